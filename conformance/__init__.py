@@ -1,0 +1,1 @@
+"""moecert.conformance (filled in by later issues)."""

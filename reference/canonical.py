@@ -1,0 +1,70 @@
+"""The canonical form every checkpoint is normalized into before any arithmetic.
+
+One quantized linear of every expert, whatever file it came from:
+
+    codes   [E, out, in]   signed integer codes (int32) or decoded element values (float64)
+    zeros   [E, out, G]    true zero points in the codes' signed domain (int32), or None
+    scales  [E, R, C]      float64 scales, one per block of `block` = (rows, cols) elements
+    g_idx   [E, in]        group of each input column (act order), or None: column k is in k//cols
+    global_scale [E, out]  float64 multiplicative per-row factor, or None
+
+    W[e, o, i] = (codes[e, o, i] - zeros[e, o, gi]) * scales[e, o // rows, gi] * global[e, o]
+    with gi = g_idx[e, i] if g_idx is given else i // cols.
+
+One block shape covers per-tensor (out, in), w1/w3 shard (N, in), per-channel (1, in),
+per-group (1, g), DeepSeek (128, 128) and MX (1, 32) scales. Backends expose the same form so
+conversions are checked bit for bit before any tolerance enters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class CanonicalLinear:
+    codes: torch.Tensor
+    scales: torch.Tensor
+    block: tuple[int, int]
+    zeros: torch.Tensor | None = None
+    g_idx: torch.Tensor | None = None
+    global_scale: torch.Tensor | None = None
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(self.codes.shape)
+
+    def dequantize(self) -> torch.Tensor:
+        """float64 [E, out, in] weights."""
+        return dequantize_canonical(self)
+
+
+def broadcast_scale_columns(t: torch.Tensor, cols: int, n_in: int,
+                            g_idx: torch.Tensor | None) -> torch.Tensor:
+    """[E, R, C] -> [E, R, in]: column i takes entry g_idx[e, i], or i // cols without g_idx."""
+    if g_idx is None:
+        return t.repeat_interleave(cols, dim=2)[:, :, :n_in]
+    index = g_idx.to(torch.int64).unsqueeze(1).expand(-1, t.shape[1], -1)
+    return torch.gather(t, 2, index)
+
+
+def broadcast_scale_rows(t: torch.Tensor, rows: int, n_out: int) -> torch.Tensor:
+    """[E, R, X] -> [E, out, X]: row o takes entry o // rows."""
+    return t.repeat_interleave(rows, dim=1)[:, :n_out]
+
+
+def dequantize_canonical(c: CanonicalLinear) -> torch.Tensor:
+    """(codes - zeros) * scales * global_scale, every factor broadcast to [E, out, in]."""
+    _, n_out, n_in = c.codes.shape
+    rows, cols = c.block
+    values = c.codes.to(torch.float64)
+    if c.zeros is not None:
+        zeros = broadcast_scale_columns(c.zeros.to(torch.float64), cols, n_in, c.g_idx)
+        values = values - zeros
+    scales = broadcast_scale_rows(c.scales.to(torch.float64), rows, n_out)
+    w = values * broadcast_scale_columns(scales, cols, n_in, c.g_idx)
+    if c.global_scale is not None:
+        w = w * c.global_scale.to(torch.float64).unsqueeze(-1)
+    return w

@@ -1,0 +1,132 @@
+"""`Checkpoint`: the tensors one MoE layer holds after loading, plus how to read them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from .errors import CheckpointError
+from .records import FormatRecord, get_record
+from .schemes import ACT_NONE, STRATEGY_GROUP, get_scheme
+
+
+@dataclass
+class Checkpoint:
+    """One MoE layer's checkpoint tensors, named as vLLM names them (SPEC section 2).
+
+    Attributes other than `scheme` and `tensors` default from the scheme:
+      group_size         -1 (one group over the input dimension) or the group length
+      sym                no zero points stored when True (default: False for AWQ, else True)
+      checkpoint_format  "gptq" (v1, stored zero z-1) / "gptq_v2" / "awq" / "ct-0.17" / "ct-0.18"
+      act_order          g_idx tensors present (GPTQ desc_act, compressed-tensors actorder)
+      weight_strategy    "tensor", "channel", "group" or "block" scales
+      activation         activation quantization mode, see `schemes.ACT_*`
+      mx_scale_rule      E8M0 rule for MXFP8 activations: "floor" (OCP), "even", "ceil", "rceil"
+    """
+
+    scheme: str
+    tensors: dict[str, torch.Tensor]
+    group_size: int | None = None
+    sym: bool | None = None
+    checkpoint_format: str | None = None
+    act_order: bool = False
+    weight_strategy: str | None = None
+    activation: str | None = None
+    mx_scale_rule: str = "floor"
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        info = get_scheme(self.scheme)
+        if self.checkpoint_format is None and info.checkpoint_formats:
+            self.checkpoint_format = info.checkpoint_formats[0]
+        if self.weight_strategy is None and info.strategies:
+            self.weight_strategy = info.strategies[0]
+        if self.activation is None:
+            self.activation = info.activation_modes[0]
+        if self.sym is None:
+            self.sym = self.checkpoint_format != "awq"
+        if self.group_size is None:
+            self.group_size = info.group_sizes[-1] if info.group_sizes else -1
+        _check_attr("checkpoint_format", self.checkpoint_format, info.checkpoint_formats)
+        _check_attr("weight_strategy", self.weight_strategy, info.strategies)
+        _check_attr("activation", self.activation, info.activation_modes)
+        if info.group_sizes and self.weight_strategy == STRATEGY_GROUP:
+            _check_attr("group_size", self.group_size, info.group_sizes)
+        if not self.sym and not info.asym:
+            raise CheckpointError("checkpoint.sym", f"True for {self.scheme}", "False")
+        if self.act_order and not info.act_order:
+            raise CheckpointError("checkpoint.act_order", f"False for {self.scheme}", "True")
+        if self.mx_scale_rule not in ("floor", "even", "ceil", "rceil"):
+            raise CheckpointError("checkpoint.mx_scale_rule", "floor, even, ceil or rceil",
+                                  repr(self.mx_scale_rule))
+
+    @property
+    def info(self):
+        return get_scheme(self.scheme)
+
+    @property
+    def quantizes_activations(self) -> bool:
+        return self.activation != ACT_NONE
+
+    @property
+    def record(self) -> FormatRecord:
+        """The format record this checkpoint's weights are read with."""
+        family, bits = self.info.family, self.info.weight_bits
+        fmt = self.checkpoint_format
+        if family in ("gptq", "w4a8") and fmt in ("gptq", "gptq_v2"):
+            return get_record(f"gptq-{'v1' if fmt == 'gptq' else 'v2'}-int{bits}",
+                              "v1" if fmt == "gptq" else "v2")
+        if family in ("awq", "w4a8"):
+            return get_record("awq-gemm-int4", "autoawq-0.2")
+        if family == "ct":
+            return get_record(f"ct-pack-quantized-int{bits}", fmt.removeprefix("ct-"))
+        if family == "int8":
+            return get_record("int8-dense", "1")
+        if family == "fp8":
+            return get_record("fp8-e4m3fn", "ocp-1.0")
+        if family == "mxfp8":
+            return get_record("mxfp8-e4m3", "ocp-mx-1.0")
+        return get_record("dense", "1")
+
+    @property
+    def num_experts(self) -> int:
+        sizes = {name: t.shape[0] for name, t in self.tensors.items() if t.dim() > 0}
+        if not sizes:
+            raise CheckpointError("checkpoint.tensors", "at least one tensor", "none")
+        if len(set(sizes.values())) != 1:
+            raise CheckpointError("checkpoint.tensors", "the same expert count in dim 0 of "
+                                  "every tensor", ", ".join(f"{n}: {e}" for n, e in sizes.items()))
+        return next(iter(sizes.values()))
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """The tensor called `name`; CheckpointError if it is missing."""
+        if name not in self.tensors:
+            raise CheckpointError(name, f"a tensor (scheme {self.scheme}, format "
+                                  f"{self.checkpoint_format})",
+                                  f"missing; present: {', '.join(sorted(self.tensors)) or 'none'}")
+        return self.tensors[name]
+
+    def expect(self, name: str, dtype: torch.dtype | tuple[torch.dtype, ...],
+               shape: tuple[int, ...]) -> torch.Tensor:
+        """The tensor called `name`, checked against a dtype (or several) and a shape."""
+        t = self.tensor(name)
+        dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+        if t.dtype not in dtypes:
+            raise CheckpointError(name, f"dtype {' or '.join(map(str, dtypes))}", str(t.dtype))
+        if tuple(t.shape) != tuple(shape):
+            raise CheckpointError(name, f"shape {list(shape)}", str(list(t.shape)))
+        return t
+
+    def slice_experts(self, start: int, stop: int) -> Checkpoint:
+        """The same checkpoint restricted to experts start..stop-1 (views, no copies)."""
+        tensors = {n: (t[start:stop] if t.dim() > 0 else t) for n, t in self.tensors.items()}
+        return replace(self, tensors=tensors)
+
+    def to(self, device: torch.device | str) -> Checkpoint:
+        return replace(self, tensors={n: t.to(device) for n, t in self.tensors.items()})
+
+
+def _check_attr(name, value, allowed):
+    if allowed and value not in allowed:
+        raise CheckpointError(f"checkpoint.{name}", f"one of {allowed}", repr(value))

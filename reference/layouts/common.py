@@ -1,0 +1,86 @@
+"""Checks and small conversions shared by the layout readers and writers."""
+
+from __future__ import annotations
+
+import torch
+
+from ..checkpoint import Checkpoint
+from ..errors import CheckpointError
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_TORCH_SCALE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def num_groups(ckpt: Checkpoint, name: str, n_in: int) -> int:
+    """Groups along an input dimension of length n_in; the group size must divide it."""
+    g = ckpt.group_size
+    if g == -1:
+        return 1
+    if g <= 0 or n_in % g:
+        raise CheckpointError(name, f"group size {g} dividing the input dimension",
+                              f"input dimension {n_in}")
+    return n_in // g
+
+
+def group_cols(ckpt: Checkpoint, n_in: int) -> int:
+    return n_in if ckpt.group_size == -1 else ckpt.group_size
+
+
+def expect_rank3(ckpt: Checkpoint, name: str, dtype) -> torch.Tensor:
+    t = ckpt.tensor(name)
+    dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+    if t.dtype not in dtypes:
+        raise CheckpointError(name, f"dtype {' or '.join(map(str, dtypes))}", str(t.dtype))
+    if t.dim() != 3:
+        raise CheckpointError(name, "a 3-D tensor [E, ., .]", f"shape {list(t.shape)}")
+    return t
+
+
+def scales_float64(name: str, t: torch.Tensor) -> torch.Tensor:
+    """float64 copy of a scale tensor, which must be finite and strictly positive."""
+    s = t.to(torch.float64)
+    bad = ~torch.isfinite(s) | (s <= 0)
+    if bad.any():
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise CheckpointError(name, "finite scales > 0",
+                              f"{s[idx].item()} at index {list(idx)} ({int(bad.sum())} bad)")
+    return s
+
+
+def check_finite(name: str, t: torch.Tensor) -> None:
+    if t.is_floating_point() and not torch.isfinite(t).all():
+        raise CheckpointError(name, "finite values", f"{int((~torch.isfinite(t)).sum())} "
+                              "non-finite entries")
+
+
+def check_range(name: str, t: torch.Tensor, lo: int, hi: int, what: str) -> None:
+    if t.numel() and (t.min() < lo or t.max() > hi):
+        bad = ((t < lo) | (t > hi)).nonzero()[0]
+        raise CheckpointError(name, f"{what} in [{lo}, {hi}]",
+                              f"{t[tuple(bad)].item()} at index {bad.tolist()}")
+
+
+def read_g_idx(ckpt: Checkpoint, name: str, n_in: int, groups: int) -> torch.Tensor | None:
+    """g_idx [E, in] when the checkpoint has act order; None when groups follow k // g.
+
+    A g_idx present without act order must be the trivial k // g map: anything else means
+    the checkpoint's attributes and tensors disagree.
+    """
+    if name not in ckpt.tensors:
+        if ckpt.act_order:
+            ckpt.tensor(name)  # raises: missing
+        return None
+    E = ckpt.num_experts
+    g_idx = ckpt.expect(name, (torch.int32, torch.int64), (E, n_in))
+    check_range(name, g_idx, 0, groups - 1, "group indices")
+    if not ckpt.act_order:
+        trivial = torch.arange(n_in, device=g_idx.device) // (n_in // groups)
+        if not torch.equal(g_idx.to(torch.int64), trivial.expand(E, -1)):
+            raise CheckpointError(name, "k // group_size (act_order is False)",
+                                  "a permuted group map; set act_order=True")
+        return None
+    return g_idx.to(torch.int64)
+
+
+def scale_dtype(record_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
+    return model_dtype if record_dtype == "model" else _TORCH_SCALE_DTYPES[record_dtype]

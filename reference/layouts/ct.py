@@ -1,0 +1,68 @@
+"""compressed-tensors pack-quantized checkpoints (int4, int8).
+
+    {p}_weight_packed     int32 [E, out, words]   packed along in, stored u = code + 2^(b-1)
+    {p}_weight_scale            [E, out, G]
+    {p}_weight_zero_point int32 [E, ceil(out*b/32), G]  signed zeros, packed along out (asym)
+    {p}_weight_g_idx      int32 [E, in]           actorder
+    {p}_weight_shape      int64 [E, 2]            optional: (out, in) before packing
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..canonical import CanonicalLinear
+from ..checkpoint import Checkpoint
+from ..errors import CheckpointError
+from ..packing import pack_int32, packed_length, unpack_int32
+from .common import (FLOAT_DTYPES, expect_rank3, group_cols, num_groups, read_g_idx,
+                     scale_dtype, scales_float64)
+
+
+def read_ct(ckpt: Checkpoint, p: str) -> CanonicalLinear:
+    rec, bits = ckpt.record, ckpt.info.weight_bits
+    packed = expect_rank3(ckpt, f"{p}_weight_packed", torch.int32)
+    E, n_out, words = packed.shape
+    n_in = _input_size(ckpt, p, E, n_out, words, bits)
+    groups = num_groups(ckpt, f"{p}_weight_packed", n_in)
+    codes = unpack_int32(packed, bits, n_in, dim=2, packing=rec.packing) - rec.code_offset
+    scales = scales_float64(f"{p}_weight_scale", ckpt.expect(
+        f"{p}_weight_scale", FLOAT_DTYPES, (E, n_out, groups)))
+    zeros = None
+    if not ckpt.sym:
+        zp = ckpt.expect(f"{p}_weight_zero_point", torch.int32,
+                         (E, packed_length(n_out, bits, rec.packing), groups))
+        zeros = unpack_int32(zp, bits, n_out, dim=1, packing=rec.packing) - rec.code_offset
+    return CanonicalLinear(codes=codes, scales=scales, block=(1, group_cols(ckpt, n_in)),
+                           zeros=zeros,
+                           g_idx=read_g_idx(ckpt, f"{p}_weight_g_idx", n_in, groups))
+
+
+def _input_size(ckpt, p, E, n_out, words, bits) -> int:
+    name = f"{p}_weight_shape"
+    if name not in ckpt.tensors:
+        return words * 32 // bits
+    shape = ckpt.expect(name, torch.int64, (E, 2))
+    if (shape[:, 0] != n_out).any() or shape[:, 1].unique().numel() != 1:
+        raise CheckpointError(name, f"({n_out}, in) for every expert", str(shape.tolist()))
+    n_in = int(shape[0, 1])
+    if packed_length(n_in, bits, ckpt.record.packing) != words:
+        raise CheckpointError(f"{p}_weight_packed", f"{packed_length(n_in, bits, ckpt.record.packing)}"
+                              f" words for in = {n_in}", f"{words}")
+    return n_in
+
+
+def write_ct(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
+             model_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    rec, bits = ckpt_attrs.record, ckpt_attrs.info.weight_bits
+    E, n_out, n_in = c.codes.shape
+    out = {f"{p}_weight_packed": pack_int32(c.codes + rec.code_offset, bits, dim=2,
+                                            packing=rec.packing),
+           f"{p}_weight_scale": c.scales.to(scale_dtype(rec.scale_dtype, model_dtype)),
+           f"{p}_weight_shape": torch.tensor([[n_out, n_in]] * E, dtype=torch.int64)}
+    if c.zeros is not None:
+        out[f"{p}_weight_zero_point"] = pack_int32(c.zeros + rec.code_offset, bits, dim=1,
+                                                   packing=rec.packing)
+    if c.g_idx is not None:
+        out[f"{p}_weight_g_idx"] = c.g_idx.to(torch.int32)
+    return out

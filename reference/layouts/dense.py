@@ -1,0 +1,104 @@
+"""Unpacked layouts: 16-bit, INT8 and FP8 per-tensor/channel/block, and MXFP8.
+
+    {p}_weight        [E, out, in]   bf16/fp16, int8 or float8_e4m3fn
+    {p}_weight_scale  tensor:  [E], or [E, 2] for w13 (w1 rows, w3 rows: the shard scales)
+                      channel: [E, out, 1]
+                      block:   [E, ceil(out/128), ceil(in/128)]        (FP8 only)
+                      MXFP8:   uint8 E8M0 [E, out, in/32]
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..canonical import CanonicalLinear
+from ..checkpoint import Checkpoint
+from ..elements import decode_e4m3, decode_e8m0
+from ..errors import CheckpointError
+from ..schemes import (E8M0_BIAS, E8M0_NAN, FP8_BLOCK, MX_BLOCK, STRATEGY_BLOCK,
+                       STRATEGY_CHANNEL, STRATEGY_TENSOR)
+from .common import FLOAT_DTYPES, check_finite, expect_rank3, scales_float64
+
+_WEIGHT_DTYPE = {"int8": torch.int8, "fp8": torch.float8_e4m3fn, "mxfp8": torch.float8_e4m3fn,
+                 "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _weight_dtype(ckpt: Checkpoint) -> torch.dtype:
+    return _WEIGHT_DTYPE[ckpt.scheme if ckpt.info.family == "dense" else ckpt.info.family]
+
+
+def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
+    family = ckpt.info.family
+    w = expect_rank3(ckpt, f"{p}_weight", _weight_dtype(ckpt))
+    E, n_out, n_in = w.shape
+    if family == "dense":
+        check_finite(f"{p}_weight", w)
+        return CanonicalLinear(codes=w.to(torch.float64),
+                               scales=torch.ones(E, 1, 1, dtype=torch.float64,
+                                                 device=w.device), block=(n_out, n_in))
+    if family == "int8":
+        codes = w.to(torch.int32)
+    else:
+        codes = decode_e4m3(w)
+        if torch.isnan(codes).any():
+            raise CheckpointError(f"{p}_weight", "no NaN codes (0x7f/0xff)",
+                                  f"{int(torch.isnan(codes).sum())} NaN codes")
+    if family == "mxfp8":
+        scales, block = _read_e8m0(ckpt, p, E, n_out, n_in), (1, MX_BLOCK)
+    else:
+        scales, block = _read_scale(ckpt, p, E, n_out, n_in)
+    return CanonicalLinear(codes=codes, scales=scales, block=block)
+
+
+def _read_scale(ckpt, p, E, n_out, n_in):
+    name, strategy = f"{p}_weight_scale", ckpt.weight_strategy
+    t = ckpt.tensor(name)
+    if strategy == STRATEGY_TENSOR:
+        if p == "w13" and tuple(t.shape) == (E, 2):
+            if n_out % 2:
+                raise CheckpointError(name, "an even w13 row count for w1/w3 shard scales",
+                                      f"{n_out} rows")
+            return scales_float64(name, ckpt.expect(name, FLOAT_DTYPES, (E, 2))).view(E, 2, 1), (
+                n_out // 2, n_in)
+        s = ckpt.expect(name, FLOAT_DTYPES, (E,))
+        return scales_float64(name, s).view(E, 1, 1), (n_out, n_in)
+    if strategy == STRATEGY_CHANNEL:
+        return scales_float64(name, ckpt.expect(name, FLOAT_DTYPES, (E, n_out, 1))), (1, n_in)
+    if strategy == STRATEGY_BLOCK:
+        shape = (E, -(-n_out // FP8_BLOCK), -(-n_in // FP8_BLOCK))
+        return scales_float64(name, ckpt.expect(name, FLOAT_DTYPES, shape)), (FP8_BLOCK,
+                                                                                FP8_BLOCK)
+    raise CheckpointError("checkpoint.weight_strategy", "tensor, channel or block", strategy)
+
+
+def _read_e8m0(ckpt, p, E, n_out, n_in):
+    name = f"{p}_weight_scale"
+    if n_in % MX_BLOCK:
+        raise CheckpointError(f"{p}_weight", f"an input dimension divisible by {MX_BLOCK}",
+                              str(n_in))
+    bits = ckpt.expect(name, torch.uint8, (E, n_out, n_in // MX_BLOCK))
+    if (bits == E8M0_NAN).any():
+        raise CheckpointError(name, "E8M0 exponents 0..254 (0xFF is NaN)",
+                              f"{int((bits == E8M0_NAN).sum())} bytes of 0xFF")
+    return decode_e8m0(bits)
+
+
+def write_dense(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
+                model_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    family = ckpt_attrs.info.family
+    if family == "dense":
+        return {f"{p}_weight": c.codes.to(_weight_dtype(ckpt_attrs))}
+    if family == "int8":
+        weight = c.codes.to(torch.int8)
+    else:
+        weight = c.codes.to(torch.float32).to(torch.float8_e4m3fn)  # codes are E4M3 values
+    if family == "mxfp8":
+        exps = torch.log2(c.scales)
+        scale = (exps + E8M0_BIAS).round().to(torch.uint8)
+    elif c.block == (1, c.codes.shape[2]):
+        scale = c.scales.to(torch.float32)
+    else:
+        scale = c.scales.to(torch.float32)
+        if ckpt_attrs.weight_strategy == STRATEGY_TENSOR:
+            scale = scale.flatten(1).squeeze(1)  # [E, 1, 1] -> [E]; [E, 2, 1] -> [E, 2]
+    return {f"{p}_weight": weight, f"{p}_weight_scale": scale}

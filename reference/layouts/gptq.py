@@ -1,0 +1,81 @@
+"""GPTQ checkpoints (AutoGPTQ "gptq" = v1, GPTQModel "gptq_v2"), int4 and int8.
+
+    {p}_qweight int32 [E, in*b/32, out]   packed along in, LSB first, stored u = code + 2^(b-1)
+    {p}_scales        [E, G, out]         G = in/g (1 for g = -1)
+    {p}_qzeros  int32 [E, G, out*b/32]    packed along out; v1 stores z-1, v2 stores z
+    {p}_g_idx   int32 [E, in]             act order only
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..canonical import CanonicalLinear
+from ..checkpoint import Checkpoint
+from ..errors import CheckpointError
+from ..packing import codes_per_word, pack_int32, unpack_int32
+from .common import (FLOAT_DTYPES, check_range, expect_rank3, group_cols, num_groups,
+                     read_g_idx, scale_dtype, scales_float64)
+
+
+def gptq_v1_zero_offset(stored: torch.Tensor) -> torch.Tensor:
+    """GPTQ v1 writes z - 1 (AutoGPTQ); the true zero is stored + 1, without wrapping."""
+    return stored + 1
+
+
+def read_gptq(ckpt: Checkpoint, p: str) -> CanonicalLinear:
+    rec, bits = ckpt.record, ckpt.info.weight_bits
+    per = codes_per_word(bits)
+    qweight = expect_rank3(ckpt, f"{p}_qweight", torch.int32)
+    E, words, n_out = qweight.shape
+    n_in = words * per
+    groups = num_groups(ckpt, f"{p}_qweight", n_in)
+    u = unpack_int32(qweight, bits, n_in, dim=1, packing=rec.packing)  # [E, in, out]
+    codes = (u - rec.code_offset).transpose(1, 2)
+    scales = scales_float64(f"{p}_scales",
+                            ckpt.expect(f"{p}_scales", FLOAT_DTYPES, (E, groups, n_out)))
+    zeros = _read_zeros(ckpt, p, E, groups, n_out, bits)
+    return CanonicalLinear(codes=codes.contiguous(), scales=scales.transpose(1, 2),
+                           block=(1, group_cols(ckpt, n_in)), zeros=zeros,
+                           g_idx=read_g_idx(ckpt, f"{p}_g_idx", n_in, groups))
+
+
+def _read_zeros(ckpt, p, E, groups, n_out, bits) -> torch.Tensor | None:
+    rec, name = ckpt.record, f"{p}_qzeros"
+    if ckpt.sym and name not in ckpt.tensors:
+        return None
+    qzeros = ckpt.expect(name, torch.int32, (E, groups, -(-n_out // codes_per_word(bits))))
+    z = unpack_int32(qzeros, bits, n_out, dim=2, packing=rec.packing)
+    if rec.zero_domain == "unsigned-minus-one":
+        z = gptq_v1_zero_offset(z)
+    check_range(name, z, 0, (1 << bits) - 1,
+                "true zero points" + (" (stored z-1, so stored 2^b-1 overflows)"
+                                      if rec.zero_domain == "unsigned-minus-one" else ""))
+    signed = (z - rec.code_offset).transpose(1, 2).contiguous()
+    if ckpt.sym:
+        if signed.any():  # symmetric files still carry qzeros: they must say z = 2^(b-1)
+            raise CheckpointError(name, f"the symmetric zero {rec.code_offset} in every field "
+                                  "(sym=True)", f"zeros in [{int(z.min())}, {int(z.max())}]")
+        return None
+    return signed
+
+
+def write_gptq(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
+               model_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    rec, bits = ckpt_attrs.record, ckpt_attrs.info.weight_bits
+    E, n_out, n_in = c.codes.shape
+    u = (c.codes + rec.code_offset).transpose(1, 2)
+    out = {f"{p}_qweight": pack_int32(u, bits, dim=1, packing=rec.packing),
+           f"{p}_scales": c.scales.transpose(1, 2).to(scale_dtype(rec.scale_dtype, model_dtype))}
+    groups = c.scales.shape[2]
+    z = (torch.zeros(E, n_out, groups, dtype=torch.int32) if c.zeros is None else c.zeros)
+    z = (z + rec.code_offset).transpose(1, 2)
+    if rec.zero_domain == "unsigned-minus-one":
+        if (z == 0).any():
+            raise CheckpointError(f"{p}_qzeros", "true zero points >= 1 (gptq v1 stores z-1)",
+                                  "a zero point of 0")
+        z = z - 1
+    out[f"{p}_qzeros"] = pack_int32(z.contiguous(), bits, dim=2, packing=rec.packing)
+    if c.g_idx is not None:
+        out[f"{p}_g_idx"] = c.g_idx.to(torch.int32)
+    return out

@@ -1,0 +1,134 @@
+"""Quantizers: the producing tools' weight rules (for `synthesize`) and the kernels' activation
+quantize-dequantize (for `moe`). Every integer rounding is round half to even (torch.round).
+
+Weight quantizers take float64 [E, out, in] and return a `CanonicalLinear`. Scales are rounded
+to their storage dtype before codes are chosen, so a synthesized checkpoint dequantizes to
+within half a step of the float weights it came from.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .canonical import CanonicalLinear, broadcast_scale_columns, broadcast_scale_rows
+from .elements import mx_scale_exponent, round_to_e4m3
+from .schemes import F8E4M3_MAX, FP8_BLOCK, INT8_MAX, INT8_MIN, MX_BLOCK
+
+
+def _groups(w: torch.Tensor, cols: int) -> torch.Tensor:
+    """[E, out, in] -> [E, out, in/cols, cols]."""
+    return w.unflatten(-1, (-1, cols))
+
+
+def quantize_int_groups(w: torch.Tensor, bits: int, group_size: int, sym: bool, rule: str,
+                        scale_dtype: torch.dtype, g_idx: torch.Tensor | None = None
+                        ) -> CanonicalLinear:
+    """Round-to-nearest per (row, group) with a tool's rule; signed codes and zeros.
+
+    rule "gptq": sym s = amax / ((2^b - 1) / 2), z = 2^(b-1); asym over [min(x,0), max(x,0)]:
+                 s = (max - min) / (2^b - 1), z = round(-min / s); u = clamp(round(x/s) + z).
+    rule "ct":   sym s = amax / ((qmax - qmin) / 2); asym as gptq with zp = qmin - round(min/s).
+    rule "awq":  sym s = amax / (2^(b-1) - 1); asym s = max(max - min, 1e-5) / (2^b - 1) without
+                 clipping the range to 0, z = clamp(-round(min / s), 0, 2^b - 1).
+    With g_idx (act order) group j holds the columns with g_idx == j.
+    """
+    E, n_out, n_in = w.shape
+    cols = n_in if group_size == -1 else group_size
+    perm = None if g_idx is None else torch.argsort(g_idx, dim=-1, stable=True)
+    if perm is not None:  # make each group contiguous
+        w = torch.gather(w, 2, perm.unsqueeze(1).expand(-1, n_out, -1))
+    x = _groups(w.to(torch.float64), cols)
+    maxq, half = (1 << bits) - 1, 1 << (bits - 1)
+    lo, hi = x.amin(-1), x.amax(-1)
+    if rule == "awq" and not sym:
+        scale = (hi - lo).clamp(min=1e-5) / maxq
+    else:
+        lo, hi = lo.clamp(max=0), hi.clamp(min=0)
+        if sym:
+            amax = torch.maximum(-lo, hi)
+            scale = amax / ((half - 1) if rule == "awq" else maxq / 2)
+        else:
+            scale = (hi - lo) / maxq
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # all-zero groups
+    scale = scale.to(scale_dtype).to(torch.float64)
+    if sym:
+        zero = torch.zeros_like(scale)
+    elif rule == "awq":
+        zero = (-torch.round(lo / scale)).clamp(0, maxq) - half
+    else:
+        zero = torch.round(-lo / scale).clamp(0, maxq) - half
+    codes = (torch.round(x / scale.unsqueeze(-1)) + zero.unsqueeze(-1)).clamp(-half, half - 1)
+    codes = codes.flatten(-2).to(torch.int32)
+    if perm is not None:  # back to checkpoint column order
+        codes = torch.empty_like(codes).scatter_(2, perm.unsqueeze(1).expand(-1, n_out, -1),
+                                                 codes)
+    return CanonicalLinear(codes=codes, scales=scale, block=(1, cols),
+                           zeros=None if sym else zero.to(torch.int32), g_idx=g_idx)
+
+
+def _block_amax(w: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    """max |w| over blocks of (rows, cols), partial blocks at the edges included."""
+    E, n_out, n_in = w.shape
+    rows, cols = block
+    R, C = -(-n_out // rows), -(-n_in // cols)
+    padded = torch.nn.functional.pad(w.abs(), (0, C * cols - n_in, 0, R * rows - n_out))
+    return padded.view(E, R, rows, C, cols).amax(dim=(2, 4))
+
+
+def quantize_scaled(w: torch.Tensor, block: tuple[int, int], element: str) -> CanonicalLinear:
+    """INT8 (s = amax/127) or FP8 E4M3 (s = amax/448) with one fp32 scale per block."""
+    w = w.to(torch.float64)
+    top = INT8_MAX if element == "int8" else F8E4M3_MAX
+    scale = (_block_amax(w, block) / top).clamp(min=1e-12).to(torch.float32).to(torch.float64)
+    full = broadcast_scale_columns(broadcast_scale_rows(scale, block[0], w.shape[1]),
+                                   block[1], w.shape[2], None)
+    if element == "int8":
+        codes = torch.round(w / full).clamp(INT8_MIN, INT8_MAX).to(torch.int32)
+    else:
+        codes = round_to_e4m3(w / full)
+    return CanonicalLinear(codes=codes, scales=scale, block=block)
+
+
+def quantize_mxfp8(w: torch.Tensor, rule: str) -> CanonicalLinear:
+    """E4M3 elements with an E8M0 scale 2^exp per 32 along the input dimension."""
+    w = w.to(torch.float64)
+    exp = mx_scale_exponent(_groups(w, MX_BLOCK).abs().amax(-1), rule)
+    scale = torch.exp2(exp)
+    codes = round_to_e4m3(w / scale.repeat_interleave(MX_BLOCK, dim=2))
+    return CanonicalLinear(codes=codes, scales=scale, block=(1, MX_BLOCK))
+
+
+def fp8_block_shape(strategy: str, n_out: int, n_in: int, shards: bool) -> tuple[int, int]:
+    if strategy == "block":
+        return (FP8_BLOCK, FP8_BLOCK)
+    if strategy == "channel":
+        return (1, n_in)
+    return (n_out // 2, n_in) if shards else (n_out, n_in)
+
+
+# --- activation quantize-dequantize (q1, q2) --------------------------------------------------
+
+def qdq_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """clamp(round(x / s), -128, 127) * s, with s broadcast against x; s = 0 gives 0."""
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(x / safe).clamp(INT8_MIN, INT8_MAX)
+    return torch.where(scale > 0, q * safe, torch.zeros_like(x))
+
+
+def qdq_int8_per_token(x: torch.Tensor) -> torch.Tensor:
+    """Dynamic per-token int8: s = max|x_row| / 127."""
+    return qdq_int8(x, x.abs().amax(-1, keepdim=True) / INT8_MAX)
+
+
+def qdq_int8_per_tensor(x: torch.Tensor, scale: torch.Tensor | float | None = None
+                        ) -> torch.Tensor:
+    """Static (given scale) or dynamic (s = max|x| / 127 over the whole input) per-tensor int8."""
+    s = x.abs().amax() / INT8_MAX if scale is None else torch.as_tensor(scale, dtype=x.dtype)
+    return qdq_int8(x, s.to(x.device))
+
+
+def qdq_mxfp8(x: torch.Tensor, rule: str) -> torch.Tensor:
+    """MXFP8 activations: per 32 along the last dimension, E8M0 scale by `rule`, E4M3 RNE."""
+    blocks = x.unflatten(-1, (-1, MX_BLOCK))
+    scale = torch.exp2(mx_scale_exponent(blocks.abs().amax(-1, keepdim=True), rule))
+    return (round_to_e4m3(blocks / scale) * scale).flatten(-2)

@@ -1,0 +1,104 @@
+"""Versioned format records: every fact about a checkpoint layout that a reader depends on.
+
+Two layouts that differ in any field (compressed-tensors before and after 0.18, GPTQ v1 and
+v2) are two records, never one looser reader. The readers and writers in `layouts/` take
+their packing, offsets and scale rules from these records, so a record cannot drift from the
+code that reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .schemes import AWQ_PACK_ORDER
+
+
+@dataclass(frozen=True)
+class FormatRecord:
+    """How one checkpoint format stores a quantized linear (out x in per expert)."""
+
+    name: str
+    version: str
+    weight_layout: str  # tensor shape in the checkpoint, for people
+    pack_dim: str | None  # "in", "out" or None (one element per storage unit)
+    packing: str | None  # "padded": floor(32/b) codes per int32; "dense": bitstream
+    bit_order: str | None  # "lsb-first": element i of a word sits at bits i*b .. i*b+b-1
+    interleave: tuple[int, ...] | None  # slot i of a word holds element order[i]
+    code_offset: int  # stored value = signed code + code_offset (2^(b-1) or 0)
+    zero_domain: str | None  # "unsigned", "unsigned-minus-one", "signed" or None (no zeros)
+    zero_pack_dim: str | None
+    scale_layout: str
+    scale_dtype: str  # dtype the producing tool writes
+    global_scale: str  # "none", "multiply", "divide"
+    scale_rule: str  # how the producing tool chooses scales (used by synthesize)
+    element_rounding: str  # "rne" (round half to even) for every format here
+    nonfinite: str  # what non-finite values mean
+
+
+def _int_record(name, version, bits, **kw) -> FormatRecord:
+    base = dict(name=name, version=version, bit_order="lsb-first", interleave=None,
+                code_offset=1 << (bits - 1), global_scale="none", element_rounding="rne",
+                nonfinite="rejected: scales must be finite and > 0")
+    base.update(kw)
+    return FormatRecord(**base)
+
+
+def _gptq(version: str, bits: int) -> FormatRecord:
+    return _int_record(
+        f"gptq-{version}-int{bits}", version, bits,
+        weight_layout=f"qweight int32 [E, in*{bits}/32, out]", pack_dim="in", packing="padded",
+        zero_domain="unsigned-minus-one" if version == "v1" else "unsigned", zero_pack_dim="out",
+        scale_layout="scales [E, in/g, out]", scale_dtype="fp16",
+        scale_rule="sym: amax/((2^b-1)/2), z=2^(b-1); asym: (max-min)/(2^b-1), z=round(-min/s)")
+
+
+def _ct(version: str, bits: int) -> FormatRecord:
+    # compressed-tensors 0.18 (PR #732) packs a dense bitstream; before, floor(32/b) per word.
+    # For b in {1, 2, 4, 8} the two agree, but they are still two formats.
+    return _int_record(
+        f"ct-pack-quantized-int{bits}", version, bits,
+        weight_layout=f"weight_packed int32 [E, out, ceil(in*{bits}/32)]", pack_dim="in",
+        packing="dense" if version == "0.18" else "padded", zero_domain="signed",
+        zero_pack_dim="out", scale_layout="weight_scale [E, out, in/g]", scale_dtype="model",
+        scale_rule="sym: amax/((qmax-qmin)/2); asym: (max-min)/(qmax-qmin), zp=qmin-round(min/s)")
+
+
+RECORDS: dict[str, FormatRecord] = {
+    r.name + "@" + r.version: r
+    for r in (
+        _gptq("v1", 4), _gptq("v2", 4), _gptq("v1", 8), _gptq("v2", 8),
+        _int_record(
+            "awq-gemm-int4", "autoawq-0.2", 4,
+            weight_layout="qweight int32 [E, in, out/8]", pack_dim="out", packing="padded",
+            interleave=AWQ_PACK_ORDER, zero_domain="unsigned", zero_pack_dim="out",
+            scale_layout="scales [E, in/g, out]", scale_dtype="fp16",
+            scale_rule="s=max(max-min,1e-5)/15, z=clamp(-round(min/s),0,15) (no clip to 0)"),
+        _ct("0.17", 4), _ct("0.18", 4), _ct("0.17", 8), _ct("0.18", 8),
+        _int_record(
+            "int8-dense", "1", 8, weight_layout="weight int8 [E, out, in]", pack_dim=None,
+            packing=None, bit_order=None, code_offset=0, zero_domain=None, zero_pack_dim=None,
+            scale_layout="weight_scale [E] / [E, 2] (tensor) or [E, out, 1] (channel)",
+            scale_dtype="fp32", scale_rule="amax/127 (Quark ptpc_int8)"),
+        FormatRecord(
+            "fp8-e4m3fn", "ocp-1.0", "weight float8_e4m3fn [E, out, in]", None, None, None, None,
+            0, None, None,
+            "weight_scale [E] / [E, 2] (tensor), [E, out, 1] (channel), "
+            "[E, ceil(out/128), ceil(in/128)] (block)", "fp32", "none", "amax/448", "rne",
+            "rejected: NaN codes (0x7f, 0xff) and non-finite or non-positive scales"),
+        FormatRecord(
+            "mxfp8-e4m3", "ocp-mx-1.0", "weight float8_e4m3fn [E, out, in]", None, None, None,
+            None, 0, None, None, "weight_scale uint8 E8M0 [E, out, in/32]", "e8m0", "none",
+            "OCP FLOOR: 2^(floor(log2(amax)) - 8)", "rne",
+            "rejected: E8M0 0xFF (NaN block) and NaN element codes"),
+        FormatRecord(
+            "dense", "1", "weight bf16/fp16 [E, out, in]", None, None, None, None, 0, None, None,
+            "none", "model", "none", "none", "none", "rejected: non-finite weights"),
+    )
+}
+
+
+def get_record(name: str, version: str) -> FormatRecord:
+    key = f"{name}@{version}"
+    if key not in RECORDS:
+        raise KeyError(f"no format record {key}; known: {', '.join(RECORDS)}")
+    return RECORDS[key]

@@ -1,0 +1,119 @@
+"""`synthesize`: checkpoints made the way the producing tool would make them, from random weights.
+
+The float weights are built so that mistakes show: gate rows differ from up rows and the up
+half is scaled differently (w1 scales != w3 scales), every expert has its own magnitude, rows
+carry offsets (non-trivial zero points), biases are non-zero. The float weights are not kept:
+`dequantize` must read the packed tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from .canonical import CanonicalLinear
+from .checkpoint import Checkpoint
+from .errors import CheckpointError
+from .layouts import write_linear
+from .layouts.common import scale_dtype
+from .problem import MoEProblem
+from .quantize import fp8_block_shape, quantize_int_groups, quantize_mxfp8, quantize_scaled
+from .schemes import ACT_STATIC_TENSOR, INT8_MAX, STRATEGY_TENSOR, get_scheme
+
+_TOOL_RULE = {"gptq": "gptq", "ct": "ct", "awq": "awq"}
+
+
+def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Checkpoint:
+    """A checkpoint of `scheme` for `problem`'s shapes, from fresh random weights.
+
+    `attrs` are the Checkpoint attributes (group_size, sym, checkpoint_format, act_order,
+    weight_strategy, activation, mx_scale_rule); unspecified ones take the scheme's defaults.
+    Biases are written when `problem.bias` is set.
+    """
+    info = get_scheme(scheme)
+    ckpt = Checkpoint(scheme=scheme, tensors={}, **attrs)
+    gen = torch.Generator().manual_seed(seed)
+    P = problem
+    dims = {"w13": (P.w13_rows, P.K), "w2": (P.K, P.N)}
+    tensors: dict[str, torch.Tensor] = {}
+    floats = {}
+    for prefix, (n_out, n_in) in dims.items():
+        w = random_weights(gen, P.E, n_out, n_in, gated=prefix == "w13" and P.gated)
+        floats[prefix] = w
+        canon = quantize_weights(ckpt, w, gen, prefix, P.torch_dtype)
+        tensors.update(write_linear(canon, prefix, ckpt, P.torch_dtype))
+    if P.bias:
+        tensors["w13_bias"] = (0.1 * torch.randn(P.E, P.w13_rows, generator=gen)).to(
+            P.torch_dtype)
+        tensors["w2_bias"] = (0.1 * torch.randn(P.E, P.K, generator=gen)).to(P.torch_dtype)
+    if ckpt.activation == ACT_STATIC_TENSOR:
+        tensors.update(calibrate_input_scales(floats, tensors, P, gen))
+    ckpt = replace(ckpt, tensors=tensors)
+    ckpt.meta.update(synthesized_from=info.name, seed=seed)
+    return ckpt
+
+
+def random_weights(gen: torch.Generator, E: int, n_out: int, n_in: int, gated: bool
+                   ) -> torch.Tensor:
+    """float64 [E, n_out, n_in]: N(0, 1/n_in) per expert times 2^U(-1, 1), plus row offsets;
+    for gated w13 the up half (rows n_out/2..) is scaled by a further 1.5."""
+    w = torch.randn(E, n_out, n_in, generator=gen, dtype=torch.float64) / n_in**0.5
+    w += 0.5 * torch.randn(E, n_out, 1, generator=gen, dtype=torch.float64) / n_in**0.5
+    w *= torch.exp2(2 * torch.rand(E, 1, 1, generator=gen, dtype=torch.float64) - 1)
+    if gated:
+        w[:, n_out // 2:] *= 1.5
+    return w
+
+
+def quantize_weights(ckpt: Checkpoint, w: torch.Tensor, gen: torch.Generator, prefix: str,
+                     model_dtype: torch.dtype) -> CanonicalLinear:
+    """Quantize float weights with the producing tool's rule for `ckpt`'s format."""
+    info, rec = ckpt.info, ckpt.record
+    E, n_out, n_in = w.shape
+    family = info.family
+    if family == "dense":
+        weight_dtype = torch.bfloat16 if ckpt.scheme == "bf16" else torch.float16
+        return CanonicalLinear(codes=w.to(weight_dtype).to(torch.float64),
+                               scales=torch.ones(E, 1, 1, dtype=torch.float64),
+                               block=(n_out, n_in))
+    if family in ("gptq", "awq", "ct", "w4a8"):
+        tool = "awq" if rec.name.startswith("awq") else ("ct" if family == "ct" else "gptq")
+        g = ckpt.group_size
+        if g != -1 and n_in % g:
+            raise CheckpointError(f"{prefix} input dimension", f"a multiple of group size {g}",
+                                  str(n_in))
+        g_idx = random_g_idx(gen, E, n_in, g) if ckpt.act_order else None
+        return quantize_int_groups(w, info.weight_bits, g, ckpt.sym, tool,
+                                   scale_dtype(rec.scale_dtype, model_dtype), g_idx)
+    if family == "mxfp8":
+        return quantize_mxfp8(w, ckpt.mx_scale_rule)
+    shards = (family == "fp8" and prefix == "w13" and ckpt.weight_strategy == STRATEGY_TENSOR
+              and n_out % 2 == 0)
+    block = fp8_block_shape(ckpt.weight_strategy, n_out, n_in, shards)
+    return quantize_scaled(w, block, "int8" if family == "int8" else "fp8")
+
+
+def random_g_idx(gen: torch.Generator, E: int, n_in: int, group_size: int) -> torch.Tensor:
+    """Act-order group map: groups formed in a random column order, so g_idx is non-monotonic."""
+    g = n_in if group_size == -1 else group_size
+    perm = torch.stack([torch.randperm(n_in, generator=gen) for _ in range(E)])
+    g_idx = torch.empty(E, n_in, dtype=torch.int64)
+    g_idx.scatter_(1, perm, (torch.arange(n_in) // g).expand(E, -1))
+    return g_idx
+
+
+def calibrate_input_scales(floats, tensors, P: MoEProblem, gen) -> dict[str, torch.Tensor]:
+    """Static per-tensor activation scales the way a calibrating tool gets them: amax/127 of
+    each expert's GEMM inputs on random calibration tokens (float math, per expert)."""
+    from .activations import apply_activation
+
+    x = torch.randn(64, P.K, generator=gen, dtype=torch.float64)
+    h = torch.einsum("mk,enk->emn", x, floats["w13"])
+    if "w13_bias" in tensors:
+        h = h + tensors["w13_bias"].to(torch.float64).unsqueeze(1)
+    a = apply_activation(h, P.activation)
+    amax_x = x.abs().amax().expand(P.E) * (1 + 0.25 * torch.rand(P.E, generator=gen))
+    amax_a = a.abs().amax(dim=(1, 2))
+    return {"w13_input_scale": (amax_x / INT8_MAX).to(torch.float32),
+            "w2_input_scale": (amax_a / INT8_MAX).to(torch.float32)}

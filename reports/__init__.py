@@ -1,0 +1,1 @@
+"""moecert.reports (filled in by later issues)."""
