@@ -1,0 +1,22 @@
+"""moecert.reference: the slow, float64 reference every backend is judged against.
+
+    from moecert.reference import Checkpoint, MoEProblem, synthesize, dequantize, moe
+"""
+
+from .canonical import CanonicalLinear
+from .checkpoint import Checkpoint
+from .dequantize import canonicalize, dequantize
+from .errors import CheckpointError
+from .inputs import make_batched_inputs, make_inputs
+from .moe import moe
+from .problem import MoEProblem
+from .records import RECORDS, FormatRecord
+from .routing import grouped_topk, sigmoid_topk, softmax_topk
+from .schemes import SCHEME_NAMES, SCHEMES
+from .synthesize import synthesize
+
+__all__ = [
+    "RECORDS", "SCHEMES", "SCHEME_NAMES", "CanonicalLinear", "Checkpoint", "CheckpointError",
+    "FormatRecord", "MoEProblem", "canonicalize", "dequantize", "grouped_topk",
+    "make_batched_inputs", "make_inputs", "moe", "sigmoid_topk", "softmax_topk", "synthesize",
+]

@@ -1,0 +1,189 @@
+"""`moe`: the MoE layer in float64, SPEC section 2.
+
+    h_e = q1(x) W13_e^T + b13_e     a_e = act(h_e)     y_e = q2(a_e) W2_e^T + b2_e
+    y   = sum_e r_e y_e
+
+h and a are rounded to the activation dtype (a kernel writes both in bf16/fp16) before q2;
+the w2 bias sits inside the routed sum; with apply_router_weight_on_input x is scaled by r
+(and rounded to the activation dtype) before q1 and the output is not weighted; experts that
+expert_map sends to -1 contribute nothing.
+
+Vectorized over tokens; the only Python loop is over experts, which are dequantized in
+chunks so that a DeepSeek-V3-sized layer fits in memory.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .activations import apply_activation
+from .canonical import dequantize_canonical
+from .checkpoint import Checkpoint
+from .dequantize import canonicalize, read_biases
+from .errors import CheckpointError
+from .layouts import read_linear
+from .problem import MoEProblem
+from .quantize import qdq_int8_per_tensor, qdq_int8_per_token, qdq_mxfp8
+from .schemes import (ACT_DYNAMIC_TENSOR, ACT_DYNAMIC_TOKEN, ACT_MXFP8, ACT_NONE,
+                      ACT_STATIC_TENSOR)
+
+CHUNK_BYTES = 1 << 30  # float64 weights dequantized at once
+
+
+def round_to_activation_dtype(t: torch.Tensor, problem: MoEProblem) -> torch.Tensor:
+    """Round float64 values to the problem's bf16/fp16 (RNE), back in float64."""
+    return t.to(problem.torch_dtype).to(torch.float64)
+
+
+def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.Tensor:
+    """q1 (which="w13") or q2 (which="w2"): the scheme's activation quantize-dequantize.
+
+    Static per-tensor scales are the maximum of the checkpoint's per-expert input scales, one
+    scale for every expert, as engines collapse them at load time.
+    """
+    mode = ckpt.activation
+    if mode == ACT_NONE:
+        return t
+    if mode == ACT_DYNAMIC_TOKEN:
+        return qdq_int8_per_token(t)
+    if mode == ACT_DYNAMIC_TENSOR:
+        return qdq_int8_per_tensor(t)
+    if mode == ACT_STATIC_TENSOR:
+        name = f"{which}_input_scale"
+        scale = ckpt.expect(name, (torch.float32, torch.float64, torch.bfloat16,
+                                   torch.float16), (ckpt.num_experts,)).to(torch.float64)
+        if not torch.isfinite(scale).all() or (scale <= 0).any():
+            raise CheckpointError(name, "finite scales > 0", str(scale.tolist()))
+        return qdq_int8_per_tensor(t, scale.max())
+    if mode == ACT_MXFP8:
+        return qdq_mxfp8(t, ckpt.mx_scale_rule)
+    raise CheckpointError("checkpoint.activation", "a known activation mode", repr(mode))
+
+
+def moe(ckpt: Checkpoint, x: torch.Tensor, topk_weights: torch.Tensor | None,
+        topk_ids: torch.Tensor | None, problem: MoEProblem, *,
+        expert_num_tokens: torch.Tensor | None = None) -> torch.Tensor:
+    """float64 output of the MoE layer.
+
+    standard format: x [M, K], topk_weights/topk_ids [M, topk] (global ids) -> [M, K].
+    batched format:  x [E, T, K] with expert_num_tokens [E]; rows t >= count are ignored and
+                     come back zero; no router weights (finalize applies them) -> [E, T, K].
+    """
+    _check_checkpoint(ckpt, problem)
+    if problem.activation_format == "batched":
+        return _moe_batched(ckpt, x, expert_num_tokens, problem)
+    M, K, topk = problem.M, problem.K, problem.topk
+    _check_tensor("hidden_states", x, (M, K))
+    _check_tensor("topk_ids", topk_ids, (M, topk))
+    _check_tensor("topk_weights", topk_weights, (M, topk))
+    ids = topk_ids.to(torch.int64)
+    if ids.numel() and (ids.min() < 0 or ids.max() >= problem.global_num_experts):
+        raise CheckpointError("topk_ids", f"ids in [0, {problem.global_num_experts})",
+                              f"[{int(ids.min())}, {int(ids.max())}]")
+    device = _device(ckpt)
+    x64, r = x.to(device, torch.float64), topk_weights.to(device, torch.float64)
+    ids = ids.to(device)
+    if problem.apply_router_weight_on_input:
+        x64, r = round_to_activation_dtype(x64 * r, problem), torch.ones_like(r)
+    if problem.expert_map is not None:
+        emap = torch.tensor(problem.expert_map, dtype=torch.int64, device=device)
+        ids = emap[ids]
+    token = torch.arange(M, device=device).repeat_interleave(topk)
+    local, weight = ids.flatten(), r.flatten()
+    keep = local >= 0
+    return _routed(ckpt, quantize_activation(ckpt, x64, "w13"), token[keep], local[keep],
+                   weight[keep], problem, rows_out=M)
+
+
+def _moe_batched(ckpt, x, expert_num_tokens, problem):
+    E, K = problem.E, problem.K
+    if x.dim() != 3 or x.shape[0] != E or x.shape[2] != K:
+        raise CheckpointError("hidden_states", f"batched shape [{E}, max_tokens, {K}]",
+                              str(list(x.shape)))
+    _check_tensor("expert_num_tokens", expert_num_tokens, (E,))
+    T = x.shape[1]
+    counts = expert_num_tokens.to(torch.int64)
+    if (counts < 0).any() or (counts > T).any():
+        raise CheckpointError("expert_num_tokens", f"counts in [0, {T}]", str(counts.tolist()))
+    device = _device(ckpt)
+    rows = x.to(device, torch.float64).reshape(E * T, K)
+    valid = (torch.arange(T, device=device) < counts.to(device).unsqueeze(1)).flatten()
+    row_ids = torch.arange(E * T, device=device)[valid]
+    experts = torch.arange(E, device=device).repeat_interleave(T)[valid]
+    xq = torch.zeros_like(rows)
+    xq[row_ids] = quantize_activation(ckpt, rows[row_ids], "w13")
+    out = _routed(ckpt, xq, row_ids, experts, torch.ones(row_ids.numel(), dtype=torch.float64,
+                                                         device=device), problem, E * T)
+    return out.view(E, T, K)
+
+
+def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: torch.Tensor,
+            weight: torch.Tensor, problem: MoEProblem, rows_out: int) -> torch.Tensor:
+    """Sum over assignments (token[i], expert[i], weight[i]) of weight * expert output."""
+    order = torch.argsort(expert, stable=True)
+    token, expert, weight = token[order], expert[order], weight[order]
+    counts = torch.bincount(expert, minlength=problem.E).tolist()
+    starts = [0]
+    for c in counts:
+        starts.append(starts[-1] + c)
+    biases = read_biases(ckpt, problem.w13_rows, problem.K)
+    # GEMM1 and the activation for every assignment, then q2 over all of them at once
+    # (a dynamic per-tensor scale spans every expert's intermediate).
+    inter = torch.empty(token.numel(), problem.N, dtype=torch.float64, device=xq.device)
+    for e, w13 in _expert_weights(ckpt, "w13", counts, problem.w13_rows * problem.K):
+        lo, hi = starts[e], starts[e + 1]
+        h = xq[token[lo:hi]] @ w13.T
+        if "w13_bias" in biases:
+            h = h + biases["w13_bias"][e]
+        h = round_to_activation_dtype(h, problem)
+        inter[lo:hi] = round_to_activation_dtype(apply_activation(h, problem.activation),
+                                                 problem)
+    inter = quantize_activation(ckpt, inter, "w2")
+    out = torch.zeros(rows_out, problem.K, dtype=torch.float64, device=xq.device)
+    for e, w2 in _expert_weights(ckpt, "w2", counts, problem.K * problem.N):
+        lo, hi = starts[e], starts[e + 1]
+        y = inter[lo:hi] @ w2.T
+        if "w2_bias" in biases:
+            y = y + biases["w2_bias"][e]
+        out.index_add_(0, token[lo:hi], weight[lo:hi].unsqueeze(1) * y)
+    return out
+
+
+def _expert_weights(ckpt: Checkpoint, prefix: str, counts: list[int], elements: int):
+    """(expert, float64 [out, in] weights) for every expert with tokens, dequantized in chunks
+    of experts whose float64 weights (and temporaries) fit in CHUNK_BYTES."""
+    busy = [e for e, c in enumerate(counts) if c]
+    chunk = max(1, CHUNK_BYTES // (elements * 8 * 4))
+    i = 0
+    while i < len(busy):
+        lo = busy[i]
+        hi = min(lo + chunk, len(counts))
+        w = dequantize_canonical(read_linear(ckpt.slice_experts(lo, hi), prefix))
+        while i < len(busy) and busy[i] < hi:
+            yield busy[i], w[busy[i] - lo]
+            i += 1
+
+
+def _check_checkpoint(ckpt: Checkpoint, problem: MoEProblem) -> None:
+    if ckpt.num_experts != problem.E:
+        raise CheckpointError("checkpoint", f"{problem.E} experts (problem.E)",
+                              f"{ckpt.num_experts}")
+    shapes = {k: v.shape for k, v in canonicalize(ckpt.slice_experts(0, 1)).items()}
+    want = {"w13": (1, problem.w13_rows, problem.K), "w2": (1, problem.K, problem.N)}
+    for name, shape in want.items():
+        if tuple(shapes[name]) != shape:
+            raise CheckpointError(name, f"[out, in] = {list(shape[1:])} for {problem}",
+                                  str(list(shapes[name][1:])))
+
+
+def _check_tensor(name: str, t: torch.Tensor | None, shape: tuple[int, ...]) -> None:
+    if t is None:
+        raise CheckpointError(name, f"a tensor of shape {list(shape)}", "None")
+    if tuple(t.shape) != tuple(shape):
+        raise CheckpointError(name, f"shape {list(shape)}", str(list(t.shape)))
+    if t.is_floating_point() and not torch.isfinite(t).all():
+        raise CheckpointError(name, "finite values", "non-finite entries")
+
+
+def _device(ckpt: Checkpoint) -> torch.device:
+    return next(iter(ckpt.tensors.values())).device
