@@ -21,8 +21,8 @@ def _groups(w: torch.Tensor, cols: int) -> torch.Tensor:
 
 
 def quantize_int_groups(w: torch.Tensor, bits: int, group_size: int, sym: bool, rule: str,
-                        scale_dtype: torch.dtype, g_idx: torch.Tensor | None = None
-                        ) -> CanonicalLinear:
+                        scale_dtype: torch.dtype, g_idx: torch.Tensor | None = None,
+                        min_zero: int = 0) -> CanonicalLinear:
     """Round-to-nearest per (row, group) with a tool's rule; signed codes and zeros.
 
     rule "gptq": sym s = amax / ((2^b - 1) / 2), z = 2^(b-1); asym over [min(x,0), max(x,0)]:
@@ -30,7 +30,8 @@ def quantize_int_groups(w: torch.Tensor, bits: int, group_size: int, sym: bool, 
     rule "ct":   sym s = amax / ((qmax - qmin) / 2); asym as gptq with zp = qmin - round(min/s).
     rule "awq":  sym s = amax / (2^(b-1) - 1); asym s = max(max - min, 1e-5) / (2^b - 1) without
                  clipping the range to 0, z = clamp(-round(min / s), 0, 2^b - 1).
-    With g_idx (act order) group j holds the columns with g_idx == j.
+    With g_idx (act order) group j holds the columns with g_idx == j. `min_zero` raises the
+    unsigned zero point to at least that value (GPTQ v1 stores z - 1, so it needs z >= 1).
     """
     E, n_out, n_in = w.shape
     cols = n_in if group_size == -1 else group_size
@@ -56,7 +57,7 @@ def quantize_int_groups(w: torch.Tensor, bits: int, group_size: int, sym: bool, 
     elif rule == "awq":
         zero = (-torch.round(lo / scale)).clamp(0, maxq) - half
     else:
-        zero = torch.round(-lo / scale).clamp(0, maxq) - half
+        zero = torch.round(-lo / scale).clamp(min_zero, maxq) - half
     codes = (torch.round(x / scale.unsqueeze(-1)) + zero.unsqueeze(-1)).clamp(-half, half - 1)
     codes = codes.flatten(-2).to(torch.int32)
     if perm is not None:  # back to checkpoint column order

@@ -49,7 +49,8 @@ def _gptq(version: str, bits: int) -> FormatRecord:
         weight_layout=f"qweight int32 [E, in*{bits}/32, out]", pack_dim="in", packing="padded",
         zero_domain="unsigned-minus-one" if version == "v1" else "unsigned", zero_pack_dim="out",
         scale_layout="scales [E, in/g, out]", scale_dtype="fp16",
-        scale_rule="sym: amax/((2^b-1)/2), z=2^(b-1); asym: (max-min)/(2^b-1), z=round(-min/s)")
+        scale_rule="sym: amax/((2^b-1)/2), z=2^(b-1); asym: (max-min)/(2^b-1), z=round(-min/s)"
+        + ("; z raised to >= 1 so that z-1 is storable" if version == "v1" else ""))
 
 
 def _ct(version: str, bits: int) -> FormatRecord:

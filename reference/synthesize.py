@@ -85,7 +85,8 @@ def quantize_weights(ckpt: Checkpoint, w: torch.Tensor, gen: torch.Generator, pr
                                   str(n_in))
         g_idx = random_g_idx(gen, E, n_in, g) if ckpt.act_order else None
         return quantize_int_groups(w, info.weight_bits, g, ckpt.sym, tool,
-                                   scale_dtype(rec.scale_dtype, model_dtype), g_idx)
+                                   scale_dtype(rec.scale_dtype, model_dtype), g_idx,
+                                   min_zero=1 if rec.zero_domain == "unsigned-minus-one" else 0)
     if family == "mxfp8":
         return quantize_mxfp8(w, ckpt.mx_scale_rule)
     shards = (family == "fp8" and prefix == "w13" and ckpt.weight_strategy == STRATEGY_TENSOR
