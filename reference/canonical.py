@@ -59,12 +59,37 @@ def dequantize_canonical(c: CanonicalLinear) -> torch.Tensor:
     """(codes - zeros) * scales * global_scale, every factor broadcast to [E, out, in]."""
     _, n_out, n_in = c.codes.shape
     rows, cols = c.block
-    values = c.codes.to(torch.float64)
-    if c.zeros is not None:
-        zeros = broadcast_scale_columns(c.zeros.to(torch.float64), cols, n_in, c.g_idx)
-        values = values - zeros
-    scales = broadcast_scale_rows(c.scales.to(torch.float64), rows, n_out)
-    w = values * broadcast_scale_columns(scales, cols, n_in, c.g_idx)
+    if c.g_idx is None and n_in % cols == 0 and n_out % rows == 0:
+        w = _dequantize_whole_blocks(c)
+    else:
+        values = c.codes.to(torch.float64)
+        if c.zeros is not None:
+            values = values - broadcast_scale_columns(c.zeros.to(torch.float64), cols, n_in,
+                                                      c.g_idx)
+        scales = broadcast_scale_rows(c.scales.to(torch.float64), rows, n_out)
+        w = values * broadcast_scale_columns(scales, cols, n_in, c.g_idx)
     if c.global_scale is not None:
         w = w * c.global_scale.to(torch.float64).unsqueeze(-1)
     return w
+
+
+def _dequantize_whole_blocks(c: CanonicalLinear) -> torch.Tensor:
+    """The same formula when blocks tile the matrix exactly: factors broadcast through views
+    [E, R, rows, C, cols] instead of being materialized at full size (DeepSeek-sized layers).
+    Codes stored [in, out] in memory (GPTQ, AWQ) are computed in that order, without a copy."""
+    E, n_out, n_in = c.codes.shape
+    rows, cols = c.block
+    R, C = n_out // rows, n_in // cols
+    zeros = None if c.zeros is None else c.zeros.to(torch.float64)
+    scales = c.scales.to(torch.float64)
+    if c.codes.mT.is_contiguous() and not c.codes.is_contiguous():
+        values = c.codes.mT.to(torch.float64).view(E, C, cols, R, rows)
+        if zeros is not None:  # zeros [E, out, C] -> [E, C, 1, R, rows]
+            values = values - zeros.mT.reshape(E, C, 1, R, rows)
+        values = values * scales.mT.reshape(E, C, 1, R, 1)
+        return values.view(E, n_in, n_out).mT
+    values = c.codes.to(torch.float64).reshape(E, R, rows, C, cols)
+    if zeros is not None:  # zeros [E, out, C] -> [E, R, rows, C, 1]
+        values = values - zeros.view(E, R, rows, C, 1)
+    values = values * scales.view(E, R, 1, C, 1)
+    return values.view(E, n_out, n_in)

@@ -34,20 +34,24 @@ def unpack_int32(words: torch.Tensor, bits: int, count: int, dim: int = -1,
     dense:  code i occupies global bits i*b .. i*b+b-1 of the word stream (may straddle).
     Returns int32 with `count` codes along `dim`, each in [0, 2^b).
     """
-    w = words.movedim(dim, -1).to(torch.int64) & _U32
     mask = (1 << bits) - 1
     if packing == "dense":
+        w = words.movedim(dim, -1).to(torch.int64) & _U32
         pos = torch.arange(count, device=w.device) * bits
         lo, off = pos // 32, pos % 32
         hi = torch.clamp(lo + 1, max=w.shape[-1] - 1)
         low_part = w[..., lo] >> off
         high_part = (w[..., hi] & mask) << (32 - off)  # bits that straddle into the next word
-        codes = (low_part | high_part) & mask
-    else:
-        per = codes_per_word(bits)
-        shifts = torch.arange(per, device=w.device) * bits
-        codes = ((w.unsqueeze(-1) >> shifts) & mask).flatten(-2)[..., :count]
-    return codes.to(torch.int32).movedim(-1, dim)
+        return ((low_part | high_part) & mask).to(torch.int32).movedim(-1, dim)
+    # padded: in int32, an arithmetic shift then the mask gives the same field as a logical
+    # shift; the codes of a word are spread along a new axis right after `dim`, so the result
+    # keeps the packed tensor's memory order (no transposed copies of large weights).
+    dim = dim % words.dim()
+    per = codes_per_word(bits)
+    shifts = (torch.arange(per, device=words.device, dtype=torch.int32) * bits).view(
+        per, *([1] * (words.dim() - dim - 1)))
+    codes = (words.to(torch.int32).unsqueeze(dim + 1) >> shifts) & mask
+    return codes.flatten(dim, dim + 1).narrow(dim, 0, count)
 
 
 def pack_int32(codes: torch.Tensor, bits: int, dim: int = -1,

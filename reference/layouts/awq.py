@@ -37,7 +37,7 @@ def read_awq(ckpt: Checkpoint, p: str) -> CanonicalLinear:
         qzeros = ckpt.expect(f"{p}_qzeros", torch.int32, (E, groups, words))
         zeros = (_unpack_columns(qzeros, n_out, rec.packing) - rec.code_offset).transpose(1, 2)
         zeros = zeros.contiguous()
-    return CanonicalLinear(codes=codes.contiguous(), scales=scales.transpose(1, 2),
+    return CanonicalLinear(codes=codes, scales=scales.transpose(1, 2),
                            block=(1, group_cols(ckpt, n_in)), zeros=zeros)
 
 

@@ -92,13 +92,9 @@ def write_dense(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
         weight = c.codes.to(torch.int8)
     else:
         weight = c.codes.to(torch.float32).to(torch.float8_e4m3fn)  # codes are E4M3 values
+    scale = c.scales.to(torch.float32)
     if family == "mxfp8":
-        exps = torch.log2(c.scales)
-        scale = (exps + E8M0_BIAS).round().to(torch.uint8)
-    elif c.block == (1, c.codes.shape[2]):
-        scale = c.scales.to(torch.float32)
-    else:
-        scale = c.scales.to(torch.float32)
-        if ckpt_attrs.weight_strategy == STRATEGY_TENSOR:
-            scale = scale.flatten(1).squeeze(1)  # [E, 1, 1] -> [E]; [E, 2, 1] -> [E, 2]
+        scale = (torch.log2(c.scales) + E8M0_BIAS).round().to(torch.uint8)
+    elif ckpt_attrs.weight_strategy == STRATEGY_TENSOR:
+        scale = scale.flatten(1).squeeze(1)  # [E, 1, 1] -> [E]; [E, 2, 1] -> [E, 2]
     return {f"{p}_weight": weight, f"{p}_weight_scale": scale}

@@ -35,7 +35,7 @@ def read_gptq(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     scales = scales_float64(f"{p}_scales",
                             ckpt.expect(f"{p}_scales", FLOAT_DTYPES, (E, groups, n_out)))
     zeros = _read_zeros(ckpt, p, E, groups, n_out, bits)
-    return CanonicalLinear(codes=codes.contiguous(), scales=scales.transpose(1, 2),
+    return CanonicalLinear(codes=codes, scales=scales.transpose(1, 2),
                            block=(1, group_cols(ckpt, n_in)), zeros=zeros,
                            g_idx=read_g_idx(ckpt, f"{p}_g_idx", n_in, groups))
 
