@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 
 import torch
-
 from moecert.reference import Checkpoint, MoEProblem, make_inputs, moe
 
 SHAPES = {  # (E, K, N, topk, M)

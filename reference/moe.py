@@ -24,8 +24,7 @@ from .errors import CheckpointError
 from .layouts import read_linear
 from .problem import MoEProblem
 from .quantize import qdq_int8_per_tensor, qdq_int8_per_token, qdq_mxfp8
-from .schemes import (ACT_DYNAMIC_TENSOR, ACT_DYNAMIC_TOKEN, ACT_MXFP8, ACT_NONE,
-                      ACT_STATIC_TENSOR)
+from .schemes import ACT_DYNAMIC_TENSOR, ACT_DYNAMIC_TOKEN, ACT_MXFP8, ACT_NONE, ACT_STATIC_TENSOR
 
 CHUNK_BYTES = 1 << 30  # float64 weights dequantized at once
 

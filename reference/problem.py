@@ -38,7 +38,8 @@ class MoEProblem:
         for field in ("M", "K", "N", "E", "topk"):
             value = getattr(self, field)
             if not isinstance(value, int) or value < (0 if field == "M" else 1):
-                raise CheckpointError(f"problem.{field}", "a positive int (M may be 0)", repr(value))
+                raise CheckpointError(f"problem.{field}", "a positive int (M may be 0)",
+                                      repr(value))
         if self.topk > self.global_num_experts:
             raise CheckpointError("problem.topk", f"<= {self.global_num_experts} experts",
                                   str(self.topk))

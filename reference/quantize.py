@@ -33,7 +33,7 @@ def quantize_int_groups(w: torch.Tensor, bits: int, group_size: int, sym: bool, 
     With g_idx (act order) group j holds the columns with g_idx == j. `min_zero` raises the
     unsigned zero point to at least that value (GPTQ v1 stores z - 1, so it needs z >= 1).
     """
-    E, n_out, n_in = w.shape
+    _, n_out, n_in = w.shape
     cols = n_in if group_size == -1 else group_size
     perm = None if g_idx is None else torch.argsort(g_idx, dim=-1, stable=True)
     if perm is not None:  # make each group contiguous

@@ -12,8 +12,7 @@ import torch
 from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
 from ..packing import awq_interleave, awq_undo_interleave, pack_int32, unpack_int32
-from .common import (FLOAT_DTYPES, expect_rank3, group_cols, num_groups, scale_dtype,
-                     scales_float64)
+from .common import FLOAT_DTYPES, expect_rank3, group_cols, num_groups, scale_dtype, scales_float64
 
 _BITS = 4
 

@@ -15,8 +15,15 @@ from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
 from ..errors import CheckpointError
 from ..packing import pack_int32, packed_length, unpack_int32
-from .common import (FLOAT_DTYPES, expect_rank3, group_cols, num_groups, read_g_idx,
-                     scale_dtype, scales_float64)
+from .common import (
+    FLOAT_DTYPES,
+    expect_rank3,
+    group_cols,
+    num_groups,
+    read_g_idx,
+    scale_dtype,
+    scales_float64,
+)
 
 
 def read_ct(ckpt: Checkpoint, p: str) -> CanonicalLinear:
@@ -46,9 +53,10 @@ def _input_size(ckpt, p, E, n_out, words, bits) -> int:
     if (shape[:, 0] != n_out).any() or shape[:, 1].unique().numel() != 1:
         raise CheckpointError(name, f"({n_out}, in) for every expert", str(shape.tolist()))
     n_in = int(shape[0, 1])
-    if packed_length(n_in, bits, ckpt.record.packing) != words:
-        raise CheckpointError(f"{p}_weight_packed", f"{packed_length(n_in, bits, ckpt.record.packing)}"
-                              f" words for in = {n_in}", f"{words}")
+    expected_words = packed_length(n_in, bits, ckpt.record.packing)
+    if expected_words != words:
+        raise CheckpointError(f"{p}_weight_packed", f"{expected_words} words for in = {n_in}",
+                              f"{words}")
     return n_in
 
 

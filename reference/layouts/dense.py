@@ -15,8 +15,15 @@ from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
 from ..elements import decode_e4m3, decode_e8m0
 from ..errors import CheckpointError
-from ..schemes import (E8M0_BIAS, E8M0_NAN, FP8_BLOCK, MX_BLOCK, STRATEGY_BLOCK,
-                       STRATEGY_CHANNEL, STRATEGY_TENSOR)
+from ..schemes import (
+    E8M0_BIAS,
+    E8M0_NAN,
+    FP8_BLOCK,
+    MX_BLOCK,
+    STRATEGY_BLOCK,
+    STRATEGY_CHANNEL,
+    STRATEGY_TENSOR,
+)
 from .common import FLOAT_DTYPES, check_finite, expect_rank3, scales_float64
 
 _WEIGHT_DTYPE = {"int8": torch.int8, "fp8": torch.float8_e4m3fn, "mxfp8": torch.float8_e4m3fn,

@@ -14,8 +14,16 @@ from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
 from ..errors import CheckpointError
 from ..packing import codes_per_word, pack_int32, unpack_int32
-from .common import (FLOAT_DTYPES, check_range, expect_rank3, group_cols, num_groups,
-                     read_g_idx, scale_dtype, scales_float64)
+from .common import (
+    FLOAT_DTYPES,
+    check_range,
+    expect_rank3,
+    group_cols,
+    num_groups,
+    read_g_idx,
+    scale_dtype,
+    scales_float64,
+)
 
 
 def gptq_v1_zero_offset(stored: torch.Tensor) -> torch.Tensor:
@@ -63,7 +71,7 @@ def _read_zeros(ckpt, p, E, groups, n_out, bits) -> torch.Tensor | None:
 def write_gptq(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
                model_dtype: torch.dtype) -> dict[str, torch.Tensor]:
     rec, bits = ckpt_attrs.record, ckpt_attrs.info.weight_bits
-    E, n_out, n_in = c.codes.shape
+    E, n_out, _ = c.codes.shape
     u = (c.codes + rec.code_offset).transpose(1, 2)
     out = {f"{p}_qweight": pack_int32(u, bits, dim=1, packing=rec.packing),
            f"{p}_scales": c.scales.transpose(1, 2).to(scale_dtype(rec.scale_dtype, model_dtype))}

@@ -6,9 +6,15 @@ import dataclasses
 
 import pytest
 import torch
-
-from moecert.reference import (CheckpointError, MoEProblem, dequantize, make_batched_inputs,
-                               make_inputs, moe, synthesize)
+from moecert.reference import (
+    CheckpointError,
+    MoEProblem,
+    dequantize,
+    make_batched_inputs,
+    make_inputs,
+    moe,
+    synthesize,
+)
 from moecert.reference.activations import apply_activation
 
 SCHEMES = [

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from moecert.reference import grouped_topk, sigmoid_topk, softmax_topk
 
 
