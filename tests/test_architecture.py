@@ -1,0 +1,57 @@
+"""The one hard rule of the layout (SPEC section 1): what each folder may import."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+
+ALLOWED = {  # folder -> third-party top-level modules and moecert modules it may import
+    "reference": ({"torch"}, {"moecert.reference"}),
+    "kernels": ({"torch", "triton"}, {"moecert.kernels", "moecert.reference.schemes"}),
+    "reports": ({"pandas", "pyarrow", "matplotlib"}, {"moecert.reports"}),
+    "conformance": ({"torch", "triton", "pandas", "pyarrow", "pytest", "hypothesis"},
+                    {"moecert"}),
+}
+
+
+def _imports(path: Path, package: str):
+    """Absolute module names imported by a file (relative imports resolved)."""
+    tree = ast.parse(path.read_text())
+    parts = [package, *path.relative_to(ROOT / package.split(".")[-1]).with_suffix("").parts]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = parts[:-node.level]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module
+            yield mod
+            if node.module is None or node.level:
+                yield from (f"{mod}.{a.name}" for a in node.names)
+
+
+@pytest.mark.parametrize("folder", sorted(ALLOWED))
+def test_folder_imports_only_what_it_may(folder):
+    third_party, internal = ALLOWED[folder]
+    bad = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for mod in _imports(path, f"moecert.{folder}"):
+            top = mod.split(".")[0]
+            if top in STDLIB or top in third_party:
+                continue
+            if top == "moecert" and any(mod == p or mod.startswith(p + ".") for p in internal):
+                continue
+            if top == "moecert" and folder == "kernels" and mod == "moecert.reference":
+                bad.append(f"{path.relative_to(ROOT)}: {mod} (kernels may read "
+                           "moecert.reference.schemes only)")
+                continue
+            bad.append(f"{path.relative_to(ROOT)}: {mod}")
+    assert not bad, "imports outside the layout's rules:\n" + "\n".join(bad)
