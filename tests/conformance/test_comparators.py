@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from moecert.conformance.comparators import (assert_bitwise_equal,
-                                             assert_codes_equal_except_ties, rounding_ties)
+from moecert.conformance.comparators import (
+    assert_bitwise_equal,
+    assert_codes_equal_except_ties,
+    rounding_ties,
+)
 
 
 def test_bitwise_equal_passes_on_identical_and_names_first_difference():
