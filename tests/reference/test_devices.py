@@ -1,0 +1,39 @@
+"""The reference gives the same float64 answer on every torch device it runs on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from moecert.reference import MoEProblem, dequantize, make_inputs, moe, synthesize
+
+DEVICES = [d for d in ("cuda", "xpu")
+           if getattr(torch, d, None) is not None and getattr(torch, d).is_available()]
+
+CASES = [
+    ("bf16", {}), ("fp16", {}),
+    ("gptq-int4", {"group_size": 32, "sym": False, "act_order": True}),
+    ("gptq-int8", {"group_size": 64, "checkpoint_format": "gptq_v2"}),
+    ("awq-int4", {"group_size": 64}),
+    ("ct-int4", {"group_size": 32, "sym": False}),
+    ("ct-int8", {"group_size": -1}),
+    ("int8-w8a16", {}), ("fp8-w8a16", {"weight_strategy": "block"}),
+    ("int8-w8a8", {"activation": "dynamic-tensor"}),
+    ("w4a8-int8", {"group_size": 128, "checkpoint_format": "gptq"}),
+    ("mxfp8", {"activation": "mxfp8"}),
+]
+
+
+@pytest.mark.skipif(not DEVICES, reason="no accelerator device")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("scheme,kw", CASES, ids=[c[0] + str(i) for i, c in enumerate(CASES)])
+def test_same_result_on_accelerator(device, scheme, kw):
+    P = MoEProblem(M=37, K=256, N=128, E=8, topk=3, bias=True)
+    ckpt = synthesize(scheme, P, seed=1, **kw)
+    x, w, ids = make_inputs(P, seed=2)
+    on_dev = ckpt.to(device)
+    for name in ("w13", "w2"):
+        assert torch.equal(dequantize(on_dev)[name].cpu(), dequantize(ckpt)[name])
+    y_cpu = moe(ckpt, x, w, ids, P)
+    y_dev = moe(on_dev, x.to(device), w.to(device), ids.to(device), P)
+    assert y_dev.device.type == device
+    torch.testing.assert_close(y_dev.cpu(), y_cpu, rtol=1e-12, atol=1e-12)
