@@ -31,6 +31,19 @@ def decode_e4m3(bits: torch.Tensor) -> torch.Tensor:
     return torch.where((b & 0x7F) == 0x7F, torch.nan, value)
 
 
+def floor_log2(x: torch.Tensor) -> torch.Tensor:
+    """floor(log2 x) for x > 0, exactly: from the binary exponent (frexp), not a rounded log2,
+    which can land on the next integer just below a power of two and differs across devices."""
+    _, exp = torch.frexp(x.to(torch.float64))
+    return (exp - 1).to(torch.float64)
+
+
+def ceil_log2(x: torch.Tensor) -> torch.Tensor:
+    """ceil(log2 x) for x > 0, exactly."""
+    mantissa, exp = torch.frexp(x.to(torch.float64))
+    return torch.where(mantissa == 0.5, exp - 1, exp).to(torch.float64)
+
+
 def round_to_e4m3(x: torch.Tensor) -> torch.Tensor:
     """Round float64 values to the nearest E4M3FN value, ties to even, saturating at ±448.
 
@@ -38,7 +51,7 @@ def round_to_e4m3(x: torch.Tensor) -> torch.Tensor:
     """
     x = x.to(torch.float64)
     mag = x.abs().clamp(max=F8E4M3_MAX)
-    exp = torch.floor(torch.log2(mag.clamp(min=2.0**-30))).clamp(min=F8E4M3_MIN_NORMAL_EXP)
+    exp = floor_log2(mag.clamp(min=2.0**-30)).clamp(min=F8E4M3_MIN_NORMAL_EXP)
     ulp = torch.exp2(exp - F8E4M3_MANTISSA_BITS)
     rounded = (torch.round(mag / ulp) * ulp).clamp(max=F8E4M3_MAX)
     return torch.where(torch.isnan(x), x, torch.copysign(rounded, x))
@@ -70,14 +83,14 @@ def mx_scale_exponent(amax: torch.Tensor, rule: str, elem_emax: int = F8E4M3_EMA
     a = amax.to(torch.float64)
     safe = a.clamp(min=2.0**-200)
     if rule == "floor":
-        exp = torch.floor(torch.log2(safe)) - elem_emax
+        exp = floor_log2(safe) - elem_emax
     elif rule == "even":
-        ulp = torch.exp2(torch.floor(torch.log2(safe)) - elem_mantissa_bits)
-        exp = torch.floor(torch.log2(torch.round(safe / ulp) * ulp)) - elem_emax
+        ulp = torch.exp2(floor_log2(safe) - elem_mantissa_bits)
+        exp = floor_log2(torch.round(safe / ulp) * ulp) - elem_emax
     elif rule == "ceil":
-        exp = torch.ceil(torch.log2(safe)) - elem_emax
+        exp = ceil_log2(safe) - elem_emax
     elif rule == "rceil":
-        exp = torch.ceil(torch.log2(safe / elem_max))
+        exp = ceil_log2(safe / elem_max)
     else:
         raise ValueError(f"unknown MX scale rule {rule!r}")
     exp = torch.where(a == 0, -E8M0_BIAS, exp)

@@ -13,7 +13,7 @@ import torch
 
 from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
-from ..elements import decode_e4m3, decode_e8m0
+from ..elements import decode_e4m3, decode_e8m0, floor_log2
 from ..errors import CheckpointError
 from ..schemes import (
     E8M0_BIAS,
@@ -101,7 +101,7 @@ def write_dense(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
         weight = c.codes.to(torch.float32).to(torch.float8_e4m3fn)  # codes are E4M3 values
     scale = c.scales.to(torch.float32)
     if family == "mxfp8":
-        scale = (torch.log2(c.scales) + E8M0_BIAS).round().to(torch.uint8)
+        scale = (floor_log2(c.scales) + E8M0_BIAS).to(torch.uint8)  # scales are powers of 2
     elif ckpt_attrs.weight_strategy == STRATEGY_TENSOR:
         scale = scale.flatten(1).squeeze(1)  # [E, 1, 1] -> [E]; [E, 2, 1] -> [E, 2]
     return {f"{p}_weight": weight, f"{p}_weight_scale": scale}
