@@ -7,6 +7,8 @@ kernels it judges.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .schemes import E8M0_BIAS, E8M0_NAN, F8E4M3_EXP_BIAS, F8E4M3_MAX
@@ -25,10 +27,26 @@ def decode_e4m3(bits: torch.Tensor) -> torch.Tensor:
     b = (bits.view(torch.uint8) if bits.dtype == torch.float8_e4m3fn else bits).to(torch.int64)
     sign = torch.where(b & 0x80 != 0, -1.0, 1.0).to(torch.float64)
     exp, man = (b >> 3) & 0xF, (b & 0x7).to(torch.float64)
-    normal = torch.ldexp(1.0 + man / 8, (exp - F8E4M3_EXP_BIAS).to(torch.float64))
-    subnormal = torch.ldexp(man / 8, torch.full_like(man, F8E4M3_MIN_NORMAL_EXP))
+    normal = (1.0 + man / 8) * pow2(exp - F8E4M3_EXP_BIAS)
+    subnormal = (man / 8) * pow2(torch.full_like(exp, F8E4M3_MIN_NORMAL_EXP))
     value = sign * torch.where(exp > 0, normal, subnormal)
     return torch.where((b & 0x7F) == 0x7F, torch.nan, value)
+
+
+_POW2_MIN, _POW2_MAX = -1074, 1023
+# Every float64 power of two, from Python's exact math.ldexp; indexed, never computed by
+# exp2/pow/ldexp on the device (CUDA implements those with an ulp of error or through pow).
+_POW2_TABLE = torch.tensor([math.ldexp(1.0, k) for k in range(_POW2_MIN, _POW2_MAX + 1)],
+                           dtype=torch.float64)
+_POW2_ON: dict[torch.device, torch.Tensor] = {}
+
+
+def pow2(exp: torch.Tensor) -> torch.Tensor:
+    """2^exp (float64) for integer-valued exp, exactly on every device, by table look-up."""
+    table = _POW2_ON.get(exp.device)
+    if table is None:
+        table = _POW2_ON[exp.device] = _POW2_TABLE.to(exp.device)
+    return table[exp.to(torch.int64).clamp(_POW2_MIN, _POW2_MAX) - _POW2_MIN]
 
 
 def floor_log2(x: torch.Tensor) -> torch.Tensor:
@@ -52,7 +70,7 @@ def round_to_e4m3(x: torch.Tensor) -> torch.Tensor:
     x = x.to(torch.float64)
     mag = x.abs().clamp(max=F8E4M3_MAX)
     exp = floor_log2(mag.clamp(min=2.0**-30)).clamp(min=F8E4M3_MIN_NORMAL_EXP)
-    ulp = torch.exp2(exp - F8E4M3_MANTISSA_BITS)
+    ulp = pow2(exp - F8E4M3_MANTISSA_BITS)
     rounded = (torch.round(mag / ulp) * ulp).clamp(max=F8E4M3_MAX)
     return torch.where(torch.isnan(x), x, torch.copysign(rounded, x))
 
@@ -65,7 +83,7 @@ def encode_e4m3(values: torch.Tensor) -> torch.Tensor:
 def decode_e8m0(bits: torch.Tensor) -> torch.Tensor:
     """float64 2^(e - 127) of E8M0 bytes; 0xFF is NaN (OCP MX §5.4)."""
     e = bits.to(torch.int64)
-    value = torch.exp2((e - E8M0_BIAS).to(torch.float64))
+    value = pow2(e - E8M0_BIAS)
     return torch.where(e == E8M0_NAN, torch.nan, value)
 
 
@@ -85,7 +103,7 @@ def mx_scale_exponent(amax: torch.Tensor, rule: str, elem_emax: int = F8E4M3_EMA
     if rule == "floor":
         exp = floor_log2(safe) - elem_emax
     elif rule == "even":
-        ulp = torch.exp2(floor_log2(safe) - elem_mantissa_bits)
+        ulp = pow2(floor_log2(safe) - elem_mantissa_bits)
         exp = floor_log2(torch.round(safe / ulp) * ulp) - elem_emax
     elif rule == "ceil":
         exp = ceil_log2(safe) - elem_emax

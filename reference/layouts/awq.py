@@ -12,7 +12,15 @@ import torch
 from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
 from ..packing import awq_interleave, awq_undo_interleave, pack_int32, unpack_int32
-from .common import FLOAT_DTYPES, expect_rank3, group_cols, num_groups, scale_dtype, scales_float64
+from .common import (
+    FLOAT_DTYPES,
+    check_symmetric_zeros,
+    expect_rank3,
+    group_cols,
+    num_groups,
+    scale_dtype,
+    scales_float64,
+)
 
 _BITS = 4
 
@@ -32,10 +40,13 @@ def read_awq(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     scales = scales_float64(f"{p}_scales",
                             ckpt.expect(f"{p}_scales", FLOAT_DTYPES, (E, groups, n_out)))
     zeros = None
-    if not ckpt.sym:
+    if not ckpt.sym or f"{p}_qzeros" in ckpt.tensors:
         qzeros = ckpt.expect(f"{p}_qzeros", torch.int32, (E, groups, words))
         zeros = (_unpack_columns(qzeros, n_out, rec.packing) - rec.code_offset).transpose(1, 2)
         zeros = zeros.contiguous()
+        if ckpt.sym:
+            check_symmetric_zeros(f"{p}_qzeros", zeros, rec.code_offset)
+            zeros = None
     return CanonicalLinear(codes=codes, scales=scales.transpose(1, 2),
                            block=(1, group_cols(ckpt, n_in)), zeros=zeros)
 

@@ -60,6 +60,15 @@ def check_range(name: str, t: torch.Tensor, lo: int, hi: int, what: str) -> None
                               f"{t[tuple(bad)].item()} at index {bad.tolist()}")
 
 
+def check_symmetric_zeros(name: str, signed: torch.Tensor, code_offset: int) -> None:
+    """A symmetric (sym=True) file may still carry zero points; they must all be the symmetric
+    zero (signed 0, stored 2^(b-1)), or the checkpoint's attributes and tensors disagree."""
+    if signed.numel() and signed.any():
+        raise CheckpointError(name, f"the symmetric zero {code_offset} in every field (sym=True)",
+                              f"stored zeros in [{int(signed.min()) + code_offset}, "
+                              f"{int(signed.max()) + code_offset}]")
+
+
 def read_g_idx(ckpt: Checkpoint, name: str, n_in: int, groups: int) -> torch.Tensor | None:
     """g_idx [E, in] when the checkpoint has act order; None when groups follow k // g.
 

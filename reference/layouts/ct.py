@@ -17,6 +17,7 @@ from ..errors import CheckpointError
 from ..packing import pack_int32, packed_length, unpack_int32
 from .common import (
     FLOAT_DTYPES,
+    check_symmetric_zeros,
     expect_rank3,
     group_cols,
     num_groups,
@@ -36,10 +37,13 @@ def read_ct(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     scales = scales_float64(f"{p}_weight_scale", ckpt.expect(
         f"{p}_weight_scale", FLOAT_DTYPES, (E, n_out, groups)))
     zeros = None
-    if not ckpt.sym:
+    if not ckpt.sym or f"{p}_weight_zero_point" in ckpt.tensors:
         zp = ckpt.expect(f"{p}_weight_zero_point", torch.int32,
                          (E, packed_length(n_out, bits, rec.packing), groups))
         zeros = unpack_int32(zp, bits, n_out, dim=1, packing=rec.packing) - rec.code_offset
+        if ckpt.sym:
+            check_symmetric_zeros(f"{p}_weight_zero_point", zeros, rec.code_offset)
+            zeros = None
     return CanonicalLinear(codes=codes, scales=scales, block=(1, group_cols(ckpt, n_in)),
                            zeros=zeros,
                            g_idx=read_g_idx(ckpt, f"{p}_weight_g_idx", n_in, groups))

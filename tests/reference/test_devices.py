@@ -36,4 +36,15 @@ def test_same_result_on_accelerator(device, scheme, kw):
     y_cpu = moe(ckpt, x, w, ids, P)
     y_dev = moe(on_dev, x.to(device), w.to(device), ids.to(device), P)
     assert y_dev.device.type == device
-    torch.testing.assert_close(y_dev.cpu(), y_cpu, rtol=1e-12, atol=1e-12)
+    close = torch.isclose(y_dev.cpu(), y_cpu, rtol=1e-12, atol=1e-12)
+    if ckpt.activation == "none":
+        assert close.all(), f"{int((~close).sum())} elements differ beyond float64 round-off"
+        return
+    # With quantized activations a value that sits exactly on a rounding tie (bf16 rounding of
+    # h, or an int8/E4M3 code of q1/q2) can resolve the other way after a different float64
+    # summation order; one flipped code moves its token's row by about one quantization
+    # step. Measured on an H100 (torch 2.11): one row of 37 (w4a8-int8). So: few rows, small.
+    rows_off = (~close).any(dim=1)
+    assert rows_off.float().mean() <= 0.1, f"{int(rows_off.sum())} of {P.M} rows differ"
+    rel = ((y_dev.cpu() - y_cpu).norm() / y_cpu.norm()).item()
+    assert rel < 1e-2, f"relative Frobenius difference {rel:.3g}"
