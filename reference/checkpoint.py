@@ -8,7 +8,7 @@ import torch
 
 from .errors import CheckpointError
 from .records import FormatRecord, get_record
-from .schemes import ACT_NONE, STRATEGY_GROUP, get_scheme
+from .schemes import ACT_NONE, SCHEMES, STRATEGY_GROUP, get_scheme
 
 
 @dataclass
@@ -37,6 +37,9 @@ class Checkpoint:
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        if self.scheme not in SCHEMES:
+            raise CheckpointError("checkpoint.scheme", f"one of {', '.join(SCHEMES)}",
+                                  repr(self.scheme))
         info = get_scheme(self.scheme)
         if self.checkpoint_format is None and info.checkpoint_formats:
             self.checkpoint_format = info.checkpoint_formats[0]

@@ -96,7 +96,8 @@ def mx_scale_exponent(amax: torch.Tensor, rule: str, elem_emax: int = F8E4M3_EMA
     even:  amax rounded to the element's mantissa width (ties to even), then floor
     ceil:  ceil(log2 amax) - emax_elem
     rceil: ceil(log2(amax / elem_max))   (cuBLAS; DeepSeek ceil_to_ue8m0)
-    Clamped to [-127, 127]; amax = 0 gives -127 (byte 0).
+    Clamped to [-127, 127]; amax = 0 gives -127 (byte 0); a NaN or infinite amax gives NaN,
+    the E8M0 NaN (0xFF): the whole block is NaN (OCP MX §5.4).
     """
     a = amax.to(torch.float64)
     safe = a.clamp(min=2.0**-200)
@@ -111,5 +112,11 @@ def mx_scale_exponent(amax: torch.Tensor, rule: str, elem_emax: int = F8E4M3_EMA
         exp = ceil_log2(safe / elem_max)
     else:
         raise ValueError(f"unknown MX scale rule {rule!r}")
-    exp = torch.where(a == 0, -E8M0_BIAS, exp)
-    return exp.clamp(-E8M0_BIAS, E8M0_BIAS)
+    exp = torch.where(a == 0, -E8M0_BIAS, exp).clamp(-E8M0_BIAS, E8M0_BIAS)
+    return torch.where(torch.isfinite(a), exp, torch.nan)
+
+
+def mx_scale(exp: torch.Tensor) -> torch.Tensor:
+    """float64 block scale 2^exp of `mx_scale_exponent`'s result; NaN stays NaN."""
+    nan = torch.isnan(exp)
+    return torch.where(nan, torch.nan, pow2(torch.where(nan, 0.0, exp)))

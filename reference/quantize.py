@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .canonical import CanonicalLinear, broadcast_scale_columns, broadcast_scale_rows
-from .elements import mx_scale_exponent, pow2, round_to_e4m3
+from .elements import mx_scale, mx_scale_exponent, round_to_e4m3
 from .schemes import F8E4M3_MAX, FP8_BLOCK, INT8_MAX, INT8_MIN, MX_BLOCK
 
 
@@ -94,7 +94,7 @@ def quantize_mxfp8(w: torch.Tensor, rule: str) -> CanonicalLinear:
     """E4M3 elements with an E8M0 scale 2^exp per 32 along the input dimension."""
     w = w.to(torch.float64)
     exp = mx_scale_exponent(_groups(w, MX_BLOCK).abs().amax(-1), rule)
-    scale = pow2(exp)
+    scale = mx_scale(exp)
     codes = round_to_e4m3(w / scale.repeat_interleave(MX_BLOCK, dim=2))
     return CanonicalLinear(codes=codes, scales=scale, block=(1, MX_BLOCK))
 
@@ -131,5 +131,5 @@ def qdq_int8_per_tensor(x: torch.Tensor, scale: torch.Tensor | float | None = No
 def qdq_mxfp8(x: torch.Tensor, rule: str) -> torch.Tensor:
     """MXFP8 activations: per 32 along the last dimension, E8M0 scale by `rule`, E4M3 RNE."""
     blocks = x.unflatten(-1, (-1, MX_BLOCK))
-    scale = pow2(mx_scale_exponent(blocks.abs().amax(-1, keepdim=True), rule))
+    scale = mx_scale(mx_scale_exponent(blocks.abs().amax(-1, keepdim=True), rule))
     return (round_to_e4m3(blocks / scale) * scale).flatten(-2)

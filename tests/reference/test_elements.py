@@ -227,3 +227,15 @@ def test_quantize_mxfp8_is_idempotent(rule, exp, seed, rows, blocks):
     assert torch.equal(again.codes, first.codes)
     assert torch.equal(again.scales, first.scales)
     assert again.block == first.block == (1, 32)
+
+
+@pytest.mark.parametrize("rule", ["floor", "even", "ceil", "rceil"])
+def test_nonfinite_mx_block_is_nan_whole_block(rule):
+    # OCP MX §5.4: a NaN scale makes every element of its block NaN; Inf has no E8M0 code.
+    from moecert.reference.quantize import qdq_mxfp8
+
+    x = torch.ones(3, 64, dtype=torch.float64)
+    x[0, 3], x[1, 40] = float("inf"), float("nan")
+    y = qdq_mxfp8(x, rule)
+    assert torch.isnan(y[0, :32]).all() and torch.isnan(y[1, 32:]).all()
+    assert torch.equal(y[0, 32:], x[0, 32:]) and torch.equal(y[2], x[2])
