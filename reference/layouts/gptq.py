@@ -17,6 +17,7 @@ from ..packing import codes_per_word, pack_int32, unpack_int32
 from .common import (
     FLOAT_DTYPES,
     check_range,
+    check_symmetric_zeros,
     expect_rank3,
     group_cols,
     num_groups,
@@ -60,10 +61,8 @@ def _read_zeros(ckpt, p, E, groups, n_out, bits) -> torch.Tensor | None:
                 "true zero points" + (" (stored z-1, so stored 2^b-1 overflows)"
                                       if rec.zero_domain == "unsigned-minus-one" else ""))
     signed = (z - rec.code_offset).transpose(1, 2).contiguous()
-    if ckpt.sym:
-        if signed.any():  # symmetric files still carry qzeros: they must say z = 2^(b-1)
-            raise CheckpointError(name, f"the symmetric zero {rec.code_offset} in every field "
-                                  "(sym=True)", f"zeros in [{int(z.min())}, {int(z.max())}]")
+    if ckpt.sym:  # symmetric GPTQ files still carry qzeros: they must say z = 2^(b-1)
+        check_symmetric_zeros(name, signed, rec.code_offset)
         return None
     return signed
 
