@@ -82,14 +82,16 @@ def _dequantize_whole_blocks(c: CanonicalLinear) -> torch.Tensor:
     R, C = n_out // rows, n_in // cols
     zeros = None if c.zeros is None else c.zeros.to(torch.float64)
     scales = c.scales.to(torch.float64)
+    # The float64 copy of the codes is the only full-size allocation: zeros and scales are
+    # applied to it in place, through broadcasting views.
     if c.codes.mT.is_contiguous() and not c.codes.is_contiguous():
-        values = c.codes.mT.to(torch.float64).view(E, C, cols, R, rows)
+        values = c.codes.mT.to(torch.float64, copy=True).view(E, C, cols, R, rows)
         if zeros is not None:  # zeros [E, out, C] -> [E, C, 1, R, rows]
-            values = values - zeros.mT.reshape(E, C, 1, R, rows)
-        values = values * scales.mT.reshape(E, C, 1, R, 1)
+            values.sub_(zeros.mT.reshape(E, C, 1, R, rows))
+        values.mul_(scales.mT.reshape(E, C, 1, R, 1))
         return values.view(E, n_in, n_out).mT
-    values = c.codes.to(torch.float64).reshape(E, R, rows, C, cols)
+    values = c.codes.to(torch.float64, copy=True).reshape(E, R, rows, C, cols)
     if zeros is not None:  # zeros [E, out, C] -> [E, R, rows, C, 1]
-        values = values - zeros.view(E, R, rows, C, 1)
-    values = values * scales.view(E, R, 1, C, 1)
+        values.sub_(zeros.view(E, R, rows, C, 1))
+    values.mul_(scales.view(E, R, 1, C, 1))
     return values.view(E, n_out, n_in)

@@ -50,7 +50,7 @@ def unpack_int32(words: torch.Tensor, bits: int, count: int, dim: int = -1,
     per = codes_per_word(bits)
     shifts = (torch.arange(per, device=words.device, dtype=torch.int32) * bits).view(
         per, *([1] * (words.dim() - dim - 1)))
-    codes = (words.to(torch.int32).unsqueeze(dim + 1) >> shifts) & mask
+    codes = (words.to(torch.int32).unsqueeze(dim + 1) >> shifts).bitwise_and_(mask)
     return codes.flatten(dim, dim + 1).narrow(dim, 0, count)
 
 

@@ -40,7 +40,7 @@ def read_gptq(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     n_in = words * per
     groups = num_groups(ckpt, f"{p}_qweight", n_in)
     u = unpack_int32(qweight, bits, n_in, dim=1, packing=rec.packing)  # [E, in, out]
-    codes = (u - rec.code_offset).transpose(1, 2)
+    codes = u.sub_(rec.code_offset).transpose(1, 2)  # in place: u is a fresh tensor
     scales = scales_float64(f"{p}_scales",
                             ckpt.expect(f"{p}_scales", FLOAT_DTYPES, (E, groups, n_out)))
     zeros = _read_zeros(ckpt, p, E, groups, n_out, bits)

@@ -505,3 +505,17 @@ def test_canonical_codes_of_synthesized_fp8_checkpoints(scheme, attrs):
         assert c.zeros is None
         # decoded E4M3 values: an fp8 round trip leaves them unchanged
         assert torch.equal(c.codes.float().to(torch.float8_e4m3fn).double(), c.codes)
+
+
+def test_dequantize_leaves_the_canonical_form_untouched():
+    # float formats keep float64 codes: dequantizing must not scale them in place
+    from moecert.reference import MoEProblem, canonicalize, synthesize
+
+    P = MoEProblem(M=1, K=64, N=32, E=2, topk=1)
+    for scheme in ("fp8-w8a16", "mxfp8", "bf16", "gptq-int4"):
+        lin = canonicalize(synthesize(scheme, P, seed=0, **({"group_size": 32}
+                                                            if scheme == "gptq-int4" else {})))
+        before = lin["w13"].codes.clone()
+        first = lin["w13"].dequantize()
+        assert torch.equal(lin["w13"].codes, before)
+        assert torch.equal(lin["w13"].dequantize(), first)
