@@ -55,12 +55,16 @@ def broadcast_scale_rows(t: torch.Tensor, rows: int, n_out: int) -> torch.Tensor
     return t.repeat_interleave(rows, dim=1)[:, :n_out]
 
 
-def dequantize_canonical(c: CanonicalLinear) -> torch.Tensor:
-    """(codes - zeros) * scales * global_scale, every factor broadcast to [E, out, in]."""
+def dequantize_canonical(c: CanonicalLinear, out: torch.Tensor | None = None) -> torch.Tensor:
+    """(codes - zeros) * scales * global_scale, every factor broadcast to [E, out, in].
+
+    `out`, a float64 buffer of at least E*out*in elements, is reused for the result where the
+    blocks tile the matrix (fresh full-size allocations cost more than the arithmetic).
+    """
     _, n_out, n_in = c.codes.shape
     rows, cols = c.block
     if c.g_idx is None and n_in % cols == 0 and n_out % rows == 0:
-        w = _dequantize_whole_blocks(c)
+        w = _dequantize_whole_blocks(c, out)
     else:
         values = c.codes.to(torch.float64)
         if c.zeros is not None:
@@ -73,7 +77,14 @@ def dequantize_canonical(c: CanonicalLinear) -> torch.Tensor:
     return w
 
 
-def _dequantize_whole_blocks(c: CanonicalLinear) -> torch.Tensor:
+def _float64_copy(codes: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """A float64 copy of contiguous `codes`, in `out`'s storage when given."""
+    if out is None:
+        return codes.to(torch.float64, copy=True)
+    return out[:codes.numel()].view(codes.shape).copy_(codes)
+
+
+def _dequantize_whole_blocks(c: CanonicalLinear, out: torch.Tensor | None) -> torch.Tensor:
     """The same formula when blocks tile the matrix exactly: factors broadcast through views
     [E, R, rows, C, cols] instead of being materialized at full size (DeepSeek-sized layers).
     Codes stored [in, out] in memory (GPTQ, AWQ) are computed in that order, without a copy."""
@@ -85,12 +96,12 @@ def _dequantize_whole_blocks(c: CanonicalLinear) -> torch.Tensor:
     # The float64 copy of the codes is the only full-size allocation: zeros and scales are
     # applied to it in place, through broadcasting views.
     if c.codes.mT.is_contiguous() and not c.codes.is_contiguous():
-        values = c.codes.mT.to(torch.float64, copy=True).view(E, C, cols, R, rows)
+        values = _float64_copy(c.codes.mT, out).view(E, C, cols, R, rows)
         if zeros is not None:  # zeros [E, out, C] -> [E, C, 1, R, rows]
             values.sub_(zeros.mT.reshape(E, C, 1, R, rows))
         values.mul_(scales.mT.reshape(E, C, 1, R, 1))
         return values.view(E, n_in, n_out).mT
-    values = c.codes.to(torch.float64, copy=True).reshape(E, R, rows, C, cols)
+    values = _float64_copy(c.codes.contiguous(), out).view(E, R, rows, C, cols)
     if zeros is not None:  # zeros [E, out, C] -> [E, R, rows, C, 1]
         values.sub_(zeros.view(E, R, rows, C, 1))
     values.mul_(scales.view(E, R, 1, C, 1))

@@ -26,7 +26,7 @@ from .problem import MoEProblem
 from .quantize import qdq_int8_per_tensor, qdq_int8_per_token, qdq_mxfp8
 from .schemes import ACT_DYNAMIC_TENSOR, ACT_DYNAMIC_TOKEN, ACT_MXFP8, ACT_NONE, ACT_STATIC_TENSOR
 
-CHUNK_BYTES = 1 << 30  # float64 weights dequantized at once
+CHUNK_BYTES = 1 << 28  # float64 weights dequantized at once
 
 
 def round_to_activation_dtype(t: torch.Tensor, problem: MoEProblem) -> torch.Tensor:
@@ -150,14 +150,19 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
 
 def _expert_weights(ckpt: Checkpoint, prefix: str, counts: list[int], elements: int):
     """(expert, float64 [out, in] weights) for every expert with tokens, dequantized in chunks
-    of experts whose float64 weights (and temporaries) fit in CHUNK_BYTES."""
+    of experts whose float64 weights fit in CHUNK_BYTES, into one reused buffer."""
     busy = [e for e, c in enumerate(counts) if c]
-    chunk = max(1, CHUNK_BYTES // (elements * 8 * 4))
+    chunk = max(1, CHUNK_BYTES // (elements * 8))
+    buffer = None
     i = 0
     while i < len(busy):
         lo = busy[i]
         hi = min(lo + chunk, len(counts))
-        w = dequantize_canonical(read_linear(ckpt.slice_experts(lo, hi), prefix))
+        linear = read_linear(ckpt.slice_experts(lo, hi), prefix)
+        if buffer is None:
+            buffer = torch.empty(chunk * elements, dtype=torch.float64,
+                                 device=linear.codes.device)
+        w = dequantize_canonical(linear, out=buffer)
         while i < len(busy) and busy[i] < hi:
             yield busy[i], w[busy[i] - lo]
             i += 1
