@@ -13,7 +13,7 @@ import sys
 # arithmetic (DeepSeek-V3 layer on 2 cores: about 70 s without, 40-50 s with).
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from moecert.reference import RECORDS, SCHEMES  # noqa: E402
+from moecert.reference import RECORDS, SCHEMES
 
 
 def cmd_list(args) -> int:

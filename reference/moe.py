@@ -26,7 +26,9 @@ from .problem import MoEProblem
 from .quantize import qdq_int8_per_tensor, qdq_int8_per_token, qdq_mxfp8
 from .schemes import ACT_DYNAMIC_TENSOR, ACT_DYNAMIC_TOKEN, ACT_MXFP8, ACT_NONE, ACT_STATIC_TENSOR
 
-CHUNK_BYTES = 1 << 28  # float64 weights dequantized at once
+# float64 weights dequantized at once; 64 MiB measured fastest on the CPU (2 cores: Qwen3-30B
+# layer 2.8 s, against 3.5 s at 256 MiB and 5.5 s at 1 GiB), the buffer staying in reuse.
+CHUNK_BYTES = 1 << 26
 
 
 def round_to_activation_dtype(t: torch.Tensor, problem: MoEProblem) -> torch.Tensor:
