@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import torch
 
+from .activations import apply_activation
 from .canonical import CanonicalLinear
 from .checkpoint import Checkpoint
 from .errors import CheckpointError
@@ -20,8 +21,6 @@ from .layouts.common import scale_dtype
 from .problem import MoEProblem
 from .quantize import fp8_block_shape, quantize_int_groups, quantize_mxfp8, quantize_scaled
 from .schemes import ACT_STATIC_TENSOR, INT8_MAX, STRATEGY_TENSOR, get_scheme
-
-_TOOL_RULE = {"gptq": "gptq", "ct": "ct", "awq": "awq"}
 
 
 def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Checkpoint:
@@ -107,8 +106,6 @@ def random_g_idx(gen: torch.Generator, E: int, n_in: int, group_size: int) -> to
 def calibrate_input_scales(floats, tensors, P: MoEProblem, gen) -> dict[str, torch.Tensor]:
     """Static per-tensor activation scales the way a calibrating tool gets them: amax/127 of
     each expert's GEMM inputs on random calibration tokens (float math, per expert)."""
-    from .activations import apply_activation
-
     x = torch.randn(64, P.K, generator=gen, dtype=torch.float64)
     h = torch.einsum("mk,enk->emn", x, floats["w13"])
     if "w13_bias" in tensors:
