@@ -193,16 +193,20 @@ def _boundary_blocks(exponents):
     return x
 
 
+def _scales_three_ways(x, rule):
+    """torchao's elements and scale bytes, ours, and the exact-arithmetic scale bytes."""
+    scale, data = to_mx(x, E4M3, 32, MODES[rule])
+    ours_s, ours_e = _mx_ours(x, rule)
+    exact = torch.tensor([_exact_exponent(a, rule) + 127 for a in x.abs().amax(-1).tolist()],
+                         dtype=torch.uint8)
+    return data, _bytes(scale).view(-1), ours_s.view(-1), ours_e, exact
+
+
 @pytest.mark.parametrize("rule", list(MODES))
 def test_to_mx_boundaries(rule, xc_counts):
     # normal binades only: scale byte >= 1 for every rule (byte 0 is the next test)
     x = _boundary_blocks(list(range(-100, -80)) + list(range(-12, 13)) + list(range(100, 128)))
-    scale, data = to_mx(x, E4M3, 32, MODES[rule])
-    theirs = _bytes(scale).view(-1)
-    ours_s, ours_e = _mx_ours(x, rule)
-    ours_s = ours_s.view(-1)
-    exact = torch.tensor([_exact_exponent(a, rule) + 127 for a in x.abs().amax(-1).tolist()],
-                         dtype=torch.uint8)
+    data, theirs, ours_s, ours_e, exact = _scales_three_ways(x, rule)
     assert torch.equal(ours_s, exact), "our rule disagrees with exact arithmetic"
     assert (ours_s >= 1).all()
     differ = theirs != ours_s
@@ -231,12 +235,7 @@ def test_to_mx_subnormal_scale_range(rule, xc_counts):
     to the smallest normal) or 1 (RCEIL) in torchao 0.18.0, by 2^-127 in ours."""
     x = _boundary_blocks(range(-149, -100))
     x = x[x.abs().amax(-1) > 0]
-    scale, data = to_mx(x, E4M3, 32, MODES[rule])
-    theirs = _bytes(scale).view(-1)
-    ours_s, ours_e = _mx_ours(x, rule)
-    ours_s = ours_s.view(-1)
-    exact = torch.tensor([_exact_exponent(a, rule) + 127 for a in x.abs().amax(-1).tolist()],
-                         dtype=torch.uint8)
+    data, theirs, ours_s, ours_e, exact = _scales_three_ways(x, rule)
     assert torch.equal(ours_s, exact)
     differ = theirs != ours_s
     if rule == "rceil":  # float32 amax/448 is subnormal here and loses the excess bits
