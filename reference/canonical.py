@@ -87,7 +87,8 @@ def _float64_copy(codes: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor
 def _dequantize_whole_blocks(c: CanonicalLinear, out: torch.Tensor | None) -> torch.Tensor:
     """The same formula when blocks tile the matrix exactly: factors broadcast through views
     [E, R, rows, C, cols] instead of being materialized at full size (DeepSeek-sized layers).
-    Codes stored [in, out] in memory (GPTQ, AWQ) are computed in that order, without a copy."""
+    Codes stored [in, out] in memory (GPTQ, AWQ) are processed in that order, so the float64
+    copy needs no transposition."""
     E, n_out, n_in = c.codes.shape
     rows, cols = c.block
     R, C = n_out // rows, n_in // cols

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 
 from .errors import CheckpointError
 from .records import FormatRecord, get_record
-from .schemes import ACT_NONE, SCHEMES, STRATEGY_GROUP, get_scheme
+from .schemes import SCHEMES, STRATEGY_GROUP, get_scheme
 
 
 @dataclass
@@ -34,7 +34,6 @@ class Checkpoint:
     weight_strategy: str | None = None
     activation: str | None = None
     mx_scale_rule: str = "floor"
-    meta: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.scheme not in SCHEMES:
@@ -67,10 +66,6 @@ class Checkpoint:
     @property
     def info(self):
         return get_scheme(self.scheme)
-
-    @property
-    def quantizes_activations(self) -> bool:
-        return self.activation != ACT_NONE
 
     @property
     def record(self) -> FormatRecord:

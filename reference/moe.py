@@ -14,6 +14,8 @@ chunks so that a DeepSeek-V3-sized layer fits in memory.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from .activations import apply_activation
@@ -124,9 +126,7 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
     order = torch.argsort(expert, stable=True)
     token, expert, weight = token[order], expert[order], weight[order]
     counts = torch.bincount(expert, minlength=problem.E).tolist()
-    starts = [0]
-    for c in counts:
-        starts.append(starts[-1] + c)
+    starts = [0, *itertools.accumulate(counts)]
     biases = read_biases(ckpt, problem.w13_rows, problem.K)
     # GEMM1 and the activation for every assignment, then q2 over all of them at once
     # (a dynamic per-tensor scale spans every expert's intermediate).

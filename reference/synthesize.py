@@ -20,7 +20,7 @@ from .layouts import write_linear
 from .layouts.common import scale_dtype
 from .problem import MoEProblem
 from .quantize import fp8_block_shape, quantize_int_groups, quantize_mxfp8, quantize_scaled
-from .schemes import ACT_STATIC_TENSOR, INT8_MAX, STRATEGY_TENSOR, get_scheme
+from .schemes import ACT_STATIC_TENSOR, INT8_MAX, STRATEGY_TENSOR
 
 
 def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Checkpoint:
@@ -30,7 +30,6 @@ def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Chec
     weight_strategy, activation, mx_scale_rule); unspecified ones take the scheme's defaults.
     Biases are written when `problem.bias` is set.
     """
-    info = get_scheme(scheme)
     ckpt = Checkpoint(scheme=scheme, tensors={}, **attrs)
     gen = torch.Generator().manual_seed(seed)
     P = problem
@@ -49,7 +48,6 @@ def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Chec
     if ckpt.activation == ACT_STATIC_TENSOR:
         tensors.update(calibrate_input_scales(floats, tensors, P, gen))
     ckpt = replace(ckpt, tensors=tensors)
-    ckpt.meta.update(synthesized_from=info.name, seed=seed)
     return ckpt
 
 

@@ -13,7 +13,7 @@ import torch
 
 from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
-from ..elements import decode_e4m3, decode_e8m0, floor_log2
+from ..elements import decode_e4m3, decode_e8m0, encode_e4m3, floor_log2
 from ..errors import CheckpointError
 from ..schemes import (
     E8M0_BIAS,
@@ -98,7 +98,7 @@ def write_dense(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
     if family == "int8":
         weight = c.codes.to(torch.int8)
     else:
-        weight = c.codes.to(torch.float32).to(torch.float8_e4m3fn)  # codes are E4M3 values
+        weight = encode_e4m3(c.codes)
     scale = c.scales.to(torch.float32)
     if family == "mxfp8":
         scale = (floor_log2(c.scales) + E8M0_BIAS).to(torch.uint8)  # scales are powers of 2
