@@ -1,1 +1,14 @@
-"""moecert.kernels (filled in by later issues)."""
+"""moecert.kernels: production backends, their weight conversion, and the selection oracle.
+
+    from moecert.kernels import (Backend, Platform, backend_names, get_backend,
+                                 register_backend, select_backend)
+"""
+
+from .errors import BackendError, NoBackendError, UnsupportedError
+from .layer import MoELayer
+from .platform import Platform
+from .protocol import Backend, ExportedLinear
+from .quant_config import QuantConfig
+
+__all__ = ["Backend", "BackendError", "ExportedLinear", "MoELayer", "NoBackendError",
+           "Platform", "QuantConfig", "UnsupportedError"]

@@ -1,0 +1,29 @@
+"""Errors raised by backends and the oracle: each names the argument, what was expected and
+what was found, so a bad call is diagnosed from the message alone."""
+
+from __future__ import annotations
+
+
+class BackendError(ValueError):
+    """Bad input to `create_layer`, `load_weights` or `apply` (checked before any kernel runs)."""
+
+    def __init__(self, what: str, expected: str, found: str):
+        self.what, self.expected, self.found = what, expected, found
+        super().__init__(f"{what}: expected {expected}, found {found}")
+
+
+class UnsupportedError(BackendError):
+    """A scheme or option the backend does not claim, forced on it anyway."""
+
+    def __init__(self, backend: str, reason: str):
+        self.backend, self.reason = backend, reason
+        super().__init__(f"backend {backend!r}", "a scheme and problem it claims", reason)
+
+
+class NoBackendError(RuntimeError):
+    """No candidate backend claims the scheme on the platform; `reasons` says why for each."""
+
+    def __init__(self, scheme: str, platform, reasons: dict[str, str]):
+        self.scheme, self.platform, self.reasons = scheme, platform, reasons
+        lines = "\n".join(f"  {name}: {why}" for name, why in reasons.items()) or "  (none)"
+        super().__init__(f"no backend for {scheme} on {platform}; candidates:\n{lines}")
