@@ -13,7 +13,7 @@ import sys
 # arithmetic (DeepSeek-V3 layer on 2 cores: about 70 s without, 40-50 s with).
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from moecert.reference import RECORDS, SCHEMES
+from moecert.reference import RECORDS, SCHEMES, MoEProblem
 
 
 def cmd_list(args) -> int:
@@ -32,7 +32,38 @@ def cmd_list(args) -> int:
                   f"{r.scale_layout} ({r.scale_dtype}); global scale {r.global_scale}\n"
                   f"  scale rule: {r.scale_rule}; rounding {r.element_rounding}; "
                   f"non-finite: {r.nonfinite}")
+    if not args.no_backends:
+        print()
+        print_backends()
     return 0
+
+
+def print_backends() -> None:
+    """Registered backends, then the oracle's choice for every simulated platform and scheme."""
+    from moecert.kernels import backend_names, get_backend
+    from moecert.kernels.oracle import selection_rows
+    from moecert.kernels.platform import SIMULATED_PLATFORMS
+    from moecert.kernels.registry import load_errors
+
+    print("backends:")
+    for name in backend_names():
+        why = get_backend(name).available()
+        print(f"  {name:<10} {'available here' if why is None else 'unavailable: ' + why}")
+    for name, err in load_errors().items():
+        print(f"  {name:<10} failed to load: {err}")
+    print("\nselection (oracle), per simulated platform:")
+    # Qwen3-30B-A3B's layer shape: a realistic problem for the claims that depend on shape.
+    problems = [(label, MoEProblem(M=16, K=2048, N=768, E=128, topk=8, bias=bias))
+                for label, bias in (("", False), ("+bias", True))]
+    current = None
+    for row in selection_rows(SIMULATED_PLATFORMS, SCHEMES, problems):
+        if row["platform"] != current:
+            current = row["platform"]
+            print(f"\n{current}")
+        passed = "; ".join(f"{n}: {why}" for n, why in row["reasons"].items())
+        chosen = row["backend"] or "NONE"
+        label = f"{row['config']} {row['problem']}".strip()
+        print(f"  {label:<44} -> {chosen:<8}{'  (' + passed + ')' if passed else ''}")
 
 
 def cmd_bench(args) -> int:
@@ -48,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("list", help="schemes and their format records")
     p.add_argument("--records", action="store_true", help="also print every format record")
+    p.add_argument("--no-backends", action="store_true",
+                   help="omit the backends and the oracle's selection table")
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("bench", help="time the float64 reference on a model-sized layer")
     p.add_argument("target", choices=["reference"])

@@ -6,9 +6,12 @@
 
 from .errors import BackendError, NoBackendError, UnsupportedError
 from .layer import MoELayer
+from .oracle import Selection, select_backend
 from .platform import Platform
 from .protocol import Backend, ExportedLinear
 from .quant_config import QuantConfig
+from .registry import backend_names, get_backend, register_backend
 
 __all__ = ["Backend", "BackendError", "ExportedLinear", "MoELayer", "NoBackendError",
-           "Platform", "QuantConfig", "UnsupportedError"]
+           "Platform", "QuantConfig", "Selection", "UnsupportedError", "backend_names",
+           "get_backend", "register_backend", "select_backend"]

@@ -1,0 +1,116 @@
+"""The selection oracle: for a scheme, a problem and a platform (real or simulated), the first
+backend in the platform's priority list that claims support, and why each other candidate was
+passed over (the pattern of vLLM's MoE oracles: an ordered list, first supported wins).
+
+Backends registered beyond the built-ins (entry points, `register_backend`) are candidates
+after the built-ins on every platform, in registration order; their own claims decide.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+from .errors import BackendError, NoBackendError
+from .platform import Platform
+from .protocol import Backend
+from .quant_config import QuantConfig
+from .registry import BUILTINS, backend_names, get_backend
+
+# Built-in priority per platform kind. Triton first where it runs (fused kernels); the XPU
+# vendor path first on XPU for what it claims; torch is the fallback everywhere.
+PRIORITY: dict[str, tuple[str, ...]] = {
+    "cuda": ("triton", "torch"),
+    "rocm": ("triton", "torch"),
+    "xpu": ("xpu", "torch"),
+    "cpu": ("torch",),
+}
+
+
+def priority(platform: Platform, quant: QuantConfig) -> tuple[str, ...]:
+    """Candidate backend names for `quant` on `platform`, best first."""
+    builtin = PRIORITY[platform.kind]
+    extra = tuple(n for n in backend_names() if n not in BUILTINS)
+    return builtin + extra
+
+
+@dataclass(frozen=True)
+class Selection:
+    backend: Backend
+    platform: Platform
+    quant: QuantConfig
+    reasons: dict[str, str] = field(default_factory=dict)  # passed-over name -> why
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+
+def backend_reason(backend: Backend, quant: QuantConfig, problem, platform: Platform
+                   ) -> str | None:
+    """Why `backend` cannot run `quant` x `problem` on `platform`, or None."""
+    if not platform.simulated:
+        why = backend.available()
+        if why:
+            return f"unavailable: {why}"
+    try:
+        if "platform" in inspect.signature(backend.supports).parameters:
+            return backend.supports(quant, problem, platform=platform)
+        return backend.supports(quant, problem)
+    except BackendError as e:
+        return str(e)
+
+
+def select_backend(scheme, problem, platform: Platform | None = None) -> Selection:
+    """The backend the oracle picks; NoBackendError listing every candidate's reason if none."""
+    platform = platform or Platform.current()
+    quant = QuantConfig.of(scheme)
+    reasons: dict[str, str] = {}
+    for name in priority(platform, quant):
+        try:
+            backend = get_backend(name)
+        except KeyError as e:
+            reasons[name] = f"not loaded: {e.args[0]}"
+            continue
+        why = backend_reason(backend, quant, problem, platform)
+        if why is None:
+            return Selection(backend, platform, quant, reasons)
+        reasons[name] = why
+    raise NoBackendError(quant.describe(), platform, reasons)
+
+
+def scheme_variants(scheme: str) -> list[QuantConfig]:
+    """The default config of `scheme` and the variants selection depends on (zero points,
+    act-order, group 32, other weight strategies and activation modes)."""
+    base = QuantConfig.defaults(scheme)
+    info = base.info
+    out = [base]
+    if base.is_int_family:
+        if info.asym and base.sym:
+            out.append(QuantConfig(**{**base.__dict__, "sym": False}))
+        if info.act_order:
+            out.append(QuantConfig(**{**base.__dict__, "act_order": True}))
+        out.append(QuantConfig(**{**base.__dict__, "group_size": 32}))
+    for strategy in info.strategies[1:]:
+        out.append(QuantConfig(**{**base.__dict__, "weight_strategy": strategy}))
+    for mode in info.activation_modes[1:]:
+        out.append(QuantConfig(**{**base.__dict__, "activation": mode}))
+    return out
+
+
+def selection_rows(platforms, schemes, problems) -> list[dict]:
+    """One row per (platform, scheme variant, problem): the selected backend or the error,
+    and the reasons of the candidates passed over."""
+    rows = []
+    for platform in platforms:
+        for scheme in schemes:
+            for quant in scheme_variants(scheme):
+                for label, problem in problems:
+                    try:
+                        sel = select_backend(quant, problem, platform)
+                        chosen, reasons = sel.name, sel.reasons
+                    except NoBackendError as e:
+                        chosen, reasons = None, e.reasons
+                    rows.append({"platform": str(platform), "config": quant.describe(),
+                                 "problem": label, "backend": chosen, "reasons": reasons})
+    return rows
