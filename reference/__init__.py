@@ -10,6 +10,7 @@ from .errors import CheckpointError
 from .inputs import make_batched_inputs, make_inputs
 from .moe import moe
 from .problem import MoEProblem
+from .random_checkpoint import random_checkpoint
 from .records import RECORDS, FormatRecord
 from .routing import grouped_topk, sigmoid_topk, softmax_topk
 from .schemes import SCHEME_NAMES, SCHEMES
@@ -18,5 +19,6 @@ from .synthesize import synthesize
 __all__ = [
     "RECORDS", "SCHEMES", "SCHEME_NAMES", "CanonicalLinear", "Checkpoint", "CheckpointError",
     "FormatRecord", "MoEProblem", "canonicalize", "dequantize", "grouped_topk",
-    "make_batched_inputs", "make_inputs", "moe", "sigmoid_topk", "softmax_topk", "synthesize",
+    "make_batched_inputs", "make_inputs", "moe", "random_checkpoint", "sigmoid_topk",
+    "softmax_topk", "synthesize",
 ]

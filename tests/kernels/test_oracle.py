@@ -1,0 +1,123 @@
+"""The selection oracle: priority order, reasons for every candidate passed over, the error
+when nothing claims a scheme, and the built-in choice on every simulated platform."""
+
+from __future__ import annotations
+
+import pytest
+from moecert.kernels import NoBackendError, Platform, QuantConfig, select_backend
+from moecert.kernels import oracle as oracle_module
+from moecert.kernels.platform import SIMULATED_PLATFORMS
+from moecert.kernels.registry import BUILTINS, register_backend, unregister_backend
+from moecert.reference import SCHEMES, MoEProblem
+
+PROBLEM = MoEProblem(M=16, K=2048, N=768, E=128, topk=8)
+
+
+class _Fake:
+    """A backend whose claims are given: `refuse` maps a scheme to the reason it refuses."""
+
+    def __init__(self, name, refuse=None, unavailable=None):
+        self.name, self.refuse, self.unavailable = name, refuse or {}, unavailable
+        self.seen_platforms = []
+
+    def available(self):
+        return self.unavailable
+
+    def supports(self, scheme, problem, platform=None):
+        self.seen_platforms.append(platform)
+        return self.refuse.get(QuantConfig.of(scheme).scheme)
+
+    def create_layer(self, checkpoint, problem): ...
+    def load_weights(self, layer, checkpoint): ...
+    def process_weights_after_loading(self, layer): ...
+    def apply(self, layer, hidden_states, topk_weights, topk_ids, *, out=None, **opts): ...
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    """Two fake backends as the whole priority list of every platform."""
+    a = _Fake("fake-a", refuse={"awq-int4": "zero points not supported"})
+    b = _Fake("fake-b", refuse={"awq-int4": "bias not supported", "fp8-w8a16": "no fp8"})
+    for f in (a, b):
+        register_backend(f)
+    monkeypatch.setattr(oracle_module, "PRIORITY", {k: ("fake-a", "fake-b") for k in
+                                                    oracle_module.PRIORITY})
+    monkeypatch.setattr(oracle_module, "BUILTINS", {**BUILTINS, "fake-a": "", "fake-b": ""})
+    yield a, b
+    for f in (a, b):
+        unregister_backend(f.name)
+
+
+def test_first_claiming_backend_wins(fakes):
+    a, _ = fakes
+    sel = select_backend("gptq-int4", PROBLEM, Platform.cuda((9, 0)))
+    assert sel.backend is a and sel.reasons == {}
+    a.refuse["gptq-int4"] = "group size 128 needs N % 128 == 0"
+    sel = select_backend("gptq-int4", PROBLEM, Platform.cuda((9, 0)))
+    assert sel.name == "fake-b"
+    assert sel.reasons == {"fake-a": "group size 128 needs N % 128 == 0"}
+
+
+def test_no_backend_lists_every_candidate_and_reason(fakes):
+    with pytest.raises(NoBackendError) as info:
+        select_backend("awq-int4", PROBLEM, Platform.xpu())
+    assert info.value.reasons == {"fake-a": "zero points not supported",
+                                  "fake-b": "bias not supported"}
+    message = str(info.value)
+    assert "no backend for awq-int4 awq g128 asym on xpu" in message
+    assert "fake-a: zero points not supported" in message
+    assert "fake-b: bias not supported" in message
+
+
+def test_the_platform_reaches_the_claims(fakes):
+    a, _ = fakes
+    platform = Platform.rocm("gfx950")
+    select_backend("bf16", PROBLEM, platform)
+    assert a.seen_platforms[-1] == platform
+
+
+def test_availability_counts_only_on_the_real_platform(fakes):
+    a, b = fakes
+    a.unavailable = "driver missing"
+    assert select_backend("bf16", PROBLEM, Platform.cuda((9, 0))).backend is a
+    real = Platform.current()
+    sel = select_backend("bf16", PROBLEM, real)
+    assert sel.backend is b and sel.reasons == {"fake-a": "unavailable: driver missing"}
+
+
+def test_vendor_backends_come_after_the_builtins():
+    vendor = _Fake("vendor-x")
+    register_backend(vendor)
+    try:
+        for kind, builtin in oracle_module.PRIORITY.items():
+            names = oracle_module.priority(Platform(kind, capability=(9, 0)),
+                                           QuantConfig.of("bf16"))
+            assert names == (*builtin, "vendor-x")
+    finally:
+        unregister_backend("vendor-x")
+
+
+def test_a_vendor_backend_without_a_platform_argument(fakes):
+    class Plain(_Fake):
+        def supports(self, scheme, problem):  # the protocol's two-argument form
+            return None
+
+    plain = Plain("plain")
+    register_backend(plain)
+    try:
+        fakes[0].refuse["bf16"] = fakes[1].refuse["bf16"] = "no"
+        assert select_backend("bf16", PROBLEM, Platform.cpu()).backend is plain
+    finally:
+        unregister_backend("plain")
+
+
+# --- built-in backends ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("platform", SIMULATED_PLATFORMS, ids=str)
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_every_scheme_has_a_backend_on_every_platform(platform, scheme):
+    for quant in oracle_module.scheme_variants(scheme):
+        sel = select_backend(quant, PROBLEM, platform)
+        assert sel.backend.supports(quant, PROBLEM, platform=platform) is None
+        for name, why in sel.reasons.items():
+            assert why, f"{name} passed over without a reason"
