@@ -1,0 +1,144 @@
+"""Torch activations between the two GEMMs and the activation quantize-dequantize modes
+(q1 before GEMM1, q2 before GEMM2), for the backends' torch-side steps.
+
+Activations take GEMM1's output h [rows, w13_rows] and return [rows, N]:
+    silu, gelu (exact erf)  act(h[:, :N]) * h[:, N:]
+    swigluoai               gate = h[:, 0::2], up = h[:, 1::2] (gpt-oss interleave)
+    swigluoai-split         gate = h[:, :N], up = h[:, N:]
+        g = min(gate, 7), u = clamp(up, -7, 7), (u + 1) * g * sigmoid(1.702 g)
+    relu2                   relu(h)^2 on all N rows
+
+Quantize-dequantize modes, on float32 [rows, cols]:
+    none            identity
+    dynamic-token   int8, s = amax(|row|) / 127
+    dynamic-tensor  int8, s = amax(|t|) / 127 over the whole input
+    static-tensor   int8, s given (one scale for every expert)
+    mxfp8           per 32 columns an E8M0 scale 2^e (rule floor / even / ceil / rceil), E4M3
+                    elements rounded to nearest even, saturating at 448
+int8 rounding is half to even (torch.round), codes clamped to [-128, 127].
+"""
+
+from __future__ import annotations
+
+import torch
+from moecert.reference.schemes import (
+    ACT_DYNAMIC_TENSOR,
+    ACT_DYNAMIC_TOKEN,
+    ACT_MXFP8,
+    ACT_NONE,
+    ACT_STATIC_TENSOR,
+    E8M0_BIAS,
+    F8E4M3_MAX,
+    INT8_MAX,
+    INT8_MIN,
+    MX_BLOCK,
+    SWIGLUOAI_ALPHA,
+    SWIGLUOAI_LIMIT,
+)
+
+from .convert import pow2
+
+# E4M3: largest normal 1.75 * 2^8, 3 mantissa bits
+_E4M3_EMAX = 8
+_E4M3_MANTISSA_BITS = 3
+
+
+def swigluoai(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    g = gate.clamp(max=SWIGLUOAI_LIMIT)
+    u = up.clamp(-SWIGLUOAI_LIMIT, SWIGLUOAI_LIMIT)
+    return (u + 1) * g * torch.sigmoid(SWIGLUOAI_ALPHA * g)
+
+
+def apply_activation(h: torch.Tensor, activation: str) -> torch.Tensor:
+    """act(h) for GEMM1's output h [rows, w13_rows] (see the module docstring)."""
+    if activation == "relu2":
+        return torch.relu(h).square()
+    if activation == "swigluoai":
+        return swigluoai(h[:, 0::2], h[:, 1::2])
+    n = h.shape[-1] // 2
+    gate, up = h[:, :n], h[:, n:]
+    if activation == "swigluoai-split":
+        return swigluoai(gate, up)
+    if activation == "silu":
+        return torch.nn.functional.silu(gate) * up
+    if activation == "gelu":
+        return torch.nn.functional.gelu(gate, approximate="none") * up
+    raise ValueError(f"unknown activation {activation!r}")
+
+
+# --- activation quantization ----------------------------------------------------------------
+
+def qdq_int8(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """clamp(round(t / s), -128, 127) * s with s broadcast against t; s = 0 gives 0."""
+    positive = scale > 0
+    safe = torch.where(positive, scale, torch.ones_like(scale))
+    q = torch.round(t / safe).clamp(INT8_MIN, INT8_MAX)
+    return torch.where(positive, q * safe, torch.zeros_like(t))
+
+
+def _floor_log2(a: torch.Tensor) -> torch.Tensor:
+    """floor(log2 a) for a > 0, exactly, from the binary exponent."""
+    _, exp = torch.frexp(a)
+    return exp - 1
+
+
+def _ceil_log2(a: torch.Tensor) -> torch.Tensor:
+    mantissa, exp = torch.frexp(a)
+    return torch.where(mantissa == 0.5, exp - 1, exp)
+
+
+def mx_exponent(amax: torch.Tensor, rule: str) -> torch.Tensor:
+    """Unbiased E8M0 exponent (int32) of blocks with absolute maximum amax (float32 >= 0).
+
+    floor: floor(log2 amax) - 8 (OCP);  even: amax rounded to 3 mantissa bits first;
+    ceil: ceil(log2 amax) - 8;  rceil: ceil(log2(amax / 448)). amax = 0 gives -127;
+    clamped to [-127, 127].
+    """
+    safe = torch.where(amax > 0, amax, torch.ones_like(amax))
+    if rule == "floor":
+        exp = _floor_log2(safe) - _E4M3_EMAX
+    elif rule == "even":
+        ulp = pow2(_floor_log2(safe) - _E4M3_MANTISSA_BITS)
+        exp = _floor_log2(torch.round(safe / ulp) * ulp) - _E4M3_EMAX
+    elif rule == "ceil":
+        exp = _ceil_log2(safe) - _E4M3_EMAX
+    elif rule == "rceil":
+        exp = _ceil_log2(safe / F8E4M3_MAX)
+    else:
+        raise ValueError(f"unknown MX scale rule {rule!r}")
+    exp = torch.where(amax > 0, exp, torch.full_like(exp, -E8M0_BIAS))
+    return exp.clamp(-E8M0_BIAS, E8M0_BIAS)
+
+
+def qdq_mxfp8(t: torch.Tensor, rule: str) -> torch.Tensor:
+    """MXFP8 quantize-dequantize along the last dimension (a multiple of 32)."""
+    blocks = t.unflatten(-1, (-1, MX_BLOCK))
+    amax = blocks.abs().amax(-1, keepdim=True)
+    scale = pow2(mx_exponent(torch.nan_to_num(amax, nan=0.0, posinf=0.0), rule))
+    # the cast rounds to nearest even; values past 448 saturate, as the OCP conversion does
+    elems = (blocks / scale).clamp(-F8E4M3_MAX, F8E4M3_MAX).to(torch.float8_e4m3fn)
+    out = elems.to(torch.float32) * scale
+    # a non-finite block maximum makes the scale NaN (E8M0 0xFF): the whole block is NaN
+    out = torch.where(torch.isfinite(amax), out, torch.full_like(out, torch.nan))
+    return out.flatten(-2)
+
+
+def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor | None = None,
+                        mx_rule: str = "floor") -> torch.Tensor:
+    """q1 / q2: the mode's quantize-dequantize of float32 `t` [rows, cols]."""
+    if mode == ACT_NONE:
+        return t
+    if mode == ACT_DYNAMIC_TOKEN:
+        return qdq_int8(t, t.abs().amax(-1, keepdim=True) / INT8_MAX)
+    if mode == ACT_DYNAMIC_TENSOR:
+        if t.numel() == 0:
+            return t
+        return qdq_int8(t, t.abs().amax() / INT8_MAX)
+    if mode == ACT_STATIC_TENSOR:
+        return qdq_int8(t, static_scale.to(torch.float32))
+    if mode == ACT_MXFP8:
+        return qdq_mxfp8(t, mx_rule)
+    raise ValueError(f"unknown activation quantization mode {mode!r}")
+
+
+__all__ = ["apply_activation", "mx_exponent", "qdq_int8", "qdq_mxfp8", "quantize_activation"]

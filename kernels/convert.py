@@ -1,0 +1,364 @@
+"""Checkpoint tensors -> the common kernel format, and back to the canonical form.
+
+For p in (w13, w2), one linear [out, in] per expert (w13: out = problem.w13_rows, in = K;
+w2: out = K, in = N):
+
+  integer families (GPTQ, AWQ, compressed-tensors, W4A8)
+    {p}_q      uint8 [E, out, ceil(in/2)] (int4: column 2j in the low nibble of byte j,
+               2j+1 in the high nibble) or [E, out, in] (int8); unsigned stored codes
+               u = signed code + 2^(bits-1)
+    {p}_zp     uint8 [E, out, G] unsigned true zero points, absent when symmetric
+    {p}_s      float32 [E, out, G] group scales, exact copies of the file's values
+    {p}_g_idx  int32 [E, in] (act order only)
+    meta["{p}_group_cols"] = g (in when group_size == -1), meta["bits"]
+    W[e, o, k] = (u[e, o, k] - zp[e, o, gk]) * s[e, o, gk]
+  16-bit      {p}_w bf16/fp16 [E, out, in]
+  int8 / fp8  {p}_w int8 / float8_e4m3fn [E, out, in], {p}_s float32 [E, R, C],
+              meta["{p}_block"] = (rows, cols): W[e, o, k] = w * s[e, o // rows, k // cols]
+  mxfp8       {p}_w float8_e4m3fn [E, out, in], {p}_s uint8 E8M0 [E, out, in/32], block (1, 32)
+  a13_scale / a2_scale float32 [1]: max over experts of the static input scales
+  w13_bias float32 [E, w13_rows], w2_bias float32 [E, K]
+
+Every check that can fail runs before the layer is modified, so a rejected checkpoint leaves
+the layer as loaded. Unpacking runs over chunks of experts: a DeepSeek-V3-sized layer unpacked
+at once to int32 would need tens of GiB.
+"""
+
+from __future__ import annotations
+
+import torch
+from moecert.reference.schemes import (
+    ACT_STATIC_TENSOR,
+    AWQ_PACK_ORDER,
+    E8M0_BIAS,
+    E8M0_NAN,
+    FP8_BLOCK,
+    MX_BLOCK,
+    STRATEGY_BLOCK,
+    STRATEGY_CHANNEL,
+)
+
+from .errors import BackendError
+from .layer import MoELayer
+from .protocol import ExportedLinear
+
+PREFIXES = ("w13", "w2")
+# int32 codes unpacked per chunk of experts (256 MiB of int32)
+_CHUNK_ELEMENTS = 1 << 26
+
+
+def linear_dims(layer: MoELayer, p: str) -> tuple[int, int]:
+    """(out, in) of linear `p` per expert."""
+    P = layer.problem
+    return (P.w13_rows, P.K) if p == "w13" else (P.K, P.N)
+
+
+def group_cols(layer: MoELayer, p: str) -> int:
+    n_in = linear_dims(layer, p)[1]
+    g = layer.quant.group_size
+    return n_in if g == -1 else g
+
+
+# --- entry points ---------------------------------------------------------------------------
+
+def convert_to_kernel_format(layer: MoELayer) -> None:
+    """Replace `layer`'s checkpoint tensors by the common kernel format, in place."""
+    q = layer.quant
+    converted: dict[str, torch.Tensor] = {}
+    meta: dict = {}
+    for p in PREFIXES:
+        if q.is_int_family:
+            converted.update(_convert_int_linear(layer, p))
+            meta[f"{p}_group_cols"] = group_cols(layer, p)
+            meta["bits"] = q.bits
+        else:
+            tensors, block = _convert_dense_linear(layer, p)
+            converted.update(tensors)
+            if block is not None:
+                meta[f"{p}_block"] = block
+    converted.update(_convert_input_scales(layer))
+    converted.update(_convert_biases(layer))
+    # all checks passed: swap the checkpoint tensors for the kernel format
+    layer.clear()
+    for name, t in converted.items():
+        layer.put(name, t)
+    layer.meta.update(meta)
+
+
+def export_canonical(layer: MoELayer) -> dict[str, ExportedLinear]:
+    """The processed layer's weights read back out of the common kernel format."""
+    return {p: (_export_int(layer, p) if layer.quant.is_int_family else _export_dense(layer, p))
+            for p in PREFIXES}
+
+
+# --- integer families -----------------------------------------------------------------------
+
+def _expert_chunks(E: int, per_expert: int):
+    step = max(1, _CHUNK_ELEMENTS // max(per_expert, 1))
+    for lo in range(0, E, step):
+        yield lo, min(E, lo + step)
+
+
+def unpack_words(words: torch.Tensor, bits: int, count: int, dim: int) -> torch.Tensor:
+    """int32 words -> unsigned codes (int32) along `dim`, least significant bits first,
+    32 // bits codes per word (for 4 and 8 bits compressed-tensors' dense bitstream and the
+    padded layout coincide). Keeps `count` codes."""
+    dim = dim % words.dim()
+    per = 32 // bits
+    shifts = (torch.arange(per, device=words.device, dtype=torch.int32) * bits).view(
+        per, *([1] * (words.dim() - dim - 1)))
+    # arithmetic shift then mask: the same field as a logical shift of the uint32 word
+    codes = (words.unsqueeze(dim + 1) >> shifts) & ((1 << bits) - 1)
+    return codes.flatten(dim, dim + 1).narrow(dim, 0, count)
+
+
+def undo_awq_order(slots: torch.Tensor, dim: int) -> torch.Tensor:
+    """AWQ slot i of each 8 holds column 8c + AWQ_PACK_ORDER[i]: back to column order."""
+    inverse = sorted(range(8), key=lambda i: AWQ_PACK_ORDER[i])
+    x = slots.movedim(dim, -1)
+    return x.unflatten(-1, (-1, 8))[..., inverse].flatten(-2).movedim(-1, dim)
+
+
+def pack_nibbles(u: torch.Tensor) -> torch.Tensor:
+    """[..., in] codes in [0, 16) -> uint8 [..., ceil(in/2)], column 2j in the low nibble."""
+    if u.shape[-1] % 2:
+        u = torch.nn.functional.pad(u, (0, 1))
+    pairs = u.to(torch.uint8).unflatten(-1, (-1, 2))
+    return pairs[..., 0] | (pairs[..., 1] << 4)
+
+
+def unpack_nibbles(q: torch.Tensor, n_in: int) -> torch.Tensor:
+    """Inverse of `pack_nibbles`: uint8 [..., ceil(in/2)] -> uint8 [..., in]."""
+    return torch.stack((q & 0xF, q >> 4), dim=-1).flatten(-2)[..., :n_in]
+
+
+def _convert_int_linear(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
+    q = layer.quant
+    E = layer.problem.E
+    n_out, n_in = linear_dims(layer, p)
+    bits = q.bits
+    G = q.groups(n_in)
+    if q.layout == "gptq":
+        names = {"w": f"{p}_qweight", "s": f"{p}_scales", "z": f"{p}_qzeros", "g": f"{p}_g_idx"}
+    elif q.layout == "awq":
+        names = {"w": f"{p}_qweight", "s": f"{p}_scales", "z": f"{p}_qzeros", "g": None}
+    else:
+        names = {"w": f"{p}_weight_packed", "s": f"{p}_weight_scale",
+                 "z": f"{p}_weight_zero_point", "g": f"{p}_weight_g_idx"}
+        _check_weight_shape(layer, f"{p}_weight_shape", n_out, n_in)
+
+    words = layer.get(names["w"])
+    codes = torch.empty(E, n_out, -(-n_in // 2) if bits == 4 else n_in, dtype=torch.uint8,
+                        device=layer.device)
+    for lo, hi in _expert_chunks(E, n_out * n_in):
+        if q.layout == "gptq":  # [E, in/per, out] packed along in
+            u = unpack_words(words[lo:hi], bits, n_in, dim=1).transpose(1, 2)
+        elif q.layout == "awq":  # [E, in, out/8] packed along out, AWQ order
+            u = undo_awq_order(unpack_words(words[lo:hi], bits, n_out, dim=2), 2).transpose(1, 2)
+        else:  # [E, out, words] packed along in
+            u = unpack_words(words[lo:hi], bits, n_in, dim=2)
+        codes[lo:hi] = pack_nibbles(u) if bits == 4 else u.to(torch.uint8)
+
+    scales = layer.get(names["s"])
+    if q.layout in ("gptq", "awq"):  # [E, G, out]
+        scales = scales.transpose(1, 2)
+    scales = scales.to(torch.float32).contiguous()
+    _check_scales(names["s"], scales)
+
+    out = {f"{p}_q": codes, f"{p}_s": scales}
+    zeros = _read_zero_points(layer, names["z"], n_out, G)
+    if zeros is not None:
+        out[f"{p}_zp"] = zeros
+    if names["g"] is not None:
+        g_idx = _read_g_idx(layer, names["g"], n_in, G)
+        if g_idx is not None:
+            out[f"{p}_g_idx"] = g_idx
+    return out
+
+
+def _read_zero_points(layer: MoELayer, name: str, n_out: int, G: int) -> torch.Tensor | None:
+    """uint8 [E, out, G] unsigned true zero points, or None for a symmetric checkpoint (whose
+    zero points, when present anyway, must all be the symmetric zero 2^(bits-1))."""
+    q = layer.quant
+    if not layer.has(name):
+        if not q.sym:
+            raise BackendError(name, f"zero points for {q.describe()}", "missing")
+        return None
+    bits = q.bits
+    t = layer.get(name)
+    if q.layout == "ct":  # [E, ceil(out*b/32), G] packed along out, unsigned domain
+        z = unpack_words(t, bits, n_out, dim=1)
+    else:  # [E, G, out*b/32] packed along out
+        z = unpack_words(t, bits, n_out, dim=2)
+        if q.layout == "awq":
+            z = undo_awq_order(z, 2)
+        z = z.transpose(1, 2)
+    if q.layout == "gptq" and q.checkpoint_format == "gptq":
+        # v1 stores z - 1; a stored 2^b - 1 would mean z = 2^b, which no code can reach
+        if z.numel() and int(z.max()) == (1 << bits) - 1:
+            raise BackendError(name, f"stored zero points <= {(1 << bits) - 2} (GPTQ v1 "
+                               f"stores z - 1, the true zero is stored + 1)",
+                               f"a stored {(1 << bits) - 1}, true zero {1 << bits} overflows "
+                               f"int{bits}")
+        z = z + 1
+    if q.sym:
+        half = 1 << (bits - 1)
+        if z.numel() and bool((z != half).any()):
+            raise BackendError(name, f"the symmetric zero {half} everywhere (sym checkpoint)",
+                               f"true zero points in [{int(z.min())}, {int(z.max())}]")
+        return None
+    return z.to(torch.uint8).contiguous()
+
+
+def _read_g_idx(layer: MoELayer, name: str, n_in: int, G: int) -> torch.Tensor | None:
+    """int32 [E, in] for act order; a g_idx in a checkpoint without act order must be the
+    trivial k // g map (else the attributes and tensors disagree) and is dropped."""
+    q = layer.quant
+    if not layer.has(name):
+        if q.act_order:
+            raise BackendError(name, "a group index per input column (act order)", "missing")
+        return None
+    g_idx = layer.get(name)
+    if g_idx.numel() and (int(g_idx.min()) < 0 or int(g_idx.max()) >= G):
+        raise BackendError(name, f"group indices in [0, {G - 1}]",
+                           f"[{int(g_idx.min())}, {int(g_idx.max())}]")
+    if not q.act_order:
+        trivial = torch.arange(n_in, device=g_idx.device) // (n_in // G)
+        if not torch.equal(g_idx.to(torch.int64), trivial.expand_as(g_idx)):
+            raise BackendError(name, "k // group_size (act_order is False)",
+                               "a permuted group map")
+        return None
+    return g_idx.to(torch.int32).contiguous()
+
+
+def _check_weight_shape(layer: MoELayer, name: str, n_out: int, n_in: int) -> None:
+    if not layer.has(name):
+        return
+    shape = layer.get(name)
+    if bool((shape[:, 0] != n_out).any()) or bool((shape[:, 1] != n_in).any()):
+        raise BackendError(name, f"({n_out}, {n_in}) for every expert",
+                           str(shape.unique(dim=0).tolist()))
+
+
+def _check_scales(name: str, s: torch.Tensor) -> None:
+    bad = ~torch.isfinite(s) | (s <= 0)
+    if bool(bad.any()):
+        raise BackendError(name, "finite scales > 0", f"{int(bad.sum())} bad entries")
+
+
+def _export_int(layer: MoELayer, p: str) -> ExportedLinear:
+    n_in = linear_dims(layer, p)[1]
+    bits = layer.meta["bits"]
+    half = 1 << (bits - 1)
+    q = layer.get(f"{p}_q")
+    u = unpack_nibbles(q, n_in) if bits == 4 else q
+    zeros = None
+    if layer.has(f"{p}_zp"):
+        zeros = layer.get(f"{p}_zp").to(torch.int32) - half
+    g_idx = layer.get(f"{p}_g_idx").to(torch.int64) if layer.has(f"{p}_g_idx") else None
+    return ExportedLinear(codes=u.to(torch.int32) - half,
+                          scales=layer.get(f"{p}_s").to(torch.float64),
+                          block=(1, layer.meta[f"{p}_group_cols"]), zeros=zeros, g_idx=g_idx)
+
+
+# --- unpacked families: 16-bit, int8, fp8, mxfp8 --------------------------------------------
+
+def _convert_dense_linear(layer: MoELayer, p: str):
+    q = layer.quant
+    family = q.info.family
+    E = layer.problem.E
+    n_out, n_in = linear_dims(layer, p)
+    w = layer.get(f"{p}_weight")
+    if family == "dense":
+        if not bool(torch.isfinite(w).all()):
+            raise BackendError(f"{p}_weight", "finite weights", "non-finite entries")
+        return {f"{p}_w": w}, None
+    if w.dtype == torch.float8_e4m3fn:
+        nan = (w.view(torch.uint8) & 0x7F) == 0x7F
+        if bool(nan.any()):
+            raise BackendError(f"{p}_weight", "no NaN codes (0x7f/0xff)",
+                               f"{int(nan.sum())} NaN codes")
+    name = f"{p}_weight_scale"
+    s = layer.get(name)
+    if family == "mxfp8":
+        if bool((s == E8M0_NAN).any()):
+            raise BackendError(name, "E8M0 exponents 0..254 (0xFF is NaN)",
+                               f"{int((s == E8M0_NAN).sum())} bytes of 0xFF")
+        return {f"{p}_w": w, f"{p}_s": s}, (1, MX_BLOCK)
+    if q.weight_strategy == STRATEGY_CHANNEL:
+        scales, block = s.view(E, n_out, 1), (1, n_in)
+    elif q.weight_strategy == STRATEGY_BLOCK:
+        scales, block = s, (FP8_BLOCK, FP8_BLOCK)
+    elif s.dim() == 2:  # per-tensor w1 / w3 shard scales [E, 2]
+        if n_out % 2:
+            raise BackendError(name, "an even w13 row count for w1/w3 shard scales",
+                               f"{n_out} rows")
+        scales, block = s.view(E, 2, 1), (n_out // 2, n_in)
+    else:
+        scales, block = s.view(E, 1, 1), (n_out, n_in)
+    scales = scales.to(torch.float32).contiguous()
+    _check_scales(name, scales)
+    return {f"{p}_w": w, f"{p}_s": scales}, block
+
+
+def decode_e8m0(bits: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """2^(byte - 127) built from its bit pattern (exact; 2^-127 is a float32 subnormal)."""
+    e = bits.to(torch.int32) - E8M0_BIAS
+    return pow2(e, dtype)
+
+
+def pow2(e: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """2^e for integer e (float32: -149..127, float64: -1074..1023), from the bit pattern."""
+    if dtype == torch.float64:
+        e = e.to(torch.int64)
+        normal = (e + 1023).clamp(min=0) << 52
+        sub = torch.ones_like(e) << (e + 1074).clamp(0, 51)
+        return torch.where(e >= -1022, normal, sub).view(torch.float64)
+    e = e.to(torch.int32)
+    normal = (e + 127).clamp(min=0) << 23
+    sub = torch.ones_like(e) << (e + 149).clamp(0, 22)
+    return torch.where(e >= -126, normal, sub).view(torch.float32)
+
+
+def _export_dense(layer: MoELayer, p: str) -> ExportedLinear:
+    family = layer.quant.info.family
+    w = layer.get(f"{p}_w")
+    E, n_out, n_in = w.shape
+    if family == "dense":
+        return ExportedLinear(codes=w.to(torch.float64),
+                              scales=torch.ones(E, 1, 1, dtype=torch.float64, device=w.device),
+                              block=(n_out, n_in))
+    codes = w.to(torch.int32) if family == "int8" else w.to(torch.float64)
+    s = layer.get(f"{p}_s")
+    scales = decode_e8m0(s, torch.float64) if family == "mxfp8" else s.to(torch.float64)
+    return ExportedLinear(codes=codes, scales=scales, block=tuple(layer.meta[f"{p}_block"]))
+
+
+# --- activation scales and biases -----------------------------------------------------------
+
+def _convert_input_scales(layer: MoELayer) -> dict[str, torch.Tensor]:
+    if layer.quant.activation != ACT_STATIC_TENSOR:
+        return {}
+    out = {}
+    for p, a in (("w13", "a13_scale"), ("w2", "a2_scale")):
+        name = f"{p}_input_scale"
+        s = layer.get(name).to(torch.float32)
+        _check_scales(name, s)
+        # engines collapse per-expert static scales to one (the max) at load time
+        out[a] = s.max().reshape(1)
+    return out
+
+
+def _convert_biases(layer: MoELayer) -> dict[str, torch.Tensor]:
+    out = {}
+    for name in ("w13_bias", "w2_bias"):
+        if layer.has(name):
+            b = layer.get(name)
+            if not bool(torch.isfinite(b).all()):
+                raise BackendError(name, "finite values", "non-finite entries")
+            out[name] = b.to(torch.float32).contiguous()
+    return out
+
+
+__all__ = ["convert_to_kernel_format", "decode_e8m0", "export_canonical", "group_cols",
+           "linear_dims", "pack_nibbles", "pow2", "unpack_nibbles", "unpack_words"]
