@@ -4,7 +4,7 @@ when nothing claims a scheme, and the built-in choice on every simulated platfor
 from __future__ import annotations
 
 import pytest
-from moecert.kernels import NoBackendError, Platform, QuantConfig, select_backend
+from moecert.kernels import NoBackendError, Platform, QuantConfig, get_backend, select_backend
 from moecert.kernels import oracle as oracle_module
 from moecert.kernels.platform import SIMULATED_PLATFORMS
 from moecert.kernels.registry import BUILTINS, register_backend, unregister_backend
@@ -121,3 +121,75 @@ def test_every_scheme_has_a_backend_on_every_platform(platform, scheme):
         assert sel.backend.supports(quant, PROBLEM, platform=platform) is None
         for name, why in sel.reasons.items():
             assert why, f"{name} passed over without a reason"
+
+
+def _problem(**kw):
+    return MoEProblem(**{"M": 16, "K": 2048, "N": 768, "E": 128, "topk": 8, **kw})
+
+
+def _quant(scheme, **kw):
+    return QuantConfig(**{**QuantConfig.defaults(scheme).__dict__, **kw})
+
+
+# (platform, config, problem, selected backend, {passed-over backend: its exact reason})
+SELECTIONS = [
+    (Platform.cpu(), _quant("gptq-int4"), _problem(), "torch", {}),
+    (Platform.cuda((9, 0)), _quant("gptq-int4", sym=False, act_order=True), _problem(bias=True),
+     "triton", {}),
+    (Platform.cuda((8, 0)), _quant("fp8-w8a16"), _problem(), "torch",
+     {"triton": "fp8 e4m3 weights need compute capability >= 8.9 (sm80)"}),
+    (Platform.cuda((7, 5)), _quant("bf16"), _problem(), "torch",
+     {"triton": "compute capability >= 8.0 needed (sm75)"}),
+    (Platform.rocm("gfx942"), _quant("mxfp8"), _problem(), "torch",
+     {"triton": "fp8 e4m3fn weights need rocm gfx950 (OCP fp8); gfx942 is assumed to lack "
+                "e4m3fn in Triton (gfx942 has e4m3fnuz)"}),
+    (Platform.rocm("gfx950"), _quant("mxfp8"), _problem(), "triton", {}),
+    (Platform.xpu(), _quant("gptq-int4"), _problem(bias=True), "xpu", {}),
+    (Platform.xpu(), _quant("ct-int4", group_size=32), _problem(), "xpu", {}),
+    (Platform.xpu(), _quant("gptq-int4", sym=False), _problem(), "torch",
+     {"xpu": "zero points not supported (symmetric int4 only)"}),
+    (Platform.xpu(), _quant("ct-int4", act_order=True), _problem(), "torch",
+     {"xpu": "act-order not supported"}),
+    (Platform.xpu(), _quant("gptq-int4"), _problem(activation_format="batched"), "torch",
+     {"xpu": "batched activation format not supported"}),
+    (Platform.xpu(), _quant("awq-int4"), _problem(), "torch",
+     {"xpu": "scheme awq-int4 not supported (symmetric int4 GPTQ or compressed-tensors only)"}),
+    (Platform.xpu(), _quant("gptq-int4"), _problem(activation="relu2"), "torch",
+     {"xpu": "activation relu2 not supported"}),
+    (Platform.xpu(), _quant("gptq-int4", group_size=16), _problem(), "torch",
+     {"xpu": "group size 16 not supported (-1, 32, 64 or 128)"}),
+]
+
+
+@pytest.mark.parametrize(("platform", "quant", "problem", "chosen", "reasons"), SELECTIONS,
+                         ids=[f"{p}-{q.describe()}-{c}" for p, q, _, c, _ in SELECTIONS])
+def test_builtin_selection_and_reasons(platform, quant, problem, chosen, reasons):
+    sel = select_backend(quant, problem, platform)
+    assert sel.name == chosen
+    assert sel.reasons == reasons
+
+
+def test_no_backend_when_the_shape_cannot_hold_the_format():
+    """N = 96 is no multiple of group 64: no checkpoint exists, every candidate says why."""
+    with pytest.raises(NoBackendError) as info:
+        select_backend(_quant("gptq-int4", group_size=64), _problem(N=96), Platform.xpu())
+    assert info.value.reasons == {
+        "xpu": "group size 64 needs K % 64 == 0 and N % 64 == 0",
+        "torch": "w2 input dimension: expected a multiple of group size 64, found 96"}
+
+
+@pytest.mark.parametrize(("backend", "quant", "problem", "platform", "reason"), [
+    ("triton", _quant("bf16"), _problem(), Platform.cpu(),
+     "platform cuda or rocm only (cpu needs TRITON_INTERPRET=1)"),
+    ("triton", _quant("bf16"), _problem(), Platform.xpu(), "platform cuda or rocm only"),
+    ("triton", _quant("mxfp8"), _problem(K=2000), Platform.cuda((9, 0)),
+     "mxfp8 needs K % 32 == 0 and N % 32 == 0 (E8M0 scale per 32 columns)"),
+    ("xpu", _quant("gptq-int4", group_size=-1), _problem(K=2044), Platform.xpu(),
+     "int4 packing needs K % 8 == 0 and N % 8 == 0"),
+    ("torch", _quant("gptq-int4", group_size=-1), _problem(K=2044), Platform.cpu(),
+     "w13_qweight: expected an input dimension divisible by 8, found 2044"),
+    ("torch", _quant("mxfp8"), _problem(N=784), Platform.cpu(),
+     "w2_weight: expected an input dimension divisible by 32, found 784"),
+])
+def test_reason_strings_outside_selection(backend, quant, problem, platform, reason):
+    assert get_backend(backend).supports(quant, problem, platform=platform) == reason
