@@ -55,11 +55,16 @@ def print_backends() -> None:
     # Qwen3-30B-A3B's layer shape: a realistic problem for the claims that depend on shape.
     problems = [(label, MoEProblem(M=16, K=2048, N=768, E=128, topk=8, bias=bias))
                 for label, bias in (("", False), ("+bias", True))]
-    current = None
+    current, previous = None, None
     for row in selection_rows(SIMULATED_PLATFORMS, SCHEMES, problems):
         if row["platform"] != current:
             current = row["platform"]
             print(f"\n{current}")
+        same = (previous is not None and previous["config"] == row["config"]
+                and (previous["backend"], previous["reasons"]) == (row["backend"], row["reasons"]))
+        previous = row
+        if same:  # a variant (bias) that changes nothing is not repeated
+            continue
         passed = "; ".join(f"{n}: {why}" for n, why in row["reasons"].items())
         chosen = row["backend"] or "NONE"
         label = f"{row['config']} {row['problem']}".strip()
