@@ -1,0 +1,207 @@
+"""`TritonBackend`: fused MoE in Triton for every scheme, one GEMM kernel for all formats.
+
+    x --q1--> GEMM1 (+b13) --round--> h --act--> a --q2--> GEMM2 (+b2, *r) --> sum over topk
+
+The kernel modules are imported inside convert/forward, never at import time: triton.jit
+reads TRITON_INTERPRET when a kernel is defined, so importing them with the registry would
+fix the mode before a test (or a user) chooses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+from moecert.reference.schemes import (
+    ACT_DYNAMIC_TENSOR,
+    ACT_DYNAMIC_TOKEN,
+    ACT_MXFP8,
+    ACT_NONE,
+    ACT_STATIC_TENSOR,
+)
+
+from ..base import BaseBackend
+from ..layer import MoELayer
+from ..platform import Platform
+from ..protocol import ExportedLinear
+from ..quant_config import QuantConfig
+
+# W4A8: each GEMM's group scales are divided by a power of two near max(scale) / 4096 and the
+# factor moves to the activation side (Marlin's a1/a2 global scales). A power of two keeps
+# s / F exact in fp32, so the conversion reads back bit for bit.
+W4A8_SCALE_TARGET_LOG2 = 12
+FP8_FAMILIES = ("fp8", "mxfp8")
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+class TritonBackend(BaseBackend):
+    name = "triton"
+    version = "1"
+
+    def available(self) -> str | None:
+        if interpreting() or torch.cuda.is_available():
+            return None
+        return "no CUDA or ROCm device (the CPU needs TRITON_INTERPRET=1)"
+
+    def claims(self, quant: QuantConfig, problem, platform: Platform) -> str | None:
+        why = _platform_reason(quant, platform)
+        if why:
+            return why
+        if quant.info.family == "mxfp8" and (problem.K % 32 or problem.N % 32):
+            return "mxfp8 needs K % 32 == 0 and N % 32 == 0 (E8M0 scale per 32 columns)"
+        return None
+
+    def convert(self, layer: MoELayer) -> None:
+        from ..convert import convert_to_kernel_format
+
+        convert_to_kernel_format(layer)
+        if layer.quant.info.family == "w4a8":
+            for p, gscale in (("w13", "a1_gscale"), ("w2", "a2_gscale")):
+                s = layer.get(f"{p}_s")
+                _, exp = torch.frexp(s.max().to(torch.float64))
+                factor = 2.0 ** (int(exp) - 1 - W4A8_SCALE_TARGET_LOG2)
+                layer.put(f"{p}_s", s / factor)  # exact: a power of two
+                layer.put(gscale, torch.tensor([factor], dtype=torch.float32,
+                                                device=layer.device))
+
+    def canonical_weights(self, layer: MoELayer) -> dict[str, ExportedLinear]:
+        from ..convert import export_canonical
+
+        exported = export_canonical(layer)
+        if layer.quant.info.family == "w4a8":
+            for p, gscale in (("w13", "a1_gscale"), ("w2", "a2_gscale")):
+                factor = layer.get(gscale).to(torch.float64)
+                exported[p] = dataclasses.replace(exported[p],
+                                                  scales=exported[p].scales * factor)
+        return exported
+
+    def forward(self, layer: MoELayer, x, topk_weights, topk_ids, out, expert_num_tokens
+                ) -> None:
+        from . import fused_moe, quant
+
+        P = layer.problem
+        E, K = P.E, P.K
+        if P.activation_format == "batched":
+            T = x.shape[1]
+            a_in = x.reshape(E * T, K)
+            t = torch.arange(T, device=x.device)
+            expert = torch.arange(E, device=x.device).unsqueeze(1)
+            local = torch.where(t < expert_num_tokens.to(x.device).unsqueeze(1), expert, -1)
+            local = local.flatten()
+            input_rows_valid, row_div, router, rows_out = local >= 0, 1, None, E * T
+        else:
+            M = x.shape[0]
+            a_in = x
+            router = topk_weights.reshape(-1)
+            if P.apply_router_weight_on_input:  # topk == 1; one rounding of the exact product
+                a_in = (x.double() * topk_weights.double()).to(x.dtype)
+                router = None
+            local = topk_ids.to(torch.int64)
+            if P.expert_map is not None:
+                emap = torch.tensor(P.expert_map, dtype=torch.int64, device=x.device)
+                local = emap[local]
+            local = local.flatten()
+            input_rows_valid, row_div, rows_out = None, P.topk, M
+        n = local.numel()
+        kept = local >= 0
+        may_drop = P.activation_format == "batched" or P.expert_map is not None
+
+        config = fused_moe.pick_config(n, E, P.w13_rows, K)
+        from .align import align_assignments
+
+        sorted_ids, block_expert, num_padded = align_assignments(local, E, config["BLOCK_M"])
+        a1, a1_scale, g1, act1 = _quantize(layer, quant, fused_moe, a_in, "w13",
+                                           input_rows_valid)
+        # dropped rows are never written by GEMM1: zeros keep the activation finite there
+        h = (torch.zeros if may_drop else torch.empty)(n, P.w13_rows, dtype=x.dtype,
+                                                       device=x.device)
+        fused_moe.moe_gemm(a1, a1_scale, g1, _weights(layer, "w13", fused_moe), h, sorted_ids,
+                           block_expert, num_padded, None, a_row_div=row_div, act=act1,
+                           config=config)
+        inter = quant.activation(h, P.activation, P.N)
+        a2, a2_scale, g2, act2 = _quantize(layer, quant, fused_moe, inter, "w2", kept)
+        y = (torch.zeros if may_drop else torch.empty)(n, K, dtype=torch.float32,
+                                                       device=x.device)
+        fused_moe.moe_gemm(a2, a2_scale, g2, _weights(layer, "w2", fused_moe), y, sorted_ids,
+                           block_expert, num_padded, router, a_row_div=1, act=act2,
+                           config=config)
+        # the routed sum in fp32, cast once
+        out.copy_(y.view(rows_out, -1, K).sum(1).view(out.shape))
+
+
+def _platform_reason(quant: QuantConfig, platform: Platform) -> str | None:
+    fp8 = quant.info.family in FP8_FAMILIES
+    if platform.kind == "xpu":
+        return "platform cuda or rocm only"
+    if platform.kind == "cpu":
+        if platform.simulated or not interpreting():
+            return "platform cuda or rocm only (cpu needs TRITON_INTERPRET=1)"
+        return None
+    if platform.kind == "cuda":
+        major, minor = platform.capability
+        if (major, minor) < (8, 0):
+            return f"compute capability >= 8.0 needed (sm{major}{minor})"
+        if fp8 and (major, minor) < (8, 9):
+            return f"fp8 e4m3 weights need compute capability >= 8.9 (sm{major}{minor})"
+        return None
+    # rocm: float8_e4m3fn (OCP) tensors are assumed to load and upcast in Triton on gfx950,
+    # which has OCP fp8; gfx942 (MI300) is fnuz hardware and is not assumed to handle
+    # e4m3fn. Untested on any ROCm device.
+    if fp8 and platform.arch != "gfx950":
+        return (f"fp8 e4m3fn weights need rocm gfx950 (OCP fp8); {platform.arch} is assumed "
+                "to lack e4m3fn in Triton (gfx942 has e4m3fnuz)")
+    return None
+
+
+def _quantize(layer: MoELayer, quant, fused_moe, t: torch.Tensor, which: str,
+              valid_rows: torch.Tensor | None):
+    """q1 / q2: (GEMM input, its scales, global factor or None, fused_moe activation kind)."""
+    mode = layer.quant.activation
+    if mode == ACT_NONE:
+        return t, None, None, fused_moe.A16
+    if mode == ACT_MXFP8:
+        values, scales = quant.quantize_mxfp8(t, layer.quant.mx_scale_rule)
+        return values, scales, None, fused_moe.A_MX
+    gscale_name = "a1_gscale" if which == "w13" else "a2_gscale"
+    gscale = layer.get(gscale_name) if layer.has(gscale_name) else None
+    if mode == ACT_DYNAMIC_TOKEN:
+        codes, scales = quant.quantize_int8(t, "token")
+    elif mode == ACT_STATIC_TENSOR:
+        static = layer.get("a13_scale" if which == "w13" else "a2_scale")
+        codes, scales = quant.quantize_int8(t, "static", given=static)
+    elif mode == ACT_DYNAMIC_TENSOR:
+        codes, scales = quant.quantize_int8(t, "tensor", valid_rows=valid_rows)
+    else:
+        raise ValueError(f"activation quantization {mode!r}")
+    return codes, scales, gscale, fused_moe.A_INT8
+
+
+def _weights(layer: MoELayer, p: str, fused_moe) -> dict:
+    """The kernel's description of linear `p` in the layer's kernel format."""
+    q = layer.quant
+    family = q.info.family
+    d = {"compute": layer.problem.torch_dtype}
+    if q.is_int_family:
+        bits = layer.meta["bits"]
+        d.update(kind=fused_moe.W_INT4 if bits == 4 else fused_moe.W_UINT8,
+                 q=layer.get(f"{p}_q"), s=layer.get(f"{p}_s"), scale_rows=1,
+                 scale_cols=layer.meta[f"{p}_group_cols"], sym_zero=1 << (bits - 1))
+        if layer.has(f"{p}_zp"):
+            d["zp"] = layer.get(f"{p}_zp")
+        if layer.has(f"{p}_g_idx"):
+            d["g_idx"] = layer.get(f"{p}_g_idx")
+    elif family == "dense":
+        d.update(kind=fused_moe.W16, q=layer.get(f"{p}_w"))
+    else:
+        kind = {"int8": fused_moe.W_INT8, "fp8": fused_moe.W_FP8,
+                "mxfp8": fused_moe.W_MXFP8}[family]
+        rows, cols = layer.meta[f"{p}_block"]
+        d.update(kind=kind, q=layer.get(f"{p}_w"), s=layer.get(f"{p}_s"), scale_rows=rows,
+                 scale_cols=cols)
+    if layer.has(f"{p}_bias"):
+        d["bias"] = layer.get(f"{p}_bias")
+    return d

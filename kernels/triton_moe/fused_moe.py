@@ -1,0 +1,276 @@
+"""The grouped MoE GEMM: one Triton kernel for every weight format.
+
+    c[row] = epilogue( sum_k a[row // A_ROW_DIV, k] * W[expert(row), n, k] )
+
+Rows are assignments (token, expert) listed by `align.align_assignments`: `sorted_ids` holds
+assignment ids grouped by expert, each expert's segment padded to BLOCK_M with the sentinel
+`num_rows`, and `block_expert[b]` names the expert of block b. GEMM1 reads token rows
+(A_ROW_DIV = topk), GEMM2 reads the intermediate's assignment rows (A_ROW_DIV = 1).
+
+Weights (per expert a linear [N out, K in], K contiguous):
+  W16      bf16/fp16 values
+  W_INT4   uint8 [E, N, ceil(K/2)], column 2j in the low nibble; W = (u - z) * s
+  W_UINT8  uint8 [E, N, K] unsigned codes;                      W = (u - z) * s
+  W_INT8   int8  [E, N, K];                                      W = w * s
+  W_FP8    float8_e4m3fn [E, N, K];                              W = w * s
+  W_MXFP8  float8_e4m3fn [E, N, K], uint8 E8M0 scales [E, N, K/32]
+Scales s [E, R, C] apply to block (scale_rows, scale_cols): s[e, n // rows, k // cols]. Unless
+act order permutes the columns, a K tile never spans two scale columns (the host picks BLOCK_K
+so), and the dot runs on exact small integers or e4m3 values: the scale multiplies the tile's
+fp32 partial sum, so the only rounding is fp32 accumulation.
+Activations: A16 (bf16/fp16), A_INT8 (int8 codes, fp32 scale per row, times an optional
+global factor), A_MX (e4m3 values held in bf16/fp16, E8M0 byte per row and 32 columns).
+
+Epilogue order (the reference's): per-row activation scale, + bias, * router weight, store
+(the store rounds to c's dtype: bf16/fp16 for GEMM1's h, fp32 for GEMM2's y).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from .quant import fix_bf16, rne_bf16
+
+W16, W_INT4, W_UINT8, W_INT8, W_FP8, W_MXFP8 = range(6)
+A16, A_INT8, A_MX = range(3)
+# the same values as constexpr globals, the only globals a jit function may read
+_W16, _W_INT4, _W_UINT8 = tl.constexpr(W16), tl.constexpr(W_INT4), tl.constexpr(W_UINT8)
+_W_FP8, _W_MXFP8 = tl.constexpr(W_FP8), tl.constexpr(W_MXFP8)
+_A_INT8, _A_MX = tl.constexpr(A_INT8), tl.constexpr(A_MX)
+
+# tl.dot on bf16 is broken in the interpreter and bf16 scalar arithmetic raises there: when
+# interpreting, every dot runs on fp32 operands (exact for the small integers and e4m3 values
+# the kernel multiplies).
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+MX_COLS = 32
+
+
+@triton.jit
+def _decode_e8m0(byte):
+    """2^(byte - 127) as fp32 from the bit pattern; 0 -> 2^-127 (subnormal), 255 -> NaN."""
+    b = byte.to(tl.int32)
+    v = (b << 23).to(tl.float32, bitcast=True)
+    v = tl.where(b == 0, tl.full(b.shape, 0x00400000, tl.int32).to(tl.float32, bitcast=True), v)
+    nan = tl.full(b.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
+    return tl.where(b == 255, nan, v)
+
+
+@triton.jit
+def _dequant(codes, cols, k0, g_row, s_rows, z_rows, scale_cols, HAS_G_IDX: tl.constexpr,
+             HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr):
+    """Integer codes [BK, BN] -> codes - zero (exact small integers), or with act order the
+    dequantized fp32 weights (the group changes from column to column)."""
+    if HAS_G_IDX:
+        g = tl.load(g_row + cols)
+        s = tl.load(s_rows[None, :] + g[:, None])
+        if HAS_ZERO:
+            codes = codes - tl.load(z_rows[None, :] + g[:, None]).to(tl.int32)
+        else:
+            codes = codes - SYM_ZERO
+        return codes.to(tl.float32) * s
+    elif HAS_ZERO:
+        return codes - tl.load(z_rows + k0 // scale_cols).to(tl.int32)[None, :]
+    else:
+        return codes - SYM_ZERO
+
+
+@triton.jit
+def _dot(a, b, ACT: tl.constexpr, DOT_F32: tl.constexpr, COMPUTE: tl.constexpr):
+    """The tile product with fp32 (int32 for int8 x int8) accumulation; operands are exact.
+    Int8 MMA needs K >= 32 per dot: narrower int8 tiles (int4 nibble planes of a group-32
+    tile) run as 16-bit dots, still exact (|codes| <= 128, fp32 sums of 16 products)."""
+    if DOT_F32:
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    elif ACT == _A_INT8 and a.shape[1] >= 32:
+        out = tl.dot(a, b.to(tl.int8), out_dtype=tl.int32).to(tl.float32)
+    else:
+        out = tl.dot(a.to(COMPUTE), b.to(COMPUTE))
+    return out
+
+
+@triton.jit
+def moe_gemm_kernel(
+    # pointers
+    a_ptr, a_scale_ptr, a_gscale_ptr,
+    b_ptr, b_scale_ptr, b_zero_ptr, g_idx_ptr, bias_ptr,
+    c_ptr, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, router_ptr,
+    # dimensions
+    N, K, num_rows, scale_rows, scale_cols,
+    # strides (elements; the last dimension of every tensor is contiguous)
+    stride_am, stride_asm, stride_be, stride_bn, stride_se, stride_sn, stride_ze, stride_zn,
+    stride_ge, stride_biase, stride_cm,
+    # meta-parameters
+    A_ROW_DIV: tl.constexpr, WEIGHT: tl.constexpr, ACT: tl.constexpr,
+    HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_GSCALE: tl.constexpr, MUL_ROUTER: tl.constexpr,
+    DOT_F32: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    # --- program ids: one (row block, column block) tile -----------------------------------
+    pid = tl.program_id(0)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m = pid // num_pid_n
+    pid_n = pid % num_pid_n
+    if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
+        return
+    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+
+    # --- pointers ---------------------------------------------------------------------------
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ids = tl.load(sorted_ids_ptr + offs_m)
+    row_mask = row_ids < num_rows
+    a_rows = (row_ids // A_ROW_DIV).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    if EVEN_N:
+        offs_bn = offs_n.to(tl.int64)
+    else:
+        # weight rows clamp into the matrix instead of masking: every weight load reads
+        # real (finite) values and columns past N are dropped at the store
+        offs_bn = tl.minimum(offs_n, N - 1).to(tl.int64)
+    a_base = a_ptr + a_rows[:, None] * stride_am
+    a_mask = row_mask[:, None]
+    b_rows = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn
+    s_rows = b_scale_ptr + expert * stride_se + (offs_bn // scale_rows) * stride_sn
+    z_rows = b_zero_ptr + expert * stride_ze + offs_bn * stride_zn
+    g_row = g_idx_ptr + expert * stride_ge
+
+    # --- K loop -----------------------------------------------------------------------------
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if WEIGHT == _W_INT4:
+            # one byte holds columns 2j (low nibble) and 2j+1 (high): read each byte once and
+            # multiply the nibble planes by the even and odd columns of a
+            kh = tl.max_contiguous(tl.multiple_of(k0 // 2 + tl.arange(0, BLOCK_K // 2),
+                                                  BLOCK_K // 2), BLOCK_K // 2)
+            ke = 2 * kh
+            a_lo = tl.load(a_base + ke[None, :], mask=a_mask & (ke < K)[None, :], other=0)
+            a_hi = tl.load(a_base + ke[None, :] + 1, mask=a_mask & (ke + 1 < K)[None, :],
+                           other=0)
+            if EVEN_K:
+                raw = tl.load(b_rows + kh[:, None]).to(tl.int32)
+            else:
+                raw = tl.load(b_rows + tl.minimum(kh, (K - 1) // 2)[:, None]).to(tl.int32)
+            b_lo = _dequant(raw & 0xF, tl.minimum(ke, K - 1), k0, g_row, s_rows, z_rows,
+                            scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+            b_hi = _dequant(raw >> 4, tl.minimum(ke + 1, K - 1), k0, g_row, s_rows, z_rows,
+                            scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+            part = _dot(a_lo, b_lo, ACT, DOT_F32, COMPUTE) + _dot(a_hi, b_hi, ACT, DOT_F32,
+                                                                  COMPUTE)
+        else:
+            kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K),
+                                   BLOCK_K)
+            a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < K)[None, :], other=0)
+            if EVEN_K:
+                b = tl.load(b_rows + kk[:, None])
+            else:
+                b = tl.load(b_rows + tl.minimum(kk, K - 1)[:, None])
+            if WEIGHT == _W_UINT8:
+                b = _dequant(b.to(tl.int32), tl.minimum(kk, K - 1), k0, g_row, s_rows, z_rows,
+                             scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+            part = _dot(a, b, ACT, DOT_F32, COMPUTE)
+        # tile scales
+        if ACT == _A_MX:
+            sa = tl.load(a_scale_ptr + a_rows * stride_asm + k0 // 32, mask=row_mask, other=0)
+            part = part * _decode_e8m0(sa)[:, None]
+        if WEIGHT == _W_MXFP8:
+            sw = tl.load(s_rows + k0 // 32)
+            part = part * _decode_e8m0(sw)[None, :]
+        elif WEIGHT != _W16 and not HAS_G_IDX:
+            sw = tl.load(s_rows + k0 // scale_cols)
+            part = part * sw[None, :]
+        acc += part
+
+    # --- epilogue and write-back ------------------------------------------------------------
+    if ACT == _A_INT8:
+        sa = tl.load(a_scale_ptr + a_rows, mask=row_mask, other=0.0)
+        if HAS_GSCALE:
+            sa = sa * tl.load(a_gscale_ptr)
+        acc = acc * sa[:, None]
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + expert * stride_biase + offs_n, mask=n_mask, other=0.0)
+        acc = acc + bias[None, :]
+    if MUL_ROUTER:
+        r = tl.load(router_ptr + row_ids, mask=row_mask, other=0.0)
+        acc = acc * r[:, None]
+    if FIX_BF16:
+        acc = rne_bf16(acc)
+    c_ptrs = c_ptr + row_ids.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_mask[:, None] & n_mask[None, :])
+
+
+_COMPUTE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+
+
+def pick_config(num_rows: int, num_experts: int, N: int, K: int) -> dict:
+    """Tile sizes by rows per expert: decode-sized problems read each weight tile once for a
+    16-row block; larger ones amortize the dequantization over bigger M tiles."""
+    if INTERPRET:  # numpy per op: fewer, bigger tiles
+        return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 1}
+    per_expert = num_rows / max(num_experts, 1)
+    if per_expert <= 16:
+        return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+    if per_expert <= 48:
+        return {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+    return {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
+
+
+def block_k_for(config_k: int, K: int, scale_cols: int, weight: int, act: int) -> int:
+    """BLOCK_K within one scale column: a divisor of the scale block when it is narrower
+    than K (group 32/64/128, fp8 128x128 blocks, MX 32)."""
+    bk = config_k
+    if weight == W_MXFP8 or act == A_MX:
+        return MX_COLS
+    if scale_cols < K:
+        while bk > 16 and scale_cols % bk:
+            bk //= 2
+        if scale_cols % bk:
+            raise ValueError(f"scale block of {scale_cols} columns has no power-of-two tile")
+    return bk
+
+
+def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
+             sorted_ids: torch.Tensor, block_expert: torch.Tensor, num_padded: torch.Tensor,
+             router: torch.Tensor | None, *, a_row_div: int, act: int, config: dict) -> None:
+    """Launch the grouped GEMM. `weights`: kind, q (codes), s, zp, g_idx, bias, scale_rows,
+    scale_cols, sym_zero; c [num_rows, N] receives every listed row."""
+    # check (shapes come from the layer's own conversion; these guard the launch)
+    kind = weights["kind"]
+    q = weights["q"]
+    N = q.shape[1]
+    K = a.shape[1]
+    num_rows = c.shape[0]
+    assert c.shape[1] == N and c.is_contiguous() and a.is_contiguous() and q.is_contiguous()
+    assert sorted_ids.numel() % config["BLOCK_M"] == 0
+    # allocate nothing: placeholders for absent tensors are never read (constexpr-disabled)
+    s, zp, g_idx, bias = weights.get("s"), weights.get("zp"), weights.get("g_idx"), weights.get(
+        "bias")
+    dummy = q
+    has_g_idx = g_idx is not None
+    bk = block_k_for(config["BLOCK_K"], K, weights.get("scale_cols", K), kind, act)
+    grid = (sorted_ids.numel() // config["BLOCK_M"] * triton.cdiv(N, config["BLOCK_N"]),)
+    moe_gemm_kernel[grid](
+        a, a_scale if a_scale is not None else a, a_gscale if a_gscale is not None else a,
+        q, s if s is not None else dummy, zp if zp is not None else dummy,
+        g_idx if has_g_idx else dummy, bias if bias is not None else dummy,
+        c, sorted_ids, block_expert, num_padded, router if router is not None else c,
+        N, K, num_rows, weights.get("scale_rows", 1), weights.get("scale_cols", K),
+        a.stride(0), a_scale.stride(0) if (a_scale is not None and a_scale.dim() == 2) else 1,
+        q.stride(0), q.stride(1),
+        s.stride(0) if s is not None else 0, s.stride(1) if s is not None else 0,
+        zp.stride(0) if zp is not None else 0, zp.stride(1) if zp is not None else 0,
+        g_idx.stride(0) if has_g_idx else 0, bias.stride(0) if bias is not None else 0,
+        c.stride(0),
+        A_ROW_DIV=a_row_div, WEIGHT=kind, ACT=act, HAS_ZERO=zp is not None,
+        SYM_ZERO=weights.get("sym_zero", 0), HAS_G_IDX=has_g_idx, HAS_BIAS=bias is not None,
+        HAS_GSCALE=a_gscale is not None, MUL_ROUTER=router is not None,
+        DOT_F32=INTERPRET or has_g_idx, COMPUTE=_COMPUTE[weights["compute"]],
+        FIX_BF16=fix_bf16(c.dtype), EVEN_K=K % bk == 0, EVEN_N=N % config["BLOCK_N"] == 0,
+        BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=bk,
+        num_warps=config["num_warps"], num_stages=config["num_stages"],
+    )

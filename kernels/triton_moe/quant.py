@@ -1,0 +1,225 @@
+"""Activation quantization between and before the GEMMs, and the activation function.
+
+    int8:   x [rows, K] bf16/fp16 -> codes int8 [rows, K], scale fp32 [rows]
+            q = clamp(round_half_even(x / s), -128, 127); s = amax(|row|) / 127 (dynamic
+            per token) or one given scale for every row (static or dynamic per tensor)
+    mxfp8:  x [rows, K] -> e4m3 values held in x's dtype [rows, K], E8M0 bytes [rows, K/32]
+            per 32 columns: s = 2^exp (exp by the floor / even / ceil / rceil rule),
+            value = e4m3_rne(x / s) saturating at 448
+    act:    h [rows, w13_rows] -> act(h) [rows, N] in h's dtype (computed in fp32)
+
+Quotients that get rounded use div_rn (Triton's `/` on fp32 is an approximate division on
+NVIDIA GPUs). Rounding is written out in fp32 arithmetic (the 1.5 * 2^23 trick rounds half
+to even for |v| < 2^22) so that the interpreter and every GPU round identically.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# 1.5 * 2^23: v + M - M rounds |v| < 2^22 to an integer, ties to even
+RNE_MAGIC = tl.constexpr(12582912.0)
+MX_RULES = {"floor": 0, "even": 1, "ceil": 2, "rceil": 3}
+ACTIVATIONS = {"silu": 0, "gelu": 1, "swigluoai": 2, "swigluoai-split": 3, "relu2": 4}
+SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0  # passed as constexpr arguments
+TINY = tl.constexpr(2.0**-20)
+
+
+@triton.jit
+def _rne(v):
+    return (v + RNE_MAGIC) - RNE_MAGIC
+
+
+@triton.jit
+def rne_bf16(v):
+    """v rounded to bf16 (ties to even), still fp32. The interpreter's fp32 -> bf16 cast
+    truncates; a value already on the bf16 grid converts exactly either way."""
+    bits = v.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _pow2(e):
+    """2^e as fp32 for integer e in [-127, 127] (2^-127 is the subnormal 0x00400000)."""
+    normal = ((e + 127) << 23).to(tl.float32, bitcast=True)
+    return tl.where(e < -126, tl.full(e.shape, 0x00400000, tl.int32).to(tl.float32,
+                                                                       bitcast=True), normal)
+
+
+@triton.jit
+def _floor_log2(v):
+    """floor(log2 v) of positive normal fp32 v, from its exponent bits."""
+    return ((v.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+
+
+@triton.jit
+def row_amax_kernel(x_ptr, amax_ptr, K, stride_x, BLOCK_K: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_K)
+    amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        x = tl.load(x_ptr + row * stride_x + k0 + offs, mask=k0 + offs < K, other=0.0)
+        amax = tl.maximum(amax, tl.abs(x.to(tl.float32)))
+    tl.store(amax_ptr + row, tl.max(amax, axis=0))
+
+
+@triton.jit
+def int8_quant_kernel(x_ptr, q_ptr, scale_ptr, given_ptr, K, stride_x, stride_q,
+                      MODE: tl.constexpr, BLOCK_K: tl.constexpr):
+    """MODE 0: amax of the row; 1: amax given; 2: scale given. With an amax the quotient is
+    x * 127 / amax, one rounding of the exact ratio: x = amax / 2 is a true tie (63.5) and
+    must round to even, which x / fl(amax / 127) misses."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_K)
+    if MODE == 0:
+        amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            x = tl.load(x_ptr + row * stride_x + k0 + offs, mask=k0 + offs < K, other=0.0)
+            amax = tl.maximum(amax, tl.abs(x.to(tl.float32)))
+        amax = tl.max(amax, axis=0)
+        num, den = 127.0, amax
+    elif MODE == 1:
+        amax = tl.load(given_ptr)
+        num, den = 127.0, amax
+    else:
+        num, den = 1.0, tl.load(given_ptr)
+    s = tl.math.div_rn(den, num)
+    safe = tl.where(den > 0, den, 1.0)
+    for k0 in range(0, K, BLOCK_K):
+        mask = k0 + offs < K
+        x = tl.load(x_ptr + row * stride_x + k0 + offs, mask=mask, other=0.0).to(tl.float32)
+        v = tl.minimum(tl.maximum(tl.math.div_rn(x * num, safe), -128.0), 127.0)
+        q = tl.where(den > 0, _rne(v), 0.0)
+        tl.store(q_ptr + row * stride_q + k0 + offs, q.to(tl.int8), mask=mask)
+    tl.store(scale_ptr + row, s)
+
+
+@triton.jit
+def mxfp8_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_x, stride_q, stride_s,
+                       RULE: tl.constexpr, BLOCKS: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs_b = tl.program_id(1) * BLOCKS + tl.arange(0, BLOCKS)
+    offs = offs_b[:, None] * 32 + tl.arange(0, 32)[None, :]
+    mask = offs < K
+    x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
+    amax = tl.max(tl.abs(x), axis=1)
+    bits = amax.to(tl.int32, bitcast=True)
+    e = ((bits >> 23) & 0xFF) - 127
+    inexact = (bits & 0x7FFFFF) != 0
+    if RULE == 0:  # floor(log2 amax) - 8 (OCP)
+        exp = e - 8
+    elif RULE == 1:  # amax rounded to 3 mantissa bits (ties to even), then floor
+        rounded = bits + 0x7FFFF + ((bits >> 20) & 1)
+        exp = ((rounded >> 23) & 0xFF) - 127 - 8
+    elif RULE == 2:  # ceil(log2 amax) - 8
+        exp = e + inexact.to(tl.int32) - 8
+    else:  # ceil(log2(amax / 448))
+        qb = tl.math.div_rn(amax, 448.0).to(tl.int32, bitcast=True)
+        exp = ((qb >> 23) & 0xFF) - 127 + ((qb & 0x7FFFFF) != 0).to(tl.int32)
+    exp = tl.where(amax == 0, -127, exp)
+    exp = tl.minimum(tl.maximum(exp, -127), 127)
+    v = tl.math.div_rn(x, _pow2(exp)[:, None])
+    # round |v| to the e4m3 grid: spacing 2^(max(floor(log2|v|), -6) - 3), saturate at 448
+    mag = tl.minimum(tl.abs(v), 448.0)
+    ea = tl.maximum(_floor_log2(tl.maximum(mag, TINY)), -6)
+    ulp = _pow2(ea - 3)
+    r = tl.minimum(_rne(tl.math.div_rn(mag, ulp)) * ulp, 448.0)
+    r = tl.where(v < 0, -r, r)
+    tl.store(q_ptr + row * stride_q + offs, r.to(q_ptr.dtype.element_ty), mask=mask)
+    tl.store(scale_ptr + row * stride_s + offs_b, (exp + 127).to(tl.uint8), mask=offs_b * 32 < K)
+
+
+@triton.jit
+def activation_kernel(h_ptr, out_ptr, N, stride_h, stride_o, ACT: tl.constexpr,
+                      FIX_BF16: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr,
+                      BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = offs < N
+    h_row = h_ptr + row * stride_h
+    if ACT == 4:  # relu2: N rows, no gate
+        x = tl.load(h_row + offs, mask=mask, other=0.0).to(tl.float32)
+        y = tl.maximum(x, 0.0)
+        y = y * y
+    else:
+        if ACT == 2:  # gpt-oss interleaved gate/up
+            gate = tl.load(h_row + 2 * offs, mask=mask, other=0.0).to(tl.float32)
+            up = tl.load(h_row + 2 * offs + 1, mask=mask, other=0.0).to(tl.float32)
+        else:
+            gate = tl.load(h_row + offs, mask=mask, other=0.0).to(tl.float32)
+            up = tl.load(h_row + N + offs, mask=mask, other=0.0).to(tl.float32)
+        if ACT == 0:
+            y = gate / (1.0 + tl.exp(-gate)) * up
+        elif ACT == 1:
+            y = 0.5 * gate * (1.0 + tl.erf(gate * 0.7071067811865476)) * up
+        else:
+            g = tl.minimum(gate, LIMIT)
+            u = tl.minimum(tl.maximum(up, -LIMIT), LIMIT)
+            y = (u + 1.0) * g / (1.0 + tl.exp(-ALPHA * g))
+    if FIX_BF16:
+        y = rne_bf16(y)
+    tl.store(out_ptr + row * stride_o + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# --- host wrappers: check, allocate, launch -------------------------------------------------
+
+def fix_bf16(dtype: torch.dtype) -> bool:
+    """Whether stores to `dtype` need the explicit bf16 rounding (interpreter only)."""
+    return os.environ.get("TRITON_INTERPRET") == "1" and dtype == torch.bfloat16
+
+
+def quantize_int8(x: torch.Tensor, mode: str, given: torch.Tensor | None = None,
+                  valid_rows: torch.Tensor | None = None):
+    """(codes int8 [rows, K], scales fp32 [rows]). mode: "token" (amax per row), "static"
+    (`given` [1]) or "tensor" (amax over the rows marked in `valid_rows`, all if None)."""
+    assert x.dim() == 2 and x.is_contiguous()
+    rows, K = x.shape
+    codes = torch.empty(rows, K, dtype=torch.int8, device=x.device)
+    scales = torch.empty(rows, dtype=torch.float32, device=x.device)
+    bk = min(1024, triton.next_power_of_2(max(K, 16)))
+    if mode == "tensor":
+        amax = torch.empty(rows, dtype=torch.float32, device=x.device)
+        row_amax_kernel[(rows,)](x, amax, K, x.stride(0), BLOCK_K=bk)
+        if valid_rows is not None:
+            amax = torch.where(valid_rows, amax, 0.0)
+        given = amax.amax().reshape(1)
+    elif mode == "static":
+        assert given is not None and given.numel() == 1
+    int8_quant_kernel[(rows,)](x, codes, scales, given if given is not None else scales, K,
+                               x.stride(0), codes.stride(0),
+                               MODE={"token": 0, "tensor": 1, "static": 2}[mode], BLOCK_K=bk)
+    return codes, scales
+
+
+def quantize_mxfp8(x: torch.Tensor, rule: str):
+    """(e4m3 values in x's dtype [rows, K], E8M0 bytes uint8 [rows, K/32])."""
+    assert x.dim() == 2 and x.is_contiguous() and x.shape[1] % 32 == 0
+    rows, K = x.shape
+    values = torch.empty_like(x)
+    scales = torch.empty(rows, K // 32, dtype=torch.uint8, device=x.device)
+    blocks = min(32, triton.next_power_of_2(K // 32))
+    grid = (rows, triton.cdiv(K // 32, blocks))
+    mxfp8_quant_kernel[grid](x, values, scales, K, x.stride(0), values.stride(0),
+                             scales.stride(0), RULE=MX_RULES[rule], BLOCKS=blocks)
+    return values, scales
+
+
+def activation(h: torch.Tensor, name: str, N: int) -> torch.Tensor:
+    """act(h) [rows, N] in h's dtype."""
+    assert h.dim() == 2 and h.is_contiguous()
+    rows = h.shape[0]
+    out = torch.empty(rows, N, dtype=h.dtype, device=h.device)
+    if rows == 0:
+        return out
+    bn = min(1024, triton.next_power_of_2(N))
+    activation_kernel[(rows, triton.cdiv(N, bn))](h, out, N, h.stride(0), out.stride(0),
+                                                  ACT=ACTIVATIONS[name],
+                                                  FIX_BF16=fix_bf16(h.dtype),
+                                                  ALPHA=SWIGLU_ALPHA, LIMIT=SWIGLU_LIMIT,
+                                                  BLOCK_N=bn)
+    return out

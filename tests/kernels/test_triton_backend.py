@@ -1,0 +1,270 @@
+"""The triton backend under the Triton interpreter (CPU), against the float64 reference.
+
+TRITON_INTERPRET must be set when the kernels are *defined* (triton.jit reads it then), so it
+is set before the kernel modules are imported, and put back right after: other test modules
+collected by the same process (every pytest-xdist worker imports every module) keep seeing
+the environment they started with, and the backend keeps rejecting a plain CPU for them.
+While this module's tests run, an autouse fixture sets it again (the backend's available()
+and claims() read it at call time).
+
+Tolerance: relative Frobenius error of the output against the float64 reference <= u, the
+unit roundoff of the activation dtype (bf16 2^-8, fp16 2^-11). The kernel's products are
+exact and its sums fp32; what remains is the bf16/fp16 rounding the reference applies too
+(h, act(h)), landing differently where fp32 and float64 sums straddle a rounding boundary,
+and the final cast of the output, which alone costs about u/sqrt(3) relative (uniform
+rounding error over a binade). Measured: 0.35-0.45 u for every scheme and option (bf16
+1.4e-3 to 1.8e-3 against 3.9e-3).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import pytest
+import torch
+
+_before = os.environ.get("TRITON_INTERPRET")
+os.environ["TRITON_INTERPRET"] = "1"
+try:
+    from moecert.kernels.triton_moe import fused_moe, quant
+
+    if not fused_moe.INTERPRET:  # defined compiled by an earlier import in this process
+        quant = importlib.reload(quant)
+        fused_moe = importlib.reload(fused_moe)
+finally:
+    if _before is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = _before
+
+from moecert.kernels import Platform  # noqa: E402
+from moecert.kernels.quant_config import QuantConfig  # noqa: E402
+from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
+from moecert.reference import (  # noqa: E402
+    MoEProblem,
+    canonicalize,
+    make_batched_inputs,
+    make_inputs,
+    moe,
+    synthesize,
+)
+
+BACKEND = TritonBackend()
+UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11}
+
+
+@pytest.fixture(autouse=True)
+def _interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "moecert.kernels.triton_moe.fused_moe" in sys.modules
+
+
+def _problem(**kw) -> MoEProblem:
+    base = {"M": 7, "K": 128, "N": 64, "E": 4, "topk": 2}
+    return MoEProblem(**{**base, **kw})
+
+
+# (id, scheme, checkpoint attributes, problem overrides)
+SCHEME_CASES = [
+    ("bf16", "bf16", {}, {}),
+    ("fp16", "fp16", {}, {"dtype": "fp16"}),
+    ("gptq4-g128", "gptq-int4", {"group_size": 128}, {"N": 128}),
+    ("gptq4-g-1", "gptq-int4", {"group_size": -1}, {}),
+    ("gptq4-g32-asym-v1", "gptq-int4", {"group_size": 32, "sym": False}, {}),
+    ("gptq4-g64-asym-v2", "gptq-int4", {"group_size": 64, "sym": False,
+                                        "checkpoint_format": "gptq_v2"}, {}),
+    ("gptq4-g64-actorder", "gptq-int4", {"group_size": 64, "act_order": True}, {}),
+    ("gptq4-g32-asym-actorder", "gptq-int4", {"group_size": 32, "sym": False,
+                                             "act_order": True}, {}),
+    ("gptq8-g128", "gptq-int8", {"group_size": 128}, {"N": 128}),
+    ("gptq8-g64-asym-actorder-fp16", "gptq-int8", {"group_size": 64, "sym": False,
+                                                  "act_order": True}, {"dtype": "fp16"}),
+    ("awq4-g128-asym", "awq-int4", {"group_size": 128}, {"N": 128}),
+    ("awq4-g64-sym", "awq-int4", {"group_size": 64, "sym": True}, {}),
+    ("ct4-g32", "ct-int4", {"group_size": 32, "checkpoint_format": "ct-0.17"}, {}),
+    ("ct4-g-1-asym", "ct-int4", {"group_size": -1, "sym": False}, {}),
+    ("ct4-g64-actorder-fp16", "ct-int4", {"group_size": 64, "act_order": True},
+     {"dtype": "fp16"}),
+    ("ct8-g32-asym", "ct-int8", {"group_size": 32, "sym": False}, {}),
+    ("int8w8a16-channel", "int8-w8a16", {"weight_strategy": "channel"}, {}),
+    ("int8w8a16-tensor-fp16", "int8-w8a16", {"weight_strategy": "tensor"}, {"dtype": "fp16"}),
+    ("fp8w8a16-tensor", "fp8-w8a16", {"weight_strategy": "tensor"}, {}),
+    ("fp8w8a16-channel-fp16", "fp8-w8a16", {"weight_strategy": "channel"}, {"dtype": "fp16"}),
+    ("fp8w8a16-block", "fp8-w8a16", {"weight_strategy": "block"}, {"K": 192, "N": 160}),
+    ("int8w8a8-token", "int8-w8a8", {"activation": "dynamic-token"}, {}),
+    ("int8w8a8-static-tensor", "int8-w8a8", {"activation": "static-tensor",
+                                             "weight_strategy": "tensor"}, {}),
+    ("int8w8a8-dyn-tensor", "int8-w8a8", {"activation": "dynamic-tensor"}, {}),
+    ("w4a8-gptq-g128", "w4a8-int8", {"checkpoint_format": "gptq", "group_size": 128},
+     {"N": 128}),
+    ("w4a8-awq-g64-asym", "w4a8-int8", {"checkpoint_format": "awq", "group_size": 64,
+                                        "sym": False}, {}),
+    ("w4a8-gptqv2-g-1-asym", "w4a8-int8", {"checkpoint_format": "gptq_v2", "group_size": -1,
+                                           "sym": False}, {}),
+    ("w4a8-g32-fp16", "w4a8-int8", {"checkpoint_format": "gptq", "group_size": 32},
+     {"dtype": "fp16"}),
+    ("mxfp8-a16", "mxfp8", {"activation": "none"}, {}),
+    ("mxfp8-floor", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "floor"}, {}),
+    ("mxfp8-even", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "even"}, {}),
+    ("mxfp8-ceil-fp16", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "ceil"},
+     {"dtype": "fp16"}),
+    ("mxfp8-rceil", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "rceil"}, {}),
+]
+
+EMAP = (-1, 0, -1, 1, 2, -1, 3, -1)  # 8 global experts, 4 local
+# (id, problem overrides) run with a few schemes each
+OPTION_CASES = [
+    ("gelu", {"activation": "gelu"}),
+    ("swigluoai", {"activation": "swigluoai"}),
+    ("swigluoai-split", {"activation": "swigluoai-split"}),
+    ("relu2", {"activation": "relu2"}),
+    ("bias", {"bias": True}),
+    ("router-on-input", {"topk": 1, "apply_router_weight_on_input": True}),
+    ("expert-map", {"expert_map": EMAP, "topk": 3}),
+    ("batched", {"activation_format": "batched", "M": 5}),
+    ("many-rows", {"M": 33, "E": 8, "topk": 3}),
+    ("fp16-bias-swigluoai", {"dtype": "fp16", "bias": True, "activation": "swigluoai"}),
+]
+OPTION_SCHEMES = [
+    ("gptq4-g64-asym", "gptq-int4", {"group_size": 64, "sym": False}),
+    ("fp8-block", "fp8-w8a16", {"weight_strategy": "block"}),
+    ("int8w8a8-dyn-tensor", "int8-w8a8", {"activation": "dynamic-tensor"}),
+    ("w4a8-awq", "w4a8-int8", {"checkpoint_format": "awq", "group_size": 64, "sym": False}),
+    ("mxfp8-floor", "mxfp8", {"activation": "mxfp8"}),
+]
+
+
+def _layer(scheme, attrs, problem):
+    ckpt = synthesize(scheme, problem, seed=1, **attrs)
+    layer = BACKEND.create_layer(ckpt, problem)
+    BACKEND.process_weights_after_loading(layer)
+    return ckpt, layer
+
+
+def _check_output(scheme, attrs, problem):
+    ckpt, layer = _layer(scheme, attrs, problem)
+    if problem.activation_format == "batched":
+        x, counts = make_batched_inputs(problem, seed=2)
+        out = BACKEND.apply(layer, x, None, None, expert_num_tokens=counts)
+        ref = moe(ckpt, x, None, None, problem, expert_num_tokens=counts)
+        invalid = torch.arange(x.shape[1]) >= counts.unsqueeze(1)
+        assert (out[invalid] == 0).all(), "rows past expert_num_tokens must come back zero"
+    else:
+        x, w, ids = make_inputs(problem, seed=2)
+        out = BACKEND.apply(layer, x, w, ids)
+        ref = moe(ckpt, x, w, ids, problem)
+    assert out.dtype == problem.torch_dtype and torch.isfinite(out).all()
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    bound = UNIT_ROUNDOFF[problem.dtype]
+    assert err <= bound, f"{scheme} {attrs}: relative error {err:.3e} > {bound:.3e}"
+
+
+@pytest.mark.parametrize(("scheme", "attrs", "over"), [c[1:] for c in SCHEME_CASES],
+                         ids=[c[0] for c in SCHEME_CASES])
+def test_scheme_matches_reference(scheme, attrs, over):
+    _check_output(scheme, attrs, _problem(**over))
+
+
+@pytest.mark.parametrize(("scheme", "attrs"), [c[1:] for c in OPTION_SCHEMES],
+                         ids=[c[0] for c in OPTION_SCHEMES])
+@pytest.mark.parametrize("over", [c[1] for c in OPTION_CASES], ids=[c[0] for c in OPTION_CASES])
+def test_option_matches_reference(scheme, attrs, over):
+    _check_output(scheme, attrs, _problem(**over))
+
+
+def test_zero_tokens():
+    P = _problem(M=0)
+    _, layer = _layer("gptq-int4", {"group_size": 64}, P)
+    x, w, ids = make_inputs(P)
+    assert BACKEND.apply(layer, x, w, ids).shape == (0, P.K)
+
+
+def test_all_experts_remote_gives_zero():
+    P = _problem(expert_map=(-1,) * 4 + (0, 1, 2, 3), topk=2)
+    _, layer = _layer("int8-w8a8", {"activation": "dynamic-tensor"}, P)
+    x = torch.randn(P.M, P.K).to(torch.bfloat16)
+    ids = torch.tensor([[0, 1]] * P.M, dtype=torch.int32)
+    out = BACKEND.apply(layer, x, torch.full((P.M, 2), 0.5), ids)
+    assert (out == 0).all()
+
+
+# --- conversion: read back out of the kernel format, bit for bit -----------------------------
+
+@pytest.mark.parametrize(("scheme", "attrs", "over"), [c[1:] for c in SCHEME_CASES],
+                         ids=[c[0] for c in SCHEME_CASES])
+def test_canonical_weights_bit_exact(scheme, attrs, over):
+    P = _problem(**over)
+    ckpt, layer = _layer(scheme, attrs, P)
+    ref = canonicalize(ckpt)
+    got = BACKEND.canonical_weights(layer)
+    for p in ("w13", "w2"):
+        r, g = ref[p], got[p]
+        assert tuple(g.block) == tuple(r.block), p
+        assert g.codes.dtype == r.codes.dtype and torch.equal(g.codes, r.codes), p
+        assert torch.equal(g.scales, r.scales), p
+        for field in ("zeros", "g_idx", "global_scale"):
+            a, b = getattr(g, field), getattr(r, field)
+            assert (a is None) == (b is None), f"{p}.{field}"
+            if a is not None:
+                assert torch.equal(a.to(torch.int64), b.to(torch.int64)), f"{p}.{field}"
+
+
+def test_w4a8_scales_renormalized_by_power_of_two():
+    P = _problem()
+    _, layer = _layer("w4a8-int8", {"checkpoint_format": "gptq", "group_size": 64}, P)
+    for p, g in (("w13", "a1_gscale"), ("w2", "a2_gscale")):
+        factor = layer.get(g).item()
+        mantissa, _ = torch.frexp(torch.tensor(factor, dtype=torch.float64))
+        assert mantissa.item() == 0.5  # a power of two
+        assert 4096 <= layer.get(f"{p}_s").max().item() < 8192
+
+
+# --- claims -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("scheme", "platform", "reason"), [
+    ("gptq-int4", Platform.cuda((7, 5)), "compute capability >= 8.0 needed (sm75)"),
+    ("gptq-int4", Platform.cuda((8, 0)), None),
+    ("fp8-w8a16", Platform.cuda((8, 0)),
+     "fp8 e4m3 weights need compute capability >= 8.9 (sm80)"),
+    ("mxfp8", Platform.cuda((8, 6)), "fp8 e4m3 weights need compute capability >= 8.9 (sm86)"),
+    ("fp8-w8a16", Platform.cuda((8, 9)), None),
+    ("mxfp8", Platform.cuda((10, 0)), None),
+    ("w4a8-int8", Platform.rocm("gfx942"), None),
+    ("fp8-w8a16", Platform.rocm("gfx950"), None),
+    ("fp8-w8a16", Platform.rocm("gfx942"),
+     "fp8 e4m3fn weights need rocm gfx950 (OCP fp8); gfx942 is assumed to lack e4m3fn in "
+     "Triton (gfx942 has e4m3fnuz)"),
+    ("bf16", Platform.xpu(), "platform cuda or rocm only"),
+    ("bf16", Platform.cpu(), "platform cuda or rocm only (cpu needs TRITON_INTERPRET=1)"),
+])
+def test_claims(scheme, platform, reason):
+    assert BACKEND.supports(scheme, _problem(), platform=platform) == reason
+
+
+def test_cpu_claimed_only_when_interpreting(monkeypatch):
+    real_cpu = Platform("cpu", simulated=False)
+    assert BACKEND.supports("bf16", _problem(), platform=real_cpu) is None
+    assert BACKEND.available() is None
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert BACKEND.supports("bf16", _problem(), platform=real_cpu) == (
+        "platform cuda or rocm only (cpu needs TRITON_INTERPRET=1)")
+    if not torch.cuda.is_available():
+        assert "TRITON_INTERPRET=1" in BACKEND.available()
+
+
+def test_mxfp8_shape_reason():
+    P = MoEProblem(M=1, K=48, N=64, E=2, topk=1)
+    assert BACKEND.claims(QuantConfig.of("mxfp8"), P, Platform.cuda((9, 0))) == (
+        "mxfp8 needs K % 32 == 0 and N % 32 == 0 (E8M0 scale per 32 columns)")
+
+
+def test_every_scheme_claimed_on_hopper():
+    from moecert.reference import SCHEME_NAMES
+
+    for scheme in SCHEME_NAMES:
+        for activation in ("silu", "gelu", "swigluoai", "swigluoai-split", "relu2"):
+            for fmt in ("standard", "batched"):
+                P = _problem(activation=activation, activation_format=fmt, bias=True)
+                assert BACKEND.supports(scheme, P, platform=Platform.cuda((9, 0))) is None

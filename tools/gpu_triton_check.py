@@ -1,0 +1,272 @@
+"""GPU check of the triton backend: (a) errors against the float64 reference computed on the
+GPU for every scheme at small and model layer sizes, (b) W4A16 gptq-int4 g128 bf16 timing
+against vLLM's Marlin MoE (the anchor in .vllm/, same run) and the memory floor.
+
+    mkdir -p /tmp/shim/moecert && for d in reference kernels conformance reports; do
+        ln -sfn $PWD/$d /tmp/shim/moecert/$d; done; export PYTHONPATH=/tmp/shim
+    python tools/gpu_triton_check.py            # writes $OUT/gpu_triton.txt too
+
+Not part of the package. Model-size correctness uses the layers' K and N with fewer experts
+(the float64 checkpoint synthesis runs on the CPU); timing uses all experts with random
+kernel-format bytes (timing does not depend on the values).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+import torch
+import triton
+from moecert.kernels.layer import PROCESSED, MoELayer
+from moecert.kernels.quant_config import QuantConfig
+from moecert.kernels.triton_moe import fused_moe
+from moecert.kernels.triton_moe.backend import TritonBackend
+from moecert.reference import MoEProblem, make_batched_inputs, make_inputs, moe, synthesize
+
+OUT = os.environ.get("OUT", ".")
+LOG = open(os.path.join(OUT, "gpu_triton.txt"), "w")
+BACKEND = TritonBackend()
+START = time.time()
+BUDGET_S = float(os.environ.get("CHECK_BUDGET_S", "420"))
+
+
+def log(*parts):
+    line = " ".join(str(p) for p in parts)
+    print(line, flush=True)
+    LOG.write(line + "\n")
+    LOG.flush()
+
+
+def build(scheme, attrs, P):
+    ckpt = synthesize(scheme, P, seed=1, **attrs).to("cuda")
+    layer = BACKEND.create_layer(ckpt, P)
+    BACKEND.process_weights_after_loading(layer)
+    return ckpt, layer
+
+
+def check(case_id, scheme, attrs, P, built=None):
+    t0 = time.time()
+    try:
+        ckpt, layer = built or build(scheme, attrs, P)
+        if P.activation_format == "batched":
+            x, counts = make_batched_inputs(P, seed=2)
+            x, counts = x.cuda(), counts.cuda()
+            out = BACKEND.apply(layer, x, None, None, expert_num_tokens=counts)
+            ref = moe(ckpt, x, None, None, P, expert_num_tokens=counts)
+        else:
+            x, w, ids = (t.cuda() for t in make_inputs(P, seed=2))
+            out = BACKEND.apply(layer, x, w, ids)
+            ref = moe(ckpt, x, w, ids, P)
+        torch.cuda.synchronize()
+        d = out.double() - ref
+        rel = (d.norm() / ref.norm()).item() if ref.norm() > 0 else d.norm().item()
+        bound = 2.0**-8 if P.dtype == "bf16" else 2.0**-11
+        flag = "ok" if rel <= bound else "FAIL"
+        log(f"{flag:4s} {case_id:42s} M={P.M:4d} K={P.K:5d} N={P.N:5d} E={P.E:3d} "
+            f"topk={P.topk} {P.dtype} maxabs={d.abs().max().item():.3e} rel={rel:.3e} "
+            f"(bound {bound:.2e}) [{time.time() - t0:.1f}s]")
+        del ckpt, layer, ref, out
+    except Exception as e:
+        log(f"ERR  {case_id}: {type(e).__name__}: {e}")
+        traceback.print_exc()
+    torch.cuda.empty_cache()
+
+
+SCHEMES = [
+    ("bf16", "bf16", {}, {}),
+    ("fp16", "fp16", {}, {"dtype": "fp16"}),
+    ("gptq4-g128", "gptq-int4", {"group_size": 128}, {}),
+    ("gptq4-g-1", "gptq-int4", {"group_size": -1}, {}),
+    ("gptq4-g32-asym-v1", "gptq-int4", {"group_size": 32, "sym": False}, {}),
+    ("gptq4-g64-asym-v2", "gptq-int4", {"group_size": 64, "sym": False,
+                                        "checkpoint_format": "gptq_v2"}, {}),
+    ("gptq4-g64-actorder", "gptq-int4", {"group_size": 64, "act_order": True}, {}),
+    ("gptq8-g128", "gptq-int8", {"group_size": 128}, {}),
+    ("gptq8-g64-asym-actorder-fp16", "gptq-int8", {"group_size": 64, "sym": False,
+                                                  "act_order": True}, {"dtype": "fp16"}),
+    ("awq4-g128-asym", "awq-int4", {"group_size": 128}, {}),
+    ("ct4-g32", "ct-int4", {"group_size": 32}, {}),
+    ("ct4-g-1-asym", "ct-int4", {"group_size": -1, "sym": False}, {}),
+    ("ct8-g32-asym", "ct-int8", {"group_size": 32, "sym": False}, {}),
+    ("int8w8a16-channel", "int8-w8a16", {"weight_strategy": "channel"}, {}),
+    ("int8w8a16-tensor-fp16", "int8-w8a16", {"weight_strategy": "tensor"}, {"dtype": "fp16"}),
+    ("fp8w8a16-tensor", "fp8-w8a16", {"weight_strategy": "tensor"}, {}),
+    ("fp8w8a16-channel", "fp8-w8a16", {"weight_strategy": "channel"}, {}),
+    ("fp8w8a16-block", "fp8-w8a16", {"weight_strategy": "block"}, {}),
+    ("int8w8a8-token", "int8-w8a8", {"activation": "dynamic-token"}, {}),
+    ("int8w8a8-static-tensor", "int8-w8a8", {"activation": "static-tensor",
+                                             "weight_strategy": "tensor"}, {}),
+    ("int8w8a8-dyn-tensor", "int8-w8a8", {"activation": "dynamic-tensor"}, {}),
+    ("w4a8-gptq-g128", "w4a8-int8", {"checkpoint_format": "gptq", "group_size": 128}, {}),
+    ("w4a8-awq-g64-asym", "w4a8-int8", {"checkpoint_format": "awq", "group_size": 64,
+                                        "sym": False}, {}),
+    ("w4a8-g32-fp16", "w4a8-int8", {"checkpoint_format": "gptq", "group_size": 32},
+     {"dtype": "fp16"}),
+    ("mxfp8-a16", "mxfp8", {"activation": "none"}, {}),
+    ("mxfp8-floor", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "floor"}, {}),
+    ("mxfp8-even", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "even"}, {}),
+    ("mxfp8-ceil", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "ceil"}, {}),
+    ("mxfp8-rceil-fp16", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "rceil"},
+     {"dtype": "fp16"}),
+]
+EMAP = tuple(i // 2 if i % 2 else -1 for i in range(16))  # 16 global experts, 8 local
+OPTIONS = [
+    ("gelu", {"activation": "gelu"}), ("swigluoai", {"activation": "swigluoai"}),
+    ("swigluoai-split", {"activation": "swigluoai-split"}), ("relu2", {"activation": "relu2"}),
+    ("bias", {"bias": True}), ("router-on-input", {"topk": 1,
+                                                   "apply_router_weight_on_input": True}),
+    ("expert-map", {"expert_map": EMAP}), ("batched", {"activation_format": "batched"}),
+]
+OPTION_SCHEMES = [
+    ("gptq4-g64-asym", "gptq-int4", {"group_size": 64, "sym": False}),
+    ("int8w8a8-dyn-tensor", "int8-w8a8", {"activation": "dynamic-tensor"}),
+    ("w4a8-awq", "w4a8-int8", {"checkpoint_format": "awq", "group_size": 64, "sym": False}),
+    ("mxfp8-floor", "mxfp8", {"activation": "mxfp8"}),
+    ("fp8-block", "fp8-w8a16", {"weight_strategy": "block"}),
+]
+# (name, E used for correctness, K, N, topk)
+MODEL_CORRECTNESS = [("qwen3-30b-a3b", 16, 2048, 768, 8), ("mixtral-8x7b", 2, 4096, 14336, 2),
+                     ("deepseek-v3", 8, 7168, 2048, 8)]
+MODEL_SCHEMES = [
+    ("gptq4-g128", "gptq-int4", {"group_size": 128}),
+    ("awq4-g128-asym", "awq-int4", {"group_size": 128}),
+    ("fp8w8a16-block", "fp8-w8a16", {"weight_strategy": "block"}),
+    ("int8w8a8-token", "int8-w8a8", {"activation": "dynamic-token"}),
+    ("w4a8-gptq-g128", "w4a8-int8", {"checkpoint_format": "gptq", "group_size": 128}),
+    ("mxfp8-floor", "mxfp8", {"activation": "mxfp8"}),
+    ("bf16", "bf16", {}),
+]
+TIMING_SHAPES = {"qwen3-30b-a3b": (128, 2048, 768, 8), "mixtral-8x7b": (8, 4096, 14336, 2),
+                 "deepseek-v3": (256, 7168, 2048, 8)}
+
+
+def correctness():
+    small = {"M": 33, "K": 256, "N": 256, "E": 8, "topk": 3}
+    for case_id, scheme, attrs, over in SCHEMES:
+        check(case_id, scheme, attrs, MoEProblem(**{**small, **over}))
+    for opt_id, over in OPTIONS:
+        for sid, scheme, attrs in OPTION_SCHEMES:
+            check(f"{sid}+{opt_id}", scheme, attrs, MoEProblem(**{**small, **over}))
+    for name, E, K, N, topk in MODEL_CORRECTNESS:
+        for sid, scheme, attrs in MODEL_SCHEMES:
+            if name != "qwen3-30b-a3b" and sid not in ("gptq4-g128", "fp8w8a16-block"):
+                continue
+            if time.time() - START > BUDGET_S:
+                log(f"SKIP {name} {sid}: check budget spent")
+                continue
+            try:
+                built = build(scheme, attrs, MoEProblem(M=1, K=K, N=N, E=E, topk=topk))
+            except Exception as e:
+                log(f"ERR  {name}:{sid} build: {type(e).__name__}: {e}")
+                continue
+            for M in (1, 64, 256):
+                # the layer's problem has M=1; apply takes any M, the reference is told M
+                check(f"{name}:{sid}", scheme, attrs,
+                      MoEProblem(M=M, K=K, N=N, E=E, topk=topk), built)
+            del built
+            torch.cuda.empty_cache()
+
+
+def random_w4a16_layer(E, K, N, topk, M):
+    """A processed gptq-int4 sym g128 bf16 layer in the kernel format, random bytes."""
+    P = MoEProblem(M=M, K=K, N=N, E=E, topk=topk)
+    q = QuantConfig.of("gptq-int4")
+    q = QuantConfig(**{**q.__dict__, "group_size": 128})
+    layer = MoELayer("triton", q, P, torch.device("cuda", 0))
+    for p, (n_out, n_in) in {"w13": (2 * N, K), "w2": (K, N)}.items():
+        layer.put(f"{p}_q", torch.randint(0, 256, (E, n_out, n_in // 2), dtype=torch.uint8,
+                                          device="cuda"))
+        layer.put(f"{p}_s", torch.rand(E, n_out, n_in // 128, device="cuda") * 0.01 + 1e-3)
+        layer.meta[f"{p}_group_cols"] = 128
+    layer.meta["bits"] = 4
+    setattr(layer, PROCESSED, True)
+    return layer, P
+
+
+def routing(E, topk, M, seed=0):
+    torch.manual_seed(seed)
+    x = torch.randn(M, 1, device="cuda")  # same draws order as the anchor is not needed
+    tw, ti = torch.softmax(torch.randn(M, E, device="cuda"), -1).topk(topk)
+    return (tw / tw.sum(-1, keepdim=True)).float(), ti.int(), x
+
+
+def timing():
+    sys.path.insert(0, ".vllm")
+    try:
+        import marlin_anchor
+        marlin_anchor.load()
+        bw = marlin_anchor.copy_bandwidth()
+        log(f"copy bandwidth {bw / 1e12:.2f} TB/s")
+    except Exception as e:
+        log(f"marlin anchor unavailable: {type(e).__name__}: {e}")
+        marlin_anchor, bw = None, 3.0e12
+    default_pick = fused_moe.pick_config
+    alternatives = {  # the backend's own choice, and one other tile shape for reference
+        "default": None,
+        "m16n128k64": {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4,
+                       "num_stages": 4},
+    }
+    log("shape            M  active  marlin_us  floor_us  |  config        triton_apply_us "
+        "triton_fwd_graph_us  ratio(apply/marlin) ratio(graph/marlin)  %floor(apply) "
+        "%floor(graph)")
+    for name, (E, K, N, topk) in TIMING_SHAPES.items():
+        layer, _ = random_w4a16_layer(E, K, N, topk, 1)
+        for M in (1, 16, 64, 256):
+            tw, ti, _ = routing(E, topk, M)
+            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            active = torch.unique(ti).numel()
+            floor = active * (3 * N * K / 2 + 3 * N * K / 128 * 2) / bw * 1e6
+            m_us = float("nan")
+            if marlin_anchor is not None:
+                try:
+                    m_us, _ = marlin_anchor.time_marlin(E, K, N, topk, M)
+                except Exception as e:
+                    log(f"marlin {name} M={M} failed: {e}")
+            out = torch.empty(M, K, device="cuda", dtype=torch.bfloat16)
+            for cname, cfg in alternatives.items():
+                fused_moe.pick_config = (default_pick if cfg is None
+                                         else (lambda *a, c=cfg: dict(c)))
+                try:
+                    BACKEND.apply(layer, x, tw, ti, out=out)
+                    torch.cuda.synchronize()
+                    def call(layer=layer, x=x, tw=tw, ti=ti, out=out):
+                        return BACKEND.apply(layer, x, tw, ti, out=out)
+
+                    ms = triton.testing.do_bench(call, warmup=25, rep=200,
+                                                 return_mode="median")
+                    g_ms = float("nan")
+                    try:
+                        stream = torch.cuda.Stream()
+                        with torch.cuda.stream(stream):
+                            BACKEND.forward(layer, x, tw, ti, out, None)
+                            graph = torch.cuda.CUDAGraph()
+                            with torch.cuda.graph(graph, stream=stream):
+                                BACKEND.forward(layer, x, tw, ti, out, None)
+                        torch.cuda.synchronize()
+                        g_ms = triton.testing.do_bench(graph.replay, warmup=25, rep=200,
+                                                       return_mode="median")
+                    except Exception as e:
+                        log(f"  graph capture failed: {type(e).__name__}: {e}")
+                    us, g_us = ms * 1e3, g_ms * 1e3
+                    log(f"{name:15s} {M:4d} {active:6d} {m_us:10.1f} {floor:9.1f}  |  "
+                        f"{cname:13s} {us:10.1f} {g_us:12.1f} {us / m_us:14.2f} "
+                        f"{g_us / m_us:14.2f} {100 * floor / us:12.1f} {100 * floor / g_us:12.1f}")
+                except Exception as e:
+                    log(f"{name} M={M} {cname} failed: {type(e).__name__}: {e}")
+            fused_moe.pick_config = default_pick
+        del layer
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    log(f"device {torch.cuda.get_device_name(0)}; torch {torch.__version__}; "
+        f"triton {triton.__version__}")
+    which = sys.argv[1:] or ["correctness", "timing"]
+    if "timing" in which:  # first: it must not be cut off by a slow correctness pass
+        timing()
+    if "correctness" in which:
+        correctness()
+    log(f"total {time.time() - START:.0f}s")
