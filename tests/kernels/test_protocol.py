@@ -21,11 +21,17 @@ CASES = {
 
 
 BACKENDS = ("torch", "xpu", "triton")
+# The GPU when there is one (triton runs there compiled), else the CPU (triton interpreted).
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _inputs(seed):
+    return tuple(t.to(DEVICE) for t in make_inputs(PROBLEM, seed=seed))
 
 
 def _checkpoint(name, seed=0, problem=PROBLEM):
     scheme, attrs = CASES[name]
-    return synthesize(scheme, problem, seed=seed, **attrs)
+    return synthesize(scheme, problem, seed=seed, **attrs).to(DEVICE)
 
 
 def _layer(backend, ckpt, problem=PROBLEM):
@@ -54,7 +60,7 @@ def backend(request):
 def test_second_process_call_is_a_no_op(backend):
     ckpt = _checkpoint(backend.name)
     layer = _layer(backend, ckpt)
-    x, w, ids = make_inputs(PROBLEM, seed=1)
+    x, w, ids = _inputs(1)
     before, y1 = _state(layer), backend.apply(layer, x, w, ids)
     backend.process_weights_after_loading(layer)
     assert getattr(layer, PROCESSED) is True
@@ -70,7 +76,7 @@ def test_reload_into_a_processed_layer_equals_a_fresh_load(backend):
     backend.process_weights_after_loading(layer)
     fresh = _layer(backend, second)
     _assert_same_state(_state(fresh), _state(layer))
-    x, w, ids = make_inputs(PROBLEM, seed=2)
+    x, w, ids = _inputs(2)
     assert torch.equal(backend.apply(fresh, x, w, ids), backend.apply(layer, x, w, ids))
 
 
@@ -78,7 +84,7 @@ def test_layer_does_not_alias_the_checkpoint(backend):
     ckpt = _checkpoint(backend.name)
     saved = {n: t.clone() for n, t in ckpt.tensors.items()}
     layer = _layer(backend, ckpt)
-    x, w, ids = make_inputs(PROBLEM, seed=3)
+    x, w, ids = _inputs(3)
     y = backend.apply(layer, x, w, ids)
     for n, t in ckpt.tensors.items():
         assert torch.equal(t, saved[n]), f"{n} changed by loading or processing"
@@ -93,7 +99,7 @@ def test_layer_does_not_alias_the_checkpoint(backend):
 def ready(backend, monkeypatch):
     """A processed layer and good inputs; forward fails the test if bad input reaches it."""
     layer = _layer(backend, _checkpoint(backend.name))
-    x, w, ids = make_inputs(PROBLEM, seed=4)
+    x, w, ids = _inputs(4)
 
     def no_launch(*args, **kwargs):
         raise AssertionError("bad input reached the kernel")
@@ -114,7 +120,8 @@ BAD_APPLY = {
     "weights dtype": (lambda x, w, ids: (x, w.half(), ids), {}, "topk_weights: expected dtype"),
     "weights missing": (lambda x, w, ids: (x, None, ids), {}, "topk_weights: expected a float32"),
     "out dtype": (lambda x, w, ids: (x, w, ids),
-                  {"out": torch.empty(PROBLEM.M, PROBLEM.K)}, "out: expected torch.bfloat16"),
+                  {"out": torch.empty(PROBLEM.M, PROBLEM.K, device=DEVICE)},
+                  "out: expected torch.bfloat16"),
     "unknown option": (lambda x, w, ids: (x, w, ids), {"activation": "gelu"},
                        "apply options: expected expert_num_tokens only, found activation"),
 }
@@ -130,7 +137,7 @@ def test_bad_apply_input_raises_before_the_kernel(ready, case):
 
 def test_apply_before_processing(backend):
     layer = backend.create_layer(_checkpoint(backend.name), PROBLEM)
-    x, w, ids = make_inputs(PROBLEM, seed=5)
+    x, w, ids = _inputs(5)
     with pytest.raises(BackendError, match="process_weights_after_loading before apply"):
         backend.apply(layer, x, w, ids)
 
@@ -138,7 +145,7 @@ def test_apply_before_processing(backend):
 def test_layer_of_another_backend(backend):
     other = get_backend("torch" if backend.name != "torch" else "xpu")
     layer = _layer(other, _checkpoint(other.name))
-    x, w, ids = make_inputs(PROBLEM, seed=5)
+    x, w, ids = _inputs(5)
     with pytest.raises(BackendError, match=f"layer: expected a layer of backend '{backend.name}'"):
         backend.apply(layer, x, w, ids)
 
@@ -193,8 +200,8 @@ def test_forcing_an_unclaimed_combination():
 def test_batched_layer_needs_expert_num_tokens():
     torch_backend = get_backend("torch")
     problem = MoEProblem(M=6, K=128, N=64, E=4, topk=1, activation_format="batched")
-    layer = _layer(torch_backend, synthesize("bf16", problem, seed=0), problem)
-    x, counts = make_batched_inputs(problem, seed=1)
+    layer = _layer(torch_backend, synthesize("bf16", problem, seed=0).to(DEVICE), problem)
+    x, counts = (t.to(DEVICE) for t in make_batched_inputs(problem, seed=1))
     with pytest.raises(BackendError, match="expert_num_tokens: expected an int32 tensor"):
         torch_backend.apply(layer, x, None, None)
     with pytest.raises(BackendError, match=r"expert_num_tokens: expected values in \[0, 6\]"):
