@@ -160,7 +160,8 @@ def _check_int(name, t, shape, device, lo, hi) -> None:
     if t.device != device:
         raise BackendError(name, f"device {device}", str(t.device))
     if t.numel():
-        tmin, tmax = int(t.min()), int(t.max())  # one sync: bad ids must never reach a kernel
+        # one reduction, one sync: bad ids must never reach a kernel
+        tmin, tmax = torch.stack(torch.aminmax(t)).tolist()
         if tmin < lo or tmax > hi:
             raise BackendError(name, f"values in [{lo}, {hi}]", f"values in [{tmin}, {tmax}]")
 

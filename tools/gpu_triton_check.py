@@ -78,6 +78,7 @@ def check(case_id, scheme, attrs, P, built=None):
 SCHEMES = [
     ("bf16", "bf16", {}, {}),
     ("fp16", "fp16", {}, {"dtype": "fp16"}),
+    ("fp16-weights-bf16-act", "fp16", {}, {}),  # tf32 dot: fp16 weights stay exact
     ("gptq4-g128", "gptq-int4", {"group_size": 128}, {}),
     ("gptq4-g-1", "gptq-int4", {"group_size": -1}, {}),
     ("gptq4-g32-asym-v1", "gptq-int4", {"group_size": 32, "sym": False}, {}),
@@ -143,19 +144,33 @@ TIMING_SHAPES = {"qwen3-30b-a3b": (128, 2048, 768, 8), "mixtral-8x7b": (8, 4096,
                  "deepseek-v3": (256, 7168, 2048, 8)}
 
 
-def correctness():
+def over_budget(what):
+    if time.time() - START > BUDGET_S:
+        log(f"SKIP {what}: check budget spent")
+        return True
+    return False
+
+
+def correctness_schemes():
     small = {"M": 33, "K": 256, "N": 256, "E": 8, "topk": 3}
     for case_id, scheme, attrs, over in SCHEMES:
         check(case_id, scheme, attrs, MoEProblem(**{**small, **over}))
+
+
+def correctness_options():
+    small = {"M": 33, "K": 256, "N": 256, "E": 8, "topk": 3}
     for opt_id, over in OPTIONS:
         for sid, scheme, attrs in OPTION_SCHEMES:
-            check(f"{sid}+{opt_id}", scheme, attrs, MoEProblem(**{**small, **over}))
+            if not over_budget(f"{sid}+{opt_id}"):
+                check(f"{sid}+{opt_id}", scheme, attrs, MoEProblem(**{**small, **over}))
+
+
+def correctness_models():
     for name, E, K, N, topk in MODEL_CORRECTNESS:
         for sid, scheme, attrs in MODEL_SCHEMES:
             if name != "qwen3-30b-a3b" and sid not in ("gptq4-g128", "fp8w8a16-block"):
                 continue
-            if time.time() - START > BUDGET_S:
-                log(f"SKIP {name} {sid}: check budget spent")
+            if over_budget(f"{name} {sid}"):
                 continue
             try:
                 built = build(scheme, attrs, MoEProblem(M=1, K=K, N=N, E=E, topk=topk))
@@ -193,25 +208,35 @@ def routing(E, topk, M, seed=0):
     return (tw / tw.sum(-1, keepdim=True)).float(), ti.int(), x
 
 
-def timing():
+def load_marlin():
     sys.path.insert(0, ".vllm")
     try:
         import marlin_anchor
         marlin_anchor.load()
         bw = marlin_anchor.copy_bandwidth()
         log(f"copy bandwidth {bw / 1e12:.2f} TB/s")
+        return marlin_anchor, bw
     except Exception as e:
         log(f"marlin anchor unavailable: {type(e).__name__}: {e}")
-        marlin_anchor, bw = None, 3.0e12
-    default_pick = fused_moe.pick_config
-    alternatives = {  # the backend's own choice, and one other tile shape for reference
-        "default": None,
-        "m16n128k64": {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4,
-                       "num_stages": 4},
-    }
-    log("shape            M  active  marlin_us  floor_us  |  config        triton_apply_us "
-        "triton_fwd_graph_us  ratio(apply/marlin) ratio(graph/marlin)  %floor(apply) "
-        "%floor(graph)")
+        return None, 3.0e12
+
+
+def graph_us(layer, x, tw, ti, out):
+    """Median us of the backend's forward replayed under a CUDA graph (no host work)."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        BACKEND.forward(layer, x, tw, ti, out, None)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            BACKEND.forward(layer, x, tw, ti, out, None)
+    torch.cuda.synchronize()
+    return 1e3 * triton.testing.do_bench(graph.replay, warmup=25, rep=100,
+                                         return_mode="median")
+
+
+def timing(marlin_anchor, bw):
+    log("shape            M  active  marlin_us  floor_us | apply_us  graph_us  apply/marlin "
+        "graph/marlin  %floor(apply) %floor(graph)  config")
     for name, (E, K, N, topk) in TIMING_SHAPES.items():
         layer, _ = random_w4a16_layer(E, K, N, topk, 1)
         for M in (1, 16, 64, 256):
@@ -226,37 +251,101 @@ def timing():
                 except Exception as e:
                     log(f"marlin {name} M={M} failed: {e}")
             out = torch.empty(M, K, device="cuda", dtype=torch.bfloat16)
-            for cname, cfg in alternatives.items():
-                fused_moe.pick_config = (default_pick if cfg is None
-                                         else (lambda *a, c=cfg: dict(c)))
-                try:
-                    BACKEND.apply(layer, x, tw, ti, out=out)
-                    torch.cuda.synchronize()
-                    def call(layer=layer, x=x, tw=tw, ti=ti, out=out):
-                        return BACKEND.apply(layer, x, tw, ti, out=out)
+            cfg = fused_moe.pick_config(M * topk, E, 2 * N, K)
+            try:
+                BACKEND.apply(layer, x, tw, ti, out=out)
+                torch.cuda.synchronize()
 
-                    ms = triton.testing.do_bench(call, warmup=25, rep=200,
-                                                 return_mode="median")
-                    g_ms = float("nan")
-                    try:
-                        stream = torch.cuda.Stream()
-                        with torch.cuda.stream(stream):
-                            BACKEND.forward(layer, x, tw, ti, out, None)
-                            graph = torch.cuda.CUDAGraph()
-                            with torch.cuda.graph(graph, stream=stream):
-                                BACKEND.forward(layer, x, tw, ti, out, None)
-                        torch.cuda.synchronize()
-                        g_ms = triton.testing.do_bench(graph.replay, warmup=25, rep=200,
-                                                       return_mode="median")
-                    except Exception as e:
-                        log(f"  graph capture failed: {type(e).__name__}: {e}")
-                    us, g_us = ms * 1e3, g_ms * 1e3
-                    log(f"{name:15s} {M:4d} {active:6d} {m_us:10.1f} {floor:9.1f}  |  "
-                        f"{cname:13s} {us:10.1f} {g_us:12.1f} {us / m_us:14.2f} "
-                        f"{g_us / m_us:14.2f} {100 * floor / us:12.1f} {100 * floor / g_us:12.1f}")
+                def call(layer=layer, x=x, tw=tw, ti=ti, out=out):
+                    return BACKEND.apply(layer, x, tw, ti, out=out)
+
+                us = 1e3 * triton.testing.do_bench(call, warmup=25, rep=100,
+                                                   return_mode="median")
+                g_us = graph_us(layer, x, tw, ti, out)
+                log(f"{name:15s} {M:4d} {active:6d} {m_us:10.1f} {floor:9.1f} | {us:8.1f} "
+                    f"{g_us:9.1f} {us / m_us:12.2f} {g_us / m_us:12.2f} {100 * floor / us:13.1f} "
+                    f"{100 * floor / g_us:13.1f}  m{cfg['BLOCK_M']}n{cfg['BLOCK_N']}"
+                    f"k{cfg['BLOCK_K']}w{cfg['num_warps']}s{cfg['num_stages']}")
+            except Exception as e:
+                log(f"{name} M={M} failed: {type(e).__name__}: {e}")
+                traceback.print_exc()
+        del layer
+        torch.cuda.empty_cache()
+
+
+def host_breakdown():
+    """Host time per call of apply's pieces (Qwen3 M=1: the GPU work is small, so a loop
+    without synchronization measures the host)."""
+    from moecert.kernels import base
+    from moecert.kernels.triton_moe import align, backend, quant
+
+    E, K, N, topk = TIMING_SHAPES["qwen3-30b-a3b"]
+    layer, _ = random_w4a16_layer(E, K, N, topk, 1)
+    tw, ti, _ = routing(E, topk, 1)
+    x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(1, K, device="cuda", dtype=torch.bfloat16)
+    plan = backend._plan(layer)
+    cfg = fused_moe.pick_config(topk, E, 2 * N, K)
+    sid, be, npad = align.align_assignments(ti.reshape(-1), E, cfg["BLOCK_M"], n=topk)
+    h = torch.empty(topk, 2 * N, device="cuda", dtype=torch.bfloat16)
+    pieces = {
+        "apply": lambda: BACKEND.apply(layer, x, tw, ti, out=out),
+        "forward": lambda: BACKEND.forward(layer, x, tw, ti, out, None),
+        "check_int(topk_ids)": lambda: base._check_int("topk_ids", ti, tuple(ti.shape),
+                                                       ti.device, 0, E - 1),
+        "align": lambda: align.align_assignments(ti.reshape(-1), E, cfg["BLOCK_M"], n=topk),
+        "moe_gemm(w13)": lambda: fused_moe.moe_gemm(x, None, None, plan["w13"], h, sid, be,
+                                                    npad, None, a_row_div=topk,
+                                                    act=fused_moe.A16, config=cfg),
+        "activation": lambda: quant.activation(h, "silu", N),
+        "torch.empty": lambda: torch.empty(topk, K, device="cuda"),
+    }
+    for what, fn in pieces.items():
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(200):
+            fn()
+        host = (time.perf_counter() - t0) / 200 * 1e6
+        torch.cuda.synchronize()
+        total = (time.perf_counter() - t0) / 200 * 1e6
+        log(f"host {what:22s} {host:8.1f} us/call (incl. GPU drain {total:8.1f})")
+    torch.cuda.empty_cache()
+
+
+SWEEP = {  # name: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
+    "m16n64k128w4s4": (16, 64, 128, 4, 4), "m16n128k64w4s4": (16, 128, 64, 4, 4),
+    "m32n64k128w4s4": (32, 64, 128, 4, 4), "m32n128k64w4s3": (32, 128, 64, 4, 3),
+    "m64n64k64w4s3": (64, 64, 64, 4, 3), "m64n128k64w4s3": (64, 128, 64, 4, 3),
+    "m64n128k64w8s3": (64, 128, 64, 8, 3), "m128n128k64w8s3": (128, 128, 64, 8, 3),
+    "m64n256k64w8s3": (64, 256, 64, 8, 3),
+}
+
+
+def sweep():
+    """Graph time of the forward per tile (both GEMMs on one tile), M = 16, 64, 256."""
+    default_pick = fused_moe.pick_config
+    for name, (E, K, N, topk) in TIMING_SHAPES.items():
+        layer, _ = random_w4a16_layer(E, K, N, topk, 1)
+        for M in (16, 64, 256):
+            if over_budget(f"sweep {name} M={M}"):
+                continue
+            tw, ti, _ = routing(E, topk, M)
+            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            out = torch.empty(M, K, device="cuda", dtype=torch.bfloat16)
+            row = []
+            for cname, (bm, bn, bk, w, st) in SWEEP.items():
+                cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w,
+                       "num_stages": st}
+                fused_moe.pick_config = lambda *a, c=cfg: dict(c)
+                try:
+                    row.append(f"{cname}={graph_us(layer, x, tw, ti, out):.0f}")
                 except Exception as e:
-                    log(f"{name} M={M} {cname} failed: {type(e).__name__}: {e}")
-            fused_moe.pick_config = default_pick
+                    row.append(f"{cname}=ERR({type(e).__name__})")
+                finally:
+                    fused_moe.pick_config = default_pick
+            log(f"sweep {name} M={M}: " + " ".join(row))
         del layer
         torch.cuda.empty_cache()
 
@@ -264,9 +353,17 @@ def timing():
 if __name__ == "__main__":
     log(f"device {torch.cuda.get_device_name(0)}; torch {torch.__version__}; "
         f"triton {triton.__version__}")
-    which = sys.argv[1:] or ["correctness", "timing"]
-    if "timing" in which:  # first: it must not be cut off by a slow correctness pass
-        timing()
-    if "correctness" in which:
-        correctness()
+    which = sys.argv[1:] or ["schemes", "timing", "host", "sweep", "options", "models"]
+    if "schemes" in which:
+        correctness_schemes()
+    if "timing" in which:
+        timing(*load_marlin())
+    if "host" in which:
+        host_breakdown()
+    if "sweep" in which:
+        sweep()
+    if "options" in which:
+        correctness_options()
+    if "models" in which:
+        correctness_models()
     log(f"total {time.time() - START:.0f}s")

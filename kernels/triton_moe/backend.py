@@ -67,6 +67,7 @@ class TritonBackend(BaseBackend):
                 layer.put(f"{p}_s", s / factor)  # exact: a power of two
                 layer.put(gscale, torch.tensor([factor], dtype=torch.float32,
                                                 device=layer.device))
+        layer.meta["triton_plan"] = _build_plan(layer)
 
     def canonical_weights(self, layer: MoELayer) -> dict[str, ExportedLinear]:
         from ..convert import export_canonical
@@ -81,18 +82,16 @@ class TritonBackend(BaseBackend):
 
     def forward(self, layer: MoELayer, x, topk_weights, topk_ids, out, expert_num_tokens
                 ) -> None:
-        from . import fused_moe, quant
+        from . import align, fused_moe, quant
 
+        plan = _plan(layer)
         P = layer.problem
         E, K = P.E, P.K
         if P.activation_format == "batched":
             T = x.shape[1]
             a_in = x.reshape(E * T, K)
-            t = torch.arange(T, device=x.device)
-            expert = torch.arange(E, device=x.device).unsqueeze(1)
-            local = torch.where(t < expert_num_tokens.to(x.device).unsqueeze(1), expert, -1)
-            local = local.flatten()
-            input_rows_valid, row_div, router, rows_out = local >= 0, 1, None, E * T
+            n, row_div, router, rows_out = E * T, 1, None, E * T
+            source, mode = expert_num_tokens, align.BATCHED
         else:
             M = x.shape[0]
             a_in = x
@@ -100,37 +99,74 @@ class TritonBackend(BaseBackend):
             if P.apply_router_weight_on_input:  # topk == 1; one rounding of the exact product
                 a_in = (x.double() * topk_weights.double()).to(x.dtype)
                 router = None
-            local = topk_ids.to(torch.int64)
-            if P.expert_map is not None:
-                emap = torch.tensor(P.expert_map, dtype=torch.int64, device=x.device)
-                local = emap[local]
-            local = local.flatten()
-            input_rows_valid, row_div, rows_out = None, P.topk, M
-        n = local.numel()
-        kept = local >= 0
-        may_drop = P.activation_format == "batched" or P.expert_map is not None
+            n, row_div, rows_out, T = topk_ids.numel(), P.topk, M, 1
+            source = topk_ids.reshape(-1)
+            mode = align.IDS if plan["expert_map"] is None else align.MAPPED
+        may_drop = mode != align.IDS
 
-        config = fused_moe.pick_config(n, E, P.w13_rows, K)
-        from .align import align_assignments
-
-        sorted_ids, block_expert, num_padded = align_assignments(local, E, config["BLOCK_M"])
-        a1, a1_scale, g1, act1 = _quantize(layer, quant, fused_moe, a_in, "w13",
+        config1 = fused_moe.pick_config(n, E, P.w13_rows, K)
+        config2 = fused_moe.pick_config(n, E, K, P.N)
+        block_m = config1["BLOCK_M"]
+        assert config2["BLOCK_M"] == block_m, "both GEMMs share the row alignment"
+        sorted_ids, block_expert, num_padded = align.align_assignments(
+            source, E, block_m, n=n, mode=mode, expert_map=plan["expert_map"],
+            tokens_per_expert=T)
+        # dynamic-tensor scales span the kept rows only: the mask is needed just then
+        kept = None
+        if may_drop and layer.quant.activation == ACT_DYNAMIC_TENSOR:
+            kept = _kept(plan, P, source, mode, T)
+        input_rows_valid = kept if mode == align.BATCHED else None
+        a1, a1_scale, g1, act1 = _quantize(layer, plan, quant, fused_moe, a_in, "w13",
                                            input_rows_valid)
         # dropped rows are never written by GEMM1: zeros keep the activation finite there
         h = (torch.zeros if may_drop else torch.empty)(n, P.w13_rows, dtype=x.dtype,
                                                        device=x.device)
-        fused_moe.moe_gemm(a1, a1_scale, g1, _weights(layer, "w13", fused_moe), h, sorted_ids,
-                           block_expert, num_padded, None, a_row_div=row_div, act=act1,
-                           config=config)
+        fused_moe.moe_gemm(a1, a1_scale, g1, plan["w13"], h, sorted_ids, block_expert,
+                           num_padded, None, a_row_div=row_div, act=act1, config=config1)
         inter = quant.activation(h, P.activation, P.N)
-        a2, a2_scale, g2, act2 = _quantize(layer, quant, fused_moe, inter, "w2", kept)
+        a2, a2_scale, g2, act2 = _quantize(layer, plan, quant, fused_moe, inter, "w2", kept)
         y = (torch.zeros if may_drop else torch.empty)(n, K, dtype=torch.float32,
                                                        device=x.device)
-        fused_moe.moe_gemm(a2, a2_scale, g2, _weights(layer, "w2", fused_moe), y, sorted_ids,
-                           block_expert, num_padded, router, a_row_div=1, act=act2,
-                           config=config)
+        fused_moe.moe_gemm(a2, a2_scale, g2, plan["w2"], y, sorted_ids, block_expert,
+                           num_padded, router, a_row_div=1, act=act2, config=config2)
         # the routed sum in fp32, cast once
-        out.copy_(y.view(rows_out, -1, K).sum(1).view(out.shape))
+        if n == rows_out:
+            out.copy_(y.view(out.shape))
+        else:
+            out.copy_(y.view(rows_out, -1, K).sum(1).view(out.shape))
+
+
+def _plan(layer: MoELayer) -> dict:
+    """Everything forward needs from the layer that does not change between calls (weight
+    descriptions, the expert map on the device), built once: at the end of convert, or on
+    first use for a layer put into the kernel format some other way. A reload clears meta."""
+    plan = layer.meta.get("triton_plan")
+    if plan is None:
+        plan = layer.meta["triton_plan"] = _build_plan(layer)
+    return plan
+
+
+def _build_plan(layer: MoELayer) -> dict:
+    from . import fused_moe
+
+    P = layer.problem
+    emap = None
+    if P.expert_map is not None:
+        emap = torch.tensor(P.expert_map, dtype=torch.int32, device=layer.device)
+    names = ("a1_gscale", "a2_gscale", "a13_scale", "a2_scale")
+    return {"w13": _weights(layer, "w13", fused_moe), "w2": _weights(layer, "w2", fused_moe),
+            "expert_map": emap,
+            **{name: layer.get(name) if layer.has(name) else None for name in names}}
+
+
+def _kept(plan, P, source, mode, T) -> torch.Tensor:
+    """bool [n]: assignments that reach an expert of this rank (batched: rows t < count)."""
+    from . import align
+
+    if mode == align.BATCHED:
+        t = torch.arange(T, device=source.device)
+        return (t < source.unsqueeze(1)).flatten()
+    return plan["expert_map"][source.long()] >= 0
 
 
 def _platform_reason(quant: QuantConfig, platform: Platform) -> str | None:
@@ -157,7 +193,7 @@ def _platform_reason(quant: QuantConfig, platform: Platform) -> str | None:
     return None
 
 
-def _quantize(layer: MoELayer, quant, fused_moe, t: torch.Tensor, which: str,
+def _quantize(layer: MoELayer, plan: dict, quant, fused_moe, t: torch.Tensor, which: str,
               valid_rows: torch.Tensor | None):
     """q1 / q2: (GEMM input, its scales, global factor or None, fused_moe activation kind)."""
     mode = layer.quant.activation
@@ -166,12 +202,11 @@ def _quantize(layer: MoELayer, quant, fused_moe, t: torch.Tensor, which: str,
     if mode == ACT_MXFP8:
         values, scales = quant.quantize_mxfp8(t, layer.quant.mx_scale_rule)
         return values, scales, None, fused_moe.A_MX
-    gscale_name = "a1_gscale" if which == "w13" else "a2_gscale"
-    gscale = layer.get(gscale_name) if layer.has(gscale_name) else None
+    gscale = plan["a1_gscale" if which == "w13" else "a2_gscale"]
     if mode == ACT_DYNAMIC_TOKEN:
         codes, scales = quant.quantize_int8(t, "token")
     elif mode == ACT_STATIC_TENSOR:
-        static = layer.get("a13_scale" if which == "w13" else "a2_scale")
+        static = plan["a13_scale" if which == "w13" else "a2_scale"]
         codes, scales = quant.quantize_int8(t, "static", given=static)
     elif mode == ACT_DYNAMIC_TENSOR:
         codes, scales = quant.quantize_int8(t, "tensor", valid_rows=valid_rows)
@@ -184,24 +219,20 @@ def _weights(layer: MoELayer, p: str, fused_moe) -> dict:
     """The kernel's description of linear `p` in the layer's kernel format."""
     q = layer.quant
     family = q.info.family
-    d = {"compute": layer.problem.torch_dtype}
+    compute = layer.problem.torch_dtype
+    opt = {name: layer.get(f"{p}_{name}") for name in ("zp", "g_idx", "bias")
+           if layer.has(f"{p}_{name}")}
     if q.is_int_family:
         bits = layer.meta["bits"]
-        d.update(kind=fused_moe.W_INT4 if bits == 4 else fused_moe.W_UINT8,
-                 q=layer.get(f"{p}_q"), s=layer.get(f"{p}_s"), scale_rows=1,
-                 scale_cols=layer.meta[f"{p}_group_cols"], sym_zero=1 << (bits - 1))
-        if layer.has(f"{p}_zp"):
-            d["zp"] = layer.get(f"{p}_zp")
-        if layer.has(f"{p}_g_idx"):
-            d["g_idx"] = layer.get(f"{p}_g_idx")
-    elif family == "dense":
-        d.update(kind=fused_moe.W16, q=layer.get(f"{p}_w"))
-    else:
-        kind = {"int8": fused_moe.W_INT8, "fp8": fused_moe.W_FP8,
-                "mxfp8": fused_moe.W_MXFP8}[family]
-        rows, cols = layer.meta[f"{p}_block"]
-        d.update(kind=kind, q=layer.get(f"{p}_w"), s=layer.get(f"{p}_s"), scale_rows=rows,
-                 scale_cols=cols)
-    if layer.has(f"{p}_bias"):
-        d["bias"] = layer.get(f"{p}_bias")
-    return d
+        return fused_moe.describe_weights(
+            fused_moe.W_INT4 if bits == 4 else fused_moe.W_UINT8, layer.get(f"{p}_q"),
+            compute, s=layer.get(f"{p}_s"), scale_cols=layer.meta[f"{p}_group_cols"],
+            sym_zero=1 << (bits - 1), **opt)
+    if family == "dense":
+        return fused_moe.describe_weights(fused_moe.W16, layer.get(f"{p}_w"), compute, **opt)
+    kind = {"int8": fused_moe.W_INT8, "fp8": fused_moe.W_FP8,
+            "mxfp8": fused_moe.W_MXFP8}[family]
+    rows, cols = layer.meta[f"{p}_block"]
+    return fused_moe.describe_weights(kind, layer.get(f"{p}_w"), compute,
+                                      s=layer.get(f"{p}_s"), scale_rows=rows,
+                                      scale_cols=cols, **opt)

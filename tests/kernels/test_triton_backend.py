@@ -28,11 +28,13 @@ import torch
 _before = os.environ.get("TRITON_INTERPRET")
 os.environ["TRITON_INTERPRET"] = "1"
 try:
-    from moecert.kernels.triton_moe import fused_moe, quant
+    from moecert.kernels.triton_moe import align, fused_moe, quant
 
     if not fused_moe.INTERPRET:  # defined compiled by an earlier import in this process
         quant = importlib.reload(quant)
         fused_moe = importlib.reload(fused_moe)
+    if type(align.align_kernel).__name__ != "InterpretedFunction":
+        align = importlib.reload(align)
 finally:
     if _before is None:
         os.environ.pop("TRITON_INTERPRET", None)
@@ -70,6 +72,7 @@ def _problem(**kw) -> MoEProblem:
 SCHEME_CASES = [
     ("bf16", "bf16", {}, {}),
     ("fp16", "fp16", {}, {"dtype": "fp16"}),
+    ("fp16-weights-bf16-act", "fp16", {}, {}),
     ("gptq4-g128", "gptq-int4", {"group_size": 128}, {"N": 128}),
     ("gptq4-g-1", "gptq-int4", {"group_size": -1}, {}),
     ("gptq4-g32-asym-v1", "gptq-int4", {"group_size": 32, "sym": False}, {}),
@@ -188,6 +191,77 @@ def test_all_experts_remote_gives_zero():
     ids = torch.tensor([[0, 1]] * P.M, dtype=torch.int32)
     out = BACKEND.apply(layer, x, torch.full((P.M, 2), 0.5), ids)
     assert (out == 0).all()
+
+
+@pytest.mark.parametrize(("scheme", "dtype", "attrs", "want"), [
+    ("fp16", "bf16", {}, "tf32"),
+    ("bf16", "fp16", {}, "tf32"),
+    ("fp16", "fp16", {}, "native"),
+    ("bf16", "bf16", {}, "native"),
+    ("gptq-int4", "bf16", {"group_size": 64}, "native"),
+    ("gptq-int4", "bf16", {"group_size": 64, "act_order": True}, "ieee"),
+    ("fp8-w8a16", "fp16", {}, "native"),
+])
+def test_dot_precision_keeps_products_exact(scheme, dtype, attrs, want):
+    """16-bit weights of the other 16-bit dtype must not be cast to the compute dtype (fp16
+    weights rounded to bf16 lose 3 bits). The interpreter's dots are fp32, so the numeric
+    effect shows on a GPU only (tools/gpu_triton_check.py, case fp16-weights-bf16-act);
+    here the kernel's choice for the layer's weights, as a GPU would make it, is checked."""
+    _, layer = _layer(scheme, attrs, _problem(dtype=dtype))
+    modes = {fused_moe.DOT_NATIVE: "native", fused_moe.DOT_TF32: "tf32",
+             fused_moe.DOT_IEEE: "ieee"}
+    for p in ("w13", "w2"):
+        d = layer.meta["triton_plan"][p]
+        assert d["dot"] == fused_moe.DOT_IEEE  # interpreting
+        got = fused_moe.dot_mode(d["kind"], d["q"].dtype, d["compute"],
+                                 d["constexprs"]["HAS_G_IDX"], interpret=False)
+        assert modes[got] == want, p
+
+
+def _align_expected(local: list[int], E: int, block_m: int):
+    """Rows expert by expert in assignment order, each segment padded with the sentinel n."""
+    n, rows, owners = len(local), [], []
+    for e in range(E):
+        ids = [i for i in range(n) if local[i] == e]
+        padded = -(-len(ids) // block_m) * block_m
+        rows += ids + [n] * (padded - len(ids))
+        owners += [e] * (padded // block_m)
+    return rows, owners
+
+
+@pytest.mark.parametrize("mode", ["ids", "mapped", "batched"])
+def test_align_assignments(mode):
+    g = torch.Generator().manual_seed(3)
+    for trial in range(4):
+        E = int(torch.randint(1, 12, (1,), generator=g))
+        block_m = (16, 32)[trial % 2]
+        if mode == "ids":
+            n = int(torch.randint(1, 90, (1,), generator=g))
+            ids = torch.randint(0, E, (n,), generator=g, dtype=torch.int32)
+            local = ids.tolist()
+            got = align.align_assignments(ids, E, block_m, n=n)
+        elif mode == "mapped":
+            n = int(torch.randint(1, 90, (1,), generator=g))
+            G = E + 3
+            emap = torch.full((G,), -1, dtype=torch.int32)
+            emap[torch.randperm(G, generator=g)[:E]] = torch.arange(E, dtype=torch.int32)
+            ids = torch.randint(0, G, (n,), generator=g)  # int64 ids
+            local = emap[ids].tolist()
+            got = align.align_assignments(ids, E, block_m, n=n, mode=align.MAPPED,
+                                          expert_map=emap)
+        else:
+            T = int(torch.randint(1, 9, (1,), generator=g))
+            counts = torch.randint(0, T + 1, (E,), generator=g)
+            n = E * T
+            local = [e if t < counts[e] else -1 for e in range(E) for t in range(T)]
+            got = align.align_assignments(counts, E, block_m, n=n, mode=align.BATCHED,
+                                          tokens_per_expert=T)
+        sorted_ids, block_expert, num_padded = got
+        rows, owners = _align_expected(local, E, block_m)
+        assert num_padded.tolist() == [len(rows)]
+        assert sorted_ids[:len(rows)].tolist() == rows
+        assert block_expert[:len(owners)].tolist() == owners
+        assert sorted_ids.numel() == align.max_padded_rows(n, E, block_m)
 
 
 # --- conversion: read back out of the kernel format, bit for bit -----------------------------
