@@ -158,7 +158,7 @@ def _edit(ckpt, fn):
 
 BAD_CHECKPOINT = {
     "missing tensor": (lambda t: t.pop("w2_bias"), "w2_bias: expected a tensor"),
-    "unexpected tensor": (lambda t: t.update(w13_extra=torch.zeros(1)),
+    "unexpected tensor": (lambda t: t.update(w13_extra=torch.zeros(1, device=DEVICE)),
                           "checkpoint.tensors: expected only .* found unexpected w13_extra"),
     "bias dtype": (lambda t: t.update(w13_bias=t["w13_bias"].to(torch.int32)),
                    "w13_bias: expected dtype"),
