@@ -18,31 +18,17 @@ rounding error over a binade). Measured: 0.35-0.45 u for every scheme and option
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 
 import pytest
 import torch
+from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
-_before = os.environ.get("TRITON_INTERPRET")
-os.environ["TRITON_INTERPRET"] = "1"
-try:
-    from moecert.kernels.triton_moe import align, fused_moe, quant
-
-    if not fused_moe.INTERPRET:  # defined compiled by an earlier import in this process
-        quant = importlib.reload(quant)
-        fused_moe = importlib.reload(fused_moe)
-    if type(align.align_kernel).__name__ != "InterpretedFunction":
-        align = importlib.reload(align)
-finally:
-    if _before is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = _before
+load_interpreted_kernels()  # before the kernel modules are bound below
 
 from moecert.kernels import Platform  # noqa: E402
 from moecert.kernels.quant_config import QuantConfig  # noqa: E402
+from moecert.kernels.triton_moe import align, fused_moe  # noqa: E402
 from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
 from moecert.reference import (  # noqa: E402
     MoEProblem,

@@ -1,0 +1,41 @@
+"""Running the triton backend on a CPU through the Triton interpreter, inside a process that
+may also hold compiled kernels (a test session, the harness's CPU smoke suite).
+
+triton.jit reads TRITON_INTERPRET when a kernel is *defined*, so the kernel modules are
+imported (or reloaded, if an earlier import defined them compiled) with the variable set, and
+the environment is put back afterwards: the rest of the process keeps what it started with.
+The backend reads the variable at call time, so callers set it while they run the backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+_MODULES = ("align", "quant", "fused_moe")  # fused_moe imports quant: reload quant first
+
+
+def _is_interpreted(module) -> bool:
+    return all(type(getattr(module, name)).__name__ == "InterpretedFunction"
+               for name in dir(module) if type(getattr(module, name)).__name__ in
+               ("JITFunction", "InterpretedFunction"))
+
+
+def load_interpreted_kernels() -> None:
+    """Define every kernel module of the triton backend for the interpreter."""
+    before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        for name in _MODULES:
+            full = f"{__package__}.{name}"
+            module = sys.modules.get(full)
+            if module is None:
+                importlib.import_module(full)
+            elif not _is_interpreted(module):
+                importlib.reload(module)
+    finally:
+        if before is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = before
