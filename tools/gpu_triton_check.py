@@ -81,6 +81,7 @@ SCHEMES = [
     ("fp16-weights-bf16-act", "fp16", {}, {}),  # tf32 dot: fp16 weights stay exact
     ("gptq4-g128", "gptq-int4", {"group_size": 128}, {}),
     ("gptq4-g-1", "gptq-int4", {"group_size": -1}, {}),
+    ("gptq4-g128-fp16", "gptq-int4", {"group_size": 128}, {"dtype": "fp16"}),  # fp16 magic
     ("gptq4-g32-asym-v1", "gptq-int4", {"group_size": 32, "sym": False}, {}),
     ("gptq4-g64-asym-v2", "gptq-int4", {"group_size": 64, "sym": False,
                                         "checkpoint_format": "gptq_v2"}, {}),
@@ -265,7 +266,9 @@ def timing(marlin_anchor, bw):
                 log(f"{name:15s} {M:4d} {active:6d} {m_us:10.1f} {floor:9.1f} | {us:8.1f} "
                     f"{g_us:9.1f} {us / m_us:12.2f} {g_us / m_us:12.2f} {100 * floor / us:13.1f} "
                     f"{100 * floor / g_us:13.1f}  m{cfg['BLOCK_M']}n{cfg['BLOCK_N']}"
-                    f"k{cfg['BLOCK_K']}w{cfg['num_warps']}s{cfg['num_stages']}")
+                    f"k{cfg['BLOCK_K']}w{cfg['num_warps']}s{cfg['num_stages']}"
+                    f"{'-swap' if cfg.get('SWAP_AB') else ''}"
+                    f"{'-fast' if cfg.get('FAST_I4') else ''}")
             except Exception as e:
                 log(f"{name} M={M} failed: {type(e).__name__}: {e}")
                 traceback.print_exc()
@@ -350,10 +353,101 @@ def sweep():
         torch.cuda.empty_cache()
 
 
+# kernel variants on top of pick_config's tile: name -> config overrides
+VARIANTS = {
+    "base": {},
+    "fast": {"FAST_I4": True},
+    "swap": {"SWAP_AB": True},
+    "sf": {"SWAP_AB": True, "FAST_I4": True},
+    "sf_n128k128": {"SWAP_AB": True, "FAST_I4": True, "BLOCK_N": 128, "BLOCK_K": 128},
+    "sf_n128k128w8": {"SWAP_AB": True, "FAST_I4": True, "BLOCK_N": 128, "BLOCK_K": 128,
+                      "num_warps": 8},
+    "sf_n64k128s3": {"SWAP_AB": True, "FAST_I4": True, "BLOCK_N": 64, "BLOCK_K": 128,
+                     "num_stages": 3},
+    "sf_n64k64s6": {"SWAP_AB": True, "FAST_I4": True, "BLOCK_N": 64, "BLOCK_K": 64,
+                    "num_stages": 6},
+    "f_n128k128": {"FAST_I4": True, "BLOCK_N": 128, "BLOCK_K": 128},
+}
+
+
+def use_variant(name):
+    """Route every pick_config through VARIANTS[name] (CHECK_VARIANT for whole sections)."""
+    pick = DEFAULT_PICK
+    extra = VARIANTS[name]
+    fused_moe.pick_config = lambda *a: {**pick(*a), **extra}
+
+
+DEFAULT_PICK = fused_moe.pick_config
+
+
+def w4a16_reference(layer, x, tw, ti, N):
+    """float64 forward of the random kernel-format layer, the reference's rounding order."""
+    out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float64, device=x.device)
+
+    def weight(p, e):
+        q = layer.get(f"{p}_q")[e]
+        u = torch.stack([q & 0xF, q >> 4], -1).reshape(q.shape[0], -1).double() - 8
+        s = layer.get(f"{p}_s")[e].double().repeat_interleave(128, 1)
+        return u * s
+
+    for e in torch.unique(ti).tolist():
+        t, j = (ti == e).nonzero(as_tuple=True)
+        h = (x[t].double() @ weight("w13", e).T).to(x.dtype).double()
+        a = (h[:, :N] * torch.sigmoid(h[:, :N]) * h[:, N:]).to(x.dtype).double()
+        out.index_add_(0, t, tw[t, j].double()[:, None] * (a @ weight("w2", e).T))
+    return out
+
+
+def variants(marlin_anchor, bw):
+    """Per shape and M: graph us of each variant, Marlin, floor, and each variant's relative
+    error against a float64 forward plus a bitwise repeat check."""
+    for name, (E, K, N, topk) in TIMING_SHAPES.items():
+        layer, _ = random_w4a16_layer(E, K, N, topk, 1)
+        for M in (1, 16, 64, 256):
+            if over_budget(f"variants {name} M={M}"):
+                continue
+            tw, ti, _ = routing(E, topk, M)
+            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            active = torch.unique(ti).numel()
+            floor = active * (3 * N * K / 2 + 3 * N * K / 128 * 2) / bw * 1e6
+            m_us = float("nan")
+            if marlin_anchor is not None:
+                try:
+                    m_us, _ = marlin_anchor.time_marlin(E, K, N, topk, M)
+                except Exception as e:
+                    log(f"marlin {name} M={M} failed: {e}")
+            ref = w4a16_reference(layer, x, tw, ti, N)
+            out = torch.empty(M, K, device="cuda", dtype=torch.bfloat16)
+            row = []
+            for vname in VARIANTS:
+                use_variant(vname)
+                try:
+                    BACKEND.forward(layer, x, tw, ti, out, None)
+                    first = out.clone()
+                    g_us = graph_us(layer, x, tw, ti, out)
+                    BACKEND.forward(layer, x, tw, ti, out, None)
+                    same = torch.equal(first, out)
+                    err = ((first.double() - ref).norm() / ref.norm()).item()
+                    row.append(f"{vname}={g_us:.0f}us/{m_us / g_us:.2f}xM/"
+                               f"{100 * floor / g_us:.0f}%/e{err:.2e}{'' if same else '/NONDET'}")
+                except Exception as e:
+                    row.append(f"{vname}=ERR({type(e).__name__}: {str(e)[:80]})")
+                finally:
+                    fused_moe.pick_config = DEFAULT_PICK
+            log(f"var {name} M={M} marlin={m_us:.0f} floor={floor:.0f}: " + " ".join(row))
+        del layer
+        torch.cuda.empty_cache()
+
+
 if __name__ == "__main__":
     log(f"device {torch.cuda.get_device_name(0)}; torch {torch.__version__}; "
         f"triton {triton.__version__}")
     which = sys.argv[1:] or ["schemes", "timing", "host", "sweep", "options", "models"]
+    if "variants" in which:
+        variants(*load_marlin())
+    if os.environ.get("CHECK_VARIANT"):
+        log(f"variant {os.environ['CHECK_VARIANT']} for the other sections")
+        use_variant(os.environ["CHECK_VARIANT"])
     if "schemes" in which:
         correctness_schemes()
     if "timing" in which:

@@ -83,6 +83,32 @@ def _dequant(codes, cols, k0, g_row, s_rows, z_rows, scale_cols, HAS_G_IDX: tl.c
 
 
 @triton.jit
+def _int4_magic(nib, SYM_ZERO: tl.constexpr, COMPUTE: tl.constexpr):
+    """Nibbles [0, 15] (int32) -> nib - SYM_ZERO in the compute dtype without an int-to-float
+    conversion: the nibble ORed into the mantissa of 128 (bf16) or 1024 (fp16) spells
+    magic + nib exactly, and subtracting magic + SYM_ZERO is exact (small integers)."""
+    if COMPUTE == tl.bfloat16:
+        v = (nib | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        return v - (128.0 + SYM_ZERO)
+    else:
+        v = (nib | 0x6400).to(tl.int16).to(tl.float16, bitcast=True)
+        return v - (1024.0 + SYM_ZERO)
+
+
+@triton.jit
+def _mma(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
+         SWAP_AB: tl.constexpr):
+    """a [BM, BK] @ b [BK, BN], or with SWAP_AB the transposed product b^T a^T [BN, BM]:
+    the weight tile becomes the MMA's M side (64/128 wide on Hopper) and the few token rows
+    its N side. The same products and the same fp32 sums per output, only transposed."""
+    if SWAP_AB:
+        out = _dot(tl.trans(b), tl.trans(a), ACT, DOT, COMPUTE)
+    else:
+        out = _dot(a, b, ACT, DOT, COMPUTE)
+    return out
+
+
+@triton.jit
 def _dot(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr):
     """The tile product with fp32 (int32 for int8 x int8) accumulation; operands are exact.
     Int8 MMA needs K >= 32 per dot: narrower int8 tiles (int4 nibble planes of a group-32
@@ -93,8 +119,8 @@ def _dot(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr):
         out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     elif DOT == _DOT_TF32:
         out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32")
-    elif ACT == _A_INT8 and a.shape[1] >= 32:
-        out = tl.dot(a, b.to(tl.int8), out_dtype=tl.int32).to(tl.float32)
+    elif ACT == _A_INT8 and a.shape[-1] >= 32:
+        out = tl.dot(a.to(tl.int8), b.to(tl.int8), out_dtype=tl.int32).to(tl.float32)
     else:
         out = tl.dot(a.to(COMPUTE), b.to(COMPUTE))
     return out
@@ -116,7 +142,7 @@ def moe_gemm_kernel(
     HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_GSCALE: tl.constexpr, MUL_ROUTER: tl.constexpr,
     DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     # --- program ids: one (row block, column block) tile -----------------------------------
@@ -149,7 +175,11 @@ def moe_gemm_kernel(
     g_row = g_idx_ptr + expert * stride_ge
 
     # --- K loop -----------------------------------------------------------------------------
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # with SWAP_AB the accumulator is the transposed tile [BLOCK_N, BLOCK_M] until the epilogue
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         if WEIGHT == _W_INT4:
             # one byte holds columns 2j (low nibble) and 2j+1 (high): read each byte once and
@@ -164,12 +194,16 @@ def moe_gemm_kernel(
                 raw = tl.load(b_rows + kh[:, None]).to(tl.int32)
             else:
                 raw = tl.load(b_rows + tl.minimum(kh, (K - 1) // 2)[:, None]).to(tl.int32)
-            b_lo = _dequant(raw & 0xF, tl.minimum(ke, K - 1), k0, g_row, s_rows, z_rows,
-                            scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
-            b_hi = _dequant(raw >> 4, tl.minimum(ke + 1, K - 1), k0, g_row, s_rows, z_rows,
-                            scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
-            part = _dot(a_lo, b_lo, ACT, DOT, COMPUTE) + _dot(a_hi, b_hi, ACT, DOT,
-                                                                  COMPUTE)
+            if FAST_I4:  # host: symmetric, no act order, 16-bit activations, native dot
+                b_lo = _int4_magic(raw & 0xF, SYM_ZERO, COMPUTE)
+                b_hi = _int4_magic(raw >> 4, SYM_ZERO, COMPUTE)
+            else:
+                b_lo = _dequant(raw & 0xF, tl.minimum(ke, K - 1), k0, g_row, s_rows, z_rows,
+                                scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+                b_hi = _dequant(raw >> 4, tl.minimum(ke + 1, K - 1), k0, g_row, s_rows,
+                                z_rows, scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+            part = (_mma(a_lo, b_lo, ACT, DOT, COMPUTE, SWAP_AB)
+                    + _mma(a_hi, b_hi, ACT, DOT, COMPUTE, SWAP_AB))
         else:
             kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K),
                                    BLOCK_K)
@@ -181,18 +215,29 @@ def moe_gemm_kernel(
             if WEIGHT == _W_UINT8:
                 b = _dequant(b.to(tl.int32), tl.minimum(kk, K - 1), k0, g_row, s_rows, z_rows,
                              scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
-            part = _dot(a, b, ACT, DOT, COMPUTE)
-        # tile scales
+            part = _mma(a, b, ACT, DOT, COMPUTE, SWAP_AB)
+        # tile scales (rows of `part` are weight columns when SWAP_AB)
         if ACT == _A_MX:
             sa = tl.load(a_scale_ptr + a_rows * stride_asm + k0 // 32, mask=row_mask, other=0)
-            part = part * _decode_e8m0(sa)[:, None]
+            if SWAP_AB:
+                part = part * _decode_e8m0(sa)[None, :]
+            else:
+                part = part * _decode_e8m0(sa)[:, None]
         if WEIGHT == _W_MXFP8:
             sw = tl.load(s_rows + k0 // 32)
-            part = part * _decode_e8m0(sw)[None, :]
+            if SWAP_AB:
+                part = part * _decode_e8m0(sw)[:, None]
+            else:
+                part = part * _decode_e8m0(sw)[None, :]
         elif WEIGHT != _W16 and not HAS_G_IDX:
             sw = tl.load(s_rows + k0 // scale_cols)
-            part = part * sw[None, :]
+            if SWAP_AB:
+                part = part * sw[:, None]
+            else:
+                part = part * sw[None, :]
         acc += part
+    if SWAP_AB:
+        acc = tl.trans(acc)
 
     # --- epilogue and write-back ------------------------------------------------------------
     if ACT == _A_INT8:
@@ -221,14 +266,19 @@ def pick_config(num_rows: int, num_experts: int, N: int, K: int) -> dict:
     assignments): 16-row blocks win at every size in this kernel (the dequantized weight
     tile sits in registers; row blocks of one expert run side by side and share it through
     L2, so a bigger BLOCK_M saves little DRAM traffic and costs occupancy: 32/64/128 rows
-    were 1.2x to 4x slower). From a few hundred assignments on, a wider, shallower tile
-    (128 x 64) halves the activation re-reads per weight byte: 5-25% faster there, up to
-    6% slower on small grids."""
+    were 1.2x to 4x slower).
+    FAST_I4 (symmetric int4 with 16-bit activations: nibbles to the compute dtype by the
+    mantissa trick, no int-to-float conversion) was 1.1x to 1.5x faster everywhere. With it,
+    a 128 x 128 weight tile beat 64 x 128 and 128 x 64 from 16 rows on (Mixtral M=64: 1.5x).
+    SWAP_AB (weight tile as the MMA's M side) paid only for a single token (2 to 8 rows:
+    ~5%, 64 x 128 tile) and lost 5-15% from 128 rows on."""
     if INTERPRET:  # numpy per op: fewer, bigger tiles
         return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 1}
-    if num_rows < 256:
-        return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
-    return {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4}
+    if num_rows < 16:
+        return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
+                "SWAP_AB": True, "FAST_I4": True}
+    return {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
+            "FAST_I4": True}
 
 
 def block_k_for(config_k: int, K: int, scale_cols: int, weight: int, act: int) -> int:
@@ -300,6 +350,10 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     assert sorted_ids.numel() % block_m == 0
     scale_cols = weights["scale_cols"] or K
     bk = block_k_for(config["BLOCK_K"], K, scale_cols, weights["kind"], act)
+    c16 = weights["constexprs"]
+    fast_i4 = (config.get("FAST_I4", False) and weights["kind"] == W_INT4 and act == A16
+               and weights["dot"] == DOT_NATIVE and not c16["HAS_ZERO"]
+               and not c16["HAS_G_IDX"])
     grid = (sorted_ids.numel() // block_m, triton.cdiv(N, config["BLOCK_N"]))
     moe_gemm_kernel[grid](
         a, a_scale if a_scale is not None else a, a_gscale if a_gscale is not None else a,
@@ -311,6 +365,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
         A_ROW_DIV=a_row_div, ACT=act, HAS_GSCALE=a_gscale is not None,
         MUL_ROUTER=router is not None, DOT=weights["dot"], FIX_BF16=fix_bf16(c.dtype),
         EVEN_K=K % bk == 0, EVEN_N=N % config["BLOCK_N"] == 0,
+        SWAP_AB=config.get("SWAP_AB", False), FAST_I4=fast_i4,
         BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], BLOCK_K=bk,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
         **weights["constexprs"],

@@ -163,6 +163,17 @@ def test_option_matches_reference(scheme, attrs, over):
     _check_output(scheme, attrs, _problem(**over))
 
 
+@pytest.mark.parametrize(("scheme", "attrs"), [c[1:] for c in OPTION_SCHEMES]
+                         + [("gptq-int4", {"group_size": 64, "act_order": True})],
+                         ids=[c[0] for c in OPTION_SCHEMES] + ["gptq4-act-order"])
+def test_swapped_operands_match_reference(scheme, attrs, monkeypatch):
+    """SWAP_AB (the weight tile as the MMA's left operand) transposes the tile product and
+    the scale broadcasts: every weight kind, activation quantization and act order."""
+    pick = fused_moe.pick_config
+    monkeypatch.setattr(fused_moe, "pick_config", lambda *a: {**pick(*a), "SWAP_AB": True})
+    _check_output(scheme, attrs, _problem(M=5, bias=True))
+
+
 def test_zero_tokens():
     P = _problem(M=0)
     _, layer = _layer("gptq-int4", {"group_size": 64}, P)
