@@ -1,0 +1,85 @@
+"""Tier-3 error metrics of a backend's output against the float64 reference.
+
+Every result row records all of them, whichever subset a tolerance entry gates on: a global
+cosine cannot see a x2 scale (the norm ratio can), a relative Frobenius error hides one bad
+token or expert (the per-row minimum cosine and the mismatch fraction do not).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Rows whose reference norm is below this share of the largest row norm carry no direction
+# (an expert_map-dropped token, an empty batched slot): their cosine is not defined.
+_ROW_NORM_FLOOR = 1e-12
+
+
+def error_metrics(actual: torch.Tensor, reference: torch.Tensor, atol: float = 0.0,
+                  rtol: float = 0.0) -> dict[str, float]:
+    """Metrics of `actual` (any float dtype) against `reference` (float64), same shape.
+
+    nonfinite       count of NaN/Inf in actual (first: nothing else means anything then)
+    max_abs         max |actual - reference|
+    max_abs_scaled  max_abs / max |reference| (error relative to the output's scale)
+    rel_fro         ||actual - reference||_F / ||reference||_F
+    cosine          global cosine similarity of the flattened tensors
+    min_row_cosine  the worst cosine over rows (tokens) that have a direction
+    norm_ratio      ||actual||_F / ||reference||_F (1 when both are zero)
+    mismatch_frac   fraction of elements with |actual - reference| > atol + rtol |reference|
+    """
+    if actual.shape != reference.shape:
+        raise ValueError(f"shapes differ: actual {list(actual.shape)}, reference "
+                         f"{list(reference.shape)}")
+    ref = reference.to(torch.float64)
+    act = actual.to(device=ref.device, dtype=torch.float64)
+    nonfinite = int((~torch.isfinite(act)).sum())
+    if nonfinite:
+        nan = math.nan
+        return {"nonfinite": nonfinite, "max_abs": nan, "max_abs_scaled": nan, "rel_fro": nan,
+                "cosine": nan, "min_row_cosine": nan, "norm_ratio": nan,
+                "mismatch_frac": 1.0 if act.numel() else 0.0}
+    if act.numel() == 0:
+        return {"nonfinite": 0, "max_abs": 0.0, "max_abs_scaled": 0.0, "rel_fro": 0.0,
+                "cosine": 1.0, "min_row_cosine": 1.0, "norm_ratio": 1.0, "mismatch_frac": 0.0}
+    diff = act - ref
+    ref_norm, act_norm, diff_norm = (float(t.norm()) for t in (ref, act, diff))
+    ref_max = float(ref.abs().max())
+    max_abs = float(diff.abs().max())
+    return {
+        "nonfinite": 0,
+        "max_abs": max_abs,
+        "max_abs_scaled": _ratio(max_abs, ref_max),
+        "rel_fro": _ratio(diff_norm, ref_norm),
+        "cosine": _cosine(act.flatten(), ref.flatten()),
+        "min_row_cosine": _min_row_cosine(act, ref),
+        "norm_ratio": _ratio(act_norm, ref_norm, both_zero=1.0),
+        "mismatch_frac": float((diff.abs() > atol + rtol * ref.abs()).double().mean()),
+    }
+
+
+def _ratio(num: float, den: float, both_zero: float = 0.0) -> float:
+    if den > 0:
+        return num / den
+    return both_zero if num == 0 else math.inf
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    na, nb = float(a.norm()), float(b.norm())
+    if na == 0 and nb == 0:
+        return 1.0
+    if na == 0 or nb == 0:
+        return 0.0
+    return float(a @ b) / (na * nb)
+
+
+def _min_row_cosine(act: torch.Tensor, ref: torch.Tensor) -> float:
+    rows_a, rows_r = act.reshape(-1, act.shape[-1]), ref.reshape(-1, ref.shape[-1])
+    norm_r, norm_a = rows_r.norm(dim=1), rows_a.norm(dim=1)
+    live = norm_r > _ROW_NORM_FLOOR * float(norm_r.max())
+    if not live.any():
+        return 1.0 if float(norm_a.max()) == 0 else 0.0
+    dots = (rows_a[live] * rows_r[live]).sum(1)
+    cos = dots / (norm_a[live] * norm_r[live]).clamp(min=torch.finfo(torch.float64).tiny)
+    return float(cos.min())
