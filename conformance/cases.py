@@ -1,0 +1,73 @@
+"""A conformance case and its stable, readable id.
+
+A case is (backend, scheme and its checkpoint options, problem shape and options, seed). Its
+id is built from those fields alone, in a fixed order, so the same case has the same id in
+every run, on every host and in every shard:
+
+    triton/gptq-int4[act_order,g64,gptq_v2,asym]/M33.K256.N128.E8.k2/bf16.silu.bias.ep-3f2a9c1d/s0
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, fields
+
+from moecert.reference import Checkpoint, MoEProblem, synthesize
+
+# Checkpoint attributes, in id order, and how each reads in an id.
+_ATTR_LABELS = {
+    "checkpoint_format": lambda v: str(v),
+    "group_size": lambda v: f"g{v}",
+    "sym": lambda v: "sym" if v else "asym",
+    "act_order": lambda v: "act_order" if v else "no_act_order",
+    "weight_strategy": lambda v: str(v),
+    "activation": lambda v: f"a-{v}",
+    "mx_scale_rule": lambda v: f"mx-{v}",
+}
+_PROBLEM_DEFAULTS = {f.name: f.default for f in fields(MoEProblem)}
+
+
+@dataclass(frozen=True)
+class Case:
+    backend: str
+    scheme: str
+    problem: MoEProblem
+    attrs: dict = field(default_factory=dict)  # Checkpoint attributes beyond the defaults
+    seed: int = 0
+
+    def __post_init__(self):
+        unknown = set(self.attrs) - set(_ATTR_LABELS)
+        if unknown:
+            raise ValueError(f"unknown checkpoint attributes {sorted(unknown)}; known: "
+                             f"{', '.join(_ATTR_LABELS)}")
+
+    def __hash__(self):
+        return hash(self.case_id)
+
+    @property
+    def case_id(self) -> str:
+        P = self.problem
+        attrs = ",".join(_ATTR_LABELS[k](self.attrs[k]) for k in _ATTR_LABELS
+                         if k in self.attrs)
+        scheme = f"{self.scheme}[{attrs}]" if attrs else self.scheme
+        shape = f"M{P.M}.K{P.K}.N{P.N}.E{P.E}.k{P.topk}"
+        options = [P.dtype, P.activation]
+        if P.bias:
+            options.append("bias")
+        if P.apply_router_weight_on_input:
+            options.append("router_on_input")
+        if P.expert_map is not None:
+            options.append(f"ep-{expert_map_digest(P.expert_map)}")
+        if P.activation_format != _PROBLEM_DEFAULTS["activation_format"]:
+            options.append(P.activation_format)
+        return f"{self.backend}/{scheme}/{shape}/{'.'.join(options)}/s{self.seed}"
+
+    def checkpoint(self) -> Checkpoint:
+        """The case's checkpoint, synthesized fresh from its seed."""
+        return synthesize(self.scheme, self.problem, seed=self.seed, **self.attrs)
+
+
+def expert_map_digest(expert_map: tuple[int, ...]) -> str:
+    """8 hex digits naming an expert map (the full map is a column of the results)."""
+    text = ",".join(map(str, expert_map)).encode()
+    return hashlib.sha256(text).hexdigest()[:8]
