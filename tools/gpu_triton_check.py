@@ -235,22 +235,29 @@ def graph_us(layer, x, tw, ti, out):
                                          return_mode="median")
 
 
+def timing_point(marlin_anchor, bw, name, E, K, N, topk, M):
+    """Routing, input, touched experts, memory floor (us) and Marlin's time for one point."""
+    tw, ti, _ = routing(E, topk, M)
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    active = torch.unique(ti).numel()
+    floor = active * (3 * N * K / 2 + 3 * N * K / 128 * 2) / bw * 1e6
+    m_us = float("nan")
+    if marlin_anchor is not None:
+        try:
+            m_us, _ = marlin_anchor.time_marlin(E, K, N, topk, M)
+        except Exception as e:
+            log(f"marlin {name} M={M} failed: {e}")
+    return tw, ti, x, active, floor, m_us
+
+
 def timing(marlin_anchor, bw):
     log("shape            M  active  marlin_us  floor_us | apply_us  graph_us  apply/marlin "
         "graph/marlin  %floor(apply) %floor(graph)  config")
     for name, (E, K, N, topk) in TIMING_SHAPES.items():
         layer, _ = random_w4a16_layer(E, K, N, topk, 1)
         for M in (1, 16, 64, 256):
-            tw, ti, _ = routing(E, topk, M)
-            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-            active = torch.unique(ti).numel()
-            floor = active * (3 * N * K / 2 + 3 * N * K / 128 * 2) / bw * 1e6
-            m_us = float("nan")
-            if marlin_anchor is not None:
-                try:
-                    m_us, _ = marlin_anchor.time_marlin(E, K, N, topk, M)
-                except Exception as e:
-                    log(f"marlin {name} M={M} failed: {e}")
+            tw, ti, x, active, floor, m_us = timing_point(marlin_anchor, bw, name, E, K, N,
+                                                          topk, M)
             out = torch.empty(M, K, device="cuda", dtype=torch.bfloat16)
             cfg = fused_moe.pick_config(M * topk, E, 2 * N, K)
             try:
@@ -406,16 +413,8 @@ def variants(marlin_anchor, bw):
         for M in (1, 16, 64, 256):
             if over_budget(f"variants {name} M={M}"):
                 continue
-            tw, ti, _ = routing(E, topk, M)
-            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-            active = torch.unique(ti).numel()
-            floor = active * (3 * N * K / 2 + 3 * N * K / 128 * 2) / bw * 1e6
-            m_us = float("nan")
-            if marlin_anchor is not None:
-                try:
-                    m_us, _ = marlin_anchor.time_marlin(E, K, N, topk, M)
-                except Exception as e:
-                    log(f"marlin {name} M={M} failed: {e}")
+            tw, ti, x, _, floor, m_us = timing_point(marlin_anchor, bw, name, E, K, N,
+                                                     topk, M)
             ref = w4a16_reference(layer, x, tw, ti, N)
             out = torch.empty(M, K, device="cuda", dtype=torch.bfloat16)
             row = []
