@@ -1,16 +1,20 @@
 """A conformance case and its stable, readable id.
 
-A case is (backend, scheme and its checkpoint options, problem shape and options, seed). Its
-id is built from those fields alone, in a fixed order, so the same case has the same id in
-every run, on every host and in every shard:
+A case is (backend, scheme and its checkpoint options, problem shape and options, routing,
+seed). Its id is built from those fields alone, in a fixed order, so the same case has the
+same id in every run, on every host and in every shard:
 
     triton/gptq-int4[act_order,g64,gptq_v2,asym]/M33.K256.N128.E8.k2/bf16.silu.bias.ep-3f2a9c1d/s0
+
+`to_json` / `from_json` carry a case whole (the id names an expert map only by digest), so a
+failing case can be rerun from the command line.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, fields
+import json
+from dataclasses import asdict, dataclass, field, fields
 
 from moecert.reference import Checkpoint, MoEProblem, synthesize
 
@@ -26,6 +30,10 @@ _ATTR_LABELS = {
 }
 _PROBLEM_DEFAULTS = {f.name: f.default for f in fields(MoEProblem)}
 
+# How tokens are routed (conformance/inputs.py): random distinct experts; "skewed": one expert
+# takes every token; "sparse": half of the experts get no token.
+ROUTINGS = ("random", "skewed", "sparse")
+
 
 @dataclass(frozen=True)
 class Case:
@@ -34,8 +42,13 @@ class Case:
     problem: MoEProblem
     attrs: dict = field(default_factory=dict)  # Checkpoint attributes beyond the defaults
     seed: int = 0
+    routing: str = "random"
+    # Which checks run (conformance/suites.py): not part of the case's identity.
+    depth: str = field(default="full", compare=False)
 
     def __post_init__(self):
+        if self.routing not in ROUTINGS:
+            raise ValueError(f"unknown routing {self.routing!r}; known: {', '.join(ROUTINGS)}")
         unknown = set(self.attrs) - set(_ATTR_LABELS)
         if unknown:
             raise ValueError(f"unknown checkpoint attributes {sorted(unknown)}; known: "
@@ -60,7 +73,24 @@ class Case:
             options.append(f"ep-{expert_map_digest(P.expert_map)}")
         if P.activation_format != _PROBLEM_DEFAULTS["activation_format"]:
             options.append(P.activation_format)
+        if self.routing != "random":
+            options.append(f"route-{self.routing}")
         return f"{self.backend}/{scheme}/{shape}/{'.'.join(options)}/s{self.seed}"
+
+    def to_json(self) -> str:
+        return json.dumps({"backend": self.backend, "scheme": self.scheme,
+                           "problem": asdict(self.problem), "attrs": self.attrs,
+                           "seed": self.seed, "routing": self.routing, "depth": self.depth},
+                          sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Case:
+        d = json.loads(text)
+        problem = dict(d["problem"])
+        if problem.get("expert_map") is not None:
+            problem["expert_map"] = tuple(problem["expert_map"])
+        return cls(d["backend"], d["scheme"], MoEProblem(**problem), d.get("attrs", {}),
+                   d.get("seed", 0), d.get("routing", "random"), d.get("depth", "full"))
 
     def checkpoint(self) -> Checkpoint:
         """The case's checkpoint, synthesized fresh from its seed."""

@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--repeats", type=int, default=1)
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("run", help="run a suite against the reference; exit 1 on a failure")
+    from . import run_command
+    run_command.add_arguments(p)
+    p.set_defaults(func=run_command.main)
     args = parser.parse_args(argv)
     return args.func(args)
 

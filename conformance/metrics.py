@@ -17,7 +17,8 @@ _ROW_NORM_FLOOR = 1e-12
 
 
 def error_metrics(actual: torch.Tensor, reference: torch.Tensor, atol: float = 0.0,
-                  rtol: float = 0.0) -> dict[str, float]:
+                  rtol: float = 0.0, expert_ids: torch.Tensor | None = None
+                  ) -> dict[str, float]:
     """Metrics of `actual` (any float dtype) against `reference` (float64), same shape.
 
     nonfinite       count of NaN/Inf in actual (first: nothing else means anything then)
@@ -28,6 +29,12 @@ def error_metrics(actual: torch.Tensor, reference: torch.Tensor, atol: float = 0
     min_row_cosine  the worst cosine over rows (tokens) that have a direction
     norm_ratio      ||actual||_F / ||reference||_F (1 when both are zero)
     mismatch_frac   fraction of elements with |actual - reference| > atol + rtol |reference|
+    max_expert_rel_fro  (only with `expert_ids`) the worst rel_fro over the token groups of
+                    each expert: `expert_ids` [rows, topk] names each row's experts (the
+                    output's rows: tokens, or the E*T rows of a batched output with ids
+                    arange(E).repeat_interleave(T)); a row counts in every one of its experts'
+                    groups and negative ids count nowhere, so one bad expert shows even when
+                    it is diluted in the global error
     """
     if actual.shape != reference.shape:
         raise ValueError(f"shapes differ: actual {list(actual.shape)}, reference "
@@ -37,12 +44,23 @@ def error_metrics(actual: torch.Tensor, reference: torch.Tensor, atol: float = 0
     nonfinite = int((~torch.isfinite(act)).sum())
     if nonfinite:
         nan = math.nan
-        return {"nonfinite": nonfinite, "max_abs": nan, "max_abs_scaled": nan, "rel_fro": nan,
-                "cosine": nan, "min_row_cosine": nan, "norm_ratio": nan,
-                "mismatch_frac": 1.0 if act.numel() else 0.0}
-    if act.numel() == 0:
-        return {"nonfinite": 0, "max_abs": 0.0, "max_abs_scaled": 0.0, "rel_fro": 0.0,
-                "cosine": 1.0, "min_row_cosine": 1.0, "norm_ratio": 1.0, "mismatch_frac": 0.0}
+        metrics = {"nonfinite": nonfinite, "max_abs": nan, "max_abs_scaled": nan,
+                   "rel_fro": nan, "cosine": nan, "min_row_cosine": nan, "norm_ratio": nan,
+                   "mismatch_frac": 1.0 if act.numel() else 0.0}
+    elif act.numel() == 0:
+        metrics = {"nonfinite": 0, "max_abs": 0.0, "max_abs_scaled": 0.0, "rel_fro": 0.0,
+                   "cosine": 1.0, "min_row_cosine": 1.0, "norm_ratio": 1.0,
+                   "mismatch_frac": 0.0}
+    else:
+        metrics = _finite_metrics(act, ref, atol, rtol)
+    if expert_ids is not None:
+        metrics["max_expert_rel_fro"] = (math.nan if nonfinite
+                                         else _max_expert_rel_fro(act, ref, expert_ids))
+    return metrics
+
+
+def _finite_metrics(act: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float
+                    ) -> dict[str, float]:
     diff = act - ref
     ref_norm, act_norm, diff_norm = (float(t.norm()) for t in (ref, act, diff))
     ref_max = float(ref.abs().max())
@@ -83,3 +101,27 @@ def _min_row_cosine(act: torch.Tensor, ref: torch.Tensor) -> float:
     dots = (rows_a[live] * rows_r[live]).sum(1)
     cos = dots / (norm_a[live] * norm_r[live]).clamp(min=torch.finfo(torch.float64).tiny)
     return float(cos.min())
+
+
+def _max_expert_rel_fro(act: torch.Tensor, ref: torch.Tensor, expert_ids: torch.Tensor
+                        ) -> float:
+    rows_a, rows_r = act.reshape(-1, act.shape[-1]), ref.reshape(-1, ref.shape[-1])
+    ids = expert_ids.to(device=ref.device, dtype=torch.int64).reshape(rows_r.shape[0], -1)
+    if ids.numel() == 0:
+        return 0.0
+    # squared row norms, summed per expert: one scatter instead of a loop over experts
+    diff_sq = (rows_a - rows_r).square().sum(1)
+    ref_sq = rows_r.square().sum(1)
+    live = ids >= 0
+    n = int(ids.max()) + 1 if live.any() else 0
+    groups = ids[live]
+    diff_e = torch.zeros(n, dtype=torch.float64, device=ref.device).index_add_(
+        0, groups, diff_sq.unsqueeze(1).expand_as(ids)[live])
+    ref_e = torch.zeros_like(diff_e).index_add_(0, groups,
+                                                 ref_sq.unsqueeze(1).expand_as(ids)[live])
+    used = torch.zeros(n, dtype=torch.bool, device=ref.device)
+    used[groups] = True
+    worst = 0.0
+    for d, r in zip(diff_e[used].sqrt().tolist(), ref_e[used].sqrt().tolist(), strict=True):
+        worst = max(worst, _ratio(d, r))
+    return worst

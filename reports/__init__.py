@@ -1,1 +1,10 @@
-"""moecert.reports (filled in by later issues)."""
+"""moecert.reports: the result schema, storage and reading.
+
+    from moecert.reports import load
+    frame = load("moecert-results/")     # every row of every run and shard in the folder
+"""
+
+from .schema import COLUMNS, FAILING, STATUSES
+from .store import load
+
+__all__ = ["COLUMNS", "FAILING", "STATUSES", "load"]

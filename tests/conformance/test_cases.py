@@ -43,6 +43,7 @@ VARIANTS = {
                                                expert_map=(-1, 0, -1, 1, -1, 2, -1, 3))),
     "batched": replace(BASE, problem=replace(BASE.problem, activation_format="batched")),
     "seed": replace(BASE, seed=1),
+    "routing": replace(BASE, routing="skewed"),
 }
 
 
@@ -54,3 +55,15 @@ def test_every_field_changes_the_id():
 def test_unknown_attribute():
     with pytest.raises(ValueError, match="unknown checkpoint attributes"):
         Case("torch", "bf16", BASE.problem, {"groupsize": 64})
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_json_round_trip_keeps_the_case(name):
+    case = VARIANTS[name]
+    again = Case.from_json(case.to_json())
+    assert again == case and again.case_id == case.case_id
+
+
+def test_unknown_routing_is_refused():
+    with pytest.raises(ValueError, match="routing"):
+        replace(BASE, routing="round-robin")

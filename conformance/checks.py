@@ -1,0 +1,279 @@
+"""The checks: each a function of a `CaseRun` returning an `Outcome`, each its own result row.
+
+    claims         a claimed case runs; an unclaimed one, forced, raises a clear error
+    oracle         the oracle's choice for this case's scheme and shape claims support, and no
+                   claiming backend ahead of it in the priority list was passed over
+    accuracy       output against the float64 reference, under the case's tolerance entry
+    fully_written  no NaN left in the output buffer, which was poisoned with NaN
+    no_mutation    inputs and checkpoint tensors bitwise unchanged by load, process, apply
+    canonical      the processed weights, read back in canonical form, bit for bit
+    determinism    a second apply is bitwise equal to the first
+    process_twice  a second process_weights_after_loading changes no state and no output
+    token_order    permuted tokens give the permuted output (within the tolerance entry)
+    reload         a second checkpoint loaded into a processed layer equals a fresh load
+    exact          structured inputs whose output is exactly representable, bit for bit
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from moecert.kernels import NoBackendError, select_backend
+from moecert.kernels.oracle import backend_reason, priority
+from moecert.kernels.platform import platform_of_device
+from moecert.reference import CanonicalLinear, canonicalize, moe
+
+from .comparators import assert_bitwise_equal
+from .context import RELOAD_SEED_OFFSET, CaseRun, StepFailed
+from .inputs import Inputs
+
+LIGHT = ("claims", "oracle", "accuracy", "fully_written", "no_mutation")
+FULL = LIGHT + ("canonical", "determinism", "process_twice", "token_order", "reload", "exact")
+# Checks that judge the case without running it on an unclaimed combination.
+_RUN_ANYWAY = ("claims", "oracle")
+
+
+@dataclass
+class Outcome:
+    status: str  # pass, fail, error, skip, unsupported
+    message: str = ""
+    metrics: dict = field(default_factory=dict)
+    verdict: object = None  # tolerances.Verdict, where a tolerance entry gated the result
+
+
+def passed(message: str = "") -> Outcome:
+    return Outcome("pass", message)
+
+
+def failed(message: str) -> Outcome:
+    return Outcome("fail", message)
+
+
+def judged(result: dict, what: str) -> Outcome:
+    v = result["verdict"]
+    status = "pass" if v.passed else "fail"
+    message = what if v.passed else f"{what}: " + "; ".join(v.failures)
+    return Outcome(status, message, result["metrics"], v)
+
+
+# --- claims and the oracle ---------------------------------------------------------------
+
+def check_claims(run: CaseRun) -> Outcome:
+    if run.claim is None:
+        run.output  # noqa: B018 - raises StepFailed (an error row) if the claimed case cannot run
+        return passed("claimed, and it ran")
+    try:
+        ckpt = run.checkpoint
+    except StepFailed as e:
+        return passed(f"not claimed ({run.claim}); no valid checkpoint exists either: {e}")
+    try:
+        layer = run.new_layer(ckpt)
+        args, opts = run.inputs.apply_args()
+        out = run.backend.apply(layer, *args, **opts)
+    except Exception as e:  # noqa: BLE001 - what matters is that it refused, and how clearly
+        if not str(e).strip():
+            return failed(f"not claimed, and forcing it raised {type(e).__name__} with no "
+                          "message")
+        return passed(f"not claimed ({run.claim}); forcing it raised {type(e).__name__}: {e}")
+    shape = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    return failed(f"not claimed ({run.claim}), but forcing it returned numbers {shape} "
+                  "instead of raising")
+
+
+def check_oracle(run: CaseRun) -> Outcome:
+    platform = platform_of_device(run.device)
+    try:
+        chosen = select_backend(run.quant, run.problem, platform)
+    except NoBackendError as e:
+        if run.claim is None and run.case.backend in priority(platform, run.quant):
+            return failed(f"{run.case.backend} claims this case, but the oracle found "
+                          f"nothing: {e}")
+        return passed(f"no backend claims it here: {e}")
+    why = backend_reason(chosen.backend, run.quant, run.problem, platform)
+    if why is not None:
+        return failed(f"the oracle chose {chosen.name}, which does not claim it: {why}")
+    order = priority(platform, run.quant)
+    mine = run.case.backend
+    if run.claim is None and mine in order and order.index(mine) < order.index(chosen.name):
+        return failed(f"the oracle passed over {mine}, which claims it and ranks before "
+                      f"{chosen.name}: {chosen.reasons.get(mine)}")
+    return passed(f"the oracle chose {chosen.name} on {platform}")
+
+
+# --- the output ---------------------------------------------------------------------------
+
+def check_accuracy(run: CaseRun) -> Outcome:
+    return judged(run.judge(run.output, run.reference), "against the float64 reference")
+
+
+def check_fully_written(run: CaseRun) -> Outcome:
+    out, ref = run.output, run.reference
+    left = torch.isnan(out) & ~torch.isnan(ref)
+    if not left.any():
+        return passed(f"all {out.numel()} elements written")
+    rows = left.reshape(-1, out.shape[-1]).any(-1).nonzero().flatten().tolist()
+    return failed(f"{int(left.sum())} of {out.numel()} output elements still hold the NaN "
+                  f"poison, in rows {_few(rows)}")
+
+
+def check_no_mutation(run: CaseRun) -> Outcome:
+    before = run.snapshot
+    run.output  # noqa: B018 - load, process and apply have all run
+    now = {f"checkpoint.{n}": t for n, t in run.checkpoint.tensors.items()}
+    names = ("hidden_states", "topk_weights", "topk_ids", "expert_num_tokens")
+    now.update({n: t for n, t in zip(names, run.inputs.tensors()) if t is not None})
+    changed = [n for n in before if not _same(before[n], now.get(n))]
+    if changed:
+        return failed(f"modified in place: {', '.join(changed)}")
+    return passed(f"{len(before)} input and checkpoint tensors unchanged")
+
+
+# --- weights and state --------------------------------------------------------------------
+
+def check_canonical(run: CaseRun) -> Outcome:
+    export = getattr(run.backend, "canonical_weights", None)
+    if export is None:
+        return Outcome("skip", f"{run.backend.name} exposes no canonical_weights")
+    exported = export(run.layer)
+    want = canonicalize(run.checkpoint)
+    for p in ("w13", "w2"):
+        e = exported[p]
+        mine = CanonicalLinear(e.codes, e.scales, tuple(e.block), e.zeros, e.g_idx,
+                               e.global_scale)
+        try:
+            assert_bitwise_equal(f"{p} weights", mine.dequantize().cpu(),
+                                 want[p].dequantize().cpu())
+        except AssertionError as err:
+            return failed(f"processed weights differ from the checkpoint's: {err}")
+    return passed("both linears' dequantized weights bit for bit")
+
+
+def check_determinism(run: CaseRun) -> Outcome:
+    again = run.apply(run.layer)
+    return _bitwise(again, run.output, "second apply")
+
+
+def check_process_twice(run: CaseRun) -> Outcome:
+    layer = run.layer
+    before = _state(layer)
+    run.output  # noqa: B018 - the first output, before the second call
+    run.backend.process_weights_after_loading(layer)
+    differs = _state_difference(before, _state(layer))
+    if differs:
+        return failed(f"the second process_weights_after_loading changed {differs}")
+    return _bitwise(run.apply(layer), run.output, "apply after a second process call")
+
+
+def check_token_order(run: CaseRun) -> Outcome:
+    x, w, ids, counts = run.inputs.tensors()
+    if run.problem.activation_format == "batched" or x.shape[0] < 2:
+        return Outcome("skip", "needs two or more tokens in the standard format")
+    perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(run.case.seed))
+    perm = perm.to(x.device)
+    shuffled = run.apply(run.layer, Inputs(x[perm], w[perm], ids[perm], counts))
+    unshuffled = torch.empty_like(shuffled)
+    unshuffled[perm] = shuffled
+    return judged(run.judge(unshuffled, run.output.to(torch.float64)),
+                  "permuted tokens against the first output")
+
+
+def check_reload(run: CaseRun) -> Outcome:
+    second = run.checkpoint_for(run.case.seed + RELOAD_SEED_OFFSET)
+    layer = run.new_layer(run.checkpoint)
+    run.backend.load_weights(layer, second)
+    run.backend.process_weights_after_loading(layer)
+    differs = _state_difference(_state(run.new_layer(second)), _state(layer))
+    if differs:
+        return failed(f"reloaded layer differs from a fresh load of the same checkpoint: "
+                      f"{differs}")
+    result = run.judge(run.apply(layer), run.reference_for(second, run.inputs))
+    return judged(result, "reloaded layer against the second checkpoint's reference")
+
+
+def check_exact(run: CaseRun) -> Outcome:
+    from .exact import NotExact, structured_inputs
+
+    try:
+        s = structured_inputs(run.case)
+    except NotExact as e:
+        return Outcome("skip", f"no exact structure for this case: {e}")
+    ckpt = s.checkpoint.to(run.device)
+    inputs = Inputs(s.x, s.topk_weights, s.topk_ids, s.expert_num_tokens).to(run.device)
+    want = moe(ckpt, *inputs.tensors()[:3], run.problem,
+               expert_num_tokens=inputs.expert_num_tokens).to(run.problem.torch_dtype)
+    out = torch.full_like(want, torch.nan)
+    args, opts = inputs.apply_args()
+    run.backend.apply(run.new_layer(ckpt), *args, out=out, **opts)
+    return _bitwise(out, want, "structured exact output")
+
+
+CHECKS: dict[str, Callable[[CaseRun], Outcome]] = {
+    "claims": check_claims, "oracle": check_oracle, "accuracy": check_accuracy,
+    "fully_written": check_fully_written, "no_mutation": check_no_mutation,
+    "canonical": check_canonical, "determinism": check_determinism,
+    "process_twice": check_process_twice, "token_order": check_token_order,
+    "reload": check_reload, "exact": check_exact,
+}
+assert tuple(CHECKS) == FULL
+
+
+def checks_for(run: CaseRun, only=None) -> list[str]:
+    names = list(FULL if run.case.depth == "full" else LIGHT)
+    if only:
+        names = [n for n in names if n in only] or [n for n in only if n in CHECKS]
+    return names
+
+
+def run_check(name: str, run: CaseRun) -> Outcome:
+    """One check; an unclaimed case is "unsupported" except for the claims checks, and any
+    exception a backend raises is an "error" outcome, never the end of the run."""
+    if run.claim is not None and name not in _RUN_ANYWAY:
+        return Outcome("unsupported", run.claim)
+    try:
+        return CHECKS[name](run)
+    except StepFailed as e:
+        return Outcome("error", str(e))
+    except Exception as e:  # noqa: BLE001
+        return Outcome("error", f"{type(e).__name__}: {e}")
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+def _bitwise(actual: torch.Tensor, expected: torch.Tensor, what: str) -> Outcome:
+    try:
+        assert_bitwise_equal(what, actual, expected)
+    except AssertionError as e:
+        return failed(str(e))
+    return passed(f"{what} bit for bit")
+
+
+def _same(a: torch.Tensor, b) -> bool:
+    if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    try:
+        assert_bitwise_equal("t", b, a)
+    except AssertionError:
+        return False
+    return True
+
+
+def _state(layer) -> dict[str, torch.Tensor]:
+    return {n: t.detach().clone() for n, t in layer.state_dict().items()}
+
+
+def _state_difference(a: dict, b: dict) -> str:
+    if a.keys() != b.keys():
+        return (f"tensors {sorted(set(a) ^ set(b))} present in one layer only")
+    bad = [n for n in a if not _same(a[n], b[n])]
+    return f"tensors {_few(bad)}" if bad else ""
+
+
+def _few(items: list, n: int = 5) -> str:
+    head = ", ".join(map(str, items[:n]))
+    return head + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+__all__ = ["CHECKS", "FULL", "LIGHT", "Outcome", "checks_for", "run_check"]

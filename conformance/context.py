@@ -1,0 +1,160 @@
+"""`CaseRun`: everything one case's checks share, made on first use and kept (the checkpoint,
+the inputs, the reference output, the processed layer, the first output).
+
+A step that raises keeps its exception: every check that needs that step reports the same
+error instead of retrying it, so one broken backend call costs one set of rows, not a hang of
+repeated failures.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+import torch
+
+from moecert.kernels import QuantConfig, get_backend
+from moecert.kernels.platform import platform_of_device
+from moecert.reference import moe, random_checkpoint
+
+from .cases import Case
+from .inputs import Inputs, case_inputs
+from .metrics import error_metrics
+from .tolerances import Tolerance, load_table, shape_class
+
+# Above this many weights a layer's checkpoint is drawn directly in storage layout on the
+# device (reference.random_checkpoint): quantizing float weights takes seconds per expert.
+SYNTHESIZE_MAX_WEIGHTS = 1 << 24
+# Seed offset of the second checkpoint the reload check loads into a processed layer.
+RELOAD_SEED_OFFSET = 1000
+
+
+class StepFailed(Exception):
+    """A shared step failed earlier; carries its original exception."""
+
+
+def _kept(fn):
+    """Compute once; a raised exception is kept and re-raised (wrapped) on every later use."""
+    @functools.wraps(fn)
+    def wrapper(self):
+        key = fn.__name__
+        if key not in self._done:
+            try:
+                self._done[key] = (True, fn(self))
+            except Exception as e:  # noqa: BLE001 - any backend failure is a result
+                self._done[key] = (False, e)
+        ok, value = self._done[key]
+        if ok:
+            return value
+        raise StepFailed(f"{key} failed: {type(value).__name__}: {value}") from value
+    return property(wrapper)
+
+
+class CaseRun:
+    def __init__(self, case: Case, device: str = "cpu", table=None):
+        self.case = case
+        self.problem = case.problem
+        self.device = torch.device(device)
+        self.backend = get_backend(case.backend)
+        self.quant = QuantConfig.of(_checkpoint_stub(case))
+        self.table = table or load_table()
+        self._done: dict[str, tuple[bool, object]] = {}
+
+    # --- what the case is ---------------------------------------------------------------
+    @functools.cached_property
+    def claim(self) -> str | None:
+        """None if the backend claims the case on this device, else its reason."""
+        platform = platform_of_device(self.device)
+        try:
+            return self.backend.supports(self.quant, self.problem, platform=platform)
+        except TypeError:  # a backend without the platform argument (SPEC's two-argument form)
+            return self.backend.supports(self.quant, self.problem)
+
+    @functools.cached_property
+    def tolerance(self) -> Tolerance:
+        return self.table.lookup(self.case.scheme, self.problem.dtype, self.case.backend,
+                                 self.device.type, shape_class(self.problem),
+                                 activation_mode=self.quant.activation)
+
+    # --- shared steps -------------------------------------------------------------------
+    def checkpoint_for(self, seed: int):
+        P = self.problem
+        weights = P.E * P.K * P.N * 3
+        if weights > SYNTHESIZE_MAX_WEIGHTS:
+            return random_checkpoint(self.case.scheme, P, seed=seed, device=self.device,
+                                     **self.case.attrs)
+        return replace(self.case, seed=seed).checkpoint().to(self.device)
+
+    @_kept
+    def checkpoint(self):
+        return self.checkpoint_for(self.case.seed)
+
+    @_kept
+    def inputs(self) -> Inputs:
+        return case_inputs(self.case).to(self.device)
+
+    @_kept
+    def reference(self) -> torch.Tensor:
+        return self.reference_for(self.checkpoint, self.inputs)
+
+    def reference_for(self, ckpt, inputs: Inputs) -> torch.Tensor:
+        x, w, ids, counts = inputs.tensors()
+        return moe(ckpt, x, w, ids, self.problem, expert_num_tokens=counts)
+
+    def new_layer(self, ckpt):
+        layer = self.backend.create_layer(ckpt, self.problem)
+        self.backend.process_weights_after_loading(layer)
+        return layer
+
+    @_kept
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        """Copies of every input and checkpoint tensor, taken before the backend sees them."""
+        tensors = {f"checkpoint.{n}": t.clone() for n, t in self.checkpoint.tensors.items()}
+        names = ("hidden_states", "topk_weights", "topk_ids", "expert_num_tokens")
+        for name, t in zip(names, self.inputs.tensors()):
+            if t is not None:
+                tensors[name] = t.clone()
+        return tensors
+
+    @_kept
+    def layer(self):
+        self.snapshot  # noqa: B018 - taken before the backend touches anything
+        return self.new_layer(self.checkpoint)
+
+    def apply(self, layer, inputs: Inputs | None = None) -> torch.Tensor:
+        """One apply into an output buffer poisoned with NaN."""
+        inputs = inputs or self.inputs
+        out = torch.full_like(self.reference, torch.nan, dtype=self.problem.torch_dtype)
+        args, opts = inputs.apply_args()
+        self.backend.apply(layer, *args, out=out, **opts)
+        return out  # the protocol writes into `out`: whatever it returns, `out` is judged
+
+    @_kept
+    def output(self) -> torch.Tensor:
+        return self.apply(self.layer)
+
+    def judge(self, actual: torch.Tensor, reference: torch.Tensor) -> dict:
+        """All metrics of `actual`, and the tolerance entry's verdict on them."""
+        tol = self.tolerance
+        metrics = error_metrics(actual, reference, atol=tol.atol * _scale(reference),
+                                rtol=tol.rtol, **self._expert_ids())
+        return {"metrics": metrics, "verdict": tol.judge(metrics)}
+
+    def _expert_ids(self) -> dict:
+        ids = self.inputs.topk_ids
+        if ids is None or self.problem.activation_format == "batched":
+            return {}
+        return {"expert_ids": ids}
+
+
+def _scale(reference: torch.Tensor) -> float:
+    return float(reference.abs().max()) if reference.numel() else 0.0
+
+
+def _checkpoint_stub(case: Case):
+    """The case's quantization without making its tensors (QuantConfig.of reads attributes)."""
+    class Stub:
+        scheme = case.scheme
+    for name, value in case.attrs.items():
+        setattr(Stub, name, value)
+    return Stub

@@ -1,0 +1,103 @@
+"""Running cases in this process: one row per (case, check), SPEC section 4.
+
+The runner (conformance/runner.py) calls this inside worker processes, so that a backend that
+kills its process or hangs costs one case; tests and `moecert calibrate` call it directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+import uuid
+from collections.abc import Iterable
+
+import torch
+
+from moecert.reports.schema import environment, problem_columns
+
+from .cases import Case
+from .checks import Outcome, checks_for, run_check
+from .context import CaseRun
+
+
+def run_case(case: Case, device: str = "cpu", checks: Iterable[str] | None = None,
+             run_id: str = "", table=None) -> list[dict]:
+    """Every check of `case` (or those named in `checks`) as result rows."""
+    with triton_for(device):
+        return list(iter_case(case, device, checks, run_id, table))
+
+
+def iter_case(case: Case, device: str, checks=None, run_id: str = "", table=None,
+              on_start=None):
+    """Yield the case's rows one check at a time; `on_start(check)` is called before each
+    (the worker reports it, so a crash is pinned on the check in flight)."""
+    try:
+        run = CaseRun(case, device, table)
+        names = checks_for(run, tuple(checks) if checks else None)
+    except Exception as e:  # noqa: BLE001 - an unknown backend, a bad attribute
+        yield _row(case, device, run_id, "setup", Outcome("error", f"{type(e).__name__}: {e}"),
+                   None, 0.0)
+        return
+    for name in names:
+        if on_start:
+            on_start(name)
+        start = time.perf_counter()
+        outcome = run_check(name, run)
+        yield _row(case, device, run_id, name, outcome, run, time.perf_counter() - start)
+
+
+def run_cases(cases: Iterable[Case], device: str = "cpu", checks=None, run_id: str = ""
+              ) -> list[dict]:
+    run_id = run_id or new_run_id()
+    rows: list[dict] = []
+    for case in cases:
+        rows.extend(run_case(case, device, checks, run_id))
+    return rows
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+@contextlib.contextmanager
+def triton_for(device: str):
+    """On a CPU the triton backend runs through the interpreter (defined on first use)."""
+    if torch.device(device).type != "cpu" or os.environ.get("TRITON_INTERPRET") == "1":
+        yield
+        return
+    try:
+        from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
+        load_interpreted_kernels()
+    except ImportError:  # no triton here: the backend says so in its own rows
+        yield
+        return
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("TRITON_INTERPRET", None)
+
+
+def _row(case: Case, device: str, run_id: str, check: str, outcome: Outcome,
+         run: CaseRun | None, duration: float) -> dict:
+    row = {"run_id": run_id, "case_id": case.case_id, "backend": case.backend,
+           "scheme": case.scheme, "config": "", **problem_columns(case),
+           **environment(device, case.backend), "check": check, "status": outcome.status,
+           "message": outcome.message, "duration_s": duration, "case_json": case.to_json()}
+    if run is not None:
+        row["config"] = run.quant.describe()
+    for key in METRIC_KEYS:
+        row[key] = float(outcome.metrics.get(key, math.nan))
+    v = outcome.verdict
+    if v is not None:
+        row["tolerance"] = run.tolerance.key
+        row["thresholds"] = json.dumps(v.thresholds, sort_keys=True)
+        row["headroom"] = float(v.headroom)
+    return row
+
+
+METRIC_KEYS = ("nonfinite", "max_abs", "max_abs_scaled", "rel_fro", "cosine",
+               "min_row_cosine", "norm_ratio", "mismatch_frac", "max_expert_rel_fro")

@@ -1,0 +1,177 @@
+"""Planted bugs: backends that are a correct backend with one realistic bug each, to test
+that the harness catches what it claims to catch.
+
+    from moecert.conformance.mutants import MUTANTS, register_mutants, detection_table
+
+Every mutant subclasses a correct backend (the torch backend unless the bug lives only in
+another backend's format) and keeps its claims, except the one whose bug is its claims.
+`targets` are the schemes the bug lives in: running the smoke suite on those must flag the
+mutant; `expected_checks` are the checks expected to catch it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from moecert.kernels.registry import backend_names, get_backend, register_backend
+
+from . import conversion, forward, protocol
+
+# Row statuses that count as the harness flagging a backend.
+FLAGGED = ("fail", "error", "crash", "timeout")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    factory: Callable[[], object]  # the backend class
+    bug: str  # one sentence
+    targets: tuple[str, ...]  # scheme names the bug lives in
+    expected_checks: tuple[str, ...]
+    # the base backend it is a copy of (the one-line docstring of its class says how)
+    base: str = "torch"
+
+
+_ACC = ("accuracy", "exact")
+_M = [
+    # --- conversion ---------------------------------------------------------------------
+    Mutant("mutant-awq-order", conversion.AwqOrderKept,
+           "AWQ's nibble pack order (0,2,4,6,1,3,5,7) not undone when unpacking.",
+           ("awq-int4",), ("canonical", *_ACC)),
+    Mutant("mutant-gptq-v1-zero", conversion.GptqV1ZeroOffsetMissing,
+           "GPTQ v1 zero points read without the +1 offset (as if v2).",
+           ("gptq-int4",), ("canonical", *_ACC)),
+    Mutant("mutant-zero-points-ignored", conversion.ZeroPointsIgnored,
+           "Asymmetric int weights dequantized with the symmetric zero, zero points unused.",
+           ("awq-int4",), ("canonical", *_ACC)),
+    Mutant("mutant-act-order-ignored", conversion.ActOrderIgnored,
+           "Act-order g_idx ignored: column k takes group k // g.",
+           ("gptq-int4",), ("canonical", *_ACC)),
+    Mutant("mutant-act-order-w2-ignored", conversion.ActOrderW2Ignored,
+           "Act-order g_idx honoured for w13 but ignored for w2.",
+           ("gptq-int4",), ("canonical", *_ACC)),
+    Mutant("mutant-group-shift", conversion.GroupScalesShifted,
+           "Group scales and zeros indexed one group late (group i reads i + 1).",
+           ("gptq-int4",), ("canonical", *_ACC)),
+    Mutant("mutant-w13-scales-swapped", conversion.W13ScalesSwapped,
+           "w1's weight scales loaded into w3's slot and vice versa.",
+           ("fp8-w8a16", "int8-w8a16"), ("canonical", *_ACC)),
+    Mutant("mutant-gate-up-swapped", conversion.GateUpSwapped,
+           "w13 laid out as [up; gate] instead of [gate; up].",
+           ("bf16",), ("canonical", *_ACC)),
+    Mutant("mutant-int8-weight-sign", conversion.Int8WeightAsUint8b128,
+           "Signed int8 weights decoded as uint8b128 (byte - 128), flipping the sign bit.",
+           ("int8-w8a16",), ("canonical", *_ACC)),
+    Mutant("mutant-fp8-block-scales-transposed", conversion.Fp8BlockScalesTransposed,
+           "FP8 128x128 block scales stored column-major and read row-major.",
+           ("fp8-w8a16",), ("canonical", *_ACC)),
+    # --- forward --------------------------------------------------------------------------
+    Mutant("mutant-router-weight-twice", forward.RouterWeightTwice,
+           "With apply_router_weight_on_input the router weight scales the output again.",
+           ("bf16",), _ACC),
+    Mutant("mutant-expert-map-ignored", forward.ExpertMapIgnored,
+           "expert_map ignored: global topk ids used as local expert ids.",
+           ("bf16",), _ACC),
+    Mutant("mutant-batched-counts-ignored", forward.BatchedCountsIgnored,
+           "Batched format: expert_num_tokens ignored, rows past each count computed.",
+           ("bf16",), _ACC),
+    Mutant("mutant-per-token-as-per-tensor", forward.PerTokenAsPerTensor,
+           "q1's per-token int8 activation scale replaced by one per-tensor scale.",
+           ("int8-w8a8",), _ACC),
+    Mutant("mutant-a2-static-scale-unloaded", forward.StaticA2ScaleUnloaded,
+           "Static int8: the w2 input scale never loaded, GEMM2's input quantized with 1.0.",
+           ("int8-w8a8",), _ACC),
+    Mutant("mutant-mxfp8-scale-rule", forward.MxScaleRuleWrong,
+           "MXFP8 activation scales rounded with the wrong exponent rule.",
+           ("mxfp8",), _ACC),
+    Mutant("mutant-bias-in-scale-slot", forward.BiasScaledByActivationScale,
+           "int8 activations: the w13 bias added before the activation scale multiplies.",
+           ("int8-w8a8",), _ACC),
+    Mutant("mutant-bias-dropped", forward.BiasDropped,
+           "The w13 bias dropped on the way to the kernel.",
+           ("bf16",), _ACC),
+    Mutant("mutant-w2-bias-after-router", forward.W2BiasAfterRouterWeight,
+           "The w2 bias added after the router weight (r*y + b2, not r*(y + b2)).",
+           ("bf16",), _ACC),
+    Mutant("mutant-swigluoai-alpha", forward.SwigluoaiAlphaDropped,
+           "swigluoai without its alpha: sigmoid(g) instead of sigmoid(1.702 g).",
+           ("bf16",), _ACC),
+    Mutant("mutant-swigluoai-layout", forward.SwigluoaiDeinterleaved,
+           "swigluoai's interleaved gate/up rows read as [gate; up] halves.",
+           ("bf16",), _ACC),
+    Mutant("mutant-e8m0-bias", forward.E8M0Bias126,
+           "E8M0 weight scales decoded with bias 126 instead of 127 (every scale x2).",
+           ("mxfp8",), _ACC),
+    Mutant("mutant-nondeterministic-sum", forward.NondeterministicSum,
+           "Top-k sum accumulated in the output dtype in a random expert order each call.",
+           ("bf16",), ("determinism", "token_order")),
+    Mutant("mutant-last-row-unwritten", forward.LastRowUnwritten,
+           "The last output row is never written.",
+           ("bf16",), ("fully_written", "accuracy")),
+    Mutant("mutant-partial-block-dropped", forward.PartialBlockDropped,
+           "Rows of the last partial 16-row tile are never written.",
+           ("bf16",), ("fully_written", "accuracy")),
+    # --- protocol ---------------------------------------------------------------------------
+    Mutant("mutant-process-not-idempotent", protocol.ProcessNotIdempotent,
+           "A second process_weights_after_loading swaps gate and up again.",
+           ("bf16",), ("process_twice",)),
+    Mutant("mutant-reload-ignored", protocol.ReloadIgnored,
+           "load_weights into a processed layer does nothing.",
+           ("bf16",), ("reload",)),
+    Mutant("mutant-input-mutated", protocol.InputOverwritten,
+           "The output is also written into hidden_states (inplace=True).",
+           ("bf16",), ("no_mutation",)),
+    Mutant("mutant-claims-asym", protocol.ClaimsAsymmetric,
+           "The XPU int4 path claims asymmetric int4 and raises when loading it.",
+           ("gptq-int4",), ("claims",), base="xpu"),
+    # --- triton ---------------------------------------------------------------------------
+    Mutant("mutant-w4a8-a1-gscale-dropped", "triton:W4A8GlobalScaleDropped",
+           "Triton W4A8: GEMM1's activation global scale a1_gscale not passed to the kernel.",
+           ("w4a8-int8",), _ACC, base="triton"),
+]
+MUTANTS: dict[str, Mutant] = {m.name: m for m in _M}
+BASES = tuple(sorted({m.base for m in _M}))
+
+
+def make_backend(mutant: Mutant):
+    """A fresh instance of the mutant's backend (the triton module imported on demand: its
+    kernels must not be defined before a caller chooses interpreted or compiled)."""
+    factory = mutant.factory
+    if isinstance(factory, str):
+        from . import triton
+
+        factory = getattr(triton, factory.partition(":")[2])
+    return factory()
+
+
+def register_mutants(names: Iterable[str] | None = None) -> list[str]:
+    """Register the mutants (all, or `names`) with the backend registry; registering one
+    already there is a no-op. Returns the names."""
+    chosen = list(MUTANTS) if names is None else list(names)
+    known = set(backend_names())
+    for name in chosen:
+        if name not in known:
+            backend = make_backend(MUTANTS[name])
+            assert backend.name == name, (backend.name, name)
+            register_backend(backend)
+    return chosen
+
+
+def detection_table(rows):
+    """pandas DataFrame: backend (rows) x check (columns) -> number of flagged result rows
+    (status fail, error, crash or timeout); a column 'flagged' totals each backend."""
+    import pandas as pd
+
+    df = pd.DataFrame(list(rows), columns=None)
+    if df.empty:
+        return pd.DataFrame()
+    df["hit"] = df["status"].isin(FLAGGED).astype(int)
+    table = df.pivot_table(index="backend", columns="check", values="hit", aggfunc="sum",
+                           fill_value=0)
+    table["flagged"] = table.sum(axis=1)
+    return table.astype(int)
+
+
+__all__ = ["BASES", "FLAGGED", "MUTANTS", "Mutant", "detection_table", "get_backend",
+           "make_backend", "register_mutants"]

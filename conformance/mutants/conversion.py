@@ -1,0 +1,192 @@
+"""Mutants of the torch backend's weight conversion: the layer's kernel-format buffers come
+out wrong, the forward pass is the correct one. Each runs the correct conversion and then
+corrupts one buffer the way the named engine bug does (the corruption is the bug; the rest
+of the conversion is unchanged). `canonical_weights` reads the corrupted buffers back, as a
+real backend's export would.
+"""
+
+from __future__ import annotations
+
+import torch
+from moecert.kernels.native import TorchBackend
+from moecert.reference.schemes import AWQ_PACK_ORDER
+
+
+def _put_if(layer, name: str, fn) -> None:
+    if layer.has(name):
+        layer.put(name, fn(layer.get(name)).contiguous())
+
+
+def swap_halves(t: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    """[first; second] -> [second; first] along `dim` (an even length)."""
+    first, second = t.chunk(2, dim)
+    return torch.cat((second, first), dim)
+
+
+def w13_row_buffers(layer) -> dict[str, int] | None:
+    """Buffers of w13 whose dim 1 runs over w13's rows, with the rows each entry covers; None
+    when the rows cannot be split into gate and up halves in every buffer (a non-gated
+    activation, or a scale block straddling the halves)."""
+    P = layer.problem
+    if not P.gated:
+        return None
+    rows = {name: 1 for name in ("w13_w", "w13_q", "w13_zp", "w13_bias") if layer.has(name)}
+    if layer.has("w13_s"):
+        per = layer.meta.get("w13_block", (1,))[0]  # integer families: one scale per row
+        if layer.get("w13_s").shape[1] == 1:
+            per = None  # one scale for both halves: nothing to swap
+        elif P.N % per:
+            return None
+        if per is not None:
+            rows["w13_s"] = per
+    return rows
+
+
+def swap_w13_halves(layer) -> bool:
+    """gate <-> up in every w13 buffer of a processed layer; False (layer unchanged) when
+    `w13_row_buffers` says the halves cannot be swapped."""
+    buffers = w13_row_buffers(layer)
+    if buffers is None:
+        return False
+    for name in buffers:
+        _put_if(layer, name, swap_halves)
+    return True
+
+
+class AwqOrderKept(TorchBackend):
+    """AWQ words unpacked least significant nibble first without undoing AWQ's pack order
+    (0, 2, 4, 6, 1, 3, 5, 7): output columns permuted in groups of 8, codes and zeros."""
+
+    name = "mutant-awq-order"
+
+    def convert(self, layer):
+        super().convert(layer)
+        if layer.quant.layout != "awq":
+            return
+        order = list(AWQ_PACK_ORDER)
+        for name in ("w13_q", "w13_zp", "w2_q", "w2_zp"):
+            _put_if(layer, name, lambda t: t.unflatten(1, (-1, 8))[:, :, order].flatten(1, 2))
+
+
+class GptqV1ZeroOffsetMissing(TorchBackend):
+    """GPTQ v1 zeros read as v2 (vLLM #26343 inverted): the stored z - 1 taken as the true
+    zero, asymmetric zeros one low and the symmetric zero 7 instead of 8."""
+
+    name = "mutant-gptq-v1-zero"
+
+    def convert(self, layer):
+        q = layer.quant
+        super().convert(layer)
+        if q.layout != "gptq" or q.checkpoint_format != "gptq":
+            return
+        for p in ("w13", "w2"):
+            if layer.has(f"{p}_zp"):
+                layer.put(f"{p}_zp", layer.get(f"{p}_zp") - 1)
+            else:
+                s = layer.get(f"{p}_s")
+                layer.put(f"{p}_zp", torch.full(s.shape, (1 << (q.bits - 1)) - 1,
+                                                 dtype=torch.uint8, device=s.device))
+
+
+class ZeroPointsIgnored(TorchBackend):
+    """Asymmetric weights run by a path without zero points (the symmetric zero 2^(b-1)),
+    like a kernel that accepts the zp tensor and never reads it."""
+
+    name = "mutant-zero-points-ignored"
+
+    def convert(self, layer):
+        super().convert(layer)
+        layer.drop("w13_zp", "w2_zp")
+
+
+class ActOrderIgnored(TorchBackend):
+    """Act-order g_idx dropped: columns take group k // g instead of g_idx[k]."""
+
+    name = "mutant-act-order-ignored"
+
+    def convert(self, layer):
+        super().convert(layer)
+        layer.drop("w13_g_idx", "w2_g_idx")
+
+
+class ActOrderW2Ignored(TorchBackend):
+    """Act-order handled for w13 but not for w2 (w2's g_idx, sharded along the other dim,
+    lost on the way)."""
+
+    name = "mutant-act-order-w2-ignored"
+
+    def convert(self, layer):
+        super().convert(layer)
+        layer.drop("w2_g_idx")
+
+
+class GroupScalesShifted(TorchBackend):
+    """Group scales read one group late (the slice of a shard starts one group too far; the
+    last group repeated): group i uses scale min(i + 1, G - 1)."""
+
+    name = "mutant-group-shift"
+
+    def convert(self, layer):
+        super().convert(layer)
+        if not layer.quant.is_int_family:
+            return
+        for name in ("w13_s", "w2_s", "w13_zp", "w2_zp"):
+            _put_if(layer, name, lambda t: torch.cat((t[:, :, 1:], t[:, :, -1:]), 2))
+
+
+class W13ScalesSwapped(TorchBackend):
+    """w1's scales loaded into w3's slot and w3's into w1's (shard id mixed up in the scale
+    loader; the weights are right)."""
+
+    name = "mutant-w13-scales-swapped"
+
+    def convert(self, layer):
+        super().convert(layer)
+        if "w13_s" in (w13_row_buffers(layer) or {}):
+            _put_if(layer, "w13_s", swap_halves)
+
+
+class GateUpSwapped(TorchBackend):
+    """w13 written as [up; gate] (vLLM #42821 class: [w1; w3] placed into a [w3; w1] layout):
+    the activation applies to the up projection."""
+
+    name = "mutant-gate-up-swapped"
+
+    def convert(self, layer):
+        super().convert(layer)
+        swap_w13_halves(layer)
+
+
+class Int8WeightAsUint8b128(TorchBackend):
+    """Signed int8 weights decoded as GPTQ's uint8b128 (byte - 128): the sign bit flipped."""
+
+    name = "mutant-int8-weight-sign"
+
+    def convert(self, layer):
+        super().convert(layer)
+        if layer.quant.info.family != "int8":
+            return
+        for name in ("w13_w", "w2_w"):
+            _put_if(layer, name, lambda w: (w.view(torch.uint8).to(torch.int16) - 128
+                                            ).to(torch.int8))
+
+
+class Fp8BlockScalesTransposed(TorchBackend):
+    """Block scales [E, R, C] stored column-major (DeepGEMM's TMA-aligned layout) and read as
+    row-major: the scale of block (r, c) taken from the transposed position."""
+
+    name = "mutant-fp8-block-scales-transposed"
+
+    def convert(self, layer):
+        super().convert(layer)
+        if layer.quant.weight_strategy != "block" or layer.quant.info.family != "fp8":
+            return
+        for name in ("w13_s", "w2_s"):
+            _put_if(layer, name, lambda s: s.transpose(1, 2).contiguous().view(s.shape))
+
+
+CONVERSION_MUTANTS = (
+    AwqOrderKept, GptqV1ZeroOffsetMissing, ZeroPointsIgnored, ActOrderIgnored,
+    ActOrderW2Ignored, GroupScalesShifted, W13ScalesSwapped, GateUpSwapped,
+    Int8WeightAsUint8b128, Fp8BlockScalesTransposed,
+)

@@ -1,0 +1,192 @@
+"""The runner: cases through worker processes, rows to disk as they finish.
+
+Each of `workers` threads holds one worker process (conformance/worker.py) and feeds it cases
+from a shared queue. A backend that raises or returns NaN costs its own rows (the worker
+catches it); one that kills the process, hangs past the timeout, or leaves a CUDA error behind
+costs that case: the parent records "crash" or "timeout" on the check in flight, starts a fresh
+worker, and goes on. On several GPUs worker i is pinned to visible device i (mod count)
+through CUDA_VISIBLE_DEVICES before it starts, so it never initializes another device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from moecert.reports.schema import FAILING
+from moecert.reports.store import Journal
+
+from .cases import Case
+from .checks import Outcome
+from .execute import _row
+from .xfail import XfailList
+
+# Whole seconds a case may take before its worker is killed (interpreted Triton on a CPU
+# runs a small case in seconds; a model-size case on a GPU well under a minute).
+DEFAULT_TIMEOUT_S = 600.0
+_STDERR_TAIL = 40  # lines of a dead worker's stderr kept in its crash row
+
+
+@dataclass
+class RunConfig:
+    device: str = "cpu"
+    workers: int = 1
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    checks: list[str] | None = None
+    imports: list[str] = field(default_factory=list)
+    run_id: str = ""
+    xfail: XfailList | None = None
+
+
+class Worker:
+    """One worker process and the thread reading its protocol stream."""
+
+    def __init__(self, config: RunConfig, slot: int):
+        env = dict(os.environ)
+        visible = _visible_devices() if config.device.startswith("cuda") else []
+        if visible:
+            env["CUDA_VISIBLE_DEVICES"] = visible[slot % len(visible)]
+        cmd = [sys.executable, "-m", "moecert.conformance.worker", "--device", config.device,
+               "--run-id", config.run_id]
+        for module in config.imports:
+            cmd += ["--import", module]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env,
+                                     start_new_session=True)
+        self.messages: queue.Queue = queue.Queue()
+        self.stderr: deque[str] = deque(maxlen=_STDERR_TAIL)
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                self.messages.put(json.loads(line))
+            except json.JSONDecodeError:
+                self.stderr.append(line)
+        self.messages.put(None)  # end of stream: the process is gone
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line.rstrip())
+
+    def send(self, case: Case, checks) -> None:
+        self.proc.stdin.write(json.dumps({"case": case.to_json(), "checks": checks}) + "\n")
+        self.proc.stdin.flush()
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+
+
+def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
+                 on_case=None) -> None:
+    """Run `cases` in worker processes; every row goes to `journal` as it arrives;
+    `on_case(case, rows)` is called when a case is finished (progress, summary)."""
+    todo: queue.Queue = queue.Queue()
+    for case in cases:
+        todo.put(case)
+    lock = threading.Lock()
+
+    def record(case, rows):
+        rows = config.xfail.apply(rows) if config.xfail else rows
+        with lock:
+            journal.append(rows)
+            if on_case:
+                on_case(case, rows)
+
+    def serve(slot: int):
+        worker = None
+        while True:
+            try:
+                case = todo.get_nowait()
+            except queue.Empty:
+                break
+            worker = worker or Worker(config, slot)
+            rows, alive = _run_one(worker, case, config)
+            record(case, rows)
+            if not alive or (config.device != "cpu" and _any_error(rows)):
+                # a dead process, or a CUDA context an error may have poisoned: start afresh
+                worker.kill()
+                worker = None
+        if worker:
+            worker.close()
+
+    threads = [threading.Thread(target=serve, args=(i,), daemon=True)
+               for i in range(max(1, config.workers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def _run_one(worker: Worker, case: Case, config: RunConfig) -> tuple[list[dict], bool]:
+    """The case's rows, and whether the worker is still usable."""
+    rows: list[dict] = []
+    in_flight = "setup"
+    deadline = time.monotonic() + config.timeout_s
+    try:
+        worker.send(case, config.checks)
+    except (BrokenPipeError, OSError):
+        return [_lost(case, config, "crash", in_flight, worker, "the worker was gone")], False
+    while True:
+        try:
+            message = worker.messages.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            worker.kill()
+            rows.append(_lost(case, config, "timeout", in_flight, worker,
+                              f"no result after {config.timeout_s:.0f} s; worker killed"))
+            return rows, False
+        if message is None:
+            code = worker.proc.wait()
+            rows.append(_lost(case, config, "crash", in_flight, worker,
+                              f"the worker process died (exit code {code})"))
+            return rows, False
+        if "start" in message:
+            in_flight = message["start"]
+        elif "row" in message:
+            rows.append(message["row"])
+        elif "done" in message:
+            return rows, True
+
+
+def _lost(case, config, status, check, worker, why) -> dict:
+    tail = "\n".join(list(worker.stderr)[-8:])
+    message = f"{why} during check {check}" + (f"; stderr tail:\n{tail}" if tail else "")
+    return _row(case, config.device, config.run_id, check, Outcome(status, message), None, 0.0)
+
+
+def _any_error(rows: list[dict]) -> bool:
+    return any(r["status"] == "error" for r in rows)
+
+
+def _visible_devices() -> list[str]:
+    """The caller's visible GPUs (indices or UUIDs), as CUDA_VISIBLE_DEVICES names them."""
+    named = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if named is not None:
+        return [d.strip() for d in named.split(",") if d.strip()]
+    try:
+        import torch
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # noqa: BLE001
+        return []
+
+
+__all__ = ["DEFAULT_TIMEOUT_S", "FAILING", "RunConfig", "run_isolated"]

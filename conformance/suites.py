@@ -1,0 +1,145 @@
+"""The suites: which cases run, on which shapes, with which checks.
+
+    smoke    CPU, every backend x every scheme variant on small shapes, Triton interpreted
+    ci       GPU, the three model shapes plus the edge shapes at realistic sizes
+    certify  everything: all variants x options x shapes, several seeds
+
+Every suite has the edge shapes: M = 0, 1, block-1, block+1; N below, at and off the group
+size; K off the kernel tile; an expert with every token and experts with none; an expert_map
+with holes; topk = 1 with the router weight on the input. A case's `depth` says which checks
+run: "full" runs all of them, "light" those that share the one accuracy call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, fields, replace
+
+from moecert.kernels import QuantConfig, backend_names
+from moecert.kernels.oracle import scheme_variants
+from moecert.reference import SCHEME_NAMES, MoEProblem
+
+from .cases import Case
+
+SUITES = ("smoke", "ci", "certify")
+
+# Row tile of the grouped GEMMs (triton's smallest BLOCK_M): M = 15 and 17 straddle it.
+BLOCK_M = 16
+# A hole in every other global expert: local experts 0..E-1 at the even global ids.
+_EP_STRIDE = 2
+
+# Model layer shapes (E, K, N, topk) for the GPU suites.
+MODELS = {
+    "qwen3-30b-a3b": (128, 2048, 768, 8),
+    "mixtral-8x7b": (8, 4096, 14336, 2),
+    "deepseek-v3": (256, 7168, 2048, 8),
+}
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    base: MoEProblem  # every scheme variant runs here with every check
+    edge_base: MoEProblem  # the edge shapes are variations of this one
+    models: tuple[tuple[str, int], ...] = ()  # (model, M) at full layer size
+    seeds: tuple[int, ...] = (0,)
+    options_everywhere: bool = False  # options on every variant, not only the defaults
+
+
+SPECS = {
+    "smoke": SuiteSpec(MoEProblem(M=17, K=128, N=128, E=4, topk=2),
+                       MoEProblem(M=9, K=128, N=128, E=4, topk=2)),
+    "ci": SuiteSpec(MoEProblem(M=64, K=1024, N=512, E=16, topk=4),
+                    MoEProblem(M=33, K=512, N=256, E=8, topk=2),
+                    models=(("qwen3-30b-a3b", 64), ("mixtral-8x7b", 16),
+                            ("deepseek-v3", 64))),
+    "certify": SuiteSpec(MoEProblem(M=64, K=1024, N=512, E=16, topk=4),
+                         MoEProblem(M=33, K=512, N=256, E=8, topk=2),
+                         models=tuple((m, M) for m in MODELS for M in (1, 64, 256)),
+                         seeds=(0, 1, 2), options_everywhere=True),
+}
+
+
+def build_suite(name: str, backends=None, schemes=None) -> list[Case]:
+    """The cases of suite `name` for `backends` (default: every registered one) and `schemes`
+    (default: all), unique by case id, in a stable order."""
+    if name not in SPECS:
+        raise ValueError(f"unknown suite {name!r}; known: {', '.join(SUITES)}")
+    spec = SPECS[name]
+    backends = list(backends or backend_names())
+    schemes = list(schemes or SCHEME_NAMES)
+    unknown = sorted(set(schemes) - set(SCHEME_NAMES))
+    if unknown:
+        raise ValueError(f"unknown schemes {unknown}; known: {', '.join(SCHEME_NAMES)}")
+    cases: dict[str, Case] = {}
+    for seed in spec.seeds:
+        for scheme in schemes:
+            for i, quant in enumerate(scheme_variants(scheme)):
+                attrs = variant_attrs(quant)
+                for backend in backends:
+                    full = Case(backend, scheme, spec.base, attrs, seed, depth="full")
+                    cases.setdefault(full.case_id, full)
+                    if i == 0 or spec.options_everywhere:
+                        for case in _edge_cases(spec, backend, scheme, quant, attrs, seed):
+                            cases.setdefault(case.case_id, case)
+                    if i == 0 and seed == spec.seeds[0]:
+                        for case in _model_cases(spec, backend, scheme, seed):
+                            cases.setdefault(case.case_id, case)
+    return list(cases.values())
+
+
+def variant_attrs(quant: QuantConfig) -> dict:
+    """The checkpoint attributes of a scheme variant that differ from the scheme's defaults."""
+    base = QuantConfig.defaults(quant.scheme)
+    return {f.name: getattr(quant, f.name) for f in fields(quant)
+            if f.name != "scheme" and getattr(quant, f.name) != getattr(base, f.name)}
+
+
+def _edge_cases(spec: SuiteSpec, backend: str, scheme: str, quant: QuantConfig, attrs: dict,
+                seed: int):
+    P = spec.edge_base
+    group = quant.group_size if quant.is_int_family and quant.group_size > 0 else 32
+    # a group that divides the edge shapes' K and N, so only the named dimension is odd
+    small = {**attrs, "group_size": 32} if quant.is_int_family and group > 32 else attrs
+
+    def case(problem=P, routing="random", case_attrs=attrs):
+        return Case(backend, scheme, problem, case_attrs, seed, routing, depth="light")
+
+    for M in (0, 1, BLOCK_M - 1, BLOCK_M + 1):
+        yield case(replace(P, M=M))
+    for N in (group // 2, group, group + group // 2):  # below, at and off the group size
+        if N != P.N:
+            yield case(replace(P, N=N))
+    yield case(replace(P, K=160), case_attrs=small)  # not a multiple of 64 or 128
+    yield case(routing="skewed")
+    yield case(routing="sparse")
+    global_map = tuple(i // _EP_STRIDE if i % _EP_STRIDE == 0 else -1
+                       for i in range(P.E * _EP_STRIDE))
+    yield case(replace(P, expert_map=global_map))
+    yield case(replace(P, topk=1, apply_router_weight_on_input=True))
+    yield case(replace(P, dtype="fp16", bias=True))
+    yield case(replace(P, activation="swigluoai", bias=True))
+    yield case(replace(P, activation="relu2"))
+    yield case(replace(P, activation_format="batched"))
+    if spec.models:  # realistic sizes: the options again on a larger layer
+        yield case(replace(spec.base, activation="gelu", bias=True))
+        yield case(replace(spec.base, activation="swigluoai-split"))
+
+
+def _model_cases(spec: SuiteSpec, backend: str, scheme: str, seed: int):
+    """Each scheme's default at the model layer sizes (one seed: the checkpoints are big)."""
+    for model, M in spec.models:
+        E, K, N, topk = MODELS[model]
+        yield Case(backend, scheme, MoEProblem(M=M, K=K, N=N, E=E, topk=topk), {}, seed,
+                   depth="light")
+
+
+def shard(cases: list[Case], index: int, count: int) -> list[Case]:
+    """Shard `index` of `count` (0-based): a deterministic split by case id, the same on
+    every host, so CI jobs each take one shard and the report merges them."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard index {index} outside 0..{count - 1}")
+    return [c for c in cases if _bucket(c.case_id, count) == index]
+
+
+def _bucket(case_id: str, count: int) -> int:
+    return int.from_bytes(hashlib.sha256(case_id.encode()).digest()[:8], "big") % count

@@ -1,0 +1,10 @@
+"""The conformance suite under pytest (the plugin in conformance/plugin.py parametrizes it):
+
+    pytest --pyargs moecert.conformance --moecert-suite smoke [--moecert-backend NAME]
+"""
+
+from moecert.conformance.plugin import run_and_assert
+
+
+def test_case(moecert_case, moecert_session):
+    run_and_assert(moecert_case, moecert_session)

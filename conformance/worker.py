@@ -1,0 +1,53 @@
+"""A worker process of the runner: reads cases as JSON lines on stdin, runs them, and writes
+one message per event on its protocol stream, so the parent knows which check was in flight
+when a backend kills the process.
+
+    parent -> worker   {"case": <Case JSON>, "checks": [...] | null}
+    worker -> parent   {"start": "<check>"}  {"row": {...}}  {"done": "<case id>"}
+
+Anything a backend prints goes to stderr: the protocol stream is a duplicate of the original
+stdout that nothing else writes to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m moecert.conformance.worker")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--run-id", default="")
+    parser.add_argument("--import", dest="imports", action="append", default=[])
+    args = parser.parse_args(argv)
+
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr
+
+    def send(message: dict) -> None:
+        protocol.write(json.dumps(message, default=str) + "\n")
+
+    for module in args.imports:  # e.g. a module that registers backends at run time
+        importlib.import_module(module)
+    from .cases import Case
+    from .execute import iter_case, triton_for
+
+    with triton_for(args.device):
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            request = json.loads(line)
+            case = Case.from_json(request["case"])
+            for row in iter_case(case, args.device, request.get("checks"), args.run_id,
+                                 on_start=lambda name: send({"start": name})):
+                send({"row": row})
+            send({"done": case.case_id})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
