@@ -32,10 +32,9 @@ from .convert import (
     linear_dims,
     unpack_nibbles,
 )
-from .errors import BackendError
 from .layer import MoELayer
 from .platform import Platform
-from .quant_config import QuantConfig, checkpoint_spec
+from .quant_config import QuantConfig
 
 # (prefix, local expert) -> float32 [out, in] weights of that expert
 ExpertWeight = Callable[[str, int], torch.Tensor]
@@ -49,12 +48,8 @@ class TorchBackend(BaseBackend):
         return None
 
     def claims(self, quant: QuantConfig, problem, platform: Platform) -> str | None:
-        # Runs anywhere torch does: only shapes no checkpoint of the scheme can hold are
-        # refused (an mxfp8 checkpoint's K % 32 == 0 also covers MXFP8 activations).
-        try:
-            checkpoint_spec(quant, problem)
-        except BackendError as e:
-            return str(e)
+        # Runs anywhere torch does: BaseBackend already refuses the shapes no checkpoint of
+        # the scheme can hold (an mxfp8 checkpoint's K % 32 == 0 also covers MXFP8 activations).
         return None
 
     def convert(self, layer: MoELayer) -> None:

@@ -173,9 +173,8 @@ def test_no_backend_when_the_shape_cannot_hold_the_format():
     """N = 96 is no multiple of group 64: no checkpoint exists, every candidate says why."""
     with pytest.raises(NoBackendError) as info:
         select_backend(_quant("gptq-int4", group_size=64), _problem(N=96), Platform.xpu())
-    assert info.value.reasons == {
-        "xpu": "group size 64 needs K % 64 == 0 and N % 64 == 0",
-        "torch": "w2 input dimension: expected a multiple of group size 64, found 96"}
+    why = "w2 input dimension: expected a multiple of group size 64, found 96"
+    assert info.value.reasons == {"xpu": why, "torch": why}
 
 
 @pytest.mark.parametrize(("backend", "quant", "problem", "platform", "reason"), [
@@ -183,9 +182,9 @@ def test_no_backend_when_the_shape_cannot_hold_the_format():
      "platform cuda or rocm only (cpu needs TRITON_INTERPRET=1)"),
     ("triton", _quant("bf16"), _problem(), Platform.xpu(), "platform cuda or rocm only"),
     ("triton", _quant("mxfp8"), _problem(K=2000), Platform.cuda((9, 0)),
-     "mxfp8 needs K % 32 == 0 and N % 32 == 0 (E8M0 scale per 32 columns)"),
+     "w13_weight: expected an input dimension divisible by 32, found 2000"),
     ("xpu", _quant("gptq-int4", group_size=-1), _problem(K=2044), Platform.xpu(),
-     "int4 packing needs K % 8 == 0 and N % 8 == 0"),
+     "w13_qweight: expected an input dimension divisible by 8, found 2044"),
     ("torch", _quant("gptq-int4", group_size=-1), _problem(K=2044), Platform.cpu(),
      "w13_qweight: expected an input dimension divisible by 8, found 2044"),
     ("torch", _quant("mxfp8"), _problem(N=784), Platform.cpu(),
