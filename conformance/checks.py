@@ -20,18 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-
 from moecert.kernels import NoBackendError, select_backend
 from moecert.kernels.oracle import backend_reason, priority
 from moecert.kernels.platform import platform_of_device
 from moecert.reference import CanonicalLinear, canonicalize, moe
 
 from .comparators import assert_bitwise_equal
-from .context import RELOAD_SEED_OFFSET, CaseRun, StepFailed
+from .context import RELOAD_SEED_OFFSET, CaseRun, StepFailed, unchanged
 from .inputs import Inputs
 
 LIGHT = ("claims", "oracle", "accuracy", "fully_written", "no_mutation")
-FULL = LIGHT + ("canonical", "determinism", "process_twice", "token_order", "reload", "exact")
+FULL = (*LIGHT, "canonical", "determinism", "process_twice", "token_order", "reload", "exact")
 # Checks that judge the case without running it on an unclaimed combination.
 _RUN_ANYWAY = ("claims", "oracle")
 
@@ -73,7 +72,7 @@ def check_claims(run: CaseRun) -> Outcome:
         layer = run.new_layer(ckpt)
         args, opts = run.inputs.apply_args()
         out = run.backend.apply(layer, *args, **opts)
-    except Exception as e:  # noqa: BLE001 - what matters is that it refused, and how clearly
+    except Exception as e:
         if not str(e).strip():
             return failed(f"not claimed, and forcing it raised {type(e).__name__} with no "
                           "message")
@@ -122,10 +121,8 @@ def check_fully_written(run: CaseRun) -> Outcome:
 def check_no_mutation(run: CaseRun) -> Outcome:
     before = run.snapshot
     run.output  # noqa: B018 - load, process and apply have all run
-    now = {f"checkpoint.{n}": t for n, t in run.checkpoint.tensors.items()}
-    names = ("hidden_states", "topk_weights", "topk_ids", "expert_num_tokens")
-    now.update({n: t for n, t in zip(names, run.inputs.tensors()) if t is not None})
-    changed = [n for n in before if not _same(before[n], now.get(n))]
+    now = run.watched_tensors()
+    changed = [n for n in before if not unchanged(before[n], now.get(n))]
     if changed:
         return failed(f"modified in place: {', '.join(changed)}")
     return passed(f"{len(before)} input and checkpoint tensors unchanged")
@@ -236,7 +233,7 @@ def run_check(name: str, run: CaseRun) -> Outcome:
         return CHECKS[name](run)
     except StepFailed as e:
         return Outcome("error", str(e))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return Outcome("error", f"{type(e).__name__}: {e}")
 
 
@@ -250,16 +247,6 @@ def _bitwise(actual: torch.Tensor, expected: torch.Tensor, what: str) -> Outcome
     return passed(f"{what} bit for bit")
 
 
-def _same(a: torch.Tensor, b) -> bool:
-    if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    try:
-        assert_bitwise_equal("t", b, a)
-    except AssertionError:
-        return False
-    return True
-
-
 def _state(layer) -> dict[str, torch.Tensor]:
     return {n: t.detach().clone() for n, t in layer.state_dict().items()}
 
@@ -267,7 +254,7 @@ def _state(layer) -> dict[str, torch.Tensor]:
 def _state_difference(a: dict, b: dict) -> str:
     if a.keys() != b.keys():
         return (f"tensors {sorted(set(a) ^ set(b))} present in one layer only")
-    bad = [n for n in a if not _same(a[n], b[n])]
+    bad = [n for n in a if not unchanged(a[n], b[n])]
     return f"tensors {_few(bad)}" if bad else ""
 
 

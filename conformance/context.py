@@ -12,7 +12,6 @@ import functools
 from dataclasses import replace
 
 import torch
-
 from moecert.kernels import QuantConfig, get_backend
 from moecert.kernels.platform import platform_of_device
 from moecert.reference import moe, random_checkpoint
@@ -41,7 +40,7 @@ def _kept(fn):
         if key not in self._done:
             try:
                 self._done[key] = (True, fn(self))
-            except Exception as e:  # noqa: BLE001 - any backend failure is a result
+            except Exception as e:
                 self._done[key] = (False, e)
         ok, value = self._done[key]
         if ok:
@@ -108,12 +107,15 @@ class CaseRun:
 
     @_kept
     def snapshot(self) -> dict[str, torch.Tensor]:
-        """Copies of every input and checkpoint tensor, taken before the backend sees them."""
-        tensors = {f"checkpoint.{n}": t.clone() for n, t in self.checkpoint.tensors.items()}
+        """Copies (fingerprints, for model-size tensors) of every input and checkpoint
+        tensor, taken before the backend sees them."""
+        return {name: keepsake(t) for name, t in self.watched_tensors().items()}
+
+    def watched_tensors(self) -> dict[str, torch.Tensor]:
+        tensors = {f"checkpoint.{n}": t for n, t in self.checkpoint.tensors.items()}
         names = ("hidden_states", "topk_weights", "topk_ids", "expert_num_tokens")
-        for name, t in zip(names, self.inputs.tensors()):
-            if t is not None:
-                tensors[name] = t.clone()
+        tensors.update({n: t for n, t in zip(names, self.inputs.tensors(), strict=True)
+                        if t is not None})
         return tensors
 
     @_kept
@@ -145,6 +147,42 @@ class CaseRun:
         if ids is None or self.problem.activation_format == "batched":
             return {}
         return {"expert_ids": ids}
+
+
+# Tensors above this many bytes are remembered by fingerprint, not copied: a DeepSeek-V3
+# bf16 checkpoint is 22 GB, and a copy of it beside the layer's own does not fit on one GPU.
+COPY_MAX_BYTES = 1 << 28
+_FINGERPRINT_CHUNK = 1 << 26  # bytes hashed at once (int32 temporaries of 4x that)
+
+
+def keepsake(t: torch.Tensor):
+    """What `unchanged` compares against later: a copy, or a fingerprint for big tensors."""
+    if t.numel() * t.element_size() <= COPY_MAX_BYTES:
+        return t.detach().clone()
+    return fingerprint(t)
+
+
+def fingerprint(t: torch.Tensor) -> tuple:
+    """Shape, dtype, and two position-weighted sums of the bytes: any single changed byte
+    changes the first sum, and a swap of two bytes the second."""
+    data = t.detach().contiguous().view(-1).view(torch.uint8)
+    total, weighted = 0, 0
+    for start in range(0, data.numel(), _FINGERPRINT_CHUNK):
+        b = data[start:start + _FINGERPRINT_CHUNK].to(torch.int64)
+        w = torch.arange(start, start + b.numel(), device=b.device, dtype=torch.int64) % 251
+        total += int(b.sum())
+        weighted += int((b * (w + 1)).sum())
+    return (tuple(t.shape), t.dtype, total, weighted)
+
+
+def unchanged(kept, t: torch.Tensor | None) -> bool:
+    if not isinstance(t, torch.Tensor):
+        return False
+    if isinstance(kept, tuple):
+        return fingerprint(t) == kept
+    return (kept.shape == t.shape and kept.dtype == t.dtype
+            and torch.equal(kept.view(-1).view(torch.uint8), t.contiguous().view(-1)
+                            .view(torch.uint8)))
 
 
 def _scale(reference: torch.Tensor) -> float:

@@ -8,7 +8,11 @@ import sys
 from collections import Counter
 
 import torch
-from tqdm import tqdm
+
+try:
+    from tqdm import tqdm
+except ImportError:  # a checkout run without installing (a GPU box's PYTHONPATH)
+    tqdm = None
 
 from moecert.kernels import backend_names, get_backend
 from moecert.reports.schema import FAILING
@@ -66,7 +70,8 @@ def main(args) -> int:
     print(f"moecert run {run_id}: {len(todo)} cases ({len(done)} already done) on {device}, "
           f"{args.workers} worker(s) -> {journal.path}", file=sys.stderr)
     summary = Summary()
-    bar = tqdm(total=len(todo), unit="case", file=sys.stderr, dynamic_ncols=True)
+    bar = (tqdm if tqdm else _PlainProgress)(total=len(todo), unit="case", file=sys.stderr,
+                                              dynamic_ncols=True)
 
     def on_case(case, rows):
         summary.add(case, rows)
@@ -118,6 +123,24 @@ def _journal(args, label: str) -> tuple[Journal, set[str]]:
                 done = set(read_journal(path)["case_id"])
                 return Journal(args.results, path.stem), done
     return Journal(args.results, f"{new_run_id()}.{label}"), set()
+
+
+class _PlainProgress:
+    """A line every 10% when tqdm is not installed."""
+
+    def __init__(self, total, file, **_):
+        self.total, self.done, self.file, self.postfix = total, 0, file, {}
+
+    def set_postfix(self, refresh=False, **kw):
+        self.postfix = kw
+
+    def update(self):
+        self.done += 1
+        if self.done * 10 // max(self.total, 1) != (self.done - 1) * 10 // max(self.total, 1):
+            print(f"{self.done}/{self.total} cases {self.postfix}", file=self.file, flush=True)
+
+    def close(self):
+        pass
 
 
 class Summary:

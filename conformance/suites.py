@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 
 from moecert.kernels import QuantConfig, backend_names
 from moecert.kernels.oracle import scheme_variants
-from moecert.reference import SCHEME_NAMES, MoEProblem
+from moecert.reference import SCHEME_NAMES, SCHEMES, MoEProblem
 
 from .cases import Case
 
@@ -126,11 +126,17 @@ def _edge_cases(spec: SuiteSpec, backend: str, scheme: str, quant: QuantConfig, 
 
 
 def _model_cases(spec: SuiteSpec, backend: str, scheme: str, seed: int):
-    """Each scheme's default at the model layer sizes (one seed: the checkpoints are big)."""
+    """Each scheme's default at the model layer sizes (one seed: the checkpoints are big).
+    16-bit weights of DeepSeek-V3 (22 GB a copy) run as one expert-parallel rank's share,
+    as they are deployed: every 8th expert local."""
     for model, M in spec.models:
         E, K, N, topk = MODELS[model]
-        yield Case(backend, scheme, MoEProblem(M=M, K=K, N=N, E=E, topk=topk), {}, seed,
-                   depth="light")
+        expert_map = None
+        if model == "deepseek-v3" and SCHEMES[scheme].weight_bits == 16:
+            expert_map = tuple(i // 8 if i % 8 == 0 else -1 for i in range(E))
+            E //= 8
+        yield Case(backend, scheme, MoEProblem(M=M, K=K, N=N, E=E, topk=topk,
+                                               expert_map=expert_map), {}, seed, depth="light")
 
 
 def shard(cases: list[Case], index: int, count: int) -> list[Case]:

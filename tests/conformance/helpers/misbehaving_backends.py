@@ -1,0 +1,48 @@
+"""Backends that misbehave in the ways the runner must survive, registered on import (the
+runner's workers import this module with --import)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from moecert.kernels import register_backend
+from moecert.kernels.native import TorchBackend
+
+
+class _Base(TorchBackend):
+    def claims(self, quant, problem, platform):
+        return None if quant.scheme == "bf16" else "bf16 only"
+
+
+class Dies(_Base):
+    name = "test-dies"
+
+    def forward(self, layer, x, *args):
+        os._exit(3)  # as a segfault or an abort in a native kernel would
+
+
+class Hangs(_Base):
+    name = "test-hangs"
+
+    def forward(self, layer, x, *args):
+        time.sleep(3600)
+
+
+class Raises(_Base):
+    name = "test-raises"
+
+    def forward(self, layer, x, *args):
+        raise RuntimeError("kernel launch failed")
+
+
+class ReturnsNaN(_Base):
+    name = "test-nan"
+
+    def forward(self, layer, x, topk_weights, topk_ids, out, expert_num_tokens):
+        super().forward(layer, x, topk_weights, topk_ids, out, expert_num_tokens)
+        out[0, 0] = float("nan")
+
+
+for backend in (Dies(), Hangs(), Raises(), ReturnsNaN()):
+    register_backend(backend)
