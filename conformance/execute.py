@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Iterable
 
 import torch
-
 from moecert.reports.schema import environment, problem_columns
 
 from .cases import Case
@@ -37,7 +36,7 @@ def iter_case(case: Case, device: str, checks=None, run_id: str = "", table=None
     try:
         run = CaseRun(case, device, table)
         names = checks_for(run, tuple(checks) if checks else None)
-    except Exception as e:  # noqa: BLE001 - an unknown backend, a bad attribute
+    except Exception as e:
         yield _row(case, device, run_id, "setup", Outcome("error", f"{type(e).__name__}: {e}"),
                    None, 0.0)
         return

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
 from moecert.reference import make_batched_inputs, make_inputs
 
 from .cases import Case

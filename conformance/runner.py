@@ -185,7 +185,7 @@ def _visible_devices() -> list[str]:
     try:
         import torch
         return [str(i) for i in range(torch.cuda.device_count())]
-    except Exception:  # noqa: BLE001
+    except Exception:
         return []
 
 

@@ -24,7 +24,7 @@ class Journal:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / f"{name}.jsonl"
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held for the run
+        self._file = open(self.path, "a", encoding="utf-8")
 
     def append(self, rows: list[dict]) -> None:
         for row in rows:
