@@ -165,7 +165,7 @@ def keepsake(t: torch.Tensor):
 def fingerprint(t: torch.Tensor) -> tuple:
     """Shape, dtype, and two position-weighted sums of the bytes: any single changed byte
     changes the first sum, and a swap of two bytes the second."""
-    data = t.detach().contiguous().view(-1).view(torch.uint8)
+    data = _bytes(t)
     total, weighted = 0, 0
     for start in range(0, data.numel(), _FINGERPRINT_CHUNK):
         b = data[start:start + _FINGERPRINT_CHUNK].to(torch.int64)
@@ -181,8 +181,12 @@ def unchanged(kept, t: torch.Tensor | None) -> bool:
     if isinstance(kept, tuple):
         return fingerprint(t) == kept
     return (kept.shape == t.shape and kept.dtype == t.dtype
-            and torch.equal(kept.view(-1).view(torch.uint8), t.contiguous().view(-1)
-                            .view(torch.uint8)))
+            and torch.equal(_bytes(kept), _bytes(t)))
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """The values' bytes in logical order (NaN payloads compare too; strides do not)."""
+    return t.detach().contiguous().view(-1).view(torch.uint8)
 
 
 def _scale(reference: torch.Tensor) -> float:
