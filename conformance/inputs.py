@@ -42,6 +42,11 @@ def case_inputs(case: Case) -> Inputs:
         x, counts = make_batched_inputs(P, seed=seed)
         return Inputs(x, None, None, counts)
     x, weights, ids = make_inputs(P, seed=seed)
+    if P.topk == 1:
+        # a renormalized top-1 weight is exactly 1: a router weight applied twice, or not at
+        # all, would not show; top-1 routers (Llama 4) use the sigmoid score as is
+        gen = torch.Generator().manual_seed(seed + 1)
+        weights = torch.sigmoid(torch.randn(P.M, 1, generator=gen)).to(weights.dtype)
     if case.routing != "random" and P.M:
         ids = _route(case, ids, torch.Generator().manual_seed(seed))
     return Inputs(x, weights, ids)

@@ -75,8 +75,9 @@ def build_suite(name: str, backends=None, schemes=None) -> list[Case]:
         for scheme in schemes:
             for i, quant in enumerate(scheme_variants(scheme)):
                 attrs = variant_attrs(quant)
+                base = _variant_base(spec.base, quant)
                 for backend in backends:
-                    full = Case(backend, scheme, spec.base, attrs, seed, depth="full")
+                    full = Case(backend, scheme, base, attrs, seed, depth="full")
                     cases.setdefault(full.case_id, full)
                     if i == 0 or spec.options_everywhere:
                         for case in _edge_cases(spec, backend, scheme, quant, attrs, seed):
@@ -85,6 +86,20 @@ def build_suite(name: str, backends=None, schemes=None) -> list[Case]:
                         for case in _model_cases(spec, backend, scheme, seed):
                             cases.setdefault(case.case_id, case)
     return list(cases.values())
+
+
+def _variant_base(P: MoEProblem, quant: QuantConfig) -> MoEProblem:
+    """The base shape, grown where a variant would otherwise hold a single group or block:
+    act-order with one group makes g_idx all zero, and one 128-column fp8 block makes a
+    transposed block-scale tensor read the same (both bugs would pass unseen)."""
+    unit = 0
+    if quant.act_order and quant.group_size > 0:
+        unit = quant.group_size
+    if quant.weight_strategy == "block":
+        unit = 128
+    if unit and min(P.K, P.N) < 2 * unit:
+        return replace(P, K=max(P.K, 2 * unit), N=max(P.N, 2 * unit))
+    return P
 
 
 def variant_attrs(quant: QuantConfig) -> dict:

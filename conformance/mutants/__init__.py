@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from moecert.kernels.registry import backend_names, get_backend, register_backend
+from moecert.kernels.registry import backend_names, register_backend
 
 from . import conversion, forward, protocol
 
@@ -25,12 +25,12 @@ FLAGGED = ("fail", "error", "crash", "timeout")
 @dataclass(frozen=True)
 class Mutant:
     name: str
-    factory: Callable[[], object]  # the backend class
-    bug: str  # one sentence
+    # the backend class, or "triton:ClassName" in mutants/triton.py (imported on demand)
+    factory: Callable[[], object] | str
+    bug: str  # one sentence; the class docstring says how it happens in an engine
     targets: tuple[str, ...]  # scheme names the bug lives in
-    expected_checks: tuple[str, ...]
-    # the base backend it is a copy of (the one-line docstring of its class says how)
-    base: str = "torch"
+    expected_checks: tuple[str, ...]  # at least one of these must catch it
+    base: str = "torch"  # the registered correct backend it is a copy of
 
 
 _ACC = ("accuracy", "exact")
@@ -158,20 +158,43 @@ def register_mutants(names: Iterable[str] | None = None) -> list[str]:
     return chosen
 
 
-def detection_table(rows):
-    """pandas DataFrame: backend (rows) x check (columns) -> number of flagged result rows
-    (status fail, error, crash or timeout); a column 'flagged' totals each backend."""
+def base_of(backend: str) -> str:
+    """The correct backend a mutant is a copy of (a backend that is no mutant: itself)."""
+    mutant = MUTANTS.get(backend)
+    return mutant.base if mutant else backend
+
+
+def _key(row, backend: str) -> tuple[str, str, str]:
+    """(backend, the case id without its backend, check): the same row on another backend."""
+    return backend, row["case_id"].split("/", 1)[1], row["check"]
+
+
+def detections(rows, base_rows=()) -> list[dict]:
+    """The rows of `rows` that flag their backend, less those whose counterpart in
+    `base_rows` (the same suite on the mutant's correct base backend) was flagged too: a
+    harness problem both share is not a detection."""
+    on_base = {_key(r, r["backend"]) for r in base_rows if r["status"] in FLAGGED}
+    return [r for r in rows
+            if r["status"] in FLAGGED and _key(r, base_of(r["backend"])) not in on_base]
+
+
+def detection_table(rows, base_rows=()):
+    """pandas DataFrame: backend x check -> number of flagged rows (`detections`), with a
+    'flagged' column totalling each backend; every backend of `rows` appears, a mutant the
+    suite missed as a row of zeros."""
     import pandas as pd
 
-    df = pd.DataFrame(list(rows), columns=None)
-    if df.empty:
-        return pd.DataFrame()
-    df["hit"] = df["status"].isin(FLAGGED).astype(int)
-    table = df.pivot_table(index="backend", columns="check", values="hit", aggfunc="sum",
-                           fill_value=0)
+    rows = list(rows)
+    hits = detections(rows, base_rows)
+    backends = sorted({r["backend"] for r in rows})
+    checks = sorted({r["check"] for r in rows})
+    table = pd.DataFrame(0, index=pd.Index(backends, name="backend"),
+                         columns=pd.Index(checks, name="check"))
+    for r in hits:
+        table.loc[r["backend"], r["check"]] += 1
     table["flagged"] = table.sum(axis=1)
-    return table.astype(int)
+    return table
 
 
-__all__ = ["BASES", "FLAGGED", "MUTANTS", "Mutant", "detection_table", "get_backend",
+__all__ = ["BASES", "FLAGGED", "MUTANTS", "Mutant", "base_of", "detection_table", "detections",
            "make_backend", "register_mutants"]

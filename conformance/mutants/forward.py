@@ -320,18 +320,22 @@ class E8M0Bias126(HookedTorchBackend):
 # --- reduction and write-back ----------------------------------------------------------------
 
 class NondeterministicSum(HookedTorchBackend):
-    """The top-k sum accumulated in the output dtype in the order experts finish (atomic adds
-    into a bf16/fp16 buffer): a different order, and different bits, from call to call."""
+    """The top-k sum done by atomic adds into the output-dtype buffer, one per (token,
+    expert) row, landing in whatever order the GPU schedules them: each add rounds,
+    round(round(a) + b) != round(round(b) + a), so the bits change from call to call."""
 
     name = "mutant-nondeterministic-sum"
     _rng = random.SystemRandom()  # unseeded on purpose: torch.manual_seed must not fix it
 
     def combine(self, layer, rows, parts, dtype):
-        parts = list(parts)
-        self._rng.shuffle(parts)
+        token = torch.cat([t for t, _ in parts]) if parts else torch.empty(0, dtype=torch.int64)
+        y = torch.cat([v for _, v in parts]) if parts else None
+        order = list(range(token.numel()))
+        self._rng.shuffle(order)
         acc = torch.zeros(rows, layer.problem.K, dtype=dtype, device=layer.device)
-        for token, y in parts:
-            acc.index_add_(0, token, y.to(dtype))
+        for i in order:
+            t = int(token[i])
+            acc[t] = (acc[t].to(torch.float32) + y[i]).to(dtype)
         return acc.to(torch.float32)
 
 

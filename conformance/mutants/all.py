@@ -1,0 +1,6 @@
+"""Importing this module registers every mutant backend (for `moecert run --import`, whose
+worker processes import it before running cases)."""
+
+from . import register_mutants
+
+NAMES = register_mutants()
