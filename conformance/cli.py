@@ -98,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     from . import run_command
     run_command.add_arguments(p)
     p.set_defaults(func=run_command.main)
+    p = sub.add_parser("calibrate", help="error distribution, suggested thresholds, headroom")
+    from . import calibrate
+    calibrate.add_arguments(p)
+    p.set_defaults(func=calibrate.main)
     args = parser.parse_args(argv)
     return args.func(args)
 
