@@ -15,11 +15,11 @@ import uuid
 from collections.abc import Iterable
 
 import torch
-from moecert.reports.schema import environment, problem_columns
 
 from .cases import Case
 from .checks import Outcome, checks_for, run_check
 from .context import CaseRun
+from .provenance import environment, problem_columns
 
 
 def run_case(case: Case, device: str = "cpu", checks: Iterable[str] | None = None,

@@ -10,6 +10,7 @@ through CUDA_VISIBLE_DEVICES before it starts, so it never initializes another d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -31,6 +32,8 @@ from .xfail import XfailList
 # Whole seconds a case may take before its worker is killed (interpreted Triton on a CPU
 # runs a small case in seconds; a model-size case on a GPU well under a minute).
 DEFAULT_TIMEOUT_S = 600.0
+# Cases with more weights than this hold the GPU alone (Qwen3-30B-A3B's layer is 6e8).
+EXCLUSIVE_WEIGHTS = 1 << 28
 _STDERR_TAIL = 40  # lines of a dead worker's stderr kept in its crash row
 
 
@@ -110,6 +113,7 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
     for case in cases:
         todo.put(case)
     lock = threading.Lock()
+    gate = _MemoryGate()
 
     def record(case, rows):
         rows = config.xfail.apply(rows) if config.xfail else rows
@@ -126,7 +130,9 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
             except queue.Empty:
                 break
             worker = worker or Worker(config, slot)
-            rows, alive = _run_one(worker, case, config)
+            exclusive = config.device != "cpu" and _weights(case) > EXCLUSIVE_WEIGHTS
+            with gate.hold(exclusive):
+                rows, alive = _run_one(worker, case, config)
             record(case, rows)
             if not alive or (config.device != "cpu" and _any_error(rows)):
                 # a dead process, or a CUDA context an error may have poisoned: start afresh
@@ -141,6 +147,43 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
         t.start()
     for t in threads:
         t.join()
+
+
+class _MemoryGate:
+    """Model-size cases run alone: workers share one GPU, and two DeepSeek-V3 checkpoints
+    with their layers and the reference's buffers do not fit on it together (measured: 4
+    workers on one H200 ran out of memory at 28 GB allocations)."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._running = 0
+        self._exclusive = False
+        self._waiting = 0  # exclusive cases waiting: new small ones let them go first
+
+    @contextlib.contextmanager
+    def hold(self, exclusive: bool):
+        with self._cond:
+            if exclusive:
+                self._waiting += 1
+                self._cond.wait_for(lambda: not self._exclusive and self._running == 0)
+                self._waiting -= 1
+            else:
+                self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
+            self._running += 1
+            self._exclusive = exclusive
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._running -= 1
+                if exclusive:
+                    self._exclusive = False
+                self._cond.notify_all()
+
+
+def _weights(case: Case) -> int:
+    P = case.problem
+    return P.E * P.K * P.N * 3
 
 
 def _run_one(worker: Worker, case: Case, config: RunConfig) -> tuple[list[dict], bool]:

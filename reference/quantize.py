@@ -124,6 +124,8 @@ def qdq_int8_per_token(x: torch.Tensor) -> torch.Tensor:
 def qdq_int8_per_tensor(x: torch.Tensor, scale: torch.Tensor | float | None = None
                         ) -> torch.Tensor:
     """Static (given scale) or dynamic (s = max|x| / 127 over the whole input) per-tensor int8."""
+    if x.numel() == 0:
+        return x  # no tokens: nothing to scale (and amax of nothing is undefined)
     s = x.abs().amax() / INT8_MAX if scale is None else torch.as_tensor(scale, dtype=x.dtype)
     return qdq_int8(x, s.to(x.device))
 

@@ -17,7 +17,7 @@ ALLOWED = {  # folder -> third-party top-level modules and moecert modules it ma
     "kernels": ({"torch", "triton", "vllm_xpu_kernels"},
                 {"moecert.kernels", "moecert.reference.schemes"}),
     "reports": ({"pandas", "pyarrow", "matplotlib"}, {"moecert.reports"}),
-    "conformance": ({"torch", "triton", "pandas", "pyarrow", "pytest", "hypothesis"},
+    "conformance": ({"torch", "triton", "pandas", "pyarrow", "pytest", "hypothesis", "tqdm"},
                     {"moecert"}),
 }
 

@@ -66,3 +66,28 @@ def test_a_cut_short_last_line_is_ignored(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text('{"case_id": "a", "status": "pass"}\n{"case_id": "b", "sta')
     assert list(load(path)["case_id"]) == ["a"]
+
+
+def test_model_size_cases_hold_the_gpu_alone():
+    import threading
+    import time
+
+    from moecert.conformance.runner import _MemoryGate
+
+    gate, log = _MemoryGate(), []
+
+    def job(name, exclusive):
+        with gate.hold(exclusive):
+            log.append(f"+{name}")
+            time.sleep(0.1)
+            log.append(f"-{name}")
+
+    threads = [threading.Thread(target=job, args=(n, n == "big")) for n in ("a", "big", "c")]
+    for t in threads:
+        t.start()
+        time.sleep(0.02)
+    for t in threads:
+        t.join()
+    i = log.index("+big")
+    assert log[i + 1] == "-big"  # nothing ran beside it
+    assert log.index("+c") > i  # and a later small case waited for it
