@@ -105,10 +105,10 @@ def _min_row_cosine(act: torch.Tensor, ref: torch.Tensor) -> float:
 
 def _max_expert_rel_fro(act: torch.Tensor, ref: torch.Tensor, expert_ids: torch.Tensor
                         ) -> float:
+    if expert_ids.numel() == 0 or act.numel() == 0:
+        return 0.0
     rows_a, rows_r = act.reshape(-1, act.shape[-1]), ref.reshape(-1, ref.shape[-1])
     ids = expert_ids.to(device=ref.device, dtype=torch.int64).reshape(rows_r.shape[0], -1)
-    if ids.numel() == 0:
-        return 0.0
     # squared row norms, summed per expert: one scatter instead of a loop over experts
     diff_sq = (rows_a - rows_r).square().sum(1)
     ref_sq = rows_r.square().sum(1)

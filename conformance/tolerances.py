@@ -6,10 +6,11 @@ and a `why` that says how the numbers were derived and measured. Entries are key
 
     scheme [activation mode] / activation dtype / backend / device kind / shape class
 
-each field a value or "*". `Table.lookup` returns the most specific matching entry: the one
-with the most non-"*" fields, ties going to the entry whose first differing field (in the
-order above) is specific. The table always holds a catch-all "*" entry, so every lookup
-returns one; its key (e.g. ``int8-w8a8[dynamic-token]/*/*/*/*``) goes into the result row.
+each field a value or "*" (device kind: the torch device type, "cpu", "cuda", "xpu"; shape
+class: `shape_class`). `Table.lookup` returns the most specific matching entry: the one with
+the most non-"*" fields, ties going to the entry whose first differing field (in the order
+above) is specific. The table always holds a catch-all "*" entry, so every lookup returns
+one; its key (e.g. ``int8-w8a8[dynamic-token]/*/*/*/*``) goes into the result row.
 
 How metrics are judged (`Tolerance.judge`):
     nonfinite            must be 0, whatever else the entry says
@@ -45,19 +46,15 @@ ANY = "*"
 
 # Shape classes: one expert's w2 (N x K weights) below MODEL_WEIGHTS is "small" (CPU smoke
 # sizes, K, N <= a few hundred), from it up "model" (Qwen3-30B-A3B's 2048 x 768 and larger).
-# Errors of the int8-activation schemes shrink with size (a rescaled row is a smaller share
-# of more rows and longer sums), so "model" entries may be tighter.
+# An entry may differ by class where calibration shows the need; none does yet: 16-bit errors
+# do not depend on size, and with int8 activations one re-rounded token (M = 1) errs as much
+# at model size as at smoke size (measured: the table's why texts).
 MODEL_WEIGHTS = 1 << 20
 
 
 def shape_class(problem) -> str:
     """ "model" when problem.K * problem.N >= 2^20 (model-size layers), else "small"."""
     return "model" if problem.K * problem.N >= MODEL_WEIGHTS else "small"
-
-
-def device_kind(device) -> str:
-    """The torch device type ("cpu", "cuda" (ROCm too), "xpu") of a device or its name."""
-    return torch.device(device).type
 
 
 @dataclass(frozen=True)
@@ -155,12 +152,6 @@ class Table:
         if not found:  # load_table insists on a catch-all entry; a hand-built table may not
             raise LookupError(f"no tolerance entry matches {values} in {self.path}")
         return max(found, key=Tolerance.specificity)
-
-    def lookup_case(self, case, device="cpu") -> Tolerance:
-        """The entry for a conformance Case (its scheme, attrs, problem and backend)."""
-        mode = case.attrs.get("activation") or None
-        return self.lookup(case.scheme, case.problem.dtype, case.backend, device_kind(device),
-                           shape_class(case.problem), activation_mode=mode)
 
 
 def load_table(path: str | Path | None = None) -> Table:

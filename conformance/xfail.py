@@ -12,10 +12,10 @@ matches no row at all is reported so dead entries do not pile up.
 from __future__ import annotations
 
 import fnmatch
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
 from moecert.reports.schema import FAILING
 
 DEFAULT_PATH = Path(__file__).with_name("xfail.toml")

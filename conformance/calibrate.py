@@ -1,0 +1,178 @@
+"""`moecert calibrate`: run backends over many seeds and compare the error they show with the
+tolerance table, entry by entry.
+
+For each tolerance entry the accuracy rows fell under, and each metric the entry gates, it
+prints the distribution of the metric's error form (median, p95, max over rows), the entry's
+threshold, a suggested threshold, the headroom (max / threshold; above 1 fails) and the case
+that showed the max (its id reruns it). Error
+forms put every metric on one scale where larger is worse and 0 is exact:
+
+    ceilings (rel_fro, max_abs_scaled, mismatch_frac, max_expert_rel_fro)   the metric
+    floors (cosine, min_row_cosine)                                          1 - metric
+    the band (norm_ratio)                                                    |metric - 1|
+
+Suggested threshold: SAFETY x the measured max, rounded up to a 1-2-5 step (1e-3, 2e-3,
+5e-3, 1e-2, ...), in the error form (a floor of 1 - that, a band of 1 -+ that). Run it when a
+backend, the reference or the table changes: headroom that creeps toward 1 shows drift before
+anything fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+from .tolerances import BANDS, FLOORS, METRICS
+
+SAFETY = 2.0
+FAILED = ("fail", "error", "crash", "timeout")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", action="append", metavar="NAME",
+                        help="backend to run (repeatable; default: every registered one)")
+    parser.add_argument("--scheme", action="append", metavar="NAME",
+                        help="scheme to run (repeatable; default: all)")
+    parser.add_argument("--suite", choices=("smoke", "ci", "certify"), default="smoke")
+    parser.add_argument("--seeds", type=int, default=8, help="seeds 0..N-1 per case")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--safety", type=float, default=SAFETY,
+                        help="suggested threshold = this x the measured max, 1-2-5 rounded")
+    parser.add_argument("--out", metavar="PATH",
+                        help="write the summary table (.csv, or .parquet)")
+
+
+def main(args) -> int:
+    """Run, summarize, print; 1 if any accuracy row failed or errored."""
+    from .execute import run_case
+    from .suites import build_suite
+
+    cases = build_suite(args.suite, args.backend, args.scheme)
+    runs = [replace(case, seed=seed) for case in cases for seed in range(args.seeds)]
+    rows = []
+    for i, case in enumerate(runs, 1):
+        _progress(f"[{i}/{len(runs)}] {case.case_id}")
+        rows.extend(run_case(case, args.device, checks=("accuracy",)))
+    _progress("")
+    summary = summarize(rows, args.safety)
+    print(format_summary(summary, rows))
+    if args.out:
+        write_summary(summary, args.out)
+    return 1 if any(r["status"] in FAILED for r in rows) else 0
+
+
+# --- pure functions: rows in, summary out ----------------------------------------------------
+
+def error_form(metric: str, value: float) -> float:
+    """The metric as an error: 0 exact, larger worse (see the module docstring)."""
+    if metric in FLOORS:
+        return 1.0 - value
+    if metric in BANDS:
+        return abs(value - 1.0)
+    return value
+
+
+def threshold_form(metric: str, threshold) -> float:
+    """A threshold in the same error form (a band's nearer edge)."""
+    if metric in FLOORS:
+        return 1.0 - threshold
+    if metric in BANDS:
+        lo, hi = threshold
+        return min(1.0 - lo, hi - 1.0)
+    return float(threshold)
+
+
+def round_up_125(x: float) -> float:
+    """The smallest 1, 2 or 5 times a power of ten that is >= x (0 stays 0)."""
+    if x <= 0 or not math.isfinite(x):
+        return x if x <= 0 else math.inf
+    exponent = math.floor(math.log10(x))
+    for step in (1, 2, 5, 10):
+        candidate = step * 10.0 ** exponent
+        if candidate >= x * (1 - 1e-12):
+            return float(f"{candidate:.0e}")
+    raise AssertionError("unreachable")
+
+
+def summarize(rows: list[dict], safety: float = SAFETY) -> list[dict]:
+    """One record per (tolerance entry, metric) over the accuracy rows that carry a verdict."""
+    by_entry: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        if row.get("check") == "accuracy" and row.get("tolerance"):
+            by_entry[row["tolerance"]].append(row)
+    summary = []
+    for entry in sorted(by_entry):
+        group = by_entry[entry]
+        thresholds = json.loads(group[0]["thresholds"])
+        failed = sum(r["status"] in FAILED for r in group)
+        for metric in METRICS:
+            if metric not in thresholds:
+                continue
+            measured = [(error_form(metric, r[metric]), r["case_id"]) for r in group
+                        if r.get(metric) is not None and not math.isnan(r[metric])]
+            if not measured:
+                continue
+            values = [v for v, _ in measured]
+            limit = threshold_form(metric, thresholds[metric])
+            worst, worst_case = max(measured)
+            summary.append({
+                "tolerance": entry, "metric": metric, "rows": len(group),
+                "failed": failed, "median": _quantile(values, 0.5),
+                "p95": _quantile(values, 0.95), "max": worst, "threshold": limit,
+                "suggested": round_up_125(safety * worst),
+                "headroom": worst / limit if limit > 0 else (0.0 if worst <= 0 else math.inf),
+                "worst_case": worst_case,
+            })
+    return summary
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default rule)."""
+    s = sorted(values)
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def format_summary(summary: list[dict], rows: list[dict] = ()) -> str:
+    statuses: dict[str, int] = defaultdict(int)
+    for row in rows:
+        statuses[row["status"]] += 1
+    lines = []
+    if rows:
+        lines.append("accuracy rows: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
+    entry = None
+    for rec in summary:
+        if rec["tolerance"] != entry:
+            entry = rec["tolerance"]
+            lines += ["", f"{entry}  ({rec['rows']} rows, {rec['failed']} failed)",
+                      f"  {'metric':<20}{'median':>10}{'p95':>10}{'max':>10}{'threshold':>11}"
+                      f"{'suggested':>11}{'headroom':>10}  worst case"]
+        name = rec["metric"] + (" (1-x)" if rec["metric"] in FLOORS else
+                                " |x-1|" if rec["metric"] in BANDS else "")
+        lines.append(f"  {name:<20}{rec['median']:>10.2e}{rec['p95']:>10.2e}{rec['max']:>10.2e}"
+                     f"{rec['threshold']:>11.2e}{rec['suggested']:>11.0e}"
+                     f"{rec['headroom']:>10.2f}  {rec['worst_case'] if rec['max'] > 0 else ''}")
+    return "\n".join(lines)
+
+
+def write_summary(summary: list[dict], path: str) -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame(summary)
+    if Path(path).suffix == ".parquet":
+        frame.to_parquet(path, index=False)
+    else:
+        frame.to_csv(path, index=False)
+
+
+def _progress(text: str) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r\x1b[K{text[:120]}")
+        sys.stderr.flush()
