@@ -50,7 +50,7 @@ def _interpreter(monkeypatch):
 
 
 def _problem(**kw) -> MoEProblem:
-    base = {"M": 7, "K": 128, "N": 64, "E": 4, "topk": 2}
+    base = {"M": 7, "K": 128, "N": 128, "E": 4, "topk": 2}  # every group size divides both
     return MoEProblem(**{**base, **kw})
 
 
@@ -147,6 +147,8 @@ def _check_output(scheme, attrs, problem):
     assert out.dtype == problem.torch_dtype and torch.isfinite(out).all()
     err = ((out.double() - ref).norm() / ref.norm()).item()
     bound = UNIT_ROUNDOFF[problem.dtype]
+    if QuantConfig.of(ckpt).activation not in ("none", "mxfp8"):
+        bound = max(bound, 1 / 127)  # int8 activations: one code step of the row's scale
     assert err <= bound, f"{scheme} {attrs}: relative error {err:.3e} > {bound:.3e}"
 
 
@@ -326,9 +328,10 @@ def test_cpu_claimed_only_when_interpreting(monkeypatch):
 
 
 def test_mxfp8_shape_reason():
+    """No mxfp8 checkpoint has K = 48: refused (for every backend) before the claims."""
     P = MoEProblem(M=1, K=48, N=64, E=2, topk=1)
-    assert BACKEND.claims(QuantConfig.of("mxfp8"), P, Platform.cuda((9, 0))) == (
-        "mxfp8 needs K % 32 == 0 and N % 32 == 0 (E8M0 scale per 32 columns)")
+    assert BACKEND.supports(QuantConfig.of("mxfp8"), P, platform=Platform.cuda((9, 0))) == (
+        "w13_weight: expected an input dimension divisible by 32, found 48")
 
 
 def test_every_scheme_claimed_on_hopper():
