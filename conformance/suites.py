@@ -54,7 +54,10 @@ SPECS = {
                             ("deepseek-v3", 64))),
     "certify": SuiteSpec(MoEProblem(M=64, K=1024, N=512, E=16, topk=4),
                          MoEProblem(M=33, K=512, N=256, E=8, topk=2),
-                         models=tuple((m, M) for m in MODELS for M in (1, 64, 256)),
+                         # decode and prefill ends; model-size cases hold the GPU alone,
+                         # so each (model, M) costs serial time (certify on one H100 ran
+                         # 12 min with M = 64 added)
+                         models=tuple((m, M) for m in MODELS for M in (1, 256)),
                          seeds=(0, 1, 2), options_everywhere=True),
 }
 
