@@ -148,7 +148,11 @@ def _check_output(scheme, attrs, problem):
     err = ((out.double() - ref).norm() / ref.norm()).item()
     bound = UNIT_ROUNDOFF[problem.dtype]
     if QuantConfig.of(ckpt).activation not in ("none", "mxfp8"):
-        bound = max(bound, 1 / 127)  # int8 activations: one code step of the row's scale
+        # int8 activations: one code step of the row's (or tensor's) scale, as the torch
+        # backend's tests allow. Measured: with N = 128 (was 64, which held no group-128
+        # checkpoint) fp16 swigluoai + bias, int8 dynamic-tensor, seed 2, interpreted on the
+        # CPU gave 2.7e-3 against fp16's u = 4.9e-4; every other case stayed within u.
+        bound = max(bound, 1 / 127)
     assert err <= bound, f"{scheme} {attrs}: relative error {err:.3e} > {bound:.3e}"
 
 
