@@ -25,7 +25,7 @@ from .tolerances import Tolerance, load_table, shape_class
 # device (reference.random_checkpoint): quantizing float weights with the tools' rules runs on
 # the CPU and takes seconds per expert at model sizes. On a GPU the limit is lower, so that
 # the GPU suites spend their time on the GPU (synthesize dominated the ci suite's case time).
-SYNTHESIZE_MAX_WEIGHTS = {"cpu": 1 << 24}
+SYNTHESIZE_MAX_WEIGHTS_CPU = 1 << 24
 SYNTHESIZE_MAX_WEIGHTS_ACCELERATOR = 1 << 20
 # Seed offset of the second checkpoint the reload check loads into a processed layer.
 RELOAD_SEED_OFFSET = 1000
@@ -58,7 +58,7 @@ class CaseRun:
         self.problem = case.problem
         self.device = torch.device(device)
         self.backend = get_backend(case.backend)
-        self.quant = QuantConfig.of(_checkpoint_stub(case))
+        self.quant = replace(QuantConfig.defaults(case.scheme), **case.attrs)
         self.table = table or load_table()
         self._done: dict[str, tuple[bool, object]] = {}
 
@@ -82,7 +82,8 @@ class CaseRun:
     def checkpoint_for(self, seed: int):
         P = self.problem
         weights = P.E * P.K * P.N * 3
-        limit = SYNTHESIZE_MAX_WEIGHTS.get(self.device.type, SYNTHESIZE_MAX_WEIGHTS_ACCELERATOR)
+        limit = (SYNTHESIZE_MAX_WEIGHTS_CPU if self.device.type == "cpu"
+                 else SYNTHESIZE_MAX_WEIGHTS_ACCELERATOR)
         if weights > limit:
             return random_checkpoint(self.case.scheme, P, seed=seed, device=self.device,
                                      **self.case.attrs)
@@ -195,12 +196,3 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 def _scale(reference: torch.Tensor) -> float:
     return float(reference.abs().max()) if reference.numel() else 0.0
-
-
-def _checkpoint_stub(case: Case):
-    """The case's quantization without making its tensors (QuantConfig.of reads attributes)."""
-    class Stub:
-        scheme = case.scheme
-    for name, value in case.attrs.items():
-        setattr(Stub, name, value)
-    return Stub

@@ -21,7 +21,6 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from moecert.reports.schema import FAILING
 from moecert.reports.store import Journal
 
 from .cases import Case
@@ -238,4 +237,4 @@ def _visible_devices() -> list[str]:
         return []
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "FAILING", "RunConfig", "run_isolated"]
+__all__ = ["DEFAULT_TIMEOUT_S", "RunConfig", "run_isolated"]

@@ -41,9 +41,6 @@ class Journal:
         self.path.unlink()
         return target
 
-    def close(self) -> None:
-        self._file.close()
-
 
 def unfinished_journals(folder: str | os.PathLike) -> list[Path]:
     """Journals of runs that did not finish, newest first."""
