@@ -51,6 +51,11 @@ def failed(message: str) -> Outcome:
     return Outcome("fail", message)
 
 
+def unsupported(run: CaseRun, detail: str) -> Outcome:
+    """An unclaimed case that behaved as an unclaimed case should: the backend's reason first."""
+    return Outcome("unsupported", f"not claimed: {run.claim}; {detail}")
+
+
 def judged(result: dict, what: str) -> Outcome:
     v = result["verdict"]
     status = "pass" if v.passed else "fail"
@@ -67,7 +72,7 @@ def check_claims(run: CaseRun) -> Outcome:
     try:
         ckpt = run.checkpoint
     except StepFailed as e:
-        return passed(f"not claimed ({run.claim}); no valid checkpoint exists either: {e}")
+        return unsupported(run, f"no valid checkpoint exists either: {e}")
     try:
         layer = run.new_layer(ckpt)
         args, opts = run.inputs.apply_args()
@@ -76,7 +81,7 @@ def check_claims(run: CaseRun) -> Outcome:
         if not str(e).strip():
             return failed(f"not claimed, and forcing it raised {type(e).__name__} with no "
                           "message")
-        return passed(f"not claimed ({run.claim}); forcing it raised {type(e).__name__}: {e}")
+        return unsupported(run, f"forcing it raised {type(e).__name__}: {e}")
     shape = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
     return failed(f"not claimed ({run.claim}), but forcing it returned numbers {shape} "
                   "instead of raising")

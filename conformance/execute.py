@@ -86,8 +86,11 @@ def _row(case: Case, device: str, run_id: str, check: str, outcome: Outcome,
            "scheme": case.scheme, "config": "", **problem_columns(case),
            **environment(device, case.backend), "check": check, "status": outcome.status,
            "message": outcome.message, "duration_s": duration, "case_json": case.to_json()}
+    row["claimed"] = None  # unknown when the case could not be set up
     if run is not None:
         row["config"] = run.quant.describe()
+        with contextlib.suppress(Exception):  # a supports() that raises is the claims row's error
+            row["claimed"] = run.claim is None
     for key in METRIC_KEYS:
         row[key] = float(outcome.metrics.get(key, math.nan))
     v = outcome.verdict

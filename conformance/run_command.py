@@ -15,7 +15,7 @@ except ImportError:  # a checkout run without installing (a GPU box's PYTHONPATH
     tqdm = None
 
 from moecert.kernels import backend_names, get_backend
-from moecert.reports.schema import FAILING
+from moecert.reports.schema import FAILING, STATUSES, case_status
 from moecert.reports.store import Journal, read_journal, unfinished_journals
 
 from .cases import Case
@@ -23,9 +23,6 @@ from .execute import new_run_id, run_case, triton_for
 from .runner import DEFAULT_TIMEOUT_S, RunConfig, run_isolated
 from .suites import SUITES, build_suite, shard
 from .xfail import XfailList
-
-# Worst first: a case's status is the worst status among its rows.
-_SEVERITY = ("crash", "timeout", "error", "fail", "xfail", "pass", "skip", "unsupported")
 
 
 def add_arguments(p) -> None:
@@ -150,7 +147,7 @@ class Summary:
         self.failed_cases = 0
 
     def add(self, case, rows) -> None:
-        status = min((r["status"] for r in rows), key=_SEVERITY.index, default="skip")
+        status = case_status(r["status"] for r in rows)
         self.by_backend.setdefault(case.backend, Counter())[status] += 1
         bad = [r for r in rows if r["status"] in FAILING]
         if bad:
@@ -158,9 +155,9 @@ class Summary:
             self.failures.extend(bad)
 
     def render(self, device: str, xfail: XfailList | None = None, limit: int = 20) -> str:
-        lines = ["", f"{'backend':<24}" + "".join(f"{s:>12}" for s in _SEVERITY)]
+        lines = ["", f"{'backend':<24}" + "".join(f"{s:>12}" for s in STATUSES)]
         for name, counts in sorted(self.by_backend.items()):
-            lines.append(f"{name:<24}" + "".join(f"{counts.get(s, 0):>12}" for s in _SEVERITY))
+            lines.append(f"{name:<24}" + "".join(f"{counts.get(s, 0):>12}" for s in STATUSES))
         if self.failures:
             lines.append(f"\n{self.failed_cases} case(s) failed; first rows:")
             for r in self.failures[:limit]:

@@ -4,7 +4,7 @@
     frame = load("moecert-results/")     # every row of every run and shard in the folder
 """
 
-from .schema import COLUMNS, FAILING, STATUSES
+from .schema import COLUMNS, FAILING, STATUSES, case_status
 from .store import load
 
-__all__ = ["COLUMNS", "FAILING", "STATUSES", "load"]
+__all__ = ["COLUMNS", "FAILING", "STATUSES", "case_status", "load"]
