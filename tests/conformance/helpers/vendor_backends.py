@@ -7,7 +7,7 @@ from __future__ import annotations
 from moecert.kernels import DelegatingBackend, claim_subset, register_backend
 
 
-def _bf16_only_bias_free(quant, problem, platform):
+def _no_bias(quant, problem, platform):
     return "bias not supported" if problem.bias else None
 
 
@@ -22,5 +22,5 @@ class ClaimsAllGptq(DelegatingBackend):
 
 SUBSET = register_backend(claim_subset("torch", "vendor-subset",
                                        schemes=("gptq-int4", "bf16"),
-                                       where=_bf16_only_bias_free))
+                                       where=_no_bias))
 ALL_GPTQ = register_backend(ClaimsAllGptq("torch", "vendor-gptq-all"))
