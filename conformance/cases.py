@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
+from moecert.kernels import QuantConfig
 from moecert.reference import Checkpoint, MoEProblem, synthesize
 
 # Checkpoint attributes, in id order, and how each reads in an id.
@@ -76,6 +77,11 @@ class Case:
         if self.routing != "random":
             options.append(f"route-{self.routing}")
         return f"{self.backend}/{scheme}/{shape}/{'.'.join(options)}/s{self.seed}"
+
+    @property
+    def quant(self) -> QuantConfig:
+        """The quantization of the case's checkpoint: the scheme's defaults and `attrs`."""
+        return replace(QuantConfig.defaults(self.scheme), **self.attrs)
 
     def to_json(self) -> str:
         return json.dumps({"backend": self.backend, "scheme": self.scheme,

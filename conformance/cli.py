@@ -15,8 +15,12 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from moecert.reference import RECORDS, SCHEMES, MoEProblem
 
+from .suites import SUITES
+
 
 def cmd_list(args) -> int:
+    if args.backend:
+        return print_claims(args.backend, args.suite, args.imports)
     print(f"{'scheme':<12} {'family':<6} {'bits':>4}  {'strategies':<22} {'activations':<44} "
           f"{'formats':<22} groups")
     for s in SCHEMES.values():
@@ -71,6 +75,50 @@ def print_backends() -> None:
         print(f"  {label:<44} -> {chosen:<8}{'  (' + passed + ')' if passed else ''}")
 
 
+def print_claims(name: str, suite: str, imports: list[str]) -> int:
+    """What backend `name` claims of `suite` on this machine's platform, per scheme variant,
+    with its reasons for the rest (counted); 2 for a name or module that does not exist."""
+    import importlib
+
+    from moecert.kernels import Platform, backend_names, get_backend
+    from moecert.kernels.oracle import supports_reason
+
+    from .suites import build_suite
+
+    module = ""
+    try:
+        for module in imports:
+            importlib.import_module(module)
+    except ImportError as e:
+        print(f"moecert list: --import {e.name or module}: {e}", file=sys.stderr)
+        return 2
+    if name not in backend_names():
+        print(f"moecert list: unknown backend {name!r}; registered: "
+              f"{', '.join(backend_names())}", file=sys.stderr)
+        return 2
+    backend, platform = get_backend(name), Platform.current()
+    variants: dict[str, list] = {}  # describe() -> [claimed, total, {reason: count}]
+    cases = build_suite(suite, [name])
+    for case in cases:
+        quant = case.quant
+        row = variants.setdefault(quant.describe(), [0, 0, {}])
+        why = supports_reason(backend, quant, case.problem, platform)
+        row[1] += 1
+        if why is None:
+            row[0] += 1
+        else:
+            row[2][why] = row[2].get(why, 0) + 1
+    why = backend.available()
+    claimed = sum(r[0] for r in variants.values())
+    print(f"{name} on {platform} ({'available here' if why is None else 'unavailable: ' + why})"
+          f": claims {claimed} of {len(cases)} {suite} cases")
+    for label, (n, total, reasons) in variants.items():
+        refused = "; ".join(f"{r} ({k})" for r, k in reasons.items())
+        print(f"  {label:<44} {n:>3} of {total:<3}{'  not: ' + refused if refused else ''}"
+              .rstrip())
+    return 0
+
+
 def cmd_bench(args) -> int:
     from .bench import bench_reference
 
@@ -86,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", action="store_true", help="also print every format record")
     p.add_argument("--no-backends", action="store_true",
                    help="omit the backends and the oracle's selection table")
+    p.add_argument("--backend", metavar="NAME",
+                   help="instead: what backend NAME claims of a suite, per scheme variant, "
+                        "and why not the rest")
+    p.add_argument("--suite", default="smoke", choices=SUITES, help="with --backend")
+    p.add_argument("--import", dest="imports", action="append", default=[],
+                   metavar="MODULE", help="import MODULE first (it may register backends)")
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("bench", help="time the float64 reference on a model-sized layer")
     p.add_argument("target", choices=["reference"])

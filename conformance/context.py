@@ -12,9 +12,11 @@ import functools
 from dataclasses import replace
 
 import torch
-from moecert.kernels import QuantConfig, get_backend
+from moecert.kernels import get_backend
+from moecert.kernels.oracle import supports_reason
 from moecert.kernels.platform import platform_of_device
 from moecert.reference import moe, random_checkpoint
+from moecert.reference.schemes import checkpoint_shape_issue
 
 from .cases import Case
 from .inputs import Inputs, case_inputs
@@ -58,19 +60,20 @@ class CaseRun:
         self.problem = case.problem
         self.device = torch.device(device)
         self.backend = get_backend(case.backend)
-        self.quant = replace(QuantConfig.defaults(case.scheme), **case.attrs)
+        self.quant = case.quant
         self.table = table or load_table()
         self._done: dict[str, tuple[bool, object]] = {}
 
     # --- what the case is ---------------------------------------------------------------
     @functools.cached_property
     def claim(self) -> str | None:
-        """None if the backend claims the case on this device, else its reason."""
-        platform = platform_of_device(self.device)
-        try:
-            return self.backend.supports(self.quant, self.problem, platform=platform)
-        except TypeError:  # a backend without the platform argument (SPEC's two-argument form)
-            return self.backend.supports(self.quant, self.problem)
+        """None if the backend claims the case on this device, else its reason. A shape no
+        checkpoint can hold is decided here, before the backend is asked."""
+        issue = checkpoint_shape_issue(self.quant, self.problem)
+        if issue:
+            return f"no checkpoint of {self.quant.describe()} can hold this problem: {issue}"
+        return supports_reason(self.backend, self.quant, self.problem,
+                               platform_of_device(self.device))
 
     @functools.cached_property
     def tolerance(self) -> Tolerance:

@@ -62,6 +62,7 @@ from moecert.reference.schemes import (
     INT8_MAX,
     MX_BLOCK,
     STRATEGY_TENSOR,
+    checkpoint_shape_issue,
 )
 from moecert.reference.synthesize import random_g_idx
 
@@ -150,15 +151,11 @@ def why_not_exact(attrs: Checkpoint, P: MoEProblem) -> str | None:
 
 
 def _check_shape(attrs: Checkpoint, P: MoEProblem) -> None:
-    """CheckpointError where no checkpoint of the scheme has these dimensions (groups and MX
-    blocks must divide each linear's input dimension), as `synthesize` refuses them."""
-    family = attrs.info.family
-    for name, n_in in (("w13", P.K), ("w2", P.N)):
-        g = attrs.group_size if family in ("gptq", "awq", "ct", "w4a8") else -1
-        g = MX_BLOCK if family == "mxfp8" else g
-        if g != -1 and n_in % g:
-            raise CheckpointError(f"{name} input dimension", f"a multiple of group size {g}",
-                                  str(n_in))
+    """CheckpointError where no checkpoint of the scheme has these dimensions, as
+    `synthesize` refuses them."""
+    issue = checkpoint_shape_issue(attrs, P)
+    if issue:
+        raise CheckpointError(issue.tensor, issue.expected, issue.found)
 
 
 # --- layout of x's columns and the rows' exponents -----------------------------------------

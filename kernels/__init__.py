@@ -1,17 +1,19 @@
 """moecert.kernels: production backends, their weight conversion, and the selection oracle.
 
-    from moecert.kernels import (Backend, Platform, backend_names, get_backend,
-                                 register_backend, select_backend)
+    from moecert.kernels import (Backend, Platform, backend_names, claim_subset,
+                                 get_backend, register_backend, select_backend)
 """
 
+from .delegate import DelegatingBackend, claim_subset
 from .errors import BackendError, NoBackendError, UnsupportedError
 from .layer import MoELayer
 from .oracle import Selection, select_backend
 from .platform import Platform
-from .protocol import Backend, ExportedLinear
+from .protocol import Backend, CanonicalExport, ExportedLinear
 from .quant_config import QuantConfig
 from .registry import backend_names, get_backend, register_backend
 
-__all__ = ["Backend", "BackendError", "ExportedLinear", "MoELayer", "NoBackendError",
-           "Platform", "QuantConfig", "Selection", "UnsupportedError", "backend_names",
-           "get_backend", "register_backend", "select_backend"]
+__all__ = ["Backend", "BackendError", "CanonicalExport", "DelegatingBackend", "ExportedLinear",
+           "MoELayer", "NoBackendError", "Platform", "QuantConfig", "Selection",
+           "UnsupportedError", "backend_names", "claim_subset", "get_backend",
+           "register_backend", "select_backend"]

@@ -21,9 +21,17 @@ class UnsupportedError(BackendError):
 
 
 class NoBackendError(RuntimeError):
-    """No candidate backend claims the scheme on the platform; `reasons` says why for each."""
+    """No candidate backend claims the scheme on the platform; `reasons` says why for each.
+    `no_checkpoint`: why no checkpoint of the scheme can hold the problem (no candidate was
+    asked then)."""
 
-    def __init__(self, scheme: str, platform, reasons: dict[str, str]):
+    def __init__(self, scheme: str, platform, reasons: dict[str, str],
+                 no_checkpoint: str | None = None):
         self.scheme, self.platform, self.reasons = scheme, platform, reasons
+        self.no_checkpoint = no_checkpoint
+        if no_checkpoint:
+            super().__init__(f"no backend for {scheme} on {platform}: no checkpoint of it can "
+                             f"hold this problem ({no_checkpoint})")
+            return
         lines = "\n".join(f"  {name}: {why}" for name, why in reasons.items()) or "  (none)"
         super().__init__(f"no backend for {scheme} on {platform}; candidates:\n{lines}")

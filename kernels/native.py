@@ -48,8 +48,8 @@ class TorchBackend(BaseBackend):
         return None
 
     def claims(self, quant: QuantConfig, problem, platform: Platform) -> str | None:
-        # Runs anywhere torch does: BaseBackend already refuses the shapes no checkpoint of
-        # the scheme can hold (an mxfp8 checkpoint's K % 32 == 0 also covers MXFP8 activations).
+        # Runs anywhere torch does, any shape a checkpoint can hold (an mxfp8 checkpoint's
+        # K % 32 == 0 also covers MXFP8 activations).
         return None
 
     def convert(self, layer: MoELayer) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
+from moecert.reference.schemes import checkpoint_shape_issue
+
 from .errors import BackendError, NoBackendError
 from .platform import Platform
 from .protocol import Backend
@@ -53,8 +55,16 @@ def backend_reason(backend: Backend, quant: QuantConfig, problem, platform: Plat
         why = backend.available()
         if why:
             return f"unavailable: {why}"
+    return supports_reason(backend, quant, problem, platform)
+
+
+def supports_reason(backend: Backend, quant: QuantConfig, problem, platform: Platform | None
+                    ) -> str | None:
+    """`backend.supports(quant, problem)`, with `platform=` where its signature has that
+    keyword (Backend.supports); a BackendError it raises is its reason."""
     try:
-        if "platform" in inspect.signature(backend.supports).parameters:
+        if platform is not None and "platform" in inspect.signature(
+                backend.supports).parameters:
             return backend.supports(quant, problem, platform=platform)
         return backend.supports(quant, problem)
     except BackendError as e:
@@ -62,9 +72,13 @@ def backend_reason(backend: Backend, quant: QuantConfig, problem, platform: Plat
 
 
 def select_backend(scheme, problem, platform: Platform | None = None) -> Selection:
-    """The backend the oracle picks; NoBackendError listing every candidate's reason if none."""
+    """The backend the oracle picks; NoBackendError listing every candidate's reason if none.
+    A problem no checkpoint of the scheme can hold is refused before any backend is asked."""
     platform = platform or Platform.current()
     quant = QuantConfig.of(scheme)
+    issue = checkpoint_shape_issue(quant, problem)
+    if issue:
+        raise NoBackendError(quant.describe(), platform, {}, no_checkpoint=str(issue))
     reasons: dict[str, str] = {}
     for name in priority(platform, quant):
         try:
@@ -110,7 +124,9 @@ def selection_rows(platforms, schemes, problems) -> list[dict]:
                         sel = select_backend(quant, problem, platform)
                         chosen, reasons = sel.name, sel.reasons
                     except NoBackendError as e:
-                        chosen, reasons = None, e.reasons
+                        chosen = None
+                        reasons = ({"no checkpoint": e.no_checkpoint} if e.no_checkpoint
+                                   else e.reasons)
                     rows.append({"platform": str(platform), "config": quant.describe(),
                                  "problem": label, "backend": chosen, "reasons": reasons})
     return rows

@@ -3,35 +3,84 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
+
+from .quant_config import QuantConfig
+
+# `moecert.reference.MoEProblem` and `moecert.reference.Checkpoint` (kernels may not import the
+# reference): the layer's shapes and options, and the checkpoint's tensors plus its scheme
+# attributes (.scheme, .group_size, .sym, ...; `QuantConfig.of(checkpoint)` reads them).
+Problem = Any
+Checkpoint = Any
 
 
 @runtime_checkable
 class Backend(Protocol):
-    """How an inference engine holds a quantized MoE layer: load, process once, apply."""
+    """How an inference engine holds a quantized MoE layer: load, process once, apply.
 
-    name: str
+    Register an instance with `register_backend(obj)` or the entry-point group
+    `moecert.backends`; `moecert run --backend NAME` then runs it like a built-in. To run an
+    existing backend's code for a subset of its schemes, see `claim_subset`.
+
+    Optional members the harness uses when present:
+      `canonical_weights(layer) -> dict[str, ExportedLinear]`: the processed layer's weights
+        read back out of the kernel format ("w13", "w2"); the `canonical` check compares them
+        with the checkpoint bit for bit (skipped without it). See `CanonicalExport`.
+      `version: str`: recorded with the results.
+    """
+
+    name: str  # unique in the registry, e.g. "triton", "torch", "vendor-marlin"
 
     def available(self) -> str | None:
-        """None if the backend can run on this machine, else why not."""
+        """None if the backend can run on this machine, else why not (a missing driver)."""
 
-    def supports(self, scheme, problem) -> str | None:
-        """None if the backend claims (scheme, problem), else exactly why not.
+    def supports(self, scheme: QuantConfig, problem: Problem) -> str | None:
+        """None if the backend claims this quantization on this problem, else exactly why not
+        (the reason is shown to users, and unclaimed cases count as unsupported).
 
-        `scheme` is a scheme name, a `QuantConfig` or a `Checkpoint`. Built-in backends also
-        take `platform=` (default: the running one) so the oracle can ask for any platform.
+        `scheme` is a `QuantConfig`, never a bare name: the name is `scheme.scheme`
+        ("gptq-int4", ...) and the variant is in `group_size`, `sym`, `act_order`,
+        `checkpoint_format`, `weight_strategy`, `activation`. Comparing the QuantConfig itself
+        with a string raises TypeError. Only shapes some checkpoint can hold are asked about
+        (the harness and the oracle drop the others first: `schemes.checkpoint_shape_issue`).
+
+        A backend whose claims depend on the platform declares a keyword parameter
+        `platform: Platform | None = None`; the oracle and the harness then pass the platform
+        being selected for (simulated ones too: `moecert list` asks about every platform) and
+        a backend must judge that platform, not the machine it runs on. Without the parameter
+        it is called with two arguments.
         """
 
-    def create_layer(self, checkpoint, problem) -> torch.nn.Module: ...
+    def create_layer(self, checkpoint: Checkpoint, problem: Problem) -> torch.nn.Module:
+        """A layer on the checkpoint's device with the checkpoint loaded (`load_weights`);
+        raises (naming the tensor) for a checkpoint that does not fit the problem, and for a
+        case the backend does not claim."""
 
-    def load_weights(self, layer, checkpoint) -> None: ...
+    def load_weights(self, layer: torch.nn.Module, checkpoint: Checkpoint) -> None:
+        """(Re)load checkpoint tensors into `layer`, also into a processed one: the next
+        `process_weights_after_loading` converts the new weights (the `reload` check). Never
+        modifies the checkpoint's tensors."""
 
-    def process_weights_after_loading(self, layer) -> None: ...
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        """Convert the loaded weights to the kernel format in place; a second call is a no-op."""
 
-    def apply(self, layer, hidden_states, topk_weights, topk_ids, *, out=None, **opts
-              ) -> torch.Tensor: ...
+    def apply(self, layer: torch.nn.Module, hidden_states: torch.Tensor,
+              topk_weights: torch.Tensor, topk_ids: torch.Tensor, *,
+              out: torch.Tensor | None = None, **opts) -> torch.Tensor:
+        """The layer's output [M, K] (batched format: [E, max_tokens, K]) in the problem's
+        dtype; writes into `out` when given and returns it. `opts`: `expert_num_tokens` for
+        the batched format."""
+
+
+@runtime_checkable
+class CanonicalExport(Protocol):
+    """The optional export of a backend's processed weights (the `canonical` check)."""
+
+    def canonical_weights(self, layer: torch.nn.Module) -> dict[str, ExportedLinear]:
+        """{"w13": ..., "w2": ...}: the processed layer's weights read back out of the kernel
+        format, exactly (no float rounding beyond the kernel format's own)."""
 
 
 @dataclass(frozen=True)

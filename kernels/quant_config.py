@@ -19,7 +19,9 @@ from moecert.reference.schemes import (
     STRATEGY_CHANNEL,
     STRATEGY_TENSOR,
     Scheme,
+    checkpoint_shape_issue,
     get_scheme,
+    tensor_layout,
 )
 
 from .errors import BackendError
@@ -38,6 +40,21 @@ class QuantConfig:
     weight_strategy: str | None = None
     activation: str = "none"  # activation quantization mode (schemes.ACT_*)
     mx_scale_rule: str = "floor"
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, str):
+            # `quant == "gptq-int4"` (or `quant in {...}`) would be False for every config and
+            # a backend comparing so would silently claim nothing: say where the name is.
+            raise TypeError(f"a QuantConfig is compared with the string {other!r}: compare "
+                            f"its scheme name, quant.scheme == {other!r} (supports() receives "
+                            "a QuantConfig, not a scheme name)")
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        # the scheme name's hash: `quant in {"gptq-int4", ...}` then reaches __eq__ and raises
+        return hash(self.scheme)
 
     @classmethod
     def of(cls, obj) -> QuantConfig:
@@ -77,10 +94,7 @@ class QuantConfig:
     @property
     def layout(self) -> str:
         """Tensor layout family: "gptq", "awq", "ct" or "dense" (one tensor per linear)."""
-        family = self.info.family
-        if family == "w4a8":
-            return "awq" if self.checkpoint_format == "awq" else "gptq"
-        return family if family in ("gptq", "awq", "ct") else "dense"
+        return tensor_layout(self.info.family, self.checkpoint_format)
 
     @property
     def is_int_family(self) -> bool:
@@ -120,8 +134,12 @@ def checkpoint_spec(quant: QuantConfig, problem) -> dict[str, TensorSpec]:
     """The checkpoint tensors a layer of `quant` and `problem` loads, by name.
 
     Raises BackendError when the problem's shape cannot hold the format at all (an int4 input
-    dimension that is not a multiple of 8, a group size that does not divide it).
+    dimension that is not a multiple of 8, a group size that does not divide it): the
+    reference's rule, `schemes.checkpoint_shape_issue`.
     """
+    issue = checkpoint_shape_issue(quant, problem)
+    if issue:
+        raise BackendError(issue.tensor, issue.expected, issue.found)
     P = problem
     dims = {"w13": (P.w13_rows, P.K), "w2": (P.K, P.N)}
     spec: dict[str, TensorSpec] = {}
@@ -140,20 +158,10 @@ def _linear_spec(q: QuantConfig, E: int, p: str, n_out: int, n_in: int
     bits, i32 = q.bits, (torch.int32,)
     if q.is_int_family:
         per = 32 // bits
-        g = q.group_size
-        if g != -1 and n_in % g:
-            raise BackendError(f"{p} input dimension", f"a multiple of group size {g}",
-                               str(n_in))
         G = q.groups(n_in)
         zeros_required = not q.sym
         if q.layout in ("gptq", "awq"):
             pack_in = q.layout == "gptq"
-            if pack_in and n_in % per:
-                raise BackendError(f"{p}_qweight", f"an input dimension divisible by {per}",
-                                   str(n_in))
-            if n_out % per:
-                raise BackendError(f"{p}_qzeros", f"an output dimension divisible by {per}",
-                                   str(n_out))
             qshape = (E, n_in // per, n_out) if pack_in else (E, n_in, n_out // per)
             out = {f"{p}_qweight": TensorSpec(i32, qshape),
                    f"{p}_scales": TensorSpec(_FLOAT, (E, G, n_out)),
@@ -178,9 +186,6 @@ def _linear_spec(q: QuantConfig, E: int, p: str, n_out: int, n_in: int
     out = {f"{p}_weight": TensorSpec((wdtype,), (E, n_out, n_in))}
     name = f"{p}_weight_scale"
     if family == "mxfp8":
-        if n_in % MX_BLOCK:
-            raise BackendError(f"{p}_weight", f"an input dimension divisible by {MX_BLOCK}",
-                               str(n_in))
         out[name] = TensorSpec((torch.uint8,), (E, n_out, n_in // MX_BLOCK))
     elif q.weight_strategy == STRATEGY_CHANNEL:
         out[name] = TensorSpec(_FLOAT, (E, n_out, 1))

@@ -99,3 +99,60 @@ def get_scheme(name: str) -> Scheme:
         return SCHEMES[name]
     except KeyError:
         raise KeyError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}") from None
+
+
+# --- which shapes a checkpoint can hold ------------------------------------------------------
+
+INT_FAMILIES = ("gptq", "awq", "ct", "w4a8")
+
+
+def tensor_layout(family: str, checkpoint_format: str | None) -> str:
+    """Tensor layout family of a scheme's checkpoint: "gptq", "awq", "ct" or "dense" (one
+    weight tensor per linear). W4A8 files come in AWQ or GPTQ layout."""
+    if family == "w4a8":
+        return "awq" if checkpoint_format == "awq" else "gptq"
+    return family if family in ("gptq", "awq", "ct") else "dense"
+
+
+@dataclass(frozen=True)
+class ShapeIssue:
+    """Why no checkpoint can hold a shape, in the errors' form: the tensor (or dimension),
+    what its format needs, what the shape gives."""
+
+    tensor: str
+    expected: str
+    found: str
+
+    def __str__(self) -> str:
+        return f"{self.tensor}: expected {self.expected}, found {self.found}"
+
+
+def checkpoint_shape_issue(quant, problem) -> ShapeIssue | None:
+    """None if a checkpoint of `quant` can hold `problem`'s linears, else the first reason
+    it cannot (w13 before w2): a group size or MX block that does not divide an input
+    dimension, a GPTQ / AWQ packed dimension that is no multiple of the codes per int32 word.
+
+    `quant` is anything with `.scheme`, `.group_size` and `.checkpoint_format` (a kernels
+    `QuantConfig`, a reference `Checkpoint`); `problem` anything with `.K`, `.N` and
+    `.w13_rows` (an `MoEProblem`). Integer arithmetic only, so kernels may read it too.
+    """
+    info = get_scheme(quant.scheme)
+    layout = tensor_layout(info.family, quant.checkpoint_format)
+    per = 32 // info.weight_bits  # codes per int32 word
+    g = quant.group_size if info.family in INT_FAMILIES else -1
+    if g != -1 and g <= 0:
+        return ShapeIssue("group_size", "-1 (one group) or a positive group size", str(g))
+    for p, n_out, n_in in (("w13", problem.w13_rows, problem.K), ("w2", problem.K, problem.N)):
+        if g != -1 and n_in % g:
+            return ShapeIssue(f"{p} input dimension", f"a multiple of group size {g}",
+                              str(n_in))
+        if layout == "gptq" and n_in % per:
+            return ShapeIssue(f"{p}_qweight", f"an input dimension divisible by {per}",
+                              str(n_in))
+        if layout in ("gptq", "awq") and n_out % per:
+            return ShapeIssue(f"{p}_qzeros", f"an output dimension divisible by {per}",
+                              str(n_out))
+        if info.family == "mxfp8" and n_in % MX_BLOCK:
+            return ShapeIssue(f"{p}_weight", f"an input dimension divisible by {MX_BLOCK}",
+                              str(n_in))
+    return None

@@ -20,7 +20,7 @@ from .layouts import write_linear
 from .layouts.common import scale_dtype
 from .problem import MoEProblem
 from .quantize import fp8_block_shape, quantize_int_groups, quantize_mxfp8, quantize_scaled
-from .schemes import ACT_STATIC_TENSOR, INT8_MAX, STRATEGY_TENSOR
+from .schemes import ACT_STATIC_TENSOR, INT8_MAX, STRATEGY_TENSOR, checkpoint_shape_issue
 
 
 def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Checkpoint:
@@ -31,6 +31,9 @@ def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Chec
     Biases are written when `problem.bias` is set.
     """
     ckpt = Checkpoint(scheme=scheme, tensors={}, **attrs)
+    issue = checkpoint_shape_issue(ckpt, problem)
+    if issue:  # no file of this scheme has these dimensions
+        raise CheckpointError(issue.tensor, issue.expected, issue.found)
     gen = torch.Generator().manual_seed(seed)
     P = problem
     dims = {"w13": (P.w13_rows, P.K), "w2": (P.K, P.N)}
@@ -77,9 +80,6 @@ def quantize_weights(ckpt: Checkpoint, w: torch.Tensor, gen: torch.Generator, pr
     if family in ("gptq", "awq", "ct", "w4a8"):
         tool = "awq" if rec.name.startswith("awq") else ("ct" if family == "ct" else "gptq")
         g = ckpt.group_size
-        if g != -1 and n_in % g:
-            raise CheckpointError(f"{prefix} input dimension", f"a multiple of group size {g}",
-                                  str(n_in))
         g_idx = random_g_idx(gen, E, n_in, g) if ckpt.act_order else None
         return quantize_int_groups(w, info.weight_bits, g, ckpt.sym, tool,
                                    scale_dtype(rec.scale_dtype, model_dtype), g_idx,

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 from moecert.conformance.cli import main
+from moecert.kernels.registry import unregister_backend
+
+HELPERS = Path(__file__).parent / "helpers"
 
 
 def test_list_prints_backends_and_selection(capsys):
@@ -25,3 +30,51 @@ def test_list_prints_backends_and_selection(capsys):
 def test_list_without_backends(capsys):
     assert main(["list", "--no-backends"]) == 0
     assert "selection" not in capsys.readouterr().out
+
+
+def _claims(out: str) -> dict[str, tuple[int, int, str]]:
+    """variant -> (claimed, total, reasons) from `moecert list --backend`'s lines."""
+    rows = re.findall(r"^  (\S.*?) +(\d+) of (\d+)(?: +not: (.*))?$", out, re.M)
+    return {label: (int(n), int(total), why) for label, n, total, why in rows}
+
+
+def test_list_backend_shows_its_claims_per_variant_with_reasons(capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(HELPERS))
+    try:
+        assert main(["list", "--backend", "vendor-subset", "--import", "vendor_backends"]) == 0
+    finally:
+        for name in ("vendor-gptq-all", "vendor-subset"):
+            unregister_backend(name)
+        sys.modules.pop("vendor_backends", None)
+    out = capsys.readouterr().out
+    claims = _claims(out)
+    head = re.search(r"^vendor-subset on \S+ \(available here\): claims (\d+) of (\d+) smoke "
+                     r"cases$", out, re.M)
+    assert head and int(head[1]) == sum(c[0] for c in claims.values())
+    assert int(head[2]) == sum(c[1] for c in claims.values())
+    n, total, why = claims["bf16"]
+    assert 0 < n < total and why == f"bias not supported ({total - n})"
+    n, total, why = claims["gptq-int4 gptq g128 sym act-order"]
+    assert n == total > 0 and not why
+    n, total, why = claims["awq-int4 awq g128 asym"]
+    assert n == 0 and why == (f"awq-int4 not claimed by vendor-subset (it claims bf16, "
+                              f"gptq-int4) ({total})")
+    assert len(claims) > 20  # every scheme variant of the suite
+
+
+def test_list_backend_for_a_builtin(capsys):
+    assert main(["list", "--backend", "xpu", "--suite", "ci"]) == 0
+    claims = _claims(capsys.readouterr().out)
+    n, total, why = claims["gptq-int4 gptq g128 asym"]
+    assert n == 0 and why == f"zero points not supported (symmetric int4 only) ({total})"
+    n, total, why = claims["ct-int4 ct-0.17 g128 sym"]
+    assert 0 < n < total and "batched activation format not supported" in why
+
+
+def test_list_backend_usage_errors(capsys):
+    assert main(["list", "--backend", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("moecert list: unknown backend 'nope'; registered: ") and \
+        err.count("\n") == 1
+    assert main(["list", "--backend", "torch", "--import", "no_such_module_here"]) == 2
+    assert "--import no_such_module_here" in capsys.readouterr().err

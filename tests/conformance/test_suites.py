@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+from moecert.conformance.cli import main
 from moecert.conformance.suites import SUITES, build_suite, shard
 from moecert.kernels.oracle import scheme_variants
+from moecert.kernels.registry import unregister_backend
 from moecert.reference import SCHEME_NAMES
+from moecert.reference.schemes import checkpoint_shape_issue
+from moecert.reports import load
+
+HELPERS = Path(__file__).parent / "helpers"
 
 
 @pytest.fixture(scope="module", params=SUITES)
@@ -34,12 +43,46 @@ def test_edge_shapes_are_in_every_suite(suite):
     _, cases = suite
     P = [c.problem for c in cases if c.scheme == "gptq-int4" and c.backend == "torch"]
     assert {0, 1, 15, 17} <= {p.M for p in P}
-    assert {64, 128, 192} <= {p.N for p in P}  # below, at and off group 128
+    # below, at and off the group size where a checkpoint can hold them (16-bit weights:
+    # group 32 stands in); group 128's N = 64 and 192 hold no gptq-int4 checkpoint
+    assert {16, 32, 48} <= {c.problem.N for c in cases if c.scheme == "bf16"}
+    assert 128 in {p.N for p in P} and not {64, 192} & {p.N for p in P if p.K == 128}
     assert any(p.K % 64 for p in P)
     assert {c.routing for c in cases} == {"random", "skewed", "sparse"}
     assert any(p.expert_map is not None and -1 in p.expert_map for p in P)
     assert any(p.topk == 1 and p.apply_router_weight_on_input for p in P)
     assert {"standard", "batched"} <= {p.activation_format for p in P}
+
+
+def test_no_case_is_one_no_checkpoint_can_hold(suite):
+    _, cases = suite
+    held = [c for c in cases if checkpoint_shape_issue(c.quant, c.problem) is None]
+    assert len(held) == len(cases)
+    # and the rule drops only those: every other variant and option is still there
+    assert len(cases) > 100
+
+
+def test_a_vendor_claiming_every_gptq_case_gets_no_errors(tmp_path, monkeypatch):
+    """A backend that claims every gptq-int4 case (whatever the shape) is never handed one no
+    checkpoint can exist for; a subset of the torch backend runs through `moecert run`."""
+    monkeypatch.syspath_prepend(str(HELPERS))
+    try:
+        code = main(["run", "--suite", "smoke", "--backend", "vendor-gptq-all", "--backend",
+                     "vendor-subset", "--import", "vendor_backends", "--scheme", "gptq-int4",
+                     "--check", "claims", "--in-process", "--results", str(tmp_path)])
+    finally:
+        for name in ("vendor-gptq-all", "vendor-subset"):
+            unregister_backend(name)
+        sys.modules.pop("vendor_backends", None)
+    rows = load(tmp_path)
+    assert code == 0
+    assert set(rows["status"]) == {"pass"}, rows.query("status != 'pass'")["message"].tolist()
+    assert set(rows["backend"]) == {"vendor-gptq-all", "vendor-subset"}
+    subset = rows[rows["backend"] == "vendor-subset"]
+    biased = subset["case_id"].str.contains(".bias")
+    assert biased.any() and (~biased).sum() > 10
+    assert subset[biased]["message"].str.contains(r"not claimed \(bias not supported\)").all()
+    assert subset[~biased]["message"].str.contains("claimed, and it ran").all()
 
 
 def test_gpu_suites_hold_the_model_shapes():

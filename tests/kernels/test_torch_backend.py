@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from moecert.kernels import native
+from moecert.kernels import BackendError, NoBackendError, native, select_backend
 from moecert.kernels.native import TorchBackend
 from moecert.kernels.platform import Platform
 from moecert.reference import (
@@ -217,10 +217,16 @@ def test_claims_every_scheme_everywhere(platform):
         assert BACKEND.supports(scheme, problem, platform) is None, scheme
 
 
-def test_claims_refuse_only_impossible_shapes():
-    reason = BACKEND.supports("gptq-int4", P(K=100), Platform.cpu())
-    assert reason and "group size" in reason
-    assert BACKEND.supports("mxfp8", P(N=48), Platform.cpu())
+def test_impossible_shapes_are_the_oracles_to_refuse():
+    """No gptq-int4 checkpoint has K = 100: the oracle says so before asking torch, and
+    loading one anyway names the dimension."""
+    with pytest.raises(NoBackendError, match="no checkpoint of it can hold this problem "
+                       r"\(w13 input dimension: expected a multiple of group size 128"):
+        select_backend("gptq-int4", P(K=100), Platform.cpu())
+    ckpt = synthesize("gptq-int4", P(K=128), group_size=32)
+    with pytest.raises(BackendError, match="w13 input dimension: expected a multiple of group "
+                       "size 32, found 100"):
+        BACKEND.create_layer(ckpt, P(K=100))
 
 
 # --- planted bugs: each must push the error past the bound -------------------------------------
