@@ -213,5 +213,5 @@ def detection_table(rows, base_rows=()):
     return table
 
 
-__all__ = ["BASES", "FLAGGED", "LEGIT", "MUTANTS", "Mutant", "base_of", "detection_table", "detections",
-           "make_backend", "register_mutants"]
+__all__ = ["BASES", "FLAGGED", "LEGIT", "MUTANTS", "Mutant", "base_of", "detection_table",
+           "detections", "make_backend", "register_mutants"]

@@ -8,9 +8,9 @@ Those roundings are legitimate, so the tolerance table must admit this twin on e
 (tests/conformance/test_mutants.py runs the smoke suite on it and fails on any flagged row).
 
 It is the torch backend through the hooked copy of its routing loop (mutants/forward.py, bit
-for bit the torch backend unmutated) with one step changed, the expert's weights. The layer's buffers stay the
-file's exact values (the canonical export reads them, as the torch backend's does); the
-roundings happen where the kernel does them.
+for bit the torch backend unmutated) with one step changed, the expert's weights. The layer's
+buffers stay the file's exact values (the canonical export reads them, as the torch
+backend's does); the roundings happen where the kernel does them.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ hits both is not a detection. Run with `-s` and without `-n` to see the detectio
 from __future__ import annotations
 
 import functools
+import math
 
 import pandas as pd
 import pytest
@@ -232,9 +233,12 @@ def test_smoke_flags_nothing_on_legit_twins(name):
         f"  {r['case_id']} {r['check']} {r['status']}: {r['message'][:160]}"
         for r in bad[:15])
     # the twin is not the torch backend under another name: its outputs differ
-    torch_rows = {r["case_id"].split("/", 1)[1]: r for r in _smoke_rows("torch", ("gptq-int4",))
-                  if r["check"] == "accuracy" and r.get("rel_fro") is not None}
-    mine = [r for r in rows if r["check"] == "accuracy" and r["scheme"] == "gptq-int4"
-            and r["case_id"].split("/", 1)[1] in torch_rows and r.get("rel_fro")]
+    def measured(r):
+        return r["check"] == "accuracy" and math.isfinite(r.get("rel_fro") or math.nan)
+
+    torch_rows = {r["case_id"].split("/", 1)[1]: r
+                  for r in _smoke_rows("torch", ("gptq-int4",)) if measured(r)}
+    mine = [r for r in rows if r["scheme"] == "gptq-int4" and measured(r)
+            and r["case_id"].split("/", 1)[1] in torch_rows]
     theirs = [torch_rows[r["case_id"].split("/", 1)[1]]["rel_fro"] for r in mine]
     assert mine and sum(r["rel_fro"] for r in mine) > 2 * sum(theirs)
