@@ -133,9 +133,12 @@ def _edge_cases(spec: SuiteSpec, backend: str, scheme: str, quant: QuantConfig, 
 
     for M in (0, 1, BLOCK_M - 1, BLOCK_M + 1):
         yield case(replace(P, M=M))
-    for N in (group // 2, group, group + group // 2):  # below, at and off the group size
-        if N != P.N:
-            yield case(replace(P, N=N))
+    # N below, at and off the group size, over at least two groups along K: a scale indexed
+    # with N where K belongs (vLLM's Marlin w13 scale permutation) is wrong only there
+    K = max(P.K, 2 * group)
+    for N in (group // 2, group, group + group // 2):
+        if (N, K) != (P.N, P.K):
+            yield case(replace(P, N=N, K=K))
     yield case(replace(P, K=160), case_attrs=small)  # not a multiple of 64 or 128
     yield case(routing="skewed")
     yield case(routing="sparse")

@@ -7,6 +7,10 @@ Every mutant subclasses a correct backend (the torch backend unless the bug live
 another backend's format) and keeps its claims, except the one whose bug is its claims.
 `targets` are the schemes the bug lives in: running the smoke suite on those must flag the
 mutant; `expected_checks` are the checks expected to catch it.
+
+`LEGIT` holds the opposite: correct backends with a production kernel's numerics (weights and
+scales rounded to the activation dtype, mutants/legit.py), on which the smoke suite must flag
+nothing: the false-alarm side of the same test.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 
 from moecert.kernels.registry import backend_names, register_backend
 
-from . import conversion, forward, protocol
+from . import conversion, forward, legit, protocol
 
 # Row statuses that count as the harness flagging a backend.
 FLAGGED = ("fail", "error", "crash", "timeout")
@@ -66,6 +70,13 @@ _M = [
     Mutant("mutant-fp8-block-scales-transposed", conversion.Fp8BlockScalesTransposed,
            "FP8 128x128 block scales stored column-major and read row-major.",
            ("fp8-w8a16",), ("canonical", *_ACC)),
+    # systematic where rounding is random: the norm-ratio band, not rel_fro, must see it
+    Mutant("mutant-scales-x1.005", conversion.ScalesScaled,
+           "Every weight scale multiplied by 1.005.",
+           ("gptq-int4", "fp8-w8a16"), ("accuracy",)),
+    Mutant("mutant-w13-scales-perm-n-for-k", conversion.W13ScalesPermutedAsChannelwise,
+           "w13's group scales permuted with N where K belongs (Marlin, N <= g < K).",
+           ("awq-int4",), _ACC),
     # --- forward --------------------------------------------------------------------------
     Mutant("mutant-router-weight-twice", forward.RouterWeightTwice,
            "With apply_router_weight_on_input the router weight scales the output again.",
@@ -132,6 +143,10 @@ _M = [
 ]
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _M}
 BASES = tuple(sorted({m.base for m in _M}))
+# legitimate twins: name -> backend class (each a copy of the torch backend)
+LEGIT: dict[str, Callable[[], object]] = {
+    legit.ActDtypeWeightsTwin.name: legit.ActDtypeWeightsTwin,
+}
 
 
 def make_backend(mutant: Mutant):
@@ -146,13 +161,13 @@ def make_backend(mutant: Mutant):
 
 
 def register_mutants(names: Iterable[str] | None = None) -> list[str]:
-    """Register the mutants (all, or `names`) with the backend registry; registering one
-    already there is a no-op. Returns the names."""
-    chosen = list(MUTANTS) if names is None else list(names)
+    """Register the mutants and legitimate twins (all, or `names`) with the backend
+    registry; registering one already there is a no-op. Returns the names."""
+    chosen = [*MUTANTS, *LEGIT] if names is None else list(names)
     known = set(backend_names())
     for name in chosen:
         if name not in known:
-            backend = make_backend(MUTANTS[name])
+            backend = LEGIT[name]() if name in LEGIT else make_backend(MUTANTS[name])
             assert backend.name == name, (backend.name, name)
             register_backend(backend)
     return chosen
@@ -160,6 +175,8 @@ def register_mutants(names: Iterable[str] | None = None) -> list[str]:
 
 def base_of(backend: str) -> str:
     """The correct backend a mutant is a copy of (a backend that is no mutant: itself)."""
+    if backend in LEGIT:
+        return "torch"
     mutant = MUTANTS.get(backend)
     return mutant.base if mutant else backend
 
@@ -196,5 +213,5 @@ def detection_table(rows, base_rows=()):
     return table
 
 
-__all__ = ["BASES", "FLAGGED", "MUTANTS", "Mutant", "base_of", "detection_table", "detections",
-           "make_backend", "register_mutants"]
+__all__ = ["BASES", "FLAGGED", "LEGIT", "MUTANTS", "Mutant", "base_of", "detection_table",
+           "detections", "make_backend", "register_mutants"]

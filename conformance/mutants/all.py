@@ -1,5 +1,5 @@
-"""Importing this module registers every mutant backend (for `moecert run --import`, whose
-worker processes import it before running cases)."""
+"""Importing this module registers every mutant backend and legitimate twin (for `moecert run
+--import`, whose worker processes import it before running cases)."""
 
 from . import register_mutants
 

@@ -185,8 +185,55 @@ class Fp8BlockScalesTransposed(TorchBackend):
             _put_if(layer, name, lambda s: s.transpose(1, 2).contiguous().view(s.shape))
 
 
+class ScalesScaled(TorchBackend):
+    """Every weight scale 0.5% high (a scale computed from a clipped or padded amax, a
+    fp16 -> fp32 conversion through a wrong constant): the systematic error that rounding
+    never makes, caught by the norm ratio (tolerances.toml's band)."""
+
+    name = "mutant-scales-x1.005"
+
+    def convert(self, layer):
+        super().convert(layer)
+        for p in ("w13", "w2"):
+            s = layer.get(f"{p}_s") if layer.has(f"{p}_s") else None
+            if s is not None and s.is_floating_point():
+                layer.put(f"{p}_s", s * 1.005)
+
+
+# Marlin's scale permutations (vLLM marlin_utils.get_scale_perms): grouped scales go through
+# SCALE_PERM (64 wide), per-channel ones through SCALE_PERM_SINGLE (32 wide).
+SCALE_PERM = [i + 8 * j for i in range(8) for j in range(8)]
+SCALE_PERM_SINGLE = [2 * i + j for i in range(4) for j in (0, 1, 8, 9, 16, 17, 24, 25)]
+
+
+class W13ScalesPermutedAsChannelwise(TorchBackend):
+    """vLLM's Marlin MoE permutes w13's scales with size_k = the intermediate size N where
+    the hidden size K belongs: when N <= g < K it takes w13 for per-channel (one group) and
+    applies SCALE_PERM_SINGLE, while the kernel undoes SCALE_PERM. Wrong only with N at or
+    below the group size and at least two groups along K (measured on an H100 through vLLM
+    0.33.0: rel_fro 0.21 to 0.51)."""
+
+    name = "mutant-w13-scales-perm-n-for-k"
+
+    def convert(self, layer):
+        super().convert(layer)
+        P, g = layer.problem, layer.quant.group_size
+        if not layer.quant.is_int_family or not (0 < g and P.N <= g < P.K):
+            return
+        s = layer.get("w13_s")  # [E, out, G]; Marlin holds [E, G, out] row-major
+        E, out, G = s.shape
+        flat = s.transpose(1, 2).reshape(E, G * out)
+        if (G * out) % len(SCALE_PERM):
+            return
+        stored = flat.reshape(-1, len(SCALE_PERM_SINGLE))[:, SCALE_PERM_SINGLE]
+        inverse = sorted(range(len(SCALE_PERM)), key=SCALE_PERM.__getitem__)
+        read = stored.reshape(-1, len(SCALE_PERM))[:, inverse]  # what the kernel takes
+        layer.put("w13_s", read.reshape(E, G, out).transpose(1, 2).contiguous())
+
+
 CONVERSION_MUTANTS = (
     AwqOrderKept, GptqV1ZeroOffsetMissing, ZeroPointsIgnored, ActOrderIgnored,
     ActOrderW2Ignored, GroupScalesShifted, W13ScalesSwapped, GateUpSwapped,
-    Int8WeightAsUint8b128, Fp8BlockScalesTransposed,
+    Int8WeightAsUint8b128, Fp8BlockScalesTransposed, ScalesScaled,
+    W13ScalesPermutedAsChannelwise,
 )

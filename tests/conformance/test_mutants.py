@@ -1,6 +1,7 @@
 """The harness tested by planted bugs (issue 4): the smoke suite, narrowed to the schemes a
 mutant's bug lives in, flags every mutant of conformance/mutants/ and nothing on the correct
-backends the mutants are copies of.
+backends the mutants are copies of, nor on the legitimate twins (mutants/legit.py: a correct
+backend with a production kernel's rounding of weights and scales to the activation dtype).
 
 A detection is a flagged row (fail, error, crash, timeout) of the mutant whose counterpart on
 the correct base backend (same case, same check) was not flagged: a harness problem that
@@ -11,6 +12,7 @@ hits both is not a detection. Run with `-s` and without `-n` to see the detectio
 from __future__ import annotations
 
 import functools
+import math
 
 import pandas as pd
 import pytest
@@ -18,6 +20,7 @@ import torch
 from moecert.conformance.execute import run_cases
 from moecert.conformance.mutants import (
     FLAGGED,
+    LEGIT,
     MUTANTS,
     base_of,
     detection_table,
@@ -69,7 +72,7 @@ def _registry_restored():
     that runs every registered backend must not meet them."""
     before = set(backend_names())
     yield
-    for name in MUTANTS:
+    for name in [*MUTANTS, *LEGIT]:
         if name not in before:
             unregister_backend(name)
 
@@ -88,7 +91,8 @@ def _one_thread():
 def _print_detection_table():
     yield
     mutant_rows = [r for b, rows in _ROWS.items() if b in MUTANTS for r in rows]
-    base_rows = [r for b, rows in _ROWS.items() if b not in MUTANTS for r in rows]
+    base_rows = [r for b, rows in _ROWS.items() if b not in MUTANTS and b not in LEGIT
+                 for r in rows]
     if mutant_rows:
         with pd.option_context("display.width", 250, "display.max_columns", 30,
                                "display.max_rows", 100):
@@ -209,3 +213,32 @@ def test_smoke_flags_nothing_on_bases(base, schemes):
     assert not bad, f"{len(bad)} flagged rows on the correct backend {base}:\n" + "\n".join(
         f"  {r['case_id']} {r['check']} {r['status']}: {r['message'][:160]}"
         for r in bad[:15])
+
+
+# every scheme some torch-based mutant targets: the schemes where a false alarm would hide
+_TWIN_SCHEMES = tuple(sorted({t for m in MUTANTS.values() if m.base == "torch" for t in m.targets}
+                             | {"fp16", "gptq-int8", "w4a8-int8"}))
+
+
+@pytest.mark.parametrize("name", sorted(LEGIT))
+def test_smoke_flags_nothing_on_legit_twins(name):
+    """A correct backend with a production kernel's numerics passes every check of the smoke
+    suite (the tolerance table admits it), on the schemes the mutants live in and the 16-bit
+    and w4a8 schemes whose scales it rounds."""
+    register_mutants([name])
+    rows = _smoke_rows(name, _TWIN_SCHEMES)
+    assert len({r["case_id"] for r in rows}) > 100
+    bad = [r for r in rows if r["status"] in FLAGGED]
+    assert not bad, f"{len(bad)} flagged rows on the legitimate twin {name}:\n" + "\n".join(
+        f"  {r['case_id']} {r['check']} {r['status']}: {r['message'][:160]}"
+        for r in bad[:15])
+    # the twin is not the torch backend under another name: its outputs differ
+    def measured(r):
+        return r["check"] == "accuracy" and math.isfinite(r.get("rel_fro") or math.nan)
+
+    torch_rows = {r["case_id"].split("/", 1)[1]: r
+                  for r in _smoke_rows("torch", ("gptq-int4",)) if measured(r)}
+    mine = [r for r in rows if r["scheme"] == "gptq-int4" and measured(r)
+            and r["case_id"].split("/", 1)[1] in torch_rows]
+    theirs = [torch_rows[r["case_id"].split("/", 1)[1]]["rel_fro"] for r in mine]
+    assert mine and sum(r["rel_fro"] for r in mine) > 2 * sum(theirs)

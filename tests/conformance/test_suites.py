@@ -108,3 +108,20 @@ def test_bad_names_are_refused():
         build_suite("nightly")
     with pytest.raises(ValueError, match="unknown schemes"):
         build_suite("smoke", ["torch"], ["int3"])
+
+
+def test_grouped_schemes_have_n_at_or_below_the_group_over_two_k_groups(suite):
+    """vLLM's Marlin MoE permuted w13's scales with N where K belongs: wrong only when
+    N <= g and K holds at least two groups. Each grouped scheme needs a case the torch
+    backend claims with that shape (the smoke suite once had K = g there)."""
+    from moecert.kernels import get_backend
+
+    name, cases = suite
+    torch_backend = get_backend("torch")
+    for scheme in ("gptq-int4", "awq-int4", "w4a8-int8"):
+        quant = scheme_variants(scheme)[0]
+        g = quant.group_size
+        hits = [c for c in cases if c.backend == "torch" and c.scheme == scheme and not c.attrs
+                and c.problem.N <= g and c.problem.K >= 2 * g
+                and torch_backend.supports(quant, c.problem) is None]
+        assert hits, (name, scheme)

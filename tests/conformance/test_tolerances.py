@@ -1,6 +1,8 @@
 """Tolerance tables: the packaged table is well formed and complete, lookups take the most
-specific entry, `judge` gates every metric, and the real table passes correct torch outputs
-over several seeds while failing planted bugs."""
+specific entry, `judge` gates every metric, and the real table passes correct outputs over
+several seeds (the torch backend's exact weights and the legitimate twin's weights rounded to
+the activation dtype, and vLLM's Marlin as measured) while failing planted bugs, a 0.5% scale
+error among them."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from moecert.conformance.mutants.legit import ActDtypeWeightsTwin
 from moecert.conformance.tolerances import (
     KEY_FIELDS,
     METRICS,
@@ -184,14 +187,17 @@ SMALL_GROUPS = {"gptq-int4": dict(group_size=32), "w4a8-int8": dict(group_size=3
 SEEDS = range(3)
 
 
-def run(scheme, problem, seed, ckpt=None, **attrs):
+TWIN = ActDtypeWeightsTwin()
+
+
+def run(scheme, problem, seed, ckpt=None, backend=TORCH, **attrs):
     """(backend output, float64 reference, topk ids); `ckpt` replaces the checkpoint the
     backend loads (a planted bug), the reference always uses the true one."""
     true = synthesize(scheme, problem, seed=seed, **attrs)
-    layer = TORCH.create_layer(ckpt or true, problem)
-    TORCH.process_weights_after_loading(layer)
+    layer = backend.create_layer(ckpt or true, problem)
+    backend.process_weights_after_loading(layer)
     x, w, ids = make_inputs(problem, seed=seed + 1)
-    return TORCH.apply(layer, x, w, ids), moe(true, x, w, ids, problem), ids
+    return backend.apply(layer, x, w, ids), moe(true, x, w, ids, problem), ids
 
 
 def verdict(scheme, problem, y, ref, ids, mode=None):
@@ -220,6 +226,70 @@ def test_correct_torch_outputs_pass_over_seeds(scheme, attrs, dtype):
         v = verdict(scheme, problem, y, ref, ids, attrs.get("activation"))
         assert v.passed, (seed, v.failures)
         assert v.headroom < 0.8, (seed, v.headroom)
+
+
+@pytest.mark.parametrize("scheme, attrs, dtype", CORRECT,
+                         ids=[f"{s}-{a.get('activation', '')}-{d}" for s, a, d in CORRECT])
+def test_legit_twin_outputs_pass_over_seeds(scheme, attrs, dtype):
+    """Weights and 16-bit scales rounded to the activation dtype (what Marlin and most engine
+    kernels do) pass every entry, and err more than the torch backend (else this proves
+    nothing)."""
+    problem = replace(P16, dtype=dtype)
+    for seed in SEEDS:
+        y, ref, ids = run(scheme, problem, seed, backend=TWIN, **attrs)
+        v = verdict(scheme, problem, y, ref, ids, attrs.get("activation"))
+        assert v.passed, (seed, v.failures)
+        assert v.headroom < 0.8, (seed, v.headroom)
+    if scheme in ("gptq-int4", "awq-int4", "fp8-w8a16"):  # 16-bit activations, rounded weights
+        exact, _, _ = run(scheme, problem, SEEDS[-1], **attrs)
+        assert (y.double() - ref).norm() > 1.5 * (exact.double() - ref).norm()
+
+
+# vLLM 0.33.0's AWQ -> Marlin MoE on an H100 (`moecert run --suite ci --scheme awq-int4`, 18
+# correct cases; the worst of each metric, each a row of its own), and its real bug (w13's
+# scales permuted with N where K belongs): the table's `why` quotes the same numbers.
+MARLIN_CORRECT = {
+    "bf16": [{"rel_fro": 6.6e-3}, {"rel_fro": 5.8e-3}, {"cosine": 0.999978},
+             {"norm_ratio": 0.99902}, {"norm_ratio": 1.00102}],
+    "fp16": [{"rel_fro": 6.8e-4}, {"rel_fro": 6.1e-4}],
+}
+MARLIN_BUG = [{"rel_fro": 0.21, "cosine": 0.98, "norm_ratio": 1.04},
+              {"rel_fro": 0.51, "cosine": 0.86, "norm_ratio": 1.04}]
+
+
+@pytest.mark.parametrize("dtype", ACTIVATION_DTYPES)
+def test_marlin_measurements_pass_and_its_bug_fails(dtype):
+    tol = TABLE.lookup("awq-int4", dtype, "marlin", "cuda", "model")
+    for metrics in MARLIN_CORRECT[dtype]:
+        v = tol.judge({"nonfinite": 0, **metrics})
+        assert v.passed and v.headroom < 0.6, (metrics, v)
+    for metrics in MARLIN_BUG:
+        v = tol.judge({"nonfinite": 0, **metrics})
+        assert not v.passed and v.headroom > 10, (metrics, v)
+
+
+def all_scales_times(factor):
+    """Every weight scale of the checkpoint multiplied by `factor` (in the file's dtype)."""
+    return lambda t: {k: (v.double() * factor).to(v.dtype) for k, v in t.items()
+                      if k.endswith(("_scales", "_weight_scale"))}
+
+
+@pytest.mark.parametrize("backend", [TORCH, TWIN], ids=["torch", "twin"])
+@pytest.mark.parametrize("scheme, attrs", [("gptq-int4", dict(group_size=32)),
+                                           ("fp8-w8a16", {})], ids=["gptq-int4", "fp8"])
+@pytest.mark.parametrize("dtype", ACTIVATION_DTYPES)
+def test_scales_half_a_percent_high_fail_on_the_norm_ratio(backend, scheme, attrs, dtype):
+    """The systematic error rounding never makes: all scales x 1.005 moves the norm ratio by
+    over 1% (through both GEMMs), outside the band even on top of the twin's rounding, while
+    rel_fro alone would let it pass."""
+    problem = replace(P16, dtype=dtype)
+    for seed in SEEDS[:2]:
+        true = synthesize(scheme, problem, seed=seed, **attrs)
+        bad = replace(true, tensors={**true.tensors, **all_scales_times(1.005)(true.tensors)})
+        y, ref, ids = run(scheme, problem, seed, ckpt=bad, backend=backend, **attrs)
+        v = verdict(scheme, problem, y, ref, ids)
+        assert any(f.startswith("norm_ratio") for f in v.failures), (seed, v)
+        assert v.headroom > 1.5, (seed, v.headroom)
 
 
 def correct_output(scheme="gptq-int4", dtype="bf16", seed=0):
