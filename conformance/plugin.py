@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from . import options as o
+
 # Recorded on every case's test report (xdist forwards them to the controller, JUnit shows
 # them as properties): the controller counts claimed cases from these.
 CLAIMED_PROPERTY = "moecert_claimed"
@@ -102,7 +104,6 @@ def _settings(config) -> Settings:
     """The options, checked once per process; a mistake raises pytest.UsageError (exit 4)."""
     if _settings_key in config.stash:
         return config.stash[_settings_key]
-    from . import options as o
     from .runner import DEFAULT_TIMEOUT_S
 
     imports = _checked(config, "--moecert-import", _import_all)
@@ -123,31 +124,25 @@ def _settings(config) -> Settings:
 
 def _checked(config, flag: str, check):
     """`check` of the option's value; its UsageError as pytest's, one line naming the flag."""
-    from .options import UsageError
-
     try:
         return check(config.getoption(flag))
-    except UsageError as e:
+    except o.UsageError as e:
         raise pytest.UsageError(f"{flag}: {e}") from None
 
 
 def _import_all(modules) -> tuple[str, ...]:
     """Import each module here (it may register backends); the worker imports them too."""
-    from .options import UsageError
-
     for module in modules:
         try:
             importlib.import_module(module)
         except ImportError as e:
-            raise UsageError(f"cannot import {module}: {e}") from None
+            raise o.UsageError(f"cannot import {module}: {e}") from None
     return tuple(modules)
 
 
 def _existing_file(path: str | None) -> None:
-    from .options import UsageError
-
     if path and not os.path.isfile(path):
-        raise UsageError(f"no such file: {path}")
+        raise o.UsageError(f"no such file: {path}")
 
 
 def _pin_worker_gpu(index: int) -> None:
@@ -170,11 +165,10 @@ def _device(config) -> str:
 def pytest_generate_tests(metafunc):
     if "moecert_case" not in metafunc.fixturenames:
         return
-    from .options import check_backends
     from .suites import build_suite, shard
 
     s = _settings(metafunc.config)
-    cases = build_suite(s.suite, check_backends(s.backends, s.device), s.schemes)
+    cases = build_suite(s.suite, o.check_backends(s.backends, s.device), s.schemes)
     if s.shard:
         cases = shard(cases, *s.shard)
     metafunc.parametrize("moecert_case", cases, ids=[c.case_id for c in cases])
@@ -229,8 +223,7 @@ def run_and_assert(case, session, properties: list | None = None) -> list[dict]:
     if session["journal"]:
         session["journal"].append(rows)
     if properties is not None:
-        properties += [(BACKEND_PROPERTY, case.backend),
-                       (CLAIMED_PROPERTY, any(r["claimed"] for r in rows))]
+        properties += [(BACKEND_PROPERTY, case.backend), (CLAIMED_PROPERTY, claimed(rows))]
     bad = [r for r in rows if r["status"] in FAILING]
     if bad:
         detail = "\n".join(f"{r['status']} {r['check']}: {r['message']}" for r in bad)
@@ -242,6 +235,13 @@ def run_and_assert(case, session, properties: list | None = None) -> list[dict]:
     if status == "unsupported":
         pytest.skip(unclaimed_reason(rows))
     return rows
+
+
+def claimed(rows: list[dict]) -> bool | None:
+    """Whether the backend claimed the case; None when no row knows (setup failed, or the
+    worker died or hung before the first check finished)."""
+    known = [r["claimed"] for r in rows if r["claimed"] is not None]
+    return any(known) if known else None
 
 
 def unclaimed_reason(rows: list[dict]) -> str:
@@ -265,7 +265,7 @@ class _Tally:
     def pytest_runtest_logreport(self, report):
         props = dict(report.user_properties)
         if report.when == "call" and CLAIMED_PROPERTY in props:
-            self.counts[props[BACKEND_PROPERTY], bool(props[CLAIMED_PROPERTY])] += 1
+            self.counts[props[BACKEND_PROPERTY], props[CLAIMED_PROPERTY]] += 1
 
     def pytest_sessionfinish(self, session):
         if hasattr(session.config, "workerinput"):  # an xdist worker: its controller decides
@@ -282,16 +282,20 @@ class _Tally:
 
 def session_verdict(tally: Counter) -> tuple[bool, str] | None:
     """Whether the session may be green, and its moecert line, from (backend, claimed) -> test
-    count; None for a session that ran no case."""
+    count (claimed None: the case was lost before its claim was known); None for a session
+    that ran no case."""
     if not tally:
         return None
     total, claimed = sum(tally.values()), sum(n for (_, c), n in tally.items() if c)
     backends = sorted({b for b, _ in tally})
     if not claimed:
+        lost = sum(n for (_, c), n in tally.items() if c is None)
+        why = (f"; {lost} lost before the claim was known (setup error, crash or timeout)"
+               if lost else "")
         return False, (f"moecert: no claimed case ran (backend {', '.join(backends)} claims "
-                       f"none of {total} cases)")
+                       f"none of {total} cases{why})")
     if len(backends) == 1:
         return True, f"moecert: {backends[0]} claimed {claimed} of {total} cases"
-    each = ", ".join(f"{b} {tally[b, True]} of {tally[b, True] + tally[b, False]}"
+    each = ", ".join(f"{b} {tally[b, True]} of {sum(n for (x, _), n in tally.items() if x == b)}"
                      for b in backends)
     return True, f"moecert: claimed {claimed} of {total} cases ({each})"
