@@ -116,6 +116,10 @@ def test_a_session_where_no_claimed_case_ran_fails(session, xdist):
     ("--moecert-check", "acuracy", "unknown check 'acuracy'; known: *accuracy*"),
     ("--moecert-suite", "smok", "unknown suite 'smok'; known: smoke, ci, certify"),
     ("--moecert-shard", "3/2", "shard '3/2': expected I/N *"),
+    ("--moecert-shard", "abc", "shard 'abc': expected I/N *"),
+    ("--moecert-timeout", "-1", "timeout -1.0: expected a positive number of seconds"),
+    ("--moecert-xfail", "nope.toml", "no such file: nope.toml"),
+    ("--moecert-import", "no_such_module", "cannot import no_such_module: *"),
 ])
 def test_a_mistyped_option_is_one_usage_error(session, option, value, says):
     result = session(option, value)

@@ -75,7 +75,7 @@ def test_the_pytest_plugin_runs_the_suite(tmp_path, backend, outcome):
         [sys.executable, "-m", "pytest", "--pyargs", "moecert.conformance", "-q",
          "-p", "no:cacheprovider", "--moecert-backend", backend, "--moecert-scheme", "bf16",
          "--moecert-check", "accuracy", "--moecert-results", "rows", "--moecert-import",
-         "misbehaving_backends", "--rootdir",
+         "misbehaving_backends", "-k", "M1.K128 or M17.K128", "--rootdir",
          str(tmp_path), "-c", os.devnull],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     tail = proc.stdout.strip().splitlines()[-1]
