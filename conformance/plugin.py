@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from . import options as o
+from . import options
 
 # Recorded on every case's test report (xdist forwards them to the controller, JUnit shows
 # them as properties): the controller counts claimed cases from these.
@@ -109,14 +109,14 @@ def _settings(config) -> Settings:
     imports = _checked(config, "--moecert-import", _import_all)
     device = _device(config)
     backends = tuple(_checked(config, "--moecert-backend",
-                              lambda names: names and o.check_backends(names, device)))
+                              lambda names: names and options.check_backends(names, device)))
     timeout = _checked(config, "--moecert-timeout",
-                       lambda t: DEFAULT_TIMEOUT_S if t is None else o.check_timeout(t))
+                       lambda t: DEFAULT_TIMEOUT_S if t is None else options.check_timeout(t))
     _checked(config, "--moecert-xfail", _existing_file)
-    settings = Settings(_checked(config, "--moecert-suite", o.check_suite), backends,
-                        _checked(config, "--moecert-scheme", o.check_schemes),
-                        _checked(config, "--moecert-check", o.check_checks),
-                        _checked(config, "--moecert-shard", o.parse_shard), device, timeout,
+    settings = Settings(_checked(config, "--moecert-suite", options.check_suite), backends,
+                        _checked(config, "--moecert-scheme", options.check_schemes),
+                        _checked(config, "--moecert-check", options.check_checks),
+                        _checked(config, "--moecert-shard", options.parse_shard), device, timeout,
                         config.getoption("moecert_isolate"), imports)
     config.stash[_settings_key] = settings
     return settings
@@ -126,7 +126,7 @@ def _checked(config, flag: str, check):
     """`check` of the option's value; its UsageError as pytest's, one line naming the flag."""
     try:
         return check(config.getoption(flag))
-    except o.UsageError as e:
+    except options.UsageError as e:
         raise pytest.UsageError(f"{flag}: {e}") from None
 
 
@@ -136,13 +136,13 @@ def _import_all(modules) -> tuple[str, ...]:
         try:
             importlib.import_module(module)
         except ImportError as e:
-            raise o.UsageError(f"cannot import {module}: {e}") from None
+            raise options.UsageError(f"cannot import {module}: {e}") from None
     return tuple(modules)
 
 
 def _existing_file(path: str | None) -> None:
     if path and not os.path.isfile(path):
-        raise o.UsageError(f"no such file: {path}")
+        raise options.UsageError(f"no such file: {path}")
 
 
 def _pin_worker_gpu(index: int) -> None:
@@ -168,7 +168,7 @@ def pytest_generate_tests(metafunc):
     from .suites import build_suite, shard
 
     s = _settings(metafunc.config)
-    cases = build_suite(s.suite, o.check_backends(s.backends, s.device), s.schemes)
+    cases = build_suite(s.suite, options.check_backends(s.backends, s.device), s.schemes)
     if s.shard:
         cases = shard(cases, *s.shard)
     metafunc.parametrize("moecert_case", cases, ids=[c.case_id for c in cases])
@@ -186,7 +186,9 @@ def moecert_session(request):
     config = request.config
     s = _settings(config)
     state = {"device": s.device, "xfail": XfailList.load(config.getoption("--moecert-xfail")),
-             "checks": s.checks, "journal": None, "run_id": new_run_id(), "runner": None}
+             "checks": s.checks, "journal": None, "run_id": new_run_id(), "runner": None,
+             "rerun": " ".join(["moecert run --device", s.device,
+                                *(f"--import {m}" for m in s.imports)])}
     results = config.getoption("--moecert-results")
     if results:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
@@ -227,8 +229,8 @@ def run_and_assert(case, session, properties: list | None = None) -> list[dict]:
     bad = [r for r in rows if r["status"] in FAILING]
     if bad:
         detail = "\n".join(f"{r['status']} {r['check']}: {r['message']}" for r in bad)
-        pytest.fail(f"{case.case_id}\n{detail}\nrerun: moecert run --device "
-                    f"{session['device']} --case '{case.to_json()}'", pytrace=False)
+        pytest.fail(f"{case.case_id}\n{detail}\nrerun: {session['rerun']} --case "
+                    f"'{case.to_json()}'", pytrace=False)
     status = case_status(r["status"] for r in rows)
     if status == "xfail":
         pytest.xfail("; ".join(r["message"] for r in rows if r["status"] == "xfail"))

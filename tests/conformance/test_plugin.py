@@ -140,7 +140,9 @@ def test_a_backend_that_kills_its_process_costs_its_case(session):
     result = session("--moecert-backend", "t-dies", "--moecert-backend", "t-bf16-only",
                      "--moecert-scheme", "bf16", "-k", ONE_SHAPE)
     result.assert_outcomes(failed=1, passed=1)  # the worker restarts for the next case
-    result.stdout.fnmatch_lines(["crash accuracy: the worker process died (exit code 3)*"])
+    result.stdout.fnmatch_lines(["crash accuracy: the worker process died (exit code 3)*",
+                                 "rerun: moecert run --device cpu --import vendor_backends "
+                                 "--case '{*t-dies*}'"])
 
 
 def test_the_verdict_counts_claimed_cases_per_backend():
