@@ -3,34 +3,86 @@
     pytest --pyargs moecert.conformance --moecert-suite smoke --moecert-backend vendor-x -n auto
 
 One test per case (its checks are the rows); failing rows fail the test with their messages,
-expected failures come from the xfail list (strict). With pytest-xdist on several GPUs each
-worker takes one of the caller's visible devices, chosen from its worker id before anything
-initializes CUDA. `--moecert-results DIR` writes the rows as `moecert run` does.
+expected failures come from the xfail list (strict), and a case the backend does not claim is
+a skip with the backend's reason. A session in which no claimed case ran is not green. Cases
+run in a worker process (one per pytest or xdist worker, conformance/runner.py), so a backend
+that hangs past `--moecert-timeout` or kills its process costs that case, not the session;
+`--moecert-in-process` runs them in pytest's own process for debugging. With pytest-xdist on
+several GPUs each worker takes one of the caller's visible devices, chosen from its worker id
+before anything initializes CUDA. `--moecert-results DIR` writes the rows as `moecert run`
+does. A mistyped name (backend, scheme, check, suite, shard) is one usage error (exit 4).
 
-The plugin does nothing unless a test asks for the `moecert_case` fixture, so loading it in
-every pytest session costs nothing.
+The plugin does nothing unless a moecert option is given or a test asks for the
+`moecert_case` fixture, so loading it in every pytest session costs nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import re
+from collections import Counter
+from dataclasses import dataclass
 
 import pytest
+
+from . import options
+
+# Recorded on every case's test report (xdist forwards them to the controller, JUnit shows
+# them as properties): the controller counts claimed cases from these.
+CLAIMED_PROPERTY = "moecert_claimed"
+BACKEND_PROPERTY = "moecert_backend"
+
+_settings_key = pytest.StashKey["Settings"]()
+
+
+# (flag, pytest addoption keywords): the defaults tell a session that uses moecert from one
+# that merely has the plugin loaded.
+OPTIONS = (
+    ("--moecert-suite", dict(default="smoke", help="smoke, ci or certify")),
+    ("--moecert-backend", dict(action="append", default=[],
+                               help="backend name (repeatable; default: every available one)")),
+    ("--moecert-scheme", dict(action="append", default=[], help="repeatable")),
+    ("--moecert-check", dict(action="append", default=[], help="only these checks")),
+    ("--moecert-device", dict(default=None, help="cpu or cuda (default: cuda if any)")),
+    ("--moecert-results", dict(default=None, help="write result rows to this folder")),
+    ("--moecert-xfail", dict(default=None, help="expected-failure list (TOML)")),
+    ("--moecert-shard", dict(default=None, metavar="I/N",
+                             help="run shard I of N of the cases (0-based), split by case id")),
+    ("--moecert-timeout", dict(type=float, default=None, metavar="SECONDS",
+                               help="seconds per case before its worker is killed (default: "
+                                    "as moecert run)")),
+    ("--moecert-isolate", dict(dest="moecert_isolate", action="store_true", default=True,
+                               help="run cases in a worker process (default)")),
+    ("--moecert-in-process", dict(dest="moecert_isolate", action="store_false", default=True,
+                                  help="run cases in pytest's process (to debug; a crash ends "
+                                       "the session)")),
+    ("--moecert-import", dict(action="append", default=[], metavar="MODULE",
+                              help="import MODULE first, here and in the worker process (it "
+                                   "may register backends; as moecert run --import)")),
+)
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("moecert", "moecert conformance suite")
-    group.addoption("--moecert-suite", default="smoke", help="smoke, ci or certify")
-    group.addoption("--moecert-backend", action="append", default=[],
-                    help="backend name (repeatable; default: every available one)")
-    group.addoption("--moecert-scheme", action="append", default=[], help="repeatable")
-    group.addoption("--moecert-check", action="append", default=[], help="only these checks")
-    group.addoption("--moecert-device", default=None, help="cpu or cuda (default: cuda if any)")
-    group.addoption("--moecert-results", default=None, help="write result rows to this folder")
-    group.addoption("--moecert-xfail", default=None, help="expected-failure list (TOML)")
-    group.addoption("--moecert-shard", default=None, metavar="I/N",
-                    help="run shard I of N of the cases (0-based), split by case id")
+    for flag, kwargs in OPTIONS:
+        group.addoption(flag, **kwargs)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The session's options, checked."""
+
+    suite: str
+    backends: tuple[str, ...]  # empty: every backend available on the device
+    schemes: list[str] | None
+    checks: list[str] | None
+    shard: tuple[int, int] | None
+    device: str
+    timeout_s: float
+    isolate: bool
+    imports: tuple[str, ...]
 
 
 def pytest_configure(config):
@@ -38,6 +90,59 @@ def pytest_configure(config):
     device = config.getoption("--moecert-device", None) or ""
     if worker and not device.startswith("cpu"):
         _pin_worker_gpu(int(re.sub(r"\D", "", worker) or 0))
+    config.pluginmanager.register(_Tally(), "moecert-tally")
+    if _any_moecert_option(config):
+        _settings(config)  # a mistyped name stops the session here, once
+
+
+def _any_moecert_option(config) -> bool:
+    return any(config.getoption(kwargs.get("dest", flag)) != kwargs["default"]
+               for flag, kwargs in OPTIONS)
+
+
+def _settings(config) -> Settings:
+    """The options, checked once per process; a mistake raises pytest.UsageError (exit 4)."""
+    if _settings_key in config.stash:
+        return config.stash[_settings_key]
+    from .runner import DEFAULT_TIMEOUT_S
+
+    imports = _checked(config, "--moecert-import", _import_all)
+    device = _device(config)
+    backends = tuple(_checked(config, "--moecert-backend",
+                              lambda names: names and options.check_backends(names, device)))
+    timeout = _checked(config, "--moecert-timeout",
+                       lambda t: DEFAULT_TIMEOUT_S if t is None else options.check_timeout(t))
+    _checked(config, "--moecert-xfail", _existing_file)
+    settings = Settings(_checked(config, "--moecert-suite", options.check_suite), backends,
+                        _checked(config, "--moecert-scheme", options.check_schemes),
+                        _checked(config, "--moecert-check", options.check_checks),
+                        _checked(config, "--moecert-shard", options.parse_shard), device, timeout,
+                        config.getoption("moecert_isolate"), imports)
+    config.stash[_settings_key] = settings
+    return settings
+
+
+def _checked(config, flag: str, check):
+    """`check` of the option's value; its UsageError as pytest's, one line naming the flag."""
+    try:
+        return check(config.getoption(flag))
+    except options.UsageError as e:
+        raise pytest.UsageError(f"{flag}: {e}") from None
+
+
+def _import_all(modules) -> tuple[str, ...]:
+    """Import each module here (it may register backends); the worker imports them too."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise options.UsageError(f"cannot import {module}: {e}") from None
+    return tuple(modules)
+
+
+def _existing_file(path: str | None) -> None:
+    if path and not os.path.isfile(path):
+        raise options.UsageError(f"no such file: {path}")
 
 
 def _pin_worker_gpu(index: int) -> None:
@@ -60,39 +165,43 @@ def _device(config) -> str:
 def pytest_generate_tests(metafunc):
     if "moecert_case" not in metafunc.fixturenames:
         return
-    from .run_command import available_backends
     from .suites import build_suite, shard
 
-    config = metafunc.config
-    device = _device(config)
-    backends = config.getoption("--moecert-backend") or available_backends(device)
-    cases = build_suite(config.getoption("--moecert-suite"), backends,
-                        config.getoption("--moecert-scheme") or None)
-    if config.getoption("--moecert-shard"):
-        index, count = (int(v) for v in config.getoption("--moecert-shard").split("/"))
-        cases = shard(cases, index, count)
+    s = _settings(metafunc.config)
+    cases = build_suite(s.suite, options.check_backends(s.backends, s.device), s.schemes)
+    if s.shard:
+        cases = shard(cases, *s.shard)
     metafunc.parametrize("moecert_case", cases, ids=[c.case_id for c in cases])
 
 
 @pytest.fixture(scope="session")
 def moecert_session(request):
-    """Device, xfail list and results journal of this pytest process."""
+    """Device, xfail list, results journal and worker process of this pytest process."""
     from moecert.reports.store import Journal
 
     from .execute import new_run_id, triton_for
+    from .runner import CaseRunner, RunConfig
     from .xfail import XfailList
 
     config = request.config
-    device = _device(config)
-    state = {"device": device, "xfail": XfailList.load(config.getoption("--moecert-xfail")),
-             "checks": config.getoption("--moecert-check") or None, "journal": None,
-             "run_id": new_run_id()}
+    s = _settings(config)
+    state = {"device": s.device, "xfail": XfailList.load(config.getoption("--moecert-xfail")),
+             "checks": s.checks, "journal": None, "run_id": new_run_id(), "runner": None,
+             "rerun": " ".join(["moecert run --device", s.device,
+                                *(f"--import {m}" for m in s.imports)])}
     results = config.getoption("--moecert-results")
     if results:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         state["journal"] = Journal(results, f"{state['run_id']}.pytest-{worker}")
-    with triton_for(device):
+    if s.isolate:
+        # the xdist workers share the cores: each case worker gets its share of threads
+        shares = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        state["runner"] = CaseRunner(RunConfig(s.device, shares, s.timeout_s, s.checks,
+                                               list(s.imports), state["run_id"]))
+    with contextlib.nullcontext() if s.isolate else triton_for(s.device):
         yield state
+    if state["runner"]:
+        state["runner"].close()
     if state["journal"]:
         state["journal"].finish()
     for entry in state["xfail"].unused():
@@ -100,22 +209,95 @@ def moecert_session(request):
         warnings.warn(f"moecert xfail entry matched nothing: {entry}", stacklevel=1)
 
 
-def run_and_assert(case, session) -> list[dict]:
-    """Run `case`, record its rows, and fail with every failing row's message."""
-    from moecert.reports.schema import FAILING
+def run_and_assert(case, session, properties: list | None = None) -> list[dict]:
+    """Run `case`, record its rows, and fail with every failing row's message; an unclaimed
+    case is a skip with the backend's reason. `properties` (the test item's user_properties)
+    get the backend and whether it claimed the case, for the session's verdict."""
+    from moecert.reports.schema import FAILING, case_status
 
     from .execute import run_case
 
-    rows = session["xfail"].apply(run_case(case, session["device"], session["checks"],
-                                           session["run_id"]))
+    if session["runner"]:
+        rows = session["runner"].run(case)
+    else:
+        rows = run_case(case, session["device"], session["checks"], session["run_id"])
+    rows = session["xfail"].apply(rows)
     if session["journal"]:
         session["journal"].append(rows)
+    if properties is not None:
+        properties += [(BACKEND_PROPERTY, case.backend), (CLAIMED_PROPERTY, claimed(rows))]
     bad = [r for r in rows if r["status"] in FAILING]
     if bad:
         detail = "\n".join(f"{r['status']} {r['check']}: {r['message']}" for r in bad)
-        pytest.fail(f"{case.case_id}\n{detail}\nrerun: moecert run --device "
-                    f"{session['device']} --case '{case.to_json()}'", pytrace=False)
-    statuses = {r["status"] for r in rows}
-    if "xfail" in statuses and "pass" not in statuses:
+        pytest.fail(f"{case.case_id}\n{detail}\nrerun: {session['rerun']} --case "
+                    f"'{case.to_json()}'", pytrace=False)
+    status = case_status(r["status"] for r in rows)
+    if status == "xfail":
         pytest.xfail("; ".join(r["message"] for r in rows if r["status"] == "xfail"))
+    if status == "unsupported":
+        pytest.skip(unclaimed_reason(rows))
     return rows
+
+
+def claimed(rows: list[dict]) -> bool | None:
+    """Whether the backend claimed the case; None when no row knows (setup failed, or the
+    worker died or hung before the first check finished)."""
+    known = [r["claimed"] for r in rows if r["claimed"] is not None]
+    return any(known) if known else None
+
+
+def unclaimed_reason(rows: list[dict]) -> str:
+    """The skip reason of an unclaimed case: its claims row's message ("not claimed: <the
+    backend's reason>; ..."), or the backend's reason where the claims check did not run."""
+    claims = [r["message"] for r in rows if r["check"] == "claims"]
+    first = claims[0] if claims else "not claimed: " + next(
+        r["message"] for r in rows if r["status"] == "unsupported")
+    return first.splitlines()[0]
+
+
+class _Tally:
+    """Counts the session's cases by (backend, claimed) from their test reports and turns a
+    session in which no claimed case ran red. Registered in every process; on xdist only the
+    controller's count (every worker's reports, forwarded) decides."""
+
+    def __init__(self):
+        self.counts: Counter = Counter()
+        self.verdict: tuple[bool, str] | None = None
+
+    def pytest_runtest_logreport(self, report):
+        props = dict(report.user_properties)
+        if report.when == "call" and CLAIMED_PROPERTY in props:
+            self.counts[props[BACKEND_PROPERTY], props[CLAIMED_PROPERTY]] += 1
+
+    def pytest_sessionfinish(self, session):
+        if hasattr(session.config, "workerinput"):  # an xdist worker: its controller decides
+            return
+        self.verdict = session_verdict(self.counts)
+        if self.verdict and not self.verdict[0] and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.verdict:
+            green, line = self.verdict
+            terminalreporter.write_line(line, red=not green)
+
+
+def session_verdict(tally: Counter) -> tuple[bool, str] | None:
+    """Whether the session may be green, and its moecert line, from (backend, claimed) -> test
+    count (claimed None: the case was lost before its claim was known); None for a session
+    that ran no case."""
+    if not tally:
+        return None
+    total, claimed = sum(tally.values()), sum(n for (_, c), n in tally.items() if c)
+    backends = sorted({b for b, _ in tally})
+    if not claimed:
+        lost = sum(n for (_, c), n in tally.items() if c is None)
+        why = (f"; {lost} lost before the claim was known (setup error, crash or timeout)"
+               if lost else "")
+        return False, (f"moecert: no claimed case ran (backend {', '.join(backends)} claims "
+                       f"none of {total} cases{why})")
+    if len(backends) == 1:
+        return True, f"moecert: {backends[0]} claimed {claimed} of {total} cases"
+    each = ", ".join(f"{b} {tally[b, True]} of {sum(n for (x, _), n in tally.items() if x == b)}"
+                     for b in backends)
+    return True, f"moecert: claimed {claimed} of {total} cases ({each})"

@@ -122,23 +122,17 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
                 on_case(case, rows)
 
     def serve(slot: int):
-        worker = None
+        runner = CaseRunner(config, slot)
         while True:
             try:
                 case = todo.get_nowait()
             except queue.Empty:
                 break
-            worker = worker or Worker(config, slot)
             exclusive = config.device != "cpu" and _weights(case) > EXCLUSIVE_WEIGHTS
             with gate.hold(exclusive):
-                rows, alive = _run_one(worker, case, config)
+                rows = runner.run(case)
             record(case, rows)
-            if not alive or (config.device != "cpu" and _any_error(rows)):
-                # a dead process, or a CUDA context an error may have poisoned: start afresh
-                worker.kill()
-                worker = None
-        if worker:
-            worker.close()
+        runner.close()
 
     threads = [threading.Thread(target=serve, args=(i,), daemon=True)
                for i in range(max(1, config.workers))]
@@ -146,6 +140,30 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
         t.start()
     for t in threads:
         t.join()
+
+
+class CaseRunner:
+    """Case after case through one worker process, started on first use and started afresh
+    after a crash, a timeout, or (on a GPU) an error that may have poisoned its CUDA context.
+    The rows are as the worker sent them, plus the "crash" or "timeout" row of a lost case;
+    no xfail list is applied."""
+
+    def __init__(self, config: RunConfig, slot: int = 0):
+        self.config, self.slot = config, slot
+        self.worker: Worker | None = None
+
+    def run(self, case: Case) -> list[dict]:
+        self.worker = self.worker or Worker(self.config, self.slot)
+        rows, alive = _run_one(self.worker, case, self.config)
+        if not alive or (self.config.device != "cpu" and _any_error(rows)):
+            self.worker.kill()
+            self.worker = None
+        return rows
+
+    def close(self) -> None:
+        if self.worker:
+            self.worker.close()
+            self.worker = None
 
 
 class _MemoryGate:
@@ -237,4 +255,4 @@ def _visible_devices() -> list[str]:
         return []
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "RunConfig", "run_isolated"]
+__all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "run_isolated"]

@@ -6,5 +6,5 @@
 from moecert.conformance.plugin import run_and_assert
 
 
-def test_case(moecert_case, moecert_session):
-    run_and_assert(moecert_case, moecert_session)
+def test_case(moecert_case, moecert_session, request):
+    run_and_assert(moecert_case, moecert_session, request.node.user_properties)
