@@ -53,7 +53,8 @@ class MoELayer(torch.nn.Module):
 
     def load(self, checkpoint) -> None:
         """Replace everything the layer holds by contiguous copies of `checkpoint`'s tensors,
-        validated against the layer's spec, and mark it unprocessed (a reload must be processed again)."""
+        validated against the layer's spec, and mark it unprocessed (a reload must be
+        processed again)."""
         spec = checkpoint_spec(self.quant, self.problem)
         tensors = getattr(checkpoint, "tensors", None)
         if not isinstance(tensors, dict):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from moecert.conformance.suites import SUITES, build_suite, shard
+from moecert.conformance.suites import SPECS, SUITES, build_suite, shard
 from moecert.kernels.oracle import scheme_variants
 from moecert.reference import SCHEME_NAMES
 
@@ -40,6 +40,16 @@ def test_edge_shapes_are_in_every_suite(suite):
     assert any(p.expert_map is not None and -1 in p.expert_map for p in P)
     assert any(p.topk == 1 and p.apply_router_weight_on_input for p in P)
     assert {"standard", "batched"} <= {p.activation_format for p in P}
+
+
+def test_every_scheme_default_has_a_strided_case(suite):
+    name, cases = suite
+    strided = [c for c in cases if c.strided]
+    assert {(c.backend, c.scheme) for c in strided} == \
+        {(b, s) for b in ("torch", "triton") for s in SCHEME_NAMES}
+    assert {c.problem for c in strided} == {SPECS[name].edge_base}
+    if not SPECS[name].options_everywhere:
+        assert all(c.attrs == {} for c in strided)
 
 
 def test_gpu_suites_hold_the_model_shapes():
