@@ -6,6 +6,9 @@ same id in every run, on every host and in every shard:
 
     triton/gptq-int4[act_order,g64,gptq_v2,asym]/M33.K256.N128.E8.k2/bf16.silu.bias.ep-3f2a9c1d/s0
 
+A strided case (every checkpoint tensor and input with the same values in non-contiguous
+memory, conformance/strides.py) ends its options with `strided`: .../bf16.silu.strided/s0.
+
 `to_json` / `from_json` carry a case whole (the id names an expert map only by digest), so a
 failing case can be rerun from the command line.
 """
@@ -46,6 +49,8 @@ class Case:
     routing: str = "random"
     # Which checks run (conformance/suites.py): not part of the case's identity.
     depth: str = field(default="full", compare=False)
+    # Every tensor the backend receives in a non-contiguous layout (conformance/strides.py).
+    strided: bool = False
 
     def __post_init__(self):
         if self.routing not in ROUTINGS:
@@ -54,6 +59,8 @@ class Case:
         if unknown:
             raise ValueError(f"unknown checkpoint attributes {sorted(unknown)}; known: "
                              f"{', '.join(_ATTR_LABELS)}")
+        if not isinstance(self.strided, bool):
+            raise ValueError(f"strided: expected true or false, found {self.strided!r}")
 
     def __hash__(self):
         return hash(self.case_id)
@@ -76,6 +83,8 @@ class Case:
             options.append(P.activation_format)
         if self.routing != "random":
             options.append(f"route-{self.routing}")
+        if self.strided:
+            options.append("strided")
         return f"{self.backend}/{scheme}/{shape}/{'.'.join(options)}/s{self.seed}"
 
     @property
@@ -86,7 +95,8 @@ class Case:
     def to_json(self) -> str:
         return json.dumps({"backend": self.backend, "scheme": self.scheme,
                            "problem": asdict(self.problem), "attrs": self.attrs,
-                           "seed": self.seed, "routing": self.routing, "depth": self.depth},
+                           "seed": self.seed, "routing": self.routing, "depth": self.depth,
+                           "strided": self.strided},
                           sort_keys=True)
 
     @classmethod
@@ -96,7 +106,8 @@ class Case:
         if problem.get("expert_map") is not None:
             problem["expert_map"] = tuple(problem["expert_map"])
         return cls(d["backend"], d["scheme"], MoEProblem(**problem), d.get("attrs", {}),
-                   d.get("seed", 0), d.get("routing", "random"), d.get("depth", "full"))
+                   d.get("seed", 0), d.get("routing", "random"), d.get("depth", "full"),
+                   d.get("strided", False))
 
     def checkpoint(self) -> Checkpoint:
         """The case's checkpoint, synthesized fresh from its seed."""

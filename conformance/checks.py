@@ -204,8 +204,9 @@ def check_exact(run: CaseRun) -> Outcome:
         s = structured_inputs(case)
     except NotExact as e:
         return Outcome("skip", f"no exact structure for this case: {e}")
-    ckpt = s.checkpoint.to(run.device)
-    inputs = Inputs(s.x, s.topk_weights, s.topk_ids, s.expert_num_tokens).to(run.device)
+    ckpt = run.laid_out_checkpoint(s.checkpoint.to(run.device))
+    inputs = run.laid_out_inputs(
+        Inputs(s.x, s.topk_weights, s.topk_ids, s.expert_num_tokens).to(run.device))
     want = moe(ckpt, *inputs.tensors()[:3], P,
                expert_num_tokens=inputs.expert_num_tokens).to(P.torch_dtype)
     out = torch.full_like(want, torch.nan)

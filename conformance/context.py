@@ -21,6 +21,7 @@ from moecert.reference.schemes import checkpoint_shape_issue
 from .cases import Case
 from .inputs import Inputs, case_inputs
 from .metrics import error_metrics
+from .strides import restrided
 from .tolerances import Tolerance, load_table, shape_class
 
 # Above this many weights a layer's checkpoint is drawn directly in storage layout on the
@@ -88,9 +89,23 @@ class CaseRun:
         limit = (SYNTHESIZE_MAX_WEIGHTS_CPU if self.device.type == "cpu"
                  else SYNTHESIZE_MAX_WEIGHTS_ACCELERATOR)
         if weights > limit:
-            return random_checkpoint(self.case.scheme, P, seed=seed, device=self.device,
+            ckpt = random_checkpoint(self.case.scheme, P, seed=seed, device=self.device,
                                      **self.case.attrs)
-        return replace(self.case, seed=seed).checkpoint().to(self.device)
+        else:
+            ckpt = replace(self.case, seed=seed).checkpoint().to(self.device)
+        return self.laid_out_checkpoint(ckpt)
+
+    def laid_out_checkpoint(self, ckpt):
+        """`ckpt` as the case hands it over: in a strided case every tensor restrided."""
+        if not self.case.strided:
+            return ckpt
+        return replace(ckpt, tensors={n: restrided(t) for n, t in ckpt.tensors.items()})
+
+    def laid_out_inputs(self, inputs: Inputs) -> Inputs:
+        """`inputs` (on the case's device) as the case hands them over."""
+        if not self.case.strided:
+            return inputs
+        return Inputs(*(None if t is None else restrided(t) for t in inputs.tensors()))
 
     @_kept
     def checkpoint(self):
@@ -98,7 +113,7 @@ class CaseRun:
 
     @_kept
     def inputs(self) -> Inputs:
-        return case_inputs(self.case).to(self.device)
+        return self.laid_out_inputs(case_inputs(self.case).to(self.device))
 
     @_kept
     def reference(self) -> torch.Tensor:

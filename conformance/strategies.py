@@ -60,7 +60,8 @@ def cases(draw, backends=("torch",), schemes=SCHEME_NAMES, max_dim: int = 256) -
     routing = "random" if problem.activation_format == "batched" else draw(
         st.sampled_from(ROUTINGS))
     return Case(draw(st.sampled_from(tuple(backends))), scheme, problem, variant_attrs(quant),
-                seed=draw(st.integers(0, 2**16)), routing=routing, depth="light")
+                seed=draw(st.integers(0, 2**16)), routing=routing, depth="light",
+                strided=draw(st.booleans()))
 
 
 def rerun_command(case: Case, device: str = "cpu") -> str:

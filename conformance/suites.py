@@ -142,6 +142,7 @@ def _edge_cases(spec: SuiteSpec, backend: str, scheme: str, quant: QuantConfig, 
     yield case(replace(P, K=160), case_attrs=small)  # not a multiple of 64 or 128
     yield case(routing="skewed")
     yield case(routing="sparse")
+    yield replace(case(), strided=True)  # every tensor non-contiguous (conformance/strides.py)
     global_map = tuple(i // _EP_STRIDE if i % _EP_STRIDE == 0 else -1
                        for i in range(P.E * _EP_STRIDE))
     yield case(replace(P, expert_map=global_map))

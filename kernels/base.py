@@ -94,6 +94,10 @@ class BaseBackend:
             _check_int("topk_ids", topk_ids, (M, P.topk), layer.device, 0,
                        P.global_num_experts - 1)
             shape = (M, P.K)
+        # kernels index the routing tensors as dense row-major arrays: copies of strided views
+        topk_weights, topk_ids, expert_num_tokens = (
+            t.contiguous() if isinstance(t, torch.Tensor) else t
+            for t in (topk_weights, topk_ids, expert_num_tokens))
         if out is None:
             out = torch.empty(shape, dtype=P.torch_dtype, device=layer.device)
         else:

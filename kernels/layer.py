@@ -52,8 +52,9 @@ class MoELayer(torch.nn.Module):
         self.meta.clear()
 
     def load(self, checkpoint) -> None:
-        """Replace everything the layer holds by copies of `checkpoint`'s tensors, validated
-        against the layer's spec, and mark it unprocessed (a reload must be processed again)."""
+        """Replace everything the layer holds by contiguous copies of `checkpoint`'s tensors,
+        validated against the layer's spec, and mark it unprocessed (a reload must be
+        processed again)."""
         spec = checkpoint_spec(self.quant, self.problem)
         tensors = getattr(checkpoint, "tensors", None)
         if not isinstance(tensors, dict):
@@ -74,5 +75,8 @@ class MoELayer(torch.nn.Module):
         self.clear()
         for name in spec:
             if name in tensors:
-                self.register_buffer(name, tensors[name].detach().clone())
+                # a dense row-major copy whatever the file's strides (clone() alone keeps a
+                # column-major layout): every conversion and kernel may assume it
+                self.register_buffer(name, tensors[name].detach().clone(
+                    memory_format=torch.contiguous_format))
         setattr(self, PROCESSED, False)

@@ -18,6 +18,11 @@ def test_id_reads_as_documented():
     assert BASE.case_id == "triton/gptq-int4[gptq_v2,g64,asym]/M33.K256.N128.E8.k2/bf16.silu/s0"
 
 
+def test_a_strided_id_says_so():
+    assert replace(BASE, strided=True).case_id == \
+        "triton/gptq-int4[gptq_v2,g64,asym]/M33.K256.N128.E8.k2/bf16.silu.strided/s0"
+
+
 def test_id_is_stable_across_processes():
     code = ("from moecert.conformance.cases import Case; from moecert.reference import "
             "MoEProblem; print(Case('triton', 'gptq-int4', MoEProblem(M=3, K=64, N=32, E=4, "
@@ -44,6 +49,7 @@ VARIANTS = {
     "batched": replace(BASE, problem=replace(BASE.problem, activation_format="batched")),
     "seed": replace(BASE, seed=1),
     "routing": replace(BASE, routing="skewed"),
+    "strided": replace(BASE, strided=True),
 }
 
 
@@ -67,3 +73,8 @@ def test_json_round_trip_keeps_the_case(name):
 def test_unknown_routing_is_refused():
     with pytest.raises(ValueError, match="routing"):
         replace(BASE, routing="round-robin")
+
+
+def test_strided_must_be_a_bool():
+    with pytest.raises(ValueError, match="strided"):
+        replace(BASE, strided="yes")

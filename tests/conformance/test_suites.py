@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from moecert.conformance.cli import main
-from moecert.conformance.suites import SUITES, build_suite, shard
+from moecert.conformance.suites import SPECS, SUITES, build_suite, shard
 from moecert.kernels.oracle import scheme_variants
 from moecert.kernels.registry import unregister_backend
 from moecert.reference import SCHEME_NAMES
@@ -86,6 +86,16 @@ def test_a_vendor_claiming_every_gptq_case_gets_no_errors(tmp_path, monkeypatch)
     assert subset[biased]["message"].str.contains("not claimed: bias not supported").all()
     assert set(subset[~biased]["status"]) == {"pass"}
     assert subset[~biased]["message"].str.contains("claimed, and it ran").all()
+
+
+def test_every_scheme_default_has_a_strided_case(suite):
+    name, cases = suite
+    strided = [c for c in cases if c.strided]
+    assert {(c.backend, c.scheme) for c in strided} == \
+        {(b, s) for b in ("torch", "triton") for s in SCHEME_NAMES}
+    assert {c.problem for c in strided} == {SPECS[name].edge_base}
+    if not SPECS[name].options_everywhere:
+        assert all(c.attrs == {} for c in strided)
 
 
 def test_gpu_suites_hold_the_model_shapes():
