@@ -39,6 +39,12 @@ class QuantConfig:
     activation: str = "none"  # activation quantization mode (schemes.ACT_*)
     mx_scale_rule: str = "floor"
 
+    def __post_init__(self):
+        g = self.group_size
+        if isinstance(g, bool) or not isinstance(g, int) or (g != -1 and g <= 0):
+            raise BackendError("group_size", "-1 (one group) or a positive group length",
+                               repr(g))
+
     @classmethod
     def of(cls, obj) -> QuantConfig:
         """From a QuantConfig, a scheme name (the scheme's defaults) or a Checkpoint."""
