@@ -124,7 +124,9 @@ def _value_corruptions(ckpt: Checkpoint, name: str, role: str, t: torch.Tensor):
         yield "g_idx-past-groups", _edited(t, (1, 5), groups)
         yield "g_idx-negative", _edited(t, (1, 5), -1)
     elif role == "weight" and t.dtype == torch.float8_e4m3fn:
-        yield "nan-code", _edited(t.view(torch.uint8), first, 0x7F).view(torch.float8_e4m3fn)
+        for byte in (0x7F, 0xFF):  # S.1111.111 is NaN, either sign
+            yield f"nan-code-{byte:#x}", _edited(t.view(torch.uint8), first, byte).view(
+                torch.float8_e4m3fn)
     elif role in ("weight", "bias") and t.is_floating_point():
         yield "nan", _edited(t, first, math.nan)
         yield "inf", _edited(t, first, -math.inf)
