@@ -121,22 +121,30 @@ def _problem_sizes(problem) -> dict[str, int]:
 
 
 def _agreed_sizes(ckpt, shapes: dict[str, tuple[str, ...]]) -> dict[str, int]:
-    """The layer's sizes that most tensors give exactly; ties go to the size that fits
-    R = N or 2N, then to the one given by more undivided dimensions. Group counts do not vote
-    (the group size may be what is wrong), nor packed words where a tensor gives the size
-    exactly."""
+    """The layer's sizes that most tensors give exactly (see `_pick` for ties). Group counts
+    do not vote (the group size may be what is wrong); packed words (ceil) vote only for a
+    size no tensor gives exactly, and otherwise break ties."""
     decls = declared_tensors(ckpt)
     votes = {(s, exact): {} for s in _SIZE_NAMES for exact in (True, False)}
+    packed = {s: [] for s in _SIZE_NAMES}  # (words, codes per word) along each size
     for name, shape in shapes.items():
         for dim, size in zip(shape, ckpt.tensors[name].shape, strict=True):
             symbol, div, exact = _parse(ckpt, decls[name].linear, dim)
             if symbol and dim != "groups":
                 votes[(symbol, exact)].setdefault(size * div, []).append((name, div == 1))
+                if not exact:
+                    packed[symbol].append((size, div))
     votes = {s: votes[(s, True)] or votes[(s, False)] for s in _SIZE_NAMES}
-    sizes = {s: _pick(s, votes[s]) for s in ("E", "K")}
+
+    def pick(symbol, fits=None):
+        def held(v):  # packed dimensions that hold a size v exactly
+            return sum(-(-v // div) == size for size, div in packed[symbol])
+        return _pick(symbol, votes[symbol], fits, held)
+
+    sizes = {s: pick(s) for s in ("E", "K")}
     r_top = _leaders(votes["R"], len)
-    sizes["N"] = _pick("N", votes["N"], lambda n: any(r in (n, 2 * n) for r in r_top))
-    sizes["R"] = _pick("R", votes["R"], lambda r: r in (sizes["N"], 2 * sizes["N"]))
+    sizes["N"] = pick("N", lambda n: any(r in (n, 2 * n) for r in r_top))
+    sizes["R"] = pick("R", lambda r: r in (sizes["N"], 2 * sizes["N"]))
     if sizes["R"] in (sizes["N"], 2 * sizes["N"]):
         return sizes
     n_side = [n for n, _ in votes["N"][sizes["N"]]]
@@ -155,10 +163,15 @@ def _leaders(votes: dict[int, list], score, among=None) -> list[int]:
     return sorted(v for v in values if score(votes[v]) == best)
 
 
-def _pick(symbol: str, votes: dict[int, list], fits=None) -> int:
+def _pick(symbol: str, votes: dict[int, list], fits=None, packed=None) -> int:
+    """The size most tensors give; among ties, the one that fits the other sizes, then the one
+    the packed dimensions hold, then the one more undivided dimensions give."""
     best = _leaders(votes, len)
     if len(best) > 1 and fits is not None:
         best = [v for v in best if fits(v)] or best
+    if len(best) > 1 and packed is not None:
+        most = max(packed(v) for v in best)
+        best = [v for v in best if packed(v) == most]
     if len(best) > 1:
         best = _leaders(votes, lambda vs: sum(direct for _, direct in vs), best)
     if len(best) == 1:
