@@ -184,12 +184,12 @@ def _pick(symbol: str, votes: dict[int, list], fits=None, packed=None) -> int:
 
 def _check_group_size(ckpt, sizes: dict[str, int]) -> None:
     g = ckpt.group_size
-    if layout_has_groups(ckpt) and g != -1 and (sizes["K"] % g or sizes["N"] % g):
+    if _has_groups(ckpt) and g != -1 and (sizes["K"] % g or sizes["N"] % g):
         raise CheckpointError("checkpoint.group_size", f"a group size dividing both input "
                               f"sizes (K = {sizes['K']}, N = {sizes['N']})", str(g))
 
 
-def layout_has_groups(ckpt) -> bool:
+def _has_groups(ckpt) -> bool:
     return any("groups" in shape for d in declared_tensors(ckpt).values() for shape in d.shapes)
 
 
