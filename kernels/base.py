@@ -4,6 +4,8 @@ A backend supplies its claims, its conversion and its forward pass."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import torch
 from moecert.reference.schemes import ACTIVATIONS
 
@@ -69,6 +71,7 @@ class BaseBackend:
         _check_layer(layer, self.name)
         if getattr(layer, PROCESSED, False):
             return  # weights are in kernel format already: converting again would scramble them
+        _check_biases(layer)
         self.convert(layer)
         setattr(layer, PROCESSED, True)
 
@@ -108,15 +111,31 @@ class BaseBackend:
 
 
 def _checkpoint_device(checkpoint) -> torch.device:
+    """The device most of the checkpoint's tensors are on; the others are named."""
     tensors = getattr(checkpoint, "tensors", None)
     if not isinstance(tensors, dict) or not tensors:
         raise BackendError("checkpoint", "an object with a non-empty dict of tensors in "
                            ".tensors", type(checkpoint).__name__)
-    devices = {t.device for t in tensors.values() if isinstance(t, torch.Tensor)}
-    if len(devices) != 1:
-        raise BackendError("checkpoint.tensors", "every tensor on one device",
-                           ", ".join(sorted(map(str, devices))) or "no tensors")
-    return devices.pop()
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise BackendError(name, "a torch.Tensor", f"{type(t).__module__}.{type(t).__name__}")
+    by_device = Counter(t.device for t in tensors.values())
+    (device, n), *others = by_device.most_common()
+    if others and others[0][1] == n:  # no majority: name them all
+        raise BackendError(", ".join(tensors), "every tensor on one device",
+                           ", ".join(f"{k} on {t.device}" for k, t in tensors.items()))
+    for name, t in tensors.items():
+        if t.device != device:
+            raise BackendError(name, f"device {device} (the other tensors')", str(t.device))
+    return device
+
+
+def _check_biases(layer: MoELayer) -> None:
+    """Biases are added as they are by every backend: they must be finite."""
+    for name in ("w13_bias", "w2_bias"):
+        if layer.has(name) and not bool(torch.isfinite(layer.get(name)).all()):
+            bad = int((~torch.isfinite(layer.get(name))).sum())
+            raise BackendError(name, "finite values", f"{bad} non-finite entries")
 
 
 def _check_layer(layer, name: str) -> None:

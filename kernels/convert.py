@@ -353,10 +353,7 @@ def _convert_biases(layer: MoELayer) -> dict[str, torch.Tensor]:
     out = {}
     for name in ("w13_bias", "w2_bias"):
         if layer.has(name):
-            b = layer.get(name)
-            if not bool(torch.isfinite(b).all()):
-                raise BackendError(name, "finite values", "non-finite entries")
-            out[name] = b.to(torch.float32).contiguous()
+            out[name] = layer.get(name).to(torch.float32).contiguous()  # finite: base.py
     return out
 
 

@@ -62,8 +62,9 @@ class MoELayer(torch.nn.Module):
                                type(checkpoint).__name__)
         unknown = sorted(set(tensors) - set(spec))
         if unknown:
-            raise BackendError("checkpoint.tensors", f"only {', '.join(spec)} for "
-                               f"{self.quant.describe()}", f"unexpected {', '.join(unknown)}")
+            raise BackendError(", ".join(unknown), f"only the tensors of "
+                               f"{self.quant.describe()}: {', '.join(spec)}",
+                               "a tensor of another name")
         for name, s in spec.items():
             if name in tensors:
                 check_tensor(name, tensors[name], s)

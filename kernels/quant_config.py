@@ -56,6 +56,12 @@ class QuantConfig:
         # the scheme name's hash: `quant in {"gptq-int4", ...}` then reaches __eq__ and raises
         return hash(self.scheme)
 
+    def __post_init__(self):
+        g = self.group_size
+        if isinstance(g, bool) or not isinstance(g, int) or (g != -1 and g <= 0):
+            raise BackendError("group_size", "-1 (one group) or a positive group length",
+                               repr(g))
+
     @classmethod
     def of(cls, obj) -> QuantConfig:
         """From a QuantConfig, a scheme name (the scheme's defaults) or a Checkpoint."""

@@ -106,13 +106,15 @@ def _convert_linear(layer: MoELayer, p: str, n_out: int, n_in: int) -> dict[str,
     if q.layout == "gptq":
         qweight, scales = layer.get(f"{p}_qweight"), layer.get(f"{p}_scales")
         codes = qweight.transpose(1, 2).contiguous().view(torch.uint8)  # [E, out, in/2]
+        scale_name = f"{p}_scales"
         scales = scales.transpose(1, 2).contiguous()  # [E, G, out] -> [E, out, G]
         zeros, g_idx = f"{p}_qzeros", f"{p}_g_idx"
         # GPTQ v1 stores z - 1: the symmetric zero 8 is stored as 7
         stored_zero = UINT4_BIAS - 1 if q.checkpoint_format == "gptq" else UINT4_BIAS
     else:
         codes = layer.get(f"{p}_weight_packed").contiguous().view(torch.uint8)
-        scales = layer.get(f"{p}_weight_scale").contiguous()
+        scale_name = f"{p}_weight_scale"
+        scales = layer.get(scale_name).contiguous()
         zeros, g_idx = f"{p}_weight_zero_point", f"{p}_weight_g_idx"
         stored_zero = UINT4_BIAS
         _check_ct_shape(layer, f"{p}_weight_shape", n_out, n_in)
@@ -122,7 +124,7 @@ def _convert_linear(layer: MoELayer, p: str, n_out: int, n_in: int) -> dict[str,
         _check_trivial_g_idx(g_idx, layer.get(g_idx), n_in, scales.shape[2])
     bad = ~torch.isfinite(scales) | (scales <= 0)
     if bool(bad.any()):
-        raise BackendError(f"{p} scales", "finite scales > 0", f"{int(bad.sum())} bad entries")
+        raise BackendError(scale_name, "finite scales > 0", f"{int(bad.sum())} bad entries")
     return {f"{p}_xpu": codes, f"{p}_xpu_scale": scales}
 
 

@@ -23,6 +23,8 @@ class Checkpoint:
       weight_strategy    "tensor", "channel", "group" or "block" scales
       activation         activation quantization mode, see `schemes.ACT_*`
       mx_scale_rule      E8M0 rule for MXFP8 activations: "floor" (OCP), "even", "ceil", "rceil"
+      first_expert       the layer's index of this checkpoint's expert 0 (set by slice_experts,
+                         so that errors give positions in the whole layer)
     """
 
     scheme: str
@@ -34,6 +36,7 @@ class Checkpoint:
     weight_strategy: str | None = None
     activation: str | None = None
     mx_scale_rule: str = "floor"
+    first_expert: int = 0
 
     def __post_init__(self):
         if self.scheme not in SCHEMES:
@@ -119,7 +122,7 @@ class Checkpoint:
     def slice_experts(self, start: int, stop: int) -> Checkpoint:
         """The same checkpoint restricted to experts start..stop-1 (views, no copies)."""
         tensors = {n: (t[start:stop] if t.dim() > 0 else t) for n, t in self.tensors.items()}
-        return replace(self, tensors=tensors)
+        return replace(self, tensors=tensors, first_expert=self.first_expert + start)
 
     def to(self, device: torch.device | str) -> Checkpoint:
         return replace(self, tensors={n: t.to(device) for n, t in self.tensors.items()})

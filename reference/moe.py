@@ -21,9 +21,10 @@ import torch
 from .activations import apply_activation
 from .canonical import dequantize_canonical
 from .checkpoint import Checkpoint
-from .dequantize import canonicalize, read_biases
+from .dequantize import read_biases, read_input_scale
 from .errors import CheckpointError
 from .layouts import read_linear
+from .layouts.check import check_tensors
 from .problem import MoEProblem
 from .quantize import qdq_int8_per_tensor, qdq_int8_per_token, qdq_mxfp8
 from .schemes import ACT_DYNAMIC_TENSOR, ACT_DYNAMIC_TOKEN, ACT_MXFP8, ACT_NONE, ACT_STATIC_TENSOR
@@ -52,12 +53,7 @@ def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.
     if mode == ACT_DYNAMIC_TENSOR:
         return qdq_int8_per_tensor(t)
     if mode == ACT_STATIC_TENSOR:
-        name = f"{which}_input_scale"
-        scale = ckpt.expect(name, (torch.float32, torch.float64, torch.bfloat16,
-                                   torch.float16), (ckpt.num_experts,)).to(torch.float64)
-        if not torch.isfinite(scale).all() or (scale <= 0).any():
-            raise CheckpointError(name, "finite scales > 0", str(scale.tolist()))
-        return qdq_int8_per_tensor(t, scale.max())
+        return qdq_int8_per_tensor(t, read_input_scale(ckpt, which).max())
     if mode == ACT_MXFP8:
         return qdq_mxfp8(t, ckpt.mx_scale_rule)
     raise CheckpointError("checkpoint.activation", "a known activation mode", repr(mode))
@@ -72,7 +68,7 @@ def moe(ckpt: Checkpoint, x: torch.Tensor, topk_weights: torch.Tensor | None,
     batched format:  x [E, T, K] with expert_num_tokens [E]; rows t >= count are ignored and
                      come back zero; no router weights (finalize applies them) -> [E, T, K].
     """
-    _check_checkpoint(ckpt, problem)
+    check_tensors(ckpt, problem)
     if problem.activation_format == "batched":
         return _moe_batched(ckpt, x, expert_num_tokens, problem)
     M, K, topk = problem.M, problem.K, problem.topk
@@ -127,7 +123,7 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
     token, expert, weight = token[order], expert[order], weight[order]
     counts = torch.bincount(expert, minlength=problem.E).tolist()
     starts = [0, *itertools.accumulate(counts)]
-    biases = read_biases(ckpt, problem.w13_rows, problem.K)
+    biases = read_biases(ckpt)
     # GEMM1 and the activation for every assignment, then q2 over all of them at once
     # (a dynamic per-tensor scale spans every expert's intermediate).
     inter = torch.empty(token.numel(), problem.N, dtype=torch.float64, device=xq.device)
@@ -168,18 +164,6 @@ def _expert_weights(ckpt: Checkpoint, prefix: str, counts: list[int], elements: 
         while i < len(busy) and busy[i] < hi:
             yield busy[i], w[busy[i] - lo]
             i += 1
-
-
-def _check_checkpoint(ckpt: Checkpoint, problem: MoEProblem) -> None:
-    if ckpt.num_experts != problem.E:
-        raise CheckpointError("checkpoint", f"{problem.E} experts (problem.E)",
-                              f"{ckpt.num_experts}")
-    shapes = {k: v.shape for k, v in canonicalize(ckpt.slice_experts(0, 1)).items()}
-    want = {"w13": (1, problem.w13_rows, problem.K), "w2": (1, problem.K, problem.N)}
-    for name, shape in want.items():
-        if tuple(shapes[name]) != shape:
-            raise CheckpointError(name, f"[out, in] = {list(shape[1:])} for {problem}",
-                                  str(list(shapes[name][1:])))
 
 
 def _check_tensor(name: str, t: torch.Tensor | None, shape: tuple[int, ...]) -> None:

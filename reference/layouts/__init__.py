@@ -10,14 +10,7 @@ from .awq import read_awq, write_awq
 from .ct import read_ct, write_ct
 from .dense import read_dense, write_dense
 from .gptq import read_gptq, write_gptq
-
-
-def _layout(ckpt: Checkpoint) -> str:
-    family = ckpt.info.family
-    if family == "w4a8":
-        return "awq" if ckpt.checkpoint_format == "awq" else "gptq"
-    return family if family in ("gptq", "awq", "ct") else "dense"
-
+from .tensors import layout_family as _layout
 
 _READERS = {"gptq": read_gptq, "awq": read_awq, "ct": read_ct, "dense": read_dense}
 _WRITERS = {"gptq": write_gptq, "awq": write_awq, "ct": write_ct, "dense": write_dense}

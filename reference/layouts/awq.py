@@ -13,11 +13,8 @@ from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
 from ..packing import awq_interleave, awq_undo_interleave, pack_int32, unpack_int32
 from .common import (
-    FLOAT_DTYPES,
     check_symmetric_zeros,
-    expect_rank3,
     group_cols,
-    num_groups,
     scale_dtype,
     scales_float64,
 )
@@ -32,16 +29,14 @@ def _unpack_columns(t: torch.Tensor, n_out: int, packing: str) -> torch.Tensor:
 
 def read_awq(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     rec = ckpt.record
-    qweight = expect_rank3(ckpt, f"{p}_qweight", torch.int32)
-    E, n_in, words = qweight.shape
+    qweight = ckpt.tensor(f"{p}_qweight")
+    _, n_in, words = qweight.shape
     n_out = words * 8
-    groups = num_groups(ckpt, f"{p}_qweight", n_in)
     codes = (_unpack_columns(qweight, n_out, rec.packing) - rec.code_offset).transpose(1, 2)
-    scales = scales_float64(f"{p}_scales",
-                            ckpt.expect(f"{p}_scales", FLOAT_DTYPES, (E, groups, n_out)))
+    scales = scales_float64(ckpt, f"{p}_scales")
     zeros = None
     if not ckpt.sym or f"{p}_qzeros" in ckpt.tensors:
-        qzeros = ckpt.expect(f"{p}_qzeros", torch.int32, (E, groups, words))
+        qzeros = ckpt.tensor(f"{p}_qzeros")
         zeros = (_unpack_columns(qzeros, n_out, rec.packing) - rec.code_offset).transpose(1, 2)
         zeros = zeros.contiguous()
         if ckpt.sym:

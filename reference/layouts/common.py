@@ -26,25 +26,21 @@ def group_cols(ckpt: Checkpoint, n_in: int) -> int:
     return n_in if ckpt.group_size == -1 else ckpt.group_size
 
 
-def expect_rank3(ckpt: Checkpoint, name: str, dtype) -> torch.Tensor:
-    t = ckpt.tensor(name)
-    dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
-    if t.dtype not in dtypes:
-        raise CheckpointError(name, f"dtype {' or '.join(map(str, dtypes))}", str(t.dtype))
-    if t.dim() != 3:
-        raise CheckpointError(name, "a 3-D tensor [E, ., .]", f"shape {list(t.shape)}")
-    return t
-
-
-def scales_float64(name: str, t: torch.Tensor) -> torch.Tensor:
+def scales_float64(ckpt: Checkpoint, name: str) -> torch.Tensor:
     """float64 copy of a scale tensor, which must be finite and strictly positive."""
-    s = t.to(torch.float64)
+    s = ckpt.tensor(name).to(torch.float64)
     bad = ~torch.isfinite(s) | (s <= 0)
     if bad.any():
         idx = tuple(int(i) for i in bad.nonzero()[0])
-        raise CheckpointError(name, "finite scales > 0",
-                              f"{s[idx].item()} at index {list(idx)} ({int(bad.sum())} bad)")
+        raise CheckpointError(name, "finite scales > 0", f"{s[idx].item()} at index "
+                              f"{_layer_index(ckpt, idx)} ({int(bad.sum())} bad)")
     return s
+
+
+def _layer_index(ckpt: Checkpoint, idx) -> list[int]:
+    """A position in a (sliced) checkpoint's tensor as a position in the whole layer's."""
+    idx = [int(i) for i in idx]
+    return [idx[0] + ckpt.first_expert, *idx[1:]] if idx else idx
 
 
 def check_finite(name: str, t: torch.Tensor) -> None:
@@ -53,11 +49,13 @@ def check_finite(name: str, t: torch.Tensor) -> None:
                               "non-finite entries")
 
 
-def check_range(name: str, t: torch.Tensor, lo: int, hi: int, what: str) -> None:
+def check_range(ckpt: Checkpoint, name: str, t: torch.Tensor, lo: int, hi: int,
+                what: str) -> None:
+    """`t` (read from tensor `name`, experts first) within [lo, hi]."""
     if t.numel() and (t.min() < lo or t.max() > hi):
         bad = ((t < lo) | (t > hi)).nonzero()[0]
         raise CheckpointError(name, f"{what} in [{lo}, {hi}]",
-                              f"{t[tuple(bad)].item()} at index {bad.tolist()}")
+                              f"{t[tuple(bad)].item()} at index {_layer_index(ckpt, bad)}")
 
 
 def check_symmetric_zeros(name: str, signed: torch.Tensor, code_offset: int) -> None:
@@ -81,7 +79,7 @@ def read_g_idx(ckpt: Checkpoint, name: str, n_in: int, groups: int) -> torch.Ten
         return None
     E = ckpt.num_experts
     g_idx = ckpt.expect(name, (torch.int32, torch.int64), (E, n_in))
-    check_range(name, g_idx, 0, groups - 1, "group indices")
+    check_range(ckpt, name, g_idx, 0, groups - 1, "group indices")
     if not ckpt.act_order:
         trivial = torch.arange(n_in, device=g_idx.device) // (n_in // groups)
         if not torch.equal(g_idx.to(torch.int64), trivial.expand(E, -1)):

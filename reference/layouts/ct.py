@@ -16,9 +16,7 @@ from ..checkpoint import Checkpoint
 from ..errors import CheckpointError
 from ..packing import pack_int32, packed_length, unpack_int32
 from .common import (
-    FLOAT_DTYPES,
     check_symmetric_zeros,
-    expect_rank3,
     group_cols,
     num_groups,
     read_g_idx,
@@ -29,17 +27,15 @@ from .common import (
 
 def read_ct(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     rec, bits = ckpt.record, ckpt.info.weight_bits
-    packed = expect_rank3(ckpt, f"{p}_weight_packed", torch.int32)
+    packed = ckpt.tensor(f"{p}_weight_packed")
     E, n_out, words = packed.shape
     n_in = _input_size(ckpt, p, E, n_out, words, bits)
     groups = num_groups(ckpt, f"{p}_weight_packed", n_in)
     codes = unpack_int32(packed, bits, n_in, dim=2, packing=rec.packing) - rec.code_offset
-    scales = scales_float64(f"{p}_weight_scale", ckpt.expect(
-        f"{p}_weight_scale", FLOAT_DTYPES, (E, n_out, groups)))
+    scales = scales_float64(ckpt, f"{p}_weight_scale")
     zeros = None
     if not ckpt.sym or f"{p}_weight_zero_point" in ckpt.tensors:
-        zp = ckpt.expect(f"{p}_weight_zero_point", torch.int32,
-                         (E, packed_length(n_out, bits, rec.packing), groups))
+        zp = ckpt.tensor(f"{p}_weight_zero_point")
         zeros = unpack_int32(zp, bits, n_out, dim=1, packing=rec.packing) - rec.code_offset
         if ckpt.sym:
             check_symmetric_zeros(f"{p}_weight_zero_point", zeros, rec.code_offset)
@@ -57,10 +53,10 @@ def _input_size(ckpt, p, E, n_out, words, bits) -> int:
     if (shape[:, 0] != n_out).any() or shape[:, 1].unique().numel() != 1:
         raise CheckpointError(name, f"({n_out}, in) for every expert", str(shape.tolist()))
     n_in = int(shape[0, 1])
-    expected_words = packed_length(n_in, bits, ckpt.record.packing)
-    if expected_words != words:
-        raise CheckpointError(f"{p}_weight_packed", f"{expected_words} words for in = {n_in}",
-                              f"{words}")
+    if packed_length(n_in, bits, ckpt.record.packing) != words:  # the packed tensor's size
+        # agrees with the other tensors (check_tensors): the declared shape is what is wrong
+        raise CheckpointError(name, f"an input size that {words} words of {bits}-bit codes "
+                              f"hold, as in {p}_weight_packed", f"in = {n_in}")
     return n_in
 
 

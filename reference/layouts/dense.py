@@ -24,7 +24,7 @@ from ..schemes import (
     STRATEGY_CHANNEL,
     STRATEGY_TENSOR,
 )
-from .common import FLOAT_DTYPES, check_finite, expect_rank3, scales_float64
+from .common import check_finite, scales_float64
 
 _WEIGHT_DTYPE = {"int8": torch.int8, "fp8": torch.float8_e4m3fn, "mxfp8": torch.float8_e4m3fn,
                  "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -36,7 +36,7 @@ def _weight_dtype(ckpt: Checkpoint) -> torch.dtype:
 
 def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     family = ckpt.info.family
-    w = expect_rank3(ckpt, f"{p}_weight", _weight_dtype(ckpt))
+    w = ckpt.tensor(f"{p}_weight")
     E, n_out, n_in = w.shape
     if family == "dense":
         check_finite(f"{p}_weight", w)
@@ -65,16 +65,12 @@ def _read_scale(ckpt, p, E, n_out, n_in):
             if n_out % 2:
                 raise CheckpointError(name, "an even w13 row count for w1/w3 shard scales",
                                       f"{n_out} rows")
-            return scales_float64(name, ckpt.expect(name, FLOAT_DTYPES, (E, 2))).view(E, 2, 1), (
-                n_out // 2, n_in)
-        s = ckpt.expect(name, FLOAT_DTYPES, (E,))
-        return scales_float64(name, s).view(E, 1, 1), (n_out, n_in)
+            return scales_float64(ckpt, name).view(E, 2, 1), (n_out // 2, n_in)
+        return scales_float64(ckpt, name).view(E, 1, 1), (n_out, n_in)
     if strategy == STRATEGY_CHANNEL:
-        return scales_float64(name, ckpt.expect(name, FLOAT_DTYPES, (E, n_out, 1))), (1, n_in)
+        return scales_float64(ckpt, name), (1, n_in)
     if strategy == STRATEGY_BLOCK:
-        shape = (E, -(-n_out // FP8_BLOCK), -(-n_in // FP8_BLOCK))
-        return scales_float64(name, ckpt.expect(name, FLOAT_DTYPES, shape)), (FP8_BLOCK,
-                                                                                FP8_BLOCK)
+        return scales_float64(ckpt, name), (FP8_BLOCK, FP8_BLOCK)
     raise CheckpointError("checkpoint.weight_strategy", "tensor, channel or block", strategy)
 
 
@@ -83,7 +79,7 @@ def _read_e8m0(ckpt, p, E, n_out, n_in):
     if n_in % MX_BLOCK:
         raise CheckpointError(f"{p}_weight", f"an input dimension divisible by {MX_BLOCK}",
                               str(n_in))
-    bits = ckpt.expect(name, torch.uint8, (E, n_out, n_in // MX_BLOCK))
+    bits = ckpt.tensor(name)
     if (bits == E8M0_NAN).any():
         raise CheckpointError(name, "E8M0 exponents 0..254 (0xFF is NaN)",
                               f"{int((bits == E8M0_NAN).sum())} bytes of 0xFF")

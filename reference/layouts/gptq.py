@@ -15,10 +15,8 @@ from ..checkpoint import Checkpoint
 from ..errors import CheckpointError
 from ..packing import codes_per_word, pack_int32, unpack_int32
 from .common import (
-    FLOAT_DTYPES,
     check_range,
     check_symmetric_zeros,
-    expect_rank3,
     group_cols,
     num_groups,
     read_g_idx,
@@ -35,14 +33,13 @@ def gptq_v1_zero_offset(stored: torch.Tensor) -> torch.Tensor:
 def read_gptq(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     rec, bits = ckpt.record, ckpt.info.weight_bits
     per = codes_per_word(bits)
-    qweight = expect_rank3(ckpt, f"{p}_qweight", torch.int32)
+    qweight = ckpt.tensor(f"{p}_qweight")
     E, words, n_out = qweight.shape
     n_in = words * per
     groups = num_groups(ckpt, f"{p}_qweight", n_in)
     u = unpack_int32(qweight, bits, n_in, dim=1, packing=rec.packing)  # [E, in, out]
     codes = u.sub_(rec.code_offset).transpose(1, 2)  # in place: u is a fresh tensor
-    scales = scales_float64(f"{p}_scales",
-                            ckpt.expect(f"{p}_scales", FLOAT_DTYPES, (E, groups, n_out)))
+    scales = scales_float64(ckpt, f"{p}_scales")
     zeros = _read_zeros(ckpt, p, E, groups, n_out, bits)
     return CanonicalLinear(codes=codes, scales=scales.transpose(1, 2),
                            block=(1, group_cols(ckpt, n_in)), zeros=zeros,
@@ -53,11 +50,11 @@ def _read_zeros(ckpt, p, E, groups, n_out, bits) -> torch.Tensor | None:
     rec, name = ckpt.record, f"{p}_qzeros"
     if ckpt.sym and name not in ckpt.tensors:
         return None
-    qzeros = ckpt.expect(name, torch.int32, (E, groups, -(-n_out // codes_per_word(bits))))
+    qzeros = ckpt.tensor(name)
     z = unpack_int32(qzeros, bits, n_out, dim=2, packing=rec.packing)
     if rec.zero_domain == "unsigned-minus-one":
         z = gptq_v1_zero_offset(z)
-    check_range(name, z, 0, (1 << bits) - 1,
+    check_range(ckpt, name, z, 0, (1 << bits) - 1,
                 "true zero points" + (" (stored z-1, so stored 2^b-1 overflows)"
                                       if rec.zero_domain == "unsigned-minus-one" else ""))
     signed = (z - rec.code_offset).transpose(1, 2).contiguous()

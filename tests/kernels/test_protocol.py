@@ -159,7 +159,7 @@ def _edit(ckpt, fn):
 BAD_CHECKPOINT = {
     "missing tensor": (lambda t: t.pop("w2_bias"), "w2_bias: expected a tensor"),
     "unexpected tensor": (lambda t: t.update(w13_extra=torch.zeros(1, device=DEVICE)),
-                          "checkpoint.tensors: expected only .* found unexpected w13_extra"),
+                          "^w13_extra: expected only the tensors of .*, found a tensor of another"),
     "bias dtype": (lambda t: t.update(w13_bias=t["w13_bias"].to(torch.int32)),
                    "w13_bias: expected dtype"),
     "bias shape": (lambda t: t.update(w2_bias=t["w2_bias"][:, :-1]),

@@ -6,12 +6,14 @@ one thing in it.
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from dataclasses import replace
 
 import pytest
 import torch
+from moecert.reference import make_inputs, moe
 from moecert.reference.canonical import CanonicalLinear
 from moecert.reference.checkpoint import Checkpoint
 from moecert.reference.dequantize import dequantize
@@ -19,6 +21,8 @@ from moecert.reference.errors import CheckpointError
 from moecert.reference.layouts import write_linear
 from moecert.reference.problem import MoEProblem
 from moecert.reference.synthesize import synthesize
+
+moe_module = importlib.import_module("moecert.reference.moe")  # the name `moe` is the function
 
 P = MoEProblem(M=1, K=64, N=32, E=2, topk=1)
 
@@ -75,138 +79,17 @@ def test_bases_are_well_formed(name):
     assert torch.isfinite(w["w13"]).all() and torch.isfinite(w["w2"]).all()
 
 
-# --- shape, dtype, presence -------------------------------------------------------------------
-
-SHAPE_CASES = [
-    ("gptq", "w13_scales", lambda t: t[:, :1]),
-    ("gptq", "w2_qzeros", lambda t: t[:, :, :-1]),
-    ("gptq", "w13_qweight", lambda t: t.unsqueeze(-1)),  # not 3-D
-    ("awq", "w2_scales", lambda t: t[:, :, :-8]),
-    ("awq", "w13_qzeros", lambda t: t[:, :1]),
-    ("ct", "w13_weight_scale", lambda t: t[:, :-1]),
-    ("ct", "w2_weight_zero_point", lambda t: t[:, :, :1].repeat(1, 1, 2)),
-    ("gptq-act", "w13_g_idx", lambda t: t[:, :-1]),
-    ("int8", "w13_weight_scale", lambda t: t.squeeze(-1)),
-    ("int8-tensor", "w2_weight_scale", lambda t: t.view(-1, 1)),
-    ("fp8", "w13_weight_scale", lambda t: t[:, :, :1].repeat(1, 1, 2)),
-    ("mxfp8", "w2_weight_scale", lambda t: t.repeat(1, 1, 2)),
-]
-
-
-@pytest.mark.parametrize("base_name,tensor,change", SHAPE_CASES,
-                         ids=[f"{b}-{t}" for b, t, _ in SHAPE_CASES])
-def test_wrong_shape(base_name, tensor, change):
-    ckpt = base(base_name)
-    with raises_naming(tensor):
-        dequantize(with_tensors(ckpt, **{tensor: change(ckpt.tensors[tensor])}))
-
-
-DTYPE_CASES = [
-    ("gptq", "w13_qweight", torch.int64),
-    ("gptq", "w13_qweight", torch.float16),
-    ("gptq", "w2_qzeros", torch.int16),
-    ("gptq", "w2_scales", torch.int32),
-    ("awq", "w13_qweight", torch.uint8),
-    ("ct", "w13_weight_packed", torch.int64),
-    ("ct", "w13_weight_zero_point", torch.int8),
-    ("int8", "w13_weight", torch.int16),
-    ("int8", "w2_weight_scale", torch.float64),
-    ("fp8", "w13_weight", torch.bfloat16),
-    ("mxfp8", "w13_weight_scale", torch.int32),
-    ("mxfp8", "w2_weight", torch.uint8),
-    ("bf16", "w13_weight", torch.float16),
-    ("gptq-act", "w2_g_idx", torch.float32),
-]
-
-
-@pytest.mark.parametrize("base_name,tensor,dtype", DTYPE_CASES,
-                         ids=[f"{b}-{t}-{d}" for b, t, d in DTYPE_CASES])
-def test_wrong_dtype(base_name, tensor, dtype):
-    ckpt = base(base_name)
-    t = ckpt.tensors[tensor]
-    bad = t.view(torch.uint8).to(dtype) if t.dtype == torch.float8_e4m3fn else t.to(dtype)
-    with raises_naming(tensor) as info:
-        dequantize(with_tensors(ckpt, **{tensor: bad}))
-    assert str(dtype) in str(info.value)  # says what it found
-
-
-MISSING_CASES = [
-    ("gptq", "w13_qweight"), ("gptq", "w2_scales"), ("gptq", "w13_qzeros"),
-    ("gptq-act", "w13_g_idx"), ("awq", "w2_qzeros"), ("awq", "w13_scales"),
-    ("ct", "w13_weight_zero_point"), ("ct", "w2_weight_packed"), ("ct-act", "w2_weight_g_idx"),
-    ("int8", "w13_weight_scale"), ("fp8", "w2_weight"), ("mxfp8", "w13_weight_scale"),
-    ("bf16", "w2_weight"),
-]
-
-
-@pytest.mark.parametrize("base_name,tensor", MISSING_CASES,
-                         ids=[f"{b}-{t}" for b, t in MISSING_CASES])
-def test_missing_tensor(base_name, tensor):
-    with raises_naming(tensor) as info:
-        dequantize(with_tensors(base(base_name), **{tensor: None}))
-    assert "missing" in str(info.value)
-
-
-# --- scales -----------------------------------------------------------------------------------
-
-SCALE_TENSORS = [("gptq", "w13_scales"), ("gptq8", "w2_scales"), ("awq", "w2_scales"),
-                 ("ct", "w13_weight_scale"), ("ct-sym", "w2_weight_scale"),
-                 ("int8", "w2_weight_scale"), ("int8-tensor", "w13_weight_scale"),
-                 ("fp8", "w13_weight_scale"), ("fp8-tensor", "w13_weight_scale")]
-
-
-@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 0.0, -0.5],
-                         ids=["nan", "inf", "-inf", "zero", "negative"])
-@pytest.mark.parametrize("base_name,tensor", SCALE_TENSORS,
-                         ids=[f"{b}-{t}" for b, t in SCALE_TENSORS])
-def test_bad_scale_values(base_name, tensor, bad):
-    ckpt = base(base_name)
-    index = (1,) + (0,) * (ckpt.tensors[tensor].dim() - 1)
-    with raises_naming(tensor) as info:
-        dequantize(edited(ckpt, tensor, index, bad))
-    assert "finite scales > 0" in str(info.value)
-
-
-def test_e8m0_nan_scale():
-    with raises_naming("w2_weight_scale") as info:
-        dequantize(edited(base("mxfp8"), "w2_weight_scale", (0, 3, 0), 0xFF))
-    assert "0xFF" in str(info.value)
-
-
-@pytest.mark.parametrize("base_name", ["fp8", "mxfp8"])
-@pytest.mark.parametrize("byte", [0x7F, 0xFF])
-def test_fp8_nan_code(base_name, byte):
-    ckpt = base(base_name)
-    raw = ckpt.tensors["w13_weight"].view(torch.uint8).clone()
-    raw[1, 2, 3] = byte
-    with raises_naming("w13_weight") as info:
-        dequantize(with_tensors(ckpt, w13_weight=raw.view(torch.float8_e4m3fn)))
-    assert "NaN" in str(info.value)
-
-
-@pytest.mark.parametrize("bad", [math.nan, math.inf])
-def test_non_finite_dense_weight_and_bias(bad):
-    ckpt = base("bf16")
-    with raises_naming("w2_weight"):
-        dequantize(edited(ckpt, "w2_weight", (0, 0, 0), bad))
-    biased = base("gptq", replace(P, bias=True))
-    with raises_naming("w13_bias"):
-        dequantize(edited(biased, "w13_bias", (1, 0), bad))
-
-
-def test_bias_wrong_shape():
-    biased = base("awq", replace(P, bias=True))
-    with raises_naming("w2_bias"):
-        dequantize(with_tensors(biased, w2_bias=biased.tensors["w2_bias"][:, :-1]))
-
+# Shapes, dtypes, presence, devices and bad values of every tensor of every scheme, through
+# every entry point: tests/conformance/test_corruptions.py. Here: what that generator does not
+# reach.
 
 def test_w13_shard_scales_need_even_rows():
     # [E, 2] per-tensor scales split w13 into w1 and w3 halves: an odd row count cannot split
-    ckpt = base("fp8-tensor")
-    w13 = ckpt.tensors["w13_weight"]
-    odd = with_tensors(ckpt, w13_weight=w13[:, :-1])
+    odd = replace(P, N=33, activation="relu2")  # w13 has N = 33 rows
+    ckpt = base("fp8-tensor", odd)
+    scale = ckpt.tensors["w13_weight_scale"]
     with raises_naming("w13_weight_scale"):
-        dequantize(odd)
+        dequantize(with_tensors(ckpt, w13_weight_scale=torch.stack([scale, scale], 1)))
 
 
 # --- zero points --------------------------------------------------------------------------------
@@ -255,17 +138,6 @@ def test_sym_zero_points_must_be_the_symmetric_zero(base_name, tensor, value):
 
 # --- g_idx ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("base_name,tensor", [("gptq-act", "w13_g_idx"),
-                                              ("ct-act", "w2_weight_g_idx")])
-@pytest.mark.parametrize("bad", [-1, "groups"])
-def test_g_idx_out_of_range(base_name, tensor, bad):
-    ckpt = base(base_name)
-    groups = (P.K if tensor.startswith("w13") else P.N) // 32
-    with raises_naming(tensor) as info:
-        dequantize(edited(ckpt, tensor, (1, 5), groups if bad == "groups" else bad))
-    assert "group indices" in str(info.value)
-
-
 @pytest.mark.parametrize("base_name,tensor", [("gptq", "w13_g_idx"), ("ct", "w13_weight_g_idx")])
 def test_permuted_g_idx_without_act_order(base_name, tensor):
     ckpt = base(base_name)
@@ -279,46 +151,64 @@ def test_permuted_g_idx_without_act_order(base_name, tensor):
 
 # --- cross-tensor consistency -----------------------------------------------------------------
 
-@pytest.mark.parametrize("base_name,tensor", [("gptq", "w13_qweight"), ("ct", "w13_weight_packed")])
-def test_group_size_not_dividing_k(base_name, tensor):
+@pytest.mark.parametrize("base_name", ["gptq", "ct"])
+def test_group_size_not_dividing_k(base_name):
     # K = 96 is a multiple of 32 but not of 64
     ckpt = base(base_name, replace(P, K=96))
-    with raises_naming(tensor) as info:
+    with raises_naming("checkpoint.group_size") as info:
         dequantize(replace(ckpt, group_size=64))
-    assert "group size 64" in str(info.value)
-
-
-@pytest.mark.parametrize("base_name,tensor", [("gptq", "w2_qweight"), ("fp8", "w2_weight"),
-                                              ("mxfp8", "w13_weight_scale")])
-def test_expert_counts_disagree(base_name, tensor):
-    ckpt = base(base_name)
-    with pytest.raises(CheckpointError, match=re.escape(f"{tensor}: 1")) as info:
-        dequantize(with_tensors(ckpt, **{tensor: ckpt.tensors[tensor][:1]}))
-    assert info.value.tensor == "checkpoint.tensors"
+    assert "K = 96" in str(info.value)
 
 
 @pytest.mark.parametrize("base_name", ["gptq", "awq", "ct", "int8", "fp8", "mxfp8", "bf16"])
-def test_w2_k_must_match_w13_k(base_name):
+def test_the_problem_settles_which_linear_is_wrong(base_name):
+    # every w2 tensor from a layer with K = 128: without a problem the tensors disagree (the
+    # side more tensors take wins); with the problem (K = 64), the w2 tensors are wrong
     ckpt = base(base_name)
     other = base(base_name, replace(P, K=128))
-    w2 = {n: t for n, t in other.tensors.items() if n.startswith("w2")}
-    with raises_naming("w2") as info:
-        dequantize(with_tensors(ckpt, **w2))
+    mixed = with_tensors(ckpt, **{n: t for n, t in other.tensors.items() if n.startswith("w2")})
+    with pytest.raises(CheckpointError) as info:
+        dequantize(mixed)
     assert "64" in str(info.value) and "128" in str(info.value)
+    with pytest.raises(CheckpointError, match=r"^w2_\w+:"):
+        dequantize(mixed, P)
 
 
-def test_w13_rows_must_be_n_or_2n():
+def test_two_tensors_that_disagree_alone_are_both_named():
+    # a 16-bit layer has one tensor per linear: nothing says which of the two holds the wrong K
     ckpt = base("bf16")
+    w2 = ckpt.tensors["w2_weight"]
+    with raises_naming("w13_weight, w2_weight") as info:
+        dequantize(with_tensors(ckpt, w2_weight=torch.cat([w2, w2[:, :8]], dim=1)))
+    assert "hidden size K" in str(info.value)
     w13 = ckpt.tensors["w13_weight"]
-    with raises_naming("w13"):
+    with raises_naming("w13_weight, w2_weight") as info:
         dequantize(with_tensors(ckpt, w13_weight=torch.cat([w13, w13[:, :8]], dim=1)))
+    assert "R = N or 2N" in str(info.value)
+    with raises_naming("w13_weight"):  # the problem decides
+        dequantize(with_tensors(ckpt, w13_weight=torch.cat([w13, w13[:, :8]], dim=1)), P)
+
+
+def test_moe_reports_positions_and_shapes_of_the_whole_layer(monkeypatch):
+    # moe dequantizes a chunk of experts at a time: errors still speak of the whole layer
+    monkeypatch.setattr(moe_module, "CHUNK_BYTES", 1)  # one expert per chunk
+    problem = replace(P, E=3, M=8, topk=3)
+    ckpt = base("gptq", problem)
+    x, weights, ids = make_inputs(problem, seed=1)
+    with raises_naming("w13_scales") as info:
+        moe(edited(ckpt, "w13_scales", (1, 0, 2), math.nan), x, weights, ids, problem)
+    assert "index [1, 0, 2]" in str(info.value)
+    with raises_naming("w2_scales") as info:
+        moe(with_tensors(ckpt, w2_scales=ckpt.tensors["w2_scales"][:, :, 1:]), x, weights,
+            ids, problem)
+    assert "[3, 1, 64]" in str(info.value)
 
 
 def test_ct_weight_shape_must_match_packing():
     ckpt = base("ct")
     shape = ckpt.tensors["w13_weight_shape"].clone()
-    shape[:, 1] = P.K + 8  # needs one more word than stored
-    with raises_naming("w13_weight_packed"):
+    shape[:, 1] = P.K + 8  # needs one more word than the packed tensor, which fits the others
+    with raises_naming("w13_weight_shape"):
         dequantize(with_tensors(ckpt, w13_weight_shape=shape))
     shape[:, 1] = P.K
     shape[1, 0] = 1  # rows disagree with the packed tensor

@@ -1,0 +1,203 @@
+"""`check_tensors`: a checkpoint holds exactly its format's tensors (`tensors.py`), each a
+torch.Tensor on the checkpoint's device with a declared dtype and shape.
+
+It runs before any reader, so an error names the tensor at fault, not the one a reader happened
+to compare it with. Shapes are checked against the problem's sizes when there is a problem;
+without one, against the sizes most tensors agree on (a size no two tensors can settle, as in a
+16-bit checkpoint whose two weights disagree on K, names every tensor involved).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from ..errors import CheckpointError
+from .tensors import ALWAYS, IF_ACT_ORDER, IF_ASYM, IF_BIAS, TensorDecl, declared_tensors
+
+# The layer's sizes: E experts, w13 is R x K (R = N or 2N), w2 is K x N.
+_LINEAR_SIZES = {"w13": {"out": "R", "in": "K"}, "w2": {"out": "K", "in": "N"}}
+_SIZE_NAMES = {"E": "expert count", "R": "w13 row count", "K": "hidden size K",
+               "N": "intermediate size N"}
+_WHY_REQUIRED = {ALWAYS: "every checkpoint of this format holds it",
+                 IF_ASYM: "zero points of an asymmetric (sym=False) checkpoint",
+                 IF_ACT_ORDER: "the group index of an act_order checkpoint",
+                 IF_BIAS: "the problem has bias"}
+
+
+def check_tensors(ckpt, problem=None) -> None:
+    """CheckpointError naming the first tensor that is not what `ckpt`'s format declares."""
+    decls = declared_tensors(ckpt)
+    tensors = ckpt.tensors
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise CheckpointError(name, "a torch.Tensor", type(t).__module__.split(".")[0]
+                                  + "." + type(t).__name__)
+    _check_names(ckpt, decls, bool(problem is not None and problem.bias))
+    _check_device(tensors)
+    shapes = {name: _declared_shape(decls[name], t) for name, t in tensors.items()}
+    sizes = _problem_sizes(problem) if problem is not None else _agreed_sizes(ckpt, shapes)
+    _check_group_size(ckpt, sizes)
+    for name, t in tensors.items():
+        want = [_dim_size(ckpt, decls[name].linear, d, sizes) for d in shapes[name]]
+        if list(t.shape) != want:
+            source = "the problem's" if problem is not None else "the sizes the tensors agree on"
+            raise CheckpointError(name, f"shape {want} = [{', '.join(shapes[name])}] for "
+                                  f"{_describe_sizes(decls[name].linear, sizes)} ({source})",
+                                  str(list(t.shape)))
+
+
+def _check_names(ckpt, decls: dict[str, TensorDecl], bias: bool) -> None:
+    unknown = sorted(set(ckpt.tensors) - set(decls))
+    if unknown:
+        raise CheckpointError(", ".join(unknown), f"only the tensors of {_describe(ckpt)}: "
+                              f"{', '.join(decls)}", "a tensor of another name")
+    for name, d in decls.items():
+        if name not in ckpt.tensors and d.required(ckpt.sym, ckpt.act_order, bias):
+            raise CheckpointError(name, f"a tensor ({_WHY_REQUIRED[d.presence]}; "
+                                  f"{_describe(ckpt)})", "missing; present: "
+                                  f"{', '.join(sorted(ckpt.tensors)) or 'none'}")
+
+
+def _describe(ckpt) -> str:
+    parts = [ckpt.scheme, ckpt.checkpoint_format, ckpt.weight_strategy,
+             f"group_size {ckpt.group_size}" if ckpt.info.group_sizes else None,
+             None if not ckpt.info.asym else "sym" if ckpt.sym else "asym",
+             "act_order" if ckpt.act_order else None,
+             f"activation {ckpt.activation}" if ckpt.activation != "none" else None]
+    return " ".join(p for p in parts if p)
+
+
+def _check_device(tensors: dict[str, torch.Tensor]) -> None:
+    by_device = Counter(t.device for t in tensors.values())
+    if len(by_device) < 2:
+        return
+    (common, n), (_, m) = by_device.most_common(2)
+    if n == m:  # no majority: name them all
+        raise CheckpointError(", ".join(tensors), "every tensor on one device",
+                              ", ".join(f"{k} on {t.device}" for k, t in tensors.items()))
+    for name, t in tensors.items():
+        if t.device != common:
+            raise CheckpointError(name, f"device {common} (the other tensors')", str(t.device))
+
+
+def _declared_shape(d: TensorDecl, t: torch.Tensor) -> tuple[str, ...]:
+    """The declared shape of `t`'s rank, after checking its dtype."""
+    if t.dtype not in d.dtypes:
+        raise CheckpointError(d.name, f"dtype {' or '.join(map(str, d.dtypes))}", str(t.dtype))
+    for shape in d.shapes:
+        if len(shape) == t.dim():
+            return shape
+    raise CheckpointError(d.name, " or ".join(f"a {len(s)}-D tensor [{', '.join(s)}]"
+                                              for s in d.shapes), f"shape {list(t.shape)}")
+
+
+# --- sizes ------------------------------------------------------------------------------------
+
+def _parse(ckpt, linear: str | None, dim: str) -> tuple[str | None, int, bool]:
+    """(layer size symbol or None for a constant, divisor, exact) of one declared dimension."""
+    if dim.isdigit():
+        return None, int(dim), True
+    if dim == "E":
+        return "E", 1, True
+    exact = not dim.startswith("ceil(")
+    expr = dim.removeprefix("ceil(").removesuffix(")")
+    if expr == "groups":
+        g = ckpt.group_size
+        return (None, 1, True) if g == -1 else (_LINEAR_SIZES[linear]["in"], g, True)
+    side, _, div = expr.partition("/")
+    divisor = 1 if not div else 32 // ckpt.info.weight_bits if div == "pack" else int(div)
+    return _LINEAR_SIZES[linear][side], divisor, exact
+
+
+def _dim_size(ckpt, linear, dim: str, sizes: dict[str, int]) -> int:
+    symbol, div, _ = _parse(ckpt, linear, dim)
+    return div if symbol is None else -(-sizes[symbol] // div)
+
+
+def _problem_sizes(problem) -> dict[str, int]:
+    return {"E": problem.E, "R": problem.w13_rows, "K": problem.K, "N": problem.N}
+
+
+def _agreed_sizes(ckpt, shapes: dict[str, tuple[str, ...]]) -> dict[str, int]:
+    """The layer's sizes that most tensors give exactly (see `_pick` for ties). Group counts
+    do not vote (the group size may be what is wrong); packed words (ceil) vote only for a
+    size no tensor gives exactly, and otherwise break ties."""
+    decls = declared_tensors(ckpt)
+    votes = {(s, exact): {} for s in _SIZE_NAMES for exact in (True, False)}
+    packed = {s: [] for s in _SIZE_NAMES}  # (words, codes per word) along each size
+    for name, shape in shapes.items():
+        for dim, size in zip(shape, ckpt.tensors[name].shape, strict=True):
+            symbol, div, exact = _parse(ckpt, decls[name].linear, dim)
+            if symbol and dim != "groups":
+                votes[(symbol, exact)].setdefault(size * div, []).append((name, div == 1))
+                if not exact:
+                    packed[symbol].append((size, div))
+    votes = {s: votes[(s, True)] or votes[(s, False)] for s in _SIZE_NAMES}
+
+    def pick(symbol, fits=None):
+        def held(v):  # packed dimensions that hold a size v exactly
+            return sum(-(-v // div) == size for size, div in packed[symbol])
+        return _pick(symbol, votes[symbol], fits, held)
+
+    sizes = {s: pick(s) for s in ("E", "K")}
+    r_top = _leaders(votes["R"], len)
+    sizes["N"] = pick("N", lambda n: any(r in (n, 2 * n) for r in r_top))
+    sizes["R"] = pick("R", lambda r: r in (sizes["N"], 2 * sizes["N"]))
+    if sizes["R"] in (sizes["N"], 2 * sizes["N"]):
+        return sizes
+    n_side = [n for n, _ in votes["N"][sizes["N"]]]
+    r_side = [n for n, _ in votes["R"][sizes["R"]]]
+    blamed = (n_side if len(n_side) < len(r_side) else r_side if len(r_side) < len(n_side)
+              else sorted(set(n_side + r_side)))
+    raise CheckpointError(", ".join(blamed), f"w13 rows R = N or 2N (N = {sizes['N']}, w2's "
+                          "input size)", f"R = {sizes['R']}")
+
+
+def _leaders(votes: dict[int, list], score, among=None) -> list[int]:
+    values = list(votes) if among is None else among
+    if not values:
+        return []
+    best = max(score(votes[v]) for v in values)
+    return sorted(v for v in values if score(votes[v]) == best)
+
+
+def _pick(symbol: str, votes: dict[int, list], fits=None, packed=None) -> int:
+    """The size most tensors give; among ties, the one that fits the other sizes, then the one
+    the packed dimensions hold, then the one more undivided dimensions give."""
+    best = _leaders(votes, len)
+    if len(best) > 1 and fits is not None:
+        best = [v for v in best if fits(v)] or best
+    if len(best) > 1 and packed is not None:
+        most = max(packed(v) for v in best)
+        best = [v for v in best if packed(v) == most]
+    if len(best) > 1:
+        best = _leaders(votes, lambda vs: sum(direct for _, direct in vs), best)
+    if len(best) == 1:
+        return best[0]
+    names = sorted({n for v in best for n, _ in votes[v]})
+    raise CheckpointError(", ".join(names), f"one {_SIZE_NAMES[symbol]} in every tensor",
+                          "; ".join(f"{v} in {', '.join(n for n, _ in votes[v])}"
+                                    for v in best))
+
+
+def _check_group_size(ckpt, sizes: dict[str, int]) -> None:
+    g = ckpt.group_size
+    if _has_groups(ckpt) and g != -1 and (sizes["K"] % g or sizes["N"] % g):
+        raise CheckpointError("checkpoint.group_size", f"a group size dividing both input "
+                              f"sizes (K = {sizes['K']}, N = {sizes['N']})", str(g))
+
+
+def _has_groups(ckpt) -> bool:
+    return any("groups" in shape for d in declared_tensors(ckpt).values() for shape in d.shapes)
+
+
+def _describe_sizes(linear: str | None, sizes: dict[str, int]) -> str:
+    parts = [f"E = {sizes['E']}"]
+    if linear:
+        parts += [f"{side} = {sym} = {sizes[sym]}" for side, sym in _LINEAR_SIZES[linear].items()]
+    return ", ".join(parts)
+
+
+__all__ = ["check_tensors"]
