@@ -119,9 +119,10 @@ class ShapeIssue:
     """Why no checkpoint can hold a shape, in the errors' form: the tensor (or dimension),
     what its format needs, what the shape gives."""
 
-    tensor: str
+    tensor: str  # the tensor or option at fault
     expected: str
     found: str
+    linear: str = ""  # "w13" or "w2": the linear that cannot be held
 
     def __str__(self) -> str:
         return f"{self.tensor}: expected {self.expected}, found {self.found}"
@@ -144,15 +145,15 @@ def checkpoint_shape_issue(quant, problem) -> ShapeIssue | None:
         return ShapeIssue("group_size", "-1 (one group) or a positive group size", str(g))
     for p, n_out, n_in in (("w13", problem.w13_rows, problem.K), ("w2", problem.K, problem.N)):
         if g != -1 and n_in % g:
-            return ShapeIssue(f"{p} input dimension", f"a multiple of group size {g}",
-                              str(n_in))
+            return ShapeIssue("group_size", f"a group size dividing {p}'s input dimension "
+                              f"{n_in}", str(g), p)
         if layout == "gptq" and n_in % per:
             return ShapeIssue(f"{p}_qweight", f"an input dimension divisible by {per}",
-                              str(n_in))
+                              str(n_in), p)
         if layout in ("gptq", "awq") and n_out % per:
             return ShapeIssue(f"{p}_qzeros", f"an output dimension divisible by {per}",
-                              str(n_out))
+                              str(n_out), p)
         if info.family == "mxfp8" and n_in % MX_BLOCK:
             return ShapeIssue(f"{p}_weight", f"an input dimension divisible by {MX_BLOCK}",
-                              str(n_in))
+                              str(n_in), p)
     return None

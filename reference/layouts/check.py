@@ -134,6 +134,7 @@ def _agreed_sizes(ckpt, shapes: dict[str, tuple[str, ...]]) -> dict[str, int]:
                 votes[(symbol, exact)].setdefault(size * div, []).append((name, div == 1))
                 if not exact:
                     packed[symbol].append((size, div))
+    n_only_packed = not votes[("N", True)]
     votes = {s: votes[(s, True)] or votes[(s, False)] for s in _SIZE_NAMES}
 
     def pick(symbol, fits=None):
@@ -143,7 +144,11 @@ def _agreed_sizes(ckpt, shapes: dict[str, tuple[str, ...]]) -> dict[str, int]:
 
     sizes = {s: pick(s) for s in ("E", "K")}
     r_top = _leaders(votes["R"], len)
-    sizes["N"] = pick("N", lambda n: any(r in (n, 2 * n) for r in r_top))
+    # N held only by padded words (compressed-tensors pads N = 36 to 5 words of 8): the
+    # rows (R = 2N or N) give N exactly where the words agree
+    held_n = [n for r in r_top for n in (r // 2, r) if n_only_packed and n > 0 and all(
+        -(-n // div) == size for size, div in packed["N"])]
+    sizes["N"] = held_n[0] if held_n else pick("N", lambda n: any(r in (n, 2 * n) for r in r_top))
     sizes["R"] = pick("R", lambda r: r in (sizes["N"], 2 * sizes["N"]))
     if sizes["R"] in (sizes["N"], 2 * sizes["N"]):
         return sizes

@@ -174,9 +174,10 @@ def test_a_shape_no_checkpoint_holds_is_refused_before_any_backend_is_asked(fake
     a, b = fakes
     with pytest.raises(NoBackendError) as info:
         select_backend(_quant("gptq-int4", group_size=64), _problem(N=96), Platform.xpu())
-    assert info.value.no_checkpoint == ("w2 input dimension: expected a multiple of group "
-                                        "size 64, found 96")
-    assert "no checkpoint of it can hold this problem (w2 input dimension" in str(info.value)
+    assert info.value.no_checkpoint == ("group_size: expected a group size dividing w2's "
+                                        "input dimension 96, found 64")
+    assert f"no checkpoint of it can hold this problem ({info.value.no_checkpoint})" in str(
+        info.value)
     assert info.value.reasons == {}
     assert a.seen_platforms == b.seen_platforms == []
 

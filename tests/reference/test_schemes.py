@@ -25,11 +25,11 @@ def _problem(K=256, N=128, **kw):
 
 @pytest.mark.parametrize(("scheme", "attrs", "problem", "issue"), [
     ("gptq-int4", {}, _problem(N=64),
-     "w2 input dimension: expected a multiple of group size 128, found 64"),
+     "group_size: expected a group size dividing w2's input dimension 64, found 128"),
     ("gptq-int4", {}, _problem(N=192),
-     "w2 input dimension: expected a multiple of group size 128, found 192"),
+     "group_size: expected a group size dividing w2's input dimension 192, found 128"),
     ("gptq-int4", {"group_size": 64}, _problem(K=160),
-     "w13 input dimension: expected a multiple of group size 64, found 160"),
+     "group_size: expected a group size dividing w13's input dimension 160, found 64"),
     ("gptq-int4", {"group_size": -1}, _problem(K=2044),
      "w13_qweight: expected an input dimension divisible by 8, found 2044"),
     ("gptq-int8", {"group_size": -1}, _problem(N=66),
@@ -95,7 +95,7 @@ def test_the_reference_writes_exactly_the_shapes_it_says_it_holds(scheme, attrs)
         if issue.tensor.endswith("_qzeros"):
             continue
         ckpt = _attrs(scheme, **attrs)
-        prefix = issue.tensor.split("_")[0].split(" ")[0]
+        prefix = issue.linear
         n_out, n_in = (problem.w13_rows, K) if prefix == "w13" else (K, N)
         gen = torch.Generator().manual_seed(0)
         w = random_weights(gen, 1, n_out, n_in, gated=prefix == "w13")
