@@ -123,11 +123,12 @@ def device_name(text: str) -> str:
         raise UsageError(f"{text!r} is not a device (cpu, cuda, cuda:1, ...)") from None
     if device.type == "cpu":
         return text
-    module = getattr(torch, device.type, None)
-    if module is None or not module.is_available():
+    module = getattr(torch, device.type, None)  # torch.cuda, torch.xpu, ...
+    if module is None or not getattr(module, "is_available", lambda: True)():
         raise UsageError(f"{text}: no {device.type.upper()} device here")
-    if device.index is not None and device.index >= module.device_count():
-        raise UsageError(f"{text}: only {module.device_count()} {device.type} device(s) here")
+    count = getattr(module, "device_count", lambda: None)()
+    if device.index is not None and count is not None and device.index >= count:
+        raise UsageError(f"{text}: only {count} {device.type} device(s) here")
     return text
 
 
