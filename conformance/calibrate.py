@@ -27,6 +27,14 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+from .options import (
+    check_backends,
+    device_name,
+    positive_float,
+    positive_int,
+    scheme_name,
+    suite_name,
+)
 from .tolerances import BANDS, FLOORS, METRICS
 
 SAFETY = 2.0
@@ -36,12 +44,12 @@ FAILED = ("fail", "error", "crash", "timeout")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", action="append", metavar="NAME",
                         help="backend to run (repeatable; default: every registered one)")
-    parser.add_argument("--scheme", action="append", metavar="NAME",
+    parser.add_argument("--scheme", action="append", metavar="NAME", type=scheme_name,
                         help="scheme to run (repeatable; default: all)")
-    parser.add_argument("--suite", choices=("smoke", "ci", "certify"), default="smoke")
-    parser.add_argument("--seeds", type=int, default=8, help="seeds 0..N-1 per case")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--safety", type=float, default=SAFETY,
+    parser.add_argument("--suite", type=suite_name, default="smoke")
+    parser.add_argument("--seeds", type=positive_int, default=8, help="seeds 0..N-1 per case")
+    parser.add_argument("--device", default="cpu", type=device_name)
+    parser.add_argument("--safety", type=positive_float, default=SAFETY,
                         help="suggested threshold = this x the measured max, 1-2-5 rounded")
     parser.add_argument("--out", metavar="PATH",
                         help="write the summary table (.csv, or .parquet)")
@@ -52,7 +60,7 @@ def main(args) -> int:
     from .execute import run_case
     from .suites import build_suite
 
-    cases = build_suite(args.suite, args.backend, args.scheme)
+    cases = build_suite(args.suite, check_backends(args.backend or []) or None, args.scheme)
     runs = [replace(case, seed=seed) for case in cases for seed in range(args.seeds)]
     rows = []
     for i, case in enumerate(runs, 1):

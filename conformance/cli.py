@@ -127,8 +127,27 @@ def cmd_bench(args) -> int:
     return 0 if result["finite"] else 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (no usage block): what was wrong, and exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def version_text() -> str:
+    from .provenance import versions
+
+    v = versions()
+    return (f"moecert {v['moecert']} (torch {v['torch']}, triton {v['triton']}, "
+            f"python {v['python']})")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="moecert", description=__doc__)
+    """Exit codes: 0 green, 1 a case failed (or nothing was judged), 2 a usage error."""
+    from .options import UsageError, device_name, positive_int
+
+    parser = _Parser(prog="moecert", description=__doc__)
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("list", help="schemes and their format records")
     p.add_argument("--records", action="store_true", help="also print every format record")
@@ -145,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("target", choices=["reference"])
     p.add_argument("--shape", default="smoke",
                    choices=["smoke", "qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3"])
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--device", default="cpu", type=device_name)
+    p.add_argument("--repeats", type=positive_int, default=1)
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("run", help="run a suite against the reference; exit 1 on a failure")
     from . import run_command
@@ -157,7 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     calibrate.add_arguments(p)
     p.set_defaults(func=calibrate.main)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"moecert {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,72 +1,247 @@
-"""What the user typed, checked before anything runs: each function returns the value to use or
-raises `UsageError` with one line naming the option, what was given and what is known. The
-known names come from the registries (backends, schemes, checks, suites), never a copy."""
+"""What a user types, checked: one-line errors for names and values of the harness's options.
+
+Every function raises `UsageError` with the message the user reads (a front end prints it on
+one line and exits 2). The single-value ones are argparse `type=` functions (argparse prints
+their message as "argument --scheme: unknown scheme 'nope'; ..."); the pytest plugin calls the
+same functions and turns `UsageError` into `pytest.UsageError`. The known names come from
+where they are declared: checks from conformance.checks, schemes from the reference, suites
+from conformance.suites, backends from the registry (after any `--import`).
+
+`-k` selects cases by id the way pytest's `-k` selects tests: words matched as substrings of
+the case id, case-insensitively, combined with `and`, `or`, `not` and parentheses, e.g.
+`-k "gptq and g32 and not bias"`.
+"""
 
 from __future__ import annotations
 
-
-class UsageError(ValueError):
-    """A mistake in the options: reported as one line, never as one error per case."""
-
-
-def check_backends(names, device: str) -> list[str]:
-    """The backends to run: `names` if all are registered, else every backend available on
-    `device` when none is named."""
-    from moecert.kernels import backend_names
-
-    if not names:
-        from .run_command import available_backends
-        return available_backends(device)
-    known = backend_names()
-    _known_or_raise("backend", names, known)
-    return list(names)
+import argparse
+import difflib
+import importlib
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 
-def check_schemes(names) -> list[str] | None:
-    """The schemes to run, or None for all of them."""
-    from moecert.reference import SCHEME_NAMES
-
-    _known_or_raise("scheme", names, SCHEME_NAMES)
-    return list(names) or None
+class UsageError(argparse.ArgumentTypeError, ValueError):
+    """Something the user typed is wrong; the message says what, on one line."""
 
 
-def check_checks(names) -> list[str] | None:
-    """The checks to run, or None for each case's own list."""
+def _unknown(kind: str, name: str, known: Iterable[str]) -> UsageError:
+    known = list(known)
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return UsageError(f"unknown {kind} {name!r}{hint}; known: {', '.join(known)}")
+
+
+def check_name(name: str) -> str:
     from .checks import CHECKS
 
-    _known_or_raise("check", names, tuple(CHECKS))
-    return list(names) or None
-
-
-def check_suite(name: str) -> str:
-    from .suites import SUITES
-
-    _known_or_raise("suite", [name], SUITES)
+    if name not in CHECKS:
+        raise _unknown("check", name, CHECKS)
     return name
 
 
-def parse_shard(text: str | None) -> tuple[int, int] | None:
-    """"I/N" (0-based shard I of N) as (I, N); None for no sharding."""
-    if text is None:
-        return None
-    index, sep, count = text.partition("/")
+def scheme_name(name: str) -> str:
+    from moecert.reference import SCHEME_NAMES
+
+    if name not in SCHEME_NAMES:
+        raise _unknown("scheme", name, SCHEME_NAMES)
+    return name
+
+
+def suite_name(name: str) -> str:
+    from .suites import SUITES
+
+    if name not in SUITES:
+        raise _unknown("suite", name, SUITES)
+    return name
+
+
+def check_backends(names: Iterable[str]) -> list[str]:
+    """`names` if every one is registered (call after importing the modules that register)."""
+    from moecert.kernels import backend_names
+
+    names = list(names)
+    for name in names:
+        if name not in backend_names():
+            raise _unknown("backend", name, backend_names())
+    return names
+
+
+def shard_spec(text: str) -> tuple[int, int]:
+    """"I/N" (0-based shard I of N) as (I, N)."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not match:
+        raise UsageError(f"shard {text!r}: expected I/N, e.g. 0/4 (shard I of N, 0-based)")
+    index, count = int(match[1]), int(match[2])
+    if not 0 <= index < count:
+        raise UsageError(f"shard {text!r}: I must be in 0..N-1" if count else
+                         f"shard {text!r}: N must be at least 1")
+    return index, count
+
+
+def positive_int(text: str) -> int:
     try:
-        i, n = int(index), int(count)
+        value = int(text)
     except ValueError:
-        i = n = -1
-    if not sep or n < 1 or not 0 <= i < n:
-        raise UsageError(f"shard {text!r}: expected I/N with 0 <= I < N, e.g. 0/4")
-    return i, n
+        raise UsageError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise UsageError(f"expected at least 1, got {value}")
+    return value
 
 
-def check_timeout(seconds: float) -> float:
-    if not seconds > 0:  # also NaN
-        raise UsageError(f"timeout {seconds}: expected a positive number of seconds")
-    return seconds
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"expected seconds, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise UsageError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
-def _known_or_raise(what: str, names, known) -> None:
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise UsageError(f"unknown {what}{'s' if len(unknown) > 1 else ''} "
-                         f"{', '.join(map(repr, unknown))}; known: {', '.join(known)}")
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise UsageError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def device_name(text: str) -> str:
+    """A device torch can name and this machine has ("cuda" needs a visible GPU)."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"{text!r} is not a device (cpu, cuda, cuda:1, ...)") from None
+    if device.type == "cpu":
+        return text
+    module = getattr(torch, device.type, None)  # torch.cuda, torch.xpu, ...
+    if module is None or not getattr(module, "is_available", lambda: True)():
+        raise UsageError(f"{text}: no {device.type.upper()} device here")
+    count = getattr(module, "device_count", lambda: None)()
+    if device.index is not None and count is not None and device.index >= count:
+        raise UsageError(f"{text}: only {count} {device.type} device(s) here")
+    return text
+
+
+def case_json(text: str):
+    """A case as `moecert run` prints it for a failure (its backend is checked later, after
+    --import has registered any run-time backends)."""
+    from .cases import Case
+
+    try:
+        case = Case.from_json(text)
+    except Exception as e:  # bad JSON, missing keys, a problem the reference rejects
+        detail = f"missing key {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+        raise UsageError(f"not a case ({detail}); pass the JSON a failure's rerun line "
+                         "prints") from None
+    scheme_name(case.scheme)
+    return case
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def run_id(text: str) -> str:
+    """A run id (it names files: `<run id>.<suite>[.shard]`): letters, digits, - and _."""
+    if not RUN_ID.fullmatch(text) or text == "all":
+        raise UsageError(f"run id {text!r}: use letters, digits, '-' and '_' (and not 'all')")
+    return text
+
+
+def import_modules(modules: Iterable[str], flag: str = "--import") -> tuple[str, ...]:
+    """Import each module (it may register backends); a missing one is a usage error."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise UsageError(f"{flag} {module}: {type(e).__name__}: {e}") from None
+    return tuple(modules)
+
+
+def writable_folder(path: str | os.PathLike) -> Path:
+    """`path` as a folder this process can write into (created if missing)."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"results folder {str(folder)!r} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise UsageError(f"results folder {str(folder)!r} is not writable: "
+                         f"{e.strerror or e}") from None
+    return folder
+
+
+# --- -k: selection by case id ------------------------------------------------------------
+
+_TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
+
+
+def case_filter(expression: str) -> Callable[[str], bool]:
+    """A predicate on case ids from a pytest-like -k expression (see the module docstring)."""
+    tokens = _TOKEN.findall(expression)
+    if not tokens:
+        raise UsageError(f"-k {expression!r}: empty expression")
+    pos = 0
+
+    def peek():
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take(expected=None):
+        nonlocal pos
+        token = peek()
+        if token is None or (expected and token != expected) or (
+                not expected and token in ("and", "or", ")")):
+            found = "the end" if token is None else repr(token)
+            raise UsageError(f"-k {expression!r}: expected "
+                             f"{repr(expected) if expected else 'a word'}, found {found}")
+        pos += 1
+        return token
+
+    def parse_or():
+        terms = [parse_and()]
+        while peek() == "or":
+            take("or")
+            terms.append(parse_and())
+        return lambda s: any(t(s) for t in terms)
+
+    def parse_and():
+        terms = [parse_not()]
+        while peek() == "and":
+            take("and")
+            terms.append(parse_not())
+        return lambda s: all(t(s) for t in terms)
+
+    def parse_not():
+        if peek() == "not":
+            take("not")
+            inner = parse_not()
+            return lambda s: not inner(s)
+        if peek() == "(":
+            take("(")
+            inner = parse_or()
+            take(")")
+            return inner
+        word = take().lower()
+        return lambda s: word in s
+
+    predicate = parse_or()
+    if pos != len(tokens):
+        raise UsageError(f"-k {expression!r}: unexpected {tokens[pos]!r}")
+    return lambda case_id: predicate(case_id.lower())
+
+
+__all__ = ["UsageError", "case_filter", "case_json", "check_backends", "check_name",
+           "device_name", "import_modules", "positive_float", "positive_int",
+           "positive_seconds", "run_id", "scheme_name", "shard_spec", "suite_name",
+           "writable_folder"]

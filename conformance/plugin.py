@@ -19,7 +19,6 @@ The plugin does nothing unless a moecert option is given or a test asks for the
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import re
 from collections import Counter
@@ -106,17 +105,21 @@ def _settings(config) -> Settings:
         return config.stash[_settings_key]
     from .runner import DEFAULT_TIMEOUT_S
 
-    imports = _checked(config, "--moecert-import", _import_all)
+    imports = _checked(config, "--moecert-import",
+                       lambda modules: options.import_modules(modules, "cannot import"))
     device = _device(config)
     backends = tuple(_checked(config, "--moecert-backend",
-                              lambda names: names and options.check_backends(names, device)))
+                              options.check_backends))
     timeout = _checked(config, "--moecert-timeout",
-                       lambda t: DEFAULT_TIMEOUT_S if t is None else options.check_timeout(t))
+                       lambda t: DEFAULT_TIMEOUT_S if t is None else options.positive_seconds(t))
     _checked(config, "--moecert-xfail", _existing_file)
-    settings = Settings(_checked(config, "--moecert-suite", options.check_suite), backends,
-                        _checked(config, "--moecert-scheme", options.check_schemes),
-                        _checked(config, "--moecert-check", options.check_checks),
-                        _checked(config, "--moecert-shard", options.parse_shard), device, timeout,
+    settings = Settings(_checked(config, "--moecert-suite", options.suite_name), backends,
+                        _checked(config, "--moecert-scheme",
+                                 lambda names: [options.scheme_name(n) for n in names] or None),
+                        _checked(config, "--moecert-check",
+                                 lambda names: [options.check_name(n) for n in names] or None),
+                        _checked(config, "--moecert-shard",
+                                 lambda text: text and options.shard_spec(text)), device, timeout,
                         config.getoption("moecert_isolate"), imports)
     config.stash[_settings_key] = settings
     return settings
@@ -128,16 +131,6 @@ def _checked(config, flag: str, check):
         return check(config.getoption(flag))
     except options.UsageError as e:
         raise pytest.UsageError(f"{flag}: {e}") from None
-
-
-def _import_all(modules) -> tuple[str, ...]:
-    """Import each module here (it may register backends); the worker imports them too."""
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except ImportError as e:
-            raise options.UsageError(f"cannot import {module}: {e}") from None
-    return tuple(modules)
 
 
 def _existing_file(path: str | None) -> None:
@@ -168,7 +161,9 @@ def pytest_generate_tests(metafunc):
     from .suites import build_suite, shard
 
     s = _settings(metafunc.config)
-    cases = build_suite(s.suite, options.check_backends(s.backends, s.device), s.schemes)
+    from .run_command import available_backends
+
+    cases = build_suite(s.suite, list(s.backends) or available_backends(s.device), s.schemes)
     if s.shard:
         cases = shard(cases, *s.shard)
     metafunc.parametrize("moecert_case", cases, ids=[c.case_id for c in cases])
@@ -186,7 +181,11 @@ def moecert_session(request):
     config = request.config
     s = _settings(config)
     state = {"device": s.device, "xfail": XfailList.load(config.getoption("--moecert-xfail")),
-             "checks": s.checks, "journal": None, "run_id": new_run_id(), "runner": None,
+             "checks": s.checks, "journal": None, "runner": None,
+             # xdist workers of one session share its testrun uid: one run id in every
+             # worker's results file, so `load` reads the session as one run
+             "run_id": (f"pytest-{os.environ['PYTEST_XDIST_TESTRUNUID'][:12]}"
+                        if os.environ.get("PYTEST_XDIST_TESTRUNUID") else new_run_id()),
              "rerun": " ".join(["moecert run --device", s.device,
                                 *(f"--import {m}" for m in s.imports)])}
     results = config.getoption("--moecert-results")

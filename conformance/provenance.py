@@ -30,6 +30,12 @@ def _versions() -> dict:
             "triton_version": _version("triton"), "host": host_platform.node()}
 
 
+def versions() -> dict:
+    """moecert's and its runtime's versions (`moecert --version`)."""
+    return {"moecert": _version("moecert") or "unknown", "torch": _version("torch") or "-",
+            "triton": _version("triton") or "-", "python": host_platform.python_version()}
+
+
 @functools.cache
 def _device_columns(device: str) -> dict:
     import torch

@@ -1,11 +1,20 @@
 """`moecert run`: a suite over the chosen backends and schemes, with a progress bar, rows to
-the results folder as they finish, a summary, and an exit code (1 when any case failed)."""
+the results folder as they finish, a summary, and an exit code: 0 green (every claimed case
+passed, and at least one claimed case ran a check), 1 not green (the last line says why), 2 a
+usage error (one line on stderr, before anything runs).
+
+Cases can be narrowed by id: `--case-id ID` (exact, repeatable) and `-k EXPR` (substrings of
+the id with and/or/not, as pytest's -k; conformance/options.py); `--list-cases` prints the
+selection without running it. `--resume` continues the newest unfinished run of the same suite
+(and shard) in the results folder, and its summary and exit code cover the whole run.
+"""
 
 from __future__ import annotations
 
-import importlib
+import shlex
 import sys
 from collections import Counter
+from pathlib import Path
 
 import torch
 
@@ -16,31 +25,64 @@ except ImportError:  # a checkout run without installing (a GPU box's PYTHONPATH
 
 from moecert.kernels import backend_names, get_backend
 from moecert.reports.schema import FAILING, STATUSES, case_status
-from moecert.reports.store import Journal, read_journal, unfinished_journals
+from moecert.reports.store import Journal, journal_cases, run_id_of, unfinished_journals
 
 from .cases import Case
+from .checks import CHECKS
 from .execute import new_run_id, run_case, triton_for
+from .options import (
+    UsageError,
+    case_filter,
+    case_json,
+    check_backends,
+    check_name,
+    device_name,
+    import_modules,
+    positive_int,
+    positive_seconds,
+    run_id,
+    scheme_name,
+    shard_spec,
+    suite_name,
+    writable_folder,
+)
 from .runner import DEFAULT_TIMEOUT_S, RunConfig, run_isolated
 from .suites import SUITES, build_suite, shard
 from .xfail import XfailList
 
+# Statuses of a claimed case's row that mean no check was executed on it.
+_NOT_EXECUTED = ("skip", "unsupported")
+
 
 def add_arguments(p) -> None:
-    p.add_argument("--suite", default="smoke", choices=SUITES)
+    p.add_argument("--suite", default="smoke", type=suite_name, help=" | ".join(SUITES))
     p.add_argument("--backend", action="append", default=[],
                    help="a registered backend (repeatable; default: every available one)")
-    p.add_argument("--scheme", action="append", default=[], help="repeatable; default: all")
-    p.add_argument("--check", action="append", default=[], help="only these checks")
+    p.add_argument("--scheme", action="append", default=[], type=scheme_name,
+                   help="repeatable; default: all")
+    p.add_argument("--check", action="append", default=[], type=check_name,
+                   help=f"only these checks (repeatable): {', '.join(CHECKS)}")
+    p.add_argument("--case-id", action="append", default=[], metavar="ID",
+                   help="only the case with this id (repeatable)")
+    p.add_argument("-k", dest="keyword", default=None, metavar="EXPR",
+                   help="only cases whose id matches: substrings with and/or/not, as pytest -k")
+    p.add_argument("--list-cases", action="store_true",
+                   help="print the selected case ids and exit without running")
     p.add_argument("--results", default="moecert-results", help="results folder")
-    p.add_argument("-n", "--workers", type=int, default=1, help="worker processes")
-    p.add_argument("--device", default=None, help="cpu, cuda (default: cuda if present)")
-    p.add_argument("--shard", default=None, metavar="I/N",
+    p.add_argument("-n", "--workers", type=positive_int, default=1, help="worker processes")
+    p.add_argument("--device", type=device_name, default=None,
+                   help="cpu, cuda (default: cuda if present)")
+    p.add_argument("--shard", type=shard_spec, default=None, metavar="I/N",
                    help="run shard I of N (0-based), split by case id")
+    p.add_argument("--run-id", type=run_id, default=None, metavar="ID",
+                   help="the run's id (default: a new timestamp); give every shard of a CI job "
+                        "the same one and moecert.reports.load merges them")
     p.add_argument("--resume", action="store_true",
-                   help="continue the newest unfinished run in the results folder")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help="continue the newest unfinished run of this suite (and shard, and "
+                        "--run-id) in the results folder")
+    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
                    help="seconds per case before its worker is killed")
-    p.add_argument("--case", action="append", default=[], metavar="JSON",
+    p.add_argument("--case", action="append", default=[], metavar="JSON", type=case_json,
                    help="run exactly this case (as printed for a failure)")
     p.add_argument("--import", dest="imports", action="append", default=[],
                    metavar="MODULE", help="import MODULE first (it may register backends)")
@@ -50,28 +92,33 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    for module in args.imports:
-        importlib.import_module(module)
+    import_modules(args.imports)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    cases = _cases(args, device)
-    if args.shard:
-        index, count = (int(v) for v in args.shard.split("/"))
-        cases = shard(cases, index, count)
-    journal, done = _journal(args, args.suite + (f".shard{args.shard.replace('/', 'of')}"
-                                                 if args.shard else ""))
+    cases = select_cases(args, device)
+    if args.list_cases:
+        for case in cases:
+            print(case.case_id)
+        print(f"{len(cases)} cases", file=sys.stderr)
+        return 0
+    xfail = _xfail_list(args.xfail)
+    writable_folder(args.results)
+    journal, earlier = _journal(args, _label(args))
+    done = {rows[0]["case_id"] for rows in earlier}
     todo = [c for c in cases if c.case_id not in done]
-    run_id = journal.path.stem.split(".")[0]
-    xfail = XfailList.load(args.xfail)
+    run = run_id_of(journal.path)
     config = RunConfig(device, args.workers, args.timeout, args.check or None, args.imports,
-                       run_id, xfail)
-    print(f"moecert run {run_id}: {len(todo)} cases ({len(done)} already done) on {device}, "
+                       run, xfail)
+    print(f"moecert run {run}: {len(todo)} cases ({len(done)} already done) on {device}, "
           f"{args.workers} worker(s) -> {journal.path}", file=sys.stderr)
     summary = Summary()
+    for rows in earlier:  # a resumed run is judged whole
+        summary.add(rows)
+        xfail.seen(rows)
     bar = (tqdm if tqdm else _PlainProgress)(total=len(todo), unit="case", file=sys.stderr,
                                               dynamic_ncols=True)
 
     def on_case(case, rows):
-        summary.add(case, rows)
+        summary.add(rows)
         bar.set_postfix(failed=summary.failed_cases, refresh=False)
         bar.update()
 
@@ -80,15 +127,18 @@ def main(args) -> int:
             with triton_for(device):
                 for case in todo:
                     on_case(case, _record(journal, xfail, run_case(case, device, config.checks,
-                                                                   run_id)))
+                                                                   run)))
         else:
             run_isolated(todo, config, journal, on_case)
     finally:
         bar.close()
     path = journal.finish()
-    print(summary.render(device, xfail), flush=True)
+    print(summary.render(rerun_command(args, device), xfail), flush=True)
     print(f"results: {path}")
-    return 1 if summary.failed_cases else 0
+    reason = summary.not_green()
+    if reason:
+        print(f"not green: {reason}")
+    return 1 if reason else 0
 
 
 def _record(journal, xfail, rows):
@@ -97,14 +147,32 @@ def _record(journal, xfail, rows):
     return rows
 
 
-def _cases(args, device: str) -> list[Case]:
+def select_cases(args, device: str) -> list[Case]:
+    """The cases the options name: --case, or the suite for the backends and schemes, then
+    narrowed by --case-id, -k and --shard. A selection of nothing by id is a usage error."""
     if args.case:
-        return [Case.from_json(text) for text in args.case]
-    backends = args.backend or available_backends(device)
-    unknown = [b for b in backends if b not in backend_names()]
-    if unknown:
-        raise SystemExit(f"unknown backend(s) {unknown}; registered: {backend_names()}")
-    return build_suite(args.suite, backends, args.scheme or None)
+        check_backends(dict.fromkeys(c.backend for c in args.case))
+        cases = list(args.case)
+    else:
+        backends = check_backends(args.backend) if args.backend else available_backends(device)
+        cases = build_suite(args.suite, backends, args.scheme or None)
+    where = f"suite {args.suite}" if not args.case else "the --case cases"
+    if args.case_id:
+        by_id = {c.case_id: c for c in cases}
+        for wanted in args.case_id:
+            if wanted not in by_id:
+                raise UsageError(f"--case-id {wanted}: no such case in {where} for the chosen "
+                                 "backends and schemes (--list-cases lists them)")
+        cases = [by_id[i] for i in dict.fromkeys(args.case_id)]
+    if args.keyword is not None:
+        keep = case_filter(args.keyword)
+        cases = [c for c in cases if keep(c.case_id)]
+        if not cases:
+            raise UsageError(f"-k {args.keyword!r} matches no case in {where} "
+                             "(--list-cases lists them)")
+    if args.shard:
+        cases = shard(cases, *args.shard)
+    return cases
 
 
 def available_backends(device: str) -> list[str]:
@@ -113,13 +181,59 @@ def available_backends(device: str) -> list[str]:
         return [n for n in backend_names() if get_backend(n).available() is None]
 
 
-def _journal(args, label: str) -> tuple[Journal, set[str]]:
+def rerun_command(args, device: str) -> str:
+    """`moecert run` with every option that changes a case's verdict; a case's JSON follows."""
+    parts = ["moecert", "run", "--device", device]
+    for module in args.imports:
+        parts += ["--import", module]
+    if args.xfail:
+        parts += ["--xfail", args.xfail]
+    for check in args.check:
+        parts += ["--check", check]
+    if args.timeout != DEFAULT_TIMEOUT_S:
+        parts += ["--timeout", f"{args.timeout:g}"]
+    return shlex.join(parts)
+
+
+def _label(args) -> str:
+    """The run's files are `<run id>.<label>.*`: the suite, and the shard if any."""
+    return args.suite + (f".shard{args.shard[0]}of{args.shard[1]}" if args.shard else "")
+
+
+def _xfail_list(path: str | None) -> XfailList:
+    if path and not Path(path).is_file():
+        raise UsageError(f"--xfail {path}: no such file")
+    try:
+        return XfailList.load(path)
+    except ValueError as e:  # a TOML syntax error or an entry without its keys
+        raise UsageError(f"--xfail {path}: {e}") from None
+
+
+def _journal(args, label: str) -> tuple[Journal, list[list[dict]]]:
+    """The run's journal and the rows of each case it already holds (resumed), or a new one."""
+    folder = Path(args.results)
+
+    def ours(path: Path) -> bool:
+        return (path.name == f"{run_id_of(path)}.{label}{path.suffix}"
+                and args.run_id in (None, run_id_of(path)))
+
     if args.resume:
-        for path in unfinished_journals(args.results):
-            if path.stem.endswith(label):
-                done = set(read_journal(path)["case_id"])
-                return Journal(args.results, path.stem), done
-    return Journal(args.results, f"{new_run_id()}.{label}"), set()
+        unfinished = [p for p in unfinished_journals(folder) if ours(p)]
+        if unfinished:
+            journal = Journal(folder, unfinished[0].stem)  # cuts off a torn last line
+            return journal, journal_cases(journal.path)
+        finished = sorted((p for p in folder.glob("*.parquet") if ours(p)),
+                          key=lambda p: p.stat().st_mtime, reverse=True)
+        if finished:
+            raise UsageError(f"nothing to resume in {folder}: run {run_id_of(finished[0])} "
+                             f"({label}) finished; run without --resume to start a new run")
+        print(f"nothing to resume in {folder} ({label}): starting a new run", file=sys.stderr)
+    run = args.run_id or new_run_id()
+    name = f"{run}.{label}"
+    if any((folder / (name + suffix)).exists() for suffix in (".jsonl", ".parquet")):
+        raise UsageError(f"run {run} already has {label} results in {folder}: --resume "
+                         "continues an unfinished one; or pass another --run-id")
+    return Journal(folder, name), []
 
 
 class _PlainProgress:
@@ -141,31 +255,58 @@ class _PlainProgress:
 
 
 class Summary:
+    """Cases by backend and status, how many each backend claimed, and the failing rows. An
+    unclaimed case counts as unsupported, whatever its rows say (never as a pass)."""
+
     def __init__(self):
         self.by_backend: dict[str, Counter] = {}
+        self.claimed: Counter = Counter()
+        self.executed = 0  # claimed cases on which at least one check ran
         self.failures: list[dict] = []
         self.failed_cases = 0
 
-    def add(self, case, rows) -> None:
+    def add(self, rows: list[dict]) -> None:
+        """One case's rows."""
+        if not rows:
+            return
+        backend = rows[0]["backend"]
+        claimed = any(r.get("claimed") is True for r in rows)
         status = case_status(r["status"] for r in rows)
-        self.by_backend.setdefault(case.backend, Counter())[status] += 1
+        if not claimed and status in ("pass", "skip"):
+            status = "unsupported"
+        self.by_backend.setdefault(backend, Counter())[status] += 1
+        self.claimed[backend] += claimed
+        self.executed += any(r.get("claimed") is True and r["status"] not in _NOT_EXECUTED
+                             for r in rows)
         bad = [r for r in rows if r["status"] in FAILING]
         if bad:
             self.failed_cases += 1
             self.failures.extend(bad)
 
-    def render(self, device: str, xfail: XfailList | None = None, limit: int = 20) -> str:
-        lines = ["", f"{'backend':<24}" + "".join(f"{s:>12}" for s in STATUSES)]
+    def not_green(self) -> str | None:
+        """Why the run is not green (one line), or None when it is."""
+        if self.failed_cases:
+            return f"{self.failed_cases} case(s) failed"
+        if not self.executed:
+            claims = "; ".join(f"{b} claimed {self.claimed[b]} of {sum(c.values())}"
+                               for b, c in sorted(self.by_backend.items()))
+            return f"no claimed case ran a check ({claims or 'no cases ran'})"
+        return None
+
+    def render(self, rerun: str = "moecert run", xfail: XfailList | None = None,
+               limit: int = 20) -> str:
+        lines = ["", f"{'backend':<24}{'claimed':>14}" + "".join(f"{s:>12}" for s in STATUSES)]
         for name, counts in sorted(self.by_backend.items()):
-            lines.append(f"{name:<24}" + "".join(f"{counts.get(s, 0):>12}" for s in STATUSES))
+            claimed = f"{self.claimed[name]} of {sum(counts.values())}"
+            lines.append(f"{name:<24}{claimed:>14}"
+                         + "".join(f"{counts.get(s, 0):>12}" for s in STATUSES))
         if self.failures:
             lines.append(f"\n{self.failed_cases} case(s) failed; first rows:")
             for r in self.failures[:limit]:
                 first = r["message"].splitlines()[0] if r["message"] else ""
                 lines.append(f"  {r['status']:<8} {r['check']:<14} {r['case_id']}\n"
                              f"           {first[:300]}\n"
-                             f"           rerun: moecert run --device {device} --case "
-                             f"'{r['case_json']}'")
+                             f"           rerun: {rerun} --case {shlex.quote(r['case_json'])}")
         for entry in (xfail.unused() if xfail else []):
             lines.append(f"warning: xfail entry matched nothing: {entry}")
         return "\n".join(lines)

@@ -69,5 +69,10 @@ class XfailList:
             out.append(row)
         return out
 
+    def seen(self, rows: list[dict]) -> None:
+        """Rows judged earlier (a resumed run's): the entries they match count as used."""
+        for row in rows:
+            self.used.update(e for e in self.entries if e.matches(row))
+
     def unused(self) -> list[XfailEntry]:
         return [e for e in self.entries if e not in self.used]

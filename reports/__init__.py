@@ -1,7 +1,8 @@
 """moecert.reports: the result schema, storage and reading.
 
     from moecert.reports import load
-    frame = load("moecert-results/")     # every row of every run and shard in the folder
+    frame = load("moecert-results/")     # the newest run in the folder, all its shards
+    frame = load("moecert-results/", run="all")   # every run
 """
 
 from .schema import COLUMNS, FAILING, STATUSES, case_status

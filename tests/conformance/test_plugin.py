@@ -15,6 +15,7 @@ import pytest
 from moecert.conformance.plugin import session_verdict
 from moecert.kernels import backend_names
 from moecert.kernels.registry import unregister_backend
+from moecert.reports import load
 
 pytest_plugins = ["pytester"]
 
@@ -99,25 +100,29 @@ def test_unclaimed_cases_are_skips_with_the_backends_reason(session, pytester):
 
 
 @pytest.mark.parametrize("xdist", [False, True], ids=["serial", "xdist"])
-def test_a_session_where_no_claimed_case_ran_fails(session, xdist):
+def test_a_session_where_no_claimed_case_ran_fails(session, pytester, xdist):
     # in-process: the verdict is counted from the test reports, wherever the cases ran
     result = session("--moecert-backend", "t-nothing", "--moecert-scheme", "bf16",
                      "--moecert-scheme", "fp16", "-k", ONE_SHAPE, "--moecert-in-process",
-                     *(["-p", "xdist", "-n", "2"] if xdist else []), subprocess=xdist)
+                     *(["--moecert-results", "res", "-p", "xdist", "-n", "2"] if xdist else []),
+                     subprocess=xdist)
     result.assert_outcomes(skipped=2)
+    if xdist:  # the session is one run, whichever worker wrote its rows
+        rows = load(pytester.path / "res")
+        assert rows["case_id"].nunique() == 2 and set(rows["status"]) == {"unsupported"}
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["moecert: no claimed case ran (backend t-nothing claims "
                                  "none of 2 cases)"])
 
 
 @pytest.mark.parametrize("option, value, says", [
-    ("--moecert-backend", "torhc", "unknown backend 'torhc'; known: *torch*"),
-    ("--moecert-scheme", "bf61", "unknown scheme 'bf61'; known: *bf16*"),
-    ("--moecert-check", "acuracy", "unknown check 'acuracy'; known: *accuracy*"),
-    ("--moecert-suite", "smok", "unknown suite 'smok'; known: smoke, ci, certify"),
-    ("--moecert-shard", "3/2", "shard '3/2': expected I/N *"),
-    ("--moecert-shard", "abc", "shard 'abc': expected I/N *"),
-    ("--moecert-timeout", "-1", "timeout -1.0: expected a positive number of seconds"),
+    ("--moecert-backend", "torhc", "unknown backend 'torhc'*known: *torch*"),
+    ("--moecert-scheme", "bf61", "unknown scheme 'bf61'*known: *bf16*"),
+    ("--moecert-check", "acuracy", "unknown check 'acuracy'*known: *accuracy*"),
+    ("--moecert-suite", "smok", "unknown suite 'smok'*known: smoke, ci, certify"),
+    ("--moecert-shard", "3/2", "shard '3/2': I must be in 0..N-1"),
+    ("--moecert-shard", "abc", "shard 'abc': expected I/N*"),
+    ("--moecert-timeout", "-1", "expected a positive number of seconds, got *-1*"),
     ("--moecert-xfail", "nope.toml", "no such file: nope.toml"),
     ("--moecert-import", "no_such_module", "cannot import no_such_module: *"),
 ])

@@ -1,0 +1,79 @@
+"""The result store: a journal holds each case whole or not at all, a torn write is cut off
+before the next append, and `load` reads one run of a folder unless asked for more."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from moecert.reports import load
+from moecert.reports.store import Journal, journal_cases, read_journal
+
+
+def _rows(case_id, checks=("claims", "accuracy"), run="r", status="pass"):
+    return [{"run_id": run, "case_id": case_id, "check": c, "status": status} for c in checks]
+
+
+def _write_run(folder, name, case_ids, mtime):
+    journal = Journal(folder, name)
+    for case_id in case_ids:
+        journal.append(_rows(case_id, run=name.split(".")[0]))
+    path = journal.finish()
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+def test_a_case_is_one_line_and_a_torn_one_is_no_case(tmp_path):
+    journal = Journal(tmp_path, "r.smoke")
+    journal.append(_rows("a"))
+    journal.append(_rows("b"))
+    lines = journal.path.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 2 and all(line.endswith(b"\n") for line in lines)
+    # killed inside b's write: a's rows stand, b's (even its first, whole row) do not
+    journal.path.write_bytes(lines[0] + lines[1][: len(lines[1]) * 3 // 4])
+    assert [rows[0]["case_id"] for rows in journal_cases(journal.path)] == ["a"]
+    assert list(read_journal(journal.path)["case_id"]) == ["a", "a"]
+
+
+def test_reopening_a_torn_journal_cuts_the_tail_before_appending(tmp_path):
+    journal = Journal(tmp_path, "r.smoke")
+    journal.append(_rows("a"))
+    whole = journal.path.stat().st_size
+    with open(journal.path, "ab") as f:
+        f.write(b'{"case_id": "b", "rows": [{"case_id": "b", "che')
+    again = Journal(tmp_path, "r.smoke")  # what --resume does
+    assert again.path.stat().st_size == whole
+    again.append(_rows("b"))
+    assert [rows[0]["case_id"] for rows in journal_cases(again.path)] == ["a", "b"]
+    frame = load(again.finish())
+    assert sorted(zip(frame["case_id"], frame["check"], strict=True)) == [
+        ("a", "accuracy"), ("a", "claims"), ("b", "accuracy"), ("b", "claims")]
+
+
+def test_a_journal_of_one_row_per_line_still_reads(tmp_path):
+    path = tmp_path / "old.smoke.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _rows("a")) + '{"case_id": "b"')
+    assert list(load(path)["check"]) == ["claims", "accuracy"]
+
+
+def test_load_reads_the_newest_run_unless_asked(tmp_path):
+    _write_run(tmp_path, "20260101-000000-aaaaaa.smoke", ["x", "y"], mtime=1_000_000)
+    _write_run(tmp_path, "20260102-000000-bbbbbb.smoke", ["x"], mtime=2_000_000)
+    assert set(load(tmp_path)["run_id"]) == {"20260102-000000-bbbbbb"}
+    assert len(load(tmp_path)) == 2  # one case, two checks: no row twice
+    every = load(tmp_path, run="all")
+    assert len(every) == 6 and set(every["run_id"]) == {"20260101-000000-aaaaaa",
+                                                         "20260102-000000-bbbbbb"}
+    older = load(tmp_path, run="20260101-000000-aaaaaa")
+    assert sorted(older["case_id"]) == ["x", "x", "y", "y"]
+    with pytest.raises(KeyError, match="no run 'nope'.*20260102-000000-bbbbbb"):
+        load(tmp_path, run="nope")
+
+
+def test_load_merges_the_shards_and_the_journal_of_one_run(tmp_path):
+    _write_run(tmp_path, "old.smoke", ["w"], mtime=1_000_000)
+    _write_run(tmp_path, "ci-7.smoke.shard0of2", ["x"], mtime=2_000_000)
+    _write_run(tmp_path, "ci-7.smoke.shard1of2", ["y"], mtime=2_000_001)
+    Journal(tmp_path, "ci-7.smoke.shard2of3").append(_rows("z", run="ci-7"))  # unfinished
+    assert sorted(set(load(tmp_path)["case_id"])) == ["x", "y", "z"]
