@@ -93,24 +93,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str, what: str = "number") -> float:
+    """A finite number above 0 (`what` names it in the message: "number of seconds")."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"expected a {what}, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise UsageError(f"expected a positive {what}, got {text!r}")
+    return value
+
+
 def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"expected seconds, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise UsageError(f"expected a positive number of seconds, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"expected a number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise UsageError(f"expected a positive number, got {text!r}")
-    return value
+    return positive_float(text, "number of seconds")
 
 
 def device_name(text: str) -> str:
