@@ -7,7 +7,6 @@ import torch
 from ..checkpoint import Checkpoint
 from ..errors import CheckpointError
 
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _TORCH_SCALE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 

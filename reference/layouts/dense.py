@@ -25,13 +25,7 @@ from ..schemes import (
     STRATEGY_TENSOR,
 )
 from .common import check_finite, scales_float64
-
-_WEIGHT_DTYPE = {"int8": torch.int8, "fp8": torch.float8_e4m3fn, "mxfp8": torch.float8_e4m3fn,
-                 "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def _weight_dtype(ckpt: Checkpoint) -> torch.dtype:
-    return _WEIGHT_DTYPE[ckpt.scheme if ckpt.info.family == "dense" else ckpt.info.family]
+from .tensors import weight_dtype
 
 
 def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
@@ -90,7 +84,7 @@ def write_dense(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
                 model_dtype: torch.dtype) -> dict[str, torch.Tensor]:
     family = ckpt_attrs.info.family
     if family == "dense":
-        return {f"{p}_weight": c.codes.to(_weight_dtype(ckpt_attrs))}
+        return {f"{p}_weight": c.codes.to(weight_dtype(ckpt_attrs))}
     if family == "int8":
         weight = c.codes.to(torch.int8)
     else:

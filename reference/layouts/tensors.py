@@ -18,7 +18,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ..schemes import ACT_STATIC_TENSOR, STRATEGY_BLOCK, STRATEGY_CHANNEL, STRATEGY_TENSOR
+from ..schemes import (
+    ACT_STATIC_TENSOR,
+    STRATEGY_BLOCK,
+    STRATEGY_CHANNEL,
+    STRATEGY_TENSOR,
+    tensor_layout,
+)
 
 FLOAT = (torch.float16, torch.bfloat16, torch.float32)
 INT32 = (torch.int32,)
@@ -81,10 +87,13 @@ _SCALE_SHAPES = {STRATEGY_CHANNEL: (("E", "out", "1"),),
 
 def layout_family(ckpt) -> str:
     """"gptq", "awq", "ct" or "dense": which reader (and which tensors) a checkpoint has."""
+    return tensor_layout(ckpt.info.family, ckpt.checkpoint_format)
+
+
+def weight_dtype(ckpt) -> torch.dtype:
+    """The dtype of an unpacked ("dense" layout) checkpoint's {p}_weight."""
     family = ckpt.info.family
-    if family == "w4a8":
-        return "awq" if ckpt.checkpoint_format == "awq" else "gptq"
-    return family if family in ("gptq", "awq", "ct") else "dense"
+    return _WEIGHT_DTYPES[ckpt.scheme if family == "dense" else family]
 
 
 def _linear_tensors(ckpt, p: str) -> tuple:
@@ -92,8 +101,7 @@ def _linear_tensors(ckpt, p: str) -> tuple:
     if layout != "dense":
         return {"gptq": _GPTQ, "awq": _AWQ, "ct": _CT}[layout]
     family = ckpt.info.family
-    weight = _linear("weight", "weight", (_WEIGHT_DTYPES[ckpt.scheme if family == "dense"
-                                                         else family],), ("E", "out", "in"))
+    weight = _linear("weight", "weight", (weight_dtype(ckpt),), ("E", "out", "in"))
     if family == "dense":
         return (weight,)
     if family == "mxfp8":
@@ -120,4 +128,4 @@ def declared_tensors(ckpt) -> dict[str, TensorDecl]:
     return out
 
 
-__all__ = ["TensorDecl", "declared_tensors", "layout_family"]
+__all__ = ["TensorDecl", "declared_tensors", "layout_family", "weight_dtype"]
