@@ -48,7 +48,7 @@ def dequantize(ckpt: Checkpoint, problem: MoEProblem | None = None
     broadcasting) live in `layouts/`, `packing.py`, `elements.py` and `canonical.py`.
     """
     lin = canonicalize(ckpt, problem)
-    for p in ("w13", "w2"):
-        if ckpt.activation == ACT_STATIC_TENSOR:
+    if ckpt.activation == ACT_STATIC_TENSOR:
+        for p in ("w13", "w2"):
             read_input_scale(ckpt, p)  # not returned; a bad one makes the checkpoint bad
     return {"w13": lin["w13"].dequantize(), "w2": lin["w2"].dequantize(), **read_biases(ckpt)}

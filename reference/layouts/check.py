@@ -37,8 +37,9 @@ def check_tensors(ckpt, problem=None) -> None:
     _check_names(ckpt, decls, bool(problem is not None and problem.bias))
     _check_device(tensors)
     shapes = {name: _declared_shape(decls[name], t) for name, t in tensors.items()}
-    sizes = _problem_sizes(problem) if problem is not None else _agreed_sizes(ckpt, shapes)
-    _check_group_size(ckpt, sizes)
+    sizes = (_problem_sizes(problem) if problem is not None
+             else _agreed_sizes(ckpt, decls, shapes))
+    _check_group_size(ckpt, decls, sizes)
     for name, t in tensors.items():
         want = [_dim_size(ckpt, decls[name].linear, d, sizes) for d in shapes[name]]
         if list(t.shape) != want:
@@ -120,11 +121,11 @@ def _problem_sizes(problem) -> dict[str, int]:
     return {"E": problem.E, "R": problem.w13_rows, "K": problem.K, "N": problem.N}
 
 
-def _agreed_sizes(ckpt, shapes: dict[str, tuple[str, ...]]) -> dict[str, int]:
+def _agreed_sizes(ckpt, decls: dict[str, TensorDecl], shapes: dict[str, tuple[str, ...]]
+                  ) -> dict[str, int]:
     """The layer's sizes that most tensors give exactly (see `_pick` for ties). Group counts
     do not vote (the group size may be what is wrong); packed words (ceil) vote only for a
     size no tensor gives exactly, and otherwise break ties."""
-    decls = declared_tensors(ckpt)
     votes = {(s, exact): {} for s in _SIZE_NAMES for exact in (True, False)}
     packed = {s: [] for s in _SIZE_NAMES}  # (words, codes per word) along each size
     for name, shape in shapes.items():
@@ -187,15 +188,15 @@ def _pick(symbol: str, votes: dict[int, list], fits=None, packed=None) -> int:
                                     for v in best))
 
 
-def _check_group_size(ckpt, sizes: dict[str, int]) -> None:
+def _check_group_size(ckpt, decls: dict[str, TensorDecl], sizes: dict[str, int]) -> None:
     g = ckpt.group_size
-    if _has_groups(ckpt) and g != -1 and (sizes["K"] % g or sizes["N"] % g):
+    if _has_groups(decls) and g != -1 and (sizes["K"] % g or sizes["N"] % g):
         raise CheckpointError("checkpoint.group_size", f"a group size dividing both input "
                               f"sizes (K = {sizes['K']}, N = {sizes['N']})", str(g))
 
 
-def _has_groups(ckpt) -> bool:
-    return any("groups" in shape for d in declared_tensors(ckpt).values() for shape in d.shapes)
+def _has_groups(decls: dict[str, TensorDecl]) -> bool:
+    return any("groups" in shape for d in decls.values() for shape in d.shapes)
 
 
 def _describe_sizes(linear: str | None, sizes: dict[str, int]) -> str:
