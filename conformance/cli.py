@@ -78,20 +78,13 @@ def print_backends() -> None:
 def print_claims(name: str, suite: str, imports: list[str]) -> int:
     """What backend `name` claims of `suite` on this machine's platform, per scheme variant,
     with its reasons for the rest (counted); 2 for a name or module that does not exist."""
-    import importlib
-
     from moecert.kernels import Platform, backend_names, get_backend
     from moecert.kernels.oracle import supports_reason
 
+    from .options import import_modules
     from .suites import build_suite
 
-    module = ""
-    try:
-        for module in imports:
-            importlib.import_module(module)
-    except ImportError as e:
-        print(f"moecert list: --import {e.name or module}: {e}", file=sys.stderr)
-        return 2
+    import_modules(imports)  # a UsageError: main prints it, exit 2
     if name not in backend_names():
         print(f"moecert list: unknown backend {name!r}; registered: "
               f"{', '.join(backend_names())}", file=sys.stderr)
