@@ -64,8 +64,9 @@ def _assert_same_output(a: torch.Tensor, b: torch.Tensor) -> None:
 def test_strided_checkpoint_and_inputs_give_the_same_output(scheme, attrs):
     ckpt = synthesize(scheme, PROBLEM, seed=0, **attrs)
     strided = _strided(ckpt)
+    got = dequantize(strided)
     for p, w in dequantize(ckpt).items():
-        _assert_same_bits(dequantize(strided)[p], w)
+        _assert_same_bits(got[p], w)
     x, weights, ids = make_inputs(PROBLEM, seed=1)
     want = moe(ckpt, x, weights, ids, PROBLEM)
     _assert_same_output(moe(strided, restrided(x), restrided(weights), restrided(ids),
