@@ -60,6 +60,7 @@ from moecert.reference.schemes import (
     ACT_STATIC_TENSOR,
     F8E4M3_MAX,
     INT8_MAX,
+    INT_FAMILIES,
     MX_BLOCK,
     STRATEGY_TENSOR,
     checkpoint_shape_issue,
@@ -480,7 +481,7 @@ def _encode(gen, V: torch.Tensor, attrs: Checkpoint, prefix: str) -> CanonicalLi
     if family == "dense":
         return CanonicalLinear(codes=V.clone(), scales=torch.ones(E, 1, 1, dtype=torch.float64),
                                block=(n_out, n_in))
-    if family in ("gptq", "awq", "ct", "w4a8"):
+    if family in INT_FAMILIES:
         return _encode_int_groups(gen, V, attrs)
     if family == "mxfp8":
         block = (1, MX_BLOCK)

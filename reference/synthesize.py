@@ -20,7 +20,13 @@ from .layouts import write_linear
 from .layouts.common import scale_dtype
 from .problem import MoEProblem
 from .quantize import fp8_block_shape, quantize_int_groups, quantize_mxfp8, quantize_scaled
-from .schemes import ACT_STATIC_TENSOR, INT8_MAX, STRATEGY_TENSOR, checkpoint_shape_issue
+from .schemes import (
+    ACT_STATIC_TENSOR,
+    INT8_MAX,
+    INT_FAMILIES,
+    STRATEGY_TENSOR,
+    checkpoint_shape_issue,
+)
 
 
 def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Checkpoint:
@@ -77,7 +83,7 @@ def quantize_weights(ckpt: Checkpoint, w: torch.Tensor, gen: torch.Generator, pr
         return CanonicalLinear(codes=w.to(weight_dtype).to(torch.float64),
                                scales=torch.ones(E, 1, 1, dtype=torch.float64),
                                block=(n_out, n_in))
-    if family in ("gptq", "awq", "ct", "w4a8"):
+    if family in INT_FAMILIES:
         tool = "awq" if rec.name.startswith("awq") else ("ct" if family == "ct" else "gptq")
         g = ckpt.group_size
         g_idx = random_g_idx(gen, E, n_in, g) if ckpt.act_order else None
