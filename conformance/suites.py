@@ -5,9 +5,12 @@
     certify  everything: all variants x options x shapes, several seeds
 
 Every suite has the edge shapes: M = 0, 1, block-1, block+1; N below, at and off the group
-size; K off the kernel tile; an expert with every token and experts with none; an expert_map
-with holes; topk = 1 with the router weight on the input. A case's `depth` says which checks
-run: "full" runs all of them, "light" those that share the one accuracy call.
+size, with at least two groups along K; K off the kernel tile; an expert with every token and
+experts with none; an expert_map with holes; topk = 1 with the router weight on the input;
+every tensor non-contiguous (a strided case). A shape no checkpoint of the variant can hold
+(N below or off group 128) is dropped (`schemes.checkpoint_shape_issue`). A case's `depth`
+says which checks run: "full" runs all of them, "light" those that share the one accuracy
+call.
 """
 
 from __future__ import annotations
