@@ -15,8 +15,6 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from moecert.reference import RECORDS, SCHEMES, MoEProblem
 
-from .suites import SUITES
-
 
 def cmd_list(args) -> int:
     if args.backend:
@@ -137,7 +135,7 @@ def version_text() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 green, 1 a case failed (or nothing was judged), 2 a usage error."""
-    from .options import UsageError, device_name, positive_int
+    from .options import UsageError, device_name, positive_int, suite_name
 
     parser = _Parser(prog="moecert", description=__doc__)
     parser.add_argument("--version", action="version", version=version_text())
@@ -149,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", metavar="NAME",
                    help="instead: what backend NAME claims of a suite, per scheme variant, "
                         "and why not the rest")
-    p.add_argument("--suite", default="smoke", choices=SUITES, help="with --backend")
+    p.add_argument("--suite", default="smoke", type=suite_name, help="with --backend")
     p.add_argument("--import", dest="imports", action="append", default=[],
                    metavar="MODULE", help="import MODULE first (it may register backends)")
     p.set_defaults(func=cmd_list)
