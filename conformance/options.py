@@ -152,6 +152,19 @@ def run_id(text: str) -> str:
     return text
 
 
+def xfail_list(path: str | None, flag: str = "--xfail"):
+    """The expected-failure list at `path` (None: an empty list), parsed now, so a missing or
+    malformed file is one usage error before any case runs."""
+    from .xfail import XfailList
+
+    if path and not Path(path).is_file():
+        raise UsageError(f"{flag} {path}: no such file")
+    try:
+        return XfailList.load(path)
+    except ValueError as e:  # a TOML syntax error or an entry without its keys
+        raise UsageError(f"{flag} {path}: {e}") from None
+
+
 def import_modules(modules: Iterable[str], flag: str = "--import") -> tuple[str, ...]:
     """Import each module (it may register backends); a missing one is a usage error."""
     for module in modules:
@@ -236,7 +249,21 @@ def case_filter(expression: str) -> Callable[[str], bool]:
     return lambda case_id: predicate(case_id.lower())
 
 
-__all__ = ["UsageError", "case_filter", "case_json", "check_backends", "check_name",
-           "device_name", "import_modules", "positive_float", "positive_int",
-           "positive_seconds", "run_id", "scheme_name", "shard_spec", "suite_name",
-           "writable_folder"]
+__all__ = [
+    "UsageError",
+    "case_filter",
+    "case_json",
+    "check_backends",
+    "check_name",
+    "device_name",
+    "import_modules",
+    "positive_float",
+    "positive_int",
+    "positive_seconds",
+    "run_id",
+    "scheme_name",
+    "shard_spec",
+    "suite_name",
+    "writable_folder",
+    "xfail_list",
+]

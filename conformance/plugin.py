@@ -82,6 +82,8 @@ class Settings:
     timeout_s: float
     isolate: bool
     imports: tuple[str, ...]
+    xfail_path: str | None
+    xfail: object  # the parsed XfailList
 
 
 def pytest_configure(config):
@@ -107,12 +109,13 @@ def _settings(config) -> Settings:
 
     imports = _checked(config, "--moecert-import",
                        lambda modules: options.import_modules(modules, "cannot import"))
-    device = _device(config)
+    device = _checked(config, "--moecert-device", _device)
     backends = tuple(_checked(config, "--moecert-backend",
                               options.check_backends))
     timeout = _checked(config, "--moecert-timeout",
                        lambda t: DEFAULT_TIMEOUT_S if t is None else options.positive_seconds(t))
-    _checked(config, "--moecert-xfail", _existing_file)
+    xfail_path = config.getoption("--moecert-xfail")
+    xfail = _checked(config, "--moecert-xfail", lambda p: options.xfail_list(p, "file"))
     settings = Settings(_checked(config, "--moecert-suite", options.suite_name), backends,
                         _checked(config, "--moecert-scheme",
                                  lambda names: [options.scheme_name(n) for n in names] or None),
@@ -120,7 +123,7 @@ def _settings(config) -> Settings:
                                  lambda names: [options.check_name(n) for n in names] or None),
                         _checked(config, "--moecert-shard",
                                  lambda text: text and options.shard_spec(text)), device, timeout,
-                        config.getoption("moecert_isolate"), imports)
+                        config.getoption("moecert_isolate"), imports, xfail_path, xfail)
     config.stash[_settings_key] = settings
     return settings
 
@@ -133,11 +136,6 @@ def _checked(config, flag: str, check):
         raise pytest.UsageError(f"{flag}: {e}") from None
 
 
-def _existing_file(path: str | None) -> None:
-    if path and not os.path.isfile(path):
-        raise options.UsageError(f"no such file: {path}")
-
-
 def _pin_worker_gpu(index: int) -> None:
     """One GPU per xdist worker, indexing into the caller's CUDA_VISIBLE_DEVICES. Runs before
     CUDA is initialized (torch reads the variable at first use)."""
@@ -148,11 +146,13 @@ def _pin_worker_gpu(index: int) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible[index % len(visible)]
 
 
-def _device(config) -> str:
+def _device(name: str | None) -> str:
+    """The named device, if this machine has it, else cuda where there is one, else cpu."""
     import torch
 
-    return config.getoption("--moecert-device") or (
-        "cuda" if torch.cuda.is_available() else "cpu")
+    if name:
+        return options.device_name(name)
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def pytest_generate_tests(metafunc):
@@ -175,19 +175,18 @@ def moecert_session(request):
     from moecert.reports.store import Journal
 
     from .execute import new_run_id, triton_for
+    from .run_command import rerun_command
     from .runner import CaseRunner, RunConfig
-    from .xfail import XfailList
 
     config = request.config
     s = _settings(config)
-    state = {"device": s.device, "xfail": XfailList.load(config.getoption("--moecert-xfail")),
+    state = {"device": s.device, "xfail": s.xfail,
              "checks": s.checks, "journal": None, "runner": None,
              # xdist workers of one session share its testrun uid: one run id in every
              # worker's results file, so `load` reads the session as one run
              "run_id": (f"pytest-{os.environ['PYTEST_XDIST_TESTRUNUID'][:12]}"
                         if os.environ.get("PYTEST_XDIST_TESTRUNUID") else new_run_id()),
-             "rerun": " ".join(["moecert run --device", s.device,
-                                *(f"--import {m}" for m in s.imports)])}
+             "rerun": rerun_command(s.device, s.imports, s.xfail_path, s.checks, s.timeout_s)}
     results = config.getoption("--moecert-results")
     if results:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")

@@ -45,6 +45,7 @@ from .options import (
     shard_spec,
     suite_name,
     writable_folder,
+    xfail_list,
 )
 from .runner import DEFAULT_TIMEOUT_S, RunConfig, run_isolated
 from .suites import SUITES, build_suite, shard
@@ -100,7 +101,7 @@ def main(args) -> int:
             print(case.case_id)
         print(f"{len(cases)} cases", file=sys.stderr)
         return 0
-    xfail = _xfail_list(args.xfail)
+    xfail = xfail_list(args.xfail)
     writable_folder(args.results)
     journal, earlier = _journal(args, _label(args))
     done = {rows[0]["case_id"] for rows in earlier}
@@ -133,7 +134,8 @@ def main(args) -> int:
     finally:
         bar.close()
     path = journal.finish()
-    print(summary.render(rerun_command(args, device), xfail), flush=True)
+    print(summary.render(rerun_command(device, args.imports, args.xfail, args.check,
+                                       args.timeout), xfail), flush=True)
     print(f"results: {path}")
     reason = summary.not_green()
     if reason:
@@ -181,32 +183,24 @@ def available_backends(device: str) -> list[str]:
         return [n for n in backend_names() if get_backend(n).available() is None]
 
 
-def rerun_command(args, device: str) -> str:
+def rerun_command(device: str, imports=(), xfail: str | None = None, checks=(),
+                  timeout: float = DEFAULT_TIMEOUT_S) -> str:
     """`moecert run` with every option that changes a case's verdict; a case's JSON follows."""
     parts = ["moecert", "run", "--device", device]
-    for module in args.imports:
+    for module in imports:
         parts += ["--import", module]
-    if args.xfail:
-        parts += ["--xfail", args.xfail]
-    for check in args.check:
+    if xfail:
+        parts += ["--xfail", xfail]
+    for check in checks or ():
         parts += ["--check", check]
-    if args.timeout != DEFAULT_TIMEOUT_S:
-        parts += ["--timeout", f"{args.timeout:g}"]
+    if timeout != DEFAULT_TIMEOUT_S:
+        parts += ["--timeout", f"{timeout:g}"]
     return shlex.join(parts)
 
 
 def _label(args) -> str:
     """The run's files are `<run id>.<label>.*`: the suite, and the shard if any."""
     return args.suite + (f".shard{args.shard[0]}of{args.shard[1]}" if args.shard else "")
-
-
-def _xfail_list(path: str | None) -> XfailList:
-    if path and not Path(path).is_file():
-        raise UsageError(f"--xfail {path}: no such file")
-    try:
-        return XfailList.load(path)
-    except ValueError as e:  # a TOML syntax error or an entry without its keys
-        raise UsageError(f"--xfail {path}: {e}") from None
 
 
 def _journal(args, label: str) -> tuple[Journal, list[list[dict]]]:

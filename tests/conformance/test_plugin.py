@@ -129,10 +129,13 @@ def test_a_session_where_no_claimed_case_ran_fails(session, pytester, xdist):
     ("--moecert-shard", "3/2", "shard '3/2': I must be in 0..N-1"),
     ("--moecert-shard", "abc", "shard 'abc': expected I/N*"),
     ("--moecert-timeout", "-1", "expected a positive number of seconds, got *-1*"),
-    ("--moecert-xfail", "nope.toml", "no such file: nope.toml"),
+    ("--moecert-xfail", "nope.toml", "file nope.toml: no such file"),
+    ("--moecert-xfail", "bad.toml", "file bad.toml: *"),
+    ("--moecert-device", "cuda:7", "cuda:7: *"),
     ("--moecert-import", "no_such_module", "cannot import no_such_module: *"),
 ])
-def test_a_mistyped_option_is_one_usage_error(session, option, value, says):
+def test_a_mistyped_option_is_one_usage_error(session, pytester, option, value, says):
+    pytester.makefile(".toml", bad="[[entry]\nbackend = ")  # malformed TOML
     result = session(option, value)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {option}: {says}"])
@@ -153,7 +156,7 @@ def test_a_backend_that_kills_its_process_costs_its_case(session):
     result.assert_outcomes(failed=1, passed=1)  # the worker restarts for the next case
     result.stdout.fnmatch_lines(["crash accuracy: the worker process died (exit code 3)*",
                                  "rerun: moecert run --device cpu --import vendor_backends "
-                                 "--case '{*t-dies*}'"])
+                                 "--check accuracy --case '{*t-dies*}'"])
 
 
 def test_the_verdict_counts_claimed_cases_per_backend():
