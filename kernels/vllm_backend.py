@@ -34,6 +34,7 @@ from .vllm_checkpoint import ACTIVATIONS, expert_tensors, quantization_config
 # relative to it ("0.gate_proj.qweight"), as vLLM's AutoWeightsLoader passes them.
 PREFIX = "model.layers.{}.mlp.experts"
 AMX_ISA = "amx"
+NO_KERNEL = "NONE"  # the backend enum value vLLM's oracles use for "nothing runs here"
 
 _lock = threading.RLock()
 _selections: dict[tuple, tuple[str | None, str]] = {}
@@ -76,6 +77,7 @@ class VllmLayer(torch.nn.Module):
         super().__init__()
         self.runner = runner
         self.backend, self.quant, self.problem = backend, quant, problem
+        self.processed = False  # a record for load_weights, not a guard on processing
 
     @property
     def experts(self):
@@ -140,6 +142,10 @@ class VllmBackend:
         except Exception as e:
             return f"vLLM {_vllm()['version']} refuses it: {type(e).__name__}: {e}", ""
         choice, isa = _choice(runner.routed_experts.quant_method)
+        if choice.startswith(NO_KERNEL):
+            # vLLM's fp8 oracle answers NONE off CUDA/ROCm instead of raising; the layer is
+            # built and only processing fails (a CUDA-only op): no claim
+            return f"vLLM {_vllm()['version']}'s oracle chose no experts kernel ({choice})", choice
         if self.forced_amx and isa == AMX_ISA:
             return (f"vLLM chose {choice}, an AMX kernel: with the capability gate forced it "
                     "would execute AMX tile instructions this CPU lacks (SIGILL)"), choice
@@ -167,6 +173,13 @@ class VllmBackend:
             raise BackendError("checkpoint", f"the layer's quantization {layer.quant}",
                                str(quant))
         _check_checkpoint(quant, checkpoint, layer.problem)
+        if layer.processed:
+            # vLLM reloads a processed model through its layerwise reload
+            # (model_executor/model_loader/reload), which needs a whole model and its
+            # ModelConfig; its per-parameter loaders alone would write checkpoint bytes into
+            # kernel-format tensors
+            raise BackendError("layer", "an unprocessed vLLM layer (the adapter does not "
+                               "drive vLLM's layerwise reload)", "a processed layer")
         weights = expert_tensors(quant, checkpoint.tensors, layer.problem.N)
         with self._running():
             list(layer.runner.load_weights(weights))
@@ -175,6 +188,7 @@ class VllmBackend:
         """vLLM's quant method's process_weights_after_loading, called as vLLM's model
         loader calls it; no guard of the adapter's own (a second call is vLLM's business)."""
         _check_layer(layer, self.name)
+        layer.processed = True
         with self._running():
             layer.quant_method.process_weights_after_loading(layer.experts)
 
@@ -193,11 +207,13 @@ class VllmBackend:
             out = torch.empty(M, P.K, dtype=P.torch_dtype, device=hidden_states.device)
         if M == 0:
             return out
+        # In vLLM the routing tensors are its router's own outputs, which its prepare step
+        # scales in place (router weight on input): hand it copies, as its router would.
         with self._running(), torch.inference_mode():
             y = layer.experts.forward_modular(
                 x=hidden_states.contiguous(),
-                topk_weights=topk_weights.contiguous().to(torch.float32),
-                topk_ids=topk_ids.contiguous().to(torch.int32))
+                topk_weights=topk_weights.to(torch.float32, copy=True).contiguous(),
+                topk_ids=topk_ids.to(torch.int32, copy=True).contiguous())
         out.copy_(y)
         return out
 
