@@ -38,7 +38,8 @@ _INT_LAYOUTS = {
     # AWQ: [E, K, 2N/pack] packed along N
     "awq": {"qweight": ("qweight", -1, "pack"), "scales": ("scales", -1, 1),
             "qzeros": ("qzeros", -1, "pack")},
-    # compressed-tensors: [E, 2N, K/pack] (axes below are of one expert's tensor), scales [E, 2N, G], zeros [E, 2N/pack, G]
+    # compressed-tensors: [E, 2N, K/pack], scales [E, 2N, G], zeros [E, 2N/pack, G]
+    # (axes here are of one expert's tensor)
     "ct": {"weight_packed": ("weight_packed", 0, 1), "weight_scale": ("weight_scale", 0, 1),
            "weight_zero_point": ("weight_zero_point", 0, "pack"),
            "weight_g_idx": ("weight_g_idx", None, None),

@@ -14,6 +14,7 @@ for scheme in SCHEME_NAMES:
         cells = []
         for b in (native, forced):
             why = b.supports(quant, P)
-            cells.append(b.chosen(quant, P) if why is None else
-                         f"refused: {why[:110]}" + (f" [{b.chosen(quant, P)}]" if b.chosen(quant, P) else ""))
+            choice = b.chosen(quant, P)
+            cells.append(choice if why is None else
+                         f"refused: {why[:110]}" + (f" [{choice}]" if choice else ""))
         print(f"| {quant.describe()} | {cells[0]} | {cells[1]} |")
