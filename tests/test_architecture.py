@@ -14,7 +14,7 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 ALLOWED = {  # folder -> third-party top-level modules and moecert modules it may import
     "reference": ({"torch"}, {"moecert.reference"}),
     # adapters may import their vendor's library (optional, guarded by ImportError)
-    "kernels": ({"torch", "triton", "vllm_xpu_kernels"},
+    "kernels": ({"torch", "triton", "vllm_xpu_kernels", "vllm"},
                 {"moecert.kernels", "moecert.reference.schemes"}),
     "reports": ({"pandas", "pyarrow", "matplotlib"}, {"moecert.reports"}),
     "conformance": ({"torch", "triton", "pandas", "pyarrow", "pytest", "hypothesis", "tqdm"},

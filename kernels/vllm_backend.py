@@ -1,0 +1,328 @@
+"""vLLM's own MoE layers as moecert backends (optional: needs an importable `vllm`).
+
+    vllm             vLLM as it runs on this machine: its quant config, its oracle's choice of
+                     experts kernel, its weight loaders, its process_weights_after_loading and
+                     its kernel. Claims are vLLM's: what its oracle refuses, or its layer
+                     raises at creation, is unsupported with vLLM's reason.
+    vllm-cpu-forced  the same, with vLLM's one CPU capability gate (`torch.cpu.
+                     _is_amx_tile_supported`, which every quantized CPU MoE kernel of vLLM 0.32
+                     requires) answered True while vLLM runs, so that vLLM's quantized weight
+                     processing and CPU kernels run on a CPU without AMX. Kernels that execute
+                     AMX instructions (vLLM's `isa = "amx"` experts) are refused: they would
+                     die with SIGILL.
+
+Nothing of vLLM is re-implemented here: the adapter turns a moecert checkpoint into what a
+model file holds (kernels/vllm_checkpoint.py), hands it to vLLM's loaders, and calls vLLM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import tempfile
+import threading
+
+import torch
+
+from .errors import BackendError, UnsupportedError
+from .platform import Platform
+from .quant_config import QuantConfig, check_tensor, checkpoint_spec
+from .vllm_checkpoint import ACTIVATIONS, expert_tensors, quantization_config
+
+# The runner's prefix: a model's `layers.0.mlp.experts`; names passed to its load_weights are
+# relative to it ("0.gate_proj.qweight"), as vLLM's AutoWeightsLoader passes them.
+PREFIX = "model.layers.{}.mlp.experts"
+AMX_ISA = "amx"
+NO_KERNEL = "NONE"  # the backend enum value vLLM's oracles use for "nothing runs here"
+
+_lock = threading.RLock()
+_selections: dict[tuple, tuple[str | None, str]] = {}
+_layer_ids = iter(range(1 << 62))
+
+
+@functools.cache
+def _vllm():
+    """vLLM's modules, imported once; ImportError if vLLM is not installed."""
+    import vllm
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.model_executor.layers.fused_moe import FusedMoEFactory
+    from vllm.model_executor.layers.quantization import get_quantization_config
+
+    config = VllmConfig()
+    with set_current_vllm_config(config):
+        # one process, one rank: vLLM's parallel state exists before any layer is built
+        init_distributed_environment(
+            world_size=1, rank=0, local_rank=0, backend="gloo",
+            distributed_init_method=f"file://{tempfile.mkdtemp(prefix='moecert-vllm-')}/init")
+        initialize_model_parallel(1, 1)
+    return {"version": vllm.__version__, "config": config, "set_config": set_current_vllm_config,
+            "factory": FusedMoEFactory, "quant_config": get_quantization_config}
+
+
+@functools.cache
+def _import_error() -> str | None:
+    try:
+        _vllm()
+    except Exception as e:  # ImportError, or a vLLM that fails to start here
+        return f"vllm is not importable: {type(e).__name__}: {e}"
+    return None
+
+
+class VllmLayer(torch.nn.Module):
+    """One vLLM MoE layer (its MoERunner as `runner`) and what the adapter knows of it."""
+
+    def __init__(self, backend: str, runner, quant: QuantConfig, problem):
+        super().__init__()
+        self.runner = runner
+        self.backend, self.quant, self.problem = backend, quant, problem
+        self.processed = False  # a record for load_weights, not a guard on processing
+
+    @property
+    def experts(self):
+        return self.runner.routed_experts
+
+    @property
+    def quant_method(self):
+        return self.experts.quant_method
+
+
+class VllmBackend:
+    """vLLM's MoE layer, as vLLM runs it on this machine."""
+
+    name = "vllm"
+    forced_amx = False
+
+    @property
+    def version(self) -> str:
+        info = "" if _import_error() else _vllm()["version"]
+        return f"vllm {info or '-'}" + (" (CPU AMX gate forced)" if self.forced_amx else "")
+
+    def available(self) -> str | None:
+        why = _import_error()
+        if why:
+            return why
+        if self.forced_amx and Platform.current().kind != "cpu":
+            return "the CPU capability override is for CPU runs only"
+        return None
+
+    # --- claims --------------------------------------------------------------------------
+    def supports(self, scheme, problem, *, platform: Platform | None = None) -> str | None:
+        platform = platform or Platform.current()
+        if platform.simulated and platform != _current_simulated():
+            return f"vLLM is asked on the machine it runs on only ({Platform.current()})"
+        why = self.available()
+        if why:
+            return why
+        return self._claim(QuantConfig.of(scheme), _shape_key(problem), problem)
+
+    def chosen(self, scheme, problem) -> str:
+        """vLLM's oracle's choice for the case: "BACKEND (ExpertsClass)"."""
+        return self._selection(QuantConfig.of(scheme), _shape_key(problem), problem)[1]
+
+    def _claim(self, quant, key, problem) -> str | None:
+        return self._selection(quant, key, problem)[0]
+
+    def _selection(self, quant: QuantConfig, key: tuple, problem) -> tuple[str | None, str]:
+        """(why not, vLLM's choice), asked of vLLM once per (mode, variant, shape): the
+        layer is built, which runs vLLM's oracle; M, the seed and routing do not matter."""
+        memo = (self.forced_amx, quant, key)
+        if memo not in _selections:
+            _selections[memo] = self._select(quant, problem)
+        return _selections[memo]
+
+    def _select(self, quant: QuantConfig, problem) -> tuple[str | None, str]:
+        why = _adapter_limit(quant, problem)
+        if why:
+            return why, ""
+        try:
+            with self._running():
+                runner = self._runner(quant, problem)
+        except Exception as e:
+            return f"vLLM {_vllm()['version']} refuses it: {type(e).__name__}: {e}", ""
+        choice, isa = _choice(runner.routed_experts.quant_method)
+        if choice.startswith(NO_KERNEL):
+            # vLLM's fp8 oracle answers NONE off CUDA/ROCm instead of raising; the layer is
+            # built and only processing fails (a CUDA-only op): no claim
+            return f"vLLM {_vllm()['version']}'s oracle chose no experts kernel ({choice})", choice
+        if self.forced_amx and isa == AMX_ISA:
+            return (f"vLLM chose {choice}, an AMX kernel: with the capability gate forced it "
+                    "would execute AMX tile instructions this CPU lacks (SIGILL)"), choice
+        return None, choice
+
+    # --- the layer -----------------------------------------------------------------------
+    def create_layer(self, checkpoint, problem) -> VllmLayer:
+        quant = QuantConfig.of(checkpoint)
+        why = self.supports(quant, problem)
+        if why:
+            raise UnsupportedError(self.name, why)
+        _check_checkpoint(quant, checkpoint, problem)
+        with self._running():
+            runner = self._runner(quant, problem)
+        layer = VllmLayer(self.name, runner, quant, problem)
+        self.load_weights(layer, checkpoint)
+        return layer
+
+    def load_weights(self, layer: VllmLayer, checkpoint) -> None:
+        """Per-expert tensors through the runner's load_weights (each parameter's own
+        weight_loader per expert and shard), as vLLM's model loader feeds a model file."""
+        _check_layer(layer, self.name)
+        quant = QuantConfig.of(checkpoint)
+        if quant != layer.quant:
+            raise BackendError("checkpoint", f"the layer's quantization {layer.quant}",
+                               str(quant))
+        _check_checkpoint(quant, checkpoint, layer.problem)
+        if layer.processed:
+            # vLLM reloads a processed model through its layerwise reload
+            # (model_executor/model_loader/reload), which needs a whole model and its
+            # ModelConfig; its per-parameter loaders alone would write checkpoint bytes into
+            # kernel-format tensors
+            raise BackendError("layer", "an unprocessed vLLM layer (the adapter does not "
+                               "drive vLLM's layerwise reload)", "a processed layer")
+        weights = expert_tensors(quant, checkpoint.tensors, layer.problem.N)
+        with self._running():
+            list(layer.runner.load_weights(weights))
+
+    def process_weights_after_loading(self, layer: VllmLayer) -> None:
+        """vLLM's quant method's process_weights_after_loading, called as vLLM's model
+        loader calls it; no guard of the adapter's own (a second call is vLLM's business)."""
+        _check_layer(layer, self.name)
+        layer.processed = True
+        with self._running():
+            layer.quant_method.process_weights_after_loading(layer.experts)
+
+    def apply(self, layer: VllmLayer, hidden_states, topk_weights, topk_ids, *, out=None,
+              **opts) -> torch.Tensor:
+        _check_layer(layer, self.name)
+        if opts:
+            raise BackendError("apply options", "none (standard activation format only)",
+                               ", ".join(sorted(opts)))
+        P = layer.problem
+        if hidden_states.dtype != P.torch_dtype or hidden_states.dim() != 2:
+            raise BackendError("hidden_states", f"{P.torch_dtype} [M, {P.K}]",
+                               f"{hidden_states.dtype} {list(hidden_states.shape)}")
+        M = hidden_states.shape[0]
+        if out is None:
+            out = torch.empty(M, P.K, dtype=P.torch_dtype, device=hidden_states.device)
+        if M == 0:
+            return out
+        # In vLLM the routing tensors are its router's own outputs, which its prepare step
+        # scales in place (router weight on input): hand it copies, as its router would.
+        with self._running(), torch.inference_mode():
+            y = layer.experts.forward_modular(
+                x=hidden_states.contiguous(),
+                topk_weights=topk_weights.to(torch.float32, copy=True).contiguous(),
+                topk_ids=topk_ids.to(torch.int32, copy=True).contiguous())
+        out.copy_(y)
+        return out
+
+    # --- vLLM ----------------------------------------------------------------------------
+    def _runner(self, quant: QuantConfig, problem):
+        v = _vllm()
+        d = quantization_config(quant)
+        qc = v["quant_config"](d["quant_method"]).from_config(d) if d else None
+        act, act_kwargs = ACTIVATIONS[problem.activation]
+        return v["factory"](
+            problem.E, problem.topk, problem.K, problem.N, params_dtype=problem.torch_dtype,
+            quant_config=qc, prefix=PREFIX.format(next(_layer_ids)), activation=act,
+            has_bias=bool(problem.bias),
+            apply_router_weight_on_input=bool(problem.apply_router_weight_on_input),
+            **act_kwargs)
+
+    @contextlib.contextmanager
+    def _running(self):
+        """vLLM's current config, and (forced mode) the AMX gate answered True, for the
+        duration of one call into vLLM."""
+        v = _vllm()
+        with _lock, v["set_config"](v["config"]):
+            if not self.forced_amx:
+                yield
+                return
+            gate = torch.cpu._is_amx_tile_supported
+            torch.cpu._is_amx_tile_supported = _amx_supported
+            try:
+                yield
+            finally:
+                torch.cpu._is_amx_tile_supported = gate
+
+
+class VllmCpuForcedBackend(VllmBackend):
+    """vLLM with its CPU AMX capability gate overridden (see the module docstring)."""
+
+    name = "vllm-cpu-forced"
+    forced_amx = True
+
+
+def _amx_supported() -> bool:
+    return True
+
+
+def _current_simulated() -> Platform:
+    current = Platform.current()
+    return Platform(current.kind, current.capability, current.arch)
+
+
+def _shape_key(problem) -> tuple:
+    return (problem.K, problem.N, problem.E, problem.topk, problem.dtype, problem.activation,
+            bool(problem.bias), bool(problem.apply_router_weight_on_input),
+            problem.expert_map is None, problem.activation_format)
+
+
+def _adapter_limit(quant: QuantConfig, problem) -> str | None:
+    """What the single-process adapter cannot express to vLLM (not vLLM's refusal)."""
+    if problem.activation_format != "standard":
+        return ("batched activation format: vLLM builds it only for an all2all expert-"
+                "parallel deployment (several ranks); the adapter runs one rank")
+    if problem.expert_map is not None:
+        return ("expert_map: vLLM derives it from expert parallelism over several ranks; "
+                "the adapter runs one rank")
+    if problem.activation not in ACTIVATIONS:
+        return (f"activation {problem.activation}: vLLM reads gpt-oss's interleaved gate/up "
+                "only from a fused gate_up tensor, not through per-expert gate/up loaders")
+    try:
+        quantization_config(quant)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _choice(quant_method) -> tuple[str, str | None]:
+    """The oracle's choice recorded on vLLM's quant method: "BACKEND (ExpertsClass)", isa."""
+    backend = next((v for k, v in vars(quant_method).items()
+                    if k.endswith("_backend") and hasattr(v, "name")), None)
+    experts = getattr(quant_method, "experts_cls", None)
+    name = getattr(backend, "name", "?")
+    cls = getattr(experts, "__name__", "?")
+    return f"{name} ({cls})", getattr(experts, "isa", None)
+
+
+def _check_layer(layer, name: str) -> None:
+    if not isinstance(layer, VllmLayer):
+        raise BackendError("layer", "a VllmLayer made by create_layer", type(layer).__name__)
+    if layer.backend != name:
+        raise BackendError("layer", f"a layer of backend {name!r}",
+                           f"a layer of backend {layer.backend!r}")
+
+
+def _check_checkpoint(quant: QuantConfig, checkpoint, problem) -> None:
+    """Every tensor named and shaped as the variant's checkpoint holds it, before vLLM's
+    loaders see it (they would copy a wrong shape into a slice without a word)."""
+    spec = checkpoint_spec(quant, problem)
+    tensors = getattr(checkpoint, "tensors", None)
+    if not isinstance(tensors, dict):
+        raise BackendError("checkpoint", "an object with a dict of tensors in .tensors",
+                           type(checkpoint).__name__)
+    for name, t in tensors.items():
+        if name not in spec:
+            raise BackendError(name, f"a tensor of a {quant.describe()} checkpoint "
+                               f"({', '.join(spec)})", "an unknown tensor")
+        check_tensor(name, t, spec[name])
+    for name, s in spec.items():
+        if s.required and name not in tensors:
+            raise BackendError(name, "a tensor", "missing")
+
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+__all__ = ["VllmBackend", "VllmCpuForcedBackend", "VllmLayer"]

@@ -1,0 +1,97 @@
+"""Shared by the reproductions: one vLLM 0.32 MoE layer built as vLLM builds it, from vLLM and
+torch only. CPU AMX gate forced (vLLM's quantized CPU MoE kernels require it)."""
+import tempfile
+
+import torch
+
+torch.cpu._is_amx_tile_supported = lambda: True  # AMX gate forced
+from vllm.config import VllmConfig, set_current_vllm_config  # noqa: E402
+from vllm.distributed import (  # noqa: E402
+    init_distributed_environment,
+    initialize_model_parallel,
+)
+from vllm.model_executor.layers.fused_moe import FusedMoEFactory  # noqa: E402
+from vllm.model_executor.layers.quantization import get_quantization_config  # noqa: E402
+
+CONFIG = VllmConfig()
+with set_current_vllm_config(CONFIG):
+    init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                 distributed_init_method=f"file://{tempfile.mktemp()}")
+    initialize_model_parallel(1, 1)
+E, K, N, TOPK, G = 4, 128, 128, 2, 32
+
+
+def gptq_int4(seed=0, bias=False, dtype=torch.bfloat16):
+    """Symmetric GPTQ int4 (uint4b8) per-expert tensors and their float dequantization."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    dense = {}
+    for e in range(E):
+        for proj, (n_out, n_in) in (("gate_proj", (N, K)), ("up_proj", (N, K)),
+                                    ("down_proj", (K, N))):
+            u = torch.randint(0, 16, (n_in, n_out), generator=g)
+            s = (torch.rand(n_in // G, n_out, generator=g) * 0.01 + 0.005).to(dtype)
+            words = (u.view(n_in // 8, 8, n_out) << (4 * torch.arange(8).view(1, 8, 1))).sum(1)
+            out[f"{e}.{proj}.qweight"] = words.to(torch.int64).to(torch.int32)
+            out[f"{e}.{proj}.scales"] = s
+            dense[(e, proj)] = ((u - 8).float() * s.float().repeat_interleave(G, 0)).T
+            if bias:
+                out[f"{e}.{proj}.bias"] = (torch.randn(n_out, generator=g) * 0.1).to(dtype)
+                dense[(e, proj, "b")] = out[f"{e}.{proj}.bias"].float()
+    return out, dense
+
+
+def layer(d, weights, dtype=torch.bfloat16, bias=False, router_on_input=False, topk=TOPK):
+    with set_current_vllm_config(CONFIG):
+        qc = get_quantization_config(d["quant_method"]).from_config(d) if d else None
+        r = FusedMoEFactory(E, topk, K, N, params_dtype=dtype, quant_config=qc,
+                            prefix=f"model.layers.{id(weights)}.mlp.experts", has_bias=bias,
+                            apply_router_weight_on_input=router_on_input)
+        list(r.load_weights(weights.items()))
+        return r
+
+
+def process(r):
+    with set_current_vllm_config(CONFIG):
+        r.routed_experts.quant_method.process_weights_after_loading(r.routed_experts)
+
+
+def run(r, x, w, ids):
+    with set_current_vllm_config(CONFIG), torch.inference_mode():
+        return r.routed_experts.forward_modular(x=x, topk_weights=w.clone(),
+                                                topk_ids=ids.to(torch.int32))
+
+
+def routing(M, dtype=torch.bfloat16, topk=TOPK, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(M, K, generator=g)).to(dtype)
+    ids = torch.stack([torch.randperm(E, generator=g)[:topk] for _ in range(M)])
+    w = torch.rand(M, topk, generator=g)
+    return x, w, ids
+
+
+def reference(dense, x, w, ids, act_quant=None, bias=False):
+    """float64 MoE of the dense weights (silu); act_quant(h) applied to each GEMM's input."""
+    q = act_quant or (lambda t: t)
+    y = torch.zeros(x.shape[0], K, dtype=torch.float64)
+    for t in range(x.shape[0]):
+        for j in range(ids.shape[1]):
+            e = int(ids[t, j])
+            xt = q(x[t:t + 1].double())
+            gate = xt @ dense[(e, "gate_proj")].double().T
+            up = xt @ dense[(e, "up_proj")].double().T
+            if bias:
+                gate, up = gate + dense[(e, "gate_proj", "b")], up + dense[(e, "up_proj", "b")]
+            a = torch.nn.functional.silu(gate) * up
+            o = q(a) @ dense[(e, "down_proj")].double().T
+            if bias:
+                o = o + dense[(e, "down_proj", "b")]
+            y[t] += w[t, j].double() * o[0]
+    return y
+
+
+def rel(a, b):
+    return float((a.double() - b).norm() / b.norm())
+
+
+GPTQ4 = {"quant_method": "gptq", "bits": 4, "group_size": G, "desc_act": False, "sym": True}
