@@ -55,8 +55,9 @@ def test_the_subset_is_claimed_and_the_rest_refused_with_a_reason(vendor):
         assert select_backend(scheme, PROBLEM, Platform.cpu()).backend is subset
     with pytest.raises(NoBackendError) as info:
         select_backend("awq-int4", PROBLEM, Platform.cpu())
-    assert info.value.reasons == {
-        "vendor-x": "awq-int4 not claimed by vendor-x (it claims bf16, gptq-int4)"}
+    # backends installed by entry point (vllm) add their own reasons: ours is the vendor's
+    assert info.value.reasons["vendor-x"] == (
+        "awq-int4 not claimed by vendor-x (it claims bf16, gptq-int4)")
 
 
 def test_the_delegates_own_refusals_and_platform_pass_through(vendor):

@@ -61,8 +61,9 @@ def test_first_claiming_backend_wins(fakes):
 def test_no_backend_lists_every_candidate_and_reason(fakes):
     with pytest.raises(NoBackendError) as info:
         select_backend("awq-int4", PROBLEM, Platform.xpu())
-    assert info.value.reasons == {"fake-a": "zero points not supported",
-                                  "fake-b": "bias not supported"}
+    # backends installed by entry point (vllm) add their own reasons: these are the fakes'
+    fakes_only = {k: v for k, v in info.value.reasons.items() if k.startswith("fake-")}
+    assert fakes_only == {"fake-a": "zero points not supported", "fake-b": "bias not supported"}
     message = str(info.value)
     assert "no backend for awq-int4 awq g128 asym on xpu" in message
     assert "fake-a: zero points not supported" in message
@@ -92,7 +93,8 @@ def test_vendor_backends_come_after_the_builtins():
         for kind, builtin in oracle_module.PRIORITY.items():
             names = oracle_module.priority(Platform(kind, capability=(9, 0)),
                                            QuantConfig.of("bf16"))
-            assert names == (*builtin, "vendor-x")
+            # built-ins first, then entry-point backends, then those registered at run time
+            assert names[:len(builtin)] == builtin and names[-1] == "vendor-x"
     finally:
         unregister_backend("vendor-x")
 
