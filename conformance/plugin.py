@@ -191,7 +191,7 @@ def moecert_session(request):
     results = config.getoption("--moecert-results")
     if results:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        state["journal"] = Journal(results, f"{state['run_id']}.pytest-{worker}")
+        state["journal"] = Journal(results, f"{state['run_id']}.pytest-{worker}", s.suite)
     if s.isolate:
         # the xdist workers share the cores: each case worker gets its share of threads
         shares = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))

@@ -220,7 +220,7 @@ def _journal(args, label: str) -> tuple[Journal, list[list[dict]]]:
     if args.resume:
         unfinished = [p for p in unfinished_journals(folder) if ours(p)]
         if unfinished:
-            journal = Journal(folder, unfinished[0].stem)  # cuts off a torn last line
+            journal = Journal(folder, unfinished[0].stem, args.suite)  # cuts a torn tail
             return journal, journal_cases(journal.path)
         finished = sorted((p for p in folder.glob("*.parquet") if ours(p)),
                           key=lambda p: p.stat().st_mtime, reverse=True)
@@ -233,7 +233,7 @@ def _journal(args, label: str) -> tuple[Journal, list[list[dict]]]:
     if any((folder / (name + suffix)).exists() for suffix in (".jsonl", ".parquet")):
         raise UsageError(f"run {run} already has {label} results in {folder}: --resume "
                          "continues an unfinished one; or pass another --run-id")
-    return Journal(folder, name), []
+    return Journal(folder, name, args.suite), []
 
 
 class _PlainProgress:
