@@ -241,6 +241,8 @@ def _slower(base: pd.DataFrame, current: pd.DataFrame) -> list[dict]:
 def compare_backends(frame: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     """Backends `a` and `b` side by side on the problems both ran (matched on problem id and
     check): status, headroom and rel_fro of each; rows whose status differs first."""
+    if a == b:
+        raise ValueError(f"compare_backends needs two different backends, got {a!r} twice")
     cols = ["problem_id", "check", "scheme", "status", "headroom", "rel_fro"]
     left = frame.loc[frame["backend"] == a, cols]
     right = frame.loc[frame["backend"] == b, cols].drop(columns="scheme")

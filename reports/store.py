@@ -239,16 +239,16 @@ def _as(values: pd.Series, dtype) -> pd.Series:
     values = values.reset_index(drop=True)
     if str(dtype).startswith("datetime64"):
         return pd.to_datetime(values, utc=True, format="ISO8601").astype(dtype)
-    if dtype == "category":  # categories from the data, sorted: the same whatever the files
-        values = values.astype("str").where(values.notna())
-        return values.astype(pd.CategoricalDtype(sorted(values.dropna().unique())))
-    if isinstance(dtype, pd.CategoricalDtype):
+    if isinstance(dtype, pd.CategoricalDtype):  # (equal to "category": test it first)
         values = values.astype("object").where(values.notna())
         unknown = set(values.dropna()) - set(dtype.categories)
         if unknown:
             raise ResultsError(f"unknown values {sorted(unknown)}; expected one of "
                                f"{list(dtype.categories)}")
         return values.astype(dtype)
+    if dtype == "category":  # categories from the data, sorted: the same whatever the files
+        values = values.astype("object").where(values.notna())
+        return values.astype(pd.CategoricalDtype(sorted(map(str, values.dropna().unique()))))
     if dtype == "float64":
         return pd.to_numeric(values.astype("object").where(values.notna()),
                              errors="coerce").astype("float64")
