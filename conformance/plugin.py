@@ -10,7 +10,9 @@ that hangs past `--moecert-timeout` or kills its process costs that case, not th
 `--moecert-in-process` runs them in pytest's own process for debugging. With pytest-xdist on
 several GPUs each worker takes one of the caller's visible devices, chosen from its worker id
 before anything initializes CUDA. `--moecert-results DIR` writes the rows as `moecert run`
-does. A mistyped name (backend, scheme, check, suite, shard) is one usage error (exit 4).
+does; `--moecert-junit FILE` (with it) writes them as JUnit XML, one testcase per (case,
+check), the same file `moecert run --junit` writes. A mistyped name (backend, scheme, check,
+suite, shard) is one usage error (exit 4).
 
 The plugin does nothing unless a moecert option is given or a test asks for the
 `moecert_case` fixture, so loading it in every pytest session costs nothing.
@@ -47,6 +49,9 @@ OPTIONS = (
     ("--moecert-device", dict(default=None, help="cpu or cuda (default: cuda if any)")),
     ("--moecert-results", dict(default=None, help="write result rows to this folder")),
     ("--moecert-xfail", dict(default=None, help="expected-failure list (TOML)")),
+    ("--moecert-junit", dict(default=None, metavar="FILE",
+                             help="write the rows as JUnit XML, one testcase per (case, check) "
+                                  "(needs --moecert-results)")),
     ("--moecert-shard", dict(default=None, metavar="I/N",
                              help="run shard I of N of the cases (0-based), split by case id")),
     ("--moecert-timeout", dict(type=float, default=None, metavar="SECONDS",
@@ -113,6 +118,9 @@ def _settings(config) -> Settings:
     timeout = _checked(config, "--moecert-timeout",
                        lambda t: DEFAULT_TIMEOUT_S if t is None else options.positive_seconds(t))
     _checked(config, "--moecert-xfail", _existing_file)
+    if config.getoption("--moecert-junit") and not config.getoption("--moecert-results"):
+        raise pytest.UsageError("--moecert-junit: needs --moecert-results DIR (the rows it "
+                                "renders)")
     settings = Settings(_checked(config, "--moecert-suite", options.suite_name), backends,
                         _checked(config, "--moecert-scheme",
                                  lambda names: [options.scheme_name(n) for n in names] or None),
@@ -186,8 +194,7 @@ def moecert_session(request):
              # worker's results file, so `load` reads the session as one run
              "run_id": (f"pytest-{os.environ['PYTEST_XDIST_TESTRUNUID'][:12]}"
                         if os.environ.get("PYTEST_XDIST_TESTRUNUID") else new_run_id()),
-             "rerun": " ".join(["moecert run --device", s.device,
-                                *(f"--import {m}" for m in s.imports)])}
+             "rerun": rerun_prefix(s)}
     results = config.getoption("--moecert-results")
     if results:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
@@ -206,6 +213,20 @@ def moecert_session(request):
     for entry in state["xfail"].unused():
         import warnings
         warnings.warn(f"moecert xfail entry matched nothing: {entry}", stacklevel=1)
+
+
+def rerun_prefix(s: Settings) -> str:
+    return " ".join(["moecert run --device", s.device, *(f"--import {m}" for m in s.imports)])
+
+
+def write_junit(config) -> None:
+    """The session's rows (its run: the newest in the results folder) as JUnit XML."""
+    from moecert.reports import load
+
+    from .run_command import write_junit as write
+
+    write(config.getoption("--moecert-junit"), load(config.getoption("--moecert-results")),
+          rerun_prefix(_settings(config)))
 
 
 def run_and_assert(case, session, properties: list | None = None) -> list[dict]:
@@ -271,6 +292,8 @@ class _Tally:
     def pytest_sessionfinish(self, session):
         if hasattr(session.config, "workerinput"):  # an xdist worker: its controller decides
             return
+        if session.config.getoption("--moecert-junit", None):
+            write_junit(session.config)
         self.verdict = session_verdict(self.counts)
         if self.verdict and not self.verdict[0] and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 from moecert.reference.schemes import SCHEMES
-from moecert.reports.schema import BANDS, CEILINGS, FLOORS
+from moecert.reports.schema import BANDS, FLOORS
 from moecert.reports.schema import GATED as METRICS
 
 from .metrics import error_metrics

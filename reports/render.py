@@ -25,6 +25,7 @@ from .schema import FAILING, thresholds_of
 
 FAILING_SHOWN = 20  # failing cases listed in full; the rest are counted
 _NUMBER = "{:.3g}".format
+_PRECISE = "{:.7g}".format  # a cosine floor of 0.9998779 must not read as 1
 
 
 # --- terminal ----------------------------------------------------------------------------------
@@ -60,14 +61,17 @@ def markdown(report: Report, title: str = "moecert report") -> str:
              f"{report.rows['scheme'].nunique()} scheme(s)", ""]
     regressions = report.regressions
     if regressions is not None and len(regressions):
-        lines += ["### Regressions", "", _md_table(regressions), ""]
+        shown = regressions.head(FAILING_SHOWN)[["change", "case_id", "check", "metric", "base",
+                                                 "current"]]
+        lines += [f"### Regressions ({len(regressions)})", "",
+                  _md_table(shown.dropna(axis=1, how="all")), ""]
+        lines += _more(len(regressions))
     cases = _failing_cases(report)
     if len(cases):
-        shown = cases.head(FAILING_SHOWN).assign(message=cases["message"].map(_first_line))
+        shown = cases.head(FAILING_SHOWN).assign(message=cases["message"].map(_short))
         lines += [f"### Failing cases ({len(cases)})", "",
                   _md_table(shown[["status", "check", "case_id", "message"]]), ""]
-        if len(cases) > FAILING_SHOWN:
-            lines += [f"and {len(cases) - FAILING_SHOWN} more", ""]
+        lines += _more(len(cases))
     lines += ["### Cases by backend x scheme", "",
               _md_table(report.counts.loc[:, (report.counts != 0).any()].reset_index()), ""]
     lines += _details("Worst headroom per tolerance entry", _md_table(_numbers(report.headroom)))
@@ -81,6 +85,15 @@ def markdown(report: Report, title: str = "moecert report") -> str:
             lines += _details(f"Other changes against the baseline ({len(others)})",
                               _md_table(others))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _more(n: int) -> list[str]:
+    return [f"and {n - FAILING_SHOWN} more", ""] if n > FAILING_SHOWN else []
+
+
+def _short(text, width: int = 100) -> str:
+    first = _first_line(text)
+    return first if len(first) <= width else first[:width - 3] + "..."
 
 
 def _details(summary: str, body: str) -> list[str]:
@@ -206,8 +219,8 @@ def junit(rows: pd.DataFrame, rerun_prefix: str | None = None,
 
 def junit_message(row) -> str:
     """The first line of a failing row's JUnit message: status and check, then the metric
-    nearest its threshold against that threshold where a tolerance entry judged the row,
-    then the row's own first line."""
+    farthest past its threshold against that threshold where a tolerance entry judged the
+    row, else the row's own first line."""
     head = f"{row['status']} {row['check']}"
     thresholds = thresholds_of(row)
     if thresholds and _finite(row.get("headroom")):
@@ -216,10 +229,10 @@ def junit_message(row) -> str:
         metric, threshold = max(thresholds.items(), key=lambda kv: _metric_headroom(
             kv[0], row[kv[0]], kv[1]) if _finite(row[kv[0]]) else -1.0)
         value = row[metric]
-        limit = (f"[{_NUMBER(threshold[0])}, {_NUMBER(threshold[1])}]"
-                 if isinstance(threshold, tuple) else _NUMBER(threshold))
-        head += (f": {metric} {_NUMBER(value)} against threshold {limit} "
-                 f"(headroom {_NUMBER(row['headroom'])})")
+        limit = (f"[{_PRECISE(threshold[0])}, {_PRECISE(threshold[1])}]"
+                 if isinstance(threshold, tuple) else _PRECISE(threshold))
+        return (f"{head}: {metric} {_PRECISE(value)} against threshold {limit} "
+                f"(headroom {_NUMBER(row['headroom'])})")
     first = _first_line(row["message"])
     return f"{head}: {first}" if first else head
 
