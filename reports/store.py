@@ -58,7 +58,8 @@ class Journal:
             return
         if self.suite is not None:
             rows = [{**r, "suite": self.suite} for r in rows]
-        self._write(json.dumps({"case_id": rows[0].get("case_id"), "rows": rows}, default=str))
+        self._write(json.dumps({"case_id": rows[0].get("case_id"), "rows": rows},
+                               default=_json_value))
 
     def _write(self, line: str) -> None:
         data = memoryview((line + "\n").encode())
@@ -72,6 +73,16 @@ class Journal:
         target = write_parquet(read_journal(self.path), self.path.with_suffix(".parquet"))
         self.path.unlink()
         return target
+
+
+def _json_value(value):
+    """What JSON cannot hold as it is: missing values as null, numpy scalars as numbers,
+    anything else (a timestamp) as its text."""
+    if value is pd.NA or value is pd.NaT:
+        return None
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
 
 
 def write_parquet(frame: pd.DataFrame, path: str | os.PathLike) -> Path:

@@ -7,7 +7,6 @@ import json
 from types import SimpleNamespace
 
 import pytest
-
 from moecert.reports.schema import threshold_columns
 from moecert.reports.store import _frame, write_parquet
 
