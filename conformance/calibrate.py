@@ -14,20 +14,31 @@ forms put every metric on one scale where larger is worse and 0 is exact:
 Suggested threshold: SAFETY x the measured max, rounded up to a 1-2-5 step (1e-3, 2e-3,
 5e-3, 1e-2, ...), in the error form (a floor of 1 - that, a band of 1 -+ that). Run it when a
 backend, the reference or the table changes: headroom that creeps toward 1 shows drift before
-anything fails.
+anything fails. `--results PATH` summarizes rows a run already wrote (`moecert run`, the pytest
+plugin) instead of running cases; `summarize` takes loaded rows (a DataFrame) as well.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+from moecert.reports.schema import (
+    BANDS,
+    FAILING,
+    FLOORS,
+    GATED,
+    error_form,
+    threshold_form,
+    thresholds_of,
+)
+
 from .options import (
+    UsageError,
     check_backends,
     device_name,
     positive_float,
@@ -35,10 +46,8 @@ from .options import (
     scheme_name,
     suite_name,
 )
-from .tolerances import BANDS, FLOORS, METRICS
 
 SAFETY = 2.0
-FAILED = ("fail", "error", "crash", "timeout")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,10 +62,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="suggested threshold = this x the measured max, 1-2-5 rounded")
     parser.add_argument("--out", metavar="PATH",
                         help="write the summary table (.csv, or .parquet)")
+    parser.add_argument("--results", metavar="PATH",
+                        help="summarize the rows of this results file or folder (its newest "
+                             "run) instead of running cases")
 
 
 def main(args) -> int:
     """Run, summarize, print; 1 if any accuracy row failed or errored."""
+    if args.results:
+        rows = _loaded_rows(args.results)
+    else:
+        rows = _run(args)
+    summary = summarize(rows, args.safety)
+    print(format_summary(summary, rows))
+    if args.out:
+        write_summary(summary, args.out)
+    return 1 if any(r["status"] in FAILING for r in rows) else 0
+
+
+def _loaded_rows(path: str) -> list[dict]:
+    from moecert.reports import ResultsError, load
+
+    try:
+        frame = load(path)
+    except (OSError, ResultsError) as e:
+        raise UsageError(f"--results: {e}") from None
+    frame = frame[frame["check"] == "accuracy"]
+    if frame.empty:
+        raise UsageError(f"--results {path}: no accuracy rows")
+    return _records(frame)
+
+
+def _run(args) -> list[dict]:
     from .execute import run_case
     from .suites import build_suite
 
@@ -67,33 +104,11 @@ def main(args) -> int:
         _progress(f"[{i}/{len(runs)}] {case.case_id}")
         rows.extend(run_case(case, args.device, checks=("accuracy",)))
     _progress("")
-    summary = summarize(rows, args.safety)
-    print(format_summary(summary, rows))
-    if args.out:
-        write_summary(summary, args.out)
-    return 1 if any(r["status"] in FAILED for r in rows) else 0
+    return rows
 
 
 # --- pure functions: rows in, summary out ----------------------------------------------------
-
-def error_form(metric: str, value: float) -> float:
-    """The metric as an error: 0 exact, larger worse (see the module docstring)."""
-    if metric in FLOORS:
-        return 1.0 - value
-    if metric in BANDS:
-        return abs(value - 1.0)
-    return value
-
-
-def threshold_form(metric: str, threshold) -> float:
-    """A threshold in the same error form (a band's nearer edge)."""
-    if metric in FLOORS:
-        return 1.0 - threshold
-    if metric in BANDS:
-        lo, hi = threshold
-        return min(1.0 - lo, hi - 1.0)
-    return float(threshold)
-
+# error_form and threshold_form (reports/schema.py) put every metric on one scale.
 
 def round_up_125(x: float) -> float:
     """The smallest 1, 2 or 5 times a power of ten that is >= x (0 stays 0)."""
@@ -107,22 +122,25 @@ def round_up_125(x: float) -> float:
     raise AssertionError("unreachable")
 
 
-def summarize(rows: list[dict], safety: float = SAFETY) -> list[dict]:
-    """One record per (tolerance entry, metric) over the accuracy rows that carry a verdict."""
+def summarize(rows, safety: float = SAFETY) -> list[dict]:
+    """One record per (tolerance entry, metric) over the accuracy rows that carry a verdict.
+    `rows`: dicts, or a DataFrame of loaded results (rows without a tolerance entry, NaN or
+    None, are not judged by one and are left out)."""
     by_entry: dict[str, list[dict]] = defaultdict(list)
-    for row in rows:
-        if row.get("check") == "accuracy" and row.get("tolerance"):
+    for row in _records(rows):
+        if row.get("check") == "accuracy" and isinstance(row.get("tolerance"), str) \
+                and row["tolerance"]:
             by_entry[row["tolerance"]].append(row)
     summary = []
     for entry in sorted(by_entry):
         group = by_entry[entry]
-        thresholds = json.loads(group[0]["thresholds"])
-        failed = sum(r["status"] in FAILED for r in group)
-        for metric in METRICS:
+        thresholds = thresholds_of(group[0])
+        failed = sum(r["status"] in FAILING for r in group)
+        for metric in GATED:
             if metric not in thresholds:
                 continue
             measured = [(error_form(metric, r[metric]), r["case_id"]) for r in group
-                        if r.get(metric) is not None and not math.isnan(r[metric])]
+                        if _finite(r.get(metric))]
             if not measured:
                 continue
             values = [v for v, _ in measured]
@@ -137,6 +155,18 @@ def summarize(rows: list[dict], safety: float = SAFETY) -> list[dict]:
                 "worst_case": worst_case,
             })
     return summary
+
+
+def _records(rows) -> list[dict]:
+    """Rows as dicts, a DataFrame's missing values as None."""
+    if hasattr(rows, "to_dict"):
+        frame = rows.astype(object).where(rows.notna(), None)
+        return frame.to_dict("records")
+    return list(rows)
+
+
+def _finite(v) -> bool:
+    return isinstance(v, int | float) and not math.isnan(v)
 
 
 def _quantile(values: list[float], q: float) -> float:

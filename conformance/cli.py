@@ -166,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     from . import calibrate
     calibrate.add_arguments(p)
     p.set_defaults(func=calibrate.main)
+    p = sub.add_parser("report", help="summarize results, compare with a baseline; exit 1 on "
+                                      "a regression, 2 on unreadable results")
+    from . import report_command
+    report_command.add_arguments(p)
+    p.set_defaults(func=report_command.main)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

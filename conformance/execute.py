@@ -7,7 +7,7 @@ kills its process or hangs costs one case; tests and `moecert calibrate` call it
 from __future__ import annotations
 
 import contextlib
-import json
+import datetime
 import math
 import os
 import time
@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterable
 
 import torch
+from moecert.reports.schema import METRICS, problem_id, threshold_columns
 
 from .cases import Case
 from .checks import Outcome, checks_for, run_check
@@ -82,24 +83,22 @@ def triton_for(device: str):
 
 def _row(case: Case, device: str, run_id: str, check: str, outcome: Outcome,
          run: CaseRun | None, duration: float) -> dict:
-    row = {"run_id": run_id, "case_id": case.case_id, "backend": case.backend,
+    row = {"run_id": run_id, "case_id": case.case_id, "problem_id": problem_id(case.case_id),
+           "backend": case.backend,
            "scheme": case.scheme, "config": "", **problem_columns(case),
            **environment(device, case.backend), "check": check, "status": outcome.status,
-           "message": outcome.message, "duration_s": duration, "case_json": case.to_json()}
+           "message": outcome.message, "duration_s": duration, "case_json": case.to_json(),
+           "finished_at": datetime.datetime.now(datetime.UTC).isoformat()}
     row["claimed"] = None  # unknown when the case could not be set up
     if run is not None:
         row["config"] = run.quant.describe()
         with contextlib.suppress(Exception):  # a supports() that raises is the claims row's error
             row["claimed"] = run.claim is None
-    for key in METRIC_KEYS:
+    for key in METRICS:
         row[key] = float(outcome.metrics.get(key, math.nan))
     v = outcome.verdict
     if v is not None:
         row["tolerance"] = run.tolerance.key
-        row["thresholds"] = json.dumps(v.thresholds, sort_keys=True)
+        row.update(threshold_columns(v.thresholds))
         row["headroom"] = float(v.headroom)
     return row
-
-
-METRIC_KEYS = ("nonfinite", "max_abs", "max_abs_scaled", "rel_fro", "cosine",
-               "min_row_cosine", "norm_ratio", "mismatch_frac", "max_expert_rel_fro")

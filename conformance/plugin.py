@@ -10,7 +10,9 @@ that hangs past `--moecert-timeout` or kills its process costs that case, not th
 `--moecert-in-process` runs them in pytest's own process for debugging. With pytest-xdist on
 several GPUs each worker takes one of the caller's visible devices, chosen from its worker id
 before anything initializes CUDA. `--moecert-results DIR` writes the rows as `moecert run`
-does. A mistyped name (backend, scheme, check, suite, shard) is one usage error (exit 4).
+does; `--moecert-junit FILE` (with it) writes them as JUnit XML, one testcase per (case,
+check), the same file `moecert run --junit` writes. A mistyped name (backend, scheme, check,
+suite, shard) is one usage error (exit 4).
 
 The plugin does nothing unless a moecert option is given or a test asks for the
 `moecert_case` fixture, so loading it in every pytest session costs nothing.
@@ -47,6 +49,9 @@ OPTIONS = (
     ("--moecert-device", dict(default=None, help="cpu or cuda (default: cuda if any)")),
     ("--moecert-results", dict(default=None, help="write result rows to this folder")),
     ("--moecert-xfail", dict(default=None, help="expected-failure list (TOML)")),
+    ("--moecert-junit", dict(default=None, metavar="FILE",
+                             help="write the rows as JUnit XML, one testcase per (case, check) "
+                                  "(needs --moecert-results)")),
     ("--moecert-shard", dict(default=None, metavar="I/N",
                              help="run shard I of N of the cases (0-based), split by case id")),
     ("--moecert-timeout", dict(type=float, default=None, metavar="SECONDS",
@@ -116,6 +121,9 @@ def _settings(config) -> Settings:
                        lambda t: DEFAULT_TIMEOUT_S if t is None else options.positive_seconds(t))
     xfail_path = config.getoption("--moecert-xfail")
     xfail = _checked(config, "--moecert-xfail", lambda p: options.xfail_list(p, "file"))
+    if config.getoption("--moecert-junit") and not config.getoption("--moecert-results"):
+        raise pytest.UsageError("--moecert-junit: needs --moecert-results DIR (the rows it "
+                                "renders)")
     settings = Settings(_checked(config, "--moecert-suite", options.suite_name), backends,
                         _checked(config, "--moecert-scheme",
                                  lambda names: [options.scheme_name(n) for n in names] or None),
@@ -175,7 +183,6 @@ def moecert_session(request):
     from moecert.reports.store import Journal
 
     from .execute import new_run_id, triton_for
-    from .run_command import rerun_command
     from .runner import CaseRunner, RunConfig
 
     config = request.config
@@ -186,11 +193,11 @@ def moecert_session(request):
              # worker's results file, so `load` reads the session as one run
              "run_id": (f"pytest-{os.environ['PYTEST_XDIST_TESTRUNUID'][:12]}"
                         if os.environ.get("PYTEST_XDIST_TESTRUNUID") else new_run_id()),
-             "rerun": rerun_command(s.device, s.imports, s.xfail_path, s.checks, s.timeout_s)}
+             "rerun": rerun_prefix(s)}
     results = config.getoption("--moecert-results")
     if results:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        state["journal"] = Journal(results, f"{state['run_id']}.pytest-{worker}")
+        state["journal"] = Journal(results, f"{state['run_id']}.pytest-{worker}", s.suite)
     if s.isolate:
         # the xdist workers share the cores: each case worker gets its share of threads
         shares = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
@@ -205,6 +212,23 @@ def moecert_session(request):
     for entry in state["xfail"].unused():
         import warnings
         warnings.warn(f"moecert xfail entry matched nothing: {entry}", stacklevel=1)
+
+
+def rerun_prefix(s: Settings) -> str:
+    """`moecert run` with the session's options that change a verdict; a case's JSON follows."""
+    from .run_command import rerun_command
+
+    return rerun_command(s.device, s.imports, s.xfail_path, s.checks, s.timeout_s)
+
+
+def write_junit(config) -> None:
+    """The session's rows (its run: the newest in the results folder) as JUnit XML."""
+    from moecert.reports import load
+
+    from .run_command import write_junit as write
+
+    write(config.getoption("--moecert-junit"), load(config.getoption("--moecert-results")),
+          rerun_prefix(_settings(config)))
 
 
 def run_and_assert(case, session, properties: list | None = None) -> list[dict]:
@@ -270,6 +294,8 @@ class _Tally:
     def pytest_sessionfinish(self, session):
         if hasattr(session.config, "workerinput"):  # an xdist worker: its controller decides
             return
+        if session.config.getoption("--moecert-junit", None):
+            write_junit(session.config)
         self.verdict = session_verdict(self.counts)
         if self.verdict and not self.verdict[0] and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -25,7 +25,7 @@ except ImportError:  # a checkout run without installing (a GPU box's PYTHONPATH
 
 from moecert.kernels import backend_names, get_backend
 from moecert.reports.schema import FAILING, STATUSES, case_status
-from moecert.reports.store import Journal, journal_cases, run_id_of, unfinished_journals
+from moecert.reports.store import Journal, journal_cases, load, run_id_of, unfinished_journals
 
 from .cases import Case
 from .checks import CHECKS
@@ -88,6 +88,8 @@ def add_arguments(p) -> None:
     p.add_argument("--import", dest="imports", action="append", default=[],
                    metavar="MODULE", help="import MODULE first (it may register backends)")
     p.add_argument("--xfail", default=None, help="expected-failure list (TOML)")
+    p.add_argument("--junit", metavar="FILE", default=None,
+                   help="also write the run's rows as JUnit XML (as moecert report --junit)")
     p.add_argument("--in-process", action="store_true",
                    help="no worker processes (faster to debug; a crash ends the run)")
 
@@ -137,10 +139,20 @@ def main(args) -> int:
     print(summary.render(rerun_command(device, args.imports, args.xfail, args.check,
                                        args.timeout), xfail), flush=True)
     print(f"results: {path}")
+    if args.junit:
+        write_junit(args.junit, load(path), rerun_command(device, args.imports, args.xfail,
+                                                          args.check, args.timeout))
+        print(f"junit: {args.junit}")
     reason = summary.not_green()
     if reason:
         print(f"not green: {reason}")
     return 1 if reason else 0
+
+
+def write_junit(path: str, rows, rerun: str) -> None:
+    from moecert.reports.render import junit
+
+    Path(path).write_text(junit(rows, rerun), encoding="utf-8")
 
 
 def _record(journal, xfail, rows):
@@ -214,7 +226,7 @@ def _journal(args, label: str) -> tuple[Journal, list[list[dict]]]:
     if args.resume:
         unfinished = [p for p in unfinished_journals(folder) if ours(p)]
         if unfinished:
-            journal = Journal(folder, unfinished[0].stem)  # cuts off a torn last line
+            journal = Journal(folder, unfinished[0].stem, args.suite)  # cuts a torn tail
             return journal, journal_cases(journal.path)
         finished = sorted((p for p in folder.glob("*.parquet") if ours(p)),
                           key=lambda p: p.stat().st_mtime, reverse=True)
@@ -227,7 +239,7 @@ def _journal(args, label: str) -> tuple[Journal, list[list[dict]]]:
     if any((folder / (name + suffix)).exists() for suffix in (".jsonl", ".parquet")):
         raise UsageError(f"run {run} already has {label} results in {folder}: --resume "
                          "continues an unfinished one; or pass another --run-id")
-    return Journal(folder, name), []
+    return Journal(folder, name, args.suite), []
 
 
 class _PlainProgress:

@@ -33,15 +33,13 @@ from pathlib import Path
 
 import torch
 from moecert.reference.schemes import SCHEMES
+from moecert.reports.schema import BANDS, FLOORS
+from moecert.reports.schema import GATED as METRICS
 
 from .metrics import error_metrics
 
 DEFAULT_PATH = Path(__file__).with_name("tolerances.toml")
 KEY_FIELDS = ("scheme", "activation_mode", "dtype", "backend", "device_kind", "shape_class")
-CEILINGS = ("rel_fro", "max_abs_scaled", "mismatch_frac", "max_expert_rel_fro")
-FLOORS = ("cosine", "min_row_cosine")
-BANDS = ("norm_ratio",)
-METRICS = CEILINGS + FLOORS + BANDS
 ANY = "*"
 
 # Shape classes: one expert's w2 (N x K weights) below MODEL_WEIGHTS is "small" (CPU smoke

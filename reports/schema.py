@@ -1,13 +1,26 @@
-"""The result schema (SPEC section 4): one row per (case, check).
+"""The result schema (SPEC section 4): one row per (case, check), declared once.
 
-Columns, in order: identity (run, case, backend, scheme, the problem's fields), where it ran
-(platform, device, versions), the check, its status and whether the backend claimed the
-case, every error metric (non-finite count
-first), the tolerance entry with its thresholds and the headroom (metric / threshold), the
-duration, a message, and the case as JSON so any row can be rerun.
+Every writer (conformance/execute.py) and reader (store, frames, calibrate, the runner's
+summary) takes the columns, their dtypes, the statuses and the metric names from here.
+
+Columns, in order: identity (run, suite, case, problem, backend, scheme, the problem's
+fields), where it ran (platform, device, versions), the check, its status and whether the
+backend claimed the case, every error metric (non-finite count first), the tolerance entry with
+one column per threshold and the headroom (metric / threshold), timings, when the row was
+made, a message, and the case as JSON so any row can be rerun.
 """
 
 from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+# Bumped whenever a column is added, removed, renamed or changes meaning: `load` refuses files
+# of any other version rather than guessing.
+SCHEMA_VERSION = 2
+# The key under which Parquet metadata and the journal's header line carry the version.
+VERSION_KEY = "moecert_schema_version"
 
 # Worst first: a case's status is the worst status among its rows. "unsupported" (the backend
 # does not claim the case; only the claims and oracle checks judged it) ranks above "pass", so
@@ -16,20 +29,96 @@ from __future__ import annotations
 STATUSES = ("crash", "timeout", "error", "fail", "xfail", "unsupported", "pass", "skip")
 # A case counts against the run when any of its rows has one of these.
 FAILING = ("crash", "timeout", "error", "fail")
+# Ordered worst first, so `.min()` of a status column is its worst status and sorting
+# ascending puts the worst rows first.
+STATUS_DTYPE = pd.CategoricalDtype(STATUSES, ordered=True)
+
+# Metrics a tolerance entry gates (conformance/tolerances.py judges them), by kind:
+CEILINGS = ("rel_fro", "max_abs_scaled", "mismatch_frac", "max_expert_rel_fro")  # <= threshold
+FLOORS = ("cosine", "min_row_cosine")  # >= floor
+BANDS = ("norm_ratio",)  # inside [lo, hi]
+GATED = CEILINGS + FLOORS + BANDS
+# Every metric column (conformance/metrics.py computes them), non-finite count first.
+METRICS = ("nonfinite", "max_abs", "max_abs_scaled", "rel_fro", "cosine", "min_row_cosine",
+           "norm_ratio", "mismatch_frac", "max_expert_rel_fro")
+# The row's thresholds, one column each: a ceiling or floor as thr_<metric>, a band as
+# thr_<metric>_lo and thr_<metric>_hi.
+THRESHOLD_COLUMNS = {m: ((f"thr_{m}_lo", f"thr_{m}_hi") if m in BANDS else (f"thr_{m}",))
+                     for m in GATED}
+
+_STR, _INT, _FLOAT, _BOOL, _CAT = "str", "Int64", "float64", "boolean", "category"
+COLUMN_DTYPES = {
+    "run_id": _STR, "suite": _STR, "case_id": _STR, "problem_id": _STR,
+    "backend": _CAT, "scheme": _CAT, "config": _STR,
+    "M": _INT, "K": _INT, "N": _INT, "E": _INT, "topk": _INT, "dtype": _STR,
+    "activation": _STR, "bias": _BOOL, "router_on_input": _BOOL, "expert_map": _STR,
+    "activation_format": _STR, "routing": _STR, "seed": _INT, "depth": _STR,
+    "platform": _STR, "device": _STR, "device_name": _STR, "device_uuid": _STR, "host": _STR,
+    "moecert_version": _STR, "backend_version": _STR, "torch_version": _STR,
+    "triton_version": _STR,
+    "check": _CAT, "status": STATUS_DTYPE, "claimed": _BOOL,
+    **{m: _FLOAT for m in METRICS},
+    "tolerance": _STR,
+    **{c: _FLOAT for cols in THRESHOLD_COLUMNS.values() for c in cols},
+    "headroom": _FLOAT,
+    "duration_s": _FLOAT,  # the check's wall time, reference included
+    "kernel_s": _FLOAT,  # the backend's kernel time, where a check measured it (none yet)
+    "finished_at": "datetime64[ns, UTC]",
+    "message": _STR, "case_json": _STR,
+}
+COLUMNS = tuple(COLUMN_DTYPES)
 
 
 def case_status(statuses) -> str:
     """The status of a case from its rows' statuses: the worst one ("skip" for no rows)."""
     return min(statuses, key=STATUSES.index, default="skip")
 
-COLUMNS = (
-    "run_id", "case_id", "backend", "scheme", "config",
-    "M", "K", "N", "E", "topk", "dtype", "activation", "bias", "router_on_input",
-    "expert_map", "activation_format", "routing", "seed", "depth",
-    "platform", "device", "device_name", "device_uuid", "host",
-    "moecert_version", "backend_version", "torch_version", "triton_version",
-    "check", "status", "claimed",
-    "nonfinite", "max_abs", "max_abs_scaled", "rel_fro", "cosine", "min_row_cosine",
-    "norm_ratio", "mismatch_frac", "max_expert_rel_fro",
-    "tolerance", "thresholds", "headroom", "duration_s", "message", "case_json",
-)
+
+def problem_id(case_id: str) -> str:
+    """The case id without its backend: the same problem on every backend."""
+    return case_id.split("/", 1)[1] if "/" in case_id else case_id
+
+
+def threshold_columns(thresholds: dict) -> dict:
+    """A tolerance entry's thresholds ({metric: ceiling, floor or (lo, hi)}) as row columns."""
+    out = {}
+    for metric, value in thresholds.items():
+        names = THRESHOLD_COLUMNS[metric]
+        values = tuple(value) if len(names) == 2 else (value,)
+        out.update({n: float(v) for n, v in zip(names, values, strict=True)})
+    return out
+
+
+def thresholds_of(row) -> dict:
+    """The inverse of `threshold_columns`: {metric: threshold} of a row (a dict or a Series),
+    the metrics it has thresholds for."""
+    out = {}
+    for metric, names in THRESHOLD_COLUMNS.items():
+        values = [row.get(n) for n in names]
+        if all(_number(v) for v in values):
+            out[metric] = tuple(float(v) for v in values) if len(names) == 2 else float(values[0])
+    return out
+
+
+def error_form(metric: str, value: float) -> float:
+    """A metric as an error, 0 exact and larger worse: a ceiling as it is, a floor as
+    1 - value, a band as |value - 1|."""
+    if metric in FLOORS:
+        return 1.0 - value
+    if metric in BANDS:
+        return abs(value - 1.0)
+    return value
+
+
+def threshold_form(metric: str, threshold) -> float:
+    """A threshold in the same error form (a band's nearer edge)."""
+    if metric in FLOORS:
+        return 1.0 - threshold
+    if metric in BANDS:
+        lo, hi = threshold
+        return min(1.0 - lo, hi - 1.0)
+    return float(threshold)
+
+
+def _number(v) -> bool:
+    return v is not None and v is not pd.NA and not (isinstance(v, float) and math.isnan(v))

@@ -9,7 +9,11 @@ it and `Journal` cuts it off before appending. When the run ends the journal bec
 `<run id>.<label>.parquet`.
 
 `load(path)` reads one file, or from a folder the newest run (all its shards merged);
-`load(path, run=ID)` one run by id, `load(path, run="all")` every run in the folder.
+`load(path, run=ID)` one run by id, `load(path, run="all")` every run in the folder. Every
+file carries the schema version (reports/schema.py): a journal as its first line
+(`{"moecert_schema_version": N}`), a Parquet file in its metadata. `load` refuses a file of
+another version, or one that is not whole, with a `ResultsError` naming the file and what was
+expected, and returns the columns with the schema's dtypes whatever the mix of files.
 """
 
 from __future__ import annotations
@@ -19,27 +23,45 @@ import os
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from .schema import COLUMNS
+from .schema import COLUMN_DTYPES, COLUMNS, SCHEMA_VERSION, VERSION_KEY, problem_id
 
 ALL_RUNS = "all"
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read as this schema: which file, and why."""
 
 
 class Journal:
     """Append-only rows of one run (or one shard of it), one line per case."""
 
-    def __init__(self, folder: str | os.PathLike, name: str):
+    def __init__(self, folder: str | os.PathLike, name: str, suite: str | None = None):
+        """`suite`: the suite the run's cases came from, written into every row (the report
+        tells a case gone from a run from one the suite dropped by it)."""
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / f"{name}.jsonl"
+        self.suite = suite
         repair_journal(self.path)  # a resumed run appends after whole lines only
+        if self.path.exists() and self.path.stat().st_size:
+            _journal_version(self.path)  # resuming another version's journal: refuse
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if not os.fstat(self._fd).st_size:
+            self._write(json.dumps({VERSION_KEY: SCHEMA_VERSION}))
 
     def append(self, rows: list[dict]) -> None:
         """One case's rows, as one line in one write."""
         if not rows:
             return
-        line = json.dumps({"case_id": rows[0].get("case_id"), "rows": rows}, default=str)
+        if self.suite is not None:
+            rows = [{**r, "suite": self.suite} for r in rows]
+        self._write(json.dumps({"case_id": rows[0].get("case_id"), "rows": rows},
+                               default=_json_value))
+
+    def _write(self, line: str) -> None:
         data = memoryview((line + "\n").encode())
         while data:
             data = data[os.write(self._fd, data):]
@@ -48,11 +70,27 @@ class Journal:
     def finish(self) -> Path:
         """Write the rows as Parquet next to the journal and remove the journal."""
         os.close(self._fd)
-        frame = read_journal(self.path)
-        target = self.path.with_suffix(".parquet")
-        frame.to_parquet(target, index=False)
+        target = write_parquet(read_journal(self.path), self.path.with_suffix(".parquet"))
         self.path.unlink()
         return target
+
+
+def _json_value(value):
+    """What JSON cannot hold as it is: missing values as null, numpy scalars as numbers,
+    anything else (a timestamp) as its text."""
+    if value is pd.NA or value is pd.NaT:
+        return None
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def write_parquet(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """`frame` (rows of this schema) as Parquet, the schema version in its metadata."""
+    table = pa.Table.from_pandas(_frame(frame), preserve_index=False)
+    meta = {**(table.schema.metadata or {}), VERSION_KEY.encode(): str(SCHEMA_VERSION).encode()}
+    pq.write_table(table.replace_schema_metadata(meta), path)
+    return Path(path)
 
 
 def repair_journal(path: str | os.PathLike) -> None:
@@ -80,8 +118,9 @@ def repair_journal(path: str | os.PathLike) -> None:
 
 def journal_cases(path: str | os.PathLike) -> list[list[dict]]:
     """The rows of each case a journal holds whole, in the order they finished. A last line
-    without its newline, or a line that does not decode, is a case that did not finish.
-    (A journal of an earlier version has one row per line: each line is taken as it is.)"""
+    without its newline, or a line that does not decode, is a case that did not finish. A
+    journal of another schema version is a `ResultsError`."""
+    _journal_version(path)
     cases = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
@@ -91,14 +130,44 @@ def journal_cases(path: str | os.PathLike) -> list[list[dict]]:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(record, dict):
-                cases.append(record["rows"] if isinstance(record.get("rows"), list)
-                             else [record])
+            if isinstance(record, dict) and isinstance(record.get("rows"), list):
+                cases.append(record["rows"])
     return cases
+
+
+def _journal_version(path) -> None:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        first = f.readline()
+    try:
+        version = json.loads(first).get(VERSION_KEY) if first.endswith("\n") else None
+    except (json.JSONDecodeError, AttributeError):
+        version = None
+    if version != SCHEMA_VERSION:
+        found = f"schema version {version}" if version is not None else "no schema version line"
+        raise ResultsError(f"{path}: a journal of {found}; this moecert reads schema version "
+                           f"{SCHEMA_VERSION} (its first line {{\"{VERSION_KEY}\": "
+                           f"{SCHEMA_VERSION}}})")
 
 
 def read_journal(path: str | os.PathLike) -> pd.DataFrame:
     return _frame([row for rows in journal_cases(path) for row in rows])
+
+
+def read_parquet(path: str | os.PathLike) -> pd.DataFrame:
+    """One Parquet results file, checked whole and for its schema version."""
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        raise ResultsError(f"{path}: not a readable Parquet file (truncated or corrupt?): "
+                           f"{e}") from None
+    raw = (table.schema.metadata or {}).get(VERSION_KEY.encode())
+    version = raw.decode() if raw is not None else None
+    if version != str(SCHEMA_VERSION):
+        found = f"schema version {version}" if version is not None else "no schema version"
+        raise ResultsError(f"{path}: results of {found} (Parquet metadata "
+                           f"{VERSION_KEY!r}); this moecert reads schema version "
+                           f"{SCHEMA_VERSION}")
+    return table.to_pandas()
 
 
 def unfinished_journals(folder: str | os.PathLike) -> list[Path]:
@@ -147,17 +216,53 @@ def load(path: str | os.PathLike, run: str | None = None) -> pd.DataFrame:
             files = runs[run]
         else:
             files = next(iter(runs.values()), [])
-    frames = [pd.read_parquet(f) if f.suffix == ".parquet" else read_journal(f) for f in files]
+    frames = [_read(f) for f in files]
     frames = [f for f in frames if len(f)]
     if not frames:
         return _frame([])
+    # categoricals of different categories concatenate as objects: _frame restores them
     return _frame(pd.concat(frames, ignore_index=True))
 
 
+def _read(path: Path) -> pd.DataFrame:
+    try:
+        return _frame(read_parquet(path) if path.suffix == ".parquet" else read_journal(path))
+    except ResultsError as e:
+        raise e if str(path) in str(e) else ResultsError(f"{path}: {e}") from None
+
+
 def _frame(rows) -> pd.DataFrame:
+    """Rows as a frame of the schema's columns (missing ones empty) and dtypes; columns the
+    schema does not know follow, as they are."""
     frame = pd.DataFrame(rows)
-    for col in COLUMNS:
-        if col not in frame:
-            frame[col] = pd.NA
-    extra = [c for c in frame.columns if c not in COLUMNS]
-    return frame[list(COLUMNS) + extra]
+    if "problem_id" not in frame and "case_id" in frame:
+        frame["problem_id"] = frame["case_id"].map(problem_id, na_action="ignore")
+    out = {}
+    for col, dtype in COLUMN_DTYPES.items():
+        values = frame[col] if col in frame else pd.Series(pd.NA, index=frame.index,
+                                                           dtype="object")
+        out[col] = _as(values, dtype)
+    extra = {c: frame[c] for c in frame.columns if c not in COLUMNS}
+    return pd.DataFrame({**out, **extra}, index=pd.RangeIndex(len(frame)))
+
+
+def _as(values: pd.Series, dtype) -> pd.Series:
+    values = values.reset_index(drop=True)
+    if str(dtype).startswith("datetime64"):
+        return pd.to_datetime(values, utc=True, format="ISO8601").astype(dtype)
+    if isinstance(dtype, pd.CategoricalDtype):  # (equal to "category": test it first)
+        values = values.astype("object").where(values.notna())
+        unknown = set(values.dropna()) - set(dtype.categories)
+        if unknown:
+            raise ResultsError(f"unknown values {sorted(unknown)}; expected one of "
+                               f"{list(dtype.categories)}")
+        return values.astype(dtype)
+    if dtype == "category":  # categories from the data, sorted: the same whatever the files
+        values = values.astype("object").where(values.notna())
+        return values.astype(pd.CategoricalDtype(sorted(map(str, values.dropna().unique()))))
+    if dtype == "float64":
+        return pd.to_numeric(values.astype("object").where(values.notna()),
+                             errors="coerce").astype("float64")
+    if dtype == "str":
+        return values.astype("object").where(values.notna()).astype("str")
+    return values.astype("object").where(values.notna()).astype(dtype)

@@ -16,7 +16,7 @@ ALLOWED = {  # folder -> third-party top-level modules and moecert modules it ma
     # adapters may import their vendor's library (optional, guarded by ImportError)
     "kernels": ({"torch", "triton", "vllm_xpu_kernels", "vllm"},
                 {"moecert.kernels", "moecert.reference.schemes"}),
-    "reports": ({"pandas", "pyarrow", "matplotlib"}, {"moecert.reports"}),
+    "reports": ({"pandas", "pyarrow", "matplotlib", "numpy"}, {"moecert.reports"}),
     "conformance": ({"torch", "triton", "pandas", "pyarrow", "pytest", "hypothesis", "tqdm"},
                     {"moecert"}),
 }

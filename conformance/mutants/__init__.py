@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from moecert.kernels.registry import backend_names, register_backend
+from moecert.reports.schema import FAILING
 
 from . import conversion, forward, legit, protocol
 
 # Row statuses that count as the harness flagging a backend.
-FLAGGED = ("fail", "error", "crash", "timeout")
+FLAGGED = FAILING
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 import pandas as pd
 import pytest
 from moecert.conformance import calibrate, execute
 from moecert.conformance.calibrate import error_form, round_up_125, summarize, threshold_form
+from moecert.reports.schema import threshold_columns
 
 
 @pytest.mark.parametrize("x, expected", [
@@ -32,7 +32,7 @@ def test_error_and_threshold_forms():
 def row(case_id, status="pass", tolerance="e/*/*/*/*", **metrics):
     thresholds = {"rel_fro": 4e-3, "cosine": 0.999, "norm_ratio": [0.99, 1.01]}
     return {"case_id": case_id, "check": "accuracy", "status": status, "tolerance": tolerance,
-            "thresholds": json.dumps(thresholds), "rel_fro": 1e-3, "cosine": 0.9999,
+            **threshold_columns(thresholds), "rel_fro": 1e-3, "cosine": 0.9999,
             "norm_ratio": 1.0, **metrics}
 
 

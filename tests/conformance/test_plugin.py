@@ -96,8 +96,14 @@ def session(pytester, monkeypatch):
 
 def test_unclaimed_cases_are_skips_with_the_backends_reason(session, pytester):
     result = session("--moecert-backend", "t-bf16-only", "--moecert-scheme", "bf16",
-                     "--moecert-scheme", "fp16", "-k", ONE_SHAPE, "--junitxml", "out.xml")
+                     "--moecert-scheme", "fp16", "-k", ONE_SHAPE, "--junitxml", "out.xml",
+                     "--moecert-results", "res", "--moecert-junit", "moecert.xml")
     result.assert_outcomes(passed=1, skipped=1)
+    # moecert's own JUnit: one testcase per (case, check), the unclaimed case's skipped
+    ours = ET.parse(pytester.path / "moecert.xml").getroot()
+    assert {(c.get("classname"), c.find("skipped") is not None)
+            for c in ours.iter("testcase")} == {("t-bf16-only.bf16", False),
+                                                ("t-bf16-only.fp16", True)}
     assert result.ret == 0
     result.stdout.fnmatch_lines(["moecert: t-bf16-only claimed 1 of 2 cases"])
     result.stdout.fnmatch_lines(["SKIPPED*not claimed: this test backend does bf16 only*"])

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from moecert.reports import COLUMNS, load
+from moecert.reports.store import Journal
 
 HELPERS = Path(__file__).parent / "helpers"
 
@@ -65,8 +66,9 @@ def test_resume_runs_only_what_is_left(tmp_path):
     (done,) = list((tmp_path / "out").glob("*.parquet"))
     rows = load(done)
     keep = rows.iloc[: len(rows) // 2]
-    journal = tmp_path / "out" / (done.stem + ".jsonl")
-    journal.write_text("".join(json.dumps(r) + "\n" for r in keep.to_dict("records")))
+    journal = Journal(tmp_path / "out", done.stem)  # as a run killed half way left it
+    for _, case in keep.groupby("case_id", sort=False):
+        journal.append(case.to_dict("records"))
     done.unlink()
     second = _run(["run", "--backend", "torch", "--scheme", "fp16", "--results", "out",
                    "--check", "accuracy", "--resume"], tmp_path)

@@ -3,6 +3,7 @@ costs its own case, the other cases finish, every row is on disk, and a run resu
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from moecert.conformance.cases import Case
 from moecert.conformance.runner import RunConfig, run_isolated
 from moecert.conformance.xfail import XfailList
 from moecert.reference import MoEProblem
-from moecert.reports import load
+from moecert.reports import SCHEMA_VERSION, load
 from moecert.reports.store import Journal
 
 HELPERS = Path(__file__).parent / "helpers"
@@ -64,7 +65,9 @@ def test_rows_are_on_disk_before_the_run_ends(tmp_path):
 
 def test_a_cut_short_last_line_is_ignored(tmp_path):
     path = tmp_path / "r.jsonl"
-    path.write_text('{"case_id": "a", "status": "pass"}\n{"case_id": "b", "sta')
+    path.write_text(json.dumps({"moecert_schema_version": SCHEMA_VERSION}) + "\n"
+                    + '{"case_id": "a", "rows": [{"case_id": "a", "status": "pass"}]}\n'
+                    + '{"case_id": "b", "rows": [{"case_id": "b", "sta')
     assert list(load(path)["case_id"]) == ["a"]
 
 

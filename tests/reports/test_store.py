@@ -7,7 +7,8 @@ import json
 import os
 
 import pytest
-from moecert.reports import load
+from moecert.reports import ResultsError, load
+from moecert.reports.schema import SCHEMA_VERSION
 from moecert.reports.store import Journal, journal_cases, read_journal
 
 
@@ -29,9 +30,11 @@ def test_a_case_is_one_line_and_a_torn_one_is_no_case(tmp_path):
     journal.append(_rows("a"))
     journal.append(_rows("b"))
     lines = journal.path.read_bytes().splitlines(keepends=True)
-    assert len(lines) == 2 and all(line.endswith(b"\n") for line in lines)
+    # the schema version line, then one line per case
+    assert len(lines) == 3 and all(line.endswith(b"\n") for line in lines)
+    assert json.loads(lines[0]) == {"moecert_schema_version": SCHEMA_VERSION}
     # killed inside b's write: a's rows stand, b's (even its first, whole row) do not
-    journal.path.write_bytes(lines[0] + lines[1][: len(lines[1]) * 3 // 4])
+    journal.path.write_bytes(lines[0] + lines[1] + lines[2][: len(lines[2]) * 3 // 4])
     assert [rows[0]["case_id"] for rows in journal_cases(journal.path)] == ["a"]
     assert list(read_journal(journal.path)["case_id"]) == ["a", "a"]
 
@@ -51,10 +54,13 @@ def test_reopening_a_torn_journal_cuts_the_tail_before_appending(tmp_path):
         ("a", "accuracy"), ("a", "claims"), ("b", "accuracy"), ("b", "claims")]
 
 
-def test_a_journal_of_one_row_per_line_still_reads(tmp_path):
-    path = tmp_path / "old.smoke.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in _rows("a")) + '{"case_id": "b"')
-    assert list(load(path)["check"]) == ["claims", "accuracy"]
+def test_a_journal_of_an_earlier_schema_is_refused_by_name(tmp_path):
+    path = tmp_path / "old.smoke.jsonl"  # one row per line, no version line: schema 1
+    path.write_text("".join(json.dumps(r) + "\n" for r in _rows("a")))
+    with pytest.raises(ResultsError, match="old.smoke.jsonl: a journal of no schema version"):
+        load(path)
+    with pytest.raises(ResultsError, match="old.smoke.jsonl"):
+        Journal(tmp_path, "old.smoke")  # resuming it would mix two schemas in one file
 
 
 def test_load_reads_the_newest_run_unless_asked(tmp_path):

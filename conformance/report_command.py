@@ -1,0 +1,90 @@
+"""`moecert report RESULTS [--baseline BASE] [--md FILE] [--html FILE] [--junit FILE]`: the
+summary of a run on the terminal, and its Markdown, HTML and JUnit renderings.
+
+Exit codes a CI job can gate on: 0 nothing regressed, 1 a regression (with --baseline: a new
+failure, a case gone that the suite still has, error growth, a slower kernel; without: any
+failing case), 2 bad input (a path that does not exist, a file of another schema version, a
+truncated or corrupt file, no rows), one line on stderr.
+
+A case in the baseline but not in RESULTS is a regression unless the suite no longer has it:
+the suite is the one the baseline's rows name, built for their backends (a backend that is not
+registered here, e.g. one a module registers: give that module with --import).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from moecert.reports import ResultsError, load, render
+from moecert.reports.report import Report
+
+from .options import UsageError, import_modules
+
+
+def add_arguments(p) -> None:
+    p.add_argument("results", metavar="RESULTS", help="results file or folder (its newest run)")
+    p.add_argument("--baseline", metavar="BASE",
+                   help="results to compare with, matched on case id (file or folder)")
+    p.add_argument("--run", default=None, metavar="ID",
+                   help="the run of RESULTS to report (default: the newest; 'all': every run)")
+    p.add_argument("--md", metavar="FILE", help="write Markdown (a CI job summary)")
+    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML page")
+    p.add_argument("--junit", metavar="FILE", help="write JUnit XML")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (it may register backends the suite is built for)")
+
+
+def main(args) -> int:
+    import_modules(args.imports)
+    current = _load(args.results, "RESULTS", args.run)
+    baseline = _load(args.baseline, "--baseline") if args.baseline else None
+    report = Report.build(current, baseline,
+                          suite_ids(baseline) if baseline is not None else None,
+                          rerun_prefix=_rerun_prefix(current, args.imports))
+    print(render.terminal(report))
+    for path, text in ((args.md, lambda: render.markdown(report)),
+                       (args.html, lambda: render.html(report)),
+                       (args.junit, lambda: render.junit(current, report.rerun_prefix))):
+        if path:
+            Path(path).write_text(text(), encoding="utf-8")
+    return report.exit_code
+
+
+def _load(path: str, what: str, run: str | None = None):
+    try:
+        frame = load(path, run)
+    except (OSError, KeyError, ResultsError) as e:
+        message = e.args[0] if isinstance(e, KeyError) else str(e)
+        raise UsageError(f"{what} {path}: {message}") from None
+    if frame.empty:
+        raise UsageError(f"{what} {path}: no result rows")
+    return frame
+
+
+def suite_ids(baseline) -> set[str] | None:
+    """The case ids the suite of the baseline's rows holds today for the baseline's backends
+    and schemes; None when the rows do not name one suite or a backend is not registered
+    (then every case gone counts)."""
+    from moecert.kernels import backend_names
+
+    from .suites import SUITES, build_suite
+
+    suites = set(baseline["suite"].dropna().unique())
+    backends = sorted(map(str, baseline["backend"].dropna().unique()))
+    if len(suites) != 1 or not suites <= set(SUITES) or not set(backends) <= set(backend_names()):
+        return None
+    schemes = sorted(map(str, baseline["scheme"].dropna().unique()))
+    return {c.case_id for c in build_suite(suites.pop(), backends, schemes)}
+
+
+def _rerun_prefix(rows, imports: list[str]) -> str | None:
+    """`moecert run` on the rows' device, with the modules given here (None: from each row)."""
+    if not imports:
+        return None
+    devices = rows["device"].dropna().unique()
+    parts = ["moecert", "run", "--device", str(devices[0]) if len(devices) == 1 else "cpu"]
+    for module in imports:
+        parts += ["--import", module]
+    return shlex.join(parts)
+

@@ -1,0 +1,103 @@
+"""The report's plots (matplotlib, Agg), each returned as a base64 PNG for embedding in one
+HTML page; None when there is nothing to plot. Labels from results files are drawn as pixels,
+never inserted as markup."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+
+from .report import Report
+from .schema import STATUSES
+
+# One colour per status, worst (red) to best (green); skip grey.
+STATUS_COLOURS = {"crash": "#7f0000", "timeout": "#b30000", "error": "#e34a33", "fail": "#fc8d59",
+                  "xfail": "#fdd49e", "unsupported": "#d9d9d9", "pass": "#74c476",
+                  "skip": "#f0f0f0"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    _pyplot().close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def status_matrix(report: Report) -> str | None:
+    """The worst status of each (backend, scheme) x check, as coloured cells."""
+    from matplotlib.colors import ListedColormap
+
+    matrix = report.matrix
+    if matrix.empty:
+        return None
+    plt = _pyplot()
+    codes = np.array([[STATUSES.index(v) if isinstance(v, str) else np.nan for v in row]
+                      for row in matrix.astype(object).to_numpy()], dtype=float)
+    fig, ax = plt.subplots(figsize=(1.1 * matrix.shape[1] + 3, 0.35 * matrix.shape[0] + 1.5))
+    cmap = ListedColormap([STATUS_COLOURS[s] for s in STATUSES])
+    ax.imshow(codes, cmap=cmap, vmin=-0.5, vmax=len(STATUSES) - 0.5, aspect="auto")
+    for (i, j), code in np.ndenumerate(codes):
+        if not np.isnan(code):
+            ax.text(j, i, STATUSES[int(code)], ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(matrix.shape[1]), [str(c) for c in matrix.columns], rotation=40,
+                  ha="right", fontsize=8)
+    ax.set_yticks(range(matrix.shape[0]), [f"{b} / {s}" for b, s in matrix.index], fontsize=8)
+    ax.set_title("worst status per check")
+    return _png(fig)
+
+
+def headroom_by_group(report: Report) -> str | None:
+    """Every judged row's headroom (error / tolerance), one line per backend and scheme;
+    the threshold at 1 and the watch line at 0.8."""
+    from .frames import HEADROOM_WATCH
+
+    rows = report.rows[report.rows["headroom"].notna()]
+    if rows.empty:
+        return None
+    plt = _pyplot()
+    groups = rows.groupby(["backend", "scheme"], observed=True)["headroom"]
+    labels = [f"{b} / {s}" for b, s in groups.groups]
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(labels) + 1.5))
+    for i, (_, values) in enumerate(groups):
+        shown = np.clip(values.to_numpy(dtype=float), 1e-4, 1e3)
+        jitter = (np.random.default_rng(i).random(len(shown)) - 0.5) * 0.3
+        colours = np.where(values.to_numpy(dtype=float) > 1, "#d7301f", "#2b8cbe")
+        ax.scatter(shown, i + jitter, s=12, c=colours, alpha=0.7)
+    ax.axvline(1.0, color="#d7301f", lw=1, label="threshold (fails above)")
+    ax.axvline(HEADROOM_WATCH, color="#fc8d59", lw=1, ls="--", label=f"watch {HEADROOM_WATCH}")
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xlabel("headroom: error / tolerance (worst gated metric of the row)")
+    ax.legend(fontsize=8, loc="lower right")
+    return _png(fig)
+
+
+def headroom_histogram(report: Report) -> str | None:
+    """How close the judged rows come to their thresholds, per backend."""
+    rows = report.rows[report.rows["headroom"].notna()]
+    if rows.empty:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    bins = np.logspace(-4, 1, 31)
+    per_backend = [(str(b), np.clip(g["headroom"].to_numpy(dtype=float), 1e-4, 10))
+                   for b, g in rows.groupby("backend", observed=True)]
+    ax.hist([v for _, v in per_backend], bins=bins, label=[b for b, _ in per_backend],
+            stacked=True)
+    ax.axvline(1.0, color="#d7301f", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("headroom (1 = at the threshold; zeros drawn at 1e-4)")
+    ax.set_ylabel("rows")
+    ax.legend(fontsize=8)
+    return _png(fig)

@@ -1,0 +1,267 @@
+"""Renderings of a `Report` (reports/report.py): they format its frames and compute nothing.
+
+    terminal(report)   the summary `moecert report` prints
+    markdown(report)   for a CI job summary (GitHub's step summary): short, failing first
+    html(report)       one self-contained page, plots embedded (reports/plots.py)
+    junit(rows, ...)   JUnit XML: one testcase per (case, check), classname backend.scheme
+
+Every string from a results file is escaped for its format: HTML by pandas' to_html and
+html.escape, Markdown cells with HTML entities and escaped pipes, XML by ElementTree.
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+import math
+import re
+import xml.etree.ElementTree as ET
+
+import pandas as pd
+
+from .frames import REGRESSIONS
+from .frames import failing as failing_rows
+from .report import Report
+from .schema import FAILING, thresholds_of
+
+FAILING_SHOWN = 20  # failing cases listed in full; the rest are counted
+_NUMBER = "{:.3g}".format
+_PRECISE = "{:.7g}".format  # a cosine floor of 0.9998779 must not read as 1
+
+
+# --- terminal ----------------------------------------------------------------------------------
+
+def terminal(report: Report) -> str:
+    parts = ["cases by backend x scheme and status:",
+             report.counts.loc[:, (report.counts != 0).any()].to_string(), "",
+             "worst headroom per tolerance entry (1 = at the threshold):",
+             _numbers(report.headroom).to_string(index=False) if len(report.headroom)
+             else "  (no row was judged by a tolerance entry)"]
+    if report.changes is not None:
+        parts += ["", "against the baseline:",
+                  report.changes.to_string(index=False) if len(report.changes)
+                  else "  no change"]
+    cases = _failing_cases(report)
+    if len(cases):
+        parts += ["", f"{report.failed_cases} failing case(s):"]
+        for row in cases.head(FAILING_SHOWN).to_dict("records"):
+            parts += [f"  {row['status']:<8} {row['check']:<14} {row['case_id']}",
+                      f"           {_first_line(row['message'])[:300]}",
+                      f"           rerun: {report.rerun(row)}"]
+    parts += ["", report.verdict()]
+    return "\n".join(parts)
+
+
+# --- Markdown ----------------------------------------------------------------------------------
+
+def markdown(report: Report, title: str = "moecert report") -> str:
+    runs = ", ".join(report.run_ids())
+    lines = [f"## {_md_text(title)}: {_md_text(report.verdict())}", "",
+             f"run {_md_text(runs)}: {len(report.cases)} cases, "
+             f"{report.rows['backend'].nunique()} backend(s), "
+             f"{report.rows['scheme'].nunique()} scheme(s)", ""]
+    regressions = report.regressions
+    if regressions is not None and len(regressions):
+        shown = regressions.head(FAILING_SHOWN)[["change", "case_id", "check", "metric", "base",
+                                                 "current"]]
+        lines += [f"### Regressions ({len(regressions)})", "",
+                  _md_table(shown.dropna(axis=1, how="all")), ""]
+        lines += _more(len(regressions))
+    cases = _failing_cases(report)
+    if len(cases):
+        shown = cases.head(FAILING_SHOWN).assign(message=cases["message"].map(_short))
+        lines += [f"### Failing cases ({len(cases)})", "",
+                  _md_table(shown[["status", "check", "case_id", "message"]]), ""]
+        lines += _more(len(cases))
+    lines += ["### Cases by backend x scheme", "",
+              _md_table(report.counts.loc[:, (report.counts != 0).any()].reset_index()), ""]
+    lines += _details("Worst headroom per tolerance entry", _md_table(_numbers(report.headroom)))
+    if len(cases):
+        commands = "\n".join(report.rerun(r) for r in cases.head(FAILING_SHOWN)
+                             .to_dict("records"))
+        lines += _details("Rerun commands", f"```\n{commands}\n```")
+    if report.changes is not None:
+        others = report.changes[~report.changes["change"].isin(REGRESSIONS)]
+        if len(others):
+            lines += _details(f"Other changes against the baseline ({len(others)})",
+                              _md_table(others))
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _more(n: int) -> list[str]:
+    return [f"and {n - FAILING_SHOWN} more", ""] if n > FAILING_SHOWN else []
+
+
+def _short(text, width: int = 100) -> str:
+    first = _first_line(text)
+    return first if len(first) <= width else first[:width - 3] + "..."
+
+
+def _details(summary: str, body: str) -> list[str]:
+    return ["<details>", f"<summary>{html_lib.escape(summary)}</summary>", "", body, "",
+            "</details>", ""]
+
+
+def _md_table(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "(none)"
+    frame = frame.astype(object).where(frame.notna(), "")
+    clean = frame.map(_md_text)
+    clean.columns = [_md_text(c) for c in clean.columns]
+    return clean.to_markdown(index=False)
+
+
+def _md_text(value) -> str:
+    """A cell's text with its HTML and table syntax escaped, on one line."""
+    text = _NUMBER(value) if isinstance(value, float) else str(value)
+    return html_lib.escape(" ".join(text.split())).replace("|", "\\|")
+
+
+# --- HTML --------------------------------------------------------------------------------------
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1300px;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:.5em 0}
+td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f2f2f2}h1{font-size:22px}h2{font-size:18px;margin-top:1.6em}
+.verdict{font-size:17px;font-weight:600;padding:.5em;border-radius:4px}
+.bad{background:#fde2e1}.good{background:#e3f6e5}img{max-width:100%}
+pre{background:#f6f6f6;padding:.5em;white-space:pre-wrap;word-break:break-all;font-size:12px}"""
+
+
+def html(report: Report, title: str = "moecert report") -> str:
+    """One page, nothing fetched: tables by pandas, plots as embedded PNG."""
+    from . import plots
+
+    esc = html_lib.escape
+    bad = report.exit_code != 0
+    body = [f"<h1>{esc(title)}</h1>",
+            f'<p class="verdict {"bad" if bad else "good"}">{esc(report.verdict())}</p>',
+            f"<p>run {esc(', '.join(report.run_ids()))}: {len(report.cases)} cases</p>"]
+    if report.changes is not None:
+        body += ["<h2>Regressions and changes against the baseline</h2>",
+                 _html_table(report.changes)]
+    body += ["<h2>Status: backend x scheme x check</h2>", _img(plots.status_matrix(report)),
+             "<h2>Cases by backend x scheme</h2>", _html_table(report.counts, index=True)]
+    cases = _failing_cases(report)
+    if len(cases):
+        body += [f"<h2>Failing cases ({len(cases)})</h2>"]
+        for row in cases.head(FAILING_SHOWN).to_dict("records"):
+            body.append(f"<p><b>{esc(str(row['status']))}</b> {esc(str(row['check']))} "
+                        f"<code>{esc(str(row['case_id']))}</code></p>"
+                        f"<pre>{esc(str(row['message']))}\n\nrerun: "
+                        f"{esc(report.rerun(row))}</pre>")
+    body += ["<h2>Error against tolerance, per backend and scheme</h2>",
+             _img(plots.headroom_by_group(report)),
+             "<h2>Headroom of every judged row</h2>", _img(plots.headroom_histogram(report)),
+             "<h2>Worst headroom per tolerance entry</h2>",
+             _html_table(_numbers(report.headroom)),
+             "<h2>Slowest cases</h2>", _html_table(_numbers(report.slowest))]
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+def _html_table(frame: pd.DataFrame, index: bool = False) -> str:
+    if frame.empty:
+        return "<p>(none)</p>"
+    return frame.to_html(index=index, escape=True, na_rep="", border=0,
+                         float_format=_NUMBER)
+
+
+def _img(png_base64: str | None) -> str:
+    if png_base64 is None:
+        return "<p>(nothing to plot)</p>"
+    return f'<img alt="plot" src="data:image/png;base64,{png_base64}">'
+
+
+# --- JUnit -------------------------------------------------------------------------------------
+
+def junit(rows: pd.DataFrame, rerun_prefix: str | None = None,
+          name: str = "moecert") -> str:
+    """JUnit XML of result rows: one testcase per (case, check), classname `backend.scheme`,
+    name the problem id and check. A failing row is a <failure> ("fail") or an <error>
+    (crash, timeout, error) whose message is the check and its metric against the threshold,
+    the full message and rerun command in the body; a case its backend did not claim, and a
+    skip or xfail row, is <skipped>."""
+    from .frames import cases as per_case
+    from .frames import rerun_command
+
+    claimed = per_case(rows).set_index("case_id")["claimed"] if len(rows) else pd.Series()
+    suite = ET.Element("testsuite", name=name)
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    total_time = 0.0
+    for row in rows.sort_values(["case_id", "check"]).to_dict("records"):
+        duration = row["duration_s"] if _finite(row["duration_s"]) else 0.0
+        total_time += duration
+        case = ET.SubElement(suite, "testcase", classname=_xml(f"{row['backend']}.{row['scheme']}"),
+                             name=_xml(f"{row['problem_id']}::{row['check']}"),
+                             time=f"{duration:.3f}")
+        counts["tests"] += 1
+        status = str(row["status"])
+        if status in FAILING:
+            kind = "failure" if status == "fail" else "error"
+            counts["failures" if kind == "failure" else "errors"] += 1
+            detail = ET.SubElement(case, kind, message=_xml(junit_message(row)), type=status)
+            detail.text = _xml(f"{row['message']}\n\nrerun: "
+                               f"{rerun_command(row, rerun_prefix)}")
+        elif not claimed.get(row["case_id"], False) or status in ("skip", "unsupported",
+                                                                    "xfail"):
+            counts["skipped"] += 1
+            why = _first_line(row["message"]) or status
+            ET.SubElement(case, "skipped", message=_xml(why if status != "pass"
+                                                        else f"not claimed: {why}"))
+    suite.attrib.update({k: str(v) for k, v in counts.items()}, time=f"{total_time:.3f}")
+    root = ET.Element("testsuites", **{k: str(v) for k, v in counts.items()})
+    root.append(suite)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") \
+        + "\n"
+
+
+def junit_message(row) -> str:
+    """The first line of a failing row's JUnit message: status and check, then the metric
+    farthest past its threshold against that threshold where a tolerance entry judged the
+    row, else the row's own first line."""
+    head = f"{row['status']} {row['check']}"
+    thresholds = thresholds_of(row)
+    if thresholds and _finite(row.get("headroom")):
+        from .frames import _metric_headroom
+
+        metric, threshold = max(thresholds.items(), key=lambda kv: _metric_headroom(
+            kv[0], row[kv[0]], kv[1]) if _finite(row[kv[0]]) else -1.0)
+        value = row[metric]
+        limit = (f"[{_PRECISE(threshold[0])}, {_PRECISE(threshold[1])}]"
+                 if isinstance(threshold, tuple) else _PRECISE(threshold))
+        return (f"{head}: {metric} {_PRECISE(value)} against threshold {limit} "
+                f"(headroom {_NUMBER(row['headroom'])})")
+    first = _first_line(row["message"])
+    return f"{head}: {first}" if first else head
+
+
+# --- shared ------------------------------------------------------------------------------------
+
+def _failing_cases(report: Report) -> pd.DataFrame:
+    """One row per failing case: its worst failing row, with case_json and device."""
+    rows = failing_rows(report.rows)
+    return rows.drop_duplicates("case_id").reset_index(drop=True)
+
+
+def _numbers(frame: pd.DataFrame) -> pd.DataFrame:
+    """Floats at 3 significant digits (for to_string and to_markdown)."""
+    return frame.apply(lambda s: s.map(_NUMBER, na_action="ignore")
+                       if s.dtype.kind == "f" else s)
+
+
+def _first_line(text) -> str:
+    return str(text).splitlines()[0] if isinstance(text, str) and text else ""
+
+
+def _finite(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _xml(text: str) -> str:
+    """XML 1.0 cannot carry control characters: they are dropped."""
+    return _CONTROL.sub("", str(text))
