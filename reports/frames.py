@@ -84,9 +84,14 @@ def status_counts(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def status_matrix(frame: pd.DataFrame) -> pd.DataFrame:
-    """The worst status of each (backend, scheme) x check over its cases."""
-    worst = frame.groupby(["backend", "scheme", "check"], observed=True)["status"].min()
-    return worst.unstack("check")
+    """The worst status of each (backend, scheme) x check over its claimed cases (unclaimed
+    ones count where they failed, or where the backend claimed none of the scheme's cases:
+    a backend claiming 14 of 18 cases, all passing, shows pass, not unsupported)."""
+    keys = ["backend", "scheme", "check"]
+    everything = frame.groupby(keys, observed=True)["status"].min()
+    judged = frame[frame["claimed"].fillna(False).astype(bool) | frame["status"].isin(FAILING)]
+    worst = judged.groupby(keys, observed=True)["status"].min()
+    return worst.combine_first(everything).astype(STATUS_DTYPE).unstack("check")
 
 
 def worst_headroom(frame: pd.DataFrame) -> pd.DataFrame:

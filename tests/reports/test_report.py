@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 from moecert.conformance.cli import main
-from moecert.reports import cases, compare_runs, load, status_counts, worst_headroom
+from moecert.reports import (
+    cases,
+    compare_runs,
+    load,
+    status_counts,
+    status_matrix,
+    worst_headroom,
+)
 from moecert.reports.schema import COLUMN_DTYPES, STATUS_DTYPE
 
 
@@ -150,3 +157,18 @@ def test_unreadable_results_are_one_line_and_exit_2(tmp_path, synthetic, capsys,
     assert main(["report", str(folder), "--baseline", str(folder)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(bad) in err and says in err, err
+
+
+def test_the_status_matrix_judges_claimed_cases(tmp_path, synthetic):
+    """A backend that claims some of a scheme's cases, all passing, shows pass (its
+    unclaimed cases are not its verdict); one that claims none shows unsupported."""
+    rows = load(synthetic.write(tmp_path / "r", [
+        synthetic.case_rows("a"), synthetic.case_rows("b", claimed=False, status="unsupported"),
+        synthetic.case_rows("c", scheme="bf16", claimed=False, status="unsupported"),
+        synthetic.case_rows("d", scheme="awq-int4"),
+        synthetic.case_rows("e", scheme="awq-int4", claimed=False, status="fail")]))
+    matrix = status_matrix(rows)
+    assert matrix.loc[("torch", "fp16"), "accuracy"] == "pass"
+    assert matrix.loc[("torch", "fp16"), "claims"] == "pass"
+    assert matrix.loc[("torch", "bf16"), "accuracy"] == "unsupported"
+    assert matrix.loc[("torch", "awq-int4"), "accuracy"] == "fail"  # a failure always shows
