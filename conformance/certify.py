@@ -27,6 +27,7 @@ import contextlib
 import datetime
 import fcntl
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -106,7 +107,6 @@ def certify(args) -> int:
     import torch
 
     from . import run_command
-    from .provenance import environment_record, source_state
     from .xfail import XfailList
 
     if not args.backend:
@@ -122,8 +122,6 @@ def certify(args) -> int:
     out = writable_folder(args.out)
     results = writable_folder(out / "results")
     _check_fresh(out, args.run_id)
-    tolerances = TOLERANCES_PATH.read_text(encoding="utf-8")
-    source, patch = source_state()
     started = _now()
     run_args = argparse.Namespace(
         suite=args.suite, backend=[backend], scheme=[], check=[], case_id=[], keyword=None,
@@ -131,21 +129,12 @@ def certify(args) -> int:
         run_id=args.run_id, resume=False, timeout=args.timeout, imports=args.imports,
         in_process=False)
     cases = run_command.select_cases(run_args, device)
-    path, summary = run_command.execute(run_args, device, cases, XfailList([]))
+    path, _ = run_command.execute(run_args, device, cases, XfailList([]))
     shard = list(args.shard or (0, 1))
-    record = {
-        "format": "moecert-certify-shard/1", "run_id": run_id_of(path),
-        "suite": args.suite, "backend": backend, "shard": shard, "cases": len(cases),
-        "device": device, "workers": args.workers, "timeout_s": args.timeout,
-        "imports": list(args.imports), "argv": sys.argv[1:], "started_at": started,
-        "finished_at": _now(), "results": path.name,
-        "environment": environment_record(device, backend),
-        "source": source, "patch_sha256": sha256_text(patch), "patch": patch,
-        "tolerances_sha256": sha256_text(tolerances), "tolerances": tolerances,
-        "waivers_sha256": sha256_text(waivers) if waivers is not None else None,
-        "waivers": waivers}
-    bundle._write(path.with_name(path.name.removesuffix(".parquet") + RECORD_SUFFIX),
-                  json.dumps(record, indent=1) + "\n")
+    record = shard_record(run_id_of(path), args.suite, backend, shard, len(cases), device,
+                          imports=args.imports, waivers=waivers, started=started,
+                          results=path.name, workers=args.workers, timeout_s=args.timeout)
+    bundle._write(record_path(path), json.dumps(record, indent=1) + "\n")
     print(f"shard {shard[0]}/{shard[1]}: {len(cases)} cases -> {path}", file=sys.stderr)
     records = bundle.read_records(results)
     lost = sorted(set(range(shard[1])) - {r["shard"][0] for r in records})
@@ -154,6 +143,32 @@ def certify(args) -> int:
               f"their results/* are in {results}, run `moecert certify --assemble {out}`")
         return 1
     return _report(assemble(out))
+
+
+def shard_record(run: str, suite: str, backend: str, shard, cases: int, device: str, *,
+                 imports=(), waivers: str | None = None, started: str = "", results: str = "",
+                 workers: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
+    """What a shard records beside its rows: its run, how it was run, the environment, the
+    tolerance table's and the waiver file's text and hashes, the source's state and patch."""
+    from .provenance import environment_record, source_state
+
+    tolerances = TOLERANCES_PATH.read_text(encoding="utf-8")
+    source, patch = source_state()
+    return {
+        "format": "moecert-certify-shard/1", "run_id": run, "suite": suite, "backend": backend,
+        "shard": list(shard), "cases": cases, "device": device, "workers": workers,
+        "timeout_s": timeout_s, "imports": list(imports), "argv": sys.argv[1:],
+        "started_at": started or _now(), "finished_at": _now(), "results": results,
+        "environment": environment_record(device, backend),
+        "source": source, "patch_sha256": sha256_text(patch), "patch": patch,
+        "tolerances_sha256": sha256_text(tolerances), "tolerances": tolerances,
+        "waivers_sha256": sha256_text(waivers) if waivers is not None else None,
+        "waivers": waivers}
+
+
+def record_path(results_file: Path) -> Path:
+    """A shard's record beside its rows: `<run>.<label>.record.json`."""
+    return results_file.with_name(results_file.name.removesuffix(".parquet") + RECORD_SUFFIX)
 
 
 def _check_available(backend: str, device: str) -> None:
@@ -244,12 +259,12 @@ def assemble(folder: Path) -> tuple[str, int]:
 
 @contextlib.contextmanager
 def _locked(folder: Path):
-    fd = open(folder)  # noqa: SIM115 - a directory's descriptor, for flock
+    fd = os.open(folder, os.O_RDONLY)  # a directory's descriptor, for flock
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        fd.close()
+        os.close(fd)
 
 
 def _write_bundle(folder: Path, records, rows, j: Judgement, line: str) -> None:
@@ -359,7 +374,7 @@ def _verify(folder: Path) -> int:
         summary = (folder / "SUMMARY.md").read_text(encoding="utf-8").split("\n", 1)[0]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BundleError(f"{folder}: unreadable bundle file: {e}") from None
-    records, rows, j = judge_folder(folder)
+    records, _, j = judge_folder(folder)
     from .provenance import versions
 
     here = versions()["moecert"]

@@ -74,7 +74,8 @@ def markdown(report: Report, title: str = "moecert report") -> str:
         lines += _more(len(cases))
     lines += ["### Cases by backend x scheme", "",
               markdown_table(report.counts.loc[:, (report.counts != 0).any()].reset_index()), ""]
-    lines += _details("Worst headroom per tolerance entry", markdown_table(_numbers(report.headroom)))
+    lines += _details("Worst headroom per tolerance entry",
+                      markdown_table(_numbers(report.headroom)))
     if len(cases):
         commands = "\n".join(report.rerun(r) for r in cases.head(FAILING_SHOWN)
                              .to_dict("records"))
