@@ -43,11 +43,14 @@ def small_suite(monkeypatch):
 
 
 def _rows(case, status="pass", claimed=True, drop=(), message="ok"):
+    """A case's rows, one per check of its depth; `status` of its accuracy row, or
+    {check: status}."""
     checks = [c for c in (FULL if case.depth == "full" else LIGHT) if c not in drop]
+    status = status if isinstance(status, dict) else {"accuracy": status}
     return [{"run_id": RUN, "suite": "certify", "case_id": case.case_id,
              "backend": case.backend, "scheme": case.scheme, "device": "cpu",
              "check": check, "claimed": claimed,
-             "status": status if check == "accuracy" else "pass",
+             "status": status.get(check, "pass"),
              "message": message, "duration_s": 0.1, "case_json": case.to_json(),
              "finished_at": "2026-01-01T00:00:00+00:00"} for check in checks]
 
@@ -55,7 +58,7 @@ def _rows(case, status="pass", claimed=True, drop=(), message="ok"):
 def _synthetic(folder: Path, cases, *, statuses=None, shards=((0, 1),), waivers=None,
                suite="certify", drop=None, skip_message=None) -> Path:
     """A certify output folder as the shards leave it, from synthetic rows of `cases`:
-    `statuses` {case index: accuracy status}, `drop` {case index: checks left out}."""
+    `statuses` {case index: status (of _rows)}, `drop` {case index: checks left out}."""
     results = folder / "results"
     results.mkdir(parents=True)
     statuses, drop = statuses or {}, drop or {}
@@ -213,6 +216,11 @@ def test_a_waived_failure_certifies_and_an_unwaived_one_does_not(small_suite, tm
     line, code = _assemble(_synthetic(tmp_path / "o", small_suite, statuses={2: "fail"},
                                       waivers=other))
     assert code == 1 and line.startswith("NOT CERTIFIED: ") and "failed" in line
+    # a case failing two checks, one of them waived: not waived
+    two = {0: {"accuracy": "fail", "exact": "fail"}}
+    first = waivers.replace(bad, small_suite[0].case_id)
+    line, code = _assemble(_synthetic(tmp_path / "t", small_suite, statuses=two, waivers=first))
+    assert code == 1 and "1 fail" in line and "0 waived" in line
 
 
 def test_shards_merge_and_a_missing_shard_is_a_reduced_run(small_suite, tmp_path, capsys):
