@@ -38,6 +38,7 @@ from .waivers import Waiver, parse_waivers, waiver_for
 OUTCOMES = ("pass", "unsupported", "waived", "fail")
 CERTIFY_SUITE = "certify"
 RECORD_SUFFIX = ".record.json"
+RECORD_FORMAT = "moecert-certify-shard/1"
 SUMS = "SHA256SUMS"
 # Shard records must agree on these (a bundle is one harness, one table, one source, one
 # backend on one kind of device).
@@ -198,9 +199,12 @@ def read_records(results: Path) -> list[dict]:
     records = []
     for path in sorted(results.glob(f"*{RECORD_SUFFIX}")):
         try:
-            records.append(json.loads(path.read_text(encoding="utf-8")))
+            record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise BundleError(f"{path}: not a readable shard record: {e}") from None
+        if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+            raise BundleError(f"{path}: not a shard record of format {RECORD_FORMAT}")
+        records.append(record)
     return sorted(records, key=lambda r: tuple(r.get("shard") or (0, 1)))
 
 

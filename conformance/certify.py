@@ -1,7 +1,7 @@
 """`moecert certify`: a certification bundle for one backend on this device, and its check.
 
     moecert certify --backend NAME --out DIR [--waivers FILE] [-n N] [--device D] [--import M]
-                    [--timeout S] [--shard I/N --run-id ID]
+                    [--timeout S] [--shard I/N --run-id ID] [--resume]
     moecert certify --assemble DIR
     moecert certify --verify DIR
 
@@ -75,6 +75,8 @@ def add_arguments(p) -> None:
                    help="seconds per case before its worker is killed")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="import MODULE first (it may register the backend)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue this folder's unfinished run (of this shard), judged whole")
     # tests and demonstrations only: another suite, and the bundle says NOT CERTIFIED for it
     p.add_argument("--suite", default=bundle.CERTIFY_SUITE, type=suite_name,
                    help=argparse.SUPPRESS)
@@ -93,7 +95,8 @@ def main(args) -> int:
 def _only(args, mode: str) -> None:
     given = [flag for flag, value in (("--backend", args.backend), ("--waivers", args.waivers),
                                       ("--shard", args.shard), ("--run-id", args.run_id),
-                                      ("--import", args.imports), ("--device", args.device))
+                                      ("--import", args.imports), ("--device", args.device),
+                                      ("--resume", args.resume))
              if value]
     if given:
         raise UsageError(f"{mode} takes a bundle folder only, not {', '.join(given)}")
@@ -126,7 +129,7 @@ def certify(args) -> int:
     run_args = argparse.Namespace(
         suite=args.suite, backend=[backend], scheme=[], check=[], case_id=[], keyword=None,
         case=[], shard=args.shard, results=str(results), workers=args.workers, device=device,
-        run_id=args.run_id, resume=False, timeout=args.timeout, imports=args.imports,
+        run_id=args.run_id, resume=args.resume, timeout=args.timeout, imports=args.imports,
         in_process=False)
     cases = run_command.select_cases(run_args, device)
     path, _ = run_command.execute(run_args, device, cases, XfailList([]))
@@ -155,7 +158,7 @@ def shard_record(run: str, suite: str, backend: str, shard, cases: int, device: 
     tolerances = TOLERANCES_PATH.read_text(encoding="utf-8")
     source, patch = source_state()
     return {
-        "format": "moecert-certify-shard/1", "run_id": run, "suite": suite, "backend": backend,
+        "format": bundle.RECORD_FORMAT, "run_id": run, "suite": suite, "backend": backend,
         "shard": list(shard), "cases": cases, "device": device, "workers": workers,
         "timeout_s": timeout_s, "imports": list(imports), "argv": sys.argv[1:],
         "started_at": started or _now(), "finished_at": _now(), "results": results,
@@ -199,7 +202,10 @@ def _check_fresh(out: Path, run: str | None) -> None:
     """A bundle folder holds one run: refuse a made bundle, or another run's shards."""
     if (out / bundle.SUMS).exists() and not run:
         raise UsageError(f"{out} already holds a bundle; certify into a new folder")
-    runs = {r.get("run_id") for r in bundle.read_records(out / "results")}
+    try:
+        runs = {r.get("run_id") for r in bundle.read_records(out / "results")}
+    except BundleError as e:
+        raise UsageError(str(e)) from None
     if runs and runs != {run}:
         raise UsageError(f"{out}/results holds run {', '.join(map(str, sorted(runs)))}: "
                          "give its --run-id to add a shard to it, or certify into a new folder")
@@ -232,10 +238,9 @@ def judge_folder(folder: Path) -> tuple[list[dict], object, Judgement]:
         raise BundleError(f"{results}: {e.args[0] if isinstance(e, KeyError) else e}") from None
     if rows.empty:
         raise BundleError(f"{results}: no result rows of run {runs[0]}")
-    try:
-        import_modules(records[0].get("imports", []))
+    try:  # case ids need no backend module: a verifier without the vendor's package can check
         expected = build_suite(records[0]["suite"], [records[0]["backend"]])
-    except (UsageError, ValueError, KeyError) as e:
+    except (ValueError, KeyError) as e:
         raise BundleError(f"cannot rebuild the suite for backend "
                           f"{records[0].get('backend')!r}: {e}") from None
     return records, rows, bundle.judge(records, rows, expected)
