@@ -125,7 +125,7 @@ def certify(args) -> int:
     out = writable_folder(args.out)
     results = writable_folder(out / "results")
     _check_fresh(out, args.run_id)
-    started = _now()
+    started, as_run = _now(), as_run_now()  # what the workers will read, before they run
     run_args = argparse.Namespace(
         suite=args.suite, backend=[backend], scheme=[], check=[], case_id=[], keyword=None,
         case=[], shard=args.shard, results=str(results), workers=args.workers, device=device,
@@ -136,7 +136,8 @@ def certify(args) -> int:
     shard = list(args.shard or (0, 1))
     record = shard_record(run_id_of(path), args.suite, backend, shard, len(cases), device,
                           imports=args.imports, waivers=waivers, started=started,
-                          results=path.name, workers=args.workers, timeout_s=args.timeout)
+                          results=path.name, workers=args.workers, timeout_s=args.timeout,
+                          as_run=as_run)
     bundle._write(record_path(path), json.dumps(record, indent=1) + "\n")
     print(f"shard {shard[0]}/{shard[1]}: {len(cases)} cases -> {path}", file=sys.stderr)
     records = bundle.read_records(results)
@@ -150,13 +151,14 @@ def certify(args) -> int:
 
 def shard_record(run: str, suite: str, backend: str, shard, cases: int, device: str, *,
                  imports=(), waivers: str | None = None, started: str = "", results: str = "",
-                 workers: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
+                 workers: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 as_run: tuple | None = None) -> dict:
     """What a shard records beside its rows: its run, how it was run, the environment, the
-    tolerance table's and the waiver file's text and hashes, the source's state and patch."""
-    from .provenance import environment_record, source_state
+    tolerance table's and the waiver file's text and hashes, the source's state and patch.
+    `as_run`: (tolerances text, source, patch) as `as_run_now()` read them before the run."""
+    from .provenance import environment_record
 
-    tolerances = TOLERANCES_PATH.read_text(encoding="utf-8")
-    source, patch = source_state()
+    tolerances, source, patch = as_run or as_run_now()
     return {
         "format": bundle.RECORD_FORMAT, "run_id": run, "suite": suite, "backend": backend,
         "shard": list(shard), "cases": cases, "device": device, "workers": workers,
@@ -167,6 +169,13 @@ def shard_record(run: str, suite: str, backend: str, shard, cases: int, device: 
         "tolerances_sha256": sha256_text(tolerances), "tolerances": tolerances,
         "waivers_sha256": sha256_text(waivers) if waivers is not None else None,
         "waivers": waivers}
+
+
+def as_run_now() -> tuple[str, dict, str]:
+    """The tolerance table's text and the source's state and patch, now."""
+    from .provenance import source_state
+
+    return (TOLERANCES_PATH.read_text(encoding="utf-8"), *source_state())
 
 
 def record_path(results_file: Path) -> Path:
