@@ -171,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     from . import report_command
     report_command.add_arguments(p)
     p.set_defaults(func=report_command.main)
+    p = sub.add_parser("certify", help="certify a backend: the whole certify suite into a "
+                                       "hashed bundle; --verify checks one")
+    from . import certify
+    certify.add_arguments(p)
+    p.set_defaults(func=certify.main)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -64,3 +64,59 @@ def _version(dist: str) -> str:
         return version(dist)
     except PackageNotFoundError:
         return ""
+
+
+def environment_record(device: str, backend: str) -> dict:
+    """Everything a certificate records about where its run ran: the device columns of a
+    row, the packages' versions, the CUDA/ROCm runtime and driver, the OS."""
+    import torch
+
+    return {**_device_columns(str(device)), **versions(), "host": host_platform.node(),
+            "os": host_platform.platform(), "backend": backend,
+            "backend_version": _backend_version(backend),
+            "cuda_runtime": torch.version.cuda or "", "hip_runtime": torch.version.hip or "",
+            "driver": _driver_version(str(device))}
+
+
+def _driver_version(device: str) -> str:
+    """The GPU driver's version (nvidia-smi's), "" on a CPU or where it cannot be read."""
+    import subprocess
+
+    if not device.startswith("cuda"):
+        return ""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout else ""
+
+
+def source_state() -> tuple[dict, str]:
+    """The moecert source that ran: for a git checkout its commit, whether the tree is clean,
+    and the patch (`git diff HEAD` plus the names of untracked files) as text; otherwise the
+    installed version and no patch."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent  # conformance/ sits at the checkout's root
+
+    def git(*args) -> str:
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                             timeout=60)
+        if out.returncode:
+            raise OSError(out.stderr.strip())
+        return out.stdout
+
+    try:
+        top = Path(git("rev-parse", "--show-toplevel").strip()).resolve()
+        if top != root or not (root / "pyproject.toml").is_file():
+            raise OSError("not the moecert checkout")
+        commit = git("rev-parse", "HEAD").strip()
+        patch = git("diff", "HEAD", "--binary")
+        untracked = git("ls-files", "--others", "--exclude-standard").split()
+    except (OSError, subprocess.TimeoutExpired):
+        return {"kind": "installed", "version": versions()["moecert"]}, ""
+    if untracked:
+        patch += "".join(f"# untracked: {name}\n" for name in untracked)
+    return {"kind": "git", "commit": commit, "clean": not patch}, patch

@@ -104,6 +104,24 @@ def main(args) -> int:
         print(f"{len(cases)} cases", file=sys.stderr)
         return 0
     xfail = xfail_list(args.xfail)
+    path, summary = execute(args, device, cases, xfail)
+    print(summary.render(rerun_command(device, args.imports, args.xfail, args.check,
+                                       args.timeout), xfail), flush=True)
+    print(f"results: {path}")
+    if args.junit:
+        write_junit(args.junit, load(path), rerun_command(device, args.imports, args.xfail,
+                                                          args.check, args.timeout))
+        print(f"junit: {args.junit}")
+    reason = summary.not_green()
+    if reason:
+        print(f"not green: {reason}")
+    return 1 if reason else 0
+
+
+def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Path, Summary]:
+    """Run `cases` (or what is left of them, --resume) into the results folder with a
+    progress bar: the finished results file and the summary of the whole run. `moecert
+    certify` runs its suite through this too."""
     writable_folder(args.results)
     journal, earlier = _journal(args, _label(args))
     done = {rows[0]["case_id"] for rows in earlier}
@@ -136,17 +154,7 @@ def main(args) -> int:
     finally:
         bar.close()
     path = journal.finish()
-    print(summary.render(rerun_command(device, args.imports, args.xfail, args.check,
-                                       args.timeout), xfail), flush=True)
-    print(f"results: {path}")
-    if args.junit:
-        write_junit(args.junit, load(path), rerun_command(device, args.imports, args.xfail,
-                                                          args.check, args.timeout))
-        print(f"junit: {args.junit}")
-    reason = summary.not_green()
-    if reason:
-        print(f"not green: {reason}")
-    return 1 if reason else 0
+    return path, summary
 
 
 def write_junit(path: str, rows, rerun: str) -> None:

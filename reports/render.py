@@ -55,8 +55,8 @@ def terminal(report: Report) -> str:
 
 def markdown(report: Report, title: str = "moecert report") -> str:
     runs = ", ".join(report.run_ids())
-    lines = [f"## {_md_text(title)}: {_md_text(report.verdict())}", "",
-             f"run {_md_text(runs)}: {len(report.cases)} cases, "
+    lines = [f"## {md_text(title)}: {md_text(report.verdict())}", "",
+             f"run {md_text(runs)}: {len(report.cases)} cases, "
              f"{report.rows['backend'].nunique()} backend(s), "
              f"{report.rows['scheme'].nunique()} scheme(s)", ""]
     regressions = report.regressions
@@ -64,17 +64,18 @@ def markdown(report: Report, title: str = "moecert report") -> str:
         shown = regressions.head(FAILING_SHOWN)[["change", "case_id", "check", "metric", "base",
                                                  "current"]]
         lines += [f"### Regressions ({len(regressions)})", "",
-                  _md_table(shown.dropna(axis=1, how="all")), ""]
+                  markdown_table(shown.dropna(axis=1, how="all")), ""]
         lines += _more(len(regressions))
     cases = _failing_cases(report)
     if len(cases):
         shown = cases.head(FAILING_SHOWN).assign(message=cases["message"].map(_short))
         lines += [f"### Failing cases ({len(cases)})", "",
-                  _md_table(shown[["status", "check", "case_id", "message"]]), ""]
+                  markdown_table(shown[["status", "check", "case_id", "message"]]), ""]
         lines += _more(len(cases))
     lines += ["### Cases by backend x scheme", "",
-              _md_table(report.counts.loc[:, (report.counts != 0).any()].reset_index()), ""]
-    lines += _details("Worst headroom per tolerance entry", _md_table(_numbers(report.headroom)))
+              markdown_table(report.counts.loc[:, (report.counts != 0).any()].reset_index()), ""]
+    lines += _details("Worst headroom per tolerance entry",
+                      markdown_table(_numbers(report.headroom)))
     if len(cases):
         commands = "\n".join(report.rerun(r) for r in cases.head(FAILING_SHOWN)
                              .to_dict("records"))
@@ -83,7 +84,7 @@ def markdown(report: Report, title: str = "moecert report") -> str:
         others = report.changes[~report.changes["change"].isin(REGRESSIONS)]
         if len(others):
             lines += _details(f"Other changes against the baseline ({len(others)})",
-                              _md_table(others))
+                              markdown_table(others))
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -101,16 +102,17 @@ def _details(summary: str, body: str) -> list[str]:
             "</details>", ""]
 
 
-def _md_table(frame: pd.DataFrame) -> str:
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A frame as a Markdown table, every cell escaped (`moecert certify` uses it too)."""
     if frame.empty:
         return "(none)"
     frame = frame.astype(object).where(frame.notna(), "")
-    clean = frame.map(_md_text)
-    clean.columns = [_md_text(c) for c in clean.columns]
+    clean = frame.map(md_text)
+    clean.columns = [md_text(c) for c in clean.columns]
     return clean.to_markdown(index=False)
 
 
-def _md_text(value) -> str:
+def md_text(value) -> str:
     """A cell's text with its HTML and table syntax escaped, on one line."""
     text = _NUMBER(value) if isinstance(value, float) else str(value)
     return html_lib.escape(" ".join(text.split())).replace("|", "\\|")
