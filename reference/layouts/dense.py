@@ -24,8 +24,8 @@ from ..schemes import (
     STRATEGY_CHANNEL,
     STRATEGY_TENSOR,
 )
+from ..schemes.tensors import weight_dtype
 from .common import check_finite, scales_float64
-from .tensors import weight_dtype
 
 
 def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
