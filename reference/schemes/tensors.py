@@ -60,22 +60,25 @@ class TensorDecl:
     shapes: tuple[tuple[str, ...], ...]  # accepted shapes, the usual one first
     presence: str = ALWAYS
     linear: str | None = None  # "w13" or "w2": whose out / in the shape's sizes are
+    written_when_sym: bool = False  # zero points the producing tool writes even when sym
 
     def required(self, sym: bool, act_order: bool, bias: bool) -> bool:
         return {ALWAYS: True, IF_ASYM: not sym, IF_ACT_ORDER: act_order, IF_BIAS: bias,
                 OPTIONAL: False}[self.presence]
 
 
-def _linear(suffix, role, dtypes, *shapes, presence=ALWAYS):
-    return suffix, role, dtypes, shapes, presence
+def _linear(suffix, role, dtypes, *shapes, presence=ALWAYS, written_when_sym=False):
+    return suffix, role, dtypes, shapes, presence, written_when_sym
 
 
-# Per packed layout: (suffix, role, dtypes, shapes, presence) of each linear's tensors.
+# Per packed layout: (suffix, role, dtypes, shapes, presence, written_when_sym) of each
+# linear's tensors.
 PACKED_TENSORS = {
     "gptq": (
         _linear("qweight", "weight", INT32, ("E", "in/pack", "out")),
         _linear("scales", "scale", FLOAT, ("E", "groups", "out")),
-        _linear("qzeros", "zeros", INT32, ("E", "groups", "ceil(out/pack)"), presence=IF_ASYM),
+        _linear("qzeros", "zeros", INT32, ("E", "groups", "ceil(out/pack)"), presence=IF_ASYM,
+                written_when_sym=True),  # AutoGPTQ / GPTQModel write the symmetric zero
         _linear("g_idx", "g_idx", INDEX, ("E", "in"), presence=IF_ACT_ORDER),
     ),
     "awq": (
@@ -132,9 +135,9 @@ def declared_tensors(attrs) -> dict[str, TensorDecl]:
     (`attrs`: anything with scheme, checkpoint_format, weight_strategy and activation)."""
     out = {}
     for p in PREFIXES:
-        for suffix, role, dtypes, shapes, presence in _linear_tensors(attrs, p):
+        for suffix, role, dtypes, shapes, presence, sym_too in _linear_tensors(attrs, p):
             out[f"{p}_{suffix}"] = TensorDecl(f"{p}_{suffix}", role, dtypes, shapes, presence,
-                                              linear=p)
+                                              linear=p, written_when_sym=sym_too)
         if attrs.activation == ACT_STATIC_TENSOR:
             out[f"{p}_input_scale"] = TensorDecl(f"{p}_input_scale", "input_scale", FLOAT,
                                                  (("E",),), linear=p)
