@@ -21,13 +21,8 @@ import torch
 from moecert.kernels import get_backend
 from moecert.kernels.oracle import scheme_variants
 from moecert.reference import SCHEMES, MoEProblem, make_inputs, moe, random_checkpoint
+from moecert.reference.models import MODELS
 
-# name: (E, K, N, topk)
-MODELS = {
-    "qwen3-30b-a3b": (128, 2048, 768, 8),
-    "mixtral-8x7b": (8, 4096, 14336, 2),
-    "deepseek-v3": (256, 7168, 2048, 8),
-}
 BACKENDS = ("triton", "torch", "xpu")
 
 
