@@ -47,7 +47,7 @@ def errors(y: torch.Tensor, ref: torch.Tensor) -> dict:
 
 def run_case(model, quant, M, dtype, rows, **problem_kw):
     E, K, N, _ = MODELS[model]
-    if quant.info.family == "dense" and E * 3 * N * K * 2 > 8 << 30:
+    if not quant.info.quantized and E * 3 * N * K * 2 > 8 << 30:
         problem_kw["ep"] = True  # 22 GB of 16-bit weights per copy: one rank's share
     P = problem_for(model, M, dtype, **problem_kw)
     attrs = {k: v for k, v in quant.__dict__.items() if k != "scheme"}
