@@ -1,8 +1,8 @@
 """`moecert bench reference`: how long the float64 reference takes on a model-sized layer.
 
-The checkpoint is random packed GPTQ int4 (group 128, symmetric, gptq_v2) built directly in
-its storage layout: timing does not depend on the weights' values, and synthesizing 11 G
-weights from floats would take longer than the measurement.
+The checkpoint is random packed GPTQ int4 (group 128, symmetric, gptq_v2) drawn directly in
+its storage layout by `random_checkpoint`: timing does not depend on the weights' values, and
+synthesizing 11 G weights from floats would take longer than the measurement.
 """
 
 from __future__ import annotations
@@ -10,27 +10,19 @@ from __future__ import annotations
 import time
 
 import torch
-from moecert.reference import Checkpoint, MoEProblem, make_inputs, moe
+from moecert.reference import Checkpoint, MoEProblem, make_inputs, moe, random_checkpoint
+from moecert.reference.models import MODELS
 
-SHAPES = {  # (E, K, N, topk, M)
+SHAPES = {  # (E, K, N, topk, M): a small layer, then every model layer at M = 256
     "smoke": (8, 256, 128, 2, 16),
-    "qwen3-30b-a3b": (128, 2048, 768, 8, 256),
-    "mixtral-8x7b": (8, 4096, 14336, 2, 256),
-    "deepseek-v3": (256, 7168, 2048, 8, 256),
+    **{name: (*shape, 256) for name, shape in MODELS.items()},
 }
 
 
 def random_gptq_int4(problem: MoEProblem, device: str, group_size: int = 128,
                      seed: int = 0) -> Checkpoint:
-    gen = torch.Generator(device=device).manual_seed(seed)
-    P, tensors = problem, {}
-    for p, (n_out, n_in) in {"w13": (2 * P.N, P.K), "w2": (P.K, P.N)}.items():
-        groups = n_in // group_size
-        tensors[f"{p}_qweight"] = torch.randint(-2**31, 2**31 - 1, (P.E, n_in // 8, n_out),
-                                                generator=gen, device=device, dtype=torch.int32)
-        tensors[f"{p}_scales"] = (0.01 + 0.01 * torch.rand(P.E, groups, n_out, generator=gen,
-                                                           device=device)).half()
-    return Checkpoint("gptq-int4", tensors, group_size=group_size, checkpoint_format="gptq_v2")
+    return random_checkpoint("gptq-int4", problem, seed=seed, device=device,
+                             group_size=group_size, checkpoint_format="gptq_v2")
 
 
 def bench_reference(shape: str, device: str, repeats: int = 1) -> dict:

@@ -60,8 +60,6 @@ from moecert.reference.schemes import (
     ACT_STATIC_TENSOR,
     F8E4M3_MAX,
     INT8_MAX,
-    INT_FAMILIES,
-    MX_BLOCK,
     STRATEGY_TENSOR,
     checkpoint_shape_issue,
 )
@@ -477,19 +475,19 @@ def _encode(gen, V: torch.Tensor, attrs: Checkpoint, prefix: str) -> CanonicalLi
     scales per scale block, codes V / scale (integers or E4M3 values), zero points filling
     every empty column of a group."""
     E, n_out, n_in = V.shape
-    family = attrs.info.family
-    if family == "dense":
+    info = attrs.info
+    if not info.quantized:
         return CanonicalLinear(codes=V.clone(), scales=torch.ones(E, 1, 1, dtype=torch.float64),
                                block=(n_out, n_in))
-    if family in INT_FAMILIES:
+    if info.packed:
         return _encode_int_groups(gen, V, attrs)
-    if family == "mxfp8":
-        block = (1, MX_BLOCK)
+    if info.scale_block:
+        block = (1, info.scale_block)
     else:
-        shards = (family == "fp8" and prefix == "w13" and attrs.weight_strategy ==
+        shards = (info.element == "e4m3" and prefix == "w13" and attrs.weight_strategy ==
                   STRATEGY_TENSOR and n_out % 2 == 0)
         block = fp8_block_shape(attrs.weight_strategy, n_out, n_in, shards)
-    element = "int8" if family == "int8" else "e4m3"
+    element = info.element
     codes, scales = _encode_blocks(gen, V, block, element)
     return CanonicalLinear(codes=codes, scales=scales, block=block)
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, fields, replace
 from moecert.kernels import QuantConfig, backend_names
 from moecert.kernels.oracle import scheme_variants
 from moecert.reference import SCHEME_NAMES, SCHEMES, MoEProblem
-from moecert.reference.schemes import checkpoint_shape_issue
+from moecert.reference.models import MODELS
+from moecert.reference.schemes import FP8_BLOCK, STRATEGY_BLOCK, checkpoint_shape_issue
 
 from .cases import Case
 
@@ -31,13 +32,6 @@ SUITES = ("smoke", "ci", "certify")
 BLOCK_M = 16
 # A hole in every other global expert: local experts 0..E-1 at the even global ids.
 _EP_STRIDE = 2
-
-# Model layer shapes (E, K, N, topk) for the GPU suites.
-MODELS = {
-    "qwen3-30b-a3b": (128, 2048, 768, 8),
-    "mixtral-8x7b": (8, 4096, 14336, 2),
-    "deepseek-v3": (256, 7168, 2048, 8),
-}
 
 
 @dataclass(frozen=True)
@@ -110,8 +104,8 @@ def _variant_base(P: MoEProblem, quant: QuantConfig) -> MoEProblem:
     unit = 0
     if quant.act_order and quant.group_size > 0:
         unit = quant.group_size
-    if quant.weight_strategy == "block":
-        unit = 128
+    if quant.weight_strategy == STRATEGY_BLOCK:
+        unit = FP8_BLOCK
     if unit and min(P.K, P.N) < 2 * unit:
         return replace(P, K=max(P.K, 2 * unit), N=max(P.N, 2 * unit))
     return P

@@ -33,7 +33,6 @@ from moecert.reference.schemes import (
     E8M0_BIAS,
     E8M0_NAN,
     FP8_BLOCK,
-    MX_BLOCK,
     STRATEGY_BLOCK,
     STRATEGY_CHANNEL,
 )
@@ -265,11 +264,11 @@ def _export_int(layer: MoELayer, p: str) -> ExportedLinear:
 
 def _convert_dense_linear(layer: MoELayer, p: str):
     q = layer.quant
-    family = q.info.family
+    info = q.info
     E = layer.problem.E
     n_out, n_in = linear_dims(layer, p)
     w = layer.get(f"{p}_weight")
-    if family == "dense":
+    if not info.quantized:
         if not bool(torch.isfinite(w).all()):
             raise BackendError(f"{p}_weight", "finite weights", "non-finite entries")
         return {f"{p}_w": w}, None
@@ -280,11 +279,11 @@ def _convert_dense_linear(layer: MoELayer, p: str):
                                f"{int(nan.sum())} NaN codes")
     name = f"{p}_weight_scale"
     s = layer.get(name)
-    if family == "mxfp8":
+    if info.scale_encoding == "e8m0":
         if bool((s == E8M0_NAN).any()):
             raise BackendError(name, "E8M0 exponents 0..254 (0xFF is NaN)",
                                f"{int((s == E8M0_NAN).sum())} bytes of 0xFF")
-        return {f"{p}_w": w, f"{p}_s": s}, (1, MX_BLOCK)
+        return {f"{p}_w": w, f"{p}_s": s}, (1, info.scale_block)
     if q.weight_strategy == STRATEGY_CHANNEL:
         scales, block = s.view(E, n_out, 1), (1, n_in)
     elif q.weight_strategy == STRATEGY_BLOCK:
@@ -321,16 +320,17 @@ def pow2(e: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 
 
 def _export_dense(layer: MoELayer, p: str) -> ExportedLinear:
-    family = layer.quant.info.family
+    info = layer.quant.info
     w = layer.get(f"{p}_w")
     E, n_out, n_in = w.shape
-    if family == "dense":
+    if not info.quantized:
         return ExportedLinear(codes=w.to(torch.float64),
                               scales=torch.ones(E, 1, 1, dtype=torch.float64, device=w.device),
                               block=(n_out, n_in))
-    codes = w.to(torch.int32) if family == "int8" else w.to(torch.float64)
+    codes = w.to(torch.int32) if info.element == "int8" else w.to(torch.float64)
     s = layer.get(f"{p}_s")
-    scales = decode_e8m0(s, torch.float64) if family == "mxfp8" else s.to(torch.float64)
+    scales = (decode_e8m0(s, torch.float64) if info.scale_encoding == "e8m0"
+              else s.to(torch.float64))
     return ExportedLinear(codes=codes, scales=scales, block=tuple(layer.meta[f"{p}_block"]))
 
 

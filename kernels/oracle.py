@@ -94,22 +94,11 @@ def select_backend(scheme, problem, platform: Platform | None = None) -> Selecti
 
 
 def scheme_variants(scheme: str) -> list[QuantConfig]:
-    """The default config of `scheme` and the variants selection depends on (zero points,
-    act-order, group 32, other weight strategies and activation modes)."""
+    """The default config of `scheme` and the variants selection depends on (the scheme
+    table's `variant_overrides`: zero points, act-order, the smallest group, other weight
+    strategies and activation modes)."""
     base = QuantConfig.defaults(scheme)
-    info = base.info
-    out = [base]
-    if base.is_int_family:
-        if info.asym and base.sym:
-            out.append(QuantConfig(**{**base.__dict__, "sym": False}))
-        if info.act_order:
-            out.append(QuantConfig(**{**base.__dict__, "act_order": True}))
-        out.append(QuantConfig(**{**base.__dict__, "group_size": 32}))
-    for strategy in info.strategies[1:]:
-        out.append(QuantConfig(**{**base.__dict__, "weight_strategy": strategy}))
-    for mode in info.activation_modes[1:]:
-        out.append(QuantConfig(**{**base.__dict__, "activation": mode}))
-    return out
+    return [base] + [QuantConfig(**{**base.__dict__, **o}) for o in base.info.variant_overrides()]
 
 
 def selection_rows(platforms, schemes, problems) -> list[dict]:

@@ -43,17 +43,15 @@ class Checkpoint:
             raise CheckpointError("checkpoint.scheme", f"one of {', '.join(SCHEMES)}",
                                   repr(self.scheme))
         info = get_scheme(self.scheme)
-        if self.checkpoint_format is None and info.checkpoint_formats:
-            self.checkpoint_format = info.checkpoint_formats[0]
-        if self.weight_strategy is None and info.strategies:
-            self.weight_strategy = info.strategies[0]
-        if self.activation is None:
-            self.activation = info.activation_modes[0]
-        if self.sym is None:
-            self.sym = self.checkpoint_format != "awq"
-        if self.group_size is None:
-            self.group_size = info.group_sizes[-1] if info.group_sizes else -1
+        defaults = info.defaults()
+        if self.checkpoint_format is None:
+            self.checkpoint_format = defaults["checkpoint_format"]
         _check_attr("checkpoint_format", self.checkpoint_format, info.checkpoint_formats)
+        if self.sym is None:
+            self.sym = info.format(self.checkpoint_format).sym
+        for attr in ("weight_strategy", "activation", "group_size"):
+            if getattr(self, attr) is None:
+                setattr(self, attr, defaults[attr])
         _check_attr("weight_strategy", self.weight_strategy, info.strategies)
         _check_attr("activation", self.activation, info.activation_modes)
         if info.group_sizes and self.weight_strategy == STRATEGY_GROUP:
@@ -73,22 +71,7 @@ class Checkpoint:
     @property
     def record(self) -> FormatRecord:
         """The format record this checkpoint's weights are read with."""
-        family, bits = self.info.family, self.info.weight_bits
-        fmt = self.checkpoint_format
-        if family in ("gptq", "w4a8") and fmt in ("gptq", "gptq_v2"):
-            return get_record(f"gptq-{'v1' if fmt == 'gptq' else 'v2'}-int{bits}",
-                              "v1" if fmt == "gptq" else "v2")
-        if family in ("awq", "w4a8"):
-            return get_record("awq-gemm-int4", "autoawq-0.2")
-        if family == "ct":
-            return get_record(f"ct-pack-quantized-int{bits}", fmt.removeprefix("ct-"))
-        if family == "int8":
-            return get_record("int8-dense", "1")
-        if family == "fp8":
-            return get_record("fp8-e4m3fn", "ocp-1.0")
-        if family == "mxfp8":
-            return get_record("mxfp8-e4m3", "ocp-mx-1.0")
-        return get_record("dense", "1")
+        return get_record(*self.info.format(self.checkpoint_format).record.split("@"))
 
     @property
     def num_experts(self) -> int:

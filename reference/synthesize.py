@@ -23,10 +23,10 @@ from .quantize import fp8_block_shape, quantize_int_groups, quantize_mxfp8, quan
 from .schemes import (
     ACT_STATIC_TENSOR,
     INT8_MAX,
-    INT_FAMILIES,
     STRATEGY_TENSOR,
     checkpoint_shape_issue,
 )
+from .schemes.tensors import layout_family, weight_dtype
 
 
 def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Checkpoint:
@@ -77,25 +77,23 @@ def quantize_weights(ckpt: Checkpoint, w: torch.Tensor, gen: torch.Generator, pr
     """Quantize float weights with the producing tool's rule for `ckpt`'s format."""
     info, rec = ckpt.info, ckpt.record
     E, n_out, n_in = w.shape
-    family = info.family
-    if family == "dense":
-        weight_dtype = torch.bfloat16 if ckpt.scheme == "bf16" else torch.float16
-        return CanonicalLinear(codes=w.to(weight_dtype).to(torch.float64),
+    if not info.quantized:
+        return CanonicalLinear(codes=w.to(weight_dtype(ckpt)).to(torch.float64),
                                scales=torch.ones(E, 1, 1, dtype=torch.float64),
                                block=(n_out, n_in))
-    if family in INT_FAMILIES:
-        tool = "awq" if rec.name.startswith("awq") else ("ct" if family == "ct" else "gptq")
+    if info.packed:
         g = ckpt.group_size
         g_idx = random_g_idx(gen, E, n_in, g) if ckpt.act_order else None
-        return quantize_int_groups(w, info.weight_bits, g, ckpt.sym, tool,
+        return quantize_int_groups(w, info.weight_bits, g, ckpt.sym, layout_family(ckpt),
                                    scale_dtype(rec.scale_dtype, model_dtype), g_idx,
                                    min_zero=1 if rec.zero_domain == "unsigned-minus-one" else 0)
-    if family == "mxfp8":
+    if info.scale_encoding == "e8m0":
         return quantize_mxfp8(w, ckpt.mx_scale_rule)
-    shards = (family == "fp8" and prefix == "w13" and ckpt.weight_strategy == STRATEGY_TENSOR
-              and n_out % 2 == 0)
+    # fp8 producers (llm-compressor) write one scale per w1 / w3 shard
+    shards = (info.element == "e4m3" and prefix == "w13"
+              and ckpt.weight_strategy == STRATEGY_TENSOR and n_out % 2 == 0)
     block = fp8_block_shape(ckpt.weight_strategy, n_out, n_in, shards)
-    return quantize_scaled(w, block, "int8" if family == "int8" else "fp8")
+    return quantize_scaled(w, block, "int8" if info.element == "int8" else "fp8")
 
 
 def random_g_idx(gen: torch.Generator, E: int, n_in: int, group_size: int) -> torch.Tensor:

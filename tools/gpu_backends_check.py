@@ -21,13 +21,8 @@ import torch
 from moecert.kernels import get_backend
 from moecert.kernels.oracle import scheme_variants
 from moecert.reference import SCHEMES, MoEProblem, make_inputs, moe, random_checkpoint
+from moecert.reference.models import MODELS
 
-# name: (E, K, N, topk)
-MODELS = {
-    "qwen3-30b-a3b": (128, 2048, 768, 8),
-    "mixtral-8x7b": (8, 4096, 14336, 2),
-    "deepseek-v3": (256, 7168, 2048, 8),
-}
 BACKENDS = ("triton", "torch", "xpu")
 
 
@@ -52,7 +47,7 @@ def errors(y: torch.Tensor, ref: torch.Tensor) -> dict:
 
 def run_case(model, quant, M, dtype, rows, **problem_kw):
     E, K, N, _ = MODELS[model]
-    if quant.info.family == "dense" and E * 3 * N * K * 2 > 8 << 30:
+    if not quant.info.quantized and E * 3 * N * K * 2 > 8 << 30:
         problem_kw["ep"] = True  # 22 GB of 16-bit weights per copy: one rank's share
     P = problem_for(model, M, dtype, **problem_kw)
     attrs = {k: v for k, v in quant.__dict__.items() if k != "scheme"}

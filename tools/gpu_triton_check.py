@@ -25,6 +25,7 @@ from moecert.kernels.quant_config import QuantConfig
 from moecert.kernels.triton_moe import fused_moe
 from moecert.kernels.triton_moe.backend import TritonBackend
 from moecert.reference import MoEProblem, make_batched_inputs, make_inputs, moe, synthesize
+from moecert.reference.models import MODELS
 
 OUT = os.environ.get("OUT", ".")
 LOG = open(os.path.join(OUT, "gpu_triton.txt"), "w")
@@ -129,9 +130,9 @@ OPTION_SCHEMES = [
     ("mxfp8-floor", "mxfp8", {"activation": "mxfp8"}),
     ("fp8-block", "fp8-w8a16", {"weight_strategy": "block"}),
 ]
-# (name, E used for correctness, K, N, topk)
-MODEL_CORRECTNESS = [("qwen3-30b-a3b", 16, 2048, 768, 8), ("mixtral-8x7b", 2, 4096, 14336, 2),
-                     ("deepseek-v3", 8, 7168, 2048, 8)]
+# (name, E used for correctness, K, N, topk): the model layers with fewer experts
+_CORRECTNESS_E = {"qwen3-30b-a3b": 16, "mixtral-8x7b": 2, "deepseek-v3": 8}
+MODEL_CORRECTNESS = [(name, E, *MODELS[name][1:]) for name, E in _CORRECTNESS_E.items()]
 MODEL_SCHEMES = [
     ("gptq4-g128", "gptq-int4", {"group_size": 128}),
     ("awq4-g128-asym", "awq-int4", {"group_size": 128}),
@@ -141,8 +142,7 @@ MODEL_SCHEMES = [
     ("mxfp8-floor", "mxfp8", {"activation": "mxfp8"}),
     ("bf16", "bf16", {}),
 ]
-TIMING_SHAPES = {"qwen3-30b-a3b": (128, 2048, 768, 8), "mixtral-8x7b": (8, 4096, 14336, 2),
-                 "deepseek-v3": (256, 7168, 2048, 8)}
+TIMING_SHAPES = MODELS
 
 
 def over_budget(what):

@@ -6,11 +6,11 @@ import torch
 
 from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
+from ..schemes.tensors import layout_family as _layout
 from .awq import read_awq, write_awq
 from .ct import read_ct, write_ct
 from .dense import read_dense, write_dense
 from .gptq import read_gptq, write_gptq
-from .tensors import layout_family as _layout
 
 _READERS = {"gptq": read_gptq, "awq": read_awq, "ct": read_ct, "dense": read_dense}
 _WRITERS = {"gptq": write_gptq, "awq": write_awq, "ct": write_ct, "dense": write_dense}

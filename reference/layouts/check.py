@@ -1,4 +1,4 @@
-"""`check_tensors`: a checkpoint holds exactly its format's tensors (`tensors.py`), each a
+"""`check_tensors`: a checkpoint holds exactly its format's tensors (`schemes/tensors.py`), each a
 torch.Tensor on the checkpoint's device with a declared dtype and shape.
 
 It runs before any reader, so an error names the tensor at fault, not the one a reader happened
@@ -14,10 +14,19 @@ from collections import Counter
 import torch
 
 from ..errors import CheckpointError
-from .tensors import ALWAYS, IF_ACT_ORDER, IF_ASYM, IF_BIAS, TensorDecl, declared_tensors
+from ..schemes.tensors import (
+    ALWAYS,
+    IF_ACT_ORDER,
+    IF_ASYM,
+    IF_BIAS,
+    LINEAR_SIZES,
+    TensorDecl,
+    declared_tensors,
+    dim_size,
+    layer_sizes,
+    parse_dim,
+)
 
-# The layer's sizes: E experts, w13 is R x K (R = N or 2N), w2 is K x N.
-_LINEAR_SIZES = {"w13": {"out": "R", "in": "K"}, "w2": {"out": "K", "in": "N"}}
 _SIZE_NAMES = {"E": "expert count", "R": "w13 row count", "K": "hidden size K",
                "N": "intermediate size N"}
 _WHY_REQUIRED = {ALWAYS: "every checkpoint of this format holds it",
@@ -37,7 +46,7 @@ def check_tensors(ckpt, problem=None) -> None:
     _check_names(ckpt, decls, bool(problem is not None and problem.bias))
     _check_device(tensors)
     shapes = {name: _declared_shape(decls[name], t) for name, t in tensors.items()}
-    sizes = (_problem_sizes(problem) if problem is not None
+    sizes = (layer_sizes(problem) if problem is not None
              else _agreed_sizes(ckpt, decls, shapes))
     _check_group_size(ckpt, decls, sizes)
     for name, t in tensors.items():
@@ -97,28 +106,11 @@ def _declared_shape(d: TensorDecl, t: torch.Tensor) -> tuple[str, ...]:
 # --- sizes ------------------------------------------------------------------------------------
 
 def _parse(ckpt, linear: str | None, dim: str) -> tuple[str | None, int, bool]:
-    """(layer size symbol or None for a constant, divisor, exact) of one declared dimension."""
-    if dim.isdigit():
-        return None, int(dim), True
-    if dim == "E":
-        return "E", 1, True
-    exact = not dim.startswith("ceil(")
-    expr = dim.removeprefix("ceil(").removesuffix(")")
-    if expr == "groups":
-        g = ckpt.group_size
-        return (None, 1, True) if g == -1 else (_LINEAR_SIZES[linear]["in"], g, True)
-    side, _, div = expr.partition("/")
-    divisor = 1 if not div else 32 // ckpt.info.weight_bits if div == "pack" else int(div)
-    return _LINEAR_SIZES[linear][side], divisor, exact
+    return parse_dim(dim, linear, ckpt.group_size, ckpt.info.weight_bits)
 
 
 def _dim_size(ckpt, linear, dim: str, sizes: dict[str, int]) -> int:
-    symbol, div, _ = _parse(ckpt, linear, dim)
-    return div if symbol is None else -(-sizes[symbol] // div)
-
-
-def _problem_sizes(problem) -> dict[str, int]:
-    return {"E": problem.E, "R": problem.w13_rows, "K": problem.K, "N": problem.N}
+    return dim_size(dim, linear, sizes, ckpt.group_size, ckpt.info.weight_bits)
 
 
 def _agreed_sizes(ckpt, decls: dict[str, TensorDecl], shapes: dict[str, tuple[str, ...]]
@@ -202,7 +194,7 @@ def _has_groups(decls: dict[str, TensorDecl]) -> bool:
 def _describe_sizes(linear: str | None, sizes: dict[str, int]) -> str:
     parts = [f"E = {sizes['E']}"]
     if linear:
-        parts += [f"{side} = {sym} = {sizes[sym]}" for side, sym in _LINEAR_SIZES[linear].items()]
+        parts += [f"{side} = {sym} = {sizes[sym]}" for side, sym in LINEAR_SIZES[linear].items()]
     return ", ".join(parts)
 
 

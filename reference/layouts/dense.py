@@ -19,36 +19,42 @@ from ..schemes import (
     E8M0_BIAS,
     E8M0_NAN,
     FP8_BLOCK,
-    MX_BLOCK,
     STRATEGY_BLOCK,
     STRATEGY_CHANNEL,
     STRATEGY_TENSOR,
 )
+from ..schemes.tensors import weight_dtype
 from .common import check_finite, scales_float64
-from .tensors import weight_dtype
 
 
 def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
-    family = ckpt.info.family
+    info = ckpt.info
     w = ckpt.tensor(f"{p}_weight")
     E, n_out, n_in = w.shape
-    if family == "dense":
+    if info.scale_encoding == "none":
         check_finite(f"{p}_weight", w)
         return CanonicalLinear(codes=w.to(torch.float64),
                                scales=torch.ones(E, 1, 1, dtype=torch.float64,
                                                  device=w.device), block=(n_out, n_in))
-    if family == "int8":
-        codes = w.to(torch.int32)
-    else:
-        codes = decode_e4m3(w)
-        if torch.isnan(codes).any():
-            raise CheckpointError(f"{p}_weight", "no NaN codes (0x7f/0xff)",
-                                  f"{int(torch.isnan(codes).sum())} NaN codes")
-    if family == "mxfp8":
-        scales, block = _read_e8m0(ckpt, p, E, n_out, n_in), (1, MX_BLOCK)
+    codes = _DECODE[info.element](f"{p}_weight", w)
+    if info.scale_encoding == "e8m0":
+        scales, block = _read_e8m0(ckpt, p, E, n_out, n_in), (1, info.scale_block)
     else:
         scales, block = _read_scale(ckpt, p, E, n_out, n_in)
     return CanonicalLinear(codes=codes, scales=scales, block=block)
+
+
+def _decode_e4m3_checked(name: str, w: torch.Tensor) -> torch.Tensor:
+    codes = decode_e4m3(w)
+    if torch.isnan(codes).any():
+        raise CheckpointError(name, "no NaN codes (0x7f/0xff)",
+                              f"{int(torch.isnan(codes).sum())} NaN codes")
+    return codes
+
+
+# element codec -> (stored weight -> canonical codes, canonical codes -> stored weight)
+_DECODE = {"int8": lambda name, w: w.to(torch.int32), "e4m3": _decode_e4m3_checked}
+_ENCODE = {"int8": lambda codes: codes.to(torch.int8), "e4m3": encode_e4m3}
 
 
 def _read_scale(ckpt, p, E, n_out, n_in):
@@ -70,8 +76,9 @@ def _read_scale(ckpt, p, E, n_out, n_in):
 
 def _read_e8m0(ckpt, p, E, n_out, n_in):
     name = f"{p}_weight_scale"
-    if n_in % MX_BLOCK:
-        raise CheckpointError(f"{p}_weight", f"an input dimension divisible by {MX_BLOCK}",
+    block = ckpt.info.scale_block
+    if n_in % block:
+        raise CheckpointError(f"{p}_weight", f"an input dimension divisible by {block}",
                               str(n_in))
     bits = ckpt.tensor(name)
     if (bits == E8M0_NAN).any():
@@ -82,15 +89,12 @@ def _read_e8m0(ckpt, p, E, n_out, n_in):
 
 def write_dense(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
                 model_dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    family = ckpt_attrs.info.family
-    if family == "dense":
+    info = ckpt_attrs.info
+    if info.scale_encoding == "none":
         return {f"{p}_weight": c.codes.to(weight_dtype(ckpt_attrs))}
-    if family == "int8":
-        weight = c.codes.to(torch.int8)
-    else:
-        weight = encode_e4m3(c.codes)
+    weight = _ENCODE[info.element](c.codes)
     scale = c.scales.to(torch.float32)
-    if family == "mxfp8":
+    if info.scale_encoding == "e8m0":
         scale = (floor_log2(c.scales) + E8M0_BIAS).to(torch.uint8)  # scales are powers of 2
     elif ckpt_attrs.weight_strategy == STRATEGY_TENSOR:
         scale = scale.flatten(1).squeeze(1)  # [E, 1, 1] -> [E]; [E, 2, 1] -> [E, 2]

@@ -3,7 +3,7 @@ and `moe`, each built-in backend's `create_layer` + `process_weights_after_loadi
 error that names the tensor (or attribute) at fault.
 
 The corruptions are generated from the reference's declaration of the tensors each scheme
-variant holds (`reference/layouts/tensors.py`): every dimension of every tensor, its dtype,
+variant holds (`reference/schemes/tensors.py`): every dimension of every tensor, its dtype,
 its absence, a transposed view, a foreign device, a numpy array, bad values by the tensor's
 role, unknown extra tensors and bad group sizes. Ids read
 `<variant>-<tensor>-<corruption>-<entry>`, e.g. `gptq-int4-w13_qweight-shape-dim1-torch`.
@@ -25,7 +25,7 @@ from moecert.kernels.errors import BackendError
 from moecert.kernels.registry import get_backend
 from moecert.reference import Checkpoint, MoEProblem, dequantize, make_inputs, moe, synthesize
 from moecert.reference.errors import CheckpointError
-from moecert.reference.layouts.tensors import INT32, declared_tensors
+from moecert.reference.schemes.tensors import INT32, declared_tensors
 
 P = MoEProblem(M=4, K=64, N=32, E=2, topk=2)
 P_BIAS = replace(P, bias=True)

@@ -1,0 +1,26 @@
+"""The MoE layer shapes of the models moecert checks at full size, declared once.
+
+The GPU suites, `moecert bench` and the tools in tools/ read this table; a model added here
+is available to all of them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class ModelShape(NamedTuple):
+    """One MoE layer: E experts, hidden size K, expert intermediate size N, topk experts per
+    token (unpacks as (E, K, N, topk))."""
+
+    E: int
+    K: int
+    N: int
+    topk: int
+
+
+MODELS: dict[str, ModelShape] = {
+    "qwen3-30b-a3b": ModelShape(128, 2048, 768, 8),
+    "mixtral-8x7b": ModelShape(8, 4096, 14336, 2),
+    "deepseek-v3": ModelShape(256, 7168, 2048, 8),
+}

@@ -1,0 +1,252 @@
+"""The scheme vocabulary: one record per scheme, from which everything else is derived.
+
+This package is data and integer / shape rules only (no tensor math), which is why kernels may
+import it. Scheme names are stable strings: they become keys in results files and never change
+meaning. A scheme record (`Scheme`) holds its layout and format record per checkpoint format,
+its element codec, scale encoding and global-scale convention, its variants and activation
+modes; `schemes.tensors` declares the tensors each layout holds with their shapes and dtypes.
+Readers, writers, `random_checkpoint`, the kernels' checkpoint spec and the suites' variants
+read these records instead of branching on scheme or family names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# --- Format constants (value in the trailing comment) -------------------------------------
+INT4_MIN, INT4_MAX = -8, 7
+INT8_MIN, INT8_MAX = -128, 127
+UINT4_BIAS = 8  # GPTQ uint4b8: stored u means u - 8
+UINT8_BIAS = 128  # GPTQ uint8b128: stored u means u - 128
+AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble i of a word holds column 8c + order[i]
+F8E4M3_MAX = 448.0
+F8E4M3_EXP_BIAS = 7
+E8M0_BIAS = 127
+E8M0_NAN = 0xFF  # 255
+MX_BLOCK = 32
+FP8_BLOCK = 128  # DeepSeek-style 128x128 weight blocks
+SWIGLUOAI_ALPHA = 1.702
+SWIGLUOAI_LIMIT = 7.0
+
+ACTIVATION_DTYPES = ("bf16", "fp16")
+ACTIVATIONS = ("silu", "gelu", "swigluoai", "swigluoai-split", "relu2")
+GATED_ACTIVATIONS = ("silu", "gelu", "swigluoai", "swigluoai-split")
+ACTIVATION_FORMATS = ("standard", "batched")
+
+# Activation quantization modes (what q1/q2 do to a GEMM's input).
+ACT_NONE = "none"  # 16-bit activations, no quantization
+ACT_DYNAMIC_TOKEN = "dynamic-token"  # int8, one scale per token (row), amax/127
+ACT_STATIC_TENSOR = "static-tensor"  # int8, checkpoint input_scale (max over experts)
+ACT_DYNAMIC_TENSOR = "dynamic-tensor"  # int8, one scale for the whole GEMM input
+ACT_MXFP8 = "mxfp8"  # e4m3 elements, E8M0 scale per 32 along K
+
+# Weight scale granularities.
+STRATEGY_TENSOR = "tensor"  # [E] or [E, 2] (w1/w3 shard scales)
+STRATEGY_CHANNEL = "channel"  # [E, out, 1]
+STRATEGY_GROUP = "group"  # [E, in/g, out] (GPTQ, AWQ) or [E, out, in/g] (compressed-tensors)
+STRATEGY_BLOCK = "block"  # [E, ceil(out/128), ceil(in/128)]
+
+# Tensor layouts (which tensors a linear has, `schemes.tensors`; which reader reads them):
+# three packed-integer layouts, and "dense": one unpacked weight tensor (+ its scale) per linear.
+PACKED_LAYOUTS = ("gptq", "awq", "ct")
+LAYOUTS = (*PACKED_LAYOUTS, "dense")
+
+# Element codecs of stored weights and scale encodings.
+ELEMENTS = ("bf16", "fp16", "int4", "int8", "e4m3")
+SCALE_ENCODINGS = ("none", "float", "e8m0")  # none: 16-bit weights; e8m0: uint8 2^(b - 127)
+GLOBAL_SCALES = ("none",)  # a per-tensor scale multiplying the block scales (none so far)
+
+
+@dataclass(frozen=True)
+class SchemeFormat:
+    """One way a scheme's checkpoint is stored: the `checkpoint_format` attribute's value (None
+    for a scheme stored one way only), its tensor layout and its format record."""
+
+    name: str | None
+    layout: str  # one of LAYOUTS
+    record: str  # key of `records.RECORDS`: "name@version"
+    sym: bool = True  # default of the `sym` attribute (AutoAWQ files carry zero points)
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """What a scheme name means: how it is stored and which options it admits."""
+
+    name: str
+    family: str  # "dense", "gptq", "awq", "ct", "int8", "fp8", "mxfp8", "w4a8" (for people)
+    weight_bits: int
+    element: str  # codec of a stored weight element (ELEMENTS)
+    scale_encoding: str  # how weight scales are stored (SCALE_ENCODINGS)
+    formats: tuple[SchemeFormat, ...]  # the first is the default
+    strategies: tuple[str, ...]
+    activation_modes: tuple[str, ...]
+    group_sizes: tuple[int, ...] = ()
+    asym: bool = False  # may carry zero points
+    act_order: bool = False  # may carry g_idx
+    scale_block: int = 0  # elements per scale along in fixed by the format (MX: 32); 0: none
+    global_scale: str = "none"  # GLOBAL_SCALES
+
+    @property
+    def quantized(self) -> bool:
+        return self.scale_encoding != "none"
+
+    @property
+    def checkpoint_formats(self) -> tuple[str, ...]:
+        """The names the `checkpoint_format` attribute may take (none: stored one way)."""
+        return tuple(f.name for f in self.formats if f.name is not None)
+
+    @property
+    def packed(self) -> bool:
+        """Integer codes packed in int32 words with group scales (GPTQ, AWQ, CT, W4A8)."""
+        return all(f.layout in PACKED_LAYOUTS for f in self.formats)
+
+    def format(self, name: str | None) -> SchemeFormat:
+        """The stored form called `name` (None: the default); KeyError if the scheme has none
+        of that name."""
+        if name is None or not self.checkpoint_formats:  # stored one way: no name to check
+            return self.formats[0]
+        for f in self.formats:
+            if f.name == name:
+                return f
+        raise KeyError(f"{self.name} has no checkpoint format {name!r}; known: "
+                       f"{', '.join(self.checkpoint_formats) or 'none'}")
+
+    def defaults(self) -> dict:
+        """The variant attributes a checkpoint or config of this scheme has unless told."""
+        fmt = self.formats[0]
+        return {"checkpoint_format": fmt.name, "sym": fmt.sym,
+                "group_size": self.group_sizes[-1] if self.group_sizes else -1,
+                "weight_strategy": self.strategies[0] if self.strategies else None,
+                "activation": self.activation_modes[0]}
+
+    def variant_overrides(self) -> tuple[dict, ...]:
+        """Attribute changes from the defaults that give the variants selection and the suites
+        cover: zero points, act order, the smallest group, other strategies and activation
+        modes."""
+        out: list[dict] = []
+        if self.packed:
+            if self.asym and self.defaults()["sym"]:
+                out.append({"sym": False})
+            if self.act_order:
+                out.append({"act_order": True})
+            out.append({"group_size": min(g for g in self.group_sizes if g > 0)})
+        out += [{"weight_strategy": s} for s in self.strategies[1:]]
+        out += [{"activation": m} for m in self.activation_modes[1:]]
+        return tuple(out)
+
+
+_INT_GROUPS = (-1, 32, 64, 128)
+
+
+def _gptq_formats(bits: int) -> tuple[SchemeFormat, ...]:
+    return (SchemeFormat("gptq", "gptq", f"gptq-v1-int{bits}@v1"),
+            SchemeFormat("gptq_v2", "gptq", f"gptq-v2-int{bits}@v2"))
+
+
+def _ct_formats(bits: int) -> tuple[SchemeFormat, ...]:
+    return tuple(SchemeFormat(f"ct-{v}", "ct", f"ct-pack-quantized-int{bits}@{v}")
+                 for v in ("0.17", "0.18"))
+
+
+_AWQ = SchemeFormat("awq", "awq", "awq-gemm-int4@autoawq-0.2", sym=False)
+_DENSE = (SchemeFormat(None, "dense", "dense@1"),)
+
+
+def _int_scheme(name, family, bits, formats, **kw) -> Scheme:
+    return Scheme(name, family, bits, f"int{bits}", "float", formats, (STRATEGY_GROUP,),
+                  kw.pop("activation_modes", (ACT_NONE,)), _INT_GROUPS, asym=True, **kw)
+
+
+SCHEMES: dict[str, Scheme] = {
+    s.name: s
+    for s in (
+        Scheme("bf16", "dense", 16, "bf16", "none", _DENSE, (), (ACT_NONE,)),
+        Scheme("fp16", "dense", 16, "fp16", "none", _DENSE, (), (ACT_NONE,)),
+        _int_scheme("gptq-int4", "gptq", 4, _gptq_formats(4), act_order=True),
+        _int_scheme("gptq-int8", "gptq", 8, _gptq_formats(8), act_order=True),
+        _int_scheme("awq-int4", "awq", 4, (_AWQ,)),
+        _int_scheme("ct-int4", "ct", 4, _ct_formats(4), act_order=True),
+        _int_scheme("ct-int8", "ct", 8, _ct_formats(8), act_order=True),
+        Scheme("int8-w8a16", "int8", 8, "int8", "float",
+               (SchemeFormat(None, "dense", "int8-dense@1"),),
+               (STRATEGY_CHANNEL, STRATEGY_TENSOR), (ACT_NONE,)),
+        Scheme("fp8-w8a16", "fp8", 8, "e4m3", "float",
+               (SchemeFormat(None, "dense", "fp8-e4m3fn@ocp-1.0"),),
+               (STRATEGY_TENSOR, STRATEGY_CHANNEL, STRATEGY_BLOCK), (ACT_NONE,)),
+        Scheme("int8-w8a8", "int8", 8, "int8", "float",
+               (SchemeFormat(None, "dense", "int8-dense@1"),),
+               (STRATEGY_CHANNEL, STRATEGY_TENSOR),
+               (ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR, ACT_DYNAMIC_TENSOR)),
+        _int_scheme("w4a8-int8", "w4a8", 4, (_AWQ, *_gptq_formats(4)),
+                    activation_modes=(ACT_DYNAMIC_TOKEN,)),
+        Scheme("mxfp8", "mxfp8", 8, "e4m3", "e8m0",
+               (SchemeFormat(None, "dense", "mxfp8-e4m3@ocp-mx-1.0"),),
+               (STRATEGY_GROUP,), (ACT_NONE, ACT_MXFP8), group_sizes=(MX_BLOCK,),
+               scale_block=MX_BLOCK),
+    )
+}
+
+SCHEME_NAMES: tuple[str, ...] = tuple(SCHEMES)
+# families whose checkpoints are packed integer codes with group scales
+INT_FAMILIES = tuple(dict.fromkeys(s.family for s in SCHEMES.values() if s.packed))
+
+
+def get_scheme(name: str) -> Scheme:
+    """The scheme called `name`; KeyError listing the known names otherwise."""
+    try:
+        return SCHEMES[name]
+    except KeyError:
+        raise KeyError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}") from None
+
+
+def scheme_format(attrs) -> SchemeFormat:
+    """The stored form of anything with `.scheme` and `.checkpoint_format` (a Checkpoint, a
+    kernels QuantConfig)."""
+    return get_scheme(attrs.scheme).format(attrs.checkpoint_format)
+
+
+# --- which shapes a checkpoint can hold ------------------------------------------------------
+
+@dataclass(frozen=True)
+class ShapeIssue:
+    """Why no checkpoint can hold a shape, in the errors' form: the tensor (or dimension),
+    what its format needs, what the shape gives."""
+
+    tensor: str  # the tensor or option at fault
+    expected: str
+    found: str
+    linear: str = ""  # "w13" or "w2": the linear that cannot be held
+
+    def __str__(self) -> str:
+        return f"{self.tensor}: expected {self.expected}, found {self.found}"
+
+
+def checkpoint_shape_issue(quant, problem) -> ShapeIssue | None:
+    """None if a checkpoint of `quant` can hold `problem`'s linears, else the first reason
+    it cannot (w13 before w2): a group size or MX block that does not divide an input
+    dimension, a GPTQ / AWQ packed dimension that is no multiple of the codes per int32 word.
+
+    `quant` is anything with `.scheme`, `.group_size` and `.checkpoint_format` (a kernels
+    `QuantConfig`, a reference `Checkpoint`); `problem` anything with `.K`, `.N` and
+    `.w13_rows` (an `MoEProblem`). Integer arithmetic only, so kernels may read it too.
+    """
+    info = get_scheme(quant.scheme)
+    layout = scheme_format(quant).layout
+    per = 32 // info.weight_bits  # codes per int32 word
+    g = quant.group_size if info.packed else -1
+    if g != -1 and g <= 0:
+        return ShapeIssue("group_size", "-1 (one group) or a positive group size", str(g))
+    for p, n_out, n_in in (("w13", problem.w13_rows, problem.K), ("w2", problem.K, problem.N)):
+        if g != -1 and n_in % g:
+            return ShapeIssue("group_size", f"a group size dividing {p}'s input dimension "
+                              f"{n_in}", str(g), p)
+        if layout == "gptq" and n_in % per:
+            return ShapeIssue(f"{p}_qweight", f"an input dimension divisible by {per}",
+                              str(n_in), p)
+        if layout in ("gptq", "awq") and n_out % per:
+            return ShapeIssue(f"{p}_qzeros", f"an output dimension divisible by {per}",
+                              str(n_out), p)
+        if info.scale_block and n_in % info.scale_block:
+            return ShapeIssue(f"{p}_weight", f"an input dimension divisible by "
+                              f"{info.scale_block}", str(n_in), p)
+    return None

@@ -1,0 +1,189 @@
+"""The tensors each checkpoint layout holds, declared once as data, and the integer rules that
+turn a declared shape into sizes.
+
+Shapes are written in the sizes of one linear per expert, out x in:
+
+    E               experts                  out, in      the linear's output and input sizes
+    in/pack         in / (32 // bits), exact  groups       in / group_size (1 for group_size -1)
+    ceil(in/pack)   words of a bitstream     in/32        MX blocks (in % 32 == 0)
+    ceil(out/128)   DeepSeek 128 x 128 weight blocks
+
+The two linears of a layer tie them together: w13 is R x K (R = N, or 2N gated), w2 is K x N.
+The reference's `layouts/check.py` checks a checkpoint against these declarations before any
+reader runs, the kernels' `checkpoint_spec` is these declarations at a problem's sizes,
+`random_checkpoint` draws them, and the tests generate their corruptions from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import (
+    ACT_STATIC_TENSOR,
+    FP8_BLOCK,
+    STRATEGY_BLOCK,
+    STRATEGY_CHANNEL,
+    STRATEGY_TENSOR,
+    get_scheme,
+    scheme_format,
+)
+
+FLOAT = (torch.float16, torch.bfloat16, torch.float32)
+INT32 = (torch.int32,)
+INDEX = (torch.int32, torch.int64)
+# storage dtype of one element of an unpacked ("dense" layout) weight, per element codec
+ELEMENT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8,
+                  "e4m3": torch.float8_e4m3fn}
+SCALE_DTYPES = {"float": FLOAT, "e8m0": (torch.uint8,)}
+
+# When a declared tensor must be present (every one of them may be)
+ALWAYS = "always"
+IF_ASYM = "asym"  # zero points: required unless sym (a sym file may carry symmetric zeros)
+IF_ACT_ORDER = "act_order"  # g_idx: required with act order (else it must be k // g)
+IF_BIAS = "bias"  # biases: required when the problem has bias
+OPTIONAL = "optional"
+
+PREFIXES = ("w13", "w2")
+# The layer's sizes: E experts, w13 is R x K (R = N or 2N), w2 is K x N.
+LINEAR_SIZES = {"w13": {"out": "R", "in": "K"}, "w2": {"out": "K", "in": "N"}}
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    """One tensor of a linear ({prefix}_{suffix}) or of the layer."""
+
+    name: str
+    role: str  # "weight", "scale", "zeros", "g_idx", "shape", "bias", "input_scale"
+    dtypes: tuple[torch.dtype, ...]
+    shapes: tuple[tuple[str, ...], ...]  # accepted shapes, the usual one first
+    presence: str = ALWAYS
+    linear: str | None = None  # "w13" or "w2": whose out / in the shape's sizes are
+    written_when_sym: bool = False  # zero points the producing tool writes even when sym
+
+    def required(self, sym: bool, act_order: bool, bias: bool) -> bool:
+        return {ALWAYS: True, IF_ASYM: not sym, IF_ACT_ORDER: act_order, IF_BIAS: bias,
+                OPTIONAL: False}[self.presence]
+
+
+def _linear(suffix, role, dtypes, *shapes, presence=ALWAYS, written_when_sym=False):
+    return suffix, role, dtypes, shapes, presence, written_when_sym
+
+
+# Per packed layout: (suffix, role, dtypes, shapes, presence, written_when_sym) of each
+# linear's tensors.
+PACKED_TENSORS = {
+    "gptq": (
+        _linear("qweight", "weight", INT32, ("E", "in/pack", "out")),
+        _linear("scales", "scale", FLOAT, ("E", "groups", "out")),
+        _linear("qzeros", "zeros", INT32, ("E", "groups", "ceil(out/pack)"), presence=IF_ASYM,
+                written_when_sym=True),  # AutoGPTQ / GPTQModel write the symmetric zero
+        _linear("g_idx", "g_idx", INDEX, ("E", "in"), presence=IF_ACT_ORDER),
+    ),
+    "awq": (
+        _linear("qweight", "weight", INT32, ("E", "in", "out/pack")),
+        _linear("scales", "scale", FLOAT, ("E", "groups", "out")),
+        _linear("qzeros", "zeros", INT32, ("E", "groups", "out/pack"), presence=IF_ASYM),
+    ),
+    "ct": (
+        _linear("weight_packed", "weight", INT32, ("E", "out", "ceil(in/pack)")),
+        _linear("weight_scale", "scale", FLOAT, ("E", "out", "groups")),
+        _linear("weight_zero_point", "zeros", INT32, ("E", "ceil(out/pack)", "groups"),
+                presence=IF_ASYM),
+        _linear("weight_g_idx", "g_idx", INDEX, ("E", "in"), presence=IF_ACT_ORDER),
+        _linear("weight_shape", "shape", (torch.int64,), ("E", "2"), presence=OPTIONAL),
+    ),
+}
+# Unpacked weights: the scale's shapes per weight strategy
+STRATEGY_SCALE_SHAPES = {STRATEGY_CHANNEL: (("E", "out", "1"),),
+                         STRATEGY_BLOCK: (("E", f"ceil(out/{FP8_BLOCK})",
+                                           f"ceil(in/{FP8_BLOCK})"),),
+                         STRATEGY_TENSOR: (("E",),)}
+
+
+def layout_family(attrs) -> str:
+    """"gptq", "awq", "ct" or "dense": which reader (and which tensors) a checkpoint of
+    `attrs` (a Checkpoint or a kernels QuantConfig) has."""
+    return scheme_format(attrs).layout
+
+
+def weight_dtype(attrs) -> torch.dtype:
+    """The dtype of an unpacked ("dense" layout) checkpoint's {p}_weight."""
+    return ELEMENT_DTYPES[get_scheme(attrs.scheme).element]
+
+
+def _linear_tensors(attrs, p: str) -> tuple:
+    layout = layout_family(attrs)
+    if layout != "dense":
+        return PACKED_TENSORS[layout]
+    info = get_scheme(attrs.scheme)
+    weight = _linear("weight", "weight", (weight_dtype(attrs),), ("E", "out", "in"))
+    if info.scale_encoding == "none":
+        return (weight,)
+    if info.scale_block:  # the format fixes the block: one scale per scale_block along in
+        shapes = (("E", "out", f"in/{info.scale_block}"),)
+    else:
+        shapes = STRATEGY_SCALE_SHAPES[attrs.weight_strategy]
+        if p == "w13" and attrs.weight_strategy == STRATEGY_TENSOR:
+            shapes = (*shapes, ("E", "2"))  # one scale per shard: w1 rows, w3 rows
+    return weight, _linear("weight_scale", "scale", SCALE_DTYPES[info.scale_encoding], *shapes)
+
+
+def declared_tensors(attrs) -> dict[str, TensorDecl]:
+    """Every tensor a checkpoint with `attrs`' scheme and attributes may hold, by name
+    (`attrs`: anything with scheme, checkpoint_format, weight_strategy and activation)."""
+    out = {}
+    for p in PREFIXES:
+        for suffix, role, dtypes, shapes, presence, sym_too in _linear_tensors(attrs, p):
+            out[f"{p}_{suffix}"] = TensorDecl(f"{p}_{suffix}", role, dtypes, shapes, presence,
+                                              linear=p, written_when_sym=sym_too)
+        if attrs.activation == ACT_STATIC_TENSOR:
+            out[f"{p}_input_scale"] = TensorDecl(f"{p}_input_scale", "input_scale", FLOAT,
+                                                 (("E",),), linear=p)
+    for p in PREFIXES:
+        out[f"{p}_bias"] = TensorDecl(f"{p}_bias", "bias", FLOAT, (("E", "out"),), IF_BIAS,
+                                      linear=p)
+    return out
+
+
+# --- declared shapes -> sizes (integer arithmetic only) -------------------------------------
+
+def parse_dim(dim: str, linear: str | None, group_size: int, bits: int
+              ) -> tuple[str | None, int, bool]:
+    """(layer size symbol or None for a constant, divisor, exact) of one declared dimension."""
+    if dim.isdigit():
+        return None, int(dim), True
+    if dim == "E":
+        return "E", 1, True
+    exact = not dim.startswith("ceil(")
+    expr = dim.removeprefix("ceil(").removesuffix(")")
+    if expr == "groups":
+        return (None, 1, True) if group_size == -1 else (LINEAR_SIZES[linear]["in"], group_size,
+                                                         True)
+    side, _, div = expr.partition("/")
+    divisor = 1 if not div else 32 // bits if div == "pack" else int(div)
+    return LINEAR_SIZES[linear][side], divisor, exact
+
+
+def dim_size(dim: str, linear: str | None, sizes: dict[str, int], group_size: int,
+             bits: int) -> int:
+    """The size of declared dimension `dim` for the layer `sizes` (E, R, K, N)."""
+    symbol, div, _ = parse_dim(dim, linear, group_size, bits)
+    return div if symbol is None else -(-sizes[symbol] // div)
+
+
+def layer_sizes(problem) -> dict[str, int]:
+    """E, R (w13 rows), K, N of anything shaped like an `MoEProblem`."""
+    return {"E": problem.E, "R": problem.w13_rows, "K": problem.K, "N": problem.N}
+
+
+def tensor_shapes(decl: TensorDecl, sizes: dict[str, int], attrs) -> tuple[tuple[int, ...], ...]:
+    """`decl`'s accepted shapes at the layer `sizes`, for a checkpoint of `attrs`."""
+    bits = get_scheme(attrs.scheme).weight_bits
+    return tuple(tuple(dim_size(d, decl.linear, sizes, attrs.group_size, bits) for d in shape)
+                 for shape in decl.shapes)
+
+
+__all__ = ["LINEAR_SIZES", "PREFIXES", "TensorDecl", "declared_tensors", "dim_size",
+           "layer_sizes", "layout_family", "parse_dim", "tensor_shapes", "weight_dtype"]

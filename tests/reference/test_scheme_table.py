@@ -1,0 +1,50 @@
+"""The scheme table is the one declaration everything derives from: every record names things
+that exist (a format record, a layout, an element codec, a scale encoding), and a stored form
+is looked up by its name only."""
+
+from __future__ import annotations
+
+import pytest
+from moecert.reference import RECORDS, Checkpoint
+from moecert.reference.schemes import (
+    ELEMENTS,
+    GLOBAL_SCALES,
+    LAYOUTS,
+    SCALE_ENCODINGS,
+    SCHEMES,
+    get_scheme,
+)
+from moecert.reference.schemes.tensors import ELEMENT_DTYPES, PACKED_TENSORS, SCALE_DTYPES
+
+
+@pytest.mark.parametrize("name", list(SCHEMES))
+def test_every_record_names_what_exists(name):
+    s = SCHEMES[name]
+    assert s.element in ELEMENTS and s.scale_encoding in SCALE_ENCODINGS
+    assert s.global_scale in GLOBAL_SCALES
+    for f in s.formats:
+        assert f.record in RECORDS, f.record
+        assert f.layout in LAYOUTS
+        # the tensors of a layout are declared: packed layouts in the table, unpacked
+        # ones through their element and scale codecs
+        if f.layout == "dense":
+            assert s.element in ELEMENT_DTYPES
+            assert s.scale_encoding == "none" or s.scale_encoding in SCALE_DTYPES
+        else:
+            assert f.layout in PACKED_TENSORS
+    defaults = s.defaults()
+    Checkpoint(name, {}, **defaults)  # the defaults are a valid variant
+    for override in s.variant_overrides():
+        Checkpoint(name, {}, **{**defaults, **override})  # so is every variant
+
+
+def test_a_stored_form_is_found_by_its_name_only():
+    gptq = get_scheme("gptq-int4")
+    assert gptq.format("gptq_v2").record == "gptq-v2-int4@v2"
+    assert gptq.format(None) is gptq.formats[0]
+    with pytest.raises(KeyError, match="no checkpoint format 'awq'; known: gptq, gptq_v2"):
+        gptq.format("awq")
+    w4a8 = get_scheme("w4a8-int8")
+    assert (w4a8.format("awq").layout, w4a8.format("gptq").layout) == ("awq", "gptq")
+    assert Checkpoint("w4a8-int8", {}, checkpoint_format="gptq").sym is True
+    assert Checkpoint("w4a8-int8", {}).sym is False  # AutoAWQ files carry zero points
