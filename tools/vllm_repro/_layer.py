@@ -34,6 +34,10 @@ def gptq_int4(seed=0, bias=False, dtype=torch.bfloat16):
             words = (u.view(n_in // 8, 8, n_out) << (4 * torch.arange(8).view(1, 8, 1))).sum(1)
             out[f"{e}.{proj}.qweight"] = words.to(torch.int64).to(torch.int32)
             out[f"{e}.{proj}.scales"] = s
+            # the symmetric zero 8, stored minus one (GPTQ v1) in every nibble: a real
+            # checkpoint holds it, and vLLM's loader leaves the parameter uninitialised without
+            out[f"{e}.{proj}.qzeros"] = torch.full((n_in // G, n_out // 8), 0x77777777,
+                                                   dtype=torch.int64).to(torch.int32)
             dense[(e, proj)] = ((u - 8).float() * s.float().repeat_interleave(G, 0)).T
             if bias:
                 out[f"{e}.{proj}.bias"] = (torch.randn(n_out, generator=g) * 0.1).to(dtype)
@@ -70,9 +74,15 @@ def routing(M, dtype=torch.bfloat16, topk=TOPK, seed=1):
     return x, w, ids
 
 
-def reference(dense, x, w, ids, act_quant=None, bias=False):
-    """float64 MoE of the dense weights (silu); act_quant(h) applied to each GEMM's input."""
+def reference(dense, x, w, ids, act_quant=None, bias=False, dtype=torch.bfloat16):
+    """float64 MoE of the dense weights (silu), the intermediates rounded to `dtype` as a
+    16-bit kernel stores them (gate/up outputs, then silu(gate) * up); act_quant(h), if given,
+    applied to each GEMM's input."""
     q = act_quant or (lambda t: t)
+
+    def rnd(t):
+        return t.to(dtype).double()
+
     y = torch.zeros(x.shape[0], K, dtype=torch.float64)
     for t in range(x.shape[0]):
         for j in range(ids.shape[1]):
@@ -82,12 +92,18 @@ def reference(dense, x, w, ids, act_quant=None, bias=False):
             up = xt @ dense[(e, "up_proj")].double().T
             if bias:
                 gate, up = gate + dense[(e, "gate_proj", "b")], up + dense[(e, "up_proj", "b")]
-            a = torch.nn.functional.silu(gate) * up
+            a = rnd(torch.nn.functional.silu(rnd(gate)) * rnd(up))
             o = q(a) @ dense[(e, "down_proj")].double().T
             if bias:
                 o = o + dense[(e, "down_proj", "b")]
             y[t] += w[t, j].double() * o[0]
     return y
+
+
+def int8_per_token(t):
+    """Symmetric int8 quantize-dequantize, one scale (amax / 127) per row."""
+    s = t.abs().amax(-1, keepdim=True) / 127
+    return (t / s).round().clamp(-127, 127) * s
 
 
 def rel(a, b):
