@@ -95,7 +95,7 @@ def select_backend(scheme, problem, platform: Platform | None = None) -> Selecti
 
 def scheme_variants(scheme: str) -> list[QuantConfig]:
     """The default config of `scheme` and the variants selection depends on (zero points,
-    act-order, group 32, other weight strategies and activation modes)."""
+    act-order, group 32, other checkpoint formats, weight strategies and activation modes)."""
     base = QuantConfig.defaults(scheme)
     info = base.info
     out = [base]
@@ -105,6 +105,10 @@ def scheme_variants(scheme: str) -> list[QuantConfig]:
         if info.act_order:
             out.append(QuantConfig(**{**base.__dict__, "act_order": True}))
         out.append(QuantConfig(**{**base.__dict__, "group_size": 32}))
+    # the other checkpoint formats decode the same tensors differently (GPTQ v1 stores zero
+    # z - 1, v2 stores z): a backend that ignores the format is wrong only there
+    for fmt in info.checkpoint_formats[1:]:
+        out.append(QuantConfig(**{**base.__dict__, "checkpoint_format": fmt}))
     for strategy in info.strategies[1:]:
         out.append(QuantConfig(**{**base.__dict__, "weight_strategy": strategy}))
     for mode in info.activation_modes[1:]:

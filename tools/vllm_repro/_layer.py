@@ -21,8 +21,10 @@ with set_current_vllm_config(CONFIG):
 E, K, N, TOPK, G = 4, 128, 128, 2, 32
 
 
-def gptq_int4(seed=0, bias=False, dtype=torch.bfloat16):
-    """Symmetric GPTQ int4 (uint4b8) per-expert tensors and their float dequantization."""
+def gptq_int4(seed=0, bias=False, dtype=torch.bfloat16, qzeros=0x77777777, zero=8):
+    """Symmetric GPTQ int4 (uint4b8) per-expert tensors and their float dequantization
+    (u - zero) * s. `qzeros`: the word stored in every qzeros element (GPTQ v1 stores the
+    symmetric zero 8 minus one, v2 stores 8)."""
     g = torch.Generator().manual_seed(seed)
     out = {}
     dense = {}
@@ -34,11 +36,11 @@ def gptq_int4(seed=0, bias=False, dtype=torch.bfloat16):
             words = (u.view(n_in // 8, 8, n_out) << (4 * torch.arange(8).view(1, 8, 1))).sum(1)
             out[f"{e}.{proj}.qweight"] = words.to(torch.int64).to(torch.int32)
             out[f"{e}.{proj}.scales"] = s
-            # the symmetric zero 8, stored minus one (GPTQ v1) in every nibble: a real
-            # checkpoint holds it, and vLLM's loader leaves the parameter uninitialised without
-            out[f"{e}.{proj}.qzeros"] = torch.full((n_in // G, n_out // 8), 0x77777777,
+            # a real checkpoint holds qzeros even when symmetric, and vLLM's loader leaves
+            # the parameter uninitialised without them
+            out[f"{e}.{proj}.qzeros"] = torch.full((n_in // G, n_out // 8), qzeros,
                                                    dtype=torch.int64).to(torch.int32)
-            dense[(e, proj)] = ((u - 8).float() * s.float().repeat_interleave(G, 0)).T
+            dense[(e, proj)] = ((u - zero).float() * s.float().repeat_interleave(G, 0)).T
             if bias:
                 out[f"{e}.{proj}.bias"] = (torch.randn(n_out, generator=g) * 0.1).to(dtype)
                 dense[(e, proj, "b")] = out[f"{e}.{proj}.bias"].float()
