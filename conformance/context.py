@@ -64,6 +64,9 @@ class CaseRun:
         self.quant = case.quant
         self.table = table or load_table()
         self._done: dict[str, tuple[bool, object]] = {}
+        # what the processed layer runs, in the backend's words (its optional describe);
+        # "" until the layer exists, or for a backend without the hook
+        self.backend_detail = ""
 
     # --- what the case is ---------------------------------------------------------------
     @functools.cached_property
@@ -144,7 +147,9 @@ class CaseRun:
     @_kept
     def layer(self):
         self.snapshot  # noqa: B018 - taken before the backend touches anything
-        return self.new_layer(self.checkpoint)
+        layer = self.new_layer(self.checkpoint)
+        self.backend_detail = describe(self.backend, layer)
+        return layer
 
     def apply(self, layer, inputs: Inputs | None = None) -> torch.Tensor:
         """One apply into an output buffer poisoned with NaN."""
@@ -176,6 +181,18 @@ class CaseRun:
 # bf16 checkpoint is 22 GB, and a copy of it beside the layer's own does not fit on one GPU.
 COPY_MAX_BYTES = 1 << 28
 _FINGERPRINT_CHUNK = 1 << 26  # bytes hashed at once (int32 temporaries of 4x that)
+
+
+def describe(backend, layer) -> str:
+    """The backend's optional `describe(layer)` (kernels/protocol.py), "" without it; a hook
+    that raises says so in the text rather than failing the case's checks."""
+    hook = getattr(backend, "describe", None)
+    if hook is None:
+        return ""
+    try:
+        return str(hook(layer))
+    except Exception as e:
+        return f"describe raised {type(e).__name__}: {e}"
 
 
 def keepsake(t: torch.Tensor):

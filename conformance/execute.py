@@ -86,7 +86,9 @@ def _row(case: Case, device: str, run_id: str, check: str, outcome: Outcome,
     row = {"run_id": run_id, "case_id": case.case_id, "problem_id": problem_id(case.case_id),
            "backend": case.backend,
            "scheme": case.scheme, "config": "", **problem_columns(case),
-           **environment(device, case.backend), "check": check, "status": outcome.status,
+           **environment(device, case.backend),
+           "backend_detail": run.backend_detail if run is not None else "",
+           "check": check, "status": outcome.status,
            "message": outcome.message, "duration_s": duration, "case_json": case.to_json(),
            "finished_at": datetime.datetime.now(datetime.UTC).isoformat()}
     row["claimed"] = None  # unknown when the case could not be set up

@@ -9,11 +9,11 @@ from .errors import BackendError, NoBackendError, UnsupportedError
 from .layer import MoELayer
 from .oracle import Selection, select_backend
 from .platform import Platform
-from .protocol import Backend, CanonicalExport, ExportedLinear
+from .protocol import Backend, CanonicalExport, DescribesLayer, ExportedLinear
 from .quant_config import QuantConfig
 from .registry import backend_names, get_backend, register_backend
 
-__all__ = ["Backend", "BackendError", "CanonicalExport", "DelegatingBackend", "ExportedLinear",
-           "MoELayer", "NoBackendError", "Platform", "QuantConfig", "Selection",
+__all__ = ["Backend", "BackendError", "CanonicalExport", "DelegatingBackend", "DescribesLayer",
+           "ExportedLinear", "MoELayer", "NoBackendError", "Platform", "QuantConfig", "Selection",
            "UnsupportedError", "backend_names", "claim_subset", "get_backend",
            "register_backend", "select_backend"]

@@ -23,7 +23,7 @@ from .quant_config import QuantConfig
 from .registry import get_backend
 
 # Members a Backend may have (protocol.py): forwarded to the delegate when it has them.
-_OPTIONAL = ("canonical_weights", "version")
+_OPTIONAL = ("canonical_weights", "describe", "version")
 
 Where = Callable[[QuantConfig, Problem, Platform], str | None]
 
@@ -33,7 +33,8 @@ class DelegatingBackend:
     looked up on first use) and claims what the delegate claims, less what `narrow` refuses.
 
     The delegate's layers are this backend's layers: load, process and apply go to it
-    unchanged, and so do `canonical_weights` and `version` where the delegate has them.
+    unchanged, and so do `canonical_weights`, `describe` and `version` where the delegate
+    has them.
     """
 
     def __init__(self, delegate: Backend | str, name: str, *,

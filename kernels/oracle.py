@@ -95,8 +95,8 @@ def select_backend(scheme, problem, platform: Platform | None = None) -> Selecti
 
 def scheme_variants(scheme: str) -> list[QuantConfig]:
     """The default config of `scheme` and the variants selection depends on (the scheme
-    table's `variant_overrides`: zero points, act-order, the smallest group, other weight
-    strategies and activation modes)."""
+    table's `variant_overrides`: zero points, act-order, the smallest group, other checkpoint
+    formats, weight strategies and activation modes)."""
     base = QuantConfig.defaults(scheme)
     return [base] + [QuantConfig(**{**base.__dict__, **o}) for o in base.info.variant_overrides()]
 

@@ -28,7 +28,11 @@ class Backend(Protocol):
       `canonical_weights(layer) -> dict[str, ExportedLinear]`: the processed layer's weights
         read back out of the kernel format ("w13", "w2"); the `canonical` check compares them
         with the checkpoint bit for bit (skipped without it). See `CanonicalExport`.
-      `version: str`: recorded with the results.
+      `version: str`: recorded with the results (column `backend_version`, once per backend).
+      `describe(layer) -> str`: what this processed layer runs, in the backend's words (an
+        engine's chosen experts kernel, a mode); called once per case after
+        `process_weights_after_loading`, recorded in every row of the case (column
+        `backend_detail`). See `DescribesLayer`.
     """
 
     name: str  # unique in the registry, e.g. "triton", "torch", "vendor-marlin"
@@ -81,6 +85,15 @@ class CanonicalExport(Protocol):
     def canonical_weights(self, layer: torch.nn.Module) -> dict[str, ExportedLinear]:
         """{"w13": ..., "w2": ...}: the processed layer's weights read back out of the kernel
         format, exactly (no float rounding beyond the kernel format's own)."""
+
+
+@runtime_checkable
+class DescribesLayer(Protocol):
+    """The optional description of a processed layer (column `backend_detail`)."""
+
+    def describe(self, layer: torch.nn.Module) -> str:
+        """One line: what runs for this layer, e.g. the kernel an engine's own selection
+        chose for it ("CPU (CPUExpertsInt4); CPU AMX gate forced")."""
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,18 @@ class VllmBackend:
         with self._running():
             layer.quant_method.process_weights_after_loading(layer.experts)
 
+    def describe(self, layer: VllmLayer) -> str:
+        """What vLLM runs for this processed layer: its oracle's backend and the experts
+        class of the kernel its processing built, e.g. "CPU (CPUExpertsInt4)"; the forced
+        mode says so ("; CPU AMX gate forced")."""
+        _check_layer(layer, self.name)
+        backend, _ = _choice(layer.quant_method)
+        kernel = getattr(layer.quant_method, "moe_kernel", None)
+        experts = getattr(getattr(kernel, "impl", None), "fused_experts", None)
+        if experts is not None:  # the class that runs, where processing built the kernel
+            backend = f"{backend.split(' (')[0]} ({type(experts).__name__})"
+        return backend + ("; CPU AMX gate forced" if self.forced_amx else "")
+
     def apply(self, layer: VllmLayer, hidden_states, topk_weights, topk_ids, *, out=None,
               **opts) -> torch.Tensor:
         _check_layer(layer, self.name)

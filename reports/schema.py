@@ -18,7 +18,7 @@ import pandas as pd
 
 # Bumped whenever a column is added, removed, renamed or changes meaning: `load` refuses files
 # of any other version rather than guessing.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # The key under which Parquet metadata and the journal's header line carry the version.
 VERSION_KEY = "moecert_schema_version"
 
@@ -56,6 +56,7 @@ COLUMN_DTYPES = {
     "platform": _STR, "device": _STR, "device_name": _STR, "device_uuid": _STR, "host": _STR,
     "moecert_version": _STR, "backend_version": _STR, "torch_version": _STR,
     "triton_version": _STR,
+    "backend_detail": _STR,  # what the case's processed layer runs (the backend's describe)
     "check": _CAT, "status": STATUS_DTYPE, "claimed": _BOOL,
     **{m: _FLOAT for m in METRICS},
     "tolerance": _STR,

@@ -121,8 +121,8 @@ class Scheme:
 
     def variant_overrides(self) -> tuple[dict, ...]:
         """Attribute changes from the defaults that give the variants selection and the suites
-        cover: zero points, act order, the smallest group, other strategies and activation
-        modes."""
+        cover: zero points, act order, the smallest group, other checkpoint formats, other
+        strategies and activation modes."""
         out: list[dict] = []
         if self.packed:
             if self.asym and self.defaults()["sym"]:
@@ -130,6 +130,9 @@ class Scheme:
             if self.act_order:
                 out.append({"act_order": True})
             out.append({"group_size": min(g for g in self.group_sizes if g > 0)})
+        # the other checkpoint formats decode the same tensors differently (GPTQ v1 stores zero
+        # z - 1, v2 stores z): a backend that ignores the format is wrong only there
+        out += [{"checkpoint_format": f} for f in self.checkpoint_formats[1:]]
         out += [{"weight_strategy": s} for s in self.strategies[1:]]
         out += [{"activation": m} for m in self.activation_modes[1:]]
         return tuple(out)

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 from moecert.conformance import context
+from moecert.conformance.cases import Case
 from moecert.conformance.context import fingerprint, keepsake, unchanged
+from moecert.conformance.execute import run_case
+from moecert.kernels import DelegatingBackend, register_backend
+from moecert.kernels.registry import unregister_backend
+from moecert.reference import MoEProblem
 
 
 def test_a_copy_ignores_strides_and_sees_one_changed_element():
@@ -34,3 +39,48 @@ def test_big_tensors_are_fingerprinted(monkeypatch, dtype):
 def test_fingerprints_differ_across_shapes():
     t = torch.arange(12, dtype=torch.int32)
     assert fingerprint(t) != fingerprint(t.view(3, 4))
+
+
+# --- the optional describe hook (column backend_detail) ------------------------------------
+
+class _Describing(DelegatingBackend):
+    """torch, describing each layer as it stands when the harness asks."""
+
+    def describe(self, layer):
+        return f"torch layer, processed={layer.processed}"
+
+
+class _DescribeRaises(DelegatingBackend):
+    def describe(self, layer):
+        raise RuntimeError("no words")
+
+
+@pytest.fixture
+def describing_backends():
+    names = [register_backend(_Describing("torch", "describing")).name,
+             register_backend(_Describing("torch", "describing-gptq",
+                                          schemes=("gptq-int4",))).name,
+             register_backend(_DescribeRaises("torch", "describe-raises")).name]
+    yield
+    for name in names:
+        unregister_backend(name)
+
+
+def _rows(backend):
+    P = MoEProblem(M=5, K=64, N=64, E=3, topk=2)
+    return run_case(Case(backend, "bf16", P, {}, 0), checks=("claims", "accuracy"))
+
+
+def test_every_row_of_a_case_carries_the_processed_layers_description(describing_backends):
+    rows = _rows("describing")
+    assert [r["status"] for r in rows] == ["pass", "pass"]
+    assert {r["backend_detail"] for r in rows} == {"torch layer, processed=True"}
+
+
+def test_no_hook_or_no_layer_leaves_it_empty_and_a_raising_hook_says_so(describing_backends):
+    assert {r["backend_detail"] for r in _rows("torch")} == {""}
+    unclaimed = _rows("describing-gptq")  # bf16: no layer of the case is ever processed
+    assert [r["status"] for r in unclaimed] == ["unsupported", "unsupported"]
+    assert {r["backend_detail"] for r in unclaimed} == {""}
+    assert {r["backend_detail"] for r in _rows("describe-raises")} == {
+        "describe raised RuntimeError: no words"}

@@ -115,6 +115,14 @@ def test_a_vendor_backend_without_a_platform_argument(fakes):
 
 # --- built-in backends ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_every_checkpoint_format_is_a_variant(scheme):
+    """A format decodes the same tensors differently (GPTQ v1 vs v2 zeros): the suites, which
+    run scheme_variants, must see each one (vLLM's ignored gptq_v2 went unseen without it)."""
+    formats = {q.checkpoint_format for q in oracle_module.scheme_variants(scheme)}
+    assert formats == set(SCHEMES[scheme].checkpoint_formats or (None,))
+
+
 @pytest.mark.parametrize("platform", SIMULATED_PLATFORMS, ids=str)
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_every_scheme_has_a_backend_on_every_platform(platform, scheme):

@@ -103,3 +103,21 @@ def test_forced_mode_refuses_an_amx_kernel(vllm):
     why = VllmCpuForcedBackend().supports(QuantConfig.of("bf16"), SMALL)
     assert why is not None and "SIGILL" in why
     assert torch.cpu._is_amx_tile_supported() is False  # the override ends with the call
+
+
+def test_describe_names_the_experts_class_vllm_built(vllm):
+    b = VllmBackend()
+    layer = b.create_layer(synthesize("bf16", SMALL, seed=1), SMALL)
+    b.process_weights_after_loading(layer)
+    assert b.describe(layer) == "CPU (CPUUnquantizedExperts)"
+
+
+def test_describe_in_forced_mode_says_so(vllm):
+    b = VllmCpuForcedBackend()
+    P = MoEProblem(M=5, K=128, N=128, E=3, topk=2)
+    quant = QuantConfig("gptq-int4", group_size=32, sym=True, checkpoint_format="gptq")
+    if b.supports(quant, P) is not None:
+        pytest.skip(f"vLLM does not run gptq int4 here: {b.supports(quant, P)}")
+    layer = b.create_layer(synthesize("gptq-int4", P, seed=1, group_size=32), P)
+    b.process_weights_after_loading(layer)
+    assert b.describe(layer) == "CPU (CPUExpertsInt4); CPU AMX gate forced"

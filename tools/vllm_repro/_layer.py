@@ -21,8 +21,10 @@ with set_current_vllm_config(CONFIG):
 E, K, N, TOPK, G = 4, 128, 128, 2, 32
 
 
-def gptq_int4(seed=0, bias=False, dtype=torch.bfloat16):
-    """Symmetric GPTQ int4 (uint4b8) per-expert tensors and their float dequantization."""
+def gptq_int4(seed=0, bias=False, dtype=torch.bfloat16, qzeros=0x77777777, zero=8):
+    """Symmetric GPTQ int4 (uint4b8) per-expert tensors and their float dequantization
+    (u - zero) * s. `qzeros`: the word stored in every qzeros element (GPTQ v1 stores the
+    symmetric zero 8 minus one, v2 stores 8)."""
     g = torch.Generator().manual_seed(seed)
     out = {}
     dense = {}
@@ -34,7 +36,11 @@ def gptq_int4(seed=0, bias=False, dtype=torch.bfloat16):
             words = (u.view(n_in // 8, 8, n_out) << (4 * torch.arange(8).view(1, 8, 1))).sum(1)
             out[f"{e}.{proj}.qweight"] = words.to(torch.int64).to(torch.int32)
             out[f"{e}.{proj}.scales"] = s
-            dense[(e, proj)] = ((u - 8).float() * s.float().repeat_interleave(G, 0)).T
+            # a real checkpoint holds qzeros even when symmetric, and vLLM's loader leaves
+            # the parameter uninitialised without them
+            out[f"{e}.{proj}.qzeros"] = torch.full((n_in // G, n_out // 8), qzeros,
+                                                   dtype=torch.int64).to(torch.int32)
+            dense[(e, proj)] = ((u - zero).float() * s.float().repeat_interleave(G, 0)).T
             if bias:
                 out[f"{e}.{proj}.bias"] = (torch.randn(n_out, generator=g) * 0.1).to(dtype)
                 dense[(e, proj, "b")] = out[f"{e}.{proj}.bias"].float()
@@ -70,9 +76,15 @@ def routing(M, dtype=torch.bfloat16, topk=TOPK, seed=1):
     return x, w, ids
 
 
-def reference(dense, x, w, ids, act_quant=None, bias=False):
-    """float64 MoE of the dense weights (silu); act_quant(h) applied to each GEMM's input."""
+def reference(dense, x, w, ids, act_quant=None, bias=False, dtype=torch.bfloat16):
+    """float64 MoE of the dense weights (silu), the intermediates rounded to `dtype` as a
+    16-bit kernel stores them (gate/up outputs, then silu(gate) * up); act_quant(h), if given,
+    applied to each GEMM's input."""
     q = act_quant or (lambda t: t)
+
+    def rnd(t):
+        return t.to(dtype).double()
+
     y = torch.zeros(x.shape[0], K, dtype=torch.float64)
     for t in range(x.shape[0]):
         for j in range(ids.shape[1]):
@@ -82,12 +94,18 @@ def reference(dense, x, w, ids, act_quant=None, bias=False):
             up = xt @ dense[(e, "up_proj")].double().T
             if bias:
                 gate, up = gate + dense[(e, "gate_proj", "b")], up + dense[(e, "up_proj", "b")]
-            a = torch.nn.functional.silu(gate) * up
+            a = rnd(torch.nn.functional.silu(rnd(gate)) * rnd(up))
             o = q(a) @ dense[(e, "down_proj")].double().T
             if bias:
                 o = o + dense[(e, "down_proj", "b")]
             y[t] += w[t, j].double() * o[0]
     return y
+
+
+def int8_per_token(t):
+    """Symmetric int8 quantize-dequantize, one scale (amax / 127) per row."""
+    s = t.abs().amax(-1, keepdim=True) / 127
+    return (t / s).round().clamp(-127, 127) * s
 
 
 def rel(a, b):
