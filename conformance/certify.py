@@ -40,15 +40,13 @@ from .bundle import RECORD_SUFFIX, BundleError, Judgement, sha256_text
 from .options import (
     UsageError,
     check_backends,
-    device_name,
     import_modules,
-    positive_int,
-    positive_seconds,
     run_id,
     shard_spec,
     suite_name,
     writable_folder,
 )
+from .run_command import add_execution_arguments
 from .runner import DEFAULT_TIMEOUT_S
 from .tolerances import DEFAULT_PATH as TOLERANCES_PATH
 from .waivers import parse_waivers
@@ -64,17 +62,11 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", metavar="NAME", help="the backend to certify (with --out)")
     p.add_argument("--waivers", metavar="FILE",
                    help="TOML [[waiver]] entries {case_id, check, reason} (conformance/waivers.py)")
-    p.add_argument("-n", "--workers", type=positive_int, default=1, help="worker processes")
-    p.add_argument("--device", type=device_name, default=None,
-                   help="cpu, cuda (default: cuda if present)")
+    add_execution_arguments(p)
     p.add_argument("--shard", type=shard_spec, default=None, metavar="I/N",
                    help="run shard I of N (0-based) of the suite; needs --run-id")
     p.add_argument("--run-id", type=run_id, default=None, metavar="ID",
                    help="the run's id: the same on every shard")
-    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
-                   help="seconds per case before its worker is killed")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import MODULE first (it may register the backend)")
     p.add_argument("--resume", action="store_true",
                    help="continue this folder's unfinished run (of this shard), judged whole")
     # tests and demonstrations only: another suite, and the bundle says NOT CERTIFIED for it

@@ -70,9 +70,7 @@ def add_arguments(p) -> None:
     p.add_argument("--list-cases", action="store_true",
                    help="print the selected case ids and exit without running")
     p.add_argument("--results", default="moecert-results", help="results folder")
-    p.add_argument("-n", "--workers", type=positive_int, default=1, help="worker processes")
-    p.add_argument("--device", type=device_name, default=None,
-                   help="cpu, cuda (default: cuda if present)")
+    add_execution_arguments(p)
     p.add_argument("--shard", type=shard_spec, default=None, metavar="I/N",
                    help="run shard I of N (0-based), split by case id")
     p.add_argument("--run-id", type=run_id, default=None, metavar="ID",
@@ -81,17 +79,24 @@ def add_arguments(p) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the newest unfinished run of this suite (and shard, and "
                         "--run-id) in the results folder")
-    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
-                   help="seconds per case before its worker is killed")
     p.add_argument("--case", action="append", default=[], metavar="JSON", type=case_json,
                    help="run exactly this case (as printed for a failure)")
-    p.add_argument("--import", dest="imports", action="append", default=[],
-                   metavar="MODULE", help="import MODULE first (it may register backends)")
     p.add_argument("--xfail", default=None, help="expected-failure list (TOML)")
     p.add_argument("--junit", metavar="FILE", default=None,
                    help="also write the run's rows as JUnit XML (as moecert report --junit)")
     p.add_argument("--in-process", action="store_true",
                    help="no worker processes (faster to debug; a crash ends the run)")
+
+
+def add_execution_arguments(p) -> None:
+    """The options of how cases run, shared by `moecert run` and `moecert certify`."""
+    p.add_argument("-n", "--workers", type=positive_int, default=1, help="worker processes")
+    p.add_argument("--device", type=device_name, default=None,
+                   help="cpu, cuda (default: cuda if present)")
+    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
+                   help="seconds per case before its worker is killed")
+    p.add_argument("--import", dest="imports", action="append", default=[],
+                   metavar="MODULE", help="import MODULE first (it may register backends)")
 
 
 def main(args) -> int:

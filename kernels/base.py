@@ -9,7 +9,7 @@ from collections import Counter
 import torch
 from moecert.reference.schemes import ACTIVATIONS
 
-from .errors import BackendError, UnsupportedError
+from .errors import BackendError, UnsupportedError, check_layer
 from .layer import PROCESSED, MoELayer
 from .platform import Platform, platform_of_device
 from .quant_config import QuantConfig
@@ -60,7 +60,7 @@ class BaseBackend:
         return layer
 
     def load_weights(self, layer: MoELayer, checkpoint) -> None:
-        _check_layer(layer, self.name)
+        check_layer(layer, MoELayer, self.name)
         quant = QuantConfig.of(checkpoint)
         if quant != layer.quant:
             raise BackendError("checkpoint", f"the layer's quantization {layer.quant}",
@@ -68,7 +68,7 @@ class BaseBackend:
         layer.load(checkpoint)
 
     def process_weights_after_loading(self, layer: MoELayer) -> None:
-        _check_layer(layer, self.name)
+        check_layer(layer, MoELayer, self.name)
         if getattr(layer, PROCESSED, False):
             return  # weights are in kernel format already: converting again would scramble them
         _check_biases(layer)
@@ -77,7 +77,7 @@ class BaseBackend:
 
     def apply(self, layer: MoELayer, hidden_states, topk_weights, topk_ids, *, out=None,
               **opts) -> torch.Tensor:
-        _check_layer(layer, self.name)
+        check_layer(layer, MoELayer, self.name)
         if not layer.processed:
             raise BackendError("layer", "process_weights_after_loading before apply",
                                "an unprocessed layer")
@@ -137,14 +137,6 @@ def _check_biases(layer: MoELayer) -> None:
             bad = int((~torch.isfinite(layer.get(name))).sum())
             if bad:
                 raise BackendError(name, "finite values", f"{bad} non-finite entries")
-
-
-def _check_layer(layer, name: str) -> None:
-    if not isinstance(layer, MoELayer):
-        raise BackendError("layer", "a MoELayer made by create_layer", type(layer).__name__)
-    if layer.backend != name:
-        raise BackendError("layer", f"a layer of backend {name!r}",
-                           f"a layer of backend {layer.backend!r}")
 
 
 def _check_activations(layer: MoELayer, x) -> torch.Tensor:

@@ -35,3 +35,13 @@ class NoBackendError(RuntimeError):
             return
         lines = "\n".join(f"  {name}: {why}" for name, why in reasons.items()) or "  (none)"
         super().__init__(f"no backend for {scheme} on {platform}; candidates:\n{lines}")
+
+
+def check_layer(layer, cls: type, backend: str) -> None:
+    """`layer` is a `cls` that `backend`'s create_layer made, else a BackendError naming it."""
+    if not isinstance(layer, cls):
+        raise BackendError("layer", f"a {cls.__name__} made by create_layer",
+                           type(layer).__name__)
+    if layer.backend != backend:
+        raise BackendError("layer", f"a layer of backend {backend!r}",
+                           f"a layer of backend {layer.backend!r}")

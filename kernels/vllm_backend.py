@@ -25,7 +25,7 @@ import threading
 
 import torch
 
-from .errors import BackendError, UnsupportedError
+from .errors import BackendError, UnsupportedError, check_layer
 from .platform import Platform
 from .quant_config import QuantConfig, check_tensor, checkpoint_spec
 from .vllm_checkpoint import ACTIVATIONS, expert_tensors, quantization_config
@@ -167,7 +167,7 @@ class VllmBackend:
     def load_weights(self, layer: VllmLayer, checkpoint) -> None:
         """Per-expert tensors through the runner's load_weights (each parameter's own
         weight_loader per expert and shard), as vLLM's model loader feeds a model file."""
-        _check_layer(layer, self.name)
+        check_layer(layer, VllmLayer, self.name)
         quant = QuantConfig.of(checkpoint)
         if quant != layer.quant:
             raise BackendError("checkpoint", f"the layer's quantization {layer.quant}",
@@ -187,7 +187,7 @@ class VllmBackend:
     def process_weights_after_loading(self, layer: VllmLayer) -> None:
         """vLLM's quant method's process_weights_after_loading, called as vLLM's model
         loader calls it; no guard of the adapter's own (a second call is vLLM's business)."""
-        _check_layer(layer, self.name)
+        check_layer(layer, VllmLayer, self.name)
         layer.processed = True
         with self._running():
             layer.quant_method.process_weights_after_loading(layer.experts)
@@ -196,7 +196,7 @@ class VllmBackend:
         """What vLLM runs for this processed layer: its oracle's backend and the experts
         class of the kernel its processing built, e.g. "CPU (CPUExpertsInt4)"; the forced
         mode says so ("; CPU AMX gate forced")."""
-        _check_layer(layer, self.name)
+        check_layer(layer, VllmLayer, self.name)
         backend, _ = _choice(layer.quant_method)
         kernel = getattr(layer.quant_method, "moe_kernel", None)
         experts = getattr(getattr(kernel, "impl", None), "fused_experts", None)
@@ -206,7 +206,7 @@ class VllmBackend:
 
     def apply(self, layer: VllmLayer, hidden_states, topk_weights, topk_ids, *, out=None,
               **opts) -> torch.Tensor:
-        _check_layer(layer, self.name)
+        check_layer(layer, VllmLayer, self.name)
         if opts:
             raise BackendError("apply options", "none (standard activation format only)",
                                ", ".join(sorted(opts)))
@@ -307,14 +307,6 @@ def _choice(quant_method) -> tuple[str, str | None]:
     name = getattr(backend, "name", "?")
     cls = getattr(experts, "__name__", "?")
     return f"{name} ({cls})", getattr(experts, "isa", None)
-
-
-def _check_layer(layer, name: str) -> None:
-    if not isinstance(layer, VllmLayer):
-        raise BackendError("layer", "a VllmLayer made by create_layer", type(layer).__name__)
-    if layer.backend != name:
-        raise BackendError("layer", f"a layer of backend {name!r}",
-                           f"a layer of backend {layer.backend!r}")
 
 
 def _check_checkpoint(quant: QuantConfig, checkpoint, problem) -> None:
