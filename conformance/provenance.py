@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import functools
 import platform as host_platform
+import tomllib
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 
 def problem_columns(case) -> dict:
@@ -26,13 +28,13 @@ def environment(device: str, backend: str) -> dict:
 
 @functools.cache
 def _versions() -> dict:
-    return {"moecert_version": _version("moecert"), "torch_version": _version("torch"),
+    return {"moecert_version": moecert_version(), "torch_version": _version("torch"),
             "triton_version": _version("triton"), "host": host_platform.node()}
 
 
 def versions() -> dict:
     """moecert's and its runtime's versions (`moecert --version`)."""
-    return {"moecert": _version("moecert") or "unknown", "torch": _version("torch") or "-",
+    return {"moecert": moecert_version() or "unknown", "torch": _version("torch") or "-",
             "triton": _version("triton") or "-", "python": host_platform.python_version()}
 
 
@@ -56,6 +58,20 @@ def _backend_version(name: str) -> str:
         from moecert.kernels import get_backend
         return str(getattr(get_backend(name), "version", ""))
     except Exception:
+        return ""
+
+
+@functools.cache
+def moecert_version() -> str:
+    """The installed distribution's version; a checkout run through PYTHONPATH without
+    installing (the GPU machines) has none: the version its pyproject.toml declares."""
+    found = _version("moecert")
+    if found:
+        return found
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    try:
+        return tomllib.loads(pyproject.read_text())["project"]["version"] + " (checkout)"
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
         return ""
 
 

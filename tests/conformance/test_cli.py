@@ -78,3 +78,22 @@ def test_list_backend_usage_errors(capsys):
         err.count("\n") == 1
     assert main(["list", "--backend", "torch", "--import", "no_such_module_here"]) == 2
     assert "--import no_such_module_here" in capsys.readouterr().err
+
+
+def test_a_checkout_without_an_install_still_names_its_version(monkeypatch):
+    """On a GPU machine the checkout runs through PYTHONPATH, with no installed distribution:
+    certificates and rows then carry pyproject.toml's version, not "unknown"."""
+    import tomllib
+    from pathlib import Path
+
+    from moecert.conformance import provenance
+
+    monkeypatch.setattr(provenance, "_version", lambda dist: "")
+    provenance.moecert_version.cache_clear()
+    try:
+        declared = tomllib.loads((Path(provenance.__file__).resolve().parent.parent
+                                  / "pyproject.toml").read_text())["project"]["version"]
+        assert provenance.moecert_version() == f"{declared} (checkout)"
+        assert provenance.versions()["moecert"] == f"{declared} (checkout)"
+    finally:
+        provenance.moecert_version.cache_clear()
