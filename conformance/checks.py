@@ -26,7 +26,7 @@ from moecert.kernels.platform import platform_of_device
 from moecert.reference import CanonicalLinear, canonicalize, moe
 
 from .comparators import assert_bitwise_equal
-from .context import RELOAD_SEED_OFFSET, CaseRun, StepFailed, unchanged
+from .context import RELOAD_SEED_OFFSET, CaseRun, StepFailed, fresh_copy, unchanged
 from .inputs import Inputs
 
 LIGHT = ("claims", "oracle", "accuracy", "fully_written", "no_mutation")
@@ -196,19 +196,18 @@ def check_reload(run: CaseRun) -> Outcome:
 
 
 def check_exact(run: CaseRun) -> Outcome:
-    from .exact import NotExact, structured_inputs
+    from .exact import NotExact
 
     case = exact_case(run.case)
     P = case.problem
     try:
-        s = structured_inputs(case)
+        s, want = _exact_structure(run, case)
     except NotExact as e:
         return Outcome("skip", f"no exact structure for this case: {e}")
-    ckpt = run.laid_out_checkpoint(s.checkpoint.to(run.device))
-    inputs = run.laid_out_inputs(
-        Inputs(s.x, s.topk_weights, s.topk_ids, s.expert_num_tokens).to(run.device))
-    want = moe(ckpt, *inputs.tensors()[:3], P,
-               expert_num_tokens=inputs.expert_num_tokens).to(P.torch_dtype)
+    # copies: the structure is kept for the problem's other backends (SharedSteps)
+    ckpt = run.laid_out_checkpoint(fresh_copy(s.checkpoint).to(run.device))
+    inputs = run.laid_out_inputs(Inputs(*(None if t is None else t.clone() for t in (
+        s.x, s.topk_weights, s.topk_ids, s.expert_num_tokens))).to(run.device))
     out = torch.full_like(want, torch.nan)
     args, opts = inputs.apply_args()
     layer = run.backend.create_layer(ckpt, P)
@@ -216,6 +215,24 @@ def check_exact(run: CaseRun) -> Outcome:
     run.backend.apply(layer, *args, out=out, **opts)
     where = "" if case is run.case else f" (at K={P.K}, N={P.N})"
     return _bitwise(out, want, "structured exact output" + where)
+
+
+def _exact_structure(run: CaseRun, case):
+    """The structured inputs of `case` (CPU tensors) and the reference's output on them, made
+    once per problem where the run shares steps."""
+    from .exact import structured_inputs
+
+    def make():
+        s = structured_inputs(case)
+        ckpt = run.laid_out_checkpoint(s.checkpoint.to(run.device))
+        inputs = run.laid_out_inputs(
+            Inputs(s.x, s.topk_weights, s.topk_ids, s.expert_num_tokens).to(run.device))
+        want = moe(ckpt, *inputs.tensors()[:3], case.problem,
+                   expert_num_tokens=inputs.expert_num_tokens).to(case.problem.torch_dtype)
+        return s, want
+    if run.shared is None:
+        return make()
+    return run.shared.get(run.key, "exact", make)
 
 
 # The exact tier's structure is built densely in float64 on the host (seconds at K=1024,

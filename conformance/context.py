@@ -32,6 +32,10 @@ SYNTHESIZE_MAX_WEIGHTS_CPU = 1 << 24
 SYNTHESIZE_MAX_WEIGHTS_ACCELERATOR = 1 << 20
 # Seed offset of the second checkpoint the reload check loads into a processed layer.
 RELOAD_SEED_OFFSET = 1000
+# A problem's checkpoint is kept for the problem's other backends up to this many bytes (each
+# backend gets its own copy, so a kept one costs twice its size); a larger one is drawn afresh
+# per backend, as is its reference.
+SHARE_MAX_BYTES = 1 << 28
 
 
 class StepFailed(Exception):
@@ -55,14 +59,53 @@ def _kept(fn):
     return property(wrapper)
 
 
+class SharedSteps:
+    """What the cases of one problem on different backends share: the same checkpoint, its
+    float64 reference and the exact tier's structure are the same for every backend, so they
+    are made once. Holds one problem at a time (the runner sends a problem's cases to one
+    worker one after another). A step that raises is not kept: each case raises it anew.
+
+    Kept values are pristine: a backend gets copies (CaseRun.checkpoint), and a reference is
+    computed before any backend sees the checkpoint, so a backend that writes into its
+    checkpoint cannot change what the next backend is given or judged against."""
+
+    def __init__(self):
+        self._key: str | None = None
+        self._steps: dict[str, object] = {}
+
+    def get(self, key: str, step: str, make):
+        if key != self._key:
+            self._key, self._steps = key, {}
+        if step not in self._steps:
+            self._steps[step] = make()
+        return self._steps[step]
+
+
+def problem_key(case: Case, device: torch.device) -> str:
+    """The case without its backend (and check depth), on `device`: the same for every backend."""
+    return f"{device}|{replace(case, backend='', depth='full').to_json()}"
+
+
+def fresh_copy(ckpt):
+    """`ckpt` with every tensor cloned (a kept checkpoint handed to a backend)."""
+    return replace(ckpt, tensors={n: t.clone() for n, t in ckpt.tensors.items()})
+
+
+def checkpoint_bytes(ckpt) -> int:
+    return sum(t.numel() * t.element_size() for t in ckpt.tensors.values())
+
+
 class CaseRun:
-    def __init__(self, case: Case, device: str = "cpu", table=None):
+    def __init__(self, case: Case, device: str = "cpu", table=None,
+                 shared: SharedSteps | None = None):
         self.case = case
         self.problem = case.problem
         self.device = torch.device(device)
         self.backend = get_backend(case.backend)
         self.quant = case.quant
         self.table = table or load_table()
+        self.shared = shared
+        self.key = problem_key(case, self.device)
         self._done: dict[str, tuple[bool, object]] = {}
         # what the processed layer runs, in the backend's words (its optional describe);
         # "" until the layer exists, or for a backend without the hook
@@ -87,6 +130,28 @@ class CaseRun:
 
     # --- shared steps -------------------------------------------------------------------
     def checkpoint_for(self, seed: int):
+        """The case's checkpoint drawn from `seed`, laid out as the case hands it over; a copy
+        of the problem's kept one where it is shared."""
+        if self.shared is None:
+            return self.laid_out_checkpoint(self._draw_checkpoint(seed))
+        drawn = []
+
+        def keep():
+            drawn.append(self._draw_checkpoint(seed))
+            return drawn[0] if checkpoint_bytes(drawn[0]) <= SHARE_MAX_BYTES else None
+        kept = self.shared.get(self.key, f"checkpoint-{seed}", keep)
+        if kept is not None:
+            return self.laid_out_checkpoint(fresh_copy(kept))
+        return self.laid_out_checkpoint(drawn[0] if drawn else self._draw_checkpoint(seed))
+
+    def _kept_checkpoint(self):
+        """The problem's pristine checkpoint (the case's seed), or None where it is not kept."""
+        self.checkpoint  # noqa: B018 - makes the shared one, or raises as the case's would
+        if self.shared is None:
+            return None
+        return self.shared.get(self.key, f"checkpoint-{self.case.seed}", lambda: None)
+
+    def _draw_checkpoint(self, seed: int):
         P = self.problem
         weights = P.E * P.K * P.N * 3
         limit = (SYNTHESIZE_MAX_WEIGHTS_CPU if self.device.type == "cpu"
@@ -96,7 +161,7 @@ class CaseRun:
                                      **self.case.attrs)
         else:
             ckpt = replace(self.case, seed=seed).checkpoint().to(self.device)
-        return self.laid_out_checkpoint(ckpt)
+        return ckpt
 
     def laid_out_checkpoint(self, ckpt):
         """`ckpt` as the case hands it over: in a strided case every tensor restrided."""
@@ -120,7 +185,13 @@ class CaseRun:
 
     @_kept
     def reference(self) -> torch.Tensor:
-        return self.reference_for(self.checkpoint, self.inputs)
+        kept = self._kept_checkpoint()
+        if kept is None:
+            return self.reference_for(self.checkpoint, self.inputs)
+        # from the pristine checkpoint, laid out as the case's (the backend may have
+        # written into its own copy by now: that is no_mutation's to report)
+        return self.shared.get(self.key, "reference", lambda: self.reference_for(
+            self.laid_out_checkpoint(kept), self.inputs))
 
     def reference_for(self, ckpt, inputs: Inputs) -> torch.Tensor:
         x, w, ids, counts = inputs.tensors()

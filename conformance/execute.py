@@ -19,23 +19,24 @@ from moecert.reports.schema import METRICS, problem_id, threshold_columns
 
 from .cases import Case
 from .checks import Outcome, checks_for, run_check
-from .context import CaseRun
+from .context import CaseRun, SharedSteps
 from .provenance import environment, problem_columns
 
 
 def run_case(case: Case, device: str = "cpu", checks: Iterable[str] | None = None,
-             run_id: str = "", table=None) -> list[dict]:
-    """Every check of `case` (or those named in `checks`) as result rows."""
+             run_id: str = "", table=None, shared: SharedSteps | None = None) -> list[dict]:
+    """Every check of `case` (or those named in `checks`) as result rows; `shared` keeps the
+    steps the problem's cases on other backends can reuse."""
     with triton_for(device):
-        return list(iter_case(case, device, checks, run_id, table))
+        return list(iter_case(case, device, checks, run_id, table, shared=shared))
 
 
 def iter_case(case: Case, device: str, checks=None, run_id: str = "", table=None,
-              on_start=None):
+              on_start=None, shared: SharedSteps | None = None):
     """Yield the case's rows one check at a time; `on_start(check)` is called before each
     (the worker reports it, so a crash is pinned on the check in flight)."""
     try:
-        run = CaseRun(case, device, table)
+        run = CaseRun(case, device, table, shared)
         names = checks_for(run, tuple(checks) if checks else None)
     except Exception as e:
         yield _row(case, device, run_id, "setup", Outcome("error", f"{type(e).__name__}: {e}"),
@@ -53,9 +54,23 @@ def run_cases(cases: Iterable[Case], device: str = "cpu", checks=None, run_id: s
               ) -> list[dict]:
     run_id = run_id or new_run_id()
     rows: list[dict] = []
-    for case in cases:
-        rows.extend(run_case(case, device, checks, run_id))
+    shared = SharedSteps()
+    for case in by_problem(cases):
+        rows.extend(run_case(case, device, checks, run_id, shared=shared))
     return rows
+
+
+def problem_groups(cases: Iterable[Case]) -> list[list[Case]]:
+    """`cases` grouped by problem (the case without its backend), groups in order of first
+    appearance: a problem's cases run one after another and share its steps."""
+    groups: dict[str, list[Case]] = {}
+    for case in cases:
+        groups.setdefault(problem_id(case.case_id), []).append(case)
+    return list(groups.values())
+
+
+def by_problem(cases: Iterable[Case]) -> list[Case]:
+    return [case for group in problem_groups(cases) for case in group]
 
 
 def new_run_id() -> str:

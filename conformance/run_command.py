@@ -29,7 +29,8 @@ from moecert.reports.store import Journal, journal_cases, load, run_id_of, unfin
 
 from .cases import Case
 from .checks import CHECKS
-from .execute import new_run_id, run_case, triton_for
+from .context import SharedSteps
+from .execute import by_problem, new_run_id, run_case, triton_for
 from .options import (
     UsageError,
     case_filter,
@@ -150,10 +151,11 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
 
     try:
         if args.in_process:
+            shared = SharedSteps()
             with triton_for(device):
-                for case in todo:
-                    on_case(case, _record(journal, xfail, run_case(case, device, config.checks,
-                                                                   run)))
+                for case in by_problem(todo):
+                    on_case(case, _record(journal, xfail, run_case(
+                        case, device, config.checks, run, shared=shared)))
         else:
             run_isolated(todo, config, journal, on_case)
     finally:

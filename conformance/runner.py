@@ -25,7 +25,7 @@ from moecert.reports.store import Journal
 
 from .cases import Case
 from .checks import Outcome
-from .execute import _row
+from .execute import _row, problem_groups
 from .xfail import XfailList
 
 # Whole seconds a case may take before its worker is killed (interpreted Triton on a CPU
@@ -108,9 +108,11 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
                  on_case=None) -> None:
     """Run `cases` in worker processes; every row goes to `journal` as it arrives;
     `on_case(case, rows)` is called when a case is finished (progress, summary)."""
+    # a problem's cases go to one worker, one after another: they share its checkpoint,
+    # reference and exact structure (context.SharedSteps)
     todo: queue.Queue = queue.Queue()
-    for case in cases:
-        todo.put(case)
+    for group in problem_groups(cases):
+        todo.put(group)
     lock = threading.Lock()
     gate = _MemoryGate()
 
@@ -125,13 +127,14 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
         runner = CaseRunner(config, slot)
         while True:
             try:
-                case = todo.get_nowait()
+                group = todo.get_nowait()
             except queue.Empty:
                 break
-            exclusive = config.device != "cpu" and _weights(case) > EXCLUSIVE_WEIGHTS
-            with gate.hold(exclusive):
-                rows = runner.run(case)
-            record(case, rows)
+            for case in group:
+                exclusive = config.device != "cpu" and _weights(case) > EXCLUSIVE_WEIGHTS
+                with gate.hold(exclusive):
+                    rows = runner.run(case)
+                record(case, rows)
         runner.close()
 
     threads = [threading.Thread(target=serve, args=(i,), daemon=True)

@@ -34,7 +34,10 @@ def main(argv=None) -> int:
     for module in args.imports:  # e.g. a module that registers backends at run time
         importlib.import_module(module)
     from .cases import Case
+    from .context import SharedSteps
     from .execute import iter_case, triton_for
+
+    shared = SharedSteps()  # the runner sends a problem's cases one after another
 
     with triton_for(args.device):
         for line in sys.stdin:
@@ -43,7 +46,7 @@ def main(argv=None) -> int:
             request = json.loads(line)
             case = Case.from_json(request["case"])
             for row in iter_case(case, args.device, request.get("checks"), args.run_id,
-                                 on_start=lambda name: send({"start": name})):
+                                 on_start=lambda name: send({"start": name}), shared=shared):
                 send({"row": row})
             release_device_memory(args.device)
             send({"done": case.case_id})

@@ -7,9 +7,10 @@ import pytest
 import torch
 from moecert.conformance import context
 from moecert.conformance.cases import Case
-from moecert.conformance.context import fingerprint, keepsake, unchanged
+from moecert.conformance.context import SharedSteps, fingerprint, keepsake, unchanged
 from moecert.conformance.execute import run_case
 from moecert.kernels import DelegatingBackend, register_backend
+from moecert.kernels.native import TorchBackend
 from moecert.kernels.registry import unregister_backend
 from moecert.reference import MoEProblem
 
@@ -84,3 +85,82 @@ def test_no_hook_or_no_layer_leaves_it_empty_and_a_raising_hook_says_so(describi
     assert {r["backend_detail"] for r in unclaimed} == {""}
     assert {r["backend_detail"] for r in _rows("describe-raises")} == {
         "describe raised RuntimeError: no words"}
+
+
+# --- steps shared by a problem's backends (SharedSteps) ------------------------------------
+
+class _WritesIntoItsCheckpoint(TorchBackend):
+    """torch, doubling a checkpoint weight of the caller's in place while loading."""
+    name = "test-context-writes-checkpoint"
+
+    def create_layer(self, checkpoint, problem):
+        layer = super().create_layer(checkpoint, problem)
+        checkpoint.tensors["w2_weight"].mul_(2)
+        return layer
+
+
+@pytest.fixture
+def writer():
+    register_backend(_WritesIntoItsCheckpoint())
+    yield _WritesIntoItsCheckpoint.name
+    unregister_backend(_WritesIntoItsCheckpoint.name)
+
+
+SHARED_PROBLEM = MoEProblem(M=5, K=64, N=64, E=3, topk=2)
+SHARED_CHECKS = ("claims", "accuracy", "no_mutation", "exact")
+
+
+def _counting(monkeypatch):
+    from moecert.conformance import exact
+    calls = {"synthesize": 0, "structure": 0}
+    synthesize, structure = Case.checkpoint, exact.structured_inputs
+
+    def counted_synthesize(case):
+        calls["synthesize"] += 1
+        return synthesize(case)
+
+    def counted_structure(case):
+        calls["structure"] += 1
+        return structure(case)
+    monkeypatch.setattr(Case, "checkpoint", counted_synthesize)
+    monkeypatch.setattr(exact, "structured_inputs", counted_structure)
+    return calls
+
+
+def _statuses(rows):
+    return [(r["backend"], r["check"], r["status"]) for r in rows]
+
+
+def test_a_problem_is_synthesized_once_for_all_its_backends(monkeypatch, describing_backends):
+    calls = _counting(monkeypatch)
+    shared = SharedSteps()
+    rows = [r for backend in ("torch", "describing") for r in run_case(
+        Case(backend, "bf16", SHARED_PROBLEM), checks=SHARED_CHECKS, shared=shared)]
+    assert {r["status"] for r in rows} == {"pass"}
+    assert calls == {"synthesize": 1, "structure": 1}
+
+
+def test_a_checkpoint_too_large_to_keep_is_drawn_once_per_backend(monkeypatch,
+                                                                 describing_backends):
+    monkeypatch.setattr(context, "SHARE_MAX_BYTES", 0)
+    calls = _counting(monkeypatch)
+    shared = SharedSteps()
+    for backend in ("torch", "describing"):
+        run_case(Case(backend, "bf16", SHARED_PROBLEM), checks=("accuracy",), shared=shared)
+    assert calls["synthesize"] == 2
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_a_backend_writing_into_its_checkpoint_leaks_nothing_into_the_next(writer, strided):
+    alone = run_case(Case("torch", "bf16", SHARED_PROBLEM, strided=strided),
+                     checks=SHARED_CHECKS)
+    shared = SharedSteps()
+    first = run_case(Case(writer, "bf16", SHARED_PROBLEM, strided=strided),
+                     checks=SHARED_CHECKS, shared=shared)
+    after = run_case(Case("torch", "bf16", SHARED_PROBLEM, strided=strided),
+                     checks=SHARED_CHECKS, shared=shared)
+    assert {r["check"]: r["status"] for r in first}["no_mutation"] == "fail"
+    assert _statuses(after) == _statuses(alone)
+    assert {r["status"] for r in after} == {"pass"}
+    accuracy = [next(r for r in rows if r["check"] == "accuracy") for rows in (after, alone)]
+    assert accuracy[0]["max_abs"] == accuracy[1]["max_abs"] > 0

@@ -94,3 +94,10 @@ def test_model_size_cases_hold_the_gpu_alone():
     i = log.index("+big")
     assert log[i + 1] == "-big"  # nothing ran beside it
     assert log.index("+c") > i  # and a later small case waited for it
+
+
+def test_a_problems_cases_run_one_after_another_on_one_worker(tmp_path):
+    # interleaved as a suite lists them: seed 0 and seed 1 on two backends
+    cases = [_case("torch", 0), _case("torch", 1), _case("xpu", 0), _case("xpu", 1)]
+    _, seen = _run(tmp_path, cases)
+    assert seen == [cases[0].case_id, cases[2].case_id, cases[1].case_id, cases[3].case_id]
