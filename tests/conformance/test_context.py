@@ -10,7 +10,6 @@ from moecert.conformance.cases import Case
 from moecert.conformance.context import SharedSteps, fingerprint, keepsake, unchanged
 from moecert.conformance.execute import run_case
 from moecert.kernels import DelegatingBackend, register_backend
-from moecert.kernels.native import TorchBackend
 from moecert.kernels.registry import unregister_backend
 from moecert.reference import MoEProblem
 
@@ -89,23 +88,6 @@ def test_no_hook_or_no_layer_leaves_it_empty_and_a_raising_hook_says_so(describi
 
 # --- steps shared by a problem's backends (SharedSteps) ------------------------------------
 
-class _WritesIntoItsCheckpoint(TorchBackend):
-    """torch, doubling a checkpoint weight of the caller's in place while loading."""
-    name = "test-context-writes-checkpoint"
-
-    def create_layer(self, checkpoint, problem):
-        layer = super().create_layer(checkpoint, problem)
-        checkpoint.tensors["w2_weight"].mul_(2)
-        return layer
-
-
-@pytest.fixture
-def writer():
-    register_backend(_WritesIntoItsCheckpoint())
-    yield _WritesIntoItsCheckpoint.name
-    unregister_backend(_WritesIntoItsCheckpoint.name)
-
-
 SHARED_PROBLEM = MoEProblem(M=5, K=64, N=64, E=3, topk=2)
 SHARED_CHECKS = ("claims", "accuracy", "no_mutation", "exact")
 
@@ -151,11 +133,12 @@ def test_a_checkpoint_too_large_to_keep_is_drawn_once_per_backend(monkeypatch,
 
 
 @pytest.mark.parametrize("strided", [False, True])
-def test_a_backend_writing_into_its_checkpoint_leaks_nothing_into_the_next(writer, strided):
+def test_a_backend_writing_into_its_checkpoint_leaks_nothing_into_the_next(
+        writes_into_the_checkpoint, strided):
     alone = run_case(Case("torch", "bf16", SHARED_PROBLEM, strided=strided),
                      checks=SHARED_CHECKS)
     shared = SharedSteps()
-    first = run_case(Case(writer, "bf16", SHARED_PROBLEM, strided=strided),
+    first = run_case(Case(writes_into_the_checkpoint, "bf16", SHARED_PROBLEM, strided=strided),
                      checks=SHARED_CHECKS, shared=shared)
     after = run_case(Case("torch", "bf16", SHARED_PROBLEM, strided=strided),
                      checks=SHARED_CHECKS, shared=shared)

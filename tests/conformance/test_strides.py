@@ -11,9 +11,6 @@ from moecert.conformance.cases import Case
 from moecert.conformance.context import CaseRun
 from moecert.conformance.execute import run_case
 from moecert.conformance.strides import restrided
-from moecert.kernels import register_backend
-from moecert.kernels.native import TorchBackend
-from moecert.kernels.registry import unregister_backend
 from moecert.reference import SCHEME_NAMES, MoEProblem
 
 PROBLEM = MoEProblem(M=5, K=128, N=128, E=3, topk=2)
@@ -62,24 +59,6 @@ def test_batched_inputs_of_a_strided_case_are_non_contiguous():
     tensors = CaseRun(case).watched_tensors()
     assert "expert_num_tokens" in tensors
     assert not any(t.is_contiguous() for t in tensors.values())
-
-
-class _WritesIntoTheCheckpoint(TorchBackend):
-    """Scales a checkpoint weight in place while loading: the values the layer holds are
-    right, the caller's tensor is not."""
-    name = "test-writes-checkpoint"
-
-    def create_layer(self, checkpoint, problem):
-        layer = super().create_layer(checkpoint, problem)
-        checkpoint.tensors["w2_weight"].mul_(2)
-        return layer
-
-
-@pytest.fixture
-def writes_into_the_checkpoint():
-    register_backend(_WritesIntoTheCheckpoint())
-    yield _WritesIntoTheCheckpoint.name
-    unregister_backend(_WritesIntoTheCheckpoint.name)
 
 
 def _no_mutation(case: Case) -> str:
