@@ -306,6 +306,15 @@ def decode_e8m0(bits: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch
     return pow2(e, dtype)
 
 
+def decode_e2m1(nibbles: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """FP4 E2M1 codes (integers 0..15) to `dtype`, from the bit fields: sign bit 3, exponent
+    bits 2-1 (bias 1), mantissa bit 0; exponent 0 is the subnormal m/2."""
+    c = nibbles.to(torch.int32)
+    e, m = (c >> 1) & 3, (c & 1).to(dtype)
+    magnitude = torch.where(e > 0, (1 + m / 2) * pow2(e - 1, dtype), m / 2)
+    return torch.where(c & 8 != 0, -magnitude, magnitude)
+
+
 def pow2(e: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """2^e for integer e (float32: -149..127, float64: -1074..1023), from the bit pattern."""
     if dtype == torch.float64:
@@ -357,5 +366,5 @@ def _convert_biases(layer: MoELayer) -> dict[str, torch.Tensor]:
     return out
 
 
-__all__ = ["convert_to_kernel_format", "decode_e8m0", "export_canonical", "group_cols",
-           "linear_dims", "pack_nibbles", "pow2", "unpack_nibbles", "unpack_words"]
+__all__ = ["convert_to_kernel_format", "decode_e2m1", "decode_e8m0", "export_canonical",
+           "group_cols", "linear_dims", "pack_nibbles", "pow2", "unpack_nibbles", "unpack_words"]

@@ -1,4 +1,4 @@
-"""Element and scale encodings: FP8 E4M3, E8M0, and the MX shared-scale rules.
+"""Element and scale encodings: FP8 E4M3, FP4 E2M1, E8M0, and the MX shared-scale rules.
 
 Decoders are written from the formats' definitions (OCP 8-bit floating point and OCP MX
 v1.0), not through torch casts, so that the reference does not share a conversion with the
@@ -11,11 +11,14 @@ import math
 
 import torch
 
-from .schemes import E8M0_BIAS, E8M0_NAN, F8E4M3_EXP_BIAS, F8E4M3_MAX
+from .schemes import E8M0_BIAS, E8M0_NAN, F4E2M1_EXP_BIAS, F4E2M1_MAX, F8E4M3_EXP_BIAS, F8E4M3_MAX
 
 F8E4M3_MANTISSA_BITS = 3
 F8E4M3_MIN_NORMAL_EXP = 1 - F8E4M3_EXP_BIAS  # -6
 F8E4M3_EMAX = 8  # exponent of the largest normal, 448 = 1.75 * 2^8
+F4E2M1_MANTISSA_BITS = 1
+F4E2M1_MIN_NORMAL_EXP = 1 - F4E2M1_EXP_BIAS  # 0
+F4E2M1_EMAX = 2  # exponent of the largest normal, 6 = 1.5 * 2^2
 
 
 def decode_e4m3(bits: torch.Tensor) -> torch.Tensor:
@@ -62,17 +65,54 @@ def ceil_log2(x: torch.Tensor) -> torch.Tensor:
     return torch.where(mantissa == 0.5, exp - 1, exp).to(torch.float64)
 
 
-def round_to_e4m3(x: torch.Tensor) -> torch.Tensor:
-    """Round float64 values to the nearest E4M3FN value, ties to even, saturating at ±448.
-
-    The spacing of E4M3 values around |x| is 2^(max(floor(log2|x|), -6) - 3).
-    """
+def _round_minifloat(x: torch.Tensor, mantissa_bits: int, min_normal_exp: int,
+                     max_value: float) -> torch.Tensor:
+    """Round float64 values to the nearest value of a sign-magnitude minifloat with
+    `mantissa_bits`, subnormals below 2^min_normal_exp and no infinity, ties to even,
+    saturating at ±max_value. The spacing around |x| is
+    2^(max(floor(log2|x|), min_normal_exp) - mantissa_bits); on that grid "even" is an even
+    multiple of the spacing, which is the element with mantissa LSB 0."""
     x = x.to(torch.float64)
-    mag = x.abs().clamp(max=F8E4M3_MAX)
-    exp = floor_log2(mag.clamp(min=2.0**-30)).clamp(min=F8E4M3_MIN_NORMAL_EXP)
-    ulp = pow2(exp - F8E4M3_MANTISSA_BITS)
-    rounded = (torch.round(mag / ulp) * ulp).clamp(max=F8E4M3_MAX)
+    mag = x.abs().clamp(max=max_value)
+    exp = floor_log2(mag.clamp(min=2.0**-30)).clamp(min=min_normal_exp)
+    ulp = pow2(exp - mantissa_bits)
+    rounded = (torch.round(mag / ulp) * ulp).clamp(max=max_value)
     return torch.where(torch.isnan(x), x, torch.copysign(rounded, x))
+
+
+def round_to_e4m3(x: torch.Tensor) -> torch.Tensor:
+    """Round float64 values to the nearest E4M3FN value, ties to even, saturating at ±448."""
+    return _round_minifloat(x, F8E4M3_MANTISSA_BITS, F8E4M3_MIN_NORMAL_EXP, F8E4M3_MAX)
+
+
+def round_to_e2m1(x: torch.Tensor) -> torch.Tensor:
+    """Round float64 values to the nearest FP4 E2M1 value (±{0, 0.5, 1, 1.5, 2, 3, 4, 6}),
+    ties to even, saturating at ±6 (OCP MX v1.0 §5.3.3: conversions to FP4 saturate)."""
+    return _round_minifloat(x, F4E2M1_MANTISSA_BITS, F4E2M1_MIN_NORMAL_EXP, F4E2M1_MAX)
+
+
+def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
+    """float64 values of FP4 E2M1 codes (integers 0..15: bit 3 sign, bits 2-1 exponent, bit 0
+    mantissa). value = (-1)^s * 2^(e-1) * (1 + m/2) for e > 0, (-1)^s * m/2 for e = 0;
+    every code is finite (OCP MX v1.0 §5.3.3)."""
+    c = codes.to(torch.int64)
+    sign = torch.where(c & 0x8 != 0, -1.0, 1.0).to(torch.float64)
+    exp, man = (c >> 1) & 0x3, (c & 0x1).to(torch.float64)
+    normal = (1.0 + man / 2) * pow2(exp - F4E2M1_EXP_BIAS)
+    subnormal = (man / 2) * pow2(torch.full_like(exp, F4E2M1_MIN_NORMAL_EXP))
+    return sign * torch.where(exp > 0, normal, subnormal)
+
+
+def encode_e2m1(values: torch.Tensor) -> torch.Tensor:
+    """E2M1 codes (uint8, 0..15) of `values`, which must already be E2M1 values; -0 encodes
+    as 0x8 and 0 as 0x0."""
+    v = values.to(torch.float64)
+    table = decode_e2m1(torch.arange(16, device=v.device))
+    match = (v.unsqueeze(-1) == table) & (torch.signbit(v).unsqueeze(-1)
+                                          == torch.signbit(table))
+    if not bool(match.any(-1).all()):
+        raise ValueError("encode_e2m1: values must be E2M1 values (round_to_e2m1 first)")
+    return match.to(torch.uint8).argmax(-1).to(torch.uint8)
 
 
 def encode_e4m3(values: torch.Tensor) -> torch.Tensor:

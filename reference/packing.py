@@ -95,3 +95,21 @@ def _permute_groups_of_8(t: torch.Tensor, order: list[int], dim: int) -> torch.T
         raise ValueError(f"AWQ interleave needs a multiple of 8 columns, got {x.shape[-1]}")
     x = x.unflatten(-1, (-1, 8))[..., order].flatten(-2)
     return x.movedim(-1, dim)
+
+
+def pack_nibbles(codes: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Two 4-bit codes per uint8 along `dim`: element 2j in the low nibble, 2j + 1 in the high
+    nibble (OCP MX FP4 storage, as gpt-oss, ModelOpt and compressed-tensors write it)."""
+    c = codes.movedim(dim, -1).to(torch.int64)
+    if c.shape[-1] % 2:
+        raise ValueError(f"packing 4-bit codes needs an even length, got {c.shape[-1]}")
+    if c.numel() and (c.min() < 0 or c.max() > 15):
+        raise ValueError("4-bit codes must lie in [0, 16)")
+    pairs = c.unflatten(-1, (-1, 2))
+    return (pairs[..., 0] | (pairs[..., 1] << 4)).to(torch.uint8).movedim(-1, dim)
+
+
+def unpack_nibbles(packed: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Inverse of `pack_nibbles`: uint8 bytes -> int64 codes in [0, 16), twice as many."""
+    b = packed.movedim(dim, -1).to(torch.int64)
+    return torch.stack((b & 0xF, b >> 4), dim=-1).flatten(-2).movedim(-1, dim)

@@ -64,6 +64,19 @@ def _decode_e8m0(byte):
 
 
 @triton.jit
+def _decode_e2m1(nib):
+    """FP4 E2M1 codes [0, 15] (int32) -> fp32 from the bit fields: exponent e = bits 2-1
+    (bias 1) and mantissa m = bit 0 give 2^(e-1) * (1 + m/2), or m/2 when e = 0; bit 3 is
+    the sign. Built as an fp32 bit pattern: exponent field e - 1 + 127, mantissa bit 22."""
+    e = (nib >> 1) & 3
+    m = nib & 1
+    normal = ((e + 126) << 23) | (m << 22)
+    bits = tl.where(e == 0, m * 0x3F000000, normal)  # 0x3F000000 is 0.5
+    bits = bits | ((nib & 8) << 28)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _dequant(codes, cols, k0, g_row, s_rows, z_rows, scale_cols, HAS_G_IDX: tl.constexpr,
              HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr):
     """Integer codes [BK, BN] -> codes - zero (exact small integers), or with act order the
