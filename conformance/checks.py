@@ -223,7 +223,7 @@ def _exact_structure(run: CaseRun, case):
     from .exact import structured_inputs
 
     def make():
-        s = structured_inputs(case)
+        s = structured_inputs(case, audit_device=run.device)
         ckpt = run.laid_out_checkpoint(s.checkpoint.to(run.device))
         inputs = run.laid_out_inputs(
             Inputs(s.x, s.topk_weights, s.topk_ids, s.expert_num_tokens).to(run.device))

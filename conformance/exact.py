@@ -93,11 +93,15 @@ class Structured:
     expert_num_tokens: torch.Tensor | None = None
 
 
-def structured_inputs(case) -> Structured:
+def structured_inputs(case, audit_device: torch.device | str = "cpu") -> Structured:
     """A checkpoint and inputs for `case` (moecert.conformance.cases.Case) on which the
     reference's output is reached bit for bit by any correct backend; deterministic in
     case.seed. Raises NotExact when the options exclude it, CheckpointError when the problem's
-    shape cannot hold the scheme at all (as `synthesize` would)."""
+    shape cannot hold the scheme at all (as `synthesize` would).
+
+    The structure is always drawn on the CPU (the same bits on every machine); its audit, the
+    dense float64 re-derivation, runs on `audit_device` (on a GPU: milliseconds instead of
+    seconds of host time per problem, docs/speed.md)."""
     P = case.problem
     attrs = Checkpoint(scheme=case.scheme, tensors={}, **case.attrs)
     _check_shape(attrs, P)
@@ -126,7 +130,7 @@ def structured_inputs(case) -> Structured:
         tensors = {n: t for n, t in tensors.items() if not n.endswith("_bias")}
     s = routing.structured(replace(ckpt, tensors=tensors), x.to(P.torch_dtype))
     if _audit_size(P) <= AUDIT_MAX_ELEMENTS:
-        problems = exactness_violations(s, P)
+        problems = exactness_violations(_structured_to(s, audit_device), P)
         if problems:  # a construction bug, never a property of the backend under test
             raise RuntimeError(f"exact tier: the structure for {case.case_id} is not exact: "
                                + "; ".join(problems[:4]))
@@ -584,6 +588,13 @@ def _expect_codes(ok: torch.Tensor, what: str) -> None:
 
 # --- the audit ------------------------------------------------------------------------------
 
+def _structured_to(s: Structured, device) -> Structured:
+    def move(t):
+        return None if t is None else t.to(device)
+    return Structured(s.checkpoint.to(device), move(s.x), move(s.topk_weights),
+                      move(s.topk_ids), move(s.expert_num_tokens))
+
+
 def _audit_size(P: MoEProblem) -> int:
     return P.E * (P.w13_rows * P.K + P.K * P.N)
 
@@ -616,8 +627,9 @@ def exactness_violations(s: Structured, problem: MoEProblem) -> list[str]:
     _check_fp32(routed, "router weight * expert output", out)
     rows = s.x.shape[0] if P.activation_format == "standard" else X.shape[0]
     terms = torch.zeros(rows, max(1, int(torch.bincount(token, minlength=1).max()) if
-                                  token.numel() else 1), P.K, dtype=torch.float64)
-    slot = _slot_of(token)
+                                  token.numel() else 1), P.K, dtype=torch.float64,
+                        device=X.device)
+    slot = _slot_of(token.cpu()).to(X.device)
     terms[token, slot] = routed
     _check_sum(terms.transpose(1, 2), "routed sum", out)
     return out
@@ -639,9 +651,10 @@ def _audit_inputs(s: Structured, P: MoEProblem, out: list[str]):
     if P.activation_format == "batched":
         E, T, K = s.x.shape
         X = s.x.to(torch.float64).reshape(E * T, K)
-        valid = (torch.arange(T) < s.expert_num_tokens.to(torch.int64).unsqueeze(1)).flatten()
-        rows = torch.arange(E * T)[valid]
-        return X, rows, rows // T, torch.ones(rows.numel(), dtype=torch.float64), valid
+        valid = (torch.arange(T, device=X.device)
+                 < s.expert_num_tokens.to(torch.int64).unsqueeze(1)).flatten()
+        rows = torch.arange(E * T, device=X.device)[valid]
+        return X, rows, rows // T, X.new_ones(rows.numel()), valid
     X = s.x.to(torch.float64)
     r = s.topk_weights.to(torch.float64)
     if P.apply_router_weight_on_input:
@@ -649,11 +662,12 @@ def _audit_inputs(s: Structured, P: MoEProblem, out: list[str]):
         X, r = round_to_activation_dtype(X * r, P), torch.ones_like(r)
     ids = s.topk_ids.to(torch.int64)
     if P.expert_map is not None:
-        ids = torch.tensor(P.expert_map, dtype=torch.int64)[ids]
-    token = torch.arange(P.M).repeat_interleave(P.topk)
+        ids = torch.tensor(P.expert_map, dtype=torch.int64, device=ids.device)[ids]
+    token = torch.arange(P.M, device=X.device).repeat_interleave(P.topk)
     local, weight = ids.flatten(), r.flatten()
     keep = local >= 0
-    return X, token[keep], local[keep], weight[keep], torch.ones(P.M, dtype=torch.bool)
+    return X, token[keep], local[keep], weight[keep], torch.ones(P.M, dtype=torch.bool,
+                                                                   device=X.device)
 
 
 def _checked_gemm(inp, W, expert, bias, what, out) -> torch.Tensor:
@@ -664,7 +678,7 @@ def _checked_gemm(inp, W, expert, bias, what, out) -> torch.Tensor:
     cols = torch.topk(nonzero.to(torch.int8), nnz, dim=-1, sorted=False).indices
     values = torch.gather(W, 2, cols)  # [E, out, nnz], zeros where a row has fewer
     A = inp.shape[0]
-    terms = inp[torch.arange(A).view(A, 1, 1), cols[expert]] * values[expert]
+    terms = inp[torch.arange(A, device=inp.device).view(A, 1, 1), cols[expert]] * values[expert]
     if bias is not None:
         terms = torch.cat([terms, bias[expert].unsqueeze(2)], dim=2)
     _check_fp32(terms, f"{what} products", out)

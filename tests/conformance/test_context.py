@@ -101,9 +101,9 @@ def _counting(monkeypatch):
         calls["synthesize"] += 1
         return synthesize(case)
 
-    def counted_structure(case):
+    def counted_structure(case, **kw):
         calls["structure"] += 1
-        return structure(case)
+        return structure(case, **kw)
     monkeypatch.setattr(Case, "checkpoint", counted_synthesize)
     monkeypatch.setattr(exact, "structured_inputs", counted_structure)
     return calls
