@@ -52,12 +52,12 @@ class Worker:
 
     def __init__(self, config: RunConfig, slot: int):
         env = dict(os.environ)
-        if config.device == "cpu":
-            # one share of the cores each: two workers with a full thread pool each spend
-            # more time contending than computing on small tensors (measured: a 9-row
-            # index_add_ took 119 ms with 2 threads per worker on 2 cores, 8 us with 1)
-            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1)
-                                                      // max(1, config.workers))))
+        # one share of the cores each, on a GPU host too (its workers still draw exact-tier
+        # structures on the host): workers with a full thread pool each spend more time
+        # contending than computing on small tensors (measured: a 9-row index_add_ took
+        # 119 ms with 2 threads per worker on 2 cores, 8 us with 1)
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1)
+                                                  // max(1, config.workers))))
         visible = _visible_devices() if config.device.startswith("cuda") else []
         if visible:
             env["CUDA_VISIBLE_DEVICES"] = visible[slot % len(visible)]
