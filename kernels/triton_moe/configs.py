@@ -100,6 +100,12 @@ def kind_names(namespace: dict, prefix: str) -> dict[int, str]:
     return names
 
 
+def complete(config: dict) -> dict:
+    """A GEMM config with every field a file holds (absent flags are False)."""
+    return {"BLOCK_M": config["BLOCK_M"],
+            **{f: kind(config.get(f, False)) for f, kind in GEMM_FIELDS.items()}}
+
+
 def path_for(device: str, directory: Path | None = None) -> Path:
     return (directory or CONFIG_DIR) / f"{device}.json"
 
@@ -191,8 +197,9 @@ def _power_of_two(path, key: str, value: int) -> None:
 
 
 @functools.cache
-def load_table(device: str, directory: Path | None = None) -> Table | None:
-    """The device's table, None when it has no file; read once per process."""
+def load_table(device: str, directory: Path) -> Table | None:
+    """The device's table in `directory`, None when it has no file; read once per
+    process (a malformed file raises at every lookup, never half-used)."""
     path = path_for(device, directory)
     return read_table(path) if path.exists() else None
 
@@ -216,7 +223,7 @@ def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
     device = device or current_device_key()
     if device is None:
         return None
-    table = load_table(device, directory)
+    table = load_table(device, directory or CONFIG_DIR)
     return None if table is None else lookup(table, key, num_rows)
 
 
@@ -236,8 +243,8 @@ def table_json(device: str, device_name: str, versions: dict, table: Table,
                 raise ValueError(f"{key.label()} n={bucket}: BLOCK_M {c1['BLOCK_M']} != "
                                  f"{c2['BLOCK_M']}: both GEMMs share the row alignment")
             entry = {"BLOCK_M": c1["BLOCK_M"],
-                     "gemm1": {f: GEMM_FIELDS[f](c1.get(f, False)) for f in GEMM_FIELDS},
-                     "gemm2": {f: GEMM_FIELDS[f](c2.get(f, False)) for f in GEMM_FIELDS}}
+                     **{g: {f: v for f, v in complete(c).items() if f != "BLOCK_M"}
+                        for g, c in (("gemm1", c1), ("gemm2", c2))}}
             if (key, bucket) in timings:
                 entry["us"] = timings[key, bucket]
             buckets[str(bucket)] = entry

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import configs
+
 # a timing function: (run, config) -> microseconds; `run` launches the GEMM once
 Timer = Callable[[Callable[[], object], dict], float]
 
@@ -87,7 +89,7 @@ class LayerStage:
 
     def key(self):
         """The layer's key in a tuned-config file."""
-        from . import configs, fused_moe
+        from . import fused_moe
 
         return configs.LayerKey(fused_moe.WEIGHT_NAMES[self.weight_kind],
                                 fused_moe.ACT_NAMES[self.act], self.problem.E, self.shape(1),
@@ -337,8 +339,8 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None) -> Lay
                                gemms)
     assert best is not None
     if best.us > best.default_us:  # the climb re-times its start: keep the default's row
-        best = LayerChoice(tuple(dict(c) for c in defaults), best.default_us,
-                           best.default_us, best.gemms)
+        best = LayerChoice(defaults, best.default_us, best.default_us, best.gemms)
+    best.configs = tuple(configs.complete(c) for c in best.configs)
     return best
 
 
