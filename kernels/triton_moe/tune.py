@@ -129,7 +129,7 @@ class LayerStage:
         FAST_I4 and SWAP_AB as booleans): two configs equal here compile to one kernel."""
         from . import fused_moe
 
-        N, K = self.shape(gemm)
+        K = self.shape(gemm)[1]
         w = self.plan["w13" if gemm == 1 else "w2"]
         bk = fused_moe.block_k_for(config["BLOCK_K"], K, w["scale_cols"] or K, w["kind"],
                                    self.act)
@@ -158,8 +158,8 @@ class LayerStage:
     def _dequantized_input(self, gemm: int) -> torch.Tensor:
         """The GEMM's activation as the kernel's epilogue sees it, float64: codes times
         their per-row scale (and global factor) or E8M0 column scales."""
-        from . import fused_moe
         from ..convert import decode_e8m0
+        from . import fused_moe
 
         a, s, g = (self.a1, self.s1, self.g1) if gemm == 1 else (self.a2, self.s2, self.g2)
         a = a.to(torch.float64)
