@@ -8,6 +8,18 @@ import json
 import pytest
 import torch
 from moecert.kernels.triton_moe import configs, tune
+from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
+
+
+def _fused_moe():
+    """The kernel module as this machine's tests run it: defined for the interpreter on a
+    CPU (a compiled definition first would break the interpreted kernels of later tests)."""
+    if not torch.cuda.is_available():
+        load_interpreted_kernels()
+    from moecert.kernels.triton_moe import fused_moe
+
+    return fused_moe
+
 
 KEY = configs.LayerKey("W_INT4", "A16", 8, (256, 128), (128, 128))
 
@@ -41,7 +53,7 @@ def test_rows_bucket_rounds_up_to_a_power_of_two():
 
 
 def test_kind_names_read_the_kernel_enums():
-    from moecert.kernels.triton_moe import fused_moe
+    fused_moe = _fused_moe()
 
     assert fused_moe.WEIGHT_NAMES[fused_moe.W_INT4] == "W_INT4"
     assert fused_moe.WEIGHT_NAMES[fused_moe.W16] == "W16"
@@ -115,7 +127,7 @@ def test_invalid_json_names_the_file(tmp_path):
 @pytest.fixture
 def compiled_lookup(monkeypatch, tmp_path):
     """pick_configs as on a GPU named "test-gpu" whose files live in tmp_path."""
-    from moecert.kernels.triton_moe import fused_moe
+    fused_moe = _fused_moe()
 
     monkeypatch.setattr(fused_moe, "INTERPRET", False)
     monkeypatch.setattr(configs, "CONFIG_DIR", tmp_path)
