@@ -176,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     from . import certify
     certify.add_arguments(p)
     p.set_defaults(func=certify.main)
+    p = sub.add_parser("tune", help="measure the triton backend's tile configurations on "
+                                    "this GPU and write its config file")
+    from . import tune
+    tune.add_arguments(p)
+    p.set_defaults(func=tune.main)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

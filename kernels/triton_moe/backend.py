@@ -102,13 +102,6 @@ class TritonBackend(BaseBackend):
             mode = align.IDS if plan["expert_map"] is None else align.MAPPED
         may_drop = mode != align.IDS
 
-        config1 = fused_moe.pick_config(n, E, P.w13_rows, K)
-        config2 = fused_moe.pick_config(n, E, K, P.N)
-        block_m = config1["BLOCK_M"]
-        assert config2["BLOCK_M"] == block_m, "both GEMMs share the row alignment"
-        sorted_ids, block_expert, num_padded = align.align_assignments(
-            source, E, block_m, n=n, mode=mode, expert_map=plan["expert_map"],
-            tokens_per_expert=T)
         # dynamic-tensor scales span the kept rows only: the mask is needed just then
         kept = None
         if may_drop and layer.quant.activation == ACT_DYNAMIC_TENSOR:
@@ -116,6 +109,14 @@ class TritonBackend(BaseBackend):
         input_rows_valid = kept if mode == align.BATCHED else None
         a1, a1_scale, g1, act1 = _quantize(layer, plan, quant, fused_moe, a_in, "w13",
                                            input_rows_valid)
+        # both GEMMs quantize their input the same way: act1 is GEMM2's kind too
+        config1, config2 = fused_moe.pick_configs(n, E, plan["w13"]["kind"], act1,
+                                                  (P.w13_rows, K), (K, P.N))
+        block_m = config1["BLOCK_M"]
+        assert config2["BLOCK_M"] == block_m, "both GEMMs share the row alignment"
+        sorted_ids, block_expert, num_padded = align.align_assignments(
+            source, E, block_m, n=n, mode=mode, expert_map=plan["expert_map"],
+            tokens_per_expert=T)
         # dropped rows are never written by GEMM1: zeros keep the activation finite there
         h = (torch.zeros if may_drop else torch.empty)(n, P.w13_rows, dtype=x.dtype,
                                                        device=x.device)

@@ -33,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import configs
 from .quant import fix_bf16, rne_bf16
 
 W16, W_INT4, W_UINT8, W_INT8, W_FP8, W_MXFP8 = range(6)
@@ -292,6 +293,25 @@ def pick_config(num_rows: int, num_experts: int, N: int, K: int) -> dict:
                 "SWAP_AB": True, "FAST_I4": True}
     return {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
             "FAST_I4": True}
+
+
+def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
+                 gemm1: tuple[int, int], gemm2: tuple[int, int]) -> tuple[dict, dict]:
+    """Both GEMMs' configs of one layer (gemm1/gemm2: their (N, K)): the device's tuned file
+    when it has the layer (configs.py, written by `moecert tune`), else `pick_config`'s
+    heuristics, always under the interpreter. Both share one BLOCK_M either way."""
+    if not INTERPRET:
+        key = configs.LayerKey(WEIGHT_NAMES[weight], ACT_NAMES[act], num_experts,
+                               tuple(gemm1), tuple(gemm2))
+        tuned = configs.tuned_configs(key, num_rows)
+        if tuned is not None:
+            return tuned
+    return (pick_config(num_rows, num_experts, *gemm1),
+            pick_config(num_rows, num_experts, *gemm2))
+
+
+WEIGHT_NAMES = configs.kind_names(globals(), "W")
+ACT_NAMES = configs.kind_names(globals(), "A")
 
 
 def block_k_for(config_k: int, K: int, scale_cols: int, weight: int, act: int) -> int:

@@ -1,0 +1,126 @@
+"""`moecert tune`: the Triton backend's tile configurations for this GPU, measured.
+
+    moecert tune                      # every model shape x default schemes x M, ~3 min on H100
+    moecert tune --shape qwen3-30b-a3b --scheme gptq-int4 --m 16
+
+For each model shape (reference/models.py), scheme and token count M: a random checkpoint of
+the scheme, converted by the Triton backend, random softmax-top-k routing of M tokens
+(reference.make_inputs, n = M x topk assignment rows), then `kernels.triton_moe.tune`'s search
+on both GEMMs (correct results only, see there). The winners go to the device's data file in
+kernels/triton_moe/configs/ (merged with what it already holds), which the backend reads at
+the next process start; the table printed says what each layer gained.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+from moecert.reference import SCHEMES, MoEProblem, make_inputs, random_checkpoint
+from moecert.reference.models import MODELS, ModelShape
+
+from .options import positive_int
+
+DEFAULT_SCHEMES = ("gptq-int4", "int8-w8a16", "fp8-w8a16", "mxfp8")
+DEFAULT_M = (1, 16, 64, 256, 1024)
+GROUP_SIZE = 128  # of the packed integer schemes (GPTQ/AWQ g128, the common checkpoints)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--shape", action="append", choices=list(MODELS), metavar="MODEL",
+                   help=f"a model shape ({', '.join(MODELS)}); repeatable; default all")
+    p.add_argument("--scheme", action="append", choices=list(SCHEMES), metavar="SCHEME",
+                   help=f"repeatable; default {', '.join(DEFAULT_SCHEMES)} (packed integer "
+                        f"schemes at group {GROUP_SIZE}, bf16 activations)")
+    p.add_argument("--m", action="append", type=positive_int, metavar="TOKENS",
+                   help=f"token count; repeatable; default {', '.join(map(str, DEFAULT_M))}")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="where the device's file goes (default: the installed package's "
+                        "kernels/triton_moe/configs, where the backend reads it)")
+
+
+def main(args) -> int:
+    if not torch.cuda.is_available():
+        print("moecert tune needs a CUDA device", file=sys.stderr)
+        return 2
+    from moecert.kernels.triton_moe import configs
+    from moecert.kernels.triton_moe.tune import do_bench_timer
+
+    name = torch.cuda.get_device_name(0)
+    device = configs.device_key(name)
+    path = configs.path_for(device, args.out)
+    shapes = {s: MODELS[s] for s in (args.shape or MODELS)}
+    started = time.perf_counter()
+    table, timings, rows = run_tuning(shapes, args.scheme or DEFAULT_SCHEMES,
+                                      args.m or DEFAULT_M, "cuda", do_bench_timer)
+    configs.write_table(path, device, name, _versions(), table, timings)
+    print(format_rows(rows))
+    print(f"{name}: {len(rows)} layers x M tuned in {time.perf_counter() - started:.0f} s; "
+          f"wrote {path}")
+    return 0
+
+
+def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
+               grid: dict | None = None, group_size: int = GROUP_SIZE, log=print):
+    """(table for configs.write_table, its timings, printable rows) for every shape x
+    scheme x M. On the CPU it runs through the Triton interpreter (the tests)."""
+    from moecert.kernels.triton_moe.backend import TritonBackend
+    from moecert.kernels.triton_moe.tune import LayerStage, tune_layer
+
+    backend = TritonBackend()
+    table: dict = {}
+    timings: dict = {}
+    rows = []
+    for shape_name, (E, K, N, topk) in shapes.items():
+        for scheme in schemes:
+            attrs = {"group_size": group_size} if SCHEMES[scheme].packed else {}
+            P = MoEProblem(M=1, K=K, N=N, E=E, topk=topk, dtype="bf16")
+            t0 = time.perf_counter()
+            layer = backend.create_layer(random_checkpoint(scheme, P, seed=0, device=device,
+                                                           **attrs), P)
+            backend.process_weights_after_loading(layer)
+            for M in ms:
+                x, w, ids = make_inputs(MoEProblem(M=M, K=K, N=N, E=E, topk=topk), seed=M)
+                stage = LayerStage(layer, x.to(device), w.to(device), ids.to(device))
+                choice = tune_layer(stage, timer, grid)
+                key, bucket = stage.key(), _bucket(stage.n)
+                table.setdefault(key, {})[bucket] = choice.configs
+                timings[key, bucket] = {"default": round(choice.default_us, 2),
+                                        "tuned": round(choice.us, 2)}
+                rows.append((shape_name, scheme, M, choice))
+                del stage
+            log(f"  {shape_name} {scheme}: {time.perf_counter() - t0:.1f} s")
+            del layer
+            if device != "cpu":
+                torch.cuda.empty_cache()
+    return table, timings, rows
+
+
+def _bucket(n: int) -> int:
+    from moecert.kernels.triton_moe.configs import rows_bucket
+
+    return rows_bucket(n)
+
+
+def describe(config: dict) -> str:
+    return (f"m{config['BLOCK_M']}n{config['BLOCK_N']}k{config['BLOCK_K']}"
+            f"w{config['num_warps']}s{config['num_stages']}"
+            f"{'-swap' if config.get('SWAP_AB') else ''}")
+
+
+def format_rows(rows) -> str:
+    lines = [f"{'shape':<15} {'scheme':<11} {'M':>5} {'default us':>11} {'tuned us':>9} "
+             f"{'speedup':>7}  gemm1 / gemm2"]
+    for shape, scheme, M, c in rows:
+        lines.append(f"{shape:<15} {scheme:<11} {M:>5} {c.default_us:>11.1f} {c.us:>9.1f} "
+                     f"{c.default_us / c.us:>7.2f}  {describe(c.configs[0])} / "
+                     f"{describe(c.configs[1])}")
+    return "\n".join(lines)
+
+
+def _versions() -> dict:
+    import triton
+
+    return {"triton": triton.__version__, "torch": torch.__version__}

@@ -1,0 +1,268 @@
+"""Tuned tile configurations of the grouped MoE GEMM: data files written by `moecert tune`,
+one per device, read by `fused_moe.pick_configs`. Pure Python (no Triton): the lookup must
+not fix the interpreter mode, and it is tested on the CPU.
+
+One file per device, `configs/<device key>.json` (`device_key` of torch's device name):
+
+    {"format": 1, "device": "h100-80gb-hbm3", "device_name": "NVIDIA H100 80GB HBM3",
+     "versions": {"triton": "3.6.0", "torch": "2.11.0+cu130"},
+     "layers": [
+       {"weight": "W_INT4", "act": "A16", "experts": 128,
+        "gemm1": [1536, 2048], "gemm2": [2048, 768],          # (N, K) of each GEMM
+        "buckets": {"1024": {"BLOCK_M": 16,
+                             "gemm1": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4,
+                                       "num_stages": 4, "SWAP_AB": false, "FAST_I4": true},
+                             "gemm2": {...},
+                             "us": {"default": 61.2, "tuned": 48.0}}}}]}
+
+A layer is keyed by the kernel's weight and activation kinds (their names in fused_moe, so a
+new kind never shifts an old entry), the local expert count and both GEMMs' (N, K). BLOCK_M
+belongs to the layer, not to a GEMM: both GEMMs read one row alignment (align.py).
+Bucket: the number of assignment rows n (tokens x topk, or E x T batched) rounded up to a
+power of two; the tuner's M values give n = M * topk, powers of two for every model shape.
+A lookup between or beyond the tuned buckets takes the nearest one on the log scale (the
+smaller on a tie). The Triton and torch versions are recorded, not matched: a config stays
+correct under any version, only its speed may move (re-run `moecert tune`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+FORMAT = 1
+CONFIG_DIR = Path(__file__).with_name("configs")
+# what each GEMM's entry holds, and the type of each value
+GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": int,
+               "SWAP_AB": bool, "FAST_I4": bool}
+
+
+class ConfigFileError(ValueError):
+    """A tuned-config file that cannot be used: names the file and the key."""
+
+    def __init__(self, path, key: str, expected: str, got):
+        super().__init__(f"tuned config file {path}: {key}: expected {expected}, got {got!r} "
+                         "(re-run `moecert tune` or delete the file)")
+
+
+@dataclass(frozen=True)
+class LayerKey:
+    weight: str  # fused_moe's name of the weight kind, e.g. "W_INT4"
+    act: str  # and of the activation kind, e.g. "A16"
+    experts: int
+    gemm1: tuple[int, int]  # (N, K)
+    gemm2: tuple[int, int]
+
+    def label(self) -> str:
+        return (f"{self.weight}/{self.act} E{self.experts} gemm1 {self.gemm1[0]}x"
+                f"{self.gemm1[1]} gemm2 {self.gemm2[0]}x{self.gemm2[1]}")
+
+
+def device_key(name: str) -> str:
+    """"NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3": lower case, vendor dropped, runs of
+    anything but letters and digits to one dash."""
+    key = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    key = re.sub(r"^(nvidia|amd)-", "", key)
+    if not key:
+        raise ValueError(f"device name {name!r} has no letters or digits")
+    return key
+
+
+@functools.cache
+def current_device_key() -> str | None:
+    """This process's CUDA (or ROCm) device 0, None without one. Cached: a process keeps its
+    devices, and the launch path must not query the driver per call."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return device_key(torch.cuda.get_device_name(0))
+
+
+def rows_bucket(num_rows: int) -> int:
+    """n rounded up to a power of two (1 for n <= 1)."""
+    return 1 << max(num_rows - 1, 0).bit_length()
+
+
+def kind_names(namespace: dict, prefix: str) -> dict[int, str]:
+    """{value: name} of a module's kind enum, e.g. kind_names(vars(fused_moe), "W") reads
+    W16, W_INT4, ...: names `<prefix>16` or `<prefix>_<UPPER>` bound to ints."""
+    pattern = re.compile(rf"{prefix}(16|_[A-Z0-9_]+)")
+    names: dict[int, str] = {}
+    for name, value in namespace.items():
+        if pattern.fullmatch(name) and type(value) is int:
+            if value in names:
+                raise ValueError(f"kind value {value} named twice: {names[value]}, {name}")
+            names[value] = name
+    return names
+
+
+def complete(config: dict) -> dict:
+    """A GEMM config with every field a file holds (absent flags are False)."""
+    return {"BLOCK_M": config["BLOCK_M"],
+            **{f: kind(config.get(f, False)) for f, kind in GEMM_FIELDS.items()}}
+
+
+def path_for(device: str, directory: Path | None = None) -> Path:
+    return (directory or CONFIG_DIR) / f"{device}.json"
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+Table = dict[LayerKey, dict[int, tuple[dict, dict]]]
+
+
+def read_table(path: Path) -> Table:
+    """The file's layers: {LayerKey: {bucket: (gemm1 config, gemm2 config)}}, each config a
+    full `moe_gemm` config (BLOCK_M included). Every value is checked here, so a bad file fails
+    at load with its name and the key, never inside a launch."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigFileError(path, f"line {e.lineno}", "JSON", e.msg) from None
+    if not isinstance(data, dict):
+        raise ConfigFileError(path, "top level", "an object", type(data).__name__)
+    if data.get("format") != FORMAT:
+        raise ConfigFileError(path, "format", FORMAT, data.get("format"))
+    layers = _field(path, data, "layers", list, "")
+    table: Table = {}
+    for i, layer in enumerate(layers):
+        where = f"layers[{i}]"
+        if not isinstance(layer, dict):
+            raise ConfigFileError(path, where, "an object", type(layer).__name__)
+        key = LayerKey(_field(path, layer, "weight", str, where),
+                       _field(path, layer, "act", str, where),
+                       _field(path, layer, "experts", int, where),
+                       _shape(path, layer, "gemm1", where), _shape(path, layer, "gemm2", where))
+        if key in table:
+            raise ConfigFileError(path, where, "one entry per layer", f"a second {key.label()}")
+        buckets = _field(path, layer, "buckets", dict, where)
+        table[key] = {_bucket(path, b, where): _configs(path, entry, f"{where}.buckets[{b}]")
+                      for b, entry in buckets.items()}
+    return table
+
+
+def _field(path, obj: dict, name: str, kind: type, where: str):
+    key = f"{where}.{name}" if where else name
+    if name not in obj:
+        raise ConfigFileError(path, key, f"a {kind.__name__}", "nothing (missing)")
+    value = obj[name]
+    # bool is an int in Python: a true where a tile size belongs is still an error
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigFileError(path, key, f"a {kind.__name__}", value)
+    return value
+
+
+def _shape(path, layer: dict, name: str, where: str) -> tuple[int, int]:
+    value = _field(path, layer, name, list, where)
+    if len(value) != 2 or not all(type(v) is int and v > 0 for v in value):
+        raise ConfigFileError(path, f"{where}.{name}", "[N, K], two positive ints", value)
+    return (value[0], value[1])
+
+
+def _bucket(path, name: str, where: str) -> int:
+    if not name.isdigit() or rows_bucket(int(name)) != int(name):
+        raise ConfigFileError(path, f"{where}.buckets", "power-of-two row counts as keys", name)
+    return int(name)
+
+
+def _configs(path, entry, where: str) -> tuple[dict, dict]:
+    if not isinstance(entry, dict):
+        raise ConfigFileError(path, where, "an object", type(entry).__name__)
+    block_m = _field(path, entry, "BLOCK_M", int, where)
+    _power_of_two(path, f"{where}.BLOCK_M", block_m)
+    out = []
+    for gemm in ("gemm1", "gemm2"):
+        cfg = _field(path, entry, gemm, dict, where)
+        extra = set(cfg) - set(GEMM_FIELDS)
+        if extra:
+            raise ConfigFileError(path, f"{where}.{gemm}", f"only {', '.join(GEMM_FIELDS)}",
+                                  ", ".join(sorted(extra)))
+        for name, kind in GEMM_FIELDS.items():
+            _field(path, cfg, name, kind, f"{where}.{gemm}")
+        for name in ("BLOCK_N", "BLOCK_K", "num_warps"):
+            _power_of_two(path, f"{where}.{gemm}.{name}", cfg[name])
+        if cfg["num_stages"] < 1:
+            raise ConfigFileError(path, f"{where}.{gemm}.num_stages", ">= 1", cfg["num_stages"])
+        out.append({"BLOCK_M": block_m, **cfg})
+    return out[0], out[1]
+
+
+def _power_of_two(path, key: str, value: int) -> None:
+    if value < 1 or value & (value - 1):
+        raise ConfigFileError(path, key, "a power of two", value)
+
+
+@functools.cache
+def load_table(device: str, directory: Path) -> Table | None:
+    """The device's table in `directory`, None when it has no file; read once per
+    process (a malformed file raises at every lookup, never half-used)."""
+    path = path_for(device, directory)
+    return read_table(path) if path.exists() else None
+
+
+def lookup(table: Table, key: LayerKey, num_rows: int) -> tuple[dict, dict] | None:
+    """The layer's configs for n rows: the tuned bucket nearest to n's on the log scale;
+    None when the layer was not tuned. Copies: callers may keep or change them."""
+    buckets = table.get(key)
+    if not buckets:
+        return None
+    want = rows_bucket(num_rows).bit_length()
+    best = min(buckets, key=lambda b: (abs(b.bit_length() - want), b))
+    c1, c2 = buckets[best]
+    return dict(c1), dict(c2)
+
+
+def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
+                  directory: Path | None = None) -> tuple[dict, dict] | None:
+    """Configs for this device (default: the current one) from its file, None without a
+    file, a CUDA device, or an entry for the layer."""
+    device = device or current_device_key()
+    if device is None:
+        return None
+    table = load_table(device, directory or CONFIG_DIR)
+    return None if table is None else lookup(table, key, num_rows)
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+def table_json(device: str, device_name: str, versions: dict, table: Table,
+               timings: dict | None = None) -> str:
+    """The file's text for `table`; `timings` {(LayerKey, bucket): {"default": us, "tuned":
+    us}} is recorded beside each entry (read by people, ignored by lookups)."""
+    timings = timings or {}
+    layers = []
+    for key in sorted(table, key=lambda k: (k.weight, k.act, k.experts, k.gemm1, k.gemm2)):
+        buckets = {}
+        for bucket in sorted(table[key]):
+            c1, c2 = table[key][bucket]
+            if c1["BLOCK_M"] != c2["BLOCK_M"]:
+                raise ValueError(f"{key.label()} n={bucket}: BLOCK_M {c1['BLOCK_M']} != "
+                                 f"{c2['BLOCK_M']}: both GEMMs share the row alignment")
+            entry = {"BLOCK_M": c1["BLOCK_M"],
+                     **{g: {f: v for f, v in complete(c).items() if f != "BLOCK_M"}
+                        for g, c in (("gemm1", c1), ("gemm2", c2))}}
+            if (key, bucket) in timings:
+                entry["us"] = timings[key, bucket]
+            buckets[str(bucket)] = entry
+        layers.append({"weight": key.weight, "act": key.act, "experts": key.experts,
+                       "gemm1": list(key.gemm1), "gemm2": list(key.gemm2), "buckets": buckets})
+    return json.dumps({"format": FORMAT, "device": device, "device_name": device_name,
+                       "versions": versions, "layers": layers}, indent=1) + "\n"
+
+
+def write_table(path: Path, device: str, device_name: str, versions: dict, table: Table,
+                timings: dict | None = None) -> None:
+    """Write, then read back through the same checks as a lookup (a file this writes must
+    load); entries of other layers already in the file are kept."""
+    path = Path(path)
+    merged: Table = dict(read_table(path)) if path.exists() else {}
+    for key, buckets in table.items():
+        merged[key] = {**merged.get(key, {}), **buckets}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(table_json(device, device_name, versions, merged, timings))
+    read_table(path)
+    load_table.cache_clear()

@@ -1,0 +1,348 @@
+"""The search behind `moecert tune`: for one layer and one routing, the fastest correct tile
+configuration of each GEMM, with one BLOCK_M for both.
+
+    stage = LayerStage(layer, x, topk_weights, topk_ids)   # the GEMMs' real inputs
+    choice = tune_layer(stage, timer)                        # -> LayerChoice
+
+Search: hill climbing on a grid (GRID), from the heuristic default (`fused_moe.pick_config`):
+each round tries every configuration one grid step away in one field and moves to the fastest
+if it beats the current one; it stops when none does (at most MAX_ROUNDS). A full grid is
+~150 configurations per GEMM, each a JIT compile of about a second; the climb tries ~10-25.
+Prior knowledge (pick_config's docstring, H100) prunes the grid: BLOCK_M 16 unless an expert
+gets >= 64 rows on average (then 64 too), SWAP_AB only with <= 16 rows per expert, FAST_I4
+always on (the kernel uses it only where it applies).
+
+Correctness: every candidate's output is compared with the default configuration's on the same
+inputs and rejected unless each element is within what a different fp32 summation order can
+change (`reorder_bound`); a launch that fails (resources, compile) is rejected too. The timer
+is passed in, so the search runs on the CPU (interpreter, fake timer) in the tests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from . import configs
+
+# a timing function: (run, config) -> microseconds; `run` launches the GEMM once
+Timer = Callable[[Callable[[], object], dict], float]
+
+GRID = {"BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256), "num_warps": (4, 8),
+        "num_stages": (2, 3, 4), "SWAP_AB": (False, True)}
+MAX_ROUNDS = 4
+WIDE_BLOCK_M = 64  # tried beside 16 when an expert averages this many rows or more
+SWAP_MAX_ROWS = 16  # SWAP_AB is tried up to this many rows per expert
+# fp32 unit roundoff for round-to-nearest is 2^-24; tensor cores may truncate partial sums
+# inside an MMA (chopping: 2^-23)
+FP32_UNIT = 2.0**-23
+MANTISSA_BITS = {torch.bfloat16: 8, torch.float16: 11, torch.float32: 24}
+
+
+def do_bench_timer(run: Callable[[], object], config: dict) -> float:
+    """Median microseconds by triton.testing.do_bench (warm-up, then repetitions filling
+    ~50 ms; it flushes L2 between repetitions)."""
+    import triton
+
+    return 1e3 * triton.testing.do_bench(run, warmup=10, rep=50, return_mode="median")
+
+
+# --- the GEMMs' inputs -------------------------------------------------------------------------
+
+class LayerStage:
+    """One layer's two GEMMs on fixed inputs: GEMM1 on the (quantized) tokens, GEMM2 on the
+    activation of GEMM1's default-config output. Standard activation format, no expert map,
+    no bias (what the tuner builds). Row alignments are made per BLOCK_M on demand."""
+
+    def __init__(self, layer, x: torch.Tensor, topk_weights: torch.Tensor,
+                 topk_ids: torch.Tensor):
+        from . import backend, fused_moe, quant
+
+        P = self.problem = layer.problem
+        if P.bias or P.expert_map is not None or P.activation_format != "standard":
+            raise ValueError("tuning stages take plain layers: no bias, expert map or "
+                             "batched format")
+        self.layer, self.plan = layer, backend._plan(layer)
+        self.ids = topk_ids.reshape(-1)
+        self.router = topk_weights.reshape(-1)
+        self.n = self.ids.numel()
+        self.a1, self.s1, self.g1, self.act = backend._quantize(
+            layer, self.plan, quant, fused_moe, x, "w13", None)
+        # the heuristics, not a tuned file's entry: what `default_us` measures
+        self.defaults = tuple(fused_moe.pick_config(self.n, P.E, *self.shape(g))
+                              for g in (1, 2))
+        self._aligned: dict[int, tuple] = {}
+        self._out = {1: torch.empty(self.n, P.w13_rows, dtype=x.dtype, device=x.device),
+                     2: torch.empty(self.n, P.K, dtype=torch.float32, device=x.device)}
+        h = self.run(1, self.defaults[0]).clone()
+        inter = quant.activation(h, P.activation, P.N)
+        self.a2, self.s2, self.g2, act2 = backend._quantize(
+            layer, self.plan, quant, fused_moe, inter, "w2", None)
+        assert act2 == self.act
+
+    @property
+    def weight_kind(self) -> int:
+        return self.plan["w13"]["kind"]
+
+    def key(self):
+        """The layer's key in a tuned-config file."""
+        from . import fused_moe
+
+        return configs.LayerKey(fused_moe.WEIGHT_NAMES[self.weight_kind],
+                                fused_moe.ACT_NAMES[self.act], self.problem.E, self.shape(1),
+                                self.shape(2))
+
+    def shape(self, gemm: int) -> tuple[int, int]:
+        """(N, K) of GEMM 1 or 2."""
+        P = self.problem
+        return (P.w13_rows, P.K) if gemm == 1 else (P.K, P.N)
+
+    def aligned(self, block_m: int) -> tuple:
+        from . import align
+
+        if block_m not in self._aligned:
+            self._aligned[block_m] = align.align_assignments(self.ids, self.problem.E,
+                                                             block_m, n=self.n)
+        return self._aligned[block_m]
+
+    def run(self, gemm: int, config: dict) -> torch.Tensor:
+        """Launch GEMM 1 or 2 with `config` into its output buffer (returned, reused)."""
+        from . import fused_moe
+
+        sorted_ids, block_expert, num_padded = self.aligned(config["BLOCK_M"])
+        out = self._out[gemm]
+        if gemm == 1:
+            fused_moe.moe_gemm(self.a1, self.s1, self.g1, self.plan["w13"], out, sorted_ids,
+                               block_expert, num_padded, None, a_row_div=self.problem.topk,
+                               act=self.act, config=config)
+        else:
+            fused_moe.moe_gemm(self.a2, self.s2, self.g2, self.plan["w2"], out, sorted_ids,
+                               block_expert, num_padded, self.router, a_row_div=1,
+                               act=self.act, config=config)
+        return out
+
+    def effective(self, gemm: int, config: dict) -> tuple:
+        """The configuration as the kernel will run it (BLOCK_K clamped to the scale block,
+        FAST_I4 and SWAP_AB as booleans): two configs equal here compile to one kernel."""
+        from . import fused_moe
+
+        K = self.shape(gemm)[1]
+        w = self.plan["w13" if gemm == 1 else "w2"]
+        bk = fused_moe.block_k_for(config["BLOCK_K"], K, w["scale_cols"] or K, w["kind"],
+                                   self.act)
+        return (config["BLOCK_M"], config["BLOCK_N"], bk, config["num_warps"],
+                config["num_stages"], bool(config.get("SWAP_AB")),
+                bool(config.get("FAST_I4")))
+
+    def magnitudes(self, gemm: int) -> torch.Tensor:
+        """float64 [n, N]: sum over k of |a[row, k] * W[expert, col, k]| with the scales
+        applied (and |router weight| for GEMM2): what bounds any summation order's error."""
+        from ..native import dequantize_expert
+
+        a = self._dequantized_input(gemm)
+        p = "w13" if gemm == 1 else "w2"
+        rows_a = torch.arange(self.n, device=a.device) // (self.problem.topk if gemm == 1
+                                                           else 1)
+        out = torch.zeros(self.n, self.shape(gemm)[0], dtype=torch.float64, device=a.device)
+        for e in torch.unique(self.ids).tolist():
+            rows = (self.ids == e).nonzero().flatten()
+            w = dequantize_expert(self.layer, p, e).to(torch.float64).abs()
+            out[rows] = a[rows_a[rows]].abs() @ w.T
+        if gemm == 2:
+            out *= self.router.to(torch.float64).abs()[:, None]
+        return out
+
+    def _dequantized_input(self, gemm: int) -> torch.Tensor:
+        """The GEMM's activation as the kernel's epilogue sees it, float64: codes times
+        their per-row scale (and global factor) or E8M0 column scales."""
+        from ..convert import decode_e8m0
+        from . import fused_moe
+
+        a, s, g = (self.a1, self.s1, self.g1) if gemm == 1 else (self.a2, self.s2, self.g2)
+        a = a.to(torch.float64)
+        if self.act == fused_moe.A_INT8:
+            a = a * s.to(torch.float64).reshape(-1, 1)
+            if g is not None:
+                a = a * g.to(torch.float64)
+        elif self.act == fused_moe.A_MX:
+            cols = fused_moe.MX_COLS
+            a = a * decode_e8m0(s, torch.float64).repeat_interleave(cols, 1)[:, :a.shape[1]]
+        return a
+
+
+# --- correctness -----------------------------------------------------------------------------
+
+def ulp(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float64 spacing of `dtype`'s values at |v| (subnormal spacing near zero)."""
+    p = MANTISSA_BITS[dtype]
+    info = torch.finfo(dtype)
+    _, exp = torch.frexp(v.to(torch.float64).abs())
+    return torch.ldexp(torch.ones_like(v, dtype=torch.float64), exp - p).clamp(
+        min=info.smallest_normal * 2.0 ** (1 - p))
+
+
+def reorder_bound(reference: torch.Tensor, magnitudes: torch.Tensor, K: int) -> torch.Tensor:
+    """How far another summation order may move each output: both orders are within
+    gamma(K + 3) * magnitude of the exact sum (K products, the tile-scale, row-scale and
+    router multiplies), and the rounding to the output dtype may then land one spacing
+    apart (at the larger value: 2x the reference's, rounded up)."""
+    n = K + 3
+    gamma = n * FP32_UNIT / (1 - n * FP32_UNIT)
+    return 2 * gamma * magnitudes + 2 * ulp(reference, reference.dtype)
+
+
+def disagreement(candidate: torch.Tensor, reference: torch.Tensor,
+                 bound: torch.Tensor) -> str | None:
+    """None when every element is within `bound` of the reference (non-finite values must
+    match bit for bit), else where the first one is not."""
+    c, r = candidate.to(torch.float64), reference.to(torch.float64)
+    finite = torch.isfinite(r)
+    if not torch.equal(finite, torch.isfinite(c)) or not torch.equal(
+            c[~finite].nan_to_num(), r[~finite].nan_to_num()):
+        return "non-finite values differ from the default's"
+    over = (c - r).abs() > bound
+    if not over.any():
+        return None
+    row, col = (int(i) for i in over.nonzero()[0])
+    return (f"out[{row}, {col}] = {c[row, col].item():.9g}, default {r[row, col].item():.9g} "
+            f"(allowed {bound[row, col].item():.3g}); {int(over.sum())} elements over")
+
+
+# --- the search --------------------------------------------------------------------------------
+
+@dataclass
+class Tried:
+    config: dict
+    us: float | None = None  # None: rejected
+    why: str | None = None
+
+
+@dataclass
+class GemmChoice:
+    config: dict
+    us: float
+    default_us: float
+    tried: list[Tried] = field(default_factory=list)
+
+
+@dataclass
+class LayerChoice:
+    configs: tuple[dict, dict]
+    us: float
+    default_us: float
+    gemms: list[GemmChoice] = field(default_factory=list)
+
+
+def neighbours(config: dict, grid: dict) -> list[dict]:
+    """Configs one grid step away in one field (a value off the grid steps onto it)."""
+    out = []
+    for name, values in grid.items():
+        current = config.get(name, False)
+        line = sorted(set(values) | {current})
+        i = line.index(current)
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(line) and line[j] in values:
+                out.append({**config, name: line[j]})
+    return out
+
+
+def grid_for(rows_per_expert: float, grid: dict) -> dict:
+    """`grid` pruned for this load: SWAP_AB only for few rows per expert."""
+    grid = dict(grid)
+    if rows_per_expert > SWAP_MAX_ROWS:
+        grid["SWAP_AB"] = (False,)
+    return grid
+
+
+def block_ms(rows_per_expert: float, default: int) -> list[int]:
+    return [default] + ([WIDE_BLOCK_M] if rows_per_expert >= WIDE_BLOCK_M
+                        and default != WIDE_BLOCK_M else [])
+
+
+def climb(evaluate: Callable[[dict], float | None], start: dict, grid: dict,
+          rounds: int = MAX_ROUNDS) -> tuple[dict, float | None]:
+    """Hill climbing from `start`: (best config, its time), time None when even the start
+    was rejected. `evaluate` returns microseconds or None (rejected); it caches."""
+    best, best_us = start, evaluate(start)
+    if best_us is None:
+        return best, None
+    for _ in range(rounds):
+        timed = [(us, c) for c in neighbours(best, grid) if (us := evaluate(c)) is not None]
+        if not timed:
+            break
+        us, c = min(timed, key=lambda t: t[0])
+        if us >= best_us:
+            break
+        best, best_us = c, us
+    return best, best_us
+
+
+def tune_gemm(stage: LayerStage, gemm: int, start: dict, timer: Timer, grid: dict,
+              reference: torch.Tensor, bound: torch.Tensor) -> GemmChoice:
+    """The fastest correct config of one GEMM reachable from `start` (its BLOCK_M fixed)."""
+    cache: dict[tuple, Tried] = {}
+    tried: list[Tried] = []
+
+    def evaluate(config: dict) -> float | None:
+        key = stage.effective(gemm, config)
+        if key not in cache:
+            cache[key] = _try(stage, gemm, config, timer, reference, bound)
+            tried.append(cache[key])
+        return cache[key].us
+
+    best, us = climb(evaluate, start, grid)
+    if us is None:
+        raise RuntimeError(f"GEMM{gemm}: the start config {start} was rejected: "
+                           f"{cache[stage.effective(gemm, start)].why}")
+    return GemmChoice(best, us, default_us=float("nan"), tried=tried)
+
+
+def _try(stage: LayerStage, gemm: int, config: dict, timer: Timer, reference: torch.Tensor,
+         bound: torch.Tensor) -> Tried:
+    try:
+        out = stage.run(gemm, config)
+    except Exception as e:  # out of shared memory, registers: not a config for this device
+        return Tried(config, None, f"launch failed: {type(e).__name__}: {str(e)[:200]}")
+    why = disagreement(out, reference, bound)
+    if why is not None:
+        return Tried(config, None, why)
+    return Tried(config, timer(lambda: stage.run(gemm, config), config))
+
+
+def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None) -> LayerChoice:
+    """Both GEMMs' configs for the stage's rows: per BLOCK_M candidate, each GEMM climbed
+    from its default with that BLOCK_M; the BLOCK_M with the least total time wins. The
+    defaults are timed as they are, so `default_us` is what the heuristics give. `grid`:
+    GRID unless given (the tests' small grids)."""
+    touched = torch.unique(stage.ids).numel()
+    per_expert = stage.n / max(touched, 1)
+    grid = grid_for(per_expert, grid or GRID)
+    defaults = stage.defaults
+    references, bounds = {}, {}
+    for g in (1, 2):
+        references[g] = stage.run(g, defaults[g - 1]).clone()
+        bounds[g] = reorder_bound(references[g], stage.magnitudes(g), stage.shape(g)[1])
+    default_us = [timer(lambda g=g: stage.run(g, defaults[g - 1]), defaults[g - 1])
+                  for g in (1, 2)]
+    best: LayerChoice | None = None
+    for bm in block_ms(per_expert, defaults[0]["BLOCK_M"]):
+        gemms = [tune_gemm(stage, g, {**defaults[g - 1], "BLOCK_M": bm}, timer, grid,
+                           references[g], bounds[g]) for g in (1, 2)]
+        for g, choice in zip((1, 2), gemms, strict=True):
+            choice.default_us = default_us[g - 1]
+        total = sum(c.us for c in gemms)
+        if best is None or total < best.us:
+            best = LayerChoice((gemms[0].config, gemms[1].config), total, sum(default_us),
+                               gemms)
+    assert best is not None
+    if best.us > best.default_us:  # the climb re-times its start: keep the default's row
+        best = LayerChoice(defaults, best.default_us, best.default_us, best.gemms)
+    best.configs = tuple(configs.complete(c) for c in best.configs)
+    return best
+
+
+def speedup(choice: LayerChoice) -> float:
+    return choice.default_us / choice.us if choice.us > 0 else math.nan

@@ -1,0 +1,84 @@
+"""`moecert tune`: the command without a GPU, and its whole tuning path on the CPU (the
+Triton interpreter runs the real kernels; only the timer is fake)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from moecert.conformance import tune as tune_command
+from moecert.conformance.cli import main
+from moecert.kernels.triton_moe import configs
+from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
+from moecert.reference.models import ModelShape
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture
+def triton_runs_here(monkeypatch):
+    """The GPU when there is one, else the interpreter (as tests/kernels/conftest.py)."""
+    if DEVICE == "cpu":
+        load_interpreted_kernels()
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def test_tune_without_cuda_is_one_line_and_exit_2(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["tune"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "moecert tune needs a CUDA device\n" and captured.out == ""
+
+
+def test_tune_rejects_an_unknown_shape_in_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--shape", "llama-moe"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "llama-moe" in err
+
+
+# BLOCK_K 32 and 64 are one kernel for group-32 weights (block_k_for): tried once
+TINY_GRID = {"BLOCK_N": (32, 64), "BLOCK_K": (32, 64), "num_warps": (4,), "num_stages": (1,),
+             "SWAP_AB": (False, True)}
+
+
+def test_tuning_on_the_interpreter_writes_a_file_the_backend_reads(triton_runs_here,
+                                                                     tmp_path, monkeypatch):
+    timed = []
+
+    def timer(run, config):  # BLOCK_N 32 is "faster" (the output check ran the kernel)
+        timed.append(config)
+        return 100.0 - 50 * (config["BLOCK_N"] == 32)
+
+    shape = ModelShape(E=4, K=128, N=64, topk=2)
+    table, timings, rows = tune_command.run_tuning(
+        {"tiny": shape}, ["gptq-int4"], [1, 8], DEVICE, timer, grid=TINY_GRID, group_size=32,
+        log=lambda *a: None)
+    assert [r[2] for r in rows] == [1, 8]
+    for _, _, _, choice in rows:
+        # every candidate ran the real kernel and agreed with the default's output
+        assert all(t.us is not None for g in choice.gemms for t in g.tried), \
+            [t.why for g in choice.gemms for t in g.tried]
+        assert [c["BLOCK_N"] for c in choice.configs] == [32, 32]
+        assert choice.us < choice.default_us
+    (key,) = table
+    assert key == configs.LayerKey("W_INT4", "A16", 4, (128, 128), (128, 64))
+    assert set(table[key]) == {2, 16}  # n = M x topk
+    assert "tiny" in tune_command.format_rows(rows)
+
+    path = configs.path_for("test-gpu", tmp_path)
+    configs.write_table(path, "test-gpu", "Test GPU", {"triton": "x"}, table, timings)
+    assert configs.read_table(path) == table
+    # the backend on a "GPU" called test-gpu now launches with the tuned configs
+    from moecert.kernels.triton_moe import fused_moe
+
+    monkeypatch.setattr(fused_moe, "INTERPRET", False)
+    monkeypatch.setattr(configs, "CONFIG_DIR", tmp_path)
+    monkeypatch.setattr(configs, "current_device_key", lambda: "test-gpu")
+    configs.load_table.cache_clear()
+    try:
+        got = fused_moe.pick_configs(16, 4, fused_moe.W_INT4, fused_moe.A16, (128, 128),
+                                     (128, 64))
+    finally:
+        configs.load_table.cache_clear()
+    assert got == table[key][16]

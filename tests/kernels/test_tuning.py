@@ -1,0 +1,294 @@
+"""Tuned tile configurations: the data file (configs.py), the backend's lookup with its
+fallback, and the search (tune.py) with a fake timer and a fake stage on the CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from moecert.kernels.triton_moe import configs, tune
+from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
+
+
+def _fused_moe():
+    """The kernel module as this machine's tests run it: defined for the interpreter on a
+    CPU (a compiled definition first would break the interpreted kernels of later tests)."""
+    if not torch.cuda.is_available():
+        load_interpreted_kernels()
+    from moecert.kernels.triton_moe import fused_moe
+
+    return fused_moe
+
+
+KEY = configs.LayerKey("W_INT4", "A16", 8, (256, 128), (128, 128))
+
+
+def _cfg(block_m=16, **kw):
+    return {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4,
+            "num_stages": 3, "SWAP_AB": False, "FAST_I4": True, **kw}
+
+
+def _write(tmp_path, table, device="h100-80gb-hbm3"):
+    path = configs.path_for(device, tmp_path)
+    configs.write_table(path, device, "NVIDIA H100 80GB HBM3", {"triton": "x"}, table)
+    return path
+
+
+# --- the file ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, key", [
+    ("NVIDIA H100 80GB HBM3", "h100-80gb-hbm3"),
+    ("NVIDIA H200", "h200"),
+    ("NVIDIA GeForce RTX 4090", "geforce-rtx-4090"),
+    ("AMD Instinct MI300X", "instinct-mi300x"),
+])
+def test_device_key(name, key):
+    assert configs.device_key(name) == key
+
+
+def test_rows_bucket_rounds_up_to_a_power_of_two():
+    assert [configs.rows_bucket(n) for n in (0, 1, 2, 3, 8, 9, 1000)] == \
+        [1, 1, 2, 4, 8, 16, 1024]
+
+
+def test_kind_names_read_the_kernel_enums():
+    fused_moe = _fused_moe()
+
+    assert fused_moe.WEIGHT_NAMES[fused_moe.W_INT4] == "W_INT4"
+    assert fused_moe.WEIGHT_NAMES[fused_moe.W16] == "W16"
+    assert fused_moe.ACT_NAMES[fused_moe.A_MX] == "A_MX"
+    with pytest.raises(ValueError, match="named twice"):
+        configs.kind_names({"W_A": 1, "W_B": 1}, "W")
+
+
+def test_round_trip_and_nearest_bucket(tmp_path):
+    table = {KEY: {8: (_cfg(16, BLOCK_N=32), _cfg(16, SWAP_AB=True)),
+                   512: (_cfg(64, BLOCK_N=128, num_warps=8), _cfg(64))}}
+    path = _write(tmp_path, table)
+    assert configs.read_table(path) == table
+    # n=3 -> bucket 4: nearest tuned is 8; n=100 -> 128: 512 is 2 steps, 8 is 4
+    assert configs.lookup(configs.read_table(path), KEY, 3) == table[KEY][8]
+    assert configs.lookup(configs.read_table(path), KEY, 100) == table[KEY][512]
+    assert configs.lookup(configs.read_table(path), KEY, 10**6) == table[KEY][512]
+    other = configs.LayerKey("W_INT4", "A16", 16, (256, 128), (128, 128))
+    assert configs.lookup(configs.read_table(path), other, 8) is None
+
+
+def test_writing_merges_with_the_file_and_refuses_two_block_ms(tmp_path):
+    _write(tmp_path, {KEY: {8: (_cfg(), _cfg())}})
+    path = _write(tmp_path, {KEY: {64: (_cfg(32), _cfg(32))}})
+    assert set(configs.read_table(path)[KEY]) == {8, 64}
+    with pytest.raises(ValueError, match="BLOCK_M 16 != 64"):
+        _write(tmp_path, {KEY: {8: (_cfg(16), _cfg(64))}})
+
+
+def _entry_file(tmp_path, mutate):
+    path = _write(tmp_path, {KEY: {8: (_cfg(), _cfg())}})
+    data = json.loads(path.read_text())
+    mutate(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("mutate, key", [
+    (lambda d: d["layers"][0]["buckets"]["8"]["gemm1"].pop("BLOCK_K"),
+     r"layers\[0\].buckets\[8\].gemm1.BLOCK_K: expected a int, got 'nothing \(missing\)'"),
+    (lambda d: d["layers"][0]["buckets"]["8"]["gemm2"].update(num_warps="4"),
+     r"layers\[0\].buckets\[8\].gemm2.num_warps: expected a int"),
+    (lambda d: d["layers"][0]["buckets"]["8"].update(BLOCK_M=24),
+     r"layers\[0\].buckets\[8\].BLOCK_M: expected a power of two, got 24"),
+    (lambda d: d["layers"][0]["buckets"]["8"]["gemm1"].update(BLOCK_N=True),
+     r"gemm1.BLOCK_N: expected a int, got True"),
+    (lambda d: d["layers"][0]["buckets"]["8"]["gemm1"].update(BLOCKN=64),
+     r"gemm1: expected only BLOCK_N, .*, got 'BLOCKN'"),
+    (lambda d: d["layers"][0]["buckets"].update({"12": {}}),
+     r"layers\[0\].buckets: expected power-of-two row counts as keys, got '12'"),
+    (lambda d: d["layers"][0].update(gemm2=[128]), r"layers\[0\].gemm2: expected \[N, K\]"),
+    (lambda d: d.update(format=99), r"format: expected 1, got 99"),
+    (lambda d: d["layers"].append(d["layers"][0]), r"layers\[1\]: expected one entry per"),
+])
+def test_malformed_file_names_the_file_and_the_key(tmp_path, mutate, key):
+    path = _entry_file(tmp_path, mutate)
+    with pytest.raises(configs.ConfigFileError, match=key) as info:
+        configs.read_table(path)
+    assert str(path) in str(info.value)
+
+
+def test_invalid_json_names_the_file(tmp_path):
+    path = tmp_path / "h100.json"
+    path.write_text('{"format": 1,')
+    with pytest.raises(configs.ConfigFileError, match=r"h100.json: line 1: expected JSON"):
+        configs.read_table(path)
+
+
+# --- the backend's lookup ---------------------------------------------------------------------
+
+@pytest.fixture
+def compiled_lookup(monkeypatch, tmp_path):
+    """pick_configs as on a GPU named "test-gpu" whose files live in tmp_path."""
+    fused_moe = _fused_moe()
+
+    monkeypatch.setattr(fused_moe, "INTERPRET", False)
+    monkeypatch.setattr(configs, "CONFIG_DIR", tmp_path)
+    monkeypatch.setattr(configs, "current_device_key", lambda: "test-gpu")
+    configs.load_table.cache_clear()
+    yield fused_moe
+    configs.load_table.cache_clear()
+
+
+def _pick(fused_moe, n=16):
+    return fused_moe.pick_configs(n, KEY.experts, fused_moe.W_INT4, fused_moe.A16,
+                                  KEY.gemm1, KEY.gemm2)
+
+
+def test_pick_configs_reads_the_device_file(compiled_lookup, tmp_path):
+    tuned = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
+    _write(tmp_path, {KEY: {16: tuned}}, device="test-gpu")
+    assert _pick(compiled_lookup) == tuned
+
+
+def test_pick_configs_falls_back_without_a_file_or_an_entry(compiled_lookup, tmp_path):
+    fm = compiled_lookup
+    heuristic = (fm.pick_config(16, 8, *KEY.gemm1), fm.pick_config(16, 8, *KEY.gemm2))
+    assert _pick(fm) == heuristic  # no file for "test-gpu"
+    _write(tmp_path, {KEY: {16: (_cfg(64), _cfg(64))}}, device="other-gpu")
+    assert _pick(fm) == heuristic
+    other = configs.LayerKey("W_FP8", "A16", 8, (256, 128), (128, 128))
+    _write(tmp_path, {other: {16: (_cfg(64), _cfg(64))}}, device="test-gpu")
+    assert _pick(fm) == heuristic
+
+
+def test_pick_configs_ignores_the_file_under_the_interpreter(compiled_lookup, tmp_path,
+                                                            monkeypatch):
+    _write(tmp_path, {KEY: {16: (_cfg(64), _cfg(64))}}, device="test-gpu")
+    monkeypatch.setattr(compiled_lookup, "INTERPRET", True)
+    assert _pick(compiled_lookup)[0]["BLOCK_M"] == 16
+
+
+def test_pick_configs_raises_on_a_malformed_file(compiled_lookup, tmp_path):
+    path = configs.path_for("test-gpu", tmp_path)
+    path.write_text('{"format": 1, "layers": [{"weight": "W_INT4"}]}')
+    with pytest.raises(configs.ConfigFileError, match=r"test-gpu.json: layers\[0\].act"):
+        _pick(compiled_lookup)
+
+
+# --- correctness of a candidate -----------------------------------------------------------------
+
+def test_reorder_bound_admits_one_rounding_flip_and_rejects_more():
+    ref = torch.tensor([[1.0, 3.0]], dtype=torch.bfloat16)
+    magnitude = torch.tensor([[1.0, 3.0]], dtype=torch.float64)
+    bound = tune.reorder_bound(ref, magnitude, K=64)
+    flip = ref.clone()
+    flip[0, 1] = 3.0 + 2**-6  # the next bf16 after 3.0 (spacing 2^-6 in [2, 4))
+    assert tune.disagreement(flip, ref, bound) is None
+    off = ref.clone()
+    off[0, 0] = 1.0 + 4 * 2**-7
+    assert "out[0, 0] = 1.03125, default 1" in tune.disagreement(off, ref, bound)
+    nan = ref.clone()
+    nan[0, 0] = float("nan")
+    assert "non-finite" in tune.disagreement(nan, ref, bound)
+
+
+def test_reorder_bound_grows_with_the_magnitudes_not_the_output():
+    ref = torch.zeros(1, 1)  # cancellation: the sum is 0, its terms are not
+    shifted = torch.full((1, 1), 1e-5)
+    assert tune.disagreement(shifted, ref, tune.reorder_bound(ref, torch.full((1, 1), 1.0),
+                                                               K=4096)) is None
+    assert tune.disagreement(shifted, ref, tune.reorder_bound(ref, torch.full((1, 1), 1e-3),
+                                                               K=4096)) is not None
+
+
+# --- the search ----------------------------------------------------------------------------------
+
+def test_neighbours_step_one_field_one_grid_value():
+    grid = {"BLOCK_N": (32, 64, 128), "num_stages": (2, 3, 4)}
+    got = tune.neighbours({"BLOCK_N": 64, "num_stages": 1}, grid)
+    assert got == [{"BLOCK_N": 32, "num_stages": 1}, {"BLOCK_N": 128, "num_stages": 1},
+                   {"BLOCK_N": 64, "num_stages": 2}]
+
+
+def test_climb_reaches_the_fastest_and_skips_rejected():
+    grid = {"BLOCK_N": (32, 64, 128, 256)}
+    times = {32: 9.0, 64: 5.0, 128: None, 256: 1.0}  # 256 is behind a rejected config
+    best, us = tune.climb(lambda c: times[c["BLOCK_N"]], {"BLOCK_N": 32}, grid)
+    assert (best, us) == ({"BLOCK_N": 64}, 5.0)
+
+
+class FakeStage:
+    """tune_layer's view of a LayerStage: GEMM g of 4 rows is a fixed fp32 product; the
+    `planted` config returns a wrong result (a kernel bug for one tile)."""
+
+    def __init__(self, planted: dict | None = None, rows_per_expert=4):
+        gen = torch.Generator().manual_seed(0)
+        self.n = 4 * rows_per_expert
+        self.ids = torch.arange(self.n) // rows_per_expert
+        self.defaults = (_cfg(16), _cfg(16))
+        self.a = torch.randn(self.n, 32, generator=gen)
+        self.w = {1: torch.randn(32, 32, generator=gen), 2: torch.randn(32, 16, generator=gen)}
+        self.planted = planted or {}
+        self.runs = []
+
+    def shape(self, g):
+        return (self.w[g].shape[1], 32)
+
+    def run(self, g, config):
+        self.runs.append((g, dict(config)))
+        self.last_gemm = g
+        out = self.a @ self.w[g]
+        if all(config.get(k) == v for k, v in self.planted.items()) and self.planted:
+            out = out.clone()
+            out[1, 2] += 0.5
+        return out
+
+    def magnitudes(self, g):
+        return self.a.double().abs() @ self.w[g].double().abs()
+
+    def effective(self, g, config):
+        return tuple(sorted(config.items()))
+
+
+def fake_timer(prefer: dict):
+    """Each config field with the preferred value takes 10 us off 100 us; the call runs."""
+    def timer(run, config):
+        run()
+        return 100.0 - sum(10.0 for k, v in prefer.items() if config.get(k) == v)
+    return timer
+
+
+GRID = {"BLOCK_N": (32, 64, 128), "num_warps": (4, 8), "SWAP_AB": (False, True)}
+
+
+def test_tune_layer_rejects_a_planted_wrong_config():
+    timer = fake_timer({"BLOCK_N": 128, "num_warps": 8})
+    clean = tune.tune_layer(FakeStage(), timer, GRID)
+    assert clean.configs[0]["BLOCK_N"] == 128 and clean.configs[0]["num_warps"] == 8
+    stage = FakeStage(planted={"BLOCK_N": 128})
+    choice = tune.tune_layer(stage, timer, GRID)
+    assert choice.configs[0]["BLOCK_N"] != 128 and choice.configs[0]["num_warps"] == 8
+    rejected = [t for g in choice.gemms for t in g.tried if t.us is None]
+    assert rejected and all(t.config["BLOCK_N"] == 128 for t in rejected)
+    assert "out[1, 2]" in rejected[0].why
+    assert choice.us < choice.default_us
+
+
+def test_tune_layer_gives_both_gemms_one_block_m():
+    """Wide rows per expert try BLOCK_M 64 beside 16: GEMM1 gains more from 64 than GEMM2
+    loses, so both get 64 (GEMM2 alone would keep 16)."""
+    stage = FakeStage(rows_per_expert=64)
+
+    def timer(run, config):
+        run()
+        wide = config["BLOCK_M"] == 64
+        return 50.0 - 20 * wide if stage.last_gemm == 1 else 50.0 + 5 * wide
+
+    choice = tune.tune_layer(stage, timer, GRID)
+    assert [c["BLOCK_M"] for c in choice.configs] == [64, 64]
+    assert {c["BLOCK_M"] for _, c in stage.runs} == {16, 64}
+    assert tune.block_ms(4.0, 16) == [16]  # few rows per expert: 16 only
+
+
+def test_tune_layer_keeps_the_default_when_nothing_is_faster():
+    choice = tune.tune_layer(FakeStage(), fake_timer({}), GRID)
+    assert choice.configs == tuple(configs.complete(c) for c in FakeStage().defaults)
+    assert choice.us == choice.default_us
