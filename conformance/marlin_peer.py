@@ -46,7 +46,7 @@ class MarlinPeer:
         key = (P.E, P.K, P.N, P.topk, P.M)
         if key not in self._seconds:
             us, _ = self.anchor.time_marlin(*key)
-            self._seconds[key] = us * 1e-6
+            self._seconds[key] = us / 1e6
         return self._seconds[key]
 
 
