@@ -55,7 +55,14 @@ from .cases import Case
 from .execute import new_run_id, triton_for
 from .provenance import environment, problem_columns
 from .suites import model_problem, variant_attrs
-from .timing import Clock, cache_bytes, copy_bandwidth, graph_replays, matmul_rate
+from .timing import (
+    MIN_REPS,
+    Clock,
+    cache_bytes,
+    copy_bandwidth,
+    graph_replays,
+    matmul_rate,
+)
 
 MODES = ("apply", "graph")
 DEFAULT_MS = (1, 16, 64, 256, 1024)
@@ -65,6 +72,9 @@ ROTATE = 2
 MAX_SETS = 16
 # (repeats, warmup) by device type: the CPU is for checking the command, not for numbers.
 DEFAULT_REPS = {"cuda": (100, 10), "cpu": (10, 2)}
+# Wall seconds of timed calls per row: a reference-speed backend (the torch backend takes tens of
+# ms a call at model sizes) stops after MIN_REPS calls instead of 100.
+DEFAULT_BUDGET_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,7 @@ class Plan:
     modes: tuple[str, ...] = MODES
     repeats: int = 100
     warmup: int = 10
+    budget_s: float | None = None  # wall seconds of timed calls per row (>= MIN_REPS calls)
     seed: int = 0
 
 
@@ -160,11 +171,10 @@ def time_mode(mode: str, backend, layer, sets: list[InputSet], clock: Clock,
         try:
             calls = graph_replays(calls, clock.device)
         except Exception as e:
-            return "skip", math.nan, f"graph capture failed: {_one_line(e)}"
+            return "skip", math.nan, f"graph capture failed: {_one_line(_first_cause(e))}"
         what = f"CUDA graph of {what}"
-    seconds = clock.median_s(calls, plan.repeats, plan.warmup)
-    return "pass", seconds, (f"{what}: median of {plan.repeats} calls over {len(sets)} input "
-                             f"sets")
+    seconds, n = clock.median_s(calls, plan.repeats, plan.warmup, plan.budget_s)
+    return "pass", seconds, f"{what}: median of {n} calls over {len(sets)} input sets"
 
 
 class Bench:
@@ -320,7 +330,15 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def _one_line(e: Exception) -> str:
+def _first_cause(e: BaseException) -> BaseException:
+    """The exception a chain started from: a failed capture's own error, not the
+    "operation failed due to a previous error during capture" that ending it raises."""
+    while e.__context__ is not None:
+        e = e.__context__
+    return e
+
+
+def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     return f"{type(e).__name__}: {text[:300]}"
 
@@ -334,6 +352,7 @@ def add_arguments(p) -> None:
         m_list,
         model_name,
         positive_int,
+        positive_seconds,
         run_id,
         scheme_name,
     )
@@ -361,6 +380,9 @@ def add_arguments(p) -> None:
                         "the CPU; with reference: runs, the fastest reported, default 1)")
     p.add_argument("--warmup", type=positive_int, default=None,
                    help="untimed calls first (default 10 on CUDA, 2 on the CPU)")
+    p.add_argument("--max-seconds", type=positive_seconds, default=DEFAULT_BUDGET_S,
+                   help=f"wall time of a row's timed calls, fewer repeats beyond it (at least "
+                        f"{MIN_REPS}; default {DEFAULT_BUDGET_S})")
     p.add_argument("--results", default="moecert-results", help="results folder")
     p.add_argument("--run-id", type=run_id, default=None, metavar="ID")
     p.add_argument("--marlin-lib", metavar="PATH",
@@ -400,7 +422,7 @@ def main(args) -> int:
             print(f"ratio_to_marlin: not available: {why}", file=sys.stderr)
     writable_folder(args.results)
     run = args.run_id or new_run_id()
-    journal = Journal(args.results, f"{run}.{SUITE}", suite=SUITE)
+    journal = Journal(args.results, results_label(Path(args.results), run), suite=SUITE)
     print(f"moecert bench {run}: {', '.join(plan.backends)} x {len(plan.schemes)} scheme(s) x "
           f"{', '.join(plan.layers)} x M {','.join(map(str, plan.Ms))} on {plan.device} "
           f"-> {journal.path}", file=sys.stderr)
@@ -411,6 +433,16 @@ def main(args) -> int:
     print(f"{len(rows)} rows: {timed} timed, {errors} errors -> {path}")
     print(f"report: moecert report {path} [--baseline EARLIER]")
     return 1 if errors or not timed else 0
+
+
+def results_label(folder: Path, run: str) -> str:
+    """`<run>.bench`, or `<run>.bench-2`, ... when that run has bench results here already:
+    several invocations with one --run-id (a model each) make one run for the report."""
+    label, n = f"{run}.{SUITE}", 1
+    while any(folder.glob(f"{label}.*")):
+        n += 1
+        label = f"{run}.{SUITE}-{n}"
+    return label
 
 
 def plan_from(args, backends: list[str]) -> Plan:
@@ -424,7 +456,8 @@ def plan_from(args, backends: list[str]) -> Plan:
     return Plan(device=args.device, backends=tuple(backends),
                 schemes=tuple(args.scheme or SCHEME_NAMES), layers=layers,
                 Ms=tuple(args.Ms), modes=tuple(dict.fromkeys(args.mode or MODES)),
-                repeats=args.repeats or reps, warmup=args.warmup or warmup)
+                repeats=args.repeats or reps, warmup=args.warmup or warmup,
+                budget_s=args.max_seconds)
 
 
 # --- the reference ---------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Timing on a device, one structure for CUDA and the CPU (`moecert bench`).
 
-`Clock.median_s(calls, reps, warmup)`: `warmup` untimed calls, then `reps` timed ones, the
-median. The calls cycle through a list of callables, one per input set, so that consecutive
-calls read different memory (the sets together exceed the cache: nothing is timed warm). On
+`Clock.median_s(calls, reps, warmup, budget_s)`: `warmup` untimed calls, then `reps` timed
+ones (fewer once `budget_s` of wall time is spent, never fewer than MIN_REPS), the median.
+The calls cycle through a list of callables, one per input set, so that consecutive calls read
+different memory (the sets together exceed the cache: nothing is timed warm). On
 CUDA each call is bracketed by CUDA events, which also count the gaps a host too slow to feed
 the GPU leaves; on the CPU by `time.perf_counter` (torch's CPU ops return when done). The
 CUDA-only lines are `Clock.stamp`, `Clock.seconds`, `Clock.sync`, `cache_bytes` and
@@ -26,6 +27,8 @@ import torch
 RATE_SIZES = {"cuda": (1 << 30, 8192), "cpu": (64 << 20, 512)}
 # The CPU has no one cache size torch can read: a large last-level cache.
 CPU_CACHE_BYTES = 32 << 20
+# Timed calls a median is taken over at the least, whatever the time budget.
+MIN_REPS = 5
 
 
 class Clock:
@@ -47,20 +50,26 @@ class Clock:
         if self.cuda:
             torch.cuda.synchronize(self.device)
 
-    def median_s(self, calls: Sequence[Callable], reps: int, warmup: int) -> float:
-        """The median seconds of one call, over `reps` calls cycling through `calls`."""
+    def median_s(self, calls: Sequence[Callable], reps: int, warmup: int,
+                 budget_s: float | None = None) -> tuple[float, int]:
+        """(the median seconds of one call, the calls timed): `reps` calls cycling through
+        `calls`, or as many as `budget_s` seconds of wall time allow (at least MIN_REPS)."""
         if not calls or reps < 1:
             raise ValueError("median_s needs at least one callable and one repetition")
         for i in range(warmup):
             calls[i % len(calls)]()
         self.sync()
         stamps = []
+        began = time.perf_counter()
         for i in range(reps):
             start = self.stamp()
             calls[i % len(calls)]()
             stamps.append((start, self.stamp()))
+            if (budget_s is not None and i + 1 >= MIN_REPS
+                    and time.perf_counter() - began > budget_s):
+                break
         self.sync()
-        return statistics.median(self.seconds(a, b) for a, b in stamps)
+        return statistics.median(self.seconds(a, b) for a, b in stamps), len(stamps)
 
 
 def cache_bytes(device: torch.device) -> int:
@@ -75,7 +84,7 @@ def copy_bandwidth(clock: Clock, reps: int, warmup: int, nbytes: int | None = No
     nbytes = nbytes or RATE_SIZES[clock.device.type][0]
     src = torch.empty(nbytes, dtype=torch.uint8, device=clock.device).fill_(7)
     dst = torch.empty_like(src)
-    seconds = clock.median_s([lambda: dst.copy_(src)], reps, warmup)
+    seconds, _ = clock.median_s([lambda: dst.copy_(src)], reps, warmup)
     return 2 * nbytes / seconds
 
 
@@ -86,7 +95,7 @@ def matmul_rate(clock: Clock, reps: int, warmup: int, n: int | None = None) -> f
     a, b = (torch.randn(n, n, generator=gen, device=clock.device, dtype=torch.bfloat16)
             for _ in range(2))
     out = torch.empty_like(a)
-    seconds = clock.median_s([lambda: torch.matmul(a, b, out=out)], reps, warmup)
+    seconds, _ = clock.median_s([lambda: torch.matmul(a, b, out=out)], reps, warmup)
     return 2 * n**3 / seconds
 
 

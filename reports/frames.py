@@ -293,15 +293,17 @@ def bench_metrics(kernel_s, min_bytes, flops, copy_bytes_s, matmul_flop_s, marli
 
 
 def bench(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per `moecert bench` row (ids backend/scheme-variant/model/M<m>/mode), in id
-    order: BENCH_COLUMNS, the model and mode read from the id."""
+    """One row per `moecert bench` row (ids backend/scheme-variant/model/M<m>/mode):
+    BENCH_COLUMNS, the model and mode read from the id; by model, scheme, M and mode, the
+    backends of one point next to each other."""
     rows = frame[frame["check"] == BENCH_CHECK]
     parts = rows["case_id"].str.rsplit("/", n=3, expand=True) if len(rows) else None
     metrics = bench_metrics(*(rows[c].astype("float64") for c in (
         "kernel_s", "min_bytes", "flops", "copy_bytes_s", "matmul_flop_s", "marlin_s")))
     out = rows.assign(model=parts[1] if parts is not None else [],
                       mode=parts[3] if parts is not None else [], **metrics)
-    return (out[list(BENCH_COLUMNS)].sort_values("case_id", kind="stable")
+    return (out[list(BENCH_COLUMNS)]
+            .sort_values(["model", "config", "M", "mode", "backend"], kind="stable")
             .reset_index(drop=True))
 
 

@@ -43,7 +43,7 @@ def test_rows_have_stable_ids_and_the_floors_inputs(tmp_path, capsys):
     assert (graph["status"] == "skip").all() and graph["kernel_s"].isna().all()
     assert graph["message"].str.contains("not available").all()
     # M=1 routes one token to topk=2 experts: 2 experts' weights plus the activations
-    E, K, N, topk = 4, 64, 64, 2
+    K, N, topk = 64, 64, 2
     one = apply[apply["M"] == 1].iloc[0]
     weights = 2 * (2 * N * K + K * N) * 2  # bf16 w13 and w2 of 2 experts
     assert one["min_bytes"] == weights + 2 * K * 2 + topk * 4 * 2  # x, out, weights and ids
@@ -121,7 +121,10 @@ def test_graph_mode_replays_the_forward_and_a_failed_capture_is_a_skip(monkeypat
     assert [c.func for c in captured] == [backend.forward] * len(sets)
 
     def fails(steps, device):
-        raise RuntimeError("operation not permitted when stream is capturing")
+        try:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        finally:  # ending the capture fails too, hiding the cause
+            raise RuntimeError("operation failed due to a previous error during capture")
 
     monkeypatch.setattr(bench, "graph_replays", fails)
     status, seconds, message = bench.time_mode("graph", backend, layer, sets, _FakeCudaClock(),
@@ -140,8 +143,17 @@ def test_the_clock_cycles_the_calls_and_takes_the_median():
             return next(self.stamps)
 
     fns = [lambda i=i: calls.append(i) for i in range(3)]
-    assert Scripted("cpu").median_s(fns, reps=5, warmup=2) == 2  # not the mean, not the least
+    # the median, not the mean or the least
+    assert Scripted("cpu").median_s(fns, reps=5, warmup=2) == (2, 5)
     assert calls == [0, 1, 0, 1, 2, 0, 1]
+
+
+def test_a_time_budget_stops_the_repeats_but_not_before_the_least():
+    slow = [lambda: __import__("time").sleep(0.002)]
+    _, n = Clock("cpu").median_s(slow, reps=1000, warmup=0, budget_s=0.02)
+    assert 5 <= n < 100
+    _, n = Clock("cpu").median_s(slow, reps=1000, warmup=0, budget_s=1e-9)
+    assert n == 5
 
 
 class _Raises(TorchBackend):
@@ -186,22 +198,22 @@ def test_a_backend_that_raises_costs_its_rows_not_the_run(tmp_path, capsys, bad_
 
 
 def test_marlin_is_a_ratio_column_where_it_runs(tmp_path):
-    class Anchor:  # marlin_anchor's time_marlin: (us, touched experts)
-        calls = []
+    calls = []
 
+    class Anchor:  # marlin_anchor's time_marlin: (us, touched experts)
         def time_marlin(self, E, K, N, topk, M):
-            self.calls.append(M)
+            calls.append(M)
             return 50.0 * M, topk
 
     plan = bench.Plan("cpu", ("torch",), ("gptq-int4", "bf16"),
-                      {"tiny": (4, 256, 256, 2)}, Ms=(1, 2), modes=("apply",), repeats=2,
+                      {"tiny": (4, 128, 128, 2)}, Ms=(1, 2), modes=("apply",), repeats=2,
                       warmup=1)
     rows = bench.Bench(plan, marlin=MarlinPeer(Anchor()), echo=lambda s: None).run()
     marlin = {r["case_id"]: r["marlin_s"] for r in rows}
     assert marlin["torch/gptq-int4/tiny/M1/apply"] == 50e-6
     assert marlin["torch/gptq-int4/tiny/M2/apply"] == 100e-6
     assert math.isnan(marlin["torch/bf16/tiny/M1/apply"])
-    assert Anchor.calls == [1, 2]  # once per shape and M
+    assert calls == [1, 2]  # once per shape and M
     quant = QuantConfig.defaults("gptq-int4")
     assert marlin_runs(quant, MoEProblem(M=1, K=256, N=256, E=4, topk=2))
     assert not marlin_runs(quant, MoEProblem(M=1, K=256, N=256, E=4, topk=2, dtype="fp16"))
