@@ -53,8 +53,11 @@ def print_backends() -> None:
     for name, err in load_errors().items():
         print(f"  {name:<10} failed to load: {err}")
     print("\nselection (oracle), per simulated platform:")
+    from moecert.reference.models import MODELS
+
     # Qwen3-30B-A3B's layer shape: a realistic problem for the claims that depend on shape.
-    problems = [(label, MoEProblem(M=16, K=2048, N=768, E=128, topk=8, bias=bias))
+    E, K, N, topk = MODELS["qwen3-30b-a3b"]
+    problems = [(label, MoEProblem(M=16, K=K, N=N, E=E, topk=topk, bias=bias))
                 for label, bias in (("", False), ("+bias", True))]
     current, previous = None, None
     for row in selection_rows(SIMULATED_PLATFORMS, SCHEMES, problems):
