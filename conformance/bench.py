@@ -430,6 +430,9 @@ def main(args) -> int:
     path = journal.finish()
     errors = sum(r["status"] == "error" for r in rows)
     timed = sum(r["status"] == "pass" for r in rows)
+    if not rows:
+        print("nothing to time: no chosen backend claims a chosen layer in a chosen scheme "
+              "(a model runs in the schemes it ships in: reference/models.py)")
     print(f"{len(rows)} rows: {timed} timed, {errors} errors -> {path}")
     print(f"report: moecert report {path} [--baseline EARLIER]")
     return 1 if errors or not timed else 0

@@ -2,10 +2,10 @@
 summary of a run on the terminal, and its Markdown, HTML and JUnit renderings.
 
 Exit codes a CI job can gate on: 0 nothing regressed, 1 a regression (with --baseline: a new
-failure, a case gone that the suite still has, error growth, a slower kernel (`moecert bench`
-rows; --slower-than sets the ratio); without: any
-failing case), 2 bad input (a path that does not exist, a file of another schema version, a
-truncated or corrupt file, no rows), one line on stderr.
+failure, a case gone that the suite still has, error growth, a slower kernel in `moecert bench`
+rows, --slower-than setting the ratio; without: any failing case), 2 bad input (a path that
+does not exist, a file of another schema version, a truncated or corrupt file, no rows), one
+line on stderr.
 
 A case in the baseline but not in RESULTS is a regression unless the suite no longer has it:
 the suite is the one the baseline's rows name, built for their backends (a backend that is not
