@@ -66,11 +66,16 @@ class Case:
         return hash(self.case_id)
 
     @property
-    def case_id(self) -> str:
-        P = self.problem
+    def scheme_label(self) -> str:
+        """The scheme and its variant as ids read: `gptq-int4[act_order,g64]`."""
         attrs = ",".join(_ATTR_LABELS[k](self.attrs[k]) for k in _ATTR_LABELS
                          if k in self.attrs)
-        scheme = f"{self.scheme}[{attrs}]" if attrs else self.scheme
+        return f"{self.scheme}[{attrs}]" if attrs else self.scheme
+
+    @property
+    def case_id(self) -> str:
+        P = self.problem
+        scheme = self.scheme_label
         shape = f"M{P.M}.K{P.K}.N{P.N}.E{P.E}.k{P.topk}"
         options = [P.dtype, P.activation]
         if P.bias:

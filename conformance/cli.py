@@ -1,10 +1,9 @@
 """The `moecert` command line (SPEC section 5). Subcommands arrive with the issues that need
-them; this one lists the scheme vocabulary and format records and times the reference."""
+them; this one lists the scheme vocabulary and format records."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -54,8 +53,11 @@ def print_backends() -> None:
     for name, err in load_errors().items():
         print(f"  {name:<10} failed to load: {err}")
     print("\nselection (oracle), per simulated platform:")
+    from moecert.reference.models import MODELS
+
     # Qwen3-30B-A3B's layer shape: a realistic problem for the claims that depend on shape.
-    problems = [(label, MoEProblem(M=16, K=2048, N=768, E=128, topk=8, bias=bias))
+    E, K, N, topk = MODELS["qwen3-30b-a3b"]
+    problems = [(label, MoEProblem(M=16, K=K, N=N, E=E, topk=topk, bias=bias))
                 for label, bias in (("", False), ("+bias", True))]
     current, previous = None, None
     for row in selection_rows(SIMULATED_PLATFORMS, SCHEMES, problems):
@@ -110,14 +112,6 @@ def print_claims(name: str, suite: str, imports: list[str]) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    from .bench import bench_reference
-
-    result = bench_reference(args.shape, args.device, args.repeats)
-    print(json.dumps(result))
-    return 0 if result["finite"] else 1
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse with its errors on one line (no usage block): what was wrong, and exit 2."""
 
@@ -135,7 +129,7 @@ def version_text() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 green, 1 a case failed (or nothing was judged), 2 a usage error."""
-    from .options import UsageError, device_name, positive_int, suite_name
+    from .options import UsageError, suite_name
 
     parser = _Parser(prog="moecert", description=__doc__)
     parser.add_argument("--version", action="version", version=version_text())
@@ -151,13 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--import", dest="imports", action="append", default=[],
                    metavar="MODULE", help="import MODULE first (it may register backends)")
     p.set_defaults(func=cmd_list)
-    p = sub.add_parser("bench", help="time the float64 reference on a model-sized layer")
-    p.add_argument("target", choices=["reference"])
-    p.add_argument("--shape", default="smoke",
-                   choices=["smoke", "qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3"])
-    p.add_argument("--device", default="cpu", type=device_name)
-    p.add_argument("--repeats", type=positive_int, default=1)
-    p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("bench", help="time the backends on the model layers against the "
+                                     "device's floors (reference: time the float64 reference)")
+    from . import bench
+    bench.add_arguments(p)
+    p.set_defaults(func=bench.main)
     p = sub.add_parser("run", help="run a suite against the reference; exit 1 on a failure")
     from . import run_command
     run_command.add_arguments(p)

@@ -60,6 +60,42 @@ def suite_name(name: str) -> str:
     return name
 
 
+def model_name(name: str) -> str:
+    from moecert.reference.models import MODELS
+
+    if name not in MODELS:
+        raise _unknown("model", name, MODELS)
+    return name
+
+
+def layer_spec(text: str) -> tuple[str, tuple[int, int, int, int]]:
+    """"NAME=E,K,N,TOPK": a layer shape of its own name (`moecert bench --layer`)."""
+    from moecert.reference.models import MODELS, ModelShape
+
+    match = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*=\s*(\d+)\s*,\s*(\d+)\s*,"
+                         r"\s*(\d+)\s*,\s*(\d+)\s*", text)
+    if not match:
+        raise UsageError(f"layer {text!r}: expected NAME=E,K,N,TOPK, e.g. tiny=8,256,128,2")
+    name, (E, K, N, topk) = match[1], map(int, match.groups()[1:])
+    if name in MODELS:
+        raise UsageError(f"layer {text!r}: {name} is a model already (use --model {name})")
+    if min(E, K, N, topk) < 1 or topk > E:
+        raise UsageError(f"layer {text!r}: E, K, N, TOPK must be at least 1, TOPK at most E")
+    return name, ModelShape(E, K, N, topk)
+
+
+def m_list(text: str) -> tuple[int, ...]:
+    """"1,16,64": token counts, each at least 1, no repeats."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise UsageError(f"M list {text!r}: expected whole numbers of at least 1 separated "
+                         "by commas, e.g. 1,16,64")
+    values = tuple(int(p) for p in parts)
+    if len(set(values)) != len(values):
+        raise UsageError(f"M list {text!r}: a value twice")
+    return values
+
+
 def check_backends(names: Iterable[str]) -> list[str]:
     """`names` if every one is registered (call after importing the modules that register)."""
     from moecert.kernels import backend_names
@@ -257,6 +293,9 @@ __all__ = [
     "check_name",
     "device_name",
     "import_modules",
+    "layer_spec",
+    "m_list",
+    "model_name",
     "positive_float",
     "positive_int",
     "positive_seconds",

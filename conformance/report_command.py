@@ -2,9 +2,10 @@
 summary of a run on the terminal, and its Markdown, HTML and JUnit renderings.
 
 Exit codes a CI job can gate on: 0 nothing regressed, 1 a regression (with --baseline: a new
-failure, a case gone that the suite still has, error growth, a slower kernel; without: any
-failing case), 2 bad input (a path that does not exist, a file of another schema version, a
-truncated or corrupt file, no rows), one line on stderr.
+failure, a case gone that the suite still has, error growth, a slower kernel in `moecert bench`
+rows, --slower-than setting the ratio; without: any failing case), 2 bad input (a path that
+does not exist, a file of another schema version, a truncated or corrupt file, no rows), one
+line on stderr.
 
 A case in the baseline but not in RESULTS is a regression unless the suite no longer has it:
 the suite is the one the baseline's rows name, built for their backends (a backend that is not
@@ -17,9 +18,10 @@ import shlex
 from pathlib import Path
 
 from moecert.reports import ResultsError, load, render
+from moecert.reports.frames import DEFAULT_TIME_NOISE, MIN_TIME_NOISE
 from moecert.reports.report import Report
 
-from .options import UsageError, import_modules
+from .options import UsageError, import_modules, positive_float
 
 
 def add_arguments(p) -> None:
@@ -28,6 +30,10 @@ def add_arguments(p) -> None:
                    help="results to compare with, matched on case id (file or folder)")
     p.add_argument("--run", default=None, metavar="ID",
                    help="the run of RESULTS to report (default: the newest; 'all': every run)")
+    p.add_argument("--slower-than", type=_ratio, default=None, metavar="X",
+                   help="a kernel time (kernel_s) more than X times the baseline's is a "
+                        "regression (default: the baseline's own run-to-run noise, at least "
+                        f"{MIN_TIME_NOISE}; {DEFAULT_TIME_NOISE} when the baseline is one run)")
     p.add_argument("--md", metavar="FILE", help="write Markdown (a CI job summary)")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML page")
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML")
@@ -41,7 +47,8 @@ def main(args) -> int:
     baseline = _load(args.baseline, "--baseline") if args.baseline else None
     report = Report.build(current, baseline,
                           suite_ids(baseline) if baseline is not None else None,
-                          rerun_prefix=_rerun_prefix(current, args.imports))
+                          rerun_prefix=_rerun_prefix(current, args.imports),
+                          slower_than=args.slower_than)
     print(render.terminal(report))
     for path, text in ((args.md, lambda: render.markdown(report)),
                        (args.html, lambda: render.html(report)),
@@ -49,6 +56,13 @@ def main(args) -> int:
         if path:
             Path(path).write_text(text(), encoding="utf-8")
     return report.exit_code
+
+
+def _ratio(text: str) -> float:
+    value = positive_float(text, "ratio")
+    if value <= 1:
+        raise UsageError(f"expected a ratio above 1 (1.25: 25% slower), got {text!r}")
+    return value
 
 
 def _load(path: str, what: str, run: str | None = None):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 from moecert.kernels import QuantConfig, backend_names
 from moecert.kernels.oracle import scheme_variants
 from moecert.reference import SCHEME_NAMES, SCHEMES, MoEProblem
-from moecert.reference.models import MODELS
+from moecert.reference.models import MODELS, SHIPPED, Shipped, ships_in
 from moecert.reference.schemes import FP8_BLOCK, STRATEGY_BLOCK, checkpoint_shape_issue
 
 from .cases import Case
@@ -154,17 +154,28 @@ def _edge_cases(spec: SuiteSpec, backend: str, scheme: str, quant: QuantConfig, 
 
 
 def _model_cases(spec: SuiteSpec, backend: str, scheme: str, seed: int):
-    """Each scheme's default at the model layer sizes (one seed: the checkpoints are big).
-    16-bit weights of DeepSeek-V3 (22 GB a copy) run as one expert-parallel rank's share,
-    as they are deployed: every 8th expert local."""
+    """Each scheme's default at the model layer sizes (one seed: the checkpoints are big),
+    for the models that ship in the scheme."""
     for model, M in spec.models:
-        E, K, N, topk = MODELS[model]
-        expert_map = None
-        if model == "deepseek-v3" and SCHEMES[scheme].weight_bits == 16:
-            expert_map = tuple(i // 8 if i % 8 == 0 else -1 for i in range(E))
-            E //= 8
-        yield Case(backend, scheme, MoEProblem(M=M, K=K, N=N, E=E, topk=topk,
-                                               expert_map=expert_map), {}, seed, depth="light")
+        problem = model_problem(model, scheme, M)
+        if problem is not None:
+            yield Case(backend, scheme, problem, {}, seed, depth="light")
+
+
+def model_problem(model: str, scheme: str, M: int) -> MoEProblem | None:
+    """`model`'s layer at M tokens as `scheme` runs it (None: the model does not ship in that
+    scheme, reference/models.py). 16-bit weights of DeepSeek-V3 (22 GB a copy) run as one
+    expert-parallel rank's share, as they are deployed: every 8th expert local."""
+    if not ships_in(model, scheme):
+        return None
+    E, K, N, topk = MODELS[model]
+    shipped = SHIPPED.get(model, Shipped(()))
+    expert_map = None
+    if model == "deepseek-v3" and SCHEMES[scheme].weight_bits == 16:
+        expert_map = tuple(i // 8 if i % 8 == 0 else -1 for i in range(E))
+        E //= 8
+    return MoEProblem(M=M, K=K, N=N, E=E, topk=topk, activation=shipped.activation,
+                      bias=shipped.bias, expert_map=expert_map)
 
 
 def shard(cases: list[Case], index: int, count: int) -> list[Case]:

@@ -8,6 +8,7 @@ The renderers (reports/render.py) only format what these return.
     slowest(frame, n)             the n cases that took longest
     compare_runs(base, current)   what changed between two runs, matched on case id
     compare_backends(frame, a, b) two backends side by side on the same problems
+    bench(frame)                  `moecert bench` rows: time, bandwidth, % of the floors
 
 A case's status is its worst row's, except that a case its backend did not claim is
 "unsupported" however its rows read (never counted as passed), as `moecert run` counts it.
@@ -20,7 +21,15 @@ import shlex
 
 import pandas as pd
 
-from .schema import FAILING, GATED, STATUS_DTYPE, error_form, threshold_form, thresholds_of
+from .schema import (
+    BENCH_CHECK,
+    FAILING,
+    GATED,
+    STATUS_DTYPE,
+    error_form,
+    threshold_form,
+    thresholds_of,
+)
 
 # --- comparing two runs ------------------------------------------------------------------------
 # Kinds of change, most serious first. The first four are regressions (exit 1 in a report).
@@ -38,7 +47,8 @@ HEADROOM_WATCH = 0.8
 GROWTH_FLOOR = 0.1
 # Kernel time: slower when current / baseline exceeds the noise seen between the baseline's
 # own repeated runs (its 95th percentile of max/min per case), at least MIN_TIME_NOISE; with one
-# baseline run, DEFAULT_TIME_NOISE.
+# baseline run, DEFAULT_TIME_NOISE; or a ratio the caller gives (`moecert report
+# --slower-than`).
 MIN_TIME_NOISE = 1.1
 DEFAULT_TIME_NOISE = 1.25
 
@@ -138,7 +148,8 @@ def slowest(frame: pd.DataFrame, n: int = 10) -> pd.DataFrame:
 
 
 def compare_runs(base: pd.DataFrame, current: pd.DataFrame,
-                 suite_ids: set[str] | None = None) -> pd.DataFrame:
+                 suite_ids: set[str] | None = None,
+                 slower_than: float | None = None) -> pd.DataFrame:
     """What changed from `base` to `current`, matched on case id, one row per change (kinds
     in CHANGES, REGRESSIONS among them), the most serious first:
 
@@ -146,7 +157,8 @@ def compare_runs(base: pd.DataFrame, current: pd.DataFrame,
         gone          in the baseline, not in this run, though the suite still has it
         error_growth  a gated metric's error up GROWTH x or more, or headroom crossing
                       HEADROOM_WATCH from below (the metric column says which)
-        slower        kernel time beyond the baseline's own run-to-run noise
+        slower        kernel time beyond the baseline's own run-to-run noise (or more than
+                      `slower_than` times the baseline's)
         fixed         failing before, not now
         new           a case the baseline lacks (not failing)
         dropped       gone, and the suite no longer has it
@@ -181,7 +193,7 @@ def compare_runs(base: pd.DataFrame, current: pd.DataFrame,
             current=c.at[case_id, "status"])
     steady = set(both[~is_bad])
     changes += [ch for ch in _error_growth(base, current) if ch["case_id"] in steady]
-    changes += _slower(base, current)
+    changes += _slower(base, current, slower_than)
     out = pd.DataFrame(changes, columns=list(CHANGE_COLUMNS))
     out["change"] = out["change"].astype(CHANGE_DTYPE)
     for col in ("base", "current"):
@@ -223,8 +235,10 @@ def _error_growth(base: pd.DataFrame, current: pd.DataFrame) -> list[dict]:
     return found
 
 
-def _slower(base: pd.DataFrame, current: pd.DataFrame) -> list[dict]:
-    """Cases whose kernel time grew beyond the noise (only where both runs carry times)."""
+def _slower(base: pd.DataFrame, current: pd.DataFrame, slower_than: float | None = None
+            ) -> list[dict]:
+    """Cases whose kernel time grew beyond the noise, or beyond `slower_than` x when given
+    (only where both runs carry times)."""
     t0 = base.groupby(["case_id", "run_id"])["kernel_s"].sum(min_count=1).dropna()
     t1 = current.groupby("case_id")["kernel_s"].sum(min_count=1).dropna()
     if t0.empty or t1.empty:
@@ -233,13 +247,15 @@ def _slower(base: pd.DataFrame, current: pd.DataFrame) -> list[dict]:
     spread = (per_case.max() / per_case.min())[per_case.size() > 1]
     noise = (max(MIN_TIME_NOISE, float(spread.quantile(0.95))) if len(spread)
              else DEFAULT_TIME_NOISE)
+    if slower_than is not None:
+        noise = slower_than
     typical = per_case.median()
     ratio = (t1 / typical).dropna()
     meta = current.drop_duplicates("case_id").set_index("case_id")
     return [{"change": "slower", "case_id": case_id, "backend": meta.at[case_id, "backend"],
              "scheme": meta.at[case_id, "scheme"], "metric": "kernel_s",
              "base": typical[case_id], "current": t1[case_id],
-             "detail": f"x{r:.2f} the baseline's time (noise x{noise:.2f})"}
+             "detail": f"x{r:.2f} the baseline's time (threshold x{noise:.2f})"}
             for case_id, r in ratio.items() if r > noise]
 
 
@@ -255,6 +271,40 @@ def compare_backends(frame: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     both.insert(3, "differs", both[f"status_{a}"].astype(str) != both[f"status_{b}"].astype(str))
     return both.sort_values(["differs", "problem_id", "check"], ascending=[False, True, True],
                             kind="stable").reset_index(drop=True)
+
+
+# --- timings (`moecert bench`) ----------------------------------------------------------------
+
+BENCH_COLUMNS = ("case_id", "backend", "config", "model", "M", "mode", "status", "us",
+                 "achieved_GBps", "memory_floor_pct", "compute_floor_pct", "ratio_to_marlin",
+                 "message")
+
+
+def bench_metrics(kernel_s, min_bytes, flops, copy_bytes_s, matmul_flop_s, marlin_s) -> dict:
+    """What a bench row's raw columns mean (floats or Series alike): the time in us, the
+    bandwidth achieved on the bytes the call must move, the memory floor (those bytes at the
+    copy bandwidth) and the compute floor (its flops at the GEMM rate) as % of the time, and
+    the time as a multiple of Marlin's."""
+    return {"us": kernel_s * 1e6,
+            "achieved_GBps": min_bytes / kernel_s / 1e9,
+            "memory_floor_pct": 100 * (min_bytes / copy_bytes_s) / kernel_s,
+            "compute_floor_pct": 100 * (flops / matmul_flop_s) / kernel_s,
+            "ratio_to_marlin": kernel_s / marlin_s}
+
+
+def bench(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per `moecert bench` row (ids backend/scheme-variant/model/M<m>/mode):
+    BENCH_COLUMNS, the model and mode read from the id; by model, scheme, M and mode, the
+    backends of one point next to each other."""
+    rows = frame[frame["check"] == BENCH_CHECK]
+    parts = rows["case_id"].str.rsplit("/", n=3, expand=True) if len(rows) else None
+    metrics = bench_metrics(*(rows[c].astype("float64") for c in (
+        "kernel_s", "min_bytes", "flops", "copy_bytes_s", "matmul_flop_s", "marlin_s")))
+    out = rows.assign(model=parts[1] if parts is not None else [],
+                      mode=parts[3] if parts is not None else [], **metrics)
+    return (out[list(BENCH_COLUMNS)]
+            .sort_values(["model", "config", "M", "mode", "backend"], kind="stable")
+            .reset_index(drop=True))
 
 
 def rerun_command(row, prefix: str | None = None) -> str:

@@ -36,6 +36,9 @@ def terminal(report: Report) -> str:
              "worst headroom per tolerance entry (1 = at the threshold):",
              _numbers(report.headroom).to_string(index=False) if len(report.headroom)
              else "  (no row was judged by a tolerance entry)"]
+    if report.bench is not None and len(report.bench):
+        parts += ["", "timings (moecert bench; % of the memory and compute floors):",
+                  _bench_table(report.bench).to_string(index=False)]
     if report.changes is not None:
         parts += ["", "against the baseline:",
                   report.changes.to_string(index=False) if len(report.changes)
@@ -72,6 +75,8 @@ def markdown(report: Report, title: str = "moecert report") -> str:
         lines += [f"### Failing cases ({len(cases)})", "",
                   markdown_table(shown[["status", "check", "case_id", "message"]]), ""]
         lines += _more(len(cases))
+    if report.bench is not None and len(report.bench):
+        lines += ["### Timings", "", markdown_table(_bench_table(report.bench)), ""]
     lines += ["### Cases by backend x scheme", "",
               markdown_table(report.counts.loc[:, (report.counts != 0).any()].reset_index()), ""]
     lines += _details("Worst headroom per tolerance entry",
@@ -141,6 +146,8 @@ def html(report: Report, title: str = "moecert report") -> str:
     if report.changes is not None:
         body += ["<h2>Regressions and changes against the baseline</h2>",
                  _html_table(report.changes)]
+    if report.bench is not None and len(report.bench):
+        body += ["<h2>Timings (moecert bench)</h2>", _html_table(_bench_table(report.bench))]
     body += ["<h2>Status: backend x scheme x check</h2>", _img(plots.status_matrix(report)),
              "<h2>Cases by backend x scheme</h2>", _html_table(report.counts, index=True)]
     cases = _failing_cases(report)
@@ -240,6 +247,20 @@ def junit_message(row) -> str:
 
 
 # --- shared ------------------------------------------------------------------------------------
+
+def _bench_table(bench: pd.DataFrame) -> pd.DataFrame:
+    """The timings as read: one decimal for us and GB/s, %, two for the Marlin ratio; a row
+    not timed shows its status and message."""
+    digits = {"us": 1, "achieved_GBps": 1, "memory_floor_pct": 1, "compute_floor_pct": 1,
+              "ratio_to_marlin": 2}
+    out = bench.drop(columns=["case_id", "message"]).assign(
+        note=bench["message"].where(bench["status"] != "pass", "").map(_short))
+    for col, d in digits.items():
+        out[col] = out[col].map(lambda v, d=d: "" if pd.isna(v) else f"{v:.{d}f}")
+    return out.rename(columns={"achieved_GBps": "GB/s", "memory_floor_pct": "%mem_floor",
+                               "compute_floor_pct": "%flop_floor",
+                               "ratio_to_marlin": "x_marlin"})
+
 
 def _failing_cases(report: Report) -> pd.DataFrame:
     """One row per failing case: its worst failing row, with case_json and device."""

@@ -25,17 +25,21 @@ class Report:
     slowest: pd.DataFrame  # frames.slowest
     changes: pd.DataFrame | None  # frames.compare_runs, with a baseline
     rerun_prefix: str | None = None  # `moecert run ...` before `--case`; None: from the row
+    bench: pd.DataFrame | None = None  # frames.bench: the `moecert bench` rows
 
     @classmethod
     def build(cls, rows: pd.DataFrame, baseline: pd.DataFrame | None = None,
-              suite_ids: set[str] | None = None, rerun_prefix: str | None = None) -> Report:
-        """`suite_ids`: see frames.compare_runs."""
+              suite_ids: set[str] | None = None, rerun_prefix: str | None = None,
+              slower_than: float | None = None) -> Report:
+        """`suite_ids`, `slower_than`: see frames.compare_runs."""
         if rows.empty:
             raise ValueError("no result rows to report on")
-        changes = None if baseline is None else frames.compare_runs(baseline, rows, suite_ids)
+        changes = None if baseline is None else frames.compare_runs(baseline, rows, suite_ids,
+                                                                    slower_than)
         return cls(rows, frames.cases(rows), frames.status_counts(rows),
                    frames.status_matrix(rows), frames.worst_headroom(rows),
-                   frames.failing(rows), frames.slowest(rows), changes, rerun_prefix)
+                   frames.failing(rows), frames.slowest(rows), changes, rerun_prefix,
+                   frames.bench(rows))
 
     @property
     def regressions(self) -> pd.DataFrame | None:

@@ -8,6 +8,12 @@ fields), where it ran (platform, device, versions), the check, its status and wh
 backend claimed the case, every error metric (non-finite count first), the tolerance entry with
 one column per threshold and the headroom (metric / threshold), timings, when the row was
 made, a message, and the case as JSON so any row can be rerun.
+
+`moecert bench` writes rows of the same schema, check "bench", one per (backend, scheme
+variant, model, M, mode): `kernel_s` the median time, and the raw facts the floors are derived
+from (reports/frames.py `bench_metrics`): the bytes the routed experts' weights and the
+activations occupy, the flops, the device's copy bandwidth and GEMM rate measured in the same
+run, and Marlin's time where it was measured.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import pandas as pd
 
 # Bumped whenever a column is added, removed, renamed or changes meaning: `load` refuses files
 # of any other version rather than guessing.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # The key under which Parquet metadata and the journal's header line carry the version.
 VERSION_KEY = "moecert_schema_version"
 
@@ -38,6 +44,8 @@ CEILINGS = ("rel_fro", "max_abs_scaled", "mismatch_frac", "max_expert_rel_fro") 
 FLOORS = ("cosine", "min_row_cosine")  # >= floor
 BANDS = ("norm_ratio",)  # inside [lo, hi]
 GATED = CEILINGS + FLOORS + BANDS
+# The check of a `moecert bench` row.
+BENCH_CHECK = "bench"
 # Every metric column (conformance/metrics.py computes them), non-finite count first.
 METRICS = ("nonfinite", "max_abs", "max_abs_scaled", "rel_fro", "cosine", "min_row_cosine",
            "norm_ratio", "mismatch_frac", "max_expert_rel_fro")
@@ -63,7 +71,13 @@ COLUMN_DTYPES = {
     **{c: _FLOAT for cols in THRESHOLD_COLUMNS.values() for c in cols},
     "headroom": _FLOAT,
     "duration_s": _FLOAT,  # the check's wall time, reference included
-    "kernel_s": _FLOAT,  # the backend's kernel time, where a check measured it (none yet)
+    "kernel_s": _FLOAT,  # the backend's time per call (`moecert bench`: the median)
+    # `moecert bench` only (conformance/bench.py):
+    "min_bytes": _FLOAT,  # weights of the experts the routing touches + activations in/out
+    "flops": _FLOAT,  # 2 x routed tokens x (w13 rows x K + K x N)
+    "copy_bytes_s": _FLOAT,  # the device's copy bandwidth, bytes read + written per second
+    "matmul_flop_s": _FLOAT,  # the device's bf16 GEMM rate
+    "marlin_s": _FLOAT,  # vLLM's Marlin on the same layer and M (--marlin-lib)
     "finished_at": "datetime64[ns, UTC]",
     "message": _STR, "case_json": _STR,
 }

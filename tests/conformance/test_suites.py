@@ -138,3 +138,20 @@ def test_grouped_schemes_have_n_at_or_below_the_group_over_two_k_groups(suite):
                 and c.problem.N <= g and c.problem.K >= 2 * g
                 and torch_backend.supports(quant, c.problem) is None]
         assert hits, (name, scheme)
+
+
+def test_a_model_runs_only_in_the_schemes_it_ships_in(monkeypatch):
+    from moecert.conformance import suites
+    from moecert.reference.models import MODELS, Shipped
+
+    monkeypatch.setitem(suites.SHIPPED, "qwen3-30b-a3b",
+                        Shipped(("fp8-w8a16",), activation="swigluoai", bias=True))
+    assert suites.model_problem("qwen3-30b-a3b", "bf16", 16) is None
+    P = suites.model_problem("qwen3-30b-a3b", "fp8-w8a16", 16)
+    assert (P.activation, P.bias, (P.E, P.K, P.N, P.topk)) == (
+        "swigluoai", True, tuple(MODELS["qwen3-30b-a3b"]))
+    # gpt-oss-120b ships in mxfp4 only: no certify case until that scheme exists
+    cases = build_suite("certify", ["torch"], ["bf16", "gptq-int4"])
+    _, K, N, _ = MODELS["gpt-oss-120b"]
+    assert not [c for c in cases if (c.problem.K, c.problem.N) == (K, N)]
+    assert suites.model_problem("gpt-oss-120b", "bf16", 1) is None

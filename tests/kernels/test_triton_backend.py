@@ -208,8 +208,9 @@ def test_all_experts_remote_gives_zero():
 def test_dot_precision_keeps_products_exact(scheme, dtype, attrs, want):
     """16-bit weights of the other 16-bit dtype must not be cast to the compute dtype (fp16
     weights rounded to bf16 lose 3 bits). The interpreter's dots are fp32, so the numeric
-    effect shows on a GPU only (tools/gpu_triton_check.py, case fp16-weights-bf16-act);
-    here the kernel's choice for the layer's weights, as a GPU would make it, is checked."""
+    effect shows on a GPU only (`moecert run --suite ci --scheme fp16 --device cuda`: fp16
+    weights, bf16 activations); here the kernel's choice for the layer's weights, as a GPU
+    would make it, is checked."""
     _, layer = _layer(scheme, attrs, _problem(dtype=dtype))
     modes = {fused_moe.DOT_NATIVE: "native", fused_moe.DOT_TF32: "tf32",
              fused_moe.DOT_IEEE: "ieee"}
