@@ -80,6 +80,10 @@ class SchemeFormat:
     # tensor suffixes by role where this format names them its own way (role, suffix); roles
     # not listed take the layout's names (`schemes.tensors`)
     names: tuple[tuple[str, str], ...] = ()
+    # how a stored global scale is read (GLOBAL_SCALES "tensor"): "multiply" (w = e2m1 * block
+    # scale * stored) or "divide" (w = e2m1 * block scale / stored); the format record's
+    # `global_scale` is this value
+    global_scale: str = "none"
 
     def suffix(self, role: str, default: str) -> str:
         return dict(self.names).get(role, default)
@@ -180,10 +184,12 @@ _AWQ = SchemeFormat("awq", "awq", "awq-gemm-int4@autoawq-0.2", sym=False)
 # shards), a quantizer this reference does not model.
 _NVFP4_FORMATS = (
     SchemeFormat("modelopt", "dense", "nvfp4-modelopt@1",
-                 names=(("global_scale", "weight_scale_2"), ("input_scale", "input_scale"))),
+                 names=(("global_scale", "weight_scale_2"), ("input_scale", "input_scale")),
+                 global_scale="multiply"),
     SchemeFormat("ct", "dense", "nvfp4-pack-quantized@ct-0.20",
                  names=(("weight", "weight_packed"), ("global_scale", "weight_global_scale"),
-                        ("input_scale", "input_global_scale"))),
+                        ("input_scale", "input_global_scale")),
+                 global_scale="divide"),
 )
 _DENSE = (SchemeFormat(None, "dense", "dense@1"),)
 
