@@ -329,7 +329,8 @@ def _convert_nvfp4_linear(layer: MoELayer, p: str):
     g = g.view(g.shape[0], -1)
     if fmt.global_scale == "divide":  # compressed-tensors stores the reciprocal
         g = 1.0 / g
-    return {f"{p}_w": w, f"{p}_s": s, f"{p}_gs": g.contiguous()}, (1, layer.quant.info.scale_block)
+    block = (1, layer.quant.info.scale_block)
+    return {f"{p}_w": w, f"{p}_s": s, f"{p}_gs": g.contiguous()}, block
 
 
 def decode_e4m3(s: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -412,5 +413,5 @@ def _convert_biases(layer: MoELayer) -> dict[str, torch.Tensor]:
     return out
 
 
-__all__ = ["convert_to_kernel_format", "decode_e2m1", "decode_e4m3", "decode_e8m0", "export_canonical",
-           "group_cols", "linear_dims", "pack_nibbles", "pow2", "unpack_nibbles", "unpack_words"]
+__all__ = ["convert_to_kernel_format", "decode_e2m1", "decode_e4m3", "decode_e8m0",
+           "export_canonical", "group_cols", "linear_dims", "pack_nibbles", "pow2", "unpack_nibbles", "unpack_words"]

@@ -128,7 +128,7 @@ def quantize_nvfp4(w: torch.Tensor, shards: int, convention: str) -> CanonicalLi
     bs = e4m3(block_amax / (6 G)), 0 -> 1; codes e2m1(w / (bs G)) (RNE, saturating at 6).
     Returns codes (e2m1 values), scales bs [E, out, in/16], block (1, 16), global [E, out]."""
     w = w.to(torch.float64)
-    E, n_out, n_in = w.shape
+    E, n_out, _ = w.shape
     amax = w.abs().view(E, shards, -1).amax(-1)  # [E, shards]
     g = nvfp4_multiplier(nvfp4_global_scale(amax, convention), convention)
     g_rows = g.repeat_interleave(n_out // shards, dim=1)  # [E, out]

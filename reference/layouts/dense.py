@@ -30,8 +30,8 @@ from ..schemes import (
     STRATEGY_BLOCK,
     STRATEGY_CHANNEL,
     STRATEGY_TENSOR,
+    scheme_format,
 )
-from ..schemes import scheme_format
 from ..schemes.tensors import ELEMENTS_PER_BYTE, weight_dtype
 from .common import check_finite, scales_float64
 
@@ -157,6 +157,6 @@ def write_dense(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
 def _write_global(g: torch.Tensor, p: str, convention: str) -> torch.Tensor:
     """Inverse of `_read_global`: w13 with an even row count one value per shard [E, 2] (the
     first row of each half), else [E]."""
-    E, n_out = g.shape
+    n_out = g.shape[1]
     rows = g[:, [0, n_out // 2]] if p == "w13" and n_out % 2 == 0 else g[:, 0]
     return (rows if convention == "multiply" else 1.0 / rows).to(torch.float32)
