@@ -15,6 +15,9 @@ Quantize-dequantize modes, on float32 [rows, cols]:
     static-tensor   int8, s given (one scale for every expert)
     mxfp8           per 32 columns an E8M0 scale 2^e (rule floor / even / ceil / rceil), E4M3
                     elements rounded to nearest even, saturating at 448
+    nvfp4           static input scale s, global scale g = 1 / s: per 16 columns an e4m3
+                    block scale bs = e4m3(amax / 6 * g) (saturating at 448), elements e2m1
+                    (nearest even, saturating at 6) of x / (bs / g), times bs / g
 int8 rounding is half to even (torch.round), codes clamped to [-128, 127].
 """
 
@@ -26,12 +29,15 @@ from moecert.reference.schemes import (
     ACT_DYNAMIC_TOKEN,
     ACT_MXFP8,
     ACT_NONE,
+    ACT_NVFP4,
     ACT_STATIC_TENSOR,
     E8M0_BIAS,
+    F4E2M1_MAX,
     F8E4M3_MAX,
     INT8_MAX,
     INT8_MIN,
     MX_BLOCK,
+    NVFP4_BLOCK,
     SWIGLUOAI_ALPHA,
     SWIGLUOAI_LIMIT,
 )
@@ -123,6 +129,28 @@ def qdq_mxfp8(t: torch.Tensor, rule: str) -> torch.Tensor:
     return out.flatten(-2)
 
 
+def round_e2m1(v: torch.Tensor) -> torch.Tensor:
+    """Nearest e2m1 value (0, 0.5, 1, 1.5, 2, 3, 4, 6), ties to even, saturating at 6: the
+    grid is 0.5 below 2, 1 below 4, 2 above, and torch.round ties to even on each."""
+    mag = v.abs().clamp(max=F4E2M1_MAX)
+    q = torch.where(mag < 2, torch.round(mag * 2) / 2,
+                    torch.where(mag < 4, torch.round(mag), torch.round(mag / 2) * 2))
+    return torch.copysign(q, v)
+
+
+def qdq_nvfp4(t: torch.Tensor, input_scale: torch.Tensor) -> torch.Tensor:
+    """NVFP4 quantize-dequantize along the last dimension (a multiple of 16), global scale
+    1 / input_scale."""
+    g = 1.0 / input_scale.to(torch.float32)
+    blocks = t.unflatten(-1, (-1, NVFP4_BLOCK))
+    amax = blocks.abs().amax(-1, keepdim=True)
+    bs = (amax / F4E2M1_MAX * g).clamp(max=F8E4M3_MAX).to(torch.float8_e4m3fn).to(torch.float32)
+    step = bs / g
+    safe = torch.where(step > 0, step, torch.ones_like(step))
+    q = torch.where(step > 0, round_e2m1(blocks / safe), torch.zeros_like(blocks))
+    return (q * step).flatten(-2)
+
+
 def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor | None = None,
                         mx_rule: str = "floor") -> torch.Tensor:
     """q1 / q2: the mode's quantize-dequantize of float32 `t` [rows, cols]."""
@@ -138,7 +166,10 @@ def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor |
         return qdq_int8(t, static_scale.to(torch.float32))
     if mode == ACT_MXFP8:
         return qdq_mxfp8(t, mx_rule)
+    if mode == ACT_NVFP4:
+        return qdq_nvfp4(t, static_scale)
     raise ValueError(f"unknown activation quantization mode {mode!r}")
 
 
-__all__ = ["apply_activation", "mx_exponent", "qdq_int8", "qdq_mxfp8", "quantize_activation"]
+__all__ = ["apply_activation", "mx_exponent", "qdq_int8", "qdq_mxfp8", "qdq_nvfp4",
+           "quantize_activation", "round_e2m1"]

@@ -16,7 +16,13 @@ w2: out = K, in = N):
   int8 / fp8  {p}_w int8 / float8_e4m3fn [E, out, in], {p}_s float32 [E, R, C],
               meta["{p}_block"] = (rows, cols): W[e, o, k] = w * s[e, o // rows, k // cols]
   mxfp8       {p}_w float8_e4m3fn [E, out, in], {p}_s uint8 E8M0 [E, out, in/32], block (1, 32)
-  a13_scale / a2_scale float32 [1]: max over experts of the static input scales
+  nvfp4       {p}_w uint8 [E, out, in/2] e2m1 pairs (column 2j in the low nibble),
+              {p}_s float8_e4m3fn [E, out, in/16], block (1, 16), {p}_gs float64 [E, G] the
+              global multipliers (G = 2 for w13 shards: rows o < out/2 take column 0, else 1;
+              a compressed-tensors global scale is stored as its reciprocal and inverted here)
+              W[e, o, k] = e2m1(w) * s[e, o, k // 16] * gs[e, o // (out / G)]
+  a13_scale / a2_scale float32 [1]: max over experts of the static input scales (NVFP4: of
+              the scales as multipliers, shards included)
   w13_bias float32 [E, w13_rows], w2_bias float32 [E, K]
 
 Every check that can fail runs before the layer is modified, so a rejected checkpoint leaves
@@ -28,14 +34,16 @@ from __future__ import annotations
 
 import torch
 from moecert.reference.schemes import (
-    ACT_STATIC_TENSOR,
     AWQ_PACK_ORDER,
     E8M0_BIAS,
     E8M0_NAN,
     FP8_BLOCK,
+    STATIC_INPUT_MODES,
     STRATEGY_BLOCK,
     STRATEGY_CHANNEL,
+    scheme_format,
 )
+from moecert.reference.schemes.tensors import input_scale_name
 
 from .errors import BackendError
 from .layer import MoELayer
@@ -71,7 +79,8 @@ def convert_to_kernel_format(layer: MoELayer) -> None:
             meta[f"{p}_group_cols"] = group_cols(layer, p)
             meta["bits"] = q.bits
         else:
-            tensors, block = _convert_dense_linear(layer, p)
+            tensors, block = (_convert_nvfp4_linear(layer, p) if q.info.global_scale == "tensor"
+                              else _convert_dense_linear(layer, p))
             converted.update(tensors)
             if block is not None:
                 meta[f"{p}_block"] = block
@@ -300,6 +309,35 @@ def _convert_dense_linear(layer: MoELayer, p: str):
     return {f"{p}_w": w, f"{p}_s": scales}, block
 
 
+def _convert_nvfp4_linear(layer: MoELayer, p: str):
+    fmt = scheme_format(layer.quant)
+    n_out = linear_dims(layer, p)[0]
+    w = layer.get(f"{p}_{fmt.suffix('weight', 'weight')}")
+    name = f"{p}_weight_scale"
+    s = layer.get(name)
+    bits = s.view(torch.uint8)
+    # e4m3 block scales must be positive numbers: no sign bit, no NaN (S.1111.111), no zero
+    bad = ((bits & 0x80) != 0) | ((bits & 0x7F) == 0x7F) | ((bits & 0x7F) == 0)
+    if bool(bad.any()):
+        raise BackendError(name, "finite e4m3 block scales > 0", f"{int(bad.sum())} bad entries")
+    gname = f"{p}_{fmt.suffix('global_scale', 'weight_global_scale')}"
+    g = layer.get(gname).to(torch.float64)
+    _check_scales(gname, g)
+    if g.dim() == 2 and n_out % 2:
+        raise BackendError(gname, "an even w13 row count for w1/w3 shard scales",
+                           f"{n_out} rows")
+    g = g.view(g.shape[0], -1)
+    if fmt.global_scale == "divide":  # compressed-tensors stores the reciprocal
+        g = 1.0 / g
+    block = (1, layer.quant.info.scale_block)
+    return {f"{p}_w": w, f"{p}_s": s, f"{p}_gs": g.contiguous()}, block
+
+
+def decode_e4m3(s: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """float8_e4m3fn values in `dtype` (the cast is exact: every e4m3 value is a float32)."""
+    return s.to(dtype)
+
+
 def decode_e8m0(bits: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """2^(byte - 127) built from its bit pattern (exact; 2^-127 is a float32 subnormal)."""
     e = bits.to(torch.int32) - E8M0_BIAS
@@ -336,24 +374,33 @@ def _export_dense(layer: MoELayer, p: str) -> ExportedLinear:
         return ExportedLinear(codes=w.to(torch.float64),
                               scales=torch.ones(E, 1, 1, dtype=torch.float64, device=w.device),
                               block=(n_out, n_in))
-    codes = w.to(torch.int32) if info.element == "int8" else w.to(torch.float64)
     s = layer.get(f"{p}_s")
     scales = (decode_e8m0(s, torch.float64) if info.scale_encoding == "e8m0"
               else s.to(torch.float64))
-    return ExportedLinear(codes=codes, scales=scales, block=tuple(layer.meta[f"{p}_block"]))
+    block = tuple(layer.meta[f"{p}_block"])
+    if layer.has(f"{p}_gs"):  # NVFP4: e2m1 pairs, global multipliers per shard
+        codes = decode_e2m1(unpack_nibbles(w, 2 * w.shape[2]), torch.float64)
+        gs = layer.get(f"{p}_gs")
+        return ExportedLinear(codes=codes, scales=scales, block=block,
+                              global_scale=gs.repeat_interleave(n_out // gs.shape[1], dim=1))
+    codes = w.to(torch.int32) if info.element == "int8" else w.to(torch.float64)
+    return ExportedLinear(codes=codes, scales=scales, block=block)
 
 
 # --- activation scales and biases -----------------------------------------------------------
 
 def _convert_input_scales(layer: MoELayer) -> dict[str, torch.Tensor]:
-    if layer.quant.activation != ACT_STATIC_TENSOR:
+    q = layer.quant
+    if q.activation not in STATIC_INPUT_MODES:
         return {}
     out = {}
     for p, a in (("w13", "a13_scale"), ("w2", "a2_scale")):
-        name = f"{p}_input_scale"
+        name = input_scale_name(q, p)
         s = layer.get(name).to(torch.float32)
         _check_scales(name, s)
-        # engines collapse per-expert static scales to one (the max) at load time
+        if scheme_format(q).global_scale == "divide":  # compressed-tensors: 1 / scale
+            s = 1.0 / s
+        # engines collapse per-expert (and per-shard) static scales to one (the max) at load
         out[a] = s.max().reshape(1)
     return out
 
@@ -366,5 +413,6 @@ def _convert_biases(layer: MoELayer) -> dict[str, torch.Tensor]:
     return out
 
 
-__all__ = ["convert_to_kernel_format", "decode_e2m1", "decode_e8m0", "export_canonical",
-           "group_cols", "linear_dims", "pack_nibbles", "pow2", "unpack_nibbles", "unpack_words"]
+__all__ = ["convert_to_kernel_format", "decode_e2m1", "decode_e4m3", "decode_e8m0",
+           "export_canonical", "group_cols", "linear_dims", "pack_nibbles", "pow2",
+           "unpack_nibbles", "unpack_words"]

@@ -21,12 +21,14 @@ import itertools
 from collections.abc import Callable
 
 import torch
-from moecert.reference.schemes import MX_BLOCK
+from moecert.reference.schemes import MX_BLOCK, NVFP4_BLOCK
 
 from .activations import apply_activation, quantize_activation
 from .base import BaseBackend
 from .convert import (
     convert_to_kernel_format,
+    decode_e2m1,
+    decode_e4m3,
     decode_e8m0,
     export_canonical,
     linear_dims,
@@ -70,6 +72,8 @@ def dequantize_expert(layer: MoELayer, p: str, e: int) -> torch.Tensor:
     """float32 [out, in] weights of linear `p` of local expert `e`."""
     if layer.quant.is_int_family:
         return _dequantize_int(layer, p, e)
+    if layer.has(f"{p}_gs"):
+        return _dequantize_nvfp4(layer, p, e)
     w = layer.get(f"{p}_w")[e].to(torch.float32)
     if not layer.has(f"{p}_s"):
         return w  # 16-bit weights carry no scale
@@ -80,6 +84,15 @@ def dequantize_expert(layer: MoELayer, p: str, e: int) -> torch.Tensor:
     rows, cols = layer.meta[f"{p}_block"]
     s = s.repeat_interleave(rows, 0)[:n_out].repeat_interleave(cols, 1)[:, :n_in]
     return w * s
+
+
+def _dequantize_nvfp4(layer: MoELayer, p: str, e: int) -> torch.Tensor:
+    """e2m1 pairs times e4m3 block scales per 16 columns times the shard's global factor."""
+    n_out, n_in = linear_dims(layer, p)
+    w = decode_e2m1(unpack_nibbles(layer.get(f"{p}_w")[e], n_in))
+    gs = layer.get(f"{p}_gs")[e].to(torch.float32)  # [1] or [2]: w1 rows, w3 rows
+    s = decode_e4m3(layer.get(f"{p}_s")[e]) * gs.repeat_interleave(n_out // gs.numel())[:, None]
+    return (w.view(n_out, -1, NVFP4_BLOCK) * s.unsqueeze(-1)).view(n_out, n_in)
 
 
 def _dequantize_int(layer: MoELayer, p: str, e: int) -> torch.Tensor:

@@ -10,7 +10,8 @@ from .layouts import read_linear
 from .layouts.check import check_tensors
 from .layouts.common import check_finite, scales_float64
 from .problem import MoEProblem
-from .schemes import ACT_STATIC_TENSOR
+from .schemes import STATIC_INPUT_MODES
+from .schemes.tensors import input_scale_name
 
 
 def canonicalize(ckpt: Checkpoint, problem: MoEProblem | None = None
@@ -34,8 +35,9 @@ def read_biases(ckpt: Checkpoint) -> dict[str, torch.Tensor]:
 
 
 def read_input_scale(ckpt: Checkpoint, p: str) -> torch.Tensor:
-    """The static activation scales {p}_input_scale [E] as float64, finite and > 0."""
-    return scales_float64(ckpt, f"{p}_input_scale")
+    """The static activation scales {p}_input_scale [E] (NVFP4: [E, 2] for w13, named as the
+    format names them) as stored, float64, finite and > 0."""
+    return scales_float64(ckpt, input_scale_name(ckpt, p))
 
 
 def dequantize(ckpt: Checkpoint, problem: MoEProblem | None = None
@@ -48,7 +50,7 @@ def dequantize(ckpt: Checkpoint, problem: MoEProblem | None = None
     broadcasting) live in `layouts/`, `packing.py`, `elements.py` and `canonical.py`.
     """
     lin = canonicalize(ckpt, problem)
-    if ckpt.activation == ACT_STATIC_TENSOR:
+    if ckpt.activation in STATIC_INPUT_MODES:
         for p in ("w13", "w2"):
             read_input_scale(ckpt, p)  # not returned; a bad one makes the checkpoint bad
     return {"w13": lin["w13"].dequantize(), "w2": lin["w2"].dequantize(), **read_biases(ckpt)}

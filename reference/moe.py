@@ -26,8 +26,21 @@ from .errors import CheckpointError
 from .layouts import read_linear
 from .layouts.check import check_tensors
 from .problem import MoEProblem
-from .quantize import qdq_int8_per_tensor, qdq_int8_per_token, qdq_mxfp8
-from .schemes import ACT_DYNAMIC_TENSOR, ACT_DYNAMIC_TOKEN, ACT_MXFP8, ACT_NONE, ACT_STATIC_TENSOR
+from .quantize import (
+    nvfp4_multiplier,
+    qdq_int8_per_tensor,
+    qdq_int8_per_token,
+    qdq_mxfp8,
+    qdq_nvfp4,
+)
+from .schemes import (
+    ACT_DYNAMIC_TENSOR,
+    ACT_DYNAMIC_TOKEN,
+    ACT_MXFP8,
+    ACT_NONE,
+    ACT_NVFP4,
+    ACT_STATIC_TENSOR,
+)
 
 # float64 weights dequantized at once; 64 MiB measured fastest on the CPU (2 cores: Qwen3-30B
 # layer 2.8 s, against 3.5 s at 256 MiB and 5.5 s at 1 GiB), the buffer staying in reuse.
@@ -43,7 +56,9 @@ def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.
     """q1 (which="w13") or q2 (which="w2"): the scheme's activation quantize-dequantize.
 
     Static per-tensor scales are the maximum of the checkpoint's per-expert input scales, one
-    scale for every expert, as engines collapse them at load time.
+    scale for every expert, as engines collapse them at load time. NVFP4: the input scale is
+    the maximum over experts (and w1 / w3 shards) of the scales read as multipliers (a
+    compressed-tensors input_global_scale is the reciprocal), the global scale its reciprocal.
     """
     mode = ckpt.activation
     if mode == ACT_NONE:
@@ -56,6 +71,9 @@ def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.
         return qdq_int8_per_tensor(t, read_input_scale(ckpt, which).max())
     if mode == ACT_MXFP8:
         return qdq_mxfp8(t, ckpt.mx_scale_rule)
+    if mode == ACT_NVFP4:
+        scale = nvfp4_multiplier(read_input_scale(ckpt, which), ckpt.record.global_scale)
+        return qdq_nvfp4(t, 1.0 / scale.max())
     raise CheckpointError("checkpoint.activation", "a known activation mode", repr(mode))
 
 

@@ -11,8 +11,12 @@ from __future__ import annotations
 import torch
 
 from .canonical import CanonicalLinear, broadcast_scale_columns, broadcast_scale_rows
-from .elements import mx_scale, mx_scale_exponent, round_to_e4m3
-from .schemes import F8E4M3_MAX, FP8_BLOCK, INT8_MAX, INT8_MIN, MX_BLOCK
+from .elements import mx_scale, mx_scale_exponent, round_to_e2m1, round_to_e4m3
+from .schemes import F4E2M1_MAX, F8E4M3_MAX, FP8_BLOCK, INT8_MAX, INT8_MIN, MX_BLOCK, NVFP4_BLOCK
+
+# NVFP4's global scale maps a tensor's amax to the largest block scale times the largest
+# element: 448 * 6
+NVFP4_RANGE = F8E4M3_MAX * F4E2M1_MAX
 
 
 def _groups(w: torch.Tensor, cols: int) -> torch.Tensor:
@@ -99,6 +103,43 @@ def quantize_mxfp8(w: torch.Tensor, rule: str) -> CanonicalLinear:
     return CanonicalLinear(codes=codes, scales=scale, block=(1, MX_BLOCK))
 
 
+def nvfp4_global_scale(amax: torch.Tensor, convention: str) -> torch.Tensor:
+    """The fp32 global scale a producing tool stores for a tensor of absolute maximum `amax`:
+    "multiply" (ModelOpt weight_scale_2, input_scale) amax / (448 * 6), "divide"
+    (compressed-tensors weight_global_scale, input_global_scale) (448 * 6) / amax. An amax of
+    0 gives 1."""
+    a = amax.to(torch.float64)
+    safe = torch.where(a > 0, a, torch.full_like(a, NVFP4_RANGE))
+    s = safe / NVFP4_RANGE if convention == "multiply" else NVFP4_RANGE / safe
+    return s.to(torch.float32)
+
+
+def nvfp4_multiplier(stored: torch.Tensor, convention: str) -> torch.Tensor:
+    """float64 factor w = e2m1 * block scale * factor of a stored global scale."""
+    s = stored.to(torch.float64)
+    return s if convention == "multiply" else 1.0 / s
+
+
+def quantize_nvfp4(w: torch.Tensor, shards: int, convention: str) -> CanonicalLinear:
+    """NVFP4 with the producing tools' rule (ModelOpt NVFP4QTensor, compressed-tensors
+    TENSOR_GROUP): per shard (`shards` equal row blocks: 2 for a gated w13, w1 and w3 each
+    their own) a global factor G = the stored fp32 global scale read by `convention`
+    (amax / (448 * 6) either way); per 16 along in a block scale
+    bs = e4m3(block_amax / (6 G)), 0 -> 1; codes e2m1(w / (bs G)) (RNE, saturating at 6).
+    Returns codes (e2m1 values), scales bs [E, out, in/16], block (1, 16), global [E, out]."""
+    w = w.to(torch.float64)
+    E, n_out, _ = w.shape
+    amax = w.abs().view(E, shards, -1).amax(-1)  # [E, shards]
+    g = nvfp4_multiplier(nvfp4_global_scale(amax, convention), convention)
+    g_rows = g.repeat_interleave(n_out // shards, dim=1)  # [E, out]
+    block_amax = _groups(w, NVFP4_BLOCK).abs().amax(-1)  # [E, out, in/16]
+    bs = round_to_e4m3(block_amax / (F4E2M1_MAX * g_rows.unsqueeze(-1)))
+    bs = torch.where(bs > 0, bs, torch.ones_like(bs))
+    step = (bs * g_rows.unsqueeze(-1)).repeat_interleave(NVFP4_BLOCK, dim=2)
+    codes = round_to_e2m1(w / step)
+    return CanonicalLinear(codes=codes, scales=bs, block=(1, NVFP4_BLOCK), global_scale=g_rows)
+
+
 def fp8_block_shape(strategy: str, n_out: int, n_in: int, shards: bool) -> tuple[int, int]:
     if strategy == "block":
         return (FP8_BLOCK, FP8_BLOCK)
@@ -135,3 +176,17 @@ def qdq_mxfp8(x: torch.Tensor, rule: str) -> torch.Tensor:
     blocks = x.unflatten(-1, (-1, MX_BLOCK))
     scale = mx_scale(mx_scale_exponent(blocks.abs().amax(-1, keepdim=True), rule))
     return (round_to_e4m3(blocks / scale) * scale).flatten(-2)
+
+
+def qdq_nvfp4(x: torch.Tensor, global_scale: torch.Tensor | float) -> torch.Tensor:
+    """NVFP4 activations with global scale g (= 1 / input_scale): per 16 along the last
+    dimension a block scale bs = e4m3(amax / 6 * g) (saturating at 448), elements
+    e2m1(x / (bs / g)) (RNE, saturating at 6) times bs / g; a block whose scale rounds to 0
+    gives 0 (the engines' reciprocal of 0 is 0)."""
+    g = torch.as_tensor(global_scale, dtype=torch.float64, device=x.device)
+    blocks = x.unflatten(-1, (-1, NVFP4_BLOCK))
+    bs = round_to_e4m3(blocks.abs().amax(-1, keepdim=True) / F4E2M1_MAX * g)
+    step = bs / g
+    safe = torch.where(step > 0, step, torch.ones_like(step))
+    q = torch.where(step > 0, round_to_e2m1(blocks / safe), torch.zeros_like(blocks))
+    return (q * step).flatten(-2)

@@ -19,10 +19,15 @@ import torch
 from .checkpoint import Checkpoint
 from .layouts.common import scale_dtype
 from .problem import MoEProblem
+from .quantize import NVFP4_RANGE
 from .schemes.tensors import INT32, declared_tensors, layer_sizes, tensor_shapes
 
-# std of uniform codes over [-2^(b-1), 2^(b-1)), and of unit normals rounded to e4m3
-_CODE_STD = {"int4": 4.6, "int8": 73.9, "e4m3": 1.0}
+# std of uniform codes over [-2^(b-1), 2^(b-1)), of unit normals rounded to e4m3, and of
+# uniform e2m1 codes (rms of 0, 0.5, 1, 1.5, 2, 3, 4, 6)
+_CODE_STD = {"int4": 4.6, "int8": 73.9, "e4m3": 1.0, "e2m1": 2.93}
+# NVFP4 block scales drawn about this e4m3 value; the global scale brings the product to the
+# weights' 1/sqrt(in)
+_E4M3_BLOCK_SCALE = 256.0
 
 
 def random_checkpoint(scheme: str, problem: MoEProblem, seed: int = 0, device="cpu",
@@ -73,6 +78,9 @@ class _Draw:
         if d.dtypes == INT32:  # packed integer codes: every bit pattern is valid
             return self._words(shape)
         dtype = d.dtypes[0]
+        if dtype == torch.uint8:  # e2m1 pairs: every byte is valid
+            return torch.randint(0, 256, shape, generator=self.gen, device=self.device,
+                                 dtype=torch.int32).to(torch.uint8)
         if dtype == torch.int8:
             return torch.randint(-128, 128, shape, generator=self.gen, device=self.device,
                                  dtype=torch.int8)
@@ -86,6 +94,8 @@ class _Draw:
             center = 127 - round(0.5 * math.log2(n_in))
             return torch.randint(center - 1, center + 2, shape, generator=self.gen,
                                  device=self.device, dtype=torch.int32).to(torch.uint8)
+        if d.dtypes == (torch.float8_e4m3fn,):  # NVFP4 block scales, > 0
+            return ((0.5 + self._rand(*shape)) * _E4M3_BLOCK_SCALE).to(torch.float8_e4m3fn)
         s = (0.5 + self._rand(*shape)) / (_CODE_STD[self.info.element] * n_in**0.5)
         if self.info.packed:  # group scales in the dtype the producing tool writes
             return s.to(scale_dtype(self.ckpt.record.scale_dtype, self.P.torch_dtype))
@@ -111,8 +121,20 @@ class _Draw:
                        .expand(E, -1).contiguous())
         return g_idx
 
-    def input_scale(self, d, shape):  # about amax / 127 of unit-variance inputs
-        return (3 + 2 * self._rand(*shape)) / 127
+    def global_scale(self, d, shape):  # block scale * global ~ 1 / (code std * sqrt(in))
+        g = (0.5 + self._rand(*shape)) / (_E4M3_BLOCK_SCALE * _CODE_STD[self.info.element]
+                                          * self._n_in(d)**0.5)
+        return self._stored(g)
+
+    def input_scale(self, d, shape):  # about amax / 127 (int8) or amax / (448 * 6) (NVFP4)
+        amax = 3 + 2 * self._rand(*shape)
+        if self.info.global_scale == "none":
+            return amax / 127
+        return self._stored(amax / NVFP4_RANGE)
+
+    def _stored(self, multiplier):
+        """A global scale as the format stores it: the multiplier or its reciprocal."""
+        return multiplier if self.ckpt.record.global_scale == "multiply" else 1 / multiplier
 
     def bias(self, d, shape):
         return (0.1 * self._randn(*shape)).to(self.P.torch_dtype)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .schemes import AWQ_PACK_ORDER
+from .schemes import AWQ_PACK_ORDER, get_scheme
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,20 @@ def _ct(version: str, bits: int) -> FormatRecord:
         scale_rule="sym: amax/((qmax-qmin)/2); asym: (max-min)/(qmax-qmin), zp=qmin-round(min/s)")
 
 
+def _nvfp4(name, version, weight, global_name, rule) -> FormatRecord:
+    # Two e2m1 codes per byte, element 2j in the low nibble (compressed-tensors packs [0.5,
+    # -1.0] to 0xa1; ModelOpt and torchao the same); block 16 along in. The global-scale
+    # convention is the scheme table's (kernels read it there).
+    fmt = next(f for f in get_scheme("nvfp4").formats if f.record == f"{name}@{version}")
+    convention = fmt.global_scale
+    return FormatRecord(
+        name, version, f"{weight} uint8 [E, out, in/2] (e2m1 pairs)", "in", "dense",
+        "lsb-first", None, 0, None, None,
+        f"weight_scale float8_e4m3fn [E, out, in/16]; {global_name} fp32 [E] ([E, 2] w13)",
+        "e4m3", convention, rule, "rne",
+        "rejected: NaN, non-positive block scales; non-finite or non-positive global scales")
+
+
 RECORDS: dict[str, FormatRecord] = {
     r.name + "@" + r.version: r
     for r in (
@@ -91,6 +105,15 @@ RECORDS: dict[str, FormatRecord] = {
             None, 0, None, None, "weight_scale uint8 E8M0 [E, out, in/32]", "e8m0", "none",
             "OCP FLOOR: 2^(floor(log2(amax)) - 8)", "rne",
             "rejected: E8M0 0xFF (NaN block) and NaN element codes"),
+        _nvfp4("nvfp4-modelopt", "1", "weight", "weight_scale_2",
+               "ModelOpt NVFP4QTensor: s2 = fp32(amax / (6 * 448)) per linear (per w1 / w3 "
+               "shard); block scale e4m3(block_amax / (6 * s2)), 0 -> 1; codes = e2m1 RNE of "
+               "w / (block scale * s2). Input scales: amax / (6 * 448)."),
+        _nvfp4("nvfp4-pack-quantized", "ct-0.20", "weight_packed", "weight_global_scale",
+               "compressed-tensors TENSOR_GROUP (nvfp4-pack-quantized): g = fp32(448 * 6 / "
+               "amax) per linear (per w1 / w3 shard), stored; block scale e4m3(block_amax / 6 "
+               "* g), 0 -> 1; codes = e2m1 RNE of w / (block scale / g). Input global scales: "
+               "448 * 6 / amax (the reciprocal of ModelOpt's input_scale)."),
         FormatRecord(
             "dense", "1", "weight bf16/fp16 [E, out, in]", None, None, None, None, 0, None, None,
             "none", "model", "none", "none", "none", "rejected: non-finite weights"),

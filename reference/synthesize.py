@@ -19,14 +19,22 @@ from .errors import CheckpointError
 from .layouts import write_linear
 from .layouts.common import scale_dtype
 from .problem import MoEProblem
-from .quantize import fp8_block_shape, quantize_int_groups, quantize_mxfp8, quantize_scaled
+from .quantize import (
+    fp8_block_shape,
+    nvfp4_global_scale,
+    quantize_int_groups,
+    quantize_mxfp8,
+    quantize_nvfp4,
+    quantize_scaled,
+)
 from .schemes import (
-    ACT_STATIC_TENSOR,
+    ACT_NVFP4,
     INT8_MAX,
+    STATIC_INPUT_MODES,
     STRATEGY_TENSOR,
     checkpoint_shape_issue,
 )
-from .schemes.tensors import layout_family, weight_dtype
+from .schemes.tensors import input_scale_name, layout_family, weight_dtype
 
 
 def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Checkpoint:
@@ -48,14 +56,15 @@ def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Chec
     for prefix, (n_out, n_in) in dims.items():
         w = random_weights(gen, P.E, n_out, n_in, gated=prefix == "w13" and P.gated)
         floats[prefix] = w
-        canon = quantize_weights(ckpt, w, gen, prefix, P.torch_dtype)
+        canon = quantize_weights(ckpt, w, gen, prefix, P.torch_dtype,
+                                 shards=2 if prefix == "w13" and P.gated else 1)
         tensors.update(write_linear(canon, prefix, ckpt, P.torch_dtype))
     if P.bias:
         tensors["w13_bias"] = (0.1 * torch.randn(P.E, P.w13_rows, generator=gen)).to(
             P.torch_dtype)
         tensors["w2_bias"] = (0.1 * torch.randn(P.E, P.K, generator=gen)).to(P.torch_dtype)
-    if ckpt.activation == ACT_STATIC_TENSOR:
-        tensors.update(calibrate_input_scales(floats, tensors, P, gen))
+    if ckpt.activation in STATIC_INPUT_MODES:
+        tensors.update(calibrate_input_scales(ckpt, floats, tensors, P, gen))
     ckpt = replace(ckpt, tensors=tensors)
     return ckpt
 
@@ -73,8 +82,9 @@ def random_weights(gen: torch.Generator, E: int, n_out: int, n_in: int, gated: b
 
 
 def quantize_weights(ckpt: Checkpoint, w: torch.Tensor, gen: torch.Generator, prefix: str,
-                     model_dtype: torch.dtype) -> CanonicalLinear:
-    """Quantize float weights with the producing tool's rule for `ckpt`'s format."""
+                     model_dtype: torch.dtype, shards: int = 1) -> CanonicalLinear:
+    """Quantize float weights with the producing tool's rule for `ckpt`'s format; `shards`
+    (2 for a gated w13: w1 and w3) is where tools that keep a global scale per shard split."""
     info, rec = ckpt.info, ckpt.record
     E, n_out, n_in = w.shape
     if not info.quantized:
@@ -89,6 +99,8 @@ def quantize_weights(ckpt: Checkpoint, w: torch.Tensor, gen: torch.Generator, pr
                                    min_zero=1 if rec.zero_domain == "unsigned-minus-one" else 0)
     if info.scale_encoding == "e8m0":
         return quantize_mxfp8(w, ckpt.mx_scale_rule)
+    if info.global_scale == "tensor":
+        return quantize_nvfp4(w, shards if n_out % 2 == 0 else 1, rec.global_scale)
     # fp8 producers (llm-compressor) write one scale per w1 / w3 shard
     shards = (info.element == "e4m3" and prefix == "w13"
               and ckpt.weight_strategy == STRATEGY_TENSOR and n_out % 2 == 0)
@@ -105,15 +117,24 @@ def random_g_idx(gen: torch.Generator, E: int, n_in: int, group_size: int) -> to
     return g_idx
 
 
-def calibrate_input_scales(floats, tensors, P: MoEProblem, gen) -> dict[str, torch.Tensor]:
-    """Static per-tensor activation scales the way a calibrating tool gets them: amax/127 of
-    each expert's GEMM inputs on random calibration tokens (float math, per expert)."""
+def calibrate_input_scales(ckpt: Checkpoint, floats, tensors, P: MoEProblem, gen
+                           ) -> dict[str, torch.Tensor]:
+    """Static activation scales the way a calibrating tool gets them, from the amax of each
+    expert's GEMM inputs on random calibration tokens (float math, per expert): int8 amax/127;
+    NVFP4 the global-scale rule of the format (amax / (448 * 6), or its reciprocal), one per
+    w1 / w3 shard for w13 (each shard's own calibration: their amaxes differ a little)."""
     x = torch.randn(64, P.K, generator=gen, dtype=torch.float64)
     h = torch.einsum("mk,enk->emn", x, floats["w13"])
     if "w13_bias" in tensors:
         h = h + tensors["w13_bias"].to(torch.float64).unsqueeze(1)
     a = apply_activation(h, P.activation)
-    amax_x = x.abs().amax().expand(P.E) * (1 + 0.25 * torch.rand(P.E, generator=gen))
+    nvfp4 = ckpt.activation == ACT_NVFP4
+    shards = 2 if nvfp4 and P.gated else 1
+    amax_x = x.abs().amax() * (1 + 0.25 * torch.rand(P.E, shards, generator=gen))
     amax_a = a.abs().amax(dim=(1, 2))
-    return {"w13_input_scale": (amax_x / INT8_MAX).to(torch.float32),
-            "w2_input_scale": (amax_a / INT8_MAX).to(torch.float32)}
+    amaxes = {"w13": amax_x.squeeze(1), "w2": amax_a}
+    if nvfp4:
+        return {input_scale_name(ckpt, p): nvfp4_global_scale(amax, ckpt.record.global_scale)
+                for p, amax in amaxes.items()}
+    return {input_scale_name(ckpt, p): (amax / INT8_MAX).to(torch.float32)
+            for p, amax in amaxes.items()}

@@ -237,3 +237,28 @@ CONVERSION_MUTANTS = (
     Int8WeightAsUint8b128, Fp8BlockScalesTransposed, ScalesScaled,
     W13ScalesPermutedAsChannelwise,
 )
+
+
+class Nvfp4ShardGlobalScalesCollapsed(TorchBackend):
+    """NVFP4: w13's two global scales (w1, w3) collapsed to the first, as a loader that keeps
+    one scale_2 per expert does (vLLM's NVFP4 MoE takes w13_weight_scale_2[:, 0] and only
+    warns when w1's and w3's differ): the up projection uses the gate's global scale."""
+
+    name = "mutant-nvfp4-shard-global-collapsed"
+
+    def convert(self, layer):
+        super().convert(layer)
+        _put_if(layer, "w13_gs", lambda g: g[:, :1].expand_as(g))
+
+
+class CtGlobalScaleNotInverted(TorchBackend):
+    """NVFP4 compressed-tensors: weight_global_scale read as a multiplier (ModelOpt's
+    convention) where the file stores its reciprocal: every weight off by G^2."""
+
+    name = "mutant-nvfp4-ct-global-not-inverted"
+
+    def convert(self, layer):
+        super().convert(layer)
+        if layer.quant.checkpoint_format == "ct":
+            for p in ("w13", "w2"):
+                _put_if(layer, f"{p}_gs", lambda g: 1.0 / g)

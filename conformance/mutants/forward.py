@@ -20,6 +20,7 @@ from moecert.reference.schemes import (
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
     ACT_MXFP8,
+    ACT_NVFP4,
     ACT_STATIC_TENSOR,
     E8M0_BIAS,
     INT8_MAX,
@@ -208,6 +209,21 @@ class StaticA2ScaleUnloaded(HookedTorchBackend):
     def quantize(self, layer, t, which, static):
         if which == "w2" and layer.quant.activation == ACT_STATIC_TENSOR:
             static = torch.ones_like(static)
+        return super().quantize(layer, t, which, static)
+
+
+class Nvfp4A2GlobalScaleFromA1(HookedTorchBackend):
+    """NVFP4 activations: GEMM2's input quantized with a1's global scale (a1_gscale passed
+    where a2_gscale belongs) while GEMM2's alpha keeps a2's input scale: the quantizer's
+    block scales and the dequantizing alpha disagree by the ratio of the two scales."""
+
+    name = "mutant-nvfp4-a2-gscale-from-a1"
+
+    def quantize(self, layer, t, which, static):
+        if which == "w2" and layer.quant.activation == ACT_NVFP4:
+            a1 = layer.get("a13_scale")
+            # the kernel's output of q * bs' is scaled by alpha = a2 scale * weight scale
+            return super().quantize(layer, t, which, a1) * (static / a1)
         return super().quantize(layer, t, which, static)
 
 

@@ -48,6 +48,9 @@ class TritonBackend(BaseBackend):
         return "no CUDA or ROCm device (the CPU needs TRITON_INTERPRET=1)"
 
     def claims(self, quant: QuantConfig, problem, platform: Platform) -> str | None:
+        if quant.info.global_scale != "none":
+            return (f"{quant.scheme}: e4m3 block scales with global scales are not in the "
+                    "Triton kernel yet")
         why = _platform_reason(quant, platform)
         if why:
             return why

@@ -1,10 +1,16 @@
-"""Unpacked layouts: 16-bit, INT8 and FP8 per-tensor/channel/block, and MXFP8.
+"""Unpacked layouts: 16-bit, INT8 and FP8 per-tensor/channel/block, MXFP8 and NVFP4.
 
     {p}_weight        [E, out, in]   bf16/fp16, int8 or float8_e4m3fn
+                      uint8 [E, out, in/2]: e2m1 pairs, element 2j in the low nibble (NVFP4)
     {p}_weight_scale  tensor:  [E], or [E, 2] for w13 (w1 rows, w3 rows: the shard scales)
                       channel: [E, out, 1]
                       block:   [E, ceil(out/128), ceil(in/128)]        (FP8 only)
                       MXFP8:   uint8 E8M0 [E, out, in/32]
+                      NVFP4:   float8_e4m3fn [E, out, in/16]
+    global scale      NVFP4: fp32 [E], or [E, 2] for w13 (shards); multiplied (ModelOpt
+                      {p}_weight_scale_2) or divided by (compressed-tensors
+                      {p}_weight_global_scale), as the format record says
+The tensor names are the format's (`SchemeFormat.names`).
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ import torch
 
 from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
-from ..elements import decode_e4m3, decode_e8m0, encode_e4m3, floor_log2
+from ..elements import decode_e2m1, decode_e4m3, decode_e8m0, encode_e2m1, encode_e4m3, floor_log2
 from ..errors import CheckpointError
+from ..packing import pack_nibbles, unpack_nibbles
+from ..quantize import nvfp4_multiplier
 from ..schemes import (
     E8M0_BIAS,
     E8M0_NAN,
@@ -22,26 +30,36 @@ from ..schemes import (
     STRATEGY_BLOCK,
     STRATEGY_CHANNEL,
     STRATEGY_TENSOR,
+    scheme_format,
 )
-from ..schemes.tensors import weight_dtype
+from ..schemes.tensors import ELEMENTS_PER_BYTE, weight_dtype
 from .common import check_finite, scales_float64
+
+
+def _name(ckpt, p: str, role: str, default: str) -> str:
+    return f"{p}_{scheme_format(ckpt).suffix(role, default)}"
 
 
 def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     info = ckpt.info
-    w = ckpt.tensor(f"{p}_weight")
-    E, n_out, n_in = w.shape
+    name = _name(ckpt, p, "weight", "weight")
+    w = ckpt.tensor(name)
+    E, n_out = w.shape[:2]
+    n_in = w.shape[2] * ELEMENTS_PER_BYTE.get(info.element, 1)
     if info.scale_encoding == "none":
-        check_finite(f"{p}_weight", w)
+        check_finite(name, w)
         return CanonicalLinear(codes=w.to(torch.float64),
                                scales=torch.ones(E, 1, 1, dtype=torch.float64,
                                                  device=w.device), block=(n_out, n_in))
-    codes = _DECODE[info.element](f"{p}_weight", w)
+    codes = _DECODE[info.element](name, w)
     if info.scale_encoding == "e8m0":
         scales, block = _read_e8m0(ckpt, p, E, n_out, n_in), (1, info.scale_block)
+    elif info.scale_encoding == "e4m3":
+        scales, block = _read_e4m3_blocks(ckpt, p), (1, info.scale_block)
     else:
         scales, block = _read_scale(ckpt, p, E, n_out, n_in)
-    return CanonicalLinear(codes=codes, scales=scales, block=block)
+    glob = None if info.global_scale == "none" else _read_global(ckpt, p, n_out)
+    return CanonicalLinear(codes=codes, scales=scales, block=block, global_scale=glob)
 
 
 def _decode_e4m3_checked(name: str, w: torch.Tensor) -> torch.Tensor:
@@ -53,8 +71,36 @@ def _decode_e4m3_checked(name: str, w: torch.Tensor) -> torch.Tensor:
 
 
 # element codec -> (stored weight -> canonical codes, canonical codes -> stored weight)
-_DECODE = {"int8": lambda name, w: w.to(torch.int32), "e4m3": _decode_e4m3_checked}
-_ENCODE = {"int8": lambda codes: codes.to(torch.int8), "e4m3": encode_e4m3}
+_DECODE = {"int8": lambda name, w: w.to(torch.int32), "e4m3": _decode_e4m3_checked,
+           "e2m1": lambda name, w: decode_e2m1(unpack_nibbles(w))}
+_ENCODE = {"int8": lambda codes: codes.to(torch.int8), "e4m3": encode_e4m3,
+           "e2m1": lambda codes: pack_nibbles(encode_e2m1(codes))}
+
+
+def _read_e4m3_blocks(ckpt, p):
+    """NVFP4 block scales: e4m3 values, each finite and > 0 (the producing tools write 1 for
+    an all-zero block)."""
+    name = f"{p}_weight_scale"
+    s = decode_e4m3(ckpt.tensor(name))
+    bad = torch.isnan(s) | (s <= 0)
+    if bad.any():
+        idx = [int(i) for i in bad.nonzero()[0]]
+        idx[0] += ckpt.first_expert
+        raise CheckpointError(name, "finite e4m3 block scales > 0",
+                              f"{s[bad][0].item()} at index {idx} ({int(bad.sum())} bad)")
+    return s
+
+
+def _read_global(ckpt, p, n_out):
+    """[E, out] float64 multipliers from the global scale [E] (or [E, 2]: w1 rows, w3 rows),
+    read as the format record says (multiply, or divide: the reciprocal)."""
+    name = _name(ckpt, p, "global_scale", "weight_global_scale")
+    stored = scales_float64(ckpt, name)
+    if stored.dim() == 2 and n_out % 2:
+        raise CheckpointError(name, "an even w13 row count for w1/w3 shard scales",
+                              f"{n_out} rows")
+    g = nvfp4_multiplier(stored.view(stored.shape[0], -1), ckpt.record.global_scale)
+    return g.repeat_interleave(n_out // g.shape[1], dim=1)
 
 
 def _read_scale(ckpt, p, E, n_out, n_in):
@@ -90,12 +136,27 @@ def _read_e8m0(ckpt, p, E, n_out, n_in):
 def write_dense(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
                 model_dtype: torch.dtype) -> dict[str, torch.Tensor]:
     info = ckpt_attrs.info
+    name = _name(ckpt_attrs, p, "weight", "weight")
     if info.scale_encoding == "none":
-        return {f"{p}_weight": c.codes.to(weight_dtype(ckpt_attrs))}
+        return {name: c.codes.to(weight_dtype(ckpt_attrs))}
     weight = _ENCODE[info.element](c.codes)
     scale = c.scales.to(torch.float32)
     if info.scale_encoding == "e8m0":
         scale = (floor_log2(c.scales) + E8M0_BIAS).to(torch.uint8)  # scales are powers of 2
+    elif info.scale_encoding == "e4m3":
+        scale = encode_e4m3(c.scales)
     elif ckpt_attrs.weight_strategy == STRATEGY_TENSOR:
         scale = scale.flatten(1).squeeze(1)  # [E, 1, 1] -> [E]; [E, 2, 1] -> [E, 2]
-    return {f"{p}_weight": weight, f"{p}_weight_scale": scale}
+    out = {name: weight, f"{p}_weight_scale": scale}
+    if info.global_scale != "none":
+        out[_name(ckpt_attrs, p, "global_scale", "weight_global_scale")] = _write_global(
+            c.global_scale, p, ckpt_attrs.record.global_scale)
+    return out
+
+
+def _write_global(g: torch.Tensor, p: str, convention: str) -> torch.Tensor:
+    """Inverse of `_read_global`: w13 with an even row count one value per shard [E, 2] (the
+    first row of each half), else [E]."""
+    n_out = g.shape[1]
+    rows = g[:, [0, n_out // 2]] if p == "w13" and n_out % 2 == 0 else g[:, 0]
+    return (rows if convention == "multiply" else 1.0 / rows).to(torch.float32)

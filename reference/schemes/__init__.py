@@ -26,6 +26,7 @@ F4E2M1_EXP_BIAS = 1
 E8M0_BIAS = 127
 E8M0_NAN = 0xFF  # 255
 MX_BLOCK = 32
+NVFP4_BLOCK = 16  # NVFP4: one e4m3 block scale per 16 elements along in
 FP8_BLOCK = 128  # DeepSeek-style 128x128 weight blocks
 SWIGLUOAI_ALPHA = 1.702
 SWIGLUOAI_LIMIT = 7.0
@@ -41,6 +42,10 @@ ACT_DYNAMIC_TOKEN = "dynamic-token"  # int8, one scale per token (row), amax/127
 ACT_STATIC_TENSOR = "static-tensor"  # int8, checkpoint input_scale (max over experts)
 ACT_DYNAMIC_TENSOR = "dynamic-tensor"  # int8, one scale for the whole GEMM input
 ACT_MXFP8 = "mxfp8"  # e4m3 elements, E8M0 scale per 32 along K
+ACT_NVFP4 = "nvfp4"  # e2m1 elements, e4m3 scale per 16 along K, global scale 1/input_scale
+# modes whose checkpoint carries static per-expert input scales ({p}_input_scale or its name
+# in the format: `SchemeFormat.names`)
+STATIC_INPUT_MODES = (ACT_STATIC_TENSOR, ACT_NVFP4)
 
 # Weight scale granularities.
 STRATEGY_TENSOR = "tensor"  # [E] or [E, 2] (w1/w3 shard scales)
@@ -54,9 +59,13 @@ PACKED_LAYOUTS = ("gptq", "awq", "ct")
 LAYOUTS = (*PACKED_LAYOUTS, "dense")
 
 # Element codecs of stored weights and scale encodings.
-ELEMENTS = ("bf16", "fp16", "int4", "int8", "e4m3")
-SCALE_ENCODINGS = ("none", "float", "e8m0")  # none: 16-bit weights; e8m0: uint8 2^(b - 127)
-GLOBAL_SCALES = ("none",)  # a per-tensor scale multiplying the block scales (none so far)
+ELEMENTS = ("bf16", "fp16", "int4", "int8", "e4m3", "e2m1")  # e2m1: two per byte, low first
+# none: 16-bit weights; e8m0: uint8 2^(b - 127); e4m3: float8_e4m3fn block scales
+SCALE_ENCODINGS = ("none", "float", "e8m0", "e4m3")
+# a per-tensor fp32 scale on top of the block scales: "tensor" is one per expert linear, one
+# per w1 / w3 shard for w13 ([E, 2]); whether it multiplies or divides is the format record's
+# `global_scale` ("multiply" / "divide")
+GLOBAL_SCALES = ("none", "tensor")
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,16 @@ class SchemeFormat:
     layout: str  # one of LAYOUTS
     record: str  # key of `records.RECORDS`: "name@version"
     sym: bool = True  # default of the `sym` attribute (AutoAWQ files carry zero points)
+    # tensor suffixes by role where this format names them its own way (role, suffix); roles
+    # not listed take the layout's names (`schemes.tensors`)
+    names: tuple[tuple[str, str], ...] = ()
+    # how a stored global scale is read (GLOBAL_SCALES "tensor"): "multiply" (w = e2m1 * block
+    # scale * stored) or "divide" (w = e2m1 * block scale / stored); the format record's
+    # `global_scale` is this value
+    global_scale: str = "none"
+
+    def suffix(self, role: str, default: str) -> str:
+        return dict(self.names).get(role, default)
 
 
 @dataclass(frozen=True)
@@ -75,7 +94,7 @@ class Scheme:
     """What a scheme name means: how it is stored and which options it admits."""
 
     name: str
-    family: str  # "dense", "gptq", "awq", "ct", "int8", "fp8", "mxfp8", "w4a8" (for people)
+    family: str  # "dense", "gptq", "awq", "ct", "int8", "fp8", "mxfp8", "w4a8", "nvfp4"
     weight_bits: int
     element: str  # codec of a stored weight element (ELEMENTS)
     scale_encoding: str  # how weight scales are stored (SCALE_ENCODINGS)
@@ -154,6 +173,24 @@ def _ct_formats(bits: int) -> tuple[SchemeFormat, ...]:
 
 
 _AWQ = SchemeFormat("awq", "awq", "awq-gemm-int4@autoawq-0.2", sym=False)
+# NVFP4 (w = e2m1 * e4m3 block scale per 16 * fp32 global scale, one per w1 / w3 shard): the
+# ModelOpt export (vLLM's ModelOptNvFp4FusedMoE names) and compressed-tensors'
+# nvfp4-pack-quantized, whose global scales are the reciprocals (w = e2m1 * scale / global).
+# W4A4 activations: NVFP4 per 16 along K with a1_gscale = 1 / input_scale (a2 likewise). The
+# checkpoint's input scales, [E, 2] for w13 (w1, w3) and [E] for w2, are collapsed to one per
+# GEMM, the maximum over experts and shards, as vLLM does for its FlashInfer NVFP4 MoE
+# backends (`prepare_nvfp4_moe_layer_for_fi_or_cutlass`: a13_scale.max() for backends with a
+# global input scale factor); vLLM's own CUTLASS path keeps one per expert (max over the two
+# shards), a quantizer this reference does not model.
+_NVFP4_FORMATS = (
+    SchemeFormat("modelopt", "dense", "nvfp4-modelopt@1",
+                 names=(("global_scale", "weight_scale_2"), ("input_scale", "input_scale")),
+                 global_scale="multiply"),
+    SchemeFormat("ct", "dense", "nvfp4-pack-quantized@ct-0.20",
+                 names=(("weight", "weight_packed"), ("global_scale", "weight_global_scale"),
+                        ("input_scale", "input_global_scale")),
+                 global_scale="divide"),
+)
 _DENSE = (SchemeFormat(None, "dense", "dense@1"),)
 
 
@@ -188,6 +225,9 @@ SCHEMES: dict[str, Scheme] = {
                (SchemeFormat(None, "dense", "mxfp8-e4m3@ocp-mx-1.0"),),
                (STRATEGY_GROUP,), (ACT_NONE, ACT_MXFP8), group_sizes=(MX_BLOCK,),
                scale_block=MX_BLOCK),
+        Scheme("nvfp4", "nvfp4", 4, "e2m1", "e4m3", _NVFP4_FORMATS, (STRATEGY_GROUP,),
+               (ACT_NONE, ACT_NVFP4), group_sizes=(NVFP4_BLOCK,), scale_block=NVFP4_BLOCK,
+               global_scale="tensor"),
     )
 }
 

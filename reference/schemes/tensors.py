@@ -7,6 +7,7 @@ Shapes are written in the sizes of one linear per expert, out x in:
     in/pack         in / (32 // bits), exact  groups       in / group_size (1 for group_size -1)
     ceil(in/pack)   words of a bitstream     in/32        MX blocks (in % 32 == 0)
     ceil(out/128)   DeepSeek 128 x 128 weight blocks
+    in/2            e2m1 pairs (one byte each)  in/16      NVFP4 blocks (in % 16 == 0)
 
 The two linears of a layer tie them together: w13 is R x K (R = N, or 2N gated), w2 is K x N.
 The reference's `layouts/check.py` checks a checkpoint against these declarations before any
@@ -21,8 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from . import (
-    ACT_STATIC_TENSOR,
     FP8_BLOCK,
+    STATIC_INPUT_MODES,
     STRATEGY_BLOCK,
     STRATEGY_CHANNEL,
     STRATEGY_TENSOR,
@@ -35,8 +36,11 @@ INT32 = (torch.int32,)
 INDEX = (torch.int32, torch.int64)
 # storage dtype of one element of an unpacked ("dense" layout) weight, per element codec
 ELEMENT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8,
-                  "e4m3": torch.float8_e4m3fn}
-SCALE_DTYPES = {"float": FLOAT, "e8m0": (torch.uint8,)}
+                  "e4m3": torch.float8_e4m3fn, "e2m1": torch.uint8}
+# elements per storage byte of the unpacked layout's weight, where more than one
+ELEMENTS_PER_BYTE = {"e2m1": 2}
+SCALE_DTYPES = {"float": FLOAT, "e8m0": (torch.uint8,), "e4m3": (torch.float8_e4m3fn,)}
+FP32 = (torch.float32,)
 
 # When a declared tensor must be present (every one of them may be)
 ALWAYS = "always"
@@ -55,7 +59,8 @@ class TensorDecl:
     """One tensor of a linear ({prefix}_{suffix}) or of the layer."""
 
     name: str
-    role: str  # "weight", "scale", "zeros", "g_idx", "shape", "bias", "input_scale"
+    role: str  # "weight", "scale", "global_scale", "zeros", "g_idx", "shape", "bias",
+    #            "input_scale"
     dtypes: tuple[torch.dtype, ...]
     shapes: tuple[tuple[str, ...], ...]  # accepted shapes, the usual one first
     presence: str = ALWAYS
@@ -118,7 +123,10 @@ def _linear_tensors(attrs, p: str) -> tuple:
     if layout != "dense":
         return PACKED_TENSORS[layout]
     info = get_scheme(attrs.scheme)
-    weight = _linear("weight", "weight", (weight_dtype(attrs),), ("E", "out", "in"))
+    fmt = scheme_format(attrs)
+    per_byte = ELEMENTS_PER_BYTE.get(info.element)
+    weight = _linear(fmt.suffix("weight", "weight"), "weight", (weight_dtype(attrs),),
+                     ("E", "out", f"in/{per_byte}" if per_byte else "in"))
     if info.scale_encoding == "none":
         return (weight,)
     if info.scale_block:  # the format fixes the block: one scale per scale_block along in
@@ -127,7 +135,31 @@ def _linear_tensors(attrs, p: str) -> tuple:
         shapes = STRATEGY_SCALE_SHAPES[attrs.weight_strategy]
         if p == "w13" and attrs.weight_strategy == STRATEGY_TENSOR:
             shapes = (*shapes, ("E", "2"))  # one scale per shard: w1 rows, w3 rows
-    return weight, _linear("weight_scale", "scale", SCALE_DTYPES[info.scale_encoding], *shapes)
+    scale = _linear("weight_scale", "scale", SCALE_DTYPES[info.scale_encoding], *shapes)
+    if info.global_scale == "none":
+        return weight, scale
+    return weight, scale, _linear(fmt.suffix("global_scale", "weight_global_scale"),
+                                  "global_scale", FP32, *_per_shard_shapes(p))
+
+
+def _per_shard_shapes(p: str) -> tuple[tuple[str, ...], ...]:
+    """[E], and for w13 also [E, 2]: one value per w1 / w3 shard."""
+    return (("E",), ("E", "2")) if p == "w13" else (("E",),)
+
+
+def _input_scale(attrs, p: str) -> TensorDecl:
+    """{p}_input_scale (or the format's name for it): one static scale per expert, per shard
+    for w13 where the scheme's global scales are per shard; fp32 there, as those tools write."""
+    info = get_scheme(attrs.scheme)
+    name = f"{p}_{scheme_format(attrs).suffix('input_scale', 'input_scale')}"
+    if info.global_scale == "tensor":
+        return TensorDecl(name, "input_scale", FP32, _per_shard_shapes(p), linear=p)
+    return TensorDecl(name, "input_scale", FLOAT, (("E",),), linear=p)
+
+
+def input_scale_name(attrs, p: str) -> str:
+    """The name of linear `p`'s static input scale in `attrs`' format."""
+    return _input_scale(attrs, p).name
 
 
 def declared_tensors(attrs) -> dict[str, TensorDecl]:
@@ -138,9 +170,9 @@ def declared_tensors(attrs) -> dict[str, TensorDecl]:
         for suffix, role, dtypes, shapes, presence, sym_too in _linear_tensors(attrs, p):
             out[f"{p}_{suffix}"] = TensorDecl(f"{p}_{suffix}", role, dtypes, shapes, presence,
                                               linear=p, written_when_sym=sym_too)
-        if attrs.activation == ACT_STATIC_TENSOR:
-            out[f"{p}_input_scale"] = TensorDecl(f"{p}_input_scale", "input_scale", FLOAT,
-                                                 (("E",),), linear=p)
+        if attrs.activation in STATIC_INPUT_MODES:
+            d = _input_scale(attrs, p)
+            out[d.name] = d
     for p in PREFIXES:
         out[f"{p}_bias"] = TensorDecl(f"{p}_bias", "bias", FLOAT, (("E", "out"),), IF_BIAS,
                                       linear=p)
@@ -186,4 +218,5 @@ def tensor_shapes(decl: TensorDecl, sizes: dict[str, int], attrs) -> tuple[tuple
 
 
 __all__ = ["LINEAR_SIZES", "PREFIXES", "TensorDecl", "declared_tensors", "dim_size",
+           "input_scale_name",
            "layer_sizes", "layout_family", "parse_dim", "tensor_shapes", "weight_dtype"]

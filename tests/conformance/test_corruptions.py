@@ -47,6 +47,8 @@ VARIANTS = {
     "fp8-block": ("fp8-w8a16", dict(weight_strategy="block"), P),
     "fp8-tensor": ("fp8-w8a16", dict(weight_strategy="tensor"), P),
     "mxfp8": ("mxfp8", {}, P),
+    "nvfp4-a4": ("nvfp4", dict(activation="nvfp4"), P),
+    "nvfp4-ct": ("nvfp4", dict(checkpoint_format="ct", activation="nvfp4"), P_BIAS),
     "bf16": ("bf16", {}, P_BIAS),
 }
 BACKENDS = ("torch", "triton", "xpu")
@@ -109,8 +111,10 @@ def _as_numpy(t: torch.Tensor):
 def _value_corruptions(ckpt: Checkpoint, name: str, role: str, t: torch.Tensor):
     """(kind, bad tensor) for the values a tensor of this role must not hold."""
     first = (1,) + (0,) * (t.dim() - 1)  # expert 1: positions must be the layer's
-    if role in ("scale", "input_scale") and t.is_floating_point():
+    if role in ("scale", "global_scale", "input_scale") and t.is_floating_point():
         for kind, v in (("nan", math.nan), ("inf", math.inf), ("zero", 0.0), ("negative", -0.5)):
+            if kind == "inf" and t.dtype == torch.float8_e4m3fn:
+                continue  # e4m3fn has no infinity: writing one saturates to 448, a valid scale
             yield f"scale-{kind}", _edited(t, first, v)
     elif role == "scale":  # E8M0 exponents
         yield "e8m0-0xff", _edited(t, first, 0xFF)
@@ -143,7 +147,8 @@ def _extra_names(variant: str) -> list[str]:
     by_role = {}
     for n, d in sorted(others.items()):
         by_role.setdefault(d.role, n)
-    return ["w13_biases", "w13_weight_scale_2", *sorted(by_role.values())]
+    return [n for n in ("w13_biases", "w13_weight_scale_2", *sorted(by_role.values()))
+            if n not in declared]
 
 
 def corruptions(variant: str) -> list[Corruption]:
@@ -173,7 +178,7 @@ def corruptions(variant: str) -> list[Corruption]:
                               _set(extra, torch.ones(problem.E, 8, dtype=torch.int32))))
     if ckpt.info.group_sizes:
         out.append(Corruption(variant, "group_size", "zero", _attr(group_size=0)))
-        if ckpt.group_size not in (-1, 64) and ckpt.info.family != "mxfp8":
+        if ckpt.group_size not in (-1, 64) and not ckpt.info.scale_block:
             # 64 divides K = 64 but not N = 32
             out.append(Corruption(variant, "group_size", "not-dividing-n",
                                   _attr(group_size=64)))

@@ -121,6 +121,10 @@ TORCH_CASES = [pytest.param(q, name, id=f"{variant_id(q)}-{name}")
 def test_torch_matches_bitwise(q, option):
     P = problem_for(q, **OPTIONS[option])
     case = Case("torch", q.scheme, P, attrs_of(q), seed=len(option) + P.K)
+    if q.info.global_scale != "none":  # NVFP4: declined with a reason, not built yet
+        with pytest.raises(NotExact, match="global scales"):
+            structured_inputs(case)
+        return
     if expect_not_exact(q, P):
         with pytest.raises(NotExact, match="amax = 127"):
             structured_inputs(case)
@@ -145,7 +149,7 @@ _OPTION_CYCLE = ["silu", "bias-relu2", "fp16-gelu-bias", "bias-swigluoai", "expe
 TRITON_CASES = [
     # every scheme's default, each with another problem option
     *[(QuantConfig.defaults(s), _OPTION_CYCLE[i % len(_OPTION_CYCLE)])
-      for i, s in enumerate(SCHEMES)],
+      for i, s in enumerate(SCHEMES) if SCHEMES[s].global_scale == "none"],  # nvfp4: no
     # variants on other kernel paths: zero points, act order, int8 dots, other scale blocks
     (_q("gptq-int4", sym=False, group_size=32), "bias-relu2"),
     (_q("gptq-int4", act_order=True, group_size=32, sym=False), "silu"),
@@ -342,7 +346,8 @@ def test_same_seed_same_structure_other_seed_other_structure():
     assert not torch.equal(a.x, c.x)
 
 
-@pytest.mark.parametrize("q", [pytest.param(q, id=variant_id(q)) for q in _VARIANTS])
+@pytest.mark.parametrize("q", [pytest.param(q, id=variant_id(q)) for q in _VARIANTS
+                               if q.info.global_scale == "none"])  # nvfp4: NotExact
 def test_checkpoint_is_in_the_formats_storage_layout(q):
     """The same tensor names, dtypes and shapes as the format's producer (synthesize) writes."""
     P = problem_for(q, bias=True)

@@ -22,6 +22,7 @@ from moecert.kernels import get_backend
 from moecert.kernels.xpu import SCHEMES as XPU_SCHEMES
 from moecert.reference import (
     SCHEME_NAMES,
+    SCHEMES,
     MoEProblem,
     make_batched_inputs,
     make_inputs,
@@ -31,7 +32,9 @@ from moecert.reference import (
 # tiny: the triton backend runs interpreted on a CPU
 PROBLEM = MoEProblem(M=7, K=128, N=128, E=2, topk=2)
 # (backend, scheme) for every scheme each backend claims (xpu: standard format only)
-CLAIMED = [(b, s) for b in ("torch", "triton") for s in SCHEME_NAMES] + [
+# triton declines schemes with global scales (nvfp4) until its FP4 path lands
+CLAIMED = [(b, s) for b in ("torch", "triton") for s in SCHEME_NAMES
+           if b == "torch" or SCHEMES[s].global_scale == "none"] + [
     ("xpu", s) for s in XPU_SCHEMES]
 
 

