@@ -5,29 +5,37 @@ Weights are dequantized once, at processing, to the activation dtype (the prefil
 int4 / int8 / fp8 / mxfp8 weights: compute-bound at large M, so the wider weights cost little):
 
     w13_mm  act dtype [E, w13_rows, K']     w2_mm  act dtype [E, K, N']
-    K', N': K and N rounded up to 16 bytes of the act dtype (torch._grouped_mm needs 16-byte
-    strides), zero columns past K and N; absent where the checkpoint's 16-bit weights already
-    are that (the common kernel format's {p}_w, kernels/convert.py, is then read directly).
+    K' = K (+ BIAS_PARTS with a bias), N' likewise, rounded up to 16 bytes of the act dtype
+    (torch._grouped_mm needs 16-byte strides); zero columns past them. Absent where the
+    checkpoint's 16-bit weights already are that (the common kernel format's {p}_w,
+    kernels/convert.py, is then read directly).
+
+torch._grouped_mm takes no bias and returns the act dtype, so a bias added afterwards would
+round twice (measured: the output error of a biased bf16 layer doubles). Biases ride in the
+GEMMs instead: the BIAS_PARTS columns after K (w13) and N (w2) hold the float32 bias split
+into act-dtype parts (hi + mid + lo == bias exactly in bf16), the GEMM's left operand holds
+ones there, and the float32 accumulator sums product and bias before the one rounding.
 
 The forward (the torch backend's routing, kernels/native.py `moe_forward`, around):
 
     sort the assignments by local expert; offs[e] = assignments of experts <= e (int32)
-    h = x[token] @ W13^T (one grouped GEMM, float32 accumulation, rounded to the act dtype);
-    + b13 in float32 and rounded again where there is a bias
-    a = round(act(h))                 y = a @ W2^T (grouped, rounded) + b2 (float32)
+    h = [x[token], 1, 1, 1] @ W13'^T     one grouped GEMM (float32 accumulation, one rounding)
+    a = round(act(h))                    y = [a, 1, 1, 1] @ W2'^T (the same)
     out[t] = cast(sum over the token's assignments of r * y), in a fixed order
 
 Numerics against the reference: weights rounded to the act dtype once (code * scale computed
-in float32 first), the GEMM outputs rounded to the act dtype (h with a bias twice; each
-assignment's y before the top-k sum, as vLLM's fused MoE does). 16-bit activations only: int8,
-FP8 and MXFP8 activations need a scaled grouped GEMM (torch._scaled_grouped_mm, FP8 row-wise;
-not done, it has no CPU kernel to test it on).
+in float32 first, as the legitimate twin conformance/mutants/legit.py does); each assignment's
+y rounded to the act dtype before the top-k sum, as vLLM's fused MoE does. That rounding is
+not in the reference, and the exact tier's structured inputs are not exact under it when a
+bias feeds a top-k > 1 sum (tests/kernels/test_grouped_backend.py shows which); the harness
+runs the exact tier on unbiased cases, where this backend is bit for bit the reference.
+16-bit activations only: int8, FP8 and MXFP8 activations need a scaled grouped GEMM
+(torch._scaled_grouped_mm, FP8 row-wise; not done, it has no CPU kernel to test it on).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from moecert.reference.schemes import ACT_NONE
 
 from .activations import apply_activation
@@ -42,6 +50,8 @@ from .quant_config import QuantConfig
 # torch._grouped_mm checks that every operand's leading stride is a multiple of 16 bytes
 # (aten/src/ATen/native/GroupedMMUtils.h, check_valid_strides_and_return_transposed).
 STRIDE_ALIGN_BYTES = 16
+# act-dtype parts of a float32 bias: 3 x 8 significant bits hold bf16's 24 exactly
+BIAS_PARTS = 3
 
 
 class GroupedBackend(BaseBackend):
@@ -84,17 +94,12 @@ class GroupedBackend(BaseBackend):
 
 # --- weights -------------------------------------------------------------------------------
 
-def aligned_cols(n: int, dtype: torch.dtype) -> int:
-    """`n` rounded up to a whole number of 16-byte units of `dtype`."""
-    unit = STRIDE_ALIGN_BYTES // dtype.itemsize
-    return -(-n // unit) * unit
-
-
 def _gemm_weight(layer: MoELayer, p: str) -> torch.Tensor | None:
     """[E, out, in'] in the act dtype, or None where the kernel format's {p}_w is that."""
     dtype = layer.problem.torch_dtype
     n_out, n_in = linear_dims(layer, p)
-    cols = aligned_cols(n_in, dtype)
+    bias = layer.get(f"{p}_bias") if layer.has(f"{p}_bias") else None
+    cols = operand_cols(n_in, bias is not None, dtype)
     if layer.has(f"{p}_w") and not layer.has(f"{p}_s"):  # 16-bit weights
         w = layer.get(f"{p}_w")
         if w.dtype == dtype and cols == n_in:
@@ -103,11 +108,31 @@ def _gemm_weight(layer: MoELayer, p: str) -> torch.Tensor | None:
     out = torch.zeros(E, n_out, cols, dtype=dtype, device=layer.device)
     for e in range(E):  # float32 one expert at a time: a DeepSeek-V3 layer never is at once
         out[e, :, :n_in] = dequantize_expert(layer, p, e)
+    if bias is not None:
+        out[:, :, n_in:n_in + BIAS_PARTS] = split_bias(bias, dtype)
     bad = int((~torch.isfinite(out)).sum())
     if bad:
         raise BackendError(f"{p} weights", f"values that fit {dtype} (the grouped GEMM's "
-                           "operand dtype)", f"{bad} dequantized weights beyond its range")
+                           "operand dtype)", f"{bad} dequantized weights or biases beyond "
+                           "its range")
     return out
+
+
+def operand_cols(n_in: int, bias: bool, dtype: torch.dtype) -> int:
+    """Columns of a GEMM operand along its input dimension: the inputs, the bias parts, and
+    zeros up to a whole number of 16-byte units."""
+    unit = STRIDE_ALIGN_BYTES // dtype.itemsize
+    return -(-(n_in + (BIAS_PARTS if bias else 0)) // unit) * unit
+
+
+def split_bias(bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[..., BIAS_PARTS] in `dtype` summing to float32 `bias`: each part the rounding of what
+    the previous ones left (a rounding error is exact in float32)."""
+    parts, rest = [], bias
+    for _ in range(BIAS_PARTS):
+        parts.append(rest.to(dtype))
+        rest = rest - parts[-1].to(torch.float32)
+    return torch.stack(parts, dim=-1)
 
 
 def gemm_weight(layer: MoELayer, p: str) -> torch.Tensor:
@@ -137,16 +162,22 @@ def grouped_moe(layer: MoELayer, x: torch.Tensor, token: torch.Tensor, expert: t
     offs = expert_offsets(expert, P.E)
     w13, w2 = gemm_weight(layer, "w13"), gemm_weight(layer, "w2")
 
-    xs = _pad_cols(x[token], w13.shape[2])
+    xs = _operand(x[token], w13.shape[2], layer.has("w13_bias"))
     h = torch._grouped_mm(xs, w13.transpose(1, 2), offs=offs)
-    if layer.has("w13_bias"):
-        h = (h.to(torch.float32) + layer.get("w13_bias")[expert]).to(dtype)
-    a = _pad_cols(apply_activation(h.to(torch.float32), P.activation).to(dtype), w2.shape[2])
+    a = apply_activation(h.to(torch.float32), P.activation).to(dtype)
+    a = _operand(a, w2.shape[2], layer.has("w2_bias"))
     y = torch._grouped_mm(a, w2.transpose(1, 2), offs=offs).to(torch.float32)
-    if layer.has("w2_bias"):
-        y += layer.get("w2_bias")[expert]
     y *= weight.unsqueeze(1)
     return topk_sum(y, token, x.shape[0], P.topk)
+
+
+def _operand(t: torch.Tensor, cols: int, bias: bool) -> torch.Tensor:
+    """A GEMM's left operand: `t`, ones against the bias parts, zeros up to `cols`."""
+    out = t.new_zeros(t.shape[0], cols)
+    out[:, :t.shape[1]] = t
+    if bias:
+        out[:, t.shape[1]:t.shape[1] + BIAS_PARTS] = 1
+    return out
 
 
 def topk_sum(y: torch.Tensor, token: torch.Tensor, rows: int, slots: int) -> torch.Tensor:
@@ -161,9 +192,5 @@ def topk_sum(y: torch.Tensor, token: torch.Tensor, rows: int, slots: int) -> tor
     return buf.sum(1)
 
 
-def _pad_cols(t: torch.Tensor, cols: int) -> torch.Tensor:
-    return t if t.shape[1] == cols else F.pad(t, (0, cols - t.shape[1]))
-
-
-__all__ = ["GroupedBackend", "aligned_cols", "expert_offsets", "gemm_weight", "grouped_moe",
-           "topk_sum"]
+__all__ = ["BIAS_PARTS", "GroupedBackend", "expert_offsets", "gemm_weight", "grouped_moe",
+           "operand_cols", "split_bias", "topk_sum"]
