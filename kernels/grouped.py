@@ -108,14 +108,19 @@ def _gemm_weight(layer: MoELayer, p: str) -> torch.Tensor | None:
     out = torch.zeros(E, n_out, cols, dtype=dtype, device=layer.device)
     for e in range(E):  # float32 one expert at a time: a DeepSeek-V3 layer never is at once
         out[e, :, :n_in] = dequantize_expert(layer, p, e)
+        _check_finite(f"{p} weights of expert {e}", out[e], dtype)
     if bias is not None:
         out[:, :, n_in:n_in + BIAS_PARTS] = split_bias(bias, dtype)
-    bad = int((~torch.isfinite(out)).sum())
-    if bad:
-        raise BackendError(f"{p} weights", f"values that fit {dtype} (the grouped GEMM's "
-                           "operand dtype)", f"{bad} dequantized weights or biases beyond "
-                           "its range")
+        _check_finite(f"{p}_bias", out[:, :, n_in:n_in + BIAS_PARTS], dtype)
     return out
+
+
+def _check_finite(what: str, t: torch.Tensor, dtype: torch.dtype) -> None:
+    # all() reduces in bool; sum() of a bool tensor would make an int64 copy (56 GiB for
+    # DeepSeek-V3's w13 on an H100)
+    if not bool(torch.isfinite(t).all()):
+        raise BackendError(what, f"values that fit {dtype} (the grouped GEMM's operand dtype)",
+                           "values beyond its range")
 
 
 def operand_cols(n_in: int, bias: bool, dtype: torch.dtype) -> int:

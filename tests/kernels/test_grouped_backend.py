@@ -200,3 +200,17 @@ def test_16_bit_weights_are_read_in_place():
         BACKEND.process_weights_after_loading(layer)
         assert layer.has("w13_mm") is copied, options
         assert grouped.gemm_weight(layer, "w13").dtype == P.torch_dtype
+
+
+def test_weights_beyond_the_act_dtype_are_refused():
+    """A bf16 weight past fp16's range under fp16 activations would be inf in the operand."""
+    from moecert.kernels import BackendError
+    from moecert.reference import synthesize
+
+    P = MoEProblem(**{**BASE, "dtype": "fp16"})
+    ckpt = synthesize("bf16", P, seed=0)
+    ckpt.tensors["w2_weight"][1, 3, 5] = 1e6
+    layer = BACKEND.create_layer(ckpt, P)
+    with pytest.raises(BackendError, match="w2 weights of expert 1: expected values that fit "
+                                           "torch.float16"):
+        BACKEND.process_weights_after_loading(layer)
