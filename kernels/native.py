@@ -12,11 +12,13 @@ the reference:
     out[t] = cast(sum over the token's experts of r * y)       round(): to the act dtype
 
 `moe_forward` (the routing loop) takes the per-expert weights as a function, so that other
-backends holding a different weight layout reuse it (kernels/xpu.py).
+backends holding a different weight layout reuse it (kernels/xpu.py), or the routed sum itself
+(kernels/grouped.py: both GEMMs over all experts at once).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 
@@ -40,6 +42,9 @@ from .quant_config import QuantConfig
 
 # (prefix, local expert) -> float32 [out, in] weights of that expert
 ExpertWeight = Callable[[str, int], torch.Tensor]
+# (layer, x, token, local expert, router weight) -> float32 [rows of x, K]: `routed_moe`'s job
+RoutedSum = Callable[[MoELayer, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+                     torch.Tensor]
 
 
 class TorchBackend(BaseBackend):
@@ -115,10 +120,14 @@ def _dequantize_int(layer: MoELayer, p: str, e: int) -> torch.Tensor:
 # --- the routing loop -----------------------------------------------------------------------
 
 def moe_forward(layer: MoELayer, x: torch.Tensor, topk_weights, topk_ids, out: torch.Tensor,
-                expert_num_tokens, expert_weight: ExpertWeight) -> None:
+                expert_num_tokens, expert_weight: ExpertWeight | None = None, *,
+                routed: RoutedSum | None = None) -> None:
     """The layer's output for validated inputs into `out` (standard or batched format), with
     weights from `expert_weight`, biases and static activation scales from the layer
-    (w13_bias, w2_bias, a13_scale, a2_scale: float32, when present)."""
+    (w13_bias, w2_bias, a13_scale, a2_scale: float32, when present); or, given `routed`,
+    with the routed sum it computes (assignments passed token-major)."""
+    if routed is None:
+        routed = functools.partial(routed_moe, expert_weight=expert_weight)
     P = layer.problem
     if P.activation_format == "batched":
         E, T, K = x.shape
@@ -127,8 +136,8 @@ def moe_forward(layer: MoELayer, x: torch.Tensor, topk_weights, topk_ids, out: t
         rows = valid.nonzero().squeeze(1)
         experts = torch.arange(E, device=x.device).repeat_interleave(T)[rows]
         ones = torch.ones(rows.numel(), dtype=torch.float32, device=x.device)
-        y = routed_moe(layer, x.view(E * T, K)[rows], torch.arange(rows.numel(),
-                       device=x.device), experts, ones, expert_weight)
+        y = routed(layer, x.view(E * T, K)[rows], torch.arange(rows.numel(),
+                   device=x.device), experts, ones)
         flat = out.view(E * T, K)
         flat.zero_()  # rows past each expert's count come back zero
         flat[rows] = y.to(out.dtype)
@@ -145,7 +154,7 @@ def moe_forward(layer: MoELayer, x: torch.Tensor, topk_weights, topk_ids, out: t
     token = torch.arange(M, device=x.device).repeat_interleave(P.topk)
     local, weight = ids.flatten(), weights.flatten()
     keep = local >= 0  # experts of other ranks contribute nothing
-    y = routed_moe(layer, x, token[keep], local[keep], weight[keep], expert_weight)
+    y = routed(layer, x, token[keep], local[keep], weight[keep])
     out.copy_(y)
 
 
@@ -189,4 +198,4 @@ def routed_moe(layer: MoELayer, x: torch.Tensor, token: torch.Tensor, expert: to
     return acc
 
 
-__all__ = ["TorchBackend", "dequantize_expert", "moe_forward", "routed_moe"]
+__all__ = ["RoutedSum", "TorchBackend", "dequantize_expert", "moe_forward", "routed_moe"]

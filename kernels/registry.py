@@ -17,6 +17,7 @@ BUILTINS = {
     "triton": "moecert.kernels.triton_moe.backend:TritonBackend",
     "torch": "moecert.kernels.native:TorchBackend",
     "xpu": "moecert.kernels.xpu:XpuBackend",
+    "grouped": "moecert.kernels.grouped:GroupedBackend",
 }
 
 _registry: dict[str, Backend] = {}

@@ -11,16 +11,18 @@ from moecert.reference import MoEProblem, make_batched_inputs, make_inputs, synt
 
 PROBLEM = MoEProblem(M=9, K=128, N=64, E=4, topk=2, bias=True)
 # One checkpoint per backend where a repeated conversion would scramble the weights:
-# packed int4 with zero points and act order (torch, triton), symmetric int4 (xpu).
+# packed int4 with zero points and act order (torch, triton, grouped), symmetric int4 (xpu).
 CASES = {
     "torch": ("gptq-int4", dict(group_size=32, sym=False, act_order=True,
                                 checkpoint_format="gptq")),
+    "grouped": ("gptq-int4", dict(group_size=32, sym=False, act_order=True,
+                                  checkpoint_format="gptq")),
     "xpu": ("ct-int4", dict(group_size=32)),
     "triton": ("awq-int4", dict(group_size=32)),
 }
 
 
-BACKENDS = ("torch", "xpu", "triton")
+BACKENDS = ("torch", "xpu", "triton", "grouped")
 # The GPU when there is one (triton runs there compiled), else the CPU (triton interpreted).
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
