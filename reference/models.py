@@ -19,8 +19,23 @@ class ModelShape(NamedTuple):
     topk: int
 
 
+class ModelRelease(NamedTuple):
+    """How a model's MoE layers ship, where one release defines them: the checkpoint scheme,
+    the activation between the GEMMs and whether the linears carry biases."""
+
+    scheme: str
+    activation: str
+    bias: bool
+
+
 MODELS: dict[str, ModelShape] = {
     "qwen3-30b-a3b": ModelShape(128, 2048, 768, 8),
     "mixtral-8x7b": ModelShape(8, 4096, 14336, 2),
     "deepseek-v3": ModelShape(256, 7168, 2048, 8),
+    "gpt-oss-120b": ModelShape(128, 2880, 2880, 4),
+}
+# Models released in one scheme only: the suites run their layer size in that scheme, with
+# its activation and biases (the others ship in many formats and run in every scheme).
+RELEASES: dict[str, ModelRelease] = {
+    "gpt-oss-120b": ModelRelease("mxfp4", "swigluoai", bias=True),  # interleaved gate/up
 }

@@ -19,7 +19,7 @@ from .errors import CheckpointError
 from .layouts import write_linear
 from .layouts.common import scale_dtype
 from .problem import MoEProblem
-from .quantize import fp8_block_shape, quantize_int_groups, quantize_mxfp8, quantize_scaled
+from .quantize import fp8_block_shape, quantize_int_groups, quantize_mx, quantize_scaled
 from .schemes import (
     ACT_STATIC_TENSOR,
     INT8_MAX,
@@ -87,8 +87,9 @@ def quantize_weights(ckpt: Checkpoint, w: torch.Tensor, gen: torch.Generator, pr
         return quantize_int_groups(w, info.weight_bits, g, ckpt.sym, layout_family(ckpt),
                                    scale_dtype(rec.scale_dtype, model_dtype), g_idx,
                                    min_zero=1 if rec.zero_domain == "unsigned-minus-one" else 0)
-    if info.scale_encoding == "e8m0":
-        return quantize_mxfp8(w, ckpt.mx_scale_rule)
+    if info.scale_encoding == "e8m0":  # the producing tool's rule where the record names one
+        return quantize_mx(w, rec.mx_rule or ckpt.mx_scale_rule, info.element,
+                           rec.element_rounding)
     # fp8 producers (llm-compressor) write one scale per w1 / w3 shard
     shards = (info.element == "e4m3" and prefix == "w13"
               and ckpt.weight_strategy == STRATEGY_TENSOR and n_out % 2 == 0)

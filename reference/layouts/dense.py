@@ -1,10 +1,11 @@
-"""Unpacked layouts: 16-bit, INT8 and FP8 per-tensor/channel/block, and MXFP8.
+"""Unpacked layouts: 16-bit, INT8 and FP8 per-tensor/channel/block, MXFP8 and MXFP4.
 
     {p}_weight        [E, out, in]   bf16/fp16, int8 or float8_e4m3fn
+                      [E, out, in/2] uint8, two FP4 E2M1 codes a byte (2j low nibble)
     {p}_weight_scale  tensor:  [E], or [E, 2] for w13 (w1 rows, w3 rows: the shard scales)
                       channel: [E, out, 1]
                       block:   [E, ceil(out/128), ceil(in/128)]        (FP8 only)
-                      MXFP8:   uint8 E8M0 [E, out, in/32]
+                      MXFP8, MXFP4: uint8 E8M0 [E, out, in/32]
 """
 
 from __future__ import annotations
@@ -13,8 +14,16 @@ import torch
 
 from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
-from ..elements import decode_e4m3, decode_e8m0, encode_e4m3, floor_log2
+from ..elements import (
+    decode_e2m1,
+    decode_e4m3,
+    decode_e8m0,
+    encode_e2m1,
+    encode_e4m3,
+    floor_log2,
+)
 from ..errors import CheckpointError
+from ..packing import pack_nibbles, unpack_nibbles
 from ..schemes import (
     E8M0_BIAS,
     E8M0_NAN,
@@ -37,6 +46,7 @@ def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
                                scales=torch.ones(E, 1, 1, dtype=torch.float64,
                                                  device=w.device), block=(n_out, n_in))
     codes = _DECODE[info.element](f"{p}_weight", w)
+    n_in = codes.shape[-1]  # packed elements: more than the stored bytes
     if info.scale_encoding == "e8m0":
         scales, block = _read_e8m0(ckpt, p, E, n_out, n_in), (1, info.scale_block)
     else:
@@ -52,9 +62,12 @@ def _decode_e4m3_checked(name: str, w: torch.Tensor) -> torch.Tensor:
     return codes
 
 
-# element codec -> (stored weight -> canonical codes, canonical codes -> stored weight)
-_DECODE = {"int8": lambda name, w: w.to(torch.int32), "e4m3": _decode_e4m3_checked}
-_ENCODE = {"int8": lambda codes: codes.to(torch.int8), "e4m3": encode_e4m3}
+# element codec -> (stored weight -> canonical codes, canonical codes -> stored weight);
+# every e2m1 code is a finite value
+_DECODE = {"int8": lambda name, w: w.to(torch.int32), "e4m3": _decode_e4m3_checked,
+           "e2m1": lambda name, w: decode_e2m1(unpack_nibbles(w))}
+_ENCODE = {"int8": lambda codes: codes.to(torch.int8), "e4m3": encode_e4m3,
+           "e2m1": lambda codes: pack_nibbles(encode_e2m1(codes))}
 
 
 def _read_scale(ckpt, p, E, n_out, n_in):

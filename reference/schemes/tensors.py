@@ -6,6 +6,7 @@ Shapes are written in the sizes of one linear per expert, out x in:
     E               experts                  out, in      the linear's output and input sizes
     in/pack         in / (32 // bits), exact  groups       in / group_size (1 for group_size -1)
     ceil(in/pack)   words of a bitstream     in/32        MX blocks (in % 32 == 0)
+    in/2            bytes of two FP4 elements (in % 2 == 0)
     ceil(out/128)   DeepSeek 128 x 128 weight blocks
 
 The two linears of a layer tie them together: w13 is R x K (R = N, or 2N gated), w2 is K x N.
@@ -35,7 +36,7 @@ INT32 = (torch.int32,)
 INDEX = (torch.int32, torch.int64)
 # storage dtype of one element of an unpacked ("dense" layout) weight, per element codec
 ELEMENT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8,
-                  "e4m3": torch.float8_e4m3fn}
+                  "e4m3": torch.float8_e4m3fn, "e2m1": torch.uint8}  # e2m1: two per byte
 SCALE_DTYPES = {"float": FLOAT, "e8m0": (torch.uint8,)}
 
 # When a declared tensor must be present (every one of them may be)
@@ -118,7 +119,9 @@ def _linear_tensors(attrs, p: str) -> tuple:
     if layout != "dense":
         return PACKED_TENSORS[layout]
     info = get_scheme(attrs.scheme)
-    weight = _linear("weight", "weight", (weight_dtype(attrs),), ("E", "out", "in"))
+    per_byte = info.elements_per_byte  # elements packed along in, several to a byte
+    weight = _linear("weight", "weight", (weight_dtype(attrs),),
+                     ("E", "out", "in" if per_byte == 1 else f"in/{per_byte}"))
     if info.scale_encoding == "none":
         return (weight,)
     if info.scale_block:  # the format fixes the block: one scale per scale_block along in
