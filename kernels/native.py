@@ -28,6 +28,7 @@ from .base import BaseBackend
 from .convert import (
     convert_to_kernel_format,
     decode_e8m0,
+    element_values,
     export_canonical,
     linear_dims,
     unpack_nibbles,
@@ -70,9 +71,9 @@ def dequantize_expert(layer: MoELayer, p: str, e: int) -> torch.Tensor:
     """float32 [out, in] weights of linear `p` of local expert `e`."""
     if layer.quant.is_int_family:
         return _dequantize_int(layer, p, e)
-    w = layer.get(f"{p}_w")[e].to(torch.float32)
     if not layer.has(f"{p}_s"):
-        return w  # 16-bit weights carry no scale
+        return layer.get(f"{p}_w")[e].to(torch.float32)  # 16-bit weights carry no scale
+    w = element_values(layer.quant.info.element, layer.get(f"{p}_w")[e]).to(torch.float32)
     n_out, n_in = w.shape
     s = layer.get(f"{p}_s")[e]
     if s.dtype == torch.uint8:  # E8M0 exponents, one per 32 columns
