@@ -21,10 +21,11 @@ class ModelShape(NamedTuple):
 
 class ModelRelease(NamedTuple):
     """How a model's MoE layers ship, where one release defines them: the checkpoint scheme,
-    the activation between the GEMMs and whether the linears carry biases."""
+    the activation between the GEMMs (first the file's gate/up layout, then the layouts
+    engines convert it to) and whether the linears carry biases."""
 
     scheme: str
-    activation: str
+    activations: tuple[str, ...]
     bias: bool
 
 
@@ -37,5 +38,6 @@ MODELS: dict[str, ModelShape] = {
 # Models released in one scheme only: the suites run their layer size in that scheme, with
 # its activation and biases (the others ship in many formats and run in every scheme).
 RELEASES: dict[str, ModelRelease] = {
-    "gpt-oss-120b": ModelRelease("mxfp4", "swigluoai", bias=True),  # interleaved gate/up
+    # gate/up rows interleaved in the file; vLLM's split [gate; up] layout after conversion
+    "gpt-oss-120b": ModelRelease("mxfp4", ("swigluoai", "swigluoai-split"), bias=True),
 }

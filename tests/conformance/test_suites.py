@@ -138,3 +138,23 @@ def test_grouped_schemes_have_n_at_or_below_the_group_over_two_k_groups(suite):
                 and c.problem.N <= g and c.problem.K >= 2 * g
                 and torch_backend.supports(quant, c.problem) is None]
         assert hits, (name, scheme)
+
+
+def test_a_released_scheme_runs_its_models_pairing():
+    """gpt-oss ships in mxfp4 with interleaved swigluoai and biases: every mxfp4 variant runs
+    at full depth with them, the split layout is an option, and the gpt-oss layer size runs
+    in mxfp4 only (in the GPU suites: smoke holds no model size)."""
+    smoke = build_suite("smoke", ["torch"], ["mxfp4", "gptq-int4"])
+    full = [c for c in smoke if c.scheme == "mxfp4" and c.depth == "full"]
+    assert full and all(c.problem.activation == "swigluoai" and c.problem.bias for c in full)
+    mx_acts = {(c.problem.activation, c.problem.bias) for c in smoke if c.scheme == "mxfp4"}
+    assert {("swigluoai-split", True), ("silu", False)} <= mx_acts
+    assert all(c.problem.activation == "silu" for c in smoke
+               if c.scheme == "gptq-int4" and c.depth == "full")
+    assert all(c.problem.K < 1024 for c in smoke)
+    for name in ("ci", "certify"):
+        gpt_oss = {c.scheme: c.problem for c in build_suite(name, ["torch"])
+                   if (c.problem.E, c.problem.K, c.problem.N) == (128, 2880, 2880)}
+        assert set(gpt_oss) == {"mxfp4"}, name
+        assert gpt_oss["mxfp4"].activation == "swigluoai" and gpt_oss["mxfp4"].bias
+        assert gpt_oss["mxfp4"].topk == 4
