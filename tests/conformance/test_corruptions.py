@@ -47,6 +47,7 @@ VARIANTS = {
     "fp8-block": ("fp8-w8a16", dict(weight_strategy="block"), P),
     "fp8-tensor": ("fp8-w8a16", dict(weight_strategy="tensor"), P),
     "mxfp8": ("mxfp8", {}, P),
+    "mxfp4": ("mxfp4", {}, P_BIAS),  # gpt-oss: biases
     "bf16": ("bf16", {}, P_BIAS),
 }
 BACKENDS = ("torch", "triton", "xpu")
@@ -158,6 +159,8 @@ def corruptions(variant: str) -> list[Corruption]:
         wrong = torch.int64 if d.dtypes == INT32 else torch.float64
         as_float = t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
         out.append(Corruption(variant, name, "dtype", _set(name, as_float.to(wrong))))
+        if t.dtype == torch.uint8:  # packed e2m1 or E8M0 bytes read as signed
+            out.append(Corruption(variant, name, "dtype-int8", _set(name, t.view(torch.int8))))
         if d.required(ckpt.sym, ckpt.act_order, problem.bias):
             out.append(Corruption(variant, name, "missing", _drop(name),
                                   needs_problem=not d.required(ckpt.sym, ckpt.act_order,
@@ -173,7 +176,7 @@ def corruptions(variant: str) -> list[Corruption]:
                               _set(extra, torch.ones(problem.E, 8, dtype=torch.int32))))
     if ckpt.info.group_sizes:
         out.append(Corruption(variant, "group_size", "zero", _attr(group_size=0)))
-        if ckpt.group_size not in (-1, 64) and ckpt.info.family != "mxfp8":
+        if ckpt.group_size not in (-1, 64) and not ckpt.info.scale_block:
             # 64 divides K = 64 but not N = 32
             out.append(Corruption(variant, "group_size", "not-dividing-n",
                                   _attr(group_size=64)))
