@@ -380,4 +380,5 @@ def _convert_biases(layer: MoELayer) -> dict[str, torch.Tensor]:
 
 
 __all__ = ["convert_to_kernel_format", "decode_e2m1", "decode_e8m0", "element_values",
-           "export_canonical", "group_cols", "linear_dims", "pack_nibbles", "pow2", "unpack_nibbles", "unpack_words"]
+           "export_canonical", "group_cols", "linear_dims", "pack_nibbles", "pow2",
+           "unpack_nibbles", "unpack_words"]

@@ -147,6 +147,7 @@ _HOOKED_CASES = [
     ("gptq-int4", {"act_order": True, "group_size": 32}, {"bias": True}),
     ("int8-w8a8", {"activation": "static-tensor"}, {}),
     ("mxfp8", {"activation": "mxfp8"}, {}),
+    ("mxfp4", {}, {"activation": "swigluoai", "bias": True}),
     ("fp8-w8a16", {"weight_strategy": "block"}, {"K": 256}),
 ]
 
