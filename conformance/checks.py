@@ -12,6 +12,8 @@
     token_order    permuted tokens give the permuted output (within the tolerance entry)
     reload         a second checkpoint loaded into a processed layer equals a fresh load
     exact          structured inputs whose output is exactly representable, bit for bit
+    malformed      the checkpoint with one value its format rejects (E8M0 0xFF) is refused,
+                   the error naming the tensor
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ from moecert.kernels import NoBackendError, select_backend
 from moecert.kernels.oracle import backend_reason, priority
 from moecert.kernels.platform import platform_of_device
 from moecert.reference import CanonicalLinear, canonicalize, moe
+from moecert.reference.schemes import E8M0_NAN
 
 from .comparators import assert_bitwise_equal
 from .context import RELOAD_SEED_OFFSET, CaseRun, StepFailed, fresh_copy, unchanged
 from .inputs import Inputs
 
 LIGHT = ("claims", "oracle", "accuracy", "fully_written", "no_mutation")
-FULL = (*LIGHT, "canonical", "determinism", "process_twice", "token_order", "reload", "exact")
+FULL = (*LIGHT, "canonical", "determinism", "process_twice", "token_order", "reload", "exact",
+        "malformed")
 # Checks that judge the case without running it on an unclaimed combination.
 _RUN_ANYWAY = ("claims", "oracle")
 
@@ -249,12 +253,36 @@ def exact_case(case):
                                          N=min(P.N, EXACT_MAX_DIM)))
 
 
+# Values a format rejects, by the codec that stores them (the scheme table's scale_encoding):
+# (tensor suffix, the value, what it is). A backend that reads one as a number computes with
+# it (E8M0 0xFF, the NaN block scale and a padding value, taken as 2^128).
+REJECTED_VALUES = {"e8m0": ("weight_scale", E8M0_NAN, "E8M0 0xFF (NaN)")}
+
+
+def check_malformed(run: CaseRun) -> Outcome:
+    rejected = REJECTED_VALUES.get(run.quant.info.scale_encoding)
+    if rejected is None:
+        return Outcome("skip", f"no rejected value declared for {run.quant.scheme}'s storage")
+    suffix, value, what = rejected
+    name = f"w13_{suffix}"
+    ckpt = fresh_copy(run.checkpoint)
+    ckpt.tensors[name][(0,) * ckpt.tensors[name].dim()] = value
+    try:
+        run.apply(run.new_layer(ckpt))
+    except Exception as e:
+        if name in str(e):
+            return passed(f"refused a {name} holding {what}: {e}")
+        return failed(f"refused a {name} holding {what}, but the error does not name it: "
+                      f"{type(e).__name__}: {e}")
+    return failed(f"accepted a {name} holding {what} and computed with it")
+
+
 CHECKS: dict[str, Callable[[CaseRun], Outcome]] = {
     "claims": check_claims, "oracle": check_oracle, "accuracy": check_accuracy,
     "fully_written": check_fully_written, "no_mutation": check_no_mutation,
     "canonical": check_canonical, "determinism": check_determinism,
     "process_twice": check_process_twice, "token_order": check_token_order,
-    "reload": check_reload, "exact": check_exact,
+    "reload": check_reload, "exact": check_exact, "malformed": check_malformed,
 }
 assert tuple(CHECKS) == FULL
 

@@ -50,7 +50,7 @@ from moecert.reference import (
     dequantize,
 )
 from moecert.reference.activations import apply_activation
-from moecert.reference.elements import pow2, round_to_e4m3
+from moecert.reference.elements import pow2, round_to_e2m1, round_to_e4m3
 from moecert.reference.layouts import write_linear
 from moecert.reference.moe import quantize_activation, round_to_activation_dtype
 from moecert.reference.quantize import fp8_block_shape
@@ -58,6 +58,7 @@ from moecert.reference.schemes import (
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
     ACT_STATIC_TENSOR,
+    F4E2M1_MAX,
     F8E4M3_MAX,
     INT8_MAX,
     STRATEGY_TENSOR,
@@ -511,11 +512,19 @@ def _lowbit(v: torch.Tensor) -> torch.Tensor:
     return low
 
 
-def _block_scales(gen, low: torch.Tensor, top: torch.Tensor, code_max: float, integer: bool
-                  ) -> torch.Tensor:
+# Float elements: (rounding, largest value, the range of log2(scale) - floor(log2 top)). E4M3
+# codes take top / scale in [16, 128); E2M1 codes 3 * 2^q / scale in {6, 3, 1.5} (2^q in
+# {4, 2, 1}), the block's values being +-{1, 3} * 2^q of one q, so 2^q / scale >= 1/2.
+FLOAT_CODES = {"e4m3": (round_to_e4m3, F8E4M3_MAX, (-6, -4)),
+               "e2m1": (round_to_e2m1, F4E2M1_MAX, (-2, 0))}
+
+
+def _block_scales(gen, low: torch.Tensor, top: torch.Tensor, code_max: float, integer: bool,
+                  element: str = "e4m3") -> torch.Tensor:
     """Power-of-two scales for blocks whose non-zeros have lowest bit `low` and largest
-    magnitude `top`: integer codes need scale <= low and top / scale <= code_max; E4M3 codes
-    take top / scale in [16, 128). Empty blocks draw a scale near 1."""
+    magnitude `top`: integer codes need scale <= low and top / scale <= code_max; float codes
+    take top / scale in their element's range (FLOAT_CODES). Empty blocks draw a scale near
+    1."""
     empty = torch.isinf(low)
     if integer:
         ratio = torch.where(empty, 1.0, top / low)
@@ -527,7 +536,8 @@ def _block_scales(gen, low: torch.Tensor, top: torch.Tensor, code_max: float, in
         s = torch.where(empty, 1.0, low) * pow2(-shift)
     else:
         ex = torch.frexp(torch.where(empty, 1.0, top))[1] - 1
-        s = pow2(ex - 5 + torch.randint(-1, 2, low.shape, generator=gen))
+        lo, hi = FLOAT_CODES[element][2]
+        s = pow2(ex + torch.randint(lo, hi + 1, low.shape, generator=gen))
     wild = pow2(torch.randint(-3, 2, low.shape, generator=gen))
     return torch.where(empty, wild, s)
 
@@ -542,15 +552,16 @@ def _encode_blocks(gen, V: torch.Tensor, block: tuple[int, int], element: str):
     low = _lowbit(blocks).amin(dim=(2, 4))
     top = blocks.abs().amax(dim=(2, 4))
     integer = element == "int8"
-    s = _block_scales(gen, low, top, INT8_MAX, integer)
+    s = _block_scales(gen, low, top, INT8_MAX, integer, element)
     full = s.repeat_interleave(rows, 1)[:, :n_out].repeat_interleave(cols, 2)[:, :, :n_in]
     codes = V / full
     if integer:
         _expect_codes((codes == torch.round(codes)) & (codes.abs() <= INT8_MAX), "int8 codes")
         codes = codes.to(torch.int32)
     else:
-        _expect_codes((round_to_e4m3(codes) == codes) & (codes.abs() <= F8E4M3_MAX),
-                      "E4M3 codes")
+        rounding, top_code, _ = FLOAT_CODES[element]
+        _expect_codes((rounding(codes) == codes) & (codes.abs() <= top_code),
+                      f"{element.upper()} codes")
     return codes, s
 
 

@@ -1,8 +1,12 @@
 """The suites: which cases run, on which shapes, with which checks.
 
     smoke    CPU, every backend x every scheme variant on small shapes, Triton interpreted
-    ci       GPU, the three model shapes plus the edge shapes at realistic sizes
+    ci       GPU, the model shapes plus the edge shapes at realistic sizes
     certify  everything: all variants x options x shapes, several seeds
+
+A scheme a model is released in (reference/models.py's RELEASES: gpt-oss in mxfp4) runs its
+variants with that model's activation and biases, and its other gate/up layouts as options;
+the released model's layer size runs in that scheme only.
 
 Every suite has the edge shapes: M = 0, 1, block-1, block+1; N below, at and off the group
 size, with at least two groups along K; K off the kernel tile; an expert with every token and
@@ -21,7 +25,7 @@ from dataclasses import dataclass, fields, replace
 from moecert.kernels import QuantConfig, backend_names
 from moecert.kernels.oracle import scheme_variants
 from moecert.reference import SCHEME_NAMES, SCHEMES, MoEProblem
-from moecert.reference.models import MODELS, SHIPPED, Shipped, ships_in
+from moecert.reference.models import MODELS, RELEASES, ships_in
 from moecert.reference.schemes import FP8_BLOCK, STRATEGY_BLOCK, checkpoint_shape_issue
 
 from .cases import Case
@@ -49,7 +53,7 @@ SPECS = {
     "ci": SuiteSpec(MoEProblem(M=64, K=1024, N=512, E=16, topk=4),
                     MoEProblem(M=33, K=512, N=256, E=8, topk=2),
                     models=(("qwen3-30b-a3b", 64), ("mixtral-8x7b", 16),
-                            ("deepseek-v3", 64))),
+                            ("deepseek-v3", 64), ("gpt-oss-120b", 64))),
     "certify": SuiteSpec(MoEProblem(M=64, K=1024, N=512, E=16, topk=4),
                          MoEProblem(M=33, K=512, N=256, E=8, topk=2),
                          # decode and prefill ends; model-size cases hold the GPU alone,
@@ -83,7 +87,7 @@ def build_suite(name: str, backends=None, schemes=None) -> list[Case]:
         for scheme in schemes:
             for i, quant in enumerate(scheme_variants(scheme)):
                 attrs = variant_attrs(quant)
-                base = _variant_base(spec.base, quant)
+                base = _released(_variant_base(spec.base, quant), scheme)
                 for backend in backends:
                     add(Case(backend, scheme, base, attrs, seed, depth="full"))
                     # every variant gets the options once; the later seeds repeat them on
@@ -108,6 +112,17 @@ def _variant_base(P: MoEProblem, quant: QuantConfig) -> MoEProblem:
         unit = FP8_BLOCK
     if unit and min(P.K, P.N) < 2 * unit:
         return replace(P, K=max(P.K, 2 * unit), N=max(P.N, 2 * unit))
+    return P
+
+
+def _releases(scheme: str):
+    return [r for r in RELEASES.values() if r.scheme == scheme]
+
+
+def _released(P: MoEProblem, scheme: str) -> MoEProblem:
+    """P with the activation and biases of the model released in `scheme`, if one is."""
+    for release in _releases(scheme):
+        return replace(P, activation=release.activations[0], bias=release.bias)
     return P
 
 
@@ -148,6 +163,9 @@ def _edge_cases(spec: SuiteSpec, backend: str, scheme: str, quant: QuantConfig, 
     yield case(replace(P, activation="swigluoai", bias=True))
     yield case(replace(P, activation="relu2"))
     yield case(replace(P, activation_format="batched"))
+    for release in _releases(scheme):  # the released model's other gate/up layouts
+        for activation in release.activations[1:]:
+            yield case(replace(P, activation=activation, bias=release.bias))
     if spec.models:  # realistic sizes: the options again on a larger layer
         yield case(replace(spec.base, activation="gelu", bias=True))
         yield case(replace(spec.base, activation="swigluoai-split"))
@@ -163,19 +181,21 @@ def _model_cases(spec: SuiteSpec, backend: str, scheme: str, seed: int):
 
 
 def model_problem(model: str, scheme: str, M: int) -> MoEProblem | None:
-    """`model`'s layer at M tokens as `scheme` runs it (None: the model does not ship in that
-    scheme, reference/models.py). 16-bit weights of DeepSeek-V3 (22 GB a copy) run as one
-    expert-parallel rank's share, as they are deployed: every 8th expert local."""
+    """`model`'s layer at M tokens as `scheme` runs it (None: the model is released in
+    another scheme only, reference/models.py), with the release's activation and biases.
+    16-bit weights of DeepSeek-V3 (22 GB a copy) run as one expert-parallel rank's share, as
+    they are deployed: every 8th expert local."""
     if not ships_in(model, scheme):
         return None
     E, K, N, topk = MODELS[model]
-    shipped = SHIPPED.get(model, Shipped(()))
+    release = RELEASES.get(model)
+    extra = {} if release is None else {"activation": release.activations[0],
+                                        "bias": release.bias}
     expert_map = None
     if model == "deepseek-v3" and SCHEMES[scheme].weight_bits == 16:
         expert_map = tuple(i // 8 if i % 8 == 0 else -1 for i in range(E))
         E //= 8
-    return MoEProblem(M=M, K=K, N=N, E=E, topk=topk, activation=shipped.activation,
-                      bias=shipped.bias, expert_map=expert_map)
+    return MoEProblem(M=M, K=K, N=N, E=E, topk=topk, expert_map=expert_map, **extra)
 
 
 def shard(cases: list[Case], index: int, count: int) -> list[Case]:

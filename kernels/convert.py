@@ -16,6 +16,8 @@ w2: out = K, in = N):
   int8 / fp8  {p}_w int8 / float8_e4m3fn [E, out, in], {p}_s float32 [E, R, C],
               meta["{p}_block"] = (rows, cols): W[e, o, k] = w * s[e, o // rows, k // cols]
   mxfp8       {p}_w float8_e4m3fn [E, out, in], {p}_s uint8 E8M0 [E, out, in/32], block (1, 32)
+  mxfp4       {p}_w uint8 [E, out, in/2] (the file's bytes: e2m1 column 2j in the low nibble,
+              2j+1 in the high nibble), {p}_s uint8 E8M0 [E, out, in/32], block (1, 32)
   nvfp4       {p}_w uint8 [E, out, in/2] e2m1 pairs (column 2j in the low nibble),
               {p}_s float8_e4m3fn [E, out, in/16], block (1, 16), {p}_gs float64 [E, G] the
               global multipliers (G = 2 for w13 shards: rows o < out/2 take column 0, else 1;
@@ -269,7 +271,7 @@ def _export_int(layer: MoELayer, p: str) -> ExportedLinear:
                           block=(1, layer.meta[f"{p}_group_cols"]), zeros=zeros, g_idx=g_idx)
 
 
-# --- unpacked families: 16-bit, int8, fp8, mxfp8 --------------------------------------------
+# --- unpacked families: 16-bit, int8, fp8, mxfp8, mxfp4 (bytes kept as stored) -------------
 
 def _convert_dense_linear(layer: MoELayer, p: str):
     q = layer.quant
@@ -353,6 +355,17 @@ def decode_e2m1(nibbles: torch.Tensor, dtype: torch.dtype = torch.float32) -> to
     return torch.where(c & 8 != 0, -magnitude, magnitude)
 
 
+def element_values(element: str, w: torch.Tensor, dtype: torch.dtype = torch.float32
+                   ) -> torch.Tensor:
+    """The values of stored weight elements [..., in] in `dtype`: int8 codes as int32,
+    e2m1 bytes [..., in/2] unpacked (2j low nibble) and decoded, e4m3 / 16-bit converted."""
+    if element == "int8":
+        return w.to(torch.int32)
+    if element == "e2m1":
+        return decode_e2m1(unpack_nibbles(w, 2 * w.shape[-1]), dtype)
+    return w.to(dtype)
+
+
 def pow2(e: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """2^e for integer e (float32: -149..127, float64: -1074..1023), from the bit pattern."""
     if dtype == torch.float64:
@@ -369,21 +382,20 @@ def pow2(e: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 def _export_dense(layer: MoELayer, p: str) -> ExportedLinear:
     info = layer.quant.info
     w = layer.get(f"{p}_w")
-    E, n_out, n_in = w.shape
+    E, n_out, n_in = w.shape[0], *linear_dims(layer, p)
     if not info.quantized:
         return ExportedLinear(codes=w.to(torch.float64),
                               scales=torch.ones(E, 1, 1, dtype=torch.float64, device=w.device),
                               block=(n_out, n_in))
+    codes = element_values(info.element, w, torch.float64)
     s = layer.get(f"{p}_s")
     scales = (decode_e8m0(s, torch.float64) if info.scale_encoding == "e8m0"
               else s.to(torch.float64))
     block = tuple(layer.meta[f"{p}_block"])
     if layer.has(f"{p}_gs"):  # NVFP4: e2m1 pairs, global multipliers per shard
-        codes = decode_e2m1(unpack_nibbles(w, 2 * w.shape[2]), torch.float64)
         gs = layer.get(f"{p}_gs")
         return ExportedLinear(codes=codes, scales=scales, block=block,
                               global_scale=gs.repeat_interleave(n_out // gs.shape[1], dim=1))
-    codes = w.to(torch.int32) if info.element == "int8" else w.to(torch.float64)
     return ExportedLinear(codes=codes, scales=scales, block=block)
 
 
@@ -414,5 +426,6 @@ def _convert_biases(layer: MoELayer) -> dict[str, torch.Tensor]:
 
 
 __all__ = ["convert_to_kernel_format", "decode_e2m1", "decode_e4m3", "decode_e8m0",
+           "element_values",
            "export_canonical", "group_cols", "linear_dims", "pack_nibbles", "pow2",
            "unpack_nibbles", "unpack_words"]

@@ -29,9 +29,9 @@ from .activations import apply_activation, quantize_activation
 from .base import BaseBackend
 from .convert import (
     convert_to_kernel_format,
-    decode_e2m1,
     decode_e4m3,
     decode_e8m0,
+    element_values,
     export_canonical,
     linear_dims,
     unpack_nibbles,
@@ -79,9 +79,9 @@ def dequantize_expert(layer: MoELayer, p: str, e: int) -> torch.Tensor:
         return _dequantize_int(layer, p, e)
     if layer.has(f"{p}_gs"):
         return _dequantize_nvfp4(layer, p, e)
-    w = layer.get(f"{p}_w")[e].to(torch.float32)
     if not layer.has(f"{p}_s"):
-        return w  # 16-bit weights carry no scale
+        return layer.get(f"{p}_w")[e].to(torch.float32)  # 16-bit weights carry no scale
+    w = element_values(layer.quant.info.element, layer.get(f"{p}_w")[e]).to(torch.float32)
     n_out, n_in = w.shape
     s = layer.get(f"{p}_s")[e]
     if s.dtype == torch.uint8:  # E8M0 exponents, one per 32 columns
@@ -94,7 +94,7 @@ def dequantize_expert(layer: MoELayer, p: str, e: int) -> torch.Tensor:
 def _dequantize_nvfp4(layer: MoELayer, p: str, e: int) -> torch.Tensor:
     """e2m1 pairs times e4m3 block scales per 16 columns times the shard's global factor."""
     n_out, n_in = linear_dims(layer, p)
-    w = decode_e2m1(unpack_nibbles(layer.get(f"{p}_w")[e], n_in))
+    w = element_values("e2m1", layer.get(f"{p}_w")[e])
     gs = layer.get(f"{p}_gs")[e].to(torch.float32)  # [1] or [2]: w1 rows, w3 rows
     s = decode_e4m3(layer.get(f"{p}_s")[e]) * gs.repeat_interleave(n_out // gs.numel())[:, None]
     return (w.view(n_out, -1, NVFP4_BLOCK) * s.unsqueeze(-1)).view(n_out, n_in)

@@ -65,18 +65,24 @@ def ceil_log2(x: torch.Tensor) -> torch.Tensor:
     return torch.where(mantissa == 0.5, exp - 1, exp).to(torch.float64)
 
 
+ROUNDINGS = ("rne", "rna")  # ties to even; ties away from zero
+
+
 def _round_minifloat(x: torch.Tensor, mantissa_bits: int, min_normal_exp: int,
-                     max_value: float) -> torch.Tensor:
+                     max_value: float, rounding: str = "rne") -> torch.Tensor:
     """Round float64 values to the nearest value of a sign-magnitude minifloat with
-    `mantissa_bits`, subnormals below 2^min_normal_exp and no infinity, ties to even,
-    saturating at ±max_value. The spacing around |x| is
+    `mantissa_bits`, subnormals below 2^min_normal_exp and no infinity, saturating at
+    ±max_value; ties to even ("rne") or away from zero ("rna"). The spacing around |x| is
     2^(max(floor(log2|x|), min_normal_exp) - mantissa_bits); on that grid "even" is an even
     multiple of the spacing, which is the element with mantissa LSB 0."""
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"unknown rounding {rounding!r}; known: {', '.join(ROUNDINGS)}")
     x = x.to(torch.float64)
     mag = x.abs().clamp(max=max_value)
     exp = floor_log2(mag.clamp(min=2.0**-30)).clamp(min=min_normal_exp)
     ulp = pow2(exp - mantissa_bits)
-    rounded = (torch.round(mag / ulp) * ulp).clamp(max=max_value)
+    steps = torch.round(mag / ulp) if rounding == "rne" else torch.floor(mag / ulp + 0.5)
+    rounded = (steps * ulp).clamp(max=max_value)
     return torch.where(torch.isnan(x), x, torch.copysign(rounded, x))
 
 
@@ -85,10 +91,13 @@ def round_to_e4m3(x: torch.Tensor) -> torch.Tensor:
     return _round_minifloat(x, F8E4M3_MANTISSA_BITS, F8E4M3_MIN_NORMAL_EXP, F8E4M3_MAX)
 
 
-def round_to_e2m1(x: torch.Tensor) -> torch.Tensor:
+def round_to_e2m1(x: torch.Tensor, rounding: str = "rne") -> torch.Tensor:
     """Round float64 values to the nearest FP4 E2M1 value (±{0, 0.5, 1, 1.5, 2, 3, 4, 6}),
-    ties to even, saturating at ±6 (OCP MX v1.0 §5.3.3: conversions to FP4 saturate)."""
-    return _round_minifloat(x, F4E2M1_MANTISSA_BITS, F4E2M1_MIN_NORMAL_EXP, F4E2M1_MAX)
+    ties to even (or away from zero: rounding "rna", as OpenAI's triton_kernels
+    `downcast_to_mxfp` rounds), saturating at ±6 (OCP MX v1.0 §5.3.3: conversions to FP4
+    saturate)."""
+    return _round_minifloat(x, F4E2M1_MANTISSA_BITS, F4E2M1_MIN_NORMAL_EXP, F4E2M1_MAX,
+                            rounding)
 
 
 def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:

@@ -19,13 +19,14 @@ class ModelShape(NamedTuple):
     topk: int
 
 
-class Shipped(NamedTuple):
-    """How a model's checkpoints ship, where that narrows what is worth checking or timing at
-    its size: the schemes it comes in and its layer's options."""
+class ModelRelease(NamedTuple):
+    """How a model's MoE layers ship, where one release defines them: the checkpoint scheme,
+    the activation between the GEMMs (first the file's gate/up layout, then the layouts
+    engines convert it to) and whether the linears carry biases."""
 
-    schemes: tuple[str, ...]
-    activation: str = "silu"
-    bias: bool = False
+    scheme: str
+    activations: tuple[str, ...]
+    bias: bool
 
 
 MODELS: dict[str, ModelShape] = {
@@ -34,14 +35,15 @@ MODELS: dict[str, ModelShape] = {
     "deepseek-v3": ModelShape(256, 7168, 2048, 8),
     "gpt-oss-120b": ModelShape(128, 2880, 2880, 4),
 }
-# A model not listed runs in every scheme, silu, no bias. A listed scheme this moecert does not
-# have yet (mxfp4) leaves the model out.
-SHIPPED: dict[str, Shipped] = {
-    "gpt-oss-120b": Shipped(("mxfp4",), activation="swigluoai", bias=True),
+# Models released in one scheme only: the suites run their layer size in that scheme, with
+# its activation and biases (the others ship in many formats and run in every scheme).
+RELEASES: dict[str, ModelRelease] = {
+    # gate/up rows interleaved in the file; vLLM's split [gate; up] layout after conversion
+    "gpt-oss-120b": ModelRelease("mxfp4", ("swigluoai", "swigluoai-split"), bias=True),
 }
 
 
 def ships_in(model: str, scheme: str) -> bool:
     """Whether `model` is checked and timed in `scheme` at its full size."""
-    shipped = SHIPPED.get(model)
-    return shipped is None or scheme in shipped.schemes
+    release = RELEASES.get(model)
+    return release is None or release.scheme == scheme

@@ -11,7 +11,16 @@ from __future__ import annotations
 import torch
 
 from .canonical import CanonicalLinear, broadcast_scale_columns, broadcast_scale_rows
-from .elements import mx_scale, mx_scale_exponent, round_to_e2m1, round_to_e4m3
+from .elements import (
+    F4E2M1_EMAX,
+    F4E2M1_MANTISSA_BITS,
+    F8E4M3_EMAX,
+    F8E4M3_MANTISSA_BITS,
+    mx_scale,
+    mx_scale_exponent,
+    round_to_e2m1,
+    round_to_e4m3,
+)
 from .schemes import F4E2M1_MAX, F8E4M3_MAX, FP8_BLOCK, INT8_MAX, INT8_MIN, MX_BLOCK, NVFP4_BLOCK
 
 # NVFP4's global scale maps a tensor's amax to the largest block scale times the largest
@@ -94,13 +103,28 @@ def quantize_scaled(w: torch.Tensor, block: tuple[int, int], element: str) -> Ca
     return CanonicalLinear(codes=codes, scales=scale, block=block)
 
 
+# MX element codecs: (emax, largest value, mantissa bits) for the scale rule
+MX_ELEMENTS = {"e4m3": (F8E4M3_EMAX, F8E4M3_MAX, F8E4M3_MANTISSA_BITS),
+               "e2m1": (F4E2M1_EMAX, F4E2M1_MAX, F4E2M1_MANTISSA_BITS)}
+
+
+def quantize_mx(w: torch.Tensor, rule: str, element: str, rounding: str = "rne"
+                ) -> CanonicalLinear:
+    """MX: an E8M0 scale 2^exp per 32 along the input dimension, exp by `rule` from the
+    block's amax and the element's emax (`mx_scale_exponent`), elements w / 2^exp rounded to
+    `element` (E4M3, or E2M1 with ties to even or away, `rounding`), saturating."""
+    w = w.to(torch.float64)
+    emax, top, mbits = MX_ELEMENTS[element]
+    exp = mx_scale_exponent(_groups(w, MX_BLOCK).abs().amax(-1), rule, emax, top, mbits)
+    scale = mx_scale(exp)
+    x = w / scale.repeat_interleave(MX_BLOCK, dim=2)
+    codes = round_to_e4m3(x) if element == "e4m3" else round_to_e2m1(x, rounding)
+    return CanonicalLinear(codes=codes, scales=scale, block=(1, MX_BLOCK))
+
+
 def quantize_mxfp8(w: torch.Tensor, rule: str) -> CanonicalLinear:
     """E4M3 elements with an E8M0 scale 2^exp per 32 along the input dimension."""
-    w = w.to(torch.float64)
-    exp = mx_scale_exponent(_groups(w, MX_BLOCK).abs().amax(-1), rule)
-    scale = mx_scale(exp)
-    codes = round_to_e4m3(w / scale.repeat_interleave(MX_BLOCK, dim=2))
-    return CanonicalLinear(codes=codes, scales=scale, block=(1, MX_BLOCK))
+    return quantize_mx(w, rule, "e4m3")
 
 
 def nvfp4_global_scale(amax: torch.Tensor, convention: str) -> torch.Tensor:

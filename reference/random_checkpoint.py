@@ -23,7 +23,7 @@ from .quantize import NVFP4_RANGE
 from .schemes.tensors import INT32, declared_tensors, layer_sizes, tensor_shapes
 
 # std of uniform codes over [-2^(b-1), 2^(b-1)), of unit normals rounded to e4m3, and of
-# uniform e2m1 codes (rms of 0, 0.5, 1, 1.5, 2, 3, 4, 6)
+# uniform e2m1 codes (mean square of 0, .5, 1, 1.5, 2, 3, 4, 6 = 8.5625)
 _CODE_STD = {"int4": 4.6, "int8": 73.9, "e4m3": 1.0, "e2m1": 2.93}
 # NVFP4 block scales drawn about this e4m3 value; the global scale brings the product to the
 # weights' 1/sqrt(in)
@@ -86,12 +86,15 @@ class _Draw:
                                  dtype=torch.int8)
         if dtype == torch.float8_e4m3fn:  # unit normal values rounded by torch's e4m3 cast
             return self._randn(*shape).to(dtype)
+        if dtype == torch.uint8:  # e2m1 pairs: every byte is two valid codes
+            return torch.randint(0, 256, shape, generator=self.gen, device=self.device,
+                                 dtype=torch.int32).to(torch.uint8)
         return (self._randn(*shape) / self._n_in(d)**0.5).to(dtype)
 
     def scale(self, d, shape):
         n_in = self._n_in(d)
-        if d.dtypes == (torch.uint8,):  # E8M0 exponents about 1/sqrt(in)
-            center = 127 - round(0.5 * math.log2(n_in))
+        if d.dtypes == (torch.uint8,):  # E8M0 exponents: weights about 1/sqrt(in)
+            center = 127 - round(math.log2(_CODE_STD[self.info.element] * n_in**0.5))
             return torch.randint(center - 1, center + 2, shape, generator=self.gen,
                                  device=self.device, dtype=torch.int32).to(torch.uint8)
         if d.dtypes == (torch.float8_e4m3fn,):  # NVFP4 block scales, > 0

@@ -31,8 +31,11 @@ class FormatRecord:
     scale_dtype: str  # dtype the producing tool writes
     global_scale: str  # "none", "multiply", "divide"
     scale_rule: str  # how the producing tool chooses scales (used by synthesize)
-    element_rounding: str  # "rne" (round half to even) for every format here
+    element_rounding: str  # "rne" (round half to even) or "rna" (half away from zero)
     nonfinite: str  # what non-finite values mean
+    # MX formats: the producing tool's E8M0 rule (`elements.mx_scale_exponent`'s rule) that
+    # synthesize uses for the weights; None: the checkpoint's mx_scale_rule attribute
+    mx_rule: str | None = None
 
 
 def _int_record(name, version, bits, **kw) -> FormatRecord:
@@ -114,6 +117,19 @@ RECORDS: dict[str, FormatRecord] = {
                "amax) per linear (per w1 / w3 shard), stored; block scale e4m3(block_amax / 6 "
                "* g), 0 -> 1; codes = e2m1 RNE of w / (block scale / g). Input global scales: "
                "448 * 6 / amax (the reciprocal of ModelOpt's input_scale)."),
+        # gpt-oss's experts. The producing tool: OpenAI's triton_kernels
+        # `numerics_details/mxfp/downcast_to_mxfp` (transformers' Mxfp4HfQuantizer and the
+        # gpt-oss reference quantize with it, default DequantScaleRoundingMode.ROUND_UP):
+        # scale = 2^ceil(log2(amax / 6)) from the fp32 bit pattern (never saturates, unlike
+        # OCP's floor(log2 amax) - 2), elements rounded half away from zero (+1 at the bit
+        # below e2m1's mantissa, then shifted), saturating at 6.
+        FormatRecord(
+            "mxfp4-e2m1", "ocp-mx-1.0",
+            "weight uint8 [E, out, in/2] (e2m1 element 2j in the low nibble, 2j+1 high)", "in",
+            "dense", "lsb-first", None, 0, None, None, "weight_scale uint8 E8M0 [E, out, in/32]",
+            "e8m0", "none",
+            "triton_kernels downcast_to_mxfp ROUND_UP: 2^ceil(log2(amax / 6)) (rceil)", "rna",
+            "rejected: E8M0 0xFF (NaN block); every e2m1 code is finite", mx_rule="rceil"),
         FormatRecord(
             "dense", "1", "weight bf16/fp16 [E, out, in]", None, None, None, None, 0, None, None,
             "none", "model", "none", "none", "none", "rejected: non-finite weights"),

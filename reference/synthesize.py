@@ -23,7 +23,7 @@ from .quantize import (
     fp8_block_shape,
     nvfp4_global_scale,
     quantize_int_groups,
-    quantize_mxfp8,
+    quantize_mx,
     quantize_nvfp4,
     quantize_scaled,
 )
@@ -97,8 +97,9 @@ def quantize_weights(ckpt: Checkpoint, w: torch.Tensor, gen: torch.Generator, pr
         return quantize_int_groups(w, info.weight_bits, g, ckpt.sym, layout_family(ckpt),
                                    scale_dtype(rec.scale_dtype, model_dtype), g_idx,
                                    min_zero=1 if rec.zero_domain == "unsigned-minus-one" else 0)
-    if info.scale_encoding == "e8m0":
-        return quantize_mxfp8(w, ckpt.mx_scale_rule)
+    if info.scale_encoding == "e8m0":  # the producing tool's rule where the record names one
+        return quantize_mx(w, rec.mx_rule or ckpt.mx_scale_rule, info.element,
+                           rec.element_rounding)
     if info.global_scale == "tensor":
         return quantize_nvfp4(w, shards if n_out % 2 == 0 else 1, rec.global_scale)
     # fp8 producers (llm-compressor) write one scale per w1 / w3 shard

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 from moecert.kernels.native import TorchBackend
-from moecert.reference.schemes import AWQ_PACK_ORDER
+from moecert.reference.schemes import AWQ_PACK_ORDER, E8M0_NAN
 
 
 def _put_if(layer, name: str, fn) -> None:
@@ -262,3 +262,35 @@ class CtGlobalScaleNotInverted(TorchBackend):
         if layer.quant.checkpoint_format == "ct":
             for p in ("w13", "w2"):
                 _put_if(layer, f"{p}_gs", lambda g: 1.0 / g)
+
+
+class E8M0NanReadAsScale(TorchBackend):
+    """E8M0 0xFF bytes (NaN, and the padding of swizzled scale tensors) not refused: decoded
+    like any byte, 2^(255 - 127) = 2^128, which is inf in fp32."""
+
+    name = "mutant-e8m0-0xff-as-scale"
+
+    def convert(self, layer) -> None:
+        nan = {}
+        for p in ("w13", "w2"):  # hide the bytes from the check, then put them back
+            name = f"{p}_weight_scale"
+            if layer.has(name) and layer.get(name).dtype == torch.uint8:
+                nan[p] = layer.get(name) == E8M0_NAN
+                layer.put(name, torch.where(nan[p], 0, layer.get(name)).to(torch.uint8))
+        super().convert(layer)
+        for p, mask in nan.items():
+            s = layer.get(f"{p}_s")
+            layer.put(f"{p}_s", torch.where(mask, E8M0_NAN, s).to(torch.uint8).contiguous())
+
+
+class Fp4NibblesSwapped(TorchBackend):
+    """FP4 bytes unpacked high nibble first: element 2j read from the high nibble (the
+    opposite of OCP MX / gpt-oss storage), so every pair of input columns is swapped."""
+
+    name = "mutant-fp4-nibbles-swapped"
+
+    def convert(self, layer) -> None:
+        super().convert(layer)
+        if layer.quant.info.element == "e2m1":
+            for p in ("w13", "w2"):
+                _put_if(layer, f"{p}_w", lambda w: (w >> 4) | (w << 4))

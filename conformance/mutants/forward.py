@@ -14,7 +14,7 @@ import random
 
 import torch
 from moecert.kernels.activations import apply_activation, quantize_activation, swigluoai
-from moecert.kernels.convert import pow2
+from moecert.kernels.convert import element_values, pow2
 from moecert.kernels.native import TorchBackend, dequantize_expert
 from moecert.reference.schemes import (
     ACT_DYNAMIC_TENSOR,
@@ -316,10 +316,22 @@ class SwigluoaiDeinterleaved(HookedTorchBackend):
         return swigluoai(h[:, :n], h[:, n:])
 
 
+class SwigluoaiGateUpSwapped(HookedTorchBackend):
+    """gpt-oss's interleaved rows read with gate and up exchanged: gate = h[1::2] (the odd
+    rows), up = h[0::2]."""
+
+    name = "mutant-swigluoai-gate-up-swapped"
+
+    def activation(self, layer, h):
+        if layer.problem.activation != "swigluoai":
+            return super().activation(layer, h)
+        return swigluoai(h[:, 1::2], h[:, 0::2])
+
+
 # --- weight decoding -------------------------------------------------------------------------
 
 class E8M0Bias126(HookedTorchBackend):
-    """E8M0 scale bytes decoded as 2^(byte - 126): every MXFP8 weight doubled."""
+    """E8M0 scale bytes decoded as 2^(byte - 126): every MXFP8 / MXFP4 weight doubled."""
 
     name = "mutant-e8m0-bias"
 
@@ -327,7 +339,7 @@ class E8M0Bias126(HookedTorchBackend):
         s = layer.get(f"{p}_s")[e] if layer.has(f"{p}_s") else None
         if s is None or s.dtype != torch.uint8:
             return super().expert_weight(layer, p, e)
-        w = layer.get(f"{p}_w")[e].to(torch.float32)
+        w = element_values(layer.quant.info.element, layer.get(f"{p}_w")[e])
         n_out, n_in = w.shape
         scale = pow2(s.to(torch.int32) - (E8M0_BIAS - 1))
         return (w.view(n_out, -1, MX_BLOCK) * scale.unsqueeze(-1)).view(n_out, n_in)
@@ -378,6 +390,7 @@ class PartialBlockDropped(HookedTorchBackend):
 FORWARD_MUTANTS = (
     RouterWeightTwice, ExpertMapIgnored, BatchedCountsIgnored, PerTokenAsPerTensor,
     StaticA2ScaleUnloaded, MxScaleRuleWrong, BiasScaledByActivationScale, BiasDropped,
-    W2BiasAfterRouterWeight, SwigluoaiAlphaDropped, SwigluoaiDeinterleaved, E8M0Bias126,
+    W2BiasAfterRouterWeight, SwigluoaiAlphaDropped, SwigluoaiDeinterleaved,
+    SwigluoaiGateUpSwapped, E8M0Bias126,
     NondeterministicSum, LastRowUnwritten, PartialBlockDropped,
 )

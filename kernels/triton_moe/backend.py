@@ -233,8 +233,9 @@ def _weights(layer: MoELayer, p: str, fused_moe) -> dict:
     if family == "dense":
         return fused_moe.describe_weights(fused_moe.W16, layer.get(f"{p}_w"), compute, **opt)
     kind = {"int8": fused_moe.W_INT8, "fp8": fused_moe.W_FP8,
-            "mxfp8": fused_moe.W_MXFP8}[family]
+            "mxfp8": fused_moe.W_MXFP8, "mxfp4": fused_moe.W_FP4}[family]
+    scale_kind = {"float": fused_moe.S_FLOAT, "e8m0": fused_moe.S_E8M0}[q.info.scale_encoding]
     rows, cols = layer.meta[f"{p}_block"]
     return fused_moe.describe_weights(kind, layer.get(f"{p}_w"), compute,
                                       s=layer.get(f"{p}_s"), scale_rows=rows,
-                                      scale_cols=cols, **opt)
+                                      scale_cols=cols, scale_kind=scale_kind, **opt)

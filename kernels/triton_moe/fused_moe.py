@@ -14,10 +14,14 @@ Weights (per expert a linear [N out, K in], K contiguous):
   W_INT8   int8  [E, N, K];                                      W = w * s
   W_FP8    float8_e4m3fn [E, N, K];                              W = w * s
   W_MXFP8  float8_e4m3fn [E, N, K], uint8 E8M0 scales [E, N, K/32]
-Scales s [E, R, C] apply to block (scale_rows, scale_cols): s[e, n // rows, k // cols]. Unless
-act order permutes the columns, a K tile never spans two scale columns (the host picks BLOCK_K
-so), and the dot runs on exact small integers or e4m3 values: the scale multiplies the tile's
-fp32 partial sum, so the only rounding is fp32 accumulation.
+  W_FP4    uint8 [E, N, K/2] FP4 E2M1 codes, column 2j in the low nibble (decoded by bit
+           arithmetic); its scales are a separate choice (WSCALE): E8M0 per 32 for MXFP4
+Scales s [E, R, C] apply to block (scale_rows, scale_cols): s[e, n // rows, k // cols], stored
+as WSCALE says: S_FLOAT (fp32 values) or S_E8M0 (bytes 2^(b - 127)); S_NONE: none, or applied
+per column inside the tile (act order). Unless act order permutes the columns, a K tile never
+spans two scale columns (the host picks BLOCK_K so), and the dot runs on exact small integers,
+e4m3 or e2m1 values: the scale multiplies the tile's fp32 partial sum, so the only rounding is
+fp32 accumulation.
 Activations: A16 (bf16/fp16), A_INT8 (int8 codes, fp32 scale per row, times an optional
 global factor), A_MX (e4m3 values held in bf16/fp16, E8M0 byte per row and 32 columns).
 
@@ -36,14 +40,18 @@ import triton.language as tl
 from . import configs
 from .quant import fix_bf16, rne_bf16
 
-W16, W_INT4, W_UINT8, W_INT8, W_FP8, W_MXFP8 = range(6)
+W16, W_INT4, W_UINT8, W_INT8, W_FP8, W_MXFP8, W_FP4 = range(7)
+# how a weight tile's scale is stored: a choice separate from the element codec, so that one
+# element (FP4) can take E8M0 scales per 32 (MXFP4) or others
+S_NONE, S_FLOAT, S_E8M0 = range(3)
 A16, A_INT8, A_MX = range(3)
 # how the tile product runs: operands in the compute dtype (bf16/fp16, or int8 x int8), both
 # upcast to fp32 on tf32 tensor cores, or fp32 FMA ("ieee")
 DOT_NATIVE, DOT_TF32, DOT_IEEE = range(3)
 # the same values as constexpr globals, the only globals a jit function may read
 _W16, _W_INT4, _W_UINT8 = tl.constexpr(W16), tl.constexpr(W_INT4), tl.constexpr(W_UINT8)
-_W_FP8, _W_MXFP8 = tl.constexpr(W_FP8), tl.constexpr(W_MXFP8)
+_W_FP8, _W_MXFP8, _W_FP4 = tl.constexpr(W_FP8), tl.constexpr(W_MXFP8), tl.constexpr(W_FP4)
+_S_NONE, _S_FLOAT, _S_E8M0 = tl.constexpr(S_NONE), tl.constexpr(S_FLOAT), tl.constexpr(S_E8M0)
 _A_INT8, _A_MX = tl.constexpr(A_INT8), tl.constexpr(A_MX)
 _DOT_TF32, _DOT_IEEE = tl.constexpr(DOT_TF32), tl.constexpr(DOT_IEEE)
 
@@ -152,7 +160,7 @@ def moe_gemm_kernel(
     stride_am, stride_asm, stride_be, stride_bn, stride_se, stride_sn, stride_ze, stride_zn,
     stride_ge, stride_biase, stride_cm,
     # meta-parameters
-    A_ROW_DIV: tl.constexpr, WEIGHT: tl.constexpr, ACT: tl.constexpr,
+    A_ROW_DIV: tl.constexpr, WEIGHT: tl.constexpr, WSCALE: tl.constexpr, ACT: tl.constexpr,
     HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_GSCALE: tl.constexpr, MUL_ROUTER: tl.constexpr,
     DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
@@ -195,7 +203,7 @@ def moe_gemm_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        if WEIGHT == _W_INT4:
+        if WEIGHT == _W_INT4 or WEIGHT == _W_FP4:
             # one byte holds columns 2j (low nibble) and 2j+1 (high): read each byte once and
             # multiply the nibble planes by the even and odd columns of a
             kh = tl.max_contiguous(tl.multiple_of(k0 // 2 + tl.arange(0, BLOCK_K // 2),
@@ -208,7 +216,10 @@ def moe_gemm_kernel(
                 raw = tl.load(b_rows + kh[:, None]).to(tl.int32)
             else:
                 raw = tl.load(b_rows + tl.minimum(kh, (K - 1) // 2)[:, None]).to(tl.int32)
-            if FAST_I4:  # host: symmetric, no act order, 16-bit activations, native dot
+            if WEIGHT == _W_FP4:  # e2m1 values: exact in fp32 and in bf16 / fp16 operands
+                b_lo = _decode_e2m1(raw & 0xF)
+                b_hi = _decode_e2m1(raw >> 4)
+            elif FAST_I4:  # host: symmetric, no act order, 16-bit activations, native dot
                 b_lo = _int4_magic(raw & 0xF, SYM_ZERO, COMPUTE)
                 b_hi = _int4_magic(raw >> 4, SYM_ZERO, COMPUTE)
             else:
@@ -237,14 +248,10 @@ def moe_gemm_kernel(
                 part = part * _decode_e8m0(sa)[None, :]
             else:
                 part = part * _decode_e8m0(sa)[:, None]
-        if WEIGHT == _W_MXFP8:
-            sw = tl.load(s_rows + k0 // 32)
-            if SWAP_AB:
-                part = part * _decode_e8m0(sw)[:, None]
-            else:
-                part = part * _decode_e8m0(sw)[None, :]
-        elif WEIGHT != _W16 and not HAS_G_IDX:
+        if WSCALE != _S_NONE:
             sw = tl.load(s_rows + k0 // scale_cols)
+            if WSCALE == _S_E8M0:
+                sw = _decode_e8m0(sw)
             if SWAP_AB:
                 part = part * sw[:, None]
             else:
@@ -318,7 +325,7 @@ def block_k_for(config_k: int, K: int, scale_cols: int, weight: int, act: int) -
     """BLOCK_K within one scale column: a divisor of the scale block when it is narrower
     than K (group 32/64/128, fp8 128x128 blocks, MX 32)."""
     bk = config_k
-    if weight == W_MXFP8 or act == A_MX:
+    if act == A_MX:  # one activation scale per 32 columns
         return MX_COLS
     if scale_cols < K:
         while bk > 16 and scale_cols % bk:
@@ -346,11 +353,14 @@ def dot_mode(kind: int, weight_dtype: torch.dtype, compute: torch.dtype, has_g_i
 
 def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None, zp=None,
                      g_idx=None, bias=None, scale_rows: int = 1, scale_cols: int | None = None,
-                     sym_zero: int = 0) -> dict:
+                     sym_zero: int = 0, scale_kind: int = S_FLOAT) -> dict:
     """A linear's kernel description, built once per layer: the weight-side launch
-    arguments (placeholders for absent tensors are never read: constexpr-disabled)."""
+    arguments (placeholders for absent tensors are never read: constexpr-disabled).
+    `scale_kind` says how `s` is stored (S_FLOAT, S_E8M0); with act order the scales are
+    applied per column inside the tile, not to the partial sum."""
     assert q.is_contiguous()
     dummy = q
+    wscale = S_NONE if s is None or g_idx is not None else scale_kind
     return {
         "kind": kind, "q": q, "N": q.shape[1], "compute": compute,
         "scale_cols": scale_cols,  # None: no scale, or one per row (the whole K)
@@ -363,7 +373,8 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                     g_idx.stride(0) if g_idx is not None else 0,
                     bias.stride(0) if bias is not None else 0),
         "scale_rows": scale_rows,
-        "constexprs": {"WEIGHT": kind, "HAS_ZERO": zp is not None, "SYM_ZERO": sym_zero,
+        "constexprs": {"WEIGHT": kind, "WSCALE": wscale, "HAS_ZERO": zp is not None,
+                       "SYM_ZERO": sym_zero,
                        "HAS_G_IDX": g_idx is not None, "HAS_BIAS": bias is not None,
                        "COMPUTE": _COMPUTE[compute]},
     }

@@ -1,11 +1,12 @@
-"""Unpacked layouts: 16-bit, INT8 and FP8 per-tensor/channel/block, MXFP8 and NVFP4.
+"""Unpacked layouts: 16-bit, INT8 and FP8 per-tensor/channel/block, MXFP8, MXFP4 and NVFP4.
 
     {p}_weight        [E, out, in]   bf16/fp16, int8 or float8_e4m3fn
-                      uint8 [E, out, in/2]: e2m1 pairs, element 2j in the low nibble (NVFP4)
+                      uint8 [E, out, in/2]: e2m1 pairs, element 2j in the low nibble
+                      (MXFP4, NVFP4)
     {p}_weight_scale  tensor:  [E], or [E, 2] for w13 (w1 rows, w3 rows: the shard scales)
                       channel: [E, out, 1]
                       block:   [E, ceil(out/128), ceil(in/128)]        (FP8 only)
-                      MXFP8:   uint8 E8M0 [E, out, in/32]
+                      MXFP8, MXFP4: uint8 E8M0 [E, out, in/32]
                       NVFP4:   float8_e4m3fn [E, out, in/16]
     global scale      NVFP4: fp32 [E], or [E, 2] for w13 (shards); multiplied (ModelOpt
                       {p}_weight_scale_2) or divided by (compressed-tensors
@@ -19,7 +20,14 @@ import torch
 
 from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
-from ..elements import decode_e2m1, decode_e4m3, decode_e8m0, encode_e2m1, encode_e4m3, floor_log2
+from ..elements import (
+    decode_e2m1,
+    decode_e4m3,
+    decode_e8m0,
+    encode_e2m1,
+    encode_e4m3,
+    floor_log2,
+)
 from ..errors import CheckpointError
 from ..packing import pack_nibbles, unpack_nibbles
 from ..quantize import nvfp4_multiplier
@@ -32,7 +40,7 @@ from ..schemes import (
     STRATEGY_TENSOR,
     scheme_format,
 )
-from ..schemes.tensors import ELEMENTS_PER_BYTE, weight_dtype
+from ..schemes.tensors import weight_dtype
 from .common import check_finite, scales_float64
 
 
@@ -45,7 +53,7 @@ def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     name = _name(ckpt, p, "weight", "weight")
     w = ckpt.tensor(name)
     E, n_out = w.shape[:2]
-    n_in = w.shape[2] * ELEMENTS_PER_BYTE.get(info.element, 1)
+    n_in = w.shape[2] * info.elements_per_byte
     if info.scale_encoding == "none":
         check_finite(name, w)
         return CanonicalLinear(codes=w.to(torch.float64),
@@ -70,7 +78,8 @@ def _decode_e4m3_checked(name: str, w: torch.Tensor) -> torch.Tensor:
     return codes
 
 
-# element codec -> (stored weight -> canonical codes, canonical codes -> stored weight)
+# element codec -> (stored weight -> canonical codes, canonical codes -> stored weight);
+# every e2m1 code is a finite value
 _DECODE = {"int8": lambda name, w: w.to(torch.int32), "e4m3": _decode_e4m3_checked,
            "e2m1": lambda name, w: decode_e2m1(unpack_nibbles(w))}
 _ENCODE = {"int8": lambda codes: codes.to(torch.int8), "e4m3": encode_e4m3,

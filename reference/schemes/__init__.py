@@ -59,7 +59,10 @@ PACKED_LAYOUTS = ("gptq", "awq", "ct")
 LAYOUTS = (*PACKED_LAYOUTS, "dense")
 
 # Element codecs of stored weights and scale encodings.
-ELEMENTS = ("bf16", "fp16", "int4", "int8", "e4m3", "e2m1")  # e2m1: two per byte, low first
+ELEMENTS = ("bf16", "fp16", "int4", "int8", "e4m3", "e2m1")
+# elements per storage byte of a weight stored unpacked in its own dtype but several to a byte
+# (FP4 E2M1: two per uint8, element 2j in the low nibble); every other element: one
+ELEMENTS_PER_BYTE = {"e2m1": 2}
 # none: 16-bit weights; e8m0: uint8 2^(b - 127); e4m3: float8_e4m3fn block scales
 SCALE_ENCODINGS = ("none", "float", "e8m0", "e4m3")
 # a per-tensor fp32 scale on top of the block scales: "tensor" is one per expert linear, one
@@ -94,7 +97,7 @@ class Scheme:
     """What a scheme name means: how it is stored and which options it admits."""
 
     name: str
-    family: str  # "dense", "gptq", "awq", "ct", "int8", "fp8", "mxfp8", "w4a8", "nvfp4"
+    family: str  # "dense", "gptq", "awq", "ct", "int8", "fp8", "mxfp8", "mxfp4", "w4a8", "nvfp4"
     weight_bits: int
     element: str  # codec of a stored weight element (ELEMENTS)
     scale_encoding: str  # how weight scales are stored (SCALE_ENCODINGS)
@@ -110,6 +113,11 @@ class Scheme:
     @property
     def quantized(self) -> bool:
         return self.scale_encoding != "none"
+
+    @property
+    def elements_per_byte(self) -> int:
+        """Weight elements one storage unit of the "dense" layout holds (2 for e2m1)."""
+        return ELEMENTS_PER_BYTE.get(self.element, 1)
 
     @property
     def checkpoint_formats(self) -> tuple[str, ...]:
@@ -228,6 +236,10 @@ SCHEMES: dict[str, Scheme] = {
         Scheme("nvfp4", "nvfp4", 4, "e2m1", "e4m3", _NVFP4_FORMATS, (STRATEGY_GROUP,),
                (ACT_NONE, ACT_NVFP4), group_sizes=(NVFP4_BLOCK,), scale_block=NVFP4_BLOCK,
                global_scale="tensor"),
+        Scheme("mxfp4", "mxfp4", 4, "e2m1", "e8m0",
+               (SchemeFormat(None, "dense", "mxfp4-e2m1@ocp-mx-1.0"),),
+               (STRATEGY_GROUP,), (ACT_NONE, ACT_MXFP8), group_sizes=(MX_BLOCK,),
+               scale_block=MX_BLOCK),
     )
 }
 
@@ -269,7 +281,8 @@ class ShapeIssue:
 def checkpoint_shape_issue(quant, problem) -> ShapeIssue | None:
     """None if a checkpoint of `quant` can hold `problem`'s linears, else the first reason
     it cannot (w13 before w2): a group size or MX block that does not divide an input
-    dimension, a GPTQ / AWQ packed dimension that is no multiple of the codes per int32 word.
+    dimension, a GPTQ / AWQ packed dimension that is no multiple of the codes per int32 word,
+    an input dimension that does not fill whole bytes of elements packed several to a byte.
 
     `quant` is anything with `.scheme`, `.group_size` and `.checkpoint_format` (a kernels
     `QuantConfig`, a reference `Checkpoint`); `problem` anything with `.K`, `.N` and
@@ -291,6 +304,10 @@ def checkpoint_shape_issue(quant, problem) -> ShapeIssue | None:
         if layout in ("gptq", "awq") and n_out % per:
             return ShapeIssue(f"{p}_qzeros", f"an output dimension divisible by {per}",
                               str(n_out), p)
+        if n_in % info.elements_per_byte:
+            return ShapeIssue(f"{p}_weight", f"an input dimension divisible by "
+                              f"{info.elements_per_byte} ({info.elements_per_byte} {info.element} "
+                              "elements per byte)", str(n_in), p)
         if info.scale_block and n_in % info.scale_block:
             return ShapeIssue(f"{p}_weight", f"an input dimension divisible by "
                               f"{info.scale_block}", str(n_in), p)

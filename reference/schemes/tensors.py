@@ -6,6 +6,7 @@ Shapes are written in the sizes of one linear per expert, out x in:
     E               experts                  out, in      the linear's output and input sizes
     in/pack         in / (32 // bits), exact  groups       in / group_size (1 for group_size -1)
     ceil(in/pack)   words of a bitstream     in/32        MX blocks (in % 32 == 0)
+    in/2            bytes of two FP4 elements (in % 2 == 0)
     ceil(out/128)   DeepSeek 128 x 128 weight blocks
     in/2            e2m1 pairs (one byte each)  in/16      NVFP4 blocks (in % 16 == 0)
 
@@ -36,9 +37,7 @@ INT32 = (torch.int32,)
 INDEX = (torch.int32, torch.int64)
 # storage dtype of one element of an unpacked ("dense" layout) weight, per element codec
 ELEMENT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8,
-                  "e4m3": torch.float8_e4m3fn, "e2m1": torch.uint8}
-# elements per storage byte of the unpacked layout's weight, where more than one
-ELEMENTS_PER_BYTE = {"e2m1": 2}
+                  "e4m3": torch.float8_e4m3fn, "e2m1": torch.uint8}  # e2m1: two per byte
 SCALE_DTYPES = {"float": FLOAT, "e8m0": (torch.uint8,), "e4m3": (torch.float8_e4m3fn,)}
 FP32 = (torch.float32,)
 
@@ -124,9 +123,9 @@ def _linear_tensors(attrs, p: str) -> tuple:
         return PACKED_TENSORS[layout]
     info = get_scheme(attrs.scheme)
     fmt = scheme_format(attrs)
-    per_byte = ELEMENTS_PER_BYTE.get(info.element)
+    per_byte = info.elements_per_byte  # elements packed along in, several to a byte
     weight = _linear(fmt.suffix("weight", "weight"), "weight", (weight_dtype(attrs),),
-                     ("E", "out", f"in/{per_byte}" if per_byte else "in"))
+                     ("E", "out", "in" if per_byte == 1 else f"in/{per_byte}"))
     if info.scale_encoding == "none":
         return (weight,)
     if info.scale_block:  # the format fixes the block: one scale per scale_block along in

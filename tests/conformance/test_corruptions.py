@@ -49,6 +49,7 @@ VARIANTS = {
     "mxfp8": ("mxfp8", {}, P),
     "nvfp4-a4": ("nvfp4", dict(activation="nvfp4"), P),
     "nvfp4-ct": ("nvfp4", dict(checkpoint_format="ct", activation="nvfp4"), P_BIAS),
+    "mxfp4": ("mxfp4", {}, P_BIAS),  # gpt-oss: biases
     "bf16": ("bf16", {}, P_BIAS),
 }
 BACKENDS = ("torch", "triton", "xpu")
@@ -163,6 +164,8 @@ def corruptions(variant: str) -> list[Corruption]:
         wrong = torch.int64 if d.dtypes == INT32 else torch.float64
         as_float = t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
         out.append(Corruption(variant, name, "dtype", _set(name, as_float.to(wrong))))
+        if t.dtype == torch.uint8:  # packed e2m1 or E8M0 bytes read as signed
+            out.append(Corruption(variant, name, "dtype-int8", _set(name, t.view(torch.int8))))
         if d.required(ckpt.sym, ckpt.act_order, problem.bias):
             out.append(Corruption(variant, name, "missing", _drop(name),
                                   needs_problem=not d.required(ckpt.sym, ckpt.act_order,

@@ -238,7 +238,8 @@ def _perturb_one_code(s, P: MoEProblem):
         k, j = (int(v) for v in w.nonzero()[0])
         old = codes[expert, k, j]
         if codes.is_floating_point():
-            codes[expert, k, j] = old * 2 if old.abs() <= 100 else old / 2
+            limit = 3 if s.checkpoint.info.element == "e2m1" else 100  # doubled stays a code
+            codes[expert, k, j] = old * 2 if old.abs() <= limit else old / 2
         else:
             codes[expert, k, j] = old + 1 if old < 7 else old - 1
         return replace(c, codes=codes)
@@ -275,7 +276,7 @@ MUTATIONS = {"weight-code": _perturb_one_code, "w1-w3-scales-swapped": _swap_w1_
 FAIL_SCHEMES = [QuantConfig.defaults("gptq-int4"), _q("gptq-int4", sym=False, group_size=32),
                 QuantConfig.defaults("awq-int4"), QuantConfig.defaults("fp8-w8a16"),
                 QuantConfig.defaults("int8-w8a8"), _q("mxfp8", activation="mxfp8"),
-                QuantConfig.defaults("bf16")]
+                QuantConfig.defaults("mxfp4"), QuantConfig.defaults("bf16")]
 
 
 @pytest.mark.parametrize("q, mutation", [
@@ -298,6 +299,7 @@ OBSERVED = [(QuantConfig.defaults("gptq-int4"), "silu"), (_q("int8-w8a8"), "bias
             (_q("int8-w8a8", activation="dynamic-tensor"), "fp16-gelu-bias"),
             (QuantConfig.defaults("fp8-w8a16"), "bias-swigluoai"),
             (_q("mxfp8", activation="mxfp8"), "expert-map"),
+            (_q("mxfp4", activation="mxfp8"), "bias-swigluoai"),
             (_q("ct-int4", act_order=True, group_size=32, sym=False), "batched"),
             (QuantConfig.defaults("bf16"), "router-on-input")]
 

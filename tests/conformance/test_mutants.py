@@ -148,6 +148,7 @@ _HOOKED_CASES = [
     ("int8-w8a8", {"activation": "static-tensor"}, {}),
     ("mxfp8", {"activation": "mxfp8"}, {}),
     ("nvfp4", {"activation": "nvfp4", "checkpoint_format": "ct"}, {}),
+    ("mxfp4", {}, {"activation": "swigluoai", "bias": True}),
     ("fp8-w8a16", {"weight_strategy": "block"}, {"K": 256}),
 ]
 

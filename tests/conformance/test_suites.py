@@ -142,16 +142,32 @@ def test_grouped_schemes_have_n_at_or_below_the_group_over_two_k_groups(suite):
 
 def test_a_model_runs_only_in_the_schemes_it_ships_in(monkeypatch):
     from moecert.conformance import suites
-    from moecert.reference.models import MODELS, Shipped
+    from moecert.reference.models import MODELS, ModelRelease
 
-    monkeypatch.setitem(suites.SHIPPED, "qwen3-30b-a3b",
-                        Shipped(("fp8-w8a16",), activation="swigluoai", bias=True))
+    monkeypatch.setitem(suites.RELEASES, "qwen3-30b-a3b",
+                        ModelRelease("fp8-w8a16", ("swigluoai",), bias=True))
     assert suites.model_problem("qwen3-30b-a3b", "bf16", 16) is None
     P = suites.model_problem("qwen3-30b-a3b", "fp8-w8a16", 16)
     assert (P.activation, P.bias, (P.E, P.K, P.N, P.topk)) == (
         "swigluoai", True, tuple(MODELS["qwen3-30b-a3b"]))
-    # gpt-oss-120b ships in mxfp4 only: no certify case until that scheme exists
-    cases = build_suite("certify", ["torch"], ["bf16", "gptq-int4"])
-    _, K, N, _ = MODELS["gpt-oss-120b"]
-    assert not [c for c in cases if (c.problem.K, c.problem.N) == (K, N)]
     assert suites.model_problem("gpt-oss-120b", "bf16", 1) is None
+
+
+def test_a_released_scheme_runs_its_models_pairing():
+    """gpt-oss ships in mxfp4 with interleaved swigluoai and biases: every mxfp4 variant runs
+    at full depth with them, the split layout is an option, and the gpt-oss layer size runs
+    in mxfp4 only (in the GPU suites: smoke holds no model size)."""
+    smoke = build_suite("smoke", ["torch"], ["mxfp4", "gptq-int4"])
+    full = [c for c in smoke if c.scheme == "mxfp4" and c.depth == "full"]
+    assert full and all(c.problem.activation == "swigluoai" and c.problem.bias for c in full)
+    mx_acts = {(c.problem.activation, c.problem.bias) for c in smoke if c.scheme == "mxfp4"}
+    assert {("swigluoai-split", True), ("silu", False)} <= mx_acts
+    assert all(c.problem.activation == "silu" for c in smoke
+               if c.scheme == "gptq-int4" and c.depth == "full")
+    assert all(c.problem.K < 1024 for c in smoke)
+    for name in ("ci", "certify"):
+        gpt_oss = {c.scheme: c.problem for c in build_suite(name, ["torch"])
+                   if (c.problem.E, c.problem.K, c.problem.N) == (128, 2880, 2880)}
+        assert set(gpt_oss) == {"mxfp4"}, name
+        assert gpt_oss["mxfp4"].activation == "swigluoai" and gpt_oss["mxfp4"].bias
+        assert gpt_oss["mxfp4"].topk == 4

@@ -211,6 +211,7 @@ CORRECT = [
     ("gptq-int4", dict(sym=False, group_size=32), "bf16"),
     ("awq-int4", dict(group_size=64), "fp16"),
     ("fp8-w8a16", {}, "bf16"), ("mxfp8", dict(activation="mxfp8"), "fp16"),
+    ("mxfp4", {}, "bf16"), ("mxfp4", dict(activation="mxfp8"), "fp16"),
     ("int8-w8a8", {}, "bf16"), ("int8-w8a8", dict(activation="dynamic-tensor"), "bf16"),
     ("int8-w8a8", dict(activation="static-tensor"), "fp16"),
     ("w4a8-int8", dict(group_size=32), "bf16"),

@@ -7,6 +7,10 @@
 * E8M0 decode (get_fp_scale, float8_e8m0fnu) vs decode_e8m0 for all 256 bytes.
 * torch's float32 -> float8_e4m3fn cast vs round_to_e4m3 on every tie and its neighbours.
 * choose_qparams_affine / quantize_affine, int4 symmetric (amax/7.5), vs quantize_int_groups.
+* FP4: f32_to_f4_unpacked / f4_unpacked_to_f32 vs round_to_e2m1 + encode_e2m1 / decode_e2m1
+  on every tie and its neighbours, pack_uint4 / unpack_uint4 vs pack_nibbles (element 2j in
+  the low nibble), to_mx with float4_e2m1fn_x2 and each scale mode vs quantize_mx(e2m1) and a
+  Checkpoint("mxfp4"): bytes bit-exact.
 
 Where torchao 0.18.0 follows another rule the test asserts that rule and counts it:
 * RCEIL in eager mode takes ceil(log2(amax/448)) in float32, which rounds log2 of a quotient
@@ -32,14 +36,28 @@ torchao = pytest.importorskip("torchao")
 from moecert.reference.checkpoint import Checkpoint  # noqa: E402
 from moecert.reference.dequantize import dequantize  # noqa: E402
 from moecert.reference.elements import (  # noqa: E402
+    decode_e2m1,
     decode_e4m3,
     decode_e8m0,
+    encode_e2m1,
     encode_e4m3,
     mx_scale_exponent,
+    round_to_e2m1,
     round_to_e4m3,
 )
-from moecert.reference.quantize import quantize_int_groups, quantize_mxfp8  # noqa: E402
+from moecert.reference.packing import pack_nibbles, unpack_nibbles  # noqa: E402
+from moecert.reference.quantize import (  # noqa: E402
+    quantize_int_groups,
+    quantize_mx,
+    quantize_mxfp8,
+)
 from torchao.prototype.mx_formats.config import ScaleCalculationMode  # noqa: E402
+from torchao.prototype.mx_formats.kernels import (  # noqa: E402
+    f4_unpacked_to_f32,
+    f32_to_f4_unpacked,
+    pack_uint4,
+    unpack_uint4,
+)
 from torchao.prototype.mx_formats.mx_tensor import get_fp_scale, to_dtype, to_mx  # noqa: E402
 from torchao.quantization.quant_primitives import (  # noqa: E402
     MappingType,
@@ -52,6 +70,7 @@ pytestmark = pytest.mark.crosscheck
 MODES = {"floor": ScaleCalculationMode.FLOOR, "even": ScaleCalculationMode.EVEN,
          "ceil": ScaleCalculationMode.CEIL, "rceil": ScaleCalculationMode.RCEIL}
 E4M3 = torch.float8_e4m3fn
+FP4X2 = torch.float4_e2m1fn_x2
 
 
 def test_version_pinned():
@@ -328,3 +347,62 @@ def test_affine_int4_sym_near_ties(xc_counts):
     w = ((j + 0.5) * s).float()
     w[:, 0] = amax.squeeze(1).float()  # pin the group's amax (and so its scale)
     assert _check_affine(w, group, xc_counts) > 0
+
+
+# --- FP4 E2M1 elements and MXFP4 (torchao's float4_e2m1fn_x2) --------------------------------
+
+def _e2m1_probe_values() -> torch.Tensor:
+    """float32: every E2M1 value, every midpoint (exact ties), their float32 neighbours, the
+    overflow range, Inf, and random values over the element's binades."""
+    pos = torch.unique(decode_e2m1(torch.arange(8))).float()  # 0 .. 6
+    mids = (pos[1:] + pos[:-1]) / 2
+    tail = torch.tensor([6.5, 7.0, 1e4, 3e38, math.inf, 0.1, 2.0**-149, 0.0])
+    gen = torch.Generator().manual_seed(1)
+    rand = torch.rand(20000, generator=gen) * 8
+    base = torch.cat([pos, mids, tail])
+    near = torch.cat([torch.nextafter(base, torch.full_like(base, math.inf)),
+                      torch.nextafter(base, torch.zeros_like(base))])
+    x = torch.cat([base, near, rand])
+    return torch.cat([x, -x])
+
+
+def test_e2m1_codec_and_nibbles(xc_counts):
+    codes = torch.arange(16, dtype=torch.uint8)
+    assert torch.equal(f4_unpacked_to_f32(codes).double(), decode_e2m1(codes))
+    x = _e2m1_probe_values()
+    theirs = f32_to_f4_unpacked(x)  # RNE, saturating, sign kept on zero
+    ours = encode_e2m1(round_to_e2m1(x.double()))
+    assert torch.equal(theirs, ours)
+    pairs = torch.randint(0, 16, (64, 34), generator=torch.Generator().manual_seed(2),
+                          dtype=torch.int32).to(torch.uint8)
+    assert torch.equal(pack_uint4(pairs), pack_nibbles(pairs))  # element 2j low
+    assert torch.equal(unpack_uint4(pack_uint4(pairs)), unpack_nibbles(pack_nibbles(pairs))
+                       .to(torch.uint8))
+    xc_counts(values=x.numel(), code_diffs=int((theirs != ours).sum()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16],
+                         ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("rule", list(MODES))
+def test_to_mx_fp4_random(rule, dtype, xc_counts):
+    """to_mx(float4_e2m1fn_x2) against quantize_mx(e2m1, rne) with each scale rule: scale
+    bytes and packed bytes bit-exact, and their tensors through our mxfp4 checkpoint reader
+    equal to their dequantization. (The gpt-oss producing tool's element rounding, half away
+    from zero, is checked by hand in tests/reference: torchao rounds to even.)"""
+    gen = torch.Generator().manual_seed(10 + list(MODES).index(rule))
+    E, N, K = 3, 64, 256
+    w13 = _random_blocks(gen, (E, 2 * N, K)).to(dtype)
+    w2 = _random_blocks(gen, (E, K, N)).to(dtype)
+    tensors, fp = {}, {}
+    for p, w in (("w13", w13), ("w2", w2)):
+        scale, data = to_mx(w.contiguous(), FP4X2, 32, MODES[rule])
+        ours = quantize_mx(w.double(), rule, "e2m1", "rne")
+        assert torch.equal(_bytes(scale), (torch.log2(ours.scales) + 127).to(torch.uint8))
+        assert torch.equal(_bytes(data), pack_nibbles(encode_e2m1(ours.codes)))
+        tensors[f"{p}_weight"] = _bytes(data)
+        tensors[f"{p}_weight_scale"] = _bytes(scale)
+        fp[p] = to_dtype(data, scale, FP4X2, 32, torch.float32)
+    w = dequantize(Checkpoint(scheme="mxfp4", tensors=tensors))
+    for p in ("w13", "w2"):
+        assert torch.equal(w[p], fp[p].double())
+    xc_counts(blocks=(w13.numel() + w2.numel()) // 32, mismatches=0)

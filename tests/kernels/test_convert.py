@@ -52,6 +52,7 @@ def dense_cases():
         yield pytest.param("fp8-w8a16", dict(weight_strategy=strategy), id=f"fp8-{strategy}")
     for act in ("none", "mxfp8"):
         yield pytest.param("mxfp8", dict(activation=act), id=f"mxfp8-{act}")
+        yield pytest.param("mxfp4", dict(activation=act), id=f"mxfp4-{act}")
 
 
 def make_layer(ckpt, problem) -> MoELayer:
@@ -205,9 +206,10 @@ def test_bad_scales_are_rejected():
         convert_to_kernel_format(make_layer(ckpt, problem))
 
 
-def test_e8m0_nan_is_rejected():
+@pytest.mark.parametrize("scheme", ["mxfp8", "mxfp4"])
+def test_e8m0_nan_is_rejected(scheme):
     problem = MoEProblem(**SHAPE)
-    ckpt = synthesize("mxfp8", problem)
+    ckpt = synthesize(scheme, problem)
     s = ckpt.tensors["w13_weight_scale"].clone()
     s[0, 0, 0] = 0xFF
     ckpt = replace(ckpt, tensors={**ckpt.tensors, "w13_weight_scale": s})

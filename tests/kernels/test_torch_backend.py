@@ -153,6 +153,9 @@ CASES = {
                    P(activation="swigluoai")),
     "mxfp8-rceil": ("mxfp8", dict(activation="mxfp8", mx_scale_rule="rceil"),
                     P("fp16", "relu2", bias=True)),
+    # mxfp4 weights (gpt-oss: interleaved swigluoai, biases), 16-bit or mxfp8 activations
+    "mxfp4-a16": ("mxfp4", dict(activation="none"), P(activation="swigluoai", bias=True)),
+    "mxfp4-mxfp8": ("mxfp4", dict(activation="mxfp8"), P("fp16", "swigluoai-split")),
     # routing options
     "router-on-input-gptq": ("gptq-int4", dict(sym=False, group_size=32),
                              P(topk=1, apply_router_weight_on_input=True)),

@@ -100,6 +100,8 @@ SCHEME_CASES = [
     ("mxfp8-ceil-fp16", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "ceil"},
      {"dtype": "fp16"}),
     ("mxfp8-rceil", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "rceil"}, {}),
+    ("mxfp4-a16", "mxfp4", {"activation": "none"}, {"activation": "swigluoai", "bias": True}),
+    ("mxfp4-mxfp8-fp16", "mxfp4", {"activation": "mxfp8"}, {"dtype": "fp16"}),
 ]
 
 EMAP = (-1, 0, -1, 1, 2, -1, 3, -1)  # 8 global experts, 4 local
@@ -122,6 +124,7 @@ OPTION_SCHEMES = [
     ("int8w8a8-dyn-tensor", "int8-w8a8", {"activation": "dynamic-tensor"}),
     ("w4a8-awq", "w4a8-int8", {"checkpoint_format": "awq", "group_size": 64, "sym": False}),
     ("mxfp8-floor", "mxfp8", {"activation": "mxfp8"}),
+    ("mxfp4", "mxfp4", {}),
 ]
 
 
@@ -309,6 +312,7 @@ def test_w4a8_scales_renormalized_by_power_of_two():
     ("mxfp8", Platform.cuda((8, 6)), "fp8 e4m3 weights need compute capability >= 8.9 (sm86)"),
     ("fp8-w8a16", Platform.cuda((8, 9)), None),
     ("mxfp8", Platform.cuda((10, 0)), None),
+    ("mxfp4", Platform.cuda((8, 0)), None),  # e2m1 decoded by bit arithmetic: no fp8 needed
     ("w4a8-int8", Platform.rocm("gfx942"), None),
     ("fp8-w8a16", Platform.rocm("gfx950"), None),
     ("fp8-w8a16", Platform.rocm("gfx942"),

@@ -77,3 +77,61 @@ def test_nibbles_even_index_low():
     assert torch.equal(unpack_nibbles(pack_nibbles(codes)), codes)
     with pytest.raises(ValueError, match="even length"):
         pack_nibbles(torch.zeros(3, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("x,rne,rna", [
+    (0.25, 0.0, 0.5),   # tie between 0 and 0.5: away from zero takes 0.5
+    (0.24, 0.0, 0.0),
+    (1.25, 1.0, 1.5),
+    (2.5, 2.0, 3.0),
+    (5.0, 4.0, 6.0),
+    (0.75, 1.0, 1.0),   # ties where the even neighbour is also the larger one agree
+    (3.5, 4.0, 4.0),
+    (-2.5, -2.0, -3.0),  # away from zero on the negative side too
+    (7.0, 6.0, 6.0),    # both saturate
+])
+def test_round_to_e2m1_ties_even_or_away(x, rne, rna):
+    t = torch.tensor([x], dtype=torch.float64)
+    assert round_to_e2m1(t).item() == rne
+    assert round_to_e2m1(t, "rna").item() == rna
+
+
+def test_mxfp4_quantize_known_blocks():
+    """One row of two MX blocks, worked by hand. Block 0: amax 0.75 = 6 * 2^-3: rceil
+    2^ceil(log2(0.75 / 6)) = 2^-3 (E8M0 byte 124), 0.75 -> code 6 (0b0111); 0.3125 = 2.5 *
+    2^-3 is a tie: 3 away from zero, 2 to even. Block 1: amax 0.875 = 7 * 2^-3: rceil
+    2^ceil(log2(0.875 / 6)) = 2^-2, 0.875 / 0.25 = 3.5 -> 4 either way; OCP floor would take
+    2^(floor(log2 0.875) - 2) = 2^-3 and saturate 7 to 6."""
+    from moecert.reference.quantize import quantize_mx
+
+    w = torch.zeros(1, 1, 64, dtype=torch.float64)
+    w[0, 0, 0], w[0, 0, 1], w[0, 0, 32] = 0.75, -0.3125, 0.875
+    rna = quantize_mx(w, "rceil", "e2m1", "rna")
+    assert rna.scales.flatten().tolist() == [2.0**-3, 2.0**-2]
+    assert rna.codes[0, 0, [0, 1, 32]].tolist() == [6.0, -3.0, 4.0]
+    assert quantize_mx(w, "rceil", "e2m1", "rne").codes[0, 0, 1].item() == -2.0
+    floor = quantize_mx(w, "floor", "e2m1")
+    assert floor.scales.flatten().tolist() == [2.0**-3, 2.0**-3]
+    assert floor.codes[0, 0, 32].item() == 6.0  # 7 saturated
+
+
+def test_mxfp4_checkpoint_known_bytes():
+    """Bytes and values by hand: weight byte 0x21 holds element 0 = code 1 (0.5, low nibble)
+    and element 1 = code 2 (1.0, high nibble); 0xF7 holds 6 and -6. E8M0 byte 127 is 1.0,
+    byte 0 is 2^-127, byte 128 is 2."""
+    from moecert.reference import Checkpoint, dequantize
+
+    E, K, N = 1, 32, 32
+    t = {"w13_weight": torch.zeros(E, 2 * N, K // 2, dtype=torch.uint8),
+         "w13_weight_scale": torch.full((E, 2 * N, 1), 127, dtype=torch.uint8),
+         "w2_weight": torch.zeros(E, K, N // 2, dtype=torch.uint8),
+         "w2_weight_scale": torch.full((E, K, 1), 128, dtype=torch.uint8)}
+    t["w13_weight"][0, 0, 0] = 0x21
+    t["w13_weight"][0, 1, 3] = 0xF7
+    t["w13_weight_scale"][0, 1, 0] = 0
+    t["w2_weight"][0, 5, 15] = 0x9A  # low 0xA = -1.0 (element 30), high 0x9 = -0.5 (31)
+    w = dequantize(Checkpoint("mxfp4", t))
+    assert w["w13"][0, 0, :3].tolist() == [0.5, 1.0, 0.0]
+    assert w["w13"][0, 1, 6:8].tolist() == [6.0 * 2.0**-127, -6.0 * 2.0**-127]
+    assert w["w2"][0, 5, 30:].tolist() == [-2.0, -1.0]
+    assert int((w["w13"] != 0).sum()) == 4 and int((w["w2"] != 0).sum()) == 2

@@ -519,3 +519,23 @@ def test_dequantize_leaves_the_canonical_form_untouched():
         first = lin["w13"].dequantize()
         assert torch.equal(lin["w13"].codes, before)
         assert torch.equal(lin["w13"].dequantize(), first)
+
+
+def test_mxfp4_synthesized_with_the_producing_tools_rule(gen):
+    """gpt-oss-style MXFP4 files come from triton_kernels' downcast_to_mxfp: scales by rceil
+    (never saturating), elements rounded half away from zero; the format record says so and
+    synthesize follows it whatever the checkpoint's (activation) mx_scale_rule."""
+    from moecert.reference.quantize import quantize_mx
+    from moecert.reference.records import get_record
+    from moecert.reference.synthesize import quantize_weights, random_weights
+
+    rec = get_record("mxfp4-e2m1", "ocp-mx-1.0")
+    assert (rec.mx_rule, rec.element_rounding) == ("rceil", "rna")
+    w = random_weights(gen, 2, 64, 96, gated=False)
+    got = quantize_weights(Checkpoint("mxfp4", {}, mx_scale_rule="floor"), w, gen, "w2",
+                           torch.bfloat16)
+    want = quantize_mx(w, "rceil", "e2m1", "rna")
+    assert torch.equal(got.codes, want.codes) and torch.equal(got.scales, want.scales)
+    assert (got.codes.abs().unflatten(-1, (-1, 32)).amax(-1) >= 3).all()  # no block below
+    floor = quantize_mx(w, "floor", "e2m1", "rna")
+    assert not torch.equal(floor.scales, want.scales)

@@ -4,7 +4,10 @@ is looked up by its name only."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
+import torch
 from moecert.reference import RECORDS, Checkpoint
 from moecert.reference.schemes import (
     ELEMENTS,
@@ -48,3 +51,20 @@ def test_a_stored_form_is_found_by_its_name_only():
     assert (w4a8.format("awq").layout, w4a8.format("gptq").layout) == ("awq", "gptq")
     assert Checkpoint("w4a8-int8", {}, checkpoint_format="gptq").sym is True
     assert Checkpoint("w4a8-int8", {}).sym is False  # AutoAWQ files carry zero points
+
+
+def test_a_packed_element_derives_its_byte_shape():
+    """e2m1 is stored two to a uint8 along in: the weight's declared shape comes from the
+    element (elements per byte), not from the scheme's name."""
+    from moecert.reference.schemes.tensors import declared_tensors, layer_sizes, tensor_shapes
+
+    ckpt = Checkpoint("mxfp4", {})
+    assert get_scheme("mxfp4").elements_per_byte == 2
+    assert get_scheme("mxfp8").elements_per_byte == 1
+    decls = declared_tensors(ckpt)
+    sizes = layer_sizes(SimpleNamespace(E=3, w13_rows=128, K=96, N=64))
+    assert tensor_shapes(decls["w13_weight"], sizes, ckpt) == ((3, 128, 48),)
+    assert tensor_shapes(decls["w2_weight"], sizes, ckpt) == ((3, 96, 32),)
+    assert tensor_shapes(decls["w2_weight_scale"], sizes, ckpt) == ((3, 96, 2),)
+    assert [d.dtypes for d in (decls["w13_weight"], decls["w13_weight_scale"])] == [
+        (torch.uint8,), (torch.uint8,)]

@@ -44,6 +44,12 @@ def _problem(K=256, N=128, **kw):
      "found 784"),
     ("mxfp8", {}, _problem(K=48), "w13_weight: expected an input dimension divisible by 32, "
      "found 48"),
+    # two e2m1 per byte: an odd input dimension fills no whole byte (named before the block)
+    ("mxfp4", {}, _problem(K=33), "w13_weight: expected an input dimension divisible by 2 "
+     "(2 e2m1 elements per byte), found 33"),
+    ("mxfp4", {}, _problem(N=48), "w2_weight: expected an input dimension divisible by 32, "
+     "found 48"),
+    ("mxfp4", {}, _problem(K=2880, N=2880), None),  # gpt-oss-120b
     # compressed-tensors pads its words; fp8 blocks round up; 16-bit weights hold anything
     ("ct-int4", {"group_size": -1}, _problem(K=2044), None),
     ("fp8-w8a16", {"weight_strategy": "block"}, _problem(K=200, N=72), None),
