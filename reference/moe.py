@@ -26,8 +26,15 @@ from .errors import CheckpointError
 from .layouts import read_linear
 from .layouts.check import check_tensors
 from .problem import MoEProblem
-from .quantize import qdq_int8_per_tensor, qdq_int8_per_token, qdq_mxfp8
-from .schemes import ACT_DYNAMIC_TENSOR, ACT_DYNAMIC_TOKEN, ACT_MXFP8, ACT_NONE, ACT_STATIC_TENSOR
+from .quantize import qdq_mxfp8, qdq_per_group, qdq_per_tensor, qdq_per_token
+from .schemes import (
+    ACT_DYNAMIC_GROUP,
+    ACT_DYNAMIC_TENSOR,
+    ACT_DYNAMIC_TOKEN,
+    ACT_MXFP8,
+    ACT_NONE,
+    ACT_STATIC_TENSOR,
+)
 
 # float64 weights dequantized at once; 64 MiB measured fastest on the CPU (2 cores: Qwen3-30B
 # layer 2.8 s, against 3.5 s at 256 MiB and 5.5 s at 1 GiB), the buffer staying in reuse.
@@ -42,18 +49,22 @@ def round_to_activation_dtype(t: torch.Tensor, problem: MoEProblem) -> torch.Ten
 def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.Tensor:
     """q1 (which="w13") or q2 (which="w2"): the scheme's activation quantize-dequantize.
 
-    Static per-tensor scales are the maximum of the checkpoint's per-expert input scales, one
-    scale for every expert, as engines collapse them at load time.
+    The scaled modes quantize to the scheme's activation element (int8 or e4m3). Static
+    per-tensor scales are the maximum of the checkpoint's per-expert input scales, one scale
+    for every expert, as engines collapse them at load time.
     """
     mode = ckpt.activation
+    element = ckpt.info.activation_element
     if mode == ACT_NONE:
         return t
     if mode == ACT_DYNAMIC_TOKEN:
-        return qdq_int8_per_token(t)
+        return qdq_per_token(t, element)
+    if mode == ACT_DYNAMIC_GROUP:
+        return qdq_per_group(t, element)
     if mode == ACT_DYNAMIC_TENSOR:
-        return qdq_int8_per_tensor(t)
+        return qdq_per_tensor(t, None, element)
     if mode == ACT_STATIC_TENSOR:
-        return qdq_int8_per_tensor(t, read_input_scale(ckpt, which).max())
+        return qdq_per_tensor(t, read_input_scale(ckpt, which).max(), element)
     if mode == ACT_MXFP8:
         return qdq_mxfp8(t, ckpt.mx_scale_rule)
     raise CheckpointError("checkpoint.activation", "a known activation mode", repr(mode))

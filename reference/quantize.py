@@ -12,7 +12,15 @@ import torch
 
 from .canonical import CanonicalLinear, broadcast_scale_columns, broadcast_scale_rows
 from .elements import mx_scale, mx_scale_exponent, round_to_e4m3
-from .schemes import F8E4M3_MAX, FP8_BLOCK, INT8_MAX, INT8_MIN, MX_BLOCK
+from .schemes import (
+    ACT_ELEMENT_MAX,
+    ACT_GROUP,
+    F8E4M3_MAX,
+    FP8_BLOCK,
+    INT8_MAX,
+    INT8_MIN,
+    MX_BLOCK,
+)
 
 
 def _groups(w: torch.Tensor, cols: int) -> torch.Tensor:
@@ -108,26 +116,48 @@ def fp8_block_shape(strategy: str, n_out: int, n_in: int, shards: bool) -> tuple
 
 
 # --- activation quantize-dequantize (q1, q2) --------------------------------------------------
+# element "int8": codes clamp(round(x / s), -128, 127); "e4m3": the E4M3 value nearest x / s
+# (ties to even, saturating at +-448, elements.round_to_e4m3). Dynamic scales are
+# s = amax / ACT_ELEMENT_MAX[element] (127 or 448) over the unit: a row, a 1 x 128 group of a
+# row, or the whole input.
 
-def qdq_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """clamp(round(x / s), -128, 127) * s, with s broadcast against x; s = 0 gives 0."""
+def qdq_scaled(x: torch.Tensor, scale: torch.Tensor, element: str = "int8") -> torch.Tensor:
+    """The element's codes of x / s times s, with s broadcast against x; s = 0 gives 0."""
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    q = torch.round(x / safe).clamp(INT8_MIN, INT8_MAX)
+    if element == "int8":
+        q = torch.round(x / safe).clamp(INT8_MIN, INT8_MAX)
+    elif element == "e4m3":
+        q = round_to_e4m3(x / safe)
+    else:
+        raise ValueError(f"unknown activation element {element!r}")
     return torch.where(scale > 0, q * safe, torch.zeros_like(x))
 
 
-def qdq_int8_per_token(x: torch.Tensor) -> torch.Tensor:
-    """Dynamic per-token int8: s = max|x_row| / 127."""
-    return qdq_int8(x, x.abs().amax(-1, keepdim=True) / INT8_MAX)
+def qdq_per_token(x: torch.Tensor, element: str = "int8") -> torch.Tensor:
+    """Dynamic per token: s = max|x_row| / (127 or 448)."""
+    return qdq_scaled(x, x.abs().amax(-1, keepdim=True) / ACT_ELEMENT_MAX[element], element)
 
 
-def qdq_int8_per_tensor(x: torch.Tensor, scale: torch.Tensor | float | None = None
-                        ) -> torch.Tensor:
-    """Static (given scale) or dynamic (s = max|x| / 127 over the whole input) per-tensor int8."""
+def qdq_per_group(x: torch.Tensor, element: str, group: int = ACT_GROUP) -> torch.Tensor:
+    """Dynamic per token and group of `group` columns along the last dimension (DeepSeek's
+    1 x 128): s = max|x[row, group]| / (127 or 448); a last group of cols % group columns
+    holds those columns."""
+    cols = x.shape[-1]
+    padded = torch.nn.functional.pad(x, (0, -cols % group))  # zeros leave each amax as is
+    blocks = padded.unflatten(-1, (-1, group))
+    scale = blocks.abs().amax(-1, keepdim=True) / ACT_ELEMENT_MAX[element]
+    return qdq_scaled(blocks, scale, element).flatten(-2)[..., :cols]
+
+
+def qdq_per_tensor(x: torch.Tensor, scale: torch.Tensor | float | None = None,
+                   element: str = "int8") -> torch.Tensor:
+    """Static (given scale) or dynamic (s = max|x| / (127 or 448) over the whole input) per
+    tensor."""
     if x.numel() == 0:
         return x  # no tokens: nothing to scale (and amax of nothing is undefined)
-    s = x.abs().amax() / INT8_MAX if scale is None else torch.as_tensor(scale, dtype=x.dtype)
-    return qdq_int8(x, s.to(x.device))
+    s = (x.abs().amax() / ACT_ELEMENT_MAX[element] if scale is None
+         else torch.as_tensor(scale, dtype=x.dtype))
+    return qdq_scaled(x, s.to(x.device), element)
 
 
 def qdq_mxfp8(x: torch.Tensor, rule: str) -> torch.Tensor:

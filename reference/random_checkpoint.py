@@ -19,6 +19,7 @@ import torch
 from .checkpoint import Checkpoint
 from .layouts.common import scale_dtype
 from .problem import MoEProblem
+from .schemes import ACT_ELEMENT_MAX
 from .schemes.tensors import INT32, declared_tensors, layer_sizes, tensor_shapes
 
 # std of uniform codes over [-2^(b-1), 2^(b-1)), and of unit normals rounded to e4m3
@@ -111,8 +112,8 @@ class _Draw:
                        .expand(E, -1).contiguous())
         return g_idx
 
-    def input_scale(self, d, shape):  # about amax / 127 of unit-variance inputs
-        return (3 + 2 * self._rand(*shape)) / 127
+    def input_scale(self, d, shape):  # about amax / (127 or 448) of unit-variance inputs
+        return (3 + 2 * self._rand(*shape)) / ACT_ELEMENT_MAX[self.info.activation_element]
 
     def bias(self, d, shape):
         return (0.1 * self._randn(*shape)).to(self.P.torch_dtype)

@@ -21,8 +21,8 @@ from .layouts.common import scale_dtype
 from .problem import MoEProblem
 from .quantize import fp8_block_shape, quantize_int_groups, quantize_mxfp8, quantize_scaled
 from .schemes import (
+    ACT_ELEMENT_MAX,
     ACT_STATIC_TENSOR,
-    INT8_MAX,
     STRATEGY_TENSOR,
     checkpoint_shape_issue,
 )
@@ -55,7 +55,8 @@ def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Chec
             P.torch_dtype)
         tensors["w2_bias"] = (0.1 * torch.randn(P.E, P.K, generator=gen)).to(P.torch_dtype)
     if ckpt.activation == ACT_STATIC_TENSOR:
-        tensors.update(calibrate_input_scales(floats, tensors, P, gen))
+        top = ACT_ELEMENT_MAX[ckpt.info.activation_element]
+        tensors.update(calibrate_input_scales(floats, tensors, P, gen, top))
     ckpt = replace(ckpt, tensors=tensors)
     return ckpt
 
@@ -105,9 +106,11 @@ def random_g_idx(gen: torch.Generator, E: int, n_in: int, group_size: int) -> to
     return g_idx
 
 
-def calibrate_input_scales(floats, tensors, P: MoEProblem, gen) -> dict[str, torch.Tensor]:
-    """Static per-tensor activation scales the way a calibrating tool gets them: amax/127 of
-    each expert's GEMM inputs on random calibration tokens (float math, per expert)."""
+def calibrate_input_scales(floats, tensors, P: MoEProblem, gen, top: float
+                           ) -> dict[str, torch.Tensor]:
+    """Static per-tensor activation scales the way a calibrating tool gets them: amax / top
+    (127 for int8, 448 for e4m3) of each expert's GEMM inputs on random calibration tokens
+    (float math, per expert)."""
     x = torch.randn(64, P.K, generator=gen, dtype=torch.float64)
     h = torch.einsum("mk,enk->emn", x, floats["w13"])
     if "w13_bias" in tensors:
@@ -115,5 +118,5 @@ def calibrate_input_scales(floats, tensors, P: MoEProblem, gen) -> dict[str, tor
     a = apply_activation(h, P.activation)
     amax_x = x.abs().amax().expand(P.E) * (1 + 0.25 * torch.rand(P.E, generator=gen))
     amax_a = a.abs().amax(dim=(1, 2))
-    return {"w13_input_scale": (amax_x / INT8_MAX).to(torch.float32),
-            "w2_input_scale": (amax_a / INT8_MAX).to(torch.float32)}
+    return {"w13_input_scale": (amax_x / top).to(torch.float32),
+            "w2_input_scale": (amax_a / top).to(torch.float32)}

@@ -7,6 +7,10 @@ from __future__ import annotations
 import pytest
 from moecert.reference import RECORDS, Checkpoint
 from moecert.reference.schemes import (
+    ACT_ELEMENT_MAX,
+    ACT_ELEMENTS,
+    ACT_MXFP8,
+    ACT_NONE,
     ELEMENTS,
     GLOBAL_SCALES,
     LAYOUTS,
@@ -22,6 +26,9 @@ def test_every_record_names_what_exists(name):
     s = SCHEMES[name]
     assert s.element in ELEMENTS and s.scale_encoding in SCALE_ENCODINGS
     assert s.global_scale in GLOBAL_SCALES
+    assert s.activation_element in ACT_ELEMENTS
+    scaled = set(s.activation_modes) - {ACT_NONE, ACT_MXFP8}  # scale = amax / element max
+    assert (s.activation_element in ACT_ELEMENT_MAX) == bool(scaled), s.activation_element
     for f in s.formats:
         assert f.record in RECORDS, f.record
         assert f.layout in LAYOUTS
