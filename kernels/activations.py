@@ -8,24 +8,31 @@ Activations take GEMM1's output h [rows, w13_rows] and return [rows, N]:
         g = min(gate, 7), u = clamp(up, -7, 7), (u + 1) * g * sigmoid(1.702 g)
     relu2                   relu(h)^2 on all N rows
 
-Quantize-dequantize modes, on float32 [rows, cols]:
+Quantize-dequantize modes, on float32 [rows, cols], to the scheme's activation element
+(int8: top = 127, e4m3: top = 448):
     none            identity
-    dynamic-token   int8, s = amax(|row|) / 127
-    dynamic-tensor  int8, s = amax(|t|) / 127 over the whole input
-    static-tensor   int8, s given (one scale for every expert)
+    dynamic-token   s = amax(|row|) / top
+    dynamic-group   s = amax(|row[128 columns]|) / top per token and 1 x 128 group along cols
+                    (a last group of cols % 128 columns holds those)
+    dynamic-tensor  s = amax(|t|) / top over the whole input
+    static-tensor   s given (one scale for every expert)
     mxfp8           per 32 columns an E8M0 scale 2^e (rule floor / even / ceil / rceil), E4M3
                     elements rounded to nearest even, saturating at 448
-int8 rounding is half to even (torch.round), codes clamped to [-128, 127].
+int8 rounding is half to even (torch.round), codes clamped to [-128, 127]; e4m3 is the cast
+of t / s clamped to +-448 (round to nearest even, saturating).
 """
 
 from __future__ import annotations
 
 import torch
 from moecert.reference.schemes import (
+    ACT_DYNAMIC_GROUP,
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
     ACT_MXFP8,
     ACT_NONE,
+    ACT_ELEMENT_MAX,
+    ACT_GROUP,
     ACT_STATIC_TENSOR,
     E8M0_BIAS,
     F8E4M3_MAX,
@@ -68,12 +75,27 @@ def apply_activation(h: torch.Tensor, activation: str) -> torch.Tensor:
 
 # --- activation quantization ----------------------------------------------------------------
 
-def qdq_int8(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """clamp(round(t / s), -128, 127) * s with s broadcast against t; s = 0 gives 0."""
+def qdq_scaled(t: torch.Tensor, scale: torch.Tensor, element: str = "int8") -> torch.Tensor:
+    """The element's code of t / s times s, with s broadcast against t; s = 0 gives 0.
+    int8: clamp(round(t / s), -128, 127); e4m3: the cast of t / s clamped to +-448."""
     positive = scale > 0
     safe = torch.where(positive, scale, torch.ones_like(scale))
-    q = torch.round(t / safe).clamp(INT8_MIN, INT8_MAX)
+    if element == "int8":
+        q = torch.round(t / safe).clamp(INT8_MIN, INT8_MAX)
+    elif element == "e4m3":
+        v = (t / safe).clamp(-F8E4M3_MAX, F8E4M3_MAX)  # the cast itself would give NaN
+        q = v.to(torch.float8_e4m3fn).to(torch.float32)
+    else:
+        raise ValueError(f"unknown activation element {element!r}")
     return torch.where(positive, q * safe, torch.zeros_like(t))
+
+
+def qdq_groups(t: torch.Tensor, element: str, group: int = ACT_GROUP) -> torch.Tensor:
+    """Per token and group of `group` columns: s = amax / top of each (row, group)."""
+    cols = t.shape[-1]
+    blocks = torch.nn.functional.pad(t, (0, -cols % group)).unflatten(-1, (-1, group))
+    scale = blocks.abs().amax(-1, keepdim=True) / ACT_ELEMENT_MAX[element]
+    return qdq_scaled(blocks, scale, element).flatten(-2)[..., :cols]
 
 
 def _floor_log2(a: torch.Tensor) -> torch.Tensor:
@@ -124,21 +146,27 @@ def qdq_mxfp8(t: torch.Tensor, rule: str) -> torch.Tensor:
 
 
 def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor | None = None,
-                        mx_rule: str = "floor") -> torch.Tensor:
-    """q1 / q2: the mode's quantize-dequantize of float32 `t` [rows, cols]."""
+                        mx_rule: str = "floor", element: str = "int8") -> torch.Tensor:
+    """q1 / q2: the mode's quantize-dequantize of float32 `t` [rows, cols] to `element`
+    (the scheme's activation_element) for the scaled modes."""
     if mode == ACT_NONE:
         return t
+    if mode in (ACT_DYNAMIC_TOKEN, ACT_DYNAMIC_TENSOR, ACT_DYNAMIC_GROUP, ACT_STATIC_TENSOR):
+        top = ACT_ELEMENT_MAX[element]
     if mode == ACT_DYNAMIC_TOKEN:
-        return qdq_int8(t, t.abs().amax(-1, keepdim=True) / INT8_MAX)
+        return qdq_scaled(t, t.abs().amax(-1, keepdim=True) / top, element)
+    if mode == ACT_DYNAMIC_GROUP:
+        return qdq_groups(t, element)
     if mode == ACT_DYNAMIC_TENSOR:
         if t.numel() == 0:
             return t
-        return qdq_int8(t, t.abs().amax() / INT8_MAX)
+        return qdq_scaled(t, t.abs().amax() / top, element)
     if mode == ACT_STATIC_TENSOR:
-        return qdq_int8(t, static_scale.to(torch.float32))
+        return qdq_scaled(t, static_scale.to(torch.float32), element)
     if mode == ACT_MXFP8:
         return qdq_mxfp8(t, mx_rule)
     raise ValueError(f"unknown activation quantization mode {mode!r}")
 
 
-__all__ = ["apply_activation", "mx_exponent", "qdq_int8", "qdq_mxfp8", "quantize_activation"]
+__all__ = ["apply_activation", "mx_exponent", "qdq_groups", "qdq_mxfp8", "qdq_scaled",
+           "quantize_activation"]

@@ -63,7 +63,8 @@ class HookedTorchBackend(TorchBackend):
     def quantize(self, layer, t: torch.Tensor, which: str, static: torch.Tensor | None):
         """q1 (which == "w13") or q2 ("w2") on float32 t."""
         quant = layer.quant
-        return quantize_activation(t, quant.activation, static, quant.mx_scale_rule)
+        return quantize_activation(t, quant.activation, static, quant.mx_scale_rule,
+                                   quant.info.activation_element)
 
     def gemm1(self, layer, xq, x, w, b13):
         """h = q1(x) @ W13^T + b13 in float32 (x: the unquantized rows, for scale bugs)."""
