@@ -148,6 +148,8 @@ _HOOKED_CASES = [
     ("int8-w8a8", {"activation": "static-tensor"}, {}),
     ("mxfp8", {"activation": "mxfp8"}, {}),
     ("fp8-w8a16", {"weight_strategy": "block"}, {"K": 256}),
+    ("fp8-w8a8", {}, {"K": 160}),
+    ("fp8-w8a8", {"weight_strategy": "tensor", "activation": "static-tensor"}, {}),
 ]
 
 
