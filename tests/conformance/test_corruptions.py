@@ -46,6 +46,8 @@ VARIANTS = {
                                            activation="static-tensor"), P),
     "fp8-block": ("fp8-w8a16", dict(weight_strategy="block"), P),
     "fp8-tensor": ("fp8-w8a16", dict(weight_strategy="tensor"), P),
+    "fp8-w8a8-static": ("fp8-w8a8", dict(weight_strategy="tensor",
+                                         activation="static-tensor"), P),
     "mxfp8": ("mxfp8", {}, P),
     "bf16": ("bf16", {}, P_BIAS),
 }
