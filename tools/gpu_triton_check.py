@@ -108,6 +108,14 @@ SCHEMES = [
                                         "sym": False}, {}),
     ("w4a8-g32-fp16", "w4a8-int8", {"checkpoint_format": "gptq", "group_size": 32},
      {"dtype": "fp16"}),
+    ("fp8w8a8-block-group", "fp8-w8a8", {}, {}),
+    ("fp8w8a8-channel-group-partial", "fp8-w8a8", {"weight_strategy": "channel"},
+     {"K": 320, "N": 192}),
+    ("fp8w8a8-tensor-static", "fp8-w8a8", {"weight_strategy": "tensor",
+                                           "activation": "static-tensor"}, {}),
+    ("fp8w8a8-channel-token-fp16", "fp8-w8a8", {"weight_strategy": "channel",
+                                                "activation": "dynamic-token"},
+     {"dtype": "fp16"}),
     ("mxfp8-a16", "mxfp8", {"activation": "none"}, {}),
     ("mxfp8-floor", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "floor"}, {}),
     ("mxfp8-even", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "even"}, {}),
@@ -129,6 +137,7 @@ OPTION_SCHEMES = [
     ("w4a8-awq", "w4a8-int8", {"checkpoint_format": "awq", "group_size": 64, "sym": False}),
     ("mxfp8-floor", "mxfp8", {"activation": "mxfp8"}),
     ("fp8-block", "fp8-w8a16", {"weight_strategy": "block"}),
+    ("fp8w8a8-block-group", "fp8-w8a8", {}),
 ]
 # (name, E used for correctness, K, N, topk): the model layers with fewer experts
 _CORRECTNESS_E = {"qwen3-30b-a3b": 16, "mixtral-8x7b": 2, "deepseek-v3": 8}
@@ -140,6 +149,7 @@ MODEL_SCHEMES = [
     ("int8w8a8-token", "int8-w8a8", {"activation": "dynamic-token"}),
     ("w4a8-gptq-g128", "w4a8-int8", {"checkpoint_format": "gptq", "group_size": 128}),
     ("mxfp8-floor", "mxfp8", {"activation": "mxfp8"}),
+    ("fp8w8a8-block-group", "fp8-w8a8", {}),
     ("bf16", "bf16", {}),
 ]
 TIMING_SHAPES = MODELS
@@ -169,7 +179,8 @@ def correctness_options():
 def correctness_models():
     for name, E, K, N, topk in MODEL_CORRECTNESS:
         for sid, scheme, attrs in MODEL_SCHEMES:
-            if name != "qwen3-30b-a3b" and sid not in ("gptq4-g128", "fp8w8a16-block"):
+            if name != "qwen3-30b-a3b" and sid not in ("gptq4-g128", "fp8w8a16-block",
+                                                        "fp8w8a8-block-group"):
                 continue
             if over_budget(f"{name} {sid}"):
                 continue
