@@ -17,9 +17,9 @@ from moecert.reference.schemes import (
     ACT_DYNAMIC_GROUP,
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
+    ACT_GROUP,
     ACT_MXFP8,
     ACT_NONE,
-    ACT_GROUP,
     ACT_STATIC_TENSOR,
 )
 

@@ -36,7 +36,6 @@ import os
 import torch
 import triton
 import triton.language as tl
-
 from moecert.reference.schemes import ACT_GROUP as SCHEME_ACT_GROUP
 
 from .quant import fix_bf16, rne_bf16
