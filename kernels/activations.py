@@ -75,27 +75,31 @@ def apply_activation(h: torch.Tensor, activation: str) -> torch.Tensor:
 
 # --- activation quantization ----------------------------------------------------------------
 
-def qdq_scaled(t: torch.Tensor, scale: torch.Tensor, element: str = "int8") -> torch.Tensor:
-    """The element's code of t / s times s, with s broadcast against t; s = 0 gives 0.
-    int8: clamp(round(t / s), -128, 127); e4m3: the cast of t / s clamped to +-448."""
-    positive = scale > 0
-    safe = torch.where(positive, scale, torch.ones_like(scale))
+def qdq_scaled(t: torch.Tensor, den: torch.Tensor, element: str = "int8", num: float = 1.0
+               ) -> torch.Tensor:
+    """The element's code of t * num / den times s = den / num, broadcast against t; den = 0
+    gives 0. Dynamic modes pass den = amax, num = 127 or 448: t * num is exact in float32 for
+    bf16/fp16 values, so the code is one rounding of the exact ratio (a true tie, t = 3/8 of
+    the amax for e4m3, goes to even). int8: clamp(round(.), -128, 127); e4m3: the cast of
+    the ratio clamped to +-448."""
+    positive = den > 0
+    safe = torch.where(positive, den, torch.ones_like(den))
+    v = t * num / safe
     if element == "int8":
-        q = torch.round(t / safe).clamp(INT8_MIN, INT8_MAX)
+        q = torch.round(v).clamp(INT8_MIN, INT8_MAX)
     elif element == "e4m3":
-        v = (t / safe).clamp(-F8E4M3_MAX, F8E4M3_MAX)  # the cast itself would give NaN
-        q = v.to(torch.float8_e4m3fn).to(torch.float32)
+        q = v.clamp(-F8E4M3_MAX, F8E4M3_MAX).to(torch.float8_e4m3fn).to(torch.float32)
     else:
         raise ValueError(f"unknown activation element {element!r}")
-    return torch.where(positive, q * safe, torch.zeros_like(t))
+    return torch.where(positive, q * (safe / num), torch.zeros_like(t))
 
 
 def qdq_groups(t: torch.Tensor, element: str, group: int = ACT_GROUP) -> torch.Tensor:
     """Per token and group of `group` columns: s = amax / top of each (row, group)."""
     cols = t.shape[-1]
     blocks = torch.nn.functional.pad(t, (0, -cols % group)).unflatten(-1, (-1, group))
-    scale = blocks.abs().amax(-1, keepdim=True) / ACT_ELEMENT_MAX[element]
-    return qdq_scaled(blocks, scale, element).flatten(-2)[..., :cols]
+    amax = blocks.abs().amax(-1, keepdim=True)
+    return qdq_scaled(blocks, amax, element, ACT_ELEMENT_MAX[element]).flatten(-2)[..., :cols]
 
 
 def _floor_log2(a: torch.Tensor) -> torch.Tensor:
@@ -154,13 +158,13 @@ def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor |
     if mode in (ACT_DYNAMIC_TOKEN, ACT_DYNAMIC_TENSOR, ACT_DYNAMIC_GROUP, ACT_STATIC_TENSOR):
         top = ACT_ELEMENT_MAX[element]
     if mode == ACT_DYNAMIC_TOKEN:
-        return qdq_scaled(t, t.abs().amax(-1, keepdim=True) / top, element)
+        return qdq_scaled(t, t.abs().amax(-1, keepdim=True), element, top)
     if mode == ACT_DYNAMIC_GROUP:
         return qdq_groups(t, element)
     if mode == ACT_DYNAMIC_TENSOR:
         if t.numel() == 0:
             return t
-        return qdq_scaled(t, t.abs().amax() / top, element)
+        return qdq_scaled(t, t.abs().amax(), element, top)
     if mode == ACT_STATIC_TENSOR:
         return qdq_scaled(t, static_scale.to(torch.float32), element)
     if mode == ACT_MXFP8:

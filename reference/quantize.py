@@ -121,21 +121,26 @@ def fp8_block_shape(strategy: str, n_out: int, n_in: int, shards: bool) -> tuple
 # s = amax / ACT_ELEMENT_MAX[element] (127 or 448) over the unit: a row, a 1 x 128 group of a
 # row, or the whole input.
 
-def qdq_scaled(x: torch.Tensor, scale: torch.Tensor, element: str = "int8") -> torch.Tensor:
-    """The element's codes of x / s times s, with s broadcast against x; s = 0 gives 0."""
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+def qdq_scaled(x: torch.Tensor, den: torch.Tensor, element: str = "int8", num: float = 1.0
+               ) -> torch.Tensor:
+    """The element's code of the ratio x * num / den, times the scale s = den / num; den = 0
+    gives 0. Dynamic scales pass den = amax, num = 127 or 448, so that the code is one
+    rounding of the exact ratio (x * num is exact for act-dtype inputs): x = 3/8 amax is the
+    e4m3 tie 168 and goes to even (160), where x / fl(amax / 448) lands on either side."""
+    safe = torch.where(den > 0, den, torch.ones_like(den))
+    v = x * num / safe
     if element == "int8":
-        q = torch.round(x / safe).clamp(INT8_MIN, INT8_MAX)
+        q = torch.round(v).clamp(INT8_MIN, INT8_MAX)
     elif element == "e4m3":
-        q = round_to_e4m3(x / safe)
+        q = round_to_e4m3(v)
     else:
         raise ValueError(f"unknown activation element {element!r}")
-    return torch.where(scale > 0, q * safe, torch.zeros_like(x))
+    return torch.where(den > 0, q * (safe / num), torch.zeros_like(x))
 
 
 def qdq_per_token(x: torch.Tensor, element: str = "int8") -> torch.Tensor:
     """Dynamic per token: s = max|x_row| / (127 or 448)."""
-    return qdq_scaled(x, x.abs().amax(-1, keepdim=True) / ACT_ELEMENT_MAX[element], element)
+    return qdq_scaled(x, x.abs().amax(-1, keepdim=True), element, ACT_ELEMENT_MAX[element])
 
 
 def qdq_per_group(x: torch.Tensor, element: str, group: int = ACT_GROUP) -> torch.Tensor:
@@ -145,8 +150,8 @@ def qdq_per_group(x: torch.Tensor, element: str, group: int = ACT_GROUP) -> torc
     cols = x.shape[-1]
     padded = torch.nn.functional.pad(x, (0, -cols % group))  # zeros leave each amax as is
     blocks = padded.unflatten(-1, (-1, group))
-    scale = blocks.abs().amax(-1, keepdim=True) / ACT_ELEMENT_MAX[element]
-    return qdq_scaled(blocks, scale, element).flatten(-2)[..., :cols]
+    amax = blocks.abs().amax(-1, keepdim=True)
+    return qdq_scaled(blocks, amax, element, ACT_ELEMENT_MAX[element]).flatten(-2)[..., :cols]
 
 
 def qdq_per_tensor(x: torch.Tensor, scale: torch.Tensor | float | None = None,
@@ -155,9 +160,9 @@ def qdq_per_tensor(x: torch.Tensor, scale: torch.Tensor | float | None = None,
     tensor."""
     if x.numel() == 0:
         return x  # no tokens: nothing to scale (and amax of nothing is undefined)
-    s = (x.abs().amax() / ACT_ELEMENT_MAX[element] if scale is None
-         else torch.as_tensor(scale, dtype=x.dtype))
-    return qdq_scaled(x, s.to(x.device), element)
+    if scale is None:
+        return qdq_scaled(x, x.abs().amax(), element, ACT_ELEMENT_MAX[element])
+    return qdq_scaled(x, torch.as_tensor(scale, dtype=x.dtype).to(x.device), element)
 
 
 def qdq_mxfp8(x: torch.Tensor, rule: str) -> torch.Tensor:

@@ -149,7 +149,8 @@ def fp8_quant_kernel(x_ptr, q_ptr, scale_ptr, given_ptr, K, SPAN, stride_x, stri
                      stride_s, DYNAMIC: tl.constexpr, BLOCK_K: tl.constexpr):
     """Program (row, u) quantizes columns [u * SPAN, (u + 1) * SPAN) of the row, one unit
     (SPAN = K: the whole row; 128: a 1x128 group): s = amax / 448 of the unit (DYNAMIC) or
-    the given scale; codes e4m3_rne(x / s), 0 where s = 0."""
+    the given scale; codes e4m3_rne(x * 448 / amax) (one rounding of the exact ratio: the tie
+    x = 3/8 amax goes to even) or e4m3_rne(x / s), 0 where s = 0."""
     row = tl.program_id(0).to(tl.int64)
     unit = tl.program_id(1)
     start = unit * SPAN
@@ -160,14 +161,16 @@ def fp8_quant_kernel(x_ptr, q_ptr, scale_ptr, given_ptr, K, SPAN, stride_x, stri
         for k0 in range(start, end, BLOCK_K):
             x = tl.load(x_ptr + row * stride_x + k0 + offs, mask=k0 + offs < end, other=0.0)
             amax = tl.maximum(amax, tl.abs(x.to(tl.float32)))
-        s = tl.math.div_rn(tl.max(amax, axis=0), 448.0)
+        num, den = 448.0, tl.max(amax, axis=0)
     else:
-        s = tl.load(given_ptr)
-    safe = tl.where(s > 0, s, 1.0)
+        num, den = 1.0, tl.load(given_ptr)
+    s = tl.math.div_rn(den, num)
+    safe = tl.where(den > 0, den, 1.0)
     for k0 in range(start, end, BLOCK_K):
         mask = k0 + offs < end
         x = tl.load(x_ptr + row * stride_x + k0 + offs, mask=mask, other=0.0).to(tl.float32)
-        r = tl.where(s > 0, _round_e4m3(tl.math.div_rn(x, safe)), 0.0)
+        # x * 448 is exact for bf16/fp16 x: one rounding of the exact ratio x * 448 / amax
+        r = tl.where(den > 0, _round_e4m3(tl.math.div_rn(x * num, safe)), 0.0)
         tl.store(q_ptr + row * stride_q + k0 + offs, r.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(scale_ptr + row * stride_s + unit, s)
 

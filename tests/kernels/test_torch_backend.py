@@ -308,3 +308,9 @@ def test_e4m3_activation_quantizers_known_answers():
     static = quantize_activation(torch.tensor([[8.5, 300.0, -1e4]]), "static-tensor",
                                  torch.tensor([0.5]), element="e4m3")
     assert torch.equal(static, torch.tensor([[8.0, 224.0, -224.0]]))
+    # a true tie of the ratio: x = 3/8 amax (amax = 61/64) is 168 -> 160, even
+    tie = torch.zeros(1, 128)
+    tie[0, 0], tie[0, 1] = 61 / 64, 3 / 8 * 61 / 64
+    for mode in ("dynamic-group", "dynamic-token"):
+        q = quantize_activation(tie, mode, element="e4m3")
+        assert q[0, 1].item() == pytest.approx(160 * (61 / 64) / 448, rel=1e-6)

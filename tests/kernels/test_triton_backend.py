@@ -380,3 +380,9 @@ def test_fp8_activation_quantizer_known_answers():
                                        given=given)
     assert torch.equal(codes.float(), torch.tensor([[16.0, 448.0, -448.0]]))
     assert torch.equal(scales, torch.tensor([0.5]))
+    # a true tie of the ratio: x = 3/8 amax (amax = 61/64) is 168 -> 160, even
+    tie = torch.zeros(1, 128)
+    tie[0, 0], tie[0, 1] = 61 / 64, 3 / 8 * 61 / 64
+    for mode in ("group", "token"):
+        codes, _ = quant.quantize_fp8(tie.to(torch.bfloat16), mode, 128)
+        assert codes.float()[0, 1] == 160.0

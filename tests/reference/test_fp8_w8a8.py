@@ -179,3 +179,13 @@ def test_bad_input_scale_shape_and_absence_are_named(name):
     gone = replace(ckpt, tensors={n: t for n, t in ckpt.tensors.items() if n != name})
     with pytest.raises(CheckpointError, match="^" + re.escape(name) + ":"):
         dequantize(gone, P1)
+
+
+def test_a_true_tie_of_the_ratio_goes_to_even():
+    # amax = 61/64 (not 448 * 2^k): x = 3/8 amax is x * 448 / amax = 168, the e4m3 tie
+    # between 160 and 176; RNE takes 160. x / fl(amax / 448) lands on either side of 168.
+    amax, x = 61 / 64, 3 / 8 * 61 / 64
+    row = _row(128, {0: amax, 1: x, 2: -x}).unsqueeze(0)
+    for y in (qdq_per_group(row, "e4m3"), qdq_per_token(row, "e4m3")):
+        assert y[0, 1].item() == pytest.approx(160 * amax / 448, rel=1e-15)
+        assert y[0, 2].item() == pytest.approx(-160 * amax / 448, rel=1e-15)
