@@ -55,8 +55,10 @@ from moecert.reference.layouts import write_linear
 from moecert.reference.moe import quantize_activation, round_to_activation_dtype
 from moecert.reference.quantize import fp8_block_shape
 from moecert.reference.schemes import (
+    ACT_DYNAMIC_GROUP,
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
+    ACT_ELEMENT_MAX,
     ACT_STATIC_TENSOR,
     F4E2M1_MAX,
     F8E4M3_MAX,
@@ -67,6 +69,7 @@ from moecert.reference.schemes import (
 from moecert.reference.synthesize import random_g_idx
 
 INT8_DYNAMIC = (ACT_DYNAMIC_TOKEN, ACT_DYNAMIC_TENSOR)
+E4M3_DYNAMIC = (ACT_DYNAMIC_TOKEN, ACT_DYNAMIC_GROUP, ACT_DYNAMIC_TENSOR)
 GATE_FLOOR = {"silu": 32.0, "gelu": 32.0, "swigluoai": 7.0, "swigluoai-split": 7.0}
 GATE_VALUES = (32.0, 64.0)  # the largest (64) is the int8 anchor's gate
 GATE_COLUMN_VALUES = (16.0, 32.0)
@@ -119,10 +122,10 @@ def structured_inputs(case, audit_device: torch.device | str = "cpu") -> Structu
     ckpt = _checkpoint(gen, attrs, P, {"w13": w13}, {"w13_bias": b13})
     tensors = dict(ckpt.tensors)
     if attrs.activation == ACT_STATIC_TENSOR:
-        tensors["w13_input_scale"] = _input_scales(gen, P.E, X[routing.valid])
+        tensors["w13_input_scale"] = _input_scales(gen, P.E, X[routing.valid], attrs)
     a = _intermediate(replace(ckpt, tensors=tensors), X, w13, b13, routing, P)
     if attrs.activation == ACT_STATIC_TENSOR:
-        tensors["w2_input_scale"] = _input_scales(gen, P.E, a)
+        tensors["w2_input_scale"] = _input_scales(gen, P.E, a, attrs)
     aq = _quantize(replace(ckpt, tensors=tensors), a, "w2")
     w2, b2 = _design_w2(gen, P, aq)
     full = _checkpoint(gen, attrs, P, {"w2": w2}, {"w2_bias": b2})
@@ -145,6 +148,11 @@ def why_not_exact(attrs: Checkpoint, P: MoEProblem) -> str | None:
         # NVFP4 activations on their own grid), not built yet
         return (f"{attrs.scheme}: this tier does not construct e2m1 weights with e4m3 block "
                 "scales and global scales yet")
+    if attrs.info.activation_element == "e4m3" and attrs.activation in E4M3_DYNAMIC:
+        return (f"{attrs.activation} e4m3 activations: the scale amax/448 is exact only for "
+                "amax = 448 * 2^p in every unit (each row, or each 1x128 group of a row, of x "
+                "and of the intermediate); the structure's anchors are built for int8's "
+                "127 * 2^p per row (not extended to e4m3 yet)")
     if P.activation.startswith("swigluoai") and attrs.activation in INT8_DYNAMIC:
         return (f"{P.activation} with {attrs.activation} int8 activations: the int8 scale "
                 "amax/127 is exact only for amax = 127 * 2^p, and swigluoai's outputs are "
@@ -452,11 +460,13 @@ def _intermediate(ckpt, X, w13, b13, routing: _Routing, P: MoEProblem) -> torch.
     return round_to_activation_dtype(apply_activation(h, P.activation), P)
 
 
-def _input_scales(gen, E: int, t: torch.Tensor) -> torch.Tensor:
-    """Static per-expert scales [E] fp32: powers of two, the largest 2^ceil(log2(amax/127))
-    (the one engines use) held by one expert, the others 1/2 or 1/4 of it."""
+def _input_scales(gen, E: int, t: torch.Tensor, attrs: Checkpoint) -> torch.Tensor:
+    """Static per-expert scales [E] fp32: powers of two, the largest 2^ceil(log2(amax/top))
+    (top 127 for int8, 448 for e4m3; the one engines use) held by one expert, the others 1/2
+    or 1/4 of it."""
     amax = float(t.abs().max()) if t.numel() else 0.0
-    top = 1.0 if amax == 0 else 2.0 ** _ceil_log2(amax / INT8_MAX)
+    code_max = ACT_ELEMENT_MAX[attrs.info.activation_element]
+    top = 1.0 if amax == 0 else 2.0 ** _ceil_log2(amax / code_max)
     s = top * _pick(gen, (1.0, 0.5, 0.25), (E,))
     s[int(torch.randint(E, (1,), generator=gen))] = top
     return s.to(torch.float32)

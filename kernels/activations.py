@@ -8,25 +8,32 @@ Activations take GEMM1's output h [rows, w13_rows] and return [rows, N]:
         g = min(gate, 7), u = clamp(up, -7, 7), (u + 1) * g * sigmoid(1.702 g)
     relu2                   relu(h)^2 on all N rows
 
-Quantize-dequantize modes, on float32 [rows, cols]:
+Quantize-dequantize modes, on float32 [rows, cols], to the scheme's activation element
+(int8: top = 127, e4m3: top = 448):
     none            identity
-    dynamic-token   int8, s = amax(|row|) / 127
-    dynamic-tensor  int8, s = amax(|t|) / 127 over the whole input
-    static-tensor   int8, s given (one scale for every expert)
+    dynamic-token   s = amax(|row|) / top
+    dynamic-group   s = amax(|row[128 columns]|) / top per token and 1 x 128 group along cols
+                    (a last group of cols % 128 columns holds those)
+    dynamic-tensor  s = amax(|t|) / top over the whole input
+    static-tensor   s given (one scale for every expert)
     mxfp8           per 32 columns an E8M0 scale 2^e (rule floor / even / ceil / rceil), E4M3
                     elements rounded to nearest even, saturating at 448
     nvfp4           static input scale s, global scale g = 1 / s: per 16 columns an e4m3
                     block scale bs = e4m3(amax / 6 * g) (saturating at 448), elements e2m1
                     (nearest even, saturating at 6) of x / (bs / g), times bs / g
-int8 rounding is half to even (torch.round), codes clamped to [-128, 127].
+int8 rounding is half to even (torch.round), codes clamped to [-128, 127]; e4m3 is the cast
+of t / s clamped to +-448 (round to nearest even, saturating).
 """
 
 from __future__ import annotations
 
 import torch
 from moecert.reference.schemes import (
+    ACT_DYNAMIC_GROUP,
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
+    ACT_ELEMENT_MAX,
+    ACT_GROUP,
     ACT_MXFP8,
     ACT_NONE,
     ACT_NVFP4,
@@ -74,12 +81,31 @@ def apply_activation(h: torch.Tensor, activation: str) -> torch.Tensor:
 
 # --- activation quantization ----------------------------------------------------------------
 
-def qdq_int8(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """clamp(round(t / s), -128, 127) * s with s broadcast against t; s = 0 gives 0."""
-    positive = scale > 0
-    safe = torch.where(positive, scale, torch.ones_like(scale))
-    q = torch.round(t / safe).clamp(INT8_MIN, INT8_MAX)
-    return torch.where(positive, q * safe, torch.zeros_like(t))
+def qdq_scaled(t: torch.Tensor, den: torch.Tensor, element: str = "int8", num: float = 1.0
+               ) -> torch.Tensor:
+    """The element's code of t * num / den times s = den / num, broadcast against t; den = 0
+    gives 0. Dynamic modes pass den = amax, num = 127 or 448: t * num is exact in float32 for
+    bf16/fp16 values, so the code is one rounding of the exact ratio (a true tie, t = 3/8 of
+    the amax for e4m3, goes to even). int8: clamp(round(.), -128, 127); e4m3: the cast of
+    the ratio clamped to +-448."""
+    positive = den > 0
+    safe = torch.where(positive, den, torch.ones_like(den))
+    v = t * num / safe
+    if element == "int8":
+        q = torch.round(v).clamp(INT8_MIN, INT8_MAX)
+    elif element == "e4m3":
+        q = v.clamp(-F8E4M3_MAX, F8E4M3_MAX).to(torch.float8_e4m3fn).to(torch.float32)
+    else:
+        raise ValueError(f"unknown activation element {element!r}")
+    return torch.where(positive, q * (safe / num), torch.zeros_like(t))
+
+
+def qdq_groups(t: torch.Tensor, element: str, group: int = ACT_GROUP) -> torch.Tensor:
+    """Per token and group of `group` columns: s = amax / top of each (row, group)."""
+    cols = t.shape[-1]
+    blocks = torch.nn.functional.pad(t, (0, -cols % group)).unflatten(-1, (-1, group))
+    amax = blocks.abs().amax(-1, keepdim=True)
+    return qdq_scaled(blocks, amax, element, ACT_ELEMENT_MAX[element]).flatten(-2)[..., :cols]
 
 
 def _floor_log2(a: torch.Tensor) -> torch.Tensor:
@@ -152,18 +178,23 @@ def qdq_nvfp4(t: torch.Tensor, input_scale: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor | None = None,
-                        mx_rule: str = "floor") -> torch.Tensor:
-    """q1 / q2: the mode's quantize-dequantize of float32 `t` [rows, cols]."""
+                        mx_rule: str = "floor", element: str = "int8") -> torch.Tensor:
+    """q1 / q2: the mode's quantize-dequantize of float32 `t` [rows, cols] to `element`
+    (the scheme's activation_element) for the scaled modes."""
     if mode == ACT_NONE:
         return t
+    if mode in (ACT_DYNAMIC_TOKEN, ACT_DYNAMIC_TENSOR, ACT_DYNAMIC_GROUP, ACT_STATIC_TENSOR):
+        top = ACT_ELEMENT_MAX[element]
     if mode == ACT_DYNAMIC_TOKEN:
-        return qdq_int8(t, t.abs().amax(-1, keepdim=True) / INT8_MAX)
+        return qdq_scaled(t, t.abs().amax(-1, keepdim=True), element, top)
+    if mode == ACT_DYNAMIC_GROUP:
+        return qdq_groups(t, element)
     if mode == ACT_DYNAMIC_TENSOR:
         if t.numel() == 0:
             return t
-        return qdq_int8(t, t.abs().amax() / INT8_MAX)
+        return qdq_scaled(t, t.abs().amax(), element, top)
     if mode == ACT_STATIC_TENSOR:
-        return qdq_int8(t, static_scale.to(torch.float32))
+        return qdq_scaled(t, static_scale.to(torch.float32), element)
     if mode == ACT_MXFP8:
         return qdq_mxfp8(t, mx_rule)
     if mode == ACT_NVFP4:
@@ -171,5 +202,5 @@ def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor |
     raise ValueError(f"unknown activation quantization mode {mode!r}")
 
 
-__all__ = ["apply_activation", "mx_exponent", "qdq_int8", "qdq_mxfp8", "qdq_nvfp4",
-           "quantize_activation", "round_e2m1"]
+__all__ = ["apply_activation", "mx_exponent", "qdq_groups", "qdq_mxfp8", "qdq_nvfp4",
+           "qdq_scaled", "quantize_activation", "round_e2m1"]

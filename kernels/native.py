@@ -168,7 +168,9 @@ def routed_moe(layer: MoELayer, x: torch.Tensor, token: torch.Tensor, expert: to
     a2 = layer.get("a2_scale") if layer.has("a2_scale") else None
     b13 = layer.get("w13_bias") if layer.has("w13_bias") else None
     b2 = layer.get("w2_bias") if layer.has("w2_bias") else None
-    xq = quantize_activation(x.to(torch.float32), quant.activation, a13, quant.mx_scale_rule)
+    element = quant.info.activation_element
+    xq = quantize_activation(x.to(torch.float32), quant.activation, a13, quant.mx_scale_rule,
+                             element)
 
     order = torch.argsort(expert, stable=True)
     token, expert, weight = token[order], expert[order], weight[order]
@@ -186,7 +188,7 @@ def routed_moe(layer: MoELayer, x: torch.Tensor, token: torch.Tensor, expert: to
         inter[lo:hi] = apply_activation(h, P.activation).to(dtype)
     # after every expert's GEMM1: a per-tensor dynamic scale spans all assignments
     inter_q = quantize_activation(inter.to(torch.float32), quant.activation, a2,
-                                  quant.mx_scale_rule)
+                                  quant.mx_scale_rule, element)
     del inter
     acc = torch.zeros(x.shape[0], P.K, dtype=torch.float32, device=x.device)
     for e in busy:

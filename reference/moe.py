@@ -28,12 +28,14 @@ from .layouts.check import check_tensors
 from .problem import MoEProblem
 from .quantize import (
     nvfp4_multiplier,
-    qdq_int8_per_tensor,
-    qdq_int8_per_token,
     qdq_mxfp8,
     qdq_nvfp4,
+    qdq_per_group,
+    qdq_per_tensor,
+    qdq_per_token,
 )
 from .schemes import (
+    ACT_DYNAMIC_GROUP,
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
     ACT_MXFP8,
@@ -55,20 +57,24 @@ def round_to_activation_dtype(t: torch.Tensor, problem: MoEProblem) -> torch.Ten
 def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.Tensor:
     """q1 (which="w13") or q2 (which="w2"): the scheme's activation quantize-dequantize.
 
-    Static per-tensor scales are the maximum of the checkpoint's per-expert input scales, one
-    scale for every expert, as engines collapse them at load time. NVFP4: the input scale is
-    the maximum over experts (and w1 / w3 shards) of the scales read as multipliers (a
+    The scaled modes quantize to the scheme's activation element (int8 or e4m3). Static
+    per-tensor scales are the maximum of the checkpoint's per-expert input scales, one scale
+    for every expert, as engines collapse them at load time. NVFP4: the input scale is the
+    maximum over experts (and w1 / w3 shards) of the scales read as multipliers (a
     compressed-tensors input_global_scale is the reciprocal), the global scale its reciprocal.
     """
     mode = ckpt.activation
+    element = ckpt.info.activation_element
     if mode == ACT_NONE:
         return t
     if mode == ACT_DYNAMIC_TOKEN:
-        return qdq_int8_per_token(t)
+        return qdq_per_token(t, element)
+    if mode == ACT_DYNAMIC_GROUP:
+        return qdq_per_group(t, element)
     if mode == ACT_DYNAMIC_TENSOR:
-        return qdq_int8_per_tensor(t)
+        return qdq_per_tensor(t, None, element)
     if mode == ACT_STATIC_TENSOR:
-        return qdq_int8_per_tensor(t, read_input_scale(ckpt, which).max())
+        return qdq_per_tensor(t, read_input_scale(ckpt, which).max(), element)
     if mode == ACT_MXFP8:
         return qdq_mxfp8(t, ckpt.mx_scale_rule)
     if mode == ACT_NVFP4:

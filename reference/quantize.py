@@ -21,7 +21,17 @@ from .elements import (
     round_to_e2m1,
     round_to_e4m3,
 )
-from .schemes import F4E2M1_MAX, F8E4M3_MAX, FP8_BLOCK, INT8_MAX, INT8_MIN, MX_BLOCK, NVFP4_BLOCK
+from .schemes import (
+    ACT_ELEMENT_MAX,
+    ACT_GROUP,
+    F4E2M1_MAX,
+    F8E4M3_MAX,
+    FP8_BLOCK,
+    INT8_MAX,
+    INT8_MIN,
+    MX_BLOCK,
+    NVFP4_BLOCK,
+)
 
 # NVFP4's global scale maps a tensor's amax to the largest block scale times the largest
 # element: 448 * 6
@@ -173,26 +183,53 @@ def fp8_block_shape(strategy: str, n_out: int, n_in: int, shards: bool) -> tuple
 
 
 # --- activation quantize-dequantize (q1, q2) --------------------------------------------------
+# element "int8": codes clamp(round(x / s), -128, 127); "e4m3": the E4M3 value nearest x / s
+# (ties to even, saturating at +-448, elements.round_to_e4m3). Dynamic scales are
+# s = amax / ACT_ELEMENT_MAX[element] (127 or 448) over the unit: a row, a 1 x 128 group of a
+# row, or the whole input.
 
-def qdq_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """clamp(round(x / s), -128, 127) * s, with s broadcast against x; s = 0 gives 0."""
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    q = torch.round(x / safe).clamp(INT8_MIN, INT8_MAX)
-    return torch.where(scale > 0, q * safe, torch.zeros_like(x))
+def qdq_scaled(x: torch.Tensor, den: torch.Tensor, element: str = "int8", num: float = 1.0
+               ) -> torch.Tensor:
+    """The element's code of the ratio x * num / den, times the scale s = den / num; den = 0
+    gives 0. Dynamic scales pass den = amax, num = 127 or 448, so that the code is one
+    rounding of the exact ratio (x * num is exact for act-dtype inputs): x = 3/8 amax is the
+    e4m3 tie 168 and goes to even (160), where x / fl(amax / 448) lands on either side."""
+    safe = torch.where(den > 0, den, torch.ones_like(den))
+    v = x * num / safe
+    if element == "int8":
+        q = torch.round(v).clamp(INT8_MIN, INT8_MAX)
+    elif element == "e4m3":
+        q = round_to_e4m3(v)
+    else:
+        raise ValueError(f"unknown activation element {element!r}")
+    return torch.where(den > 0, q * (safe / num), torch.zeros_like(x))
 
 
-def qdq_int8_per_token(x: torch.Tensor) -> torch.Tensor:
-    """Dynamic per-token int8: s = max|x_row| / 127."""
-    return qdq_int8(x, x.abs().amax(-1, keepdim=True) / INT8_MAX)
+def qdq_per_token(x: torch.Tensor, element: str = "int8") -> torch.Tensor:
+    """Dynamic per token: s = max|x_row| / (127 or 448)."""
+    return qdq_scaled(x, x.abs().amax(-1, keepdim=True), element, ACT_ELEMENT_MAX[element])
 
 
-def qdq_int8_per_tensor(x: torch.Tensor, scale: torch.Tensor | float | None = None
-                        ) -> torch.Tensor:
-    """Static (given scale) or dynamic (s = max|x| / 127 over the whole input) per-tensor int8."""
+def qdq_per_group(x: torch.Tensor, element: str, group: int = ACT_GROUP) -> torch.Tensor:
+    """Dynamic per token and group of `group` columns along the last dimension (DeepSeek's
+    1 x 128): s = max|x[row, group]| / (127 or 448); a last group of cols % group columns
+    holds those columns."""
+    cols = x.shape[-1]
+    padded = torch.nn.functional.pad(x, (0, -cols % group))  # zeros leave each amax as is
+    blocks = padded.unflatten(-1, (-1, group))
+    amax = blocks.abs().amax(-1, keepdim=True)
+    return qdq_scaled(blocks, amax, element, ACT_ELEMENT_MAX[element]).flatten(-2)[..., :cols]
+
+
+def qdq_per_tensor(x: torch.Tensor, scale: torch.Tensor | float | None = None,
+                   element: str = "int8") -> torch.Tensor:
+    """Static (given scale) or dynamic (s = max|x| / (127 or 448) over the whole input) per
+    tensor."""
     if x.numel() == 0:
         return x  # no tokens: nothing to scale (and amax of nothing is undefined)
-    s = x.abs().amax() / INT8_MAX if scale is None else torch.as_tensor(scale, dtype=x.dtype)
-    return qdq_int8(x, s.to(x.device))
+    if scale is None:
+        return qdq_scaled(x, x.abs().amax(), element, ACT_ELEMENT_MAX[element])
+    return qdq_scaled(x, torch.as_tensor(scale, dtype=x.dtype).to(x.device), element)
 
 
 def qdq_mxfp8(x: torch.Tensor, rule: str) -> torch.Tensor:

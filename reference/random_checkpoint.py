@@ -20,6 +20,7 @@ from .checkpoint import Checkpoint
 from .layouts.common import scale_dtype
 from .problem import MoEProblem
 from .quantize import NVFP4_RANGE
+from .schemes import ACT_ELEMENT_MAX
 from .schemes.tensors import INT32, declared_tensors, layer_sizes, tensor_shapes
 
 # std of uniform codes over [-2^(b-1), 2^(b-1)), of unit normals rounded to e4m3, and of
@@ -129,10 +130,10 @@ class _Draw:
                                           * self._n_in(d)**0.5)
         return self._stored(g)
 
-    def input_scale(self, d, shape):  # about amax / 127 (int8) or amax / (448 * 6) (NVFP4)
+    def input_scale(self, d, shape):  # about amax / (127 or 448, or 448 * 6 for NVFP4)
         amax = 3 + 2 * self._rand(*shape)
         if self.info.global_scale == "none":
-            return amax / 127
+            return amax / ACT_ELEMENT_MAX[self.info.activation_element]
         return self._stored(amax / NVFP4_RANGE)
 
     def _stored(self, multiplier):

@@ -28,8 +28,8 @@ from .quantize import (
     quantize_scaled,
 )
 from .schemes import (
+    ACT_ELEMENT_MAX,
     ACT_NVFP4,
-    INT8_MAX,
     STATIC_INPUT_MODES,
     STRATEGY_TENSOR,
     checkpoint_shape_issue,
@@ -121,9 +121,10 @@ def random_g_idx(gen: torch.Generator, E: int, n_in: int, group_size: int) -> to
 def calibrate_input_scales(ckpt: Checkpoint, floats, tensors, P: MoEProblem, gen
                            ) -> dict[str, torch.Tensor]:
     """Static activation scales the way a calibrating tool gets them, from the amax of each
-    expert's GEMM inputs on random calibration tokens (float math, per expert): int8 amax/127;
-    NVFP4 the global-scale rule of the format (amax / (448 * 6), or its reciprocal), one per
-    w1 / w3 shard for w13 (each shard's own calibration: their amaxes differ a little)."""
+    expert's GEMM inputs on random calibration tokens (float math, per expert): amax / top of
+    the scheme's activation element (127 for int8, 448 for e4m3); NVFP4 the global-scale rule
+    of the format (amax / (448 * 6), or its reciprocal), one per w1 / w3 shard for w13 (each
+    shard's own calibration: their amaxes differ a little)."""
     x = torch.randn(64, P.K, generator=gen, dtype=torch.float64)
     h = torch.einsum("mk,enk->emn", x, floats["w13"])
     if "w13_bias" in tensors:
@@ -137,5 +138,6 @@ def calibrate_input_scales(ckpt: Checkpoint, floats, tensors, P: MoEProblem, gen
     if nvfp4:
         return {input_scale_name(ckpt, p): nvfp4_global_scale(amax, ckpt.record.global_scale)
                 for p, amax in amaxes.items()}
-    return {input_scale_name(ckpt, p): (amax / INT8_MAX).to(torch.float32)
+    top = ACT_ELEMENT_MAX[ckpt.info.activation_element]
+    return {input_scale_name(ckpt, p): (amax / top).to(torch.float32)
             for p, amax in amaxes.items()}

@@ -146,6 +146,21 @@ class W13ScalesSwapped(TorchBackend):
             _put_if(layer, "w13_s", swap_halves)
 
 
+class W13ShardScalesCollapsed(TorchBackend):
+    """Per-tensor fp8 w13 with one scale per w1 / w3 shard ([E, 2]): both shards read with
+    the larger scale, the weights left as they are (an engine that takes max(w1, w3 scale)
+    for its single w13 scale must requantize the shard with the smaller one; skipping that
+    scales it by the ratio)."""
+
+    name = "mutant-w13-shard-scales-collapsed"
+
+    def convert(self, layer):
+        super().convert(layer)
+        s = layer.get("w13_s") if layer.has("w13_s") else None
+        if s is not None and s.dim() == 3 and s.shape[1:] == (2, 1):  # the shard scales
+            layer.put("w13_s", s.amax(1, keepdim=True).expand_as(s).contiguous())
+
+
 class GateUpSwapped(TorchBackend):
     """w13 written as [up; gate] (vLLM #42821 class: [w1; w3] placed into a [w3; w1] layout):
     the activation applies to the up projection."""

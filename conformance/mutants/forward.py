@@ -13,10 +13,16 @@ import itertools
 import random
 
 import torch
-from moecert.kernels.activations import apply_activation, quantize_activation, swigluoai
+from moecert.kernels.activations import (
+    apply_activation,
+    qdq_groups,
+    quantize_activation,
+    swigluoai,
+)
 from moecert.kernels.convert import element_values, pow2
 from moecert.kernels.native import TorchBackend, dequantize_expert
 from moecert.reference.schemes import (
+    ACT_DYNAMIC_GROUP,
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
     ACT_MXFP8,
@@ -64,7 +70,8 @@ class HookedTorchBackend(TorchBackend):
     def quantize(self, layer, t: torch.Tensor, which: str, static: torch.Tensor | None):
         """q1 (which == "w13") or q2 ("w2") on float32 t."""
         quant = layer.quant
-        return quantize_activation(t, quant.activation, static, quant.mx_scale_rule)
+        return quantize_activation(t, quant.activation, static, quant.mx_scale_rule,
+                                   quant.info.activation_element)
 
     def gemm1(self, layer, xq, x, w, b13):
         """h = q1(x) @ W13^T + b13 in float32 (x: the unquantized rows, for scale bugs)."""
@@ -196,7 +203,21 @@ class PerTokenAsPerTensor(HookedTorchBackend):
 
     def quantize(self, layer, t, which, static):
         if which == "w13" and layer.quant.activation == ACT_DYNAMIC_TOKEN:
-            return quantize_activation(t, ACT_DYNAMIC_TENSOR)
+            return quantize_activation(t, ACT_DYNAMIC_TENSOR,
+                                       element=layer.quant.info.activation_element)
+        return super().quantize(layer, t, which, static)
+
+
+class GroupsAlongM(HookedTorchBackend):
+    """DeepSeek 1x128 activation groups taken along the token dimension: each column's scale
+    is the amax of up to 128 tokens of that column, not of 128 columns of the token (the
+    scale tensor [tokens, K/128] written or read transposed)."""
+
+    name = "mutant-fp8-groups-along-m"
+
+    def quantize(self, layer, t, which, static):
+        if layer.quant.activation == ACT_DYNAMIC_GROUP:
+            return qdq_groups(t.T, layer.quant.info.activation_element).T
         return super().quantize(layer, t, which, static)
 
 

@@ -14,8 +14,10 @@ import os
 
 import torch
 from moecert.reference.schemes import (
+    ACT_DYNAMIC_GROUP,
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
+    ACT_GROUP,
     ACT_MXFP8,
     ACT_NONE,
     ACT_STATIC_TENSOR,
@@ -204,11 +206,20 @@ def _quantize(layer: MoELayer, plan: dict, quant, fused_moe, t: torch.Tensor, wh
     if mode == ACT_MXFP8:
         values, scales = quant.quantize_mxfp8(t, layer.quant.mx_scale_rule)
         return values, scales, None, fused_moe.A_MX
+    static = plan["a13_scale" if which == "w13" else "a2_scale"]
+    if layer.quant.info.activation_element == "e4m3":
+        if mode == ACT_DYNAMIC_GROUP:
+            codes, scales = quant.quantize_fp8(t, "group", ACT_GROUP)
+            return codes.view(torch.uint8), scales, None, fused_moe.A_FP8_G
+        if mode not in (ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR):
+            raise ValueError(f"e4m3 activation quantization {mode!r}")
+        kind = "token" if mode == ACT_DYNAMIC_TOKEN else "static"
+        codes, scales = quant.quantize_fp8(t, kind, ACT_GROUP, given=static)
+        return codes.view(torch.uint8), scales, None, fused_moe.A_FP8
     gscale = plan["a1_gscale" if which == "w13" else "a2_gscale"]
     if mode == ACT_DYNAMIC_TOKEN:
         codes, scales = quant.quantize_int8(t, "token")
     elif mode == ACT_STATIC_TENSOR:
-        static = plan["a13_scale" if which == "w13" else "a2_scale"]
         codes, scales = quant.quantize_int8(t, "static", given=static)
     elif mode == ACT_DYNAMIC_TENSOR:
         codes, scales = quant.quantize_int8(t, "tensor", valid_rows=valid_rows)

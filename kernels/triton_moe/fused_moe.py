@@ -23,7 +23,11 @@ spans two scale columns (the host picks BLOCK_K so), and the dot runs on exact s
 e4m3 or e2m1 values: the scale multiplies the tile's fp32 partial sum, so the only rounding is
 fp32 accumulation.
 Activations: A16 (bf16/fp16), A_INT8 (int8 codes, fp32 scale per row, times an optional
-global factor), A_MX (e4m3 values held in bf16/fp16, E8M0 byte per row and 32 columns).
+global factor), A_MX (e4m3 values held in bf16/fp16, E8M0 byte per row and 32 columns),
+A_FP8 (float8_e4m3fn codes viewed as uint8, fp32 scale per row), A_FP8_G (the same codes,
+fp32 scale per row and 128 columns, DeepSeek's 1x128 groups: applied per K tile like a block scale).
+With fp8 weights and fp8 activations the tile product is an fp8 x fp8 dot (fp32
+accumulation) on the GPU; the interpreter multiplies the same values in fp32.
 
 Epilogue order (the reference's): per-row activation scale, + bias, * router weight, store
 (the store rounds to c's dtype: bf16/fp16 for GEMM1's h, fp32 for GEMM2's y).
@@ -36,6 +40,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from moecert.reference.schemes import ACT_GROUP as SCHEME_ACT_GROUP
 
 from . import configs
 from .quant import fix_bf16, rne_bf16
@@ -44,7 +49,7 @@ W16, W_INT4, W_UINT8, W_INT8, W_FP8, W_MXFP8, W_FP4 = range(7)
 # how a weight tile's scale is stored: a choice separate from the element codec, so that one
 # element (FP4) can take E8M0 scales per 32 (MXFP4) or others
 S_NONE, S_FLOAT, S_E8M0 = range(3)
-A16, A_INT8, A_MX = range(3)
+A16, A_INT8, A_MX, A_FP8, A_FP8_G = range(5)
 # how the tile product runs: operands in the compute dtype (bf16/fp16, or int8 x int8), both
 # upcast to fp32 on tf32 tensor cores, or fp32 FMA ("ieee")
 DOT_NATIVE, DOT_TF32, DOT_IEEE = range(3)
@@ -53,6 +58,7 @@ _W16, _W_INT4, _W_UINT8 = tl.constexpr(W16), tl.constexpr(W_INT4), tl.constexpr(
 _W_FP8, _W_MXFP8, _W_FP4 = tl.constexpr(W_FP8), tl.constexpr(W_MXFP8), tl.constexpr(W_FP4)
 _S_NONE, _S_FLOAT, _S_E8M0 = tl.constexpr(S_NONE), tl.constexpr(S_FLOAT), tl.constexpr(S_E8M0)
 _A_INT8, _A_MX = tl.constexpr(A_INT8), tl.constexpr(A_MX)
+_A_FP8, _A_FP8_G = tl.constexpr(A_FP8), tl.constexpr(A_FP8_G)
 _DOT_TF32, _DOT_IEEE = tl.constexpr(DOT_TF32), tl.constexpr(DOT_IEEE)
 
 # tl.dot on bf16 is broken in the interpreter and bf16 scalar arithmetic raises there: when
@@ -60,6 +66,7 @@ _DOT_TF32, _DOT_IEEE = tl.constexpr(DOT_TF32), tl.constexpr(DOT_IEEE)
 # the kernel multiplies).
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 MX_COLS = 32
+ACT_GROUP = tl.constexpr(SCHEME_ACT_GROUP)  # columns per A_FP8_G activation scale
 
 
 @triton.jit
@@ -143,6 +150,9 @@ def _dot(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr):
         out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32")
     elif ACT == _A_INT8 and a.shape[-1] >= 32:
         out = tl.dot(a.to(tl.int8), b.to(tl.int8), out_dtype=tl.int32).to(tl.float32)
+    elif (ACT == _A_FP8 or ACT == _A_FP8_G) and a.shape[-1] >= 32:
+        # e4m3 x e4m3 on the tensor cores (sm89+: the backend's claims), exact products
+        out = tl.dot(a, b, out_dtype=tl.float32)
     else:
         out = tl.dot(a.to(COMPUTE), b.to(COMPUTE))
     return out
@@ -233,6 +243,10 @@ def moe_gemm_kernel(
             kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K),
                                    BLOCK_K)
             a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < K)[None, :], other=0)
+            if ACT == _A_FP8 or ACT == _A_FP8_G:
+                # e4m3 codes passed as their bytes: `other=0` is +0.0 (the interpreter
+                # cannot fill an fp8 load)
+                a = a.to(tl.float8e4nv, bitcast=True)
             if EVEN_K:
                 b = tl.load(b_rows + kk[:, None])
             else:
@@ -248,6 +262,13 @@ def moe_gemm_kernel(
                 part = part * _decode_e8m0(sa)[None, :]
             else:
                 part = part * _decode_e8m0(sa)[:, None]
+        elif ACT == _A_FP8_G:
+            sa = tl.load(a_scale_ptr + a_rows * stride_asm + k0 // ACT_GROUP, mask=row_mask,
+                         other=0.0)
+            if SWAP_AB:
+                part = part * sa[None, :]
+            else:
+                part = part * sa[:, None]
         if WSCALE != _S_NONE:
             sw = tl.load(s_rows + k0 // scale_cols)
             if WSCALE == _S_E8M0:
@@ -261,7 +282,7 @@ def moe_gemm_kernel(
         acc = tl.trans(acc)
 
     # --- epilogue and write-back ------------------------------------------------------------
-    if ACT == _A_INT8:
+    if ACT == _A_INT8 or ACT == _A_FP8:
         sa = tl.load(a_scale_ptr + a_rows, mask=row_mask, other=0.0)
         if HAS_GSCALE:
             sa = sa * tl.load(a_gscale_ptr)
@@ -323,10 +344,12 @@ ACT_NAMES = configs.kind_names(globals(), "A")
 
 def block_k_for(config_k: int, K: int, scale_cols: int, weight: int, act: int) -> int:
     """BLOCK_K within one scale column: a divisor of the scale block when it is narrower
-    than K (group 32/64/128, fp8 128x128 blocks, MX 32)."""
+    than K (group 32/64/128, fp8 128x128 blocks, MX 32, 1x128 activation groups)."""
     bk = config_k
     if act == A_MX:  # one activation scale per 32 columns
         return MX_COLS
+    if act == A_FP8_G:  # a tile also within one 1x128 activation group
+        scale_cols = min(scale_cols, SCHEME_ACT_GROUP)
     if scale_cols < K:
         while bk > 16 and scale_cols % bk:
             bk //= 2

@@ -6,11 +6,16 @@
     mxfp8:  x [rows, K] -> e4m3 values held in x's dtype [rows, K], E8M0 bytes [rows, K/32]
             per 32 columns: s = 2^exp (exp by the floor / even / ceil / rceil rule),
             value = e4m3_rne(x / s) saturating at 448
+    fp8:    x [rows, K] -> codes float8_e4m3fn [rows, K], scales fp32 [rows, units]
+            value = e4m3_rne(x / s) saturating at 448; s = amax / 448 of the unit (a row per
+            token, or 128 columns of a row per 1x128 group) or one given scale (static)
     act:    h [rows, w13_rows] -> act(h) [rows, N] in h's dtype (computed in fp32)
 
 Quotients that get rounded use div_rn (Triton's `/` on fp32 is an approximate division on
 NVIDIA GPUs). Rounding is written out in fp32 arithmetic (the 1.5 * 2^23 trick rounds half
-to even for |v| < 2^22) so that the interpreter and every GPU round identically.
+to even for |v| < 2^22) so that the interpreter and every GPU round identically; e4m3 codes
+are rounded so too and only then cast to float8_e4m3fn (exact; the interpreter's cast of an
+inexact value does not round to nearest).
 """
 
 from __future__ import annotations
@@ -55,6 +60,17 @@ def _pow2(e):
 def _floor_log2(v):
     """floor(log2 v) of positive normal fp32 v, from its exponent bits."""
     return ((v.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+
+
+@triton.jit
+def _round_e4m3(v):
+    """v rounded to the e4m3 grid (ties to even), saturating at +-448, still fp32: the spacing
+    around |v| is 2^(max(floor(log2|v|), -6) - 3)."""
+    mag = tl.minimum(tl.abs(v), 448.0)
+    ea = tl.maximum(_floor_log2(tl.maximum(mag, TINY)), -6)
+    ulp = _pow2(ea - 3)
+    r = tl.minimum(_rne(tl.math.div_rn(mag, ulp)) * ulp, 448.0)
+    return tl.where(v < 0, -r, r)
 
 
 @triton.jit
@@ -123,15 +139,40 @@ def mxfp8_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_x, stride_q, stride_s,
         exp = ((qb >> 23) & 0xFF) - 127 + ((qb & 0x7FFFFF) != 0).to(tl.int32)
     exp = tl.where(amax == 0, -127, exp)
     exp = tl.minimum(tl.maximum(exp, -127), 127)
-    v = tl.math.div_rn(x, _pow2(exp)[:, None])
-    # round |v| to the e4m3 grid: spacing 2^(max(floor(log2|v|), -6) - 3), saturate at 448
-    mag = tl.minimum(tl.abs(v), 448.0)
-    ea = tl.maximum(_floor_log2(tl.maximum(mag, TINY)), -6)
-    ulp = _pow2(ea - 3)
-    r = tl.minimum(_rne(tl.math.div_rn(mag, ulp)) * ulp, 448.0)
-    r = tl.where(v < 0, -r, r)
+    r = _round_e4m3(tl.math.div_rn(x, _pow2(exp)[:, None]))
     tl.store(q_ptr + row * stride_q + offs, r.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(scale_ptr + row * stride_s + offs_b, (exp + 127).to(tl.uint8), mask=offs_b * 32 < K)
+
+
+@triton.jit
+def fp8_quant_kernel(x_ptr, q_ptr, scale_ptr, given_ptr, K, SPAN, stride_x, stride_q,
+                     stride_s, DYNAMIC: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Program (row, u) quantizes columns [u * SPAN, (u + 1) * SPAN) of the row, one unit
+    (SPAN = K: the whole row; 128: a 1x128 group): s = amax / 448 of the unit (DYNAMIC) or
+    the given scale; codes e4m3_rne(x * 448 / amax) (one rounding of the exact ratio: the tie
+    x = 3/8 amax goes to even) or e4m3_rne(x / s), 0 where s = 0."""
+    row = tl.program_id(0).to(tl.int64)
+    unit = tl.program_id(1)
+    start = unit * SPAN
+    end = tl.minimum(start + SPAN, K)
+    offs = tl.arange(0, BLOCK_K)
+    if DYNAMIC:
+        amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        for k0 in range(start, end, BLOCK_K):
+            x = tl.load(x_ptr + row * stride_x + k0 + offs, mask=k0 + offs < end, other=0.0)
+            amax = tl.maximum(amax, tl.abs(x.to(tl.float32)))
+        num, den = 448.0, tl.max(amax, axis=0)
+    else:
+        num, den = 1.0, tl.load(given_ptr)
+    s = tl.math.div_rn(den, num)
+    safe = tl.where(den > 0, den, 1.0)
+    for k0 in range(start, end, BLOCK_K):
+        mask = k0 + offs < end
+        x = tl.load(x_ptr + row * stride_x + k0 + offs, mask=mask, other=0.0).to(tl.float32)
+        # x * 448 is exact for bf16/fp16 x: one rounding of the exact ratio x * 448 / amax
+        r = tl.where(den > 0, _round_e4m3(tl.math.div_rn(x * num, safe)), 0.0)
+        tl.store(q_ptr + row * stride_q + k0 + offs, r.to(q_ptr.dtype.element_ty), mask=mask)
+    tl.store(scale_ptr + row * stride_s + unit, s)
 
 
 @triton.jit
@@ -207,6 +248,26 @@ def quantize_mxfp8(x: torch.Tensor, rule: str):
     mxfp8_quant_kernel[grid](x, values, scales, K, x.stride(0), values.stride(0),
                              scales.stride(0), RULE=MX_RULES[rule], BLOCKS=blocks)
     return values, scales
+
+
+def quantize_fp8(x: torch.Tensor, mode: str, group: int, given: torch.Tensor | None = None):
+    """(codes float8_e4m3fn [rows, K], scales fp32 [rows] or [rows, ceil(K / group)]).
+    mode: "token" (amax per row), "group" (amax per row and `group` columns) or "static"
+    (`given` [1] for every row)."""
+    assert x.dim() == 2 and x.is_contiguous()
+    rows, K = x.shape
+    span = group if mode == "group" else K
+    units = triton.cdiv(K, span) if K else 1
+    codes = torch.empty(rows, K, dtype=torch.float8_e4m3fn, device=x.device)
+    scales = torch.empty(rows, units, dtype=torch.float32, device=x.device)
+    if mode == "static":
+        assert given is not None and given.numel() == 1
+    if rows:
+        fp8_quant_kernel[(rows, units)](
+            x, codes, scales, given if given is not None else scales, K, span, x.stride(0),
+            codes.stride(0), scales.stride(0), DYNAMIC=mode != "static",
+            BLOCK_K=min(1024, triton.next_power_of_2(max(min(span, K), 16))))
+    return codes, scales if mode == "group" else scales.view(rows)
 
 
 def activation(h: torch.Tensor, name: str, N: int) -> torch.Tensor:

@@ -36,16 +36,23 @@ ACTIVATIONS = ("silu", "gelu", "swigluoai", "swigluoai-split", "relu2")
 GATED_ACTIVATIONS = ("silu", "gelu", "swigluoai", "swigluoai-split")
 ACTIVATION_FORMATS = ("standard", "batched")
 
-# Activation quantization modes (what q1/q2 do to a GEMM's input).
+# Activation quantization modes (what q1/q2 do to a GEMM's input). The scaled modes quantize
+# to the scheme's `activation_element` (int8 or e4m3) with s = amax / ACT_ELEMENT_MAX[element].
 ACT_NONE = "none"  # 16-bit activations, no quantization
-ACT_DYNAMIC_TOKEN = "dynamic-token"  # int8, one scale per token (row), amax/127
-ACT_STATIC_TENSOR = "static-tensor"  # int8, checkpoint input_scale (max over experts)
-ACT_DYNAMIC_TENSOR = "dynamic-tensor"  # int8, one scale for the whole GEMM input
+ACT_DYNAMIC_TOKEN = "dynamic-token"  # one scale per token (row)
+ACT_STATIC_TENSOR = "static-tensor"  # checkpoint input_scale (max over experts)
+ACT_DYNAMIC_TENSOR = "dynamic-tensor"  # one scale for the whole GEMM input
+ACT_DYNAMIC_GROUP = "dynamic-group"  # one scale per token per ACT_GROUP columns along K
 ACT_MXFP8 = "mxfp8"  # e4m3 elements, E8M0 scale per 32 along K
 ACT_NVFP4 = "nvfp4"  # e2m1 elements, e4m3 scale per 16 along K, global scale 1/input_scale
 # modes whose checkpoint carries static per-expert input scales ({p}_input_scale or its name
 # in the format: `SchemeFormat.names`)
 STATIC_INPUT_MODES = (ACT_STATIC_TENSOR, ACT_NVFP4)
+# DeepSeek's 1 x 128 activation groups (one per weight block column); a last group of K %
+# 128 columns, where K is no multiple of 128, holds those columns
+ACT_GROUP = FP8_BLOCK
+ACT_ELEMENTS = ("none", "int8", "e4m3")  # "none": 16-bit or MX activations only
+ACT_ELEMENT_MAX = {"int8": INT8_MAX, "e4m3": F8E4M3_MAX}  # the scale maps amax to this
 
 # Weight scale granularities.
 STRATEGY_TENSOR = "tensor"  # [E] or [E, 2] (w1/w3 shard scales)
@@ -109,6 +116,7 @@ class Scheme:
     act_order: bool = False  # may carry g_idx
     scale_block: int = 0  # elements per scale along in fixed by the format (MX: 32); 0: none
     global_scale: str = "none"  # GLOBAL_SCALES
+    activation_element: str = "none"  # ACT_ELEMENTS: what the scaled activation modes yield
 
     @property
     def quantized(self) -> bool:
@@ -226,9 +234,17 @@ SCHEMES: dict[str, Scheme] = {
         Scheme("int8-w8a8", "int8", 8, "int8", "float",
                (SchemeFormat(None, "dense", "int8-dense@1"),),
                (STRATEGY_CHANNEL, STRATEGY_TENSOR),
-               (ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR, ACT_DYNAMIC_TENSOR)),
+               (ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR, ACT_DYNAMIC_TENSOR),
+               activation_element="int8"),
+        # DeepSeek-V3/R1, Qwen3 FP8: 128x128 weight blocks with 1x128 activation groups (the
+        # default); llm-compressor FP8_DYNAMIC: channel + token; FP8 static: tensor + static
+        Scheme("fp8-w8a8", "fp8", 8, "e4m3", "float",
+               (SchemeFormat(None, "dense", "fp8-e4m3fn@ocp-1.0"),),
+               (STRATEGY_BLOCK, STRATEGY_TENSOR, STRATEGY_CHANNEL),
+               (ACT_DYNAMIC_GROUP, ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR),
+               activation_element="e4m3"),
         _int_scheme("w4a8-int8", "w4a8", 4, (_AWQ, *_gptq_formats(4)),
-                    activation_modes=(ACT_DYNAMIC_TOKEN,)),
+                    activation_modes=(ACT_DYNAMIC_TOKEN,), activation_element="int8"),
         Scheme("mxfp8", "mxfp8", 8, "e4m3", "e8m0",
                (SchemeFormat(None, "dense", "mxfp8-e4m3@ocp-mx-1.0"),),
                (STRATEGY_GROUP,), (ACT_NONE, ACT_MXFP8), group_sizes=(MX_BLOCK,),

@@ -46,6 +46,8 @@ VARIANTS = {
                                            activation="static-tensor"), P),
     "fp8-block": ("fp8-w8a16", dict(weight_strategy="block"), P),
     "fp8-tensor": ("fp8-w8a16", dict(weight_strategy="tensor"), P),
+    "fp8-w8a8-static": ("fp8-w8a8", dict(weight_strategy="tensor",
+                                         activation="static-tensor"), P),
     "mxfp8": ("mxfp8", {}, P),
     "nvfp4-a4": ("nvfp4", dict(activation="nvfp4"), P),
     "nvfp4-ct": ("nvfp4", dict(checkpoint_format="ct", activation="nvfp4"), P_BIAS),

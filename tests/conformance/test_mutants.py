@@ -150,6 +150,8 @@ _HOOKED_CASES = [
     ("nvfp4", {"activation": "nvfp4", "checkpoint_format": "ct"}, {}),
     ("mxfp4", {}, {"activation": "swigluoai", "bias": True}),
     ("fp8-w8a16", {"weight_strategy": "block"}, {"K": 256}),
+    ("fp8-w8a8", {}, {"K": 160}),
+    ("fp8-w8a8", {"weight_strategy": "tensor", "activation": "static-tensor"}, {}),
 ]
 
 

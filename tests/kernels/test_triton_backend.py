@@ -94,6 +94,14 @@ SCHEME_CASES = [
                                            "sym": False}, {}),
     ("w4a8-g32-fp16", "w4a8-int8", {"checkpoint_format": "gptq", "group_size": 32},
      {"dtype": "fp16"}),
+    ("fp8w8a8-block-group", "fp8-w8a8", {}, {"K": 256, "N": 160}),
+    ("fp8w8a8-channel-group-partial-fp16", "fp8-w8a8",
+     {"weight_strategy": "channel", "activation": "dynamic-group"},
+     {"K": 160, "N": 96, "dtype": "fp16"}),
+    ("fp8w8a8-tensor-static", "fp8-w8a8",
+     {"weight_strategy": "tensor", "activation": "static-tensor"}, {"bias": True}),
+    ("fp8w8a8-block-token", "fp8-w8a8", {"activation": "dynamic-token"},
+     {"K": 256, "N": 128, "activation_format": "batched", "M": 5}),
     ("mxfp8-a16", "mxfp8", {"activation": "none"}, {}),
     ("mxfp8-floor", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "floor"}, {}),
     ("mxfp8-even", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "even"}, {}),
@@ -173,8 +181,12 @@ def test_option_matches_reference(scheme, attrs, over):
 
 
 @pytest.mark.parametrize(("scheme", "attrs"), [c[1:] for c in OPTION_SCHEMES]
-                         + [("gptq-int4", {"group_size": 64, "act_order": True})],
-                         ids=[c[0] for c in OPTION_SCHEMES] + ["gptq4-act-order"])
+                         + [("gptq-int4", {"group_size": 64, "act_order": True}),
+                            ("fp8-w8a8", {"weight_strategy": "channel"}),
+                            ("fp8-w8a8", {"activation": "dynamic-token"})],
+                         ids=[c[0] for c in OPTION_SCHEMES] + ["gptq4-act-order",
+                                                               "fp8w8a8-group",
+                                                               "fp8w8a8-token"])
 def test_swapped_operands_match_reference(scheme, attrs, monkeypatch):
     """SWAP_AB (the weight tile as the MMA's left operand) transposes the tile product and
     the scale broadcasts: every weight kind, activation quantization and act order."""
@@ -207,6 +219,7 @@ def test_all_experts_remote_gives_zero():
     ("gptq-int4", "bf16", {"group_size": 64}, "native"),
     ("gptq-int4", "bf16", {"group_size": 64, "act_order": True}, "ieee"),
     ("fp8-w8a16", "fp16", {}, "native"),
+    ("fp8-w8a8", "bf16", {}, "native"),
 ])
 def test_dot_precision_keeps_products_exact(scheme, dtype, attrs, want):
     """16-bit weights of the other 16-bit dtype must not be cast to the compute dtype (fp16
@@ -311,6 +324,9 @@ def test_w4a8_scales_renormalized_by_power_of_two():
      "fp8 e4m3 weights need compute capability >= 8.9 (sm80)"),
     ("mxfp8", Platform.cuda((8, 6)), "fp8 e4m3 weights need compute capability >= 8.9 (sm86)"),
     ("fp8-w8a16", Platform.cuda((8, 9)), None),
+    ("fp8-w8a8", Platform.cuda((8, 0)),
+     "fp8 e4m3 weights need compute capability >= 8.9 (sm80)"),
+    ("fp8-w8a8", Platform.cuda((9, 0)), None),
     ("mxfp8", Platform.cuda((10, 0)), None),
     ("mxfp4", Platform.cuda((8, 0)), None),  # e2m1 decoded by bit arithmetic: no fp8 needed
     ("w4a8-int8", Platform.rocm("gfx942"), None),
@@ -345,3 +361,34 @@ def test_every_scheme_claimed_on_hopper():
             for fmt in ("standard", "batched"):
                 P = _problem(activation=activation, activation_format=fmt, bias=True)
                 assert BACKEND.supports(scheme, P, platform=Platform.cuda((9, 0))) is None
+
+
+def test_fp8_activation_quantizer_known_answers():
+    """quant.quantize_fp8 by hand: s = amax / 448 per row or per 1x128 group (a last group of
+    K % 128 columns is its own), e4m3 ties to even, saturation at 448 with a given scale."""
+    from moecert.kernels.triton_moe import quant
+
+    x = torch.zeros(2, 160)
+    x[0, 0], x[0, 1], x[0, 128], x[0, 129] = 448.0, 17.0, 224.0, 8.5
+    x[1, 0], x[1, 1], x[1, 2] = -896.0, 38.0, 33.0 * 2
+    codes, scales = quant.quantize_fp8(x.to(torch.bfloat16), "group", 128)
+    assert codes.dtype == torch.float8_e4m3fn
+    assert torch.equal(scales, torch.tensor([[1.0, 0.5], [2.0, 0.0]]))
+    want = torch.zeros(2, 160)
+    want[0, 0], want[0, 1], want[0, 128], want[0, 129] = 448.0, 16.0, 448.0, 16.0
+    want[1, 0], want[1, 1], want[1, 2] = -448.0, 20.0, 32.0  # 19 -> 20, 33 -> 32
+    assert torch.equal(codes.float(), want)
+    codes, scales = quant.quantize_fp8(x.to(torch.bfloat16), "token", 128)
+    assert torch.equal(scales, torch.tensor([1.0, 2.0]))
+    assert codes.float()[0, 129] == 8.0  # 8.5 / 1: spacing 1 in [8, 16), a tie, to 8
+    given = torch.tensor([0.5])
+    codes, scales = quant.quantize_fp8(torch.tensor([[8.5, 300.0, -1e4]]), "static", 128,
+                                       given=given)
+    assert torch.equal(codes.float(), torch.tensor([[16.0, 448.0, -448.0]]))
+    assert torch.equal(scales, torch.tensor([0.5]))
+    # a true tie of the ratio: x = 3/8 amax (amax = 61/64) is 168 -> 160, even
+    tie = torch.zeros(1, 128)
+    tie[0, 0], tie[0, 1] = 61 / 64, 3 / 8 * 61 / 64
+    for mode in ("group", "token"):
+        codes, _ = quant.quantize_fp8(tie.to(torch.bfloat16), mode, 128)
+        assert codes.float()[0, 1] == 160.0

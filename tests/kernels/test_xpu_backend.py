@@ -120,6 +120,8 @@ REASONS = [
      "scheme gptq-int8 not supported (symmetric int4 GPTQ or compressed-tensors only)"),
     ("fp8-w8a16", dict(), P(),
      "scheme fp8-w8a16 not supported (symmetric int4 GPTQ or compressed-tensors only)"),
+    ("fp8-w8a8", dict(), P(),
+     "scheme fp8-w8a8 not supported (symmetric int4 GPTQ or compressed-tensors only)"),
     ("gptq-int4", dict(sym=False), P(), "zero points not supported (symmetric int4 only)"),
     ("ct-int4", dict(act_order=True), P(), "act-order not supported"),
     ("gptq-int4", dict(), P(activation_format="batched"),

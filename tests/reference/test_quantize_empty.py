@@ -2,12 +2,12 @@
 
 import torch
 from moecert.reference import MoEProblem, make_inputs, moe, synthesize
-from moecert.reference.quantize import qdq_int8_per_tensor
+from moecert.reference.quantize import qdq_per_tensor
 
 
 def test_dynamic_per_tensor_of_nothing_is_nothing():
     x = torch.zeros(0, 64, dtype=torch.float64)
-    assert qdq_int8_per_tensor(x).shape == (0, 64)
+    assert qdq_per_tensor(x).shape == (0, 64)
 
 
 def test_layer_with_no_tokens_and_dynamic_tensor_activations():

@@ -10,6 +10,11 @@ import pytest
 import torch
 from moecert.reference import RECORDS, Checkpoint
 from moecert.reference.schemes import (
+    ACT_ELEMENT_MAX,
+    ACT_ELEMENTS,
+    ACT_MXFP8,
+    ACT_NONE,
+    ACT_NVFP4,
     ELEMENTS,
     GLOBAL_SCALES,
     LAYOUTS,
@@ -25,6 +30,10 @@ def test_every_record_names_what_exists(name):
     s = SCHEMES[name]
     assert s.element in ELEMENTS and s.scale_encoding in SCALE_ENCODINGS
     assert s.global_scale in GLOBAL_SCALES
+    assert s.activation_element in ACT_ELEMENTS
+    # scale = amax / element max (MX and NVFP4 activations carry their own block scales)
+    scaled = set(s.activation_modes) - {ACT_NONE, ACT_MXFP8, ACT_NVFP4}
+    assert (s.activation_element in ACT_ELEMENT_MAX) == bool(scaled), s.activation_element
     for f in s.formats:
         assert f.record in RECORDS, f.record
         assert f.layout in LAYOUTS
