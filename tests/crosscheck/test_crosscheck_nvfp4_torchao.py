@@ -26,6 +26,9 @@ torchao's rule and counts the blocks and codes it touches:
   (block amax under 2^-6 / 448 of the shard amax) therefore get byte 0x08 and coarser codes in
   torchao.
 * NVFP4Tensor.dequantize is fl(e2m1 * fl(s * bs)) in float32; ours is exact in float64.
+
+Activations: to_nvfp4(x, per_tensor_scale=input_scale).dequantize() vs qdq_nvfp4(x, g) with
+g = 1 / input_scale (vLLM's a1_gscale), with the same float32 / 2^-6 differences.
 """
 
 from __future__ import annotations
@@ -48,7 +51,11 @@ from moecert.reference.elements import (  # noqa: E402
     round_to_e4m3,
 )
 from moecert.reference.packing import pack_nibbles, unpack_nibbles  # noqa: E402
-from moecert.reference.quantize import nvfp4_global_scale, quantize_nvfp4  # noqa: E402
+from moecert.reference.quantize import (  # noqa: E402
+    nvfp4_global_scale,
+    qdq_nvfp4,
+    quantize_nvfp4,
+)
 from torchao.prototype.mx_formats.kernels import (  # noqa: E402
     f4_unpacked_to_f32,
     f32_to_f4_unpacked,
@@ -291,3 +298,40 @@ def test_bytes_round_trip():
     assert torch.equal(pack_nibbles(encode_e2m1(codes)), th["qdata"])
     assert torch.equal(encode_e4m3(decode_e4m3(th["scale"])).view(torch.uint8),
                        th["scale"].view(torch.uint8))
+
+
+# --- activations: qdq_nvfp4 ------------------------------------------------------------------
+
+@pytest.mark.parametrize("calibration", [1.25, 0.8], ids=["headroom", "saturating"])
+def test_qdq_nvfp4_activations(calibration, xc_counts):
+    """A static input_scale from a calibration amax (1.25x or 0.8x this batch's amax: the
+    latter saturates block scales at 448 and elements at 6 in both). Ours with
+    g = 1 / input_scale equals torchao's dequantized values to float32 rounding, except in
+    blocks where torchao's float32 block scale or 2^-6 floor gives another e4m3 value, and at
+    elements whose float32 value crosses an e2m1 tie (one step)."""
+    gen = torch.Generator().manual_seed(7)
+    x = _random_blocks(gen, (1, 64, 512), -12, 0, F32)
+    pts = per_tensor_amax_to_scale(x.abs().amax() * calibration)
+    t = NVFP4Tensor.to_nvfp4(x[0], per_tensor_scale=pts)
+    theirs = t.dequantize(F32).double().unsqueeze(0)
+    ours = qdq_nvfp4(x.double(), 1 / pts.double())
+    their_bs = decode_e4m3(t.scale).unsqueeze(0)
+    bs_pre, elem_pre = _their_float32_steps(x, pts.view(1, 1), t.scale.unsqueeze(0))
+    exact_bs = x.double().abs().unflatten(-1, (-1, 16)).amax(-1) / 6 / pts.double()
+    # blocks where the float32 arithmetic and the clamp keep the e4m3 value of the exact one
+    same_bs = round_to_e4m3(exact_bs) == their_bs
+    same = same_bs.repeat_interleave(16, -1)
+    close = (ours - theirs).abs() <= 2.0**-23 * ours.abs()
+    step = (their_bs * pts.double()).repeat_interleave(16, -1)
+    tie = _neighbours(ours / step, theirs / step, E2M1_GRID) & _tie_between(
+        x.double() / step, elem_pre, ours / step, theirs / step)
+    assert (close | tie)[same].all()
+    clamped = bs_pre < E4M3_EPS
+    bs_tie = _tie_between(exact_bs, bs_pre, round_to_e4m3(exact_bs), their_bs)
+    assert (clamped | bs_tie)[~same_bs].all()
+    if calibration < 1:  # both saturate: block scale 448, element 6
+        assert (their_bs == 448).any()
+        assert (ours.abs() == 6 * 448 * pts.double()).any()
+    xc_counts(blocks=same_bs.numel(), other_block_scale=int((~same_bs).sum()),
+              clamped_2e_6=int(clamped.sum()), elements=ours.numel(),
+              element_tie_step=int((~close & same).sum()))
