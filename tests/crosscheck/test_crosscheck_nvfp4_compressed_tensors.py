@@ -27,8 +27,8 @@ Where compressed-tensors 0.20.0 computes differently, the test asserts its rule 
   amax's dtype (bf16 for a bf16 weight), stored as float32; we round 2688 / amax once to
   float32. Equal for a power-of-two amax, which the weight-rule test pins so that both sides
   quantize against the same global scale.
-* A block scale that rounds to 0 becomes 0.125 (its e4m3 "eps"), 1 in ours (ModelOpt's
-  value); the block's codes are 0 either way.
+* A block scale that rounds to 0 becomes 0.125 (its e4m3 "eps"), 1 in ours (ModelOpt writes 1
+  for an all-zero block); the block's codes are 0 either way.
 * cast_to_fp4 gives +0 for an input of -0.0 (sign from torch.sign); round_to_e2m1 keeps -0
   (code 0x8). Both are zero.
 * decompress returns bf16: bf16(fl32(e2m1 * fl32(bs / global))); ours is exact in float64.

@@ -18,11 +18,13 @@ torchao's rule and counts the blocks and codes it touches:
   round_to_e2m1 give torchao's bytes exactly (so the roundings agree: RNE, saturating); the
   results differ only where the float32 value lands on or crosses a tie the exact value does
   not: one e4m3 or e2m1 step. bf16 weights hit ties often (short mantissas make exact ties),
-  float32 weights rarely. ModelOpt also divides in float32, so the tools' bytes are torchao's
-  here, not ours, at such ties; either is a valid encoding and readers agree on both.
+  float32 weights rarely. ModelOpt also computes in float32 (fl(block_amax / fl(6 s))), so
+  at such ties its bytes may differ from ours too; either is a valid encoding of the block
+  and our reader reads both.
 * torchao clamps the float32 block scale to E4M3_EPS = finfo(float8_e4m3fn).tiny = 2^-6 (the
   smallest normal) before the cast; we (as ModelOpt and compressed-tensors) let it round to an
-  e4m3 subnormal, and a scale that rounds to 0 becomes 1. Blocks whose scale is below 2^-6
+  e4m3 subnormal, and a scale that rounds to 0 becomes 1 (ModelOpt: 1 for an all-zero block;
+  compressed-tensors: 0.125, see its module). Blocks whose scale is below 2^-6
   (block amax under 2^-6 / 448 of the shard amax) therefore get byte 0x08 and coarser codes in
   torchao.
 * NVFP4Tensor.dequantize is fl(e2m1 * fl(s * bs)) in float32; ours is exact in float64.
