@@ -32,6 +32,10 @@ Where compressed-tensors 0.20.0 computes differently, the test asserts its rule 
 * cast_to_fp4 gives +0 for an input of -0.0 (sign from torch.sign); round_to_e2m1 keeps -0
   (code 0x8). Both are zero.
 * decompress returns bf16: bf16(fl32(e2m1 * fl32(bs / global))); ours is exact in float64.
+
+Activations (the NVFP4 preset's input_activations: dynamic local block scales against the
+static input_global_scale): compute_dynamic_scales_and_zp + fake_quantize vs qdq_nvfp4 with
+g = input_global_scale, with the same float32 differences.
 """
 
 from __future__ import annotations
@@ -49,9 +53,14 @@ from compressed_tensors.compressors.nvfp4.helpers import (
     unpack_fp4_from_uint8,
 )
 from compressed_tensors.quantization import QuantizationScheme
+from compressed_tensors.quantization.lifecycle.forward import fake_quantize
 from compressed_tensors.quantization.quant_args import FP4_E2M1_DATA
-from compressed_tensors.quantization.quant_scheme import NVFP4A16
-from compressed_tensors.quantization.utils import calculate_qparams, generate_gparam
+from compressed_tensors.quantization.quant_scheme import NVFP4, NVFP4A16
+from compressed_tensors.quantization.utils import (
+    calculate_qparams,
+    compute_dynamic_scales_and_zp,
+    generate_gparam,
+)
 from moecert.reference.checkpoint import Checkpoint
 from moecert.reference.dequantize import canonicalize, dequantize
 from moecert.reference.elements import (
@@ -63,7 +72,7 @@ from moecert.reference.elements import (
 )
 from moecert.reference.packing import pack_nibbles, unpack_nibbles
 from moecert.reference.problem import MoEProblem
-from moecert.reference.quantize import nvfp4_global_scale, quantize_nvfp4
+from moecert.reference.quantize import nvfp4_global_scale, qdq_nvfp4, quantize_nvfp4
 from moecert.reference.synthesize import synthesize
 
 pytestmark = pytest.mark.crosscheck
@@ -320,3 +329,45 @@ def test_global_scale_rule(dtype, xc_counts):
     assert torch.equal(torch.cat([generate_gparam(-a.view(1), a.view(1)) for a in powers]),
                        nvfp4_global_scale(powers.double(), "divide"))
     xc_counts(amaxes=amax.numel(), global_differs=int(differ.sum()))
+
+
+# --- activations: qdq_nvfp4 ------------------------------------------------------------------
+
+@pytest.mark.parametrize("calibration", [1.25, 0.8], ids=["headroom", "saturating"])
+def test_qdq_nvfp4_activations(calibration, xc_counts):
+    """input_global_scale from a calibration amax (1.25x or 0.8x this batch's: the latter
+    saturates block scales at 448 and elements at 6). Ours equals their fake-quantized values
+    to float32 rounding, except in blocks whose float32 block scale rounds to another e4m3
+    value (a tie) and at elements whose float32 value crosses an e2m1 tie (one step)."""
+    args = QuantizationScheme(targets=["Linear"], **NVFP4).input_activations
+    gen = torch.Generator().manual_seed(8)
+    x = _random_blocks(gen, (64, 512), -12, 0, F32)
+    x[0, :16] = 0  # an all-zero block: scale 0.125 in theirs, values 0 in both
+    a = x.abs().amax() * calibration
+    g = generate_gparam(-a.view(1), a.view(1))
+    scale, zp = compute_dynamic_scales_and_zp(value=x, args=args, module=None, global_scale=g)
+    theirs = fake_quantize(x, scale, zp, args, global_scale=g).double()
+    ours = qdq_nvfp4(x.double(), g.double())
+    their_bs = scale.double()
+    block_amax = x.abs().unflatten(-1, (-1, 16)).amax(-1)
+    bs_pre = g * (block_amax / 6.0)  # their float32 block scale before the e4m3 cast
+    rounded = round_to_e4m3(bs_pre.double())
+    assert torch.equal(their_bs, torch.where(rounded == 0, CT_ZERO_SCALE, rounded))
+    exact_bs = block_amax.double() / 6 * g.double()
+    same_bs = round_to_e4m3(exact_bs) == their_bs
+    bs_tie = _tie_between(exact_bs, bs_pre, round_to_e4m3(exact_bs), their_bs)
+    assert (bs_tie | (rounded == 0))[~same_bs].all()
+    same = same_bs.repeat_interleave(16, -1)
+    step32 = (scale / g).double().repeat_interleave(16, -1)
+    elem_pre = (x / (scale / g).repeat_interleave(16, -1)).double()
+    close = (ours - theirs).abs() <= 2.0**-23 * ours.abs()
+    tie = _neighbours(ours / step32, theirs / step32, E2M1_GRID) & _tie_between(
+        x.double() / step32, elem_pre, ours / step32, theirs / step32)
+    assert (close | tie)[same].all()
+    assert (theirs[0, :16] == 0).all() and (ours[0, :16] == 0).all()
+    if calibration < 1:  # both saturate: block scale 448, element 6
+        assert (their_bs == 448).any()
+        assert (ours.abs() == 6 * 448 / g.double()).any()
+    xc_counts(blocks=same_bs.numel(), zero_scale=int((rounded == 0).sum()),
+              bs_tie_step=int((~same_bs & (rounded != 0)).sum()),
+              elements=ours.numel(), element_tie_step=int((~close & same).sum()))
