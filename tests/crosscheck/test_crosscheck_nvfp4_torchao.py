@@ -1,9 +1,8 @@
 """The NVFP4 reference against torchao's NVFP4 code (pinned 0.18.0, installed --no-deps).
 
-* e2m1: f4_unpacked_to_f32 vs decode_e2m1 on all 16 codes (the sign of zero included);
-  f32_to_f4_unpacked vs round_to_e2m1 + encode_e2m1 on every e2m1 value, every midpoint (the
-  ties), their float32 neighbours, values past 6, and random values; pack_uint4 / unpack_uint4
-  vs pack_nibbles / unpack_nibbles (element 2j in the low nibble).
+(The e2m1 codec and the nibble order against torchao's f32_to_f4_unpacked /
+f4_unpacked_to_f32 / pack_uint4 are checked once, in test_crosscheck_torchao.py, with MXFP4.)
+
 * NVFP4Tensor.to_nvfp4 with a per-tensor scale, one per expert and per w1 / w3 shard
   (per_tensor_amax_to_scale(amax) = amax / (448 * 6), ModelOpt's weight_scale_2), vs
   quantize_nvfp4(convention="multiply"): the global scales bit for bit, the e4m3 block-scale
@@ -35,16 +34,14 @@ g = 1 / input_scale (vLLM's a1_gscale), with the same float32 / 2^-6 differences
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
-torchao = pytest.importorskip("torchao")
+pytest.importorskip("torchao")  # the version pin is checked in test_crosscheck_torchao.py
 
-from moecert.reference.checkpoint import Checkpoint  # noqa: E402
-from moecert.reference.dequantize import canonicalize, dequantize  # noqa: E402
-from moecert.reference.elements import (  # noqa: E402
+from moecert.reference.checkpoint import Checkpoint
+from moecert.reference.dequantize import canonicalize, dequantize
+from moecert.reference.elements import (
     decode_e2m1,
     decode_e4m3,
     encode_e2m1,
@@ -52,19 +49,17 @@ from moecert.reference.elements import (  # noqa: E402
     round_to_e2m1,
     round_to_e4m3,
 )
-from moecert.reference.packing import pack_nibbles, unpack_nibbles  # noqa: E402
-from moecert.reference.quantize import (  # noqa: E402
+from moecert.reference.packing import pack_nibbles, unpack_nibbles
+from moecert.reference.quantize import (
     nvfp4_global_scale,
     qdq_nvfp4,
     quantize_nvfp4,
 )
-from torchao.prototype.mx_formats.kernels import (  # noqa: E402
+from torchao.prototype.mx_formats.kernels import (
     f4_unpacked_to_f32,
-    f32_to_f4_unpacked,
-    pack_uint4,
     unpack_uint4,
 )
-from torchao.prototype.mx_formats.nvfp4_tensor import (  # noqa: E402
+from torchao.prototype.mx_formats.nvfp4_tensor import (
     E4M3_EPS,
     NVFP4Tensor,
     per_tensor_amax_to_scale,
@@ -75,54 +70,6 @@ pytestmark = pytest.mark.crosscheck
 F32 = torch.float32
 E2M1_GRID = decode_e2m1(torch.arange(8))  # 0, 0.5, ..., 6
 E4M3_GRID = decode_e4m3(torch.arange(127, dtype=torch.uint8))  # 0 .. 448
-
-
-def test_version_pinned():
-    assert torchao.__version__.startswith("0.18.0"), torchao.__version__
-
-
-# --- e2m1 codec and nibble packing ------------------------------------------------------------
-
-def test_e2m1_decode_all_codes():
-    codes = torch.arange(16, dtype=torch.uint8)
-    theirs = f4_unpacked_to_f32(codes).double()
-    ours = decode_e2m1(codes)
-    assert torch.equal(theirs, ours)
-    assert torch.equal(torch.signbit(theirs), torch.signbit(ours))  # code 8 is -0
-    assert torch.equal(torch.signbit(ours), codes >= 8)
-
-
-def _e2m1_probe_values() -> torch.Tensor:
-    """float32: the e2m1 values, the midpoints between neighbours (exact ties), the float32
-    neighbours of both, values past 6, and random values over the range and around 0."""
-    mids = (E2M1_GRID[1:] + E2M1_GRID[:-1]) / 2
-    tail = torch.tensor([6.5, 7.0, 100.0, 3e38, math.inf, 2.0**-149, 0.0], dtype=torch.float64)
-    base = torch.cat([E2M1_GRID, mids, tail]).float()
-    near = torch.cat([torch.nextafter(base, torch.full_like(base, math.inf)),
-                      torch.nextafter(base, torch.zeros_like(base))])
-    gen = torch.Generator().manual_seed(0)
-    rand = torch.cat([torch.rand(20000, generator=gen) * 7,
-                      torch.rand(2000, generator=gen) * 0.3])
-    x = torch.cat([base, near, rand])
-    return torch.cat([x, -x])
-
-
-def test_e2m1_round():
-    x = _e2m1_probe_values()
-    theirs = f32_to_f4_unpacked(x)
-    ours = encode_e2m1(round_to_e2m1(x.double()))
-    assert torch.equal(theirs, ours)
-    # every tie (midpoint) goes to the code with mantissa bit 0: 0.25 -> 0, 0.75 -> 1, ...
-    mids = ((E2M1_GRID[1:] + E2M1_GRID[:-1]) / 2).float()
-    assert f32_to_f4_unpacked(mids).tolist() == [0, 2, 2, 4, 4, 6, 6]
-
-
-def test_nibble_packing():
-    gen = torch.Generator().manual_seed(1)
-    codes = torch.randint(0, 16, (3, 40, 64), generator=gen, dtype=torch.uint8)
-    packed = pack_nibbles(codes)
-    assert torch.equal(pack_uint4(codes), packed)
-    assert torch.equal(unpack_uint4(packed).view(codes.shape).long(), unpack_nibbles(packed))
 
 
 # --- NVFP4 quantization with a per-tensor scale --------------------------------------------
