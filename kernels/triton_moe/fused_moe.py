@@ -397,6 +397,15 @@ def block_k_for(config_k: int, K: int, scale_cols: int, weight: int, act: int) -
     return bk
 
 
+def weights_block_k(weights: dict, config_k: int, K: int, act: int) -> int:
+    """The BLOCK_K a launch for `weights` (describe_weights) runs with: block_k_for its scale
+    block, except that scales applied inside the tile (S_E4M3) leave the tile width free."""
+    cols = weights["scale_cols"] or K
+    if weights["constexprs"]["WSCALE"] == S_E4M3:
+        cols = K
+    return block_k_for(config_k, K, cols, weights["kind"], act)
+
+
 def dot_mode(kind: int, weight_dtype: torch.dtype, compute: torch.dtype, has_g_idx: bool,
              interpret: bool = INTERPRET) -> int:
     """How the kernel multiplies tiles so that every product stays exact.
@@ -462,10 +471,8 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     block_m = config["BLOCK_M"]
     assert sorted_ids.numel() % block_m == 0
     scale_cols = weights["scale_cols"] or K
+    bk = weights_block_k(weights, config["BLOCK_K"], K, act)
     c16 = weights["constexprs"]
-    # scales applied inside the tile (S_E4M3) leave the tile width free
-    bk = block_k_for(config["BLOCK_K"], K, K if c16["WSCALE"] == S_E4M3 else scale_cols,
-                     weights["kind"], act)
     fast_i4 = (config.get("FAST_I4", False) and weights["kind"] == W_INT4 and act == A16
                and weights["dot"] == DOT_NATIVE and not c16["HAS_ZERO"]
                and not c16["HAS_G_IDX"])

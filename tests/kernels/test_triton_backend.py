@@ -276,6 +276,24 @@ def test_nvfp4_scales_decoded_from_every_byte():
     assert torch.equal(c, want.T)
 
 
+def test_nvfp4_tuning_stage_sees_the_tile_width_and_the_global_factor():
+    """The tuner's view of an NVFP4 W4A4 layer: e4m3 scales inside the tile leave BLOCK_K as
+    configured (not clamped to the 16-column block, whose 8-column nibble planes no dot
+    takes), and the activation as its magnitudes bound sees it carries the global factor
+    1 / g: the torch backend's NVFP4 qdq (its step bs / g is fp32: a few ulps apart)."""
+    from moecert.kernels.activations import qdq_nvfp4
+    from moecert.kernels.triton_moe import tune
+
+    P = _problem(M=5)
+    _, layer = _layer("nvfp4", {"activation": "nvfp4"}, P)
+    x, w, ids = make_inputs(P, seed=2)
+    stage = tune.LayerStage(layer, x, w, ids)
+    config = {**stage.defaults[0], "BLOCK_K": 128}
+    assert stage.effective(1, config)[2] == 128
+    want = qdq_nvfp4(x.float(), layer.get("a13_scale")).double()
+    assert torch.allclose(stage._dequantized_input(1), want, rtol=1e-6, atol=0)
+
+
 def _align_expected(local: list[int], E: int, block_m: int):
     """Rows expert by expert in assignment order, each segment padded with the sentinel n."""
     n, rows, owners = len(local), [], []
