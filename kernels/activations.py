@@ -164,9 +164,10 @@ def round_e2m1(v: torch.Tensor) -> torch.Tensor:
     return torch.copysign(q, v)
 
 
-def qdq_nvfp4(t: torch.Tensor, input_scale: torch.Tensor) -> torch.Tensor:
-    """NVFP4 quantize-dequantize along the last dimension (a multiple of 16), global scale
-    1 / input_scale."""
+def quantize_nvfp4(t: torch.Tensor, input_scale: torch.Tensor):
+    """NVFP4 activations along the last dimension (a multiple of 16), global scale
+    g = 1 / input_scale: (e2m1 values [..., cols/16, 16], e4m3 block scales bs as float32
+    [..., cols/16, 1], the step bs / g per block). The value is e2m1 * step."""
     g = 1.0 / input_scale.to(torch.float32)
     blocks = t.unflatten(-1, (-1, NVFP4_BLOCK))
     amax = blocks.abs().amax(-1, keepdim=True)
@@ -174,6 +175,13 @@ def qdq_nvfp4(t: torch.Tensor, input_scale: torch.Tensor) -> torch.Tensor:
     step = bs / g
     safe = torch.where(step > 0, step, torch.ones_like(step))
     q = torch.where(step > 0, round_e2m1(blocks / safe), torch.zeros_like(blocks))
+    return q, bs, step
+
+
+def qdq_nvfp4(t: torch.Tensor, input_scale: torch.Tensor) -> torch.Tensor:
+    """NVFP4 quantize-dequantize along the last dimension (a multiple of 16), global scale
+    1 / input_scale."""
+    q, _, step = quantize_nvfp4(t, input_scale)
     return (q * step).flatten(-2)
 
 
@@ -203,4 +211,4 @@ def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor |
 
 
 __all__ = ["apply_activation", "mx_exponent", "qdq_groups", "qdq_mxfp8", "qdq_nvfp4",
-           "qdq_scaled", "quantize_activation", "round_e2m1"]
+           "qdq_scaled", "quantize_activation", "quantize_nvfp4", "round_e2m1"]

@@ -20,6 +20,7 @@ from moecert.reference.schemes import (
     ACT_GROUP,
     ACT_MXFP8,
     ACT_NONE,
+    ACT_NVFP4,
     ACT_STATIC_TENSOR,
 )
 
@@ -50,13 +51,7 @@ class TritonBackend(BaseBackend):
         return "no CUDA or ROCm device (the CPU needs TRITON_INTERPRET=1)"
 
     def claims(self, quant: QuantConfig, problem, platform: Platform) -> str | None:
-        if quant.info.global_scale != "none":
-            return (f"{quant.scheme}: e4m3 block scales with global scales are not in the "
-                    "Triton kernel yet")
-        why = _platform_reason(quant, platform)
-        if why:
-            return why
-        return None
+        return _platform_reason(quant, platform)
 
     def convert(self, layer: MoELayer) -> None:
         from ..convert import convert_to_kernel_format
@@ -207,6 +202,15 @@ def _quantize(layer: MoELayer, plan: dict, quant, fused_moe, t: torch.Tensor, wh
         values, scales = quant.quantize_mxfp8(t, layer.quant.mx_scale_rule)
         return values, scales, None, fused_moe.A_MX
     static = plan["a13_scale" if which == "w13" else "a2_scale"]
+    if mode == ACT_NVFP4:
+        # torch ops (the torch backend's quantizer): per 16 columns e2m1 * e4m3 block scale,
+        # exact in t's dtype (fused_moe's S_E4M3 note); the global step 1 / g = input_scale
+        # multiplies the GEMM's fp32 accumulator instead of each value (q * bs / g would
+        # round in bf16)
+        from ..activations import quantize_nvfp4
+
+        q, bs, _ = quantize_nvfp4(t.to(torch.float32), static)
+        return (q * bs).flatten(-2).to(t.dtype), None, static, fused_moe.A16
     if layer.quant.info.activation_element == "e4m3":
         if mode == ACT_DYNAMIC_GROUP:
             codes, scales = quant.quantize_fp8(t, "group", ACT_GROUP)
@@ -244,9 +248,16 @@ def _weights(layer: MoELayer, p: str, fused_moe) -> dict:
     if family == "dense":
         return fused_moe.describe_weights(fused_moe.W16, layer.get(f"{p}_w"), compute, **opt)
     kind = {"int8": fused_moe.W_INT8, "fp8": fused_moe.W_FP8,
-            "mxfp8": fused_moe.W_MXFP8, "mxfp4": fused_moe.W_FP4}[family]
-    scale_kind = {"float": fused_moe.S_FLOAT, "e8m0": fused_moe.S_E8M0}[q.info.scale_encoding]
+            "mxfp8": fused_moe.W_MXFP8, "mxfp4": fused_moe.W_FP4,
+            "nvfp4": fused_moe.W_FP4}[family]
+    scale_kind = {"float": fused_moe.S_FLOAT, "e8m0": fused_moe.S_E8M0,
+                  "e4m3": fused_moe.S_E4M3}[q.info.scale_encoding]
+    s = layer.get(f"{p}_s")
+    if scale_kind == fused_moe.S_E4M3:  # decoded from its bits in the kernel
+        s = s.view(torch.uint8)
+    if layer.has(f"{p}_gs"):  # the kernel's multiply is fp32 (one rounding of the factor)
+        opt["gscale"] = layer.get(f"{p}_gs").to(torch.float32).contiguous()
     rows, cols = layer.meta[f"{p}_block"]
-    return fused_moe.describe_weights(kind, layer.get(f"{p}_w"), compute,
-                                      s=layer.get(f"{p}_s"), scale_rows=rows,
-                                      scale_cols=cols, scale_kind=scale_kind, **opt)
+    return fused_moe.describe_weights(kind, layer.get(f"{p}_w"), compute, s=s,
+                                      scale_rows=rows, scale_cols=cols, scale_kind=scale_kind,
+                                      **opt)

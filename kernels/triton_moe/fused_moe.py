@@ -15,21 +15,34 @@ Weights (per expert a linear [N out, K in], K contiguous):
   W_FP8    float8_e4m3fn [E, N, K];                              W = w * s
   W_MXFP8  float8_e4m3fn [E, N, K], uint8 E8M0 scales [E, N, K/32]
   W_FP4    uint8 [E, N, K/2] FP4 E2M1 codes, column 2j in the low nibble (decoded by bit
-           arithmetic); its scales are a separate choice (WSCALE): E8M0 per 32 for MXFP4
+           arithmetic); its scales are a separate choice (WSCALE): E8M0 per 32 for MXFP4,
+           e4m3 per 16 for NVFP4
 Scales s [E, R, C] apply to block (scale_rows, scale_cols): s[e, n // rows, k // cols], stored
 as WSCALE says: S_FLOAT (fp32 values) or S_E8M0 (bytes 2^(b - 127)); S_NONE: none, or applied
 per column inside the tile (act order). Unless act order permutes the columns, a K tile never
 spans two scale columns (the host picks BLOCK_K so), and the dot runs on exact small integers,
 e4m3 or e2m1 values: the scale multiplies the tile's fp32 partial sum, so the only rounding is
 fp32 accumulation.
+S_E4M3 (NVFP4: e4m3 bytes per 16 columns, FP4 weights only) is applied inside the tile
+instead: a 16-column block is 8 columns per nibble plane, narrower than a dot's K >= 16, so
+each e2m1 value is multiplied by its block scale before the dot. The product is exact in
+fp32 and in both 16-bit operand dtypes: e2m1 has 2 significant bits and e4m3 at most 4, so
+it has at most 6 (bf16 holds 8, fp16 11), and its magnitude lies in [2^-10, 448 * 6]
+(e4m3's smallest subnormal 2^-9 times 0.5), inside fp16's normal range [2^-14, 65504].
+An optional global multiplier per expert and output-row shard (NVFP4's fp32 scale_2,
+w13: w1 rows then w3 rows, the kernel format's row halves) multiplies the fp32 accumulator in
+the epilogue: a float64 factor of no exact fold into the e4m3 scales.
 Activations: A16 (bf16/fp16), A_INT8 (int8 codes, fp32 scale per row, times an optional
 global factor), A_MX (e4m3 values held in bf16/fp16, E8M0 byte per row and 32 columns),
 A_FP8 (float8_e4m3fn codes viewed as uint8, fp32 scale per row), A_FP8_G (the same codes,
 fp32 scale per row and 128 columns, DeepSeek's 1x128 groups: applied per K tile like a block scale).
+A16 with a global factor: NVFP4 activations as e2m1 * e4m3 block scale values (exact in
+bf16/fp16, see S_E4M3), the global 1 / g multiplying the accumulator.
 With fp8 weights and fp8 activations the tile product is an fp8 x fp8 dot (fp32
 accumulation) on the GPU; the interpreter multiplies the same values in fp32.
 
-Epilogue order (the reference's): per-row activation scale, + bias, * router weight, store
+Epilogue order (the reference's): per-row activation scale (or the global factor), the
+weights' global multiplier, + bias, * router weight, store
 (the store rounds to c's dtype: bf16/fp16 for GEMM1's h, fp32 for GEMM2's y).
 """
 
@@ -48,7 +61,7 @@ from .quant import fix_bf16, rne_bf16
 W16, W_INT4, W_UINT8, W_INT8, W_FP8, W_MXFP8, W_FP4 = range(7)
 # how a weight tile's scale is stored: a choice separate from the element codec, so that one
 # element (FP4) can take E8M0 scales per 32 (MXFP4) or others
-S_NONE, S_FLOAT, S_E8M0 = range(3)
+S_NONE, S_FLOAT, S_E8M0, S_E4M3 = range(4)
 A16, A_INT8, A_MX, A_FP8, A_FP8_G = range(5)
 # how the tile product runs: operands in the compute dtype (bf16/fp16, or int8 x int8), both
 # upcast to fp32 on tf32 tensor cores, or fp32 FMA ("ieee")
@@ -56,7 +69,7 @@ DOT_NATIVE, DOT_TF32, DOT_IEEE = range(3)
 # the same values as constexpr globals, the only globals a jit function may read
 _W16, _W_INT4, _W_UINT8 = tl.constexpr(W16), tl.constexpr(W_INT4), tl.constexpr(W_UINT8)
 _W_FP8, _W_MXFP8, _W_FP4 = tl.constexpr(W_FP8), tl.constexpr(W_MXFP8), tl.constexpr(W_FP4)
-_S_NONE, _S_FLOAT, _S_E8M0 = tl.constexpr(S_NONE), tl.constexpr(S_FLOAT), tl.constexpr(S_E8M0)
+_S_FLOAT, _S_E8M0, _S_E4M3 = tl.constexpr(S_FLOAT), tl.constexpr(S_E8M0), tl.constexpr(S_E4M3)
 _A_INT8, _A_MX = tl.constexpr(A_INT8), tl.constexpr(A_MX)
 _A_FP8, _A_FP8_G = tl.constexpr(A_FP8), tl.constexpr(A_FP8_G)
 _DOT_TF32, _DOT_IEEE = tl.constexpr(DOT_TF32), tl.constexpr(DOT_IEEE)
@@ -77,6 +90,21 @@ def _decode_e8m0(byte):
     v = tl.where(b == 0, tl.full(b.shape, 0x00400000, tl.int32).to(tl.float32, bitcast=True), v)
     nan = tl.full(b.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
     return tl.where(b == 255, nan, v)
+
+
+@triton.jit
+def _decode_e4m3(byte):
+    """float8_e4m3fn bytes -> fp32 from the bit fields (no fp8 conversion needed, so sm80 and
+    ROCm without OCP fp8 decode it too): exponent bits 6-3 (bias 7), mantissa bits 2-0;
+    exponent 0 is the subnormal m * 2^-9; S.1111.111 is NaN."""
+    b = byte.to(tl.int32)
+    e = (b >> 3) & 15
+    m = b & 7
+    v = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
+    v = tl.where(e == 0, m.to(tl.float32) * 0.001953125, v)
+    v = tl.where((b & 0x80) != 0, -v, v)
+    nan = tl.full(b.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
+    return tl.where((b & 0x7F) == 0x7F, nan, v)
 
 
 @triton.jit
@@ -162,17 +190,18 @@ def _dot(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr):
 def moe_gemm_kernel(
     # pointers
     a_ptr, a_scale_ptr, a_gscale_ptr,
-    b_ptr, b_scale_ptr, b_zero_ptr, g_idx_ptr, bias_ptr,
+    b_ptr, b_scale_ptr, b_zero_ptr, g_idx_ptr, bias_ptr, b_gscale_ptr,
     c_ptr, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, router_ptr,
     # dimensions
-    N, K, num_rows, scale_rows, scale_cols,
+    N, K, num_rows, scale_rows, scale_cols, gscale_rows,
     # strides (elements; the last dimension of every tensor is contiguous)
     stride_am, stride_asm, stride_be, stride_bn, stride_se, stride_sn, stride_ze, stride_zn,
-    stride_ge, stride_biase, stride_cm,
+    stride_ge, stride_biase, stride_gse, stride_cm,
     # meta-parameters
     A_ROW_DIV: tl.constexpr, WEIGHT: tl.constexpr, WSCALE: tl.constexpr, ACT: tl.constexpr,
     HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_GSCALE: tl.constexpr, MUL_ROUTER: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_GSCALE: tl.constexpr, HAS_WGSCALE: tl.constexpr,
+    MUL_ROUTER: tl.constexpr,
     DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -223,12 +252,17 @@ def moe_gemm_kernel(
             a_hi = tl.load(a_base + ke[None, :] + 1, mask=a_mask & (ke + 1 < K)[None, :],
                            other=0)
             if EVEN_K:
-                raw = tl.load(b_rows + kh[:, None]).to(tl.int32)
+                kb = kh
             else:
-                raw = tl.load(b_rows + tl.minimum(kh, (K - 1) // 2)[:, None]).to(tl.int32)
+                kb = tl.minimum(kh, (K - 1) // 2)
+            raw = tl.load(b_rows + kb[:, None]).to(tl.int32)
             if WEIGHT == _W_FP4:  # e2m1 values: exact in fp32 and in bf16 / fp16 operands
                 b_lo = _decode_e2m1(raw & 0xF)
                 b_hi = _decode_e2m1(raw >> 4)
+                if WSCALE == _S_E4M3:  # columns 2j and 2j+1 share a block (even scale_cols)
+                    sw = _decode_e4m3(tl.load(s_rows[None, :] + (2 * kb // scale_cols)[:, None]))
+                    b_lo = b_lo * sw
+                    b_hi = b_hi * sw
             elif FAST_I4:  # host: symmetric, no act order, 16-bit activations, native dot
                 b_lo = _int4_magic(raw & 0xF, SYM_ZERO, COMPUTE)
                 b_hi = _int4_magic(raw >> 4, SYM_ZERO, COMPUTE)
@@ -269,7 +303,7 @@ def moe_gemm_kernel(
                 part = part * sa[None, :]
             else:
                 part = part * sa[:, None]
-        if WSCALE != _S_NONE:
+        if WSCALE == _S_FLOAT or WSCALE == _S_E8M0:
             sw = tl.load(s_rows + k0 // scale_cols)
             if WSCALE == _S_E8M0:
                 sw = _decode_e8m0(sw)
@@ -287,6 +321,11 @@ def moe_gemm_kernel(
         if HAS_GSCALE:
             sa = sa * tl.load(a_gscale_ptr)
         acc = acc * sa[:, None]
+    elif HAS_GSCALE:
+        acc = acc * tl.load(a_gscale_ptr)
+    if HAS_WGSCALE:
+        gw = tl.load(b_gscale_ptr + expert * stride_gse + offs_bn // gscale_rows)
+        acc = acc * gw[None, :]
     if HAS_BIAS:
         bias = tl.load(bias_ptr + expert * stride_biase + offs_n, mask=n_mask, other=0.0)
         acc = acc + bias[None, :]
@@ -358,6 +397,15 @@ def block_k_for(config_k: int, K: int, scale_cols: int, weight: int, act: int) -
     return bk
 
 
+def weights_block_k(weights: dict, config_k: int, K: int, act: int) -> int:
+    """The BLOCK_K a launch for `weights` (describe_weights) runs with: block_k_for its scale
+    block, except that scales applied inside the tile (S_E4M3) leave the tile width free."""
+    cols = weights["scale_cols"] or K
+    if weights["constexprs"]["WSCALE"] == S_E4M3:
+        cols = K
+    return block_k_for(config_k, K, cols, weights["kind"], act)
+
+
 def dot_mode(kind: int, weight_dtype: torch.dtype, compute: torch.dtype, has_g_idx: bool,
              interpret: bool = INTERPRET) -> int:
     """How the kernel multiplies tiles so that every product stays exact.
@@ -376,12 +424,15 @@ def dot_mode(kind: int, weight_dtype: torch.dtype, compute: torch.dtype, has_g_i
 
 def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None, zp=None,
                      g_idx=None, bias=None, scale_rows: int = 1, scale_cols: int | None = None,
-                     sym_zero: int = 0, scale_kind: int = S_FLOAT) -> dict:
+                     sym_zero: int = 0, scale_kind: int = S_FLOAT, gscale=None) -> dict:
     """A linear's kernel description, built once per layer: the weight-side launch
     arguments (placeholders for absent tensors are never read: constexpr-disabled).
-    `scale_kind` says how `s` is stored (S_FLOAT, S_E8M0); with act order the scales are
-    applied per column inside the tile, not to the partial sum."""
+    `scale_kind` says how `s` is stored (S_FLOAT, S_E8M0, S_E4M3 as uint8 bytes); with act
+    order the scales are applied per column inside the tile, not to the partial sum.
+    `gscale` fp32 [E, G]: global multipliers of G equal row blocks (w13 shards)."""
     assert q.is_contiguous()
+    assert scale_kind != S_E4M3 or (kind == W_FP4 and s.dtype == torch.uint8
+                                    and scale_cols % 2 == 0)
     dummy = q
     wscale = S_NONE if s is None or g_idx is not None else scale_kind
     return {
@@ -389,16 +440,20 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
         "scale_cols": scale_cols,  # None: no scale, or one per row (the whole K)
         "dot": dot_mode(kind, q.dtype, compute, g_idx is not None),
         "args": (q, s if s is not None else dummy, zp if zp is not None else dummy,
-                 g_idx if g_idx is not None else dummy, bias if bias is not None else dummy),
+                 g_idx if g_idx is not None else dummy, bias if bias is not None else dummy,
+                 gscale if gscale is not None else dummy),
         "strides": (q.stride(0), q.stride(1),
                     s.stride(0) if s is not None else 0, s.stride(1) if s is not None else 0,
                     zp.stride(0) if zp is not None else 0, zp.stride(1) if zp is not None else 0,
                     g_idx.stride(0) if g_idx is not None else 0,
-                    bias.stride(0) if bias is not None else 0),
+                    bias.stride(0) if bias is not None else 0,
+                    gscale.stride(0) if gscale is not None else 0),
         "scale_rows": scale_rows,
+        "gscale_rows": q.shape[1] // gscale.shape[1] if gscale is not None else 1,
         "constexprs": {"WEIGHT": kind, "WSCALE": wscale, "HAS_ZERO": zp is not None,
                        "SYM_ZERO": sym_zero,
                        "HAS_G_IDX": g_idx is not None, "HAS_BIAS": bias is not None,
+                       "HAS_WGSCALE": gscale is not None,
                        "COMPUTE": _COMPUTE[compute]},
     }
 
@@ -416,7 +471,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     block_m = config["BLOCK_M"]
     assert sorted_ids.numel() % block_m == 0
     scale_cols = weights["scale_cols"] or K
-    bk = block_k_for(config["BLOCK_K"], K, scale_cols, weights["kind"], act)
+    bk = weights_block_k(weights, config["BLOCK_K"], K, act)
     c16 = weights["constexprs"]
     fast_i4 = (config.get("FAST_I4", False) and weights["kind"] == W_INT4 and act == A16
                and weights["dot"] == DOT_NATIVE and not c16["HAS_ZERO"]
@@ -426,7 +481,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
         a, a_scale if a_scale is not None else a, a_gscale if a_gscale is not None else a,
         *weights["args"],
         c, sorted_ids, block_expert, num_padded, router if router is not None else c,
-        N, K, num_rows, weights["scale_rows"], scale_cols,
+        N, K, num_rows, weights["scale_rows"], scale_cols, weights["gscale_rows"],
         a.stride(0), a_scale.stride(0) if (a_scale is not None and a_scale.dim() == 2) else 1,
         *weights["strides"], c.stride(0),
         A_ROW_DIV=a_row_div, ACT=act, HAS_GSCALE=a_gscale is not None,

@@ -131,8 +131,7 @@ class LayerStage:
 
         K = self.shape(gemm)[1]
         w = self.plan["w13" if gemm == 1 else "w2"]
-        bk = fused_moe.block_k_for(config["BLOCK_K"], K, w["scale_cols"] or K, w["kind"],
-                                   self.act)
+        bk = fused_moe.weights_block_k(w, config["BLOCK_K"], K, self.act)
         return (config["BLOCK_M"], config["BLOCK_N"], bk, config["num_warps"],
                 config["num_stages"], bool(config.get("SWAP_AB")),
                 bool(config.get("FAST_I4")))
@@ -157,7 +156,7 @@ class LayerStage:
 
     def _dequantized_input(self, gemm: int) -> torch.Tensor:
         """The GEMM's activation as the kernel's epilogue sees it, float64: codes times
-        their per-row scale (and global factor) or E8M0 column scales."""
+        their per-row scale or E8M0 column scales, and the global factor (int8, NVFP4)."""
         from ..convert import decode_e8m0
         from . import fused_moe
 
@@ -165,11 +164,11 @@ class LayerStage:
         a = a.to(torch.float64)
         if self.act == fused_moe.A_INT8:
             a = a * s.to(torch.float64).reshape(-1, 1)
-            if g is not None:
-                a = a * g.to(torch.float64)
         elif self.act == fused_moe.A_MX:
             cols = fused_moe.MX_COLS
             a = a * decode_e8m0(s, torch.float64).repeat_interleave(cols, 1)[:, :a.shape[1]]
+        if g is not None:
+            a = a * g.to(torch.float64)
         return a
 
 

@@ -22,7 +22,6 @@ from moecert.kernels import get_backend
 from moecert.kernels.xpu import SCHEMES as XPU_SCHEMES
 from moecert.reference import (
     SCHEME_NAMES,
-    SCHEMES,
     MoEProblem,
     make_batched_inputs,
     make_inputs,
@@ -32,9 +31,7 @@ from moecert.reference import (
 # tiny: the triton backend runs interpreted on a CPU
 PROBLEM = MoEProblem(M=7, K=128, N=128, E=2, topk=2)
 # (backend, scheme) for every scheme each backend claims (xpu: standard format only)
-# triton declines schemes with global scales (nvfp4) until its FP4 path lands
-CLAIMED = [(b, s) for b in ("torch", "triton") for s in SCHEME_NAMES
-           if b == "torch" or SCHEMES[s].global_scale == "none"] + [
+CLAIMED = [(b, s) for b in ("torch", "triton") for s in SCHEME_NAMES] + [
     ("xpu", s) for s in XPU_SCHEMES]
 
 

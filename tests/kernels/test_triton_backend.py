@@ -110,6 +110,12 @@ SCHEME_CASES = [
     ("mxfp8-rceil", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "rceil"}, {}),
     ("mxfp4-a16", "mxfp4", {"activation": "none"}, {"activation": "swigluoai", "bias": True}),
     ("mxfp4-mxfp8-fp16", "mxfp4", {"activation": "mxfp8"}, {"dtype": "fp16"}),
+    # K = 80: the last 64-column tile is partial (5 e4m3 blocks per row)
+    ("nvfp4-modelopt-a16", "nvfp4", {}, {"K": 80}),
+    ("nvfp4-ct-a16-fp16", "nvfp4", {"checkpoint_format": "ct"}, {"dtype": "fp16"}),
+    ("nvfp4-modelopt-a4", "nvfp4", {"activation": "nvfp4"}, {"bias": True}),
+    ("nvfp4-ct-a4-fp16", "nvfp4", {"checkpoint_format": "ct", "activation": "nvfp4"},
+     {"dtype": "fp16", "K": 80}),
 ]
 
 EMAP = (-1, 0, -1, 1, 2, -1, 3, -1)  # 8 global experts, 4 local
@@ -133,6 +139,7 @@ OPTION_SCHEMES = [
     ("w4a8-awq", "w4a8-int8", {"checkpoint_format": "awq", "group_size": 64, "sym": False}),
     ("mxfp8-floor", "mxfp8", {"activation": "mxfp8"}),
     ("mxfp4", "mxfp4", {}),
+    ("nvfp4-ct-a4", "nvfp4", {"checkpoint_format": "ct", "activation": "nvfp4"}),
 ]
 
 
@@ -158,7 +165,7 @@ def _check_output(scheme, attrs, problem):
     assert out.dtype == problem.torch_dtype and torch.isfinite(out).all()
     err = ((out.double() - ref).norm() / ref.norm()).item()
     bound = UNIT_ROUNDOFF[problem.dtype]
-    if QuantConfig.of(ckpt).activation not in ("none", "mxfp8"):
+    if QuantConfig.of(ckpt).activation not in ("none", "mxfp8", "nvfp4"):
         # int8 activations: one code step of the row's (or tensor's) scale, as the torch
         # backend's tests allow. Measured: with N = 128 (was 64, which held no group-128
         # checkpoint) fp16 swigluoai + bias, int8 dynamic-tensor, seed 2, interpreted on the
@@ -236,6 +243,55 @@ def test_dot_precision_keeps_products_exact(scheme, dtype, attrs, want):
         got = fused_moe.dot_mode(d["kind"], d["q"].dtype, d["compute"],
                                  d["constexprs"]["HAS_G_IDX"], interpret=False)
         assert modes[got] == want, p
+
+
+def test_nvfp4_scales_decoded_from_every_byte():
+    """Every positive finite e4m3 byte (the subnormals m * 2^-9 included) as a block scale of
+    one FP4 expert, with two shard global factors: one-hot rows read back each weight column,
+    which must equal e2m1 * float8_e4m3fn cast * the global of its row half, bit for bit
+    (one product per output: exact up to the one fp32 rounding of the global multiply)."""
+    from moecert.kernels.convert import decode_e2m1, unpack_nibbles
+
+    K, N = 128, 64
+    g = torch.Generator().manual_seed(4)
+    scale_bytes = torch.arange(1, 0x7F, dtype=torch.uint8)  # 0x7F is NaN, 0 and signs rejected
+    s = scale_bytes.repeat(5)[torch.randperm(5 * 126, generator=g)][:N * K // 16]
+    assert set(s.tolist()) == set(scale_bytes.tolist())
+    s = s.view(1, N, K // 16)
+    q = torch.randint(0, 256, (1, N, K // 2), generator=g, dtype=torch.uint8)
+    gs = torch.tensor([[0.75, 3.0e-3]])
+    weights = fused_moe.describe_weights(fused_moe.W_FP4, q, torch.bfloat16, s=s,
+                                         scale_cols=16, scale_kind=fused_moe.S_E4M3,
+                                         gscale=gs)
+    config = fused_moe.pick_config(K, 1, N, K)
+    sorted_ids, block_expert, num_padded = align.align_assignments(
+        torch.zeros(K, dtype=torch.int32), 1, config["BLOCK_M"], n=K)
+    c = torch.empty(K, N)
+    fused_moe.moe_gemm(torch.eye(K, dtype=torch.bfloat16), None, None, weights, c, sorted_ids,
+                       block_expert, num_padded, None, a_row_div=1, act=fused_moe.A16,
+                       config=config)
+    w = decode_e2m1(unpack_nibbles(q[0], K)) * s[0].view(torch.float8_e4m3fn).float(
+        ).repeat_interleave(16, dim=1)
+    want = w * gs[0].repeat_interleave(N // 2)[:, None]
+    assert torch.equal(c, want.T)
+
+
+def test_nvfp4_tuning_stage_sees_the_tile_width_and_the_global_factor():
+    """The tuner's view of an NVFP4 W4A4 layer: e4m3 scales inside the tile leave BLOCK_K as
+    configured (not clamped to the 16-column block, whose 8-column nibble planes no dot
+    takes), and the activation as its magnitudes bound sees it carries the global factor
+    1 / g: the torch backend's NVFP4 qdq (its step bs / g is fp32: a few ulps apart)."""
+    from moecert.kernels.activations import qdq_nvfp4
+    from moecert.kernels.triton_moe import tune
+
+    P = _problem(M=5)
+    _, layer = _layer("nvfp4", {"activation": "nvfp4"}, P)
+    x, w, ids = make_inputs(P, seed=2)
+    stage = tune.LayerStage(layer, x, w, ids)
+    config = {**stage.defaults[0], "BLOCK_K": 128}
+    assert stage.effective(1, config)[2] == 128
+    want = qdq_nvfp4(x.float(), layer.get("a13_scale")).double()
+    assert torch.allclose(stage._dequantized_input(1), want, rtol=1e-6, atol=0)
 
 
 def _align_expected(local: list[int], E: int, block_m: int):
@@ -353,10 +409,9 @@ def test_cpu_claimed_only_when_interpreting(monkeypatch):
 
 
 def test_every_scheme_claimed_on_hopper():
-    from moecert.reference import SCHEME_NAMES, SCHEMES
+    from moecert.reference import SCHEME_NAMES
 
-    # but nvfp4 (global scales), which the Triton kernel does not run yet
-    for scheme in [s for s in SCHEME_NAMES if SCHEMES[s].global_scale == "none"]:
+    for scheme in SCHEME_NAMES:
         for activation in ("silu", "gelu", "swigluoai", "swigluoai-split", "relu2"):
             for fmt in ("standard", "batched"):
                 P = _problem(activation=activation, activation_format=fmt, bias=True)
