@@ -483,31 +483,31 @@ def _fit_expert(gen, P: MoEProblem, W, b, A, unit: int) -> None:
         b[bad] = chosen
         bad = ~fits(y0 + b)
     for r in bad.nonzero().flatten().tolist():
-        _fit_row(P, W, b, A, r, fits)
+        _fit_row(gen, P, W, b, A, r, fits)
 
 
-def _fit_row(P: MoEProblem, W, b, A, r: int, fits) -> None:
-    """Row r reads several columns and its sum is not exact in the activation dtype: keep its
-    first column and bias 0; a column no other row reads moves to a row (weight +-2^q, q
-    among the row's exponents) whose output still fits."""
+def _fit_row(gen, P: MoEProblem, W, b, A, r: int, fits) -> None:
+    """Row r reads several columns and its sum is not exact in the activation dtype: it keeps
+    its first column and bias 0; a column no other row reads moves to a random row whose
+    output still fits, at weight +-2^q of that row's exponent (one q per row, as drawn)."""
     b[r] = 0
-    cols = W[r].nonzero().flatten().tolist()
-    for c in cols[1:]:
-        w = W[r, c]
-        W[r, c] = 0
+    extra = W[r].nonzero().flatten()[1:]
+    W[r, extra] = 0
+    for c in extra.tolist():
         if (W[:, c] != 0).any():
             continue  # read by another row too
-        y = A @ W.T + b  # [n, K]
-        w1 = w.abs() if _lowbit(w.reshape(1)) == w.abs() else w.abs() / 3
-        cand = torch.stack([w1, -w1, w1 / 2, -w1 / 2, w1 * 2, -w1 * 2])
-        ok = fits(y.unsqueeze(2) + A[:, c, None, None] * cand)  # [K, candidates]
+        unit = _lowbit(W).amin(1)  # each row's 2^q (inf: an empty row)
+        cand = torch.stack([unit, -unit], 1).nan_to_num(posinf=0.0)  # [K, 2]
+        ok = fits((A @ W.T + b).unsqueeze(2) + A[:, c, None, None] * cand) & (cand != 0)
         if not ok.any():
-            raise RuntimeError(f"exact tier: intermediate column {c} fits in no w2 row of an "
-                               f"expert with the activation dtype {P.dtype}")
-        k, j = (int(v) for v in ok.nonzero()[0])
-        W[k, c] = cand[j]
-    if not fits((A @ W[r] + b[r]).unsqueeze(1))[0]:
-        raise RuntimeError("exact tier: a w2 row's output is not exact in the activation dtype")
+            raise NotExact(
+                f"N = {P.N} > K = {P.K}: some w2 row must add two intermediate columns, and "
+                f"for column {c} of an expert's inputs no row's sum stays exact in {P.dtype} "
+                "(where a backend may round each expert output before the top-k sum); the "
+                "intermediates use the dtype's whole mantissa")
+        options = ok.nonzero()
+        k, j = (int(v) for v in options[torch.randint(len(options), (1,), generator=gen)][0])
+        W[k, c] = cand[k, j]
 
 
 # --- GEMM1 in float64, to size W2 and the static q2 scale ------------------------------------
