@@ -24,7 +24,13 @@ same rounding the reference applies to the same value):
             g * (1 - 1e-14) * up rounds to it. swigluoai: gates >= 7 (clamped to exactly 7),
             up values on a 0.5 grid so that 7 * (u + 1) has <= 8 significant bits and the
             sigmoid(11.9) factor (1 - 6.7e-6) rounds away. relu2: h^2 is exact in fp32.
-  router    weights 1, 1/2, 1/4 (also on the input: x * r is exact).
+  y         every expert output (GEMM2 + bias) is exact in the activation dtype, since a
+            backend may store it there before the top-k sum (vLLM's fused MoE, the grouped
+            backend). One column at weight +-2^q only shifts the bf16/fp16 intermediate's bits;
+            w2's 3 * 2^q weights, its biases and a second column (N > K) are kept only where
+            every output of the expert's actual inputs still fits (_fit_expert).
+  router    weights 1, 1/2, 1/4 (also on the input: x * r is exact), so r * y and the top-k
+            sum of the exact y are exact in fp32.
 
 The relu2 int8-dynamic anchor uses h = 255 * 2^e: h^2 = 65025 * 2^2e rounds (bf16 and fp16) to
 65024 * 2^2e = 127 * 2^(2e+9). `exactness_violations` re-derives every condition above from the
