@@ -24,7 +24,13 @@ same rounding the reference applies to the same value):
             g * (1 - 1e-14) * up rounds to it. swigluoai: gates >= 7 (clamped to exactly 7),
             up values on a 0.5 grid so that 7 * (u + 1) has <= 8 significant bits and the
             sigmoid(11.9) factor (1 - 6.7e-6) rounds away. relu2: h^2 is exact in fp32.
-  router    weights 1, 1/2, 1/4 (also on the input: x * r is exact).
+  y         every expert output (GEMM2 + bias) is exact in the activation dtype, since a
+            backend may store it there before the top-k sum (vLLM's fused MoE, the grouped
+            backend). One column at weight +-2^q only shifts the bf16/fp16 intermediate's bits;
+            w2's 3 * 2^q weights, its biases and a second column (N > K) are kept only where
+            every output of the expert's actual inputs still fits (_fit_expert).
+  router    weights 1, 1/2, 1/4 (also on the input: x * r is exact), so r * y and the top-k
+            sum of the exact y are exact in fp32.
 
 The relu2 int8-dynamic anchor uses h = 255 * 2^e: h^2 = 65025 * 2^2e rounds (bf16 and fp16) to
 65024 * 2^2e = 127 * 2^(2e+9). `exactness_violations` re-derives every condition above from the
@@ -127,7 +133,7 @@ def structured_inputs(case, audit_device: torch.device | str = "cpu") -> Structu
     if attrs.activation == ACT_STATIC_TENSOR:
         tensors["w2_input_scale"] = _input_scales(gen, P.E, a, attrs)
     aq = _quantize(replace(ckpt, tensors=tensors), a, "w2")
-    w2, b2 = _design_w2(gen, P, aq)
+    w2, b2 = _design_w2(gen, P, aq, routing.expert)
     full = _checkpoint(gen, attrs, P, {"w2": w2}, {"w2_bias": b2})
     tensors.update(full.tensors)
     if not P.bias:
@@ -430,17 +436,84 @@ def _design_rows(gen, W, rows: torch.Tensor, cols: torch.Tensor, exps, mant) -> 
         W[rows, slots[:, i]] = values[:, i]
 
 
-def _design_w2(gen, P: MoEProblem, aq: torch.Tensor):
+def _design_w2(gen, P: MoEProblem, aq: torch.Tensor, expert: torch.Tensor):
     """(values [E, K, N], bias [E, K]): each row reads intermediate columns (all of them across
-    the rows), scaled so that outputs land near 2^5; bias about 1/16 of that."""
+    the rows), scaled so that outputs land near 2^5; bias about 1/16 of that. Then fitted to
+    the expert's inputs aq [A, N] (local expert of each row `expert`): every output exact in
+    the activation dtype (_fit_expert)."""
     top = float(aq.abs().max()) if aq.numel() else 1.0
     ex = torch.frexp(torch.tensor(max(top, 2.0**-20), dtype=torch.float64))[1].item() - 1
     q = 4 - ex
     W = torch.zeros(P.E, P.K, P.N, dtype=torch.float64)
     for e in range(P.E):
         _design_rows(gen, W[e], torch.arange(P.K), torch.arange(P.N), [q, q - 1], (1.0, 3.0))
-    b = _signs(gen, (P.E, P.K)) * _pick(gen, (1.0, 3.0), (P.E, P.K)) * 2.0 ** (q + ex - 4)
-    return W, b * (torch.rand(P.E, P.K, generator=gen) < 0.85)
+    unit = q + ex - 4
+    b = _signs(gen, (P.E, P.K)) * _pick(gen, (1.0, 3.0), (P.E, P.K)) * 2.0**unit
+    b = b * (torch.rand(P.E, P.K, generator=gen) < 0.85)
+    for e in range(P.E):
+        rows = aq[expert == e]
+        if rows.numel():
+            _fit_expert(gen, P, W[e], b[e] if P.bias else torch.zeros_like(b[e]), rows, unit)
+    return W, b
+
+
+# Bias candidates when the drawn one does not fit: +-{1, 3} * 2^j, j this far below its unit.
+BIAS_STEPS_DOWN = 8
+
+
+def _fit_expert(gen, P: MoEProblem, W, b, A, unit: int) -> None:
+    """Make every output of one expert, y = A W^T + b for its inputs A [n, N], exact in the
+    activation dtype (in place), where a backend may round it before the top-k sum. A row
+    reading one column with weight +-2^q keeps the bf16/fp16 intermediate's bits, only
+    shifted; a weight 3 * 2^q or a bias may need more than the dtype's mantissa. Failing rows:
+    weights 3 * 2^q -> 2^q, then a bias among the candidates that fit (0 if none), then (rows
+    reading several columns) columns another row also reads dropped, a lone column moved to a
+    row where it fits."""
+    def fits(y):  # [n, rows, ...] -> [rows, ...]
+        return (round_to_activation_dtype(y, P) == y).all(0)
+
+    y0 = A @ W.T
+    bad = ~fits(y0 + b)
+    if not bad.any():
+        return
+    W[bad] = torch.where(_lowbit(W[bad]) != W[bad].abs(), W[bad] / 3, W[bad])
+    y0 = A @ W.T
+    bad = ~fits(y0 + b)
+    if bad.any() and P.bias:
+        mant = torch.tensor([1.0, 3.0, -1.0, -3.0], dtype=torch.float64)
+        cands = (mant.view(-1, 1) * pow2(torch.arange(unit - BIAS_STEPS_DOWN, unit + 1.0))
+                 ).flatten()
+        ok = fits(y0[:, bad, None] + cands)  # [bad rows, candidates]
+        pick = torch.rand(ok.shape, generator=gen) * ok
+        chosen = torch.where(ok.any(1), cands[pick.argmax(1)], 0.0)
+        b[bad] = chosen
+        bad = ~fits(y0 + b)
+    for r in bad.nonzero().flatten().tolist():
+        _fit_row(gen, P, W, b, A, r, fits)
+
+
+def _fit_row(gen, P: MoEProblem, W, b, A, r: int, fits) -> None:
+    """Row r reads several columns and its sum is not exact in the activation dtype: it keeps
+    its first column and bias 0; a column no other row reads moves to a random row whose
+    output still fits, at weight +-2^q of that row's exponent (one q per row, as drawn)."""
+    b[r] = 0
+    extra = W[r].nonzero().flatten()[1:]
+    W[r, extra] = 0
+    for c in extra.tolist():
+        if (W[:, c] != 0).any():
+            continue  # read by another row too
+        unit = _lowbit(W).amin(1)  # each row's 2^q (inf: an empty row)
+        cand = torch.stack([unit, -unit], 1).nan_to_num(posinf=0.0)  # [K, 2]
+        ok = fits((A @ W.T + b).unsqueeze(2) + A[:, c, None, None] * cand) & (cand != 0)
+        if not ok.any():
+            raise NotExact(
+                f"N = {P.N} > K = {P.K}: some w2 row must add two intermediate columns, and "
+                f"for column {c} of an expert's inputs no row's sum stays exact in {P.dtype} "
+                "(where a backend may round each expert output before the top-k sum); the "
+                "intermediates use the dtype's whole mantissa")
+        options = ok.nonzero()
+        k, j = (int(v) for v in options[torch.randint(len(options), (1,), generator=gen)][0])
+        W[k, c] = cand[k, j]
 
 
 # --- GEMM1 in float64, to size W2 and the static q2 scale ------------------------------------
@@ -649,6 +722,7 @@ def exactness_violations(s: Structured, problem: MoEProblem) -> list[str]:
     _check_units(ckpt, a, "q2 input", out)
     aq = quantize_activation(ckpt, a, "w2") if a.numel() else a
     y = _checked_gemm(aq, W["w2"], expert, W.get("w2_bias"), "GEMM2", out)
+    _check_activation_dtype(y, P, "expert output (GEMM2 + bias)", out)
     routed = weight.unsqueeze(1) * y
     _check_fp32(routed, "router weight * expert output", out)
     rows = s.x.shape[0] if P.activation_format == "standard" else X.shape[0]
@@ -718,6 +792,17 @@ def _check_fp32(t: torch.Tensor, what: str, out: list[str]) -> None:
         i = tuple(bad.nonzero()[0].tolist())
         out.append(f"{what}: {int(bad.sum())} values not exact in fp32 (e.g. {t[i].item()!r} "
                    f"at {list(i)})")
+
+
+def _check_activation_dtype(t: torch.Tensor, P: MoEProblem, what: str, out: list[str]) -> None:
+    """Values a backend may round to the activation dtype (vLLM's fused MoE keeps each
+    assignment's output in a bf16/fp16 cache before the top-k sum): that rounding must not
+    change them."""
+    bad = round_to_activation_dtype(t, P) != t
+    if bad.any():
+        i = tuple(bad.nonzero()[0].tolist())
+        out.append(f"{what}: {int(bad.sum())} values not exact in the activation dtype "
+                   f"{P.dtype} (e.g. {t[i].item()!r} at {list(i)})")
 
 
 def _check_sum(terms: torch.Tensor, what: str, out: list[str]) -> None:

@@ -404,3 +404,60 @@ def test_the_audit_flags_inexact_inputs():
     ckpt = synthesize("bf16", P16, seed=0)
     x, w, ids = make_inputs(P16, seed=0)
     assert exactness_violations(type(s)(ckpt, x, w, ids), P16)
+
+
+# --- a backend may round each expert output to the activation dtype ---------------------------
+
+def rounded_before_top_k_sum(s, P: MoEProblem) -> torch.Tensor:
+    """The reference with one more rounding, each assignment's output y (GEMM2 + bias) to the
+    activation dtype before the weighted top-k sum, as vLLM's fused MoE (a bf16/fp16
+    intermediate cache, then moe_sum) and the grouped backend do."""
+    total = torch.zeros(P.M, P.K, dtype=torch.float64)
+    for k in range(P.topk):  # the reference with one assignment at weight 1: its y, rounded
+        one = torch.zeros_like(s.topk_weights)
+        one[:, k] = 1
+        y = moe(s.checkpoint, s.x, one, s.topk_ids, P).to(P.torch_dtype)
+        total += s.topk_weights[:, k:k + 1].double() * y.double()
+    return total.to(P.torch_dtype)
+
+
+ROUNDING = [(q, activation, dtype, topk)
+            for q in (QuantConfig.defaults("bf16"), QuantConfig.defaults("mxfp4"),
+                      _q("gptq-int4", sym=False, group_size=32))
+            for activation in ("swigluoai", "relu2")
+            for dtype, topk in (("bf16", 2), ("fp16", 4))]
+
+
+@pytest.mark.parametrize("q, activation, dtype, topk", [
+    pytest.param(*r, id=f"{variant_id(r[0])}-{r[1]}-{r[2]}-k{r[3]}") for r in ROUNDING])
+def test_rounding_each_expert_output_changes_nothing(q, activation, dtype, topk):
+    """Every expert output is exact in the activation dtype, so the extra rounding is a no-op
+    and the routed sum of the rounded outputs is the reference's, bit for bit (with a bias,
+    relu2's squares and swigluoai's 7 (u + 1), where a weight 3 * 2^q or a bias would need
+    more bits than bf16 holds)."""
+    P = problem_for(q, activation=activation, dtype=dtype, topk=topk, bias=True, M=17)
+    s = structured_inputs(Case("torch", q.scheme, P, attrs_of(q), seed=topk))
+    assert (s.checkpoint.tensors["w2_bias"] != 0).float().mean() > 0.5
+    assert first_difference(rounded_before_top_k_sum(s, P), reference(s, P)) is None
+
+
+def test_the_audit_flags_expert_outputs_the_dtype_cannot_hold(monkeypatch):
+    """An expert output with bits below the activation dtype's mantissa is a violation, alone
+    (every fp32 condition still holds): the w2 biases of a busy expert set to 2^-7, and the
+    structure built without fitting w2 to the dtype (as before)."""
+    q = QuantConfig.defaults("mxfp4")
+    P = problem_for(q, activation="swigluoai", bias=True, topk=4, M=17)
+    case = Case("torch", q.scheme, P, attrs_of(q), seed=1)
+    s = structured_inputs(case)
+    assert exactness_violations(s, P) == []
+    tensors = dict(s.checkpoint.tensors)
+    bias = tensors["w2_bias"].clone()
+    bias[_busy_expert(s, P)] = 2.0**-7  # bf16-exact itself; the outputs near 2^5 are not
+    tensors["w2_bias"] = bias
+    moved = replace(s, checkpoint=replace(s.checkpoint, tensors=tensors))
+    problems = exactness_violations(moved, P)
+    assert len(problems) == 1 and "not exact in the activation dtype" in problems[0], problems
+    import moecert.conformance.exact as exact
+    monkeypatch.setattr(exact, "_fit_expert", lambda *args: None)
+    with pytest.raises(RuntimeError, match="expert output .* not exact in the activation dtype"):
+        structured_inputs(case)
