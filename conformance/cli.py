@@ -1,9 +1,10 @@
-"""The `moecert` command line (SPEC section 5). Subcommands arrive with the issues that need
-them; this one lists the scheme vocabulary and format records."""
+"""The `moecert` command line (SPEC section 5): `list` here, every other subcommand in its own
+module (SUBCOMMANDS)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -119,6 +120,21 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+# the subcommands whose module has add_arguments(parser) and main(args): (name, module, help)
+SUBCOMMANDS = (
+    ("bench", "bench", "time the backends on the model layers against the device's floors "
+                       "(reference: time the float64 reference)"),
+    ("run", "run_command", "run a suite against the reference; exit 1 on a failure"),
+    ("calibrate", "calibrate", "error distribution, suggested thresholds, headroom"),
+    ("report", "report_command", "summarize results, compare with a baseline; exit 1 on a "
+                                 "regression, 2 on unreadable results"),
+    ("certify", "certify", "certify a backend: the whole certify suite into a hashed bundle; "
+                           "--verify checks one"),
+    ("tune", "tune", "measure the triton backend's tile configurations on this GPU and write "
+                     "its config file"),
+)
+
+
 def version_text() -> str:
     from .provenance import versions
 
@@ -145,34 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--import", dest="imports", action="append", default=[],
                    metavar="MODULE", help="import MODULE first (it may register backends)")
     p.set_defaults(func=cmd_list)
-    p = sub.add_parser("bench", help="time the backends on the model layers against the "
-                                     "device's floors (reference: time the float64 reference)")
-    from . import bench
-    bench.add_arguments(p)
-    p.set_defaults(func=bench.main)
-    p = sub.add_parser("run", help="run a suite against the reference; exit 1 on a failure")
-    from . import run_command
-    run_command.add_arguments(p)
-    p.set_defaults(func=run_command.main)
-    p = sub.add_parser("calibrate", help="error distribution, suggested thresholds, headroom")
-    from . import calibrate
-    calibrate.add_arguments(p)
-    p.set_defaults(func=calibrate.main)
-    p = sub.add_parser("report", help="summarize results, compare with a baseline; exit 1 on "
-                                      "a regression, 2 on unreadable results")
-    from . import report_command
-    report_command.add_arguments(p)
-    p.set_defaults(func=report_command.main)
-    p = sub.add_parser("certify", help="certify a backend: the whole certify suite into a "
-                                       "hashed bundle; --verify checks one")
-    from . import certify
-    certify.add_arguments(p)
-    p.set_defaults(func=certify.main)
-    p = sub.add_parser("tune", help="measure the triton backend's tile configurations on "
-                                    "this GPU and write its config file")
-    from . import tune
-    tune.add_arguments(p)
-    p.set_defaults(func=tune.main)
+    for name, module, text in SUBCOMMANDS:
+        command = importlib.import_module(f"{__package__}.{module}")
+        p = sub.add_parser(name, help=text)
+        command.add_arguments(p)
+        p.set_defaults(func=command.main)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
