@@ -45,7 +45,7 @@ from moecert.reference import (
     moe,
     random_checkpoint,
 )
-from moecert.reference.models import MODELS, ModelShape, ships_in
+from moecert.reference.models import MODEL_TOKENS, MODELS, ModelShape, ships_in
 from moecert.reference.schemes import checkpoint_shape_issue
 from moecert.reports.frames import bench_metrics
 from moecert.reports.schema import BENCH_CHECK, problem_id
@@ -65,7 +65,6 @@ from .timing import (
 )
 
 MODES = ("apply", "graph")
-DEFAULT_MS = (1, 16, 64, 256, 1024)
 SUITE = "bench"  # the suite column of bench rows, and the results file's label
 # Input sets: enough that together they hold ROTATE x the cache, at least 2, at most MAX_SETS.
 ROTATE = 2
@@ -85,7 +84,7 @@ class Plan:
     backends: tuple[str, ...]
     schemes: tuple[str, ...]
     layers: dict[str, ModelShape]  # model (or --layer name) -> shape
-    Ms: tuple[int, ...] = DEFAULT_MS
+    Ms: tuple[int, ...] = MODEL_TOKENS
     modes: tuple[str, ...] = MODES
     repeats: int = 100
     warmup: int = 10
@@ -370,9 +369,9 @@ def add_arguments(p) -> None:
     p.add_argument("--layer", action="append", default=[], type=layer_spec,
                    metavar="NAME=E,K,N,TOPK",
                    help="time this layer shape too (instead of the models when no --model)")
-    p.add_argument("--M", dest="Ms", type=m_list, default=DEFAULT_MS, metavar="LIST",
+    p.add_argument("--M", dest="Ms", type=m_list, default=MODEL_TOKENS, metavar="LIST",
                    help=f"tokens per call, comma-separated (default "
-                        f"{','.join(map(str, DEFAULT_MS))})")
+                        f"{','.join(map(str, MODEL_TOKENS))})")
     p.add_argument("--mode", action="append", default=[], choices=MODES,
                    help="apply or graph (repeatable; default: both)")
     p.add_argument("--repeats", type=positive_int, default=None,

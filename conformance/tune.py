@@ -1,7 +1,7 @@
 """`moecert tune`: the Triton backend's tile configurations for this GPU, measured.
 
     moecert tune                      # every model shape x default schemes x M, ~3 min on H100
-    moecert tune --shape qwen3-30b-a3b --scheme gptq-int4 --m 16
+    moecert tune --model qwen3-30b-a3b --scheme gptq-int4 --M 16
 
 For each model shape (reference/models.py), scheme and token count M: a random checkpoint of
 the scheme, converted by the Triton backend, random softmax-top-k routing of M tokens
@@ -19,23 +19,23 @@ from pathlib import Path
 
 import torch
 from moecert.reference import SCHEMES, MoEProblem, make_inputs, random_checkpoint
-from moecert.reference.models import MODELS, ModelShape
+from moecert.reference.models import MODEL_TOKENS, MODELS, ModelShape
 
-from .options import positive_int
+from .options import m_list, model_name
 
 DEFAULT_SCHEMES = ("gptq-int4", "int8-w8a16", "fp8-w8a16", "mxfp8")
-DEFAULT_M = (1, 16, 64, 256, 1024)
 GROUP_SIZE = 128  # of the packed integer schemes (GPTQ/AWQ g128, the common checkpoints)
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--shape", action="append", choices=list(MODELS), metavar="MODEL",
-                   help=f"a model shape ({', '.join(MODELS)}); repeatable; default all")
+    p.add_argument("--model", action="append", default=[], type=model_name, metavar="MODEL",
+                   help=f"a model layer ({', '.join(MODELS)}); repeatable; default all")
     p.add_argument("--scheme", action="append", choices=list(SCHEMES), metavar="SCHEME",
                    help=f"repeatable; default {', '.join(DEFAULT_SCHEMES)} (packed integer "
                         f"schemes at group {GROUP_SIZE}, bf16 activations)")
-    p.add_argument("--m", action="append", type=positive_int, metavar="TOKENS",
-                   help=f"token count; repeatable; default {', '.join(map(str, DEFAULT_M))}")
+    p.add_argument("--M", dest="Ms", type=m_list, default=MODEL_TOKENS, metavar="LIST",
+                   help=f"tokens per call, comma-separated (default "
+                        f"{','.join(map(str, MODEL_TOKENS))})")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="where the device's file goes (default: the installed package's "
                         "kernels/triton_moe/configs, where the backend reads it)")
@@ -51,10 +51,10 @@ def main(args) -> int:
     name = torch.cuda.get_device_name(0)
     device = configs.device_key(name)
     path = configs.path_for(device, args.out)
-    shapes = {s: MODELS[s] for s in (args.shape or MODELS)}
+    shapes = {s: MODELS[s] for s in (args.model or MODELS)}
     started = time.perf_counter()
     table, timings, rows = run_tuning(shapes, args.scheme or DEFAULT_SCHEMES,
-                                      args.m or DEFAULT_M, "cuda", do_bench_timer)
+                                      args.Ms, "cuda", do_bench_timer)
     configs.write_table(path, device, name, _versions(), table, timings)
     print(format_rows(rows))
     print(f"{name}: {len(rows)} layers x M tuned in {time.perf_counter() - started:.0f} s; "

@@ -29,6 +29,10 @@ class ModelRelease(NamedTuple):
     bias: bool
 
 
+# Tokens per call at which the model layers are timed and tuned (`moecert bench`, `moecert tune`):
+# decode (1, 16, 64) through prefill (256, 1024).
+MODEL_TOKENS = (1, 16, 64, 256, 1024)
+
 MODELS: dict[str, ModelShape] = {
     "qwen3-30b-a3b": ModelShape(128, 2048, 768, 8),
     "mixtral-8x7b": ModelShape(8, 4096, 14336, 2),

@@ -29,12 +29,19 @@ def test_tune_without_cuda_is_one_line_and_exit_2(capsys, monkeypatch):
     assert captured.err == "moecert tune needs a CUDA device\n" and captured.out == ""
 
 
-def test_tune_rejects_an_unknown_shape_in_one_line(capsys):
+def test_tune_rejects_an_unknown_model_in_one_line(capsys):
     with pytest.raises(SystemExit) as info:
-        main(["tune", "--shape", "llama-moe"])
+        main(["tune", "--model", "llama-moe"])
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "llama-moe" in err
+
+
+def test_tune_reads_the_m_list_as_bench_does(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--M", "16,x"])
+    assert info.value.code == 2
+    assert "M list '16,x'" in capsys.readouterr().err
 
 
 # BLOCK_K 32 and 64 are one kernel for group-32 weights (block_k_for): tried once
