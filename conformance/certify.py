@@ -118,9 +118,10 @@ def certify(args) -> int:
     results = writable_folder(out / "results")
     _check_fresh(out, args.run_id)
     started, as_run = _now(), as_run_now()  # what the workers will read, before they run
+    workers = run_command.workers_for(args.workers, device)
     run_args = argparse.Namespace(
         suite=args.suite, backend=[backend], scheme=[], check=[], case_id=[], keyword=None,
-        case=[], shard=args.shard, results=str(results), workers=args.workers, device=device,
+        case=[], shard=args.shard, results=str(results), workers=workers, device=device,
         run_id=args.run_id, resume=args.resume, timeout=args.timeout, imports=args.imports,
         in_process=False)
     cases = run_command.select_cases(run_args, device)
@@ -128,7 +129,7 @@ def certify(args) -> int:
     shard = list(args.shard or (0, 1))
     record = shard_record(run_id_of(path), args.suite, backend, shard, len(cases), device,
                           imports=args.imports, waivers=waivers, started=started,
-                          results=path.name, workers=args.workers, timeout_s=args.timeout,
+                          results=path.name, workers=workers, timeout_s=args.timeout,
                           as_run=as_run)
     bundle._write(record_path(path), json.dumps(record, indent=1) + "\n")
     print(f"shard {shard[0]}/{shard[1]}: {len(cases)} cases -> {path}", file=sys.stderr)

@@ -42,12 +42,20 @@ def iter_case(case: Case, device: str, checks=None, run_id: str = "", table=None
         yield _row(case, device, run_id, "setup", Outcome("error", f"{type(e).__name__}: {e}"),
                    None, 0.0)
         return
+    cuda = torch.device(device).type == "cuda"
     for name in names:
         if on_start:
             on_start(name)
+        if cuda:
+            with contextlib.suppress(RuntimeError):  # a poisoned context: the check says so
+                torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
         outcome = run_check(name, run)
-        yield _row(case, device, run_id, name, outcome, run, time.perf_counter() - start)
+        row = _row(case, device, run_id, name, outcome, run, time.perf_counter() - start)
+        if cuda:
+            with contextlib.suppress(RuntimeError):
+                row["device_peak_bytes"] = float(torch.cuda.max_memory_reserved())
+        yield row
 
 
 def run_cases(cases: Iterable[Case], device: str = "cpu", checks=None, run_id: str = ""

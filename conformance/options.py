@@ -119,6 +119,11 @@ def shard_spec(text: str) -> tuple[int, int]:
     return index, count
 
 
+def worker_count(text: str) -> int | str:
+    """`-n`: a whole number of workers, or "auto" (conformance/schedule.py `default_workers`)."""
+    return "auto" if text == "auto" else positive_int(text)
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

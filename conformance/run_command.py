@@ -39,16 +39,17 @@ from .options import (
     check_name,
     device_name,
     import_modules,
-    positive_int,
     positive_seconds,
     run_id,
     scheme_name,
     shard_spec,
     suite_name,
+    worker_count,
     writable_folder,
     xfail_list,
 )
 from .runner import DEFAULT_TIMEOUT_S, RunConfig, run_isolated
+from .schedule import default_workers
 from .suites import SUITES, build_suite, shard
 from .xfail import XfailList
 
@@ -91,7 +92,9 @@ def add_arguments(p) -> None:
 
 def add_execution_arguments(p) -> None:
     """The options of how cases run, shared by `moecert run` and `moecert certify`."""
-    p.add_argument("-n", "--workers", type=positive_int, default=1, help="worker processes")
+    p.add_argument("-n", "--workers", type=worker_count, default=1,
+                   help="worker processes, or auto (3 per 4 cores on a GPU host, 1 per core "
+                        "on a CPU)")
     p.add_argument("--device", type=device_name, default=None,
                    help="cpu, cuda (default: cuda if present)")
     p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
@@ -124,6 +127,10 @@ def main(args) -> int:
     return 1 if reason else 0
 
 
+def workers_for(requested: int | str, device: str) -> int:
+    return default_workers(device) if requested == "auto" else requested
+
+
 def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Path, Summary]:
     """Run `cases` (or what is left of them, --resume) into the results folder with a
     progress bar: the finished results file and the summary of the whole run. `moecert
@@ -133,10 +140,11 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
     done = {rows[0]["case_id"] for rows in earlier}
     todo = [c for c in cases if c.case_id not in done]
     run = run_id_of(journal.path)
-    config = RunConfig(device, args.workers, args.timeout, args.check or None, args.imports,
+    workers = workers_for(args.workers, device)
+    config = RunConfig(device, workers, args.timeout, args.check or None, args.imports,
                        run, xfail)
     print(f"moecert run {run}: {len(todo)} cases ({len(done)} already done) on {device}, "
-          f"{args.workers} worker(s) -> {journal.path}", file=sys.stderr)
+          f"{workers} worker(s) -> {journal.path}", file=sys.stderr)
     summary = Summary()
     for rows in earlier:  # a resumed run is judged whole
         summary.add(rows)

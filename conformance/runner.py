@@ -1,16 +1,17 @@
 """The runner: cases through worker processes, rows to disk as they finish.
 
-Each of `workers` threads holds one worker process (conformance/worker.py) and feeds it cases
-from a shared queue. A backend that raises or returns NaN costs its own rows (the worker
-catches it); one that kills the process, hangs past the timeout, or leaves a CUDA error behind
-costs that case: the parent records "crash" or "timeout" on the check in flight, starts a fresh
-worker, and goes on. On several GPUs worker i is pinned to visible device i (mod count)
-through CUDA_VISIBLE_DEVICES before it starts, so it never initializes another device.
+Each of `workers` threads holds one worker process (conformance/worker.py) and feeds it the
+problems the work pool hands it (conformance/schedule.py: model-size ones first, against a
+memory budget per GPU; small ones interleaved by kernel family). A backend that raises or
+returns NaN costs its own rows (the worker catches it); one that kills the process, hangs past
+the timeout, or leaves a CUDA error behind costs that case: the parent records "crash" or
+"timeout" on the check in flight, starts a fresh worker, and goes on. On several GPUs worker i
+is pinned to visible device i (mod count) through CUDA_VISIBLE_DEVICES before it starts, so it
+never initializes another device.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import queue
@@ -25,14 +26,13 @@ from moecert.reports.store import Journal
 
 from .cases import Case
 from .checks import Outcome
-from .execute import _row, problem_groups
+from .execute import _row
+from .schedule import WorkPool, budgets
 from .xfail import XfailList
 
 # Whole seconds a case may take before its worker is killed (interpreted Triton on a CPU
 # runs a small case in seconds; a model-size case on a GPU well under a minute).
 DEFAULT_TIMEOUT_S = 600.0
-# Cases with more weights than this hold the GPU alone (Qwen3-30B-A3B's layer is 6e8).
-EXCLUSIVE_WEIGHTS = 1 << 28
 _STDERR_TAIL = 40  # lines of a dead worker's stderr kept in its crash row
 
 
@@ -108,13 +108,9 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
                  on_case=None) -> None:
     """Run `cases` in worker processes; every row goes to `journal` as it arrives;
     `on_case(case, rows)` is called when a case is finished (progress, summary)."""
-    # a problem's cases go to one worker, one after another: they share its checkpoint,
-    # reference and exact structure (context.SharedSteps)
-    todo: queue.Queue = queue.Queue()
-    for group in problem_groups(cases):
-        todo.put(group)
+    visible = _visible_devices() if config.device.startswith("cuda") else []
+    pool = WorkPool(cases, budgets(config.device, visible, max(1, config.workers)))
     lock = threading.Lock()
-    gate = _MemoryGate()
 
     def record(case, rows):
         rows = config.xfail.apply(rows) if config.xfail else rows
@@ -124,17 +120,14 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
                 on_case(case, rows)
 
     def serve(slot: int):
-        runner = CaseRunner(config, slot)
-        while True:
+        runner, gpu = CaseRunner(config, slot), slot % len(pool.gpus)
+        while (taken := pool.take(gpu)) is not None:
+            group, need = taken
             try:
-                group = todo.get_nowait()
-            except queue.Empty:
-                break
-            for case in group:
-                exclusive = config.device != "cpu" and _weights(case) > EXCLUSIVE_WEIGHTS
-                with gate.hold(exclusive):
-                    rows = runner.run(case)
-                record(case, rows)
+                for case in group:
+                    record(case, runner.run(case))
+            finally:
+                pool.release(gpu, need)
         runner.close()
 
     threads = [threading.Thread(target=serve, args=(i,), daemon=True)
@@ -167,43 +160,6 @@ class CaseRunner:
         if self.worker:
             self.worker.close()
             self.worker = None
-
-
-class _MemoryGate:
-    """Model-size cases run alone: workers share one GPU, and two DeepSeek-V3 checkpoints
-    with their layers and the reference's buffers do not fit on it together (measured: 4
-    workers on one H200 ran out of memory at 28 GB allocations)."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._running = 0
-        self._exclusive = False
-        self._waiting = 0  # exclusive cases waiting: new small ones let them go first
-
-    @contextlib.contextmanager
-    def hold(self, exclusive: bool):
-        with self._cond:
-            if exclusive:
-                self._waiting += 1
-                self._cond.wait_for(lambda: not self._exclusive and self._running == 0)
-                self._waiting -= 1
-            else:
-                self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
-            self._running += 1
-            self._exclusive = exclusive
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._running -= 1
-                if exclusive:
-                    self._exclusive = False
-                self._cond.notify_all()
-
-
-def _weights(case: Case) -> int:
-    P = case.problem
-    return P.E * P.K * P.N * 3
 
 
 def _run_one(worker: Worker, case: Case, config: RunConfig) -> tuple[list[dict], bool]:

@@ -53,9 +53,10 @@ def main(args) -> int:
     path = configs.path_for(device, args.out)
     shapes = {s: MODELS[s] for s in (args.model or MODELS)}
     started = time.perf_counter()
-    table, timings, rows = run_tuning(shapes, args.scheme or DEFAULT_SCHEMES,
-                                      args.Ms, "cuda", do_bench_timer)
-    configs.write_table(path, device, name, _versions(), table, timings)
+    # written after each layer, so that a run cut short keeps what it measured
+    _, _, rows = run_tuning(
+        shapes, args.scheme or DEFAULT_SCHEMES, args.Ms, "cuda", do_bench_timer,
+        save=lambda t, tm: configs.write_table(path, device, name, _versions(), t, tm))
     print(format_rows(rows))
     print(f"{name}: {len(rows)} layers x M tuned in {time.perf_counter() - started:.0f} s; "
           f"wrote {path}")
@@ -63,9 +64,10 @@ def main(args) -> int:
 
 
 def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
-               grid: dict | None = None, group_size: int = GROUP_SIZE, log=print):
+               grid: dict | None = None, group_size: int = GROUP_SIZE, log=print, save=None):
     """(table for configs.write_table, its timings, printable rows) for every shape x
-    scheme x M. On the CPU it runs through the Triton interpreter (the tests)."""
+    scheme x M, `save(table, timings)` called after each layer. On the CPU it runs through
+    the Triton interpreter (the tests)."""
     from moecert.kernels.triton_moe.backend import TritonBackend
     from moecert.kernels.triton_moe.tune import LayerStage, tune_layer
 
@@ -92,6 +94,8 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
                 rows.append((shape_name, scheme, M, choice))
                 del stage
             log(f"  {shape_name} {scheme}: {time.perf_counter() - t0:.1f} s")
+            if save:
+                save(table, timings)
             del layer
             if device != "cpu":
                 torch.cuda.empty_cache()

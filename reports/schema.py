@@ -24,7 +24,7 @@ import pandas as pd
 
 # Bumped whenever a column is added, removed, renamed or changes meaning: `load` refuses files
 # of any other version rather than guessing.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # The key under which Parquet metadata and the journal's header line carry the version.
 VERSION_KEY = "moecert_schema_version"
 
@@ -72,6 +72,9 @@ COLUMN_DTYPES = {
     "headroom": _FLOAT,
     "duration_s": _FLOAT,  # the check's wall time, reference included
     "kernel_s": _FLOAT,  # the backend's time per call (`moecert bench`: the median)
+    # the GPU memory the check's process held at most (the caching allocator's reserved
+    # high-water mark; empty on a CPU): what the runner's memory budget per GPU is sized from
+    "device_peak_bytes": _FLOAT,
     # `moecert bench` only (conformance/bench.py):
     "min_bytes": _FLOAT,  # weights of the experts the routing touches + activations in/out
     "flops": _FLOAT,  # 2 x routed tokens x (w13 rows x K + K x N)

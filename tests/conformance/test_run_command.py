@@ -27,8 +27,9 @@ def _run(args, cwd):
 
 def test_run_writes_parquet_rows_and_exits_zero(tmp_path):
     proc = _run(["run", "--suite", "smoke", "--backend", "torch", "--scheme", "bf16",
-                 "--results", "out", "-n", "2"], tmp_path)
+                 "--results", "out", "-n", "auto"], tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{os.cpu_count()} worker(s)" in proc.stderr  # auto: one per core on a CPU
     frame = load(tmp_path / "out")
     assert list(frame.columns[:len(COLUMNS)]) == list(COLUMNS)
     assert set(frame["status"]) <= {"pass", "skip", "unsupported"}
@@ -134,6 +135,7 @@ def _case_json(**changes):
     (["run", "--timeout", "-1"], "positive number of seconds"),
     (["run", "-n", "0"], "at least 1"),
     (["run", "-n", "-3"], "at least 1"),
+    (["run", "-n", "many"], "expected a whole number, got 'many'"),
     (["run", "--import", "nosuchmodule"],
      "--import nosuchmodule: ModuleNotFoundError: No module named 'nosuchmodule'"),
     (["run", "--backend", "torch", "--scheme", "bf16", "-k", "nothing-has-this"],

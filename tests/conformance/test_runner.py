@@ -71,31 +71,6 @@ def test_a_cut_short_last_line_is_ignored(tmp_path):
     assert list(load(path)["case_id"]) == ["a"]
 
 
-def test_model_size_cases_hold_the_gpu_alone():
-    import threading
-    import time
-
-    from moecert.conformance.runner import _MemoryGate
-
-    gate, log = _MemoryGate(), []
-
-    def job(name, exclusive):
-        with gate.hold(exclusive):
-            log.append(f"+{name}")
-            time.sleep(0.1)
-            log.append(f"-{name}")
-
-    threads = [threading.Thread(target=job, args=(n, n == "big")) for n in ("a", "big", "c")]
-    for t in threads:
-        t.start()
-        time.sleep(0.02)
-    for t in threads:
-        t.join()
-    i = log.index("+big")
-    assert log[i + 1] == "-big"  # nothing ran beside it
-    assert log.index("+c") > i  # and a later small case waited for it
-
-
 def test_a_problems_cases_run_one_after_another_on_one_worker(tmp_path):
     # interleaved as a suite lists them: seed 0 and seed 1 on two backends
     cases = [_case("torch", 0), _case("torch", 1), _case("xpu", 0), _case("xpu", 1)]

@@ -1,0 +1,167 @@
+"""Which problem a free worker takes next (the runner's queue, conformance/runner.py).
+
+A problem's cases (one per backend) go to one worker, one after another: they share its
+checkpoint, reference and exact structure (context.SharedSteps). Across problems:
+
+- Model-size problems first, largest first, each as soon as its GPU has room for it: they are
+  the longest, and started late they would be the run's tail. Room is a memory budget per GPU
+  (`GpuBudget`), not exclusivity: small problems keep the other workers busy beside a model
+  layer, and two int4 DeepSeek-V3 layers fit on one GPU together. A worker whose GPU has no
+  room for any waiting model-size problem takes a small one instead.
+- Small problems interleaved by kernel family (`family`): concurrent workers start on different
+  schemes and options, so each Triton kernel specialization is compiled by one worker and found
+  in the cache by the others, instead of being compiled by all of them at once on a cold cache.
+
+On several GPUs each worker is pinned to one (runner.Worker) and draws on that GPU's budget.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections import deque
+
+from moecert.reference.schemes import get_scheme
+
+from .cases import Case
+from .execute import problem_groups
+
+# Problems with more weights than this are model-size: scheduled first, against a GPU's budget
+# (Qwen3-30B-A3B's layer is 6e8).
+MODEL_SIZE_WEIGHTS = 1 << 28
+# A model-size case holds about this many copies of its checkpoint at once: the backend's
+# checkpoint, the no-mutation check's copy, the processed layer (a backend that dequantizes
+# to 16 bits doubles that), plus the reference's per-expert float64 buffers.
+CHECKPOINT_COPIES = 4
+CASE_BASE_BYTES = 2 << 30
+SMALL_CASE_BYTES = 512 << 20
+# Each worker process's CUDA context and the caching allocator's slack, off the GPU's total.
+WORKER_RESERVE_BYTES = 768 << 20
+USABLE_FRACTION = 0.9
+
+
+def weights(case: Case) -> int:
+    P = case.problem
+    return P.E * P.K * P.N * 3
+
+
+def model_size(case: Case) -> bool:
+    return weights(case) > MODEL_SIZE_WEIGHTS
+
+
+def device_need(case: Case) -> int:
+    """Bytes of GPU memory the case is budgeted at."""
+    if not model_size(case):
+        return SMALL_CASE_BYTES
+    checkpoint = weights(case) * get_scheme(case.scheme).weight_bits // 8
+    return CHECKPOINT_COPIES * checkpoint + CASE_BASE_BYTES
+
+
+def family(case: Case) -> tuple:
+    """What selects a kernel specialization: the scheme and its options, the activation dtype,
+    function and bias (not the shape or seed)."""
+    P = case.problem
+    return (case.scheme, tuple(sorted(case.attrs.items())), P.dtype, P.activation, P.bias,
+            P.activation_format)
+
+
+def interleaved(groups: list[list[Case]]) -> list[list[Case]]:
+    """Round-robin over kernel families, each family's groups in their order."""
+    by_family: dict[tuple, deque] = {}
+    for group in groups:
+        by_family.setdefault(family(group[0]), deque()).append(group)
+    queues, out = list(by_family.values()), []
+    while queues:
+        out += [q.popleft() for q in queues]
+        queues = [q for q in queues if q]
+    return out
+
+
+class GpuBudget:
+    """Bytes a GPU may have budgeted at once. A problem always starts on an idle GPU, so one
+    larger than the whole budget still runs (alone)."""
+
+    def __init__(self, total_bytes: int | None, workers: int):
+        self.limit = (None if total_bytes is None
+                      else int(total_bytes * USABLE_FRACTION) - workers * WORKER_RESERVE_BYTES)
+        self.held = 0
+        self.running = 0
+
+    def fits(self, need: int) -> bool:
+        if self.running == 0:
+            return True
+        if self.limit is None:  # memory unknown: model-size problems run alone
+            return need <= SMALL_CASE_BYTES and self.held <= SMALL_CASE_BYTES * self.running
+        return self.held + need <= self.limit
+
+
+class WorkPool:
+    """The run's problems; `take(gpu)` blocks until one fits that GPU or none is left."""
+
+    def __init__(self, cases, gpus: list[GpuBudget]):
+        groups = problem_groups(cases)
+        big = [g for g in groups if model_size(g[0])]
+        self.big = sorted(big, key=lambda g: -device_need(g[0]))
+        self.small = deque(interleaved([g for g in groups if not model_size(g[0])]))
+        self.gpus = gpus
+        self._cond = threading.Condition()
+
+    def take(self, gpu: int) -> tuple[list[Case], int] | None:
+        """The next problem for a worker on `gpu` and its budgeted bytes; `release` them."""
+        budget = self.gpus[gpu]
+        with self._cond:
+            while True:
+                group = next((g for g in self.big if budget.fits(device_need(g[0]))), None)
+                if group is not None:
+                    self.big.remove(group)
+                elif self.small and budget.fits(SMALL_CASE_BYTES):
+                    group = self.small.popleft()
+                elif not self.big and not self.small:
+                    return None
+                else:
+                    self._cond.wait()
+                    continue
+                need = device_need(group[0])
+                budget.held += need
+                budget.running += 1
+                return group, need
+
+    def release(self, gpu: int, need: int) -> None:
+        with self._cond:
+            self.gpus[gpu].held -= need
+            self.gpus[gpu].running -= 1
+            self._cond.notify_all()
+
+
+def gpu_total_bytes(device: str) -> int | None:
+    """Total memory of a visible GPU (an index or UUID as CUDA_VISIBLE_DEVICES names it), from
+    nvidia-smi, so that the parent never creates a CUDA context; None when it cannot say."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,"
+                              "nounits", "-i", device], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+        return int(out.split()[0]) << 20  # MiB
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def budgets(device: str, visible: list[str], workers: int) -> list[GpuBudget]:
+    """One budget per GPU the workers are pinned to; on a CPU one without a limit."""
+    if not device.startswith("cuda"):
+        return [GpuBudget(1 << 62, workers)]
+    visible = visible or ["0"]
+    count = len(visible)
+    return [GpuBudget(gpu_total_bytes(name), len(range(i, workers, count)))
+            for i, name in enumerate(visible)]
+
+
+def default_workers(device: str) -> int:
+    """`-n auto`: on a GPU host three workers per four cores (each also draws checkpoints and
+    exact-tier structures on the host); on a CPU one per core."""
+    cores = os.cpu_count() or 1
+    return max(1, cores * 3 // 4) if device.startswith("cuda") else cores
+
+
+__all__ = ["GpuBudget", "WorkPool", "budgets", "default_workers", "device_need", "family",
+           "interleaved", "model_size"]

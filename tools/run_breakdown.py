@@ -1,0 +1,73 @@
+"""Where a run's time went, from its results (docs/speed.md's breakdowns are made with this).
+
+    python tools/run_breakdown.py RESULTS [--workers N]
+
+RESULTS: a results file or folder (`moecert run --results`). Prints the wall time (first
+check's start to last row), the check time summed over rows by check and backend, how many
+cases were running at once over time (the workers' use), the model-size problems' share,
+and each model-size layer's GPU memory high-water mark per scheme (`device_peak_bytes`), from
+which the runner's memory budget is sized (conformance/schedule.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+from moecert.conformance.schedule import MODEL_SIZE_WEIGHTS
+from moecert.reports.store import ResultsError, load
+
+STEP_S = 0.5
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="the run's worker count (for the use column)")
+    args = parser.parse_args(argv)
+    try:
+        rows = load(args.results)
+    except ResultsError:  # an older schema: the columns read here have not changed
+        rows = pd.read_parquet(args.results)
+    rows = rows[rows["check"] != "bench"]
+    end = rows["finished_at"].astype("int64") / 1e9
+    rows = rows.assign(t1=end, t0=end - rows["duration_s"].fillna(0.0))
+    cases = rows.groupby("case_id").agg(t0=("t0", "min"), t1=("t1", "max"),
+                                        E=("E", "first"), K=("K", "first"), N=("N", "first"))
+    start = cases["t0"].min()
+    wall = cases["t1"].max() - start
+    big = cases["E"] * cases["K"] * cases["N"] * 3 > MODEL_SIZE_WEIGHTS
+    print(f"{len(cases)} cases ({int(big.sum())} model-size), {len(rows)} rows, "
+          f"wall {wall:.0f} s, check time {rows['duration_s'].sum():.0f} s")
+    print("\ncheck time (s) by check and backend:")
+    table = rows.pivot_table(index="check", columns="backend", values="duration_s",
+                             aggfunc="sum", observed=True).fillna(0.0)
+    table["all"] = table.sum(axis=1)
+    print(table.sort_values("all", ascending=False).round(1).to_string())
+    t = np.arange(0.0, wall, STEP_S)
+    t0, t1 = (cases["t0"] - start).to_numpy(), (cases["t1"] - start).to_numpy()
+    running = ((t0[None, :] <= t[:, None]) & (t1[None, :] > t[:, None]))
+    busy = running.sum(axis=1)
+    layers = running[:, big.to_numpy()].sum(axis=1)
+    print(f"\ncases running at once: mean {busy.mean():.1f}"
+          + (f" of {args.workers} workers ({100 * busy.mean() / args.workers:.0f}%)"
+             if args.workers else "")
+          + f"; a model-size case running {STEP_S * (layers > 0).sum():.0f} s of the wall")
+    for w in range(0, int(wall) + 1, 30):
+        window = (t >= w) & (t < w + 30)
+        if window.any():
+            print(f"  {w:4d}-{w + 30:<4d} s  running {busy[window].mean():5.1f}"
+                  f"  model-size {layers[window].mean():4.2f}")
+    if "device_peak_bytes" in rows and rows["device_peak_bytes"].notna().any():
+        sized = rows[rows["E"] * rows["K"] * rows["N"] * 3 > MODEL_SIZE_WEIGHTS]
+        peak = sized.groupby(["E", "K", "N", "scheme", "backend"], observed=True)[
+            "device_peak_bytes"].max().dropna() / 2**30
+        print("\nmodel-size layers, GPU memory high-water mark (GiB), the worst check:")
+        print(peak.unstack("backend").round(1).to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
