@@ -34,7 +34,8 @@ SYNTHESIZE_MAX_WEIGHTS_ACCELERATOR = 1 << 20
 RELOAD_SEED_OFFSET = 1000
 # A problem's checkpoint is kept for the problem's other backends up to this many bytes (each
 # backend gets its own copy, so a kept one costs twice its size); a larger one is drawn afresh
-# per backend, as is its reference.
+# per backend (the same bits: the draw is seeded), and its reference is computed from the first
+# backend's draw before that backend sees it, then shared.
 SHARE_MAX_BYTES = 1 << 28
 
 
@@ -186,8 +187,11 @@ class CaseRun:
     @_kept
     def reference(self) -> torch.Tensor:
         kept = self._kept_checkpoint()
-        if kept is None:
+        if kept is None and self.shared is None:
             return self.reference_for(self.checkpoint, self.inputs)
+        if kept is None:  # made before the layer (`layer`): from the untouched draw
+            return self.shared.get(self.key, "reference", lambda: self.reference_for(
+                self.checkpoint, self.inputs))
         # from the pristine checkpoint, laid out as the case's (the backend may have
         # written into its own copy by now: that is no_mutation's to report)
         return self.shared.get(self.key, "reference", lambda: self.reference_for(
@@ -218,6 +222,8 @@ class CaseRun:
     @_kept
     def layer(self):
         self.snapshot  # noqa: B018 - taken before the backend touches anything
+        if self.shared is not None and self._kept_checkpoint() is None:
+            self.reference  # noqa: B018 - shared with other backends: before this one writes
         layer = self.new_layer(self.checkpoint)
         self.backend_detail = describe(self.backend, layer)
         return layer

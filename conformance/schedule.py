@@ -30,15 +30,22 @@ from .execute import problem_groups
 # Problems with more weights than this are model-size: scheduled first, against a GPU's budget
 # (Qwen3-30B-A3B's layer is 6e8).
 MODEL_SIZE_WEIGHTS = 1 << 28
-# A model-size case holds about this many copies of its checkpoint at once: the backend's
-# checkpoint, the no-mutation check's copy, the processed layer (a backend that dequantizes
-# to 16 bits doubles that), plus the reference's per-expert float64 buffers.
-CHECKPOINT_COPIES = 4
-CASE_BASE_BYTES = 2 << 30
-SMALL_CASE_BYTES = 512 << 20
-# Each worker process's CUDA context and the caching allocator's slack, off the GPU's total.
-WORKER_RESERVE_BYTES = 768 << 20
-USABLE_FRACTION = 0.9
+# What a model-size case holds on its GPU at most (the caching allocator's reserved peak, the
+# `device_peak_bytes` column), bounded by: three copies of the checkpoint (the backend's, its
+# processed layer, transients of processing), a 16-bit copy of the weights (the grouped
+# backend dequantizes to bf16), per-expert float temporaries of dequantization (bytes per
+# weight of one expert), and the process's own base. Measured on one H100 (certify, 368
+# model-size cases x 4 backends, tools/run_breakdown.py): every case's peak is below this
+# bound, the closest DeepSeek-V3 mxfp8 on grouped at 56.5 GiB (bound 60.1 GiB, 1.06x); the
+# median case is at 0.6 of it.
+CHECKPOINT_COPIES = 3
+DEQUANTIZED_BYTES_PER_WEIGHT = 2
+EXPERT_TEMP_BYTES_PER_WEIGHT = 100
+CASE_BASE_BYTES = 3584 << 20
+# A worker running small cases holds its CUDA context and a small cache (measured: 1.4 GiB
+# each beside a model layer); every worker but the model layer's own is reserved for that.
+WORKER_RESERVE_BYTES = 1536 << 20
+USABLE_FRACTION = 0.97
 
 
 def weights(case: Case) -> int:
@@ -51,11 +58,14 @@ def model_size(case: Case) -> bool:
 
 
 def device_need(case: Case) -> int:
-    """Bytes of GPU memory the case is budgeted at."""
+    """Bytes of GPU memory a model-size case is budgeted at (0 for a small one: the workers'
+    reserve covers it)."""
     if not model_size(case):
-        return SMALL_CASE_BYTES
-    checkpoint = weights(case) * get_scheme(case.scheme).weight_bits // 8
-    return CHECKPOINT_COPIES * checkpoint + CASE_BASE_BYTES
+        return 0
+    w = weights(case)
+    checkpoint = w * get_scheme(case.scheme).weight_bits // 8
+    return (CHECKPOINT_COPIES * checkpoint + DEQUANTIZED_BYTES_PER_WEIGHT * w
+            + EXPERT_TEMP_BYTES_PER_WEIGHT * w // case.problem.E + CASE_BASE_BYTES)
 
 
 def family(case: Case) -> tuple:
@@ -79,21 +89,28 @@ def interleaved(groups: list[list[Case]]) -> list[list[Case]]:
 
 
 class GpuBudget:
-    """Bytes a GPU may have budgeted at once. A problem always starts on an idle GPU, so one
-    larger than the whole budget still runs (alone)."""
+    """The bytes model-size cases may hold on one GPU at once, beside the small cases of the
+    other workers. Memory unknown: a model-size case runs alone."""
 
     def __init__(self, total_bytes: int | None, workers: int):
-        self.limit = (None if total_bytes is None
-                      else int(total_bytes * USABLE_FRACTION) - workers * WORKER_RESERVE_BYTES)
-        self.held = 0
-        self.running = 0
+        self.limit = (None if total_bytes is None else int(total_bytes * USABLE_FRACTION)
+                      - max(0, workers - 1) * WORKER_RESERVE_BYTES)
+        self.held = 0  # by the model-size cases running
+        self.running = 0  # cases of any size
 
     def fits(self, need: int) -> bool:
+        """Whether a case of `need` bytes (0: small) may start now."""
         if self.running == 0:
             return True
-        if self.limit is None:  # memory unknown: model-size problems run alone
-            return need <= SMALL_CASE_BYTES and self.held <= SMALL_CASE_BYTES * self.running
+        if self.limit is None:
+            return need == 0 and self.held == 0
         return self.held + need <= self.limit
+
+    def oversize(self, need: int) -> bool:
+        """Too large to share the GPU with anything: it waits for the GPU to empty."""
+        if self.limit is None:
+            return need > 0
+        return need > self.limit
 
 
 class WorkPool:
@@ -113,9 +130,13 @@ class WorkPool:
         with self._cond:
             while True:
                 group = next((g for g in self.big if budget.fits(device_need(g[0]))), None)
+                # a layer that needs the whole GPU stops small problems from starting on it
+                # until it has run, or it would wait for the end of the run
+                draining = group is None and any(budget.oversize(device_need(g[0]))
+                                                 for g in self.big)
                 if group is not None:
                     self.big.remove(group)
-                elif self.small and budget.fits(SMALL_CASE_BYTES):
+                elif self.small and not draining and budget.fits(0):
                     group = self.small.popleft()
                 elif not self.big and not self.small:
                     return None

@@ -132,6 +132,28 @@ def test_a_checkpoint_too_large_to_keep_is_drawn_once_per_backend(monkeypatch,
     assert calls["synthesize"] == 2
 
 
+def test_a_checkpoint_too_large_to_keep_shares_its_reference(monkeypatch,
+                                                             writes_into_the_checkpoint):
+    monkeypatch.setattr(context, "SHARE_MAX_BYTES", 0)
+    references = []
+    reference_for = context.CaseRun.reference_for
+
+    def counted(run, ckpt, inputs):
+        references.append(run.case.backend)
+        return reference_for(run, ckpt, inputs)
+    monkeypatch.setattr(context.CaseRun, "reference_for", counted)
+    alone = run_case(Case("torch", "bf16", SHARED_PROBLEM), checks=("accuracy",))
+    shared = SharedSteps()
+    first = run_case(Case(writes_into_the_checkpoint, "bf16", SHARED_PROBLEM),
+                     checks=("no_mutation", "accuracy"), shared=shared)
+    after = run_case(Case("torch", "bf16", SHARED_PROBLEM), checks=("accuracy",),
+                     shared=shared)
+    assert references == ["torch", writes_into_the_checkpoint]  # once for the two backends
+    assert {r["check"]: r["status"] for r in first}["no_mutation"] == "fail"
+    # made before the writing backend saw its checkpoint: the next backend is judged as alone
+    assert after[0]["status"] == "pass" and after[0]["max_abs"] == alone[0]["max_abs"] > 0
+
+
 @pytest.mark.parametrize("strided", [False, True])
 def test_a_backend_writing_into_its_checkpoint_leaks_nothing_into_the_next(
         writes_into_the_checkpoint, strided):

@@ -11,7 +11,7 @@ from moecert.conformance.cases import Case
 from moecert.conformance.execute import problem_groups
 from moecert.conformance.schedule import (
     MODEL_SIZE_WEIGHTS,
-    SMALL_CASE_BYTES,
+    USABLE_FRACTION,
     GpuBudget,
     WorkPool,
     device_need,
@@ -30,6 +30,11 @@ def _cases(problem, scheme="gptq-int4", seed=0, backends=("torch", "triton")):
     return [Case(b, scheme, problem, seed=seed) for b in backends]
 
 
+def _total(limit):
+    """A GPU's total memory that leaves `limit` bytes to model-size cases (one worker)."""
+    return int(limit / USABLE_FRACTION)
+
+
 def _ids(group):
     return {c.case_id for c in group}
 
@@ -44,7 +49,7 @@ def test_the_budget_follows_the_weights_bytes():
     int4, int8, bf16 = (device_need(Case("torch", s, DEEPSEEK))
                         for s in ("gptq-int4", "gptq-int8", "bf16"))
     assert int4 < int8 < bf16
-    assert device_need(Case("torch", "bf16", SMALL)) == SMALL_CASE_BYTES
+    assert device_need(Case("torch", "bf16", SMALL)) == 0  # the workers' reserve covers it
 
 
 def test_model_size_problems_come_first_largest_first_and_cases_stay_together():
@@ -72,9 +77,9 @@ def test_small_problems_run_beside_a_model_layer_that_fits():
 def test_two_layers_share_a_gpu_only_when_both_fit():
     a, b = _cases(DEEPSEEK, "gptq-int8"), _cases(DEEPSEEK, "gptq-int8", seed=1)
     need = device_need(a[0])
-    roomy = WorkPool(a + b, [GpuBudget(int(3 * need / 0.9), 1)])
+    roomy = WorkPool(a + b, [GpuBudget(_total(2.1 * need), 1)])
     assert roomy.take(0) and roomy.take(0)  # both at once
-    tight = WorkPool(a + b, [GpuBudget(int(1.5 * need / 0.9), 1)])
+    tight = WorkPool(a + b, [GpuBudget(_total(1.5 * need), 1)])
     tight.take(0)
     got = []
     waiter = threading.Thread(target=lambda: got.append(tight.take(0)))
@@ -86,9 +91,9 @@ def test_two_layers_share_a_gpu_only_when_both_fit():
     assert got and _ids(got[0][0]) == _ids(b)
 
 
-def test_a_layer_larger_than_the_budget_runs_alone():
+def test_a_layer_larger_than_the_budget_runs_alone_and_small_ones_wait_for_it():
     big = _cases(DEEPSEEK, "bf16")
-    pool = WorkPool(_cases(SMALL) + big, [GpuBudget(8 * GIB, 2)])
+    pool = WorkPool(_cases(SMALL) + big + _cases(SMALL, seed=1), [GpuBudget(8 * GIB, 2)])
     first, need = pool.take(0)  # an idle GPU takes it
     assert _ids(first) == _ids(big)
     got = []
@@ -99,6 +104,22 @@ def test_a_layer_larger_than_the_budget_runs_alone():
     pool.release(0, need)
     waiter.join(5)
     assert got and _ids(got[0][0]) == _ids(_cases(SMALL))
+
+
+def test_small_problems_stop_starting_while_an_oversize_layer_waits():
+    big = _cases(DEEPSEEK, "bf16")
+    pool = WorkPool(big + _cases(SMALL) + _cases(SMALL, seed=1), [GpuBudget(8 * GIB, 2)])
+    pool.big, queued = [], pool.big  # a small problem is running when the layer arrives
+    _, small_need = pool.take(0)
+    pool.big = queued
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(pool.take(0)))
+    waiter.start()
+    waiter.join(0.2)
+    assert not got  # the other small problem does not start: the GPU drains for the layer
+    pool.release(0, small_need)
+    waiter.join(5)
+    assert got and _ids(got[0][0]) == _ids(big)
 
 
 def test_unknown_memory_runs_model_size_problems_alone():
@@ -117,7 +138,7 @@ def test_unknown_memory_runs_model_size_problems_alone():
 
 def test_each_gpu_has_its_own_budget():
     a, b = _cases(DEEPSEEK, "gptq-int8"), _cases(DEEPSEEK, "gptq-int8", seed=1)
-    one_each = int(1.2 * device_need(a[0]) / 0.9)
+    one_each = _total(1.2 * device_need(a[0]))
     pool = WorkPool(a + b, [GpuBudget(one_each, 1), GpuBudget(one_each, 1)])
     assert pool.take(0) and pool.take(1)  # one layer per GPU, at the same time
     assert pool.take(0) is None
