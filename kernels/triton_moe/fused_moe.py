@@ -430,15 +430,20 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
                  gemm1: tuple[int, int], gemm2: tuple[int, int]) -> tuple[dict, dict]:
     """Both GEMMs' configs of one layer (gemm1/gemm2: their (N, K)): the device's tuned file
     when it has the layer (configs.py, written by `moecert tune`), else `pick_config`'s
-    heuristics, always under the interpreter. Both share one BLOCK_M either way."""
+    heuristics, always under the interpreter. Both share one BLOCK_M either way.
+    MOECERT_TRITON_SPLIT_K, when set, overrides both GEMMs' SPLIT_K (configs.forced_split_k)."""
+    chosen = None
     if not INTERPRET:
         key = configs.LayerKey(WEIGHT_NAMES[weight], ACT_NAMES[act], num_experts,
                                tuple(gemm1), tuple(gemm2))
-        tuned = configs.tuned_configs(key, num_rows)
-        if tuned is not None:
-            return tuned
-    return (pick_config(num_rows, num_experts, *gemm1),
-            pick_config(num_rows, num_experts, *gemm2))
+        chosen = configs.tuned_configs(key, num_rows)
+    if chosen is None:
+        chosen = (pick_config(num_rows, num_experts, *gemm1),
+                  pick_config(num_rows, num_experts, *gemm2))
+    forced = configs.forced_split_k()
+    if forced is not None:
+        chosen = tuple({**c, "SPLIT_K": forced} for c in chosen)
+    return chosen
 
 
 WEIGHT_NAMES = configs.kind_names(globals(), "W")

@@ -26,7 +26,7 @@ KEY = configs.LayerKey("W_INT4", "A16", 8, (256, 128), (128, 128))
 
 def _cfg(block_m=16, **kw):
     return {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4,
-            "num_stages": 3, "SWAP_AB": False, "FAST_I4": True, **kw}
+            "num_stages": 3, "SWAP_AB": False, "FAST_I4": True, "SPLIT_K": 1, **kw}
 
 
 def _write(tmp_path, table, device="h100-80gb-hbm3"):
