@@ -255,7 +255,7 @@ def neighbours(config: dict, grid: dict) -> list[dict]:
     """Configs one grid step away in one field (a value off the grid steps onto it)."""
     out = []
     for name, values in grid.items():
-        current = config.get(name, False)
+        current = config.get(name, configs.FIELD_DEFAULTS.get(name, False))
         line = sorted(set(values) | {current})
         i = line.index(current)
         for j in (i - 1, i + 1):
