@@ -375,31 +375,32 @@ def moe_gemm_kernel(
             K, scale_cols, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
             SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, BLOCK_M, BLOCK_N,
             BLOCK_K)
+    # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
+    # (an else, not a return inside the constexpr branch: Triton versions have differed on
+    # code that follows a nested return)
     if PHASE == _PARTIAL:
         tl.store(ws_tile + tl.program_id(2).to(tl.int64) * stride_ws, acc, mask=ws_mask)
-        return
-
-    # --- epilogue and write-back (FULL and REDUCE) ------------------------------------------
-    if ACT == _A_INT8 or ACT == _A_FP8:
-        sa = tl.load(a_scale_ptr + a_rows, mask=row_mask, other=0.0)
-        if HAS_GSCALE:
-            sa = sa * tl.load(a_gscale_ptr)
-        acc = acc * sa[:, None]
-    elif HAS_GSCALE:
-        acc = acc * tl.load(a_gscale_ptr)
-    if HAS_WGSCALE:
-        gw = tl.load(b_gscale_ptr + expert * stride_gse + offs_bn // gscale_rows)
-        acc = acc * gw[None, :]
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + expert * stride_biase + offs_n, mask=n_mask, other=0.0)
-        acc = acc + bias[None, :]
-    if MUL_ROUTER:
-        r = tl.load(router_ptr + row_ids, mask=row_mask, other=0.0)
-        acc = acc * r[:, None]
-    if FIX_BF16:
-        acc = rne_bf16(acc)
-    c_ptrs = c_ptr + row_ids.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_mask[:, None] & n_mask[None, :])
+    else:
+        if ACT == _A_INT8 or ACT == _A_FP8:
+            sa = tl.load(a_scale_ptr + a_rows, mask=row_mask, other=0.0)
+            if HAS_GSCALE:
+                sa = sa * tl.load(a_gscale_ptr)
+            acc = acc * sa[:, None]
+        elif HAS_GSCALE:
+            acc = acc * tl.load(a_gscale_ptr)
+        if HAS_WGSCALE:
+            gw = tl.load(b_gscale_ptr + expert * stride_gse + offs_bn // gscale_rows)
+            acc = acc * gw[None, :]
+        if HAS_BIAS:
+            bias = tl.load(bias_ptr + expert * stride_biase + offs_n, mask=n_mask, other=0.0)
+            acc = acc + bias[None, :]
+        if MUL_ROUTER:
+            r = tl.load(router_ptr + row_ids, mask=row_mask, other=0.0)
+            acc = acc * r[:, None]
+        if FIX_BF16:
+            acc = rne_bf16(acc)
+        c_ptrs = c_ptr + row_ids.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=ws_mask)
 
 
 _COMPUTE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
