@@ -109,9 +109,11 @@ def _bucket(n: int) -> int:
 
 
 def describe(config: dict) -> str:
+    split_k = config.get("SPLIT_K", 1)
     return (f"m{config['BLOCK_M']}n{config['BLOCK_N']}k{config['BLOCK_K']}"
             f"w{config['num_warps']}s{config['num_stages']}"
-            f"{'-swap' if config.get('SWAP_AB') else ''}")
+            f"{'-swap' if config.get('SWAP_AB') else ''}"
+            f"{f'-split{split_k}' if split_k > 1 else ''}")
 
 
 def format_rows(rows) -> str:

@@ -11,7 +11,8 @@ One file per device, `configs/<device key>.json` (`device_key` of torch's device
         "gemm1": [1536, 2048], "gemm2": [2048, 768],          # (N, K) of each GEMM
         "buckets": {"1024": {"BLOCK_M": 16,
                              "gemm1": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4,
-                                       "num_stages": 4, "SWAP_AB": false, "FAST_I4": true},
+                                       "num_stages": 4, "SWAP_AB": false, "FAST_I4": true,
+                                       "SPLIT_K": 1},
                              "gemm2": {...},
                              "us": {"default": 61.2, "tuned": 48.0}}}}]}
 
@@ -23,12 +24,18 @@ power of two; the tuner's M values give n = M * topk, powers of two for every mo
 A lookup between or beyond the tuned buckets takes the nearest one on the log scale (the
 smaller on a tie). The Triton and torch versions are recorded, not matched: a config stays
 correct under any version, only its speed may move (re-run `moecert tune`).
+SPLIT_K (fused_moe's split-K, a power of two) came after the first files: a GEMM entry
+without it reads as 1, the one-launch kernel.
+
+MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not, under the
+interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +44,12 @@ FORMAT = 1
 CONFIG_DIR = Path(__file__).with_name("configs")
 # what each GEMM's entry holds, and the type of each value
 GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": int,
-               "SWAP_AB": bool, "FAST_I4": bool}
+               "SWAP_AB": bool, "FAST_I4": bool, "SPLIT_K": int}
+# the value of a field a config leaves out (a file may leave out only SPLIT_K, younger than
+# the files); flags absent are False
+FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1}
+OPTIONAL_IN_FILE = ("SPLIT_K",)
+SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 
 
 class ConfigFileError(ValueError):
@@ -101,9 +113,21 @@ def kind_names(namespace: dict, prefix: str) -> dict[int, str]:
 
 
 def complete(config: dict) -> dict:
-    """A GEMM config with every field a file holds (absent flags are False)."""
+    """A GEMM config with every field a file holds (absent ones: FIELD_DEFAULTS)."""
     return {"BLOCK_M": config["BLOCK_M"],
-            **{f: kind(config.get(f, False)) for f, kind in GEMM_FIELDS.items()}}
+            **{f: kind(config[f] if f in config else FIELD_DEFAULTS[f])
+               for f, kind in GEMM_FIELDS.items()}}
+
+
+def forced_split_k(environ=os.environ) -> int | None:
+    """SPLIT_K forced by MOECERT_TRITON_SPLIT_K (a power of two), None when unset or empty.
+    Read at every lookup (a dict read): a test or a run may set it after import."""
+    raw = environ.get(SPLIT_K_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not _is_power_of_two(int(raw)):
+        raise ValueError(f"{SPLIT_K_ENV}={raw!r}: expected a power of two (1, 2, 4, 8, ...)")
+    return int(raw)
 
 
 def path_for(device: str, directory: Path | None = None) -> Path:
@@ -181,9 +205,10 @@ def _configs(path, entry, where: str) -> tuple[dict, dict]:
         if extra:
             raise ConfigFileError(path, f"{where}.{gemm}", f"only {', '.join(GEMM_FIELDS)}",
                                   ", ".join(sorted(extra)))
+        cfg = {**{f: FIELD_DEFAULTS[f] for f in OPTIONAL_IN_FILE}, **cfg}
         for name, kind in GEMM_FIELDS.items():
             _field(path, cfg, name, kind, f"{where}.{gemm}")
-        for name in ("BLOCK_N", "BLOCK_K", "num_warps"):
+        for name in ("BLOCK_N", "BLOCK_K", "num_warps", "SPLIT_K"):
             _power_of_two(path, f"{where}.{gemm}.{name}", cfg[name])
         if cfg["num_stages"] < 1:
             raise ConfigFileError(path, f"{where}.{gemm}.num_stages", ">= 1", cfg["num_stages"])
@@ -192,8 +217,12 @@ def _configs(path, entry, where: str) -> tuple[dict, dict]:
 
 
 def _power_of_two(path, key: str, value: int) -> None:
-    if value < 1 or value & (value - 1):
+    if not _is_power_of_two(value):
         raise ConfigFileError(path, key, "a power of two", value)
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value >= 1 and not value & (value - 1)
 
 
 @functools.cache

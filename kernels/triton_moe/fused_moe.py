@@ -44,10 +44,22 @@ accumulation) on the GPU; the interpreter multiplies the same values in fp32.
 Epilogue order (the reference's): per-row activation scale (or the global factor), the
 weights' global multiplier, + bias, * router weight, store
 (the store rounds to c's dtype: bf16/fp16 for GEMM1's h, fp32 for GEMM2's y).
+
+Split-K (config SPLIT_K > 1, for grids too small to fill the GPU): the kernel runs twice.
+PARTIAL: program (row block, column block, split s) sums its K range, in the same tile order
+as a whole-K program, and stores the fp32 tile in a workspace [splits, rows, N]; split s
+covers columns [s * K_SPLIT, min((s + 1) * K_SPLIT, K)), K_SPLIT a multiple of BLOCK_K and of
+every scale block narrower than K (`split_plan`), so each tile is one of the whole-K kernel's
+tiles with the same scales; the last split takes the rest. REDUCE: program (row block, column
+block) adds the splits in order 0, 1, ... and runs the epilogue above, the one code path
+both modes share. No atomics: the sum order is fixed, so runs are bit-identical; against
+SPLIT_K = 1 only the association of the fp32 sum differs. FULL (SPLIT_K = 1) is the
+one-launch kernel, unchanged.
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -73,6 +85,9 @@ _S_FLOAT, _S_E8M0, _S_E4M3 = tl.constexpr(S_FLOAT), tl.constexpr(S_E8M0), tl.con
 _A_INT8, _A_MX = tl.constexpr(A_INT8), tl.constexpr(A_MX)
 _A_FP8, _A_FP8_G = tl.constexpr(A_FP8), tl.constexpr(A_FP8_G)
 _DOT_TF32, _DOT_IEEE = tl.constexpr(DOT_TF32), tl.constexpr(DOT_IEEE)
+# what a launch does (module docstring, "Split-K")
+FULL, PARTIAL, REDUCE = range(3)
+_PARTIAL, _REDUCE = tl.constexpr(PARTIAL), tl.constexpr(REDUCE)
 
 # tl.dot on bf16 is broken in the interpreter and bf16 scalar arithmetic raises there: when
 # interpreting, every dot runs on fp32 operands (exact for the small integers and e4m3 values
@@ -187,61 +202,29 @@ def _dot(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr):
 
 
 @triton.jit
-def moe_gemm_kernel(
-    # pointers
-    a_ptr, a_scale_ptr, a_gscale_ptr,
-    b_ptr, b_scale_ptr, b_zero_ptr, g_idx_ptr, bias_ptr, b_gscale_ptr,
-    c_ptr, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, router_ptr,
-    # dimensions
-    N, K, num_rows, scale_rows, scale_cols, gscale_rows,
-    # strides (elements; the last dimension of every tensor is contiguous)
-    stride_am, stride_asm, stride_be, stride_bn, stride_se, stride_sn, stride_ze, stride_zn,
-    stride_ge, stride_biase, stride_gse, stride_cm,
-    # meta-parameters
-    A_ROW_DIV: tl.constexpr, WEIGHT: tl.constexpr, WSCALE: tl.constexpr, ACT: tl.constexpr,
-    HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_GSCALE: tl.constexpr, HAS_WGSCALE: tl.constexpr,
-    MUL_ROUTER: tl.constexpr,
-    DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-):
-    # --- program ids: one (row block, column block) tile -----------------------------------
-    # row blocks run fastest: the row blocks of one expert read the same weight tile at
-    # about the same time, so it comes from DRAM once and from L2 after
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
-        return
-    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
-
-    # --- pointers ---------------------------------------------------------------------------
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ids = tl.load(sorted_ids_ptr + offs_m)
-    row_mask = row_ids < num_rows
-    a_rows = (row_ids // A_ROW_DIV).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
-    if EVEN_N:
-        offs_bn = offs_n.to(tl.int64)
+def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
+             K, scale_cols, stride_asm, K_SPLIT, PHASE: tl.constexpr, WEIGHT: tl.constexpr,
+             WSCALE: tl.constexpr, ACT: tl.constexpr, HAS_ZERO: tl.constexpr,
+             SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr, DOT: tl.constexpr,
+             COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
+             FAST_I4: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr):
+    """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
+    program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
+    hints hold): tile after tile in increasing k0, each tile's scales applied to its
+    partial product before it joins the sum."""
+    if PHASE == _PARTIAL:
+        k_lo = tl.program_id(2) * K_SPLIT
+        k_hi = tl.minimum(k_lo + K_SPLIT, K)
     else:
-        # weight rows clamp into the matrix instead of masking: every weight load reads
-        # real (finite) values and columns past N are dropped at the store
-        offs_bn = tl.minimum(offs_n, N - 1).to(tl.int64)
-    a_base = a_ptr + a_rows[:, None] * stride_am
-    a_mask = row_mask[:, None]
-    b_rows = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn
-    s_rows = b_scale_ptr + expert * stride_se + (offs_bn // scale_rows) * stride_sn
-    z_rows = b_zero_ptr + expert * stride_ze + offs_bn * stride_zn
-    g_row = g_idx_ptr + expert * stride_ge
-
-    # --- K loop -----------------------------------------------------------------------------
-    # with SWAP_AB the accumulator is the transposed tile [BLOCK_N, BLOCK_M] until the epilogue
+        k_lo = 0
+        k_hi = K
+    # with SWAP_AB the accumulator is the transposed tile [BLOCK_N, BLOCK_M] until the end
     if SWAP_AB:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         if WEIGHT == _W_INT4 or WEIGHT == _W_FP4:
             # one byte holds columns 2j (low nibble) and 2j+1 (high): read each byte once and
             # multiply the nibble planes by the even and odd columns of a
@@ -314,28 +297,110 @@ def moe_gemm_kernel(
         acc += part
     if SWAP_AB:
         acc = tl.trans(acc)
+    return acc
 
-    # --- epilogue and write-back ------------------------------------------------------------
-    if ACT == _A_INT8 or ACT == _A_FP8:
-        sa = tl.load(a_scale_ptr + a_rows, mask=row_mask, other=0.0)
-        if HAS_GSCALE:
-            sa = sa * tl.load(a_gscale_ptr)
-        acc = acc * sa[:, None]
-    elif HAS_GSCALE:
-        acc = acc * tl.load(a_gscale_ptr)
-    if HAS_WGSCALE:
-        gw = tl.load(b_gscale_ptr + expert * stride_gse + offs_bn // gscale_rows)
-        acc = acc * gw[None, :]
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + expert * stride_biase + offs_n, mask=n_mask, other=0.0)
-        acc = acc + bias[None, :]
-    if MUL_ROUTER:
-        r = tl.load(router_ptr + row_ids, mask=row_mask, other=0.0)
-        acc = acc * r[:, None]
-    if FIX_BF16:
-        acc = rne_bf16(acc)
-    c_ptrs = c_ptr + row_ids.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_mask[:, None] & n_mask[None, :])
+
+@triton.jit
+def _sum_splits(ws_tile, ws_mask, num_splits, stride_ws, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr):
+    """The split-K partial tiles added in split order 0, 1, ... (a fixed order: every run
+    gives the same bits)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(0, num_splits):
+        acc += tl.load(ws_tile, mask=ws_mask, other=0.0)
+        ws_tile += stride_ws  # pointer arithmetic is 64-bit: no int32 product to overflow
+    return acc
+
+
+@triton.jit
+def moe_gemm_kernel(
+    # pointers
+    a_ptr, a_scale_ptr, a_gscale_ptr,
+    b_ptr, b_scale_ptr, b_zero_ptr, g_idx_ptr, bias_ptr, b_gscale_ptr,
+    c_ptr, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, router_ptr, ws_ptr,
+    # dimensions
+    N, K, num_rows, scale_rows, scale_cols, gscale_rows, num_splits, K_SPLIT,
+    # strides (elements; the last dimension of every tensor is contiguous)
+    stride_am, stride_asm, stride_be, stride_bn, stride_se, stride_sn, stride_ze, stride_zn,
+    stride_ge, stride_biase, stride_gse, stride_cm, stride_ws,
+    # meta-parameters
+    PHASE: tl.constexpr,
+    A_ROW_DIV: tl.constexpr, WEIGHT: tl.constexpr, WSCALE: tl.constexpr, ACT: tl.constexpr,
+    HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_GSCALE: tl.constexpr, HAS_WGSCALE: tl.constexpr,
+    MUL_ROUTER: tl.constexpr,
+    DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
+    # row blocks run fastest: the row blocks of one expert read the same weight tile at
+    # about the same time, so it comes from DRAM once and from L2 after
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
+        return
+    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+
+    # --- pointers ---------------------------------------------------------------------------
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ids = tl.load(sorted_ids_ptr + offs_m)
+    row_mask = row_ids < num_rows
+    a_rows = (row_ids // A_ROW_DIV).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    if EVEN_N:
+        offs_bn = offs_n.to(tl.int64)
+    else:
+        # weight rows clamp into the matrix instead of masking: every weight load reads
+        # real (finite) values and columns past N are dropped at the store
+        offs_bn = tl.minimum(offs_n, N - 1).to(tl.int64)
+    a_base = a_ptr + a_rows[:, None] * stride_am
+    a_mask = row_mask[:, None]
+    b_rows = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn
+    s_rows = b_scale_ptr + expert * stride_se + (offs_bn // scale_rows) * stride_sn
+    z_rows = b_zero_ptr + expert * stride_ze + offs_bn * stride_zn
+    g_row = g_idx_ptr + expert * stride_ge
+
+    # split-K workspace [splits, num_rows, N]: this tile's place in split 0 (c's rows)
+    ws_tile = ws_ptr + row_ids.to(tl.int64)[:, None] * N + offs_n[None, :]
+    ws_mask = row_mask[:, None] & n_mask[None, :]
+
+    # --- the sum over K -----------------------------------------------------------------------
+    if PHASE == _REDUCE:
+        acc = _sum_splits(ws_tile, ws_mask, num_splits, stride_ws, BLOCK_M, BLOCK_N)
+    else:
+        acc = _k_range(
+            a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
+            K, scale_cols, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
+            SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, BLOCK_M, BLOCK_N,
+            BLOCK_K)
+    # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
+    # (an else, not a return inside the constexpr branch: Triton versions have differed on
+    # code that follows a nested return)
+    if PHASE == _PARTIAL:
+        tl.store(ws_tile + tl.program_id(2).to(tl.int64) * stride_ws, acc, mask=ws_mask)
+    else:
+        if ACT == _A_INT8 or ACT == _A_FP8:
+            sa = tl.load(a_scale_ptr + a_rows, mask=row_mask, other=0.0)
+            if HAS_GSCALE:
+                sa = sa * tl.load(a_gscale_ptr)
+            acc = acc * sa[:, None]
+        elif HAS_GSCALE:
+            acc = acc * tl.load(a_gscale_ptr)
+        if HAS_WGSCALE:
+            gw = tl.load(b_gscale_ptr + expert * stride_gse + offs_bn // gscale_rows)
+            acc = acc * gw[None, :]
+        if HAS_BIAS:
+            bias = tl.load(bias_ptr + expert * stride_biase + offs_n, mask=n_mask, other=0.0)
+            acc = acc + bias[None, :]
+        if MUL_ROUTER:
+            r = tl.load(router_ptr + row_ids, mask=row_mask, other=0.0)
+            acc = acc * r[:, None]
+        if FIX_BF16:
+            acc = rne_bf16(acc)
+        c_ptrs = c_ptr + row_ids.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=ws_mask)
 
 
 _COMPUTE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
@@ -366,15 +431,20 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
                  gemm1: tuple[int, int], gemm2: tuple[int, int]) -> tuple[dict, dict]:
     """Both GEMMs' configs of one layer (gemm1/gemm2: their (N, K)): the device's tuned file
     when it has the layer (configs.py, written by `moecert tune`), else `pick_config`'s
-    heuristics, always under the interpreter. Both share one BLOCK_M either way."""
+    heuristics, always under the interpreter. Both share one BLOCK_M either way.
+    MOECERT_TRITON_SPLIT_K, when set, overrides both GEMMs' SPLIT_K (configs.forced_split_k)."""
+    chosen = None
     if not INTERPRET:
         key = configs.LayerKey(WEIGHT_NAMES[weight], ACT_NAMES[act], num_experts,
                                tuple(gemm1), tuple(gemm2))
-        tuned = configs.tuned_configs(key, num_rows)
-        if tuned is not None:
-            return tuned
-    return (pick_config(num_rows, num_experts, *gemm1),
-            pick_config(num_rows, num_experts, *gemm2))
+        chosen = configs.tuned_configs(key, num_rows)
+    if chosen is None:
+        chosen = (pick_config(num_rows, num_experts, *gemm1),
+                  pick_config(num_rows, num_experts, *gemm2))
+    forced = configs.forced_split_k()
+    if forced is not None:
+        chosen = tuple({**c, "SPLIT_K": forced} for c in chosen)
+    return chosen
 
 
 WEIGHT_NAMES = configs.kind_names(globals(), "W")
@@ -458,11 +528,38 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     }
 
 
+def split_plan(K: int, block_k: int, split_k: int, scale_blocks: tuple[int, ...] = ()
+               ) -> tuple[int, int]:
+    """(splits, K_SPLIT) for a requested SPLIT_K: each split's K range starts at a multiple
+    of K_SPLIT, itself a multiple of BLOCK_K and of each scale block narrower than K (group
+    32/64/128, fp8 blocks, MX 32, 1x128 activation groups), so a split's tiles are the
+    whole-K kernel's tiles with their scales; the last split takes the rest. Fewer splits
+    than asked when K has fewer such units, never an empty split."""
+    if split_k < 1:
+        raise ValueError(f"SPLIT_K must be >= 1, got {split_k}")
+    unit = math.lcm(block_k, *(b for b in scale_blocks if b < K))
+    units = triton.cdiv(K, unit)
+    k_split = triton.cdiv(units, min(split_k, units)) * unit
+    return triton.cdiv(K, k_split), k_split
+
+
+def weights_split_plan(weights: dict, config: dict, K: int, act: int) -> tuple[int, int]:
+    """`split_plan` of a launch for `weights` (describe_weights) with `config`."""
+    blocks = [weights["scale_cols"] or K]
+    if act == A_MX:
+        blocks.append(MX_COLS)
+    elif act == A_FP8_G:
+        blocks.append(SCHEME_ACT_GROUP)
+    return split_plan(K, weights_block_k(weights, config["BLOCK_K"], K, act),
+                      config.get("SPLIT_K", 1), tuple(blocks))
+
+
 def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
              sorted_ids: torch.Tensor, block_expert: torch.Tensor, num_padded: torch.Tensor,
              router: torch.Tensor | None, *, a_row_div: int, act: int, config: dict) -> None:
     """Launch the grouped GEMM for `weights` (describe_weights); c [num_rows, N] receives
-    every listed row."""
+    every listed row. With SPLIT_K > 1 (and K long enough to split): the PARTIAL launch into
+    an fp32 workspace, then the REDUCE launch into c."""
     N = weights["N"]
     K = a.shape[1]
     num_rows = c.shape[0]
@@ -472,23 +569,37 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     assert sorted_ids.numel() % block_m == 0
     scale_cols = weights["scale_cols"] or K
     bk = weights_block_k(weights, config["BLOCK_K"], K, act)
+    splits, k_split = weights_split_plan(weights, config, K, act)
     c16 = weights["constexprs"]
     fast_i4 = (config.get("FAST_I4", False) and weights["kind"] == W_INT4 and act == A16
                and weights["dot"] == DOT_NATIVE and not c16["HAS_ZERO"]
                and not c16["HAS_G_IDX"])
     grid = (sorted_ids.numel() // block_m, triton.cdiv(N, config["BLOCK_N"]))
-    moe_gemm_kernel[grid](
-        a, a_scale if a_scale is not None else a, a_gscale if a_gscale is not None else a,
-        *weights["args"],
-        c, sorted_ids, block_expert, num_padded, router if router is not None else c,
-        N, K, num_rows, weights["scale_rows"], scale_cols, weights["gscale_rows"],
-        a.stride(0), a_scale.stride(0) if (a_scale is not None and a_scale.dim() == 2) else 1,
-        *weights["strides"], c.stride(0),
-        A_ROW_DIV=a_row_div, ACT=act, HAS_GSCALE=a_gscale is not None,
-        MUL_ROUTER=router is not None, DOT=weights["dot"], FIX_BF16=fix_bf16(c.dtype),
-        EVEN_K=K % bk == 0, EVEN_N=N % config["BLOCK_N"] == 0,
-        SWAP_AB=config.get("SWAP_AB", False), FAST_I4=fast_i4,
-        BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], BLOCK_K=bk,
-        num_warps=config["num_warps"], num_stages=config["num_stages"],
-        **weights["constexprs"],
-    )
+    # the workspace is never read with one split: c stands in for it
+    ws = c if splits == 1 else torch.empty(splits, num_rows, N, dtype=torch.float32,
+                                           device=c.device)
+
+    def launch(grid, phase):
+        moe_gemm_kernel[grid](
+            a, a_scale if a_scale is not None else a, a_gscale if a_gscale is not None else a,
+            *weights["args"],
+            c, sorted_ids, block_expert, num_padded, router if router is not None else c, ws,
+            N, K, num_rows, weights["scale_rows"], scale_cols, weights["gscale_rows"],
+            splits, k_split,
+            a.stride(0), a_scale.stride(0) if (a_scale is not None and a_scale.dim() == 2)
+            else 1, *weights["strides"], c.stride(0), num_rows * N,
+            PHASE=phase,
+            A_ROW_DIV=a_row_div, ACT=act, HAS_GSCALE=a_gscale is not None,
+            MUL_ROUTER=router is not None, DOT=weights["dot"], FIX_BF16=fix_bf16(c.dtype),
+            EVEN_K=K % bk == 0, EVEN_N=N % config["BLOCK_N"] == 0,
+            SWAP_AB=config.get("SWAP_AB", False), FAST_I4=fast_i4,
+            BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], BLOCK_K=bk,
+            num_warps=config["num_warps"], num_stages=config["num_stages"],
+            **weights["constexprs"],
+        )
+
+    if splits == 1:
+        launch(grid, FULL)
+    else:
+        launch((*grid, splits), PARTIAL)
+        launch(grid, REDUCE)

@@ -10,12 +10,16 @@ if it beats the current one; it stops when none does (at most MAX_ROUNDS). A ful
 ~150 configurations per GEMM, each a JIT compile of about a second; the climb tries ~10-25.
 Prior knowledge (pick_config's docstring, H100) prunes the grid: BLOCK_M 16 unless an expert
 gets >= 64 rows on average (then 64 too), SWAP_AB only with <= 16 rows per expert, FAST_I4
-always on (the kernel uses it only where it applies).
+always on (the kernel uses it only where it applies), SPLIT_K > 1 only for a GEMM whose
+default grid has fewer programs than SMALL_GRID_WAVES x the device's SMs (too few to keep the
+GPU's memory system busy; more split the work and add a workspace round trip for nothing).
 
 Correctness: every candidate's output is compared with the default configuration's on the same
 inputs and rejected unless each element is within what a different fp32 summation order can
-change (`reorder_bound`); a launch that fails (resources, compile) is rejected too. The timer
-is passed in, so the search runs on the CPU (interpreter, fake timer) in the tests.
+change (`reorder_bound`); a launch that fails (resources, compile) is rejected too. Split-K
+is such another order (each split's fp32 sum, then the splits added in order), so the same
+test admits it. The timer is passed in, so the search runs on the CPU (interpreter, fake
+timer) in the tests.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from . import configs
 Timer = Callable[[Callable[[], object], dict], float]
 
 GRID = {"BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256), "num_warps": (4, 8),
-        "num_stages": (2, 3, 4), "SWAP_AB": (False, True)}
+        "num_stages": (2, 3, 4), "SWAP_AB": (False, True), "SPLIT_K": (1, 2, 4, 8)}
+SMALL_GRID_WAVES = 2  # SPLIT_K is tried when a GEMM has fewer programs than this x SMs
 MAX_ROUNDS = 4
 WIDE_BLOCK_M = 64  # tried beside 16 when an expert averages this many rows or more
 SWAP_MAX_ROWS = 16  # SWAP_AB is tried up to this many rows per expert
@@ -54,17 +59,20 @@ def do_bench_timer(run: Callable[[], object], config: dict) -> float:
 
 class LayerStage:
     """One layer's two GEMMs on fixed inputs: GEMM1 on the (quantized) tokens, GEMM2 on the
-    activation of GEMM1's default-config output. Standard activation format, no expert map,
-    no bias (what the tuner builds). Row alignments are made per BLOCK_M on demand."""
+    activation of GEMM1's default-config output. Standard activation format, no expert map
+    (what the tuner builds). A bias is allowed (the split-K tests run it): it is added once,
+    after the sum over K, in every config, so it changes no summation order, and its one
+    fp32 rounding is within `reorder_bound`'s output-spacing term. Row alignments are made
+    per BLOCK_M on demand."""
 
     def __init__(self, layer, x: torch.Tensor, topk_weights: torch.Tensor,
                  topk_ids: torch.Tensor):
         from . import backend, fused_moe, quant
 
         P = self.problem = layer.problem
-        if P.bias or P.expert_map is not None or P.activation_format != "standard":
-            raise ValueError("tuning stages take plain layers: no bias, expert map or "
-                             "batched format")
+        if P.expert_map is not None or P.activation_format != "standard":
+            raise ValueError("tuning stages take plain layers: no expert map or batched "
+                             "format")
         self.layer, self.plan = layer, backend._plan(layer)
         self.ids = topk_ids.reshape(-1)
         self.router = topk_weights.reshape(-1)
@@ -126,15 +134,23 @@ class LayerStage:
 
     def effective(self, gemm: int, config: dict) -> tuple:
         """The configuration as the kernel will run it (BLOCK_K clamped to the scale block,
-        FAST_I4 and SWAP_AB as booleans): two configs equal here compile to one kernel."""
+        SPLIT_K to the splits K has room for, FAST_I4 and SWAP_AB as booleans): two configs
+        equal here run the same launches."""
         from . import fused_moe
 
         K = self.shape(gemm)[1]
         w = self.plan["w13" if gemm == 1 else "w2"]
         bk = fused_moe.weights_block_k(w, config["BLOCK_K"], K, self.act)
+        splits, _ = fused_moe.weights_split_plan(w, config, K, self.act)
         return (config["BLOCK_M"], config["BLOCK_N"], bk, config["num_warps"],
                 config["num_stages"], bool(config.get("SWAP_AB")),
-                bool(config.get("FAST_I4")))
+                bool(config.get("FAST_I4")), splits)
+
+    def programs(self, gemm: int, config: dict) -> int:
+        """The GEMM's grid for these rows: row blocks that hold rows x column blocks."""
+        _, _, num_padded = self.aligned(config["BLOCK_M"])
+        row_blocks = int(num_padded.item()) // config["BLOCK_M"]
+        return row_blocks * -(-self.shape(gemm)[0] // config["BLOCK_N"])
 
     def magnitudes(self, gemm: int) -> torch.Tensor:
         """float64 [n, N]: sum over k of |a[row, k] * W[expert, col, k]| with the scales
@@ -239,7 +255,7 @@ def neighbours(config: dict, grid: dict) -> list[dict]:
     """Configs one grid step away in one field (a value off the grid steps onto it)."""
     out = []
     for name, values in grid.items():
-        current = config.get(name, False)
+        current = config.get(name, configs.FIELD_DEFAULTS.get(name, False))
         line = sorted(set(values) | {current})
         i = line.index(current)
         for j in (i - 1, i + 1):
@@ -254,6 +270,22 @@ def grid_for(rows_per_expert: float, grid: dict) -> dict:
     if rows_per_expert > SWAP_MAX_ROWS:
         grid["SWAP_AB"] = (False,)
     return grid
+
+
+def split_k_grid(grid: dict, programs: int, sm_count: int | None) -> dict:
+    """`grid` with SPLIT_K only where the grid is small: fewer programs than
+    SMALL_GRID_WAVES x sm_count (without a device, sm_count None: SPLIT_K 1)."""
+    if len(grid.get("SPLIT_K", (1,))) > 1 and (
+            sm_count is None or programs >= SMALL_GRID_WAVES * sm_count):
+        grid = {**grid, "SPLIT_K": (1,)}
+    return grid
+
+
+def device_sm_count() -> int | None:
+    """Streaming multiprocessors (CUs on ROCm) of device 0, None without a GPU."""
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(0).multi_processor_count
 
 
 def block_ms(rows_per_expert: float, default: int) -> list[int]:
@@ -311,11 +343,14 @@ def _try(stage: LayerStage, gemm: int, config: dict, timer: Timer, reference: to
     return Tried(config, timer(lambda: stage.run(gemm, config), config))
 
 
-def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None) -> LayerChoice:
+def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
+               sm_count: int | None = None) -> LayerChoice:
     """Both GEMMs' configs for the stage's rows: per BLOCK_M candidate, each GEMM climbed
     from its default with that BLOCK_M; the BLOCK_M with the least total time wins. The
     defaults are timed as they are, so `default_us` is what the heuristics give. `grid`:
-    GRID unless given (the tests' small grids)."""
+    GRID unless given (the tests' small grids); its SPLIT_K values only for a GEMM whose
+    start has a small grid (`split_k_grid`; sm_count: the device's unless given)."""
+    sm_count = sm_count if sm_count is not None else device_sm_count()
     touched = torch.unique(stage.ids).numel()
     per_expert = stage.n / max(touched, 1)
     grid = grid_for(per_expert, grid or GRID)
@@ -328,7 +363,9 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None) -> Lay
                   for g in (1, 2)]
     best: LayerChoice | None = None
     for bm in block_ms(per_expert, defaults[0]["BLOCK_M"]):
-        gemms = [tune_gemm(stage, g, {**defaults[g - 1], "BLOCK_M": bm}, timer, grid,
+        starts = [{**defaults[g - 1], "BLOCK_M": bm} for g in (1, 2)]
+        gemms = [tune_gemm(stage, g, starts[g - 1], timer, _gemm_grid(stage, g, starts[g - 1],
+                                                                       grid, sm_count),
                            references[g], bounds[g]) for g in (1, 2)]
         for g, choice in zip((1, 2), gemms, strict=True):
             choice.default_us = default_us[g - 1]
@@ -341,6 +378,12 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None) -> Lay
         best = LayerChoice(defaults, best.default_us, best.default_us, best.gemms)
     best.configs = tuple(configs.complete(c) for c in best.configs)
     return best
+
+
+def _gemm_grid(stage, gemm: int, start: dict, grid: dict, sm_count: int | None) -> dict:
+    if len(grid.get("SPLIT_K", (1,))) == 1:  # nothing to prune (and no grid to count)
+        return grid
+    return split_k_grid(grid, stage.programs(gemm, start), sm_count)
 
 
 def speedup(choice: LayerChoice) -> float:

@@ -26,7 +26,7 @@ KEY = configs.LayerKey("W_INT4", "A16", 8, (256, 128), (128, 128))
 
 def _cfg(block_m=16, **kw):
     return {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4,
-            "num_stages": 3, "SWAP_AB": False, "FAST_I4": True, **kw}
+            "num_stages": 3, "SWAP_AB": False, "FAST_I4": True, "SPLIT_K": 1, **kw}
 
 
 def _write(tmp_path, table, device="h100-80gb-hbm3"):
@@ -75,6 +75,20 @@ def test_round_trip_and_nearest_bucket(tmp_path):
     assert configs.lookup(configs.read_table(path), other, 8) is None
 
 
+def test_split_k_round_trips_and_reads_as_one_where_a_file_lacks_it(tmp_path):
+    table = {KEY: {8: (_cfg(SPLIT_K=4), _cfg(SPLIT_K=2))}}
+    path = _write(tmp_path, table)
+    assert configs.read_table(path) == table
+    data = json.loads(path.read_text())
+    for gemm in ("gemm1", "gemm2"):  # a file written before split-K
+        del data["layers"][0]["buckets"]["8"][gemm]["SPLIT_K"]
+    path.write_text(json.dumps(data))
+    assert configs.read_table(path) == {KEY: {8: (_cfg(), _cfg())}}
+    assert configs.complete({**_cfg(), "SPLIT_K": 8})["SPLIT_K"] == 8
+    assert configs.complete({"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4,
+                             "num_stages": 1})["SPLIT_K"] == 1
+
+
 def test_writing_merges_with_the_file_and_refuses_two_block_ms(tmp_path):
     _write(tmp_path, {KEY: {8: (_cfg(), _cfg())}})
     path = _write(tmp_path, {KEY: {64: (_cfg(32), _cfg(32))}})
@@ -102,6 +116,10 @@ def _entry_file(tmp_path, mutate):
      r"gemm1.BLOCK_N: expected a int, got True"),
     (lambda d: d["layers"][0]["buckets"]["8"]["gemm1"].update(BLOCKN=64),
      r"gemm1: expected only BLOCK_N, .*, got 'BLOCKN'"),
+    (lambda d: d["layers"][0]["buckets"]["8"]["gemm1"].update(SPLIT_K=3),
+     r"layers\[0\].buckets\[8\].gemm1.SPLIT_K: expected a power of two, got 3"),
+    (lambda d: d["layers"][0]["buckets"]["8"]["gemm2"].update(SPLIT_K="2"),
+     r"layers\[0\].buckets\[8\].gemm2.SPLIT_K: expected a int, got '2'"),
     (lambda d: d["layers"][0]["buckets"].update({"12": {}}),
      r"layers\[0\].buckets: expected power-of-two row counts as keys, got '12'"),
     (lambda d: d["layers"][0].update(gemm2=[128]), r"layers\[0\].gemm2: expected \[N, K\]"),
@@ -164,6 +182,19 @@ def test_pick_configs_ignores_the_file_under_the_interpreter(compiled_lookup, tm
     _write(tmp_path, {KEY: {16: (_cfg(64), _cfg(64))}}, device="test-gpu")
     monkeypatch.setattr(compiled_lookup, "INTERPRET", True)
     assert _pick(compiled_lookup)[0]["BLOCK_M"] == 16
+
+
+def test_pick_configs_forces_split_k_from_the_environment(compiled_lookup, tmp_path,
+                                                          monkeypatch):
+    tuned = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64, SPLIT_K=2))
+    _write(tmp_path, {KEY: {16: tuned}}, device="test-gpu")
+    monkeypatch.setenv(configs.SPLIT_K_ENV, "8")
+    assert _pick(compiled_lookup) == tuple({**c, "SPLIT_K": 8} for c in tuned)
+    monkeypatch.setattr(compiled_lookup, "INTERPRET", True)  # the heuristics: forced too
+    assert [c["SPLIT_K"] for c in _pick(compiled_lookup)] == [8, 8]
+    monkeypatch.setenv(configs.SPLIT_K_ENV, "6")
+    with pytest.raises(ValueError, match="MOECERT_TRITON_SPLIT_K='6'"):
+        _pick(compiled_lookup)
 
 
 def test_pick_configs_raises_on_a_malformed_file(compiled_lookup, tmp_path):
