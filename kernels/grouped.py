@@ -29,8 +29,42 @@ y rounded to the act dtype before the top-k sum, as vLLM's fused MoE does. That 
 not in the reference, and the exact tier's structured inputs are not exact under it when a
 bias feeds a top-k > 1 sum (tests/kernels/test_grouped_backend.py shows which); the harness
 runs the exact tier on unbiased cases, where this backend is bit for bit the reference.
-16-bit activations only: int8, FP8 and MXFP8 activations need a scaled grouped GEMM
-(torch._scaled_grouped_mm, FP8 row-wise; not done, it has no CPU kernel to test it on).
+
+FP8 activations (fp8-w8a8 with channel or tensor weight scales and dynamic-token or
+static-tensor activations: the row-wise combinations) run on torch._scaled_grouped_mm instead,
+weights kept in e4m3:
+
+    w13_mm / w2_mm   e4m3 [E, out', in'], zero rows and columns up to multiples of 16 (absent
+                     where the checkpoint's {p}_w already is that)
+    {p}_mm_scale     float32 [E, out'] one scale per output channel: a per-tensor scale on all
+                     its rows, w13's w1 / w3 shard scales each on its half, 1 on padding rows
+    q1 / q2          the torch backend's quantizers (kernels/activations.py `quantize_rows`):
+                     e4m3 codes and one float32 scale per row (amax / 448 of each token or
+                     assignment, or the static a13 / a2 scale), so codes * scale is exactly
+                     what kernels/native.py multiplies in float32
+    h = bf16((codes_x @ W13^T) * s_x * s_w13)     one grouped GEMM per linear, as above
+
+The constraints relied on, from torch's source (GroupedBlas.cpp `_scaled_grouped_mm_cuda` and
+ScaledGroupMM.cu `f8f8bf16_grouped_gemm_impl_sm90` at pytorch main, torch/_meta_registrations.py
+`_meta_grouped_mm_common` in the installed torch 2.13, the 2D x 3D call as in pytorch's
+test_matmul_cuda.py `test_scaled_grouped_gemm_2d_3d`):
+  - A e4m3 [rows, k] row-major, B e4m3 [G, k, n] column-major (the [E, out', in'] weights
+    transposed), k and n multiples of 16 (16-byte strides, "divisible by 16" checks)
+  - scale_a float32 [rows] contiguous, scale_b float32 [G, n]; offs int32 [G], cumulative
+    group ends (empty groups allowed); fewer than 1024 groups
+  - out_dtype bf16 only ("Only bf16 high precision output types"), no bias ("Bias not
+    supported yet"); epilogue bf16(acc * scale_a * scale_b) in float32; use_fast_accum=False
+    (float32 accumulation with the periodic promotion, not the FP8 fast accumulator)
+  - the CUTLASS kernel is built for Sm90 only (the capability check admits 10.0, but the
+    kernel's ArchTag is Sm90 and pytorch's test xfails on sm100); no CPU kernel
+So the FP8 path claims bf16, unbiased layers on CUDA sm90 only (a bias added to the GEMM's
+bf16 output rounds h twice, which moves q2's e4m3 codes: measured 5-14x the torch backend's
+error on the CPU emulation). Everywhere else it declines with the reason; there is no
+fallback (a CPU run of fp8-w8a8 on this backend is all declined, never a different kernel).
+The one call sits in `scaled_grouped_mm`, so that the CPU tests run everything around it
+against an emulation of the semantics above (tests/kernels/test_grouped_fp8.py).
+Not row-wise, declined: 128x128 block weights, 1x128 group activations (the scheme's
+default), int8 activations (no int8 grouped GEMM), MXFP8 / NVFP4 activations.
 """
 
 from __future__ import annotations
