@@ -15,6 +15,7 @@ import pytest
 import torch
 from moecert.conformance.cases import Case
 from moecert.conformance.exact import structured_inputs
+from moecert.conformance.execute import run_case
 from moecert.kernels import get_backend, grouped
 from moecert.kernels.layer import MoELayer
 from moecert.kernels.platform import Platform
@@ -171,6 +172,24 @@ def test_structured_inputs_bit_for_bit(emulated, strategy):
     out = BACKEND.apply(_grouped_layer(s.checkpoint, P), s.x, s.topk_weights, s.topk_ids)
     want = moe(s.checkpoint, s.x, s.topk_weights, s.topk_ids, P).to(P.torch_dtype)
     assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.parametrize("strategy, activation, options", [
+    ("channel", "dynamic-token", {}),
+    ("tensor", "static-tensor", {"activation_format": "batched"}),  # exact tier included
+])
+def test_every_harness_check_under_emulation(emulated, monkeypatch, strategy, activation,
+                                             options):
+    """The harness's own checks (accuracy, determinism, token order, reload, canonical, exact,
+    ...) on the emulated kernel, the claims asked as on an sm90 GPU."""
+    real = grouped.scaled_claims
+    monkeypatch.setattr(grouped, "scaled_claims", lambda q, P, platform: real(q, P, SM90))
+    P = MoEProblem(**{"M": 17, "K": 128, "N": 128, "E": 4, "topk": 2, **options})
+    rows = run_case(Case("grouped", "fp8-w8a8", P, {"weight_strategy": strategy,
+                                                    "activation": activation}, seed=5))
+    ran = {r["check"]: r["status"] for r in rows if r["status"] != "skip"}
+    assert {"accuracy", "determinism", "canonical", "reload"} <= set(ran), ran
+    assert set(ran.values()) == {"pass"}, rows
 
 
 # --- planted bugs: the checks above must catch each -------------------------------------
