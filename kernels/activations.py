@@ -81,13 +81,14 @@ def apply_activation(h: torch.Tensor, activation: str) -> torch.Tensor:
 
 # --- activation quantization ----------------------------------------------------------------
 
-def qdq_scaled(t: torch.Tensor, den: torch.Tensor, element: str = "int8", num: float = 1.0
-               ) -> torch.Tensor:
-    """The element's code of t * num / den times s = den / num, broadcast against t; den = 0
-    gives 0. Dynamic modes pass den = amax, num = 127 or 448: t * num is exact in float32 for
-    bf16/fp16 values, so the code is one rounding of the exact ratio (a true tie, t = 3/8 of
-    the amax for e4m3, goes to even). int8: clamp(round(.), -128, 127); e4m3: the cast of
-    the ratio clamped to +-448."""
+def quantize_scaled(t: torch.Tensor, den: torch.Tensor, element: str = "int8",
+                    num: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes, step) with codes * step the quantize-dequantize of t: codes (float32 holding
+    the element's values) of t * num / den, broadcast against t, 0 where den = 0; step =
+    den / num (1 / num where den = 0). Dynamic modes pass den = amax, num = 127 or 448: t *
+    num is exact in float32 for bf16/fp16 values, so the code is one rounding of the exact
+    ratio (a true tie, t = 3/8 of the amax for e4m3, goes to even). int8: clamp(round(.),
+    -128, 127); e4m3: the cast of the ratio clamped to +-448."""
     positive = den > 0
     safe = torch.where(positive, den, torch.ones_like(den))
     v = t * num / safe
@@ -97,7 +98,29 @@ def qdq_scaled(t: torch.Tensor, den: torch.Tensor, element: str = "int8", num: f
         q = v.clamp(-F8E4M3_MAX, F8E4M3_MAX).to(torch.float8_e4m3fn).to(torch.float32)
     else:
         raise ValueError(f"unknown activation element {element!r}")
-    return torch.where(positive, q * (safe / num), torch.zeros_like(t))
+    return torch.where(positive, q, torch.zeros_like(q)), safe / num
+
+
+def qdq_scaled(t: torch.Tensor, den: torch.Tensor, element: str = "int8", num: float = 1.0
+               ) -> torch.Tensor:
+    """The element's code of t * num / den times s = den / num (`quantize_scaled`)."""
+    q, step = quantize_scaled(t, den, element, num)
+    return q * step
+
+
+def quantize_rows(t: torch.Tensor, mode: str, static_scale: torch.Tensor | None,
+                  element: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The row-wise modes' (codes [rows, cols], float32 scale per row [rows]) of float32 `t`
+    [rows, cols]: dynamic-token (s = amax(|row|) / top) or static-tensor (s given, one for
+    every row); codes * scale[:, None] is `quantize_activation`'s result."""
+    if mode == ACT_DYNAMIC_TOKEN:
+        q, step = quantize_scaled(t, t.abs().amax(-1, keepdim=True), element,
+                                  ACT_ELEMENT_MAX[element])
+    elif mode == ACT_STATIC_TENSOR:
+        q, step = quantize_scaled(t, static_scale.to(torch.float32).reshape(1, 1), element)
+    else:
+        raise ValueError(f"activation quantization {mode!r} has no scale per row")
+    return q, step.expand(t.shape[0], 1).reshape(-1)
 
 
 def qdq_groups(t: torch.Tensor, element: str, group: int = ACT_GROUP) -> torch.Tensor:
@@ -191,18 +214,15 @@ def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor |
     (the scheme's activation_element) for the scaled modes."""
     if mode == ACT_NONE:
         return t
-    if mode in (ACT_DYNAMIC_TOKEN, ACT_DYNAMIC_TENSOR, ACT_DYNAMIC_GROUP, ACT_STATIC_TENSOR):
-        top = ACT_ELEMENT_MAX[element]
-    if mode == ACT_DYNAMIC_TOKEN:
-        return qdq_scaled(t, t.abs().amax(-1, keepdim=True), element, top)
+    if mode in (ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR):
+        q, scale = quantize_rows(t, mode, static_scale, element)
+        return q * scale.unsqueeze(-1)
     if mode == ACT_DYNAMIC_GROUP:
         return qdq_groups(t, element)
     if mode == ACT_DYNAMIC_TENSOR:
         if t.numel() == 0:
             return t
-        return qdq_scaled(t, t.abs().amax(), element, top)
-    if mode == ACT_STATIC_TENSOR:
-        return qdq_scaled(t, static_scale.to(torch.float32), element)
+        return qdq_scaled(t, t.abs().amax(), element, ACT_ELEMENT_MAX[element])
     if mode == ACT_MXFP8:
         return qdq_mxfp8(t, mx_rule)
     if mode == ACT_NVFP4:
@@ -211,4 +231,5 @@ def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor |
 
 
 __all__ = ["apply_activation", "mx_exponent", "qdq_groups", "qdq_mxfp8", "qdq_nvfp4",
-           "qdq_scaled", "quantize_activation", "quantize_nvfp4", "round_e2m1"]
+           "qdq_scaled", "quantize_activation", "quantize_nvfp4", "quantize_rows",
+           "quantize_scaled", "round_e2m1"]

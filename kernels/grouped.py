@@ -29,16 +29,56 @@ y rounded to the act dtype before the top-k sum, as vLLM's fused MoE does. That 
 not in the reference, and the exact tier's structured inputs are not exact under it when a
 bias feeds a top-k > 1 sum (tests/kernels/test_grouped_backend.py shows which); the harness
 runs the exact tier on unbiased cases, where this backend is bit for bit the reference.
-16-bit activations only: int8, FP8 and MXFP8 activations need a scaled grouped GEMM
-(torch._scaled_grouped_mm, FP8 row-wise; not done, it has no CPU kernel to test it on).
+
+FP8 activations (fp8-w8a8 with channel or tensor weight scales and dynamic-token or
+static-tensor activations: the row-wise combinations) run on torch._scaled_grouped_mm instead,
+weights kept in e4m3:
+
+    w13_mm / w2_mm   e4m3 [E, out', in'], zero rows and columns up to multiples of 16 (absent
+                     where the checkpoint's {p}_w already is that)
+    {p}_mm_scale     float32 [E, out'] one scale per output channel: a per-tensor scale on all
+                     its rows, w13's w1 / w3 shard scales each on its half, 1 on padding rows
+    q1 / q2          the torch backend's quantizers (kernels/activations.py `quantize_rows`):
+                     e4m3 codes and one float32 scale per row (amax / 448 of each token or
+                     assignment, or the static a13 / a2 scale), so codes * scale is exactly
+                     what kernels/native.py multiplies in float32
+    h = bf16((codes_x @ W13^T) * s_x * s_w13)     one grouped GEMM per linear, as above
+
+The constraints relied on, from torch's source (GroupedBlas.cpp `_scaled_grouped_mm_cuda` and
+ScaledGroupMM.cu `f8f8bf16_grouped_gemm_impl_sm90` at pytorch main, torch/_meta_registrations.py
+`_meta_grouped_mm_common` in the installed torch 2.13, the 2D x 3D call as in pytorch's
+test_matmul_cuda.py `test_scaled_grouped_gemm_2d_3d`):
+  - A e4m3 [rows, k] row-major, B e4m3 [G, k, n] column-major (the [E, out', in'] weights
+    transposed), k and n multiples of 16 (16-byte strides, "divisible by 16" checks)
+  - scale_a float32 [rows] contiguous, scale_b float32 [G, n]; offs int32 [G], cumulative
+    group ends (empty groups allowed); fewer than 1024 groups
+  - out_dtype bf16 only ("Only bf16 high precision output types"), no bias ("Bias not
+    supported yet"); epilogue bf16(acc * scale_a * scale_b) in float32; use_fast_accum=False
+    (float32 accumulation with the periodic promotion, not the FP8 fast accumulator)
+  - the CUTLASS kernel is built for Sm90 only (the capability check admits 10.0, but the
+    kernel's ArchTag is Sm90 and pytorch's test xfails on sm100); no CPU kernel
+So the FP8 path claims bf16, unbiased layers on CUDA sm90 only (a bias added to the GEMM's
+bf16 output rounds h twice, which moves q2's e4m3 codes: measured 5-14x the torch backend's
+error on the CPU emulation). Everywhere else it declines with the reason; there is no
+fallback (a CPU run of fp8-w8a8 on this backend is all declined, never a different kernel).
+The one call sits in `scaled_grouped_mm`, so that the CPU tests run everything around it
+against an emulation of the semantics above (tests/kernels/test_grouped_fp8.py).
+Not row-wise, declined: 128x128 block weights, 1x128 group activations (the scheme's
+default), int8 activations (no int8 grouped GEMM), MXFP8 / NVFP4 activations.
 """
 
 from __future__ import annotations
 
 import torch
-from moecert.reference.schemes import ACT_NONE
+from moecert.reference.schemes import (
+    ACT_DYNAMIC_TOKEN,
+    ACT_NONE,
+    ACT_STATIC_TENSOR,
+    STRATEGY_CHANNEL,
+    STRATEGY_TENSOR,
+)
 
-from .activations import apply_activation
+from .activations import apply_activation, quantize_rows
 from .base import BaseBackend
 from .convert import PREFIXES, convert_to_kernel_format, export_canonical, linear_dims
 from .errors import BackendError
@@ -52,11 +92,18 @@ from .quant_config import QuantConfig
 STRIDE_ALIGN_BYTES = 16
 # act-dtype parts of a float32 bias: 3 x 8 significant bits hold bf16's 24 exactly
 BIAS_PARTS = 3
+# The FP8 path (torch._scaled_grouped_mm; the module docstring cites each):
+ROWWISE_WEIGHTS = (STRATEGY_CHANNEL, STRATEGY_TENSOR)  # one scale per output channel
+ROWWISE_ACTIVATIONS = (ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR)  # one scale per row of A
+SCALED_OUT_DTYPE = torch.bfloat16  # the only out_dtype it takes
+SCALED_CAPABILITY = (9, 0)  # its CUTLASS kernel is built for Sm90 only
+SCALED_MAX_GROUPS = 1023  # "Can't process more than 1024 groups" (group_count < 1024)
+FP8_DIM_ALIGN = 16  # every operand dimension a multiple of 16 (K of A, K and N of B)
 
 
 class GroupedBackend(BaseBackend):
     name = "grouped"
-    version = "1"
+    version = "2"
 
     def available(self) -> str | None:
         if not hasattr(torch, "_grouped_mm"):
@@ -64,14 +111,19 @@ class GroupedBackend(BaseBackend):
         return None
 
     def claims(self, quant: QuantConfig, problem, platform: Platform) -> str | None:
-        if quant.activation != ACT_NONE:
-            return (f"activation quantization {quant.activation} not supported: the grouped "
-                    "GEMM takes 16-bit activations (int8 / FP8 / MXFP8 activations need "
-                    "torch._scaled_grouped_mm, not done)")
-        return None
+        if quant.activation == ACT_NONE:
+            return None
+        return scaled_claims(quant, problem, platform)
 
     def convert(self, layer: MoELayer) -> None:
         convert_to_kernel_format(layer)
+        if scaled(layer):
+            operands = {p: _scaled_gemm_weight(layer, p) for p in PREFIXES}
+            for p, (w, scale) in operands.items():
+                if w is not None:
+                    layer.put(f"{p}_mm", w)
+                layer.put(f"{p}_mm_scale", scale)
+            return
         gemm_weights = {p: _gemm_weight(layer, p) for p in PREFIXES}  # every check first
         for p, w in gemm_weights.items():
             if w is not None:
@@ -81,6 +133,9 @@ class GroupedBackend(BaseBackend):
         return export_canonical(layer)  # the common kernel format is kept beside {p}_mm
 
     def describe(self, layer: MoELayer) -> str:
+        if scaled(layer):
+            return ("torch._scaled_grouped_mm, FP8 e4m3 row-wise scales, bf16 out (CUTLASS "
+                    "sm90)")
         dtype = layer.problem.torch_dtype
         path = ("CUTLASS on sm90/sm100, else torch's per-group fallback"
                 if dtype == torch.bfloat16 else "torch's per-group fallback on CUDA")
@@ -90,6 +145,48 @@ class GroupedBackend(BaseBackend):
                 expert_num_tokens) -> None:
         moe_forward(layer, x, topk_weights, topk_ids, out, expert_num_tokens,
                     routed=grouped_moe)
+
+
+def scaled(layer: MoELayer) -> bool:
+    """Whether the layer runs on the FP8 grouped GEMM (quantized activations, claimed only
+    where row-wise: `scaled_claims`)."""
+    return layer.quant.activation != ACT_NONE
+
+
+def scaled_claims(quant: QuantConfig, problem, platform: Platform) -> str | None:
+    """None where torch._scaled_grouped_mm's FP8 row-wise GEMM runs the layer, else why not
+    (the module docstring says where each constraint comes from)."""
+    mode = quant.activation
+    element = quant.info.activation_element
+    if element != "e4m3":
+        what = ("no int8 grouped GEMM" if element == "int8" else
+                "its MXFP8 / NVFP4 block-scaled recipes are not done")
+        return (f"activation quantization {mode} not supported: the grouped backend's scaled "
+                f"GEMM is torch._scaled_grouped_mm's FP8 e4m3 row-wise one ({what})")
+    if mode not in ROWWISE_ACTIVATIONS:
+        return (f"activation quantization {mode} not supported: torch._scaled_grouped_mm "
+                f"scales each row of A once ({' or '.join(ROWWISE_ACTIVATIONS)} activations)")
+    if quant.weight_strategy not in ROWWISE_WEIGHTS:
+        return (f"weight_strategy {quant.weight_strategy} not supported with {mode} FP8 "
+                "activations: torch._scaled_grouped_mm scales each output channel once "
+                f"({' or '.join(ROWWISE_WEIGHTS)} weight scales)")
+    if problem.bias:
+        return ("bias not supported with FP8 activations: torch._scaled_grouped_mm takes no "
+                "bias, and one added to its bf16 output rounds h twice, which moves q2's e4m3 "
+                "codes (measured: 5-14x the torch backend's error)")
+    if problem.torch_dtype != SCALED_OUT_DTYPE:
+        return (f"dtype {problem.dtype} not supported with FP8 activations: "
+                "torch._scaled_grouped_mm writes bf16 only (an fp16 layer would round twice)")
+    if not hasattr(torch, "_scaled_grouped_mm"):
+        return f"torch {torch.__version__} has no torch._scaled_grouped_mm (torch >= 2.8 has)"
+    if platform.kind != "cuda" or platform.capability != SCALED_CAPABILITY:
+        return (f"FP8 activations need torch._scaled_grouped_mm's row-wise kernel: CUTLASS "
+                f"sm{''.join(map(str, SCALED_CAPABILITY))} only, no CPU kernel; platform is "
+                f"{platform}")
+    if problem.E > SCALED_MAX_GROUPS:
+        return (f"E = {problem.E} local experts: torch._scaled_grouped_mm takes at most "
+                f"{SCALED_MAX_GROUPS} groups")
+    return None
 
 
 # --- weights -------------------------------------------------------------------------------
@@ -113,6 +210,37 @@ def _gemm_weight(layer: MoELayer, p: str) -> torch.Tensor | None:
         out[:, :, n_in:n_in + BIAS_PARTS] = split_bias(bias, dtype)
         _check_finite(f"{p}_bias", out[:, :, n_in:n_in + BIAS_PARTS], dtype)
     return out
+
+
+def _scaled_gemm_weight(layer: MoELayer, p: str) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The FP8 GEMM's operands for linear `p`: the e4m3 weights [E, out', in'] (zero rows and
+    columns up to multiples of 16; None where {p}_w already is that) and float32 scales
+    [E, out'] (one per output channel: a per-tensor scale on each of its rows, w13's w1 / w3
+    shard scales on their halves; 1 on the padding rows)."""
+    n_out, n_in = linear_dims(layer, p)
+    rows, cols = layer.meta[f"{p}_block"]
+    if cols != n_in:  # claims() admits channel and tensor scales only: never reached
+        raise BackendError(f"{p}_weight_scale", "one scale per output channel (FP8 row-wise)",
+                           f"scale blocks of {rows} x {cols}")
+    w = layer.get(f"{p}_w")
+    out_rows, in_cols = _round_up(n_out, FP8_DIM_ALIGN), _round_up(n_in, FP8_DIM_ALIGN)
+    scale = layer.get(f"{p}_s")[:, :, 0].repeat_interleave(rows, dim=1)[:, :n_out]
+    scale = torch.nn.functional.pad(scale, (0, out_rows - n_out), value=1.0).contiguous()
+    if (out_rows, in_cols) == (n_out, n_in) and w.is_contiguous():
+        return None, scale
+    # the zero byte is e4m3's +0; pad works on the bytes
+    padded = torch.nn.functional.pad(w.view(torch.uint8), (0, in_cols - n_in, 0, out_rows - n_out))
+    return padded.view(torch.float8_e4m3fn), scale
+
+
+def scaled_gemm_weight(layer: MoELayer, p: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The processed layer's e4m3 [E, out', in'] operand and float32 [E, out'] scales."""
+    w = layer.get(f"{p}_mm") if layer.has(f"{p}_mm") else layer.get(f"{p}_w")
+    return w, layer.get(f"{p}_mm_scale")
+
+
+def _round_up(n: int, unit: int) -> int:
+    return -(-n // unit) * unit
 
 
 def _check_finite(what: str, t: torch.Tensor, dtype: torch.dtype) -> None:
@@ -159,21 +287,67 @@ def grouped_moe(layer: MoELayer, x: torch.Tensor, token: torch.Tensor, expert: t
     """float32 [rows of x, K]: sum over assignments i of weight[i] * expert[i]'s output for
     row token[i] of x (act dtype), both GEMMs grouped over the experts (`RoutedSum`)."""
     P = layer.problem
-    dtype = x.dtype
     if token.numel() == 0:  # every assignment on another rank
         return torch.zeros(x.shape[0], P.K, dtype=torch.float32, device=x.device)
     order = torch.argsort(expert, stable=True)
     token, expert, weight = token[order], expert[order], weight[order]
     offs = expert_offsets(expert, P.E)
-    w13, w2 = gemm_weight(layer, "w13"), gemm_weight(layer, "w2")
-
-    xs = _operand(x[token], w13.shape[2], layer.has("w13_bias"))
-    h = torch._grouped_mm(xs, w13.transpose(1, 2), offs=offs)
-    a = apply_activation(h.to(torch.float32), P.activation).to(dtype)
-    a = _operand(a, w2.shape[2], layer.has("w2_bias"))
-    y = torch._grouped_mm(a, w2.transpose(1, 2), offs=offs).to(torch.float32)
+    outputs = _scaled_expert_outputs if scaled(layer) else _expert_outputs
+    y = outputs(layer, x, token, offs)
     y *= weight.unsqueeze(1)
     return topk_sum(y, token, x.shape[0], P.topk)
+
+
+def _expert_outputs(layer: MoELayer, x: torch.Tensor, token: torch.Tensor,
+                    offs: torch.Tensor) -> torch.Tensor:
+    """float32 [assignments, K]: each assignment's expert output, in 16 bits (biases in the
+    GEMMs, y rounded to the act dtype)."""
+    dtype = x.dtype
+    w13, w2 = gemm_weight(layer, "w13"), gemm_weight(layer, "w2")
+    xs = _operand(x[token], w13.shape[2], layer.has("w13_bias"))
+    h = torch._grouped_mm(xs, w13.transpose(1, 2), offs=offs)
+    a = apply_activation(h.to(torch.float32), layer.problem.activation).to(dtype)
+    a = _operand(a, w2.shape[2], layer.has("w2_bias"))
+    return torch._grouped_mm(a, w2.transpose(1, 2), offs=offs).to(torch.float32)
+
+
+def _scaled_expert_outputs(layer: MoELayer, x: torch.Tensor, token: torch.Tensor,
+                           offs: torch.Tensor) -> torch.Tensor:
+    """float32 [assignments, K]: each assignment's expert output (unbiased: `scaled_claims`)
+    on the FP8 GEMM, q1 and q2 by the torch backend's quantizers (kernels/activations.py)."""
+    P, quant = layer.problem, layer.quant
+    dtype = x.dtype
+    element = quant.info.activation_element
+    a13 = layer.get("a13_scale") if layer.has("a13_scale") else None
+    a2 = layer.get("a2_scale") if layer.has("a2_scale") else None
+    # per token or one static scale: quantizing x's rows, then gathering, is q1 of x[token]
+    codes, scale = quantize_rows(x.to(torch.float32), quant.activation, a13, element)
+    h = _scaled_linear(layer, "w13", codes[token], scale[token], offs)
+    a = apply_activation(h.to(torch.float32), P.activation).to(dtype)
+    codes, scale = quantize_rows(a.to(torch.float32), quant.activation, a2, element)
+    return _scaled_linear(layer, "w2", codes, scale, offs).to(torch.float32)
+
+
+def _scaled_linear(layer: MoELayer, p: str, codes: torch.Tensor, scale: torch.Tensor,
+                   offs: torch.Tensor) -> torch.Tensor:
+    """bf16 [rows, out]: row i of the e4m3 `codes` (float32 values) times its expert's `p`,
+    scaled by scale[i] and the output channels' scales."""
+    w, w_scale = scaled_gemm_weight(layer, p)
+    a = torch.nn.functional.pad(codes, (0, w.shape[2] - codes.shape[1]))
+    out = scaled_grouped_mm(a.to(torch.float8_e4m3fn), w.transpose(1, 2), scale.contiguous(),
+                            w_scale, offs)
+    return out[:, :linear_dims(layer, p)[0]]
+
+
+def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
+                      scale_b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """The backend's one call of torch's FP8 row-wise grouped GEMM (a seam: the CPU tests put
+    an emulation of its documented semantics here). bf16 [rows, n]:
+    out[i, j] = bf16((sum_k a[i, k] * b[g, k, j]) * scale_a[i] * scale_b[g, j]), g the group
+    holding row i (rows offs[g - 1] to offs[g]); a e4m3 [rows, k] row-major, b e4m3 [G, k, n]
+    column-major, scale_a float32 [rows], scale_b float32 [G, n], offs int32 [G]."""
+    return torch._scaled_grouped_mm(a, b, scale_a, scale_b, offs=offs,
+                                    out_dtype=SCALED_OUT_DTYPE, use_fast_accum=False)
 
 
 def _operand(t: torch.Tensor, cols: int, bias: bool) -> torch.Tensor:
@@ -198,4 +372,5 @@ def topk_sum(y: torch.Tensor, token: torch.Tensor, rows: int, slots: int) -> tor
 
 
 __all__ = ["BIAS_PARTS", "GroupedBackend", "expert_offsets", "gemm_weight", "grouped_moe",
-           "operand_cols", "split_bias", "topk_sum"]
+           "operand_cols", "scaled_claims", "scaled_gemm_weight", "scaled_grouped_mm",
+           "split_bias", "topk_sum"]
