@@ -53,7 +53,7 @@ def main(args) -> int:
     path = configs.path_for(device, args.out)
     shapes = {s: MODELS[s] for s in (args.model or MODELS)}
     started = time.perf_counter()
-    # written after each layer, so that a run cut short keeps what it measured
+    # written after each layer and M, so that a run cut short keeps what it measured
     _, _, rows = run_tuning(
         shapes, args.scheme or DEFAULT_SCHEMES, args.Ms, "cuda", do_bench_timer,
         save=lambda t, tm: configs.write_table(path, device, name, _versions(), t, tm))
@@ -66,7 +66,7 @@ def main(args) -> int:
 def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
                grid: dict | None = None, group_size: int = GROUP_SIZE, log=print, save=None):
     """(table for configs.write_table, its timings, printable rows) for every shape x
-    scheme x M, `save(table, timings)` called after each layer. On the CPU it runs through
+    scheme x M, `save(table, timings)` called after each layer and M. On the CPU it runs through
     the Triton interpreter (the tests)."""
     from moecert.kernels.triton_moe.backend import TritonBackend
     from moecert.kernels.triton_moe.tune import LayerStage, tune_layer
@@ -92,10 +92,11 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
                 timings[key, bucket] = {"default": round(choice.default_us, 2),
                                         "tuned": round(choice.us, 2)}
                 rows.append((shape_name, scheme, M, choice))
+                log(format_rows(rows[-1:]).splitlines()[-1])
+                if save:
+                    save(table, timings)
                 del stage
             log(f"  {shape_name} {scheme}: {time.perf_counter() - t0:.1f} s")
-            if save:
-                save(table, timings)
             del layer
             if device != "cpu":
                 torch.cuda.empty_cache()
