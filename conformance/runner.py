@@ -2,7 +2,7 @@
 
 Each of `workers` threads holds one worker process (conformance/worker.py) and feeds it the
 problems the work pool hands it (conformance/schedule.py: model-size ones first, against a
-memory budget per GPU; small ones interleaved by kernel family). A backend that raises or
+memory budget per GPU; small ones by kernel family, with affinity). A backend that raises or
 returns NaN costs its own rows (the worker catches it); one that kills the process, hangs past
 the timeout, or leaves a CUDA error behind costs that case: the parent records "crash" or
 "timeout" on the check in flight, starts a fresh worker, and goes on. On several GPUs worker i
@@ -121,7 +121,7 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
 
     def serve(slot: int):
         runner, gpu = CaseRunner(config, slot), slot % len(pool.gpus)
-        while (taken := pool.take(gpu)) is not None:
+        while (taken := pool.take(gpu, slot)) is not None:
             group, need = taken
             try:
                 for case in group:

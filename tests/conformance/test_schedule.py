@@ -12,10 +12,10 @@ from moecert.conformance.execute import problem_groups
 from moecert.conformance.schedule import (
     MODEL_SIZE_WEIGHTS,
     USABLE_FRACTION,
+    FamilyQueue,
     GpuBudget,
     WorkPool,
     device_need,
-    interleaved,
     model_size,
 )
 from moecert.reference import MoEProblem
@@ -144,11 +144,18 @@ def test_each_gpu_has_its_own_budget():
     assert pool.take(0) is None
 
 
-def test_small_problems_interleave_kernel_families():
+def test_small_problems_go_by_kernel_family_with_affinity():
     cases = ([c for s in range(3) for c in _cases(SMALL, "gptq-int4", seed=s)]
-             + [c for s in range(2) for c in _cases(SMALL, "bf16", seed=s)])
-    order = [g[0].scheme for g in interleaved(problem_groups(cases))]
-    assert order == ["gptq-int4", "bf16", "gptq-int4", "bf16", "gptq-int4"]
+             + [c for s in range(2) for c in _cases(SMALL, "bf16", seed=s)]
+             + _cases(SMALL, "int8-w8a16"))
+    queue = FamilyQueue(problem_groups(cases))
+    assert queue.pop(0)[0].scheme == "gptq-int4"
+    assert queue.pop(1)[0].scheme == "bf16"  # a family nobody has started
+    assert queue.pop(0)[0].scheme == "gptq-int4"  # its own family again
+    assert queue.pop(2)[0].scheme == "int8-w8a16"
+    assert queue.pop(2)[0].scheme == "gptq-int4"  # helps where most is left (1 against 1:
+    assert queue.pop(1)[0].scheme == "bf16"  # the first); worker 1 finishes its own
+    assert not queue
 
 
 @pytest.mark.parametrize("workers", [1, 3])
