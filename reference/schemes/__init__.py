@@ -117,6 +117,9 @@ class Scheme:
     scale_block: int = 0  # elements per scale along in fixed by the format (MX: 32); 0: none
     global_scale: str = "none"  # GLOBAL_SCALES
     activation_element: str = "none"  # ACT_ELEMENTS: what the scaled activation modes yield
+    # attribute sets the producing tools ship that differ from the defaults in more than one
+    # attribute (a variant each, beside the one-attribute changes), as (name, value) pairs
+    shipped: tuple[tuple[tuple[str, object], ...], ...] = ()
 
     @property
     def quantized(self) -> bool:
@@ -159,7 +162,7 @@ class Scheme:
     def variant_overrides(self) -> tuple[dict, ...]:
         """Attribute changes from the defaults that give the variants selection and the suites
         cover: zero points, act order, the smallest group, other checkpoint formats, other
-        strategies and activation modes."""
+        strategies and activation modes, and what the tools ship (`shipped`)."""
         out: list[dict] = []
         if self.packed:
             if self.asym and self.defaults()["sym"]:
@@ -172,6 +175,7 @@ class Scheme:
         out += [{"checkpoint_format": f} for f in self.checkpoint_formats[1:]]
         out += [{"weight_strategy": s} for s in self.strategies[1:]]
         out += [{"activation": m} for m in self.activation_modes[1:]]
+        out += [dict(pairs) for pairs in self.shipped]
         return tuple(out)
 
 
@@ -242,7 +246,11 @@ SCHEMES: dict[str, Scheme] = {
                (SchemeFormat(None, "dense", "fp8-e4m3fn@ocp-1.0"),),
                (STRATEGY_BLOCK, STRATEGY_TENSOR, STRATEGY_CHANNEL),
                (ACT_DYNAMIC_GROUP, ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR),
-               activation_element="e4m3"),
+               activation_element="e4m3",
+               # llm-compressor's FP8_DYNAMIC (channel weights, dynamic per-token
+               # activations) and FP8 (tensor weights, static tensor activations)
+               shipped=((("weight_strategy", STRATEGY_CHANNEL), ("activation", ACT_DYNAMIC_TOKEN)),
+                        (("weight_strategy", STRATEGY_TENSOR), ("activation", ACT_STATIC_TENSOR)))),
         _int_scheme("w4a8-int8", "w4a8", 4, (_AWQ, *_gptq_formats(4)),
                     activation_modes=(ACT_DYNAMIC_TOKEN,), activation_element="int8"),
         Scheme("mxfp8", "mxfp8", 8, "e4m3", "e8m0",

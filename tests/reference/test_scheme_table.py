@@ -77,3 +77,23 @@ def test_a_packed_element_derives_its_byte_shape():
     assert tensor_shapes(decls["w2_weight_scale"], sizes, ckpt) == ((3, 96, 2),)
     assert [d.dtypes for d in (decls["w13_weight"], decls["w13_weight_scale"])] == [
         (torch.uint8,), (torch.uint8,)]
+
+
+@pytest.mark.parametrize("name", [n for n, s in SCHEMES.items() if s.shipped])
+def test_a_shipped_combination_is_a_drawable_variant_of_several_attributes(name):
+    from moecert.reference import MoEProblem, random_checkpoint
+
+    scheme = SCHEMES[name]
+    defaults = scheme.defaults()
+    for pairs in scheme.shipped:
+        attrs = dict(pairs)
+        assert sum(defaults[k] != v for k, v in attrs.items()) >= 2  # else a plain override
+        assert attrs in scheme.variant_overrides()
+        ckpt = random_checkpoint(name, MoEProblem(M=4, K=256, N=256, E=2, topk=1), **attrs)
+        assert all(getattr(ckpt, k) == v for k, v in attrs.items())
+
+
+def test_fp8_w8a8_covers_what_llm_compressor_ships():
+    overrides = SCHEMES["fp8-w8a8"].variant_overrides()
+    assert {"weight_strategy": "channel", "activation": "dynamic-token"} in overrides
+    assert {"weight_strategy": "tensor", "activation": "static-tensor"} in overrides
