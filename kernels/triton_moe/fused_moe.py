@@ -59,6 +59,7 @@ one-launch kernel, unchanged.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -85,6 +86,10 @@ _S_FLOAT, _S_E8M0, _S_E4M3 = tl.constexpr(S_FLOAT), tl.constexpr(S_E8M0), tl.con
 _A_INT8, _A_MX = tl.constexpr(A_INT8), tl.constexpr(A_MX)
 _A_FP8, _A_FP8_G = tl.constexpr(A_FP8), tl.constexpr(A_FP8_G)
 _DOT_TF32, _DOT_IEEE = tl.constexpr(DOT_TF32), tl.constexpr(DOT_IEEE)
+# how FAST_I4 decodes symmetric int4: not at all (the general path), by the mantissa trick
+# per element, or two elements per register in PTX (CUDA sm80+)
+I4_OFF, I4_MAGIC, I4_PAIRS = range(3)
+_I4_PAIRS = tl.constexpr(I4_PAIRS)
 # what a launch does (module docstring, "Split-K")
 FULL, PARTIAL, REDUCE = range(3)
 _PARTIAL, _REDUCE = tl.constexpr(PARTIAL), tl.constexpr(REDUCE)
@@ -168,6 +173,47 @@ def _int4_magic(nib, SYM_ZERO: tl.constexpr, COMPUTE: tl.constexpr):
 
 
 @triton.jit
+def _int4_pairs(raw, COMPUTE: tl.constexpr):
+    """Bytes [0, 255] (int32) -> (low nibble - 8, high nibble - 8) in the compute dtype, two
+    elements per 32-bit register (PTX; CUDA sm80+ only, the host decides): the two bytes
+    side by side in one register (prmt), both nibble planes ORed into the mantissa of the
+    magic number (lop3: magic + nibble, exact) and the magic + 8 subtracted by one packed
+    fma (exact: small integers). The same values as _int4_magic in about a quarter of the
+    instructions: with 16-bit activations the int4 tile's decode, not DRAM, bounded the
+    kernel (int8 weights reached 85-92% of the memory floor where int4 reached 53%)."""
+    if COMPUTE == tl.bfloat16:
+        return tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 t, u, one, off;
+            prmt.b32 t, $2, $3, 0x5410;
+            mov.b32 one, 0x3F803F80;
+            mov.b32 off, 0xC308C308;
+            lop3.b32 $0, t, 0x000F000F, 0x43004300, 0xEA;
+            shr.u32 u, t, 4;
+            lop3.b32 $1, u, 0x000F000F, 0x43004300, 0xEA;
+            fma.rn.bf16x2 $0, $0, one, off;
+            fma.rn.bf16x2 $1, $1, one, off;
+            }""",
+            constraints="=r,=r,r,r", args=[raw], dtype=(tl.bfloat16, tl.bfloat16),
+            is_pure=True, pack=2)
+    else:
+        return tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 t, u, one, off;
+            prmt.b32 t, $2, $3, 0x5410;
+            mov.b32 one, 0x3C003C00;
+            mov.b32 off, 0xE408E408;
+            lop3.b32 $0, t, 0x000F000F, 0x64006400, 0xEA;
+            shr.u32 u, t, 4;
+            lop3.b32 $1, u, 0x000F000F, 0x64006400, 0xEA;
+            fma.rn.f16x2 $0, $0, one, off;
+            fma.rn.f16x2 $1, $1, one, off;
+            }""",
+            constraints="=r,=r,r,r", args=[raw], dtype=(tl.float16, tl.float16),
+            is_pure=True, pack=2)
+
+
+@triton.jit
 def _mma(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
          SWAP_AB: tl.constexpr):
     """a [BM, BK] @ b [BK, BN], or with SWAP_AB the transposed product b^T a^T [BN, BM]:
@@ -246,6 +292,9 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                     sw = _decode_e4m3(tl.load(s_rows[None, :] + (2 * kb // scale_cols)[:, None]))
                     b_lo = b_lo * sw
                     b_hi = b_hi * sw
+            elif FAST_I4 == _I4_PAIRS:  # host: FAST_I4 on CUDA sm80+, SYM_ZERO 8
+                tl.static_assert(SYM_ZERO == 8)
+                b_lo, b_hi = _int4_pairs(raw, COMPUTE)
             elif FAST_I4:  # host: symmetric, no act order, 16-bit activations, native dot
                 b_lo = _int4_magic(raw & 0xF, SYM_ZERO, COMPUTE)
                 b_hi = _int4_magic(raw >> 4, SYM_ZERO, COMPUTE)
@@ -554,6 +603,18 @@ def weights_split_plan(weights: dict, config: dict, K: int, act: int) -> tuple[i
                       config.get("SPLIT_K", 1), tuple(blocks))
 
 
+@functools.cache
+def int4_pairs_run_on(device: torch.device) -> bool:
+    """Whether `_int4_pairs`' PTX runs here: compiled CUDA on sm80+ (packed bf16 fma), unless
+    MOECERT_TRITON_I4_PAIRS=0 asks for the per-element decode (to time one against the
+    other: docs/speed.md)."""
+    if INTERPRET or device.type != "cuda" or torch.version.hip is not None:
+        return False
+    if os.environ.get("MOECERT_TRITON_I4_PAIRS", "1") == "0":
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 0)
+
+
 def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
              sorted_ids: torch.Tensor, block_expert: torch.Tensor, num_padded: torch.Tensor,
              router: torch.Tensor | None, *, a_row_div: int, act: int, config: dict) -> None:
@@ -574,6 +635,8 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     fast_i4 = (config.get("FAST_I4", False) and weights["kind"] == W_INT4 and act == A16
                and weights["dot"] == DOT_NATIVE and not c16["HAS_ZERO"]
                and not c16["HAS_G_IDX"])
+    fast_i4 = (I4_OFF if not fast_i4 else I4_PAIRS if int4_pairs_run_on(c.device)
+               else I4_MAGIC)
     grid = (sorted_ids.numel() // block_m, triton.cdiv(N, config["BLOCK_N"]))
     # the workspace is never read with one split: c stands in for it
     ws = c if splits == 1 else torch.empty(splits, num_rows, N, dtype=torch.float32,

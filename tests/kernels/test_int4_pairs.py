@@ -1,0 +1,57 @@
+"""The Triton GEMM's packed int4 decode (`_int4_pairs`, PTX, CUDA sm80+) gives the same bits
+as the per-element decode it replaces: both produce exact small integers, so the layer's
+output must not move at all. CUDA only; on the CPU the host never selects it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from moecert.kernels.triton_moe import fused_moe
+from moecert.reference import MoEProblem, make_inputs, random_checkpoint
+
+
+def test_the_host_never_selects_it_off_cuda():
+    assert not fused_moe.int4_pairs_run_on(torch.device("cpu"))
+
+
+def _sm80() -> bool:
+    return (torch.cuda.is_available() and not fused_moe.INTERPRET
+            and torch.cuda.get_device_capability() >= (8, 0))
+
+
+@pytest.mark.skipif(not _sm80(), reason="needs a CUDA sm80+ GPU, compiled Triton")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("M, K, N, E, topk", [
+    (1, 2048, 768, 128, 8),     # Qwen3-30B-A3B, decode: SWAP_AB tiles
+    (64, 4096, 1024, 8, 2),     # 16+ rows per expert
+    (37, 384, 200, 4, 2),       # N off the tile, K off the 128 group
+])
+def test_packed_decode_matches_the_per_element_one_bit_for_bit(monkeypatch, dtype, M, K, N, E,
+                                                              topk):
+    from moecert.kernels.triton_moe.backend import TritonBackend
+
+    P = MoEProblem(M=M, K=K, N=N, E=E, topk=topk, dtype=dtype)
+    group = 128 if K % 128 == 0 else 32
+    ckpt = random_checkpoint("gptq-int4", P, seed=3, device="cuda", group_size=group)
+    backend = TritonBackend()
+    layer = backend.create_layer(ckpt, P)
+    backend.process_weights_after_loading(layer)
+    x, w, ids = (t.cuda() for t in make_inputs(P, seed=4))
+    kernel, decodes = fused_moe.moe_gemm_kernel, []
+
+    class Spy:  # records the decode each launch compiled
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                decodes.append(kw["FAST_I4"])
+                return kernel[grid](*args, **kw)
+            return launch
+    monkeypatch.setattr(fused_moe, "moe_gemm_kernel", Spy())
+    outs = {}
+    for pairs in (False, True):
+        monkeypatch.setattr(fused_moe, "int4_pairs_run_on", lambda device, on=pairs: on)
+        decodes.clear()
+        outs[pairs] = backend.apply(layer, x, w, ids, out=torch.empty_like(x))
+        want = fused_moe.I4_PAIRS if pairs else fused_moe.I4_MAGIC
+        assert decodes and set(decodes) == {want}, decodes  # both GEMMs took that decode
+    assert torch.isfinite(outs[True]).all()
+    assert torch.equal(outs[True], outs[False])
