@@ -2,7 +2,7 @@
 floors; `moecert bench reference`: the float64 reference timed on one model-sized layer.
 
 For each model (reference/models.py, in the schemes it ships in), scheme (its default
-variant), M and backend that claims the layer, in two modes:
+variant, or each `--variant` of it), M and backend that claims the layer, in two modes:
 
     apply   the backend's `apply()` as an engine calls it, host work included
     graph   the forward captured in a CUDA graph and replayed (a BaseBackend's `forward`:
@@ -29,7 +29,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -90,6 +90,8 @@ class Plan:
     warmup: int = 10
     budget_s: float | None = None  # wall seconds of timed calls per row (>= MIN_REPS calls)
     seed: int = 0
+    # checkpoint attributes applied to every scheme, one variant each ({}: the default)
+    variants: tuple[dict, ...] = ({},)
 
 
 @dataclass
@@ -196,7 +198,8 @@ class Bench:
             self.echo(self.header())
             for name, shape in self.plan.layers.items():
                 for scheme in self.plan.schemes:
-                    self.layer(name, shape, scheme)
+                    for attrs in scheme_variants(scheme, self.plan.variants):
+                        self.layer(name, shape, scheme, attrs)
         return self.rows
 
     def header(self) -> str:
@@ -210,11 +213,11 @@ class Bench:
                 f"{'id':<58} {'status':<6} {'us':>9} {'GB/s':>8} {'%mem':>6} {'%flop':>6} "
                 f"{'xMarlin':>8}")
 
-    def layer(self, name: str, shape: ModelShape, scheme: str) -> None:
-        """Every claimed (backend, M, mode) of one layer in one scheme: one checkpoint, one
-        set of inputs per M, shared by the backends."""
-        quant = QuantConfig.defaults(scheme)
-        attrs = variant_attrs(quant)
+    def layer(self, name: str, shape: ModelShape, scheme: str, attrs: dict) -> None:
+        """Every claimed (backend, M, mode) of one layer in one scheme variant (`attrs`
+        beyond its defaults): one checkpoint, one set of inputs per M, shared by the
+        backends."""
+        quant = replace(QuantConfig.defaults(scheme), **attrs)
         platform = platform_of_device(self.device)
         problems = {}
         for M in self.plan.Ms:
@@ -320,6 +323,17 @@ class Bench:
             torch.cuda.empty_cache()
 
 
+def scheme_variants(scheme: str, variants: tuple[dict, ...]) -> list[dict]:
+    """Each variant's attributes beyond the scheme's defaults, once (a variant that is the
+    default, or another's twin, would time the same rows under the same ids)."""
+    out: list[dict] = []
+    for variant in variants:
+        attrs = variant_attrs(replace(QuantConfig.defaults(scheme), **variant))
+        if attrs not in out:
+            out.append(attrs)
+    return out
+
+
 def bench_id(case: Case, name: str, mode: str) -> str:
     """The row's stable id: backend/scheme-variant/model/M<m>/mode."""
     return f"{case.backend}/{case.scheme_label}/{name}/M{case.problem.M}/{mode}"
@@ -354,6 +368,7 @@ def add_arguments(p) -> None:
         positive_seconds,
         run_id,
         scheme_name,
+        variant_spec,
     )
 
     p.add_argument("target", nargs="?", default="backends", choices=["backends", "reference"],
@@ -364,6 +379,11 @@ def add_arguments(p) -> None:
                    help="a backend to time (repeatable; default: every one available here)")
     p.add_argument("--scheme", action="append", default=[], type=scheme_name,
                    help="a scheme (its default variant; repeatable; default: all)")
+    p.add_argument("--variant", dest="variants", action="append", default=[],
+                   type=variant_spec, metavar="KEY=VALUE[,KEY=VALUE...]",
+                   help="time this variant of each --scheme instead of its default, e.g. "
+                        "weight_strategy=channel,activation=dynamic-token (repeatable; keys: "
+                        "the checkpoint attributes)")
     p.add_argument("--model", action="append", default=[], type=model_name,
                    help=f"a model layer (repeatable; default: {', '.join(MODELS)})")
     p.add_argument("--layer", action="append", default=[], type=layer_spec,
@@ -422,7 +442,9 @@ def main(args) -> int:
     writable_folder(args.results)
     run = args.run_id or new_run_id()
     journal = Journal(args.results, results_label(Path(args.results), run), suite=SUITE)
-    print(f"moecert bench {run}: {', '.join(plan.backends)} x {len(plan.schemes)} scheme(s) x "
+    variants = f" x {len(plan.variants)} variant(s)" if args.variants else ""
+    print(f"moecert bench {run}: {', '.join(plan.backends)} x {len(plan.schemes)} scheme(s)"
+          f"{variants} x "
           f"{', '.join(plan.layers)} x M {','.join(map(str, plan.Ms))} on {plan.device} "
           f"-> {journal.path}", file=sys.stderr)
     rows = Bench(plan, journal, marlin, echo=lambda s: print(s, flush=True)).run()
@@ -450,16 +472,24 @@ def results_label(folder: Path, run: str) -> str:
 def plan_from(args, backends: list[str]) -> Plan:
     from moecert.reference import SCHEME_NAMES
 
+    from .options import VARIANT_EXAMPLE, UsageError, check_variant
+
     reps, warmup = DEFAULT_REPS[torch.device(args.device).type]
     layers = {m: MODELS[m] for m in args.model}
     layers.update(args.layer)
     if not args.model and not args.layer:
         layers = dict(MODELS)
+    if args.variants and not args.scheme:
+        raise UsageError(f"--variant needs --scheme: its keys and values are a scheme's (e.g. "
+                         f"--scheme fp8-w8a8 --variant {VARIANT_EXAMPLE})")
+    for variant in args.variants:
+        for scheme in args.scheme:
+            check_variant(scheme, variant)
     return Plan(device=args.device, backends=tuple(backends),
                 schemes=tuple(args.scheme or SCHEME_NAMES), layers=layers,
                 Ms=tuple(args.Ms), modes=tuple(dict.fromkeys(args.mode or MODES)),
                 repeats=args.repeats or reps, warmup=args.warmup or warmup,
-                budget_s=args.max_seconds)
+                budget_s=args.max_seconds, variants=tuple(args.variants) or ({},))
 
 
 # --- the reference ---------------------------------------------------------------------------

@@ -96,6 +96,65 @@ def m_list(text: str) -> tuple[int, ...]:
     return values
 
 
+VARIANT_EXAMPLE = "weight_strategy=channel,activation=dynamic-token"
+
+
+def variant_spec(text: str) -> dict:
+    """"KEY=VALUE[,KEY=VALUE...]": checkpoint attributes of a scheme variant (`moecert bench
+    --variant`), keys and value types QuantConfig's fields; whether a scheme has the
+    variant: `check_variant`."""
+    from dataclasses import fields
+
+    from moecert.kernels import QuantConfig
+
+    types = {f.name: f.type for f in fields(QuantConfig) if f.name != "scheme"}
+    attrs: dict = {}
+    for item in text.split(","):
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if not (key and eq and value):
+            raise UsageError(f"variant {text!r}: expected KEY=VALUE[,KEY=VALUE...], e.g. "
+                             f"{VARIANT_EXAMPLE}")
+        if key not in types:
+            raise _unknown("variant key", key, types)
+        if key in attrs:
+            raise UsageError(f"variant {text!r}: {key} twice")
+        attrs[key] = _typed_value(text, key, value, types[key])
+    return attrs
+
+
+def _typed_value(text: str, key: str, value: str, annotation: str):
+    if annotation == "int":
+        try:
+            return int(value)
+        except ValueError:
+            raise UsageError(f"variant {text!r}: {key} takes a whole number, not "
+                             f"{value!r}") from None
+    if annotation == "bool":
+        if value.lower() not in ("true", "false"):
+            raise UsageError(f"variant {text!r}: {key} takes true or false, not {value!r}")
+        return value.lower() == "true"
+    return value
+
+
+def check_variant(scheme: str, attrs: dict, flag: str = "--variant") -> None:
+    """UsageError unless `scheme` has the variant `attrs`: a checkpoint's and a quant
+    config's own attribute checks (which values each scheme takes)."""
+    from moecert.kernels import BackendError, QuantConfig
+    from moecert.reference import Checkpoint, CheckpointError
+
+    try:
+        ckpt = Checkpoint(scheme, {}, **attrs)
+        quant = QuantConfig(**{**QuantConfig.defaults(scheme).__dict__, **attrs})
+        if "group_size" in attrs and not ckpt.info.group_sizes and quant.group_size != -1:
+            # the checkpoint ignores a group size where the scheme has none
+            raise CheckpointError("checkpoint.group_size", f"-1 for {scheme} (no groups)",
+                                  str(quant.group_size))
+    except (CheckpointError, BackendError) as e:
+        text = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                        for k, v in attrs.items())
+        raise UsageError(f"{flag} {text}: not a variant of {scheme}: {e}") from None
+
+
 def check_backends(names: Iterable[str]) -> list[str]:
     """`names` if every one is registered (call after importing the modules that register)."""
     from moecert.kernels import backend_names
@@ -296,6 +355,7 @@ __all__ = [
     "case_json",
     "check_backends",
     "check_name",
+    "check_variant",
     "device_name",
     "import_modules",
     "layer_spec",
@@ -308,6 +368,7 @@ __all__ = [
     "scheme_name",
     "shard_spec",
     "suite_name",
+    "variant_spec",
     "writable_folder",
     "xfail_list",
 ]

@@ -16,12 +16,24 @@ GEMMs instead: the BIAS_PARTS columns after K (w13) and N (w2) hold the float32 
 into act-dtype parts (hi + mid + lo == bias exactly in bf16), the GEMM's left operand holds
 ones there, and the float32 accumulator sums product and bias before the one rounding.
 
-The forward (the torch backend's routing, kernels/native.py `moe_forward`, around):
+The forward (the torch backend's routing, kernels/native.py `routing`, around):
 
     sort the assignments by local expert; offs[e] = assignments of experts <= e (int32)
     h = [x[token], 1, 1, 1] @ W13'^T     one grouped GEMM (float32 accumulation, one rounding)
     a = round(act(h))                    y = [a, 1, 1, 1] @ W2'^T (the same)
     out[t] = cast(sum over the token's assignments of r * y), in a fixed order
+
+It runs under CUDA graph capture (`moecert bench --mode graph`): no host synchronization and
+every shape decided by the input's shapes alone. Every assignment keeps its row, M x topk of
+them (batched: E x T); one that computes nothing (an expert of another rank, a batched row
+past its expert's count) sorts after all the experts, past offs[E - 1], where the grouped
+GEMMs neither read nor write ("elements beyond offs[-1] are ignored": torch/nn/functional.py
+`grouped_mm`), and its y is replaced by 0 (masked, not multiplied: that row of the GEMM's
+output is uninitialized memory). It takes the top-k slot after the token's real assignments,
+where the sum had a 0 before, so the sum is the one it was. Offsets come from
+`torch.searchsorted` (`torch.bincount` reads its input's max on the host on CUDA). torch's
+per-group fallback (fp16, GPUs other than sm90 / sm100) copies offs to the host itself:
+capture fails there, in torch.
 
 Numerics against the reference: weights rounded to the act dtype once (code * scale computed
 in float32 first, as the legitimate twin conformance/mutants/legit.py does); each assignment's
@@ -83,7 +95,7 @@ from .base import BaseBackend
 from .convert import PREFIXES, convert_to_kernel_format, export_canonical, linear_dims
 from .errors import BackendError
 from .layer import MoELayer
-from .native import dequantize_expert, moe_forward
+from .native import dequantize_expert, routing
 from .platform import Platform
 from .quant_config import QuantConfig
 
@@ -117,6 +129,7 @@ class GroupedBackend(BaseBackend):
 
     def convert(self, layer: MoELayer) -> None:
         convert_to_kernel_format(layer)
+        expert_map(layer)  # on the device now, not in a captured forward
         if scaled(layer):
             operands = {p: _scaled_gemm_weight(layer, p) for p in PREFIXES}
             for p, (w, scale) in operands.items():
@@ -143,8 +156,29 @@ class GroupedBackend(BaseBackend):
 
     def forward(self, layer: MoELayer, x, topk_weights, topk_ids, out,
                 expert_num_tokens) -> None:
-        moe_forward(layer, x, topk_weights, topk_ids, out, expert_num_tokens,
-                    routed=grouped_moe)
+        P = layer.problem
+        if P.activation_format == "batched":
+            E, T, K = x.shape
+            # row e * T + t is expert e's t-th; rows past the expert's count compute nothing
+            row = torch.arange(E * T, device=x.device)
+            counts = expert_num_tokens.to(device=x.device, dtype=torch.int64)
+            expert = torch.where(row % T < counts[row // T], row // T, -1)
+            weight = torch.ones(E * T, dtype=torch.float32, device=x.device)
+            y = grouped_moe(layer, x.view(E * T, K), row, expert, weight)
+        else:
+            y = grouped_moe(layer, *routing(P, x, topk_weights, topk_ids, expert_map(layer)))
+        out.copy_(y.view(out.shape))  # batched rows past the counts: 0, as the sum gives them
+
+
+def expert_map(layer: MoELayer) -> torch.Tensor | None:
+    """The problem's expert map as int64 on the layer's device (None without one), made once:
+    a tensor made from a list in a captured forward would copy from pageable host memory."""
+    if layer.problem.expert_map is None:
+        return None
+    if "grouped_expert_map" not in layer.meta:
+        layer.meta["grouped_expert_map"] = torch.tensor(
+            layer.problem.expert_map, dtype=torch.int64, device=layer.device)
+    return layer.meta["grouped_expert_map"]
 
 
 def scaled(layer: MoELayer) -> bool:
@@ -285,16 +319,20 @@ def expert_offsets(expert_sorted: torch.Tensor, E: int) -> torch.Tensor:
 def grouped_moe(layer: MoELayer, x: torch.Tensor, token: torch.Tensor, expert: torch.Tensor,
                 weight: torch.Tensor) -> torch.Tensor:
     """float32 [rows of x, K]: sum over assignments i of weight[i] * expert[i]'s output for
-    row token[i] of x (act dtype), both GEMMs grouped over the experts (`RoutedSum`)."""
+    row token[i] of x (act dtype), both GEMMs grouped over the experts; expert[i] = -1: the
+    assignment adds nothing (and costs no GEMM rows). Fixed shapes, no host synchronization."""
     P = layer.problem
-    if token.numel() == 0:  # every assignment on another rank
+    if token.numel() == 0:  # no rows at all (M = 0): a shape, not a value
         return torch.zeros(x.shape[0], P.K, dtype=torch.float32, device=x.device)
-    order = torch.argsort(expert, stable=True)
-    token, expert, weight = token[order], expert[order], weight[order]
-    offs = expert_offsets(expert, P.E)
+    kept = expert >= 0
+    key = torch.where(kept, expert, P.E)  # after every local expert: outside all groups
+    order = torch.argsort(key, stable=True)
+    token, key, weight, kept = token[order], key[order], weight[order], kept[order]
+    offs = expert_offsets(key, P.E)
     outputs = _scaled_expert_outputs if scaled(layer) else _expert_outputs
     y = outputs(layer, x, token, offs)
     y *= weight.unsqueeze(1)
+    y.masked_fill_(~kept.unsqueeze(1), 0.0)  # rows past offs[-1]: uninitialized
     return topk_sum(y, token, x.shape[0], P.topk)
 
 
@@ -371,6 +409,6 @@ def topk_sum(y: torch.Tensor, token: torch.Tensor, rows: int, slots: int) -> tor
     return buf.sum(1)
 
 
-__all__ = ["BIAS_PARTS", "GroupedBackend", "expert_offsets", "gemm_weight", "grouped_moe",
-           "operand_cols", "scaled_claims", "scaled_gemm_weight", "scaled_grouped_mm",
-           "split_bias", "topk_sum"]
+__all__ = ["BIAS_PARTS", "GroupedBackend", "expert_map", "expert_offsets", "gemm_weight",
+           "grouped_moe", "operand_cols", "scaled_claims", "scaled_gemm_weight",
+           "scaled_grouped_mm", "split_bias", "topk_sum"]

@@ -12,8 +12,9 @@ the reference:
     out[t] = cast(sum over the token's experts of r * y)       round(): to the act dtype
 
 `moe_forward` (the routing loop) takes the per-expert weights as a function, so that other
-backends holding a different weight layout reuse it (kernels/xpu.py), or the routed sum itself
-(kernels/grouped.py: both GEMMs over all experts at once).
+backends holding a different weight layout reuse it (kernels/xpu.py); `routing` (the
+assignments of the standard format, fixed shapes, no host synchronization) is shared with
+kernels/grouped.py, whose forward a CUDA graph captures.
 """
 
 from __future__ import annotations
@@ -42,9 +43,6 @@ from .quant_config import QuantConfig
 
 # (prefix, local expert) -> float32 [out, in] weights of that expert
 ExpertWeight = Callable[[str, int], torch.Tensor]
-# (layer, x, token, local expert, router weight) -> float32 [rows of x, K]: `routed_moe`'s job
-RoutedSum = Callable[[MoELayer, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
-                     torch.Tensor]
 
 
 class TorchBackend(BaseBackend):
@@ -120,14 +118,11 @@ def _dequantize_int(layer: MoELayer, p: str, e: int) -> torch.Tensor:
 # --- the routing loop -----------------------------------------------------------------------
 
 def moe_forward(layer: MoELayer, x: torch.Tensor, topk_weights, topk_ids, out: torch.Tensor,
-                expert_num_tokens, expert_weight: ExpertWeight | None = None, *,
-                routed: RoutedSum | None = None) -> None:
+                expert_num_tokens, expert_weight: ExpertWeight) -> None:
     """The layer's output for validated inputs into `out` (standard or batched format), with
     weights from `expert_weight`, biases and static activation scales from the layer
-    (w13_bias, w2_bias, a13_scale, a2_scale: float32, when present); or, given `routed`,
-    with the routed sum it computes (assignments passed token-major)."""
-    if routed is None:
-        routed = functools.partial(routed_moe, expert_weight=expert_weight)
+    (w13_bias, w2_bias, a13_scale, a2_scale: float32, when present)."""
+    routed = functools.partial(routed_moe, expert_weight=expert_weight)
     P = layer.problem
     if P.activation_format == "batched":
         E, T, K = x.shape
@@ -142,20 +137,32 @@ def moe_forward(layer: MoELayer, x: torch.Tensor, topk_weights, topk_ids, out: t
         flat.zero_()  # rows past each expert's count come back zero
         flat[rows] = y.to(out.dtype)
         return
+    expert_map = None
+    if P.expert_map is not None:
+        expert_map = torch.tensor(P.expert_map, dtype=torch.int64, device=x.device)
+    x, token, local, weight = routing(P, x, topk_weights, topk_ids, expert_map)
+    keep = local >= 0  # experts of other ranks contribute nothing
+    y = routed(layer, x, token[keep], local[keep], weight[keep])
+    out.copy_(y)
+
+
+def routing(problem, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+            expert_map: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """(x, token, local expert, router weight) of the standard format's M x topk assignments,
+    token-major: x times the router weight where it applies on the input (the weights then
+    1); local expert -1 for an expert of another rank (`expert_map`: int64 [global E] on x's
+    device, or None). Shapes from the input's only, no host synchronization."""
+    P = problem
     M = x.shape[0]
     weights = topk_weights
     if P.apply_router_weight_on_input:  # topk == 1: scale the input, not the output
         x = (x.to(torch.float32) * topk_weights).to(x.dtype)
         weights = torch.ones_like(topk_weights)
     ids = topk_ids.to(torch.int64)
-    if P.expert_map is not None:
-        expert_map = torch.tensor(P.expert_map, dtype=torch.int64, device=x.device)
+    if expert_map is not None:
         ids = expert_map[ids]
     token = torch.arange(M, device=x.device).repeat_interleave(P.topk)
-    local, weight = ids.flatten(), weights.flatten()
-    keep = local >= 0  # experts of other ranks contribute nothing
-    y = routed(layer, x, token[keep], local[keep], weight[keep])
-    out.copy_(y)
+    return x, token, ids.flatten(), weights.flatten()
 
 
 def routed_moe(layer: MoELayer, x: torch.Tensor, token: torch.Tensor, expert: torch.Tensor,
@@ -200,4 +207,4 @@ def routed_moe(layer: MoELayer, x: torch.Tensor, token: torch.Tensor, expert: to
     return acc
 
 
-__all__ = ["RoutedSum", "TorchBackend", "dequantize_expert", "moe_forward", "routed_moe"]
+__all__ = ["TorchBackend", "dequantize_expert", "moe_forward", "routed_moe", "routing"]

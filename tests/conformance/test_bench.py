@@ -51,6 +51,25 @@ def test_rows_have_stable_ids_and_the_floors_inputs(tmp_path, capsys):
     assert "torch/bf16/tiny/M1/apply" in out and "not available" in out
 
 
+def test_a_variant_is_timed_under_its_own_ids(tmp_path, capsys):
+    """--variant times the named variant of the scheme (its checkpoint: group 32, not the
+    default 128, which a 64-wide layer could not hold), two variants get distinct ids, and a
+    variant given twice (sym=true is gptq's default) is timed once."""
+    code, out, err = _bench(tmp_path, capsys, "--backend", "torch", "--scheme", "gptq-int4",
+                            "--variant", "group_size=32", "--variant", "group_size=64, sym=false",
+                            "--variant", "sym=true,group_size=32", "--mode", "apply", *TINY)
+    assert code == 0, out
+    rows = load(tmp_path, run="a")
+    labels = ["gptq-int4[g32]", "gptq-int4[g64,asym]"]
+    assert sorted(rows["case_id"]) == sorted(f"torch/{label}/tiny/M{M}/apply"
+                                             for label in labels for M in (1, 3))
+    assert (rows["status"] == "pass").all(), rows["message"].tolist()
+    configs = {cid.split("/")[1]: c for cid, c in zip(rows["case_id"], rows["config"],
+                                                       strict=True)}
+    assert "g32" in configs["gptq-int4[g32]"] and "g64" in configs["gptq-int4[g64,asym]"]
+    assert "x 3 variant(s)" in err
+
+
 def test_touched_experts_come_from_the_routing():
     P = MoEProblem(M=1, K=64, N=64, E=16, topk=4)
     ckpt = random_checkpoint("gptq-int4", P, group_size=32)
@@ -242,6 +261,16 @@ def test_marlin_without_cuda_says_not_available_and_the_run_goes_on(tmp_path, ca
     (["--mode", "eager"], "invalid choice: 'eager'"),
     (["--repeats", "0"], "at least 1"),
     (["--marlin-lib", "/no/such/lib.so"], "--marlin-lib /no/such/lib.so: no such file"),
+    (["--scheme", "fp8-w8a8", "--variant", "strategy=channel"],
+     "unknown variant key 'strategy' (did you mean 'weight_strategy'?); known: group_size"),
+    (["--scheme", "fp8-w8a8", "--variant", "weight_strategy"], "expected KEY=VALUE"),
+    (["--scheme", "gptq-int4", "--variant", "sym=no"], "sym takes true or false"),
+    (["--scheme", "fp8-w8a8", "--variant", "weight_strategy=row"],
+     "--variant weight_strategy=row: not a variant of fp8-w8a8: checkpoint.weight_strategy: "
+     "expected one of ('block', 'tensor', 'channel'), found 'row'"),
+    (["--scheme", "bf16", "--scheme", "gptq-int4", "--variant", "group_size=32"],
+     "not a variant of bf16"),
+    (["--variant", "group_size=32"], "--variant needs --scheme"),
 ])
 def test_a_usage_error_is_one_line_and_exit_two(argv, says, tmp_path, capsys):
     try:
