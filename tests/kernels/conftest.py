@@ -10,6 +10,15 @@ import torch
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: intra-op threads only cost on CI's two shared cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def triton_runs_here(monkeypatch):
     """Make the triton backend runnable in this test: the GPU when there is one, else the

@@ -18,13 +18,7 @@ BACKEND = get_backend("grouped")
 BASE = {"M": 9, "K": 64, "N": 32, "E": 4, "topk": 2}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads only cost on CI's two shared cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _q(scheme: str, **kw) -> QuantConfig:

@@ -29,12 +29,7 @@ def half_remote(E: int) -> tuple[int, ...]:
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _layer(scheme: str, P: MoEProblem, device: str, **attrs):

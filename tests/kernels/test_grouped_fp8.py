@@ -40,12 +40,7 @@ ROWWISE = [("channel", "dynamic-token"), ("tensor", "static-tensor"),
 CPU_BOUND = 2.0**-6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def emulated_scaled_grouped_mm(a, b, scale_a, scale_b, offs):
