@@ -6,7 +6,7 @@ checkpoint, reference and exact structure (context.SharedSteps). Across problems
 - Model-size problems first, largest first, each as soon as its GPU has room for it: they are
   the longest, and started late they would be the run's tail. Room is a memory budget per GPU
   (`GpuBudget`), not exclusivity: small problems keep the other workers busy beside a model
-  layer, and two int4 DeepSeek-V3 layers fit on one GPU together. A worker whose GPU has no
+  layer, and on an H200 two int4 DeepSeek-V3 layers run side by side. A worker whose GPU has no
   room for any waiting model-size problem takes a small one instead.
 - Small problems by kernel family (`family`), with affinity: a worker goes on with a family it
   has run while that family has problems left, else starts a family nobody has started, else
