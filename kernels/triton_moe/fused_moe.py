@@ -86,9 +86,6 @@ _S_FLOAT, _S_E8M0, _S_E4M3 = tl.constexpr(S_FLOAT), tl.constexpr(S_E8M0), tl.con
 _A_INT8, _A_MX = tl.constexpr(A_INT8), tl.constexpr(A_MX)
 _A_FP8, _A_FP8_G = tl.constexpr(A_FP8), tl.constexpr(A_FP8_G)
 _DOT_TF32, _DOT_IEEE = tl.constexpr(DOT_TF32), tl.constexpr(DOT_IEEE)
-# an experiment, off unless set: int4's two nibble-plane products as one over the interleaved
-# tile (docs/speed.md)
-I4_JOIN_ENV = "MOECERT_TRITON_I4_JOIN"
 # how FAST_I4 decodes symmetric int4: not at all (the general path), by the mantissa trick
 # per element, or two elements per register in PTX (CUDA sm80+)
 I4_OFF, I4_MAGIC, I4_PAIRS = range(3)
@@ -256,8 +253,8 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
              WSCALE: tl.constexpr, ACT: tl.constexpr, HAS_ZERO: tl.constexpr,
              SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr, DOT: tl.constexpr,
              COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
-             FAST_I4: tl.constexpr, I4_JOIN: tl.constexpr, BLOCK_M: tl.constexpr,
-             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+             FAST_I4: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
     hints hold): tile after tile in increasing k0, each tile's scales applied to its
@@ -280,14 +277,9 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
             kh = tl.max_contiguous(tl.multiple_of(k0 // 2 + tl.arange(0, BLOCK_K // 2),
                                                   BLOCK_K // 2), BLOCK_K // 2)
             ke = 2 * kh
-            if I4_JOIN:  # one contiguous activation tile for the interleaved weight tile
-                kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K),
-                                       BLOCK_K)
-                a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < K)[None, :], other=0)
-            else:
-                a_lo = tl.load(a_base + ke[None, :], mask=a_mask & (ke < K)[None, :], other=0)
-                a_hi = tl.load(a_base + ke[None, :] + 1, mask=a_mask & (ke + 1 < K)[None, :],
-                               other=0)
+            a_lo = tl.load(a_base + ke[None, :], mask=a_mask & (ke < K)[None, :], other=0)
+            a_hi = tl.load(a_base + ke[None, :] + 1, mask=a_mask & (ke + 1 < K)[None, :],
+                           other=0)
             if EVEN_K:
                 kb = kh
             else:
@@ -311,12 +303,8 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                                 scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
                 b_hi = _dequant(raw >> 4, tl.minimum(ke + 1, K - 1), k0, g_row, s_rows,
                                 z_rows, scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
-            if I4_JOIN:  # rows 2j, 2j+1 = the nibble planes' row j: K order, one product
-                b = tl.reshape(tl.permute(tl.join(b_lo, b_hi), (0, 2, 1)), (BLOCK_K, BLOCK_N))
-                part = _mma(a, b, ACT, DOT, COMPUTE, SWAP_AB)
-            else:
-                part = (_mma(a_lo, b_lo, ACT, DOT, COMPUTE, SWAP_AB)
-                        + _mma(a_hi, b_hi, ACT, DOT, COMPUTE, SWAP_AB))
+            part = (_mma(a_lo, b_lo, ACT, DOT, COMPUTE, SWAP_AB)
+                    + _mma(a_hi, b_hi, ACT, DOT, COMPUTE, SWAP_AB))
         else:
             kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K),
                                    BLOCK_K)
@@ -392,7 +380,7 @@ def moe_gemm_kernel(
     MUL_ROUTER: tl.constexpr,
     DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
-    I4_JOIN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -434,8 +422,8 @@ def moe_gemm_kernel(
         acc = _k_range(
             a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
             K, scale_cols, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
-            SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, I4_JOIN, BLOCK_M,
-            BLOCK_N, BLOCK_K)
+            SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, BLOCK_M, BLOCK_N,
+            BLOCK_K)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)
@@ -670,7 +658,6 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             MUL_ROUTER=router is not None, DOT=weights["dot"], FIX_BF16=fix_bf16(c.dtype),
             EVEN_K=K % bk == 0, EVEN_N=N % config["BLOCK_N"] == 0,
             SWAP_AB=config.get("SWAP_AB", False), FAST_I4=fast_i4,
-            I4_JOIN=weights["kind"] == W_INT4 and os.environ.get(I4_JOIN_ENV) == "1",
             BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], BLOCK_K=bk,
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **weights["constexprs"],

@@ -198,29 +198,3 @@ def test_tuner_picks_a_split_that_agrees():
     assert [c["SPLIT_K"] for c in choice.configs] == [4, 2]
     big = tune.tune_layer(stage, timer, {"SPLIT_K": (1, 2, 4, 8)}, sm_count=1)
     assert [c["SPLIT_K"] for c in big.configs] == [1, 1]
-
-
-@pytest.mark.parametrize("swap", [False, True], ids=["tile", "swapped"])
-def test_int4_join_experiment_agrees_with_the_two_plane_products(monkeypatch, swap):
-    """MOECERT_TRITON_I4_JOIN (fused_moe.I4_JOIN_ENV): int4's nibble planes interleaved into
-    one K-ordered tile and one product: another fp32 summation order only."""
-    kernel, joined = fused_moe.moe_gemm_kernel, []
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                joined.append(kw["I4_JOIN"])
-                return kernel[grid](*args, **kw)
-            return launch
-    monkeypatch.setattr(fused_moe, "moe_gemm_kernel", Spy())
-    stage = _stage("gptq-int4", {"group_size": 128}, {"K": 384, "N": 256, "bias": True})
-    for g in (1, 2):
-        config = {**stage.defaults[g - 1], "SWAP_AB": swap}
-        monkeypatch.delenv(fused_moe.I4_JOIN_ENV, raising=False)
-        reference = stage.run(g, config).clone()
-        monkeypatch.setenv(fused_moe.I4_JOIN_ENV, "1")
-        joined.clear()
-        out = stage.run(g, config)
-        assert joined == [True]  # the joined product ran
-        bound = tune.reorder_bound(reference, stage.magnitudes(g), stage.shape(g)[1])
-        assert tune.disagreement(out, reference, bound) is None
