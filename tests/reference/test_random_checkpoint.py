@@ -3,6 +3,8 @@ about unit variance per input and the zero-point conventions respected."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from moecert.reference import SCHEMES, MoEProblem, canonicalize, dequantize, random_checkpoint
@@ -37,3 +39,23 @@ def test_random_checkpoint_reads_back(scheme, attrs):
         assert lin.zeros.unique().numel() > 4
     assert torch.equal(dequantize(random_checkpoint(scheme, PROBLEM, seed=3, **attrs))["w2"],
                        w["w2"])
+
+
+@pytest.mark.parametrize("scheme", ["fp8-w8a16", "bf16"])
+def test_float_weights_are_drawn_one_expert_at_a_time(scheme, monkeypatch):
+    """No float32 draw as large as a whole weight tensor: at model size it would not fit."""
+    module = importlib.import_module("moecert.reference.random_checkpoint")
+    sizes = []
+    randn = module._Draw._randn
+
+    def recorded(self, *shape):
+        sizes.append(torch.Size(shape).numel())
+        return randn(self, *shape)
+    monkeypatch.setattr(module._Draw, "_randn", recorded)
+    ckpt = random_checkpoint(scheme, PROBLEM, seed=3)
+    one_expert = max(t[0].numel() for n, t in ckpt.tensors.items() if n.endswith("weight"))
+    assert sizes and max(sizes) <= one_expert
+    # and the same seed still gives the same checkpoint
+    again = random_checkpoint(scheme, PROBLEM, seed=3)
+    assert all(torch.equal(ckpt.tensors[n].view(torch.uint8), again.tensors[n].view(torch.uint8))
+               for n in ckpt.tensors if ckpt.tensors[n].element_size() == 1)
