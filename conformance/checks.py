@@ -187,7 +187,9 @@ def check_token_order(run: CaseRun) -> Outcome:
 
 
 def check_reload(run: CaseRun) -> Outcome:
-    second = run.checkpoint_for(run.case.seed + RELOAD_SEED_OFFSET)
+    seed = run.case.seed + RELOAD_SEED_OFFSET
+    second = run.checkpoint_for(seed)
+    reference = run.reference_of_draw(seed, second)  # before the backend sees `second`
     layer = run.new_layer(run.checkpoint)
     run.backend.load_weights(layer, second)
     run.backend.process_weights_after_loading(layer)
@@ -195,7 +197,7 @@ def check_reload(run: CaseRun) -> Outcome:
     if differs:
         return failed(f"reloaded layer differs from a fresh load of the same checkpoint: "
                       f"{differs}")
-    result = run.judge(run.apply(layer), run.reference_for(second, run.inputs))
+    result = run.judge(run.apply(layer), reference)
     return judged(result, "reloaded layer against the second checkpoint's reference")
 
 

@@ -197,6 +197,16 @@ class CaseRun:
         return self.shared.get(self.key, "reference", lambda: self.reference_for(
             self.laid_out_checkpoint(kept), self.inputs))
 
+    def reference_of_draw(self, seed: int, ckpt) -> torch.Tensor:
+        """The reference of the checkpoint drawn from `seed` on the case's inputs, from `ckpt`
+        (this case's copy of that draw, before the backend sees it), made once per problem:
+        every backend's draw from one seed is the same."""
+        def make():
+            return self.reference_for(ckpt, self.inputs)
+        if self.shared is None:
+            return make()
+        return self.shared.get(self.key, f"reference-{seed}", make)
+
     def reference_for(self, ckpt, inputs: Inputs) -> torch.Tensor:
         x, w, ids, counts = inputs.tensors()
         return moe(ckpt, x, w, ids, self.problem, expert_num_tokens=counts)

@@ -132,6 +132,24 @@ def test_a_checkpoint_too_large_to_keep_is_drawn_once_per_backend(monkeypatch,
     assert calls["synthesize"] == 2
 
 
+def test_the_reload_checkpoints_reference_is_made_once_per_problem(monkeypatch,
+                                                                    describing_backends):
+    made = []
+    reference_for = context.CaseRun.reference_for
+
+    def counted(run, ckpt, inputs):
+        made.append(run.case.backend)
+        return reference_for(run, ckpt, inputs)
+    monkeypatch.setattr(context.CaseRun, "reference_for", counted)
+    shared = SharedSteps()
+    rows = [r for backend in ("torch", "describing") for r in run_case(
+        Case(backend, "bf16", SHARED_PROBLEM), checks=("reload",), shared=shared)]
+    assert {r["status"] for r in rows} == {"pass"}
+    assert made and "describing" not in made  # the second backend reuses what the first made
+    reload = [r for r in rows if r["check"] == "reload"]
+    assert len(reload) == 2 and reload[0]["max_abs"] == reload[1]["max_abs"] > 0
+
+
 def test_a_checkpoint_too_large_to_keep_shares_its_reference(monkeypatch,
                                                              writes_into_the_checkpoint):
     monkeypatch.setattr(context, "SHARE_MAX_BYTES", 0)
