@@ -132,8 +132,9 @@ def test_a_checkpoint_too_large_to_keep_is_drawn_once_per_backend(monkeypatch,
     assert calls["synthesize"] == 2
 
 
-def test_the_reload_checkpoints_reference_is_made_once_per_problem(monkeypatch,
-                                                                    describing_backends):
+@pytest.fixture
+def references_made(monkeypatch) -> list[str]:
+    """The backend of each case that computed a float64 reference, in order."""
     made = []
     reference_for = context.CaseRun.reference_for
 
@@ -141,6 +142,12 @@ def test_the_reload_checkpoints_reference_is_made_once_per_problem(monkeypatch,
         made.append(run.case.backend)
         return reference_for(run, ckpt, inputs)
     monkeypatch.setattr(context.CaseRun, "reference_for", counted)
+    return made
+
+
+def test_the_reload_checkpoints_reference_is_made_once_per_problem(references_made,
+                                                                    describing_backends):
+    made = references_made
     shared = SharedSteps()
     rows = [r for backend in ("torch", "describing") for r in run_case(
         Case(backend, "bf16", SHARED_PROBLEM), checks=("reload",), shared=shared)]
@@ -150,23 +157,16 @@ def test_the_reload_checkpoints_reference_is_made_once_per_problem(monkeypatch,
     assert len(reload) == 2 and reload[0]["max_abs"] == reload[1]["max_abs"] > 0
 
 
-def test_a_checkpoint_too_large_to_keep_shares_its_reference(monkeypatch,
+def test_a_checkpoint_too_large_to_keep_shares_its_reference(monkeypatch, references_made,
                                                              writes_into_the_checkpoint):
     monkeypatch.setattr(context, "SHARE_MAX_BYTES", 0)
-    references = []
-    reference_for = context.CaseRun.reference_for
-
-    def counted(run, ckpt, inputs):
-        references.append(run.case.backend)
-        return reference_for(run, ckpt, inputs)
-    monkeypatch.setattr(context.CaseRun, "reference_for", counted)
     alone = run_case(Case("torch", "bf16", SHARED_PROBLEM), checks=("accuracy",))
     shared = SharedSteps()
     first = run_case(Case(writes_into_the_checkpoint, "bf16", SHARED_PROBLEM),
                      checks=("no_mutation", "accuracy"), shared=shared)
     after = run_case(Case("torch", "bf16", SHARED_PROBLEM), checks=("accuracy",),
                      shared=shared)
-    assert references == ["torch", writes_into_the_checkpoint]  # once for the two backends
+    assert references_made == ["torch", writes_into_the_checkpoint]  # once for the two
     assert {r["check"]: r["status"] for r in first}["no_mutation"] == "fail"
     # made before the writing backend saw its checkpoint: the next backend is judged as alone
     assert after[0]["status"] == "pass" and after[0]["max_abs"] == alone[0]["max_abs"] > 0
