@@ -114,7 +114,8 @@ def describe(config: dict) -> str:
     return (f"m{config['BLOCK_M']}n{config['BLOCK_N']}k{config['BLOCK_K']}"
             f"w{config['num_warps']}s{config['num_stages']}"
             f"{'-swap' if config.get('SWAP_AB') else ''}"
-            f"{f'-split{split_k}' if split_k > 1 else ''}")
+            f"{f'-split{split_k}' if split_k > 1 else ''}"
+            f"{f'-unroll{unroll}' if (unroll := config.get('K_UNROLL', 1)) > 1 else ''}")
 
 
 def format_rows(rows) -> str:

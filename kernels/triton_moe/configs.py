@@ -24,8 +24,9 @@ power of two; the tuner's M values give n = M * topk, powers of two for every mo
 A lookup between or beyond the tuned buckets takes the nearest one on the log scale (the
 smaller on a tie). The Triton and torch versions are recorded, not matched: a config stays
 correct under any version, only its speed may move (re-run `moecert tune`).
-SPLIT_K (fused_moe's split-K, a power of two) came after the first files: a GEMM entry
-without it reads as 1, the one-launch kernel.
+SPLIT_K (fused_moe's split-K, a power of two) and K_UNROLL (tiles per K-loop step, >= 1)
+came after the first files: a GEMM entry without them reads as 1, the one-launch kernel
+with one tile per step.
 
 MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not, under the
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
@@ -44,11 +45,11 @@ FORMAT = 1
 CONFIG_DIR = Path(__file__).with_name("configs")
 # what each GEMM's entry holds, and the type of each value
 GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": int,
-               "SWAP_AB": bool, "FAST_I4": bool, "SPLIT_K": int}
-# the value of a field a config leaves out (a file may leave out only SPLIT_K, younger than
-# the files); flags absent are False
-FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1}
-OPTIONAL_IN_FILE = ("SPLIT_K",)
+               "SWAP_AB": bool, "FAST_I4": bool, "SPLIT_K": int, "K_UNROLL": int}
+# the value of a field a config leaves out (a file may leave out only SPLIT_K and K_UNROLL,
+# younger than the files); flags absent are False
+FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 1}
+OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL")
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 
 
@@ -210,8 +211,9 @@ def _configs(path, entry, where: str) -> tuple[dict, dict]:
             _field(path, cfg, name, kind, f"{where}.{gemm}")
         for name in ("BLOCK_N", "BLOCK_K", "num_warps", "SPLIT_K"):
             _power_of_two(path, f"{where}.{gemm}.{name}", cfg[name])
-        if cfg["num_stages"] < 1:
-            raise ConfigFileError(path, f"{where}.{gemm}.num_stages", ">= 1", cfg["num_stages"])
+        for name in ("num_stages", "K_UNROLL"):
+            if cfg[name] < 1:
+                raise ConfigFileError(path, f"{where}.{gemm}.{name}", ">= 1", cfg[name])
         out.append({"BLOCK_M": block_m, **cfg})
     return out[0], out[1]
 

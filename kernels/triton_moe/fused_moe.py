@@ -174,43 +174,58 @@ def _int4_magic(nib, SYM_ZERO: tl.constexpr, COMPUTE: tl.constexpr):
 
 @triton.jit
 def _int4_pairs(raw, COMPUTE: tl.constexpr):
-    """Bytes [0, 255] (int32) -> (low nibble - 8, high nibble - 8) in the compute dtype, two
-    elements per 32-bit register (PTX; CUDA sm80+ only, the host decides): the two bytes
-    side by side in one register (prmt), both nibble planes ORed into the mantissa of the
-    magic number (lop3: magic + nibble, exact) and the magic + 8 subtracted by one packed
+    """Bytes [0, 255] (uint8) -> (low nibble - 8, high nibble - 8) in the compute dtype,
+    four bytes per 32-bit register as the tile arrives from shared memory (PTX; CUDA sm80+
+    only, the host decides): bytes 0 and 1 spread into the two 16-bit halves of one
+    register, bytes 2 and 3 of another (prmt), each nibble plane ORed into the mantissa of
+    the magic number (lop3: magic + nibble, exact) and magic + 8 subtracted by one packed
     fma (exact: small integers). The same values as _int4_magic in about a quarter of the
     instructions: with 16-bit activations the int4 tile's decode, not DRAM, bounded the
-    kernel (int8 weights reached 85-92% of the memory floor where int4 reached 53%)."""
+    kernel (int8 weights reached 85-92% of the memory floor where int4 reached 53%). Bytes
+    taken one per register instead cost Triton a byte extract each before the asm (128 of
+    the K loop's 438 sm90 SASS instructions were PRMT)."""
     if COMPUTE == tl.bfloat16:
         return tl.inline_asm_elementwise(
             asm="""{
-            .reg .b32 t, u, one, off;
-            prmt.b32 t, $2, $3, 0x5410;
+            .reg .b32 t<2>, u<2>, one, off;
+            prmt.b32 t0, $4, 0, 0x4140;
+            prmt.b32 t1, $4, 0, 0x4342;
             mov.b32 one, 0x3F803F80;
             mov.b32 off, 0xC308C308;
-            lop3.b32 $0, t, 0x000F000F, 0x43004300, 0xEA;
-            shr.u32 u, t, 4;
-            lop3.b32 $1, u, 0x000F000F, 0x43004300, 0xEA;
+            lop3.b32 $0, t0, 0x000F000F, 0x43004300, 0xEA;
+            lop3.b32 $1, t1, 0x000F000F, 0x43004300, 0xEA;
+            shr.u32 u0, t0, 4;
+            shr.u32 u1, t1, 4;
+            lop3.b32 $2, u0, 0x000F000F, 0x43004300, 0xEA;
+            lop3.b32 $3, u1, 0x000F000F, 0x43004300, 0xEA;
             fma.rn.bf16x2 $0, $0, one, off;
             fma.rn.bf16x2 $1, $1, one, off;
+            fma.rn.bf16x2 $2, $2, one, off;
+            fma.rn.bf16x2 $3, $3, one, off;
             }""",
-            constraints="=r,=r,r,r", args=[raw], dtype=(tl.bfloat16, tl.bfloat16),
-            is_pure=True, pack=2)
+            constraints="=r,=r,=r,=r,r", args=[raw], dtype=(tl.bfloat16, tl.bfloat16),
+            is_pure=True, pack=4)
     else:
         return tl.inline_asm_elementwise(
             asm="""{
-            .reg .b32 t, u, one, off;
-            prmt.b32 t, $2, $3, 0x5410;
+            .reg .b32 t<2>, u<2>, one, off;
+            prmt.b32 t0, $4, 0, 0x4140;
+            prmt.b32 t1, $4, 0, 0x4342;
             mov.b32 one, 0x3C003C00;
             mov.b32 off, 0xE408E408;
-            lop3.b32 $0, t, 0x000F000F, 0x64006400, 0xEA;
-            shr.u32 u, t, 4;
-            lop3.b32 $1, u, 0x000F000F, 0x64006400, 0xEA;
+            lop3.b32 $0, t0, 0x000F000F, 0x64006400, 0xEA;
+            lop3.b32 $1, t1, 0x000F000F, 0x64006400, 0xEA;
+            shr.u32 u0, t0, 4;
+            shr.u32 u1, t1, 4;
+            lop3.b32 $2, u0, 0x000F000F, 0x64006400, 0xEA;
+            lop3.b32 $3, u1, 0x000F000F, 0x64006400, 0xEA;
             fma.rn.f16x2 $0, $0, one, off;
             fma.rn.f16x2 $1, $1, one, off;
+            fma.rn.f16x2 $2, $2, one, off;
+            fma.rn.f16x2 $3, $3, one, off;
             }""",
-            constraints="=r,=r,r,r", args=[raw], dtype=(tl.float16, tl.float16),
-            is_pure=True, pack=2)
+            constraints="=r,=r,=r,=r,r", args=[raw], dtype=(tl.float16, tl.float16),
+            is_pure=True, pack=4)
 
 
 @triton.jit
@@ -248,17 +263,101 @@ def _dot(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr):
 
 
 @triton.jit
+def _tile_part(a, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_ptr,
+               scale_cols, stride_asm, WEIGHT: tl.constexpr, WSCALE: tl.constexpr,
+               ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
+               HAS_G_IDX: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
+               EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
+               TILE_K: tl.constexpr):
+    """The scaled fp32 product of one tile of TILE_K columns from k0, inside one scale
+    column: a [BLOCK_M, TILE_K] activations, bq the weight tile as stored ([TILE_K / 2,
+    BLOCK_N] bytes for nibble weights, else [TILE_K, BLOCK_N]); [BLOCK_N, BLOCK_M] with
+    SWAP_AB (rows of the product are weight columns). A tile past K (zero activations) reads
+    the last scale column, never past the scales."""
+    if WEIGHT == _W_INT4 or WEIGHT == _W_FP4:
+        # one byte holds columns 2j (low nibble) and 2j+1 (high): each byte is read once and
+        # the nibble planes multiply the even and odd columns of a, split from the whole
+        # tile in registers. (Two loads at stride 2 were 2-byte accesses that the pipeliner
+        # cannot stage, cp.async moving >= 4 bytes, so every K step waited on them; the
+        # split's halves land in the dot operand's layout, no shuffle: Triton 3.6 sm90 TTGIR.)
+        a_lo, a_hi = tl.split(tl.reshape(a, (a.shape[0], TILE_K // 2, 2)))
+        kb = k0 // 2 + tl.arange(0, TILE_K // 2)
+        ke = 2 * kb
+        raw = bq.to(tl.int32)
+        if WEIGHT == _W_FP4:  # e2m1 values: exact in fp32 and in bf16 / fp16 operands
+            b_lo = _decode_e2m1(raw & 0xF)
+            b_hi = _decode_e2m1(raw >> 4)
+            if WSCALE == _S_E4M3:  # columns 2j and 2j+1 share a block (even scale_cols)
+                kbs = kb if EVEN_K else tl.minimum(kb, (K - 1) // 2)
+                sw = _decode_e4m3(tl.load(s_rows[None, :] + (2 * kbs // scale_cols)[:, None]))
+                b_lo = b_lo * sw
+                b_hi = b_hi * sw
+        elif FAST_I4 == _I4_PAIRS:  # host: FAST_I4 on CUDA sm80+, SYM_ZERO 8
+            tl.static_assert(SYM_ZERO == 8)
+            b_lo, b_hi = _int4_pairs(bq, COMPUTE)
+        elif FAST_I4:  # host: symmetric, no act order, 16-bit activations, native dot
+            b_lo = _int4_magic(raw & 0xF, SYM_ZERO, COMPUTE)
+            b_hi = _int4_magic(raw >> 4, SYM_ZERO, COMPUTE)
+        else:
+            b_lo = _dequant(raw & 0xF, tl.minimum(ke, K - 1), k0, g_row, s_rows, z_rows,
+                            scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+            b_hi = _dequant(raw >> 4, tl.minimum(ke + 1, K - 1), k0, g_row, s_rows,
+                            z_rows, scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+        part = (_mma(a_lo, b_lo, ACT, DOT, COMPUTE, SWAP_AB)
+                + _mma(a_hi, b_hi, ACT, DOT, COMPUTE, SWAP_AB))
+    else:
+        if ACT == _A_FP8 or ACT == _A_FP8_G:
+            # e4m3 codes passed as their bytes: `other=0` is +0.0 (the interpreter
+            # cannot fill an fp8 load)
+            a = a.to(tl.float8e4nv, bitcast=True)
+        b = bq
+        if WEIGHT == _W_UINT8:
+            kk = k0 + tl.arange(0, TILE_K)
+            b = _dequant(b.to(tl.int32), tl.minimum(kk, K - 1), k0, g_row, s_rows, z_rows,
+                         scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+        part = _mma(a, b, ACT, DOT, COMPUTE, SWAP_AB)
+    # tile scales (rows of `part` are weight columns when SWAP_AB)
+    if ACT == _A_MX:
+        sa = tl.load(a_scale_ptr + a_rows * stride_asm + k0 // 32, mask=row_mask, other=0)
+        if SWAP_AB:
+            part = part * _decode_e8m0(sa)[None, :]
+        else:
+            part = part * _decode_e8m0(sa)[:, None]
+    elif ACT == _A_FP8_G:
+        sa = tl.load(a_scale_ptr + a_rows * stride_asm + k0 // ACT_GROUP, mask=row_mask,
+                     other=0.0)
+        if SWAP_AB:
+            part = part * sa[None, :]
+        else:
+            part = part * sa[:, None]
+    if WSCALE == _S_FLOAT or WSCALE == _S_E8M0:
+        col = k0 // scale_cols
+        if not EVEN_K:
+            col = tl.minimum(col, (K - 1) // scale_cols)
+        sw = tl.load(s_rows + col)
+        if WSCALE == _S_E8M0:
+            sw = _decode_e8m0(sw)
+        if SWAP_AB:
+            part = part * sw[:, None]
+        else:
+            part = part * sw[None, :]
+    return part
+
+
+@triton.jit
 def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
              K, scale_cols, stride_asm, K_SPLIT, PHASE: tl.constexpr, WEIGHT: tl.constexpr,
              WSCALE: tl.constexpr, ACT: tl.constexpr, HAS_ZERO: tl.constexpr,
              SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr, DOT: tl.constexpr,
              COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
-             FAST_I4: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_K: tl.constexpr):
+             FAST_I4: tl.constexpr, K_UNROLL: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
     hints hold): tile after tile in increasing k0, each tile's scales applied to its
-    partial product before it joins the sum."""
+    partial product before it joins the sum. K_UNROLL tiles per loop step (the host's
+    EVEN_K: every step's tiles lie inside the range; otherwise a tile at or past its end
+    loads zero activations and clamped weight rows, and adds an exact zero)."""
     if PHASE == _PARTIAL:
         k_lo = tl.program_id(2) * K_SPLIT
         k_hi = tl.minimum(k_lo + K_SPLIT, K)
@@ -270,80 +369,24 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        if WEIGHT == _W_INT4 or WEIGHT == _W_FP4:
-            # one byte holds columns 2j (low nibble) and 2j+1 (high): read each byte once and
-            # multiply the nibble planes by the even and odd columns of a
-            kh = tl.max_contiguous(tl.multiple_of(k0 // 2 + tl.arange(0, BLOCK_K // 2),
-                                                  BLOCK_K // 2), BLOCK_K // 2)
-            ke = 2 * kh
-            a_lo = tl.load(a_base + ke[None, :], mask=a_mask & (ke < K)[None, :], other=0)
-            a_hi = tl.load(a_base + ke[None, :] + 1, mask=a_mask & (ke + 1 < K)[None, :],
-                           other=0)
-            if EVEN_K:
-                kb = kh
-            else:
-                kb = tl.minimum(kh, (K - 1) // 2)
-            raw = tl.load(b_rows + kb[:, None]).to(tl.int32)
-            if WEIGHT == _W_FP4:  # e2m1 values: exact in fp32 and in bf16 / fp16 operands
-                b_lo = _decode_e2m1(raw & 0xF)
-                b_hi = _decode_e2m1(raw >> 4)
-                if WSCALE == _S_E4M3:  # columns 2j and 2j+1 share a block (even scale_cols)
-                    sw = _decode_e4m3(tl.load(s_rows[None, :] + (2 * kb // scale_cols)[:, None]))
-                    b_lo = b_lo * sw
-                    b_hi = b_hi * sw
-            elif FAST_I4 == _I4_PAIRS:  # host: FAST_I4 on CUDA sm80+, SYM_ZERO 8
-                tl.static_assert(SYM_ZERO == 8)
-                b_lo, b_hi = _int4_pairs(raw, COMPUTE)
-            elif FAST_I4:  # host: symmetric, no act order, 16-bit activations, native dot
-                b_lo = _int4_magic(raw & 0xF, SYM_ZERO, COMPUTE)
-                b_hi = _int4_magic(raw >> 4, SYM_ZERO, COMPUTE)
-            else:
-                b_lo = _dequant(raw & 0xF, tl.minimum(ke, K - 1), k0, g_row, s_rows, z_rows,
-                                scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
-                b_hi = _dequant(raw >> 4, tl.minimum(ke + 1, K - 1), k0, g_row, s_rows,
-                                z_rows, scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
-            part = (_mma(a_lo, b_lo, ACT, DOT, COMPUTE, SWAP_AB)
-                    + _mma(a_hi, b_hi, ACT, DOT, COMPUTE, SWAP_AB))
-        else:
+    NIBBLES: tl.constexpr = WEIGHT == _W_INT4 or WEIGHT == _W_FP4
+    BQ_K: tl.constexpr = BLOCK_K // 2 if NIBBLES else BLOCK_K  # weight tile rows as stored
+    for k_step in range(k_lo, k_hi, BLOCK_K * K_UNROLL):
+        for u in tl.static_range(K_UNROLL):
+            k0 = k_step + u * BLOCK_K
             kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K),
                                    BLOCK_K)
-            a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < K)[None, :], other=0)
-            if ACT == _A_FP8 or ACT == _A_FP8_G:
-                # e4m3 codes passed as their bytes: `other=0` is +0.0 (the interpreter
-                # cannot fill an fp8 load)
-                a = a.to(tl.float8e4nv, bitcast=True)
+            a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < k_hi)[None, :], other=0)
+            kq = tl.max_contiguous(tl.multiple_of(k0 * BQ_K // BLOCK_K + tl.arange(0, BQ_K),
+                                                  BQ_K), BQ_K)
             if EVEN_K:
-                b = tl.load(b_rows + kk[:, None])
-            else:
-                b = tl.load(b_rows + tl.minimum(kk, K - 1)[:, None])
-            if WEIGHT == _W_UINT8:
-                b = _dequant(b.to(tl.int32), tl.minimum(kk, K - 1), k0, g_row, s_rows, z_rows,
-                             scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
-            part = _mma(a, b, ACT, DOT, COMPUTE, SWAP_AB)
-        # tile scales (rows of `part` are weight columns when SWAP_AB)
-        if ACT == _A_MX:
-            sa = tl.load(a_scale_ptr + a_rows * stride_asm + k0 // 32, mask=row_mask, other=0)
-            if SWAP_AB:
-                part = part * _decode_e8m0(sa)[None, :]
-            else:
-                part = part * _decode_e8m0(sa)[:, None]
-        elif ACT == _A_FP8_G:
-            sa = tl.load(a_scale_ptr + a_rows * stride_asm + k0 // ACT_GROUP, mask=row_mask,
-                         other=0.0)
-            if SWAP_AB:
-                part = part * sa[None, :]
-            else:
-                part = part * sa[:, None]
-        if WSCALE == _S_FLOAT or WSCALE == _S_E8M0:
-            sw = tl.load(s_rows + k0 // scale_cols)
-            if WSCALE == _S_E8M0:
-                sw = _decode_e8m0(sw)
-            if SWAP_AB:
-                part = part * sw[:, None]
-            else:
-                part = part * sw[None, :]
-        acc += part
+                bq = tl.load(b_rows + kq[:, None])
+            else:  # rows clamp into the matrix: finite values, times zero activations
+                bq = tl.load(b_rows + tl.minimum(kq, (K - 1) * BQ_K // BLOCK_K)[:, None])
+            acc += _tile_part(a, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row,
+                              a_scale_ptr, scale_cols, stride_asm, WEIGHT, WSCALE, ACT,
+                              HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB,
+                              FAST_I4, BLOCK_K)
     if SWAP_AB:
         acc = tl.trans(acc)
     return acc
@@ -380,7 +423,7 @@ def moe_gemm_kernel(
     MUL_ROUTER: tl.constexpr,
     DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    K_UNROLL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -422,8 +465,8 @@ def moe_gemm_kernel(
         acc = _k_range(
             a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
             K, scale_cols, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
-            SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, BLOCK_M, BLOCK_N,
-            BLOCK_K)
+            SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, BLOCK_M,
+            BLOCK_N, BLOCK_K)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)
@@ -632,6 +675,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     assert sorted_ids.numel() % block_m == 0
     scale_cols = weights["scale_cols"] or K
     bk = weights_block_k(weights, config["BLOCK_K"], K, act)
+    unroll = config.get("K_UNROLL", 1)
     splits, k_split = weights_split_plan(weights, config, K, act)
     c16 = weights["constexprs"]
     fast_i4 = (config.get("FAST_I4", False) and weights["kind"] == W_INT4 and act == A16
@@ -656,8 +700,9 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             PHASE=phase,
             A_ROW_DIV=a_row_div, ACT=act, HAS_GSCALE=a_gscale is not None,
             MUL_ROUTER=router is not None, DOT=weights["dot"], FIX_BF16=fix_bf16(c.dtype),
-            EVEN_K=K % bk == 0, EVEN_N=N % config["BLOCK_N"] == 0,
-            SWAP_AB=config.get("SWAP_AB", False), FAST_I4=fast_i4,
+            EVEN_K=K % (bk * unroll) == 0 and (splits == 1 or k_split % (bk * unroll) == 0),
+            EVEN_N=N % config["BLOCK_N"] == 0,
+            SWAP_AB=config.get("SWAP_AB", False), FAST_I4=fast_i4, K_UNROLL=unroll,
             BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], BLOCK_K=bk,
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **weights["constexprs"],

@@ -36,7 +36,8 @@ from . import configs
 Timer = Callable[[Callable[[], object], dict], float]
 
 GRID = {"BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256), "num_warps": (4, 8),
-        "num_stages": (2, 3, 4), "SWAP_AB": (False, True), "SPLIT_K": (1, 2, 4, 8)}
+        "num_stages": (2, 3, 4), "SWAP_AB": (False, True), "SPLIT_K": (1, 2, 4, 8),
+        "K_UNROLL": (1, 2)}
 SMALL_GRID_WAVES = 2  # SPLIT_K is tried when a GEMM has fewer programs than this x SMs
 MAX_ROUNDS = 4
 WIDE_BLOCK_M = 64  # tried beside 16 when an expert averages this many rows or more
@@ -144,7 +145,7 @@ class LayerStage:
         splits, _ = fused_moe.weights_split_plan(w, config, K, self.act)
         return (config["BLOCK_M"], config["BLOCK_N"], bk, config["num_warps"],
                 config["num_stages"], bool(config.get("SWAP_AB")),
-                bool(config.get("FAST_I4")), splits)
+                bool(config.get("FAST_I4")), splits, config.get("K_UNROLL", 1))
 
     def programs(self, gemm: int, config: dict) -> int:
         """The GEMM's grid for these rows: row blocks that hold rows x column blocks."""

@@ -26,7 +26,8 @@ KEY = configs.LayerKey("W_INT4", "A16", 8, (256, 128), (128, 128))
 
 def _cfg(block_m=16, **kw):
     return {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4,
-            "num_stages": 3, "SWAP_AB": False, "FAST_I4": True, "SPLIT_K": 1, **kw}
+            "num_stages": 3, "SWAP_AB": False, "FAST_I4": True, "SPLIT_K": 1, "K_UNROLL": 1,
+            **kw}
 
 
 def _write(tmp_path, table, device="h100-80gb-hbm3"):
@@ -75,13 +76,14 @@ def test_round_trip_and_nearest_bucket(tmp_path):
     assert configs.lookup(configs.read_table(path), other, 8) is None
 
 
-def test_split_k_round_trips_and_reads_as_one_where_a_file_lacks_it(tmp_path):
-    table = {KEY: {8: (_cfg(SPLIT_K=4), _cfg(SPLIT_K=2))}}
+def test_split_k_and_unroll_round_trip_and_read_as_one_where_a_file_lacks_them(tmp_path):
+    table = {KEY: {8: (_cfg(SPLIT_K=4, K_UNROLL=2), _cfg(SPLIT_K=2))}}
     path = _write(tmp_path, table)
     assert configs.read_table(path) == table
     data = json.loads(path.read_text())
-    for gemm in ("gemm1", "gemm2"):  # a file written before split-K
+    for gemm in ("gemm1", "gemm2"):  # a file written before split-K and unrolling
         del data["layers"][0]["buckets"]["8"][gemm]["SPLIT_K"]
+        del data["layers"][0]["buckets"]["8"][gemm]["K_UNROLL"]
     path.write_text(json.dumps(data))
     assert configs.read_table(path) == {KEY: {8: (_cfg(), _cfg())}}
     assert configs.complete({**_cfg(), "SPLIT_K": 8})["SPLIT_K"] == 8
@@ -120,6 +122,8 @@ def _entry_file(tmp_path, mutate):
      r"layers\[0\].buckets\[8\].gemm1.SPLIT_K: expected a power of two, got 3"),
     (lambda d: d["layers"][0]["buckets"]["8"]["gemm2"].update(SPLIT_K="2"),
      r"layers\[0\].buckets\[8\].gemm2.SPLIT_K: expected a int, got '2'"),
+    (lambda d: d["layers"][0]["buckets"]["8"]["gemm2"].update(K_UNROLL=0),
+     r"layers\[0\].buckets\[8\].gemm2.K_UNROLL: expected >= 1, got 0"),
     (lambda d: d["layers"][0]["buckets"].update({"12": {}}),
      r"layers\[0\].buckets: expected power-of-two row counts as keys, got '12'"),
     (lambda d: d["layers"][0].update(gemm2=[128]), r"layers\[0\].gemm2: expected \[N, K\]"),
