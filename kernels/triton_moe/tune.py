@@ -8,8 +8,8 @@ Search: hill climbing on a grid (GRID), from the heuristic default (`fused_moe.p
 each round tries every configuration one grid step away in one field and moves to the fastest
 if it beats the current one; it stops when none does (at most MAX_ROUNDS). A full grid is
 ~150 configurations per GEMM, each a JIT compile of about a second; the climb tries ~10-25.
-Prior knowledge (pick_config's docstring, H100) prunes the grid: BLOCK_M 16 unless an expert
-gets >= 64 rows on average (then 64 too), SWAP_AB only with <= 16 rows per expert, FAST_I4
+Prior knowledge (pick_config's docstring, H100) prunes the grid: BLOCK_M 16, and 32 or 64 too
+when an expert gets half that many rows on average, SWAP_AB only with <= 16 rows per expert, FAST_I4
 always on (the kernel uses it only where it applies), SPLIT_K > 1 only for a GEMM whose
 default grid has fewer programs than SMALL_GRID_WAVES x the device's SMs (too few to keep the
 GPU's memory system busy; more split the work and add a workspace round trip for nothing).
@@ -40,7 +40,7 @@ GRID = {"BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256), "num_warps": (
         "K_UNROLL": (1, 2)}
 SMALL_GRID_WAVES = 2  # SPLIT_K is tried when a GEMM has fewer programs than this x SMs
 MAX_ROUNDS = 4
-WIDE_BLOCK_M = 64  # tried beside 16 when an expert averages this many rows or more
+WIDER_BLOCK_MS = (32, 64)  # tried beside 16 (block_ms)
 SWAP_MAX_ROWS = 16  # SWAP_AB is tried up to this many rows per expert
 # fp32 unit roundoff for round-to-nearest is 2^-24; tensor cores may truncate partial sums
 # inside an MMA (chopping: 2^-23)
@@ -290,8 +290,11 @@ def device_sm_count() -> int | None:
 
 
 def block_ms(rows_per_expert: float, default: int) -> list[int]:
-    return [default] + ([WIDE_BLOCK_M] if rows_per_expert >= WIDE_BLOCK_M
-                        and default != WIDE_BLOCK_M else [])
+    """The BLOCK_M candidates: the default, and each wider one that an expert's rows on
+    average fill at least half of (a row block decodes its weight tiles once for all its
+    rows; experts' counts spread around the average)."""
+    return [default] + [bm for bm in WIDER_BLOCK_MS
+                        if rows_per_expert >= bm / 2 and bm != default]
 
 
 def climb(evaluate: Callable[[dict], float | None], start: dict, grid: dict,

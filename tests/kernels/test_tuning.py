@@ -308,8 +308,8 @@ def test_tune_layer_rejects_a_planted_wrong_config():
 
 
 def test_tune_layer_gives_both_gemms_one_block_m():
-    """Wide rows per expert try BLOCK_M 64 beside 16: GEMM1 gains more from 64 than GEMM2
-    loses, so both get 64 (GEMM2 alone would keep 16)."""
+    """Wide rows per expert try BLOCK_M 32 and 64 beside 16: GEMM1 gains more from 64 than
+    GEMM2 loses, so both get 64 (GEMM2 alone would keep 16)."""
     stage = FakeStage(rows_per_expert=64)
 
     def timer(run, config):
@@ -319,8 +319,11 @@ def test_tune_layer_gives_both_gemms_one_block_m():
 
     choice = tune.tune_layer(stage, timer, GRID)
     assert [c["BLOCK_M"] for c in choice.configs] == [64, 64]
-    assert {c["BLOCK_M"] for _, c in stage.runs} == {16, 64}
+    assert {c["BLOCK_M"] for _, c in stage.runs} == {16, 32, 64}
     assert tune.block_ms(4.0, 16) == [16]  # few rows per expert: 16 only
+    assert tune.block_ms(16.0, 16) == [16, 32]  # half of 32
+    assert tune.block_ms(31.0, 16) == [16, 32]
+    assert tune.block_ms(32.0, 64) == [64, 32]
 
 
 def test_tune_layer_keeps_the_default_when_nothing_is_faster():
