@@ -55,6 +55,13 @@ block) adds the splits in order 0, 1, ... and runs the epilogue above, the one c
 both modes share. No atomics: the sum order is fixed, so runs are bit-identical; against
 SPLIT_K = 1 only the association of the fp32 sum differs. FULL (SPLIT_K = 1) is the
 one-launch kernel, unchanged.
+
+K_UNROLL (config, >= 1): that many BLOCK_K tiles per K-loop step, each with its own loads,
+product and scales, added in the same order: the same bits as one tile per step, with half
+(or less) of the loop's per-step costs (its waits and barriers: int4 g128 at DeepSeek-V3
+GEMM1 went from 63 to 73-76% of the memory floor on an H100, docs/speed.md "Change 4"). A
+step's tile at or past its range's end (K, or the split's end) loads zero activations and
+clamped weight rows: it adds an exact zero.
 """
 
 from __future__ import annotations
@@ -521,6 +528,19 @@ def pick_config(num_rows: int, num_experts: int, N: int, K: int) -> dict:
             "FAST_I4": True}
 
 
+def default_configs(num_rows: int, num_experts: int, weight: int, gemm1: tuple[int, int],
+                    gemm2: tuple[int, int]) -> tuple[dict, dict]:
+    """Both GEMMs' heuristic configs (`pick_config`), int4 weights with two tiles per K step
+    from 16 rows on: int4 g128 gained up to 1.2x on an H100 (DeepSeek-V3, Mixtral and Qwen3
+    GEMM1 at 16 and 64 tokens; never slower beyond noise) where int8 lost up to 1.2x
+    (docs/speed.md, "Change 4")."""
+    chosen = (pick_config(num_rows, num_experts, *gemm1),
+              pick_config(num_rows, num_experts, *gemm2))
+    if weight == W_INT4 and num_rows >= 16:
+        chosen = tuple({**c, "K_UNROLL": 2} for c in chosen)
+    return chosen
+
+
 def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
                  gemm1: tuple[int, int], gemm2: tuple[int, int]) -> tuple[dict, dict]:
     """Both GEMMs' configs of one layer (gemm1/gemm2: their (N, K)): the device's tuned file
@@ -533,8 +553,7 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
                                tuple(gemm1), tuple(gemm2))
         chosen = configs.tuned_configs(key, num_rows)
     if chosen is None:
-        chosen = (pick_config(num_rows, num_experts, *gemm1),
-                  pick_config(num_rows, num_experts, *gemm2))
+        chosen = default_configs(num_rows, num_experts, weight, gemm1, gemm2)
     forced = configs.forced_split_k()
     if forced is not None:
         chosen = tuple({**c, "SPLIT_K": forced} for c in chosen)
