@@ -179,6 +179,35 @@ def _int4_magic(nib, SYM_ZERO: tl.constexpr, COMPUTE: tl.constexpr):
         return v - (1024.0 + SYM_ZERO)
 
 
+def _int4_pairs_asm(magic: int, one: int, offset: int, fma: str) -> str:
+    """`_int4_pairs`' PTX for one 16-bit dtype: its magic number (the exponent that makes
+    the mantissa's low bits an integer), 1.0 and -(magic + 8), each as a packed pair, and
+    its packed fma."""
+    lop = f"0x000F000F, 0x{magic:04X}{magic:04X}, 0xEA"
+    return f"""{{
+            .reg .b32 t<2>, u<2>, one, off;
+            prmt.b32 t0, $4, 0, 0x4140;
+            prmt.b32 t1, $4, 0, 0x4342;
+            mov.b32 one, 0x{one:04X}{one:04X};
+            mov.b32 off, 0x{offset:04X}{offset:04X};
+            lop3.b32 $0, t0, {lop};
+            lop3.b32 $1, t1, {lop};
+            shr.u32 u0, t0, 4;
+            shr.u32 u1, t1, 4;
+            lop3.b32 $2, u0, {lop};
+            lop3.b32 $3, u1, {lop};
+            {fma} $0, $0, one, off;
+            {fma} $1, $1, one, off;
+            {fma} $2, $2, one, off;
+            {fma} $3, $3, one, off;
+            }}"""
+
+
+# bf16: magic 128 (0x4300), offset -136; fp16: magic 1024 (0x6400), offset -1032
+_I4_PAIRS_BF16 = tl.constexpr(_int4_pairs_asm(0x4300, 0x3F80, 0xC308, "fma.rn.bf16x2"))
+_I4_PAIRS_FP16 = tl.constexpr(_int4_pairs_asm(0x6400, 0x3C00, 0xE408, "fma.rn.f16x2"))
+
+
 @triton.jit
 def _int4_pairs(raw, COMPUTE: tl.constexpr):
     """Bytes [0, 255] (uint8) -> (low nibble - 8, high nibble - 8) in the compute dtype,
@@ -186,53 +215,18 @@ def _int4_pairs(raw, COMPUTE: tl.constexpr):
     only, the host decides): bytes 0 and 1 spread into the two 16-bit halves of one
     register, bytes 2 and 3 of another (prmt), each nibble plane ORed into the mantissa of
     the magic number (lop3: magic + nibble, exact) and magic + 8 subtracted by one packed
-    fma (exact: small integers). The same values as _int4_magic in about a quarter of the
-    instructions: with 16-bit activations the int4 tile's decode, not DRAM, bounded the
-    kernel (int8 weights reached 85-92% of the memory floor where int4 reached 53%). Bytes
-    taken one per register instead cost Triton a byte extract each before the asm (128 of
-    the K loop's 438 sm90 SASS instructions were PRMT)."""
+    fma (exact: small integers). The same values as _int4_magic in fewer instructions; the
+    decode was measured not to bound the kernel (docs/speed.md). Bytes taken one per
+    register instead cost Triton a byte extract each before the asm (128 of the K loop's 438
+    sm90 SASS instructions were PRMT)."""
     if COMPUTE == tl.bfloat16:
         return tl.inline_asm_elementwise(
-            asm="""{
-            .reg .b32 t<2>, u<2>, one, off;
-            prmt.b32 t0, $4, 0, 0x4140;
-            prmt.b32 t1, $4, 0, 0x4342;
-            mov.b32 one, 0x3F803F80;
-            mov.b32 off, 0xC308C308;
-            lop3.b32 $0, t0, 0x000F000F, 0x43004300, 0xEA;
-            lop3.b32 $1, t1, 0x000F000F, 0x43004300, 0xEA;
-            shr.u32 u0, t0, 4;
-            shr.u32 u1, t1, 4;
-            lop3.b32 $2, u0, 0x000F000F, 0x43004300, 0xEA;
-            lop3.b32 $3, u1, 0x000F000F, 0x43004300, 0xEA;
-            fma.rn.bf16x2 $0, $0, one, off;
-            fma.rn.bf16x2 $1, $1, one, off;
-            fma.rn.bf16x2 $2, $2, one, off;
-            fma.rn.bf16x2 $3, $3, one, off;
-            }""",
-            constraints="=r,=r,=r,=r,r", args=[raw], dtype=(tl.bfloat16, tl.bfloat16),
-            is_pure=True, pack=4)
+            asm=_I4_PAIRS_BF16, constraints="=r,=r,=r,=r,r", args=[raw],
+            dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
     else:
         return tl.inline_asm_elementwise(
-            asm="""{
-            .reg .b32 t<2>, u<2>, one, off;
-            prmt.b32 t0, $4, 0, 0x4140;
-            prmt.b32 t1, $4, 0, 0x4342;
-            mov.b32 one, 0x3C003C00;
-            mov.b32 off, 0xE408E408;
-            lop3.b32 $0, t0, 0x000F000F, 0x64006400, 0xEA;
-            lop3.b32 $1, t1, 0x000F000F, 0x64006400, 0xEA;
-            shr.u32 u0, t0, 4;
-            shr.u32 u1, t1, 4;
-            lop3.b32 $2, u0, 0x000F000F, 0x64006400, 0xEA;
-            lop3.b32 $3, u1, 0x000F000F, 0x64006400, 0xEA;
-            fma.rn.f16x2 $0, $0, one, off;
-            fma.rn.f16x2 $1, $1, one, off;
-            fma.rn.f16x2 $2, $2, one, off;
-            fma.rn.f16x2 $3, $3, one, off;
-            }""",
-            constraints="=r,=r,=r,=r,r", args=[raw], dtype=(tl.float16, tl.float16),
-            is_pure=True, pack=4)
+            asm=_I4_PAIRS_FP16, constraints="=r,=r,=r,=r,r", args=[raw],
+            dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
 
 
 @triton.jit
