@@ -1,6 +1,11 @@
 """Hypothesis profiles: "ci" (derandomized, reproducible) when CI is set, else "dev" (random).
 Under pytest-xdist each worker gets its share of the cores: two workers with full torch thread
-pools on two cores spend more time contending than computing on the tests' small tensors."""
+pools on two cores spend more time contending than computing on the tests' small tensors.
+Without a GPU every Triton kernel runs interpreted, so the kernel modules (and triton.language
+with them) are defined for the interpreter before any test module imports them: a module
+collected first that imported them compiled left triton.language's own jit helpers compiled,
+which the interpreter cannot call (`interpret.CompiledLanguageError`), and which tests failed
+depended on the collection order."""
 
 import os
 
@@ -9,6 +14,11 @@ import torch
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     torch.set_num_threads(max(1, (os.cpu_count() or 1)
                               // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
+if not torch.cuda.is_available():
+    from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
+
+    load_interpreted_kernels()
 
 from hypothesis import settings
 

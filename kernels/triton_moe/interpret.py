@@ -22,11 +22,34 @@ def _is_interpreted(module) -> bool:
                ("JITFunction", "InterpretedFunction"))
 
 
+class CompiledLanguageError(RuntimeError):
+    """triton.language's own jit helpers were defined compiled in this process."""
+
+
+def _check_language_interpretable() -> None:
+    """Triton 3.9 defines some of triton.language's helpers (tl.zeros, tl.sum, ...) with
+    @triton.jit, when triton.language is first imported: if that import ran compiled, the
+    interpreter cannot call them ("Cannot call @triton.jit'd outside of the scope of a
+    kernel") and no reload of moecert's modules helps."""
+    import triton
+    import triton.language as tl
+
+    if type(getattr(tl, "zeros", None)).__name__ == "JITFunction":
+        raise CompiledLanguageError(
+            "triton.language was imported compiled (TRITON_INTERPRET unset) before the triton "
+            f"backend was loaded for the interpreter: triton {triton.__version__} cannot "
+            "interpret kernels that call its compiled helpers (tl.zeros). Load the kernels "
+            "with load_interpreted_kernels() before anything imports triton.language, or set "
+            "TRITON_INTERPRET=1 for the whole process.")
+
+
 def load_interpreted_kernels() -> None:
-    """Define every kernel module of the triton backend for the interpreter."""
+    """Define every kernel module of the triton backend for the interpreter; raises
+    CompiledLanguageError when triton.language itself was defined compiled first."""
     before = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     try:
+        _check_language_interpretable()
         for name in _MODULES:
             full = f"{__package__}.{name}"
             module = sys.modules.get(full)
