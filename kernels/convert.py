@@ -95,10 +95,16 @@ def convert_to_kernel_format(layer: MoELayer) -> None:
     layer.meta.update(meta)
 
 
-def export_canonical(layer: MoELayer) -> dict[str, ExportedLinear]:
-    """The processed layer's weights read back out of the common kernel format."""
-    return {p: (_export_int(layer, p) if layer.quant.is_int_family else _export_dense(layer, p))
-            for p in PREFIXES}
+def export_canonical(layer: MoELayer, stored: dict[str, torch.Tensor] | None = None
+                     ) -> dict[str, ExportedLinear]:
+    """The processed layer's weights read back out of the common kernel format; `stored`
+    names buffers in that format that a backend keeps in a layout of its own (the Triton
+    backend's tiled int4 codes, untiled)."""
+    def get(name):
+        return stored[name] if stored and name in stored else layer.get(name)
+
+    return {p: (_export_int(layer, p, get) if layer.quant.is_int_family
+                else _export_dense(layer, p)) for p in PREFIXES}
 
 
 # --- integer families -----------------------------------------------------------------------
@@ -256,11 +262,11 @@ def _check_scales(name: str, s: torch.Tensor) -> None:
         raise BackendError(name, "finite scales > 0", f"{int(bad.sum())} bad entries")
 
 
-def _export_int(layer: MoELayer, p: str) -> ExportedLinear:
+def _export_int(layer: MoELayer, p: str, get) -> ExportedLinear:
     n_in = linear_dims(layer, p)[1]
     bits = layer.meta["bits"]
     half = 1 << (bits - 1)
-    q = layer.get(f"{p}_q")
+    q = get(f"{p}_q")
     u = unpack_nibbles(q, n_in) if bits == 4 else q
     zeros = None
     if layer.has(f"{p}_zp"):

@@ -65,12 +65,17 @@ class TritonBackend(BaseBackend):
                 layer.put(f"{p}_s", s / factor)  # exact: a power of two
                 layer.put(gscale, torch.tensor([factor], dtype=torch.float32,
                                                 device=layer.device))
+        _tile_weights(layer)
         layer.meta["triton_plan"] = _build_plan(layer)
 
     def canonical_weights(self, layer: MoELayer) -> dict[str, ExportedLinear]:
-        from ..convert import export_canonical
+        from ..convert import PREFIXES, export_canonical
+        from .fused_moe import untile_weights
 
-        exported = export_canonical(layer)
+        # the codes as the common kernel format holds them, out of the kernel's tiles
+        plain = {f"{p}_q": untile_weights(layer.get(f"{p}_q")) for p in PREFIXES
+                 if layer.has(f"{p}_q") and layer.get(f"{p}_q").dim() == 5}
+        exported = export_canonical(layer, plain)
         if layer.quant.info.family == "w4a8":
             for p, gscale in (("w13", "a1_gscale"), ("w2", "a2_gscale")):
                 factor = layer.get(gscale).to(torch.float64)
@@ -133,6 +138,21 @@ class TritonBackend(BaseBackend):
             out.copy_(y.view(out.shape))
         else:
             out.copy_(y.view(rows_out, -1, K).sum(1).view(out.shape))
+
+
+def _tile_weights(layer: MoELayer) -> None:
+    """Integer codes into the kernel's tiled layout where it has one (fused_moe.weight_tile):
+    the layer keeps one copy of the weights, `canonical_weights` reads them back out."""
+    from ..convert import PREFIXES
+    from . import fused_moe
+
+    if not layer.quant.is_int_family or layer.meta["bits"] != 4:
+        return
+    for p in PREFIXES:
+        q = layer.get(f"{p}_q")
+        tile = fused_moe.weight_tile(fused_moe.W_INT4, q)
+        if tile is not None:
+            layer.put(f"{p}_q", fused_moe.tile_weights(q, *tile))
 
 
 def _plan(layer: MoELayer) -> dict:

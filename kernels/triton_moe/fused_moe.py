@@ -148,13 +148,14 @@ def _decode_e2m1(nib):
 
 
 @triton.jit
-def _dequant(codes, cols, k0, g_row, s_rows, z_rows, scale_cols, HAS_G_IDX: tl.constexpr,
+def _dequant(codes, cols, k0, g_row, s_rows, z_rows, scale_cols, stride_sk,
+             HAS_G_IDX: tl.constexpr,
              HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr):
     """Integer codes [BK, BN] -> codes - zero (exact small integers), or with act order the
     dequantized fp32 weights (the group changes from column to column)."""
     if HAS_G_IDX:
         g = tl.load(g_row + cols)
-        s = tl.load(s_rows[None, :] + g[:, None])
+        s = tl.load(s_rows[None, :] + g[:, None] * stride_sk)
         if HAS_ZERO:
             codes = codes - tl.load(z_rows[None, :] + g[:, None]).to(tl.int32)
         else:
@@ -265,7 +266,7 @@ def _dot(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr):
 
 @triton.jit
 def _tile_part(a, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_ptr,
-               scale_cols, stride_asm, WEIGHT: tl.constexpr, WSCALE: tl.constexpr,
+               scale_cols, stride_sk, stride_asm, WEIGHT: tl.constexpr, WSCALE: tl.constexpr,
                ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
                HAS_G_IDX: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
                EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
@@ -290,7 +291,8 @@ def _tile_part(a, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_pt
             b_hi = _decode_e2m1(raw >> 4)
             if WSCALE == _S_E4M3:  # columns 2j and 2j+1 share a block (even scale_cols)
                 kbs = kb if EVEN_K else tl.minimum(kb, (K - 1) // 2)
-                sw = _decode_e4m3(tl.load(s_rows[None, :] + (2 * kbs // scale_cols)[:, None]))
+                sw = _decode_e4m3(tl.load(s_rows[None, :]
+                                             + (2 * kbs // scale_cols * stride_sk)[:, None]))
                 b_lo = b_lo * sw
                 b_hi = b_hi * sw
         elif FAST_I4 == _I4_PAIRS:  # host: FAST_I4 on CUDA sm80+, SYM_ZERO 8
@@ -301,9 +303,9 @@ def _tile_part(a, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_pt
             b_hi = _int4_magic(raw >> 4, SYM_ZERO, COMPUTE)
         else:
             b_lo = _dequant(raw & 0xF, tl.minimum(ke, K - 1), k0, g_row, s_rows, z_rows,
-                            scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+                            scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
             b_hi = _dequant(raw >> 4, tl.minimum(ke + 1, K - 1), k0, g_row, s_rows,
-                            z_rows, scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+                            z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
         part = (_mma(a_lo, b_lo, ACT, DOT, COMPUTE, SWAP_AB)
                 + _mma(a_hi, b_hi, ACT, DOT, COMPUTE, SWAP_AB))
     else:
@@ -315,7 +317,7 @@ def _tile_part(a, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_pt
         if WEIGHT == _W_UINT8:
             kk = k0 + tl.arange(0, TILE_K)
             b = _dequant(b.to(tl.int32), tl.minimum(kk, K - 1), k0, g_row, s_rows, z_rows,
-                         scale_cols, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+                         scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
         part = _mma(a, b, ACT, DOT, COMPUTE, SWAP_AB)
     # tile scales (rows of `part` are weight columns when SWAP_AB)
     if ACT == _A_MX:
@@ -335,7 +337,7 @@ def _tile_part(a, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_pt
         col = k0 // scale_cols
         if not EVEN_K:
             col = tl.minimum(col, (K - 1) // scale_cols)
-        sw = tl.load(s_rows + col)
+        sw = tl.load(s_rows + col * stride_sk)
         if WSCALE == _S_E8M0:
             sw = _decode_e8m0(sw)
         if SWAP_AB:
@@ -347,12 +349,14 @@ def _tile_part(a, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_pt
 
 @triton.jit
 def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
-             K, scale_cols, stride_asm, K_SPLIT, PHASE: tl.constexpr, WEIGHT: tl.constexpr,
+             K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE: tl.constexpr,
+             WEIGHT: tl.constexpr,
              WSCALE: tl.constexpr, ACT: tl.constexpr, HAS_ZERO: tl.constexpr,
              SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr, DOT: tl.constexpr,
              COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
-             FAST_I4: tl.constexpr, K_UNROLL: tl.constexpr, BLOCK_M: tl.constexpr,
-             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+             FAST_I4: tl.constexpr, K_UNROLL: tl.constexpr, WT_N: tl.constexpr,
+             WT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
     hints hold): tile after tile in increasing k0, each tile's scales applied to its
@@ -372,20 +376,23 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     NIBBLES: tl.constexpr = WEIGHT == _W_INT4 or WEIGHT == _W_FP4
     BQ_K: tl.constexpr = BLOCK_K // 2 if NIBBLES else BLOCK_K  # weight tile rows as stored
+    RUN: tl.constexpr = min(BQ_K, WT_K) if WT_K else BQ_K  # contiguous stored columns
     for k_step in range(k_lo, k_hi, BLOCK_K * K_UNROLL):
         for u in tl.static_range(K_UNROLL):
             k0 = k_step + u * BLOCK_K
             kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K),
                                    BLOCK_K)
             a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < k_hi)[None, :], other=0)
-            kq = tl.max_contiguous(tl.multiple_of(k0 * BQ_K // BLOCK_K + tl.arange(0, BQ_K),
-                                                  BQ_K), BQ_K)
-            if EVEN_K:
-                bq = tl.load(b_rows + kq[:, None])
-            else:  # rows clamp into the matrix: finite values, times zero activations
-                bq = tl.load(b_rows + tl.minimum(kq, (K - 1) * BQ_K // BLOCK_K)[:, None])
+            kq = k0 * BQ_K // BLOCK_K + tl.arange(0, BQ_K)
+            if not EVEN_K:  # rows clamp into the matrix: finite values, times zero activations
+                kq = tl.minimum(kq, (K - 1) * BQ_K // BLOCK_K)
+            if WT_K != 0:  # tiled weights (describe_weights): WT_K stored columns per tile row
+                kq = (kq // WT_K) * (WT_N * WT_K) + kq % WT_K
+            if EVEN_K:  # (a clamped tile's offsets are neither aligned nor contiguous)
+                kq = tl.max_contiguous(tl.multiple_of(kq, RUN), RUN)
+            bq = tl.load(b_rows + kq[:, None])
             acc += _tile_part(a, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row,
-                              a_scale_ptr, scale_cols, stride_asm, WEIGHT, WSCALE, ACT,
+                              a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT, WSCALE, ACT,
                               HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB,
                               FAST_I4, BLOCK_K)
     if SWAP_AB:
@@ -414,7 +421,8 @@ def moe_gemm_kernel(
     # dimensions
     N, K, num_rows, scale_rows, scale_cols, gscale_rows, num_splits, K_SPLIT,
     # strides (elements; the last dimension of every tensor is contiguous)
-    stride_am, stride_asm, stride_be, stride_bn, stride_se, stride_sn, stride_ze, stride_zn,
+    stride_am, stride_asm, stride_be, stride_bn, stride_se, stride_sn, stride_sk, stride_ze,
+    stride_zn,
     stride_ge, stride_biase, stride_gse, stride_cm, stride_ws,
     # meta-parameters
     PHASE: tl.constexpr,
@@ -424,7 +432,8 @@ def moe_gemm_kernel(
     MUL_ROUTER: tl.constexpr,
     DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
-    K_UNROLL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    K_UNROLL: tl.constexpr, WT_N: tl.constexpr, WT_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -450,7 +459,11 @@ def moe_gemm_kernel(
         offs_bn = tl.minimum(offs_n, N - 1).to(tl.int64)
     a_base = a_ptr + a_rows[:, None] * stride_am
     a_mask = row_mask[:, None]
-    b_rows = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn
+    if WT_K == 0:
+        b_rows = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn
+    else:  # stride_bn steps one tile of WT_N rows
+        b_rows = (b_ptr + expert * stride_be + (offs_bn // WT_N)[None, :] * stride_bn
+                  + (offs_bn % WT_N)[None, :] * WT_K)
     s_rows = b_scale_ptr + expert * stride_se + (offs_bn // scale_rows) * stride_sn
     z_rows = b_zero_ptr + expert * stride_ze + offs_bn * stride_zn
     g_row = g_idx_ptr + expert * stride_ge
@@ -465,9 +478,9 @@ def moe_gemm_kernel(
     else:
         acc = _k_range(
             a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
-            K, scale_cols, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
-            SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, BLOCK_M,
-            BLOCK_N, BLOCK_K)
+            K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
+            SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N, WT_K,
+            BLOCK_M, BLOCK_N, BLOCK_K)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)
@@ -522,17 +535,13 @@ def pick_config(num_rows: int, num_experts: int, N: int, K: int) -> dict:
             "FAST_I4": True}
 
 
-def default_configs(num_rows: int, num_experts: int, weight: int, gemm1: tuple[int, int],
+def default_configs(num_rows: int, num_experts: int, gemm1: tuple[int, int],
                     gemm2: tuple[int, int]) -> tuple[dict, dict]:
-    """Both GEMMs' heuristic configs (`pick_config`), int4 weights with two tiles per K step
-    from 16 rows on: int4 g128 gained up to 1.2x on an H100 (DeepSeek-V3, Mixtral and Qwen3
-    GEMM1 at 16 and 64 tokens; never slower beyond noise) where int8 lost up to 1.2x
-    (docs/speed.md, "Change 4")."""
-    chosen = (pick_config(num_rows, num_experts, *gemm1),
-              pick_config(num_rows, num_experts, *gemm2))
-    if weight == W_INT4 and num_rows >= 16:
-        chosen = tuple({**c, "K_UNROLL": 2} for c in chosen)
-    return chosen
+    """Both GEMMs' heuristic configs (`pick_config`), one tile per K step. (Two tiles per
+    step gained int4 g128 up to 1.2x on the plain layout; on the tiled int4 layout one tile
+    per step was faster for 9 of 10 GEMMs measured, up to 1.1x: docs/speed.md, "Change 5".)"""
+    return (pick_config(num_rows, num_experts, *gemm1),
+            pick_config(num_rows, num_experts, *gemm2))
 
 
 def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
@@ -547,7 +556,7 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
                                tuple(gemm1), tuple(gemm2))
         chosen = configs.tuned_configs(key, num_rows)
     if chosen is None:
-        chosen = default_configs(num_rows, num_experts, weight, gemm1, gemm2)
+        chosen = default_configs(num_rows, num_experts, gemm1, gemm2)
     forced = configs.forced_split_k()
     if forced is not None:
         chosen = tuple({**c, "SPLIT_K": forced} for c in chosen)
@@ -606,14 +615,18 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     arguments (placeholders for absent tensors are never read: constexpr-disabled).
     `scale_kind` says how `s` is stored (S_FLOAT, S_E8M0, S_E4M3 as uint8 bytes); with act
     order the scales are applied per column inside the tile, not to the partial sum.
-    `gscale` fp32 [E, G]: global multipliers of G equal row blocks (w13 shards)."""
-    assert q.is_contiguous()
+    `gscale` fp32 [E, G]: global multipliers of G equal row blocks (w13 shards).
+    q is [E, N, stored K], or tiled as `tile_weights` stores it ([E, N / rows, stored K /
+    cols, rows, cols]); `s` may be any strided view."""
+    assert q.is_contiguous() and q.dim() in (3, 5)
+    wt_n, wt_k = q.shape[3:] if q.dim() == 5 else (0, 0)
+    n_rows = q.shape[1] * q.shape[3] if q.dim() == 5 else q.shape[1]
     assert scale_kind != S_E4M3 or (kind == W_FP4 and s.dtype == torch.uint8
                                     and scale_cols % 2 == 0)
     dummy = q
     wscale = S_NONE if s is None or g_idx is not None else scale_kind
     return {
-        "kind": kind, "q": q, "N": q.shape[1], "compute": compute,
+        "kind": kind, "q": q, "N": n_rows, "compute": compute,
         "scale_cols": scale_cols,  # None: no scale, or one per row (the whole K)
         "dot": dot_mode(kind, q.dtype, compute, g_idx is not None),
         "args": (q, s if s is not None else dummy, zp if zp is not None else dummy,
@@ -621,18 +634,53 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                  gscale if gscale is not None else dummy),
         "strides": (q.stride(0), q.stride(1),
                     s.stride(0) if s is not None else 0, s.stride(1) if s is not None else 0,
+                    s.stride(2) if s is not None and s.dim() > 2 else 1,
                     zp.stride(0) if zp is not None else 0, zp.stride(1) if zp is not None else 0,
                     g_idx.stride(0) if g_idx is not None else 0,
                     bias.stride(0) if bias is not None else 0,
                     gscale.stride(0) if gscale is not None else 0),
         "scale_rows": scale_rows,
-        "gscale_rows": q.shape[1] // gscale.shape[1] if gscale is not None else 1,
+        "gscale_rows": n_rows // gscale.shape[1] if gscale is not None else 1,
         "constexprs": {"WEIGHT": kind, "WSCALE": wscale, "HAS_ZERO": zp is not None,
                        "SYM_ZERO": sym_zero,
                        "HAS_G_IDX": g_idx is not None, "HAS_BIAS": bias is not None,
-                       "HAS_WGSCALE": gscale is not None,
+                       "HAS_WGSCALE": gscale is not None, "WT_N": wt_n, "WT_K": wt_k,
                        "COMPUTE": _COMPUTE[compute]},
     }
+
+
+# int4 weights are stored in tiles of 16 rows x 64 bytes (128 columns), each 1 KB one run of
+# memory: the kernel's tile is then a few long runs instead of one 64-byte piece per row.
+# H100, graph replay, tuned configs: 5-10% more of the memory floor per GEMM (DeepSeek-V3
+# 78 -> 82%, Mixtral GEMM2 at M = 64 51 -> 57%), tiles of 32 or 64 rows no better, 128 bytes
+# worse (docs/speed.md, "Change 5").
+INT4_TILE = (16, 64)
+
+
+def weight_tile(kind: int, q: torch.Tensor) -> tuple[int, int] | None:
+    """The tile `tile_weights` stores weights of `kind` in, None for the plain layout (other
+    kinds, or a shape the tile does not divide)."""
+    if kind != W_INT4 or q.dim() != 3:
+        return None
+    rows, cols = INT4_TILE
+    return INT4_TILE if q.shape[1] % rows == 0 and q.shape[2] % cols == 0 else None
+
+
+def tile_weights(q: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """q [E, N, C] (C stored columns: bytes for nibble weights) as [E, N / rows, C / cols,
+    rows, cols], contiguous: each tile of `rows` x `cols` one run of memory, tiles in K
+    order within a row block. The kernel reads the same values (describe_weights)."""
+    E, N, C = q.shape
+    if N % rows or C % cols:
+        raise ValueError(f"weights {tuple(q.shape)}: N and stored columns must be multiples "
+                         f"of the tile ({rows}, {cols})")
+    return q.reshape(E, N // rows, rows, C // cols, cols).transpose(2, 3).contiguous()
+
+
+def untile_weights(q: torch.Tensor) -> torch.Tensor:
+    """Inverse of `tile_weights`: [E, N / rows, C / cols, rows, cols] -> [E, N, C]."""
+    E, nb, cb, rows, cols = q.shape
+    return q.transpose(2, 3).reshape(E, nb * rows, cb * cols)
 
 
 def split_plan(K: int, block_k: int, split_k: int, scale_blocks: tuple[int, ...] = ()

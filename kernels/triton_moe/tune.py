@@ -81,8 +81,7 @@ class LayerStage:
         self.a1, self.s1, self.g1, self.act = backend._quantize(
             layer, self.plan, quant, fused_moe, x, "w13", None)
         # the heuristics, not a tuned file's entry: what `default_us` measures
-        self.defaults = fused_moe.default_configs(self.n, P.E, self.plan["w13"]["kind"],
-                                                  self.shape(1), self.shape(2))
+        self.defaults = fused_moe.default_configs(self.n, P.E, self.shape(1), self.shape(2))
         self._aligned: dict[int, tuple] = {}
         self._out = {1: torch.empty(self.n, P.w13_rows, dtype=x.dtype, device=x.device),
                      2: torch.empty(self.n, P.K, dtype=torch.float32, device=x.device)}

@@ -172,8 +172,8 @@ def test_pick_configs_reads_the_device_file(compiled_lookup, tmp_path):
 
 def test_pick_configs_falls_back_without_a_file_or_an_entry(compiled_lookup, tmp_path):
     fm = compiled_lookup
-    heuristic = fm.default_configs(16, 8, fm.W_INT4, KEY.gemm1, KEY.gemm2)
-    assert [c["K_UNROLL"] for c in heuristic] == [2, 2]  # int4 from 16 rows on
+    heuristic = fm.default_configs(16, 8, KEY.gemm1, KEY.gemm2)
+    assert heuristic == (fm.pick_config(16, 8, *KEY.gemm1), fm.pick_config(16, 8, *KEY.gemm2))
     assert _pick(fm) == heuristic  # no file for "test-gpu"
     _write(tmp_path, {KEY: {16: (_cfg(64), _cfg(64))}}, device="other-gpu")
     assert _pick(fm) == heuristic

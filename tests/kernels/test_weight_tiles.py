@@ -1,0 +1,133 @@
+"""Tiled weights and strided scales in the grouped MoE GEMM (fused_moe `tile_weights`,
+describe_weights' `tile`), under the Triton interpreter.
+
+The layout changes where each value lives, never which values meet: a launch on tiled weights
+(each tile one run of memory) with the scales stored transposed must give the same bits as
+the plain layout, for nibble and byte weights, with zero points, whole and partial K steps,
+unrolled and split-K launches, and a tile narrower or wider than the launch's K tile.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
+
+load_interpreted_kernels()  # before the kernel modules are bound below
+
+from moecert.kernels.triton_moe import fused_moe as fm  # noqa: E402
+from moecert.kernels.triton_moe.align import align_assignments  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+E, N, TOPK = 3, 64, 2
+
+
+def _weights(kind, K, group, gen):
+    """(codes [E, N, stored K], scales [E, N, K / group], zero points or None, sym_zero)."""
+    s = torch.rand(E, N, K // group, generator=gen) + 0.5
+    if kind == fm.W_INT4:
+        q = torch.randint(0, 256, (E, N, K // 2), dtype=torch.uint8, generator=gen)
+        return q, s, None, 8
+    if kind == fm.W_UINT8:
+        q = torch.randint(0, 256, (E, N, K), dtype=torch.uint8, generator=gen)
+        z = torch.randint(100, 156, (E, N, K // group), dtype=torch.uint8, generator=gen)
+        return q, s, z, 0
+    q = torch.randint(-127, 128, (E, N, K), dtype=torch.int8, generator=gen)
+    return q, s, None, 0
+
+
+def _run(weights, a, ids, K, config):
+    sorted_ids, block_expert, num_padded = align_assignments(ids, E, config["BLOCK_M"],
+                                                             n=ids.numel())
+    c = torch.empty(ids.numel(), weights["N"], dtype=torch.float32)
+    fm.moe_gemm(a, None, None, weights, c, sorted_ids, block_expert, num_padded, None,
+                a_row_div=TOPK, act=fm.A16, config=config)
+    return c
+
+
+@pytest.mark.parametrize("split_k", [1, 2])
+@pytest.mark.parametrize("unroll", [1, 2])
+@pytest.mark.parametrize("K", [192, 96], ids=["whole-steps", "tile-past-K"])
+@pytest.mark.parametrize(("kind", "tile"), [
+    (fm.W_INT4, (16, 16)), (fm.W_INT4, (32, 8)), (fm.W_INT4, (64, 48)),
+    (fm.W_UINT8, (16, 32)), (fm.W_INT8, (32, 16)),
+], ids=["int4-16x16", "int4-32x8", "int4-64x48", "uint8-zero-16x32", "int8-32x16"])
+def test_tiled_weights_and_transposed_scales_give_the_same_bits(kind, tile, K, unroll,
+                                                                split_k):
+    gen = torch.Generator().manual_seed(K + unroll + 7 * split_k)
+    group = 32
+    q, s, z, sym = _weights(kind, K, group, gen)
+    a = torch.randn(5, K, generator=gen).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(E, generator=gen)[:TOPK] for _ in range(5)]).reshape(-1)
+    config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2,
+              "K_UNROLL": unroll, "SPLIT_K": split_k}
+    plain = fm.describe_weights(kind, q, torch.bfloat16, s=s, zp=z, scale_cols=group,
+                                sym_zero=sym)
+    s_t = s.transpose(1, 2).contiguous().transpose(1, 2)  # [E, N, C] view, rows side by side
+    tiled = fm.describe_weights(kind, fm.tile_weights(q, *tile), torch.bfloat16, s=s_t, zp=z,
+                                scale_cols=group, sym_zero=sym)
+    assert tiled["N"] == N and tiled["strides"][4] == N  # the scale column stride
+    want = _run(plain, a, ids, K, config)
+    got = _run(tiled, a, ids, K, config)
+    assert torch.isfinite(want).all() and want.abs().max() > 0
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+def test_tile_weights_places_each_tile_in_one_run():
+    q = torch.arange(2 * 8 * 12, dtype=torch.int32).reshape(2, 8, 12)
+    t = fm.tile_weights(q, 4, 6)
+    assert t.shape == (2, 2, 2, 4, 6) and t.is_contiguous()
+    # tile (row block 1, column block 0) of expert 1: rows 4-7, columns 0-5
+    assert torch.equal(t[1, 1, 0], q[1, 4:8, 0:6])
+    assert torch.equal(fm.untile_weights(t), q)
+    with pytest.raises(ValueError, match=r"multiples of the tile \(3, 6\)"):
+        fm.tile_weights(q, 3, 6)
+
+
+# --- the Triton backend stores int4 codes tiled ----------------------------------------------
+
+def _layer(scheme, P, attrs):
+    from moecert.kernels.triton_moe.backend import TritonBackend
+    from moecert.reference import synthesize
+
+    backend = TritonBackend()
+    layer = backend.create_layer(synthesize(scheme, P, seed=1, **attrs), P)
+    backend.process_weights_after_loading(layer)
+    return backend, layer
+
+
+@pytest.mark.parametrize(("scheme", "attrs"), [
+    ("gptq-int4", {"group_size": 32}), ("awq-int4", {"group_size": 64}),
+    ("gptq-int4", {"group_size": 32, "act_order": True}),
+], ids=["gptq-g32", "awq-g64-zero", "gptq-actorder"])
+def test_backend_tiles_int4_codes_and_computes_the_same_bits(scheme, attrs, monkeypatch):
+    from moecert.reference import MoEProblem, make_inputs
+
+    P = MoEProblem(M=5, K=256, N=128, E=3, topk=2)
+    backend, layer = _layer(scheme, P, attrs)
+    assert layer.get("w13_q").shape == (3, 256 // 16, 128 // 64, 16, 64)  # 256 rows, 128 B
+    assert layer.get("w2_q").shape == (3, 256 // 16, 1, 16, 64)  # 256 rows, 64 bytes
+    x, w, ids = make_inputs(P, seed=2)
+    tiled = backend.apply(layer, x, w, ids)
+    monkeypatch.setattr(fm, "weight_tile", lambda kind, q: None)
+    _, plain_layer = _layer(scheme, P, attrs)
+    assert plain_layer.get("w13_q").dim() == 3
+    plain = backend.apply(plain_layer, x, w, ids)
+    assert torch.equal(tiled.view(torch.int16), plain.view(torch.int16))
+    # read back out of the tiles: the plain layer's export, bit for bit
+    for p in ("w13", "w2"):
+        a, b = backend.canonical_weights(layer)[p], backend.canonical_weights(plain_layer)[p]
+        assert torch.equal(a.codes, b.codes) and torch.equal(a.scales, b.scales)
+
+
+def test_weight_tile_only_where_it_divides():
+    q = torch.zeros(2, 32, 128, dtype=torch.uint8)
+    assert fm.weight_tile(fm.W_INT4, q) == fm.INT4_TILE
+    assert fm.weight_tile(fm.W_INT4, q[:, :24].contiguous()) is None   # 24 rows
+    assert fm.weight_tile(fm.W_INT4, q[:, :, :96].contiguous()) is None  # 96 bytes
+    assert fm.weight_tile(fm.W_INT8, q.view(torch.int8)) is None
