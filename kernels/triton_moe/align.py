@@ -1,20 +1,28 @@
-"""Assignments grouped by expert and padded to the GEMM's row block: one Triton program, one
-launch, no host synchronization (sizes are upper bounds; blocks past the real end exit at
-once in the GEMM).
+"""Assignments grouped by expert and padded to the GEMM's row block, on the device with no
+host synchronization (sizes are upper bounds; blocks past the real end exit at once in the
+GEMM):
 
     sorted_ids    int32 [max_rows]  assignment ids, expert by expert in assignment order,
                   each expert's segment padded to a multiple of block_m with the sentinel n
                   (entries past num_padded are never read and left unwritten)
-    block_expert  int32 [max_rows / block_m]  expert of each block (clamped for unused ones)
+    block_expert  int32 [max_rows / block_m]  expert of each block in use (entries past
+                  num_padded / block_m are never read and left unwritten)
     num_padded    int32 [1]  rows in use (the sum of the padded segments)
 
 The assignment i -> local expert map comes from one of three sources (MODE):
     IDS      topk_ids (flat), already local
     MAPPED   expert_map[topk_ids]: -1 drops the assignment (expert on another rank)
     BATCHED  i = e * T + t is kept by expert e when t < expert_num_tokens[e]
-The program works in registers on one-hot [CHUNK, experts] matrices: counts, padded starts,
-and each kept assignment's rank within its expert (earlier chunks' counts plus the earlier
-kept assignments of its own chunk), so the order is stable and the result deterministic.
+
+Three launches (one program for n <= CHUNK), the first and last one program per CHUNK
+assignments: (1) each chunk's
+count per expert, from a one-hot [CHUNK, experts] matrix in registers; (2) one program adds
+the chunks' counts up (a cumulative sum down the [chunks, experts] table, SCAN chunks at a
+time): each expert's padded segment, num_padded, the padding, block_expert, and each
+chunk's first row per expert; (3) each kept assignment goes to its chunk's first row for its
+expert plus its rank among the earlier assignments of its chunk with the same expert. The
+order is stable and the result deterministic (no atomics). (One program walking the chunks
+twice took 26 us at 512 assignments, 128 experts on an H100: docs/speed.md, "Change 5".)
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ import triton
 import triton.language as tl
 
 IDS, MAPPED, BATCHED = range(3)
-CHUNK = 64
+CHUNK = 64  # assignments per program of launches 1 and 3
+SCAN = 64  # chunks per step of launch 2
 
 
 def max_padded_rows(n: int, num_experts: int, block_m: int) -> int:
@@ -50,42 +59,102 @@ def _local_experts(ids_ptr, map_ptr, offs, n, T, MODE: tl.constexpr):
 
 
 @triton.jit
-def align_kernel(ids_ptr, map_ptr, sorted_ids_ptr, block_expert_ptr, num_padded_ptr,
-                 n, T, num_blocks, E: tl.constexpr, E_POW2: tl.constexpr,
-                 MODE: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
-    experts = tl.arange(0, E_POW2)
+def _one_hot(key, E_POW2: tl.constexpr):
+    return (key[:, None] == tl.arange(0, E_POW2)[None, :]).to(tl.int32)
+
+
+@triton.jit
+def _ranks(key, CHUNK: tl.constexpr):
+    """Each assignment's count of earlier ones in its chunk with the same expert."""
     lanes = tl.arange(0, CHUNK)
-    # counts per expert
-    counts = tl.zeros((E_POW2,), dtype=tl.int32)
-    for c0 in range(0, n, CHUNK):
-        key = _local_experts(ids_ptr, map_ptr, c0 + lanes, n, T, MODE)
-        counts += tl.sum((key[:, None] == experts[None, :]).to(tl.int32), axis=0)
+    earlier = (key[:, None] == key[None, :]) & (lanes[None, :] < lanes[:, None])
+    return tl.sum(earlier.to(tl.int32), axis=1)
+
+
+@triton.jit
+def _segments(counts, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, n,
+              E_POW2: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Each expert's padded segment from its count: num_padded, the padding, block_expert;
+    returns the segments' first rows."""
+    experts = tl.arange(0, E_POW2)
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     ends = tl.cumsum(padded, axis=0)
     starts = ends - padded
     tl.store(num_padded_ptr, tl.sum(padded, axis=0))
-    # the padding of each segment gets the sentinel n (disjoint from the rows written below)
+    # the padding of each segment gets the sentinel n (disjoint from the rows of launch 3)
     pad = tl.arange(0, BLOCK_M)
     pad_rows = starts[:, None] + counts[:, None] + pad[None, :]
     tl.store(sorted_ids_ptr + pad_rows, tl.full((E_POW2, BLOCK_M), 0, tl.int32) + n,
              mask=counts[:, None] + pad[None, :] < padded[:, None])
-    # expert of block b: the number of segments ending at or before it
-    block_ends = ends // BLOCK_M
-    for b0 in range(0, num_blocks, CHUNK):
-        b = b0 + lanes
-        owner = tl.sum((block_ends[None, :] <= b[:, None]).to(tl.int32), axis=1)
-        tl.store(block_expert_ptr + b, tl.minimum(owner, E - 1), mask=b < num_blocks)
-    # kept assignments to their rows, in assignment order within each expert
-    seen = tl.zeros((E_POW2,), dtype=tl.int32)
-    for c0 in range(0, n, CHUNK):
-        offs = c0 + lanes
-        key = _local_experts(ids_ptr, map_ptr, offs, n, T, MODE)
-        onehot = (key[:, None] == experts[None, :]).to(tl.int32)
-        base = tl.sum(onehot * (starts + seen)[None, :], axis=1)
-        earlier = (key[:, None] == key[None, :]) & (lanes[None, :] < lanes[:, None])
-        rank = tl.sum(earlier.to(tl.int32), axis=1)
-        tl.store(sorted_ids_ptr + base + rank, offs, mask=key >= 0)
-        seen += tl.sum(onehot, axis=0)
+    # each expert's blocks name it: its j-th block in round j (as many rounds as the
+    # largest segment has blocks; comparing every block with every segment end cost more)
+    first_block = starts // BLOCK_M
+    blocks = padded // BLOCK_M
+    for j in range(0, tl.max(blocks, axis=0)):
+        tl.store(block_expert_ptr + first_block + j, experts, mask=j < blocks)
+    return starts
+
+
+@triton.jit
+def single_kernel(ids_ptr, map_ptr, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, n, T,
+                  E_POW2: tl.constexpr, MODE: tl.constexpr, BLOCK_M: tl.constexpr,
+                  CHUNK: tl.constexpr):
+    """All of it in one program, for n <= CHUNK (one launch instead of three)."""
+    offs = tl.arange(0, CHUNK)
+    key = _local_experts(ids_ptr, map_ptr, offs, n, T, MODE)
+    onehot = _one_hot(key, E_POW2)
+    starts = _segments(tl.sum(onehot, axis=0), sorted_ids_ptr, block_expert_ptr,
+                       num_padded_ptr, n, E_POW2, BLOCK_M)
+    first = tl.sum(onehot * starts[None, :], axis=1)
+    tl.store(sorted_ids_ptr + first + _ranks(key, CHUNK), offs, mask=key >= 0)
+
+
+@triton.jit
+def count_kernel(ids_ptr, map_ptr, table_ptr, n, T, E_POW2: tl.constexpr,
+                 MODE: tl.constexpr, CHUNK: tl.constexpr):
+    """table[c, e]: assignments of chunk c kept by expert e."""
+    c = tl.program_id(0)
+    key = _local_experts(ids_ptr, map_ptr, c * CHUNK + tl.arange(0, CHUNK), n, T, MODE)
+    tl.store(table_ptr + c * E_POW2 + tl.arange(0, E_POW2),
+             tl.sum(_one_hot(key, E_POW2), axis=0))
+
+
+@triton.jit
+def scan_kernel(table_ptr, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, n, chunks,
+                E_POW2: tl.constexpr, BLOCK_M: tl.constexpr, SCAN: tl.constexpr):
+    """Segments from the chunk counts; table[c, e] becomes chunk c's first row for e."""
+    experts = tl.arange(0, E_POW2)
+    steps = tl.arange(0, SCAN)
+    counts = tl.zeros((E_POW2,), dtype=tl.int32)
+    for c0 in range(0, chunks, SCAN):
+        rows = c0 + steps
+        tile = tl.load(table_ptr + rows[:, None] * E_POW2 + experts[None, :],
+                       mask=(rows < chunks)[:, None], other=0)
+        counts += tl.sum(tile, axis=0)
+    starts = _segments(counts, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, n, E_POW2,
+                       BLOCK_M)
+    # each chunk's first row per expert: the segment start plus the earlier chunks' counts
+    before = starts
+    for c0 in range(0, chunks, SCAN):
+        rows = c0 + steps
+        ptrs = table_ptr + rows[:, None] * E_POW2 + experts[None, :]
+        mask = (rows < chunks)[:, None]
+        tile = tl.load(ptrs, mask=mask, other=0)
+        upto = tl.cumsum(tile, axis=0)
+        tl.store(ptrs, before[None, :] + upto - tile, mask=mask)
+        before += tl.sum(tile, axis=0)
+
+
+@triton.jit
+def place_kernel(ids_ptr, map_ptr, table_ptr, sorted_ids_ptr, n, T, E_POW2: tl.constexpr,
+                 MODE: tl.constexpr, CHUNK: tl.constexpr):
+    """Kept assignments of chunk c to their rows, in assignment order within each expert."""
+    c = tl.program_id(0)
+    offs = c * CHUNK + tl.arange(0, CHUNK)
+    key = _local_experts(ids_ptr, map_ptr, offs, n, T, MODE)
+    kept = key >= 0
+    first = tl.load(table_ptr + c * E_POW2 + key, mask=kept, other=0)
+    tl.store(sorted_ids_ptr + first + _ranks(key, CHUNK), offs, mask=kept)
 
 
 def align_assignments(source: torch.Tensor, num_experts: int, block_m: int, *, n: int,
@@ -97,18 +166,29 @@ def align_assignments(source: torch.Tensor, num_experts: int, block_m: int, *, n
     device = source.device
     max_rows = max_padded_rows(n, num_experts, block_m)
     num_blocks = max_rows // block_m
-    # one allocation for the three outputs
-    buf = torch.empty(max_rows + num_blocks + 1, dtype=torch.int32, device=device)
+    e_pow2 = triton.next_power_of_2(num_experts)
+    chunks = max(1, triton.cdiv(n, CHUNK))
+    # one allocation for the three outputs and the chunk table
+    buf = torch.empty(max_rows + num_blocks + 1 + chunks * e_pow2, dtype=torch.int32,
+                      device=device)
     sorted_ids = buf[:max_rows]
     block_expert = buf[max_rows:max_rows + num_blocks]
-    num_padded = buf[max_rows + num_blocks:]
+    num_padded = buf[max_rows + num_blocks:max_rows + num_blocks + 1]
+    table = buf[max_rows + num_blocks + 1:]
     if mode == BATCHED:
-        table = source
+        keys = source
     else:
-        table = expert_map if mode == MAPPED else source
-    align_kernel[(1,)](source, table, sorted_ids, block_expert, num_padded, n,
-                       tokens_per_expert, num_blocks, E=num_experts,
-                       E_POW2=triton.next_power_of_2(num_experts), MODE=mode,
-                       BLOCK_M=block_m, CHUNK=CHUNK,
-                       num_warps=8 if num_experts > 64 else 4)
+        keys = expert_map if mode == MAPPED else source
+    warps = 8 if num_experts > 64 else 4
+    if chunks == 1:
+        single_kernel[(1,)](source, keys, sorted_ids, block_expert, num_padded, n,
+                            tokens_per_expert, E_POW2=e_pow2, MODE=mode, BLOCK_M=block_m,
+                            CHUNK=CHUNK, num_warps=warps)
+        return sorted_ids, block_expert, num_padded
+    count_kernel[(chunks,)](source, keys, table, n, tokens_per_expert, E_POW2=e_pow2,
+                            MODE=mode, CHUNK=CHUNK, num_warps=warps)
+    scan_kernel[(1,)](table, sorted_ids, block_expert, num_padded, n, chunks, E_POW2=e_pow2,
+                      BLOCK_M=block_m, SCAN=SCAN, num_warps=warps)
+    place_kernel[(chunks,)](source, keys, table, sorted_ids, n, tokens_per_expert,
+                            E_POW2=e_pow2, MODE=mode, CHUNK=CHUNK, num_warps=4)
     return sorted_ids, block_expert, num_padded

@@ -440,13 +440,17 @@ def moe_gemm_kernel(
     # about the same time, so it comes from DRAM once and from L2 after
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
-        return
+    # the three loads side by side, before the test that needs one of them (one memory
+    # round trip instead of two before the K loop can start); a block past num_padded reads
+    # unwritten entries of the buffers and returns before using them
+    num_padded = tl.load(num_padded_ptr)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+    row_ids = tl.load(sorted_ids_ptr + offs_m)
+    if pid_m * BLOCK_M >= num_padded:
+        return
 
     # --- pointers ---------------------------------------------------------------------------
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ids = tl.load(sorted_ids_ptr + offs_m)
     row_mask = row_ids < num_rows
     a_rows = (row_ids // A_ROW_DIV).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -332,12 +332,31 @@ def test_align_assignments(mode):
             local = [e if t < counts[e] else -1 for e in range(E) for t in range(T)]
             got = align.align_assignments(counts, E, block_m, n=n, mode=align.BATCHED,
                                           tokens_per_expert=T)
-        sorted_ids, block_expert, num_padded = got
-        rows, owners = _align_expected(local, E, block_m)
-        assert num_padded.tolist() == [len(rows)]
-        assert sorted_ids[:len(rows)].tolist() == rows
-        assert block_expert[:len(owners)].tolist() == owners
-        assert sorted_ids.numel() == align.max_padded_rows(n, E, block_m)
+        _check_alignment(got, local, E, block_m, n)
+
+
+def _check_alignment(got, local, E, block_m, n):
+    sorted_ids, block_expert, num_padded = got
+    rows, owners = _align_expected(local, E, block_m)
+    assert num_padded.tolist() == [len(rows)]
+    assert sorted_ids[:len(rows)].tolist() == rows
+    assert block_expert[:len(owners)].tolist() == owners
+    assert sorted_ids.numel() == align.max_padded_rows(n, E, block_m)
+
+
+@pytest.mark.parametrize(("n", "E", "topk"), [(130, 8, 2), (704, 128, 8), (64, 3, 1)])
+def test_align_assignments_over_many_chunks(n, E, topk, monkeypatch):
+    """More chunks than one step of the scan (SCAN 4 here), a last chunk partly past n,
+    experts with several blocks and experts with none."""
+    monkeypatch.setattr(align, "SCAN", 4)
+    g = torch.Generator().manual_seed(n)
+    ids = torch.stack([torch.randperm(E, generator=g)[:topk] for _ in range(n // topk)])
+    ids = ids.reshape(-1).to(torch.int32)
+    if E > 8:  # a skewed routing: half the assignments on expert 5
+        ids[::2] = 5
+    for block_m in (16, 64):
+        got = align.align_assignments(ids, E, block_m, n=n)
+        _check_alignment(got, ids.tolist(), E, block_m, n)
 
 
 # --- conversion: read back out of the kernel format, bit for bit -----------------------------
