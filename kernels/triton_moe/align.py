@@ -14,15 +14,15 @@ The assignment i -> local expert map comes from one of three sources (MODE):
     MAPPED   expert_map[topk_ids]: -1 drops the assignment (expert on another rank)
     BATCHED  i = e * T + t is kept by expert e when t < expert_num_tokens[e]
 
-Three launches (one program for n <= CHUNK), the first and last one program per CHUNK
-assignments: (1) each chunk's
-count per expert, from a one-hot [CHUNK, experts] matrix in registers; (2) one program adds
-the chunks' counts up (a cumulative sum down the [chunks, experts] table, SCAN chunks at a
-time): each expert's padded segment, num_padded, the padding, block_expert, and each
-chunk's first row per expert; (3) each kept assignment goes to its chunk's first row for its
-expert plus its rank among the earlier assignments of its chunk with the same expert. The
-order is stable and the result deterministic (no atomics). (One program walking the chunks
-twice took 26 us at 512 assignments, 128 experts on an H100: docs/speed.md, "Change 5".)
+Two launches of one program per CHUNK assignments (one launch for n <= CHUNK): (1) each
+chunk's count per expert, from a one-hot [CHUNK, experts] matrix in registers, into a
+[chunks, experts] table; (2) each program adds the table up (every expert's total and the
+earlier chunks' counts), and places each kept assignment of its chunk at its expert's
+segment start plus the earlier chunks' counts plus its rank among the earlier assignments
+of its chunk with the same expert; program 0 also writes num_padded, the padding and
+block_expert. The order is stable and the result deterministic (no atomics). (One program
+walking the chunks twice took 32 us at 512 assignments of 128 experts on an H100, three
+launches 12 us: docs/speed.md, "Change 5".)
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import triton
 import triton.language as tl
 
 IDS, MAPPED, BATCHED = range(3)
-CHUNK = 64  # assignments per program of launches 1 and 3
-SCAN = 64  # chunks per step of launch 2
+CHUNK = 64  # assignments per program
+SCAN = 64  # chunks of the table read at a time
 
 
 def max_padded_rows(n: int, num_experts: int, block_m: int) -> int:
@@ -72,16 +72,14 @@ def _ranks(key, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def _segments(counts, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, n,
-              E_POW2: tl.constexpr, BLOCK_M: tl.constexpr):
-    """Each expert's padded segment from its count: num_padded, the padding, block_expert;
-    returns the segments' first rows."""
+def _write_segments(counts, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, n,
+                    E_POW2: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Each expert's padded segment from its count: num_padded, the padding, block_expert."""
     experts = tl.arange(0, E_POW2)
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    ends = tl.cumsum(padded, axis=0)
-    starts = ends - padded
+    starts = tl.cumsum(padded, axis=0) - padded
     tl.store(num_padded_ptr, tl.sum(padded, axis=0))
-    # the padding of each segment gets the sentinel n (disjoint from the rows of launch 3)
+    # the padding of each segment gets the sentinel n (disjoint from the placed rows)
     pad = tl.arange(0, BLOCK_M)
     pad_rows = starts[:, None] + counts[:, None] + pad[None, :]
     tl.store(sorted_ids_ptr + pad_rows, tl.full((E_POW2, BLOCK_M), 0, tl.int32) + n,
@@ -92,21 +90,6 @@ def _segments(counts, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, n,
     blocks = padded // BLOCK_M
     for j in range(0, tl.max(blocks, axis=0)):
         tl.store(block_expert_ptr + first_block + j, experts, mask=j < blocks)
-    return starts
-
-
-@triton.jit
-def single_kernel(ids_ptr, map_ptr, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, n, T,
-                  E_POW2: tl.constexpr, MODE: tl.constexpr, BLOCK_M: tl.constexpr,
-                  CHUNK: tl.constexpr):
-    """All of it in one program, for n <= CHUNK (one launch instead of three)."""
-    offs = tl.arange(0, CHUNK)
-    key = _local_experts(ids_ptr, map_ptr, offs, n, T, MODE)
-    onehot = _one_hot(key, E_POW2)
-    starts = _segments(tl.sum(onehot, axis=0), sorted_ids_ptr, block_expert_ptr,
-                       num_padded_ptr, n, E_POW2, BLOCK_M)
-    first = tl.sum(onehot * starts[None, :], axis=1)
-    tl.store(sorted_ids_ptr + first + _ranks(key, CHUNK), offs, mask=key >= 0)
 
 
 @triton.jit
@@ -120,41 +103,40 @@ def count_kernel(ids_ptr, map_ptr, table_ptr, n, T, E_POW2: tl.constexpr,
 
 
 @triton.jit
-def scan_kernel(table_ptr, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, n, chunks,
-                E_POW2: tl.constexpr, BLOCK_M: tl.constexpr, SCAN: tl.constexpr):
-    """Segments from the chunk counts; table[c, e] becomes chunk c's first row for e."""
-    experts = tl.arange(0, E_POW2)
-    steps = tl.arange(0, SCAN)
-    counts = tl.zeros((E_POW2,), dtype=tl.int32)
-    for c0 in range(0, chunks, SCAN):
-        rows = c0 + steps
-        tile = tl.load(table_ptr + rows[:, None] * E_POW2 + experts[None, :],
-                       mask=(rows < chunks)[:, None], other=0)
-        counts += tl.sum(tile, axis=0)
-    starts = _segments(counts, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, n, E_POW2,
-                       BLOCK_M)
-    # each chunk's first row per expert: the segment start plus the earlier chunks' counts
-    before = starts
-    for c0 in range(0, chunks, SCAN):
-        rows = c0 + steps
-        ptrs = table_ptr + rows[:, None] * E_POW2 + experts[None, :]
-        mask = (rows < chunks)[:, None]
-        tile = tl.load(ptrs, mask=mask, other=0)
-        upto = tl.cumsum(tile, axis=0)
-        tl.store(ptrs, before[None, :] + upto - tile, mask=mask)
-        before += tl.sum(tile, axis=0)
-
-
-@triton.jit
-def place_kernel(ids_ptr, map_ptr, table_ptr, sorted_ids_ptr, n, T, E_POW2: tl.constexpr,
-                 MODE: tl.constexpr, CHUNK: tl.constexpr):
-    """Kept assignments of chunk c to their rows, in assignment order within each expert."""
+def place_kernel(ids_ptr, map_ptr, table_ptr, sorted_ids_ptr, block_expert_ptr,
+                 num_padded_ptr, n, T, chunks, E_POW2: tl.constexpr, MODE: tl.constexpr,
+                 BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, SCAN: tl.constexpr,
+                 ONE_CHUNK: tl.constexpr):
+    """Kept assignments of chunk c to their rows, in assignment order within each expert:
+    the expert's segment start, plus the earlier chunks' counts for it (read from the
+    table, SCAN chunks at a time: every program adds up the whole table, which is small
+    beside a launch), plus the assignment's rank in its chunk. Program 0 also writes the
+    segments. ONE_CHUNK (n <= CHUNK): the counts are this program's own, no table."""
     c = tl.program_id(0)
     offs = c * CHUNK + tl.arange(0, CHUNK)
     key = _local_experts(ids_ptr, map_ptr, offs, n, T, MODE)
-    kept = key >= 0
-    first = tl.load(table_ptr + c * E_POW2 + key, mask=kept, other=0)
-    tl.store(sorted_ids_ptr + first + _ranks(key, CHUNK), offs, mask=kept)
+    onehot = _one_hot(key, E_POW2)
+    if ONE_CHUNK:
+        counts = tl.sum(onehot, axis=0)
+        before = tl.zeros((E_POW2,), dtype=tl.int32)
+    else:
+        experts = tl.arange(0, E_POW2)
+        steps = tl.arange(0, SCAN)
+        counts = tl.zeros((E_POW2,), dtype=tl.int32)
+        before = tl.zeros((E_POW2,), dtype=tl.int32)
+        for c0 in range(0, chunks, SCAN):
+            rows = c0 + steps
+            tile = tl.load(table_ptr + rows[:, None] * E_POW2 + experts[None, :],
+                           mask=(rows < chunks)[:, None], other=0)
+            counts += tl.sum(tile, axis=0)
+            before += tl.sum(tl.where((rows < c)[:, None], tile, 0), axis=0)
+    if c == 0:
+        _write_segments(counts, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, n, E_POW2,
+                        BLOCK_M)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    first = tl.cumsum(padded, axis=0) - padded + before
+    row = tl.sum(onehot * first[None, :], axis=1) + _ranks(key, CHUNK)
+    tl.store(sorted_ids_ptr + row, offs, mask=key >= 0)
 
 
 def align_assignments(source: torch.Tensor, num_experts: int, block_m: int, *, n: int,
@@ -180,15 +162,11 @@ def align_assignments(source: torch.Tensor, num_experts: int, block_m: int, *, n
     else:
         keys = expert_map if mode == MAPPED else source
     warps = 8 if num_experts > 64 else 4
-    if chunks == 1:
-        single_kernel[(1,)](source, keys, sorted_ids, block_expert, num_padded, n,
-                            tokens_per_expert, E_POW2=e_pow2, MODE=mode, BLOCK_M=block_m,
-                            CHUNK=CHUNK, num_warps=warps)
-        return sorted_ids, block_expert, num_padded
-    count_kernel[(chunks,)](source, keys, table, n, tokens_per_expert, E_POW2=e_pow2,
-                            MODE=mode, CHUNK=CHUNK, num_warps=warps)
-    scan_kernel[(1,)](table, sorted_ids, block_expert, num_padded, n, chunks, E_POW2=e_pow2,
-                      BLOCK_M=block_m, SCAN=SCAN, num_warps=warps)
-    place_kernel[(chunks,)](source, keys, table, sorted_ids, n, tokens_per_expert,
-                            E_POW2=e_pow2, MODE=mode, CHUNK=CHUNK, num_warps=4)
+    if chunks > 1:
+        count_kernel[(chunks,)](source, keys, table, n, tokens_per_expert, E_POW2=e_pow2,
+                                MODE=mode, CHUNK=CHUNK, num_warps=warps)
+    place_kernel[(chunks,)](source, keys, table, sorted_ids, block_expert, num_padded, n,
+                            tokens_per_expert, chunks, E_POW2=e_pow2, MODE=mode,
+                            BLOCK_M=block_m, CHUNK=CHUNK, SCAN=SCAN, ONE_CHUNK=chunks == 1,
+                            num_warps=warps)
     return sorted_ids, block_expert, num_padded
