@@ -207,6 +207,22 @@ def activation_kernel(h_ptr, out_ptr, N, stride_h, stride_o, ACT: tl.constexpr,
     tl.store(out_ptr + row * stride_o + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def routed_sum_kernel(y_ptr, out_ptr, K, stride_o, TOPK: tl.constexpr, FIX_BF16: tl.constexpr,
+                      BLOCK_K: tl.constexpr):
+    """out[t] = the fp32 sum of y's rows t * TOPK ... t * TOPK + TOPK - 1 in that order,
+    rounded once to out's dtype."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = offs < K
+    acc = tl.load(y_ptr + row * TOPK * K + offs, mask=mask, other=0.0)
+    for j in tl.static_range(1, TOPK):
+        acc += tl.load(y_ptr + (row * TOPK + j) * K + offs, mask=mask, other=0.0)
+    if FIX_BF16:
+        acc = rne_bf16(acc)
+    tl.store(out_ptr + row * stride_o + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
 # --- host wrappers: check, allocate, launch -------------------------------------------------
 
 def fix_bf16(dtype: torch.dtype) -> bool:
@@ -284,3 +300,21 @@ def activation(h: torch.Tensor, name: str, N: int) -> torch.Tensor:
                                                   ALPHA=SWIGLU_ALPHA, LIMIT=SWIGLU_LIMIT,
                                                   BLOCK_N=bn)
     return out
+
+
+def routed_sum(y: torch.Tensor, out: torch.Tensor, topk: int) -> None:
+    """out [tokens, K] (any shape of that many elements) = the sum of each token's topk
+    consecutive rows of y fp32 [tokens * topk, K], in row order, cast once: one launch
+    instead of a reduction and a cast."""
+    assert y.dim() == 2 and y.is_contiguous() and y.dtype == torch.float32
+    rows, K = y.shape[0] // topk, y.shape[1]
+    direct = out.is_contiguous()
+    target = out.view(rows, K) if direct else torch.empty(rows, K, dtype=out.dtype,
+                                                           device=out.device)
+    if rows:
+        bk = min(1024, triton.next_power_of_2(max(K, 16)))
+        routed_sum_kernel[(rows, triton.cdiv(K, bk))](y, target, K, target.stride(0), TOPK=topk,
+                                                      FIX_BF16=fix_bf16(out.dtype),
+                                                      BLOCK_K=bk)
+    if not direct:
+        out.copy_(target.view(out.shape))

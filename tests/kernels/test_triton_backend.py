@@ -359,6 +359,27 @@ def test_align_assignments_over_many_chunks(n, E, topk, monkeypatch):
         _check_alignment(got, ids.tolist(), E, block_m, n)
 
 
+@pytest.mark.parametrize(("topk", "K", "dtype", "strided"), [
+    (2, 96, torch.bfloat16, False), (8, 1500, torch.bfloat16, False),
+    (4, 64, torch.float16, True), (3, 40, torch.float32, False)])
+def test_routed_sum_adds_each_tokens_rows_in_order(topk, K, dtype, strided):
+    from moecert.kernels.triton_moe import quant
+
+    g = torch.Generator().manual_seed(topk * K)
+    tokens = 5
+    y = torch.randn(tokens * topk, K, generator=g) * 100
+    acc = y[0::topk].clone()
+    for j in range(1, topk):  # fp32, rows in order: the kernel's own sum, bit for bit
+        acc += y[j::topk]
+    want = acc.to(dtype)
+    out = torch.full((tokens, 2 * K) if strided else (tokens, K), 7.0, dtype=dtype)
+    view = out[:, ::2] if strided else out
+    quant.routed_sum(y, view, topk)
+    assert torch.equal(view, want)
+    if strided:  # the other columns untouched
+        assert bool((out[:, 1::2] == 7.0).all())
+
+
 # --- conversion: read back out of the kernel format, bit for bit -----------------------------
 
 @pytest.mark.parametrize(("scheme", "attrs", "over"), [c[1:] for c in SCHEME_CASES],
