@@ -285,15 +285,30 @@ def table_json(device: str, device_name: str, versions: dict, table: Table,
                        "versions": versions, "layers": layers}, indent=1) + "\n"
 
 
+def recorded_timings(path: Path) -> dict:
+    """The timings a file records beside its entries, {(LayerKey, bucket): {...}}, so that
+    writing other layers keeps them (read_table has checked everything else)."""
+    out = {}
+    for layer in json.loads(Path(path).read_text())["layers"]:
+        key = LayerKey(layer["weight"], layer["act"], layer["experts"], tuple(layer["gemm1"]),
+                       tuple(layer["gemm2"]))
+        for bucket, entry in layer["buckets"].items():
+            if isinstance(entry.get("us"), dict):
+                out[key, int(bucket)] = entry["us"]
+    return out
+
+
 def write_table(path: Path, device: str, device_name: str, versions: dict, table: Table,
                 timings: dict | None = None) -> None:
     """Write, then read back through the same checks as a lookup (a file this writes must
     load); entries of other layers already in the file are kept."""
     path = Path(path)
     merged: Table = dict(read_table(path)) if path.exists() else {}
+    kept_timings = recorded_timings(path) if path.exists() else {}
     for key, buckets in table.items():
         merged[key] = {**merged.get(key, {}), **buckets}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(table_json(device, device_name, versions, merged, timings))
+    path.write_text(table_json(device, device_name, versions, merged,
+                               {**kept_timings, **(timings or {})}))
     read_table(path)
     load_table.cache_clear()

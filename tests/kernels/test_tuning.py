@@ -91,6 +91,18 @@ def test_split_k_and_unroll_round_trip_and_read_as_one_where_a_file_lacks_them(t
                              "num_stages": 1})["SPLIT_K"] == 1
 
 
+def test_writing_other_layers_keeps_the_timings_recorded_beside_entries(tmp_path):
+    other = configs.LayerKey("W_INT4", "A16", 8, (64, 32), (32, 32))
+    path = configs.path_for("h100-80gb-hbm3", tmp_path)
+    timed = {"default": 20.0, "tuned": 10.0}
+    configs.write_table(path, "h100-80gb-hbm3", "H100", {}, {KEY: {8: (_cfg(), _cfg())}},
+                        {(KEY, 8): timed})
+    configs.write_table(path, "h100-80gb-hbm3", "H100", {}, {other: {8: (_cfg(), _cfg())}},
+                        {(other, 8): {"default": 5.0, "tuned": 4.0}})
+    assert configs.recorded_timings(path) == {(KEY, 8): timed,
+                                              (other, 8): {"default": 5.0, "tuned": 4.0}}
+
+
 def test_writing_merges_with_the_file_and_refuses_two_block_ms(tmp_path):
     _write(tmp_path, {KEY: {8: (_cfg(), _cfg())}})
     path = _write(tmp_path, {KEY: {64: (_cfg(32), _cfg(32))}})
@@ -331,3 +343,28 @@ def test_tune_layer_keeps_the_default_when_nothing_is_faster():
     choice = tune.tune_layer(FakeStage(), fake_timer({}), GRID)
     assert choice.configs == tuple(configs.complete(c) for c in FakeStage().defaults)
     assert choice.us == choice.default_us
+
+
+def test_a_split_that_pays_only_with_wider_tiles_is_found():
+    """From an unsplit start each single step is slower (a split alone, a wider tile
+    alone); the climb from the split start finds the pair (Mixtral-8x7B GEMM2 at M = 1)."""
+    times = {(32, 1): 50.0, (64, 1): 52.0, (128, 1): 55.0,
+             (32, 4): 51.0, (64, 4): 46.0, (128, 4): 44.0}
+    grid = {"BLOCK_N": (32, 64, 128), "SPLIT_K": (1, 4)}
+
+    def timer(run, config):
+        run()
+        return times[config["BLOCK_N"], config.get("SPLIT_K", 1)]
+
+    assert tune.climb_starts({"BLOCK_N": 32}, grid) == [{"BLOCK_N": 32},
+                                                        {"BLOCK_N": 32, "SPLIT_K": 4}]
+    start = {**_cfg(16), "BLOCK_N": 32}
+    choice = tune.tune_gemm(FakeStage(), 2, start, timer, grid, *_reference(FakeStage(), 2))
+    assert (choice.config["BLOCK_N"], choice.config["SPLIT_K"], choice.us) == (128, 4, 44.0)
+    one_start = tune.climb(lambda c: times[c["BLOCK_N"], c.get("SPLIT_K", 1)], start, grid)
+    assert one_start[1] == 50.0  # what a single climb from the default settles for
+
+
+def _reference(stage, g):
+    ref = stage.run(g, stage.defaults[g - 1]).clone()
+    return ref, tune.reorder_bound(ref, stage.magnitudes(g), stage.shape(g)[1])
