@@ -7,8 +7,9 @@ configuration of each GEMM, with one BLOCK_M for both.
 Search: hill climbing on a grid (GRID), from the heuristic default (`fused_moe.pick_config`)
 and from it with each other SPLIT_K the grid allows (`climb_starts`): each round tries every
 configuration one grid step away in one field and moves to the fastest if it beats the
-current one; a climb stops when none does (at most MAX_ROUNDS); the fastest climb wins. A full grid is
-~150 configurations per GEMM, each a JIT compile of about a second; the climb tries ~10-25.
+current one; a climb stops when none does (at most MAX_ROUNDS); the fastest climb wins. A
+full grid is ~150 configurations per GEMM, each a JIT compile of about a second; a climb tries
+~10-25.
 Prior knowledge (pick_config's docstring, H100) prunes the grid: BLOCK_M 16, and 32 or 64 too
 when an expert gets half that many rows on average, SWAP_AB only with <= 16 rows per expert, FAST_I4
 always on (the kernel uses it only where it applies), SPLIT_K > 1 only for a GEMM whose
