@@ -54,9 +54,10 @@ def main(args) -> int:
     shapes = {s: MODELS[s] for s in (args.model or MODELS)}
     started = time.perf_counter()
     # written after each layer and M, so that a run cut short keeps what it measured
-    _, _, rows = run_tuning(
+    *_, rows = run_tuning(
         shapes, args.scheme or DEFAULT_SCHEMES, args.Ms, "cuda", do_bench_timer,
-        save=lambda t, tm: configs.write_table(path, device, name, _versions(), t, tm))
+        save=lambda t, tm, sp: configs.write_table(path, device, name, _versions(), t, tm,
+                                                   sp))
     print(format_rows(rows))
     print(f"{name}: {len(rows)} layers x M tuned in {time.perf_counter() - started:.0f} s; "
           f"wrote {path}")
@@ -65,15 +66,17 @@ def main(args) -> int:
 
 def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
                grid: dict | None = None, group_size: int = GROUP_SIZE, log=print, save=None):
-    """(table for configs.write_table, its timings, printable rows) for every shape x
-    scheme x M, `save(table, timings)` called after each layer and M. On the CPU it runs through
-    the Triton interpreter (the tests)."""
+    """(table for configs.write_table, its timings, the layers' nibble spans, printable
+    rows) for every shape x scheme x M, `save(table, timings, spans)` called after each layer
+    and M. Each int4 linear gets one nibble order for all its buckets (`best_spans`). On the
+    CPU it runs through the Triton interpreter (the tests)."""
     from moecert.kernels.triton_moe.backend import TritonBackend
-    from moecert.kernels.triton_moe.tune import LayerStage, tune_layer
+    from moecert.kernels.triton_moe.tune import LayerStage, best_spans, settle, tune_layer
 
     backend = TritonBackend()
     table: dict = {}
     timings: dict = {}
+    spans: dict = {}
     rows = []
     for shape_name, (E, K, N, topk) in shapes.items():
         for scheme in schemes:
@@ -83,24 +86,34 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
             layer = backend.create_layer(random_checkpoint(scheme, P, seed=0, device=device,
                                                            **attrs), P)
             backend.process_weights_after_loading(layer)
+            tuned = {}  # this layer's {bucket: (M, LayerChoice)}
             for M in ms:
                 x, w, ids = make_inputs(MoEProblem(M=M, K=K, N=N, E=E, topk=topk), seed=M)
                 stage = LayerStage(layer, x.to(device), w.to(device), ids.to(device))
                 choice = tune_layer(stage, timer, grid)
-                key, bucket = stage.key(), _bucket(stage.n)
-                table.setdefault(key, {})[bucket] = choice.configs
-                timings[key, bucket] = {"default": round(choice.default_us, 2),
-                                        "tuned": round(choice.us, 2)}
-                rows.append((shape_name, scheme, M, choice))
-                log(format_rows(rows[-1:]).splitlines()[-1])
+                key = stage.key()
+                tuned[_bucket(stage.n)] = (M, choice, stage.defaults)
+                log(format_rows([(shape_name, scheme, M, choice)]).splitlines()[-1])
+                # one nibble order per linear for every bucket: each bucket re-settled in it
+                orders = best_spans([c.options for _, c, _ in tuned.values()])
+                for bucket, (m, c, defaults) in tuned.items():
+                    c = settle(c.options, orders, defaults, [g.default_us for g in c.gemms],
+                               stage.stored)
+                    tuned[bucket] = (m, c, defaults)
+                    table.setdefault(key, {})[bucket] = c.configs
+                    timings[key, bucket] = {"default": round(c.default_us, 2),
+                                            "tuned": round(c.us, 2)}
+                if len(stage.spans(1)) > 1 or len(stage.spans(2)) > 1:
+                    spans[key] = dict(zip(("w13", "w2"), orders, strict=True))
                 if save:
-                    save(table, timings)
+                    save(table, timings, spans)
                 del stage
+            rows += [(shape_name, scheme, m, c) for m, c, _ in tuned.values()]
             log(f"  {shape_name} {scheme}: {time.perf_counter() - t0:.1f} s")
             del layer
             if device != "cpu":
                 torch.cuda.empty_cache()
-    return table, timings, rows
+    return table, timings, spans, rows
 
 
 def _bucket(n: int) -> int:
@@ -109,13 +122,14 @@ def _bucket(n: int) -> int:
     return rows_bucket(n)
 
 
-def describe(config: dict) -> str:
+def describe(config: dict, span: int = 0) -> str:
     split_k = config.get("SPLIT_K", 1)
     return (f"m{config['BLOCK_M']}n{config['BLOCK_N']}k{config['BLOCK_K']}"
             f"w{config['num_warps']}s{config['num_stages']}"
             f"{'-swap' if config.get('SWAP_AB') else ''}"
             f"{f'-split{split_k}' if split_k > 1 else ''}"
-            f"{f'-unroll{unroll}' if (unroll := config.get('K_UNROLL', 1)) > 1 else ''}")
+            f"{f'-unroll{unroll}' if (unroll := config.get('K_UNROLL', 1)) > 1 else ''}"
+            f"{f'-pairs{span}' if span else ''}")
 
 
 def format_rows(rows) -> str:
@@ -123,8 +137,9 @@ def format_rows(rows) -> str:
              f"{'speedup':>7}  gemm1 / gemm2"]
     for shape, scheme, M, c in rows:
         lines.append(f"{shape:<15} {scheme:<11} {M:>5} {c.default_us:>11.1f} {c.us:>9.1f} "
-                     f"{c.default_us / c.us:>7.2f}  {describe(c.configs[0])} / "
-                     f"{describe(c.configs[1])}")
+                     f"{c.default_us / c.us:>7.2f}  "
+                     f"{describe(c.configs[0], c.spans[0])} / "
+                     f"{describe(c.configs[1], c.spans[1])}")
     return "\n".join(lines)
 
 

@@ -70,10 +70,9 @@ class TritonBackend(BaseBackend):
 
     def canonical_weights(self, layer: MoELayer) -> dict[str, ExportedLinear]:
         from ..convert import PREFIXES, export_canonical
-        from .fused_moe import untile_weights
 
         # the codes as the common kernel format holds them, out of the kernel's tiles
-        plain = {f"{p}_q": untile_weights(layer.get(f"{p}_q")) for p in PREFIXES
+        plain = {f"{p}_q": _stored_int4(layer, p) for p in PREFIXES
                  if layer.has(f"{p}_q") and layer.get(f"{p}_q").dim() == 5}
         exported = export_canonical(layer, plain)
         if layer.quant.info.family == "w4a8":
@@ -141,18 +140,76 @@ class TritonBackend(BaseBackend):
 
 
 def _tile_weights(layer: MoELayer) -> None:
-    """Integer codes into the kernel's tiled layout where it has one (fused_moe.weight_tile):
-    the layer keeps one copy of the weights, `canonical_weights` reads them back out."""
+    """Integer codes into the kernel's tiled layout where it has one (fused_moe.weight_tile),
+    in the nibble order the device's tuned file gives the linear (`tuned_spans`): the layer
+    keeps one copy of the weights, `canonical_weights` reads them back out."""
     from ..convert import PREFIXES
     from . import fused_moe
 
     if not layer.quant.is_int_family or layer.meta["bits"] != 4:
         return
+    spans = tuned_spans(layer)
     for p in PREFIXES:
         q = layer.get(f"{p}_q")
         tile = fused_moe.weight_tile(fused_moe.W_INT4, q)
-        if tile is not None:
-            layer.put(f"{p}_q", fused_moe.tile_weights(q, *tile))
+        if tile is None:
+            continue
+        span = spans.get(p, 0) if span_fits(layer, p, spans.get(p, 0)) else 0
+        if span:
+            q = fused_moe.pair_nibbles(q, span)
+        layer.put(f"{p}_q", fused_moe.tile_weights(q, *tile))
+        layer.meta[f"{p}_nib_span"] = span
+
+
+def tuned_spans(layer: MoELayer) -> dict[str, int]:
+    """The nibble span of each int4 linear in the device's tuned file ({} when it has none;
+    tuned for 16-bit activations, the path `moecert tune` measures)."""
+    from . import configs, fused_moe
+
+    P = layer.problem
+    if layer.quant.activation != ACT_NONE:
+        return {}
+    return configs.tuned_spans(configs.LayerKey(
+        fused_moe.WEIGHT_NAMES[fused_moe.W_INT4], fused_moe.ACT_NAMES[fused_moe.A16], P.E,
+        (P.w13_rows, P.K), (P.K, P.N)))
+
+
+def span_fits(layer: MoELayer, p: str, span: int) -> bool:
+    """Whether linear `p`'s int4 codes can be stored paired over `span` columns."""
+    from . import fused_moe
+
+    K = layer.problem.K if p == "w13" else layer.problem.N
+    return span == 0 or fused_moe.nib_span_fits(
+        fused_moe.W_INT4, K, layer.meta[f"{p}_group_cols"], layer.has(f"{p}_g_idx"), span)
+
+
+def _stored_int4(layer: MoELayer, p: str) -> torch.Tensor:
+    """Linear `p`'s int4 codes [E, N, K / 2] in the checkpoint's nibble order, out of the
+    kernel's tiles (and pairs)."""
+    from . import fused_moe
+
+    q = fused_moe.untile_weights(layer.get(f"{p}_q"))
+    span = layer.meta.get(f"{p}_nib_span", 0)
+    return fused_moe.unpair_nibbles(q, span) if span else q
+
+
+def int4_variants(layer: MoELayer, p: str) -> dict[int, dict]:
+    """Linear `p`'s kernel descriptions in each nibble order it can be stored in, {span:
+    description}: what `moecert tune` times side by side. Only the layer's own order for
+    anything but tiled int4 codes."""
+    from . import fused_moe
+
+    if not (layer.quant.is_int_family and layer.get(f"{p}_q").dim() == 5):
+        return {layer.meta.get(f"{p}_nib_span", 0): _weights(layer, p, fused_moe)}
+    plain = _stored_int4(layer, p)
+    tile = layer.get(f"{p}_q").shape[3:]
+    out = {}
+    for span in (0, fused_moe.NIB_SPAN):
+        if span_fits(layer, p, span):
+            codes = fused_moe.pair_nibbles(plain, span) if span else plain
+            out[span] = _weights(layer, p, fused_moe, fused_moe.tile_weights(codes, *tile),
+                                 span)
+    return out
 
 
 def _plan(layer: MoELayer) -> dict:
@@ -252,8 +309,10 @@ def _quantize(layer: MoELayer, plan: dict, quant, fused_moe, t: torch.Tensor, wh
     return codes, scales, gscale, fused_moe.A_INT8
 
 
-def _weights(layer: MoELayer, p: str, fused_moe) -> dict:
-    """The kernel's description of linear `p` in the layer's kernel format."""
+def _weights(layer: MoELayer, p: str, fused_moe, codes: torch.Tensor | None = None,
+             nib_span: int | None = None) -> dict:
+    """The kernel's description of linear `p` in the layer's kernel format (int4 `codes`
+    and their nibble span in place of the layer's: int4_variants)."""
     q = layer.quant
     family = q.info.family
     compute = layer.problem.torch_dtype
@@ -262,9 +321,12 @@ def _weights(layer: MoELayer, p: str, fused_moe) -> dict:
     if q.is_int_family:
         bits = layer.meta["bits"]
         return fused_moe.describe_weights(
-            fused_moe.W_INT4 if bits == 4 else fused_moe.W_UINT8, layer.get(f"{p}_q"),
+            fused_moe.W_INT4 if bits == 4 else fused_moe.W_UINT8,
+            layer.get(f"{p}_q") if codes is None else codes,
             compute, s=layer.get(f"{p}_s"), scale_cols=layer.meta[f"{p}_group_cols"],
-            sym_zero=1 << (bits - 1), **opt)
+            sym_zero=1 << (bits - 1),
+            nib_span=layer.meta.get(f"{p}_nib_span", 0) if nib_span is None else nib_span,
+            **opt)
     if family == "dense":
         return fused_moe.describe_weights(fused_moe.W16, layer.get(f"{p}_w"), compute, **opt)
     kind = {"int8": fused_moe.W_INT8, "fp8": fused_moe.W_FP8,

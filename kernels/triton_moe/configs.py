@@ -24,6 +24,10 @@ power of two; the tuner's M values give n = M * topk, powers of two for every mo
 A lookup between or beyond the tuned buckets takes the nearest one on the log scale (the
 smaller on a tie). The Triton and torch versions are recorded, not matched: a config stays
 correct under any version, only its speed may move (re-run `moecert tune`).
+A layer may also say in which nibble order its int4 linears are stored,
+`"nibble_spans": {"w13": 128, "w2": 0}` (fused_moe `pair_nibbles`: 0 is the checkpoint's
+order, adjacent columns in a byte), read by the Triton backend when it converts the weights:
+an order the tuner measured faster for that linear. Leaving it out means 0 for both.
 SPLIT_K (fused_moe's split-K, a power of two) and K_UNROLL (tiles per K-loop step, >= 1)
 came after the first files: a GEMM entry without them reads as 1, the one-launch kernel
 with one tile per step.
@@ -51,6 +55,7 @@ GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": i
 FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 1}
 OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL")
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
+LINEARS = ("w13", "w2")  # the linears a layer's "nibble_spans" may name
 
 
 class ConfigFileError(ValueError):
@@ -138,6 +143,7 @@ def path_for(device: str, directory: Path | None = None) -> Path:
 # --- reading ---------------------------------------------------------------------------------
 
 Table = dict[LayerKey, dict[int, tuple[dict, dict]]]
+Spans = dict[LayerKey, dict[str, int]]  # {layer: {linear: nibble span}}
 
 
 def read_table(path: Path) -> Table:
@@ -164,10 +170,40 @@ def read_table(path: Path) -> Table:
                        _shape(path, layer, "gemm1", where), _shape(path, layer, "gemm2", where))
         if key in table:
             raise ConfigFileError(path, where, "one entry per layer", f"a second {key.label()}")
+        _spans(path, layer, where)
         buckets = _field(path, layer, "buckets", dict, where)
         table[key] = {_bucket(path, b, where): _configs(path, entry, f"{where}.buckets[{b}]")
                       for b, entry in buckets.items()}
     return table
+
+
+def read_spans(path: Path) -> Spans:
+    """The layers' nibble spans ({} for a layer without them); the file as read_table
+    checks it."""
+    read_table(path)
+    spans: Spans = {}
+    for layer in json.loads(Path(path).read_text())["layers"]:
+        if (found := _spans(path, layer, "")):
+            spans[_key(layer)] = found
+    return spans
+
+
+def _key(layer: dict) -> LayerKey:
+    return LayerKey(layer["weight"], layer["act"], layer["experts"], tuple(layer["gemm1"]),
+                    tuple(layer["gemm2"]))
+
+
+def _spans(path, layer: dict, where: str) -> dict[str, int]:
+    if "nibble_spans" not in layer:
+        return {}
+    spans = _field(path, layer, "nibble_spans", dict, where)
+    for linear, span in spans.items():
+        key = f"{where}.nibble_spans.{linear}"
+        if linear not in LINEARS:
+            raise ConfigFileError(path, key, f"a linear of {', '.join(LINEARS)}", linear)
+        if type(span) is not int or (span and not _is_power_of_two(span)) or span == 1:
+            raise ConfigFileError(path, key, "0 or a power of two >= 2", span)
+    return dict(spans)
 
 
 def _field(path, obj: dict, name: str, kind: type, where: str):
@@ -235,6 +271,22 @@ def load_table(device: str, directory: Path) -> Table | None:
     return read_table(path) if path.exists() else None
 
 
+@functools.cache
+def load_spans(device: str, directory: Path) -> Spans:
+    path = path_for(device, directory)
+    return read_spans(path) if path.exists() else {}
+
+
+def tuned_spans(key: LayerKey, device: str | None = None,
+                directory: Path | None = None) -> dict[str, int]:
+    """The layer's nibble span per linear from this device's file ({} without a file, a
+    CUDA device, or spans for the layer)."""
+    device = device or current_device_key()
+    if device is None:
+        return {}
+    return dict(load_spans(device, directory or CONFIG_DIR).get(key, {}))
+
+
 def lookup(table: Table, key: LayerKey, num_rows: int) -> tuple[dict, dict] | None:
     """The layer's configs for n rows: the tuned bucket nearest to n's on the log scale;
     None when the layer was not tuned. Copies: callers may keep or change them."""
@@ -261,7 +313,7 @@ def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
 # --- writing ---------------------------------------------------------------------------------
 
 def table_json(device: str, device_name: str, versions: dict, table: Table,
-               timings: dict | None = None) -> str:
+               timings: dict | None = None, spans: Spans | None = None) -> str:
     """The file's text for `table`; `timings` {(LayerKey, bucket): {"default": us, "tuned":
     us}} is recorded beside each entry (read by people, ignored by lookups)."""
     timings = timings or {}
@@ -279,8 +331,11 @@ def table_json(device: str, device_name: str, versions: dict, table: Table,
             if (key, bucket) in timings:
                 entry["us"] = timings[key, bucket]
             buckets[str(bucket)] = entry
-        layers.append({"weight": key.weight, "act": key.act, "experts": key.experts,
-                       "gemm1": list(key.gemm1), "gemm2": list(key.gemm2), "buckets": buckets})
+        layer = {"weight": key.weight, "act": key.act, "experts": key.experts,
+                 "gemm1": list(key.gemm1), "gemm2": list(key.gemm2)}
+        if (spans or {}).get(key):
+            layer["nibble_spans"] = dict(spans[key])
+        layers.append({**layer, "buckets": buckets})
     return json.dumps({"format": FORMAT, "device": device, "device_name": device_name,
                        "versions": versions, "layers": layers}, indent=1) + "\n"
 
@@ -290,8 +345,7 @@ def recorded_timings(path: Path) -> dict:
     writing other layers keeps them (read_table has checked everything else)."""
     out = {}
     for layer in json.loads(Path(path).read_text())["layers"]:
-        key = LayerKey(layer["weight"], layer["act"], layer["experts"], tuple(layer["gemm1"]),
-                       tuple(layer["gemm2"]))
+        key = _key(layer)
         for bucket, entry in layer["buckets"].items():
             if isinstance(entry.get("us"), dict):
                 out[key, int(bucket)] = entry["us"]
@@ -299,16 +353,20 @@ def recorded_timings(path: Path) -> dict:
 
 
 def write_table(path: Path, device: str, device_name: str, versions: dict, table: Table,
-                timings: dict | None = None) -> None:
+                timings: dict | None = None, spans: Spans | None = None) -> None:
     """Write, then read back through the same checks as a lookup (a file this writes must
-    load); entries of other layers already in the file are kept."""
+    load); entries of other layers already in the file are kept, with their recorded
+    timings and nibble spans."""
     path = Path(path)
     merged: Table = dict(read_table(path)) if path.exists() else {}
     kept_timings = recorded_timings(path) if path.exists() else {}
+    kept_spans = read_spans(path) if path.exists() else {}
     for key, buckets in table.items():
         merged[key] = {**merged.get(key, {}), **buckets}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(table_json(device, device_name, versions, merged,
-                               {**kept_timings, **(timings or {})}))
+                               {**kept_timings, **(timings or {})},
+                               {**kept_spans, **(spans or {})}))
     read_table(path)
     load_table.cache_clear()
+    load_spans.cache_clear()

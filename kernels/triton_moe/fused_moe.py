@@ -268,14 +268,15 @@ def _dot(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr):
 
 
 @triton.jit
-def _tile_part(a, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_ptr,
+def _tile_part(a, a2, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_ptr,
                scale_cols, stride_sk, stride_asm, WEIGHT: tl.constexpr, WSCALE: tl.constexpr,
                ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
                HAS_G_IDX: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
                EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
-               TILE_K: tl.constexpr):
+               NIB_SPAN: tl.constexpr, TILE_K: tl.constexpr):
     """The scaled fp32 product of one tile of TILE_K columns from k0, inside one scale
-    column: a [BLOCK_M, TILE_K] activations, bq the weight tile as stored ([TILE_K / 2,
+    column: a [BLOCK_M, TILE_K] activations (with NIB_SPAN: a and a2 the tile's two
+    halves, [BLOCK_M, TILE_K / 2] each), bq the weight tile as stored ([TILE_K / 2,
     BLOCK_N] bytes for nibble weights, else [TILE_K, BLOCK_N]); [BLOCK_N, BLOCK_M] with
     SWAP_AB (rows of the product are weight columns). A tile past K (zero activations) reads
     the last scale column, never past the scales."""
@@ -285,9 +286,16 @@ def _tile_part(a, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_pt
         # tile in registers. (Two loads at stride 2 were 2-byte accesses that the pipeliner
         # cannot stage, cp.async moving >= 4 bytes, so every K step waited on them; the
         # split's halves land in the dot operand's layout, no shuffle: Triton 3.6 sm90 TTGIR.)
-        a_lo, a_hi = tl.split(tl.reshape(a, (a.shape[0], TILE_K // 2, 2)))
-        kb = k0 // 2 + tl.arange(0, TILE_K // 2)
-        ke = 2 * kb
+        if NIB_SPAN:  # byte j holds columns j and j + TILE_K / 2 (`pair_nibbles`)
+            tl.static_assert(NIB_SPAN == TILE_K and WEIGHT == _W_INT4)
+            a_lo, a_hi = a, a2
+            k_lo = k0 + tl.arange(0, TILE_K // 2)
+            k_hi = k_lo + TILE_K // 2
+        else:
+            a_lo, a_hi = tl.split(tl.reshape(a, (a.shape[0], TILE_K // 2, 2)))
+            kb = k0 // 2 + tl.arange(0, TILE_K // 2)
+            k_lo = 2 * kb
+            k_hi = k_lo + 1
         raw = bq.to(tl.int32)
         if WEIGHT == _W_FP4:  # e2m1 values: exact in fp32 and in bf16 / fp16 operands
             b_lo = _decode_e2m1(raw & 0xF)
@@ -305,9 +313,9 @@ def _tile_part(a, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_pt
             b_lo = _int4_magic(raw & 0xF, SYM_ZERO, COMPUTE)
             b_hi = _int4_magic(raw >> 4, SYM_ZERO, COMPUTE)
         else:
-            b_lo = _dequant(raw & 0xF, tl.minimum(ke, K - 1), k0, g_row, s_rows, z_rows,
+            b_lo = _dequant(raw & 0xF, tl.minimum(k_lo, K - 1), k0, g_row, s_rows, z_rows,
                             scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
-            b_hi = _dequant(raw >> 4, tl.minimum(ke + 1, K - 1), k0, g_row, s_rows,
+            b_hi = _dequant(raw >> 4, tl.minimum(k_hi, K - 1), k0, g_row, s_rows,
                             z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
         part = (_mma(a_lo, b_lo, ACT, DOT, COMPUTE, SWAP_AB)
                 + _mma(a_hi, b_hi, ACT, DOT, COMPUTE, SWAP_AB))
@@ -358,8 +366,8 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
              SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr, DOT: tl.constexpr,
              COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
              FAST_I4: tl.constexpr, K_UNROLL: tl.constexpr, WT_N: tl.constexpr,
-             WT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_K: tl.constexpr):
+             WT_K: tl.constexpr, NIB_SPAN: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
     hints hold): tile after tile in increasing k0, each tile's scales applied to its
@@ -383,9 +391,19 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
     for k_step in range(k_lo, k_hi, BLOCK_K * K_UNROLL):
         for u in tl.static_range(K_UNROLL):
             k0 = k_step + u * BLOCK_K
-            kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K),
-                                   BLOCK_K)
-            a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < k_hi)[None, :], other=0)
+            if NIB_SPAN:  # the tile's halves, each a dot operand as loaded
+                kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K // 2),
+                                                      BLOCK_K // 2), BLOCK_K // 2)
+                a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < k_hi)[None, :],
+                            other=0)
+                kk2 = kk + BLOCK_K // 2
+                a2 = tl.load(a_base + kk2[None, :], mask=a_mask & (kk2 < k_hi)[None, :],
+                             other=0)
+            else:
+                kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K),
+                                       BLOCK_K)
+                a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < k_hi)[None, :], other=0)
+                a2 = a
             kq = k0 * BQ_K // BLOCK_K + tl.arange(0, BQ_K)
             if not EVEN_K:  # rows clamp into the matrix: finite values, times zero activations
                 kq = tl.minimum(kq, (K - 1) * BQ_K // BLOCK_K)
@@ -394,10 +412,10 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
             if EVEN_K:  # (a clamped tile's offsets are neither aligned nor contiguous)
                 kq = tl.max_contiguous(tl.multiple_of(kq, RUN), RUN)
             bq = tl.load(b_rows + kq[:, None])
-            acc += _tile_part(a, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row,
+            acc += _tile_part(a, a2, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row,
                               a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT, WSCALE, ACT,
                               HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB,
-                              FAST_I4, BLOCK_K)
+                              FAST_I4, NIB_SPAN, BLOCK_K)
     if SWAP_AB:
         acc = tl.trans(acc)
     return acc
@@ -435,7 +453,7 @@ def moe_gemm_kernel(
     MUL_ROUTER: tl.constexpr,
     DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
-    K_UNROLL: tl.constexpr, WT_N: tl.constexpr, WT_K: tl.constexpr,
+    K_UNROLL: tl.constexpr, WT_N: tl.constexpr, WT_K: tl.constexpr, NIB_SPAN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
@@ -487,7 +505,7 @@ def moe_gemm_kernel(
             a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
             K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
             SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N, WT_K,
-            BLOCK_M, BLOCK_N, BLOCK_K)
+            NIB_SPAN, BLOCK_M, BLOCK_N, BLOCK_K)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)
@@ -592,7 +610,11 @@ def block_k_for(config_k: int, K: int, scale_cols: int, weight: int, act: int) -
 
 def weights_block_k(weights: dict, config_k: int, K: int, act: int) -> int:
     """The BLOCK_K a launch for `weights` (describe_weights) runs with: block_k_for its scale
-    block, except that scales applied inside the tile (S_E4M3) leave the tile width free."""
+    block, except that scales applied inside the tile (S_E4M3) leave the tile width free,
+    and paired nibbles (`pair_nibbles`) fix it to their span."""
+    span = weights["constexprs"]["NIB_SPAN"]
+    if span:
+        return span
     cols = weights["scale_cols"] or K
     if weights["constexprs"]["WSCALE"] == S_E4M3:
         cols = K
@@ -617,14 +639,16 @@ def dot_mode(kind: int, weight_dtype: torch.dtype, compute: torch.dtype, has_g_i
 
 def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None, zp=None,
                      g_idx=None, bias=None, scale_rows: int = 1, scale_cols: int | None = None,
-                     sym_zero: int = 0, scale_kind: int = S_FLOAT, gscale=None) -> dict:
+                     sym_zero: int = 0, scale_kind: int = S_FLOAT, gscale=None,
+                     nib_span: int = 0) -> dict:
     """A linear's kernel description, built once per layer: the weight-side launch
     arguments (placeholders for absent tensors are never read: constexpr-disabled).
     `scale_kind` says how `s` is stored (S_FLOAT, S_E8M0, S_E4M3 as uint8 bytes); with act
     order the scales are applied per column inside the tile, not to the partial sum.
     `gscale` fp32 [E, G]: global multipliers of G equal row blocks (w13 shards).
     q is [E, N, stored K], or tiled as `tile_weights` stores it ([E, N / rows, stored K /
-    cols, rows, cols]); `s` may be any strided view."""
+    cols, rows, cols]); `s` may be any strided view. `nib_span`: int4 codes paired by
+    `pair_nibbles` over spans of that many columns (0: adjacent columns share a byte)."""
     assert q.is_contiguous() and q.dim() in (3, 5)
     wt_n, wt_k = q.shape[3:] if q.dim() == 5 else (0, 0)
     n_rows = q.shape[1] * q.shape[3] if q.dim() == 5 else q.shape[1]
@@ -632,6 +656,10 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                                     and scale_cols % 2 == 0)
     dummy = q
     wscale = S_NONE if s is None or g_idx is not None else scale_kind
+    k = 2 * (q.shape[2] * q.shape[4] if q.dim() == 5 else q.shape[2])
+    if nib_span and not nib_span_fits(kind, k, scale_cols, g_idx is not None, nib_span):
+        raise ValueError(f"nibbles paired over {nib_span} columns: needs int4 codes, K and "
+                         f"the scale group multiples of it, no act order")
     return {
         "kind": kind, "q": q, "N": n_rows, "compute": compute,
         "scale_cols": scale_cols,  # None: no scale, or one per row (the whole K)
@@ -652,6 +680,7 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                        "SYM_ZERO": sym_zero,
                        "HAS_G_IDX": g_idx is not None, "HAS_BIAS": bias is not None,
                        "HAS_WGSCALE": gscale is not None, "WT_N": wt_n, "WT_K": wt_k,
+                       "NIB_SPAN": nib_span,
                        "COMPUTE": _COMPUTE[compute]},
     }
 
@@ -688,6 +717,40 @@ def untile_weights(q: torch.Tensor) -> torch.Tensor:
     """Inverse of `tile_weights`: [E, N / rows, C / cols, rows, cols] -> [E, N, C]."""
     E, nb, cb, rows, cols = q.shape
     return q.transpose(2, 3).reshape(E, nb * rows, cb * cols)
+
+
+# int4 codes may be stored with columns j and j + 64 of each 128 in a byte (low, high nibble)
+# instead of the checkpoint's adjacent columns: a tile's nibble planes are then its two
+# halves, each loaded as a dot operand as it is, with no even / odd split of the activation
+# tile in registers. That changes the kernel's registers (16 x 128 tile on sm90: 142 -> 127
+# per thread, 3 -> 4 programs per SM), which made some GEMMs faster and others slower on an
+# H100 (docs/speed.md, "Change 6"): `moecert tune` times both orders of each linear and the
+# device's file says which to store (configs "nibble_spans"). BLOCK_K is then the span, so
+# the scale group must be a multiple of it.
+NIB_SPAN = 128
+
+
+def nib_span_fits(kind: int, k: int, scale_cols: int | None, act_order: bool,
+                  span: int = NIB_SPAN) -> bool:
+    """Whether int4 codes of K = k columns (scale group `scale_cols`, None: one per row)
+    can be paired over `span` columns: whole spans, each inside one scale group."""
+    return (kind == W_INT4 and not act_order and k % span == 0
+            and (scale_cols is None or scale_cols % span == 0))
+
+
+def pair_nibbles(q: torch.Tensor, span: int) -> torch.Tensor:
+    """Int4 codes [..., K / 2] with columns 2j, 2j + 1 in byte j (low, high nibble) ->
+    each span of `span` columns with columns j and j + span / 2 in its byte j."""
+    cols = torch.stack([q & 0xF, q >> 4], dim=-1).flatten(-2)  # one code per column
+    halves = cols.unflatten(-1, (-1, 2, span // 2))
+    return (halves[..., 0, :] | (halves[..., 1, :] << 4)).flatten(-2)
+
+
+def unpair_nibbles(q: torch.Tensor, span: int) -> torch.Tensor:
+    """Inverse of `pair_nibbles`."""
+    spans = q.unflatten(-1, (-1, span // 2))
+    cols = torch.stack([spans & 0xF, spans >> 4], dim=-2).flatten(-3)
+    return cols[..., 0::2] | (cols[..., 1::2] << 4)
 
 
 def split_plan(K: int, block_k: int, split_k: int, scale_blocks: tuple[int, ...] = ()

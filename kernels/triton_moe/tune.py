@@ -91,6 +91,12 @@ class LayerStage:
             raise ValueError("tuning stages take plain layers: no expert map or batched "
                              "format")
         self.layer, self.plan = layer, backend._plan(layer)
+        # each linear in every nibble order it can be stored in ({span: description}); a
+        # config's NIB_SPAN picks one, the layer's own order when it has none
+        self.variants = {1: backend.int4_variants(layer, "w13"),
+                         2: backend.int4_variants(layer, "w2")}
+        self.stored = {1: layer.meta.get("w13_nib_span", 0),
+                       2: layer.meta.get("w2_nib_span", 0)}
         self.ids = topk_ids.reshape(-1)
         self.router = topk_weights.reshape(-1)
         self.n = self.ids.numel()
@@ -124,6 +130,13 @@ class LayerStage:
         P = self.problem
         return (P.w13_rows, P.K) if gemm == 1 else (P.K, P.N)
 
+    def spans(self, gemm: int) -> tuple[int, ...]:
+        """The nibble orders GEMM `gemm`'s weights can be timed in."""
+        return tuple(sorted(self.variants[gemm]))
+
+    def weights(self, gemm: int, config: dict) -> dict:
+        return self.variants[gemm][config.get("NIB_SPAN", self.stored[gemm])]
+
     def aligned(self, block_m: int) -> tuple:
         from . import align
 
@@ -138,12 +151,13 @@ class LayerStage:
 
         sorted_ids, block_expert, num_padded = self.aligned(config["BLOCK_M"])
         out = self._out[gemm]
+        weights = self.weights(gemm, config)
         if gemm == 1:
-            fused_moe.moe_gemm(self.a1, self.s1, self.g1, self.plan["w13"], out, sorted_ids,
+            fused_moe.moe_gemm(self.a1, self.s1, self.g1, weights, out, sorted_ids,
                                block_expert, num_padded, None, a_row_div=self.problem.topk,
                                act=self.act, config=config)
         else:
-            fused_moe.moe_gemm(self.a2, self.s2, self.g2, self.plan["w2"], out, sorted_ids,
+            fused_moe.moe_gemm(self.a2, self.s2, self.g2, weights, out, sorted_ids,
                                block_expert, num_padded, self.router, a_row_div=1,
                                act=self.act, config=config)
         return out
@@ -155,12 +169,13 @@ class LayerStage:
         from . import fused_moe
 
         K = self.shape(gemm)[1]
-        w = self.plan["w13" if gemm == 1 else "w2"]
+        w = self.weights(gemm, config)
         bk = fused_moe.weights_block_k(w, config["BLOCK_K"], K, self.act)
         splits, _ = fused_moe.weights_split_plan(w, config, K, self.act)
         return (config["BLOCK_M"], config["BLOCK_N"], bk, config["num_warps"],
                 config["num_stages"], bool(config.get("SWAP_AB")),
-                bool(config.get("FAST_I4")), splits, config.get("K_UNROLL", 1))
+                bool(config.get("FAST_I4")), splits, config.get("K_UNROLL", 1),
+                w["constexprs"]["NIB_SPAN"])
 
     def programs(self, gemm: int, config: dict) -> int:
         """The GEMM's grid for these rows: row blocks that hold rows x column blocks."""
@@ -244,6 +259,10 @@ def disagreement(candidate: torch.Tensor, reference: torch.Tensor,
 
 # --- the search --------------------------------------------------------------------------------
 
+class StartRejected(RuntimeError):
+    """A climb's start gave a wrong result or did not launch."""
+
+
 @dataclass
 class Tried:
     config: dict
@@ -265,6 +284,9 @@ class LayerChoice:
     us: float
     default_us: float
     gemms: list[GemmChoice] = field(default_factory=list)
+    spans: tuple[int, int] = (0, 0)  # each GEMM's nibble order (the weights' storage)
+    # every climb's result, {(BLOCK_M, gemm, span): GemmChoice}: what `settle` picks from
+    options: dict = field(default_factory=dict)
 
 
 def neighbours(config: dict, grid: dict) -> list[dict]:
@@ -346,8 +368,8 @@ def tune_gemm(stage: LayerStage, gemm: int, start: dict, timer: Timer, grid: dic
     first, *others = climb_starts(start, grid)
     best, us = climb(evaluate, first, grid)
     if us is None:
-        raise RuntimeError(f"GEMM{gemm}: the start config {start} was rejected: "
-                           f"{cache[stage.effective(gemm, start)].why}")
+        raise StartRejected(f"GEMM{gemm}: the start config {start} was rejected: "
+                            f"{cache[stage.effective(gemm, start)].why}")
     for other in others:
         config, other_us = climb(evaluate, other, grid)
         if other_us is not None and other_us < us:
@@ -395,23 +417,58 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
         bounds[g] = reorder_bound(references[g], stage.magnitudes(g), stage.shape(g)[1])
     default_us = [timer(lambda g=g: stage.run(g, defaults[g - 1]), defaults[g - 1])
                   for g in (1, 2)]
-    best: LayerChoice | None = None
+    options: dict[tuple[int, int, int], GemmChoice] = {}
     for bm in block_ms(per_expert, defaults[0]["BLOCK_M"]):
-        starts = [{**defaults[g - 1], "BLOCK_M": bm} for g in (1, 2)]
-        gemms = [tune_gemm(stage, g, starts[g - 1], timer, _gemm_grid(stage, g, starts[g - 1],
-                                                                       grid, sm_count),
-                           references[g], bounds[g]) for g in (1, 2)]
-        for g, choice in zip((1, 2), gemms, strict=True):
-            choice.default_us = default_us[g - 1]
-        total = sum(c.us for c in gemms)
-        if best is None or total < best.us:
-            best = LayerChoice((gemms[0].config, gemms[1].config), total, sum(default_us),
-                               gemms)
-    assert best is not None
-    if best.us > best.default_us:  # the climb re-times its start: keep the default's row
-        best = LayerChoice(defaults, best.default_us, best.default_us, best.gemms)
-    best.configs = tuple(configs.complete(c) for c in best.configs)
-    return best
+        for g in (1, 2):
+            for span in stage.spans(g):
+                start = {**defaults[g - 1], "BLOCK_M": bm, "NIB_SPAN": span}
+                try:
+                    choice = tune_gemm(stage, g, start, timer,
+                                       _gemm_grid(stage, g, start, grid, sm_count),
+                                       references[g], bounds[g])
+                except StartRejected:
+                    if span == stage.stored[g]:  # the weights as stored: a real failure
+                        raise
+                    continue  # another order that does not run right is no option
+                choice.default_us = default_us[g - 1]
+                options[bm, g, span] = choice
+    return settle(options, best_spans([options]), defaults, default_us, stage.stored)
+
+
+def best_spans(all_options: list[dict]) -> tuple[int, int]:
+    """Each GEMM's nibble order over one layer's tunings (`LayerChoice.options`, one per row
+    bucket: the weights have one order for every M): the order with the least time summed
+    over the buckets, each at its fastest BLOCK_M (on a tie the smaller span, 0 first)."""
+    chosen = []
+    for g in (1, 2):
+        spans = set.intersection(*({s for _, gg, s in o if gg == g} for o in all_options))
+
+        def total(span, g=g):
+            return sum(min(c.us for (_, gg, s), c in o.items() if gg == g and s == span)
+                       for o in all_options)
+
+        chosen.append(min(sorted(spans), key=total))
+    return chosen[0], chosen[1]
+
+
+def settle(options: dict, spans: tuple[int, int], defaults: tuple[dict, dict],
+           default_us: list[float], stored: dict[int, int]) -> LayerChoice:
+    """The layer's configs with each GEMM's weights in `spans`: the BLOCK_M with the least
+    total time. The defaults (timed as they are, in the stored order) stay where the tuned
+    row is no faster."""
+    block_ms_ = sorted({bm for bm, _, _ in options})
+    totals = {bm: options[bm, 1, spans[0]].us + options[bm, 2, spans[1]].us
+              for bm in block_ms_}
+    bm = min(block_ms_, key=lambda b: totals[b])
+    gemms = [options[bm, 1, spans[0]], options[bm, 2, spans[1]]]
+    choice = LayerChoice((gemms[0].config, gemms[1].config), totals[bm], sum(default_us),
+                         gemms, spans, options)
+    if spans == (stored[1], stored[2]) and choice.us > choice.default_us:
+        # the climb re-times its start: keep the default's row
+        choice = LayerChoice(defaults, choice.default_us, choice.default_us, gemms, spans,
+                             options)
+    choice.configs = tuple(configs.complete(c) for c in choice.configs)
+    return choice
 
 
 def _gemm_grid(stage, gemm: int, start: dict, grid: dict, sm_count: int | None) -> dict:

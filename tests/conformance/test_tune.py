@@ -58,9 +58,10 @@ def test_tuning_on_the_interpreter_writes_a_file_the_backend_reads(triton_runs_h
         return 10.0 + config["BLOCK_N"]
 
     shape = ModelShape(E=4, K=128, N=64, topk=2)
-    table, timings, rows = tune_command.run_tuning(
+    table, timings, spans, rows = tune_command.run_tuning(
         {"tiny": shape}, ["gptq-int4"], [1, 8], DEVICE, timer, grid=TINY_GRID, group_size=32,
         log=lambda *a: None)
+    assert spans == {}  # group-32 codes have one nibble order (pair_nibbles needs 128)
     assert [r[2] for r in rows] == [1, 8]
     for _, _, _, choice in rows:
         # every candidate ran the real kernel and agreed with the default's output
@@ -89,3 +90,54 @@ def test_tuning_on_the_interpreter_writes_a_file_the_backend_reads(triton_runs_h
     finally:
         configs.load_table.cache_clear()
     assert got == table[key][16]
+
+
+@pytest.mark.parametrize("prefer", [128, 0], ids=["paired-faster", "adjacent-faster"])
+def test_tuning_picks_a_nibble_order_and_the_backend_stores_its_weights_so(
+        triton_runs_here, tmp_path, monkeypatch, prefer):
+    """Group-128 int4 weights can be stored paired (fused_moe.pair_nibbles): the tuner times
+    both orders, writes the faster one per linear, and a layer converted afterwards on that
+    device stores its codes so, computes what the checkpoint's order computes and exports
+    the checkpoint's codes."""
+    from moecert.kernels.triton_moe import fused_moe
+    from moecert.kernels.triton_moe.backend import TritonBackend
+    from moecert.reference import MoEProblem, make_inputs, random_checkpoint
+
+    def timer(run, config):
+        return 10.0 if config.get("NIB_SPAN", 0) == prefer else 20.0
+
+    shape = ModelShape(E=4, K=128, N=128, topk=2)
+    table, timings, spans, rows = tune_command.run_tuning(
+        {"tiny": shape}, ["gptq-int4"], [1, 8], DEVICE, timer, grid=TINY_GRID,
+        group_size=128, log=lambda *a: None)
+    (key,) = table
+    assert spans == {key: {"w13": prefer, "w2": prefer}}
+    assert all(c.spans == (prefer, prefer) for *_, c in rows)
+    path = configs.path_for("test-gpu", tmp_path)
+    configs.write_table(path, "test-gpu", "Test GPU", {}, table, timings, spans)
+    assert configs.read_spans(path) == spans
+
+    monkeypatch.setattr(configs, "CONFIG_DIR", tmp_path)
+    monkeypatch.setattr(configs, "current_device_key", lambda: "test-gpu")
+    configs.load_spans.cache_clear()
+    P = MoEProblem(M=5, K=128, N=128, E=4, topk=2)
+    backend = TritonBackend()
+    ckpt = random_checkpoint("gptq-int4", P, seed=3, device=DEVICE, group_size=128)
+    try:
+        tuned = backend.create_layer(ckpt, P)
+        backend.process_weights_after_loading(tuned)
+    finally:
+        configs.load_spans.cache_clear()
+    monkeypatch.setattr(configs, "current_device_key", lambda: None)
+    plain = backend.create_layer(ckpt, P)
+    backend.process_weights_after_loading(plain)
+    assert tuned.meta["w13_nib_span"] == prefer and plain.meta["w13_nib_span"] == 0
+    assert torch.equal(tuned.get("w2_q"), plain.get("w2_q")) == (prefer == 0)
+    x, w, ids = (t.to(DEVICE) for t in make_inputs(P, seed=4))
+    want, got = backend.apply(plain, x, w, ids), backend.apply(tuned, x, w, ids)
+    assert want.abs().max() > 0
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)  # one bf16 spacing
+    for p in ("w13", "w2"):
+        a, b = backend.canonical_weights(tuned)[p], backend.canonical_weights(plain)[p]
+        assert torch.equal(a.codes, b.codes) and torch.equal(a.scales, b.scales)
+    assert fused_moe.NIB_SPAN == 128

@@ -141,6 +141,12 @@ def _entry_file(tmp_path, mutate):
     (lambda d: d["layers"][0].update(gemm2=[128]), r"layers\[0\].gemm2: expected \[N, K\]"),
     (lambda d: d.update(format=99), r"format: expected 1, got 99"),
     (lambda d: d["layers"].append(d["layers"][0]), r"layers\[1\]: expected one entry per"),
+    (lambda d: d["layers"][0].update(nibble_spans={"w1": 128}),
+     r"layers\[0\].nibble_spans.w1: expected a linear of w13, w2, got 'w1'"),
+    (lambda d: d["layers"][0].update(nibble_spans={"w2": 96}),
+     r"layers\[0\].nibble_spans.w2: expected 0 or a power of two >= 2, got 96"),
+    (lambda d: d["layers"][0].update(nibble_spans=[128]),
+     r"layers\[0\].nibble_spans: expected a dict"),
 ])
 def test_malformed_file_names_the_file_and_the_key(tmp_path, mutate, key):
     path = _entry_file(tmp_path, mutate)
@@ -276,6 +282,11 @@ class FakeStage:
         self.w = {1: torch.randn(32, 32, generator=gen), 2: torch.randn(32, 16, generator=gen)}
         self.planted = planted or {}
         self.runs = []
+        self.stored = {1: 0, 2: 0}
+        self.span_options = (0,)
+
+    def spans(self, g):
+        return self.span_options
 
     def shape(self, g):
         return (self.w[g].shape[1], 32)
@@ -368,3 +379,39 @@ def test_a_split_that_pays_only_with_wider_tiles_is_found():
 def _reference(stage, g):
     ref = stage.run(g, stage.defaults[g - 1]).clone()
     return ref, tune.reorder_bound(ref, stage.magnitudes(g), stage.shape(g)[1])
+
+
+def test_each_gemm_gets_the_nibble_order_it_is_faster_in():
+    """GEMM1 runs faster with paired nibbles, GEMM2 slower: each gets its own order, and
+    a planted wrong result in one order is never chosen."""
+    stage = FakeStage()
+    stage.span_options = (0, 128)
+
+    def timer(run, config):
+        run()
+        paired = config.get("NIB_SPAN") == 128
+        return 50.0 + (-10.0 if paired else 0.0) * (1 if stage.last_gemm == 1 else -1)
+
+    choice = tune.tune_layer(stage, timer, GRID)
+    assert choice.spans == (128, 0) and choice.us == 40.0 + 50.0
+    assert all("NIB_SPAN" not in c for c in choice.configs)  # a weight property, not a tile's
+    planted = FakeStage(planted={"NIB_SPAN": 128})
+    planted.span_options = (0, 128)
+    stage = planted
+    choice = tune.tune_layer(planted, timer, GRID)
+    assert choice.spans == (0, 0) and (16, 1, 128) not in choice.options
+
+
+def test_one_nibble_order_per_linear_over_the_buckets():
+    """The order with the least summed time over the buckets wins, even where another
+    bucket alone prefers the other order; each bucket is then settled in that order."""
+    def options(times):  # {(gemm, span): us} at BLOCK_M 16
+        return {(16, g, s): tune.GemmChoice({**_cfg(16), "NIB_SPAN": s}, us, 99.0)
+                for (g, s), us in times.items()}
+
+    small = options({(1, 0): 10.0, (1, 128): 12.0, (2, 0): 10.0, (2, 128): 9.0})
+    large = options({(1, 0): 100.0, (1, 128): 90.0, (2, 0): 50.0, (2, 128): 60.0})
+    assert tune.best_spans([small]) == (0, 128)
+    assert tune.best_spans([small, large]) == (128, 0)
+    settled = tune.settle(small, (128, 0), (_cfg(16), _cfg(16)), [99.0, 99.0], {1: 0, 2: 0})
+    assert settled.us == 12.0 + 10.0 and settled.spans == (128, 0)
