@@ -163,10 +163,13 @@ def _tile_weights(layer: MoELayer) -> None:
 
 def tuned_spans(layer: MoELayer) -> dict[str, int]:
     """The nibble span of each int4 linear in the device's tuned file ({} when it has none;
-    tuned for 16-bit activations, the path `moecert tune` measures)."""
+    tuned for 16-bit activations, the path `moecert tune` measures), or the one
+    MOECERT_TRITON_NIB_SPAN forces."""
     from . import configs, fused_moe
 
     P = layer.problem
+    if (forced := configs.forced_nib_span()) is not None:
+        return {p: forced for p in configs.LINEARS}
     if layer.quant.activation != ACT_NONE:
         return {}
     return configs.tuned_spans(configs.LayerKey(

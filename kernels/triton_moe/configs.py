@@ -34,6 +34,7 @@ with one tile per step.
 
 MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not, under the
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
+MOECERT_TRITON_NIB_SPAN=128 stores every int4 linear it fits paired (`forced_nib_span`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 
 OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL")
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 LINEARS = ("w13", "w2")  # the linears a layer's "nibble_spans" may name
+NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 
 
 class ConfigFileError(ValueError):
@@ -133,6 +135,18 @@ def forced_split_k(environ=os.environ) -> int | None:
         return None
     if not raw.isdigit() or not _is_power_of_two(int(raw)):
         raise ValueError(f"{SPLIT_K_ENV}={raw!r}: expected a power of two (1, 2, 4, 8, ...)")
+    return int(raw)
+
+
+def forced_nib_span(environ=os.environ) -> int | None:
+    """The nibble span forced by MOECERT_TRITON_NIB_SPAN on every int4 linear it fits, for
+    any activation (0: the checkpoint's order), None when unset or empty: to run the
+    conformance suites with paired codes everywhere, as MOECERT_TRITON_SPLIT_K does."""
+    raw = environ.get(NIB_SPAN_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or (int(raw) and not _is_power_of_two(int(raw))) or raw == "1":
+        raise ValueError(f"{NIB_SPAN_ENV}={raw!r}: expected 0 or a power of two >= 2 (128)")
     return int(raw)
 
 

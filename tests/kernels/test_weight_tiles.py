@@ -186,3 +186,38 @@ def test_paired_nibbles_need_whole_spans_in_one_scale_group():
     assert not fm.nib_span_fits(fm.W_INT4, 192, 64, act_order=False)
     assert not fm.nib_span_fits(fm.W_INT4, 256, 128, act_order=True)
     assert not fm.nib_span_fits(fm.W_INT8, 256, 128, act_order=False)
+
+
+def test_forced_nib_span_reads_the_variable():
+    from moecert.kernels.triton_moe import configs
+
+    assert configs.forced_nib_span({}) is None
+    assert configs.forced_nib_span({configs.NIB_SPAN_ENV: "128"}) == 128
+    assert configs.forced_nib_span({configs.NIB_SPAN_ENV: "0"}) == 0
+    for bad in ("1", "96", "x"):
+        with pytest.raises(ValueError, match=rf"MOECERT_TRITON_NIB_SPAN='{bad}'"):
+            configs.forced_nib_span({configs.NIB_SPAN_ENV: bad})
+
+
+@pytest.mark.parametrize(("scheme", "attrs"), [
+    ("gptq-int4", {"group_size": 128}), ("awq-int4", {"group_size": 128}),
+    ("w4a8-int8", {"group_size": 128}), ("gptq-int4", {"group_size": 64}),
+], ids=["gptq-g128", "awq-g128-zero", "w4a8-g128", "gptq-g64-stays-adjacent"])
+def test_forced_nib_span_stores_paired_codes_that_compute_the_reference(scheme, attrs,
+                                                                       monkeypatch):
+    """The harness's path with MOECERT_TRITON_NIB_SPAN=128: the whole layer (a bias, the
+    router weight) against the float64 reference, the triton backend tests' bound (bf16
+    unit roundoff); group 64 cannot be paired over 128 columns and keeps its order."""
+    from moecert.kernels.triton_moe import configs
+    from moecert.reference import MoEProblem, make_inputs, moe, synthesize
+
+    monkeypatch.setenv(configs.NIB_SPAN_ENV, "128")
+    P = MoEProblem(M=3, K=256, N=128, E=3, topk=2, bias=True)
+    backend, layer = _layer(scheme, P, attrs)
+    want_span = 128 if attrs["group_size"] == 128 else 0
+    assert (layer.meta["w13_nib_span"], layer.meta["w2_nib_span"]) == (want_span, want_span)
+    x, w, ids = make_inputs(P, seed=2)
+    out = backend.apply(layer, x, w, ids)
+    ref = moe(synthesize(scheme, P, seed=1, **attrs), x, w, ids, P)  # _layer's checkpoint
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err <= 2.0**-8, f"relative error {err:.3e}"
