@@ -46,6 +46,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..convert import PREFIXES as LINEARS  # the linears a layer's "nibble_spans" may name
+
 FORMAT = 1
 CONFIG_DIR = Path(__file__).with_name("configs")
 # what each GEMM's entry holds, and the type of each value
@@ -56,7 +58,6 @@ GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": i
 FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 1}
 OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL")
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
-LINEARS = ("w13", "w2")  # the linears a layer's "nibble_spans" may name
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 
 

@@ -454,12 +454,15 @@ def best_spans(all_options: list[dict]) -> tuple[int, int]:
 def settle(options: dict, spans: tuple[int, int], defaults: tuple[dict, dict],
            default_us: list[float], stored: dict[int, int]) -> LayerChoice:
     """The layer's configs with each GEMM's weights in `spans`: the BLOCK_M with the least
-    total time. The defaults (timed as they are, in the stored order) stay where the tuned
-    row is no faster."""
-    block_ms_ = sorted({bm for bm, _, _ in options})
-    totals = {bm: options[bm, 1, spans[0]].us + options[bm, 2, spans[1]].us
-              for bm in block_ms_}
-    bm = min(block_ms_, key=lambda b: totals[b])
+    total time among those both GEMMs were tuned at in these orders (the stored orders when
+    there is none). The defaults (timed as they are, in the stored order) stay where the
+    tuned row is no faster."""
+    widths = sorted(bm for bm in {bm for bm, _, _ in options}
+                    if (bm, 1, spans[0]) in options and (bm, 2, spans[1]) in options)
+    if not widths:  # an order rejected at every width the other order ran at
+        return settle(options, (stored[1], stored[2]), defaults, default_us, stored)
+    totals = {bm: options[bm, 1, spans[0]].us + options[bm, 2, spans[1]].us for bm in widths}
+    bm = min(widths, key=lambda b: totals[b])
     gemms = [options[bm, 1, spans[0]], options[bm, 2, spans[1]]]
     choice = LayerChoice((gemms[0].config, gemms[1].config), totals[bm], sum(default_us),
                          gemms, spans, options)

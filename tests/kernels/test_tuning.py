@@ -415,3 +415,8 @@ def test_one_nibble_order_per_linear_over_the_buckets():
     assert tune.best_spans([small, large]) == (128, 0)
     settled = tune.settle(small, (128, 0), (_cfg(16), _cfg(16)), [99.0, 99.0], {1: 0, 2: 0})
     assert settled.us == 12.0 + 10.0 and settled.spans == (128, 0)
+    # an order tuned at no BLOCK_M the other GEMM's order has: the stored orders
+    del small[16, 1, 128]
+    small[32, 1, 128] = tune.GemmChoice({**_cfg(32), "NIB_SPAN": 128}, 1.0, 99.0)
+    fallback = tune.settle(small, (128, 0), (_cfg(16), _cfg(16)), [99.0, 99.0], {1: 0, 2: 0})
+    assert fallback.spans == (0, 0) and fallback.us == 20.0
