@@ -19,7 +19,9 @@ Weights (per expert a linear [N out, K in], K contiguous):
            e4m3 per 16 for NVFP4
 Any of these may come tiled (`tile_weights`, constexprs WT_N x WT_K: [E, N / WT_N, stored
 K / WT_K, WT_N, WT_K], each tile one run of memory; the Triton backend stores int4 codes so,
-INT4_TILE): the same values at other addresses.
+INT4_TILE): the same values at other addresses. W_INT4 codes may also pair column j with
+column j + NIB_SPAN / 2 of each NIB_SPAN columns in a byte (`pair_nibbles`, constexpr
+NIB_SPAN, which then is BLOCK_K): each nibble plane is one half of the tile.
 Scales s [E, R, C] apply to block (scale_rows, scale_cols): s[e, n // rows, k // cols], stored
 as WSCALE says: S_FLOAT (fp32 values) or S_E8M0 (bytes 2^(b - 127)); S_NONE: none, or applied
 per column inside the tile (act order). Unless act order permutes the columns, a K tile never
