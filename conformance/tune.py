@@ -71,7 +71,13 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
     and M. Each int4 linear gets one nibble order for all its buckets (`best_spans`). On the
     CPU it runs through the Triton interpreter (the tests)."""
     from moecert.kernels.triton_moe.backend import TritonBackend
-    from moecert.kernels.triton_moe.tune import LayerStage, best_spans, settle, tune_layer
+    from moecert.kernels.triton_moe.tune import (
+        LayerStage,
+        best_spans,
+        settle,
+        tune_layer,
+        weight_variants,
+    )
 
     backend = TritonBackend()
     table: dict = {}
@@ -86,10 +92,12 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
             layer = backend.create_layer(random_checkpoint(scheme, P, seed=0, device=device,
                                                            **attrs), P)
             backend.process_weights_after_loading(layer)
+            variants = weight_variants(layer)  # both nibble orders, once for every M
             tuned = {}  # this layer's {bucket: (M, LayerChoice)}
             for M in ms:
                 x, w, ids = make_inputs(MoEProblem(M=M, K=K, N=N, E=E, topk=topk), seed=M)
-                stage = LayerStage(layer, x.to(device), w.to(device), ids.to(device))
+                stage = LayerStage(layer, x.to(device), w.to(device), ids.to(device),
+                                   variants)
                 choice = tune_layer(stage, timer, grid)
                 key = stage.key()
                 tuned[_bucket(stage.n)] = (M, choice, stage.defaults)
@@ -110,7 +118,7 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
                 del stage
             rows += [(shape_name, scheme, m, c) for m, c, _ in tuned.values()]
             log(f"  {shape_name} {scheme}: {time.perf_counter() - t0:.1f} s")
-            del layer
+            del layer, variants
             if device != "cpu":
                 torch.cuda.empty_cache()
     return table, timings, spans, rows

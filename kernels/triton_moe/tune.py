@@ -74,6 +74,13 @@ def do_bench_timer(run: Callable[[], object], config: dict) -> float:
 
 # --- the GEMMs' inputs -------------------------------------------------------------------------
 
+def weight_variants(layer) -> dict[int, dict[int, dict]]:
+    """{gemm: {nibble span: kernel description}} of a converted layer's two linears."""
+    from . import backend
+
+    return {1: backend.int4_variants(layer, "w13"), 2: backend.int4_variants(layer, "w2")}
+
+
 class LayerStage:
     """One layer's two GEMMs on fixed inputs: GEMM1 on the (quantized) tokens, GEMM2 on the
     activation of GEMM1's default-config output. Standard activation format, no expert map
@@ -83,7 +90,7 @@ class LayerStage:
     per BLOCK_M on demand."""
 
     def __init__(self, layer, x: torch.Tensor, topk_weights: torch.Tensor,
-                 topk_ids: torch.Tensor):
+                 topk_ids: torch.Tensor, variants: dict | None = None):
         from . import backend, fused_moe, quant
 
         P = self.problem = layer.problem
@@ -92,9 +99,10 @@ class LayerStage:
                              "format")
         self.layer, self.plan = layer, backend._plan(layer)
         # each linear in every nibble order it can be stored in ({span: description}); a
-        # config's NIB_SPAN picks one, the layer's own order when it has none
-        self.variants = {1: backend.int4_variants(layer, "w13"),
-                         2: backend.int4_variants(layer, "w2")}
+        # config's NIB_SPAN picks one, the layer's own order when it has none. Built once
+        # per layer by the caller that tunes several M (`weight_variants`): a copy of the
+        # weights per order.
+        self.variants = variants or weight_variants(layer)
         self.stored = {1: layer.meta.get("w13_nib_span", 0),
                        2: layer.meta.get("w2_nib_span", 0)}
         self.ids = topk_ids.reshape(-1)
