@@ -5,8 +5,9 @@
 
 For each model shape (reference/models.py), scheme and token count M: a random checkpoint of
 the scheme, converted by the Triton backend, random softmax-top-k routing of M tokens
-(reference.make_inputs, n = M x topk assignment rows), then `kernels.triton_moe.tune`'s search
-on both GEMMs (correct results only, see there). The winners go to the device's data file in
+(reference.make_inputs, n = M x topk assignment rows; ROUTINGS of them, each candidate timed
+over all: the mean), then `kernels.triton_moe.tune`'s search on both GEMMs (correct results
+only, see there). The winners go to the device's data file in
 kernels/triton_moe/configs/ (merged with what it already holds), which the backend reads at
 the next process start; the table printed says what each layer gained.
 """
@@ -25,6 +26,10 @@ from .options import m_list, model_name
 
 DEFAULT_SCHEMES = ("gptq-int4", "int8-w8a16", "fp8-w8a16", "mxfp8")
 GROUP_SIZE = 128  # of the packed integer schemes (GPTQ/AWQ g128, the common checkpoints)
+# random routings per M that each candidate is timed over (tune.RoutingStages says why); the
+# seeds M + ROUTING_SEED_STEP * r, so the first is the one a single-routing run used
+ROUTINGS = 3
+ROUTING_SEED_STEP = 7919
 
 
 def add_arguments(p) -> None:
@@ -65,7 +70,8 @@ def main(args) -> int:
 
 
 def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
-               grid: dict | None = None, group_size: int = GROUP_SIZE, log=print, save=None):
+               grid: dict | None = None, group_size: int = GROUP_SIZE, log=print, save=None,
+               routings: int = ROUTINGS):
     """(table for configs.write_table, its timings, the layers' nibble spans, printable
     rows) for every shape x scheme x M, `save(table, timings, spans)` called after each layer
     and M. Each int4 linear gets one nibble order for all its buckets (`best_spans`). On the
@@ -73,6 +79,7 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
     from moecert.kernels.triton_moe.backend import TritonBackend
     from moecert.kernels.triton_moe.tune import (
         LayerStage,
+        RoutingStages,
         best_spans,
         settle,
         tune_layer,
@@ -95,9 +102,13 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
             variants = weight_variants(layer)  # both nibble orders, once for every M
             tuned = {}  # this layer's {bucket: (M, LayerChoice)}
             for M in ms:
-                x, w, ids = make_inputs(MoEProblem(M=M, K=K, N=N, E=E, topk=topk), seed=M)
-                stage = LayerStage(layer, x.to(device), w.to(device), ids.to(device),
-                                   variants)
+                stages = []
+                for r in range(routings):
+                    x, w, ids = make_inputs(MoEProblem(M=M, K=K, N=N, E=E, topk=topk),
+                                            seed=M + ROUTING_SEED_STEP * r)
+                    stages.append(LayerStage(layer, x.to(device), w.to(device),
+                                             ids.to(device), variants))
+                stage = RoutingStages(stages)
                 choice = tune_layer(stage, timer, grid)
                 key = stage.key()
                 tuned[_bucket(stage.n)] = (M, choice, stage.defaults)
@@ -115,7 +126,7 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
                     spans[key] = dict(zip(("w13", "w2"), orders, strict=True))
                 if save:
                     save(table, timings, spans)
-                del stage
+                del stage, stages
             rows += [(shape_name, scheme, m, c) for m, c, _ in tuned.values()]
             log(f"  {shape_name} {scheme}: {time.perf_counter() - t0:.1f} s")
             del layer, variants

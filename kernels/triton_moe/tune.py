@@ -74,6 +74,36 @@ def do_bench_timer(run: Callable[[], object], config: dict) -> float:
 
 # --- the GEMMs' inputs -------------------------------------------------------------------------
 
+class RoutingStages:
+    """Several LayerStages of one layer and row count, each its own random routing, seen
+    as one stage: a candidate runs on every routing, must agree with the default's output
+    on each (`run` returns the outputs stacked) and is timed over all of them (`launch`,
+    `routings`). A config timed on one routing can lose on the next: Mixtral-8x7B's GEMM2
+    at M = 64 on an H100 took 396-416 us on routings of 11-12 row blocks with 3 programs
+    per SM, and 503-513 us on routings of 13 (416 programs, more than 396 slots), where a
+    4-per-SM tile took 455-458 (docs/speed.md, "Change 7"). What the others do not change
+    (weights, shapes, defaults, the row count) is the first stage's."""
+
+    def __init__(self, stages: list):
+        if not stages:
+            raise ValueError("RoutingStages needs at least one stage")
+        self.stages = stages
+        self.routings = len(stages)
+
+    def __getattr__(self, name):
+        return getattr(self.stages[0], name)
+
+    def launch(self, gemm: int, config: dict) -> None:
+        for stage in self.stages:
+            stage.run(gemm, config)
+
+    def run(self, gemm: int, config: dict) -> torch.Tensor:
+        return torch.cat([stage.run(gemm, config) for stage in self.stages])
+
+    def magnitudes(self, gemm: int) -> torch.Tensor:
+        return torch.cat([stage.magnitudes(gemm) for stage in self.stages])
+
+
 def weight_variants(layer) -> dict[int, dict[int, dict]]:
     """{gemm: {nibble span: kernel description}} of a converted layer's two linears."""
     from . import backend
@@ -152,6 +182,12 @@ class LayerStage:
             self._aligned[block_m] = align.align_assignments(self.ids, self.problem.E,
                                                              block_m, n=self.n)
         return self._aligned[block_m]
+
+    routings = 1  # timed per launch (RoutingStages: several)
+
+    def launch(self, gemm: int, config: dict) -> None:
+        """What the timer times: GEMM 1 or 2 with `config`, once."""
+        self.run(gemm, config)
 
     def run(self, gemm: int, config: dict) -> torch.Tensor:
         """Launch GEMM 1 or 2 with `config` into its output buffer (returned, reused)."""
@@ -404,7 +440,12 @@ def _try(stage: LayerStage, gemm: int, config: dict, timer: Timer, reference: to
     why = disagreement(out, reference, bound)
     if why is not None:
         return Tried(config, None, why)
-    return Tried(config, timer(lambda: stage.run(gemm, config), config))
+    return Tried(config, _time(stage, gemm, config, timer))
+
+
+def _time(stage, gemm: int, config: dict, timer: Timer) -> float:
+    """Microseconds of one launch of the GEMM, the mean over the stage's routings."""
+    return timer(lambda: stage.launch(gemm, config), config) / stage.routings
 
 
 def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
@@ -423,8 +464,7 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
     for g in (1, 2):
         references[g] = stage.run(g, defaults[g - 1]).clone()
         bounds[g] = reorder_bound(references[g], stage.magnitudes(g), stage.shape(g)[1])
-    default_us = [timer(lambda g=g: stage.run(g, defaults[g - 1]), defaults[g - 1])
-                  for g in (1, 2)]
+    default_us = [_time(stage, g, defaults[g - 1], timer) for g in (1, 2)]
     options: dict[tuple[int, int, int], GemmChoice] = {}
     for bm in block_ms(per_expert, defaults[0]["BLOCK_M"]):
         for g in (1, 2):

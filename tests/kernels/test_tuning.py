@@ -285,6 +285,11 @@ class FakeStage:
         self.stored = {1: 0, 2: 0}
         self.span_options = (0,)
 
+    routings = 1
+
+    def launch(self, g, config):
+        self.run(g, config)
+
     def spans(self, g):
         return self.span_options
 
@@ -316,6 +321,49 @@ def fake_timer(prefer: dict):
 
 
 GRID = {"BLOCK_N": (32, 64, 128), "num_warps": (4, 8), "SWAP_AB": (False, True)}
+
+
+class CostedStage(FakeStage):
+    """A FakeStage whose launches cost what `costs` says of their BLOCK_N (a routing on
+    which some tiles fall off a cliff), added to a shared meter that the timer reads."""
+
+    def __init__(self, costs: dict, meter: list, planted=None):
+        super().__init__(planted)
+        self.costs, self.meter = costs, meter
+
+    def run(self, g, config):
+        self.meter[0] += self.costs[config["BLOCK_N"]]
+        return super().run(g, config)
+
+
+def test_tuning_over_routings_takes_the_mean_and_checks_each():
+    """BLOCK_N 128 is fastest on the first routing and falls off a cliff on the second: over
+    both, 64 wins. A config wrong on one routing only is rejected."""
+    meter = [0.0]
+
+    def timer(run, config):
+        before = meter[0]
+        run()
+        return meter[0] - before
+
+    grid = {"BLOCK_N": (32, 64, 128)}
+    first = CostedStage({32: 50.0, 64: 44.0, 128: 40.0}, meter)
+    second = CostedStage({32: 50.0, 64: 46.0, 128: 70.0}, meter)
+    alone = tune.tune_layer(first, timer, grid)
+    assert [c["BLOCK_N"] for c in alone.configs] == [128, 128]
+    both = tune.tune_layer(tune.RoutingStages([first, second]), timer, grid)
+    assert [c["BLOCK_N"] for c in both.configs] == [64, 64]
+    assert both.us == 2 * 45.0  # two GEMMs, each the mean of 44 and 46
+    assert alone.default_us == 2 * 44.0  # the default (_cfg: BLOCK_N 64), timed the same way
+    # BLOCK_N 32, now the fastest on both, computes a wrong output on the second routing
+    fast = CostedStage({32: 30.0, 64: 44.0, 128: 40.0}, meter)
+    wrong = CostedStage({32: 30.0, 64: 46.0, 128: 70.0}, meter, planted={"BLOCK_N": 32})
+    checked = tune.tune_layer(tune.RoutingStages([fast, wrong]), timer, grid)
+    assert [c["BLOCK_N"] for c in checked.configs] == [64, 64]
+    rejected = [t for g in checked.gemms for t in g.tried if t.us is None]
+    assert rejected and all(t.config["BLOCK_N"] == 32 for t in rejected)
+    with pytest.raises(ValueError, match="at least one stage"):
+        tune.RoutingStages([])
 
 
 def test_tune_layer_rejects_a_planted_wrong_config():
