@@ -27,8 +27,10 @@ from .options import m_list, model_name
 DEFAULT_SCHEMES = ("gptq-int4", "int8-w8a16", "fp8-w8a16", "mxfp8")
 GROUP_SIZE = 128  # of the packed integer schemes (GPTQ/AWQ g128, the common checkpoints)
 # random routings per M that each candidate is timed over (tune.RoutingStages says why); the
-# seeds M + ROUTING_SEED_STEP * r, so the first is the one a single-routing run used
-ROUTINGS = 3
+# seeds M + ROUTING_SEED_STEP * r, so the first is the one a single-routing run used. Three
+# were too few on an H100: none of Mixtral-8x7B's three at M = 64 had 13 row blocks, where
+# 2 of 6 routings measured did (docs/speed.md, "Change 7")
+ROUTINGS = 6
 ROUTING_SEED_STEP = 7919
 
 

@@ -60,7 +60,7 @@ def test_tuning_on_the_interpreter_writes_a_file_the_backend_reads(triton_runs_h
     shape = ModelShape(E=4, K=128, N=64, topk=2)
     table, timings, spans, rows = tune_command.run_tuning(
         {"tiny": shape}, ["gptq-int4"], [1, 8], DEVICE, timer, grid=TINY_GRID, group_size=32,
-        log=lambda *a: None)
+        log=lambda *a: None, routings=2)
     assert spans == {}  # group-32 codes have one nibble order (pair_nibbles needs 128)
     assert [r[2] for r in rows] == [1, 8]
     for _, _, _, choice in rows:
@@ -109,7 +109,7 @@ def test_tuning_picks_a_nibble_order_and_the_backend_stores_its_weights_so(
     shape = ModelShape(E=4, K=128, N=128, topk=2)
     table, timings, spans, rows = tune_command.run_tuning(
         {"tiny": shape}, ["gptq-int4"], [1, 8], DEVICE, timer, grid=TINY_GRID,
-        group_size=128, log=lambda *a: None)
+        group_size=128, log=lambda *a: None, routings=2)
     (key,) = table
     assert spans == {key: {"w13": prefer, "w2": prefer}}
     assert all(c.spans == (prefer, prefer) for *_, c in rows)
