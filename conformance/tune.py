@@ -22,7 +22,7 @@ import torch
 from moecert.reference import SCHEMES, MoEProblem, make_inputs, random_checkpoint
 from moecert.reference.models import MODEL_TOKENS, MODELS, ModelShape
 
-from .options import m_list, model_name
+from .options import m_list, model_name, positive_int
 
 DEFAULT_SCHEMES = ("gptq-int4", "int8-w8a16", "fp8-w8a16", "mxfp8")
 GROUP_SIZE = 128  # of the packed integer schemes (GPTQ/AWQ g128, the common checkpoints)
@@ -43,6 +43,9 @@ def add_arguments(p) -> None:
     p.add_argument("--M", dest="Ms", type=m_list, default=MODEL_TOKENS, metavar="LIST",
                    help=f"tokens per call, comma-separated (default "
                         f"{','.join(map(str, MODEL_TOKENS))})")
+    p.add_argument("--routings", type=positive_int, default=ROUTINGS, metavar="N",
+                   help=f"random routings per M that each candidate is timed over, the mean "
+                        f"(default {ROUTINGS}; fewer tune faster)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="where the device's file goes (default: the installed package's "
                         "kernels/triton_moe/configs, where the backend reads it)")
@@ -63,7 +66,7 @@ def main(args) -> int:
     # written after each layer and M, so that a run cut short keeps what it measured
     *_, rows = run_tuning(
         shapes, args.scheme or DEFAULT_SCHEMES, args.Ms, "cuda", do_bench_timer,
-        save=lambda t, tm, sp: configs.write_table(path, device, name, _versions(), t, tm,
+        routings=args.routings, save=lambda t, tm, sp: configs.write_table(path, device, name, _versions(), t, tm,
                                                    sp))
     print(format_rows(rows))
     print(f"{name}: {len(rows)} layers x M tuned in {time.perf_counter() - started:.0f} s; "

@@ -44,6 +44,14 @@ def test_tune_reads_the_m_list_as_bench_does(capsys):
     assert "M list '16,x'" in capsys.readouterr().err
 
 
+def test_tune_rejects_a_routing_count_below_one_in_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--routings", "0"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--routings" in err and "at least 1" in err
+
+
 # BLOCK_K 32 and 64 are one kernel for group-32 weights (block_k_for): tried once
 TINY_GRID = {"BLOCK_N": (32, 64, 128), "BLOCK_K": (32, 64), "num_warps": (4,), "num_stages": (1,),
              "SWAP_AB": (False, True)}
