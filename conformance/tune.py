@@ -66,7 +66,8 @@ def main(args) -> int:
     # written after each layer and M, so that a run cut short keeps what it measured
     *_, rows = run_tuning(
         shapes, args.scheme or DEFAULT_SCHEMES, args.Ms, "cuda", do_bench_timer,
-        routings=args.routings, save=lambda t, tm, sp: configs.write_table(path, device, name, _versions(), t, tm,
+        routings=args.routings,
+        save=lambda t, tm, sp: configs.write_table(path, device, name, _versions(), t, tm,
                                                    sp))
     print(format_rows(rows))
     print(f"{name}: {len(rows)} layers x M tuned in {time.perf_counter() - started:.0f} s; "
