@@ -1,7 +1,8 @@
-"""The search behind `moecert tune`: for one layer and one routing, the fastest correct tile
-configuration of each GEMM, with one BLOCK_M for both.
+"""The search behind `moecert tune`: for one layer and one row count, over one routing or
+several, the fastest correct tile configuration of each GEMM, with one BLOCK_M for both.
 
     stage = LayerStage(layer, x, topk_weights, topk_ids)   # the GEMMs' real inputs
+    stage = RoutingStages([stage, other, ...])             # or: timed over several routings
     choice = tune_layer(stage, timer)                        # -> LayerChoice
 
 Search: hill climbing on a grid (GRID), from the heuristic default (`fused_moe.pick_config`)
