@@ -156,7 +156,7 @@ def _tile_weights(layer: MoELayer) -> None:
             continue
         span = spans.get(p, 0) if span_fits(layer, p, spans.get(p, 0)) else 0
         if span:
-            q = fused_moe.pair_nibbles(q, span)
+            q = fused_moe.plane_nibbles(q, span)
         layer.put(f"{p}_q", fused_moe.tile_weights(q, *tile))
         layer.meta[f"{p}_nib_span"] = span
 
@@ -178,7 +178,7 @@ def tuned_spans(layer: MoELayer) -> dict[str, int]:
 
 
 def span_fits(layer: MoELayer, p: str, span: int) -> bool:
-    """Whether linear `p`'s int4 codes can be stored paired over `span` columns."""
+    """Whether linear `p`'s int4 codes can be stored in nibble planes over `span` columns."""
     from . import fused_moe
 
     K = layer.problem.K if p == "w13" else layer.problem.N
@@ -188,12 +188,12 @@ def span_fits(layer: MoELayer, p: str, span: int) -> bool:
 
 def _stored_int4(layer: MoELayer, p: str) -> torch.Tensor:
     """Linear `p`'s int4 codes [E, N, K / 2] in the checkpoint's nibble order, out of the
-    kernel's tiles (and pairs)."""
+    kernel's tiles (and nibble planes)."""
     from . import fused_moe
 
     q = fused_moe.untile_weights(layer.get(f"{p}_q"))
     span = layer.meta.get(f"{p}_nib_span", 0)
-    return fused_moe.unpair_nibbles(q, span) if span else q
+    return fused_moe.unplane_nibbles(q, span) if span else q
 
 
 def int4_variants(layer: MoELayer, p: str) -> dict[int, dict]:
@@ -209,7 +209,7 @@ def int4_variants(layer: MoELayer, p: str) -> dict[int, dict]:
     out = {}
     for span in (0, fused_moe.NIB_SPAN):
         if span_fits(layer, p, span):
-            codes = fused_moe.pair_nibbles(plain, span) if span else plain
+            codes = fused_moe.plane_nibbles(plain, span) if span else plain
             out[span] = _weights(layer, p, fused_moe, fused_moe.tile_weights(codes, *tile),
                                  span)
     return out

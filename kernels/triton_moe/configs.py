@@ -25,7 +25,7 @@ A lookup between or beyond the tuned buckets takes the nearest one on the log sc
 smaller on a tie). The Triton and torch versions are recorded, not matched: a config stays
 correct under any version, only its speed may move (re-run `moecert tune`).
 A layer may also say in which nibble order its int4 linears are stored,
-`"nibble_spans": {"w13": 128, "w2": 0}` (fused_moe `pair_nibbles`: 0 is the checkpoint's
+`"nibble_spans": {"w13": 128, "w2": 0}` (fused_moe `plane_nibbles`: 0 is the checkpoint's
 order, adjacent columns in a byte), read by the Triton backend when it converts the weights:
 an order the tuner measured faster for that linear. Leaving it out means 0 for both.
 SPLIT_K (fused_moe's split-K, a power of two) and K_UNROLL (tiles per K-loop step, >= 1)
@@ -34,7 +34,7 @@ with one tile per step.
 
 MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not, under the
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
-MOECERT_TRITON_NIB_SPAN=128 stores every int4 linear it fits paired (`forced_nib_span`).
+MOECERT_TRITON_NIB_SPAN=128 stores every int4 linear it fits in nibble planes (`forced_nib_span`).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def forced_split_k(environ=os.environ) -> int | None:
 def forced_nib_span(environ=os.environ) -> int | None:
     """The nibble span forced by MOECERT_TRITON_NIB_SPAN on every int4 linear it fits, for
     any activation (0: the checkpoint's order), None when unset or empty: to run the
-    conformance suites with paired codes everywhere, as MOECERT_TRITON_SPLIT_K does."""
+    conformance suites with nibble planes everywhere, as MOECERT_TRITON_SPLIT_K does."""
     raw = environ.get(NIB_SPAN_ENV, "").strip()
     if not raw:
         return None

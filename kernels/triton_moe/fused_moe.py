@@ -19,9 +19,9 @@ Weights (per expert a linear [N out, K in], K contiguous):
            e4m3 per 16 for NVFP4
 Any of these may come tiled (`tile_weights`, constexprs WT_N x WT_K: [E, N / WT_N, stored
 K / WT_K, WT_N, WT_K], each tile one run of memory; the Triton backend stores int4 codes so,
-INT4_TILE): the same values at other addresses. W_INT4 codes may also pair column j with
-column j + NIB_SPAN / 2 of each NIB_SPAN columns in a byte (`pair_nibbles`, constexpr
-NIB_SPAN, which then is BLOCK_K): each nibble plane is one half of the tile.
+INT4_TILE): the same values at other addresses. W_INT4 codes may also come in four planes of
+NIB_SPAN / 4 columns per NIB_SPAN columns (`plane_nibbles`, constexpr NIB_SPAN, which then is
+BLOCK_K), read as 16-bit words: each plane is one quarter of the tile.
 Scales s [E, R, C] apply to block (scale_rows, scale_cols): s[e, n // rows, k // cols], stored
 as WSCALE says: S_FLOAT (fp32 values) or S_E8M0 (bytes 2^(b - 127)); S_NONE: none, or applied
 per column inside the tile (act order). Unless act order permutes the columns, a K tile never
@@ -214,6 +214,48 @@ _I4_PAIRS_BF16 = tl.constexpr(_int4_pairs_asm(0x4300, 0x3F80, 0xC308, "fma.rn.bf
 _I4_PAIRS_FP16 = tl.constexpr(_int4_pairs_asm(0x6400, 0x3C00, 0xE408, "fma.rn.f16x2"))
 
 
+def _int4_planes_asm(magic: int, one: int, offset: int, fma: str) -> str:
+    """`_int4_planes`' PTX for one 16-bit dtype (the constants as in `_int4_pairs_asm`)."""
+    lop = f"0x000F000F, 0x{magic:04X}{magic:04X}, 0xEA"
+    return f"""{{
+            .reg .b32 t, one, off;
+            mov.b32 one, 0x{one:04X}{one:04X};
+            mov.b32 off, 0x{offset:04X}{offset:04X};
+            lop3.b32 $0, $4, {lop};
+            shr.u32 t, $4, 4;
+            lop3.b32 $1, t, {lop};
+            shr.u32 t, $4, 8;
+            lop3.b32 $2, t, {lop};
+            shr.u32 t, $4, 12;
+            lop3.b32 $3, t, {lop};
+            {fma} $0, $0, one, off;
+            {fma} $1, $1, one, off;
+            {fma} $2, $2, one, off;
+            {fma} $3, $3, one, off;
+            }}"""
+
+
+_I4_PLANES_BF16 = tl.constexpr(_int4_planes_asm(0x4300, 0x3F80, 0xC308, "fma.rn.bf16x2"))
+_I4_PLANES_FP16 = tl.constexpr(_int4_planes_asm(0x6400, 0x3C00, 0xE408, "fma.rn.f16x2"))
+
+
+@triton.jit
+def _int4_planes(words, COMPUTE: tl.constexpr):
+    """16-bit words of four nibbles (`plane_nibbles`) -> nibble p - 8 of each word, p = 0..3,
+    in the compute dtype: two words per 32-bit register, so one lop3 takes nibble p of both
+    into the register's two halves (the magic number's mantissa, as `_int4_pairs`) and one
+    packed fma subtracts magic + 8; no byte permutes. (PTX; CUDA sm80+, the host decides.)"""
+    if COMPUTE == tl.bfloat16:
+        return tl.inline_asm_elementwise(
+            asm=_I4_PLANES_BF16, constraints="=r,=r,=r,=r,r", args=[words],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
+            pack=2)
+    else:
+        return tl.inline_asm_elementwise(
+            asm=_I4_PLANES_FP16, constraints="=r,=r,=r,=r,r", args=[words],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
+
+
 @triton.jit
 def _int4_pairs(raw, COMPUTE: tl.constexpr):
     """Bytes [0, 255] (uint8) -> (low nibble - 8, high nibble - 8) in the compute dtype,
@@ -270,57 +312,107 @@ def _dot(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr):
 
 
 @triton.jit
-def _tile_part(a, a2, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_ptr,
+def _pairs_part(a, bq, k0, K, s_rows, z_rows, g_row, scale_cols, stride_sk,
+                WEIGHT: tl.constexpr, WSCALE: tl.constexpr, ACT: tl.constexpr,
+                HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr,
+                DOT: tl.constexpr, COMPUTE: tl.constexpr, EVEN_K: tl.constexpr,
+                SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr, TILE_K: tl.constexpr):
+    """The product of a nibble tile in the checkpoint's order: byte j holds columns 2j (low
+    nibble) and 2j + 1 (high). Each byte is read once and the nibble planes multiply the
+    even and odd columns of a, split from the whole tile in registers. (Two loads at stride
+    2 were 2-byte accesses that the pipeliner cannot stage, cp.async moving >= 4 bytes, so
+    every K step waited on them; the split's halves land in the dot operand's layout, no
+    shuffle: Triton 3.6 sm90 TTGIR.)"""
+    a_lo, a_hi = tl.split(tl.reshape(a, (a.shape[0], TILE_K // 2, 2)))
+    kb = k0 // 2 + tl.arange(0, TILE_K // 2)
+    k_lo = 2 * kb
+    k_hi = k_lo + 1
+    raw = bq.to(tl.int32)
+    if WEIGHT == _W_FP4:  # e2m1 values: exact in fp32 and in bf16 / fp16 operands
+        b_lo = _decode_e2m1(raw & 0xF)
+        b_hi = _decode_e2m1(raw >> 4)
+        if WSCALE == _S_E4M3:  # columns 2j and 2j+1 share a block (even scale_cols)
+            kbs = kb if EVEN_K else tl.minimum(kb, (K - 1) // 2)
+            sw = _decode_e4m3(tl.load(s_rows[None, :]
+                                         + (2 * kbs // scale_cols * stride_sk)[:, None]))
+            b_lo = b_lo * sw
+            b_hi = b_hi * sw
+    elif FAST_I4 == _I4_PAIRS:  # host: FAST_I4 on CUDA sm80+, SYM_ZERO 8
+        tl.static_assert(SYM_ZERO == 8)
+        b_lo, b_hi = _int4_pairs(bq, COMPUTE)
+    elif FAST_I4:  # host: symmetric, no act order, 16-bit activations, native dot
+        b_lo = _int4_magic(raw & 0xF, SYM_ZERO, COMPUTE)
+        b_hi = _int4_magic(raw >> 4, SYM_ZERO, COMPUTE)
+    else:
+        b_lo = _dequant(raw & 0xF, tl.minimum(k_lo, K - 1), k0, g_row, s_rows, z_rows,
+                        scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+        b_hi = _dequant(raw >> 4, tl.minimum(k_hi, K - 1), k0, g_row, s_rows,
+                        z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+    return (_mma(a_lo, b_lo, ACT, DOT, COMPUTE, SWAP_AB)
+            + _mma(a_hi, b_hi, ACT, DOT, COMPUTE, SWAP_AB))
+
+
+@triton.jit
+def _planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, z_rows, g_row, scale_cols, stride_sk,
+                 ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
+                 HAS_G_IDX: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
+                 SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr, TILE_K: tl.constexpr):
+    """The product of an int4 tile in four planes (`plane_nibbles`): 16-bit word j holds
+    columns j + p * TILE_K / 4 in nibble p, so plane p multiplies the tile's quarter p,
+    each quarter a dot operand as loaded. Two words share a 32-bit register, so one lop3
+    decodes a plane's pair of consecutive columns (`_int4_planes`), and both dot operands
+    have the 16-bit layout (the byte tile of the other orders gives both operands the 8-bit
+    one, and the activation quarters then cost register copies: docs/speed.md, "Change 8")."""
+    Q: tl.constexpr = TILE_K // 4
+    if FAST_I4 == _I4_PAIRS:  # host: FAST_I4 on CUDA sm80+, SYM_ZERO 8
+        tl.static_assert(SYM_ZERO == 8)
+        b0, b1, b2, b3 = _int4_planes(bq, COMPUTE)
+    else:
+        raw = bq.to(tl.int32)
+        if FAST_I4:  # host: symmetric, no act order, 16-bit activations, native dot
+            b0 = _int4_magic(raw & 0xF, SYM_ZERO, COMPUTE)
+            b1 = _int4_magic((raw >> 4) & 0xF, SYM_ZERO, COMPUTE)
+            b2 = _int4_magic((raw >> 8) & 0xF, SYM_ZERO, COMPUTE)
+            b3 = _int4_magic((raw >> 12) & 0xF, SYM_ZERO, COMPUTE)
+        else:  # (no act order here: the host pairs only without it)
+            kq = k0 + tl.arange(0, Q)
+            b0 = _dequant(raw & 0xF, tl.minimum(kq, K - 1), k0, g_row, s_rows, z_rows,
+                          scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+            b1 = _dequant((raw >> 4) & 0xF, tl.minimum(kq + Q, K - 1), k0, g_row, s_rows,
+                          z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+            b2 = _dequant((raw >> 8) & 0xF, tl.minimum(kq + 2 * Q, K - 1), k0, g_row,
+                          s_rows, z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+            b3 = _dequant((raw >> 12) & 0xF, tl.minimum(kq + 3 * Q, K - 1), k0, g_row,
+                          s_rows, z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+    return (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
+            + _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
+            + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB))
+
+
+@triton.jit
+def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_ptr,
                scale_cols, stride_sk, stride_asm, WEIGHT: tl.constexpr, WSCALE: tl.constexpr,
                ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
                HAS_G_IDX: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
                EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
                NIB_SPAN: tl.constexpr, TILE_K: tl.constexpr):
     """The scaled fp32 product of one tile of TILE_K columns from k0, inside one scale
-    column: a [BLOCK_M, TILE_K] activations (with NIB_SPAN: a and a2 the tile's two
-    halves, [BLOCK_M, TILE_K / 2] each), bq the weight tile as stored ([TILE_K / 2,
-    BLOCK_N] bytes for nibble weights, else [TILE_K, BLOCK_N]); [BLOCK_N, BLOCK_M] with
+    column: a [BLOCK_M, TILE_K] activations (with NIB_SPAN: a, a2, a3, a4 the tile's four
+    quarters, [BLOCK_M, TILE_K / 4] each), bq the weight tile as stored ([TILE_K / 2,
+    BLOCK_N] bytes for nibble weights, [TILE_K / 4, BLOCK_N] 16-bit words with NIB_SPAN,
+    else [TILE_K, BLOCK_N]); [BLOCK_N, BLOCK_M] with
     SWAP_AB (rows of the product are weight columns). A tile past K (zero activations) reads
     the last scale column, never past the scales."""
     if WEIGHT == _W_INT4 or WEIGHT == _W_FP4:
-        # one byte holds columns 2j (low nibble) and 2j+1 (high): each byte is read once and
-        # the nibble planes multiply the even and odd columns of a, split from the whole
-        # tile in registers. (Two loads at stride 2 were 2-byte accesses that the pipeliner
-        # cannot stage, cp.async moving >= 4 bytes, so every K step waited on them; the
-        # split's halves land in the dot operand's layout, no shuffle: Triton 3.6 sm90 TTGIR.)
-        if NIB_SPAN:  # byte j holds columns j and j + TILE_K / 2 (`pair_nibbles`)
+        if NIB_SPAN:  # word j holds columns j + p * TILE_K / 4, p = 0..3 (`plane_nibbles`)
             tl.static_assert(NIB_SPAN == TILE_K and WEIGHT == _W_INT4)
-            a_lo, a_hi = a, a2
-            k_lo = k0 + tl.arange(0, TILE_K // 2)
-            k_hi = k_lo + TILE_K // 2
+            part = _planes_part(a, a2, a3, a4, bq, k0, K, s_rows, z_rows, g_row, scale_cols,
+                                stride_sk, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
+                                SWAP_AB, FAST_I4, TILE_K)
         else:
-            a_lo, a_hi = tl.split(tl.reshape(a, (a.shape[0], TILE_K // 2, 2)))
-            kb = k0 // 2 + tl.arange(0, TILE_K // 2)
-            k_lo = 2 * kb
-            k_hi = k_lo + 1
-        raw = bq.to(tl.int32)
-        if WEIGHT == _W_FP4:  # e2m1 values: exact in fp32 and in bf16 / fp16 operands
-            b_lo = _decode_e2m1(raw & 0xF)
-            b_hi = _decode_e2m1(raw >> 4)
-            if WSCALE == _S_E4M3:  # columns 2j and 2j+1 share a block (even scale_cols)
-                kbs = kb if EVEN_K else tl.minimum(kb, (K - 1) // 2)
-                sw = _decode_e4m3(tl.load(s_rows[None, :]
-                                             + (2 * kbs // scale_cols * stride_sk)[:, None]))
-                b_lo = b_lo * sw
-                b_hi = b_hi * sw
-        elif FAST_I4 == _I4_PAIRS:  # host: FAST_I4 on CUDA sm80+, SYM_ZERO 8
-            tl.static_assert(SYM_ZERO == 8)
-            b_lo, b_hi = _int4_pairs(bq, COMPUTE)
-        elif FAST_I4:  # host: symmetric, no act order, 16-bit activations, native dot
-            b_lo = _int4_magic(raw & 0xF, SYM_ZERO, COMPUTE)
-            b_hi = _int4_magic(raw >> 4, SYM_ZERO, COMPUTE)
-        else:
-            b_lo = _dequant(raw & 0xF, tl.minimum(k_lo, K - 1), k0, g_row, s_rows, z_rows,
-                            scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
-            b_hi = _dequant(raw >> 4, tl.minimum(k_hi, K - 1), k0, g_row, s_rows,
-                            z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
-        part = (_mma(a_lo, b_lo, ACT, DOT, COMPUTE, SWAP_AB)
-                + _mma(a_hi, b_hi, ACT, DOT, COMPUTE, SWAP_AB))
+            part = _pairs_part(a, bq, k0, K, s_rows, z_rows, g_row, scale_cols, stride_sk,
+                               WEIGHT, WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT,
+                               COMPUTE, EVEN_K, SWAP_AB, FAST_I4, TILE_K)
     else:
         if ACT == _A_FP8 or ACT == _A_FP8_G:
             # e4m3 codes passed as their bytes: `other=0` is +0.0 (the interpreter
@@ -388,33 +480,44 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     NIBBLES: tl.constexpr = WEIGHT == _W_INT4 or WEIGHT == _W_FP4
-    BQ_K: tl.constexpr = BLOCK_K // 2 if NIBBLES else BLOCK_K  # weight tile rows as stored
-    RUN: tl.constexpr = min(BQ_K, WT_K) if WT_K else BQ_K  # contiguous stored columns
+    Q4: tl.constexpr = BLOCK_K // 4  # columns of a plane (NIB_SPAN)
+    # weight tile rows as stored: bytes, or 16-bit words (NIB_SPAN), per BLOCK_K columns
+    BQ_K: tl.constexpr = Q4 if NIB_SPAN else BLOCK_K // 2 if NIBBLES else BLOCK_K
+    WT_RUN: tl.constexpr = WT_K // 2 if NIB_SPAN else WT_K  # a tile row in those units
+    RUN: tl.constexpr = min(BQ_K, WT_RUN) if WT_K else BQ_K  # contiguous stored units
     for k_step in range(k_lo, k_hi, BLOCK_K * K_UNROLL):
         for u in tl.static_range(K_UNROLL):
             k0 = k_step + u * BLOCK_K
-            if NIB_SPAN:  # the tile's halves, each a dot operand as loaded
-                kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K // 2),
-                                                      BLOCK_K // 2), BLOCK_K // 2)
+            if NIB_SPAN:  # the tile's quarters, each a dot operand as loaded
+                kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, Q4), Q4), Q4)
                 a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < k_hi)[None, :],
                             other=0)
-                kk2 = kk + BLOCK_K // 2
-                a2 = tl.load(a_base + kk2[None, :], mask=a_mask & (kk2 < k_hi)[None, :],
-                             other=0)
+                a2 = tl.load(a_base + (kk + Q4)[None, :],
+                             mask=a_mask & (kk + Q4 < k_hi)[None, :], other=0)
+                a3 = tl.load(a_base + (kk + 2 * Q4)[None, :],
+                             mask=a_mask & (kk + 2 * Q4 < k_hi)[None, :], other=0)
+                a4 = tl.load(a_base + (kk + 3 * Q4)[None, :],
+                             mask=a_mask & (kk + 3 * Q4 < k_hi)[None, :], other=0)
             else:
                 kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K),
                                        BLOCK_K)
                 a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < k_hi)[None, :], other=0)
                 a2 = a
+                a3 = a
+                a4 = a
+            # the weight tile in its stored units: bytes, or 16-bit words of four planes
             kq = k0 * BQ_K // BLOCK_K + tl.arange(0, BQ_K)
             if not EVEN_K:  # rows clamp into the matrix: finite values, times zero activations
                 kq = tl.minimum(kq, (K - 1) * BQ_K // BLOCK_K)
             if WT_K != 0:  # tiled weights (describe_weights): WT_K stored columns per tile row
-                kq = (kq // WT_K) * (WT_N * WT_K) + kq % WT_K
+                kq = (kq // WT_RUN) * (WT_N * WT_RUN) + kq % WT_RUN
             if EVEN_K:  # (a clamped tile's offsets are neither aligned nor contiguous)
                 kq = tl.max_contiguous(tl.multiple_of(kq, RUN), RUN)
-            bq = tl.load(b_rows + kq[:, None])
-            acc += _tile_part(a, a2, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row,
+            if NIB_SPAN:
+                bq = tl.load(b_rows.to(tl.pointer_type(tl.uint16), bitcast=True) + kq[:, None])
+            else:
+                bq = tl.load(b_rows + kq[:, None])
+            acc += _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row,
                               a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT, WSCALE, ACT,
                               HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB,
                               FAST_I4, NIB_SPAN, BLOCK_K)
@@ -613,7 +716,7 @@ def block_k_for(config_k: int, K: int, scale_cols: int, weight: int, act: int) -
 def weights_block_k(weights: dict, config_k: int, K: int, act: int) -> int:
     """The BLOCK_K a launch for `weights` (describe_weights) runs with: block_k_for its scale
     block, except that scales applied inside the tile (S_E4M3) leave the tile width free,
-    and paired nibbles (`pair_nibbles`) fix it to their span."""
+    and nibbles in planes (`plane_nibbles`) fix it to their span."""
     span = weights["constexprs"]["NIB_SPAN"]
     if span:
         return span
@@ -649,8 +752,8 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     order the scales are applied per column inside the tile, not to the partial sum.
     `gscale` fp32 [E, G]: global multipliers of G equal row blocks (w13 shards).
     q is [E, N, stored K], or tiled as `tile_weights` stores it ([E, N / rows, stored K /
-    cols, rows, cols]); `s` may be any strided view. `nib_span`: int4 codes paired by
-    `pair_nibbles` over spans of that many columns (0: adjacent columns share a byte)."""
+    cols, rows, cols]); `s` may be any strided view. `nib_span`: int4 codes in planes by
+    `plane_nibbles` over spans of that many columns (0: adjacent columns share a byte)."""
     assert q.is_contiguous() and q.dim() in (3, 5)
     wt_n, wt_k = q.shape[3:] if q.dim() == 5 else (0, 0)
     n_rows = q.shape[1] * q.shape[3] if q.dim() == 5 else q.shape[1]
@@ -660,7 +763,7 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     wscale = S_NONE if s is None or g_idx is not None else scale_kind
     k = 2 * (q.shape[2] * q.shape[4] if q.dim() == 5 else q.shape[2])
     if nib_span and not nib_span_fits(kind, k, scale_cols, g_idx is not None, nib_span):
-        raise ValueError(f"nibbles paired over {nib_span} columns: needs int4 codes, K and "
+        raise ValueError(f"nibble planes over {nib_span} columns: needs int4 codes, K and "
                          f"the scale group multiples of it, no act order")
     return {
         "kind": kind, "q": q, "N": n_rows, "compute": compute,
@@ -721,12 +824,12 @@ def untile_weights(q: torch.Tensor) -> torch.Tensor:
     return q.transpose(2, 3).reshape(E, nb * rows, cb * cols)
 
 
-# int4 codes may be stored with columns j and j + 64 of each 128 in a byte (low, high nibble)
-# instead of the checkpoint's adjacent columns: a tile's nibble planes are then its two
-# halves, each loaded as a dot operand as it is, with no even / odd split of the activation
-# tile in registers. That changes the kernel's registers (16 x 128 tile on sm90: 142 -> 127
-# per thread, 3 -> 4 programs per SM), which made some GEMMs faster and others slower on an
-# H100 (docs/speed.md, "Change 6"): `moecert tune` times both orders of each linear and the
+# int4 codes may be stored in four planes per 128 columns instead of the checkpoint's
+# adjacent columns (`plane_nibbles`): 16-bit word j of a span holds columns j, j + 32, j + 64
+# and j + 96 in its nibbles 0-3, so each plane multiplies one quarter of the activation
+# tile, loaded as a dot operand as it is, and decodes without byte permutes. Its K step is
+# ~25% fewer sm90 instructions than either byte order's, in 93 registers instead of 142
+# (docs/speed.md, "Change 8"). `moecert tune` times both orders of each linear and the
 # device's file says which to store (configs "nibble_spans"). BLOCK_K is then the span, so
 # the scale group must be a multiple of it.
 NIB_SPAN = 128
@@ -735,23 +838,27 @@ NIB_SPAN = 128
 def nib_span_fits(kind: int, k: int, scale_cols: int | None, act_order: bool,
                   span: int = NIB_SPAN) -> bool:
     """Whether int4 codes of K = k columns (scale group `scale_cols`, None: one per row)
-    can be paired over `span` columns: whole spans, each inside one scale group."""
+    can be stored in planes over `span` columns: whole spans, each inside one scale group."""
     return (kind == W_INT4 and not act_order and k % span == 0
             and (scale_cols is None or scale_cols % span == 0))
 
 
-def pair_nibbles(q: torch.Tensor, span: int) -> torch.Tensor:
+def plane_nibbles(q: torch.Tensor, span: int) -> torch.Tensor:
     """Int4 codes [..., K / 2] with columns 2j, 2j + 1 in byte j (low, high nibble) ->
-    each span of `span` columns with columns j and j + span / 2 in its byte j."""
+    each span of `span` columns as span / 4 little-endian 16-bit words, word j holding
+    columns j + p * span / 4 in nibble p = 0..3 (bytes 2j: planes 0 and 1, 2j + 1: 2 and 3)."""
     cols = torch.stack([q & 0xF, q >> 4], dim=-1).flatten(-2)  # one code per column
-    halves = cols.unflatten(-1, (-1, 2, span // 2))
-    return (halves[..., 0, :] | (halves[..., 1, :] << 4)).flatten(-2)
+    planes = cols.unflatten(-1, (-1, 4, span // 4))
+    low = planes[..., 0, :] | (planes[..., 1, :] << 4)
+    high = planes[..., 2, :] | (planes[..., 3, :] << 4)
+    return torch.stack([low, high], dim=-1).flatten(-3)
 
 
-def unpair_nibbles(q: torch.Tensor, span: int) -> torch.Tensor:
-    """Inverse of `pair_nibbles`."""
-    spans = q.unflatten(-1, (-1, span // 2))
-    cols = torch.stack([spans & 0xF, spans >> 4], dim=-2).flatten(-3)
+def unplane_nibbles(q: torch.Tensor, span: int) -> torch.Tensor:
+    """Inverse of `plane_nibbles`."""
+    words = q.unflatten(-1, (-1, span // 4, 2))
+    low, high = words[..., 0], words[..., 1]
+    cols = torch.stack([low & 0xF, low >> 4, high & 0xF, high >> 4], dim=-2).flatten(-3)
     return cols[..., 0::2] | (cols[..., 1::2] << 4)
 
 

@@ -133,27 +133,29 @@ def test_weight_tile_only_where_it_divides():
     assert fm.weight_tile(fm.W_INT8, q.view(torch.int8)) is None
 
 
-# --- int4 codes paired over 128 columns (pair_nibbles) ------------------------------------------
+# --- int4 codes in four planes per 128 columns (plane_nibbles) -----------------------------------
 
-def test_pair_nibbles_puts_columns_j_and_j_plus_half_in_byte_j():
+def test_plane_nibbles_puts_column_j_plus_32p_in_nibble_p_of_word_j():
     gen = torch.Generator().manual_seed(5)
     q = torch.randint(0, 256, (2, 3, 128), dtype=torch.uint8, generator=gen)
     cols = torch.stack([q & 0xF, q >> 4], dim=-1).flatten(-2)  # [2, 3, 256] one per column
-    p = fm.pair_nibbles(q, 128)
+    p = fm.plane_nibbles(q, 128)
+    words = p[..., 0::2].to(torch.int32) | (p[..., 1::2].to(torch.int32) << 8)  # little-endian
     for span in (0, 1):
-        for j in (0, 17, 63):
-            byte = p[..., span * 64 + j]
-            assert torch.equal(byte & 0xF, cols[..., span * 128 + j])
-            assert torch.equal(byte >> 4, cols[..., span * 128 + 64 + j])
-    assert torch.equal(fm.unpair_nibbles(p, 128), q)
+        for j in (0, 17, 31):
+            word = words[..., span * 32 + j]
+            for plane in range(4):
+                assert torch.equal((word >> (4 * plane)) & 0xF,
+                                   cols[..., span * 128 + plane * 32 + j].to(torch.int32))
+    assert torch.equal(fm.unplane_nibbles(p, 128), q)
 
 
 @pytest.mark.parametrize("swap", [False, True], ids=["plain", "swap-ab"])
 @pytest.mark.parametrize(("unroll", "split_k"), [(1, 1), (2, 1), (1, 2)])
 @pytest.mark.parametrize("zero", [False, True], ids=["sym", "zero-points"])
-def test_paired_nibbles_compute_the_adjacent_layouts_values(swap, unroll, split_k, zero):
-    """The same weights stored paired and tiled: the same products, summed per nibble plane
-    in another order (each plane's dot, then the two planes), so equal up to fp32
+def test_nibble_planes_compute_the_adjacent_layouts_values(swap, unroll, split_k, zero):
+    """The same weights stored in planes and tiled: the same products, summed per nibble
+    plane in another order (each plane's dot, then the four planes), so equal up to fp32
     reassociation; K = 384 (three spans), a row count off the tile."""
     gen = torch.Generator().manual_seed(11 + unroll + 3 * split_k + 5 * zero)
     K = 384
@@ -167,7 +169,7 @@ def test_paired_nibbles_compute_the_adjacent_layouts_values(swap, unroll, split_
               "K_UNROLL": unroll, "SPLIT_K": split_k, "SWAP_AB": swap}
     plain = fm.describe_weights(fm.W_INT4, q, torch.bfloat16, s=s, zp=z, scale_cols=128,
                                 sym_zero=8)
-    paired = fm.describe_weights(fm.W_INT4, fm.tile_weights(fm.pair_nibbles(q, 128), 16, 64),
+    paired = fm.describe_weights(fm.W_INT4, fm.tile_weights(fm.plane_nibbles(q, 128), 16, 64),
                                  torch.bfloat16, s=s, zp=z, scale_cols=128, sym_zero=8,
                                  nib_span=128)
     want = _run(plain, a, ids, K, config)
@@ -176,10 +178,10 @@ def test_paired_nibbles_compute_the_adjacent_layouts_values(swap, unroll, split_
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-4)
 
 
-def test_paired_nibbles_need_whole_spans_in_one_scale_group():
+def test_nibble_planes_need_whole_spans_in_one_scale_group():
     q = torch.zeros(2, 32, 64, dtype=torch.uint8)  # K = 128
     s = torch.ones(2, 32, 2)
-    with pytest.raises(ValueError, match="nibbles paired over 128 columns"):
+    with pytest.raises(ValueError, match="nibble planes over 128 columns"):
         fm.describe_weights(fm.W_INT4, q, torch.bfloat16, s=s, scale_cols=64, sym_zero=8,
                             nib_span=128)
     assert fm.nib_span_fits(fm.W_INT4, 256, 128, act_order=False)
