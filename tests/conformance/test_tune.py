@@ -69,7 +69,7 @@ def test_tuning_on_the_interpreter_writes_a_file_the_backend_reads(triton_runs_h
     table, timings, spans, rows = tune_command.run_tuning(
         {"tiny": shape}, ["gptq-int4"], [1, 8], DEVICE, timer, grid=TINY_GRID, group_size=32,
         log=lambda *a: None, routings=2)
-    assert spans == {}  # group-32 codes have one nibble order (pair_nibbles needs 128)
+    assert spans == {}  # group-32 codes have one nibble order (plane_nibbles needs 128)
     assert [r[2] for r in rows] == [1, 8]
     for _, _, _, choice in rows:
         # every candidate ran the real kernel and agreed with the default's output
@@ -100,13 +100,13 @@ def test_tuning_on_the_interpreter_writes_a_file_the_backend_reads(triton_runs_h
     assert got == table[key][16]
 
 
-@pytest.mark.parametrize("prefer", [128, 0], ids=["paired-faster", "adjacent-faster"])
+@pytest.mark.parametrize("prefer", [128, 0], ids=["planes-faster", "adjacent-faster"])
 def test_tuning_picks_a_nibble_order_and_the_backend_stores_its_weights_so(
         triton_runs_here, tmp_path, monkeypatch, prefer):
-    """Group-128 int4 weights can be stored paired (fused_moe.pair_nibbles): the tuner times
-    both orders, writes the faster one per linear, and a layer converted afterwards on that
-    device stores its codes so, computes what the checkpoint's order computes and exports
-    the checkpoint's codes."""
+    """Group-128 int4 weights can be stored in nibble planes (fused_moe.plane_nibbles): the
+    tuner times both orders, writes the faster one per linear, and a layer converted
+    afterwards on that device stores its codes so, computes what the checkpoint's order
+    computes and exports the checkpoint's codes."""
     from moecert.kernels.triton_moe import fused_moe
     from moecert.kernels.triton_moe.backend import TritonBackend
     from moecert.reference import MoEProblem, make_inputs, random_checkpoint

@@ -430,15 +430,15 @@ def _reference(stage, g):
 
 
 def test_each_gemm_gets_the_nibble_order_it_is_faster_in():
-    """GEMM1 runs faster with paired nibbles, GEMM2 slower: each gets its own order, and
+    """GEMM1 runs faster with nibble planes, GEMM2 slower: each gets its own order, and
     a planted wrong result in one order is never chosen."""
     stage = FakeStage()
     stage.span_options = (0, 128)
 
     def timer(run, config):
         run()
-        paired = config.get("NIB_SPAN") == 128
-        return 50.0 + (-10.0 if paired else 0.0) * (1 if stage.last_gemm == 1 else -1)
+        planes = config.get("NIB_SPAN") == 128
+        return 50.0 + (-10.0 if planes else 0.0) * (1 if stage.last_gemm == 1 else -1)
 
     choice = tune.tune_layer(stage, timer, GRID)
     assert choice.spans == (128, 0) and choice.us == 40.0 + 50.0

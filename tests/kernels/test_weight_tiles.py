@@ -169,11 +169,11 @@ def test_nibble_planes_compute_the_adjacent_layouts_values(swap, unroll, split_k
               "K_UNROLL": unroll, "SPLIT_K": split_k, "SWAP_AB": swap}
     plain = fm.describe_weights(fm.W_INT4, q, torch.bfloat16, s=s, zp=z, scale_cols=128,
                                 sym_zero=8)
-    paired = fm.describe_weights(fm.W_INT4, fm.tile_weights(fm.plane_nibbles(q, 128), 16, 64),
+    planes = fm.describe_weights(fm.W_INT4, fm.tile_weights(fm.plane_nibbles(q, 128), 16, 64),
                                  torch.bfloat16, s=s, zp=z, scale_cols=128, sym_zero=8,
                                  nib_span=128)
     want = _run(plain, a, ids, K, config)
-    got = _run(paired, a, ids, K, {**config, "BLOCK_K": 64})  # the span sets the tile
+    got = _run(planes, a, ids, K, {**config, "BLOCK_K": 64})  # the span sets the tile
     assert want.abs().max() > 1
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-4)
 
@@ -205,11 +205,12 @@ def test_forced_nib_span_reads_the_variable():
     ("gptq-int4", {"group_size": 128}), ("awq-int4", {"group_size": 128}),
     ("w4a8-int8", {"group_size": 128}), ("gptq-int4", {"group_size": 64}),
 ], ids=["gptq-g128", "awq-g128-zero", "w4a8-g128", "gptq-g64-stays-adjacent"])
-def test_forced_nib_span_stores_paired_codes_that_compute_the_reference(scheme, attrs,
-                                                                       monkeypatch):
+def test_forced_nib_span_stores_planes_that_compute_the_reference(scheme, attrs,
+                                                                 monkeypatch):
     """The harness's path with MOECERT_TRITON_NIB_SPAN=128: the whole layer (a bias, the
     router weight) against the float64 reference, the triton backend tests' bound (bf16
-    unit roundoff); group 64 cannot be paired over 128 columns and keeps its order."""
+    unit roundoff); group 64 cannot be stored in planes over 128 columns and keeps its
+    order."""
     from moecert.kernels.triton_moe import configs
     from moecert.reference import MoEProblem, make_inputs, moe, synthesize
 
