@@ -185,58 +185,46 @@ def _int4_magic(nib, SYM_ZERO: tl.constexpr, COMPUTE: tl.constexpr):
         return v - (1024.0 + SYM_ZERO)
 
 
-def _int4_pairs_asm(magic: int, one: int, offset: int, fma: str) -> str:
-    """`_int4_pairs`' PTX for one 16-bit dtype: its magic number (the exponent that makes
-    the mantissa's low bits an integer), 1.0 and -(magic + 8), each as a packed pair, and
-    its packed fma."""
+def _int4_asm(regs: str, decode: str, magic: int, one: int, offset: int, fma: str) -> str:
+    """PTX for one 16-bit dtype that decodes nibbles into $0-$3 (`decode`; its `{lop}` is a
+    lop3's operands that OR the nibbles at bits 0-3 and 16-19 into the mantissa of a packed
+    pair of the magic number, spelling magic + nibble exactly) and subtracts magic + 8 from
+    each by one packed fma: the magic number (the exponent that makes the mantissa's low
+    bits an integer), 1.0 and -(magic + 8), each as a packed pair."""
     lop = f"0x000F000F, 0x{magic:04X}{magic:04X}, 0xEA"
-    return f"""{{
-            .reg .b32 t<2>, u<2>, one, off;
+    fmas = "".join(f"\n            {fma} ${i}, ${i}, one, off;" for i in range(4))
+    return (f"{{\n            .reg .b32 {regs}, one, off;"
+            f"\n            mov.b32 one, 0x{one:04X}{one:04X};"
+            f"\n            mov.b32 off, 0x{offset:04X}{offset:04X};"
+            + decode.format(lop=lop) + fmas + "\n            }")
+
+
+# `_int4_pairs`: bytes 0 and 1 spread into the halves of one register, 2 and 3 of another
+_PAIRS_DECODE = """
             prmt.b32 t0, $4, 0, 0x4140;
             prmt.b32 t1, $4, 0, 0x4342;
-            mov.b32 one, 0x{one:04X}{one:04X};
-            mov.b32 off, 0x{offset:04X}{offset:04X};
             lop3.b32 $0, t0, {lop};
             lop3.b32 $1, t1, {lop};
             shr.u32 u0, t0, 4;
             shr.u32 u1, t1, 4;
             lop3.b32 $2, u0, {lop};
-            lop3.b32 $3, u1, {lop};
-            {fma} $0, $0, one, off;
-            {fma} $1, $1, one, off;
-            {fma} $2, $2, one, off;
-            {fma} $3, $3, one, off;
-            }}"""
-
-
-# bf16: magic 128 (0x4300), offset -136; fp16: magic 1024 (0x6400), offset -1032
-_I4_PAIRS_BF16 = tl.constexpr(_int4_pairs_asm(0x4300, 0x3F80, 0xC308, "fma.rn.bf16x2"))
-_I4_PAIRS_FP16 = tl.constexpr(_int4_pairs_asm(0x6400, 0x3C00, 0xE408, "fma.rn.f16x2"))
-
-
-def _int4_planes_asm(magic: int, one: int, offset: int, fma: str) -> str:
-    """`_int4_planes`' PTX for one 16-bit dtype (the constants as in `_int4_pairs_asm`)."""
-    lop = f"0x000F000F, 0x{magic:04X}{magic:04X}, 0xEA"
-    return f"""{{
-            .reg .b32 t, one, off;
-            mov.b32 one, 0x{one:04X}{one:04X};
-            mov.b32 off, 0x{offset:04X}{offset:04X};
+            lop3.b32 $3, u1, {lop};"""
+# `_int4_planes`: two 16-bit words already in the halves, nibble p at bits 4p and 16 + 4p
+_PLANES_DECODE = """
             lop3.b32 $0, $4, {lop};
             shr.u32 t, $4, 4;
             lop3.b32 $1, t, {lop};
             shr.u32 t, $4, 8;
             lop3.b32 $2, t, {lop};
             shr.u32 t, $4, 12;
-            lop3.b32 $3, t, {lop};
-            {fma} $0, $0, one, off;
-            {fma} $1, $1, one, off;
-            {fma} $2, $2, one, off;
-            {fma} $3, $3, one, off;
-            }}"""
-
-
-_I4_PLANES_BF16 = tl.constexpr(_int4_planes_asm(0x4300, 0x3F80, 0xC308, "fma.rn.bf16x2"))
-_I4_PLANES_FP16 = tl.constexpr(_int4_planes_asm(0x6400, 0x3C00, 0xE408, "fma.rn.f16x2"))
+            lop3.b32 $3, t, {lop};"""
+# bf16: magic 128 (0x4300), offset -136; fp16: magic 1024 (0x6400), offset -1032
+_BF16_MAGIC = (0x4300, 0x3F80, 0xC308, "fma.rn.bf16x2")
+_FP16_MAGIC = (0x6400, 0x3C00, 0xE408, "fma.rn.f16x2")
+_I4_PAIRS_BF16 = tl.constexpr(_int4_asm("t<2>, u<2>", _PAIRS_DECODE, *_BF16_MAGIC))
+_I4_PAIRS_FP16 = tl.constexpr(_int4_asm("t<2>, u<2>", _PAIRS_DECODE, *_FP16_MAGIC))
+_I4_PLANES_BF16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_BF16_MAGIC))
+_I4_PLANES_FP16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_FP16_MAGIC))
 
 
 @triton.jit
