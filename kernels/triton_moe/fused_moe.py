@@ -362,7 +362,7 @@ def _planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, z_rows, g_row, scale_cols, s
             b1 = _int4_magic((raw >> 4) & 0xF, SYM_ZERO, COMPUTE)
             b2 = _int4_magic((raw >> 8) & 0xF, SYM_ZERO, COMPUTE)
             b3 = _int4_magic((raw >> 12) & 0xF, SYM_ZERO, COMPUTE)
-        else:  # (no act order here: the host pairs only without it)
+        else:  # (no act order here: the host stores planes only without it)
             kq = k0 + tl.arange(0, Q)
             b0 = _dequant(raw & 0xF, tl.minimum(kq, K - 1), k0, g_row, s_rows, z_rows,
                           scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
