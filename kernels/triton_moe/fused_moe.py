@@ -815,11 +815,12 @@ def untile_weights(q: torch.Tensor) -> torch.Tensor:
 # int4 codes may be stored in four planes per 128 columns instead of the checkpoint's
 # adjacent columns (`plane_nibbles`): 16-bit word j of a span holds columns j, j + 32, j + 64
 # and j + 96 in its nibbles 0-3, so each plane multiplies one quarter of the activation
-# tile, loaded as a dot operand as it is, and decodes without byte permutes. Its K step is
-# ~25% fewer sm90 instructions than either byte order's, in 93 registers instead of 142
-# (docs/speed.md, "Change 8"). `moecert tune` times both orders of each linear and the
-# device's file says which to store (configs "nibble_spans"). BLOCK_K is then the span, so
-# the scale group must be a multiple of it.
+# tile, loaded as a dot operand as it is, and decodes without byte permutes. Its K step
+# (16 x 128 tile, sm90) is 339 instructions in 95 registers, where the adjacent order's is
+# 374 in 142 and the paired order it replaced was 419 in 127 (docs/speed.md, "Change 8").
+# `moecert tune` times both orders of each linear and the device's file says which to store
+# (configs "nibble_spans"). BLOCK_K is then the span, so the scale group must be a multiple
+# of it.
 NIB_SPAN = 128
 
 
