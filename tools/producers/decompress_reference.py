@@ -41,11 +41,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
-import torch  # noqa: E402
-from safetensors import safe_open  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
-
-from fixture_io import FIXTURES, MANIFEST, update_manifest, versions  # noqa: E402
+import torch
+from fixture_io import FIXTURES, MANIFEST, update_manifest, versions
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 EXPECTED = FIXTURES.parent / "expected_dequant"
 BUDGET = 200_000  # bytes of one expectation file, about (the set stays a few MB)

@@ -25,8 +25,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fixture_io import FIXTURES, finish  # noqa: E402
-from tiny_models import calibration_ids, make_model  # noqa: E402
+from fixture_io import FIXTURES, finish
+from tiny_models import calibration_ids, make_model
 
 
 @dataclass(frozen=True)

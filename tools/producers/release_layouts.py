@@ -33,10 +33,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
-import torch  # noqa: E402
-
-from fixture_io import FIXTURES, finish  # noqa: E402
-from tiny_models import make_model  # noqa: E402
+import torch
+from fixture_io import FIXTURES, finish
+from tiny_models import make_model
 
 HOW = "written by moecert's script, layout of the release"
 E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # code 0..7 (sign is bit 3)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
 SEED = 20261126
 VOCAB = 64  # words "w0".."w59" plus 4 special tokens
