@@ -84,9 +84,14 @@ def produce(name: str, out_root: Path) -> float:
         model = GPTQModel.load(str(base), _config(job), device="cpu")
         calib = [{"input_ids": row.tolist(), "attention_mask": [1] * len(row)}
                  for row in calibration_ids()]
-        t0 = time.perf_counter()
-        model.quantize(calib, batch_size=1)
-        seconds = time.perf_counter() - t0
+        cwd = os.getcwd()
+        os.chdir(tmp)  # GPTQModel writes its run logs to ./logs/
+        try:
+            t0 = time.perf_counter()
+            model.quantize(calib, batch_size=1)
+            seconds = time.perf_counter() - t0
+        finally:
+            os.chdir(cwd)
         out = Path(tmp) / "out"
         model.save(str(out))
         finish(out_root, name, out, producer="gptqmodel", env="gptqmodel",
