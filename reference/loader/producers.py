@@ -194,8 +194,10 @@ def detect(config: dict, hf_quant: dict | None, quantize_config: dict | None,
     what = ", ".join(f"{k}={v!r}" for k, v in sorted(fields.items())
                      if k in ("quant_method", "format", "bits", "quant_algo", "weights.num_bits",
                               "weights.type", "weights.dtype", "input.type", "awq_version"))
-    raise CheckpointError(f"{source}.quant_method" if method else source, known(),
-                          what or "no quant_method")
+    if any(method in ms for ms in PRODUCERS.values()):  # a known producer, an unknown scheme
+        key = f"{source}.config_groups" if method == "compressed-tensors" else source
+        raise CheckpointError(key, f"a {method} scheme moecert knows ({known()})", what)
+    raise CheckpointError(f"{source}.quant_method", known(), what or "no quant_method")
 
 
 def _matches(found, want) -> bool:

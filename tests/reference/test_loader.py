@@ -331,3 +331,105 @@ def test_gpt_oss_router_bias_and_interleaved_activation(tmp_path):
     ml = load_checkpoint(folder, layer=1)
     assert ml.activation == "swigluoai" and ml.bias
     assert ml.router.bias is not None and ml.router.function == "softmax_topk"
+
+
+# --- malformed folders: one CheckpointError naming the file and the tensor or key -----------
+
+def one_line_error(folder, layer=1) -> CheckpointError:
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(folder, layer=layer)
+    assert "\n" not in str(info.value)
+    return info.value
+
+
+def sharded(tmp_path):
+    ckpt, qc = ct_w4a16()
+    return qwen3_folder(tmp_path, ckpt, qc, shards=3)
+
+
+def test_truncated_shard(tmp_path):
+    folder = sharded(tmp_path)
+    shard = folder / "model-00002-of-00003.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-100])
+    err = one_line_error(folder)
+    assert "model-00002-of-00003.safetensors" in str(err)
+    assert "expected a complete safetensors file" in str(err)
+
+
+def test_corrupt_shard_header(tmp_path):
+    folder = sharded(tmp_path)
+    shard = folder / "model-00001-of-00003.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[8:20] = b"not json ..."
+    shard.write_bytes(bytes(data))
+    err = one_line_error(folder)
+    assert "model-00001-of-00003.safetensors" in str(err)
+
+
+def test_index_naming_a_missing_shard(tmp_path):
+    folder = sharded(tmp_path)
+    (folder / "model-00003-of-00003.safetensors").unlink()
+    err = one_line_error(folder)
+    assert "model.safetensors.index.json" in str(err) and "weight_map" in str(err)
+    assert "shard model-00003-of-00003.safetensors in the folder, found missing" in str(err)
+
+
+def test_tensor_missing_for_an_expert(tmp_path):
+    ckpt, qc = ct_w4a16()
+    folder = tmp_path / "model"
+    files = mf.split_expert_tensors(ckpt, "model.layers.1.mlp.experts")
+    del files["model.layers.1.mlp.experts.2.up_proj.weight_scale"]
+    mf.write_folder(folder, mf.qwen3_config(E, K, N, TOPK, qc), files)
+    err = one_line_error(folder)
+    assert str(err).startswith("model.layers.1.mlp.experts.2.up_proj.weight_scale: expected a "
+                               "tensor for expert 2")
+
+
+def test_four_bits_declared_eight_stored(tmp_path):
+    P = MoEProblem(M=1, K=K, N=N, E=E, topk=TOPK)
+    ckpt = synthesize("ct-int8", P, seed=0, group_size=32, checkpoint_format="ct-0.18")
+    folder = qwen3_folder(tmp_path, ckpt, mf.ct_config(4, 32))
+    err = one_line_error(folder)
+    assert "model.safetensors: model.layers.1.mlp.experts.0." in str(err)
+    assert "ct-int4" in err.expected and "config.json" in err.expected
+
+
+def test_dtype_disagreeing_with_config(tmp_path):
+    P = MoEProblem(M=1, K=K, N=N, E=E, topk=TOPK)
+    ckpt = synthesize("bf16", P, seed=0)
+    qc = mf.ct_config(8, fmt="float-quantized", strategy="channel", wtype="float")
+    files = mf.split_expert_tensors(ckpt, "model.layers.1.mlp.experts")
+    files.update({n.replace(".weight", ".weight_scale"): torch.ones(N if "down" not in n else K, 1)
+                  for n in list(files)})
+    folder = mf.write_folder(tmp_path / "m", mf.qwen3_config(E, K, N, TOPK, qc), files)
+    err = one_line_error(folder)
+    assert ".weight" in err.tensor and "torch.float8_e4m3fn" in err.expected
+    assert err.found == "torch.bfloat16"
+
+
+@pytest.mark.parametrize("qc,match", [
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True},
+     r"quantization_config\.quant_method: expected quant_method one of .*awq.*"
+     r"compressed-tensors.*schemes .*ct-int4.*, found .*'bitsandbytes'"),
+    (mf.ct_config(3, 32), r"quantization_config.config_groups: expected a compressed-tensors "
+     r"scheme moecert knows \(quant_method one of .*found .*weights.num_bits=3"),
+    (mf.ct_config(4, 32, fmt="int-quantized", input_activations=_int_input(type_="float")),
+     r"scheme w4afp8 not supported yet"),
+    ({"quant_method": "awq", "bits": 4, "group_size": 32, "version": "gemv"},
+     r"awq_version='gemv'"),
+])
+def test_unknown_quantization_is_one_error_listing_what_is_known(tmp_path, qc, match):
+    ckpt, _ = ct_w4a16()
+    folder = qwen3_folder(tmp_path, ckpt, qc)
+    with pytest.raises(CheckpointError, match=match) as info:
+        load_checkpoint(folder)
+    assert "config.json" in str(info.value)
+    one_line_error(folder)
+
+
+def test_not_a_model_folder(tmp_path):
+    with pytest.raises(CheckpointError, match="no such file or directory"):
+        load_checkpoint(tmp_path / "nowhere")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"config.json: expected valid JSON"):
+        load_checkpoint(tmp_path)
