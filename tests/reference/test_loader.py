@@ -161,6 +161,10 @@ DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": K, "moe_intermediate_siz
 MIXTRAL = {"model_type": "mixtral", "hidden_size": K, "intermediate_size": N,
            "num_local_experts": E, "num_experts_per_tok": TOPK, "hidden_act": "silu",
            "torch_dtype": "float16"}
+MIXTRAL_CT = {**MIXTRAL, "torch_dtype": "bfloat16", "quantization_config": mf.ct_config(4, 32)}
+QWEN2 = {"model_type": "qwen2_moe", "hidden_size": K, "moe_intermediate_size": N,
+         "shared_expert_intermediate_size": 2 * N, "num_experts": E, "num_experts_per_tok": TOPK,
+         "hidden_act": "silu", "norm_topk_prob": False, "torch_dtype": "bfloat16"}
 
 # id -> (producer, scheme, checkpoint attrs, quantization_config, options)
 PRODUCER_CASES = {
@@ -229,6 +233,11 @@ PRODUCER_CASES = {
     "mixtral-fp16": ("unquantized", "fp16", {}, None,
                      {"config": MIXTRAL, "names": mf.MIXTRAL, "block": "block_sparse_moe",
                       "dtype": "fp16"}),
+    # llm-compressor's Mixtral: gate_proj/up_proj/down_proj under block_sparse_moe.experts
+    "mixtral-ct-int4-llmc-names": ("llm-compressor", "ct-int4", dict(group_size=32), None,
+                                   {"config": MIXTRAL_CT, "block": "block_sparse_moe"}),
+    "qwen2-moe-bf16-shared-expert": ("unquantized", "bf16", {}, None,
+                                     {"config": QWEN2, "shared": True}),
     "gpt-oss-mxfp4": ("gpt-oss", "mxfp4", dict(activation="none"), None,
                       {"config": GPT_OSS, "fused": True, "activation": "swigluoai",
                        "bias": True}),
@@ -263,6 +272,10 @@ def producer_folder(tmp_path, case, seed=0):
     if config["model_type"] == "deepseek_v3":
         extras["model.layers.1.mlp.gate.e_score_correction_bias"] = torch.rand(E)
         extras["model.layers.1.mlp.shared_experts.gate_proj.weight"] = torch.ones(8, 8)
+    if opt.get("shared"):  # Qwen2-MoE's shared expert and its gate
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            extras[f"model.layers.1.mlp.shared_expert.{proj}.weight"] = torch.ones(8, 8)
+        extras["model.layers.1.mlp.shared_expert_gate.weight"] = torch.ones(1, K)
     hf_quant = None
     if "hf_quant" in opt:
         hf_quant = {"hf_quant_config.json": {
@@ -293,6 +306,9 @@ def test_producer_layouts_load_as_written(tmp_path, case):
     assert ml.problem(3) == P
     if "quark" in opt:
         assert any("input_zero_point" in note for note in ml.notes)
+    if "shared" in opt:
+        assert ml.not_read["shared experts"].endswith("(4 tensors)")
+        assert ml.router.params == {"renormalize": False}
 
 
 @pytest.mark.parametrize("case", sorted(PRODUCER_CASES))
