@@ -189,10 +189,9 @@ def _detect(folder: ModelFolder, names):
 
 
 def _variant(det, ex) -> dict:
-    attrs = dict(det.attrs)
-    if any(s and s.endswith("g_idx") for s in ex.suffixes):
-        attrs["act_order"] = True
-    return attrs
+    """The Checkpoint attributes: the config's (act_order from the config, as engines read
+    it: a g_idx written without act order must be the trivial k // g map)."""
+    return dict(det.attrs)
 
 
 def _summaries(folder: ModelFolder) -> list[LayerSummary]:
