@@ -449,3 +449,15 @@ def test_not_a_model_folder(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(CheckpointError, match=r"config.json: expected valid JSON"):
         load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("case", ["gptq-v1-act-order", "gpt-oss-mxfp4", "quark-int8"])
+def test_a_range_of_experts_is_that_slice_of_the_layer(tmp_path, case):
+    _, _, folder = producer_folder(tmp_path, case)
+    part = load_checkpoint(folder, layer=1, experts=range(1, 3))
+    whole = load_checkpoint(folder, layer=1)
+    assert part.E == 2 and part.checkpoint.first_expert == 1
+    for name, t in whole.checkpoint.tensors.items():
+        assert torch.equal(part.checkpoint.tensors[name], t[1:3]), name
+    with pytest.raises(CheckpointError, match="experts: expected a contiguous range"):
+        load_checkpoint(folder, layer=1, experts=range(2, 9))
