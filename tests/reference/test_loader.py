@@ -461,3 +461,12 @@ def test_a_range_of_experts_is_that_slice_of_the_layer(tmp_path, case):
         assert torch.equal(part.checkpoint.tensors[name], t[1:3]), name
     with pytest.raises(CheckpointError, match="experts: expected a contiguous range"):
         load_checkpoint(folder, layer=1, experts=range(2, 9))
+
+
+def test_expert_count_disagreeing_with_config(tmp_path):
+    ckpt, qc = ct_w4a16()
+    files = mf.split_expert_tensors(ckpt, "model.layers.1.mlp.experts")
+    folder = mf.write_folder(tmp_path / "m", mf.qwen3_config(8, K, N, TOPK, qc), files)
+    err = one_line_error(folder)
+    assert str(err).endswith("config.json: num_experts: expected the 4 experts layer 1 holds, "
+                             "found 8")
