@@ -32,6 +32,7 @@ def default_anchor() -> Path:
 # FP4 weights Marlin takes (scheme defaults: W4A16, bf16 or fp16 activations unquantized)
 MARLIN_E2M1 = {"mxfp4": QuantConfig.defaults("mxfp4"), "nvfp4": QuantConfig.defaults("nvfp4")}
 FLOAT4_E2M1F = 562949953487106  # vLLM ScalarType id of float4_e2m1f (../shared/NOTES.md)
+MARLIN_PAD = 256
 
 
 def marlin_kind(quant: QuantConfig, problem) -> str | None:
@@ -63,6 +64,9 @@ def time_marlin_e2m1(anchor, E, K, N, topk, M, kind: str, bias: bool) -> float:
     import torch
     import triton
 
+    # Marlin's tiles need N and K in multiples of its thread tiles: pad as vLLM pads
+    # gpt-oss-120b (2880 -> 3072) for Marlin, so the peer reads up to 7% more bytes
+    K, N = -(-K // MARLIN_PAD) * MARLIN_PAD, -(-N // MARLIN_PAD) * MARLIN_PAD
     torch.manual_seed(0)
     dev = "cuda"
     w1 = torch.randint(-2**31, 2**31 - 1, (E, K // 16, 4 * N), dtype=torch.int32, device=dev)

@@ -187,6 +187,10 @@ def _tile_fp4(layer: MoELayer) -> None:
         tile = fused_moe.weight_tile(fused_moe.W_FP4, q)
         layer.put(f"{p}_w", q if tile is None else fused_moe.tile_weights(q, *tile))
         layer.meta[f"{p}_nib_span"] = span
+        # the scales as an [E, N, K / block] view of [E, K / block, N] storage: a plane's
+        # scales for BLOCK_N rows are then one coalesced run, not BLOCK_N single bytes
+        s = layer.get(f"{p}_s")
+        layer.put(f"{p}_s", s.transpose(1, 2).contiguous().transpose(1, 2))
 
 
 def _stored_fp4(layer: MoELayer, p: str) -> torch.Tensor:

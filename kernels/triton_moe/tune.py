@@ -40,7 +40,7 @@ Timer = Callable[[Callable[[], object], dict], float]
 
 GRID = {"BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256), "num_warps": (4, 8),
         "num_stages": (2, 3, 4), "SWAP_AB": (False, True), "SPLIT_K": (1, 2, 4, 8),
-        "K_UNROLL": (1, 2)}
+        "K_UNROLL": (1, 2, 4)}
 SMALL_GRID_WAVES = 2  # SPLIT_K is tried when a GEMM has fewer programs than this x SMs
 MAX_ROUNDS = 4
 WIDER_BLOCK_MS = (32, 64)  # tried beside 16 (block_ms)
