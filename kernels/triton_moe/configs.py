@@ -177,19 +177,19 @@ def file_capability(path: Path) -> tuple[int, int] | None:
 
 
 @functools.cache
-def config_device(device: str, directory: Path,
-                  capability: tuple[int, int] | None = None) -> str | None:
-    """The file a device reads: its own, else (a GPU nobody tuned for) the file of another
-    device of the same compute capability, the same chip generation, whose tiles fit its
-    multiprocessors and shared memory (an H200 reads the H100's: the same SM90 chip with
-    faster memory); None when neither exists, and the heuristics (`pick_config`) decide."""
-    if path_for(device, directory).exists():
-        return device
+def config_devices(device: str, directory: Path,
+                   capability: tuple[int, int] | None = None) -> tuple[str, ...]:
+    """The files a device reads, in order: its own, then the files of the other devices of
+    the same compute capability, the same chip generation, whose tiles fit its
+    multiprocessors and shared memory (an H200 reads the H100's for a layer its own file
+    lacks: the same SM90 chip with faster memory). A layer none of them has takes the
+    heuristics (`pick_config`)."""
+    own = (device,) if path_for(device, directory).exists() else ()
     if capability is None:
-        return None
+        return own
     same = sorted(p.stem for p in Path(directory).glob("*.json")
-                  if file_capability(p) == tuple(capability))
-    return same[0] if same else None
+                  if p.stem != device and file_capability(p) == tuple(capability))
+    return own + tuple(same)
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -333,21 +333,22 @@ def tuned_spans(key: LayerKey, device: str | None = None,
                 directory: Path | None = None) -> dict[str, int]:
     """The layer's nibble span per linear from this device's file ({} without a file, a
     CUDA device, or spans for the layer)."""
-    device = _config_device(device, directory)
-    if device is None:
-        return {}
-    return dict(load_spans(device, directory or CONFIG_DIR).get(key, {}))
+    for name in _config_devices(device, directory):
+        table = load_table(name, directory or CONFIG_DIR)
+        if table is not None and key in table:  # the first file with the layer
+            return dict(load_spans(name, directory or CONFIG_DIR).get(key, {}))
+    return {}
 
 
-def _config_device(device: str | None, directory: Path | None) -> str | None:
-    """`config_device` of `device`, default the current one (only the current device's
+def _config_devices(device: str | None, directory: Path | None) -> tuple[str, ...]:
+    """`config_devices` of `device`, default the current one (only the current device's
     capability is known here: another named device reads its own file or none)."""
     if device is None:
         device = current_device_key()
         if device is None:
-            return None
-        return config_device(device, directory or CONFIG_DIR, current_capability())
-    return config_device(device, directory or CONFIG_DIR)
+            return ()
+        return config_devices(device, directory or CONFIG_DIR, current_capability())
+    return config_devices(device, directory or CONFIG_DIR)
 
 
 def lookup(table: Table, key: LayerKey, num_rows: int) -> tuple[dict, dict] | None:
@@ -366,11 +367,12 @@ def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
                   directory: Path | None = None) -> tuple[dict, dict] | None:
     """Configs for this device (default: the current one) from its file, None without a
     file, a CUDA device, or an entry for the layer."""
-    device = _config_device(device, directory)
-    if device is None:
-        return None
-    table = load_table(device, directory or CONFIG_DIR)
-    return None if table is None else lookup(table, key, num_rows)
+    for name in _config_devices(device, directory):
+        table = load_table(name, directory or CONFIG_DIR)
+        found = None if table is None else lookup(table, key, num_rows)
+        if found is not None:
+            return found
+    return None
 
 
 # --- writing ---------------------------------------------------------------------------------
@@ -438,4 +440,4 @@ def write_table(path: Path, device: str, device_name: str, versions: dict, table
     read_table(path)
     load_table.cache_clear()
     load_spans.cache_clear()
-    config_device.cache_clear()
+    config_devices.cache_clear()

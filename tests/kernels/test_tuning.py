@@ -174,10 +174,10 @@ def compiled_lookup(monkeypatch, tmp_path):
     monkeypatch.setattr(configs, "current_device_key", lambda: "test-gpu")
     monkeypatch.setattr(configs, "current_capability", lambda: None)
     configs.load_table.cache_clear()
-    configs.config_device.cache_clear()
+    configs.config_devices.cache_clear()
     yield fused_moe
     configs.load_table.cache_clear()
-    configs.config_device.cache_clear()
+    configs.config_devices.cache_clear()
 
 
 def _pick(fused_moe, n=16):
@@ -198,6 +198,11 @@ def test_a_device_without_a_file_reads_one_of_its_generation(compiled_lookup, tm
     assert configs.file_capability(path) == (9, 0)
     monkeypatch.setattr(configs, "current_capability", lambda: capability)
     default = compiled_lookup.default_configs(16, KEY.experts, KEY.gemm1, KEY.gemm2)
+    assert _pick(compiled_lookup) == (tuned if reads_it else default)
+    # its own file, for another layer: the other device's file still serves this one
+    other = configs.LayerKey("W_FP4", "A16", 8, (256, 128), (128, 128))
+    _write(tmp_path, {other: {16: (_cfg(), _cfg())}}, device="test-gpu")
+    configs.config_devices.cache_clear()
     assert _pick(compiled_lookup) == (tuned if reads_it else default)
 
 
