@@ -38,7 +38,9 @@ new)  # this tree only
   timeout 560 python -m moecert.conformance.cli bench --device cuda --backend triton \
       --results "$OUT/$label" --mode graph "${MARLIN[@]}" "$@" > "$OUT/$label.txt" 2> "$OUT/$label.err"
   echo "rc=$?"; grep -v "^$" "$OUT/$label.txt" | cut -c1-110; tail -2 "$OUT/$label.err" ;;
-ci)  # the ci suite on triton for some schemes (args), int4 forced into planes
+ci)  # the GPU-only decode tests, then the ci suite on triton (args), int4 forced into planes
+  timeout 240 python -m pytest -p no:cacheprovider -q tests/kernels/test_fp4_planes.py \
+      tests/kernels/test_int4_pairs.py -k "ptx or packed or awq" 2>&1 | tail -4
   start=$(date +%s)
   MOECERT_TRITON_NIB_SPAN=128 timeout 400 python -m moecert.conformance.cli run --suite ci \
       --device cuda --backend triton --results "$OUT/ci" "$@" > "$OUT/ci.txt" 2> "$OUT/ci.err"

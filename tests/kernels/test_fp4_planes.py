@@ -173,3 +173,31 @@ def test_ptx_fp4_decode_matches_the_bit_fields_bit_for_bit(compiled, monkeypatch
         outs[ptx] = _run(fm, planes, a, ids, config)
     assert torch.isfinite(outs[False]).all() and outs[False].abs().max() > 1
     assert torch.equal(outs[True], outs[False])
+
+
+@pytest.mark.skipif(not _sm80(), reason="needs a CUDA sm80+ GPU, compiled Triton")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_ptx_awq_zero_point_decode_matches_the_general_path(compiled, monkeypatch, dtype):
+    """int4 planes with zero points (AWQ): `_int4_planes_zero` against the per-element
+    codes - zero, bit for bit (both exact)."""
+    fm = compiled
+    gen = torch.Generator().manual_seed(13)
+    K = 512
+    q = torch.randint(0, 256, (E, N, K // 2), dtype=torch.uint8, generator=gen)
+    s = torch.rand(E, N, K // 128, generator=gen) + 0.5
+    z = torch.randint(0, 16, (E, N, K // 128), dtype=torch.uint8, generator=gen)
+    a = torch.randn(21, K, generator=gen).to(dtype).cuda()
+    ids = torch.stack([torch.randperm(E, generator=gen)[:TOPK]
+                       for _ in range(21)]).reshape(-1).cuda()
+    planes = fm.describe_weights(fm.W_INT4, fm.tile_weights(fm.plane_nibbles(q, 128),
+                                                            *fm.INT4_TILE).cuda(),
+                                 dtype, s=s.cuda(), zp=z.cuda(), scale_cols=128, sym_zero=8,
+                                 nib_span=128)
+    config = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3,
+              "FAST_I4": True}
+    outs = {}
+    for ptx in (False, True):
+        monkeypatch.setattr(fm, "int4_pairs_run_on", lambda device, on=ptx: on)
+        outs[ptx] = _run(fm, planes, a, ids, config)
+    assert torch.isfinite(outs[False]).all() and outs[False].abs().max() > 1
+    assert torch.equal(outs[True], outs[False])
