@@ -175,12 +175,15 @@ def _tile_fp4(layer: MoELayer) -> None:
 
     scale_kind = (fused_moe.S_E4M3 if layer.quant.info.scale_encoding == "e4m3"
                   else fused_moe.S_E8M0)
+    # MXFP8 activations take their E8M0 scale per 32-column tile (A_MX): the tile stays 32
+    mx_act = layer.quant.activation == ACT_MXFP8
     for p in PREFIXES:
         q = layer.get(f"{p}_w")
         K = 2 * q.shape[2]
         cols = layer.meta[f"{p}_block"][1]
         span = fused_moe.FP4_SPAN
-        if not fused_moe.nib_span_fits(fused_moe.W_FP4, K, cols, False, span, scale_kind):
+        if mx_act or not fused_moe.nib_span_fits(fused_moe.W_FP4, K, cols, False, span,
+                                                 scale_kind):
             layer.meta[f"{p}_nib_span"] = 0
             continue
         q = fused_moe.plane_nibbles(q, span)

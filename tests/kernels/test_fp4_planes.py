@@ -92,20 +92,24 @@ def test_fp4_planes_fit_per_scale_kind(fm):
                             scale_cols=32, scale_kind=fm.S_E8M0, nib_span=64)
 
 
-@pytest.mark.parametrize("scheme", ["mxfp4", "nvfp4"])
-def test_backend_stores_fp4_planes_that_compute_the_reference(fm, scheme):
+@pytest.mark.parametrize(("scheme", "attrs", "span"), [
+    ("mxfp4", {}, 64), ("nvfp4", {}, 64), ("mxfp4", {"activation": "mxfp8"}, 0),
+], ids=["mxfp4", "nvfp4", "mxfp4-a-mxfp8-adjacent"])
+def test_backend_stores_fp4_planes_that_compute_the_reference(fm, scheme, attrs, span):
     """The whole layer (bias, router weight) in planes against the float64 reference, the
-    triton backend tests' bound; the export reads the checkpoint's bytes back."""
+    triton backend tests' bound; the export reads the checkpoint's bytes back. MXFP8
+    activations (a scale per 32-column tile) keep the adjacent order (a GPU ci run caught
+    planes applying one activation scale to 64 columns)."""
     from moecert.kernels.triton_moe.backend import TritonBackend
     from moecert.reference import MoEProblem, make_inputs, moe, synthesize
 
     P = MoEProblem(M=3, K=256, N=128, E=3, topk=2, bias=scheme == "mxfp4")
-    ckpt = synthesize(scheme, P, seed=1)
+    ckpt = synthesize(scheme, P, seed=1, **attrs)
     backend = TritonBackend()
     layer = backend.create_layer(ckpt, P)
     backend.process_weights_after_loading(layer)
-    assert (layer.meta["w13_nib_span"], layer.meta["w2_nib_span"]) == (64, 64)
-    assert layer.get("w13_w").dim() == 5
+    assert (layer.meta["w13_nib_span"], layer.meta["w2_nib_span"]) == (span, span)
+    assert layer.get("w13_w").dim() == (5 if span else 3)
     x, w, ids = make_inputs(P, seed=2)
     out = backend.apply(layer, x, w, ids)
     ref = moe(ckpt, x, w, ids, P)
