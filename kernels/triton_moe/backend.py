@@ -117,7 +117,8 @@ class TritonBackend(BaseBackend):
                                            input_rows_valid)
         # both GEMMs quantize their input the same way: act1 is GEMM2's kind too
         config1, config2 = fused_moe.pick_configs(n, E, plan["w13"]["kind"], act1,
-                                                  (P.w13_rows, K), (K, P.N))
+                                                  (P.w13_rows, K), (K, P.N),
+                                                  fused_moe.weight_key(plan["w13"]))
         block_m = config1["BLOCK_M"]
         assert config2["BLOCK_M"] == block_m, "both GEMMs share the row alignment"
         sorted_ids, block_expert, num_padded = align.align_assignments(

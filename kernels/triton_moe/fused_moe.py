@@ -836,15 +836,27 @@ def default_configs(num_rows: int, num_experts: int, gemm1: tuple[int, int],
             pick_config(num_rows, num_experts, *gemm2))
 
 
+def weight_key(weights: dict) -> str:
+    """The weight kind's name in a tuned-config file (`describe_weights`' kind): e2m1 codes
+    with NVFP4's e4m3 block scales are keyed apart from MXFP4's (other scale loads per
+    tile, other best tiles: an H100 ran MXFP4 DeepSeek-V3 at M = 16 in 1738 us with the
+    NVFP4 entry against 1509 us with the heuristics)."""
+    name = WEIGHT_NAMES[weights["kind"]]
+    if weights["kind"] == W_FP4 and weights["constexprs"]["WSCALE"] == S_E4M3:
+        name += "_E4M3"
+    return name
+
+
 def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
-                 gemm1: tuple[int, int], gemm2: tuple[int, int]) -> tuple[dict, dict]:
+                 gemm1: tuple[int, int], gemm2: tuple[int, int],
+                 weight_name: str | None = None) -> tuple[dict, dict]:
     """Both GEMMs' configs of one layer (gemm1/gemm2: their (N, K)): the device's tuned file
     when it has the layer (configs.py, written by `moecert tune`), else `pick_config`'s
     heuristics, always under the interpreter. Both share one BLOCK_M either way.
     MOECERT_TRITON_SPLIT_K, when set, overrides both GEMMs' SPLIT_K (configs.forced_split_k)."""
     chosen = None
     if not INTERPRET:
-        key = configs.LayerKey(WEIGHT_NAMES[weight], ACT_NAMES[act], num_experts,
+        key = configs.LayerKey(weight_name or WEIGHT_NAMES[weight], ACT_NAMES[act], num_experts,
                                tuple(gemm1), tuple(gemm2))
         chosen = configs.tuned_configs(key, num_rows)
     if chosen is None:

@@ -160,7 +160,7 @@ class LayerStage:
         """The layer's key in a tuned-config file."""
         from . import fused_moe
 
-        return configs.LayerKey(fused_moe.WEIGHT_NAMES[self.weight_kind],
+        return configs.LayerKey(fused_moe.weight_key(self.plan["w13"]),
                                 fused_moe.ACT_NAMES[self.act], self.problem.E, self.shape(1),
                                 self.shape(2))
 
