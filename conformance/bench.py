@@ -290,7 +290,7 @@ class Bench:
 
             if marlin_runs(case.quant, P):
                 try:
-                    marlin_s = self.marlin.seconds(P)
+                    marlin_s = self.marlin.seconds(P, case.quant)
                 except Exception as e:
                     message += f"; Marlin failed: {_one_line(e)}"
         case_id = bench_id(case, name, mode)
@@ -406,7 +406,8 @@ def add_arguments(p) -> None:
     p.add_argument("--run-id", type=run_id, default=None, metavar="ID")
     p.add_argument("--marlin-lib", metavar="PATH",
                    help="vLLM's _moe_C_stable_libtorch.abi3.so: time Marlin on the gptq-int4 "
-                        "g128 bf16 layers (column ratio_to_marlin; CUDA only)")
+                        "g128, mxfp4 and nvfp4 bf16 layers (column ratio_to_marlin; CUDA "
+                        "only)")
     p.add_argument("--marlin-anchor", metavar="FILE", default=None,
                    help="marlin_anchor.py (default: ../shared/tools/ beside the checkout, or "
                         "$MOECERT_MARLIN_ANCHOR)")

@@ -68,8 +68,9 @@ def main(args) -> int:
     *_, rows = run_tuning(
         shapes, args.scheme or DEFAULT_SCHEMES, args.Ms, "cuda", do_bench_timer,
         routings=args.routings,
-        save=lambda t, tm, sp: configs.write_table(path, device, name, _versions(), t, tm,
-                                                   sp))
+        save=lambda t, tm, sp: configs.write_table(
+            path, device, name, _versions(), t, tm, sp,
+            tuple(torch.cuda.get_device_capability(0))))
     print(format_rows(rows))
     print(f"{name}: {len(rows)} layers x M tuned in {time.perf_counter() - started:.0f} s; "
           f"wrote {path}")

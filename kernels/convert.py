@@ -104,7 +104,7 @@ def export_canonical(layer: MoELayer, stored: dict[str, torch.Tensor] | None = N
         return stored[name] if stored and name in stored else layer.get(name)
 
     return {p: (_export_int(layer, p, get) if layer.quant.is_int_family
-                else _export_dense(layer, p)) for p in PREFIXES}
+                else _export_dense(layer, p, get)) for p in PREFIXES}
 
 
 # --- integer families -----------------------------------------------------------------------
@@ -385,9 +385,9 @@ def pow2(e: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.where(e >= -126, normal, sub).view(torch.float32)
 
 
-def _export_dense(layer: MoELayer, p: str) -> ExportedLinear:
+def _export_dense(layer: MoELayer, p: str, get=None) -> ExportedLinear:
     info = layer.quant.info
-    w = layer.get(f"{p}_w")
+    w = (get or layer.get)(f"{p}_w")
     E, n_out, n_in = w.shape[0], *linear_dims(layer, p)
     if not info.quantized:
         return ExportedLinear(codes=w.to(torch.float64),

@@ -74,6 +74,8 @@ class TritonBackend(BaseBackend):
         # the codes as the common kernel format holds them, out of the kernel's tiles
         plain = {f"{p}_q": _stored_int4(layer, p) for p in PREFIXES
                  if layer.has(f"{p}_q") and layer.get(f"{p}_q").dim() == 5}
+        if layer.quant.info.element == "e2m1":
+            plain = {f"{p}_w": _stored_fp4(layer, p) for p in PREFIXES}
         exported = export_canonical(layer, plain)
         if layer.quant.info.family == "w4a8":
             for p, gscale in (("w13", "a1_gscale"), ("w2", "a2_gscale")):
@@ -115,7 +117,8 @@ class TritonBackend(BaseBackend):
                                            input_rows_valid)
         # both GEMMs quantize their input the same way: act1 is GEMM2's kind too
         config1, config2 = fused_moe.pick_configs(n, E, plan["w13"]["kind"], act1,
-                                                  (P.w13_rows, K), (K, P.N))
+                                                  (P.w13_rows, K), (K, P.N),
+                                                  fused_moe.weight_key(plan["w13"]))
         block_m = config1["BLOCK_M"]
         assert config2["BLOCK_M"] == block_m, "both GEMMs share the row alignment"
         sorted_ids, block_expert, num_padded = align.align_assignments(
@@ -146,6 +149,9 @@ def _tile_weights(layer: MoELayer) -> None:
     from ..convert import PREFIXES
     from . import fused_moe
 
+    if layer.quant.info.element == "e2m1":
+        _tile_fp4(layer)
+        return
     if not layer.quant.is_int_family or layer.meta["bits"] != 4:
         return
     spans = tuned_spans(layer)
@@ -159,6 +165,47 @@ def _tile_weights(layer: MoELayer) -> None:
             q = fused_moe.plane_nibbles(q, span)
         layer.put(f"{p}_q", fused_moe.tile_weights(q, *tile))
         layer.meta[f"{p}_nib_span"] = span
+
+
+def _tile_fp4(layer: MoELayer) -> None:
+    """E2M1 codes in nibble planes over fused_moe.FP4_SPAN columns where they fit (every
+    linear whose K is a multiple of it), in tiles where those divide: one fixed order, no
+    tuning (the planes' decode is the fast one, docs/speed.md "Change 9")."""
+    from ..convert import PREFIXES
+    from . import fused_moe
+
+    scale_kind = (fused_moe.S_E4M3 if layer.quant.info.scale_encoding == "e4m3"
+                  else fused_moe.S_E8M0)
+    # MXFP8 activations take their E8M0 scale per 32-column tile (A_MX): the tile stays 32
+    mx_act = layer.quant.activation == ACT_MXFP8
+    for p in PREFIXES:
+        q = layer.get(f"{p}_w")
+        K = 2 * q.shape[2]
+        cols = layer.meta[f"{p}_block"][1]
+        span = fused_moe.FP4_SPAN
+        if mx_act or not fused_moe.nib_span_fits(fused_moe.W_FP4, K, cols, False, span,
+                                                 scale_kind):
+            layer.meta[f"{p}_nib_span"] = 0
+            continue
+        q = fused_moe.plane_nibbles(q, span)
+        tile = fused_moe.weight_tile(fused_moe.W_FP4, q)
+        layer.put(f"{p}_w", q if tile is None else fused_moe.tile_weights(q, *tile))
+        layer.meta[f"{p}_nib_span"] = span
+        # the scales as an [E, N, K / block] view of [E, K / block, N] storage: a plane's
+        # scales for BLOCK_N rows are then one coalesced run, not BLOCK_N single bytes
+        s = layer.get(f"{p}_s")
+        layer.put(f"{p}_s", s.transpose(1, 2).contiguous().transpose(1, 2))
+
+
+def _stored_fp4(layer: MoELayer, p: str) -> torch.Tensor:
+    """Linear `p`'s e2m1 codes [E, N, K / 2] in the checkpoint's nibble order."""
+    from . import fused_moe
+
+    q = layer.get(f"{p}_w")
+    if q.dim() == 5:
+        q = fused_moe.untile_weights(q)
+    span = layer.meta.get(f"{p}_nib_span", 0)
+    return fused_moe.unplane_nibbles(q, span) if span else q
 
 
 def tuned_spans(layer: MoELayer) -> dict[str, int]:
@@ -345,4 +392,4 @@ def _weights(layer: MoELayer, p: str, fused_moe, codes: torch.Tensor | None = No
     rows, cols = layer.meta[f"{p}_block"]
     return fused_moe.describe_weights(kind, layer.get(f"{p}_w"), compute, s=s,
                                       scale_rows=rows, scale_cols=cols, scale_kind=scale_kind,
-                                      **opt)
+                                      nib_span=layer.meta.get(f"{p}_nib_span", 0), **opt)

@@ -155,6 +155,43 @@ def path_for(device: str, directory: Path | None = None) -> Path:
     return (directory or CONFIG_DIR) / f"{device}.json"
 
 
+@functools.cache
+def current_capability() -> tuple[int, int] | None:
+    """Device 0's compute capability, None without CUDA (ROCm reports its own numbers, which
+    no file records)."""
+    import torch
+
+    if not torch.cuda.is_available() or torch.version.hip is not None:
+        return None
+    return tuple(torch.cuda.get_device_capability(0))
+
+
+def file_capability(path: Path) -> tuple[int, int] | None:
+    """The compute capability a file was tuned on (its "capability"), None when it does not
+    say."""
+    try:
+        cap = json.loads(Path(path).read_text()).get("capability")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    return tuple(cap) if isinstance(cap, list) and len(cap) == 2 else None
+
+
+@functools.cache
+def config_devices(device: str, directory: Path,
+                   capability: tuple[int, int] | None = None) -> tuple[str, ...]:
+    """The files a device reads, in order: its own, then the files of the other devices of
+    the same compute capability, the same chip generation, whose tiles fit its
+    multiprocessors and shared memory (an H200 reads the H100's for a layer its own file
+    lacks: the same SM90 chip with faster memory). A layer none of them has takes the
+    heuristics (`pick_config`)."""
+    own = (device,) if path_for(device, directory).exists() else ()
+    if capability is None:
+        return own
+    same = sorted(p.stem for p in Path(directory).glob("*.json")
+                  if p.stem != device and file_capability(p) == tuple(capability))
+    return own + tuple(same)
+
+
 # --- reading ---------------------------------------------------------------------------------
 
 Table = dict[LayerKey, dict[int, tuple[dict, dict]]]
@@ -296,10 +333,22 @@ def tuned_spans(key: LayerKey, device: str | None = None,
                 directory: Path | None = None) -> dict[str, int]:
     """The layer's nibble span per linear from this device's file ({} without a file, a
     CUDA device, or spans for the layer)."""
-    device = device or current_device_key()
+    for name in _config_devices(device, directory):
+        table = load_table(name, directory or CONFIG_DIR)
+        if table is not None and key in table:  # the first file with the layer
+            return dict(load_spans(name, directory or CONFIG_DIR).get(key, {}))
+    return {}
+
+
+def _config_devices(device: str | None, directory: Path | None) -> tuple[str, ...]:
+    """`config_devices` of `device`, default the current one (only the current device's
+    capability is known here: another named device reads its own file or none)."""
     if device is None:
-        return {}
-    return dict(load_spans(device, directory or CONFIG_DIR).get(key, {}))
+        device = current_device_key()
+        if device is None:
+            return ()
+        return config_devices(device, directory or CONFIG_DIR, current_capability())
+    return config_devices(device, directory or CONFIG_DIR)
 
 
 def lookup(table: Table, key: LayerKey, num_rows: int) -> tuple[dict, dict] | None:
@@ -318,17 +367,19 @@ def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
                   directory: Path | None = None) -> tuple[dict, dict] | None:
     """Configs for this device (default: the current one) from its file, None without a
     file, a CUDA device, or an entry for the layer."""
-    device = device or current_device_key()
-    if device is None:
-        return None
-    table = load_table(device, directory or CONFIG_DIR)
-    return None if table is None else lookup(table, key, num_rows)
+    for name in _config_devices(device, directory):
+        table = load_table(name, directory or CONFIG_DIR)
+        found = None if table is None else lookup(table, key, num_rows)
+        if found is not None:
+            return found
+    return None
 
 
 # --- writing ---------------------------------------------------------------------------------
 
 def table_json(device: str, device_name: str, versions: dict, table: Table,
-               timings: dict | None = None, spans: Spans | None = None) -> str:
+               timings: dict | None = None, spans: Spans | None = None,
+               capability: tuple[int, int] | None = None) -> str:
     """The file's text for `table`; `timings` {(LayerKey, bucket): {"default": us, "tuned":
     us}} is recorded beside each entry (read by people, ignored by lookups)."""
     timings = timings or {}
@@ -351,8 +402,10 @@ def table_json(device: str, device_name: str, versions: dict, table: Table,
         if (spans or {}).get(key):
             layer["nibble_spans"] = dict(spans[key])
         layers.append({**layer, "buckets": buckets})
-    return json.dumps({"format": FORMAT, "device": device, "device_name": device_name,
-                       "versions": versions, "layers": layers}, indent=1) + "\n"
+    head = {"format": FORMAT, "device": device, "device_name": device_name}
+    if capability is not None:  # lets a GPU of the same generation without a file read it
+        head["capability"] = list(capability)
+    return json.dumps({**head, "versions": versions, "layers": layers}, indent=1) + "\n"
 
 
 def recorded_timings(path: Path) -> dict:
@@ -368,7 +421,8 @@ def recorded_timings(path: Path) -> dict:
 
 
 def write_table(path: Path, device: str, device_name: str, versions: dict, table: Table,
-                timings: dict | None = None, spans: Spans | None = None) -> None:
+                timings: dict | None = None, spans: Spans | None = None,
+                capability: tuple[int, int] | None = None) -> None:
     """Write, then read back through the same checks as a lookup (a file this writes must
     load); entries of other layers already in the file are kept, with their recorded
     timings and nibble spans."""
@@ -379,9 +433,11 @@ def write_table(path: Path, device: str, device_name: str, versions: dict, table
     for key, buckets in table.items():
         merged[key] = {**merged.get(key, {}), **buckets}
     path.parent.mkdir(parents=True, exist_ok=True)
+    capability = capability or (file_capability(path) if path.exists() else None)
     path.write_text(table_json(device, device_name, versions, merged,
                                {**kept_timings, **(timings or {})},
-                               {**kept_spans, **(spans or {})}))
+                               {**kept_spans, **(spans or {})}, capability))
     read_table(path)
     load_table.cache_clear()
     load_spans.cache_clear()
+    config_devices.cache_clear()

@@ -185,7 +185,8 @@ def _int4_magic(nib, SYM_ZERO: tl.constexpr, COMPUTE: tl.constexpr):
         return v - (1024.0 + SYM_ZERO)
 
 
-def _int4_asm(regs: str, decode: str, magic: int, one: int, offset: int, fma: str) -> str:
+def _int4_asm(regs: str, decode: str, magic: int, one: int, offset: int | str, fma: str
+              ) -> str:
     """PTX for one 16-bit dtype that decodes nibbles into $0-$3 (`decode`; its `{lop}` is a
     lop3's operands that OR the nibbles at bits 0-3 and 16-19 into the mantissa of a packed
     pair of the magic number, spelling magic + nibble exactly) and subtracts magic + 8 from
@@ -195,7 +196,8 @@ def _int4_asm(regs: str, decode: str, magic: int, one: int, offset: int, fma: st
     fmas = "".join(f"\n            {fma} ${i}, ${i}, one, off;" for i in range(4))
     return (f"{{\n            .reg .b32 {regs}, one, off;"
             f"\n            mov.b32 one, 0x{one:04X}{one:04X};"
-            f"\n            mov.b32 off, 0x{offset:04X}{offset:04X};"
+            + (f"\n            mov.b32 off, 0x{offset:04X}{offset:04X};"
+               if isinstance(offset, int) else f"\n            mov.b32 off, {offset};")
             + decode.format(lop=lop) + fmas + "\n            }")
 
 
@@ -225,6 +227,82 @@ _I4_PAIRS_BF16 = tl.constexpr(_int4_asm("t<2>, u<2>", _PAIRS_DECODE, *_BF16_MAGI
 _I4_PAIRS_FP16 = tl.constexpr(_int4_asm("t<2>, u<2>", _PAIRS_DECODE, *_FP16_MAGIC))
 _I4_PLANES_BF16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_BF16_MAGIC))
 _I4_PLANES_FP16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_FP16_MAGIC))
+# with zero points (AWQ): the packed offset -(magic + zero) of the weight row is operand $5
+_I4_PLANES_Z_BF16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_BF16_MAGIC[:2], "$5",
+                                           _BF16_MAGIC[3]))
+_I4_PLANES_Z_FP16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_FP16_MAGIC[:2], "$5",
+                                           _FP16_MAGIC[3]))
+
+
+def _fp4_asm(mag_mask: int, mag_shift: int, mul: int, fma: str, scaled: bool) -> str:
+    """PTX that decodes the four e2m1 planes of two 16-bit words (`plane_nibbles`, nibble p
+    at bits 4p and 16 + 4p of $4) into $0-$3, two values of the compute dtype each. Per
+    plane: the magnitude bits EEM shifted onto the lowest exponent bits and the top mantissa
+    bit and masked (`mag_mask`): that bit pattern is the e2m1 magnitude times 2^-126 (bf16)
+    or 2^-14 (fp16), subnormal for e = 0 as e2m1 is; one packed fma by `mul` (2^126 or 2^14)
+    makes it the magnitude, exactly (a power of two), times plane p's scale pair $(5 + p)
+    when `scaled`
+    (NVFP4's e4m3 block scale: the product has <= 6 significant bits, exact); the sign bit
+    is XORed in last (the value is sign-magnitude, so XOR with the sign negates it, also
+    after a negative scale). 5-6 instructions per two values."""
+    lines = []
+    for p in range(4):
+        shift = mag_shift - 4 * p  # nibble p's EEM at bits 4p..4p+2 -> the magnitude field
+        op = f"shl.b32 t, $4, {shift};" if shift > 0 else f"shr.u32 t, $4, {-shift};"
+        lines.append(op if shift else "mov.b32 t, $4;")
+        lines.append(f"and.b32 t, t, 0x{mag_mask:08X};")
+        lines.append(f"{fma} t, t, mul, negz;")
+        if scaled:  # plane p's scales in operand 5 + p
+            lines.append(f"{fma} t, t, ${5 + p}, negz;")
+        sign = 12 - 4 * p  # nibble p's sign bit 4p + 3 -> bit 15 (and 31)
+        lines.append(f"shl.b32 u, $4, {sign};" if sign else "mov.b32 u, $4;")
+        lines.append(f"lop3.b32 ${p}, u, 0x80008000, t, 0x6A;")  # (u & sign) ^ t
+    body = "".join(f"\n            {line}" for line in lines)
+    return (f"{{\n            .reg .b32 t, u, mul, negz;"
+            f"\n            mov.b32 mul, 0x{mul:04X}{mul:04X};"
+            f"\n            mov.b32 negz, 0x80008000;{body}\n            }}")
+
+
+# bf16: EEM to bits 8-6 (exponent bits 1-0, mantissa bit 6), times 2^126 (0x7E80);
+# fp16: EEM to bits 11-9, times 2^14 (0x7400)
+_FP4_BF16 = (0x01C001C0, 6, 0x7E80, "fma.rn.bf16x2")
+_FP4_FP16 = (0x0E000E00, 9, 0x7400, "fma.rn.f16x2")
+_FP4_PLANES_BF16 = tl.constexpr(_fp4_asm(*_FP4_BF16, scaled=False))
+_FP4_PLANES_FP16 = tl.constexpr(_fp4_asm(*_FP4_FP16, scaled=False))
+_FP4_PLANES_S_BF16 = tl.constexpr(_fp4_asm(*_FP4_BF16, scaled=True))
+_FP4_PLANES_S_FP16 = tl.constexpr(_fp4_asm(*_FP4_FP16, scaled=True))
+
+
+@triton.jit
+def _fp4_planes(words, COMPUTE: tl.constexpr):
+    """16-bit words of four e2m1 nibbles (`plane_nibbles`) -> the e2m1 values of nibble p,
+    p = 0..3, in the compute dtype (exact: e2m1 has 2 significant bits). PTX, CUDA sm80+."""
+    if COMPUTE == tl.bfloat16:
+        return tl.inline_asm_elementwise(
+            asm=_FP4_PLANES_BF16, constraints="=r,=r,=r,=r,r", args=[words],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
+            pack=2)
+    else:
+        return tl.inline_asm_elementwise(
+            asm=_FP4_PLANES_FP16, constraints="=r,=r,=r,=r,r", args=[words],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
+
+
+@triton.jit
+def _fp4_planes_scaled(words, s0, s1, s2, s3, COMPUTE: tl.constexpr):
+    """`_fp4_planes` with plane p's values times s<p> (the compute dtype, the words' shape):
+    e2m1 x e4m3 products, exact (module docstring, S_E4M3)."""
+    if COMPUTE == tl.bfloat16:
+        return tl.inline_asm_elementwise(
+            asm=_FP4_PLANES_S_BF16, constraints="=r,=r,=r,=r,r,r,r,r,r",
+            args=[words, s0, s1, s2, s3],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
+            pack=2)
+    else:
+        return tl.inline_asm_elementwise(
+            asm=_FP4_PLANES_S_FP16, constraints="=r,=r,=r,=r,r,r,r,r,r",
+            args=[words, s0, s1, s2, s3],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
 
 
 @triton.jit
@@ -241,6 +319,25 @@ def _int4_planes(words, COMPUTE: tl.constexpr):
     else:
         return tl.inline_asm_elementwise(
             asm=_I4_PLANES_FP16, constraints="=r,=r,=r,=r,r", args=[words],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
+
+
+@triton.jit
+def _int4_planes_zero(words, zero, COMPUTE: tl.constexpr):
+    """`_int4_planes` for codes with zero points: nibble p - zero of each word, `zero` the
+    zero point of each word's weight row (int32, the words' shape). The packed fma subtracts
+    magic + zero, in the compute dtype exactly (an integer below 2^8 in bf16, 2^11 in fp16),
+    so AWQ's asymmetric codes decode in as few instructions as GPTQ's."""
+    if COMPUTE == tl.bfloat16:
+        off = (-(128 + zero)).to(tl.float32).to(tl.bfloat16)
+        return tl.inline_asm_elementwise(
+            asm=_I4_PLANES_Z_BF16, constraints="=r,=r,=r,=r,r,r", args=[words, off],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
+            pack=2)
+    else:
+        off = (-(1024 + zero)).to(tl.float32).to(tl.float16)
+        return tl.inline_asm_elementwise(
+            asm=_I4_PLANES_Z_FP16, constraints="=r,=r,=r,=r,r,r", args=[words, off],
             dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
 
 
@@ -352,7 +449,11 @@ def _planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, z_rows, g_row, scale_cols, s
     have the 16-bit layout (the byte tile of the other orders gives both operands the 8-bit
     one, and the activation quarters then cost register copies: docs/speed.md, "Change 8")."""
     Q: tl.constexpr = TILE_K // 4
-    if FAST_I4 == _I4_PAIRS:  # host: FAST_I4 on CUDA sm80+, SYM_ZERO 8
+    if FAST_I4 == _I4_PAIRS and HAS_ZERO:  # host: CUDA sm80+, no act order (planes)
+        z = tl.load(z_rows + k0 // scale_cols).to(tl.int32)
+        b0, b1, b2, b3 = _int4_planes_zero(bq, tl.broadcast_to(z[None, :], bq.shape),
+                                           COMPUTE)
+    elif FAST_I4 == _I4_PAIRS:  # host: FAST_I4 on CUDA sm80+, SYM_ZERO 8
         tl.static_assert(SYM_ZERO == 8)
         b0, b1, b2, b3 = _int4_planes(bq, COMPUTE)
     else:
@@ -378,6 +479,73 @@ def _planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, z_rows, g_row, scale_cols, s
 
 
 @triton.jit
+def _plane_scale(s_rows, k, scale_cols, stride_sk, K, EVEN_K: tl.constexpr):
+    """The scale bytes (or values) of every weight row for column k's scale block (a tile
+    past K, which only a K_UNROLL step's last tiles are: the last block)."""
+    col = k // scale_cols
+    if not EVEN_K:
+        col = tl.minimum(col, (K - 1) // scale_cols)
+    return tl.load(s_rows + col * stride_sk)
+
+
+@triton.jit
+def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
+                     WSCALE: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr,
+                     COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
+                     FAST_I4: tl.constexpr, TILE_K: tl.constexpr):
+    """The scaled product of an e2m1 tile in four planes (`plane_nibbles`, FP4_SPAN columns:
+    plane p is the tile's columns [k0 + p Q, k0 + (p + 1) Q), Q = TILE_K / 4, inside one
+    scale block: `nib_span_fits`). S_E4M3 (NVFP4): each plane's values times its block scale
+    before the dot, exact (module docstring). S_E8M0 (MXFP4): planes 0-1 and 2-3 each lie in
+    one 32-column block, so each pair's fp32 partial sum takes its scale, as a 32-column
+    tile's would. With FAST_I4 (PTX, CUDA sm80+) the planes decode straight into the compute
+    dtype (`_fp4_planes`), else through fp32 bit patterns (`_decode_e2m1`)."""
+    Q: tl.constexpr = TILE_K // 4
+    if WSCALE == _S_E4M3:
+        s0 = _decode_e4m3(_plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K))
+        s1 = _decode_e4m3(_plane_scale(s_rows, k0 + Q, scale_cols, stride_sk, K, EVEN_K))
+        s2 = _decode_e4m3(_plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K, EVEN_K))
+        s3 = _decode_e4m3(_plane_scale(s_rows, k0 + 3 * Q, scale_cols, stride_sk, K, EVEN_K))
+        if FAST_I4 == _I4_PAIRS:
+            b0, b1, b2, b3 = _fp4_planes_scaled(
+                bq, tl.broadcast_to(s0.to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to(s1.to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to(s2.to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to(s3.to(COMPUTE)[None, :], bq.shape), COMPUTE)
+        else:
+            raw = bq.to(tl.int32)
+            b0 = _decode_e2m1(raw & 0xF) * s0[None, :]
+            b1 = _decode_e2m1((raw >> 4) & 0xF) * s1[None, :]
+            b2 = _decode_e2m1((raw >> 8) & 0xF) * s2[None, :]
+            b3 = _decode_e2m1((raw >> 12) & 0xF) * s3[None, :]
+        part = (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
+                + _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
+                + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB))
+    else:
+        if FAST_I4 == _I4_PAIRS:
+            b0, b1, b2, b3 = _fp4_planes(bq, COMPUTE)
+        else:
+            raw = bq.to(tl.int32)
+            b0 = _decode_e2m1(raw & 0xF)
+            b1 = _decode_e2m1((raw >> 4) & 0xF)
+            b2 = _decode_e2m1((raw >> 8) & 0xF)
+            b3 = _decode_e2m1((raw >> 12) & 0xF)
+        lo = _mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
+        hi = _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB)
+        if WSCALE == _S_E8M0:
+            s_lo = _decode_e8m0(_plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K))
+            s_hi = _decode_e8m0(_plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K,
+                                             EVEN_K))
+            if SWAP_AB:
+                part = lo * s_lo[:, None] + hi * s_hi[:, None]
+            else:
+                part = lo * s_lo[None, :] + hi * s_hi[None, :]
+        else:  # S_FLOAT / S_NONE: the tile's scale after (_tile_part)
+            part = lo + hi
+    return part
+
+
+@triton.jit
 def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_ptr,
                scale_cols, stride_sk, stride_asm, WEIGHT: tl.constexpr, WSCALE: tl.constexpr,
                ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
@@ -392,7 +560,12 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
     SWAP_AB (rows of the product are weight columns). A tile past K (zero activations) reads
     the last scale column, never past the scales."""
     if WEIGHT == _W_INT4 or WEIGHT == _W_FP4:
-        if NIB_SPAN:  # word j holds columns j + p * TILE_K / 4, p = 0..3 (`plane_nibbles`)
+        if NIB_SPAN and WEIGHT == _W_FP4:  # scales applied per plane inside
+            tl.static_assert(NIB_SPAN == TILE_K)
+            part = _fp4_planes_part(a, a2, a3, a4, bq, k0, K, s_rows, scale_cols, stride_sk,
+                                    WSCALE, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4,
+                                    TILE_K)
+        elif NIB_SPAN:  # word j holds columns j + p * TILE_K / 4, p = 0..3 (`plane_nibbles`)
             tl.static_assert(NIB_SPAN == TILE_K and WEIGHT == _W_INT4)
             part = _planes_part(a, a2, a3, a4, bq, k0, K, s_rows, z_rows, g_row, scale_cols,
                                 stride_sk, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
@@ -426,7 +599,8 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
             part = part * sa[None, :]
         else:
             part = part * sa[:, None]
-    if WSCALE == _S_FLOAT or WSCALE == _S_E8M0:
+    FP4_PLANES: tl.constexpr = WEIGHT == _W_FP4 and NIB_SPAN != 0  # scaled per plane
+    if (WSCALE == _S_FLOAT or WSCALE == _S_E8M0) and not FP4_PLANES:
         col = k0 // scale_cols
         if not EVEN_K:
             col = tl.minimum(col, (K - 1) // scale_cols)
@@ -662,15 +836,27 @@ def default_configs(num_rows: int, num_experts: int, gemm1: tuple[int, int],
             pick_config(num_rows, num_experts, *gemm2))
 
 
+def weight_key(weights: dict) -> str:
+    """The weight kind's name in a tuned-config file (`describe_weights`' kind): e2m1 codes
+    with NVFP4's e4m3 block scales are keyed apart from MXFP4's (other scale loads per
+    tile, other best tiles: an H100 ran MXFP4 DeepSeek-V3 at M = 16 in 1738 us with the
+    NVFP4 entry against 1509 us with the heuristics)."""
+    name = WEIGHT_NAMES[weights["kind"]]
+    if weights["kind"] == W_FP4 and weights["constexprs"]["WSCALE"] == S_E4M3:
+        name += "_E4M3"
+    return name
+
+
 def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
-                 gemm1: tuple[int, int], gemm2: tuple[int, int]) -> tuple[dict, dict]:
+                 gemm1: tuple[int, int], gemm2: tuple[int, int],
+                 weight_name: str | None = None) -> tuple[dict, dict]:
     """Both GEMMs' configs of one layer (gemm1/gemm2: their (N, K)): the device's tuned file
     when it has the layer (configs.py, written by `moecert tune`), else `pick_config`'s
     heuristics, always under the interpreter. Both share one BLOCK_M either way.
     MOECERT_TRITON_SPLIT_K, when set, overrides both GEMMs' SPLIT_K (configs.forced_split_k)."""
     chosen = None
     if not INTERPRET:
-        key = configs.LayerKey(WEIGHT_NAMES[weight], ACT_NAMES[act], num_experts,
+        key = configs.LayerKey(weight_name or WEIGHT_NAMES[weight], ACT_NAMES[act], num_experts,
                                tuple(gemm1), tuple(gemm2))
         chosen = configs.tuned_configs(key, num_rows)
     if chosen is None:
@@ -750,9 +936,10 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     dummy = q
     wscale = S_NONE if s is None or g_idx is not None else scale_kind
     k = 2 * (q.shape[2] * q.shape[4] if q.dim() == 5 else q.shape[2])
-    if nib_span and not nib_span_fits(kind, k, scale_cols, g_idx is not None, nib_span):
-        raise ValueError(f"nibble planes over {nib_span} columns: needs int4 codes, K and "
-                         f"the scale group multiples of it, no act order")
+    if nib_span and not nib_span_fits(kind, k, scale_cols, g_idx is not None, nib_span,
+                                      scale_kind):
+        raise ValueError(f"nibble planes over {nib_span} columns: needs int4 or e2m1 codes, "
+                         f"K a multiple of it and the scale block of each plane, no act order")
     return {
         "kind": kind, "q": q, "N": n_rows, "compute": compute,
         "scale_cols": scale_cols,  # None: no scale, or one per row (the whole K)
@@ -786,13 +973,19 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
 INT4_TILE = (16, 64)
 
 
+# e2m1 codes in tiles of 16 rows x 32 bytes (64 columns, one FP4_SPAN): gpt-oss-120b's
+# K = 2880 is 45 such spans, not a whole number of 128-column int4 tiles.
+FP4_TILE = (16, 32)
+
+
 def weight_tile(kind: int, q: torch.Tensor) -> tuple[int, int] | None:
     """The tile `tile_weights` stores weights of `kind` in, None for the plain layout (other
     kinds, or a shape the tile does not divide)."""
-    if kind != W_INT4 or q.dim() != 3:
+    tile = {W_INT4: INT4_TILE, W_FP4: FP4_TILE}.get(kind)
+    if tile is None or q.dim() != 3:
         return None
-    rows, cols = INT4_TILE
-    return INT4_TILE if q.shape[1] % rows == 0 and q.shape[2] % cols == 0 else None
+    rows, cols = tile
+    return tile if q.shape[1] % rows == 0 and q.shape[2] % cols == 0 else None
 
 
 def tile_weights(q: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
@@ -822,14 +1015,23 @@ def untile_weights(q: torch.Tensor) -> torch.Tensor:
 # (configs "nibble_spans"). BLOCK_K is then the span, so the scale group must be a multiple
 # of it.
 NIB_SPAN = 128
+# e2m1 codes (MXFP4, NVFP4) are always stored in planes where they fit, over 64 columns: a
+# plane is then 16 columns, inside one NVFP4 block (16) and, two planes together, one MXFP4
+# block (32), so the kernel scales per plane (`_fp4_planes_part`) and its tile is 64 columns
+# wide instead of the 32 of one E8M0 block (docs/speed.md, "Change 9").
+FP4_SPAN = 64
 
 
 def nib_span_fits(kind: int, k: int, scale_cols: int | None, act_order: bool,
-                  span: int = NIB_SPAN) -> bool:
-    """Whether int4 codes of K = k columns (scale group `scale_cols`, None: one per row)
-    can be stored in planes over `span` columns: whole spans, each inside one scale group."""
-    return (kind == W_INT4 and not act_order and k % span == 0
-            and (scale_cols is None or scale_cols % span == 0))
+                  span: int = NIB_SPAN, scale_kind: int = S_FLOAT) -> bool:
+    """Whether nibble codes of K = k columns (scale group `scale_cols`, None: one per row)
+    can be stored in planes over `span` columns: whole spans; int4: each span inside one
+    scale group; e2m1 (scales applied per plane): each plane inside one block, with E8M0
+    scales each pair of planes."""
+    if act_order or k % span or kind not in (W_INT4, W_FP4):
+        return False
+    unit = span if kind == W_INT4 else span // 4 if scale_kind == S_E4M3 else span // 2
+    return scale_cols is None or scale_cols % unit == 0
 
 
 def plane_nibbles(q: torch.Tensor, span: int) -> torch.Tensor:
@@ -912,6 +1114,13 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
                and not c16["HAS_G_IDX"])
     fast_i4 = (I4_OFF if not fast_i4 else I4_PAIRS if int4_pairs_run_on(c.device)
                else I4_MAGIC)
+    if (weights["kind"] == W_INT4 and c16["NIB_SPAN"] and c16["HAS_ZERO"]
+            and config.get("FAST_I4", False) and act == A16 and weights["dot"] == DOT_NATIVE
+            and int4_pairs_run_on(c.device)):  # zero points in planes: `_int4_planes_zero`
+        fast_i4 = I4_PAIRS
+    if weights["kind"] == W_FP4 and c16["NIB_SPAN"]:  # e2m1 planes: PTX decode or bit fields
+        fast_i4 = (I4_PAIRS if act == A16 and weights["dot"] == DOT_NATIVE
+                   and int4_pairs_run_on(c.device) else I4_OFF)
     grid = (sorted_ids.numel() // block_m, triton.cdiv(N, config["BLOCK_N"]))
     # the workspace is never read with one split: c stands in for it
     ws = c if splits == 1 else torch.empty(splits, num_rows, N, dtype=torch.float32,

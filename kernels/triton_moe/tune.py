@@ -40,7 +40,7 @@ Timer = Callable[[Callable[[], object], dict], float]
 
 GRID = {"BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256), "num_warps": (4, 8),
         "num_stages": (2, 3, 4), "SWAP_AB": (False, True), "SPLIT_K": (1, 2, 4, 8),
-        "K_UNROLL": (1, 2)}
+        "K_UNROLL": (1, 2, 4)}
 SMALL_GRID_WAVES = 2  # SPLIT_K is tried when a GEMM has fewer programs than this x SMs
 MAX_ROUNDS = 4
 WIDER_BLOCK_MS = (32, 64)  # tried beside 16 (block_ms)
@@ -160,7 +160,7 @@ class LayerStage:
         """The layer's key in a tuned-config file."""
         from . import fused_moe
 
-        return configs.LayerKey(fused_moe.WEIGHT_NAMES[self.weight_kind],
+        return configs.LayerKey(fused_moe.weight_key(self.plan["w13"]),
                                 fused_moe.ACT_NAMES[self.act], self.problem.E, self.shape(1),
                                 self.shape(2))
 
@@ -238,10 +238,23 @@ class LayerStage:
         rows_a = torch.arange(self.n, device=a.device) // (self.problem.topk if gemm == 1
                                                            else 1)
         out = torch.zeros(self.n, self.shape(gemm)[0], dtype=torch.float64, device=a.device)
-        for e in torch.unique(self.ids).tolist():
-            rows = (self.ids == e).nonzero().flatten()
-            w = dequantize_expert(self.layer, p, e).to(torch.float64).abs()
-            out[rows] = a[rows_a[rows]].abs() @ w.T
+        # e2m1 codes in the Triton backend's planes and tiles: the checkpoint's order for
+        # the torch backend's dequantization, for the time of this bound
+        stored = self.layer.get(f"{p}_w") if self.layer.has(f"{p}_w") else None
+        planed = (self.layer.quant.info.element == "e2m1"
+                  and self.layer.meta.get(f"{p}_nib_span", 0))
+        if planed:
+            from .backend import _stored_fp4
+
+            self.layer.put(f"{p}_w", _stored_fp4(self.layer, p))
+        try:
+            for e in torch.unique(self.ids).tolist():
+                rows = (self.ids == e).nonzero().flatten()
+                w = dequantize_expert(self.layer, p, e).to(torch.float64).abs()
+                out[rows] = a[rows_a[rows]].abs() @ w.T
+        finally:
+            if planed:
+                self.layer.put(f"{p}_w", stored)
         if gemm == 2:
             out *= self.router.to(torch.float64).abs()[:, None]
         return out

@@ -277,10 +277,11 @@ def test_nvfp4_scales_decoded_from_every_byte():
 
 
 def test_nvfp4_tuning_stage_sees_the_tile_width_and_the_global_factor():
-    """The tuner's view of an NVFP4 W4A4 layer: e4m3 scales inside the tile leave BLOCK_K as
-    configured (not clamped to the 16-column block, whose 8-column nibble planes no dot
-    takes), and the activation as its magnitudes bound sees it carries the global factor
-    1 / g: the torch backend's NVFP4 qdq (its step bs / g is fp32: a few ulps apart)."""
+    """The tuner's view of an NVFP4 W4A4 layer: e4m3 scales inside the tile do not clamp
+    BLOCK_K to the 16-column block (whose 8-column nibble planes no dot takes): the e2m1
+    planes fix it to their span (FP4_SPAN, 64), and the activation as its magnitudes bound
+    sees it carries the global factor 1 / g: the torch backend's NVFP4 qdq (its step bs / g
+    is fp32: a few ulps apart)."""
     from moecert.kernels.activations import qdq_nvfp4
     from moecert.kernels.triton_moe import tune
 
@@ -289,7 +290,8 @@ def test_nvfp4_tuning_stage_sees_the_tile_width_and_the_global_factor():
     x, w, ids = make_inputs(P, seed=2)
     stage = tune.LayerStage(layer, x, w, ids)
     config = {**stage.defaults[0], "BLOCK_K": 128}
-    assert stage.effective(1, config)[2] == 128
+    assert layer.meta["w13_nib_span"] == fused_moe.FP4_SPAN
+    assert stage.effective(1, config)[2] == fused_moe.FP4_SPAN
     want = qdq_nvfp4(x.float(), layer.get("a13_scale")).double()
     assert torch.allclose(stage._dequantized_input(1), want, rtol=1e-6, atol=0)
 

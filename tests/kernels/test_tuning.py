@@ -172,14 +172,38 @@ def compiled_lookup(monkeypatch, tmp_path):
     monkeypatch.setattr(fused_moe, "INTERPRET", False)
     monkeypatch.setattr(configs, "CONFIG_DIR", tmp_path)
     monkeypatch.setattr(configs, "current_device_key", lambda: "test-gpu")
+    monkeypatch.setattr(configs, "current_capability", lambda: None)
     configs.load_table.cache_clear()
+    configs.config_devices.cache_clear()
     yield fused_moe
     configs.load_table.cache_clear()
+    configs.config_devices.cache_clear()
 
 
 def _pick(fused_moe, n=16):
     return fused_moe.pick_configs(n, KEY.experts, fused_moe.W_INT4, fused_moe.A16,
                                   KEY.gemm1, KEY.gemm2)
+
+
+@pytest.mark.parametrize("capability, reads_it", [((9, 0), True), ((8, 0), False)])
+def test_a_device_without_a_file_reads_one_of_its_generation(compiled_lookup, tmp_path,
+                                                             monkeypatch, capability,
+                                                             reads_it):
+    """No file for "test-gpu": the file tuned on another device of the same compute
+    capability (an H200 reads the H100's), never one of another generation."""
+    tuned = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
+    path = configs.path_for("other-gpu", tmp_path)
+    configs.write_table(path, "other-gpu", "Other GPU", {}, {KEY: {16: tuned}},
+                        capability=(9, 0))
+    assert configs.file_capability(path) == (9, 0)
+    monkeypatch.setattr(configs, "current_capability", lambda: capability)
+    default = compiled_lookup.default_configs(16, KEY.experts, KEY.gemm1, KEY.gemm2)
+    assert _pick(compiled_lookup) == (tuned if reads_it else default)
+    # its own file, for another layer: the other device's file still serves this one
+    other = configs.LayerKey("W_FP4", "A16", 8, (256, 128), (128, 128))
+    _write(tmp_path, {other: {16: (_cfg(), _cfg())}}, device="test-gpu")
+    configs.config_devices.cache_clear()
+    assert _pick(compiled_lookup) == (tuned if reads_it else default)
 
 
 def test_pick_configs_reads_the_device_file(compiled_lookup, tmp_path):
