@@ -8,6 +8,7 @@ from .checkpoint import Checkpoint
 from .dequantize import canonicalize, dequantize
 from .errors import CheckpointError
 from .inputs import make_batched_inputs, make_inputs
+from .loader import LayerSummary, ModelLayer, Router, load_checkpoint
 from .moe import moe
 from .problem import MoEProblem
 from .random_checkpoint import random_checkpoint
@@ -18,7 +19,7 @@ from .synthesize import synthesize
 
 __all__ = [
     "RECORDS", "SCHEMES", "SCHEME_NAMES", "CanonicalLinear", "Checkpoint", "CheckpointError",
-    "FormatRecord", "MoEProblem", "canonicalize", "dequantize", "grouped_topk",
-    "make_batched_inputs", "make_inputs", "moe", "random_checkpoint", "sigmoid_topk",
-    "softmax_topk", "synthesize",
+    "FormatRecord", "LayerSummary", "MoEProblem", "ModelLayer", "Router", "canonicalize",
+    "dequantize", "grouped_topk", "load_checkpoint", "make_batched_inputs", "make_inputs", "moe",
+    "random_checkpoint", "sigmoid_topk", "softmax_topk", "synthesize",
 ]

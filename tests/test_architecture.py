@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 ALLOWED = {  # folder -> third-party top-level modules and moecert modules it may import
-    "reference": ({"torch"}, {"moecert.reference"}),
+    # safetensors: reading model folders lazily (reference/loader)
+    "reference": ({"torch", "safetensors"}, {"moecert.reference"}),
     # adapters may import their vendor's library (optional, guarded by ImportError)
     "kernels": ({"torch", "triton", "vllm_xpu_kernels", "vllm"},
                 {"moecert.kernels", "moecert.reference.schemes"}),

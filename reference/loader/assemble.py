@@ -1,0 +1,279 @@
+"""One decoder layer's routed-expert tensors, as the file stores them, assembled into the
+tensors of a moecert `Checkpoint` (SPEC section 2; `docs/checkpoints.md` has the deviations).
+
+Where each piece goes is derived from the layout's declarations (`schemes/tensors.py`), not
+from per-scheme code: a declared dimension that names `out` is the one gate and up pieces
+are stacked along; a declaration of shape [E] or [E, 2] takes one scalar per linear (per
+shard for w13); a declaration with neither (g_idx) is one value the two shards must share.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import CheckpointError
+from ..packing import pack_int32, unpack_int32
+from ..schemes.tensors import TensorDecl, dim_size, parse_dim
+from .families import FUSED, PER_EXPERT, PROJECTIONS
+from .files import ModelFolder
+
+# file suffixes that are checked and dropped rather than kept: (suffix, the value they must
+# hold, why). Quark writes input zero points for symmetric activations.
+DROPPED_IF = {"input_zero_point": (0, "symmetric activations: every input zero point is 0")}
+
+
+@dataclass
+class ExpertNames:
+    """The file tensors of one layer's routed experts."""
+
+    layer: int
+    prefix: str  # e.g. "model.layers.3.mlp.experts"
+    per_expert: dict[tuple[str, str], dict[int, str]] = field(default_factory=dict)
+    fused: dict[tuple[str, str | None], str] = field(default_factory=dict)
+
+    @property
+    def suffixes(self) -> set[str | None]:
+        return {s for _, s in self.per_expert} | {s for _, s in self.fused}
+
+
+def find_experts(names, layer: int | None = None) -> dict[int, ExpertNames]:
+    """The routed-expert tensors of every layer (or of `layer`), by layer index."""
+    out: dict[int, ExpertNames] = {}
+    for name in names:
+        m = PER_EXPERT.match(name) or FUSED.match(name)
+        if m is None or m["proj"] not in PROJECTIONS:
+            continue
+        L = int(m["L"])
+        if layer is not None and L != layer:
+            continue
+        ex = out.setdefault(L, ExpertNames(L, f"{m['layer']}.{m['block']}.experts"))
+        if "e" in m.groupdict() and m.groupdict().get("e") is not None:
+            ex.per_expert.setdefault((m["proj"], m["suffix"]), {})[int(m["e"])] = name
+        else:
+            ex.fused[(m["proj"], m["suffix"])] = name
+    return out
+
+
+def expert_count(folder: ModelFolder, ex: ExpertNames) -> int:
+    if ex.per_expert:
+        return 1 + max(e for ids in ex.per_expert.values() for e in ids)
+    return folder.shape(next(iter(ex.fused.values())))[0]
+
+
+@dataclass
+class Plan:
+    """What the assembly needs to know about the layer and the format."""
+
+    folder: ModelFolder
+    names: ExpertNames
+    decls: dict[str, TensorDecl]
+    sizes: dict[str, int]  # E, R, K, N
+    group_size: int
+    bits: int
+    packing: str | None
+    suffix_map: dict[str, str]
+    config_note: str  # "config.json: ..." where the sizes and bits come from
+    experts: range
+    notes: list[str] = field(default_factory=list)
+    consumed: set[str] = field(default_factory=set)
+
+
+def assemble(plan: Plan) -> dict[str, torch.Tensor]:
+    """The Checkpoint tensors of the plan's layer."""
+    groups: dict[str, list] = {}
+    for (proj, suffix), ids in plan.names.per_expert.items():
+        _group(plan, groups, proj, suffix, ids=ids)
+    for (proj, suffix), name in plan.names.fused.items():
+        _group(plan, groups, proj, suffix, fused=name)
+    out = {}
+    for target, pieces in groups.items():
+        t = _build(plan, target, pieces)
+        if t is not None:
+            out[target] = t
+    return out
+
+
+def _group(plan: Plan, groups, proj, suffix, ids=None, fused=None) -> None:
+    linear, shard = PROJECTIONS[proj]
+    file_suffix = suffix or "weight"
+    msuffix = plan.suffix_map.get(file_suffix, file_suffix)
+    example = fused or next(iter(ids.values()))
+    if msuffix in DROPPED_IF:
+        _check_dropped(plan, msuffix, list(ids.values()) if ids else [fused])
+        return
+    target = f"{linear}_{msuffix}"
+    if target not in plan.decls:
+        raise CheckpointError(f"{plan.folder.file_of(example).name}: {example}",
+                              f"a tensor of the format ({plan.config_note}): suffixes "
+                              f"{', '.join(sorted(_file_suffixes(plan)))}",
+                              f"suffix {file_suffix!r}")
+    if ids is not None:
+        missing = [e for e in plan.experts if e not in ids]
+        if missing:
+            want = example.replace(f".experts.{next(iter(ids))}.",
+                                   f".experts.{missing[0]}.")
+            raise CheckpointError(want, f"a tensor for expert {missing[0]} (the other experts "
+                                  f"have {proj}.{file_suffix})",
+                                  f"missing from the folder ({len(missing)} experts lack it)")
+    groups.setdefault(target, []).append((shard, ids, fused))
+
+
+def _file_suffixes(plan: Plan) -> set[str]:
+    back = {v: k for k, v in plan.suffix_map.items()}
+    return {back.get(n.split("_", 1)[1], n.split("_", 1)[1]) for n in plan.decls}
+
+
+def _check_dropped(plan: Plan, suffix: str, names: list[str]) -> None:
+    value, why = DROPPED_IF[suffix]
+    for name in names:
+        t = plan.folder.read(name)
+        if (t.to(torch.int64) != value).any():
+            raise CheckpointError(f"{plan.folder.file_of(name).name}: {name}",
+                                  f"{value} ({why}; moecert holds no other)", "another value")
+    plan.consumed.update(names)
+    plan.notes.append(f"{suffix}: checked to be {value} in every expert ({why}), not kept")
+
+
+# --- building one Checkpoint tensor from its pieces ------------------------------------------
+
+def _kind(decl: TensorDecl, bits: int) -> tuple[str, int | None, int]:
+    """("out", axis after E, divisor) | ("scalar", None, 1) | ("shape", ..) | ("shared", ..)."""
+    if decl.role == "shape":
+        return "shape", None, 1
+    shape = decl.shapes[0]
+    if all(d in ("E", "2") for d in shape):
+        return "scalar", None, 1
+    for i, d in enumerate(shape[1:]):
+        if d.replace("ceil(", "").startswith("out"):
+            return "out", i, parse_dim(d, decl.linear, 1, bits)[1]
+    return "shared", None, 1
+
+
+def _piece_shape(plan: Plan, decl: TensorDecl, rows: int) -> list[int]:
+    """A per-expert piece's shape with `rows` output rows (N for a w13 shard)."""
+    sizes = {**plan.sizes, "R": rows}
+    return [dim_size(d, decl.linear, sizes, plan.group_size, plan.bits) for d in decl.shapes[0][1:]]
+
+
+def _build(plan: Plan, target: str, pieces) -> torch.Tensor | None:
+    decl = plan.decls[target]
+    kind, axis, div = _kind(decl, plan.bits)
+    fused = [p for p in pieces if p[2] is not None]
+    if fused:
+        return _from_fused(plan, target, decl, fused)
+    linear = decl.linear
+    shards = sorted(pieces, key=lambda p: -1 if p[0] is None else p[0])
+    if linear == "w13" and [s for s, _, _ in shards] != [0, 1]:
+        have = ", ".join("whole" if s is None else ("gate", "up")[s] for s, _, _ in shards)
+        raise CheckpointError(f"{plan.names.prefix}.<e>.*: {target}", "gate and up "
+                              "projections", have)
+    N = plan.sizes["N"]
+    rows = N if linear == "w13" else plan.sizes["K"]
+    return _stack(plan, target, decl, kind, axis, div, rows, shards)
+
+
+def _read_piece(plan: Plan, name: str, decl: TensorDecl, want: list[int] | None):
+    t = plan.folder.read(name)
+    plan.consumed.add(name)
+    where = f"{plan.folder.file_of(name).name}: {name}"
+    if t.dtype not in decl.dtypes:
+        raise CheckpointError(where, f"dtype {' or '.join(map(str, decl.dtypes))} "
+                              f"({plan.config_note})", str(t.dtype))
+    if want is not None:
+        if t.numel() != math.prod(want):
+            raise CheckpointError(where, f"shape {want} ({plan.config_note})",
+                                  str(list(t.shape)))
+        t = t.reshape(want)  # 0-d and [1] scalars, [out] channel scales -> [out, 1]
+    return t
+
+
+def _stack(plan, target, decl, kind, axis, div, rows, shards) -> torch.Tensor:
+    E, experts = len(plan.experts), plan.experts
+    if kind == "scalar":
+        vals = [[_read_piece(plan, ids[e], decl, [1]) for e in experts] for _, ids, _ in shards]
+        t = torch.stack([torch.cat(v) for v in vals], dim=1)  # [E, shards]
+        if t.shape[1] == 2 and ("E", "2") not in decl.shapes:
+            if not torch.equal(t[:, 0], t[:, 1]):
+                plan.notes.append(f"{target}: gate and up hold different values; the larger "
+                                  "of the two kept (one per expert, as engines load it)")
+            return t.amax(dim=1)
+        return t if t.shape[1] == 2 else t[:, 0]
+    if kind == "shape":
+        vals = [[_read_piece(plan, ids[e], decl, [2]) for e in experts] for _, ids, _ in shards]
+        t = torch.stack([torch.stack(v) for v in vals])  # [shards, E, 2]
+        return torch.stack([t[:, :, 0].sum(0), t[0, :, 1]], dim=1)
+    if kind == "shared":
+        want = _piece_shape(plan, decl, rows)
+        vals = [torch.stack([_read_piece(plan, ids[e], decl, want) for e in experts])
+                for _, ids, _ in shards]
+        for v, (_s, ids, _) in zip(vals[1:], shards[1:], strict=True):
+            if not torch.equal(v, vals[0]):
+                e = int((v != vals[0]).flatten(1).any(1).nonzero()[0])
+                raise CheckpointError(ids[experts[e]], f"the same {decl.role} as the gate "
+                                      "projection (vLLM keeps one per expert)", "another")
+        return vals[0]
+    # "out": gate rows then up rows along `axis`
+    want = _piece_shape(plan, decl, rows)
+    if len(shards) == 2 and div > 1 and rows % div:
+        return _stack_packed_out(plan, target, decl, axis, rows, shards, want)
+    full = list(want)
+    full[axis] *= len(shards)
+    out = None
+    for i, e in enumerate(experts):
+        for j, (_, ids, _) in enumerate(shards):
+            t = _read_piece(plan, ids[e], decl, want)
+            if out is None:
+                out = torch.empty([E, *full], dtype=t.dtype)
+            elif t.dtype != out.dtype:
+                raise CheckpointError(ids[e], f"dtype {out.dtype} like the other experts'",
+                                      str(t.dtype))
+            out[i].narrow(axis, j * want[axis], want[axis]).copy_(t)
+    return out
+
+
+def _stack_packed_out(plan, target, decl, axis, rows, shards, want) -> torch.Tensor:
+    """Gate and up pieces packed along out with a row count the word does not divide (a
+    compressed-tensors zero point of N % 8 rows): unpack both, join the rows, repack."""
+    if decl.dtypes != (torch.int32,) or plan.packing is None:
+        raise CheckpointError(f"{plan.names.prefix}.<e>: {target}", f"an output size divisible "
+                              f"by the blocks it is stored in ({plan.config_note})",
+                              f"{rows} rows")
+    out = []
+    for e in plan.experts:
+        codes = [unpack_int32(_read_piece(plan, ids[e], decl, want), plan.bits, rows, dim=axis,
+                              packing=plan.packing) for _, ids, _ in shards]
+        out.append(pack_int32(torch.cat(codes, dim=axis), plan.bits, dim=axis,
+                              packing=plan.packing))
+    return torch.stack(out)
+
+
+def _from_fused(plan: Plan, target: str, decl: TensorDecl, pieces) -> torch.Tensor:
+    """A fused 3-D (or gpt-oss 4-D) tensor, experts first: the slice of the chosen experts,
+    reshaped to the declaration (gpt-oss blocks [E, out, in/32, 16] -> [E, out, in/2]);
+    16-bit fused weights stored inputs first ([E, in, out], gpt-oss bf16) are transposed."""
+    if len(pieces) != 1 or pieces[0][0] is not None:
+        raise CheckpointError(f"{plan.names.prefix}: {target}", "one fused tensor", "several")
+    name = pieces[0][2]
+    rows = plan.sizes["R"] if decl.linear == "w13" else plan.sizes["K"]
+    want = [len(plan.experts), *_piece_shape(plan, decl, rows)]
+    first, stop = plan.experts.start, plan.experts.stop
+    shape = plan.folder.shape(name)
+    where = f"{plan.folder.file_of(name).name}: {name}"
+    t = plan.folder.read(name, slice(first, stop))
+    plan.consumed.add(name)
+    if t.dtype not in decl.dtypes:
+        raise CheckpointError(where, f"dtype {' or '.join(map(str, decl.dtypes))} "
+                              f"({plan.config_note})", str(t.dtype))
+    if list(t.shape) == want:
+        return t
+    if t.dim() == 3 == len(want) and list(t.shape) == [want[0], want[2], want[1]] \
+            and decl.role in ("weight",) and t.is_floating_point():
+        return t.transpose(1, 2).contiguous()
+    if t.numel() == math.prod(want) and t.shape[:2] == tuple(want[:2]):
+        return t.reshape(want)
+    raise CheckpointError(where, f"shape {[shape[0], *want[1:]]} ({plan.config_note})",
+                          str(list(shape)))
+
