@@ -192,32 +192,12 @@ def read_inputs(path: str, K: int | None = None) -> torch.Tensor:
 def router_known(loaded) -> bool:
     """Whether the layer's routing function is one the reference knows (routing.py)."""
     router = getattr(loaded, "router", None)
-    return router is not None and _route_fn(router) is not None
-
-
-def _route_fn(router):
-    from moecert.reference import routing
-
-    name = _get(router, "function")
-    if not name or _get(router, "weight") is None:
-        return None
-    return getattr(routing, str(name), None)
+    return (router is not None and getattr(router, "function", None) is not None
+            and getattr(router, "weight", None) is not None)
 
 
 def route(loaded, x: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The layer's own routing of x [M, K]: logits = x W^T (+ bias) in float64, then its
-    routing function (reference/routing.py) with the router's parameters and correction
-    bias. float32 weights and int32 global ids [M, topk]."""
-    router = loaded.router
-    fn = _route_fn(router)
-    w = _get(router, "weight").to(torch.float64)
-    logits = x.to(torch.float64) @ w.T
-    bias = _get(router, "bias")
-    if bias is not None:
-        logits = logits + bias.to(torch.float64)
-    params = dict(_get(router, "params") or {})
-    correction = _get(router, "correction_bias")
-    if correction is not None:
-        params["correction_bias"] = correction
-    weights, ids = fn(logits, topk, **params)
+    """The layer's own routing of x [M, K] (the loader's `Router.select`: its logits in
+    float64 and its routing function): float32 weights and int32 global ids [M, topk]."""
+    weights, ids = loaded.router.select(x, topk)
     return weights.to(torch.float32), ids.to(torch.int32)
