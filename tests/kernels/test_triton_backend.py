@@ -426,6 +426,9 @@ def test_w4a8_scales_renormalized_by_power_of_two():
     ("mxfp8", Platform.cuda((10, 0)), None),
     ("mxfp4", Platform.cuda((8, 0)), None),  # e2m1 decoded by bit arithmetic: no fp8 needed
     ("w4a8-int8", Platform.rocm("gfx942"), None),
+    ("w4a8-fp8", Platform.cuda((8, 6)),  # int4 weights as e4m3 in an fp8 x fp8 dot
+     "fp8 e4m3 activations need compute capability >= 8.9 (sm86)"),
+    ("w4a8-fp8", Platform.cuda((9, 0)), None),
     ("fp8-w8a16", Platform.rocm("gfx950"), None),
     ("fp8-w8a16", Platform.rocm("gfx942"),
      "fp8 e4m3fn weights need rocm gfx950 (OCP fp8); gfx942 is assumed to lack e4m3fn in "
