@@ -132,6 +132,8 @@ SUBCOMMANDS = (
                            "--verify checks one"),
     ("tune", "tune", "measure the triton backend's tile configurations on this GPU and write "
                      "its config file"),
+    ("inspect", "inspect_command", "what moecert reads in a model folder, per MoE layer, and "
+                                   "which backends claim it"),
 )
 
 

@@ -41,7 +41,7 @@ from ..schemes import (
     scheme_format,
 )
 from ..schemes.tensors import weight_dtype
-from .common import check_finite, scales_float64
+from .common import check_finite, check_symmetric_zeros, scales_float64
 
 
 def _name(ckpt, p: str, role: str, default: str) -> str:
@@ -66,6 +66,9 @@ def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
         scales, block = _read_e4m3_blocks(ckpt, p), (1, info.scale_block)
     else:
         scales, block = _read_scale(ckpt, p, E, n_out, n_in)
+        zero_point = f"{p}_weight_zero_point"
+        if zero_point in ckpt.tensors:  # Quark's: symmetric schemes only, so every one is 0
+            check_symmetric_zeros(zero_point, ckpt.tensors[zero_point], 0)
     glob = None if info.global_scale == "none" else _read_global(ckpt, p, n_out)
     return CanonicalLinear(codes=codes, scales=scales, block=block, global_scale=glob)
 

@@ -38,16 +38,31 @@ _STORED = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 @dataclass(frozen=True)
 class LayerSummary:
-    """One MoE layer of a model folder, as `load_checkpoint(path)` lists it."""
+    """One MoE layer of a model folder, as `load_checkpoint(path)` lists it (from the configs
+    and the tensor names alone: no tensor data is read)."""
 
     layer: int
     scheme: str
-    variant: dict
+    variant: dict  # the Checkpoint attributes read from the config (and act_order: g_idx)
     producer: str
     E: int
     K: int
     N: int
     topk: int
+    activation: str
+    dtype: str
+    bias: bool
+    not_read: dict = field(default_factory=dict)  # as ModelLayer.not_read
+
+    def problem(self, M: int, **overrides) -> MoEProblem:
+        fields = dict(M=M, K=self.K, N=self.N, E=self.E, topk=self.topk, dtype=self.dtype,
+                      activation=self.activation, bias=self.bias)
+        return MoEProblem(**{**fields, **overrides})
+
+    def quant(self) -> Checkpoint:
+        """A Checkpoint of this layer's scheme and attributes holding no tensors (what a
+        backend's `supports` reads)."""
+        return Checkpoint(self.scheme, {}, **self.variant)
 
 
 @dataclass
@@ -188,9 +203,21 @@ def _summaries(folder: ModelFolder) -> list[LayerSummary]:
                               "fused ...experts.gate_up_proj)", "no routed experts")
     det = _detect(folder, layers)
     sizes = _sizes(folder)
-    return [LayerSummary(L, det.scheme, _variant(det, ex), det.producer,
-                         expert_count(folder, ex), sizes["K"], sizes["N"], sizes["topk"])
-            for L, ex in sorted(layers.items())]
+    activation, dtype = _activation(folder), _dtype(folder)
+    out = []
+    for L, ex in sorted(layers.items()):
+        names = {n for ids in ex.per_expert.values() for n in ids.values()} | \
+            set(ex.fused.values())
+        out.append(LayerSummary(L, det.scheme, _variant(det, ex), det.producer,
+                                expert_count(folder, ex), sizes["K"], sizes["N"], sizes["topk"],
+                                activation, dtype, "bias" in ex.suffixes,
+                                _not_read(folder, names, L)))
+    return out
+
+
+def _dtype(folder: ModelFolder) -> str:
+    cfg = _text_config(folder.config)
+    return _DTYPES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"), "bf16")
 
 
 def _activation(folder: ModelFolder) -> str:
@@ -238,8 +265,7 @@ def _load_layer(folder: ModelFolder, L: int, experts: range | None) -> ModelLaye
                 experts)
     tensors = assemble(plan)
     ckpt = Checkpoint(det.scheme, tensors, first_expert=experts.start, **attrs)
-    dtype = _DTYPES.get(str(_text_config(folder.config).get("torch_dtype")
-                            or folder.config.get("dtype") or "bfloat16"), "bf16")
+    dtype = _dtype(folder)
     problem = MoEProblem(M=1, K=sizes["K"], N=sizes["N"], E=len(experts),
                          topk=min(sizes["topk"], len(experts)), dtype=dtype,
                          activation=activation, bias="w13_bias" in tensors)

@@ -117,7 +117,8 @@ def _group(plan: Plan, groups, proj, suffix, ids=None, fused=None) -> None:
                                    f".experts.{missing[0]}.")
             raise CheckpointError(want, f"a tensor for expert {missing[0]} (the other experts "
                                   f"have {proj}.{file_suffix})",
-                                  f"missing from the folder ({len(missing)} experts lack it)")
+                                  f"missing from {plan.folder.root} ({len(missing)} of "
+                                  f"{len(plan.experts)} experts lack it)")
     groups.setdefault(target, []).append((shard, ids, fused))
 
 

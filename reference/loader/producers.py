@@ -127,17 +127,19 @@ RULES: tuple[Rule, ...] = (
        {"weight_strategy": STRATEGY_BLOCK, "activation": ACT_DYNAMIC_GROUP}),
 )
 
-# Producer -> (quant_method values it writes, tensor suffix in its files -> moecert suffix where
-# the two differ). Suffixes not listed keep their name (vLLM keeps the file's suffix too).
-PRODUCERS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
-    "llm-compressor": (("compressed-tensors",), {}),
-    "gptq": (("gptq",), {}),
-    "awq": (("awq",), {}),
-    "modelopt": (("modelopt",), {}),
-    "quark": (("quark",), {}),
-    "gpt-oss": (("mxfp4",), {"blocks": "weight", "scales": "weight_scale", "bias": "bias"}),
-    "fp8": (("fp8",), {"weight_scale_inv": "weight_scale"}),
-    "unquantized": ((), {}),
+# Producer -> the quant_method values it writes.
+PRODUCERS: dict[str, tuple[str, ...]] = {
+    "llm-compressor": ("compressed-tensors",), "gptq": ("gptq",), "awq": ("awq",),
+    "modelopt": ("modelopt",), "quark": ("quark",), "gpt-oss": ("mxfp4",), "fp8": ("fp8",),
+    "unquantized": (),
+}
+# (producer, scheme or None for all its schemes) -> {suffix in its files: moecert suffix} where
+# the two differ; every other suffix keeps its name (vLLM's loader keeps the file's suffix too).
+# A fused tensor without a suffix (gate_up_proj) is suffix "weight".
+FILE_SUFFIXES: dict[tuple[str, str | None], dict[str, str]] = {
+    ("gpt-oss", None): {"blocks": "weight", "scales": "weight_scale"},
+    ("fp8", None): {"weight_scale_inv": "weight_scale"},
+    ("llm-compressor", "mxfp4"): {"weight_packed": "weight"},
 }
 # what `detect` reads besides the weights (for `not_read` and for people)
 QUANT_CONFIG_FILES = ("config.json", "hf_quant_config.json", "quantize_config.json")
@@ -146,7 +148,7 @@ QUANT_CONFIG_FILES = ("config.json", "hf_quant_config.json", "quantize_config.js
 def known() -> str:
     """The producers and schemes this reader knows, for error messages."""
     schemes = sorted({r.scheme for r in RULES if not r.unsupported} | {"bf16", "fp16"})
-    methods = sorted({m for ms, _ in PRODUCERS.values() for m in ms})
+    methods = sorted({m for ms in PRODUCERS.values() for m in ms})
     return (f"quant_method one of {', '.join(methods)} (or none: 16-bit); schemes "
             f"{', '.join(schemes)}")
 
@@ -163,7 +165,8 @@ class Detected:
 
     @property
     def suffixes(self) -> dict[str, str]:
-        return PRODUCERS[self.producer][1]
+        return {**FILE_SUFFIXES.get((self.producer, None), {}),
+                **FILE_SUFFIXES.get((self.producer, self.scheme), {})}
 
 
 def detect(config: dict, hf_quant: dict | None, quantize_config: dict | None,
@@ -197,8 +200,10 @@ def detect(config: dict, hf_quant: dict | None, quantize_config: dict | None,
     what = ", ".join(f"{k}={v!r}" for k, v in sorted(fields.items())
                      if k in ("quant_method", "format", "bits", "quant_algo", "weights.num_bits",
                               "weights.type", "weights.dtype", "input.type", "awq_version"))
-    raise CheckpointError(f"{source}.quant_method" if method else source, known(),
-                          what or "no quant_method")
+    if any(method in ms for ms in PRODUCERS.values()):  # a known producer, an unknown scheme
+        key = f"{source}.config_groups" if method == "compressed-tensors" else source
+        raise CheckpointError(key, f"a {method} scheme moecert knows ({known()})", what)
+    raise CheckpointError(f"{source}.quant_method", known(), what or "no quant_method")
 
 
 def _matches(found, want) -> bool:

@@ -18,7 +18,7 @@ reader runs, the kernels' `checkpoint_spec` is these declarations at a problem's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -140,6 +140,11 @@ def _linear_tensors(attrs, p: str) -> tuple:
         if p == "w13" and attrs.weight_strategy == STRATEGY_TENSOR:
             shapes = (*shapes, ("E", "2"))  # one scale per shard: w1 rows, w3 rows
     scale = _linear("weight_scale", "scale", SCALE_DTYPES[info.scale_encoding], *shapes)
+    if info.element == "int8":
+        # AMD Quark writes a zero point beside each int8 scale (0 for its symmetric schemes,
+        # the only ones these schemes hold: the reader requires 0)
+        return weight, scale, _linear("weight_zero_point", "zeros", (torch.int8, torch.int32),
+                                      *shapes, presence=OPTIONAL)
     if info.global_scale == "none":
         return weight, scale
     return weight, scale, _linear(fmt.suffix("global_scale", "weight_global_scale"),
@@ -177,6 +182,11 @@ def declared_tensors(attrs) -> dict[str, TensorDecl]:
         if attrs.activation in STATIC_INPUT_MODES:
             d = _input_scale(attrs, p)
             out[d.name] = d
+        elif any(m in STATIC_INPUT_MODES for m in get_scheme(attrs.scheme).activation_modes):
+            # a file made for static activations run without them (a ModelOpt NVFP4 file run
+            # W4A16 on Hopper) still holds its input scales: allowed, and unused
+            d = _input_scale(attrs, p)
+            out[d.name] = replace(d, presence=OPTIONAL)
     for p in PREFIXES:
         out[f"{p}_bias"] = TensorDecl(f"{p}_bias", "bias", FLOAT, (("E", "out"),), IF_BIAS,
                                       linear=p)

@@ -127,3 +127,28 @@ def ct_config(num_bits=4, group_size=32, symmetric=True, actorder=None, fmt="pac
                             "group_size": group_size if strategy == "group" else None,
                             "actorder": actorder, "dynamic": False, "observer": "minmax"}}},
             "ignore": ["lm_head", "re:.*mlp.gate$"]}
+
+
+def fused_expert_tensors(ckpt, prefix: str, K: int) -> dict[str, torch.Tensor]:
+    """gpt-oss's release: gate_up_proj_{blocks, scales, bias}, down_proj_* (experts first;
+    blocks [E, out, in/32, 16])."""
+    out = {}
+    for linear, proj in (("w13", "gate_up_proj"), ("w2", "down_proj")):
+        w = ckpt.tensors[f"{linear}_weight"]
+        out[f"{prefix}.{proj}_blocks"] = w.reshape(*w.shape[:2], -1, 16).clone()
+        out[f"{prefix}.{proj}_scales"] = ckpt.tensors[f"{linear}_weight_scale"].clone()
+        if f"{linear}_bias" in ckpt.tensors:
+            out[f"{prefix}.{proj}_bias"] = ckpt.tensors[f"{linear}_bias"].clone()
+    return out
+
+
+def quark_zero_points(files: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """AMD Quark's int8 template writes int8 zero points (0: symmetric) beside each scale."""
+    out = {}
+    for name in files:
+        for scale, zero in (("weight_scale", "weight_zero_point"),
+                            ("input_scale", "input_zero_point")):
+            if name.endswith("." + scale):
+                out[name.removesuffix(scale) + zero] = torch.zeros(files[name].shape,
+                                                                   dtype=torch.int8)
+    return out

@@ -1,0 +1,81 @@
+"""`moecert inspect DIR`: what moecert reads in a model folder, per MoE layer, and which
+backends claim it. Reads the configs and the safetensors headers only (no tensor data), so a
+model of hundreds of GB is inspected in about a second."""
+
+from __future__ import annotations
+
+import argparse
+
+from moecert.reference import CheckpointError, load_checkpoint
+
+# the problem the claims are asked for: a decode-sized batch of the layer's own shape
+CLAIM_TOKENS = 16
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", metavar="DIR", help="an HF model folder (config.json, "
+                   "*.safetensors) or an HF cache repo folder")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (it may register backends)")
+
+
+def main(args) -> int:
+    from .options import UsageError, import_modules
+
+    import_modules(args.imports)
+    try:
+        layers = load_checkpoint(args.folder)
+    except CheckpointError as e:  # main prints it on one line, exit 2
+        raise UsageError(str(e)) from None
+    first = layers[0]
+    print(f"{args.folder}: {len(layers)} MoE layer{'s' * (len(layers) != 1)}, producer "
+          f"{first.producer}")
+    for labels, text in _grouped(layers):
+        print(f"layer{'s' * (',' in labels or '-' in labels)} {labels}: {text}")
+    return 0
+
+
+def describe(s) -> str:
+    """One layer's scheme, variant, shapes, what is not read, and the claims."""
+    variant = " ".join(f"{k}={v}" for k, v in s.variant.items())
+    lines = [f"{s.scheme}{' [' + variant + ']' if variant else ''}",
+             f"  E={s.E} K={s.K} N={s.N} topk={s.topk} activation={s.activation} "
+             f"dtype={s.dtype} bias={s.bias}"]
+    lines += [f"  not read: {kind}: {why}" for kind, why in s.not_read.items()
+              if kind != "other decoder layers"]
+    claimed, refused = claims(s)
+    lines.append(f"  claimed by: {', '.join(claimed) or 'no backend'}")
+    lines += [f"  not by {name}: {why}" for name, why in refused.items()]
+    return "\n".join(lines)
+
+
+def claims(s) -> tuple[list[str], dict[str, str]]:
+    """(backends that claim the layer, {backend: why not}) on this machine's platform."""
+    from moecert.kernels import Platform, backend_names, get_backend
+    from moecert.kernels.oracle import supports_reason
+    from moecert.kernels.quant_config import QuantConfig
+
+    platform = Platform.current()
+    quant, problem = QuantConfig.of(s.quant()), s.problem(CLAIM_TOKENS)
+    claimed, refused = [], {}
+    for name in backend_names():
+        backend = get_backend(name)
+        why = supports_reason(backend, quant, problem, platform)
+        if why is None:
+            unavailable = backend.available()
+            claimed.append(name if unavailable is None else f"{name} (not here: {unavailable})")
+        else:
+            refused[name] = why
+    return claimed, refused
+
+
+def _grouped(layers) -> list[tuple[str, str]]:
+    """Consecutive layers with the same description share one entry (DeepSeek-V3: 3-60)."""
+    out: list[tuple[list[int], str]] = []
+    for s in layers:
+        text = describe(s)
+        if out and out[-1][1] == text and out[-1][0][-1] == s.layer - 1:
+            out[-1][0].append(s.layer)
+        else:
+            out.append(([s.layer], text))
+    return [(str(ls[0]) if len(ls) == 1 else f"{ls[0]}-{ls[-1]}", text) for ls, text in out]

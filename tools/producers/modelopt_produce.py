@@ -1,0 +1,98 @@
+"""Fixtures written by NVIDIA ModelOpt (FP8, NVFP4, MXFP8), on the CPU, offline.
+
+    python tools/producers/modelopt_produce.py [--out DIR] [--only NAME ...]
+
+Environment: nvidia-modelopt[hf] 0.47.0, torch 2.13.0 (CPU), transformers < 5.15 (the `[hf]`
+extra's bound), plus `requests` and `datasets` (`tox -e producers-modelopt`). Each fixture:
+a tiny base model (`tiny_models.py`), ModelOpt's preset config (`mtq.*_CFG`, as its
+`hf_ptq.py` example uses them), calibration by running the made-up token ids through the
+model, then ModelOpt's own `export_hf_checkpoint` (which writes `hf_quant_config.json`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from fixture_io import FIXTURES, finish  # noqa: E402
+from tiny_models import calibration_ids, make_model  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Job:
+    model: str  # tiny_models.MODELS key
+    config: str  # name of ModelOpt's preset in modelopt.torch.quantization
+    scheme: str  # moecert scheme name
+    variant: dict
+    notes: str = ""
+
+
+JOBS: dict[str, Job] = {
+    "modelopt-fp8-qwen3moe": Job(
+        "qwen3moe-small", "FP8_DEFAULT_CFG", "fp8-w8a8",
+        {"weight_strategy": "tensor", "activation": "static-tensor"},
+        notes="per-tensor weight_scale and input_scale stored as 0-d fp32 tensors"),
+    "modelopt-nvfp4-qwen3moe": Job(
+        "qwen3moe-small", "NVFP4_DEFAULT_CFG", "nvfp4",
+        {"checkpoint_format": "modelopt", "group_size": 16, "activation": "nvfp4"},
+        notes="weight_scale_2 = amax / (6 * 448), 0-d; input_scale present (an engine may "
+              "run the same file W4A16); gate and up share weight_scale_2"),
+    "modelopt-mxfp8-qwen3moe": Job(
+        "qwen3moe-small", "MXFP8_DEFAULT_CFG", "mxfp8",
+        {"group_size": 32, "activation": "mxfp8"}),
+}
+
+
+def produce(name: str, out_root: Path) -> float:
+    """Quantize fixture `name` into `out_root/name`; returns the seconds quantize took."""
+    import modelopt.torch.quantization as mtq
+    import torch
+    from modelopt.torch.export import export_hf_checkpoint
+    from transformers import AutoModelForCausalLM
+
+    job = JOBS[name]
+    ids = calibration_ids()
+
+    def forward_loop(model):
+        with torch.no_grad():
+            for row in ids:
+                model(row[None, :])
+
+    with tempfile.TemporaryDirectory(prefix=f"moecert-{name}-") as tmp:
+        base = make_model(job.model, Path(tmp) / "base")
+        model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
+        t0 = time.perf_counter()
+        model = mtq.quantize(model, getattr(mtq, job.config), forward_loop)
+        seconds = time.perf_counter() - t0
+        out = Path(tmp) / "out"
+        with torch.inference_mode():
+            export_hf_checkpoint(model, export_dir=out)
+        finish(out_root, name, out, producer="modelopt", env="modelopt",
+               packages=("nvidia-modelopt",), scheme=job.scheme, variant=job.variant,
+               model=job.model, how=f"quantized by ModelOpt's mtq.quantize({job.config}), "
+               "written by its export_hf_checkpoint", notes=job.notes)
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=FIXTURES, help="fixture root folder")
+    ap.add_argument("--only", nargs="*", choices=sorted(JOBS), help="these fixtures only")
+    args = ap.parse_args(argv)
+    for name in args.only or JOBS:
+        seconds = produce(name, args.out)
+        print(f"{name}: quantized in {seconds:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
