@@ -45,7 +45,8 @@ _PROBLEM_DEFAULTS = {f.name: f.default for f in fields(MoEProblem)}
 # How tokens are routed (conformance/inputs.py): random distinct experts; "skewed": one expert
 # takes every token; "sparse": half of the experts get no token; "router": a model layer's
 # own router on the hidden states (cases with a `source` only).
-ROUTINGS = ("random", "skewed", "sparse", "router")
+DRAWN_ROUTINGS = ("random", "skewed", "sparse")  # any case's
+ROUTINGS = (*DRAWN_ROUTINGS, "router")
 
 
 @dataclass(frozen=True)

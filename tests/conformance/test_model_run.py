@@ -25,7 +25,7 @@ from moecert.reports import load
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "reference"))
-import model_folders as mf  # noqa: E402
+import model_folders as mf
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 REAL = sorted(p.parent for p in FIXTURES.glob("*/config.json"))
