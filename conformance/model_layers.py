@@ -94,20 +94,12 @@ def _load(folder: str, layer: int | None = None):
     return load_checkpoint(folder) if layer is None else load_checkpoint(folder, layer=layer)
 
 
-def moe_layers(folder: str) -> list[int]:
-    """The decoder layer indices of the folder's MoE layers, in order."""
-    found = _load(folder)
-    return [_layer_index(item) for item in found]
+def layer_summaries(folder: str) -> dict:
+    """{decoder layer: LayerSummary} of the folder's MoE layers, in order (configs and tensor
+    headers only)."""
+    return {s.layer: s for s in _load(folder)}
 
 
-def _layer_index(item) -> int:
-    if isinstance(item, int):
-        return item
-    for attr in ("layer", "index"):
-        value = getattr(item, attr, None)
-        if isinstance(value, int):
-            return value
-    raise TypeError(f"load_checkpoint(path) listed {item!r}: expected layer indices")
 
 
 @functools.lru_cache(maxsize=1)
@@ -189,11 +181,13 @@ def read_inputs(path: str, K: int | None = None) -> torch.Tensor:
 
 # --- routing ---------------------------------------------------------------------------------
 
-def router_known(loaded) -> bool:
-    """Whether the layer's routing function is one the reference knows (routing.py)."""
-    router = getattr(loaded, "router", None)
-    return (router is not None and getattr(router, "function", None) is not None
-            and getattr(router, "weight", None) is not None)
+def router_known(folder: str, layer: int) -> bool:
+    """Whether layer `layer`'s routing function is one the reference knows (routing.py) and
+    its router has a float weight to route with (read with the first expert only)."""
+    from moecert.reference import load_checkpoint
+
+    router = load_checkpoint(folder, layer=layer, experts=range(1)).router
+    return router.function is not None and router.weight is not None
 
 
 def route(loaded, x: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -403,7 +403,7 @@ def model_selection(folder: str | None, layers, inputs: str | None
 
     from moecert.reference import CheckpointError
 
-    from .model_layers import ModelInputError, model_layer, moe_layers, read_inputs
+    from .model_layers import ModelInputError, layer_summaries, read_inputs
 
     if folder is None:
         if layers or inputs:
@@ -413,9 +413,10 @@ def model_selection(folder: str | None, layers, inputs: str | None
     if not Path(folder).is_dir():
         raise UsageError(f"{where}: no such folder")
     try:
-        found = moe_layers(folder)
+        summaries = layer_summaries(folder)
     except (CheckpointError, OSError, ValueError) as e:
         raise UsageError(f"{where}: {one_line(e)}") from None
+    found = list(summaries)
     if not found:
         raise UsageError(f"{where}: no MoE layer with routed experts")
     if not layers:
@@ -432,14 +433,9 @@ def model_selection(folder: str | None, layers, inputs: str | None
         chosen = list(dict.fromkeys(layers))
     if inputs is not None:
         try:
-            K = model_layer(folder, chosen[0]).problem(1).K
-            read_inputs(inputs, K)
+            read_inputs(inputs, summaries[chosen[0]].K)
         except ModelInputError as e:
             raise UsageError(str(e)) from None
-        except (CheckpointError, OSError, ValueError) as e:
-            raise UsageError(f"{where}: {one_line(e)}") from None
-        finally:
-            model_layer.cache_clear()
     return str(Path(folder).resolve()), chosen, inputs
 
 

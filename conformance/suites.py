@@ -113,42 +113,33 @@ def build_model_suite(name: str, folder: str, layers: list[int], backends,
     the M values (`model_ms`; with `inputs`, those the file's rows cover and its row count)
     and seeds, every check at each M, and the middle M once more with every tensor strided.
     Tokens are routed by the layer's own router where the reference knows its routing
-    function, else as a synthesized case's. Layers are read one after another (one kept)."""
-    from .model_layers import (
-        LayerSource,
-        layer_checkpoint,
-        model_layer,
-        read_inputs,
-        router_known,
-    )
+    function, else as a synthesized case's. Only configs, headers and each layer's router
+    and first expert are read here (the workers read the layers)."""
+    from .model_layers import LayerSource, layer_summaries, read_inputs, router_known
 
     spec = SPECS[name]
+    summaries = layer_summaries(folder)
     cases: dict[str, Case] = {}
-    try:
-        for layer in layers:
-            loaded = model_layer(folder, layer)
-            ckpt = layer_checkpoint(loaded)
-            attrs = variant_attrs(QuantConfig.of(ckpt))
-            source = LayerSource.of(folder, layer, inputs)
-            routing = "router" if router_known(loaded) else "random"
-            ms = list(spec.model_ms)
-            if inputs is not None:
-                K = loaded.problem(1).K
-                rows = read_inputs(inputs, K).shape[0]
-                ms = sorted({m for m in ms if m <= rows} | {rows})
-            for seed in spec.seeds:
-                for backend in backends:
-                    for M in ms:
-                        case = Case(backend, ckpt.scheme, loaded.problem(M), attrs, seed,
-                                    routing, depth="full", source=source)
-                        cases.setdefault(case.case_id, case)
-                    if seed == spec.seeds[0]:
-                        middle = ms[len(ms) // 2]
-                        case = Case(backend, ckpt.scheme, loaded.problem(middle), attrs, seed,
-                                    routing, depth="light", strided=True, source=source)
-                        cases.setdefault(case.case_id, case)
-    finally:
-        model_layer.cache_clear()  # the workers load the layer themselves
+    for layer in layers:
+        summary = summaries[layer]
+        attrs = variant_attrs(QuantConfig.of(summary.quant()))
+        source = LayerSource.of(folder, layer, inputs)
+        routing = "router" if router_known(folder, layer) else "random"
+        ms = list(spec.model_ms)
+        if inputs is not None:
+            rows = read_inputs(inputs, summary.K).shape[0]
+            ms = sorted({m for m in ms if m <= rows} | {rows})
+        for seed in spec.seeds:
+            for backend in backends:
+                for M in ms:
+                    case = Case(backend, summary.scheme, summary.problem(M), attrs, seed,
+                                routing, depth="full", source=source)
+                    cases.setdefault(case.case_id, case)
+                if seed == spec.seeds[0]:
+                    middle = ms[len(ms) // 2]
+                    case = Case(backend, summary.scheme, summary.problem(middle), attrs, seed,
+                                routing, depth="light", strided=True, source=source)
+                    cases.setdefault(case.case_id, case)
     return list(cases.values())
 
 
