@@ -189,10 +189,9 @@ def _detect(folder: ModelFolder, names):
 
 
 def _variant(det, ex) -> dict:
-    attrs = dict(det.attrs)
-    if any(s and s.endswith("g_idx") for s in ex.suffixes):
-        attrs["act_order"] = True
-    return attrs
+    """The Checkpoint attributes: the config's (act_order from the config, as engines read
+    it: a g_idx written without act order must be the trivial k // g map)."""
+    return dict(det.attrs)
 
 
 def _summaries(folder: ModelFolder) -> list[LayerSummary]:
@@ -244,7 +243,8 @@ def _load_layer(folder: ModelFolder, L: int, experts: range | None) -> ModelLaye
     activation = _activation(folder)
     E = expert_count(folder, ex)
     if E != sizes["E"]:
-        raise CheckpointError(f"{folder.root / 'config.json'}: {SIZE_KEYS['E'][0]}",
+        key = _config_value(folder, SIZE_KEYS["E"])[0]
+        raise CheckpointError(f"{folder.root / 'config.json'}: {key}",
                               f"the {E} experts layer {L} holds", str(sizes["E"]))
     experts = range(E) if experts is None else experts
     if experts.step != 1 or not 0 <= experts.start < experts.stop <= E:

@@ -176,8 +176,8 @@ def _build(plan: Plan, target: str, pieces) -> torch.Tensor | None:
     return _stack(plan, target, decl, kind, axis, div, rows, shards)
 
 
-def _read_piece(plan: Plan, name: str, decl: TensorDecl, want: list[int] | None):
-    t = plan.folder.read(name)
+def _read_piece(plan: Plan, name: str, decl: TensorDecl, want: list[int] | None, into=None):
+    t = plan.folder.read(name, into=into)
     plan.consumed.add(name)
     where = f"{plan.folder.file_of(name).name}: {name}"
     if t.dtype not in decl.dtypes:
@@ -225,13 +225,16 @@ def _stack(plan, target, decl, kind, axis, div, rows, shards) -> torch.Tensor:
     out = None
     for i, e in enumerate(experts):
         for j, (_, ids, _) in enumerate(shards):
-            t = _read_piece(plan, ids[e], decl, want)
+            slot = None if out is None else out[i].narrow(axis, j * want[axis], want[axis])
+            t = _read_piece(plan, ids[e], decl, want, into=slot)
             if out is None:
                 out = torch.empty([E, *full], dtype=t.dtype)
+                slot = out[i].narrow(axis, j * want[axis], want[axis])
             elif t.dtype != out.dtype:
                 raise CheckpointError(ids[e], f"dtype {out.dtype} like the other experts'",
                                       str(t.dtype))
-            out[i].narrow(axis, j * want[axis], want[axis]).copy_(t)
+            if t is not slot:  # read elsewhere (a strided slot, a reshaped piece): copy it in
+                slot.copy_(t)
     return out
 
 

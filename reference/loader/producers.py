@@ -33,8 +33,9 @@ ABSENT = None  # a rule field that must be missing (or null) in the config
 class Rule:
     """Config fields (flattened, see `flatten_*`) -> a scheme and checkpoint attributes.
 
-    `attrs` values that are a field name in angle brackets ("<weights.group_size>") are read
-    from the config; `unsupported` names a scheme moecert recognises but cannot hold yet."""
+    `attrs` values (and `producer`) that are a field name in angle brackets
+    ("<weights.group_size>") are read from the config; `unsupported` names a scheme moecert
+    recognises but cannot hold yet."""
 
     producer: str
     match: tuple[tuple[str, object], ...]
@@ -63,10 +64,10 @@ _FLOAT = {"format": "float-quantized", "weights.type": "float", "weights.num_bit
 RULES: tuple[Rule, ...] = (
     _r("llm-compressor", "ct-int4", {**_W4A16, "weights.num_bits": 4},
        {"group_size": "<group_size>", "sym": "<weights.symmetric>",
-        "checkpoint_format": "<ct_version>"}),
+        "checkpoint_format": "<ct_version>", "act_order": "<act_order>"}),
     _r("llm-compressor", "ct-int8", {**_W4A16, "weights.num_bits": 8},
        {"group_size": "<group_size>", "sym": "<weights.symmetric>",
-        "checkpoint_format": "<ct_version>"}),
+        "checkpoint_format": "<ct_version>", "act_order": "<act_order>"}),
     # W4AFP8: int4 codes unpacked in int8 (int-quantized), symmetric, fp8 per-token inputs
     _r("llm-compressor", "w4a8-fp8", {"format": "int-quantized", "weights.type": "int",
                                       "weights.num_bits": 4, "weights.symmetric": True,
@@ -95,12 +96,14 @@ RULES: tuple[Rule, ...] = (
        {"activation": ACT_NONE}),
     _r("llm-compressor", "mxfp8", {"format": "mxfp8-quantized"}, {"activation": ACT_MXFP8}),
     # GPTQModel / AutoGPTQ: bits, group_size, desc_act, sym, checkpoint_format
-    _r("gptq", "gptq-int4", {"quant_method": "gptq", "bits": 4},
-       {"group_size": "<group_size>", "sym": "<sym>", "checkpoint_format": "<gptq_format>"}),
-    _r("gptq", "gptq-int8", {"quant_method": "gptq", "bits": 8},
-       {"group_size": "<group_size>", "sym": "<sym>", "checkpoint_format": "<gptq_format>"}),
+    _r("<tool>", "gptq-int4", {"quant_method": "gptq", "bits": 4},
+       {"group_size": "<group_size>", "sym": "<sym>", "checkpoint_format": "<gptq_format>",
+        "act_order": "<act_order>"}),
+    _r("<tool>", "gptq-int8", {"quant_method": "gptq", "bits": 8},
+       {"group_size": "<group_size>", "sym": "<sym>", "checkpoint_format": "<gptq_format>",
+        "act_order": "<act_order>"}),
     # AutoAWQ / GPTQModel's awq: GEMM layout only
-    _r("awq", "awq-int4", {"quant_method": "awq", "bits": 4, "awq_version": "gemm"},
+    _r("<tool>", "awq-int4", {"quant_method": "awq", "bits": 4, "awq_version": "gemm"},
        {"group_size": "<group_size>", "sym": "<awq_sym>", "checkpoint_format": "awq"}),
     # NVIDIA ModelOpt: quant_algo in hf_quant_config.json (or config.json)
     _r("modelopt", "fp8-w8a8", {"quant_method": "modelopt", "quant_algo": "FP8"},
@@ -122,23 +125,23 @@ RULES: tuple[Rule, ...] = (
     # gpt-oss release: MXFP4 experts, 16-bit activations
     _r("gpt-oss", "mxfp4", {"quant_method": "mxfp4"}, {"activation": ACT_NONE}),
     # DeepSeek-V3 / Qwen3 FP8 releases: 128x128 blocks, dynamic 1x128 activation groups
-    _r("fp8", "fp8-w8a8", {"quant_method": "fp8", "weight_block_size": [128, 128],
+    _r("fp8-release", "fp8-w8a8", {"quant_method": "fp8", "weight_block_size": [128, 128],
                            "activation_scheme": "dynamic"},
        {"weight_strategy": STRATEGY_BLOCK, "activation": ACT_DYNAMIC_GROUP}),
 )
 
 # Producer -> the quant_method values it writes.
 PRODUCERS: dict[str, tuple[str, ...]] = {
-    "llm-compressor": ("compressed-tensors",), "gptq": ("gptq",), "awq": ("awq",),
-    "modelopt": ("modelopt",), "quark": ("quark",), "gpt-oss": ("mxfp4",), "fp8": ("fp8",),
-    "unquantized": (),
+    "llm-compressor": ("compressed-tensors",), "gptqmodel": ("gptq", "awq"),
+    "autogptq": ("gptq",), "autoawq": ("awq",), "modelopt": ("modelopt",), "quark": ("quark",),
+    "gpt-oss": ("mxfp4",), "fp8-release": ("fp8",), "unquantized": (),
 }
 # (producer, scheme or None for all its schemes) -> {suffix in its files: moecert suffix} where
 # the two differ; every other suffix keeps its name (vLLM's loader keeps the file's suffix too).
 # A fused tensor without a suffix (gate_up_proj) is suffix "weight".
 FILE_SUFFIXES: dict[tuple[str, str | None], dict[str, str]] = {
     ("gpt-oss", None): {"blocks": "weight", "scales": "weight_scale"},
-    ("fp8", None): {"weight_scale_inv": "weight_scale"},
+    ("fp8-release", None): {"weight_scale_inv": "weight_scale"},
     ("llm-compressor", "mxfp4"): {"weight_packed": "weight"},
 }
 # what `detect` reads besides the weights (for `not_read` and for people)
@@ -195,7 +198,8 @@ def detect(config: dict, hf_quant: dict | None, quantize_config: dict | None,
                                       f", scheme {rule.scheme} not supported yet ({known()})",
                                       f"scheme {rule.scheme}")
             attrs = {k: _value(v, fields, source) for k, v in rule.attrs}
-            return Detected(rule.producer, rule.scheme, attrs, source.split(":")[0], qc)
+            return Detected(_value(rule.producer, fields, source), rule.scheme, attrs,
+                            source.split(":")[0], qc)
     method = fields.get("quant_method")
     what = ", ".join(f"{k}={v!r}" for k, v in sorted(fields.items())
                      if k in ("quant_method", "format", "bits", "quant_algo", "weights.num_bits",
@@ -234,7 +238,11 @@ def _flatten(qc: dict, source: str) -> dict:
         flat["awq_version"] = str(qc.get("version") or qc.get("format") or "gemm").lower()
         flat["awq_sym"] = not qc.get("zero_point", True)
         flat["sym"] = qc.get("sym", True)
+        flat["act_order"] = bool(qc.get("desc_act", False))  # else g_idx, if written, is k // g
         flat["group_size"] = qc.get("group_size", -1)
+        quantizer = " ".join((qc.get("meta") or {}).get("quantizer") or [])
+        flat["tool"] = "gptqmodel" if "gptqmodel" in quantizer else \
+            "autogptq" if method == "gptq" else "autoawq"
     return flat
 
 
@@ -255,6 +263,9 @@ def _flatten_ct(qc: dict, source: str) -> dict:
     flat["group_size"] = w.get("group_size") if strategy in ("group", "tensor_group") else -1
     version = str(qc.get("version") or "0.18")
     flat["ct_version"] = "ct-0.17" if _version(version) < (0, 18) else "ct-0.18"
+    # "group" (alias "dynamic") stores weight_g_idx; "weight" (alias "static") reorders the
+    # columns at quantization time and stores none
+    flat["act_order"] = w.get("actorder") in ("group", "dynamic")
     if a:
         flat.update({f"input.{k}": v for k, v in a.items() if not isinstance(v, dict)})
         flat["input"] = True

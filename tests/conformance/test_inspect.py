@@ -23,7 +23,7 @@ def folders(tmp_path_factory):
 def test_inspect_lists_each_moe_layer(folders, capsys):
     assert main(["inspect", str(folders["deepseek-fp8"])]) == 0
     out = capsys.readouterr().out
-    assert "1 MoE layer, producer fp8" in out
+    assert "1 MoE layer, producer fp8-release" in out
     assert "layer 1: fp8-w8a8 [weight_strategy=block activation=dynamic-group]" in out
     assert "E=4 K=128 N=128 topk=2 activation=silu dtype=bf16 bias=False" in out
     assert "not read: shared experts: a dense MLP every token takes" in out

@@ -161,6 +161,10 @@ DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": K, "moe_intermediate_siz
 MIXTRAL = {"model_type": "mixtral", "hidden_size": K, "intermediate_size": N,
            "num_local_experts": E, "num_experts_per_tok": TOPK, "hidden_act": "silu",
            "torch_dtype": "float16"}
+MIXTRAL_CT = {**MIXTRAL, "torch_dtype": "bfloat16", "quantization_config": mf.ct_config(4, 32)}
+QWEN2 = {"model_type": "qwen2_moe", "hidden_size": K, "moe_intermediate_size": N,
+         "shared_expert_intermediate_size": 2 * N, "num_experts": E, "num_experts_per_tok": TOPK,
+         "hidden_act": "silu", "norm_topk_prob": False, "torch_dtype": "bfloat16"}
 
 # id -> (producer, scheme, checkpoint attrs, quantization_config, options)
 PRODUCER_CASES = {
@@ -197,16 +201,16 @@ PRODUCER_CASES = {
                  {"rename": {"weight": "weight_packed"}}),
     "ct-mxfp8": ("llm-compressor", "mxfp8", dict(activation="none"),
                  mf.ct_config(8, 32, fmt="mxfp8-quantized", wtype="float"), {}),
-    "gptq-v1-act-order": ("gptq", "gptq-int4",
+    "gptq-v1-act-order": ("autogptq", "gptq-int4",
                           dict(group_size=32, act_order=True, checkpoint_format="gptq"),
                           {"quant_method": "gptq", "bits": 4, "group_size": 32,
                            "desc_act": True, "sym": True, "checkpoint_format": "gptq"}, {}),
-    "gptq-v2-int8-asym": ("gptq", "gptq-int8",
+    "gptq-v2-int8-asym": ("autogptq", "gptq-int8",
                           dict(group_size=64, sym=False, checkpoint_format="gptq_v2"),
                           {"quant_method": "gptq", "bits": 8, "group_size": 64,
                            "desc_act": False, "sym": False, "checkpoint_format": "gptq_v2"},
                           {}),
-    "awq-gemm": ("awq", "awq-int4", dict(group_size=32),
+    "awq-gemm": ("autoawq", "awq-int4", dict(group_size=32),
                  {"quant_method": "awq", "bits": 4, "group_size": 32, "zero_point": True,
                   "version": "gemm"}, {}),
     "modelopt-fp8": ("modelopt", "fp8-w8a8",
@@ -222,13 +226,18 @@ PRODUCER_CASES = {
                    {"quant_method": "quark", "global_quant_config": {
                        "weight": QUARK_INT8, "input_tensors": QUARK_INT8,
                        "output_tensors": None, "bias": None}}, {"quark": True}),
-    "deepseek-fp8": ("fp8", "fp8-w8a8", dict(weight_strategy="block",
+    "deepseek-fp8": ("fp8-release", "fp8-w8a8", dict(weight_strategy="block",
                                              activation="dynamic-group"),
                      None, {"config": DEEPSEEK, "N": 128,
                             "rename": {"weight_scale": "weight_scale_inv"}}),
     "mixtral-fp16": ("unquantized", "fp16", {}, None,
                      {"config": MIXTRAL, "names": mf.MIXTRAL, "block": "block_sparse_moe",
                       "dtype": "fp16"}),
+    # llm-compressor's Mixtral: gate_proj/up_proj/down_proj under block_sparse_moe.experts
+    "mixtral-ct-int4-llmc-names": ("llm-compressor", "ct-int4", dict(group_size=32), None,
+                                   {"config": MIXTRAL_CT, "block": "block_sparse_moe"}),
+    "qwen2-moe-bf16-shared-expert": ("unquantized", "bf16", {}, None,
+                                     {"config": QWEN2, "shared": True}),
     "gpt-oss-mxfp4": ("gpt-oss", "mxfp4", dict(activation="none"), None,
                       {"config": GPT_OSS, "fused": True, "activation": "swigluoai",
                        "bias": True}),
@@ -263,6 +272,10 @@ def producer_folder(tmp_path, case, seed=0):
     if config["model_type"] == "deepseek_v3":
         extras["model.layers.1.mlp.gate.e_score_correction_bias"] = torch.rand(E)
         extras["model.layers.1.mlp.shared_experts.gate_proj.weight"] = torch.ones(8, 8)
+    if opt.get("shared"):  # Qwen2-MoE's shared expert and its gate
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            extras[f"model.layers.1.mlp.shared_expert.{proj}.weight"] = torch.ones(8, 8)
+        extras["model.layers.1.mlp.shared_expert_gate.weight"] = torch.ones(1, K)
     hf_quant = None
     if "hf_quant" in opt:
         hf_quant = {"hf_quant_config.json": {
@@ -293,6 +306,9 @@ def test_producer_layouts_load_as_written(tmp_path, case):
     assert ml.problem(3) == P
     if "quark" in opt:
         assert any("input_zero_point" in note for note in ml.notes)
+    if "shared" in opt:
+        assert ml.not_read["shared experts"].endswith("(4 tensors)")
+        assert ml.router.params == {"renormalize": False}
 
 
 @pytest.mark.parametrize("case", sorted(PRODUCER_CASES))
@@ -435,3 +451,24 @@ def test_not_a_model_folder(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(CheckpointError, match=r"config.json: expected valid JSON"):
         load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("case", ["gptq-v1-act-order", "gpt-oss-mxfp4", "quark-int8"])
+def test_a_range_of_experts_is_that_slice_of_the_layer(tmp_path, case):
+    _, _, folder = producer_folder(tmp_path, case)
+    part = load_checkpoint(folder, layer=1, experts=range(1, 3))
+    whole = load_checkpoint(folder, layer=1)
+    assert part.E == 2 and part.checkpoint.first_expert == 1
+    for name, t in whole.checkpoint.tensors.items():
+        assert torch.equal(part.checkpoint.tensors[name], t[1:3]), name
+    with pytest.raises(CheckpointError, match="experts: expected a contiguous range"):
+        load_checkpoint(folder, layer=1, experts=range(2, 9))
+
+
+def test_expert_count_disagreeing_with_config(tmp_path):
+    ckpt, qc = ct_w4a16()
+    files = mf.split_expert_tensors(ckpt, "model.layers.1.mlp.experts")
+    folder = mf.write_folder(tmp_path / "m", mf.qwen3_config(8, K, N, TOPK, qc), files)
+    err = one_line_error(folder)
+    assert str(err).endswith("config.json: num_experts: expected the 4 experts layer 1 holds, "
+                             "found 8")

@@ -45,7 +45,9 @@ def test_fixture_loads_as_the_manifest_says(name):
     for L in entry["moe_layers"]:
         ml = load_checkpoint(ROOT / name, layer=L)
         ckpt = ml.checkpoint
-        assert ckpt.scheme == entry["scheme"] and ml.source.producer == entry["producer"]
+        assert ckpt.scheme == entry["scheme"]
+        if entry["producer"] != "moecert":  # release layouts written by moecert's script
+            assert ml.source.producer == entry["producer"]
         for attr, value in entry["variant"].items():
             assert getattr(ckpt, attr) == value, attr
         assert (ml.E, ml.K, ml.N, ml.topk) == (entry["E"], entry["K"], entry["N"],
@@ -59,7 +61,7 @@ def test_fixture_loads_as_the_manifest_says(name):
             load_checkpoint(ROOT / name, layer=L)
 
 
-EXPECTED = sorted(n for n, e in MANIFEST.items() if e.get("expected_dequant"))
+EXPECTED = sorted(n for n, e in MANIFEST.items() if e.get("expected_dequant") and held(n))
 
 
 @pytest.mark.parametrize("name", EXPECTED)
@@ -69,7 +71,7 @@ def test_dequantization_equals_the_producers_decompression(name):
     from safetensors.torch import load_file
 
     entry = MANIFEST[name]
-    expected = load_file(str(ROOT / name / entry["expected_dequant"]))
+    expected = load_file(str(ROOT.parent / entry["expected_dequant"]))
     compared = 0
     for L in entry["moe_layers"]:
         ml = load_checkpoint(ROOT / name, layer=L)
@@ -81,8 +83,12 @@ def test_dequantization_equals_the_producers_decompression(name):
             e = int(parts[parts.index("experts") + 1])
             proj = parts[parts.index("experts") + 2]
             n = ml.N
-            got = {"gate_proj": w["w13"][e, :n], "w1": w["w13"][e, :n],
-                   "up_proj": w["w13"][e, n:], "w3": w["w13"][e, n:],
+            # gpt-oss keeps gate/up interleaved by row (gate j = row 2j): so does the
+            # Checkpoint (activation swigluoai)
+            gate, up = (slice(0, None, 2), slice(1, None, 2)) \
+                if ml.activation == "swigluoai" else (slice(0, n), slice(n, 2 * n))
+            got = {"gate_proj": w["w13"][e, gate], "w1": w["w13"][e, gate],
+                   "up_proj": w["w13"][e, up], "w3": w["w13"][e, up],
                    "down_proj": w["w2"][e], "w2": w["w2"][e]}[proj]
             assert torch.equal(got.to(want.dtype), want), key
             compared += 1

@@ -23,8 +23,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fixture_io import FIXTURES, finish  # noqa: E402
-from tiny_models import calibration_ids, make_model  # noqa: E402
+from fixture_io import FIXTURES, finish
+from tiny_models import calibration_ids, make_model
 
 
 @dataclass(frozen=True)

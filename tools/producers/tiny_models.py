@@ -22,7 +22,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
 SEED = 20261126
 VOCAB = 64  # words "w0".."w59" plus 4 special tokens
@@ -58,19 +58,28 @@ MODELS: dict[str, TinyModel] = {
     "qwen3moe-block": TinyModel("qwen3_moe", E=4, K=256, N=128, topk=2,
                                 config={"mlp_only_layers": [0], "intermediate_size": 128,
                                         **_ATTN, "num_attention_heads": 4}),
+    # every layer MoE: GPTQModel 7.7.0 expects experts in every decoder layer ("layer module
+    # item `mlp.experts.0.gate_proj` not found in model" on a dense layer 0); 2 KV heads, as
+    # its AWQ clip search needs output widths that are multiples of 64
+    "qwen3moe-small-allmoe": TinyModel("qwen3_moe", E=8, K=128, N=64, topk=2,
+                                       config={**_ATTN, "num_key_value_heads": 2}),
+    "qwen3moe-wide-allmoe": TinyModel("qwen3_moe", E=4, K=256, N=256, topk=2,
+                                      config={**_ATTN, "num_hidden_layers": 1}),
     "mixtral-small": TinyModel("mixtral", E=4, K=128, N=64, topk=2),
     # gpt-oss: biases on every expert linear, swigluoai; its attention has sinks
     "gptoss-small": TinyModel("gpt_oss", E=4, K=128, N=128, topk=2,
                               config={"layer_types": ["sliding_attention", "full_attention"],
                                       "sliding_window": 32}),
     # DeepSeek-V3: dense first layer, one shared expert, grouped routing with correction bias
-    "deepseekv3-block": TinyModel("deepseek_v3", E=8, K=256, N=128, topk=2,
+    "deepseekv3-block": TinyModel("deepseek_v3", E=4, K=256, N=128, topk=2,
                                   config={"first_k_dense_replace": 1, "intermediate_size": 128,
                                           "n_shared_experts": 1, "n_group": 2, "topk_group": 1,
                                           "q_lora_rank": 32, "kv_lora_rank": 32,
                                           "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
                                           "v_head_dim": 32, "num_attention_heads": 2,
-                                          "num_key_value_heads": 2}),
+                                          "num_key_value_heads": 2,
+                                          "rope_parameters": {"rope_type": "default",
+                                                              "rope_theta": 10000.0}}),
 }
 
 
@@ -97,7 +106,7 @@ def build_config(name: str):
         shape = {"n_routed_experts": m.E, "moe_intermediate_size": m.N}
     else:
         raise ValueError(f"tiny_models: unknown family {m.family!r} of model {name!r}")
-    return cls(**common, **shape, **m.config)
+    return cls(**{**common, **shape, **m.config})
 
 
 def _redraw(model: torch.nn.Module) -> None:

@@ -1,0 +1,119 @@
+"""Fixtures written by AMD Quark (int8 W8A8), on the CPU, offline.
+
+    python tools/producers/quark_produce.py [--out DIR] [--only NAME ...]
+
+Environment: amd-quark 0.13, torch 2.13.0 (CPU), transformers 5.17 (`tox -e
+producers-quark`). With transformers 5 the experts are fused in memory; Quark's
+`preprocess_for_quantization` turns them into per-expert `nn.Linear`s first (without it they
+stay fused and unquantized). Then Quark's `ModelQuantizer` with the made-up calibration set
+and its own `export_safetensors` (real_quantized, the default).
+
+- per-tensor: Quark's `int8` template (`LLMTemplate`'s Int8Scheme): weights and inputs
+  static per-tensor symmetric int8, 0-d scales and zero points.
+- per-channel: weights static per-channel symmetric (ch_axis 0), inputs dynamic per-token
+  (ch_axis 1), the int8 counterpart of Quark's `ptpc_fp8` template.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from fixture_io import FIXTURES, finish
+from tiny_models import calibration_ids, make_model
+
+EXCLUDE = ["lm_head", "*.mlp.gate"]
+
+
+@dataclass(frozen=True)
+class Job:
+    model: str  # tiny_models.MODELS key
+    per_channel: bool
+    scheme: str  # moecert scheme name
+    variant: dict
+    notes: str = ""
+
+
+JOBS: dict[str, Job] = {
+    "quark-int8-tensor-qwen3moe": Job(
+        "qwen3moe-small", False, "int8-w8a8",
+        {"weight_strategy": "tensor", "activation": "static-tensor"},
+        notes="weight_scale, input_scale fp32 0-d; weight_zero_point, input_zero_point int8 "
+              "0-d (zero: symmetric)"),
+    "quark-int8-channel-qwen3moe": Job(
+        "qwen3moe-small", True, "int8-w8a8",
+        {"weight_strategy": "channel", "activation": "dynamic-token"},
+        notes="weight_scale bf16 [N] and weight_zero_point int8 [N] (1-D, not [N, 1]); "
+              "dynamic per-token inputs: no input scales stored"),
+}
+
+
+def _config(job: Job):
+    from quark.torch.quantization.config.config import (
+        Int8PerChannelSpec,
+        Int8PerTensorSpec,
+        QConfig,
+        QLayerConfig,
+    )
+
+    if job.per_channel:
+        weight = Int8PerChannelSpec(ch_axis=0, symmetric=True, is_dynamic=False)
+        inputs = Int8PerChannelSpec(ch_axis=1, symmetric=True, is_dynamic=True)
+    else:
+        weight = inputs = Int8PerTensorSpec(observer_method="min_max", symmetric=True,
+                                            scale_type="float", round_method="half_even",
+                                            is_dynamic=False)
+    layer = QLayerConfig(weight=weight.to_quantization_spec(),
+                         input_tensors=inputs.to_quantization_spec())
+    return QConfig(global_quant_config=layer, exclude=EXCLUDE)
+
+
+def produce(name: str, out_root: Path) -> float:
+    """Quantize fixture `name` into `out_root/name`; returns the seconds quantize took."""
+    import torch
+    from quark.torch import ModelQuantizer, export_safetensors
+    from quark.torch.utils.llm.model_preparation import preprocess_for_quantization
+    from transformers import AutoModelForCausalLM
+
+    job = JOBS[name]
+    with tempfile.TemporaryDirectory(prefix=f"moecert-{name}-") as tmp:
+        base = make_model(job.model, Path(tmp) / "base")
+        model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
+        model.eval()
+        preprocess_for_quantization(model)
+        loader = torch.utils.data.DataLoader(list(calibration_ids()), batch_size=1)
+        t0 = time.perf_counter()
+        model = ModelQuantizer(_config(job)).quantize_model(model, loader)
+        seconds = time.perf_counter() - t0
+        out = Path(tmp) / "out"
+        with torch.no_grad():
+            export_safetensors(model, out)
+        finish(out_root, name, out, producer="quark", env="quark", packages=("amd-quark",),
+               scheme=job.scheme, variant=job.variant, model=job.model,
+               how="quantized by Quark's ModelQuantizer after its preprocess_for_quantization, "
+               "written by its export_safetensors", notes=job.notes)
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=FIXTURES, help="fixture root folder")
+    ap.add_argument("--only", nargs="*", choices=sorted(JOBS), help="these fixtures only")
+    args = ap.parse_args(argv)
+    for name in args.only or JOBS:
+        seconds = produce(name, args.out)
+        print(f"{name}: quantized in {seconds:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
