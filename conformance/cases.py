@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from moecert.kernels import QuantConfig
 from moecert.reference import Checkpoint, MoEProblem, synthesize
 
-from .model_layers import LayerSource, layer_checkpoint, model_layer
+from .model_layers import LayerSource, model_layer
 
 # Checkpoint attributes, in id order, and how each reads in an id.
 _ATTR_LABELS = {
@@ -135,7 +135,7 @@ class Case:
         """The case's checkpoint: the model layer's as read, or synthesized fresh from its
         seed."""
         if self.source is not None:
-            return layer_checkpoint(model_layer(self.source.folder, self.source.layer))
+            return model_layer(self.source.folder, self.source.layer).checkpoint
         return synthesize(self.scheme, self.problem, seed=self.seed, **self.attrs)
 
 

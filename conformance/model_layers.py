@@ -88,59 +88,34 @@ def file_digest(path: str) -> str:
 
 # --- the loader ------------------------------------------------------------------------------
 
-def _load(folder: str, layer: int | None = None):
-    from moecert.reference import load_checkpoint
-
-    return load_checkpoint(folder) if layer is None else load_checkpoint(folder, layer=layer)
-
-
 def layer_summaries(folder: str) -> dict:
     """{decoder layer: LayerSummary} of the folder's MoE layers, in order (configs and tensor
     headers only)."""
-    return {s.layer: s for s in _load(folder)}
+    from moecert.reference import load_checkpoint
 
-
+    return {s.layer: s for s in load_checkpoint(folder)}
 
 
 @functools.lru_cache(maxsize=1)
 def model_layer(folder: str, layer: int):
-    """Layer `layer` of `folder`, loaded once per process (the last one asked for)."""
-    return _load(folder, layer)
+    """The `ModelLayer` `layer` of `folder`, loaded once per process (the last one asked for)."""
+    from moecert.reference import load_checkpoint
 
-
-def layer_checkpoint(model_layer_obj):
-    """The moecert `Checkpoint` of a loaded layer."""
-    return getattr(model_layer_obj, "checkpoint", model_layer_obj)
+    return load_checkpoint(folder, layer=layer)
 
 
 # --- provenance ------------------------------------------------------------------------------
 
 def source_columns(source: LayerSource | None, loaded=None) -> dict:
     """The row's model columns: the model's name and folder, the layer, and (once the layer
-    is loaded) its producer and the digest of the tensors read."""
+    is loaded: `loaded`, its ModelLayer) the producer and the loader's sha256 over the
+    tensors read."""
     if source is None:
         return {"model": "", "model_path": "", "model_layer": None, "producer": "",
                 "tensors_sha256": ""}
-    info = getattr(loaded, "source", None)
     return {"model": source.model, "model_path": source.folder, "model_layer": source.layer,
-            "producer": str(_get(info, "producer") or "") if info is not None else "",
-            "tensors_sha256": tensors_digest(info) if info is not None else ""}
-
-
-def _get(obj, key):
-    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
-
-
-def tensors_digest(info) -> str:
-    """One sha256 for the tensors a layer was read from: the loader's digest if it gives
-    one, else the digest of its per-tensor digests (`name sha256` lines, sorted)."""
-    digest = _get(info, "sha256")
-    if isinstance(digest, str):
-        return digest
-    if isinstance(digest, dict):
-        lines = "".join(f"{name} {value}\n" for name, value in sorted(digest.items()))
-        return hashlib.sha256(lines.encode()).hexdigest()
-    return ""
+            "producer": loaded.source.producer if loaded is not None else "",
+            "tensors_sha256": loaded.source.sha256 if loaded is not None else ""}
 
 
 # --- inputs ----------------------------------------------------------------------------------
