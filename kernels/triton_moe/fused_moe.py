@@ -293,7 +293,10 @@ def _dot(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr):
         out = tl.dot(a.to(tl.int8), b.to(tl.int8), out_dtype=tl.int32).to(tl.float32)
     elif (ACT == _A_FP8 or ACT == _A_FP8_G) and a.shape[-1] >= 32:
         # e4m3 x e4m3 on the tensor cores (sm89+: the backend's claims), exact products;
-        # int4 weights (W4AFP8) as e4m3 values: every integer in [-8, 8] is one
+        # int4 weights (W4AFP8) as e4m3 values: every integer in [-8, 8] is one (either
+        # operand: SWAP_AB puts the weights first)
+        if a.dtype != tl.float8e4nv:
+            a = a.to(tl.float32).to(tl.float8e4nv)
         if b.dtype != tl.float8e4nv:
             b = b.to(tl.float32).to(tl.float8e4nv)
         out = tl.dot(a, b, out_dtype=tl.float32)
