@@ -94,6 +94,8 @@ SCHEME_CASES = [
                                            "sym": False}, {}),
     ("w4a8-g32-fp16", "w4a8-int8", {"checkpoint_format": "gptq", "group_size": 32},
      {"dtype": "fp16"}),
+    ("w4afp8-g128", "w4a8-fp8", {"group_size": 128}, {"N": 128}),
+    ("w4afp8-g32-fp16", "w4a8-fp8", {"group_size": 32}, {"dtype": "fp16"}),
     ("fp8w8a8-block-group", "fp8-w8a8", {}, {"K": 256, "N": 160}),
     ("fp8w8a8-channel-group-partial-fp16", "fp8-w8a8",
      {"weight_strategy": "channel", "activation": "dynamic-group"},
@@ -190,10 +192,12 @@ def test_option_matches_reference(scheme, attrs, over):
 @pytest.mark.parametrize(("scheme", "attrs"), [c[1:] for c in OPTION_SCHEMES]
                          + [("gptq-int4", {"group_size": 64, "act_order": True}),
                             ("fp8-w8a8", {"weight_strategy": "channel"}),
-                            ("fp8-w8a8", {"activation": "dynamic-token"})],
+                            ("fp8-w8a8", {"activation": "dynamic-token"}),
+                            ("w4a8-fp8", {"group_size": 32})],
                          ids=[c[0] for c in OPTION_SCHEMES] + ["gptq4-act-order",
                                                                "fp8w8a8-group",
-                                                               "fp8w8a8-token"])
+                                                               "fp8w8a8-token",
+                                                               "w4afp8"])
 def test_swapped_operands_match_reference(scheme, attrs, monkeypatch):
     """SWAP_AB (the weight tile as the MMA's left operand) transposes the tile product and
     the scale broadcasts: every weight kind, activation quantization and act order."""
