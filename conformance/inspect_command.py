@@ -28,11 +28,25 @@ def main(args) -> int:
     except CheckpointError as e:  # main prints it on one line, exit 2
         raise UsageError(str(e)) from None
     first = layers[0]
+    dense = sorted(decoder_layers(args.folder) - {s.layer for s in layers})
     print(f"{args.folder}: {len(layers)} MoE layer{'s' * (len(layers) != 1)}, producer "
-          f"{first.producer}")
+          f"{first.producer}" + (f"; decoder layers without routed experts (not read): "
+                                 f"{', '.join(map(str, dense))}" if dense else ""))
     for labels, text in _grouped(layers):
         print(f"layer{'s' * (',' in labels or '-' in labels)} {labels}: {text}")
     return 0
+
+
+def decoder_layers(folder) -> set[int]:
+    """Every decoder layer index the folder's tensor names hold (no tensor data read)."""
+    from moecert.reference.loader.families import LAYER
+    from moecert.reference.loader.files import ModelFolder
+
+    names = ModelFolder(folder)
+    try:
+        return {int(m["L"]) for n in names.names() if (m := LAYER.match(n))}
+    finally:
+        names.close()
 
 
 def describe(s) -> str:

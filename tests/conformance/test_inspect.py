@@ -24,6 +24,7 @@ def test_inspect_lists_each_moe_layer(folders, capsys):
     assert main(["inspect", str(folders["deepseek-fp8"])]) == 0
     out = capsys.readouterr().out
     assert "1 MoE layer, producer fp8-release" in out
+    assert "decoder layers without routed experts" not in out  # layer 1 only in this folder
     assert "layer 1: fp8-w8a8 [weight_strategy=block activation=dynamic-group]" in out
     assert "E=4 K=128 N=128 topk=2 activation=silu dtype=bf16 bias=False" in out
     assert "not read: shared experts: a dense MLP every token takes" in out
@@ -51,3 +52,14 @@ def test_inspect_bad_folder_is_one_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "config.json").write_text("{}")
     assert main(["inspect", str(tmp_path)]) == 2
     assert "no weights" in capsys.readouterr().err
+
+
+def test_inspect_names_the_dense_layers(tmp_path, capsys):
+    ckpt, qc = loader_tests.ct_w4a16()
+    folder = loader_tests.qwen3_folder(tmp_path, ckpt, qc)  # layer 0 dense, layer 1 MoE
+    assert main(["inspect", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "1 MoE layer, producer llm-compressor; decoder layers without routed experts (not " \
+        "read): 0" in out
+    assert "layer 1: ct-int4 [group_size=32 sym=True checkpoint_format=ct-0.18 " \
+        "act_order=False]" in out
