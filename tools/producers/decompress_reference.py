@@ -17,9 +17,11 @@ Decompressors (the `decompressor` metadata field names the one used):
   (its reader of the release), output fp32 (asked for: exact for E2M1 x 2^k in range).
 - DeepSeek-V3 FP8 release layout: transformers' `Fp8Dequantize._dequantize_one` (its reader
   of DeepSeek's checkpoints), output fp32.
-- ModelOpt, Quark, GPTQModel: none used here (ModelOpt and Quark have no standalone CPU
-  dequantization of an exported file; GPTQModel's runs in its own environment and is not
-  wired in yet).
+- GPTQModel gptq / gptq_v2 fixtures (run in its environment, `tox -e producers-gptqmodel`):
+  its torch kernel module's `dequantize_weight` after its loader's v1 -> v2 zero conversion;
+  output fp16 (the scales' dtype).
+- ModelOpt, Quark, GPTQModel's AWQ: none used (ModelOpt and Quark have no standalone CPU
+  dequantization of an exported file; GPTQModel's AWQ module is not wired in).
 
 Tensor names: `layers.<L>.experts.<e>.<proj>.weight` [out, in], with <proj> the file's own
 projection names (gate_proj/up_proj/down_proj); for gpt-oss, gate_proj/up_proj/down_proj
@@ -150,10 +152,50 @@ def deepseek_decompress(folder: Folder, config: dict, layer: int) -> tuple[dict,
     return tensors, keep, "transformers.integrations.finegrained_fp8.Fp8Dequantize._dequantize_one"
 
 
+def gptq_decompress(folder: Folder, config: dict, layer: int) -> tuple[dict, list[int], str]:
+    """GPTQModel's own dequantization: its torch kernel module (`TorchLinear`) loaded
+    with the stored tensors, a v1 file converted to v2 by its loader's converter, then its
+    `dequantize_weight` ([in, out], transposed here to [out, in])."""
+    from gptqmodel.nn_modules.qlinear.torch import TorchLinear
+    from gptqmodel.utils.model import convert_gptq_v1_to_v2_format_module
+
+    qc = config["quantization_config"]
+    prefix, experts, projs = _experts(folder, layer)
+    per_expert = 0
+    for p in projs:
+        k8, n = folder.get(f"{prefix}0.{p}.qweight").shape
+        per_expert += k8 * 8 * n * 2
+    keep = _keep(len(experts), per_expert)
+    tensors = {}
+    for e in keep:
+        for p in projs:
+            t = folder.local(f"{prefix}{e}.{p}.")
+            k, n = t["qweight"].shape[0] * 32 // qc["bits"], t["qweight"].shape[1]
+            m = TorchLinear(bits=qc["bits"], group_size=qc["group_size"], sym=qc["sym"],
+                                 desc_act=qc["desc_act"], in_features=k, out_features=n)
+            for name in ("qweight", "qzeros", "scales", "g_idx"):
+                getattr(m, name).data = t[name].clone()
+            if qc["checkpoint_format"] == "gptq":
+                convert_gptq_v1_to_v2_format_module(m, bits=qc["bits"], pack_dtype=torch.int32)
+            tensors[f"layers.{layer}.experts.{e}.{p}.weight"] = m.dequantize_weight().T.contiguous()
+    return tensors, keep, ("gptqmodel TorchLinear.dequantize_weight (v1 zeros converted by "
+                           "convert_gptq_v1_to_v2_format_module)")
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
 def decompressor(entry: dict):
-    """The decompression function for a manifest entry, or None where none is used."""
-    if entry["producer"] == "llm-compressor":
+    """The decompression function for a manifest entry, or None where none is used (or its
+    package is not in this environment)."""
+    if entry["producer"] == "llm-compressor" and _importable("compressed_tensors"):
         return ct_decompress
+    if (entry["producer"] == "gptqmodel" and entry["scheme"] == "gptq-int4"
+            and _importable("gptqmodel")):
+        return gptq_decompress
     if entry["producer"] == "moecert" and entry["family"] == "gpt_oss":
         return gptoss_decompress
     if entry["producer"] == "moecert" and entry["family"] == "deepseek_v3":
@@ -171,7 +213,7 @@ def write_expected(name: str, entry: dict, fixtures: Path, out_dir: Path) -> Pat
     tensors, keep, how = fn(folder, config, layer)
     meta = {"fixture": name, "layer": str(layer), "experts": json.dumps(keep),
             "decompressor": how,
-            "versions": json.dumps(versions("compressed-tensors", "transformers"))}
+            "versions": json.dumps(versions("gptqmodel"))}
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.safetensors"
     save_file(dict(sorted(tensors.items())), path, metadata=meta)
@@ -196,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             entry["expected_dequant"] = f"{out_dir.name}/{path.name}"
             update_manifest(args.fixtures, name, entry)
         else:
-            print(f"{name}: no producer decompression used", flush=True)
+            print(f"{name}: no producer decompression (in this environment)", flush=True)
     return 0
 
 

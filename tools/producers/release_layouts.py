@@ -49,7 +49,7 @@ def _e2m1_codes(x: torch.Tensor) -> torch.Tensor:
     """E2M1 codes (uint8, 0..15) of fp32 `x`: nearest grid value, ties to the even code,
     magnitudes above 6 saturate to 6."""
     grid = torch.tensor(E2M1_GRID, dtype=torch.float32)
-    a = x.abs().clamp(max=E2M1_GRID[-1])
+    a = x.abs().clamp(max=E2M1_GRID[-1]).contiguous()
     lo = (torch.searchsorted(grid, a, right=True) - 1).clamp(0, len(grid) - 1)
     hi = (lo + 1).clamp(max=len(grid) - 1)
     d_lo, d_hi = a - grid[lo], grid[hi] - a
