@@ -43,7 +43,7 @@ SUMS = "SHA256SUMS"
 # Shard records must agree on these (a bundle is one harness, one table, one source, one
 # backend on one kind of device).
 _AGREE = ("run_id", "suite", "backend", "imports", "tolerances_sha256", "waivers_sha256",
-          "source", "patch_sha256")
+          "source", "patch_sha256", "model")
 _SHOWN = 5  # ids named in a reason before "and N more"
 
 
@@ -178,12 +178,23 @@ def source_text(record: dict) -> str:
     return f"git {source['commit'][:12]} {state}"
 
 
+def model_text(record: dict) -> str:
+    """`on model NAME layers L1, L2` for a run on a model folder's layers, else ""."""
+    model = record.get("model")
+    if not model:
+        return ""
+    layers = ", ".join(map(str, model["layers"]))
+    inputs = f", inputs sha256 {model['inputs_sha256'][:12]}" if model.get("inputs") else ""
+    return f" on model {model['name']} layer(s) {layers}{inputs}"
+
+
 def verdict_line(j: Judgement, records: list[dict]) -> str:
     """The bundle's first line."""
     if not records:
         return "NOT CERTIFIED: " + "; ".join(j.reasons)
     r = records[0]
-    facts = (f"backend {r['backend']} on {device_text(r['environment'])}, suite {r['suite']}, "
+    facts = (f"backend {r['backend']}{model_text(r)} on {device_text(r['environment'])}, "
+             f"suite {r['suite']}, "
              f"moecert {r['environment']['moecert']} ({source_text(r)}), tolerances sha256 "
              f"{r['tolerances_sha256'][:12]}")
     counts = ", ".join(f"{n} {o}" for o, n in j.counts().items())

@@ -9,6 +9,12 @@ same id in every run, on every host and in every shard:
 A strided case (every checkpoint tensor and input with the same values in non-contiguous
 memory, conformance/strides.py) ends its options with `strided`: .../bf16.silu.strided/s0.
 
+A case on a layer of a model folder (`moecert run --checkpoint`, conformance/model_layers.py)
+names the model and the layer after the backend, and the hidden states' file by digest when
+they come from one; routed by the layer's own router it says `route-router`:
+
+    triton/qwen3-moe-w4a16@L1/ct-int4[g32]/M17.K256.N128.E8.k2/bf16.silu.route-router/s0
+
 `to_json` / `from_json` carry a case whole (the id names an expert map only by digest), so a
 failing case can be rerun from the command line.
 """
@@ -21,6 +27,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from moecert.kernels import QuantConfig
 from moecert.reference import Checkpoint, MoEProblem, synthesize
+
+from .model_layers import LayerSource, model_layer
 
 # Checkpoint attributes, in id order, and how each reads in an id.
 _ATTR_LABELS = {
@@ -35,8 +43,10 @@ _ATTR_LABELS = {
 _PROBLEM_DEFAULTS = {f.name: f.default for f in fields(MoEProblem)}
 
 # How tokens are routed (conformance/inputs.py): random distinct experts; "skewed": one expert
-# takes every token; "sparse": half of the experts get no token.
-ROUTINGS = ("random", "skewed", "sparse")
+# takes every token; "sparse": half of the experts get no token; "router": a model layer's
+# own router on the hidden states (cases with a `source` only).
+DRAWN_ROUTINGS = ("random", "skewed", "sparse")  # any case's
+ROUTINGS = (*DRAWN_ROUTINGS, "router")
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,9 @@ class Case:
     depth: str = field(default="full", compare=False)
     # Every tensor the backend receives in a non-contiguous layout (conformance/strides.py).
     strided: bool = False
+    # The model layer the checkpoint (and the router, and maybe the inputs) come from; None:
+    # synthesized from the seed.
+    source: LayerSource | None = None
 
     def __post_init__(self):
         if self.routing not in ROUTINGS:
@@ -61,6 +74,8 @@ class Case:
                              f"{', '.join(_ATTR_LABELS)}")
         if not isinstance(self.strided, bool):
             raise ValueError(f"strided: expected true or false, found {self.strided!r}")
+        if self.routing == "router" and self.source is None:
+            raise ValueError("routing 'router' needs a model layer (source)")
 
     def __hash__(self):
         return hash(self.case_id)
@@ -90,7 +105,8 @@ class Case:
             options.append(f"route-{self.routing}")
         if self.strided:
             options.append("strided")
-        return f"{self.backend}/{scheme}/{shape}/{'.'.join(options)}/s{self.seed}"
+        model = "" if self.source is None else f"{self.source.label}/"
+        return f"{self.backend}/{model}{scheme}/{shape}/{'.'.join(options)}/s{self.seed}"
 
     @property
     def quant(self) -> QuantConfig:
@@ -101,7 +117,8 @@ class Case:
         return json.dumps({"backend": self.backend, "scheme": self.scheme,
                            "problem": asdict(self.problem), "attrs": self.attrs,
                            "seed": self.seed, "routing": self.routing, "depth": self.depth,
-                           "strided": self.strided},
+                           "strided": self.strided,
+                           **({} if self.source is None else {"source": self.source.to_dict()})},
                           sort_keys=True)
 
     @classmethod
@@ -112,10 +129,13 @@ class Case:
             problem["expert_map"] = tuple(problem["expert_map"])
         return cls(d["backend"], d["scheme"], MoEProblem(**problem), d.get("attrs", {}),
                    d.get("seed", 0), d.get("routing", "random"), d.get("depth", "full"),
-                   d.get("strided", False))
+                   d.get("strided", False), LayerSource.from_dict(d.get("source")))
 
     def checkpoint(self) -> Checkpoint:
-        """The case's checkpoint, synthesized fresh from its seed."""
+        """The case's checkpoint: the model layer's as read, or synthesized fresh from its
+        seed."""
+        if self.source is not None:
+            return model_layer(self.source.folder, self.source.layer).checkpoint
         return synthesize(self.scheme, self.problem, seed=self.seed, **self.attrs)
 
 

@@ -46,7 +46,7 @@ from .options import (
     suite_name,
     writable_folder,
 )
-from .run_command import add_execution_arguments
+from .run_command import add_execution_arguments, add_model_arguments
 from .runner import DEFAULT_TIMEOUT_S
 from .tolerances import DEFAULT_PATH as TOLERANCES_PATH
 from .waivers import parse_waivers
@@ -62,6 +62,7 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", metavar="NAME", help="the backend to certify (with --out)")
     p.add_argument("--waivers", metavar="FILE",
                    help="TOML [[waiver]] entries {case_id, check, reason} (conformance/waivers.py)")
+    add_model_arguments(p)
     add_execution_arguments(p)
     p.add_argument("--shard", type=shard_spec, default=None, metavar="I/N",
                    help="run shard I of N (0-based) of the suite; needs --run-id")
@@ -88,7 +89,9 @@ def _only(args, mode: str) -> None:
     given = [flag for flag, value in (("--backend", args.backend), ("--waivers", args.waivers),
                                       ("--shard", args.shard), ("--run-id", args.run_id),
                                       ("--import", args.imports), ("--device", args.device),
-                                      ("--resume", args.resume))
+                                      ("--resume", args.resume),
+                                      ("--checkpoint", args.checkpoint),
+                                      ("--layer", args.layer), ("--inputs", args.inputs))
              if value]
     if given:
         raise UsageError(f"{mode} takes a bundle folder only, not {', '.join(given)}")
@@ -123,14 +126,15 @@ def certify(args) -> int:
         suite=args.suite, backend=[backend], scheme=[], check=[], case_id=[], keyword=None,
         case=[], shard=args.shard, results=str(results), workers=workers, device=device,
         run_id=args.run_id, resume=args.resume, timeout=args.timeout, imports=args.imports,
-        in_process=False)
+        in_process=False, checkpoint=args.checkpoint, layer=args.layer, inputs=args.inputs)
     cases = run_command.select_cases(run_args, device)
+    model = model_record(cases)
     path, _ = run_command.execute(run_args, device, cases, XfailList([]))
     shard = list(args.shard or (0, 1))
     record = shard_record(run_id_of(path), args.suite, backend, shard, len(cases), device,
                           imports=args.imports, waivers=waivers, started=started,
                           results=path.name, workers=workers, timeout_s=args.timeout,
-                          as_run=as_run)
+                          as_run=as_run, model=model)
     bundle._write(record_path(path), json.dumps(record, indent=1) + "\n")
     print(f"shard {shard[0]}/{shard[1]}: {len(cases)} cases -> {path}", file=sys.stderr)
     records = bundle.read_records(results)
@@ -145,7 +149,7 @@ def certify(args) -> int:
 def shard_record(run: str, suite: str, backend: str, shard, cases: int, device: str, *,
                  imports=(), waivers: str | None = None, started: str = "", results: str = "",
                  workers: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 as_run: tuple | None = None) -> dict:
+                 as_run: tuple | None = None, model: dict | None = None) -> dict:
     """What a shard records beside its rows: its run, how it was run, the environment, the
     tolerance table's and the waiver file's text and hashes, the source's state and patch.
     `as_run`: (tolerances text, source, patch) as `as_run_now()` read them before the run."""
@@ -161,7 +165,22 @@ def shard_record(run: str, suite: str, backend: str, shard, cases: int, device: 
         "source": source, "patch_sha256": sha256_text(patch), "patch": patch,
         "tolerances_sha256": sha256_text(tolerances), "tolerances": tolerances,
         "waivers_sha256": sha256_text(waivers) if waivers is not None else None,
-        "waivers": waivers}
+        "waivers": waivers, "model": model}
+
+
+def model_record(cases) -> dict | None:
+    """What a run on a model folder's layers records (None for the synthesized suite): the
+    model, its folder, the layers and inputs, and every case of the suite as JSON (the suite
+    a model gives cannot be rebuilt where the folder is absent, as at --verify). Which
+    weights were judged (producer, tensors' sha256 per layer) the rows say."""
+    sources = {c.source for c in cases if c.source is not None}
+    if not sources:
+        return None
+    first = min(sources, key=lambda s: s.layer)
+    return {"name": first.model, "folder": first.folder,
+            "layers": sorted({s.layer for s in sources}), "inputs": first.inputs,
+            "inputs_sha256": first.inputs_sha256,
+            "cases": sorted(c.to_json() for c in cases)}
 
 
 def as_run_now() -> tuple[str, dict, str]:
@@ -221,6 +240,7 @@ def _now() -> str:
 
 def judge_folder(folder: Path) -> tuple[list[dict], object, Judgement]:
     """The shard records, rows and judgement of the run in `folder`/results."""
+    from .cases import Case
     from .suites import build_suite
 
     results = folder / "results"
@@ -241,7 +261,9 @@ def judge_folder(folder: Path) -> tuple[list[dict], object, Judgement]:
     if rows.empty:
         raise BundleError(f"{results}: no result rows of run {runs[0]}")
     try:  # case ids need no backend module: a verifier without the vendor's package can check
-        expected = build_suite(records[0]["suite"], [records[0]["backend"]])
+        model = records[0].get("model")
+        expected = ([Case.from_json(text) for text in model["cases"]] if model else
+                    build_suite(records[0]["suite"], [records[0]["backend"]]))
     except (ValueError, KeyError) as e:
         raise BundleError(f"cannot rebuild the suite for backend "
                           f"{records[0].get('backend')!r}: {e}") from None
@@ -291,7 +313,8 @@ def _write_bundle(folder: Path, records, rows, j: Judgement, line: str) -> None:
                    for r in records],
         "moecert": first["environment"]["moecert"], "source": first["source"],
         "tolerances_sha256": first["tolerances_sha256"],
-        "waivers_sha256": first["waivers_sha256"], "assembled_at": _now()}
+        "waivers_sha256": first["waivers_sha256"], "model": _model_manifest(first, rows),
+        "assembled_at": _now()}
     bundle._write(folder / "manifest.json", json.dumps(manifest, indent=1) + "\n")
     bundle._write(folder / "environment.json",
                   json.dumps([r["environment"] | {"shard": r["shard"]} for r in records],
@@ -310,6 +333,24 @@ def _write_bundle(folder: Path, records, rows, j: Judgement, line: str) -> None:
     bundle.write_sums(folder)
 
 
+def _model_manifest(record: dict, rows) -> dict | None:
+    """The model a run on a model folder certified: the record's facts and, per layer, the
+    producer and the sha256 of the tensors read, as the rows carry them."""
+    model = record.get("model")
+    if not model:
+        return None
+    layers = []
+    if "model_layer" in rows:
+        seen = rows[rows["model_layer"].notna()].drop_duplicates(
+            ["model_layer", "producer", "tensors_sha256"])
+        layers = [{"layer": int(r["model_layer"]), "producer": r["producer"],
+                   "tensors_sha256": r["tensors_sha256"]}
+                  for _, r in seen.sort_values("model_layer").iterrows()
+                  if r["tensors_sha256"]]
+    return {k: model[k] for k in ("name", "folder", "layers", "inputs", "inputs_sha256")} | {
+        "read": layers}
+
+
 def _certificate(line: str, manifest: dict, records: list[dict], j: Judgement) -> str:
     env = records[0]["environment"]
     lines = [line, "",
@@ -320,6 +361,7 @@ def _certificate(line: str, manifest: dict, records: list[dict], j: Judgement) -
              f"{env['triton']}, python {env['python']}",
              f"source:      {bundle.source_text(records[0])}",
              f"tolerances:  sha256 {manifest['tolerances_sha256']} (tolerances.toml)",
+             *_model_lines(manifest.get("model")),
              f"suite:       {manifest['suite']}, {j.expected} cases, run {manifest['run_id']}, "
              f"{len(records)} shard(s)",
              "outcomes:    " + ", ".join(f"{n} {o}" for o, n in j.counts().items())]
@@ -328,6 +370,18 @@ def _certificate(line: str, manifest: dict, records: list[dict], j: Judgement) -
     lines += [f"unused waiver: {w.case_id} ({w.check}): {w.reason}" for w in j.unused_waivers]
     lines += ["", f"Check with: moecert certify --verify <this folder> (files: {bundle.SUMS})"]
     return "\n".join(lines) + "\n"
+
+
+def _model_lines(model: dict | None) -> list[str]:
+    if not model:
+        return []
+    lines = [f"model:       {model['name']} ({model['folder']}), layer(s) "
+             f"{', '.join(map(str, model['layers']))}"]
+    if model.get("inputs"):
+        lines.append(f"inputs:      {model['inputs']} sha256 {model['inputs_sha256']}")
+    lines += [f"layer {r['layer']}:     {r['producer']}, tensors read sha256 "
+              f"{r['tensors_sha256']}" for r in model.get("read", [])]
+    return lines
 
 
 def _summary_md(line: str, j: Judgement, report: Report) -> str:

@@ -12,7 +12,7 @@ import functools
 from dataclasses import replace
 
 import torch
-from moecert.kernels import get_backend
+from moecert.kernels import QuantConfig, get_backend
 from moecert.kernels.oracle import supports_reason
 from moecert.kernels.platform import platform_of_device
 from moecert.reference import moe, random_checkpoint
@@ -129,6 +129,15 @@ class CaseRun:
                                  self.device.type, shape_class(self.problem),
                                  activation_mode=self.quant.activation)
 
+    def loaded_layer(self):
+        """The model layer this case's checkpoint was read from, once the read succeeded
+        (None before, after a failed read, or for a synthesized case)."""
+        if self.case.source is None or not self._done.get("checkpoint", (False,))[0]:
+            return None
+        from .model_layers import model_layer
+
+        return model_layer(self.case.source.folder, self.case.source.layer)
+
     # --- shared steps -------------------------------------------------------------------
     def checkpoint_for(self, seed: int):
         """The case's checkpoint drawn from `seed`, laid out as the case hands it over; a copy
@@ -153,6 +162,8 @@ class CaseRun:
         return self.shared.get(self.key, f"checkpoint-{self.case.seed}", lambda: None)
 
     def _draw_checkpoint(self, seed: int):
+        if self.case.source is not None:
+            return self._model_checkpoint(seed)
         P = self.problem
         weights = P.E * P.K * P.N * 3
         limit = (SYNTHESIZE_MAX_WEIGHTS_CPU if self.device.type == "cpu"
@@ -163,6 +174,25 @@ class CaseRun:
         else:
             ckpt = replace(self.case, seed=seed).checkpoint().to(self.device)
         return ckpt
+
+    def _model_checkpoint(self, seed: int):
+        """A model layer's checkpoint as read (a copy: the loaded layer is kept for the
+        process's other cases); for another seed (the reload check's second checkpoint) the
+        same tensors with the experts rotated by one, so every per-expert value differs from
+        the first load but the names, dtypes and shapes are the file's."""
+        from .suites import variant_attrs
+
+        ckpt = self.case.checkpoint()
+        read = variant_attrs(QuantConfig.of(ckpt))
+        if ckpt.scheme != self.case.scheme or read != self.case.attrs:
+            raise ValueError(f"{self.case.source.label}: the layer reads as {ckpt.scheme} "
+                             f"{read}, the case was made for {self.case.scheme} "
+                             f"{self.case.attrs} (the folder changed since?)")
+        E = ckpt.num_experts
+        shift = 0 if seed == self.case.seed else 1
+        tensors = {n: (t.roll(shift, dims=0) if shift and t.dim() and t.shape[0] == E
+                       else t.clone()) for n, t in ckpt.tensors.items()}
+        return replace(ckpt, tensors=tensors).to(self.device)
 
     def laid_out_checkpoint(self, ckpt):
         """`ckpt` as the case hands it over: in a strided case every tensor restrided."""

@@ -38,6 +38,8 @@ def case_inputs(case: Case) -> Inputs:
     """CPU inputs of `case` (the caller moves them to its device)."""
     P = case.problem
     seed = case.seed + _INPUT_SEED_OFFSET
+    if case.source is not None and P.activation_format == "standard":
+        return _model_layer_inputs(case, seed)
     if P.activation_format == "batched":
         x, counts = make_batched_inputs(P, seed=seed)
         return Inputs(x, None, None, counts)
@@ -71,3 +73,21 @@ def _route(case: Case, ids: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         pick = torch.randperm(len(pool), generator=gen)[:P.topk - len(first)]
         rows.append(first + [pool[i] for i in pick.tolist()])
     return torch.tensor(rows, dtype=ids.dtype)
+
+
+def _model_layer_inputs(case: Case, seed: int) -> Inputs:
+    """A model layer's case: the first M rows of its `--inputs` file (else x drawn from the
+    seed), routed by the layer's own router ("router"), else as any case is."""
+    from .model_layers import model_layer, read_inputs, route
+
+    P, src = case.problem, case.source
+    x, weights, ids = make_inputs(P, seed=seed)
+    if src.inputs is not None:
+        x = read_inputs(src.inputs, P.K)[:P.M].to(P.torch_dtype)
+        if x.shape[0] != P.M:
+            raise ValueError(f"--inputs {src.inputs}: {x.shape[0]} rows, the case needs {P.M}")
+    if case.routing == "router":
+        weights, ids = route(model_layer(src.folder, src.layer), x, P.topk)
+    elif case.routing != "random" and P.M:
+        ids = _route(case, ids, torch.Generator().manual_seed(seed))
+    return Inputs(x, weights, ids)

@@ -356,11 +356,14 @@ __all__ = [
     "check_backends",
     "check_name",
     "check_variant",
+    "decoder_layer",
     "device_name",
     "import_modules",
     "layer_spec",
     "m_list",
     "model_name",
+    "model_selection",
+    "one_line",
     "positive_float",
     "positive_int",
     "positive_seconds",
@@ -372,3 +375,75 @@ __all__ = [
     "writable_folder",
     "xfail_list",
 ]
+
+
+# --- a model folder (`--checkpoint DIR [--layer N|all ...] [--inputs FILE]`) ----------------
+
+def decoder_layer(text: str) -> int | str:
+    """A decoder layer index, or "all" (`--checkpoint DIR --layer N`)."""
+    if text == "all":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise UsageError(f"--layer {text!r}: expected a decoder layer index (0, 1, ...) or all")
+    return value
+
+
+def model_selection(folder: str | None, layers, inputs: str | None
+                    ) -> tuple[str, list[int], str | None] | None:
+    """(folder, MoE layers to run, inputs file) of `--checkpoint DIR [--layer ...]
+    [--inputs FILE]`, every mistake one UsageError line: a folder that is not one or not a
+    model, a layer that is no MoE layer (the MoE layers listed), an inputs file that is not
+    [M, K] hidden states of the layer's K. No --layer: the first MoE layer (said on
+    stderr). None without --checkpoint."""
+    import sys
+
+    from moecert.reference import CheckpointError
+
+    from .model_layers import ModelInputError, layer_summaries, read_inputs
+
+    if folder is None:
+        if layers or inputs:
+            raise UsageError(f"{'--layer' if layers else '--inputs'} needs --checkpoint DIR")
+        return None
+    where = f"--checkpoint {folder}"
+    if not Path(folder).is_dir():
+        raise UsageError(f"{where}: no such folder")
+    try:
+        summaries = layer_summaries(folder)
+    except (CheckpointError, OSError, ValueError) as e:
+        raise UsageError(f"{where}: {one_line(e)}") from None
+    found = list(summaries)
+    if not found:
+        raise UsageError(f"{where}: no MoE layer with routed experts")
+    if not layers:
+        chosen = found[:1]
+        print(f"{where}: layer {chosen[0]}, the first of {len(found)} MoE layer(s) "
+              f"({_list(found)}); --layer N or --layer all for others", file=sys.stderr)
+    elif "all" in layers:
+        chosen = found
+    else:
+        unknown = [n for n in layers if n not in found]
+        if unknown:
+            raise UsageError(f"--layer {unknown[0]}: not an MoE layer of {folder}; its MoE "
+                             f"layers: {_list(found)}")
+        chosen = list(dict.fromkeys(layers))
+    if inputs is not None:
+        try:
+            read_inputs(inputs, summaries[chosen[0]].K)
+        except ModelInputError as e:
+            raise UsageError(str(e)) from None
+    return str(Path(folder).resolve()), chosen, inputs
+
+
+def one_line(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return " ".join(text.split())
+
+
+def _list(items, n: int = 8) -> str:
+    head = ", ".join(map(str, items[:n]))
+    return head + (f" and {len(items) - n} more" if len(items) > n else "")

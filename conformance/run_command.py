@@ -24,6 +24,7 @@ except ImportError:  # a checkout run without installing (a GPU box's PYTHONPATH
     tqdm = None
 
 from moecert.kernels import backend_names, get_backend
+from moecert.reference import CheckpointError
 from moecert.reports.schema import FAILING, STATUSES, case_status
 from moecert.reports.store import Journal, journal_cases, load, run_id_of, unfinished_journals
 
@@ -37,8 +38,11 @@ from .options import (
     case_json,
     check_backends,
     check_name,
+    decoder_layer,
     device_name,
     import_modules,
+    model_selection,
+    one_line,
     positive_seconds,
     run_id,
     scheme_name,
@@ -50,7 +54,7 @@ from .options import (
 )
 from .runner import DEFAULT_TIMEOUT_S, RunConfig, run_isolated
 from .schedule import default_workers
-from .suites import SUITES, build_suite, shard
+from .suites import SUITES, build_model_suite, build_suite, shard
 from .xfail import XfailList
 
 # Statuses of a claimed case's row that mean no check was executed on it.
@@ -72,6 +76,7 @@ def add_arguments(p) -> None:
     p.add_argument("--list-cases", action="store_true",
                    help="print the selected case ids and exit without running")
     p.add_argument("--results", default="moecert-results", help="results folder")
+    add_model_arguments(p)
     add_execution_arguments(p)
     p.add_argument("--shard", type=shard_spec, default=None, metavar="I/N",
                    help="run shard I of N (0-based), split by case id")
@@ -88,6 +93,18 @@ def add_arguments(p) -> None:
                    help="also write the run's rows as JUnit XML (as moecert report --junit)")
     p.add_argument("--in-process", action="store_true",
                    help="no worker processes (faster to debug; a crash ends the run)")
+
+
+def add_model_arguments(p) -> None:
+    """The options of a run on a model folder's layers, shared by `run` and `certify`."""
+    p.add_argument("--checkpoint", metavar="DIR", default=None,
+                   help="run on the MoE layers of this model folder (HF layout): the layer "
+                        "fixes scheme and shape, the suite gives M values and seeds")
+    p.add_argument("--layer", action="append", default=[], type=decoder_layer, metavar="N",
+                   help="with --checkpoint: decoder layer N (repeatable), or all (default: "
+                        "the first MoE layer)")
+    p.add_argument("--inputs", metavar="FILE", default=None,
+                   help="with --checkpoint: hidden states, a safetensors file of [M, K] rows")
 
 
 def add_execution_arguments(p) -> None:
@@ -187,13 +204,27 @@ def _record(journal, xfail, rows):
 def select_cases(args, device: str) -> list[Case]:
     """The cases the options name: --case, or the suite for the backends and schemes, then
     narrowed by --case-id, -k and --shard. A selection of nothing by id is a usage error."""
+    model = model_selection(getattr(args, "checkpoint", None), getattr(args, "layer", []),
+                            getattr(args, "inputs", None))
     if args.case:
+        if model is not None:
+            raise UsageError("--case runs exactly the case given: no --checkpoint with it")
         check_backends(dict.fromkeys(c.backend for c in args.case))
         cases = list(args.case)
+    elif model is not None:
+        if args.scheme:
+            raise UsageError("--scheme does not apply with --checkpoint: the file fixes the "
+                             "scheme")
+        backends = check_backends(args.backend) if args.backend else available_backends(device)
+        try:
+            cases = build_model_suite(args.suite, *model[:2], backends, model[2])
+        except (CheckpointError, ValueError, OSError) as e:
+            raise UsageError(f"--checkpoint {args.checkpoint}: {one_line(e)}") from None
     else:
         backends = check_backends(args.backend) if args.backend else available_backends(device)
         cases = build_suite(args.suite, backends, args.scheme or None)
-    where = f"suite {args.suite}" if not args.case else "the --case cases"
+    where = (f"suite {args.suite}" if not args.case else "the --case cases") + (
+        f" on {args.checkpoint}" if model is not None else "")
     if args.case_id:
         by_id = {c.case_id: c for c in cases}
         for wanted in args.case_id:

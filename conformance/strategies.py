@@ -18,7 +18,7 @@ from moecert.kernels.oracle import scheme_variants
 from moecert.reference import SCHEME_NAMES, MoEProblem
 from moecert.reference.schemes import ACTIVATIONS
 
-from .cases import ROUTINGS, Case
+from .cases import DRAWN_ROUTINGS, Case
 from .suites import variant_attrs
 
 settings.register_profile("ci", derandomize=True, max_examples=25, deadline=None,
@@ -58,7 +58,7 @@ def cases(draw, backends=("torch",), schemes=SCHEME_NAMES, max_dim: int = 256) -
     quant = draw(st.sampled_from(scheme_variants(scheme)))
     problem = draw(problems(quant, max_dim))
     routing = "random" if problem.activation_format == "batched" else draw(
-        st.sampled_from(ROUTINGS))
+        st.sampled_from(DRAWN_ROUTINGS))
     return Case(draw(st.sampled_from(tuple(backends))), scheme, problem, variant_attrs(quant),
                 seed=draw(st.integers(0, 2**16)), routing=routing, depth="light",
                 strided=draw(st.booleans()))

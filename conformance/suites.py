@@ -45,6 +45,9 @@ class SuiteSpec:
     models: tuple[tuple[str, int], ...] = ()  # (model, M) at full layer size
     seeds: tuple[int, ...] = (0,)
     options_everywhere: bool = False  # options on every variant, not only the defaults
+    # M values a model folder's layer runs at (`moecert run --checkpoint`): its size and
+    # scheme are the file's
+    model_ms: tuple[int, ...] = (1, 17, 64)
 
 
 SPECS = {
@@ -53,14 +56,16 @@ SPECS = {
     "ci": SuiteSpec(MoEProblem(M=64, K=1024, N=512, E=16, topk=4),
                     MoEProblem(M=33, K=512, N=256, E=8, topk=2),
                     models=(("qwen3-30b-a3b", 64), ("mixtral-8x7b", 16),
-                            ("deepseek-v3", 64), ("gpt-oss-120b", 64))),
+                            ("deepseek-v3", 64), ("gpt-oss-120b", 64)),
+                    model_ms=(1, 17, 64, 256)),
     "certify": SuiteSpec(MoEProblem(M=64, K=1024, N=512, E=16, topk=4),
                          MoEProblem(M=33, K=512, N=256, E=8, topk=2),
                          # decode and prefill ends; model-size cases hold the GPU alone,
                          # so each (model, M) costs serial time (certify on one H100 ran
                          # 12 min with M = 64 added)
                          models=tuple((m, M) for m in MODELS for M in (1, 256)),
-                         seeds=(0, 1, 2), options_everywhere=True),
+                         seeds=(0, 1, 2), options_everywhere=True,
+                         model_ms=(1, 17, 64, 256, 1024)),
 }
 
 
@@ -98,6 +103,43 @@ def build_suite(name: str, backends=None, schemes=None) -> list[Case]:
                     if i == 0 and seed == spec.seeds[0]:
                         for case in _model_cases(spec, backend, scheme, seed):
                             add(case)
+    return list(cases.values())
+
+
+def build_model_suite(name: str, folder: str, layers: list[int], backends,
+                      inputs: str | None = None) -> list[Case]:
+    """The cases of suite `name` on layers `layers` of the model folder `folder`: the layer
+    fixes the scheme and variant, E, K, N, top-k, activation, bias and dtype; the suite gives
+    the M values (`model_ms`; with `inputs`, those the file's rows cover and its row count)
+    and seeds, every check at each M, and the middle M once more with every tensor strided.
+    Tokens are routed by the layer's own router where the reference knows its routing
+    function, else as a synthesized case's. Only configs, headers and each layer's router
+    and first expert are read here (the workers read the layers)."""
+    from .model_layers import LayerSource, layer_summaries, read_inputs, router_known
+
+    spec = SPECS[name]
+    summaries = layer_summaries(folder)
+    cases: dict[str, Case] = {}
+    for layer in layers:
+        summary = summaries[layer]
+        attrs = variant_attrs(QuantConfig.of(summary.quant()))
+        source = LayerSource.of(folder, layer, inputs)
+        routing = "router" if router_known(folder, layer) else "random"
+        ms = list(spec.model_ms)
+        if inputs is not None:
+            rows = read_inputs(inputs, summary.K).shape[0]
+            ms = sorted({m for m in ms if m <= rows} | {rows})
+        for seed in spec.seeds:
+            for backend in backends:
+                for M in ms:
+                    case = Case(backend, summary.scheme, summary.problem(M), attrs, seed,
+                                routing, depth="full", source=source)
+                    cases.setdefault(case.case_id, case)
+                if seed == spec.seeds[0]:
+                    middle = ms[len(ms) // 2]
+                    case = Case(backend, summary.scheme, summary.problem(middle), attrs, seed,
+                                routing, depth="light", strided=True, source=source)
+                    cases.setdefault(case.case_id, case)
     return list(cases.values())
 
 

@@ -3,7 +3,7 @@
 For p in (w13, w2), one linear [out, in] per expert (w13: out = problem.w13_rows, in = K;
 w2: out = K, in = N):
 
-  integer families (GPTQ, AWQ, compressed-tensors, W4A8)
+  integer families (GPTQ, AWQ, compressed-tensors, W4A8, W4AFP8)
     {p}_q      uint8 [E, out, ceil(in/2)] (int4: column 2j in the low nibble of byte j,
                2j+1 in the high nibble) or [E, out, in] (int8); unsigned stored codes
                u = signed code + 2^(bits-1)
@@ -158,12 +158,19 @@ def _convert_int_linear(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
         names = {"w": f"{p}_qweight", "s": f"{p}_scales", "z": f"{p}_qzeros", "g": f"{p}_g_idx"}
     elif q.layout == "awq":
         names = {"w": f"{p}_qweight", "s": f"{p}_scales", "z": f"{p}_qzeros", "g": None}
+    elif q.layout == "ct-int":
+        names = {"w": f"{p}_weight", "s": f"{p}_weight_scale", "z": None, "g": None}
     else:
         names = {"w": f"{p}_weight_packed", "s": f"{p}_weight_scale",
                  "z": f"{p}_weight_zero_point", "g": f"{p}_weight_g_idx"}
         _check_weight_shape(layer, f"{p}_weight_shape", n_out, n_in)
 
     words = layer.get(names["w"])
+    if q.layout == "ct-int":  # one signed code per int8: every value must be an int4 code
+        half = 1 << (bits - 1)
+        if words.numel() and (int(words.min()) < -half or int(words.max()) >= half):
+            raise BackendError(names["w"], f"int{bits} codes in [{-half}, {half - 1}]",
+                               f"values in [{int(words.min())}, {int(words.max())}]")
     codes = torch.empty(E, n_out, -(-n_in // 2) if bits == 4 else n_in, dtype=torch.uint8,
                         device=layer.device)
     for lo, hi in _expert_chunks(E, n_out * n_in):
@@ -171,6 +178,8 @@ def _convert_int_linear(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
             u = unpack_words(words[lo:hi], bits, n_in, dim=1).transpose(1, 2)
         elif q.layout == "awq":  # [E, in, out/8] packed along out, AWQ order
             u = undo_awq_order(unpack_words(words[lo:hi], bits, n_out, dim=2), 2).transpose(1, 2)
+        elif q.layout == "ct-int":  # [E, out, in] signed codes
+            u = words[lo:hi].to(torch.int32) + (1 << (bits - 1))
         else:  # [E, out, words] packed along in
             u = unpack_words(words[lo:hi], bits, n_in, dim=2)
         codes[lo:hi] = pack_nibbles(u) if bits == 4 else u.to(torch.uint8)
@@ -182,7 +191,7 @@ def _convert_int_linear(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
     _check_scales(names["s"], scales)
 
     out = {f"{p}_q": codes, f"{p}_s": scales}
-    zeros = _read_zero_points(layer, names["z"], n_out, G)
+    zeros = None if names["z"] is None else _read_zero_points(layer, names["z"], n_out, G)
     if zeros is not None:
         out[f"{p}_zp"] = zeros
     if names["g"] is not None:

@@ -82,8 +82,9 @@ class _Draw:
         if dtype == torch.uint8:  # e2m1 pairs: every byte is two valid codes
             return torch.randint(0, 256, shape, generator=self.gen, device=self.device,
                                  dtype=torch.uint8)
-        if dtype == torch.int8:
-            return torch.randint(-128, 128, shape, generator=self.gen, device=self.device,
+        if dtype == torch.int8:  # int8 codes, or int4 codes one per int8 (W4AFP8)
+            half = 1 << (self.info.weight_bits - 1)
+            return torch.randint(-half, half, shape, generator=self.gen, device=self.device,
                                  dtype=torch.int8)
         if dtype == torch.float8_e4m3fn:  # unit normal values rounded by torch's e4m3 cast
             return self._per_expert(shape, dtype, lambda e: self._randn(*shape[1:]))

@@ -92,6 +92,13 @@ RECORDS: dict[str, FormatRecord] = {
             scale_layout="scales [E, in/g, out]", scale_dtype="fp16",
             scale_rule="s=max(max-min,1e-5)/15, z=clamp(-round(min/s),0,15) (no clip to 0)"),
         _ct("0.17", 4), _ct("0.18", 4), _ct("0.17", 8), _ct("0.18", 8),
+        # compressed-tensors int-quantized (W4AFP8): codes as signed int8 values, no packing;
+        # symmetric only (the preset's), scales in the model's dtype
+        _int_record(
+            "ct-int-quantized-int4", "0.19", 4, weight_layout="weight int8 [E, out, in]",
+            pack_dim=None, packing=None, bit_order=None, code_offset=0, zero_domain=None,
+            zero_pack_dim=None, scale_layout="weight_scale [E, out, in/g]", scale_dtype="model",
+            scale_rule="sym: amax/((qmax-qmin)/2) (compressed-tensors)"),
         _int_record(
             "int8-dense", "1", 8, weight_layout="weight int8 [E, out, in]", pack_dim=None,
             packing=None, bit_order=None, code_offset=0, zero_domain=None, zero_pack_dim=None,

@@ -24,7 +24,7 @@ import pandas as pd
 
 # Bumped whenever a column is added, removed, renamed or changes meaning: `load` refuses files
 # of any other version rather than guessing.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6  # 6: the model columns (model, model_path, model_layer, producer, ...)
 # The key under which Parquet metadata and the journal's header line carry the version.
 VERSION_KEY = "moecert_schema_version"
 
@@ -65,6 +65,11 @@ COLUMN_DTYPES = {
     "moecert_version": _STR, "backend_version": _STR, "torch_version": _STR,
     "triton_version": _STR,
     "backend_detail": _STR,  # what the case's processed layer runs (the backend's describe)
+    # a case on a model folder's layer (`moecert run --checkpoint`); empty for synthesized
+    # checkpoints: the folder's name and path, the decoder layer, the producing tool as the
+    # loader read it, and a sha256 over the tensors read (which weights were judged)
+    "model": _STR, "model_path": _STR, "model_layer": _INT, "producer": _STR,
+    "tensors_sha256": _STR,
     "check": _CAT, "status": STATUS_DTYPE, "claimed": _BOOL,
     **{m: _FLOAT for m in METRICS},
     "tolerance": _STR,

@@ -18,8 +18,9 @@ ALLOWED = {  # folder -> third-party top-level modules and moecert modules it ma
     "kernels": ({"torch", "triton", "vllm_xpu_kernels", "vllm"},
                 {"moecert.kernels", "moecert.reference.schemes"}),
     "reports": ({"pandas", "pyarrow", "matplotlib", "numpy"}, {"moecert.reports"}),
-    "conformance": ({"torch", "triton", "pandas", "pyarrow", "pytest", "hypothesis", "tqdm"},
-                    {"moecert"}),
+    # safetensors: `moecert run --inputs FILE`, hidden states (conformance/model_layers.py)
+    "conformance": ({"torch", "triton", "pandas", "pyarrow", "pytest", "hypothesis", "tqdm",
+                     "safetensors"}, {"moecert"}),
 }
 
 

@@ -88,6 +88,22 @@ class GptqV1ZeroOffsetMissing(TorchBackend):
                                                  dtype=torch.uint8, device=s.device))
 
 
+class Int4CodesAsUint4b8(TorchBackend):
+    """W4AFP8 int4 codes stored signed in int8 (compressed-tensors int-quantized) read as if
+    they were pack-quantized's unsigned uint4b8 nibbles (stored u means u - 8): every code
+    moves by 8 modulo 16 (vLLM's W4A8-FP8 MoE takes pack-quantized weights and converts
+    uint4b8 to signed int4 at load; a loader that feeds it the int-quantized file as is)."""
+
+    name = "mutant-w4afp8-codes-as-uint4b8"
+
+    def convert(self, layer):
+        super().convert(layer)
+        if layer.quant.layout != "ct-int":
+            return
+        for p in ("w13", "w2"):  # the kernel format's nibbles u = code + 8: u - 8 mod 16
+            _put_if(layer, f"{p}_q", lambda q: q ^ 0x88)
+
+
 class ZeroPointsIgnored(TorchBackend):
     """Asymmetric weights run by a path without zero points (the symmetric zero 2^(b-1)),
     like a kernel that accepts the zp tensor and never reads it."""

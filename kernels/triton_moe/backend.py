@@ -296,7 +296,9 @@ def _kept(plan, P, source, mode, T) -> torch.Tensor:
 
 
 def _platform_reason(quant: QuantConfig, platform: Platform) -> str | None:
-    fp8 = quant.info.family in FP8_FAMILIES
+    # e4m3 weights, or e4m3 activations (an fp8 x fp8 dot; W4AFP8's int4 weights become e4m3)
+    fp8 = quant.info.family in FP8_FAMILIES or quant.info.activation_element == "e4m3"
+    what = "weights" if quant.info.family in FP8_FAMILIES else "activations"
     if platform.kind == "xpu":
         return "platform cuda or rocm only"
     if platform.kind == "cpu":
@@ -308,13 +310,13 @@ def _platform_reason(quant: QuantConfig, platform: Platform) -> str | None:
         if (major, minor) < (8, 0):
             return f"compute capability >= 8.0 needed (sm{major}{minor})"
         if fp8 and (major, minor) < (8, 9):
-            return f"fp8 e4m3 weights need compute capability >= 8.9 (sm{major}{minor})"
+            return f"fp8 e4m3 {what} need compute capability >= 8.9 (sm{major}{minor})"
         return None
     # rocm: float8_e4m3fn (OCP) tensors are assumed to load and upcast in Triton on gfx950,
     # which has OCP fp8; gfx942 (MI300) is fnuz hardware and is not assumed to handle
     # e4m3fn. Untested on any ROCm device.
     if fp8 and platform.arch != "gfx950":
-        return (f"fp8 e4m3fn weights need rocm gfx950 (OCP fp8); {platform.arch} is assumed "
+        return (f"fp8 e4m3fn {what} need rocm gfx950 (OCP fp8); {platform.arch} is assumed "
                 "to lack e4m3fn in Triton (gfx942 has e4m3fnuz)")
     return None
 

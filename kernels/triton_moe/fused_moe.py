@@ -389,7 +389,13 @@ def _dot(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr):
     elif ACT == _A_INT8 and a.shape[-1] >= 32:
         out = tl.dot(a.to(tl.int8), b.to(tl.int8), out_dtype=tl.int32).to(tl.float32)
     elif (ACT == _A_FP8 or ACT == _A_FP8_G) and a.shape[-1] >= 32:
-        # e4m3 x e4m3 on the tensor cores (sm89+: the backend's claims), exact products
+        # e4m3 x e4m3 on the tensor cores (sm89+: the backend's claims), exact products;
+        # int4 weights (W4AFP8) as e4m3 values: every integer in [-8, 8] is one (either
+        # operand: SWAP_AB puts the weights first)
+        if a.dtype != tl.float8e4nv:
+            a = a.to(tl.float32).to(tl.float8e4nv)
+        if b.dtype != tl.float8e4nv:
+            b = b.to(tl.float32).to(tl.float8e4nv)
         out = tl.dot(a, b, out_dtype=tl.float32)
     else:
         out = tl.dot(a.to(COMPUTE), b.to(COMPUTE))
@@ -559,6 +565,14 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
     else [TILE_K, BLOCK_N]); [BLOCK_N, BLOCK_M] with
     SWAP_AB (rows of the product are weight columns). A tile past K (zero activations) reads
     the last scale column, never past the scales."""
+    if ACT == _A_FP8 or ACT == _A_FP8_G:
+        # e4m3 codes passed as their bytes: `other=0` is +0.0 (the interpreter
+        # cannot fill an fp8 load)
+        a = a.to(tl.float8e4nv, bitcast=True)
+        if NIB_SPAN:
+            a2 = a2.to(tl.float8e4nv, bitcast=True)
+            a3 = a3.to(tl.float8e4nv, bitcast=True)
+            a4 = a4.to(tl.float8e4nv, bitcast=True)
     if WEIGHT == _W_INT4 or WEIGHT == _W_FP4:
         if NIB_SPAN and WEIGHT == _W_FP4:  # scales applied per plane inside
             tl.static_assert(NIB_SPAN == TILE_K)
@@ -575,10 +589,6 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
                                WEIGHT, WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT,
                                COMPUTE, EVEN_K, SWAP_AB, FAST_I4, TILE_K)
     else:
-        if ACT == _A_FP8 or ACT == _A_FP8_G:
-            # e4m3 codes passed as their bytes: `other=0` is +0.0 (the interpreter
-            # cannot fill an fp8 load)
-            a = a.to(tl.float8e4nv, bitcast=True)
         b = bq
         if WEIGHT == _W_UINT8:
             kk = k0 + tl.arange(0, TILE_K)

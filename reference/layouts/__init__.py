@@ -9,11 +9,14 @@ from ..checkpoint import Checkpoint
 from ..schemes.tensors import layout_family as _layout
 from .awq import read_awq, write_awq
 from .ct import read_ct, write_ct
+from .ct_int import read_ct_int, write_ct_int
 from .dense import read_dense, write_dense
 from .gptq import read_gptq, write_gptq
 
-_READERS = {"gptq": read_gptq, "awq": read_awq, "ct": read_ct, "dense": read_dense}
-_WRITERS = {"gptq": write_gptq, "awq": write_awq, "ct": write_ct, "dense": write_dense}
+_READERS = {"gptq": read_gptq, "awq": read_awq, "ct": read_ct, "ct-int": read_ct_int,
+            "dense": read_dense}
+_WRITERS = {"gptq": write_gptq, "awq": write_awq, "ct": write_ct, "ct-int": write_ct_int,
+            "dense": write_dense}
 
 
 def read_linear(ckpt: Checkpoint, prefix: str) -> CanonicalLinear:

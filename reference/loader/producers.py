@@ -68,9 +68,15 @@ RULES: tuple[Rule, ...] = (
     _r("llm-compressor", "ct-int8", {**_W4A16, "weights.num_bits": 8},
        {"group_size": "<group_size>", "sym": "<weights.symmetric>",
         "checkpoint_format": "<ct_version>", "act_order": "<act_order>"}),
+    # W4AFP8: int4 codes unpacked in int8 (int-quantized), symmetric, fp8 per-token inputs
+    _r("llm-compressor", "w4a8-fp8", {"format": "int-quantized", "weights.type": "int",
+                                      "weights.num_bits": 4, "weights.symmetric": True,
+                                      "input.type": "float"},
+       {"group_size": "<group_size>", "activation": "<activation>"}),
     _r("llm-compressor", "w4afp8", {"format": ANY, "weights.type": "int", "weights.num_bits": 4,
                                     "input.type": "float"},
-       unsupported="int4 weights with fp8 activations (W4AFP8)"),
+       unsupported="int4 weights with fp8 activations (W4AFP8) other than symmetric "
+                   "int-quantized"),
     _r("llm-compressor", "int8-w8a8", {**_INT, "input.type": "int"},
        {"weight_strategy": "<weights.strategy>", "activation": "<activation>"}),
     _r("llm-compressor", "int8-w8a16", {**_INT, "input": ABSENT},

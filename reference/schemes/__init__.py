@@ -61,8 +61,10 @@ STRATEGY_GROUP = "group"  # [E, in/g, out] (GPTQ, AWQ) or [E, out, in/g] (compre
 STRATEGY_BLOCK = "block"  # [E, ceil(out/128), ceil(in/128)]
 
 # Tensor layouts (which tensors a linear has, `schemes.tensors`; which reader reads them):
-# three packed-integer layouts, and "dense": one unpacked weight tensor (+ its scale) per linear.
-PACKED_LAYOUTS = ("gptq", "awq", "ct")
+# the integer-code layouts with group scales (three packed in int32 words, and "ct-int":
+# compressed-tensors' int-quantized format, one code per int8, how llm-compressor writes
+# W4AFP8), and "dense": one unpacked weight tensor (+ its scale) per linear.
+PACKED_LAYOUTS = ("gptq", "awq", "ct", "ct-int")
 LAYOUTS = (*PACKED_LAYOUTS, "dense")
 
 # Element codecs of stored weights and scale encodings.
@@ -104,7 +106,8 @@ class Scheme:
     """What a scheme name means: how it is stored and which options it admits."""
 
     name: str
-    family: str  # "dense", "gptq", "awq", "ct", "int8", "fp8", "mxfp8", "mxfp4", "w4a8", "nvfp4"
+    family: str  # "dense", "gptq", "awq", "ct", "int8", "fp8", "mxfp8", "mxfp4", "w4a8",
+    #              "w4afp8", "nvfp4"
     weight_bits: int
     element: str  # codec of a stored weight element (ELEMENTS)
     scale_encoding: str  # how weight scales are stored (SCALE_ENCODINGS)
@@ -137,7 +140,8 @@ class Scheme:
 
     @property
     def packed(self) -> bool:
-        """Integer codes packed in int32 words with group scales (GPTQ, AWQ, CT, W4A8)."""
+        """Integer codes with group scales (GPTQ, AWQ, CT, W4A8 packed in int32 words; W4AFP8
+        one code per int8)."""
         return all(f.layout in PACKED_LAYOUTS for f in self.formats)
 
     def format(self, name: str | None) -> SchemeFormat:
@@ -193,6 +197,9 @@ def _ct_formats(bits: int) -> tuple[SchemeFormat, ...]:
 
 
 _AWQ = SchemeFormat("awq", "awq", "awq-gemm-int4@autoawq-0.2", sym=False)
+# llm-compressor's W4AFP8 preset: int4 codes in [-8, 7] unpacked in int8 tensors (the
+# compressed-tensors format "int-quantized", chosen because activations are quantized too)
+_CT_INT4 = SchemeFormat(None, "ct-int", "ct-int-quantized-int4@0.19")
 # NVFP4 (w = e2m1 * e4m3 block scale per 16 * fp32 global scale, one per w1 / w3 shard): the
 # ModelOpt export (vLLM's ModelOptNvFp4FusedMoE names) and compressed-tensors'
 # nvfp4-pack-quantized, whose global scales are the reciprocals (w = e2m1 * scale / global).
@@ -216,7 +223,8 @@ _DENSE = (SchemeFormat(None, "dense", "dense@1"),)
 
 def _int_scheme(name, family, bits, formats, **kw) -> Scheme:
     return Scheme(name, family, bits, f"int{bits}", "float", formats, (STRATEGY_GROUP,),
-                  kw.pop("activation_modes", (ACT_NONE,)), _INT_GROUPS, asym=True, **kw)
+                  kw.pop("activation_modes", (ACT_NONE,)), _INT_GROUPS,
+                  asym=kw.pop("asym", True), **kw)
 
 
 SCHEMES: dict[str, Scheme] = {
@@ -253,6 +261,11 @@ SCHEMES: dict[str, Scheme] = {
                         (("weight_strategy", STRATEGY_TENSOR), ("activation", ACT_STATIC_TENSOR)))),
         _int_scheme("w4a8-int8", "w4a8", 4, (_AWQ, *_gptq_formats(4)),
                     activation_modes=(ACT_DYNAMIC_TOKEN,), activation_element="int8"),
+        # W4AFP8 (compressed-tensors preset; vLLM's int4_w4afp8, CUTLASS on Hopper): symmetric
+        # int4 group weights (vLLM takes group 128 only; the format holds any group) and e4m3
+        # activations quantized per token, s = amax / 448
+        _int_scheme("w4a8-fp8", "w4afp8", 4, (_CT_INT4,), asym=False,
+                    activation_modes=(ACT_DYNAMIC_TOKEN,), activation_element="e4m3"),
         Scheme("mxfp8", "mxfp8", 8, "e4m3", "e8m0",
                (SchemeFormat(None, "dense", "mxfp8-e4m3@ocp-mx-1.0"),),
                (STRATEGY_GROUP,), (ACT_NONE, ACT_MXFP8), group_sizes=(MX_BLOCK,),

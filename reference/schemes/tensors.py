@@ -75,7 +75,7 @@ def _linear(suffix, role, dtypes, *shapes, presence=ALWAYS, written_when_sym=Fal
     return suffix, role, dtypes, shapes, presence, written_when_sym
 
 
-# Per packed layout: (suffix, role, dtypes, shapes, presence, written_when_sym) of each
+# Per integer-code layout: (suffix, role, dtypes, shapes, presence, written_when_sym) of each
 # linear's tensors.
 PACKED_TENSORS = {
     "gptq": (
@@ -97,6 +97,11 @@ PACKED_TENSORS = {
                 presence=IF_ASYM),
         _linear("weight_g_idx", "g_idx", INDEX, ("E", "in"), presence=IF_ACT_ORDER),
         _linear("weight_shape", "shape", (torch.int64,), ("E", "2"), presence=OPTIONAL),
+    ),
+    # compressed-tensors int-quantized (W4AFP8): one signed code per int8, symmetric
+    "ct-int": (
+        _linear("weight", "weight", (torch.int8,), ("E", "out", "in")),
+        _linear("weight_scale", "scale", FLOAT, ("E", "out", "groups")),
     ),
 }
 # Unpacked weights: the scale's shapes per weight strategy

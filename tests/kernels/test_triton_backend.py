@@ -94,6 +94,8 @@ SCHEME_CASES = [
                                            "sym": False}, {}),
     ("w4a8-g32-fp16", "w4a8-int8", {"checkpoint_format": "gptq", "group_size": 32},
      {"dtype": "fp16"}),
+    ("w4afp8-g128", "w4a8-fp8", {"group_size": 128}, {"N": 128}),
+    ("w4afp8-g32-fp16", "w4a8-fp8", {"group_size": 32}, {"dtype": "fp16"}),
     ("fp8w8a8-block-group", "fp8-w8a8", {}, {"K": 256, "N": 160}),
     ("fp8w8a8-channel-group-partial-fp16", "fp8-w8a8",
      {"weight_strategy": "channel", "activation": "dynamic-group"},
@@ -190,10 +192,12 @@ def test_option_matches_reference(scheme, attrs, over):
 @pytest.mark.parametrize(("scheme", "attrs"), [c[1:] for c in OPTION_SCHEMES]
                          + [("gptq-int4", {"group_size": 64, "act_order": True}),
                             ("fp8-w8a8", {"weight_strategy": "channel"}),
-                            ("fp8-w8a8", {"activation": "dynamic-token"})],
+                            ("fp8-w8a8", {"activation": "dynamic-token"}),
+                            ("w4a8-fp8", {"group_size": 32})],
                          ids=[c[0] for c in OPTION_SCHEMES] + ["gptq4-act-order",
                                                                "fp8w8a8-group",
-                                                               "fp8w8a8-token"])
+                                                               "fp8w8a8-token",
+                                                               "w4afp8"])
 def test_swapped_operands_match_reference(scheme, attrs, monkeypatch):
     """SWAP_AB (the weight tile as the MMA's left operand) transposes the tile product and
     the scale broadcasts: every weight kind, activation quantization and act order."""
@@ -428,6 +432,9 @@ def test_w4a8_scales_renormalized_by_power_of_two():
     ("mxfp8", Platform.cuda((10, 0)), None),
     ("mxfp4", Platform.cuda((8, 0)), None),  # e2m1 decoded by bit arithmetic: no fp8 needed
     ("w4a8-int8", Platform.rocm("gfx942"), None),
+    ("w4a8-fp8", Platform.cuda((8, 6)),  # int4 weights as e4m3 in an fp8 x fp8 dot
+     "fp8 e4m3 activations need compute capability >= 8.9 (sm86)"),
+    ("w4a8-fp8", Platform.cuda((9, 0)), None),
     ("fp8-w8a16", Platform.rocm("gfx950"), None),
     ("fp8-w8a16", Platform.rocm("gfx942"),
      "fp8 e4m3fn weights need rocm gfx950 (OCP fp8); gfx942 is assumed to lack e4m3fn in "

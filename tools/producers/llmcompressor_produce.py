@@ -85,10 +85,10 @@ JOBS: dict[str, Job] = {
         "qwen3moe-small", "rtn", "MXFP8", "mxfp8",
         {"group_size": 32, "activation": "mxfp8"}),
     "ct-w4afp8-qwen3moe": Job(
-        "qwen3moe-block", "gptq", "W4AFP8", "w4afp8",
+        "qwen3moe-block", "gptq", "W4AFP8", "w4a8-fp8",
         {"group_size": 128, "sym": True, "activation": "dynamic-token"},
-        notes="W4AFP8 has no moecert scheme yet (issue 22): int4 weights stored unpacked in "
-              "int8 ('int-quantized'), e4m3 activations per token"),
+        notes="W4AFP8 (moecert scheme w4a8-fp8): int4 weights stored unpacked in int8 "
+              "('int-quantized'), e4m3 activations per token"),
     "ct-w4a16-sym-mixtral-sharded": Job(
         "mixtral-small", "gptq", None, "ct-int4",
         {"checkpoint_format": "ct-0.18", "group_size": 32, "sym": True, "act_order": False,
