@@ -125,5 +125,5 @@ def _row(case: Case, device: str, run_id: str, check: str, outcome: Outcome,
     if v is not None:
         row["tolerance"] = run.tolerance.key
         row.update(threshold_columns(v.thresholds))
-        row["headroom"] = float(v.headroom)
+        row["used"] = float(v.used)
     return row

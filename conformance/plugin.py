@@ -197,7 +197,8 @@ def moecert_session(request):
     results = config.getoption("--moecert-results")
     if results:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        state["journal"] = Journal(results, f"{state['run_id']}.pytest-{worker}", s.suite)
+        state["journal"] = Journal(results, f"{state['run_id']}.pytest-{worker}", s.suite,
+                                   s.imports)
     if s.isolate:
         # the xdist workers share the cores: each case worker gets its share of threads
         shares = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
@@ -278,9 +279,10 @@ def unclaimed_reason(rows: list[dict]) -> str:
 
 
 class _Tally:
-    """Counts the session's cases by (backend, claimed) from their test reports and turns a
-    session in which no claimed case ran red. Registered in every process; on xdist only the
-    controller's count (every worker's reports, forwarded) decides."""
+    """Counts the session's cases by (backend, claimed, failed) from their test reports and
+    turns a session that is not green (reports/verdict.py, as `moecert run` judges a run)
+    red. Registered in every process; on xdist only the controller's count (every worker's
+    reports, forwarded) decides."""
 
     def __init__(self):
         self.counts: Counter = Counter()
@@ -289,7 +291,7 @@ class _Tally:
     def pytest_runtest_logreport(self, report):
         props = dict(report.user_properties)
         if report.when == "call" and CLAIMED_PROPERTY in props:
-            self.counts[props[BACKEND_PROPERTY], props[CLAIMED_PROPERTY]] += 1
+            self.counts[props[BACKEND_PROPERTY], props[CLAIMED_PROPERTY], report.failed] += 1
 
     def pytest_sessionfinish(self, session):
         if hasattr(session.config, "workerinput"):  # an xdist worker: its controller decides
@@ -307,21 +309,17 @@ class _Tally:
 
 
 def session_verdict(tally: Counter) -> tuple[bool, str] | None:
-    """Whether the session may be green, and its moecert line, from (backend, claimed) -> test
-    count (claimed None: the case was lost before its claim was known); None for a session
-    that ran no case."""
+    """Whether the session is green, and its moecert line (the words `moecert run` ends
+    with), from (backend, claimed, failed) -> test count (claimed None: the case was lost
+    before its claim was known; failed: the test failed); None for a session that ran no
+    case."""
+    from moecert.reports.verdict import Tally, verdict
+
     if not tally:
         return None
-    total, claimed = sum(tally.values()), sum(n for (_, c), n in tally.items() if c)
-    backends = sorted({b for b, _ in tally})
-    if not claimed:
-        lost = sum(n for (_, c), n in tally.items() if c is None)
-        why = (f"; {lost} lost before the claim was known (setup error, crash or timeout)"
-               if lost else "")
-        return False, (f"moecert: no claimed case ran (backend {', '.join(backends)} claims "
-                       f"none of {total} cases{why})")
-    if len(backends) == 1:
-        return True, f"moecert: {backends[0]} claimed {claimed} of {total} cases"
-    each = ", ".join(f"{b} {tally[b, True]} of {sum(n for (x, _), n in tally.items() if x == b)}"
-                     for b in backends)
-    return True, f"moecert: claimed {claimed} of {total} cases ({each})"
+    tallies: dict[str, Tally] = {}
+    for (backend, claimed_, failed), n in sorted(tally.items(), key=str):
+        for _ in range(n):
+            tallies.setdefault(backend, Tally()).add(bool(claimed_), True, failed)
+    v = verdict(tallies)
+    return v.green, f"moecert: {v.line}"

@@ -23,6 +23,8 @@ from .frames import failing as failing_rows
 from .report import Report
 from .schema import FAILING, thresholds_of
 
+# Row statuses JUnit shows as <skipped> (FAILING ones are failures and errors).
+JUNIT_SKIPPED = ("skip", "unsupported", "xfail", "oversize")
 FAILING_SHOWN = 20  # failing cases listed in full; the rest are counted
 _NUMBER = "{:.3g}".format
 _PRECISE = "{:.7g}".format  # a cosine floor of 0.9998779 must not read as 1
@@ -33,8 +35,8 @@ _PRECISE = "{:.7g}".format  # a cosine floor of 0.9998779 must not read as 1
 def terminal(report: Report) -> str:
     parts = ["cases by backend x scheme and status:",
              report.counts.loc[:, (report.counts != 0).any()].to_string(), "",
-             "worst headroom per tolerance entry (1 = at the threshold):",
-             _numbers(report.headroom).to_string(index=False) if len(report.headroom)
+             "tolerance used, the most per entry (error / threshold; 1 = at the threshold):",
+             _numbers(report.used).to_string(index=False) if len(report.used)
              else "  (no row was judged by a tolerance entry)"]
     if report.bench is not None and len(report.bench):
         parts += ["", "timings (moecert bench; % of the memory and compute floors):",
@@ -79,8 +81,8 @@ def markdown(report: Report, title: str = "moecert report") -> str:
         lines += ["### Timings", "", markdown_table(_bench_table(report.bench)), ""]
     lines += ["### Cases by backend x scheme", "",
               markdown_table(report.counts.loc[:, (report.counts != 0).any()].reset_index()), ""]
-    lines += _details("Worst headroom per tolerance entry",
-                      markdown_table(_numbers(report.headroom)))
+    lines += _details("Tolerance used, the most per entry",
+                      markdown_table(_numbers(report.used)))
     if len(cases):
         commands = "\n".join(report.rerun(r) for r in cases.head(FAILING_SHOWN)
                              .to_dict("records"))
@@ -159,10 +161,10 @@ def html(report: Report, title: str = "moecert report") -> str:
                         f"<pre>{esc(str(row['message']))}\n\nrerun: "
                         f"{esc(report.rerun(row))}</pre>")
     body += ["<h2>Error against tolerance, per backend and scheme</h2>",
-             _img(plots.headroom_by_group(report)),
-             "<h2>Headroom of every judged row</h2>", _img(plots.headroom_histogram(report)),
-             "<h2>Worst headroom per tolerance entry</h2>",
-             _html_table(_numbers(report.headroom)),
+             _img(plots.used_by_group(report)),
+             "<h2>Tolerance used by every judged row</h2>", _img(plots.used_histogram(report)),
+             "<h2>Tolerance used, the most per entry</h2>",
+             _html_table(_numbers(report.used)),
              "<h2>Slowest cases</h2>", _html_table(_numbers(report.slowest))]
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>\n"
@@ -189,12 +191,11 @@ def junit(rows: pd.DataFrame, rerun_prefix: str | None = None,
     """JUnit XML of result rows: one testcase per (case, check), classname `backend.scheme`,
     name the problem id and check. A failing row is a <failure> ("fail") or an <error>
     (crash, timeout, error) whose message is the check and its metric against the threshold,
-    the full message and rerun command in the body; a case its backend did not claim, and a
-    skip or xfail row, is <skipped>."""
-    from .frames import cases as per_case
+    the full message and rerun command in the body; a skip, unsupported, xfail or oversize
+    row is <skipped>, and a pass row passes (the oracle row of a case the backend does not
+    claim too: it checked the oracle), so the counts are the store's row statuses."""
     from .frames import rerun_command
 
-    claimed = per_case(rows).set_index("case_id")["claimed"] if len(rows) else pd.Series()
     suite = ET.Element("testsuite", name=name)
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     total_time = 0.0
@@ -212,12 +213,11 @@ def junit(rows: pd.DataFrame, rerun_prefix: str | None = None,
             detail = ET.SubElement(case, kind, message=_xml(junit_message(row)), type=status)
             detail.text = _xml(f"{row['message']}\n\nrerun: "
                                f"{rerun_command(row, rerun_prefix)}")
-        elif not claimed.get(row["case_id"], False) or status in ("skip", "unsupported",
-                                                                    "xfail"):
+        elif status in JUNIT_SKIPPED:
             counts["skipped"] += 1
             why = _first_line(row["message"]) or status
-            ET.SubElement(case, "skipped", message=_xml(why if status != "pass"
-                                                        else f"not claimed: {why}"))
+            ET.SubElement(case, "skipped", message=_xml(f"{status}: {why}"
+                                                        if status == "oversize" else why))
     suite.attrib.update({k: str(v) for k, v in counts.items()}, time=f"{total_time:.3f}")
     root = ET.Element("testsuites", **{k: str(v) for k, v in counts.items()})
     root.append(suite)
@@ -232,16 +232,16 @@ def junit_message(row) -> str:
     row, else the row's own first line."""
     head = f"{row['status']} {row['check']}"
     thresholds = thresholds_of(row)
-    if thresholds and _finite(row.get("headroom")):
-        from .frames import _metric_headroom
+    if thresholds and _finite(row.get("used")):
+        from .frames import _metric_used
 
-        metric, threshold = max(thresholds.items(), key=lambda kv: _metric_headroom(
+        metric, threshold = max(thresholds.items(), key=lambda kv: _metric_used(
             kv[0], row[kv[0]], kv[1]) if _finite(row[kv[0]]) else -1.0)
         value = row[metric]
         limit = (f"[{_PRECISE(threshold[0])}, {_PRECISE(threshold[1])}]"
                  if isinstance(threshold, tuple) else _PRECISE(threshold))
         return (f"{head}: {metric} {_PRECISE(value)} against threshold {limit} "
-                f"(headroom {_NUMBER(row['headroom'])})")
+                f"(used {_NUMBER(row['used'])})")
     first = _first_line(row["message"])
     return f"{head}: {first}" if first else head
 

@@ -57,7 +57,7 @@ def test_reopening_a_torn_journal_cuts_the_tail_before_appending(tmp_path):
 def test_a_journal_of_an_earlier_schema_is_refused_by_name(tmp_path):
     path = tmp_path / "old.smoke.jsonl"  # one row per line, no version line: schema 1
     path.write_text("".join(json.dumps(r) + "\n" for r in _rows("a")))
-    with pytest.raises(ResultsError, match="old.smoke.jsonl: a journal of no schema version"):
+    with pytest.raises(ResultsError, match="old.smoke.jsonl: this journal has no schema version"):
         load(path)
     with pytest.raises(ResultsError, match="old.smoke.jsonl"):
         Journal(tmp_path, "old.smoke")  # resuming it would mix two schemas in one file
