@@ -49,7 +49,7 @@ from .options import (
     writable_folder,
     xfail_list,
 )
-from .runner import DEFAULT_TIMEOUT_S, RunConfig, run_isolated
+from .runner import DEFAULT_TIMEOUT_S, RunConfig, oversize_row, oversize_words, run_isolated
 from .schedule import default_workers
 from .suites import SUITES, build_suite, shard
 from .xfail import XfailList
@@ -156,11 +156,16 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
         bar.set_postfix(failed=summary.failed_cases, refresh=False)
         bar.update()
 
+    too_big = memory_note(todo, config)
     try:
         if args.in_process:
             shared = SharedSteps()
+            for case, need, room in too_big:
+                on_case(case, _record(journal, xfail, [oversize_row(case, config, need,
+                                                                    room)]))
+            skipped = {c.case_id for c, _, _ in too_big}
             with triton_for(device):
-                for case in by_problem(todo):
+                for case in by_problem(c for c in todo if c.case_id not in skipped):
                     on_case(case, _record(journal, xfail, run_case(
                         case, device, config.checks, run, shared=shared)))
         else:
@@ -169,6 +174,24 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
         bar.close()
     path = journal.finish()
     return path, summary
+
+
+def memory_note(cases: list[Case], config: RunConfig) -> list:
+    """The cases too large for this machine's memory (schedule.oversize), said up front in
+    one line; the runner records them as "oversize" without running them."""
+    from .runner import _visible_devices
+    from .schedule import budgets, oversize
+
+    visible = _visible_devices() if config.device.startswith("cuda") else []
+    too_big = oversize(cases, config.device, budgets(config.device, visible,
+                                                     max(1, config.workers)))
+    if too_big:
+        case, need, room = max(too_big, key=lambda t: t[1])
+        print(f"{len(too_big)} case(s) need more memory than this machine has, and will not "
+              f"run (status oversize); the largest, {case.case_id}, "
+              f"{oversize_words(config.device, need, room).removeprefix('not run: ')}",
+              file=sys.stderr)
+    return too_big
 
 
 def write_junit(path: str, rows, rerun: str) -> None:

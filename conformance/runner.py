@@ -27,7 +27,8 @@ from moecert.reports.store import Journal
 from .cases import Case
 from .checks import Outcome
 from .execute import _row
-from .schedule import WorkPool, budgets
+from .memory import death_words, gb, oom_kills
+from .schedule import WorkPool, budgets, case_need, oversize
 from .xfail import XfailList
 
 # Whole seconds a case may take before its worker is killed (interpreted Triton on a CPU
@@ -109,7 +110,7 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
     """Run `cases` in worker processes; every row goes to `journal` as it arrives;
     `on_case(case, rows)` is called when a case is finished (progress, summary)."""
     visible = _visible_devices() if config.device.startswith("cuda") else []
-    pool = WorkPool(cases, budgets(config.device, visible, max(1, config.workers)))
+    gpus = budgets(config.device, visible, max(1, config.workers))
     lock = threading.Lock()
 
     def record(case, rows):
@@ -118,6 +119,13 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
             journal.append(rows)
             if on_case:
                 on_case(case, rows)
+
+    too_big = oversize(cases, config.device, gpus)
+    for case, need, room in too_big:
+        record(case, [oversize_row(case, config, need, room)])
+    skipped = {c.case_id for c, _, _ in too_big}
+    pool = WorkPool([c for c in cases if c.case_id not in skipped], gpus,
+                    need=lambda case: case_need(case, config.device))
 
     def serve(slot: int):
         runner, gpu = CaseRunner(config, slot), slot % len(pool.gpus)
@@ -136,6 +144,19 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
         t.start()
     for t in threads:
         t.join()
+
+
+def oversize_row(case: Case, config: RunConfig, need: int, room: int) -> dict:
+    """The one row of a case not run because it needs more memory than the machine has."""
+    return _row(case, config.device, config.run_id, "setup",
+                Outcome("oversize", oversize_words(config.device, need, room)), None, 0.0)
+
+
+def oversize_words(device: str, need: int, room: int) -> str:
+    where = "host" if device.split(":")[0] == "cpu" else "GPU"
+    hint = " (or on a GPU: --device cuda)" if where == "host" else ""
+    return (f"not run: needs about {gb(need)} of {where} memory, this machine has "
+            f"{gb(room)}; run it on a host with more memory{hint}")
 
 
 class CaseRunner:
@@ -167,6 +188,7 @@ def _run_one(worker: Worker, case: Case, config: RunConfig) -> tuple[list[dict],
     rows: list[dict] = []
     in_flight = "setup"
     deadline = time.monotonic() + config.timeout_s
+    oom_before = oom_kills()
     try:
         worker.send(case, config.checks)
     except (BrokenPipeError, OSError):
@@ -182,7 +204,7 @@ def _run_one(worker: Worker, case: Case, config: RunConfig) -> tuple[list[dict],
         if message is None:
             code = worker.proc.wait()
             rows.append(_lost(case, config, "crash", in_flight, worker,
-                              f"the worker process died (exit code {code})"))
+                              death_words(code, oom_before)))
             return rows, False
         if "start" in message:
             in_flight = message["start"]
@@ -214,4 +236,5 @@ def _visible_devices() -> list[str]:
         return []
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "run_isolated"]
+__all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "oversize_row", "oversize_words",
+           "run_isolated"]
