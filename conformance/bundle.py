@@ -12,12 +12,13 @@
       results/          per shard: <run>.<label>.parquet (the rows) and <run>.<label>.record.json
       SHA256SUMS        sha256 of every other file, `sha256sum -c` format
 
-A case's outcome is one of OUTCOMES ("oversize": not run, it needs more memory than the
-machine has; the bundle is then not certified, and says so). The bundle certifies when every case of the suite for the
-backend is present with every check of its depth, each case passed, was not claimed (and the
-claims and oracle checks confirm it), or failed only where a waiver says so, no check skipped
-without a reason, every shard is present, all shards agree on harness, tolerances, source and
-device, and the backend claims at least one case. Anything else is a reason on the first line.
+A case's outcome is one of OUTCOMES ("oversize": not run, it needs more memory than the machine
+has; the bundle is then not certified, and says so). The bundle certifies when every case of
+the suite for the backend is present with every check of its depth, each case passed, was not
+claimed (and the claims and oracle checks confirm it), or failed only where a waiver says so,
+no check skipped without a reason, every shard is present, all shards agree on harness,
+tolerances, source and device, and the backend claims at least one case. Anything else is a
+reason on the first line.
 """
 
 from __future__ import annotations
