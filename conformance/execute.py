@@ -121,6 +121,8 @@ def _row(case: Case, device: str, run_id: str, check: str, outcome: Outcome,
             row["claimed"] = run.claim is None
     for key in METRICS:
         row[key] = float(outcome.metrics.get(key, math.nan))
+    if outcome.profile:
+        row["error_profile"] = outcome.profile
     v = outcome.verdict
     if v is not None:
         row["tolerance"] = run.tolerance.key

@@ -34,8 +34,9 @@ from pathlib import Path
 
 import torch
 from moecert.reference.schemes import SCHEMES
-from moecert.reports.schema import BANDS, FLOORS
+from moecert.reports.schema import BANDS, FLOORS, MODEL_SHAPE_WEIGHTS
 from moecert.reports.schema import GATED as METRICS
+from moecert.reports.schema import shape_class as _shape_class
 
 from .metrics import error_metrics
 
@@ -47,13 +48,14 @@ ANY = "*"
 # sizes, K, N <= a few hundred), from it up "model" (Qwen3-30B-A3B's 2048 x 768 and larger).
 # An entry may differ by class where calibration shows the need; none does yet: 16-bit errors
 # do not depend on size, and with int8 activations one re-rounded token (M = 1) errs as much
-# at model size as at smoke size (measured: the table's why texts).
-MODEL_WEIGHTS = 1 << 20
+# at model size as at smoke size (measured: the table's why texts). The rule is declared once,
+# in reports/schema.py (failure signatures in the report key on it too).
+MODEL_WEIGHTS = MODEL_SHAPE_WEIGHTS
 
 
 def shape_class(problem) -> str:
     """ "model" when problem.K * problem.N >= 2^20 (model-size layers), else "small"."""
-    return "model" if problem.K * problem.N >= MODEL_WEIGHTS else "small"
+    return _shape_class(problem.K, problem.N)
 
 
 @dataclass(frozen=True)

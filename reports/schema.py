@@ -101,6 +101,16 @@ COLUMN_DTYPES = {
 COLUMNS = tuple(COLUMN_DTYPES)
 
 
+# A problem is of the "model" shape class when K x N reaches this (model-size layers), else
+# "small": tolerance entries (conformance/tolerances.py) and failure signatures key on it.
+MODEL_SHAPE_WEIGHTS = 1 << 20
+
+
+def shape_class(K: int, N: int) -> str:
+    """ "model" when K * N >= MODEL_SHAPE_WEIGHTS, else "small"."""
+    return "model" if K * N >= MODEL_SHAPE_WEIGHTS else "small"
+
+
 def case_status(statuses) -> str:
     """The status of a case from its rows' statuses: the worst one ("skip" for no rows)."""
     return min(statuses, key=STATUSES.index, default="skip")
