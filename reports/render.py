@@ -2,7 +2,7 @@
 
     terminal(report)   the summary `moecert report` prints
     markdown(report)   for a CI job summary (GitHub's step summary): short, failing first
-    html(report)       one self-contained page, plots embedded (reports/plots.py)
+    html(report)       one self-contained page (reports/page.py)
     junit(rows, ...)   JUnit XML: one testcase per (case, check), classname backend.scheme
 
 Every string from a results file is escaped for its format: HTML by pandas' to_html and
@@ -127,48 +127,11 @@ def md_text(value) -> str:
 
 # --- HTML --------------------------------------------------------------------------------------
 
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1300px;color:#222}
-table{border-collapse:collapse;font-size:13px;margin:.5em 0}
-td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
-th{background:#f2f2f2}h1{font-size:22px}h2{font-size:18px;margin-top:1.6em}
-.verdict{font-size:17px;font-weight:600;padding:.5em;border-radius:4px}
-.bad{background:#fde2e1}.good{background:#e3f6e5}img{max-width:100%}
-pre{background:#f6f6f6;padding:.5em;white-space:pre-wrap;word-break:break-all;font-size:12px}"""
-
-
 def html(report: Report, title: str = "moecert report") -> str:
-    """One page, nothing fetched: tables by pandas, plots as embedded PNG."""
-    from . import plots
+    """One page, nothing fetched: reports/page.py."""
+    from .page import html as page
 
-    esc = html_lib.escape
-    bad = report.exit_code != 0
-    body = [f"<h1>{esc(title)}</h1>",
-            f'<p class="verdict {"bad" if bad else "good"}">{esc(report.verdict())}</p>',
-            f"<p>run {esc(', '.join(report.run_ids()))}: {len(report.cases)} cases</p>"]
-    if report.changes is not None:
-        body += ["<h2>Regressions and changes against the baseline</h2>",
-                 _html_table(report.changes)]
-    if report.bench is not None and len(report.bench):
-        body += ["<h2>Timings (moecert bench)</h2>", _html_table(_bench_table(report.bench))]
-    body += ["<h2>Status: backend x scheme x check</h2>", _img(plots.status_matrix(report)),
-             "<h2>Cases by backend x scheme</h2>", _html_table(report.counts, index=True)]
-    cases = _failing_cases(report)
-    if len(cases):
-        body += [f"<h2>Failing cases ({len(cases)})</h2>"]
-        for row in cases.head(FAILING_SHOWN).to_dict("records"):
-            body.append(f"<p><b>{esc(str(row['status']))}</b> {esc(str(row['check']))} "
-                        f"<code>{esc(str(row['case_id']))}</code></p>"
-                        f"<pre>{esc(str(row['message']))}\n\nrerun: "
-                        f"{esc(report.rerun(row))}</pre>")
-    body += ["<h2>Error against tolerance, per backend and scheme</h2>",
-             _img(plots.used_by_group(report)),
-             "<h2>Tolerance used by every judged row</h2>", _img(plots.used_histogram(report)),
-             "<h2>Tolerance used, the most per entry</h2>",
-             _html_table(_numbers(report.used)),
-             "<h2>Slowest cases</h2>", _html_table(_numbers(report.slowest))]
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    return page(report, title)
 
 
 def _html_table(frame: pd.DataFrame, index: bool = False) -> str:

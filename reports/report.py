@@ -27,6 +27,7 @@ class Report:
     changes: pd.DataFrame | None  # frames.compare_runs, with a baseline
     rerun_prefix: str | None = None  # `moecert run ...` before `--case`; None: from the row
     bench: pd.DataFrame | None = None  # frames.bench: the `moecert bench` rows
+    baseline: pd.DataFrame | None = None  # the baseline's rows, as loaded
 
     @classmethod
     def build(cls, rows: pd.DataFrame, baseline: pd.DataFrame | None = None,
@@ -40,7 +41,7 @@ class Report:
         return cls(rows, frames.cases(rows), frames.status_counts(rows),
                    frames.status_matrix(rows), frames.worst_used(rows),
                    frames.failing(rows), frames.slowest(rows), changes, rerun_prefix,
-                   frames.bench(rows))
+                   frames.bench(rows), baseline)
 
     @property
     def regressions(self) -> pd.DataFrame | None:
