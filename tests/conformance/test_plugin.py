@@ -171,11 +171,16 @@ def test_a_backend_that_kills_its_process_costs_its_case(session):
 
 def test_the_verdict_counts_claimed_cases_per_backend():
     assert session_verdict(Counter()) is None
-    assert session_verdict(Counter({("a", False, False): 3})) == (
+    assert session_verdict(Counter({("a", False, False, False): 3})) == (
         False, "moecert: not green: no claimed case ran a check (backend a 0 of 3 claimed)")
-    assert session_verdict(Counter({("a", False, False): 3, ("b", True, False): 1,
-                                    ("a", True, False): 2})) == (
+    assert session_verdict(Counter({("a", False, False, False): 3, ("b", True, False, False): 1,
+                                    ("a", True, False, False): 2})) == (
         True, "moecert: green: all 3 claimed case(s) passed (backend a 2 of 5 claimed, "
               "b 1 of 1 claimed)")
-    assert session_verdict(Counter({("a", False, False): 1, ("a", None, True): 1})) == (
+    assert session_verdict(Counter({("a", False, False, False): 1,
+                                    ("a", None, True, False): 1})) == (
         False, "moecert: not green: 1 case(s) failed (backend a 0 of 2 claimed)")
+    assert session_verdict(Counter({("a", True, False, False): 1,
+                                    ("a", None, False, True): 1})) == (
+        False, "moecert: not green: 1 case(s) not run: they need more memory than this "
+               "machine has (backend a 1 of 2 claimed)")
