@@ -140,3 +140,19 @@ def test_strings_from_results_are_escaped(planted, tmp_path):
     rows["message"] = rows["message"].where(rows["status"] != "fail", evil)
     page = render.html(Report.build(rows))
     assert evil not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_against_a_baseline_the_page_plots_what_changed(planted):
+    rows = load(planted)
+    base = rows.copy()
+    failing = base["status"] == "fail"
+    base.loc[failing, "status"] = "pass"  # the baseline: before the bug was planted
+    base.loc[failing, "used"] = base.loc[failing, "used"] / 4
+    base["run_id"] = "before"
+    report = Report.build(rows, baseline=base)
+    assert report.exit_code == 1 and report.verdict().startswith(
+        "REGRESSED against the baseline: ") and "new failure(s)" in report.verdict()
+    page = render.html(report)
+    head = page.split("<h2>Status")[0]
+    assert "<h2>Against the baseline</h2>" in head
+    assert 'alt="what changed against the baseline" src="data:image/png;base64,' in head
