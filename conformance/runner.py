@@ -35,6 +35,10 @@ from .xfail import XfailList
 # runs a small case in seconds; a model-size case on a GPU well under a minute).
 DEFAULT_TIMEOUT_S = 600.0
 _STDERR_TAIL = 40  # lines of a dead worker's stderr kept in its crash row
+# Seconds a new worker may take to start (python, torch, the backends' imports) before its
+# first case's own timeout begins: starting a process is not the case's time (a loaded
+# 2-core machine took over 5 s to start one).
+STARTUP_S = 120.0
 
 
 @dataclass
@@ -70,6 +74,7 @@ class Worker:
                                      stderr=subprocess.PIPE, text=True, env=env,
                                      start_new_session=True)
         self.messages: queue.Queue = queue.Queue()
+        self.ready = False  # the worker said it finished starting
         self.stderr: deque[str] = deque(maxlen=_STDERR_TAIL)
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
@@ -187,7 +192,7 @@ def _run_one(worker: Worker, case: Case, config: RunConfig) -> tuple[list[dict],
     """The case's rows, and whether the worker is still usable."""
     rows: list[dict] = []
     in_flight = "setup"
-    deadline = time.monotonic() + config.timeout_s
+    deadline = time.monotonic() + config.timeout_s + (0 if worker.ready else STARTUP_S)
     oom_before = oom_kills()
     try:
         worker.send(case, config.checks)
@@ -206,7 +211,10 @@ def _run_one(worker: Worker, case: Case, config: RunConfig) -> tuple[list[dict],
             rows.append(_lost(case, config, "crash", in_flight, worker,
                               death_words(code, oom_before)))
             return rows, False
-        if "start" in message:
+        if "ready" in message:
+            worker.ready = True
+            deadline = time.monotonic() + config.timeout_s
+        elif "start" in message:
             in_flight = message["start"]
         elif "row" in message:
             rows.append(message["row"])
