@@ -12,11 +12,13 @@
       results/          per shard: <run>.<label>.parquet (the rows) and <run>.<label>.record.json
       SHA256SUMS        sha256 of every other file, `sha256sum -c` format
 
-A case's outcome is one of OUTCOMES. The bundle certifies when every case of the suite for the
-backend is present with every check of its depth, each case passed, was not claimed (and the
-claims and oracle checks confirm it), or failed only where a waiver says so, no check skipped
-without a reason, every shard is present, all shards agree on harness, tolerances, source and
-device, and the backend claims at least one case. Anything else is a reason on the first line.
+A case's outcome is one of OUTCOMES ("oversize": not run, it needs more memory than the machine
+has; the bundle is then not certified, and says so). The bundle certifies when every case of
+the suite for the backend is present with every check of its depth, each case passed, was not
+claimed (and the claims and oracle checks confirm it), or failed only where a waiver says so,
+no check skipped without a reason, every shard is present, all shards agree on harness,
+tolerances, source and device, and the backend claims at least one case. Anything else is a
+reason on the first line.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from .cases import Case
 from .checks import FULL, LIGHT
 from .waivers import Waiver, parse_waivers, waiver_for
 
-OUTCOMES = ("pass", "unsupported", "waived", "fail")
+OUTCOMES = ("pass", "unsupported", "waived", "fail", "oversize")
 CERTIFY_SUITE = "certify"
 RECORD_SUFFIX = ".record.json"
 RECORD_FORMAT = "moecert-certify-shard/1"
@@ -62,7 +64,8 @@ class Judgement:
 
     def counts(self) -> dict[str, int]:
         c = Counter(self.outcomes.values())
-        return {o: c.get(o, 0) for o in OUTCOMES}
+        # "oversize" only where a case was not run (a run that ran everything reads as before)
+        return {o: c.get(o, 0) for o in OUTCOMES if o != "oversize" or c.get(o)}
 
 
 def sha256_text(text: str) -> str:
@@ -89,7 +92,7 @@ def judge(records: list[dict], rows: pd.DataFrame, expected: list[Case]) -> Judg
     if dup.any():
         reasons.append(f"{_few(sorted(set(rows.loc[dup, 'case_id'])))} with rows run twice")
     outcomes, waived = {}, []
-    short_checks, unexplained_skips = [], []
+    short_checks, unexplained_skips, oversize = [], [], []
     for case_id, group in present.items():
         case_rows = group.to_dict("records")
         checks = {str(r["check"]) for r in case_rows}
@@ -102,7 +105,11 @@ def judge(records: list[dict], rows: pd.DataFrame, expected: list[Case]) -> Judg
                for r in case_rows):
             unexplained_skips.append(case_id)
         bad = [r for r in case_rows if r["status"] in (*FAILING, "xfail")]
-        if bad:
+        if any(r["status"] == "oversize" for r in case_rows):
+            outcomes[case_id] = "oversize"
+            oversize.append((case_id, next(str(r["message"]) for r in case_rows
+                                           if r["status"] == "oversize")))
+        elif bad:
             matched = [waiver_for(r, waivers) for r in bad]
             if all(matched):
                 used.update(matched)
@@ -118,6 +125,10 @@ def judge(records: list[dict], rows: pd.DataFrame, expected: list[Case]) -> Judg
         reasons.append(f"reduced run: {_few(short_checks)} without every check of its depth")
     if unexplained_skips:
         reasons.append(f"{_few(unexplained_skips)} with a check skipped without a reason")
+    if oversize:
+        largest = oversize[0][1].removeprefix("not run: ")
+        reasons.append(f"{_few([i for i, _ in oversize])} not run: more memory than the "
+                       f"machine had ({oversize[0][0]} {largest})")
     failed = [i for i, o in outcomes.items() if o == "fail"]
     if failed:
         reasons.append(f"{_few(failed)} failed (crash, timeout, error and fail count; "
@@ -151,11 +162,18 @@ def _record_reasons(records: list[dict]) -> list[str]:
     have = Counter(r["shard"][0] for r in records)
     lost = [f"{i}/{count}" for i in range(count) if not have[i]]
     if lost:
-        reasons.append(f"reduced run: shard {', '.join(lost)} missing")
+        reasons.append(f"reduced run: {few_shards(lost, count)} missing")
     twice = [f"{i}/{count}" for i, k in sorted(have.items()) if k > 1]
     if twice:
         reasons.append(f"shard {', '.join(twice)} recorded more than once")
     return reasons
+
+
+def few_shards(shards: list[str], count: int) -> str:
+    """"3 of 60 shards (0/60, 1/60, 2/60)", at most _SHOWN named."""
+    shown = ", ".join(shards[:_SHOWN])
+    more = f" and {len(shards) - _SHOWN} more" if len(shards) > _SHOWN else ""
+    return f"{len(shards)} of {count} shard(s) ({shown}{more})"
 
 
 def _few(ids: list[str]) -> str:

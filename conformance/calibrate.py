@@ -3,7 +3,8 @@ tolerance table, entry by entry.
 
 For each tolerance entry the accuracy rows fell under, and each metric the entry gates, it
 prints the distribution of the metric's error form (median, p95, max over rows), the entry's
-threshold, a suggested threshold, the headroom (max / threshold; above 1 fails) and the case
+threshold, a suggested threshold, the share of the tolerance used (max / threshold;
+above 1 fails) and the case
 that showed the max (its id reruns it). Error
 forms put every metric on one scale where larger is worse and 0 is exact:
 
@@ -13,7 +14,7 @@ forms put every metric on one scale where larger is worse and 0 is exact:
 
 Suggested threshold: SAFETY x the measured max, rounded up to a 1-2-5 step (1e-3, 2e-3,
 5e-3, 1e-2, ...), in the error form (a floor of 1 - that, a band of 1 -+ that). Run it when a
-backend, the reference or the table changes: headroom that creeps toward 1 shows drift before
+backend, the reference or the table changes: a `used` that creeps toward 1 shows drift before
 anything fails. `--results PATH` summarizes rows a run already wrote (`moecert run`, the pytest
 plugin) instead of running cases; `summarize` takes loaded rows (a DataFrame) as well.
 """
@@ -151,7 +152,7 @@ def summarize(rows, safety: float = SAFETY) -> list[dict]:
                 "failed": failed, "median": _quantile(values, 0.5),
                 "p95": _quantile(values, 0.95), "max": worst, "threshold": limit,
                 "suggested": round_up_125(safety * worst),
-                "headroom": worst / limit if limit > 0 else (0.0 if worst <= 0 else math.inf),
+                "used": worst / limit if limit > 0 else (0.0 if worst <= 0 else math.inf),
                 "worst_case": worst_case,
             })
     return summary
@@ -191,12 +192,12 @@ def format_summary(summary: list[dict], rows: list[dict] = ()) -> str:
             entry = rec["tolerance"]
             lines += ["", f"{entry}  ({rec['rows']} rows, {rec['failed']} failed)",
                       f"  {'metric':<20}{'median':>10}{'p95':>10}{'max':>10}{'threshold':>11}"
-                      f"{'suggested':>11}{'headroom':>10}  worst case"]
+                      f"{'suggested':>11}{'used':>10}  worst case"]
         name = rec["metric"] + (" (1-x)" if rec["metric"] in FLOORS else
                                 " |x-1|" if rec["metric"] in BANDS else "")
         lines.append(f"  {name:<20}{rec['median']:>10.2e}{rec['p95']:>10.2e}{rec['max']:>10.2e}"
                      f"{rec['threshold']:>11.2e}{rec['suggested']:>11.0e}"
-                     f"{rec['headroom']:>10.2f}  {rec['worst_case'] if rec['max'] > 0 else ''}")
+                     f"{rec['used']:>10.2f}  {rec['worst_case'] if rec['max'] > 0 else ''}")
     return "\n".join(lines)
 
 

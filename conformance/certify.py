@@ -16,7 +16,8 @@ DIR/results/* into one DIR/results and run `--assemble DIR` (a shard that finds 
 record beside its own assembles by itself, so shards writing into one shared DIR need no
 extra step). One host with several GPUs needs no shards: `-n` workers spread over the GPUs.
 
-Exit codes: run and assemble 0 certified, 1 not; --verify 0 certifying and intact, 1
+Exit codes: run and assemble 0 certified, 1 not (a shard that waits for other shards: 0
+when its own cases passed, 1 when not); --verify 0 certifying and intact, 1
 non-certifying or tampered, 2 not a bundle or unreadable; 2 for a usage error.
 """
 
@@ -129,7 +130,9 @@ def certify(args) -> int:
         in_process=False, checkpoint=args.checkpoint, layer=args.layer, inputs=args.inputs)
     cases = run_command.select_cases(run_args, device)
     model = model_record(cases)
-    path, _ = run_command.execute(run_args, device, cases, XfailList([]))
+    path, summary = run_command.execute(run_args, device, cases, XfailList([]))
+    verdict = summary.verdict()
+    print(f"run: {verdict.line}")
     shard = list(args.shard or (0, 1))
     record = shard_record(run_id_of(path), args.suite, backend, shard, len(cases), device,
                           imports=args.imports, waivers=waivers, started=started,
@@ -140,9 +143,12 @@ def certify(args) -> int:
     records = bundle.read_records(results)
     lost = sorted(set(range(shard[1])) - {r["shard"][0] for r in records})
     if lost:
-        print(f"waiting for shard(s) {', '.join(f'{i}/{shard[1]}' for i in lost)}: when "
-              f"their results/* are in {results}, run `moecert certify --assemble {out}`")
-        return 1
+        # this shard's own verdict decides its exit code; the bundle's comes at assembly
+        state = "passed" if verdict.green else "did not pass"
+        print(f"shard {shard[0]}/{shard[1]} {state}; waiting for "
+              f"{bundle.few_shards([f'{i}/{shard[1]}' for i in lost], shard[1])}: when their "
+              f"results/* are in {results}, run `moecert certify --assemble {out}`")
+        return verdict.code
     return _report(assemble(out))
 
 

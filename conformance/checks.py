@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -45,6 +46,7 @@ class Outcome:
     message: str = ""
     metrics: dict = field(default_factory=dict)
     verdict: object = None  # tolerances.Verdict, where a tolerance entry gated the result
+    profile: str = ""  # JSON, where the error sits (metrics.error_profile): failing accuracy
 
 
 def passed(message: str = "") -> Outcome:
@@ -114,7 +116,10 @@ def check_oracle(run: CaseRun) -> Outcome:
 # --- the output ---------------------------------------------------------------------------
 
 def check_accuracy(run: CaseRun) -> Outcome:
-    return judged(run.judge(run.output, run.reference), "against the float64 reference")
+    outcome = judged(run.judge(run.output, run.reference), "against the float64 reference")
+    if outcome.status == "fail":  # where the error sits, for the report's picture
+        outcome.profile = json.dumps(run.error_profile(run.output, run.reference))
+    return outcome
 
 
 def check_fully_written(run: CaseRun) -> Outcome:

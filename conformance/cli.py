@@ -17,6 +17,17 @@ from moecert.reference import RECORDS, SCHEMES, MoEProblem
 
 
 def cmd_list(args) -> int:
+    """Under the same notion of "available here" as `moecert run` (execute.triton_for: on a
+    CPU the triton backend runs through the Triton interpreter)."""
+    import torch
+
+    from .execute import triton_for
+
+    with triton_for("cuda" if torch.cuda.is_available() else "cpu"):
+        return _list(args)
+
+
+def _list(args) -> int:
     if args.backend:
         return print_claims(args.backend, args.suite, args.imports)
     print(f"{'scheme':<12} {'family':<6} {'bits':>4}  {'strategies':<22} {'activations':<44} "
@@ -125,7 +136,7 @@ SUBCOMMANDS = (
     ("bench", "bench", "time the backends on the model layers against the device's floors "
                        "(reference: time the float64 reference)"),
     ("run", "run_command", "run a suite against the reference; exit 1 on a failure"),
-    ("calibrate", "calibrate", "error distribution, suggested thresholds, headroom"),
+    ("calibrate", "calibrate", "error distribution, suggested thresholds, tolerance used"),
     ("report", "report_command", "summarize results, compare with a baseline; exit 1 on a "
                                  "regression, 2 on unreadable results"),
     ("certify", "certify", "certify a backend: the whole certify suite into a hashed bundle; "
@@ -174,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"moecert {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `moecert list | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

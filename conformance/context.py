@@ -20,7 +20,7 @@ from moecert.reference.schemes import checkpoint_shape_issue
 
 from .cases import Case
 from .inputs import Inputs, case_inputs
-from .metrics import error_metrics
+from .metrics import error_metrics, error_profile
 from .strides import restrided
 from .tolerances import Tolerance, load_table, shape_class
 
@@ -286,6 +286,10 @@ class CaseRun:
         metrics = error_metrics(actual, reference, atol=tol.atol * _scale(reference),
                                 rtol=tol.rtol, **self._expert_ids())
         return {"metrics": metrics, "verdict": tol.judge(metrics)}
+
+    def error_profile(self, actual: torch.Tensor, reference: torch.Tensor) -> dict:
+        """Where the error sits: per expert, token and column (metrics.error_profile)."""
+        return error_profile(actual, reference, **self._expert_ids())
 
     def _expert_ids(self) -> dict:
         ids = self.inputs.topk_ids

@@ -123,9 +123,11 @@ def _row(case: Case, device: str, run_id: str, check: str, outcome: Outcome,
             row["claimed"] = run.claim is None
     for key in METRICS:
         row[key] = float(outcome.metrics.get(key, math.nan))
+    if outcome.profile:
+        row["error_profile"] = outcome.profile
     v = outcome.verdict
     if v is not None:
         row["tolerance"] = run.tolerance.key
         row.update(threshold_columns(v.thresholds))
-        row["headroom"] = float(v.headroom)
+        row["used"] = float(v.used)
     return row

@@ -7,6 +7,7 @@ token or expert (the per-row minimum cosine and the mismatch fraction do not).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -125,3 +126,57 @@ def _max_expert_rel_fro(act: torch.Tensor, ref: torch.Tensor, expert_ids: torch.
     for d, r in zip(diff_e[used].sqrt().tolist(), ref_e[used].sqrt().tolist(), strict=True):
         worst = max(worst, _ratio(d, r))
     return worst
+
+
+# The error profile of a failing accuracy row: at most this many values along each axis
+# (more tokens or columns than this are pooled into equal consecutive buckets).
+PROFILE_POINTS = 64
+
+
+def error_profile(actual: torch.Tensor, reference: torch.Tensor,
+                  expert_ids: torch.Tensor | None = None) -> dict[str, list[float]]:
+    """Where the error of `actual` sits, for a report's small picture (a bug class shows in
+    its place: one expert, a group of columns, the K tail, the last rows):
+
+    expert   ||error|| / ||reference|| over the rows routed to each expert (with `expert_ids`;
+             0 for an expert no row went to)
+    token    each output row's ||error|| over the mean row norm of the reference
+    column   each output column's (the hidden dimension's) ||error|| over the mean column norm
+
+    Rows and columns beyond PROFILE_POINTS are pooled (root mean square) into buckets."""
+    ref = reference.to(torch.float64)
+    act = actual.to(device=ref.device, dtype=torch.float64)
+    rows_a, rows_r = act.reshape(-1, act.shape[-1]), ref.reshape(-1, ref.shape[-1])
+    diff = torch.nan_to_num(rows_a - rows_r, nan=0.0, posinf=0.0, neginf=0.0)
+    out: dict[str, list[float]] = {}
+    if expert_ids is not None and expert_ids.numel() and diff.numel():
+        ids = expert_ids.to(device=ref.device, dtype=torch.int64).reshape(diff.shape[0], -1)
+        live = ids >= 0
+        n = int(ids.max()) + 1 if live.any() else 0
+        diff_e = torch.zeros(n, dtype=torch.float64, device=ref.device).index_add_(
+            0, ids[live], diff.square().sum(1).unsqueeze(1).expand_as(ids)[live])
+        ref_e = torch.zeros_like(diff_e).index_add_(
+            0, ids[live], rows_r.square().sum(1).unsqueeze(1).expand_as(ids)[live])
+        out["expert"] = [_short(_ratio(float(d), float(r))) for d, r in
+                         zip(diff_e.sqrt().tolist(), ref_e.sqrt().tolist(), strict=True)]
+    for axis, name in ((1, "token"), (0, "column")):
+        if not diff.numel():
+            break
+        err = diff.square().sum(axis)
+        scale = float(rows_r.square().sum(axis).sqrt().mean())
+        out[name] = [_short(_ratio(v, scale)) for v in _pooled(err).sqrt().tolist()]
+    return out
+
+
+def _pooled(squares: torch.Tensor) -> torch.Tensor:
+    """Mean squares in at most PROFILE_POINTS consecutive buckets."""
+    n = squares.numel()
+    if n <= PROFILE_POINTS:
+        return squares
+    edges = torch.linspace(0, n, PROFILE_POINTS + 1).round().long().tolist()
+    return torch.stack([squares[a:b].mean() for a, b in itertools.pairwise(edges)])
+
+
+def _short(v: float) -> float:
+    """3 significant digits: a picture's value, kept small in the results file."""
+    return float(f"{v:.3g}")

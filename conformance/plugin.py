@@ -34,6 +34,7 @@ from . import options
 # them as properties): the controller counts claimed cases from these.
 CLAIMED_PROPERTY = "moecert_claimed"
 BACKEND_PROPERTY = "moecert_backend"
+OVERSIZE_PROPERTY = "moecert_oversize"  # not run: more memory than the machine has
 
 _settings_key = pytest.StashKey["Settings"]()
 
@@ -193,11 +194,12 @@ def moecert_session(request):
              # worker's results file, so `load` reads the session as one run
              "run_id": (f"pytest-{os.environ['PYTEST_XDIST_TESTRUNUID'][:12]}"
                         if os.environ.get("PYTEST_XDIST_TESTRUNUID") else new_run_id()),
-             "rerun": rerun_prefix(s)}
+             "rerun": rerun_prefix(s), "budgets": _budgets(s.device)}
     results = config.getoption("--moecert-results")
     if results:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        state["journal"] = Journal(results, f"{state['run_id']}.pytest-{worker}", s.suite)
+        state["journal"] = Journal(results, f"{state['run_id']}.pytest-{worker}", s.suite,
+                                   s.imports)
     if s.isolate:
         # the xdist workers share the cores: each case worker gets its share of threads
         shares = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
@@ -212,6 +214,14 @@ def moecert_session(request):
     for entry in state["xfail"].unused():
         import warnings
         warnings.warn(f"moecert xfail entry matched nothing: {entry}", stacklevel=1)
+
+
+def _budgets(device: str) -> list:
+    """This process's memory budget (schedule.budgets): a case above it is not run."""
+    from .runner import _visible_devices
+    from .schedule import budgets
+
+    return budgets(device, _visible_devices()[:1] if device.startswith("cuda") else [], 1)
 
 
 def rerun_prefix(s: Settings) -> str:
@@ -238,8 +248,15 @@ def run_and_assert(case, session, properties: list | None = None) -> list[dict]:
     from moecert.reports.schema import FAILING, case_status
 
     from .execute import run_case
+    from .runner import RunConfig, oversize_row
+    from .schedule import oversize
 
-    if session["runner"]:
+    too_big = oversize([case], session["device"], session.get("budgets") or [])
+    if too_big:
+        (_, need, room), = too_big
+        rows = [oversize_row(case, RunConfig(session["device"], run_id=session["run_id"]),
+                             need, room)]
+    elif session["runner"]:
         rows = session["runner"].run(case)
     else:
         rows = run_case(case, session["device"], session["checks"], session["run_id"])
@@ -247,7 +264,10 @@ def run_and_assert(case, session, properties: list | None = None) -> list[dict]:
     if session["journal"]:
         session["journal"].append(rows)
     if properties is not None:
-        properties += [(BACKEND_PROPERTY, case.backend), (CLAIMED_PROPERTY, claimed(rows))]
+        properties += [(BACKEND_PROPERTY, case.backend), (CLAIMED_PROPERTY, claimed(rows)),
+                       (OVERSIZE_PROPERTY, bool(too_big))]
+    if too_big:  # neither a pass nor a failure of the backend; the session is not green
+        pytest.skip(f"oversize: {rows[0]['message']}")
     bad = [r for r in rows if r["status"] in FAILING]
     if bad:
         detail = "\n".join(f"{r['status']} {r['check']}: {r['message']}" for r in bad)
@@ -278,9 +298,10 @@ def unclaimed_reason(rows: list[dict]) -> str:
 
 
 class _Tally:
-    """Counts the session's cases by (backend, claimed) from their test reports and turns a
-    session in which no claimed case ran red. Registered in every process; on xdist only the
-    controller's count (every worker's reports, forwarded) decides."""
+    """Counts the session's cases by (backend, claimed, failed) from their test reports and
+    turns a session that is not green (reports/verdict.py, as `moecert run` judges a run)
+    red. Registered in every process; on xdist only the controller's count (every worker's
+    reports, forwarded) decides."""
 
     def __init__(self):
         self.counts: Counter = Counter()
@@ -289,7 +310,8 @@ class _Tally:
     def pytest_runtest_logreport(self, report):
         props = dict(report.user_properties)
         if report.when == "call" and CLAIMED_PROPERTY in props:
-            self.counts[props[BACKEND_PROPERTY], props[CLAIMED_PROPERTY]] += 1
+            self.counts[props[BACKEND_PROPERTY], props[CLAIMED_PROPERTY], report.failed,
+                        bool(props.get(OVERSIZE_PROPERTY))] += 1
 
     def pytest_sessionfinish(self, session):
         if hasattr(session.config, "workerinput"):  # an xdist worker: its controller decides
@@ -307,21 +329,17 @@ class _Tally:
 
 
 def session_verdict(tally: Counter) -> tuple[bool, str] | None:
-    """Whether the session may be green, and its moecert line, from (backend, claimed) -> test
-    count (claimed None: the case was lost before its claim was known); None for a session
-    that ran no case."""
+    """Whether the session is green, and its moecert line (the words `moecert run` ends
+    with), from (backend, claimed, failed, oversize) -> test count (claimed None: the case
+    was lost before its claim was known; failed: the test failed; oversize: not run, too
+    large for the machine's memory); None for a session that ran no case."""
+    from moecert.reports.verdict import Tally, verdict
+
     if not tally:
         return None
-    total, claimed = sum(tally.values()), sum(n for (_, c), n in tally.items() if c)
-    backends = sorted({b for b, _ in tally})
-    if not claimed:
-        lost = sum(n for (_, c), n in tally.items() if c is None)
-        why = (f"; {lost} lost before the claim was known (setup error, crash or timeout)"
-               if lost else "")
-        return False, (f"moecert: no claimed case ran (backend {', '.join(backends)} claims "
-                       f"none of {total} cases{why})")
-    if len(backends) == 1:
-        return True, f"moecert: {backends[0]} claimed {claimed} of {total} cases"
-    each = ", ".join(f"{b} {tally[b, True]} of {sum(n for (x, _), n in tally.items() if x == b)}"
-                     for b in backends)
-    return True, f"moecert: claimed {claimed} of {total} cases ({each})"
+    tallies: dict[str, Tally] = {}
+    for (backend, claimed_, failed, too_big), n in sorted(tally.items(), key=str):
+        for _ in range(n):
+            tallies.setdefault(backend, Tally()).add(bool(claimed_), True, failed, too_big)
+    v = verdict(tallies)
+    return v.green, f"moecert: {v.line}"

@@ -49,6 +49,7 @@ def main(args) -> int:
                           suite_ids(baseline) if baseline is not None else None,
                           rerun_prefix=_rerun_prefix(current, args.imports),
                           slower_than=args.slower_than)
+    print(runs_line(args.results, args.run, current))
     print(render.terminal(report))
     for path, text in ((args.md, lambda: render.markdown(report)),
                        (args.html, lambda: render.html(report)),
@@ -56,6 +57,25 @@ def main(args) -> int:
         if path:
             Path(path).write_text(text(), encoding="utf-8")
     return report.exit_code
+
+
+_RUNS_SHOWN = 5
+
+
+def runs_line(path: str, run: str | None, rows) -> str:
+    """Which run of RESULTS the report shows, and the folder's other runs (newest first)."""
+    from moecert.reports.store import result_files
+
+    shown = ", ".join(sorted(rows["run_id"].dropna().unique()))
+    if not Path(path).is_dir():
+        return f"report of {path} (run {shown})"
+    runs = list(result_files(path))
+    if run is None and len(runs) > 1:
+        listed = ", ".join(runs[:_RUNS_SHOWN]) + (
+            f" and {len(runs) - _RUNS_SHOWN} more" if len(runs) > _RUNS_SHOWN else "")
+        return (f"report of run {shown}, the newest of {len(runs)} runs in {path} ({listed}); "
+                "--run ID reports another, --run all every one")
+    return f"report of run {shown} in {path}"
 
 
 def _ratio(text: str) -> float:

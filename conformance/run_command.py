@@ -27,6 +27,7 @@ from moecert.kernels import backend_names, get_backend
 from moecert.reference import CheckpointError
 from moecert.reports.schema import FAILING, STATUSES, case_status
 from moecert.reports.store import Journal, journal_cases, load, run_id_of, unfinished_journals
+from moecert.reports.verdict import Tally, Verdict, tally_rows, verdict
 
 from .cases import Case
 from .checks import CHECKS
@@ -52,13 +53,10 @@ from .options import (
     writable_folder,
     xfail_list,
 )
-from .runner import DEFAULT_TIMEOUT_S, RunConfig, run_isolated
+from .runner import DEFAULT_TIMEOUT_S, RunConfig, oversize_row, oversize_words, run_isolated
 from .schedule import default_workers
 from .suites import SUITES, build_model_suite, build_suite, shard
 from .xfail import XfailList
-
-# Statuses of a claimed case's row that mean no check was executed on it.
-_NOT_EXECUTED = ("skip", "unsupported")
 
 
 def add_arguments(p) -> None:
@@ -138,10 +136,9 @@ def main(args) -> int:
         write_junit(args.junit, load(path), rerun_command(device, args.imports, args.xfail,
                                                           args.check, args.timeout))
         print(f"junit: {args.junit}")
-    reason = summary.not_green()
-    if reason:
-        print(f"not green: {reason}")
-    return 1 if reason else 0
+    verdict = summary.verdict()
+    print(verdict.line)
+    return verdict.code
 
 
 def workers_for(requested: int | str, device: str) -> int:
@@ -161,24 +158,31 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
     config = RunConfig(device, workers, args.timeout, args.check or None, args.imports,
                        run, xfail)
     print(f"moecert run {run}: {len(todo)} cases ({len(done)} already done) on {device}, "
-          f"{workers} worker(s) -> {journal.path}", file=sys.stderr)
+          f"{workers} worker(s), backend {backend_list(cases)} -> {journal.path}",
+          file=sys.stderr)
     summary = Summary()
     for rows in earlier:  # a resumed run is judged whole
         summary.add(rows)
         xfail.seen(rows)
-    bar = (tqdm if tqdm else _PlainProgress)(total=len(todo), unit="case", file=sys.stderr,
-                                              dynamic_ncols=True)
+    live = tqdm is not None and sys.stderr.isatty()
+    bar = (tqdm if live else PlainProgress)(total=len(todo), unit="case", file=sys.stderr,
+                                            dynamic_ncols=True)
 
     def on_case(case, rows):
         summary.add(rows)
         bar.set_postfix(failed=summary.failed_cases, refresh=False)
         bar.update()
 
+    too_big = memory_note(todo, config)
     try:
         if args.in_process:
             shared = SharedSteps()
+            for case, need, room in too_big:
+                on_case(case, _record(journal, xfail, [oversize_row(case, config, need,
+                                                                    room)]))
+            skipped = {c.case_id for c, _, _ in too_big}
             with triton_for(device):
-                for case in by_problem(todo):
+                for case in by_problem(c for c in todo if c.case_id not in skipped):
                     on_case(case, _record(journal, xfail, run_case(
                         case, device, config.checks, run, shared=shared)))
         else:
@@ -187,6 +191,24 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
         bar.close()
     path = journal.finish()
     return path, summary
+
+
+def memory_note(cases: list[Case], config: RunConfig) -> list:
+    """The cases too large for this machine's memory (schedule.oversize), said up front in
+    one line; the runner records them as "oversize" without running them."""
+    from .runner import _visible_devices
+    from .schedule import budgets, oversize
+
+    visible = _visible_devices() if config.device.startswith("cuda") else []
+    too_big = oversize(cases, config.device, budgets(config.device, visible,
+                                                     max(1, config.workers)))
+    if too_big:
+        case, need, room = max(too_big, key=lambda t: t[1])
+        print(f"{len(too_big)} case(s) need more memory than this machine has, and will not "
+              f"run (status oversize); the largest, {case.case_id}, "
+              f"{oversize_words(config.device, need, room).removeprefix('not run: ')}",
+              file=sys.stderr)
+    return too_big
 
 
 def write_junit(path: str, rows, rerun: str) -> None:
@@ -249,6 +271,16 @@ def available_backends(device: str) -> list[str]:
         return [n for n in backend_names() if get_backend(n).available() is None]
 
 
+def backend_list(cases: list[Case]) -> str:
+    """The cases' backends, each one that is not built in marked (an installed package's
+    entry point, or a run-time registration, joins a default run)."""
+    from moecert.kernels.registry import BUILTINS
+
+    names = dict.fromkeys(c.backend for c in cases)
+    return ", ".join(n if n in BUILTINS else f"{n} (plugin: not built in)" for n in names) \
+        or "none"
+
+
 def rerun_command(device: str, imports=(), xfail: str | None = None, checks=(),
                   timeout: float = DEFAULT_TIMEOUT_S) -> str:
     """`moecert run` with every option that changes a case's verdict; a case's JSON follows."""
@@ -280,7 +312,8 @@ def _journal(args, label: str) -> tuple[Journal, list[list[dict]]]:
     if args.resume:
         unfinished = [p for p in unfinished_journals(folder) if ours(p)]
         if unfinished:
-            journal = Journal(folder, unfinished[0].stem, args.suite)  # cuts a torn tail
+            journal = Journal(folder, unfinished[0].stem, args.suite,  # cuts a torn tail
+                              args.imports)
             return journal, journal_cases(journal.path)
         finished = sorted((p for p in folder.glob("*.parquet") if ours(p)),
                           key=lambda p: p.stat().st_mtime, reverse=True)
@@ -293,37 +326,57 @@ def _journal(args, label: str) -> tuple[Journal, list[list[dict]]]:
     if any((folder / (name + suffix)).exists() for suffix in (".jsonl", ".parquet")):
         raise UsageError(f"run {run} already has {label} results in {folder}: --resume "
                          "continues an unfinished one; or pass another --run-id")
-    return Journal(folder, name, args.suite), []
+    return Journal(folder, name, args.suite, args.imports), []
 
 
-class _PlainProgress:
-    """A line every 10% when tqdm is not installed."""
+class PlainProgress:
+    """Progress as whole lines, for logs (stderr not a terminal, or no tqdm): a line every
+    EVERY_S seconds or tenth of the cases, whichever comes first, and at the end: cases
+    done, failed so far, rate. A progress bar's carriage returns would make a CI log one
+    line of tens of kilobytes."""
 
-    def __init__(self, total, file, **_):
-        self.total, self.done, self.file, self.postfix = total, 0, file, {}
+    EVERY_S = 30.0
 
-    def set_postfix(self, refresh=False, **kw):
-        self.postfix = kw
+    def __init__(self, total, file, clock=None, **_):
+        import time
+
+        self.clock = clock or time.monotonic
+        self.total, self.done, self.file, self.failed = total, 0, file, 0
+        self.start = self.last = self.clock()
+
+    def set_postfix(self, refresh=False, failed=0, **_):
+        self.failed = failed
 
     def update(self):
         self.done += 1
-        if self.done * 10 // max(self.total, 1) != (self.done - 1) * 10 // max(self.total, 1):
-            print(f"{self.done}/{self.total} cases {self.postfix}", file=self.file, flush=True)
+        now, tenth = self.clock(), max(1, self.total // 10)
+        if (self.done == self.total or self.done % tenth == 0
+                or now - self.last >= self.EVERY_S):
+            self.last = now
+            elapsed = now - self.start
+            rate = f"{self.done / elapsed:.1f} cases/s" if elapsed > 0 else "-"
+            print(f"{self.done}/{self.total} cases, {self.failed} failed, {rate}, "
+                  f"{elapsed:.0f} s", file=self.file, flush=True)
 
     def close(self):
         pass
 
 
 class Summary:
-    """Cases by backend and status, how many each backend claimed, and the failing rows. An
-    unclaimed case counts as unsupported, whatever its rows say (never as a pass)."""
+    """Cases by backend and status, how many each backend claimed, the skipped check rows,
+    and the failing rows. An unclaimed case counts as unsupported, whatever its rows say
+    (never as a pass). The verdict is reports/verdict.py's, as `moecert report` gives it."""
 
     def __init__(self):
         self.by_backend: dict[str, Counter] = {}
-        self.claimed: Counter = Counter()
-        self.executed = 0  # claimed cases on which at least one check ran
+        self.tallies: dict[str, Tally] = {}
+        self.skipped_checks: Counter = Counter()
         self.failures: list[dict] = []
         self.failed_cases = 0
+
+    @property
+    def claimed(self) -> Counter:
+        return Counter({b: t.claimed for b, t in self.tallies.items()})
 
     def add(self, rows: list[dict]) -> None:
         """One case's rows."""
@@ -335,31 +388,29 @@ class Summary:
         if not claimed and status in ("pass", "skip"):
             status = "unsupported"
         self.by_backend.setdefault(backend, Counter())[status] += 1
-        self.claimed[backend] += claimed
-        self.executed += any(r.get("claimed") is True and r["status"] not in _NOT_EXECUTED
-                             for r in rows)
+        self.skipped_checks[backend] += sum(r["status"] == "skip" for r in rows)
+        tally_rows(self.tallies, rows)
         bad = [r for r in rows if r["status"] in FAILING]
         if bad:
             self.failed_cases += 1
             self.failures.extend(bad)
 
-    def not_green(self) -> str | None:
-        """Why the run is not green (one line), or None when it is."""
-        if self.failed_cases:
-            return f"{self.failed_cases} case(s) failed"
-        if not self.executed:
-            claims = "; ".join(f"{b} claimed {self.claimed[b]} of {sum(c.values())}"
-                               for b, c in sorted(self.by_backend.items()))
-            return f"no claimed case ran a check ({claims or 'no cases ran'})"
-        return None
+    def verdict(self) -> Verdict:
+        """The run's verdict (reports/verdict.py): its exit code and its line."""
+        return verdict(self.tallies)
 
     def render(self, rerun: str = "moecert run", xfail: XfailList | None = None,
                limit: int = 20) -> str:
-        lines = ["", f"{'backend':<24}{'claimed':>14}" + "".join(f"{s:>12}" for s in STATUSES)]
+        # cases per status, but the last column: the check rows skipped (a claimed case
+        # passes with some checks skipped, e.g. token_order at M = 1)
+        cases = [s for s in STATUSES if s != "skip"]
+        lines = ["", f"{'backend':<24}{'claimed':>14}" + "".join(f"{s:>12}" for s in cases)
+                 + f"{'checks_skipped':>16}"]
         for name, counts in sorted(self.by_backend.items()):
             claimed = f"{self.claimed[name]} of {sum(counts.values())}"
             lines.append(f"{name:<24}{claimed:>14}"
-                         + "".join(f"{counts.get(s, 0):>12}" for s in STATUSES))
+                         + "".join(f"{counts.get(s, 0):>12}" for s in cases)
+                         + f"{self.skipped_checks[name]:>16}")
         if self.failures:
             lines.append(f"\n{self.failed_cases} case(s) failed; first rows:")
             for r in self.failures[:limit]:

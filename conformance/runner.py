@@ -27,13 +27,18 @@ from moecert.reports.store import Journal
 from .cases import Case
 from .checks import Outcome
 from .execute import _row
-from .schedule import WorkPool, budgets
+from .memory import death_words, gb, oom_kills
+from .schedule import WorkPool, budgets, case_need, oversize
 from .xfail import XfailList
 
 # Whole seconds a case may take before its worker is killed (interpreted Triton on a CPU
 # runs a small case in seconds; a model-size case on a GPU well under a minute).
 DEFAULT_TIMEOUT_S = 600.0
 _STDERR_TAIL = 40  # lines of a dead worker's stderr kept in its crash row
+# Seconds a new worker may take to start (python, torch, the backends' imports) before its
+# first case's own timeout begins: starting a process is not the case's time (a loaded
+# 2-core machine took over 5 s to start one).
+STARTUP_S = 120.0
 
 
 @dataclass
@@ -69,6 +74,7 @@ class Worker:
                                      stderr=subprocess.PIPE, text=True, env=env,
                                      start_new_session=True)
         self.messages: queue.Queue = queue.Queue()
+        self.ready = False  # the worker said it finished starting
         self.stderr: deque[str] = deque(maxlen=_STDERR_TAIL)
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
@@ -109,7 +115,7 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
     """Run `cases` in worker processes; every row goes to `journal` as it arrives;
     `on_case(case, rows)` is called when a case is finished (progress, summary)."""
     visible = _visible_devices() if config.device.startswith("cuda") else []
-    pool = WorkPool(cases, budgets(config.device, visible, max(1, config.workers)))
+    gpus = budgets(config.device, visible, max(1, config.workers))
     lock = threading.Lock()
 
     def record(case, rows):
@@ -118,6 +124,13 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
             journal.append(rows)
             if on_case:
                 on_case(case, rows)
+
+    too_big = oversize(cases, config.device, gpus)
+    for case, need, room in too_big:
+        record(case, [oversize_row(case, config, need, room)])
+    skipped = {c.case_id for c, _, _ in too_big}
+    pool = WorkPool([c for c in cases if c.case_id not in skipped], gpus,
+                    need=lambda case: case_need(case, config.device))
 
     def serve(slot: int):
         runner, gpu = CaseRunner(config, slot), slot % len(pool.gpus)
@@ -136,6 +149,19 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
         t.start()
     for t in threads:
         t.join()
+
+
+def oversize_row(case: Case, config: RunConfig, need: int, room: int) -> dict:
+    """The one row of a case not run because it needs more memory than the machine has."""
+    return _row(case, config.device, config.run_id, "setup",
+                Outcome("oversize", oversize_words(config.device, need, room)), None, 0.0)
+
+
+def oversize_words(device: str, need: int, room: int) -> str:
+    where = "host" if device.split(":")[0] == "cpu" else "GPU"
+    hint = " (or on a GPU: --device cuda)" if where == "host" else ""
+    return (f"not run: needs about {gb(need)} of {where} memory, this machine has "
+            f"{gb(room)}; run it on a host with more memory{hint}")
 
 
 class CaseRunner:
@@ -166,7 +192,8 @@ def _run_one(worker: Worker, case: Case, config: RunConfig) -> tuple[list[dict],
     """The case's rows, and whether the worker is still usable."""
     rows: list[dict] = []
     in_flight = "setup"
-    deadline = time.monotonic() + config.timeout_s
+    deadline = time.monotonic() + config.timeout_s + (0 if worker.ready else STARTUP_S)
+    oom_before = oom_kills()
     try:
         worker.send(case, config.checks)
     except (BrokenPipeError, OSError):
@@ -182,9 +209,12 @@ def _run_one(worker: Worker, case: Case, config: RunConfig) -> tuple[list[dict],
         if message is None:
             code = worker.proc.wait()
             rows.append(_lost(case, config, "crash", in_flight, worker,
-                              f"the worker process died (exit code {code})"))
+                              death_words(code, oom_before)))
             return rows, False
-        if "start" in message:
+        if "ready" in message:
+            worker.ready = True
+            deadline = time.monotonic() + config.timeout_s
+        elif "start" in message:
             in_flight = message["start"]
         elif "row" in message:
             rows.append(message["row"])
@@ -214,4 +244,5 @@ def _visible_devices() -> list[str]:
         return []
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "run_isolated"]
+__all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "oversize_row", "oversize_words",
+           "run_isolated"]

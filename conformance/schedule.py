@@ -30,6 +30,7 @@ from moecert.reference.schemes import get_scheme
 
 from .cases import Case
 from .execute import problem_groups
+from .memory import host_need, host_total_bytes
 
 # Problems with more weights than this are model-size: scheduled first, against a GPU's budget
 # (Qwen3-30B-A3B's layer is 6e8).
@@ -72,6 +73,26 @@ def device_need(case: Case) -> int:
             + EXPERT_TEMP_BYTES_PER_WEIGHT * w // case.problem.E + CASE_BASE_BYTES)
 
 
+def case_need(case: Case, device: str) -> int:
+    """Bytes a model-size case is budgeted at on `device`'s memory: the GPU's
+    (`device_need`), or on a CPU the host's (memory.host_need); 0 for a small case."""
+    if not model_size(case):
+        return 0
+    return host_need(case) if device.split(":")[0] == "cpu" else device_need(case)
+
+
+def oversize(cases: list[Case], device: str, gpus: list[GpuBudget]
+             ) -> list[tuple[Case, int, int]]:
+    """The cases that need more memory than the device has in all, even alone: (case, its
+    need, the memory there is). They are not run (status "oversize")."""
+    totals = [g.total for g in gpus if g.total is not None]
+    if not totals:
+        return []
+    room = max(totals)
+    needs = ((c, case_need(c, device)) for c in cases)
+    return [(c, need, room) for c, need in needs if need > room * USABLE_FRACTION]
+
+
 def family(case: Case) -> tuple:
     """What selects a kernel specialization: the scheme and its options, the activation dtype,
     function and bias (not the shape or seed)."""
@@ -109,6 +130,7 @@ class GpuBudget:
     other workers. Memory unknown: a model-size case runs alone."""
 
     def __init__(self, total_bytes: int | None, workers: int):
+        self.total = total_bytes
         self.limit = (None if total_bytes is None else int(total_bytes * USABLE_FRACTION)
                       - max(0, workers - 1) * WORKER_RESERVE_BYTES)
         self.held = 0  # by the model-size cases running
@@ -132,10 +154,12 @@ class GpuBudget:
 class WorkPool:
     """The run's problems; `take(gpu)` blocks until one fits that GPU or none is left."""
 
-    def __init__(self, cases, gpus: list[GpuBudget]):
+    def __init__(self, cases, gpus: list[GpuBudget], need=device_need):
+        """`need(case)`: the bytes a case is budgeted at (default: a GPU's, device_need)."""
         groups = problem_groups(cases)
         big = [g for g in groups if model_size(g[0])]
-        self.big = sorted(big, key=lambda g: -device_need(g[0]))
+        self.need = need
+        self.big = sorted(big, key=lambda g: -need(g[0]))
         self.small = FamilyQueue([g for g in groups if not model_size(g[0])])
         self.gpus = gpus
         self._cond = threading.Condition()
@@ -145,10 +169,10 @@ class WorkPool:
         budget = self.gpus[gpu]
         with self._cond:
             while True:
-                group = next((g for g in self.big if budget.fits(device_need(g[0]))), None)
+                group = next((g for g in self.big if budget.fits(self.need(g[0]))), None)
                 # a layer that needs the whole GPU stops small problems from starting on it
                 # until it has run, or it would wait for the end of the run
-                draining = group is None and any(budget.oversize(device_need(g[0]))
+                draining = group is None and any(budget.oversize(self.need(g[0]))
                                                  for g in self.big)
                 if group is not None:
                     self.big.remove(group)
@@ -159,7 +183,7 @@ class WorkPool:
                 else:
                     self._cond.wait()
                     continue
-                need = device_need(group[0])
+                need = self.need(group[0])
                 budget.held += need
                 budget.running += 1
                 return group, need
@@ -184,9 +208,10 @@ def gpu_total_bytes(device: str) -> int | None:
 
 
 def budgets(device: str, visible: list[str], workers: int) -> list[GpuBudget]:
-    """One budget per GPU the workers are pinned to; on a CPU one without a limit."""
+    """One budget per GPU the workers are pinned to; on a CPU one of the host's memory
+    (memory.host_total_bytes; unknown: a model-size case runs alone)."""
     if not device.startswith("cuda"):
-        return [GpuBudget(1 << 62, workers)]
+        return [GpuBudget(host_total_bytes(), workers)]
     visible = visible or ["0"]
     count = len(visible)
     return [GpuBudget(gpu_total_bytes(name), len(range(i, workers, count)))
@@ -200,5 +225,5 @@ def default_workers(device: str) -> int:
     return max(1, cores * 3 // 4) if device.startswith("cuda") else cores
 
 
-__all__ = ["FamilyQueue", "GpuBudget", "WorkPool", "budgets", "default_workers", "device_need",
-           "family", "model_size"]
+__all__ = ["FamilyQueue", "GpuBudget", "WorkPool", "budgets", "case_need", "default_workers",
+           "device_need", "family", "model_size", "oversize"]

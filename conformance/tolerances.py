@@ -15,12 +15,13 @@ one; its key (e.g. ``int8-w8a8[dynamic-token]/*/*/*/*``) goes into the result ro
 How metrics are judged (`Tolerance.judge`):
     nonfinite            must be 0, whatever else the entry says
     rel_fro, max_abs_scaled, mismatch_frac, max_expert_rel_fro
-                         ceilings: metric <= threshold, headroom metric / threshold
+                         ceilings: metric <= threshold, used metric / threshold
     cosine, min_row_cosine
-                         floors: metric >= floor, headroom (1 - metric) / (1 - floor)
-    norm_ratio           a band (lo, hi) around 1, headroom |metric - 1| / (distance from 1
+                         floors: metric >= floor, used (1 - metric) / (1 - floor)
+    norm_ratio           a band (lo, hi) around 1, used |metric - 1| / (distance from 1
                          to the band's edge on that side)
-The verdict's headroom is the worst over the gated metrics present in the row (1.0 = at the
+The verdict's `used` (error / threshold) is the worst over the gated metrics present in the
+row (1.0 = at the
 threshold); a metric the row lacks (max_expert_rel_fro without expert ids) is not gated.
 """
 
@@ -33,8 +34,9 @@ from pathlib import Path
 
 import torch
 from moecert.reference.schemes import SCHEMES
-from moecert.reports.schema import BANDS, FLOORS
+from moecert.reports.schema import BANDS, FLOORS, MODEL_SHAPE_WEIGHTS
 from moecert.reports.schema import GATED as METRICS
+from moecert.reports.schema import shape_class as _shape_class
 
 from .metrics import error_metrics
 
@@ -46,19 +48,20 @@ ANY = "*"
 # sizes, K, N <= a few hundred), from it up "model" (Qwen3-30B-A3B's 2048 x 768 and larger).
 # An entry may differ by class where calibration shows the need; none does yet: 16-bit errors
 # do not depend on size, and with int8 activations one re-rounded token (M = 1) errs as much
-# at model size as at smoke size (measured: the table's why texts).
-MODEL_WEIGHTS = 1 << 20
+# at model size as at smoke size (measured: the table's why texts). The rule is declared once,
+# in reports/schema.py (failure signatures in the report key on it too).
+MODEL_WEIGHTS = MODEL_SHAPE_WEIGHTS
 
 
 def shape_class(problem) -> str:
     """ "model" when problem.K * problem.N >= 2^20 (model-size layers), else "small"."""
-    return "model" if problem.K * problem.N >= MODEL_WEIGHTS else "small"
+    return _shape_class(problem.K, problem.N)
 
 
 @dataclass(frozen=True)
 class Verdict:
     passed: bool
-    headroom: float  # worst metric / threshold over the gated metrics; > 1 fails
+    used: float  # worst metric / threshold over the gated metrics; > 1 fails
     failures: list[str]
     thresholds: dict
 
@@ -99,19 +102,19 @@ class Tolerance:
         nonfinite = metrics.get("nonfinite", 0)
         if nonfinite:
             return Verdict(False, math.inf, [f"nonfinite {nonfinite} > 0"], self.thresholds)
-        failures, headroom = [], 0.0
+        failures, used = [], 0.0
         for name, threshold in self.thresholds.items():
             if name not in metrics:
                 continue
             h, failure = _judge_metric(name, float(metrics[name]), threshold)
-            headroom = max(headroom, h)
+            used = max(used, h)
             if failure:
                 failures.append(failure)
-        return Verdict(not failures, headroom, failures, self.thresholds)
+        return Verdict(not failures, used, failures, self.thresholds)
 
 
 def _judge_metric(name: str, value: float, threshold) -> tuple[float, str | None]:
-    """(headroom, failure message or None) of one metric."""
+    """(used, failure message or None) of one metric."""
     if math.isnan(value):
         return math.inf, f"{name} is NaN"
     if name in FLOORS:

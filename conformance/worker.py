@@ -3,7 +3,8 @@ one message per event on its protocol stream, so the parent knows which check wa
 when a backend kills the process.
 
     parent -> worker   {"case": <Case JSON>, "checks": [...] | null}
-    worker -> parent   {"start": "<check>"}  {"row": {...}}  {"done": "<case id>"}
+    worker -> parent   {"ready": <pid>} once started, then per case
+                       {"start": "<check>"}  {"row": {...}}  {"done": "<case id>"}
 
 Anything a backend prints goes to stderr: the protocol stream is a duplicate of the original
 stdout that nothing else writes to.
@@ -38,6 +39,7 @@ def main(argv=None) -> int:
     from .execute import iter_case, triton_for
 
     shared = SharedSteps()  # the runner sends a problem's cases one after another
+    send({"ready": os.getpid()})  # imports done: a case's time starts now (runner.py)
 
     with triton_for(args.device):
         for line in sys.stdin:

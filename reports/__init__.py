@@ -19,7 +19,7 @@ from .frames import (
     slowest,
     status_counts,
     status_matrix,
-    worst_headroom,
+    worst_used,
 )
 from .schema import COLUMNS, FAILING, SCHEMA_VERSION, STATUS_DTYPE, STATUSES, case_status
 from .store import ResultsError, load
@@ -27,4 +27,4 @@ from .store import ResultsError, load
 __all__ = ["CHANGES", "COLUMNS", "FAILING", "REGRESSIONS", "SCHEMA_VERSION", "STATUSES",
            "STATUS_DTYPE", "ResultsError", "case_status", "cases", "compare_backends",
            "compare_runs", "failing", "load", "regressions", "rerun_command", "slowest",
-           "status_counts", "status_matrix", "worst_headroom"]
+           "status_counts", "status_matrix", "worst_used"]

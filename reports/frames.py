@@ -4,7 +4,7 @@ The renderers (reports/render.py) only format what these return.
     cases(frame)                  one row per case, worst first (status: STATUS_DTYPE)
     status_counts(frame)          cases per (backend, scheme) and status
     status_matrix(frame)          worst status per (backend, scheme) x check
-    worst_headroom(frame)         per tolerance entry: the worst headroom and its case
+    worst_used(frame)         per tolerance entry: the most of it used and by which case
     slowest(frame, n)             the n cases that took longest
     compare_runs(base, current)   what changed between two runs, matched on case id
     compare_backends(frame, a, b) two backends side by side on the same problems
@@ -39,11 +39,11 @@ CHANGE_DTYPE = pd.CategoricalDtype(CHANGES, ordered=True)
 CHANGE_COLUMNS = ("change", "case_id", "backend", "scheme", "check", "metric", "base",
                   "current", "detail")
 # Error growth: a gated metric's error at least GROWTH times the baseline's, or the row's
-# headroom crossing HEADROOM_WATCH from below. A metric whose error stays under GROWTH_FLOOR of
+# used crossing USED_WATCH from below. A metric whose error stays under GROWTH_FLOOR of
 # its threshold is not counted: doubling an error of 1e-9 on a 1e-2 threshold is rounding
 # noise (another device, another thread count), not drift.
 GROWTH = 2.0
-HEADROOM_WATCH = 0.8
+USED_WATCH = 0.8
 GROWTH_FLOOR = 0.1
 # Kernel time: slower when current / baseline exceeds the noise seen between the baseline's
 # own repeated runs (its 95th percentile of max/min per case), at least MIN_TIME_NOISE; with one
@@ -55,7 +55,8 @@ DEFAULT_TIME_NOISE = 1.25
 
 def cases(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per case: its worst row's check, status and message, whether the backend
-    claimed it, its worst headroom and summed times; worst cases first, then by case id."""
+    claimed it, the most of a tolerance it used and summed times; worst cases first, then
+    by case id."""
     if frame.empty:
         return pd.DataFrame({c: pd.Series(dtype=frame[c].dtype) for c in _CASE_COLUMNS
                              if c in frame}).assign(status=pd.Series(dtype=STATUS_DTYPE))
@@ -66,7 +67,7 @@ def cases(frame: pd.DataFrame) -> pd.DataFrame:
     status = worst["status"].copy()
     status[(~claimed.reindex(status.index)) & status.isin(["pass", "skip"])] = "unsupported"
     out = worst.assign(status=status, claimed=claimed,
-                       headroom=by_case["headroom"].max(),
+                       used=by_case["used"].max(),
                        duration_s=by_case["duration_s"].sum(min_count=1),
                        kernel_s=by_case["kernel_s"].sum(min_count=1))
     out = out.reset_index()[list(_CASE_COLUMNS)]
@@ -74,7 +75,7 @@ def cases(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 _CASE_COLUMNS = ("case_id", "problem_id", "backend", "scheme", "status", "check", "claimed",
-                 "headroom", "duration_s", "kernel_s", "device", "message", "case_json")
+                 "used", "duration_s", "kernel_s", "device", "message", "case_json")
 
 
 def failing(frame: pd.DataFrame) -> pd.DataFrame:
@@ -104,34 +105,34 @@ def status_matrix(frame: pd.DataFrame) -> pd.DataFrame:
     return worst.combine_first(everything).astype(STATUS_DTYPE).unstack("check")
 
 
-def worst_headroom(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per tolerance entry: rows judged, rows failed, the worst headroom (1 = at the
+def worst_used(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per tolerance entry: rows judged, rows failed, the most of it used (1 = at the
     threshold), the metric and case that showed it; the tightest entries first."""
-    judged = frame[frame["tolerance"].notna() & frame["headroom"].notna()]
+    judged = frame[frame["tolerance"].notna() & frame["used"].notna()]
     if judged.empty:
-        return pd.DataFrame(columns=["tolerance", "rows", "failed", "headroom", "metric",
+        return pd.DataFrame(columns=["tolerance", "rows", "failed", "used", "metric",
                                      "backend", "case_id"])
-    top = judged.sort_values("headroom", ascending=False).drop_duplicates("tolerance")
+    top = judged.sort_values("used", ascending=False).drop_duplicates("tolerance")
     per_entry = judged.groupby("tolerance")
     out = top.assign(rows=top["tolerance"].map(per_entry.size()),
                      failed=top["tolerance"].map(
                          per_entry["status"].apply(lambda s: int(s.isin(FAILING).sum()))),
                      metric=top.apply(_tightest_metric, axis=1))
-    out = out[["tolerance", "rows", "failed", "headroom", "metric", "backend", "case_id"]]
+    out = out[["tolerance", "rows", "failed", "used", "metric", "backend", "case_id"]]
     return out.reset_index(drop=True)
 
 
 def _tightest_metric(row) -> str | None:
-    """The gated metric nearest its threshold in a row (the one its headroom came from)."""
+    """The gated metric nearest its threshold in a row (the one its `used` came from)."""
     best, name = -1.0, None
     for metric, threshold in thresholds_of(row).items():
-        h = _metric_headroom(metric, row[metric], threshold)
+        h = _metric_used(metric, row[metric], threshold)
         if h is not None and h > best:
             best, name = h, metric
     return name
 
 
-def _metric_headroom(metric, value, threshold) -> float | None:
+def _metric_used(metric, value, threshold) -> float | None:
     if value is None or pd.isna(value):
         return None
     limit = threshold_form(metric, threshold)
@@ -155,8 +156,8 @@ def compare_runs(base: pd.DataFrame, current: pd.DataFrame,
 
         new_failure   failing now, not before (or a new case that fails)
         gone          in the baseline, not in this run, though the suite still has it
-        error_growth  a gated metric's error up GROWTH x or more, or headroom crossing
-                      HEADROOM_WATCH from below (the metric column says which)
+        error_growth  a gated metric's error up GROWTH x or more, or used crossing
+                      USED_WATCH from below (the metric column says which)
         slower        kernel time beyond the baseline's own run-to-run noise (or more than
                       `slower_than` times the baseline's)
         fixed         failing before, not now
@@ -208,19 +209,19 @@ def regressions(diff: pd.DataFrame) -> pd.DataFrame:
 
 def _error_growth(base: pd.DataFrame, current: pd.DataFrame) -> list[dict]:
     keys = ["case_id", "check"]
-    cols = [*keys, "backend", "scheme", "headroom", *GATED,
+    cols = [*keys, "backend", "scheme", "used", *GATED,
             *(c for c in current.columns if c.startswith("thr_"))]
-    pair = current[cols].merge(base[[*keys, "headroom", *GATED]], on=keys,
+    pair = current[cols].merge(base[[*keys, "used", *GATED]], on=keys,
                                suffixes=("", "_base"))
     found = []
     for row in pair.to_dict("records"):
         common = {"case_id": row["case_id"], "backend": row["backend"], "scheme": row["scheme"],
                   "check": row["check"]}
-        h0, h1 = row["headroom_base"], row["headroom"]
-        if pd.notna(h0) and pd.notna(h1) and h0 < HEADROOM_WATCH <= h1:
-            found.append({"change": "error_growth", **common, "metric": "headroom",
+        h0, h1 = row["used_base"], row["used"]
+        if pd.notna(h0) and pd.notna(h1) and h0 < USED_WATCH <= h1:
+            found.append({"change": "error_growth", **common, "metric": "used",
                           "base": h0, "current": h1,
-                          "detail": f"headroom crossed {HEADROOM_WATCH} from below"})
+                          "detail": f"used crossed {USED_WATCH} from below"})
         for metric, threshold in thresholds_of(row).items():
             v0, v1 = row[f"{metric}_base"], row[metric]
             if pd.isna(v0) or pd.isna(v1):
@@ -261,10 +262,10 @@ def _slower(base: pd.DataFrame, current: pd.DataFrame, slower_than: float | None
 
 def compare_backends(frame: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     """Backends `a` and `b` side by side on the problems both ran (matched on problem id and
-    check): status, headroom and rel_fro of each; rows whose status differs first."""
+    check): status, used and rel_fro of each; rows whose status differs first."""
     if a == b:
         raise ValueError(f"compare_backends needs two different backends, got {a!r} twice")
-    cols = ["problem_id", "check", "scheme", "status", "headroom", "rel_fro"]
+    cols = ["problem_id", "check", "scheme", "status", "used", "rel_fro"]
     left = frame.loc[frame["backend"] == a, cols]
     right = frame.loc[frame["backend"] == b, cols].drop(columns="scheme")
     both = left.merge(right, on=["problem_id", "check"], suffixes=(f"_{a}", f"_{b}"))
@@ -309,8 +310,14 @@ def bench(frame: pd.DataFrame) -> pd.DataFrame:
 
 def rerun_command(row, prefix: str | None = None) -> str:
     """The command that reruns a row's case: `prefix` (default `moecert run --device D`,
-    the row's device) and `--case` with the case's JSON."""
-    prefix = prefix or shlex.join(["moecert", "run", "--device", str(row["device"] or "cpu")])
+    the row's device, with `--import M` for each module the run imported) and `--case`
+    with the case's JSON."""
+    if not prefix:
+        parts = ["moecert", "run", "--device", str(row["device"] or "cpu")]
+        imports = row.get("imports")
+        for module in (imports.split() if isinstance(imports, str) else ()):
+            parts += ["--import", module]
+        prefix = shlex.join(parts)
     return f"{prefix} --case {shlex.quote(str(row['case_json']))}"
 
 

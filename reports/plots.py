@@ -14,6 +14,7 @@ from .schema import STATUSES
 
 # One colour per status, worst (red) to best (green); skip grey.
 STATUS_COLOURS = {"crash": "#7f0000", "timeout": "#b30000", "error": "#e34a33", "fail": "#fc8d59",
+                  "oversize": "#9e9ac8",
                   "xfail": "#fdd49e", "unsupported": "#d9d9d9", "pass": "#74c476",
                   "skip": "#f0f0f0"}
 
@@ -57,16 +58,16 @@ def status_matrix(report: Report) -> str | None:
     return _png(fig)
 
 
-def headroom_by_group(report: Report) -> str | None:
-    """Every judged row's headroom (error / tolerance), one line per backend and scheme;
+def used_by_group(report: Report) -> str | None:
+    """Every judged row's used (error / tolerance), one line per backend and scheme;
     the threshold at 1 and the watch line at 0.8."""
-    from .frames import HEADROOM_WATCH
+    from .frames import USED_WATCH
 
-    rows = report.rows[report.rows["headroom"].notna()]
+    rows = report.rows[report.rows["used"].notna()]
     if rows.empty:
         return None
     plt = _pyplot()
-    groups = rows.groupby(["backend", "scheme"], observed=True)["headroom"]
+    groups = rows.groupby(["backend", "scheme"], observed=True)["used"]
     labels = [f"{b} / {s}" for b, s in groups.groups]
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(labels) + 1.5))
     for i, (_, values) in enumerate(groups):
@@ -75,29 +76,91 @@ def headroom_by_group(report: Report) -> str | None:
         colours = np.where(values.to_numpy(dtype=float) > 1, "#d7301f", "#2b8cbe")
         ax.scatter(shown, i + jitter, s=12, c=colours, alpha=0.7)
     ax.axvline(1.0, color="#d7301f", lw=1, label="threshold (fails above)")
-    ax.axvline(HEADROOM_WATCH, color="#fc8d59", lw=1, ls="--", label=f"watch {HEADROOM_WATCH}")
+    ax.axvline(USED_WATCH, color="#fc8d59", lw=1, ls="--", label=f"watch {USED_WATCH}")
     ax.set_xscale("log")
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.set_xlabel("headroom: error / tolerance (worst gated metric of the row)")
+    ax.set_xlabel("used: error / tolerance (worst gated metric of the row; an exact 0 is "
+                  "drawn at 1e-4)")
     ax.legend(fontsize=8, loc="lower right")
     return _png(fig)
 
 
-def headroom_histogram(report: Report) -> str | None:
+def used_histogram(report: Report) -> str | None:
     """How close the judged rows come to their thresholds, per backend."""
-    rows = report.rows[report.rows["headroom"].notna()]
+    rows = report.rows[report.rows["used"].notna()]
     if rows.empty:
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 3.5))
     bins = np.logspace(-4, 1, 31)
-    per_backend = [(str(b), np.clip(g["headroom"].to_numpy(dtype=float), 1e-4, 10))
+    per_backend = [(str(b), np.clip(g["used"].to_numpy(dtype=float), 1e-4, 10))
                    for b, g in rows.groupby("backend", observed=True)]
     ax.hist([v for _, v in per_backend], bins=bins, label=[b for b, _ in per_backend],
             stacked=True)
     ax.axvline(1.0, color="#d7301f", lw=1)
     ax.set_xscale("log")
-    ax.set_xlabel("headroom (1 = at the threshold; zeros drawn at 1e-4)")
+    ax.set_xlabel("used (1 = at the threshold; zeros drawn at 1e-4)")
     ax.set_ylabel("rows")
     ax.legend(fontsize=8)
     return _png(fig)
+
+
+def baseline_changes(report: Report) -> str | None:
+    """What changed against the baseline: each (case, check)'s tolerance used, baseline
+    against this run (new failures red, rows whose error grew orange), and with `moecert
+    bench` rows in both, the kernel time per scheme and M as a ratio to the baseline's."""
+    from .frames import REGRESSIONS
+
+    base, now = report.baseline, report.rows
+    if base is None or report.changes is None:
+        return None
+    keys = ["case_id", "check"]
+    pair = now[[*keys, "used", "status"]].merge(base[[*keys, "used"]], on=keys,
+                                                  suffixes=("", "_base")).dropna(
+        subset=["used", "used_base"])
+    timed = _time_ratios(base, now)
+    if pair.empty and timed.empty:
+        return None
+    plt = _pyplot()
+    panels = 1 + (not timed.empty)
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5), squeeze=False)
+    ax = axes[0][0]
+    if len(pair):
+        kinds = report.changes.set_index("case_id")["change"].astype(str)
+        regressed = set(report.changes.loc[report.changes["change"].isin(REGRESSIONS),
+                                           "case_id"])
+        colour = ["#d7301f" if kinds.get(c) == "new_failure" else
+                  "#fc8d59" if c in regressed else "#2b8cbe" for c in pair["case_id"]]
+        x = np.clip(pair["used_base"].to_numpy(dtype=float), 1e-4, 1e3)
+        y = np.clip(pair["used"].to_numpy(dtype=float), 1e-4, 1e3)
+        ax.scatter(x, y, s=10, c=colour, alpha=0.7)
+        ax.plot([1e-4, 1e3], [1e-4, 1e3], color="#999", lw=0.8)
+        ax.axhline(1.0, color="#d7301f", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel("tolerance used in the baseline (exact 0 drawn at 1e-4)")
+    ax.set_ylabel("tolerance used in this run (fails above 1)")
+    ax.set_title("error: red new failure, orange regressed, blue unchanged", fontsize=9)
+    if not timed.empty:
+        ax = axes[0][1]
+        labels = [f"{s} M={m}" for s, m in timed.index]
+        ax.barh(range(len(timed)), timed.to_numpy(), color=np.where(timed > 1, "#fc8d59",
+                                                                    "#74c476"))
+        ax.axvline(1.0, color="#333", lw=0.8)
+        ax.set_yticks(range(len(timed)), labels, fontsize=7)
+        ax.set_xlabel("kernel time / baseline's (median over the scheme's rows)")
+    return _png(fig)
+
+
+def _time_ratios(base, now):
+    """Median kernel-time ratio (this run / baseline) per (scheme, M) over matched rows."""
+    import pandas as pd
+
+    keys = ["case_id"]
+    t0 = base.dropna(subset=["kernel_s"]).groupby(keys)["kernel_s"].median()
+    t1 = now.dropna(subset=["kernel_s"]).drop_duplicates("case_id").set_index("case_id")
+    both = t1.join(t0.rename("base"), how="inner")
+    if both.empty:
+        return pd.Series(dtype=float)
+    ratio = both["kernel_s"] / both["base"]
+    return ratio.groupby([both["scheme"].astype(str), both["M"]]).median()

@@ -2,7 +2,7 @@
 
     terminal(report)   the summary `moecert report` prints
     markdown(report)   for a CI job summary (GitHub's step summary): short, failing first
-    html(report)       one self-contained page, plots embedded (reports/plots.py)
+    html(report)       one self-contained page (reports/page.py)
     junit(rows, ...)   JUnit XML: one testcase per (case, check), classname backend.scheme
 
 Every string from a results file is escaped for its format: HTML by pandas' to_html and
@@ -23,6 +23,8 @@ from .frames import failing as failing_rows
 from .report import Report
 from .schema import FAILING, thresholds_of
 
+# Row statuses JUnit shows as <skipped> (FAILING ones are failures and errors).
+JUNIT_SKIPPED = ("skip", "unsupported", "xfail", "oversize")
 FAILING_SHOWN = 20  # failing cases listed in full; the rest are counted
 _NUMBER = "{:.3g}".format
 _PRECISE = "{:.7g}".format  # a cosine floor of 0.9998779 must not read as 1
@@ -33,8 +35,8 @@ _PRECISE = "{:.7g}".format  # a cosine floor of 0.9998779 must not read as 1
 def terminal(report: Report) -> str:
     parts = ["cases by backend x scheme and status:",
              report.counts.loc[:, (report.counts != 0).any()].to_string(), "",
-             "worst headroom per tolerance entry (1 = at the threshold):",
-             _numbers(report.headroom).to_string(index=False) if len(report.headroom)
+             "tolerance used, the most per entry (error / threshold; 1 = at the threshold):",
+             _numbers(report.used).to_string(index=False) if len(report.used)
              else "  (no row was judged by a tolerance entry)"]
     if report.bench is not None and len(report.bench):
         parts += ["", "timings (moecert bench; % of the memory and compute floors):",
@@ -79,8 +81,8 @@ def markdown(report: Report, title: str = "moecert report") -> str:
         lines += ["### Timings", "", markdown_table(_bench_table(report.bench)), ""]
     lines += ["### Cases by backend x scheme", "",
               markdown_table(report.counts.loc[:, (report.counts != 0).any()].reset_index()), ""]
-    lines += _details("Worst headroom per tolerance entry",
-                      markdown_table(_numbers(report.headroom)))
+    lines += _details("Tolerance used, the most per entry",
+                      markdown_table(_numbers(report.used)))
     if len(cases):
         commands = "\n".join(report.rerun(r) for r in cases.head(FAILING_SHOWN)
                              .to_dict("records"))
@@ -125,48 +127,11 @@ def md_text(value) -> str:
 
 # --- HTML --------------------------------------------------------------------------------------
 
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1300px;color:#222}
-table{border-collapse:collapse;font-size:13px;margin:.5em 0}
-td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
-th{background:#f2f2f2}h1{font-size:22px}h2{font-size:18px;margin-top:1.6em}
-.verdict{font-size:17px;font-weight:600;padding:.5em;border-radius:4px}
-.bad{background:#fde2e1}.good{background:#e3f6e5}img{max-width:100%}
-pre{background:#f6f6f6;padding:.5em;white-space:pre-wrap;word-break:break-all;font-size:12px}"""
-
-
 def html(report: Report, title: str = "moecert report") -> str:
-    """One page, nothing fetched: tables by pandas, plots as embedded PNG."""
-    from . import plots
+    """One page, nothing fetched: reports/page.py."""
+    from .page import html as page
 
-    esc = html_lib.escape
-    bad = report.exit_code != 0
-    body = [f"<h1>{esc(title)}</h1>",
-            f'<p class="verdict {"bad" if bad else "good"}">{esc(report.verdict())}</p>',
-            f"<p>run {esc(', '.join(report.run_ids()))}: {len(report.cases)} cases</p>"]
-    if report.changes is not None:
-        body += ["<h2>Regressions and changes against the baseline</h2>",
-                 _html_table(report.changes)]
-    if report.bench is not None and len(report.bench):
-        body += ["<h2>Timings (moecert bench)</h2>", _html_table(_bench_table(report.bench))]
-    body += ["<h2>Status: backend x scheme x check</h2>", _img(plots.status_matrix(report)),
-             "<h2>Cases by backend x scheme</h2>", _html_table(report.counts, index=True)]
-    cases = _failing_cases(report)
-    if len(cases):
-        body += [f"<h2>Failing cases ({len(cases)})</h2>"]
-        for row in cases.head(FAILING_SHOWN).to_dict("records"):
-            body.append(f"<p><b>{esc(str(row['status']))}</b> {esc(str(row['check']))} "
-                        f"<code>{esc(str(row['case_id']))}</code></p>"
-                        f"<pre>{esc(str(row['message']))}\n\nrerun: "
-                        f"{esc(report.rerun(row))}</pre>")
-    body += ["<h2>Error against tolerance, per backend and scheme</h2>",
-             _img(plots.headroom_by_group(report)),
-             "<h2>Headroom of every judged row</h2>", _img(plots.headroom_histogram(report)),
-             "<h2>Worst headroom per tolerance entry</h2>",
-             _html_table(_numbers(report.headroom)),
-             "<h2>Slowest cases</h2>", _html_table(_numbers(report.slowest))]
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    return page(report, title)
 
 
 def _html_table(frame: pd.DataFrame, index: bool = False) -> str:
@@ -189,12 +154,11 @@ def junit(rows: pd.DataFrame, rerun_prefix: str | None = None,
     """JUnit XML of result rows: one testcase per (case, check), classname `backend.scheme`,
     name the problem id and check. A failing row is a <failure> ("fail") or an <error>
     (crash, timeout, error) whose message is the check and its metric against the threshold,
-    the full message and rerun command in the body; a case its backend did not claim, and a
-    skip or xfail row, is <skipped>."""
-    from .frames import cases as per_case
+    the full message and rerun command in the body; a skip, unsupported, xfail or oversize
+    row is <skipped>, and a pass row passes (the oracle row of a case the backend does not
+    claim too: it checked the oracle), so the counts are the store's row statuses."""
     from .frames import rerun_command
 
-    claimed = per_case(rows).set_index("case_id")["claimed"] if len(rows) else pd.Series()
     suite = ET.Element("testsuite", name=name)
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     total_time = 0.0
@@ -212,12 +176,11 @@ def junit(rows: pd.DataFrame, rerun_prefix: str | None = None,
             detail = ET.SubElement(case, kind, message=_xml(junit_message(row)), type=status)
             detail.text = _xml(f"{row['message']}\n\nrerun: "
                                f"{rerun_command(row, rerun_prefix)}")
-        elif not claimed.get(row["case_id"], False) or status in ("skip", "unsupported",
-                                                                    "xfail"):
+        elif status in JUNIT_SKIPPED:
             counts["skipped"] += 1
             why = _first_line(row["message"]) or status
-            ET.SubElement(case, "skipped", message=_xml(why if status != "pass"
-                                                        else f"not claimed: {why}"))
+            ET.SubElement(case, "skipped", message=_xml(f"{status}: {why}"
+                                                        if status == "oversize" else why))
     suite.attrib.update({k: str(v) for k, v in counts.items()}, time=f"{total_time:.3f}")
     root = ET.Element("testsuites", **{k: str(v) for k, v in counts.items()})
     root.append(suite)
@@ -232,16 +195,16 @@ def junit_message(row) -> str:
     row, else the row's own first line."""
     head = f"{row['status']} {row['check']}"
     thresholds = thresholds_of(row)
-    if thresholds and _finite(row.get("headroom")):
-        from .frames import _metric_headroom
+    if thresholds and _finite(row.get("used")):
+        from .frames import _metric_used
 
-        metric, threshold = max(thresholds.items(), key=lambda kv: _metric_headroom(
+        metric, threshold = max(thresholds.items(), key=lambda kv: _metric_used(
             kv[0], row[kv[0]], kv[1]) if _finite(row[kv[0]]) else -1.0)
         value = row[metric]
         limit = (f"[{_PRECISE(threshold[0])}, {_PRECISE(threshold[1])}]"
                  if isinstance(threshold, tuple) else _PRECISE(threshold))
         return (f"{head}: {metric} {_PRECISE(value)} against threshold {limit} "
-                f"(headroom {_NUMBER(row['headroom'])})")
+                f"(used {_NUMBER(row['used'])})")
     first = _first_line(row["message"])
     return f"{head}: {first}" if first else head
 

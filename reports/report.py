@@ -2,7 +2,7 @@
 verdict a CI job gates on. The renderers (reports/render.py) format a `Report`.
 
     report = Report.build(load("results/"), baseline=load("main-results/"))
-    report.exit_code     # 0 nothing regressed, 1 a regression (no baseline: a failing case)
+    report.exit_code     # 0 nothing regressed, 1 a regression (no baseline: not green)
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from . import frames
+from . import verdict as verdict_of
 
 
 @dataclass(frozen=True)
@@ -20,12 +21,13 @@ class Report:
     cases: pd.DataFrame  # frames.cases
     counts: pd.DataFrame  # frames.status_counts
     matrix: pd.DataFrame  # frames.status_matrix
-    headroom: pd.DataFrame  # frames.worst_headroom
+    used: pd.DataFrame  # frames.worst_used
     failing: pd.DataFrame  # frames.failing: the failing rows
     slowest: pd.DataFrame  # frames.slowest
     changes: pd.DataFrame | None  # frames.compare_runs, with a baseline
     rerun_prefix: str | None = None  # `moecert run ...` before `--case`; None: from the row
     bench: pd.DataFrame | None = None  # frames.bench: the `moecert bench` rows
+    baseline: pd.DataFrame | None = None  # the baseline's rows, as loaded
 
     @classmethod
     def build(cls, rows: pd.DataFrame, baseline: pd.DataFrame | None = None,
@@ -37,9 +39,9 @@ class Report:
         changes = None if baseline is None else frames.compare_runs(baseline, rows, suite_ids,
                                                                     slower_than)
         return cls(rows, frames.cases(rows), frames.status_counts(rows),
-                   frames.status_matrix(rows), frames.worst_headroom(rows),
+                   frames.status_matrix(rows), frames.worst_used(rows),
                    frames.failing(rows), frames.slowest(rows), changes, rerun_prefix,
-                   frames.bench(rows))
+                   frames.bench(rows), baseline)
 
     @property
     def regressions(self) -> pd.DataFrame | None:
@@ -51,10 +53,15 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        """With a baseline: 1 if anything regressed. Without: 1 if any case failed."""
+        """With a baseline: 1 if anything regressed. Without: the run's verdict
+        (reports/verdict.py, as `moecert run` exits): 1 unless green."""
         if self.changes is not None:
             return int(len(self.regressions) > 0)
-        return int(self.failed_cases > 0)
+        return self.run_verdict().code
+
+    def run_verdict(self) -> verdict_of.Verdict:
+        """The run's own verdict, the words and exit code `moecert run` gave it."""
+        return verdict_of.verdict(verdict_of.tally_frame(self.rows))
 
     def verdict(self) -> str:
         """One line: what the exit code says, and why."""
@@ -63,16 +70,25 @@ class Report:
             reg = self.regressions
             if len(reg):
                 kinds = reg["change"].value_counts(sort=False)
-                what = ", ".join(f"{k} {kind.replace('_', ' ')}" for kind, k in kinds.items()
-                                 if k)
-                return f"REGRESSED against the baseline: {what} ({n} cases)"
-            return f"no regression against the baseline ({n} cases, {self.failed_cases} failing)"
-        if self.failed_cases:
-            return f"FAILING: {self.failed_cases} of {n} cases failed"
-        return f"green: none of {n} cases failed"
+                what = ", ".join(_change_words(kind, k) for kind, k in kinds.items() if k)
+                return f"REGRESSED against the baseline: {what} (this run: {n} cases)"
+            return (f"no regression against the baseline (this run: {n} cases, "
+                    f"{self.failed_cases} failing)")
+        return self.run_verdict().line
 
     def rerun(self, row) -> str:
         return frames.rerun_command(row, self.rerun_prefix)
 
     def run_ids(self) -> list[str]:
         return sorted(self.rows["run_id"].dropna().unique())
+
+
+# How the regression line counts each kind of change (frames.REGRESSIONS).
+_CHANGE_WORDS = {"new_failure": "{n} new failure(s)",
+                 "gone": "{n} baseline case(s) missing from this run",
+                 "error_growth": "{n} row(s) whose error grew",
+                 "slower": "{n} slower row(s)"}
+
+
+def _change_words(kind: str, n: int) -> str:
+    return _CHANGE_WORDS.get(kind, "{n} " + kind.replace("_", " ")).format(n=n)

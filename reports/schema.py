@@ -6,7 +6,8 @@ summary) takes the columns, their dtypes, the statuses and the metric names from
 Columns, in order: identity (run, suite, case, problem, backend, scheme, the problem's
 fields), where it ran (platform, device, versions), the check, its status and whether the
 backend claimed the case, every error metric (non-finite count first), the tolerance entry with
-one column per threshold and the headroom (metric / threshold), timings, when the row was
+one column per threshold and `used` (error / threshold: the share of the tolerance used,
+above 1 fails), timings, when the row was
 made, a message, and the case as JSON so any row can be rerun.
 
 `moecert bench` writes rows of the same schema, check "bench", one per (backend, scheme
@@ -22,17 +23,27 @@ import math
 
 import pandas as pd
 
-# Bumped whenever a column is added, removed, renamed or changes meaning: `load` refuses files
-# of any other version rather than guessing.
-SCHEMA_VERSION = 6  # 6: the model columns (model, model_path, model_layer, producer, ...)
+# Bumped whenever a column is added, removed, renamed or changes meaning: `load` reads the
+# older versions MIGRATIONS names (their columns renamed) and refuses any other rather than
+# guessing.
+SCHEMA_VERSION = 6
+# 6 (this release, from 5): the model columns (model, model_path, model_layer, producer,
+# tensors_sha256),
+# Older versions `load` still reads: {version: {old column: new column}}. 6 renamed
+# `headroom` (error / threshold, bigger is worse) to `used`, added `imports` and
+# `error_profile`, and the status "oversize".
+MIGRATIONS = {5: {"headroom": "used"}}
 # The key under which Parquet metadata and the journal's header line carry the version.
 VERSION_KEY = "moecert_schema_version"
 
 # Worst first: a case's status is the worst status among its rows. "unsupported" (the backend
 # does not claim the case; only the claims and oracle checks judged it) ranks above "pass", so
 # an unclaimed case is never counted as passed; "skip" (one check has nothing to judge on a
-# claimed case, e.g. no canonical_weights) ranks below it.
-STATUSES = ("crash", "timeout", "error", "fail", "xfail", "unsupported", "pass", "skip")
+# claimed case, e.g. no canonical_weights) ranks below it. "oversize": the case was not run,
+# because it needs more memory than the machine has (conformance/memory.py); neither a pass
+# nor a failure of the backend, and a run holding one is not green.
+STATUSES = ("crash", "timeout", "error", "fail", "oversize", "xfail", "unsupported", "pass",
+            "skip")
 # A case counts against the run when any of its rows has one of these.
 FAILING = ("crash", "timeout", "error", "fail")
 # Ordered worst first, so `.min()` of a status column is its worst status and sorting
@@ -74,7 +85,10 @@ COLUMN_DTYPES = {
     **{m: _FLOAT for m in METRICS},
     "tolerance": _STR,
     **{c: _FLOAT for cols in THRESHOLD_COLUMNS.values() for c in cols},
-    "headroom": _FLOAT,
+    "used": _FLOAT,  # error / threshold, the worst gated metric: 0.4 used 0.4 of it
+    # failing accuracy rows only: where the error sits, as JSON {"expert": [rel_fro of each
+    # expert's rows], "token": [rel_fro of each output row]} (conformance/metrics.py)
+    "error_profile": _STR,
     "duration_s": _FLOAT,  # the check's wall time, reference included
     "kernel_s": _FLOAT,  # the backend's time per call (`moecert bench`: the median)
     # the GPU memory the check's process held at most (the caching allocator's reserved
@@ -88,8 +102,20 @@ COLUMN_DTYPES = {
     "marlin_s": _FLOAT,  # vLLM's Marlin on the same layer and M (--marlin-lib)
     "finished_at": "datetime64[ns, UTC]",
     "message": _STR, "case_json": _STR,
+    # the modules `--import` loaded for the run (space-separated): a rerun needs them too
+    "imports": _STR,
 }
 COLUMNS = tuple(COLUMN_DTYPES)
+
+
+# A problem is of the "model" shape class when K x N reaches this (model-size layers), else
+# "small": tolerance entries (conformance/tolerances.py) and failure signatures key on it.
+MODEL_SHAPE_WEIGHTS = 1 << 20
+
+
+def shape_class(K: int, N: int) -> str:
+    """ "model" when K * N >= MODEL_SHAPE_WEIGHTS, else "small"."""
+    return "model" if K * N >= MODEL_SHAPE_WEIGHTS else "small"
 
 
 def case_status(statuses) -> str:

@@ -13,7 +13,8 @@ it and `Journal` cuts it off before appending. When the run ends the journal bec
 file carries the schema version (reports/schema.py): a journal as its first line
 (`{"moecert_schema_version": N}`), a Parquet file in its metadata. `load` refuses a file of
 another version, or one that is not whole, with a `ResultsError` naming the file and what was
-expected, and returns the columns with the schema's dtypes whatever the mix of files.
+expected, and returns the columns with the schema's dtypes whatever the mix of files. Files
+of an older version that schema.MIGRATIONS names are read with their columns renamed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .schema import COLUMN_DTYPES, COLUMNS, SCHEMA_VERSION, VERSION_KEY, problem_id
+from .schema import COLUMN_DTYPES, COLUMNS, MIGRATIONS, SCHEMA_VERSION, VERSION_KEY, problem_id
 
 ALL_RUNS = "all"
 
@@ -38,13 +39,17 @@ class ResultsError(ValueError):
 class Journal:
     """Append-only rows of one run (or one shard of it), one line per case."""
 
-    def __init__(self, folder: str | os.PathLike, name: str, suite: str | None = None):
+    def __init__(self, folder: str | os.PathLike, name: str, suite: str | None = None,
+                 imports=()):
         """`suite`: the suite the run's cases came from, written into every row (the report
-        tells a case gone from a run from one the suite dropped by it)."""
+        tells a case gone from a run from one the suite dropped by it); `imports`: the
+        modules the run imported (`--import`), written into every row too (a rerun of a
+        row's case needs them)."""
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / f"{name}.jsonl"
         self.suite = suite
+        self.imports = " ".join(imports)
         repair_journal(self.path)  # a resumed run appends after whole lines only
         if self.path.exists() and self.path.stat().st_size:
             _journal_version(self.path)  # resuming another version's journal: refuse
@@ -58,6 +63,8 @@ class Journal:
             return
         if self.suite is not None:
             rows = [{**r, "suite": self.suite} for r in rows]
+        if self.imports:
+            rows = [{**r, "imports": self.imports} for r in rows]
         self._write(json.dumps({"case_id": rows[0].get("case_id"), "rows": rows},
                                default=_json_value))
 
@@ -116,11 +123,11 @@ def repair_journal(path: str | os.PathLike) -> None:
             f.truncate(keep)
 
 
-def journal_cases(path: str | os.PathLike) -> list[list[dict]]:
+def journal_cases(path: str | os.PathLike, version: int = SCHEMA_VERSION) -> list[list[dict]]:
     """The rows of each case a journal holds whole, in the order they finished. A last line
     without its newline, or a line that does not decode, is a case that did not finish. A
-    journal of another schema version is a `ResultsError`."""
-    _journal_version(path)
+    journal of another schema version than `version` is a `ResultsError`."""
+    _journal_version(path, (version,))
     cases = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
@@ -135,22 +142,36 @@ def journal_cases(path: str | os.PathLike) -> list[list[dict]]:
     return cases
 
 
-def _journal_version(path) -> None:
+def _journal_version(path, readable=(SCHEMA_VERSION,)) -> int:
+    """The schema version on a journal's first line; a ResultsError unless in `readable`."""
     with open(path, encoding="utf-8", errors="replace") as f:
         first = f.readline()
     try:
         version = json.loads(first).get(VERSION_KEY) if first.endswith("\n") else None
     except (json.JSONDecodeError, AttributeError):
         version = None
-    if version != SCHEMA_VERSION:
-        found = f"schema version {version}" if version is not None else "no schema version line"
-        raise ResultsError(f"{path}: a journal of {found}; this moecert reads schema version "
-                           f"{SCHEMA_VERSION} (its first line {{\"{VERSION_KEY}\": "
+    if version not in readable:
+        found = (f"is of schema version {version}" if version is not None
+                 else "has no schema version on its first line")
+        raise ResultsError(f"{path}: this journal {found}; this moecert reads "
+                           f"{_versions(readable)} (a first line {{\"{VERSION_KEY}\": "
                            f"{SCHEMA_VERSION}}})")
+    return version
+
+
+def _versions(readable) -> str:
+    return "schema version " + " or ".join(map(str, sorted(readable, reverse=True)))
 
 
 def read_journal(path: str | os.PathLike) -> pd.DataFrame:
-    return _frame([row for rows in journal_cases(path) for row in rows])
+    """A journal's rows; one of an older version (MIGRATIONS) with its columns renamed."""
+    version = _journal_version(path, (SCHEMA_VERSION, *MIGRATIONS))
+    return _frame(_migrated(pd.DataFrame(
+        [row for rows in journal_cases(path, version) for row in rows]), version))
+
+
+def _migrated(frame: pd.DataFrame, version: int) -> pd.DataFrame:
+    return frame.rename(columns=MIGRATIONS.get(version, {}))
 
 
 def read_parquet(path: str | os.PathLike) -> pd.DataFrame:
@@ -162,12 +183,13 @@ def read_parquet(path: str | os.PathLike) -> pd.DataFrame:
                            f"{e}") from None
     raw = (table.schema.metadata or {}).get(VERSION_KEY.encode())
     version = raw.decode() if raw is not None else None
-    if version != str(SCHEMA_VERSION):
-        found = f"schema version {version}" if version is not None else "no schema version"
-        raise ResultsError(f"{path}: results of {found} (Parquet metadata "
-                           f"{VERSION_KEY!r}); this moecert reads schema version "
-                           f"{SCHEMA_VERSION}")
-    return table.to_pandas()
+    readable = (SCHEMA_VERSION, *MIGRATIONS)
+    if version not in map(str, readable):
+        found = (f"are of schema version {version}" if version is not None
+                 else "carry no schema version")
+        raise ResultsError(f"{path}: these results {found} (Parquet metadata "
+                           f"{VERSION_KEY!r}); this moecert reads {_versions(readable)}")
+    return _migrated(table.to_pandas(), int(version))
 
 
 def unfinished_journals(folder: str | os.PathLike) -> list[Path]:

@@ -48,10 +48,10 @@ def test_summarize_per_entry_and_metric():
     assert (rel["rows"], rel["failed"]) == (4, 1)  # the NaN row counts, its metrics do not
     assert rel["median"] == pytest.approx(2e-3) and rel["max"] == pytest.approx(3e-3)
     assert rel["p95"] == pytest.approx(2.9e-3)
-    assert rel["headroom"] == pytest.approx(0.75) and rel["worst_case"] == "c2"
+    assert rel["used"] == pytest.approx(0.75) and rel["worst_case"] == "c2"
     assert rel["suggested"] == pytest.approx(1e-2)  # 2 x 3e-3 = 6e-3, up to the next step
     band = summary["f/*/*/*/*", "norm_ratio"]
-    assert band["max"] == pytest.approx(5e-3) and band["headroom"] == pytest.approx(0.5)
+    assert band["max"] == pytest.approx(5e-3) and band["used"] == pytest.approx(0.5)
 
 
 def parse(*argv):
@@ -86,8 +86,8 @@ def test_torch_backend_over_seeds(tmp_path, monkeypatch, capsys):
         assert entry in text
     frame = pd.read_csv(out)
     assert {"tolerance", "metric", "median", "p95", "max", "threshold", "suggested",
-            "headroom", "worst_case"} <= set(frame.columns)
-    assert (frame["headroom"] < 1).all() and (frame["failed"] == 0).all()
+            "used", "worst_case"} <= set(frame.columns)
+    assert (frame["used"] < 1).all() and (frame["failed"] == 0).all()
 
 
 def test_a_failing_row_makes_the_exit_status_1(monkeypatch, capsys):

@@ -228,7 +228,7 @@ def test_shards_merge_and_a_missing_shard_is_a_reduced_run(small_suite, tmp_path
     assert code == 0 and line.startswith("CERTIFIED: "), line
     assert _verify(tmp_path / "both", capsys)[0] == 0
     line, code = _assemble(_synthetic(tmp_path / "one", small_suite, shards=((0, 2),)))
-    assert code == 1 and "reduced run: shard 1/2 missing" in line
+    assert code == 1 and "reduced run: 1 of 2 shard(s) (1/2) missing" in line
 
 
 def test_another_suite_is_not_certifying(small_suite, tmp_path):
@@ -275,3 +275,18 @@ def test_usage_errors_exit_two_before_running(tmp_path, capsys):
     assert cli.main(["certify", "--verify", str(tmp_path), "--backend", "torch"]) == 2
     assert not (tmp_path / "o" / "results").exists() or not any(
         (tmp_path / "o" / "results").iterdir())
+
+
+def test_a_shard_that_passed_waits_with_exit_zero(tmp_path, monkeypatch, capsys):
+    light = [c for c in suites.build_suite("smoke", ["torch"], ["fp16"]) if c.depth == "light"]
+    cases = _patch_suite(monkeypatch, light[:6])
+    out = tmp_path / "bundle"
+    for index in (0, 1):  # each shard holds at least one case
+        assert suites.shard(cases, index, 2)
+    code = cli.main(["certify", "--backend", "torch", "--out", str(out), "--device", "cpu",
+                     "--shard", "0/2", "--run-id", "r1"])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "run: green: all" in text
+    assert "shard 0/2 passed; waiting for 1 of 2 shard(s) (1/2)" in text
+    assert not (out / "SHA256SUMS").exists()

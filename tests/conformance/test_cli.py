@@ -97,3 +97,19 @@ def test_a_checkout_without_an_install_still_names_its_version(monkeypatch):
         assert provenance.versions()["moecert"] == f"{declared} (checkout)"
     finally:
         provenance.moecert_version.cache_clear()
+
+
+def test_list_and_run_agree_on_what_is_available_here(capsys):
+    """On a CPU the triton backend runs through the interpreter, for `list` as for `run`."""
+    import torch
+
+    if torch.cuda.is_available():
+        return  # the question is the CPU's
+    assert main(["list"]) == 0
+    assert re.search(r"^  triton +available here$", capsys.readouterr().out, re.M)
+    assert main(["list", "--backend", "triton"]) == 0
+    claims = re.match(r"triton on cpu \(available here\): claims (\d+) of (\d+) smoke cases",
+                      capsys.readouterr().out)
+    assert claims and claims[1] == claims[2]
+    assert main(["run", "--backend", "triton", "--list-cases"]) == 0
+    assert capsys.readouterr().err.strip() == f"{claims[2]} cases"

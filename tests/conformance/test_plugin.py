@@ -99,13 +99,17 @@ def test_unclaimed_cases_are_skips_with_the_backends_reason(session, pytester):
                      "--moecert-scheme", "fp16", "-k", ONE_SHAPE, "--junitxml", "out.xml",
                      "--moecert-results", "res", "--moecert-junit", "moecert.xml")
     result.assert_outcomes(passed=1, skipped=1)
-    # moecert's own JUnit: one testcase per (case, check), the unclaimed case's skipped
+    # moecert's own JUnit: one testcase per (case, check), as the rows' statuses: the
+    # unclaimed case's claims row skipped (unsupported)
     ours = ET.parse(pytester.path / "moecert.xml").getroot()
     assert {(c.get("classname"), c.find("skipped") is not None)
             for c in ours.iter("testcase")} == {("t-bf16-only.bf16", False),
                                                 ("t-bf16-only.fp16", True)}
+    rows = load(pytester.path / "res")
+    assert int(ours.get("skipped")) == rows["status"].isin(["skip", "unsupported"]).sum()
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["moecert: t-bf16-only claimed 1 of 2 cases"])
+    result.stdout.fnmatch_lines(["moecert: green: all 1 claimed case(s) passed (backend "
+                                 "t-bf16-only 1 of 2 claimed)"])
     result.stdout.fnmatch_lines(["SKIPPED*not claimed: this test backend does bf16 only*"])
     suite = ET.parse(pytester.path / "out.xml").getroot().find("testsuite")
     assert suite.get("skipped") == "1" and suite.get("tests") == "2"
@@ -123,8 +127,8 @@ def test_a_session_where_no_claimed_case_ran_fails(session, pytester, xdist):
         rows = load(pytester.path / "res")
         assert rows["case_id"].nunique() == 2 and set(rows["status"]) == {"unsupported"}
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["moecert: no claimed case ran (backend t-nothing claims "
-                                 "none of 2 cases)"])
+    result.stdout.fnmatch_lines(["moecert: not green: no claimed case ran a check (backend "
+                                 "t-nothing 0 of 2 claimed)"])
 
 
 @pytest.mark.parametrize("option, value, says", [
@@ -167,10 +171,16 @@ def test_a_backend_that_kills_its_process_costs_its_case(session):
 
 def test_the_verdict_counts_claimed_cases_per_backend():
     assert session_verdict(Counter()) is None
-    assert session_verdict(Counter({("a", False): 3})) == (
-        False, "moecert: no claimed case ran (backend a claims none of 3 cases)")
-    assert session_verdict(Counter({("a", False): 3, ("b", True): 1, ("a", True): 2})) == (
-        True, "moecert: claimed 3 of 6 cases (a 2 of 5, b 1 of 1)")
-    assert session_verdict(Counter({("a", False): 1, ("a", None): 1})) == (
-        False, "moecert: no claimed case ran (backend a claims none of 2 cases; 1 lost before "
-               "the claim was known (setup error, crash or timeout))")
+    assert session_verdict(Counter({("a", False, False, False): 3})) == (
+        False, "moecert: not green: no claimed case ran a check (backend a 0 of 3 claimed)")
+    assert session_verdict(Counter({("a", False, False, False): 3, ("b", True, False, False): 1,
+                                    ("a", True, False, False): 2})) == (
+        True, "moecert: green: all 3 claimed case(s) passed (backend a 2 of 5 claimed, "
+              "b 1 of 1 claimed)")
+    assert session_verdict(Counter({("a", False, False, False): 1,
+                                    ("a", None, True, False): 1})) == (
+        False, "moecert: not green: 1 case(s) failed (backend a 0 of 2 claimed)")
+    assert session_verdict(Counter({("a", True, False, False): 1,
+                                    ("a", None, False, True): 1})) == (
+        False, "moecert: not green: 1 case(s) not run: they need more memory than this "
+               "machine has (backend a 1 of 2 claimed)")

@@ -38,6 +38,10 @@ def test_run_writes_parquet_rows_and_exits_zero(tmp_path):
     assert list((tmp_path / "out").glob("*.parquet")) and not list(
         (tmp_path / "out").glob("*.jsonl"))
     assert "torch" in proc.stdout
+    # no terminal: progress as whole lines, no carriage returns; a green run ends green
+    assert "\r" not in proc.stderr
+    assert re.search(r"^\d+/\d+ cases, 0 failed, [\d.]+ cases/s, \d+ s$", proc.stderr, re.M)
+    assert proc.stdout.strip().splitlines()[-1].startswith("green: all ")
 
 
 def test_a_failure_exits_one_and_prints_the_rerun_command(tmp_path):
@@ -216,8 +220,26 @@ def test_summary_counts_claimed_cases_and_an_unclaimed_one_is_never_a_pass(tmp_p
     counts = dict(zip(header[2:], xpu[4:], strict=True))
     assert xpu[:4] == ["xpu", "0", "of", "1"] and counts["unsupported"] == "1"
     assert counts["pass"] == "0"
-    assert code == 1 and "not green: no claimed case ran a check (xpu claimed 0 of 1)" in out
+    assert code == 1
+    verdict = "not green: no claimed case ran a check (backend xpu 0 of 1 claimed)"
+    assert out.strip().splitlines()[-1] == verdict
     assert set(load(tmp_path / "b")["claimed"]) == {False}
+    # the report of the same results: the same verdict and exit code (one verdict function)
+    code, out, _ = _main(["report", str(tmp_path / "b")], capsys)
+    assert code == 1 and out.strip().splitlines()[-1] == verdict
+    assert out.startswith(f"report of run {load(tmp_path / 'b')['run_id'].iloc[0]} in ")
+
+
+def test_report_says_which_run_it_shows_and_lists_the_others(tmp_path, capsys):
+    folder = str(tmp_path / "r")
+    for run in ("first", "second"):
+        assert _main(["run", *TINY, "-k", "M1.", "--check", "claims", "--in-process",
+                      "--results", folder, "--run-id", run], capsys)[0] == 0
+    code, out, _ = _main(["report", folder], capsys)
+    assert code == 0 and out.splitlines()[0] == (
+        f"report of run second, the newest of 2 runs in {folder} (second, first); --run ID "
+        "reports another, --run all every one")
+    assert out.strip().splitlines()[-1].startswith("green: all 1 claimed case(s) passed")
 
 
 def test_case_id_and_k_select_and_list_cases_prints_without_running(tmp_path, capsys):

@@ -76,3 +76,11 @@ def test_a_problems_cases_run_one_after_another_on_one_worker(tmp_path):
     cases = [_case("torch", 0), _case("torch", 1), _case("xpu", 0), _case("xpu", 1)]
     _, seen = _run(tmp_path, cases)
     assert seen == [cases[0].case_id, cases[2].case_id, cases[1].case_id, cases[3].case_id]
+
+
+def test_a_workers_start_is_not_its_first_cases_time(tmp_path, helpers_importable):
+    journal = Journal(tmp_path, "run.smoke")
+    config = RunConfig("cpu", 1, 3.0, ["claims"], ["slow_to_import"], "run", XfailList([]))
+    run_isolated([_case("torch")], config, journal)  # the import alone takes 4 s
+    journal.finish()
+    assert set(load(tmp_path)["status"]) == {"pass"}

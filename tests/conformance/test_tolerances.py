@@ -135,13 +135,13 @@ GOOD = {"nonfinite": 0, "max_abs": 0.01, "max_abs_scaled": 2e-3, "rel_fro": 1e-3
         "mismatch_frac": 0.0, "max_expert_rel_fro": 2e-3}
 
 
-def test_judge_passes_and_reports_the_worst_headroom():
+def test_judge_passes_and_reports_the_worst_used():
     v = TOL.judge(GOOD)
     assert v.passed and v.failures == []
     # rel_fro 0.25, max_abs 0.25, cosine 0.1, row cosine 0.1, norm ratio 0.25, expert 0.25
-    assert v.headroom == pytest.approx(0.25)
+    assert v.used == pytest.approx(0.25)
     assert v.thresholds == TOL.thresholds
-    assert TOL.judge({**GOOD, "norm_ratio": 0.9985}).headroom == pytest.approx(0.75)
+    assert TOL.judge({**GOOD, "norm_ratio": 0.9985}).used == pytest.approx(0.75)
 
 
 @pytest.mark.parametrize("metric, value, text", [
@@ -157,13 +157,13 @@ def test_judge_passes_and_reports_the_worst_headroom():
 ])
 def test_judge_fails_each_metric_alone(metric, value, text):
     v = TOL.judge({**GOOD, metric: value})
-    assert not v.passed and v.headroom > 1
+    assert not v.passed and v.used > 1
     assert len(v.failures) == 1 and v.failures[0].startswith(text)
 
 
 def test_nonfinite_always_fails():
     v = TOL.judge({**GOOD, "nonfinite": 3})
-    assert not v.passed and v.headroom == math.inf and v.failures == ["nonfinite 3 > 0"]
+    assert not v.passed and v.used == math.inf and v.failures == ["nonfinite 3 > 0"]
 
 
 def test_a_metric_the_row_lacks_is_not_gated():
@@ -226,7 +226,7 @@ def test_correct_torch_outputs_pass_over_seeds(scheme, attrs, dtype):
         y, ref, ids = run(scheme, problem, seed, **attrs)
         v = verdict(scheme, problem, y, ref, ids, attrs.get("activation"))
         assert v.passed, (seed, v.failures)
-        assert v.headroom < 0.8, (seed, v.headroom)
+        assert v.used < 0.8, (seed, v.used)
 
 
 @pytest.mark.parametrize("scheme, attrs, dtype", CORRECT,
@@ -240,7 +240,7 @@ def test_legit_twin_outputs_pass_over_seeds(scheme, attrs, dtype):
         y, ref, ids = run(scheme, problem, seed, backend=TWIN, **attrs)
         v = verdict(scheme, problem, y, ref, ids, attrs.get("activation"))
         assert v.passed, (seed, v.failures)
-        assert v.headroom < 0.8, (seed, v.headroom)
+        assert v.used < 0.8, (seed, v.used)
     if scheme in ("gptq-int4", "awq-int4", "fp8-w8a16"):  # 16-bit activations, rounded weights
         exact, _, _ = run(scheme, problem, SEEDS[-1], **attrs)
         assert (y.double() - ref).norm() > 1.5 * (exact.double() - ref).norm()
@@ -263,10 +263,10 @@ def test_marlin_measurements_pass_and_its_bug_fails(dtype):
     tol = TABLE.lookup("awq-int4", dtype, "marlin", "cuda", "model")
     for metrics in MARLIN_CORRECT[dtype]:
         v = tol.judge({"nonfinite": 0, **metrics})
-        assert v.passed and v.headroom < 0.6, (metrics, v)
+        assert v.passed and v.used < 0.6, (metrics, v)
     for metrics in MARLIN_BUG:
         v = tol.judge({"nonfinite": 0, **metrics})
-        assert not v.passed and v.headroom > 10, (metrics, v)
+        assert not v.passed and v.used > 10, (metrics, v)
 
 
 def all_scales_times(factor):
@@ -290,7 +290,7 @@ def test_scales_half_a_percent_high_fail_on_the_norm_ratio(backend, scheme, attr
         y, ref, ids = run(scheme, problem, seed, ckpt=bad, backend=backend, **attrs)
         v = verdict(scheme, problem, y, ref, ids)
         assert any(f.startswith("norm_ratio") for f in v.failures), (seed, v)
-        assert v.headroom > 1.5, (seed, v.headroom)
+        assert v.used > 1.5, (seed, v.used)
 
 
 def correct_output(scheme="gptq-int4", dtype="bf16", seed=0):

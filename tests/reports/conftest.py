@@ -20,7 +20,7 @@ HEALTHY = {"nonfinite": 0.0, "max_abs": 1e-3, "max_abs_scaled": 1e-3, "rel_fro":
 
 
 def case_rows(name: str, backend: str = "torch", scheme: str = "fp16", status: str = "pass",
-              claimed: bool = True, run: str = "run-a", headroom: float = 0.25,
+              claimed: bool = True, run: str = "run-a", used: float = 0.25,
               message: str = "against the float64 reference", kernel_s=None, **metrics):
     """A case's claims and accuracy rows; `status` and the metrics go to the accuracy row."""
     case_id = f"{backend}/{scheme}/{name}/s0"
@@ -33,7 +33,7 @@ def case_rows(name: str, backend: str = "torch", scheme: str = "fp16", status: s
               "duration_s": 0.01}
     accuracy = {**common, "check": "accuracy", "status": status, "message": message,
                 "tolerance": f"{scheme}/*/*/*/*", **threshold_columns(THRESHOLDS),
-                **HEALTHY, **metrics, "headroom": headroom, "duration_s": 0.5,
+                **HEALTHY, **metrics, "used": used, "duration_s": 0.5,
                 "kernel_s": kernel_s}
     return [claims, accuracy]
 

@@ -11,7 +11,7 @@ from moecert.reports import (
     load,
     status_counts,
     status_matrix,
-    worst_headroom,
+    worst_used,
 )
 from moecert.reports.schema import COLUMN_DTYPES, STATUS_DTYPE
 
@@ -20,18 +20,18 @@ def _runs(s):
     """A baseline and a current run with one change of every kind."""
     base = [s.case_rows("steady", run="b"),
             s.case_rows("breaks", run="b"),
-            s.case_rows("fixed", run="b", status="fail", headroom=3.0),
+            s.case_rows("fixed", run="b", status="fail", used=3.0),
             s.case_rows("gone", run="b"),
             s.case_rows("grows", run="b", rel_fro=1e-3),
-            s.case_rows("nears", run="b", headroom=0.5),
+            s.case_rows("nears", run="b", used=0.5),
             s.case_rows("slows", run="b", kernel_s=1.0),
             s.case_rows("noise", run="b", max_abs_scaled=1e-5)]
     current = [s.case_rows("steady", run="c"),
-               s.case_rows("breaks", run="c", status="fail", headroom=2.0,
+               s.case_rows("breaks", run="c", status="fail", used=2.0,
                            message="against the float64 reference: rel_fro 8e-3 > 4e-3"),
                s.case_rows("fixed", run="c"),
                s.case_rows("grows", run="c", rel_fro=2.5e-3),  # x2.5, at 0.6 of 4e-3
-               s.case_rows("nears", run="c", headroom=0.85),
+               s.case_rows("nears", run="c", used=0.85),
                s.case_rows("slows", run="c", kernel_s=2.0),
                # x3 but at 0.004 of its threshold: noise, not drift
                s.case_rows("noise", run="c", max_abs_scaled=3e-5),
@@ -52,7 +52,7 @@ def test_every_kind_of_change_is_found(tmp_path, synthetic):
     assert _changes(compare_runs(b, c)) == {
         ("new_failure", "breaks", None), ("new_failure", "added-bad", None),
         ("gone", "gone", None), ("fixed", "fixed", None), ("new", "added", None),
-        ("error_growth", "grows", "rel_fro"), ("error_growth", "nears", "headroom"),
+        ("error_growth", "grows", "rel_fro"), ("error_growth", "nears", "used"),
         ("slower", "slows", "kernel_s")}
     # the suite no longer holds the case: dropped, not a regression
     diff = compare_runs(b, c, suite_ids=set(c["case_id"]))
@@ -101,7 +101,7 @@ def test_a_case_gone_is_a_regression_unless_the_suite_dropped_it(tmp_path, synth
 
 def test_the_frames_of_one_run(tmp_path, synthetic):
     rows = load(synthetic.write(tmp_path / "r", [
-        synthetic.case_rows("a"), synthetic.case_rows("b", status="fail", headroom=1.5),
+        synthetic.case_rows("a"), synthetic.case_rows("b", status="fail", used=1.5),
         synthetic.case_rows("c", claimed=False), synthetic.case_rows("d", scheme="bf16")]))
     per_case = cases(rows)
     assert per_case["status"].dtype == STATUS_DTYPE
@@ -112,8 +112,8 @@ def test_the_frames_of_one_run(tmp_path, synthetic):
     assert counts.loc[("torch", "fp16"), "fail"] == 1
     assert counts.loc[("torch", "fp16"), "unsupported"] == 1  # unclaimed: never a pass
     assert counts.loc[("torch", "bf16"), "pass"] == 1
-    head = worst_headroom(rows).set_index("tolerance")
-    assert head.loc["fp16/*/*/*/*", "headroom"] == 1.5
+    head = worst_used(rows).set_index("tolerance")
+    assert head.loc["fp16/*/*/*/*", "used"] == 1.5
     assert head.loc["fp16/*/*/*/*", "failed"] == 1
 
 
@@ -133,8 +133,9 @@ def test_dtypes_are_fixed_whatever_the_mix_of_files(tmp_path, synthetic):
 @pytest.mark.parametrize("damage, says", [
     ("truncated", "not a readable Parquet file (truncated or corrupt?)"),
     ("garbage", "not a readable Parquet file (truncated or corrupt?)"),
-    ("old-schema", "results of no schema version"),
-    ("old-journal", "a journal of no schema version line; this moecert reads schema version"),
+    ("old-schema", "these results carry no schema version"),
+    ("old-journal", "this journal has no schema version on its first line; this moecert reads "
+                    "schema version 6"),
     ("empty", "no result rows"),
 ])
 def test_unreadable_results_are_one_line_and_exit_2(tmp_path, synthetic, capsys, damage, says):

@@ -57,7 +57,7 @@ def test_reopening_a_torn_journal_cuts_the_tail_before_appending(tmp_path):
 def test_a_journal_of_an_earlier_schema_is_refused_by_name(tmp_path):
     path = tmp_path / "old.smoke.jsonl"  # one row per line, no version line: schema 1
     path.write_text("".join(json.dumps(r) + "\n" for r in _rows("a")))
-    with pytest.raises(ResultsError, match="old.smoke.jsonl: a journal of no schema version"):
+    with pytest.raises(ResultsError, match="old.smoke.jsonl: this journal has no schema version"):
         load(path)
     with pytest.raises(ResultsError, match="old.smoke.jsonl"):
         Journal(tmp_path, "old.smoke")  # resuming it would mix two schemas in one file
@@ -83,3 +83,27 @@ def test_load_merges_the_shards_and_the_journal_of_one_run(tmp_path):
     _write_run(tmp_path, "ci-7.smoke.shard1of2", ["y"], mtime=2_000_001)
     Journal(tmp_path, "ci-7.smoke.shard2of3").append(_rows("z", run="ci-7"))  # unfinished
     assert sorted(set(load(tmp_path)["case_id"])) == ["x", "y", "z"]
+
+
+def test_schema_5_files_load_with_headroom_read_as_used(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    old = [{"run_id": "v5", "case_id": "a", "check": "accuracy", "status": "pass",
+            "headroom": 0.4}]
+    table = pa.Table.from_pylist(old)
+    pq.write_table(table.replace_schema_metadata({b"moecert_schema_version": b"5"}),
+                   tmp_path / "v5.smoke.parquet")
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j" / "v5.smoke.jsonl").write_text(
+        json.dumps({"moecert_schema_version": 5}) + "\n"
+        + json.dumps({"case_id": "b", "rows": [{**old[0], "case_id": "b"}]}) + "\n")
+    for path in (tmp_path / "v5.smoke.parquet", tmp_path / "j" / "v5.smoke.jsonl"):
+        frame = load(path)
+        assert frame["used"].tolist() == [0.4] and "headroom" not in frame.columns
+    with pytest.raises(ResultsError, match="this journal is of schema version 5"):
+        Journal(tmp_path / "j", "v5.smoke")  # a run of another version is not resumed
+    table = pa.Table.from_pylist(old).replace_schema_metadata({b"moecert_schema_version": b"4"})
+    pq.write_table(table, tmp_path / "v4.smoke.parquet")
+    with pytest.raises(ResultsError, match="these results are of schema version 4"):
+        load(tmp_path / "v4.smoke.parquet")

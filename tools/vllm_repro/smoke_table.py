@@ -1,6 +1,6 @@
 """The note's table from a smoke run of the vllm backends: scheme variant -> vLLM's chosen
 experts kernel (native and forced), each check's worst status over the claimed cases, the
-worst accuracy headroom (1 = at the tolerance) of passing and of expected-failure rows.
+worst share of the accuracy tolerance used (1 = at the tolerance) of passing and of expected-failure rows.
 
     python tools/vllm_repro/smoke_table.py RESULTS [--out FILE]
 
@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from moecert.conformance.checks import FULL
-from moecert.reports import load, status_matrix, worst_headroom
+from moecert.reports import load, status_matrix, worst_used
 from moecert.reports.schema import STATUSES
 
 SHORT = {"pass": "ok", "unsupported": "-"}
@@ -19,7 +19,7 @@ SHORT = {"pass": "ok", "unsupported": "-"}
 
 def variant_rows(frame):
     """(variant, backend) -> claimed cases, the kernel(s) vLLM built for them (or its refusal),
-    each check's worst status over the claimed cases, the worst accuracy headroom of the
+    each check's worst status over the claimed cases, the most of the accuracy tolerance used by the
     passing and of the expected-failure rows."""
     claimed_ids = set(frame.loc[frame["claimed"].fillna(False).astype(bool), "case_id"])
     claimed = frame[frame["case_id"].isin(claimed_ids)]
@@ -52,13 +52,13 @@ def _reason(message: str) -> str:
 
 
 def _worst(rows) -> str:
-    return "" if rows.empty else f"{rows['headroom'].max():.2f}"
+    return "" if rows.empty else f"{rows['used'].max():.2f}"
 
 
 def markdown(frame) -> str:
     checks, rows = variant_rows(frame)
     lines = ["| variant | backend | claimed cases | vLLM's experts kernel | "
-             + " | ".join(checks) + " | accuracy headroom (pass) | (xfail) |",
+             + " | ".join(checks) + " | accuracy tolerance used (pass) | (xfail) |",
              "|---" * (6 + len(checks)) + "|"]
     refused = {}  # variant -> {backend: reason} of the variants no mode runs
     for config, backend, _, detail, _, _, _ in rows:
@@ -78,12 +78,12 @@ def markdown(frame) -> str:
     lines += ["", "cases per backend: " + ", ".join(f"{b} {n}" for b, n in counts.items()),
               "cases by worst status: " + ", ".join(f"{s} {int(worst.get(s, 0))}"
                                                     for s in STATUSES if worst.get(s, 0))]
-    entries = worst_headroom(frame[frame["status"] == "pass"])
+    entries = worst_used(frame[frame["status"] == "pass"])
     lines += ["", "Passing rows, per tolerance entry:", "",
-              "| tolerance entry | rows | worst headroom | metric | case |",
+              "| tolerance entry | rows | most used | metric | case |",
               "|---|---|---|---|---|"]
     for e in entries.itertuples():
-        lines.append(f"| {e.tolerance} | {e.rows} | {e.headroom:.2f} | {e.metric} | "
+        lines.append(f"| {e.tolerance} | {e.rows} | {e.used:.2f} | {e.metric} | "
                      f"{e.case_id} |")
     return "\n".join(lines) + "\n"
 
