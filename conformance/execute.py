@@ -20,6 +20,7 @@ from moecert.reports.schema import METRICS, problem_id, threshold_columns
 from .cases import Case
 from .checks import Outcome, checks_for, run_check
 from .context import CaseRun, SharedSteps
+from .numerics import describe as describe_numerics
 from .provenance import environment, problem_columns
 
 
@@ -111,6 +112,7 @@ def _row(case: Case, device: str, run_id: str, check: str, outcome: Outcome,
            "scheme": case.scheme, "config": "", **problem_columns(case),
            **environment(device, case.backend),
            "backend_detail": run.backend_detail if run is not None else "",
+           "numerics": describe_numerics(run.numerics) if run is not None else "",
            "check": check, "status": outcome.status,
            "message": outcome.message, "duration_s": duration, "case_json": case.to_json(),
            "finished_at": datetime.datetime.now(datetime.UTC).isoformat()}

@@ -24,7 +24,7 @@ import pandas as pd
 
 # Bumped whenever a column is added, removed, renamed or changes meaning: `load` refuses files
 # of any other version rather than guessing.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # The key under which Parquet metadata and the journal's header line carry the version.
 VERSION_KEY = "moecert_schema_version"
 
@@ -65,6 +65,10 @@ COLUMN_DTYPES = {
     "moecert_version": _STR, "backend_version": _STR, "torch_version": _STR,
     "triton_version": _STR,
     "backend_detail": _STR,  # what the case's processed layer runs (the backend's describe)
+    # what the processed layer declares it computes where that differs from the checkpoint's
+    # scheme (the backend's numerics, e.g. "activation=dynamic-token, weight_scale_dtype=
+    # bfloat16"); the case was judged against that reading of the checkpoint; "" for none
+    "numerics": _STR,
     "check": _CAT, "status": STATUS_DTYPE, "claimed": _BOOL,
     **{m: _FLOAT for m in METRICS},
     "tolerance": _STR,
