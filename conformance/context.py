@@ -224,12 +224,20 @@ class CaseRun:
         self.layer  # noqa: B018 - the declaration is the processed layer's
         if not self.numerics:
             return self.reference
-        return self.reference_for(self.declared_reading(self.case.seed), self.inputs)
+
+        def make():
+            return self.reference_for(self.declared_reading(self.case.seed), self.inputs)
+        if self.shared is None:
+            return make()
+        return self.shared.get(self.key, f"expected|{sorted(self.numerics.items())}", make)
 
     def declared_reading(self, seed: int, ckpt=None):
-        """The checkpoint drawn from `seed` (or `ckpt`) read as the layer declares."""
+        """The checkpoint drawn from `seed` (or `ckpt`) read as the layer declares: the
+        problem's pristine draw where it is kept, else drawn again (the same bits)."""
         if ckpt is None:
-            ckpt = self.laid_out_checkpoint(self._draw_checkpoint(seed))
+            kept = self._kept_checkpoint() if seed == self.case.seed else None
+            ckpt = self.laid_out_checkpoint(kept if kept is not None
+                                            else self._draw_checkpoint(seed))
         return reading(ckpt, self.numerics)
 
     def new_layer(self, ckpt):

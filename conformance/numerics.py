@@ -127,6 +127,9 @@ def _activation_scheme(scheme: str, mode: str):
 
 def _with_activation(ckpt, mode: str):
     target = _activation_scheme(ckpt.scheme, mode)
+    if ckpt.act_order and not target.act_order:
+        raise NumericsError(f"activation={mode}: {target.name}, which reads {ckpt.scheme}'s "
+                            "weights with it, has no act-order checkpoints")
     if target.name == ckpt.scheme:
         return replace(ckpt, activation=mode)
     fmt = ckpt.checkpoint_format
@@ -137,7 +140,6 @@ def _with_activation(ckpt, mode: str):
     canon = canonicalize(ckpt)
     out = replace(ckpt, scheme=target.name, activation=mode, checkpoint_format=_REWRITE_FORMAT,
                   tensors={})
-    out.sym = ckpt.sym
     for p in ("w13", "w2"):
         dtype = next(t.dtype for n, t in ckpt.tensors.items()
                      if n.startswith(p) and declared_tensors(ckpt)[n].role == "scale")
