@@ -26,6 +26,10 @@ class WrappedMutant(DelegatingBackend):
         super().__init__(inner, f"wrapped-{self.kind}@{inner}")
         self._problem_of: dict[int, object] = {}  # layer id -> its problem (for routing)
 
+    def applies(self, quant, problem) -> bool:
+        """Whether the bug changes anything on a case of `quant` and `problem`."""
+        return True
+
     # hooks -----------------------------------------------------------------------------
     def checkpoint(self, ckpt):
         return ckpt
@@ -62,6 +66,9 @@ class ScalesX1005(WrappedMutant):
     bug = "Every float weight scale handed to the kernel 0.5% high."
     expected_checks = ("accuracy",)
 
+    def applies(self, quant, problem) -> bool:
+        return quant.info.scale_encoding == "float"
+
     def checkpoint(self, ckpt):
         return _tensors(ckpt, lambda n, role, t: (t.double() * 1.005).to(t.dtype)
                         if role == "scale" and t.is_floating_point() else t)
@@ -71,6 +78,9 @@ class BiasDropped(WrappedMutant):
     kind = "bias-dropped"
     bug = "The w13 bias handed to the kernel as zeros."
     expected_checks = ("accuracy",)
+
+    def applies(self, quant, problem) -> bool:
+        return bool(problem.bias)
 
     def checkpoint(self, ckpt):
         return _tensors(ckpt, lambda n, role, t: torch.zeros_like(t) if n == "w13_bias" else t)
