@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 
 from moecert.kernels import QuantConfig
 from moecert.reference import Checkpoint, MoEProblem, synthesize
@@ -111,7 +111,7 @@ class Case:
     @property
     def quant(self) -> QuantConfig:
         """The quantization of the case's checkpoint: the scheme's defaults and `attrs`."""
-        return replace(QuantConfig.defaults(self.scheme), **self.attrs)
+        return QuantConfig.variant(self.scheme, **self.attrs)
 
     def to_json(self) -> str:
         return json.dumps({"backend": self.backend, "scheme": self.scheme,

@@ -32,6 +32,7 @@ from moecert.reference.schemes import E8M0_NAN
 from .comparators import assert_bitwise_equal
 from .context import RELOAD_SEED_OFFSET, CaseRun, StepFailed, fresh_copy, unchanged
 from .inputs import Inputs
+from .numerics import describe as describe_numerics
 
 LIGHT = ("claims", "oracle", "accuracy", "fully_written", "no_mutation")
 FULL = (*LIGHT, "canonical", "determinism", "process_twice", "token_order", "reload", "exact",
@@ -116,9 +117,13 @@ def check_oracle(run: CaseRun) -> Outcome:
 # --- the output ---------------------------------------------------------------------------
 
 def check_accuracy(run: CaseRun) -> Outcome:
-    outcome = judged(run.judge(run.output, run.reference), "against the float64 reference")
+    expected = run.expected  # after the layer: what it declares decides the reading
+    what = "against the float64 reference"
+    if run.numerics:
+        what += f" of the declared reading ({describe_numerics(run.numerics)})"
+    outcome = judged(run.judge(run.output, expected), what)
     if outcome.status == "fail":  # where the error sits, for the report's picture
-        outcome.profile = json.dumps(run.error_profile(run.output, run.reference))
+        outcome.profile = json.dumps(run.error_profile(run.output, expected))
     return outcome
 
 
@@ -149,7 +154,7 @@ def check_canonical(run: CaseRun) -> Outcome:
     if export is None:
         return Outcome("skip", f"{run.backend.name} exposes no canonical_weights")
     exported = export(run.layer)
-    want = canonicalize(run.checkpoint)
+    want = canonicalize(run.declared_reading(run.case.seed, run.checkpoint))
     for p in ("w13", "w2"):
         e = exported[p]
         mine = CanonicalLinear(e.codes, e.scales, tuple(e.block), e.zeros, e.g_idx,
@@ -194,7 +199,9 @@ def check_token_order(run: CaseRun) -> Outcome:
 def check_reload(run: CaseRun) -> Outcome:
     seed = run.case.seed + RELOAD_SEED_OFFSET
     second = run.checkpoint_for(seed)
-    reference = run.reference_of_draw(seed, second)  # before the backend sees `second`
+    run.layer  # noqa: B018 - its declared numerics say which reading is judged
+    reference = run.reference_of_draw(seed, second) if not run.numerics else \
+        run.reference_for(run.declared_reading(seed, second), run.inputs)  # before the backend
     layer = run.new_layer(run.checkpoint)
     run.backend.load_weights(layer, second)
     run.backend.process_weights_after_loading(layer)
@@ -211,6 +218,10 @@ def check_exact(run: CaseRun) -> Outcome:
 
     case = exact_case(run.case)
     P = case.problem
+    run.layer  # noqa: B018 - its declared numerics
+    if "activation" in run.numerics:
+        return Outcome("skip", "the structured inputs are exact for the scheme's own "
+                       f"activations; the layer declares {describe_numerics(run.numerics)}")
     try:
         s, want = _exact_structure(run, case)
     except NotExact as e:
@@ -238,12 +249,12 @@ def _exact_structure(run: CaseRun, case):
         ckpt = run.laid_out_checkpoint(s.checkpoint.to(run.device))
         inputs = run.laid_out_inputs(
             Inputs(s.x, s.topk_weights, s.topk_ids, s.expert_num_tokens).to(run.device))
-        want = moe(ckpt, *inputs.tensors()[:3], case.problem,
+        want = moe(run.declared_reading(0, ckpt), *inputs.tensors()[:3], case.problem,
                    expert_num_tokens=inputs.expert_num_tokens).to(case.problem.torch_dtype)
         return s, want
     if run.shared is None:
         return make()
-    return run.shared.get(run.key, "exact", make)
+    return run.shared.get(run.key, f"exact|{describe_numerics(run.numerics)}", make)
 
 
 # The exact tier's structure is built densely in float64 on the host (seconds at K=1024,

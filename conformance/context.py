@@ -21,6 +21,7 @@ from moecert.reference.schemes import checkpoint_shape_issue
 from .cases import Case
 from .inputs import Inputs, case_inputs
 from .metrics import error_metrics, error_profile
+from .numerics import declared, effective, reading, reading_scheme
 from .strides import restrided
 from .tolerances import Tolerance, load_table, shape_class
 
@@ -111,6 +112,9 @@ class CaseRun:
         # what the processed layer runs, in the backend's words (its optional describe);
         # "" until the layer exists, or for a backend without the hook
         self.backend_detail = ""
+        # what the processed layer declares it computes (numerics.py), less what the
+        # checkpoint's own reading says; {} until the layer exists or without the hook
+        self.numerics: dict = {}
 
     # --- what the case is ---------------------------------------------------------------
     @functools.cached_property
@@ -123,11 +127,13 @@ class CaseRun:
         return supports_reason(self.backend, self.quant, self.problem,
                                platform_of_device(self.device))
 
-    @functools.cached_property
+    @property
     def tolerance(self) -> Tolerance:
-        return self.table.lookup(self.case.scheme, self.problem.dtype, self.case.backend,
+        """The entry of the reading judged: the checkpoint's scheme, or the declared one."""
+        scheme, mode = reading_scheme(self.quant, self.numerics)
+        return self.table.lookup(scheme, self.problem.dtype, self.case.backend,
                                  self.device.type, shape_class(self.problem),
-                                 activation_mode=self.quant.activation)
+                                 activation_mode=mode)
 
     def loaded_layer(self):
         """The model layer this case's checkpoint was read from, once the read succeeded
@@ -241,6 +247,29 @@ class CaseRun:
         x, w, ids, counts = inputs.tensors()
         return moe(ckpt, x, w, ids, self.problem, expert_num_tokens=counts)
 
+    @_kept
+    def expected(self) -> torch.Tensor:
+        """The reference the output is judged against: the checkpoint's, or where the
+        processed layer declares its numerics, that reading's of the untouched draw."""
+        self.layer  # noqa: B018 - the declaration is the processed layer's
+        if not self.numerics:
+            return self.reference
+
+        def make():
+            return self.reference_for(self.declared_reading(self.case.seed), self.inputs)
+        if self.shared is None:
+            return make()
+        return self.shared.get(self.key, f"expected|{sorted(self.numerics.items())}", make)
+
+    def declared_reading(self, seed: int, ckpt=None):
+        """The checkpoint drawn from `seed` (or `ckpt`) read as the layer declares: the
+        problem's pristine draw where it is kept, else drawn again (the same bits)."""
+        if ckpt is None:
+            kept = self._kept_checkpoint() if seed == self.case.seed else None
+            ckpt = self.laid_out_checkpoint(kept if kept is not None
+                                            else self._draw_checkpoint(seed))
+        return reading(ckpt, self.numerics)
+
     def new_layer(self, ckpt):
         layer = self.backend.create_layer(ckpt, self.problem)
         self.backend.process_weights_after_loading(layer)
@@ -266,6 +295,7 @@ class CaseRun:
             self.reference  # noqa: B018 - shared with other backends: before this one writes
         layer = self.new_layer(self.checkpoint)
         self.backend_detail = describe(self.backend, layer)
+        self.numerics = effective(declared(self.backend, layer), self.quant)
         return layer
 
     def apply(self, layer, inputs: Inputs | None = None) -> torch.Tensor:

@@ -21,6 +21,7 @@ from .cases import Case
 from .checks import Outcome, checks_for, run_check
 from .context import CaseRun, SharedSteps
 from .model_layers import source_columns
+from .numerics import describe as describe_numerics
 from .provenance import environment, problem_columns
 
 
@@ -113,6 +114,7 @@ def _row(case: Case, device: str, run_id: str, check: str, outcome: Outcome,
            **environment(device, case.backend),
            "backend_detail": run.backend_detail if run is not None else "",
            **source_columns(case.source, run.loaded_layer() if run is not None else None),
+           "numerics": describe_numerics(run.numerics) if run is not None else "",
            "check": check, "status": outcome.status,
            "message": outcome.message, "duration_s": duration, "case_json": case.to_json(),
            "finished_at": datetime.datetime.now(datetime.UTC).isoformat()}

@@ -254,11 +254,19 @@ def run_id(text: str) -> str:
 
 def xfail_list(path: str | None, flag: str = "--xfail"):
     """The expected-failure list at `path` (None: an empty list), parsed now, so a missing or
-    malformed file is one usage error before any case runs."""
+    malformed file is one usage error before any case runs. A bare name NAME that is no file
+    is the list shipped in the package as conformance/xfail-NAME.toml (`--xfail vllm`: vLLM's
+    defects, for a pip-installed moecert)."""
     from .xfail import XfailList
 
     if path and not Path(path).is_file():
-        raise UsageError(f"{flag} {path}: no such file")
+        shipped = Path(__file__).with_name(f"xfail-{path}.toml")
+        if "/" in path or not shipped.is_file():
+            known = sorted(p.stem.removeprefix("xfail-")
+                           for p in Path(__file__).parent.glob("xfail-*.toml"))
+            raise UsageError(f"{flag} {path}: no such file (nor a shipped list: "
+                             f"{', '.join(known)})")
+        path = str(shipped)
     try:
         return XfailList.load(path)
     except ValueError as e:  # a TOML syntax error or an entry without its keys

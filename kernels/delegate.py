@@ -23,7 +23,7 @@ from .quant_config import QuantConfig
 from .registry import get_backend
 
 # Members a Backend may have (protocol.py): forwarded to the delegate when it has them.
-_OPTIONAL = ("canonical_weights", "describe", "version")
+_OPTIONAL = ("canonical_weights", "describe", "numerics", "version")
 
 Where = Callable[[QuantConfig, Problem, Platform], str | None]
 

@@ -98,7 +98,7 @@ def scheme_variants(scheme: str) -> list[QuantConfig]:
     table's `variant_overrides`: zero points, act-order, the smallest group, other checkpoint
     formats, weight strategies and activation modes)."""
     base = QuantConfig.defaults(scheme)
-    return [base] + [QuantConfig(**{**base.__dict__, **o}) for o in base.info.variant_overrides()]
+    return [base] + [QuantConfig.variant(scheme, **o) for o in base.info.variant_overrides()]
 
 
 def selection_rows(platforms, schemes, problems) -> list[dict]:

@@ -33,6 +33,10 @@ class Backend(Protocol):
         engine's chosen experts kernel, a mode); called once per case after
         `process_weights_after_loading`, recorded in every row of the case (column
         `backend_detail`). See `DescribesLayer`.
+      `numerics(layer) -> dict`: where the processed layer computes something other than the
+        checkpoint's literal scheme, what (keys `NUMERICS_KEYS`); the harness judges the case
+        against that reading of the same checkpoint (column `numerics`). See
+        `DeclaresNumerics`.
     """
 
     name: str  # unique in the registry, e.g. "triton", "torch", "vendor-marlin"
@@ -94,6 +98,26 @@ class DescribesLayer(Protocol):
     def describe(self, layer: torch.nn.Module) -> str:
         """One line: what runs for this layer, e.g. the kernel an engine's own selection
         chose for it ("CPU (CPUExpertsInt4); CPU AMX gate forced")."""
+
+
+# The keys a `numerics(layer)` declaration may hold (conformance/numerics.py reads them):
+#   activation          an activation mode of the scheme table the kernel quantizes its GEMM
+#                       inputs with (an int4 checkpoint run with int8 per-token activations:
+#                       "dynamic-token", judged as w4a8-int8)
+#   weight_scale_dtype  the torch dtype name the kernel keeps the weight scales in ("bfloat16")
+#   w13_requantized     True: per-tensor w1/w3 shard scales collapsed to their maximum and
+#                       the fp8 weights requantized to it
+NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized")
+
+
+@runtime_checkable
+class DeclaresNumerics(Protocol):
+    """The optional declaration of a processed layer's numerics (column `numerics`)."""
+
+    def numerics(self, layer: torch.nn.Module) -> dict:
+        """{key: value} for each way the layer's computation differs from the checkpoint's
+        scheme (keys `NUMERICS_KEYS`); {} when it computes the scheme as written. Called
+        once per case after `process_weights_after_loading`."""
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,16 @@ class QuantConfig:
             raise BackendError("scheme", "a known scheme name", str(e)) from None
         return cls(scheme=scheme, **info.defaults())
 
+    @classmethod
+    def variant(cls, scheme: str, **attrs) -> QuantConfig:
+        """The scheme's defaults with `attrs` changed; a checkpoint format given without
+        `sym` brings its own default (a GPTQ file of w4a8-int8, whose default format is
+        AWQ's with zero points, is symmetric unless told), as a Checkpoint reads it."""
+        base = cls.defaults(scheme)
+        if "checkpoint_format" in attrs and "sym" not in attrs:
+            attrs["sym"] = base.info.format(attrs["checkpoint_format"]).sym
+        return cls(**{**base.__dict__, **attrs})
+
     @property
     def info(self) -> Scheme:
         return get_scheme(self.scheme)

@@ -22,19 +22,29 @@ import functools
 import os
 import tempfile
 import threading
+import traceback
+import types
 
 import torch
 
 from .errors import BackendError, UnsupportedError, check_layer
 from .platform import Platform
 from .quant_config import QuantConfig, check_tensor, checkpoint_spec
-from .vllm_checkpoint import ACTIVATIONS, expert_tensors, quantization_config
+from .vllm_checkpoint import ACTIVATIONS, expert_tensors, file_config, quantization_config
 
 # The runner's prefix: a model's `layers.0.mlp.experts`; names passed to its load_weights are
 # relative to it ("0.gate_proj.qweight"), as vLLM's AutoWeightsLoader passes them.
 PREFIX = "model.layers.{}.mlp.experts"
 AMX_ISA = "amx"
 NO_KERNEL = "NONE"  # the backend enum value vLLM's oracles use for "nothing runs here"
+# vLLM's CPU experts call one compiled entry, `fused_experts_cpu(..., moe_comp_method, ...)`;
+# the method vLLM passes names the computation (its `CPUQuantMethod`), in moecert's
+# activation modes: what the kernel does to each GEMM's input
+CPU_KERNEL_MODULE = "vllm.model_executor.layers.fused_moe.experts.cpu_moe"
+CPU_KERNEL_ENTRY = "fused_experts_cpu"
+CPU_METHOD_ARG = 6  # the position of moe_comp_method in fused_experts_cpu's arguments
+CPU_METHOD_ACTIVATIONS = {"INT4_W4A8": "dynamic-token", "INT8_W8A8": "dynamic-token",
+                          "FP8_W8A16": "none", "MXFP4": "none"}
 
 _lock = threading.RLock()
 _selections: dict[tuple, tuple[str | None, str]] = {}
@@ -45,7 +55,7 @@ _layer_ids = iter(range(1 << 62))
 def _vllm():
     """vLLM's modules, imported once; ImportError if vLLM is not installed."""
     import vllm
-    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
     from vllm.model_executor.layers.fused_moe import FusedMoEFactory
     from vllm.model_executor.layers.quantization import get_quantization_config
@@ -58,7 +68,8 @@ def _vllm():
             distributed_init_method=f"file://{tempfile.mkdtemp(prefix='moecert-vllm-')}/init")
         initialize_model_parallel(1, 1)
     return {"version": vllm.__version__, "config": config, "set_config": set_current_vllm_config,
-            "factory": FusedMoEFactory, "quant_config": get_quantization_config}
+            "factory": FusedMoEFactory, "quant_config": get_quantization_config,
+            "verify_quantization": ModelConfig._verify_quantization}
 
 
 @functools.cache
@@ -78,6 +89,11 @@ class VllmLayer(torch.nn.Module):
         self.runner = runner
         self.backend, self.quant, self.problem = backend, quant, problem
         self.processed = False  # a record for load_weights, not a guard on processing
+        # what vLLM made of the layer, read from vLLM as it runs: the dtype its loader
+        # allocated for the weight scales, and the method its CPU kernel was called with
+        self.scale_dtype: torch.dtype | None = None
+        self.shard_scales = False  # the checkpoint's w13 had one per-tensor scale per shard
+        self.kernel_method: str | None = None
 
     @property
     def experts(self):
@@ -140,7 +156,7 @@ class VllmBackend:
             with self._running():
                 runner = self._runner(quant, problem)
         except Exception as e:
-            return f"vLLM {_vllm()['version']} refuses it: {type(e).__name__}: {e}", ""
+            return f"vLLM {_vllm()['version']} refuses it: {_refusal(e)}", ""
         choice, isa = _choice(runner.routed_experts.quant_method)
         if choice.startswith(NO_KERNEL):
             # vLLM's fp8 oracle answers NONE off CUDA/ROCm instead of raising; the layer is
@@ -161,6 +177,10 @@ class VllmBackend:
         with self._running():
             runner = self._runner(quant, problem)
         layer = VllmLayer(self.name, runner, quant, problem)
+        layer.scale_dtype = _scale_param_dtype(layer, quant)
+        scale = checkpoint.tensors.get("w13_weight_scale")
+        layer.shard_scales = bool(scale is not None and scale.dim() == 2
+                                  and not torch.equal(scale[:, 0], scale[:, 1]))
         self.load_weights(layer, checkpoint)
         return layer
 
@@ -204,6 +224,45 @@ class VllmBackend:
             backend = f"{backend.split(' (')[0]} ({type(experts).__name__})"
         return backend + ("; CPU AMX gate forced" if self.forced_amx else "")
 
+    def numerics(self, layer: VllmLayer) -> dict:
+        """What vLLM's processed layer computes, read from vLLM: the dtype its loader keeps
+        the weight scales in, the activation quantization of the kernel it calls (the
+        method vLLM's CPU experts pass their compiled kernel; elsewhere the experts' quant
+        config), and whether its processing requantized per-shard fp8 w13 weights to one
+        scale per expert (the processed w13_weight_scale has one value per expert)."""
+        check_layer(layer, VllmLayer, self.name)
+        out = {}
+        if layer.scale_dtype is not None:
+            out["weight_scale_dtype"] = str(layer.scale_dtype).removeprefix("torch.")
+        mode = self._kernel_activation(layer)
+        if mode is not None:
+            out["activation"] = mode
+        scale = getattr(layer.experts, "w13_weight_scale", None)
+        if layer.shard_scales and isinstance(scale, torch.Tensor) \
+                and scale.numel() == layer.problem.E:
+            out["w13_requantized"] = True
+        return out
+
+    def _kernel_activation(self, layer: VllmLayer) -> str | None:
+        if layer.kernel_method is None:  # one token through the layer, to see the call
+            P = layer.problem
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(1, P.K, generator=g).to(P.torch_dtype)
+            ids = torch.arange(P.topk, dtype=torch.int32)[None]
+            w = torch.full((1, P.topk), 1.0 / P.topk)
+            try:
+                self.apply(layer, x, w, ids)
+            except Exception:  # the case's own apply reports it
+                return None
+        if layer.kernel_method is not None:
+            return CPU_METHOD_ACTIVATIONS.get(layer.kernel_method)
+        return _quant_config_activation(getattr(self._experts_class(layer), "quant_config",
+                                                None))
+
+    def _experts_class(self, layer: VllmLayer):
+        kernel = getattr(layer.quant_method, "moe_kernel", None)
+        return getattr(getattr(kernel, "impl", None), "fused_experts", None)
+
     def apply(self, layer: VllmLayer, hidden_states, topk_weights, topk_ids, *, out=None,
               **opts) -> torch.Tensor:
         check_layer(layer, VllmLayer, self.name)
@@ -221,7 +280,7 @@ class VllmBackend:
             return out
         # In vLLM the routing tensors are its router's own outputs, which its prepare step
         # scales in place (router weight on input): hand it copies, as its router would.
-        with self._running(), torch.inference_mode():
+        with self._running(), _recording(layer), torch.inference_mode():
             y = layer.experts.forward_modular(
                 x=hidden_states.contiguous(),
                 topk_weights=topk_weights.to(torch.float32, copy=True).contiguous(),
@@ -233,7 +292,7 @@ class VllmBackend:
     def _runner(self, quant: QuantConfig, problem):
         v = _vllm()
         d = quantization_config(quant)
-        qc = v["quant_config"](d["quant_method"]).from_config(d) if d else None
+        qc = v["quant_config"](_quantization_method(d)).from_config(d) if d else None
         act, act_kwargs = ACTIVATIONS[problem.activation]
         return v["factory"](
             problem.E, problem.topk, problem.K, problem.N, params_dtype=problem.torch_dtype,
@@ -264,6 +323,86 @@ class VllmCpuForcedBackend(VllmBackend):
 
     name = "vllm-cpu-forced"
     forced_amx = True
+
+
+@contextlib.contextmanager
+def _recording(layer: VllmLayer):
+    """vLLM's CPU kernel entry wrapped for the call: the method it is called with is kept
+    on the layer (the numerics vLLM's chosen experts class runs)."""
+    import sys
+
+    module = sys.modules.get(CPU_KERNEL_MODULE)
+    entry = getattr(module, CPU_KERNEL_ENTRY, None)
+    if entry is None:
+        yield
+        return
+
+    def recorded(*args, **kwargs):
+        method = args[CPU_METHOD_ARG] if len(args) > CPU_METHOD_ARG else None
+        layer.kernel_method = getattr(method, "name", None)
+        return entry(*args, **kwargs)
+    setattr(module, CPU_KERNEL_ENTRY, recorded)
+    try:
+        yield
+    finally:
+        setattr(module, CPU_KERNEL_ENTRY, entry)
+
+
+def _quant_config_activation(qc) -> str | None:
+    """The activation mode a vLLM FusedMoEQuantConfig states (None: it cannot be read)."""
+    if qc is None:
+        return None
+    try:
+        dtype = qc.quant_dtype
+        if dtype is None:
+            return "none"
+        if dtype in ("mxfp8",):
+            return "mxfp8"
+        if dtype in ("nvfp4",):
+            return "nvfp4"
+        if qc.block_shape is not None:
+            return "dynamic-group"
+        if qc.a1_scale is not None:
+            return "static-tensor"
+        return "dynamic-token" if qc.per_act_token_quant else "dynamic-tensor"
+    except Exception:
+        return None
+
+
+def _scale_param_dtype(layer: VllmLayer, quant: QuantConfig) -> torch.dtype | None:
+    """The dtype vLLM's loader allocated for the w13 weight scales (a file's scales are
+    copied into it), for schemes whose scales are stored as floats."""
+    if quant.info.scale_encoding != "float":
+        return None
+    names = dict(file_config(quant).names)
+    for suffix in ("scales", "weight_scale"):
+        param = getattr(layer.experts, f"w13_{names.get(suffix, suffix)}", None)
+        if isinstance(param, torch.Tensor):
+            return param.dtype
+    return None
+
+
+def _quantization_method(d: dict) -> str:
+    """The quantization method vLLM's ModelConfig resolves for a model file's
+    quantization_config (its `_verify_quantization`: the overrides that map e.g. a ModelOpt
+    NVFP4 file's "modelopt" to "modelopt_fp4", checked in vLLM's order, then the platform's
+    verify_quantization), run on a stand-in holding only what that method reads."""
+    stub = types.SimpleNamespace(
+        quantization=None, allow_deprecated_quantization=False, hf_config=types.SimpleNamespace(
+            quantization_config=d), model_arch_config=types.SimpleNamespace(
+                quantization_config=d))
+    _vllm()["verify_quantization"](stub)
+    return stub.quantization
+
+
+def _refusal(e: Exception) -> str:
+    """vLLM's exception as a reason; a bare assert says where it fired and what it asserts."""
+    text = str(e).strip()
+    if not text:
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        text = (f"at {os.path.basename(tb.filename)}:{tb.lineno} "
+                f"({(tb.line or '').strip()})")
+    return f"{type(e).__name__}: {text}"
 
 
 def _amx_supported() -> bool:

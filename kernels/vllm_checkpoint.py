@@ -2,6 +2,12 @@
 dict of the model's config.json, and the layer's tensors under vLLM's per-expert checkpoint
 names (`{e}.gate_proj.qweight`, `{e}.up_proj.qweight`, `{e}.down_proj.qweight`, ...).
 
+`VARIANT_CONFIGS` is the one table: scheme variant -> the producer whose files carry that
+variant and the `quantization_config` such a file holds (the producers' keys as written in
+`../shared/research/real_checkpoints.md`), plus the tensor suffixes the producer names its own
+way. vLLM's `get_quantization_config(...).from_config` then reads the dict, and vLLM's oracle
+decides: it builds the layer and picks an experts class, or it refuses with its own reason.
+
 moecert stores each linear stacked over experts with gate and up concatenated in w13 (SPEC
 section 2); a model file holds one tensor per expert and projection. The mapping is slicing
 and naming only: every number reaches vLLM as the checkpoint stores it, and vLLM's own weight
@@ -10,10 +16,25 @@ loaders, quant configs and weight processing do the rest. Data only, no vLLM imp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
-from moecert.reference.schemes import FP8_BLOCK, STRATEGY_BLOCK, STRATEGY_TENSOR
+from moecert.reference.schemes import (
+    ACT_DYNAMIC_GROUP,
+    ACT_DYNAMIC_TENSOR,
+    ACT_DYNAMIC_TOKEN,
+    ACT_MXFP8,
+    ACT_NONE,
+    ACT_STATIC_TENSOR,
+    FP8_BLOCK,
+    MX_BLOCK,
+    NVFP4_BLOCK,
+    STRATEGY_BLOCK,
+    STRATEGY_CHANNEL,
+    STRATEGY_TENSOR,
+)
+from moecert.reference.schemes.tensors import declared_tensors
 
 from .quant_config import QuantConfig
 
@@ -28,56 +49,215 @@ ACTIVATIONS = {
     "relu2": ("relu2_no_mul", {}),
 }
 
-# The tensor suffixes of each layout: moecert name after "w13_" / "w2_" -> vLLM's suffix,
-# and how a w13 tensor splits into gate and up (the axis that holds output channels and how
-# many output channels one element along it covers).
-_INT_LAYOUTS = {
-    # GPTQ: [E, K/pack, 2N] packed along the input; zeros [E, G, 2N/pack] packed along N
+# The packed layouts' tensor suffixes: moecert name after "w13_" / "w2_" -> (vLLM's suffix,
+# the axis of one expert's tensor that holds output channels, how many output channels one
+# element along it covers).
+_PACKED_SPLITS = {
+    # GPTQ: [K/pack, 2N] packed along the input; zeros [G, 2N/pack] packed along N
     "gptq": {"qweight": ("qweight", -1, 1), "scales": ("scales", -1, 1),
              "qzeros": ("qzeros", -1, "pack"), "g_idx": ("g_idx", None, None)},
-    # AWQ: [E, K, 2N/pack] packed along N
+    # AWQ: [K, 2N/pack] packed along N
     "awq": {"qweight": ("qweight", -1, "pack"), "scales": ("scales", -1, 1),
             "qzeros": ("qzeros", -1, "pack")},
-    # compressed-tensors: [E, 2N, K/pack], scales [E, 2N, G], zeros [E, 2N/pack, G]
-    # (axes here are of one expert's tensor)
+    # compressed-tensors: [2N, K/pack], scales [2N, G], zeros [2N/pack, G]
     "ct": {"weight_packed": ("weight_packed", 0, 1), "weight_scale": ("weight_scale", 0, 1),
            "weight_zero_point": ("weight_zero_point", 0, "pack"),
            "weight_g_idx": ("weight_g_idx", None, None),
            "weight_shape": ("weight_shape", "shape", None)},
 }
+# The dense layout's split per tensor role (schemes.tensors): rows along axis 0, except
+# per-tensor and per-shard values ("tensor": [] for both shards, [2] one per shard).
+_DENSE_SPLITS = {"weight": (0, 1), "global_scale": ("tensor", None),
+                 "input_scale": ("tensor", None), "bias": (-1, 1)}
+_SCALE_SPLITS = {STRATEGY_TENSOR: ("tensor", None), STRATEGY_BLOCK: (0, FP8_BLOCK)}
+
+
+# --- the producers' quantization_config dicts ------------------------------------------------
+
+def _gptq(q: QuantConfig) -> dict:  # GPTQModel / AutoGPTQ config.json
+    return {"quant_method": "gptq", "bits": q.bits, "group_size": q.group_size,
+            "desc_act": q.act_order, "sym": q.sym, "checkpoint_format": q.checkpoint_format,
+            "lm_head": False}
+
+
+def _awq(q: QuantConfig) -> dict:  # AutoAWQ / GPTQModel awq gemm
+    return {"quant_method": "awq", "bits": 4, "group_size": q.group_size,
+            "zero_point": not q.sym, "version": "gemm"}
+
+
+def _ct_args(num_bits: int, type_: str, strategy: str, *, dynamic: bool = False,
+             group_size: int | None = None, symmetric: bool = True, **extra) -> dict:
+    return {"num_bits": num_bits, "type": type_, "symmetric": symmetric, "strategy": strategy,
+            "group_size": group_size, "dynamic": dynamic, **extra}
+
+
+def _ct(fmt: str, weights: dict, inputs: dict | None) -> dict:  # llm-compressor
+    return {"quant_method": "compressed-tensors", "format": fmt,
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
+                                          "input_activations": inputs, "format": fmt}},
+            "ignore": [], "quantization_status": "compressed"}
+
+
+def _ct_pack(q: QuantConfig) -> dict:
+    g = q.group_size
+    return _ct("pack-quantized", _ct_args(q.bits, "int", "group" if g > 0 else "channel",
+                                          group_size=g if g > 0 else None, symmetric=q.sym,
+                                          actorder="group" if q.act_order else None), None)
+
+
+# compressed-tensors activation arguments per moecert activation mode (8-bit elements)
+_CT_INPUTS = {ACT_DYNAMIC_TOKEN: {"strategy": "token", "dynamic": True},
+              ACT_DYNAMIC_GROUP: {"strategy": "group", "dynamic": True,
+                                  "group_size": FP8_BLOCK},
+              ACT_STATIC_TENSOR: {"strategy": "tensor", "dynamic": False},
+              ACT_DYNAMIC_TENSOR: {"strategy": "tensor", "dynamic": True}}
+
+
+def _ct_dense(type_: str) -> Callable[[QuantConfig], dict]:
+    """compressed-tensors `int-quantized` / `float-quantized` (8-bit weights, one per byte)."""
+    def config(q: QuantConfig) -> dict:
+        block = {"block_structure": [FP8_BLOCK, FP8_BLOCK]} \
+            if q.weight_strategy == STRATEGY_BLOCK else {}
+        weights = _ct_args(8, type_, q.weight_strategy, **block)
+        inputs = None if q.activation == ACT_NONE else _ct_args(8, type_, **_CT_INPUTS[
+            q.activation])
+        return _ct(f"{type_}-quantized", weights, inputs)
+    return config
+
+
+def _ct_mx(q: QuantConfig) -> dict:  # llm-compressor MXFP8 / MXFP4
+    bits = 8 if q.scheme == "mxfp8" else 4
+    weights = _ct_args(bits, "float", "group", group_size=MX_BLOCK, scale_dtype="torch.uint8")
+    inputs = None if q.activation == ACT_NONE else _ct_args(
+        8, "float", "group", group_size=MX_BLOCK, dynamic=True, scale_dtype="torch.uint8")
+    return _ct("mxfp8-quantized" if bits == 8 else "mxfp4-pack-quantized", weights, inputs)
+
+
+def _ct_nvfp4(q: QuantConfig) -> dict:  # llm-compressor NVFP4 / NVFP4A16
+    args = _ct_args(4, "float", "tensor_group", group_size=NVFP4_BLOCK)
+    inputs = None if q.activation == ACT_NONE else {**args, "dynamic": "local"}
+    return _ct("nvfp4-pack-quantized", args, inputs)
+
+
+def _fp8(q: QuantConfig) -> dict:  # vLLM's own fp8 (DeepSeek-V3, AutoFP8, ModelOpt-style)
+    d = {"quant_method": "fp8", "fmt": "e4m3",
+         "activation_scheme": "static" if q.activation == ACT_STATIC_TENSOR else "dynamic"}
+    if q.weight_strategy == STRATEGY_BLOCK:
+        d["weight_block_size"] = [FP8_BLOCK, FP8_BLOCK]
+    return d
+
+
+# Quark's int8 specs: weights per_channel (ch_axis 0) or per_tensor; inputs per_tensor
+# (static or dynamic) or per_channel with is_dynamic (Quark's per-token "ptpc_int8")
+_QUARK_INPUTS = {ACT_DYNAMIC_TOKEN: ("per_channel", True), ACT_STATIC_TENSOR: ("per_tensor", False),
+                 ACT_DYNAMIC_TENSOR: ("per_tensor", True)}
+
+
+def _quark_spec(qscheme: str, dynamic: bool, ch_axis: int | None) -> dict:
+    return {"dtype": "int8", "qscheme": qscheme, "ch_axis": ch_axis, "is_dynamic": dynamic,
+            "symmetric": True, "group_size": None, "round_method": "half_even",
+            "scale_type": "float", "observer_cls": "PerChannelMinMaxObserver"
+            if qscheme == "per_channel" else "PerTensorMinMaxObserver"}
+
+
+def _quark(q: QuantConfig) -> dict:  # AMD Quark int8 W8A8
+    wq = "per_channel" if q.weight_strategy == STRATEGY_CHANNEL else "per_tensor"
+    iq, dynamic = _QUARK_INPUTS[q.activation]
+    spec = {"weight": _quark_spec(wq, False, 0 if wq == "per_channel" else None),
+            "input_tensors": _quark_spec(iq, dynamic, 1 if iq == "per_channel" else None),
+            "output_tensors": None, "bias": None}
+    return {"quant_method": "quark", "global_quant_config": spec, "layer_quant_config": {},
+            "layer_type_quant_config": {}, "exclude": [],
+            "export": {"kv_cache_group": [], "pack_method": "reorder"}}
+
+
+def _modelopt(algo: str, group_size: int | None = None) -> Callable[[QuantConfig], dict]:
+    def config(q: QuantConfig) -> dict:  # config.json of an NVIDIA ModelOpt export
+        d = {"quant_method": "modelopt", "quant_algo": algo, "kv_cache_quant_algo": None,
+             "exclude_modules": []}
+        if group_size:
+            d["group_size"] = group_size
+        return d
+    return config
+
+
+def _mxfp4(q: QuantConfig) -> dict:  # the gpt-oss release
+    return {"quant_method": "mxfp4", "modules_to_not_convert": []}
+
+
+@dataclass(frozen=True)
+class VllmFileConfig:
+    """One row of the table: which variants it covers (None: any), the producer whose file
+    carries them, its quantization_config, and the suffixes it names its own way."""
+
+    scheme: str
+    producer: str
+    config: Callable[[QuantConfig], dict | None]
+    strategy: tuple[str, ...] | None = None
+    activation: tuple[str, ...] | None = None
+    formats: tuple[str, ...] | None = None
+    names: tuple[tuple[str, str], ...] = ()  # (moecert suffix, the file's suffix)
+    # the file stores a per-channel weight scale as [out] (Quark), not [out, 1]
+    channel_scale_1d: bool = False
+
+    def matches(self, q: QuantConfig) -> bool:
+        return (q.scheme == self.scheme
+                and (self.strategy is None or q.weight_strategy in self.strategy)
+                and (self.activation is None or q.activation in self.activation)
+                and (self.formats is None or q.checkpoint_format in self.formats))
+
+
+_CT_FP8 = _ct_dense("float")
+_GPT_OSS = "gpt-oss release (mxfp4)"
+VARIANT_CONFIGS: tuple[VllmFileConfig, ...] = (
+    VllmFileConfig("bf16", "unquantized", lambda q: None),
+    VllmFileConfig("fp16", "unquantized", lambda q: None),
+    VllmFileConfig("gptq-int4", "GPTQModel", _gptq),
+    VllmFileConfig("gptq-int8", "GPTQModel", _gptq),
+    VllmFileConfig("awq-int4", "AutoAWQ", _awq),
+    VllmFileConfig("ct-int4", "llm-compressor W4A16", _ct_pack),
+    VllmFileConfig("ct-int8", "llm-compressor W8A16", _ct_pack),
+    # an int4 file says nothing of its activations: the int4 producers' own configs, and the
+    # engine's kernel chooses int8 activations (vLLM's CPU int4 kernel, Marlin with
+    # VLLM_MARLIN_INPUT_DTYPE=int8); the backend declares what it ran (numerics)
+    VllmFileConfig("w4a8-int8", "AutoAWQ", _awq, formats=("awq",)),
+    VllmFileConfig("w4a8-int8", "GPTQModel", _gptq, formats=("gptq", "gptq_v2")),
+    VllmFileConfig("int8-w8a16", "llm-compressor int8 W8A16 (int-quantized)", _ct_dense("int")),
+    VllmFileConfig("int8-w8a8", "AMD Quark int8", _quark, channel_scale_1d=True),
+    # vLLM's own fp8: DeepSeek-V3 (128x128 blocks, weight_scale_inv) and per-tensor files
+    VllmFileConfig("fp8-w8a16", "DeepSeek-V3 fp8 (activations chosen by the kernel)", _fp8,
+                   strategy=(STRATEGY_BLOCK,), names=(("weight_scale", "weight_scale_inv"),)),
+    VllmFileConfig("fp8-w8a16", "vLLM fp8 (activations chosen by the kernel)", _fp8,
+                   strategy=(STRATEGY_TENSOR,)),
+    VllmFileConfig("fp8-w8a16", "llm-compressor FP8 W8A16", _CT_FP8, strategy=(STRATEGY_CHANNEL,)),
+    VllmFileConfig("fp8-w8a8", "DeepSeek-V3 fp8", _fp8, strategy=(STRATEGY_BLOCK,),
+                   activation=(ACT_DYNAMIC_GROUP,),
+                   names=(("weight_scale", "weight_scale_inv"),)),
+    VllmFileConfig("fp8-w8a8", "vLLM fp8 static", _fp8, strategy=(STRATEGY_TENSOR,),
+                   activation=(ACT_STATIC_TENSOR,)),
+    VllmFileConfig("fp8-w8a8", "llm-compressor FP8", _CT_FP8),
+    VllmFileConfig("mxfp8", "llm-compressor MXFP8A16", _ct_mx, activation=(ACT_NONE,)),
+    VllmFileConfig("mxfp8", "NVIDIA ModelOpt MXFP8", _modelopt("MXFP8"), activation=(ACT_MXFP8,)),
+    VllmFileConfig("nvfp4", "NVIDIA ModelOpt NVFP4", _modelopt("NVFP4", NVFP4_BLOCK),
+                   formats=("modelopt",)),
+    VllmFileConfig("nvfp4", "llm-compressor NVFP4", _ct_nvfp4, formats=("ct",)),
+    VllmFileConfig("mxfp4", _GPT_OSS, _mxfp4),
+)
+
+
+def file_config(quant: QuantConfig) -> VllmFileConfig:
+    """The table's row for `quant`; ValueError naming the variant where no row matches."""
+    for row in VARIANT_CONFIGS:
+        if row.matches(quant):
+            return row
+    raise ValueError(f"{quant.describe()}: no vLLM checkpoint config states this variant "
+                     "(kernels/vllm_checkpoint.py VARIANT_CONFIGS)")
 
 
 def quantization_config(quant: QuantConfig) -> dict | None:
     """The `quantization_config` a model file of this variant carries (None: unquantized), or
-    raises ValueError naming what no vLLM checkpoint config expresses."""
-    scheme, info = quant.scheme, quant.info
-    if info.family == "dense":
-        return None
-    if info.family == "gptq":
-        return {"quant_method": "gptq", "bits": quant.bits, "group_size": quant.group_size,
-                "desc_act": quant.act_order, "sym": quant.sym,
-                "checkpoint_format": quant.checkpoint_format, "lm_head": False}
-    if info.family == "awq":
-        return {"quant_method": "awq", "bits": 4, "group_size": quant.group_size,
-                "zero_point": not quant.sym, "version": "gemm"}
-    if info.family == "ct":
-        weights = {"num_bits": quant.bits, "type": "int", "symmetric": quant.sym,
-                   "strategy": "group" if quant.group_size > 0 else "channel",
-                   "group_size": quant.group_size if quant.group_size > 0 else None,
-                   "actorder": "group" if quant.act_order else None, "dynamic": False}
-        return {"quant_method": "compressed-tensors", "format": "pack-quantized",
-                "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
-                                              "input_activations": None}},
-                "ignore": [], "quantization_status": "compressed"}
-    if scheme == "fp8-w8a16" and quant.weight_strategy in (STRATEGY_BLOCK, STRATEGY_TENSOR):
-        # vLLM's fp8 config: weights fp8, activations chosen by vLLM's kernel (dynamic)
-        d = {"quant_method": "fp8", "activation_scheme": "dynamic"}
-        if quant.weight_strategy == STRATEGY_BLOCK:
-            d["weight_block_size"] = [FP8_BLOCK, FP8_BLOCK]
-        return d
-    raise ValueError(f"{quant.describe()}: no vLLM checkpoint config states this scheme "
-                     "(the adapter maps gptq, awq, compressed-tensors int and fp8 tensor/block "
-                     "checkpoints)")
+    raises ValueError naming the variant no row of the table covers."""
+    return file_config(quant).config(quant)
 
 
 def expert_tensors(quant: QuantConfig, tensors: dict[str, torch.Tensor], N: int
@@ -85,13 +265,18 @@ def expert_tensors(quant: QuantConfig, tensors: dict[str, torch.Tensor], N: int
     """(vLLM per-expert checkpoint name, tensor) for every tensor of a moecert checkpoint;
     `N` is the intermediate size (w13 holds gate rows 0..N-1 and up rows N..2N-1)."""
     pack = 32 // quant.bits
+    row = file_config(quant)
+    rename = dict(row.names)
+    flat = row.channel_scale_1d and quant.weight_strategy == STRATEGY_CHANNEL
+    roles = {name: d.role for name, d in declared_tensors(quant).items()}
     for name, t in tensors.items():
         linear, _, suffix = name.partition("_")
-        if linear not in ("w13", "w2"):
-            raise ValueError(f"{name}: expected a w13_* or w2_* checkpoint tensor")
-        vname, axis, per = _suffix_rule(quant, suffix)
+        if linear not in ("w13", "w2") or name not in roles:
+            raise ValueError(f"{name}: not a tensor of a {quant.describe()} checkpoint")
+        axis, per = _split(quant, suffix, roles[name])
+        vname = rename.get(suffix, suffix)
         for e in range(t.shape[0]):
-            one = t[e]
+            one = t[e].reshape(-1) if flat and roles[name] == "scale" else t[e]
             if linear == "w2":
                 yield f"{e}.down_proj.{vname}", one
                 continue
@@ -99,37 +284,29 @@ def expert_tensors(quant: QuantConfig, tensors: dict[str, torch.Tensor], N: int
                 yield f"{e}.{proj}.{vname}", _half(one, half, axis, per, N, pack)
 
 
-def _suffix_rule(quant: QuantConfig, suffix: str):
-    if suffix == "bias":
-        return "bias", -1, 1
-    if suffix == "input_scale":
-        return "input_scale", None, None  # one per expert: gate and up get the same value
-    rules = _INT_LAYOUTS.get(quant.layout)
+def _split(quant: QuantConfig, suffix: str, role: str):
+    """(axis, rows per element) of one expert's w13 tensor, by layout and role."""
+    rules = _PACKED_SPLITS.get(quant.layout)
     if rules is not None:
-        if suffix not in rules:
-            raise ValueError(f"w13_{suffix}: not a tensor of a {quant.layout} checkpoint")
-        return rules[suffix]
-    if suffix == "weight":
-        return "weight", 0, 1
-    if suffix == "weight_scale":
-        if quant.weight_strategy == STRATEGY_TENSOR:
-            return "weight_scale", "tensor", None
-        if quant.weight_strategy == STRATEGY_BLOCK:
-            return "weight_scale_inv", 0, FP8_BLOCK
-        return "weight_scale", 0, 1
-    raise ValueError(f"w13_{suffix}: not a tensor of a {quant.scheme} checkpoint")
+        if role == "bias":
+            return -1, 1
+        return rules[suffix][1:]
+    if role == "scale":
+        return _SCALE_SPLITS.get(quant.weight_strategy, (0, 1))
+    return _DENSE_SPLITS[role]
 
 
 def _half(t: torch.Tensor, half: int, axis, per, N: int, pack: int) -> torch.Tensor:
     """Gate (half 0) or up (half 1) of one expert's w13 tensor."""
-    if axis is None:  # g_idx, input scale: the same for both shards
+    if axis is None:  # g_idx: the same for both shards
         return t
     if axis == "shape":  # compressed-tensors weight_shape [2N, K] -> [N, K]
         return torch.stack([t[0] // 2, t[1]])
-    if axis == "tensor":  # per-tensor scales: [] (one) or [2] (gate, up)
+    if axis == "tensor":  # per-tensor values: [] (one for both) or [2] (gate, up)
         return t if t.dim() == 0 else t[half]
     width = N // (pack if per == "pack" else per)
     return t.narrow(axis, half * width, width)
 
 
-__all__ = ["ACTIVATIONS", "expert_tensors", "quantization_config"]
+__all__ = ["ACTIVATIONS", "VARIANT_CONFIGS", "VllmFileConfig", "expert_tensors",
+           "file_config", "quantization_config"]

@@ -28,7 +28,7 @@ import pandas as pd
 # guessing.
 SCHEMA_VERSION = 6
 # 6 (this release, from 5): the model columns (model, model_path, model_layer, producer,
-# tensors_sha256),
+# tensors_sha256), `numerics` (what a backend declares it computes),
 # Older versions `load` still reads: {version: {old column: new column}}. 6 renamed
 # `headroom` (error / threshold, bigger is worse) to `used`, added `imports` and
 # `error_profile`, and the status "oversize".
@@ -81,6 +81,10 @@ COLUMN_DTYPES = {
     # loader read it, and a sha256 over the tensors read (which weights were judged)
     "model": _STR, "model_path": _STR, "model_layer": _INT, "producer": _STR,
     "tensors_sha256": _STR,
+    # what the processed layer declares it computes where that differs from the checkpoint's
+    # scheme (the backend's numerics, e.g. "activation=dynamic-token, weight_scale_dtype=
+    # bfloat16"); the case was judged against that reading of the checkpoint; "" for none
+    "numerics": _STR,
     "check": _CAT, "status": STATUS_DTYPE, "claimed": _BOOL,
     **{m: _FLOAT for m in METRICS},
     "tolerance": _STR,

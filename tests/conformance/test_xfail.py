@@ -49,3 +49,14 @@ def test_entry_without_reason_is_refused(tmp_path):
 
 def test_the_packaged_list_loads():
     assert XfailList.load().entries == []
+
+
+def test_a_shipped_list_is_found_by_its_name():
+    """`--xfail vllm` is conformance/xfail-vllm.toml of the installed package (vLLM's
+    defects), so a pip-installed moecert gates a vLLM build without a checkout."""
+    from moecert.conformance.options import UsageError, xfail_list
+
+    shipped = xfail_list("vllm")
+    assert shipped.entries and all(e.backend.startswith("vllm") for e in shipped.entries)
+    with pytest.raises(UsageError, match="nor a shipped list: vllm"):
+        xfail_list("no-such-list")

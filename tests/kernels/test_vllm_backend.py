@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from moecert.kernels import QuantConfig, vllm_backend
+from moecert.kernels.oracle import scheme_variants
 from moecert.kernels.vllm_backend import VllmBackend, VllmCpuForcedBackend
-from moecert.kernels.vllm_checkpoint import expert_tensors, quantization_config
-from moecert.reference import MoEProblem, moe, synthesize
+from moecert.kernels.vllm_checkpoint import expert_tensors, file_config, quantization_config
+from moecert.reference import SCHEME_NAMES, MoEProblem, moe, synthesize
 
 SMALL = MoEProblem(M=5, K=128, N=64, E=3, topk=2)
 
@@ -63,14 +64,67 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
 
 
-def test_quantization_config_states_the_checkpoint_and_refuses_what_vllm_cannot_read():
+def test_quantization_config_states_the_checkpoint():
     gptq = quantization_config(QuantConfig("gptq-int4", group_size=64, sym=True,
                                            checkpoint_format="gptq_v2"))
     assert (gptq["quant_method"], gptq["bits"], gptq["group_size"], gptq["checkpoint_format"]) \
         == ("gptq", 4, 64, "gptq_v2")
     assert quantization_config(QuantConfig.of("bf16")) is None
-    with pytest.raises(ValueError, match="mxfp8"):
-        quantization_config(QuantConfig.of("mxfp8"))
+
+
+@pytest.mark.parametrize("scheme", SCHEME_NAMES)
+def test_every_scheme_variant_has_a_producers_config(scheme):
+    """No variant is refused by moecert: each gets the quantization_config a model file of
+    its kind carries (vLLM then decides), and its tensors all map to per-expert names."""
+    for quant in scheme_variants(scheme):
+        row = file_config(quant)
+        d = quantization_config(quant)
+        assert (d is None) == (scheme in ("bf16", "fp16")), quant.describe()
+        assert d is None or d["quant_method"] in _METHODS, (quant.describe(), d)
+        assert row.producer
+        P = MoEProblem(M=1, K=256, N=256, E=2, topk=1, bias=True)
+        ckpt = synthesize(scheme, P, seed=0, **{k: v for k, v in quant.__dict__.items()
+                                                if k not in ("scheme", "mx_scale_rule")})
+        names = dict(expert_tensors(quant, ckpt.tensors, P.N))
+        assert len(names) == P.E * (2 * sum(n.startswith("w13_") for n in ckpt.tensors)
+                                    + sum(n.startswith("w2_") for n in ckpt.tensors))
+
+
+_METHODS = ("gptq", "awq", "compressed-tensors", "fp8", "quark", "modelopt", "mxfp4")
+
+
+@pytest.mark.parametrize("quant,method,key,want", [
+    (QuantConfig.variant("int8-w8a8", activation="static-tensor"), "quark",
+     ("global_quant_config", "input_tensors", "qscheme"), "per_tensor"),
+    (QuantConfig.variant("int8-w8a8"), "quark",
+     ("global_quant_config", "input_tensors", "is_dynamic"), True),
+    (QuantConfig.variant("fp8-w8a8"), "fp8", ("weight_block_size",), [128, 128]),
+    (QuantConfig.variant("fp8-w8a8", weight_strategy="channel", activation="dynamic-token"),
+     "compressed-tensors", ("config_groups", "group_0", "input_activations", "strategy"),
+     "token"),
+    (QuantConfig.variant("nvfp4", checkpoint_format="ct"), "compressed-tensors", ("format",),
+     "nvfp4-pack-quantized"),
+    (QuantConfig.variant("nvfp4"), "modelopt", ("quant_algo",), "NVFP4"),
+    (QuantConfig.variant("mxfp8", activation="mxfp8"), "modelopt", ("quant_algo",), "MXFP8"),
+    (QuantConfig.variant("mxfp4"), "mxfp4", ("quant_method",), "mxfp4"),
+])
+def test_the_producers_keys(quant, method, key, want):
+    d = quantization_config(quant)
+    assert d["quant_method"] == method
+    for k in key:
+        d = d[k]
+    assert d == want
+
+
+def test_quark_per_channel_scales_are_one_dimensional_per_expert():
+    P = MoEProblem(M=1, K=128, N=128, E=2, topk=1)
+    quant = QuantConfig.variant("int8-w8a8")
+    ckpt = synthesize("int8-w8a8", P, seed=0)
+    names = dict(expert_tensors(quant, ckpt.tensors, P.N))
+    assert names["0.gate_proj.weight_scale"].shape == (P.N,)
+    assert torch.equal(torch.cat([names["1.gate_proj.weight_scale"],
+                                  names["1.up_proj.weight_scale"]]),
+                       ckpt.tensors["w13_weight_scale"][1].reshape(-1))
 
 
 # --- with vLLM ----------------------------------------------------------------------------
@@ -121,3 +175,26 @@ def test_describe_in_forced_mode_says_so(vllm):
     layer = b.create_layer(synthesize("gptq-int4", P, seed=1, group_size=32), P)
     b.process_weights_after_loading(layer)
     assert b.describe(layer) == "CPU (CPUExpertsInt4); CPU AMX gate forced"
+
+
+def test_numerics_are_read_from_the_kernel_call_vllm_makes(vllm):
+    """CPUExpertsInt4 hands its compiled kernel CPUQuantMethod.INT4_W4A8: int8 activations
+    per token, declared; the scales are kept in the dtype vLLM's loader allocated."""
+    b = VllmCpuForcedBackend()
+    P = MoEProblem(M=5, K=128, N=128, E=3, topk=2, dtype="fp16")
+    quant = QuantConfig("gptq-int4", group_size=32, sym=True, checkpoint_format="gptq")
+    if b.supports(quant, P) is not None:
+        pytest.skip(f"vLLM does not run gptq int4 here: {b.supports(quant, P)}")
+    layer = b.create_layer(synthesize("gptq-int4", P, seed=1, group_size=32), P)
+    b.process_weights_after_loading(layer)
+    assert b.numerics(layer) == {"activation": "dynamic-token", "weight_scale_dtype": "float16"}
+    assert layer.kernel_method == "INT4_W4A8"
+
+
+def test_refusals_are_vllms_own(vllm):
+    """A variant vLLM cannot build is refused with vLLM's exception, a bare assert with
+    where it fired."""
+    why = VllmBackend().supports(QuantConfig.variant("int8-w8a16"),
+                                 MoEProblem(M=5, K=128, N=128, E=3, topk=2))
+    assert why is not None and why.startswith(f"vLLM {vllm.__version__} refuses it: ")
+    assert "compressed_tensors.py" in why or ":" in why.split("refuses it: ", 1)[1]

@@ -1,0 +1,173 @@
+"""Declared numerics: what a backend says its processed layer computes where that differs from
+the checkpoint's literal scheme (kernels/protocol.py `DeclaresNumerics`), and the reading of
+the same checkpoint the harness then judges the layer against.
+
+    activation          an activation mode of the scheme table (schemes.ACT_*): the kernel
+                        quantizes its GEMM inputs so, e.g. an int4 checkpoint run with int8
+                        activations per token ("dynamic-token": read as `w4a8-int8`)
+    weight_scale_dtype  a torch float dtype name ("bfloat16"): the kernel keeps the
+                        checkpoint's weight scales rounded to it
+    w13_requantized     True: per-tensor w1 / w3 shard scales collapsed to their maximum and
+                        both shards' fp8 weights requantized to it (vLLM's fp8 MoE processing)
+
+The reading is the checkpoint transformed as declared (scales rounded, shards requantized, the
+activation mode of the scheme that reads the same tensors with it); its reference and its
+tolerance entry are what an exact implementation of that reading earns, so a 0.5% scale error
+stays caught. An empty declaration is the checkpoint itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from moecert.kernels.protocol import NUMERICS_KEYS
+from moecert.reference import canonicalize
+from moecert.reference.layouts import write_linear
+from moecert.reference.schemes import (
+    SCHEMES,
+    STRATEGY_TENSOR,
+    get_scheme,
+    scheme_format,
+)
+from moecert.reference.schemes.tensors import declared_tensors
+
+_ACT_MODES = tuple(dict.fromkeys(m for s in SCHEMES.values() for m in s.activation_modes))
+_SCALE_DTYPES = ("float32", "bfloat16", "float16")
+# an int layout the reading scheme does not store (compressed-tensors int4 read as W4A8):
+# the same canonical codes, scales and zeros written in this format of the reading scheme
+_REWRITE_FORMAT = "gptq_v2"
+
+
+class NumericsError(ValueError):
+    """A declaration the harness cannot read (unknown key or value, no reading)."""
+
+
+def declared(backend, layer) -> dict:
+    """The backend's optional `numerics(layer)`, checked ({} without the hook)."""
+    hook = getattr(backend, "numerics", None)
+    if hook is None:
+        return {}
+    got = hook(layer)
+    if not isinstance(got, dict):
+        raise NumericsError(f"numerics(layer): expected a dict, found {type(got).__name__}")
+    unknown = sorted(set(got) - set(NUMERICS_KEYS))
+    if unknown:
+        raise NumericsError(f"numerics(layer): unknown keys {unknown}; known: "
+                            f"{', '.join(NUMERICS_KEYS)}")
+    if "activation" in got and got["activation"] not in _ACT_MODES:
+        raise NumericsError(f"numerics(layer)['activation']: expected one of "
+                            f"{', '.join(_ACT_MODES)}, found {got['activation']!r}")
+    if "weight_scale_dtype" in got and got["weight_scale_dtype"] not in _SCALE_DTYPES:
+        raise NumericsError(f"numerics(layer)['weight_scale_dtype']: expected one of "
+                            f"{', '.join(_SCALE_DTYPES)}, found {got['weight_scale_dtype']!r}")
+    if "w13_requantized" in got and not isinstance(got["w13_requantized"], bool):
+        raise NumericsError("numerics(layer)['w13_requantized']: expected a bool, found "
+                            f"{got['w13_requantized']!r}")
+    return dict(got)
+
+
+def effective(numerics: dict, quant) -> dict:
+    """The declaration less what the checkpoint's own reading already says."""
+    out = {}
+    if numerics.get("activation", quant.activation) != quant.activation:
+        out["activation"] = numerics["activation"]
+    if "weight_scale_dtype" in numerics and _has_float_scales(quant):
+        out["weight_scale_dtype"] = numerics["weight_scale_dtype"]
+    if numerics.get("w13_requantized"):
+        out["w13_requantized"] = True
+    return out
+
+
+def describe(numerics: dict) -> str:
+    """The declaration as the result column shows it ("" when nothing is declared)."""
+    return ", ".join(f"{k}={numerics[k]}" for k in NUMERICS_KEYS if k in numerics)
+
+
+def reading_scheme(quant, numerics: dict) -> tuple[str, str]:
+    """(scheme, activation mode) of the reading: the tolerance table's keys for it."""
+    mode = numerics.get("activation")
+    if mode is None or mode == quant.activation:
+        return quant.scheme, quant.activation
+    return _activation_scheme(quant.scheme, mode).name, mode
+
+
+def reading(ckpt, numerics: dict):
+    """`ckpt` read as `numerics` declares (a new Checkpoint; `ckpt` is not modified)."""
+    numerics = effective(numerics, ckpt)
+    if not numerics:
+        return ckpt
+    out = replace(ckpt, tensors=dict(ckpt.tensors))
+    if numerics.get("w13_requantized"):
+        out = _requantized_w13(out)
+    if "weight_scale_dtype" in numerics:
+        dtype = getattr(torch, numerics["weight_scale_dtype"])
+        for name, d in declared_tensors(out).items():
+            if d.role == "scale" and name in out.tensors:
+                out.tensors[name] = out.tensors[name].to(dtype)
+    if "activation" in numerics:
+        out = _with_activation(out, numerics["activation"])
+    return out
+
+
+def _has_float_scales(quant) -> bool:
+    return get_scheme(quant.scheme).scale_encoding == "float"
+
+
+def _activation_scheme(scheme: str, mode: str):
+    """The scheme that stores the same weights as `scheme` and reads activations as `mode`."""
+    info = get_scheme(scheme)
+    for s in SCHEMES.values():
+        if (mode in s.activation_modes and s.element == info.element
+                and s.weight_bits == info.weight_bits and s.packed == info.packed):
+            return s
+    raise NumericsError(f"activation={mode}: no scheme reads {scheme}'s weights with "
+                        f"{mode} activations")
+
+
+def _with_activation(ckpt, mode: str):
+    target = _activation_scheme(ckpt.scheme, mode)
+    if ckpt.act_order and not target.act_order:
+        raise NumericsError(f"activation={mode}: {target.name}, which reads {ckpt.scheme}'s "
+                            "weights with it, has no act-order checkpoints")
+    if target.name == ckpt.scheme:
+        return replace(ckpt, activation=mode)
+    fmt = ckpt.checkpoint_format
+    if fmt in target.checkpoint_formats:
+        return replace(ckpt, scheme=target.name, activation=mode)
+    # the reading scheme has no such layout: the same codes, scales, zeros and g_idx in one
+    # it has (scales kept in their stored dtype)
+    canon = canonicalize(ckpt)
+    out = replace(ckpt, scheme=target.name, activation=mode, checkpoint_format=_REWRITE_FORMAT,
+                  tensors={})
+    for p in ("w13", "w2"):
+        dtype = next(t.dtype for n, t in ckpt.tensors.items()
+                     if n.startswith(p) and declared_tensors(ckpt)[n].role == "scale")
+        out.tensors.update(write_linear(canon[p], p, out, dtype))
+    for name in ("w13_bias", "w2_bias"):
+        if name in ckpt.tensors:
+            out.tensors[name] = ckpt.tensors[name]
+    return out
+
+
+def _requantized_w13(ckpt):
+    """Per-tensor fp8 w13 with [E, 2] shard scales: both shards requantized to the larger
+    scale (w' = e4m3(w * s_shard / s_max), RNE), one scale per expert."""
+    scale = ckpt.tensors.get("w13_weight_scale")
+    if (ckpt.weight_strategy != STRATEGY_TENSOR or scale is None or scale.dim() != 2
+            or scheme_format(ckpt).layout != "dense"):
+        raise NumericsError("w13_requantized: declared for a checkpoint without per-tensor "
+                            f"w1 / w3 shard scales ({ckpt.scheme} {ckpt.weight_strategy})")
+    w = ckpt.tensors["w13_weight"]
+    s = scale.to(torch.float64)
+    s_max = s.max(dim=1).values
+    n = w.shape[1] // 2
+    ratio = torch.cat([(s[:, 0] / s_max)[:, None].expand(-1, n),
+                       (s[:, 1] / s_max)[:, None].expand(-1, n)], dim=1)
+    requant = (w.to(torch.float64) * ratio[:, :, None]).to(w.dtype)
+    ckpt.tensors["w13_weight"] = requant
+    ckpt.tensors["w13_weight_scale"] = s_max.to(scale.dtype)
+    return ckpt
+
+
+__all__ = ["NumericsError", "declared", "describe", "effective", "reading", "reading_scheme"]
