@@ -209,6 +209,12 @@ class VllmFileConfig:
 
 _CT_FP8 = _ct_dense("float")
 _GPT_OSS = "gpt-oss release (mxfp4)"
+def _ct_w4afp8(q: QuantConfig) -> dict:  # llm-compressor W4AFP8: int4 codes one per int8
+    weights = _ct_args(4, "int", "group", group_size=q.group_size, symmetric=True)
+    inputs = _ct_args(8, "float", **_CT_INPUTS[q.activation])
+    return _ct("int-quantized", weights, inputs)
+
+
 VARIANT_CONFIGS: tuple[VllmFileConfig, ...] = (
     VllmFileConfig("bf16", "unquantized", lambda q: None),
     VllmFileConfig("fp16", "unquantized", lambda q: None),
@@ -236,6 +242,7 @@ VARIANT_CONFIGS: tuple[VllmFileConfig, ...] = (
     VllmFileConfig("fp8-w8a8", "vLLM fp8 static", _fp8, strategy=(STRATEGY_TENSOR,),
                    activation=(ACT_STATIC_TENSOR,)),
     VllmFileConfig("fp8-w8a8", "llm-compressor FP8", _CT_FP8),
+    VllmFileConfig("w4a8-fp8", "llm-compressor W4AFP8 (int-quantized)", _ct_w4afp8),
     VllmFileConfig("mxfp8", "llm-compressor MXFP8A16", _ct_mx, activation=(ACT_NONE,)),
     VllmFileConfig("mxfp8", "NVIDIA ModelOpt MXFP8", _modelopt("MXFP8"), activation=(ACT_MXFP8,)),
     VllmFileConfig("nvfp4", "NVIDIA ModelOpt NVFP4", _modelopt("NVFP4", NVFP4_BLOCK),
