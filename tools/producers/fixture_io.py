@@ -10,6 +10,7 @@ the exact command. The manifest is JSON (the standard library writes it; TOML it
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import json
 import shlex
@@ -113,3 +114,18 @@ def finish(out_root: Path, name: str, produced: Path, *, producer: str, env: str
     }
     update_manifest(out_root, name, entry)
     return dst
+
+
+def producer_main(doc: str, jobs, produce, argv: list[str] | None = None) -> int:
+    """The command line every producer script shares: `--out ROOT` (default: the committed
+    fixtures) and `--only NAME ...`; `produce(name, out_root)` returns the seconds its tool
+    took to quantize, or None where no tool ran (the release layouts)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=FIXTURES, help="fixture root folder")
+    ap.add_argument("--only", nargs="*", choices=sorted(jobs), help="these fixtures only")
+    args = ap.parse_args(argv)
+    for name in args.only or jobs:
+        seconds = produce(name, args.out)
+        done = "written" if seconds is None else f"quantized in {seconds:.1f} s"
+        print(f"{name}: {done}", flush=True)
+    return 0

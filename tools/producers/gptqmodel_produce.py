@@ -12,7 +12,6 @@ id rows), `save`. All tokens are routed to every expert while calibrating
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -25,7 +24,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fixture_io import FIXTURES, finish
+from fixture_io import finish, producer_main
 from tiny_models import calibration_ids, make_model
 
 
@@ -112,14 +111,7 @@ def produce(name: str, out_root: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=FIXTURES, help="fixture root folder")
-    ap.add_argument("--only", nargs="*", choices=sorted(JOBS), help="these fixtures only")
-    args = ap.parse_args(argv)
-    for name in args.only or JOBS:
-        seconds = produce(name, args.out)
-        print(f"{name}: quantized in {seconds:.1f} s", flush=True)
-    return 0
+    return producer_main(__doc__, JOBS, produce, argv)
 
 
 if __name__ == "__main__":

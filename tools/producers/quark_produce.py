@@ -16,7 +16,6 @@ and its own `export_safetensors` (real_quantized, the default).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -28,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fixture_io import FIXTURES, finish
+from fixture_io import finish, producer_main
 from tiny_models import calibration_ids, make_model
 
 EXCLUDE = ["lm_head", "*.mlp.gate"]
@@ -105,14 +104,7 @@ def produce(name: str, out_root: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=FIXTURES, help="fixture root folder")
-    ap.add_argument("--only", nargs="*", choices=sorted(JOBS), help="these fixtures only")
-    args = ap.parse_args(argv)
-    for name in args.only or JOBS:
-        seconds = produce(name, args.out)
-        print(f"{name}: quantized in {seconds:.1f} s", flush=True)
-    return 0
+    return producer_main(__doc__, JOBS, produce, argv)
 
 
 if __name__ == "__main__":

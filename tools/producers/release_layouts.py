@@ -22,7 +22,6 @@ Environment: the llm-compressor one (torch 2.13.0, transformers 5.17); no produc
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -34,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
-from fixture_io import FIXTURES, finish
+from fixture_io import finish, producer_main
 from tiny_models import make_model
 
 HOW = "written by moecert's script, layout of the release"
@@ -157,14 +156,7 @@ def produce(name: str, out_root: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=FIXTURES, help="fixture root folder")
-    ap.add_argument("--only", nargs="*", choices=sorted(JOBS), help="these fixtures only")
-    args = ap.parse_args(argv)
-    for name in args.only or JOBS:
-        produce(name, args.out)
-        print(f"{name}: written", flush=True)
-    return 0
+    return producer_main(__doc__, JOBS, produce, argv)
 
 
 if __name__ == "__main__":
