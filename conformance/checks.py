@@ -283,7 +283,9 @@ def check_malformed(run: CaseRun) -> Outcome:
         return Outcome("skip", f"no rejected value declared for {run.quant.scheme}'s storage")
     suffix, value, what = rejected
     name = f"w13_{suffix}"
-    ckpt = fresh_copy(run.checkpoint)
+    # the written value makes the tensors no longer the model folder's (origin cleared: an
+    # engine adapter must take these tensors, not re-read the folder)
+    ckpt = replace(fresh_copy(run.checkpoint), origin=None)
     ckpt.tensors[name][(0,) * ckpt.tensors[name].dim()] = value
     try:
         run.apply(run.new_layer(ckpt))

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import torch
 from moecert.kernels import QuantConfig, get_backend
+from moecert.kernels.errors import BackendError
 from moecert.kernels.oracle import supports_reason
 from moecert.kernels.platform import platform_of_device
 from moecert.reference import moe, random_checkpoint
@@ -124,6 +125,14 @@ class CaseRun:
         issue = checkpoint_shape_issue(self.quant, self.problem)
         if issue:
             return f"no checkpoint of {self.quant.describe()} can hold this problem: {issue}"
+        hook = getattr(self.backend, "supports_model_layer", None)
+        if self.case.source is not None and hook is not None:
+            # an engine reading the folder itself claims from the folder's own config
+            try:
+                return hook(self.case.source.folder, self.case.source.layer, self.quant,
+                            self.problem)
+            except BackendError as e:
+                return str(e)
         return supports_reason(self.backend, self.quant, self.problem,
                                platform_of_device(self.device))
 
@@ -198,7 +207,9 @@ class CaseRun:
         shift = 0 if seed == self.case.seed else 1
         tensors = {n: (t.roll(shift, dims=0) if shift and t.dim() and t.shape[0] == E
                        else t.clone()) for n, t in ckpt.tensors.items()}
-        return replace(ckpt, tensors=tensors).to(self.device)
+        # the rotated copy is no longer the folder's: an engine must not be handed the folder
+        return replace(ckpt, tensors=tensors, origin=None if shift else ckpt.origin
+                       ).to(self.device)
 
     def laid_out_checkpoint(self, ckpt):
         """`ckpt` as the case hands it over: in a strided case every tensor restrided."""

@@ -37,6 +37,10 @@ class Backend(Protocol):
         checkpoint's literal scheme, what (keys `NUMERICS_KEYS`); the harness judges the case
         against that reading of the same checkpoint (column `numerics`). See
         `DeclaresNumerics`.
+      `supports_model_layer(folder, layer, quant, problem) -> str | None`: the claim for a
+        case whose checkpoint is decoder layer `layer` of the model folder `folder` (an
+        engine that reads the folder itself, with its own config and loader, may answer
+        differently from `supports` for the variant); used instead of `supports` there.
     """
 
     name: str  # unique in the registry, e.g. "triton", "torch", "vendor-marlin"

@@ -13,6 +13,10 @@
 
 Nothing of vLLM is re-implemented here: the adapter turns a moecert checkpoint into what a
 model file holds (kernels/vllm_checkpoint.py), hands it to vLLM's loaders, and calls vLLM.
+A checkpoint read unchanged from a model folder (its `origin`, `moecert run --checkpoint`)
+goes to vLLM as the folder itself: vLLM's config path on the folder's own config, the
+file's tensors under the file's names through vLLM's own expert mapping
+(kernels/vllm_folder.py); no moecert slicing.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import types
 
 import torch
 
+from . import vllm_folder
 from .errors import BackendError, UnsupportedError, check_layer
 from .platform import Platform
 from .quant_config import QuantConfig, check_tensor, checkpoint_spec
@@ -94,6 +99,7 @@ class VllmLayer(torch.nn.Module):
         self.scale_dtype: torch.dtype | None = None
         self.shard_scales = False  # the checkpoint's w13 had one per-tensor scale per shard
         self.kernel_method: str | None = None
+        self.origin: tuple[str, int] | None = None  # the model folder and layer vLLM read
 
     @property
     def experts(self):
@@ -140,21 +146,36 @@ class VllmBackend:
     def _claim(self, quant, key, problem) -> str | None:
         return self._selection(quant, key, problem)[0]
 
-    def _selection(self, quant: QuantConfig, key: tuple, problem) -> tuple[str | None, str]:
-        """(why not, vLLM's choice), asked of vLLM once per (mode, variant, shape): the
-        layer is built, which runs vLLM's oracle; M, the seed and routing do not matter."""
-        memo = (self.forced_amx, quant, key)
+    def supports_model_layer(self, folder: str, layer: int, scheme, problem) -> str | None:
+        """The claim for decoder layer `layer` of the model folder `folder`: vLLM's oracle
+        on the layer built from the folder's own config (vLLM's config path), not from the
+        table's config for the variant."""
+        why = self.available()
+        if why:
+            return why
+        origin = (str(folder), int(layer))
+        return self._selection(QuantConfig.of(scheme), _shape_key(problem), problem,
+                               origin)[0]
+
+    def _selection(self, quant: QuantConfig, key: tuple, problem,
+                   origin: tuple[str, int] | None = None) -> tuple[str | None, str]:
+        """(why not, vLLM's choice), asked of vLLM once per (mode, variant or model layer,
+        shape): the layer is built, which runs vLLM's oracle; M, the seed and routing do not
+        matter."""
+        memo = (self.forced_amx, quant, key, origin)
         if memo not in _selections:
-            _selections[memo] = self._select(quant, problem)
+            _selections[memo] = self._select(quant, problem, origin)
         return _selections[memo]
 
-    def _select(self, quant: QuantConfig, problem) -> tuple[str | None, str]:
-        why = _adapter_limit(quant, problem)
+    def _select(self, quant: QuantConfig, problem, origin=None) -> tuple[str | None, str]:
+        why = _adapter_limit(quant, problem, table=origin is None)
         if why:
             return why, ""
         try:
             with self._running():
-                runner = self._runner(quant, problem)
+                runner = self._runner(quant, problem, origin)
+        except UnsupportedError as e:
+            return e.reason, ""
         except Exception as e:
             return f"vLLM {_vllm()['version']} refuses it: {_refusal(e)}", ""
         choice, isa = _choice(runner.routed_experts.quant_method)
@@ -170,13 +191,16 @@ class VllmBackend:
     # --- the layer -----------------------------------------------------------------------
     def create_layer(self, checkpoint, problem) -> VllmLayer:
         quant = QuantConfig.of(checkpoint)
-        why = self.supports(quant, problem)
+        origin = _folder_origin(checkpoint, problem)
+        why = self.supports(quant, problem) if origin is None else \
+            self.supports_model_layer(*origin, quant, problem)
         if why:
             raise UnsupportedError(self.name, why)
         _check_checkpoint(quant, checkpoint, problem)
         with self._running():
-            runner = self._runner(quant, problem)
+            runner = self._runner(quant, problem, origin)
         layer = VllmLayer(self.name, runner, quant, problem)
+        layer.origin = origin
         layer.scale_dtype = _scale_param_dtype(layer, quant)
         scale = checkpoint.tensors.get("w13_weight_scale")
         layer.shard_scales = bool(scale is not None and scale.dim() == 2
@@ -200,8 +224,19 @@ class VllmBackend:
             # kernel-format tensors
             raise BackendError("layer", "an unprocessed vLLM layer (the adapter does not "
                                "drive vLLM's layerwise reload)", "a processed layer")
-        weights = expert_tensors(quant, checkpoint.tensors, layer.problem.N)
+        origin = _folder_origin(checkpoint, layer.problem)
+        if origin != layer.origin:
+            raise BackendError("checkpoint", f"tensors of the same kind as the layer was made "
+                               f"from ({_origin_text(layer.origin)})", _origin_text(origin))
         with self._running():
+            if origin is not None:  # the folder's own files through vLLM's mapping
+                try:
+                    vllm_folder.load(layer.runner, *origin, layer.problem.E)
+                except vllm_folder.FolderRefusal as e:
+                    raise UnsupportedError(self.name, f"vLLM {_vllm()['version']}'s model "
+                                           f"loader refuses the file: {e}") from None
+                return
+            weights = expert_tensors(quant, checkpoint.tensors, layer.problem.N)
             list(layer.runner.load_weights(weights))
 
     def process_weights_after_loading(self, layer: VllmLayer) -> None:
@@ -289,17 +324,29 @@ class VllmBackend:
         return out
 
     # --- vLLM ----------------------------------------------------------------------------
-    def _runner(self, quant: QuantConfig, problem):
+    def _runner(self, quant: QuantConfig, problem, origin: tuple[str, int] | None = None):
+        """vLLM's MoE layer: its quant config from the table's file config, or (a model
+        folder's layer) from the folder's own config through vLLM's config path, with the
+        checkpoint projection names the folder's vLLM model class passes its FusedMoE."""
         v = _vllm()
-        d = quantization_config(quant)
-        qc = v["quant_config"](_quantization_method(d)).from_config(d) if d else None
+        names = {}
+        if origin is None:
+            d = quantization_config(quant)
+            qc = v["quant_config"](_quantization_method(d)).from_config(d) if d else None
+        else:
+            try:
+                qc = vllm_folder.quant_config(origin[0], v["verify_quantization"])
+                names = {"ckpt_names": vllm_folder.ckpt_names(origin[0])}
+            except Exception as e:
+                raise UnsupportedError(self.name, f"vLLM {v['version']} refuses the config "
+                                       f"of {origin[0]}: {_refusal(e)}") from None
         act, act_kwargs = ACTIVATIONS[problem.activation]
         return v["factory"](
             problem.E, problem.topk, problem.K, problem.N, params_dtype=problem.torch_dtype,
             quant_config=qc, prefix=PREFIX.format(next(_layer_ids)), activation=act,
             has_bias=bool(problem.bias),
             apply_router_weight_on_input=bool(problem.apply_router_weight_on_input),
-            **act_kwargs)
+            **names, **act_kwargs)
 
     @contextlib.contextmanager
     def _running(self):
@@ -346,6 +393,19 @@ def _recording(layer: VllmLayer):
         yield
     finally:
         setattr(module, CPU_KERNEL_ENTRY, entry)
+
+
+def _folder_origin(checkpoint, problem) -> tuple[str, int] | None:
+    """(folder, layer) where the checkpoint holds a model folder's whole layer unchanged
+    (the loader's `origin`: cleared by whoever changes the tensors), else None."""
+    origin = getattr(checkpoint, "origin", None)
+    if origin is None or getattr(checkpoint, "first_expert", 0) != 0:
+        return None
+    return str(origin[0]), int(origin[1])
+
+
+def _origin_text(origin) -> str:
+    return "a synthesized checkpoint" if origin is None else f"{origin[0]} layer {origin[1]}"
 
 
 def _quant_config_activation(qc) -> str | None:
@@ -420,8 +480,9 @@ def _shape_key(problem) -> tuple:
             problem.expert_map is None, problem.activation_format)
 
 
-def _adapter_limit(quant: QuantConfig, problem) -> str | None:
-    """What the single-process adapter cannot express to vLLM (not vLLM's refusal)."""
+def _adapter_limit(quant: QuantConfig, problem, table: bool = True) -> str | None:
+    """What the single-process adapter cannot express to vLLM (not vLLM's refusal); `table`:
+    the checkpoint goes to vLLM through the table's file config (not a model folder's)."""
     if problem.activation_format != "standard":
         return ("batched activation format: vLLM builds it only for an all2all expert-"
                 "parallel deployment (several ranks); the adapter runs one rank")
@@ -431,6 +492,8 @@ def _adapter_limit(quant: QuantConfig, problem) -> str | None:
     if problem.activation not in ACTIVATIONS:
         return (f"activation {problem.activation}: vLLM reads gpt-oss's interleaved gate/up "
                 "only from a fused gate_up tensor, not through per-expert gate/up loaders")
+    if not table:
+        return None
     try:
         quantization_config(quant)
     except ValueError as e:

@@ -25,6 +25,10 @@ class Checkpoint:
       mx_scale_rule      E8M0 rule for MXFP8 activations: "floor" (OCP), "even", "ceil", "rceil"
       first_expert       the layer's index of this checkpoint's expert 0 (set by slice_experts,
                          so that errors give positions in the whole layer)
+      origin             (model folder, decoder layer) the tensors were read from unchanged
+                         (set by the loader; None for anything else). An engine adapter may
+                         hand the engine the folder itself (its own loader on its own files);
+                         whoever changes the tensors clears it.
     """
 
     scheme: str
@@ -37,6 +41,7 @@ class Checkpoint:
     activation: str | None = None
     mx_scale_rule: str = "floor"
     first_expert: int = 0
+    origin: tuple[str, int] | None = None
 
     def __post_init__(self):
         if self.scheme not in SCHEMES:
@@ -105,7 +110,8 @@ class Checkpoint:
     def slice_experts(self, start: int, stop: int) -> Checkpoint:
         """The same checkpoint restricted to experts start..stop-1 (views, no copies)."""
         tensors = {n: (t[start:stop] if t.dim() > 0 else t) for n, t in self.tensors.items()}
-        return replace(self, tensors=tensors, first_expert=self.first_expert + start)
+        return replace(self, tensors=tensors, first_expert=self.first_expert + start,
+                       origin=None)
 
     def to(self, device: torch.device | str) -> Checkpoint:
         return replace(self, tensors={n: t.to(device) for n, t in self.tensors.items()})

@@ -14,8 +14,10 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 ALLOWED = {  # folder -> third-party top-level modules and moecert modules it may import
     # safetensors: reading model folders lazily (reference/loader)
     "reference": ({"torch", "safetensors"}, {"moecert.reference"}),
-    # adapters may import their vendor's library (optional, guarded by ImportError)
-    "kernels": ({"torch", "triton", "vllm_xpu_kernels", "vllm"},
+    # adapters may import their vendor's library (optional, guarded by ImportError);
+    # safetensors: an engine adapter reading a model folder's files for its engine's own
+    # loader (kernels/vllm_folder.py)
+    "kernels": ({"torch", "triton", "vllm_xpu_kernels", "vllm", "safetensors"},
                 {"moecert.kernels", "moecert.reference.schemes"}),
     "reports": ({"pandas", "pyarrow", "matplotlib", "numpy"}, {"moecert.reports"}),
     # safetensors: `moecert run --inputs FILE`, hidden states (conformance/model_layers.py)

@@ -57,7 +57,9 @@ class WrappedMutant(DelegatingBackend):
 
 def _tensors(ckpt, fn) -> object:
     decls = declared_tensors(ckpt)
-    return dataclasses.replace(ckpt, tensors={
+    # changed tensors are no longer a model folder's: origin cleared, so that an engine
+    # adapter takes them instead of re-reading the folder
+    return dataclasses.replace(ckpt, origin=None, tensors={
         n: fn(n, decls[n].role, t) if n in decls else t for n, t in ckpt.tensors.items()})
 
 

@@ -264,7 +264,9 @@ def _load_layer(folder: ModelFolder, L: int, experts: range | None) -> ModelLaye
                 shell.info.weight_bits, shell.record.packing, det.suffixes, config_note,
                 experts)
     tensors = assemble(plan)
-    ckpt = Checkpoint(det.scheme, tensors, first_expert=experts.start, **attrs)
+    whole = experts == range(E)
+    ckpt = Checkpoint(det.scheme, tensors, first_expert=experts.start,
+                      origin=(str(folder.root), L) if whole else None, **attrs)
     dtype = _dtype(folder)
     problem = MoEProblem(M=1, K=sizes["K"], N=sizes["N"], E=len(experts),
                          topk=min(sizes["topk"], len(experts)), dtype=dtype,

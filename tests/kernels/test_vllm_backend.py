@@ -3,6 +3,8 @@ vLLM's own layer where vLLM is importable (CI has none: those tests skip there).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from moecert.kernels import QuantConfig, vllm_backend
@@ -198,3 +200,81 @@ def test_refusals_are_vllms_own(vllm):
                                  MoEProblem(M=5, K=128, N=128, E=3, topk=2))
     assert why is not None and why.startswith(f"vLLM {vllm.__version__} refuses it: ")
     assert "compressed_tensors.py" in why or ":" in why.split("refuses it: ", 1)[1]
+
+
+# --- model folders: vLLM's own loader path (kernels/vllm_folder.py) --------------------------
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
+
+
+def test_the_loader_marks_a_whole_unchanged_layer_with_its_folder():
+    from moecert.reference import load_checkpoint
+
+    folder = FIXTURES / "deepseekv3-fp8-release"
+    whole = load_checkpoint(folder, layer=1).checkpoint
+    assert whole.origin == (str(folder.resolve()), 1)
+    assert load_checkpoint(folder, layer=1, experts=range(2)).checkpoint.origin is None
+    assert whole.slice_experts(0, 2).origin is None  # changed tensors: not the folder's
+
+
+def test_a_model_folder_goes_to_vllm_as_its_loader_reads_it(vllm):
+    """The folder's own tensors, under the file's names through vLLM's expert mapping, land
+    in vLLM's parameters byte for byte (gate rows then up rows of w13, per expert)."""
+    from moecert.reference import load_checkpoint
+    from safetensors import safe_open
+
+    folder = FIXTURES / "deepseekv3-fp8-release"
+    loaded = load_checkpoint(folder, layer=1)
+    P = loaded.problem(M=3)
+    b = VllmCpuForcedBackend()
+    why = b.supports_model_layer(str(folder.resolve()), 1, QuantConfig.of(loaded.checkpoint), P)
+    if why is not None:
+        pytest.skip(f"vLLM does not take the folder here: {why}")
+    layer = b.create_layer(loaded.checkpoint, P)
+    assert layer.origin == (str(folder.resolve()), 1)
+    w13 = layer.experts.w13_weight.view(torch.uint8)
+    w2 = layer.experts.w2_weight.view(torch.uint8)
+    with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+        for e in range(P.E):
+            name = f"model.layers.1.mlp.experts.{e}.{{}}.weight"
+            gate, up, down = (f.get_tensor(name.format(p)).view(torch.uint8)
+                              for p in ("gate_proj", "up_proj", "down_proj"))
+            assert torch.equal(w13[e, :P.N], gate) and torch.equal(w13[e, P.N:], up)
+            assert torch.equal(w2[e], down)
+    b.process_weights_after_loading(layer)
+    assert b.describe(layer).startswith("CPU (CPUExpertsFp8)")
+
+
+def test_a_folder_claim_is_vllms_on_the_folders_config(vllm):
+    """GPTQModel's act-order file: vLLM's GPTQ config refuses desc_act itself."""
+    from moecert.reference import load_checkpoint
+
+    folder = FIXTURES / "gptqmodel-gptq-descact-qwen3moe"
+    loaded = load_checkpoint(folder, layer=0)
+    why = VllmBackend().supports_model_layer(str(folder.resolve()), 0,
+                                             QuantConfig.of(loaded.checkpoint),
+                                             loaded.problem(M=1))
+    assert why is not None and "refuses the config of" in why and "desc_act" in why
+
+
+def test_llm_compressor_mixtral_names_map_through_vllms_mixtral_loader(vllm):
+    """llm-compressor writes Mixtral experts as gate_proj/up_proj/down_proj; vLLM 0.32's
+    MixtralModel.hf_to_vllm_mapper renames them to w1/w3/w2 before FusedMoE's w1/w2/w3
+    mapping, so every expert tensor of the file finds a parameter (without the mapper, none
+    would: that was the research note's concern)."""
+    from moecert.kernels import vllm_folder
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+    from vllm.model_executor.models.mixtral import MixtralModel
+
+    folder = str(FIXTURES / "ct-w4a16-sym-mixtral-sharded")
+    assert vllm_folder.ckpt_names(folder) == ("w1", "w2", "w3")
+    names = [n for n, _ in vllm_folder.expert_tensors(folder, 0)]
+    assert names and all(".gate_proj." in n or ".up_proj." in n or ".down_proj." in n
+                         for n in names)
+    mapping = RoutedExperts.build_expert_params_mapping("w1", "w2", "w3", num_experts=4)
+
+    def param(name):
+        return next((name.replace(w, p) for p, w, _, _ in mapping if w in name), None)
+    assert all(param(n) is None for n in names)  # the file's names as written
+    mapped = MixtralModel.hf_to_vllm_mapper.apply_list(names)
+    assert all(param(n) is not None for n in mapped)
