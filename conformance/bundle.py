@@ -238,11 +238,8 @@ def read_records(results: Path) -> list[dict]:
 
 
 def hash_file(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def bundle_files(folder: Path) -> list[str]:

@@ -79,11 +79,8 @@ def model_name(folder: str | Path) -> str:
 
 @functools.cache
 def file_digest(path: str) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 # --- the loader ------------------------------------------------------------------------------

@@ -105,19 +105,6 @@ def test_w13_requantized_collapses_the_shard_scales_and_requantizes():
 _FLOAT_SCALED = ("gptq-int4", "ct-int8", "int8-w8a16", "fp8-w8a16", "int8-w8a8")
 
 
-class _TwinScalesX1005(MarlinScalesTwin):
-    """The declared twin with every weight scale 0.5% high on top."""
-
-    name = "twin-scales-x1.005"
-
-    def convert(self, layer):
-        super().convert(layer)
-        for p in ("w13", "w2"):
-            s = layer.get(f"{p}_s") if layer.has(f"{p}_s") else None
-            if s is not None and s.is_floating_point():
-                layer.put(f"{p}_s", s * 1.005)
-
-
 def _on_twin(mutant_name: str):
     """The planted bug `mutant_name` rebased onto the declared twin."""
     cls = type(make_backend(MUTANTS[mutant_name]))
@@ -169,7 +156,8 @@ def test_the_declared_twin_passes_and_its_rows_say_what_it_declared(twin_rows):
 
 
 def test_a_half_percent_scale_bug_on_the_declared_twin_is_caught(registered, twin_rows):
-    name = registered(_TwinScalesX1005())
+    # the planted all-scales x1.005 bug on top of the declared twin
+    name = registered(_on_twin("mutant-scales-x1.005"))
     rows = _rows(name, ("fp8-w8a16", "gptq-int4"), checks=("accuracy",))
     caught = {r["check"] for r in rows if r["status"] in FLAGGED}
     assert "accuracy" in caught
