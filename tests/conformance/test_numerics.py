@@ -155,14 +155,6 @@ def test_the_declared_twin_passes_and_its_rows_say_what_it_declared(twin_rows):
     assert all("declared reading" in r["message"] for r in claimed)
 
 
-def test_a_half_percent_scale_bug_on_the_declared_twin_is_caught(registered, twin_rows):
-    # the planted all-scales x1.005 bug on top of the declared twin
-    name = registered(_on_twin("mutant-scales-x1.005"))
-    rows = _rows(name, ("fp8-w8a16", "gptq-int4"), checks=("accuracy",))
-    caught = {r["check"] for r in rows if r["status"] in FLAGGED}
-    assert "accuracy" in caught
-
-
 @pytest.mark.parametrize("mutant", _REBASED)
 def test_planted_bugs_rebased_on_the_declared_twin_are_still_caught(mutant, registered,
                                                                      twin_rows):
@@ -176,4 +168,6 @@ def test_planted_bugs_rebased_on_the_declared_twin_are_still_caught(mutant, regi
     rows = _rows(name, schemes, checks)
     caught = [r for r in rows if r["status"] in FLAGGED]
     assert caught, f"{mutant} on the declared twin passed every check on {schemes}"
+    # e.g. the all-scales x1.005 bug (half a percent, near the bf16 scale rounding the twin
+    # declares) must still be caught by accuracy itself
     assert {r["check"] for r in caught} & set(checks)
