@@ -1,7 +1,7 @@
 """Snapshot what a refactor must not change, and compare two snapshots (issue 25).
 
     python tools/behaviour_snapshot.py ids OUT.json            # case ids, schema, records
-    python tools/behaviour_snapshot.py verdicts RESULTS OUT.json   # (case, backend, check) -> status
+    python tools/behaviour_snapshot.py verdicts RESULTS OUT.json  # case|check -> status
     python tools/behaviour_snapshot.py compare OLD.json NEW.json
 
 `ids` needs no run: every suite's case ids per backend (what each backend claims), the result
