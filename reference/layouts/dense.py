@@ -80,7 +80,7 @@ def _decode_weight(name: str, w: torch.Tensor, el) -> torch.Tensor:
         return w.to(torch.int32)
     codes = decode(element_codes(w, el), el)
     if torch.isnan(codes).any():
-        nan = ", ".join(f"{c:#04x}" for c in el.nan_codes)
+        nan = ", ".join(f"0x{c:02X}" for c in el.nan_codes)
         raise CheckpointError(name, f"no NaN codes ({nan})",
                               f"{int(torch.isnan(codes).sum())} NaN codes")
     return codes
@@ -149,7 +149,7 @@ def _read_e8m0(ckpt, p, E, n_out, n_in):
     s = decode(ckpt.tensor(name), el)
     if torch.isnan(s).any():
         raise CheckpointError(name, f"{el.name} codes other than its NaN code "
-                              f"({', '.join(f'{c:#04x}' for c in el.nan_codes)})",
+                              f"({', '.join(f'0x{c:02X}' for c in el.nan_codes)})",
                               f"{int(torch.isnan(s).sum())} NaN codes")
     return s
 
