@@ -20,7 +20,7 @@ ALLOWED = {  # folder -> third-party top-level modules and moecert modules it ma
     "kernels": ({"torch", "triton", "vllm_xpu_kernels", "vllm", "safetensors"},
                 {"moecert.kernels", "moecert.reference.schemes"}),
     "reports": ({"pandas", "pyarrow", "matplotlib", "numpy"}, {"moecert.reports"}),
-    # safetensors: `moecert run --inputs FILE`, hidden states (conformance/model_layers.py)
+    # safetensors: `moecert run --inputs FILE`, hidden states (conformance/harness/model_layers.py)
     "conformance": ({"torch", "triton", "pandas", "pyarrow", "pytest", "hypothesis", "tqdm",
                      "safetensors"}, {"moecert"}),
 }
