@@ -31,7 +31,7 @@ ALLOWED = {  # folder -> third-party top-level modules and moecert modules it ma
     # the format facts: data, no math; what kernels may read
     "reference/schemes": ({"torch"}, {"moecert.reference.schemes"}),
     "reports": ({"pandas", "pyarrow", "matplotlib", "numpy"}, {"moecert.reports"}),
-    # safetensors: `moecert run --inputs FILE`, hidden states (conformance/model_layers.py)
+    # safetensors: `moecert run --inputs FILE`, hidden states (conformance/harness/model_layers.py)
     "conformance": ({"torch", "triton", "pandas", "pyarrow", "pytest", "hypothesis", "tqdm",
                      "safetensors"}, {"moecert"}),
 }
