@@ -12,8 +12,9 @@
     token_order    permuted tokens give the permuted output (within the tolerance entry)
     reload         a second checkpoint loaded into a processed layer equals a fresh load
     exact          structured inputs whose output is exactly representable, bit for bit
-    malformed      the checkpoint with one value its format rejects (E8M0 0xFF) is refused,
-                   the error naming the tensor
+    malformed      the checkpoint with one value its format rejects is refused, the error
+                   naming the tensor: every rejected value of the case's format record in
+                   turn (NaN codes, E8M0 0xFF, non-positive or NaN scales), one at a time
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from moecert.kernels.oracle import backend_reason, priority
 from moecert.kernels.platform import platform_of_device
 from moecert.reference import canonicalize, moe
 from moecert.reference.canonical import dequantize_canonical
-from moecert.reference.schemes import E8M0_NAN
+from moecert.reference.schemes import Rejected
+from moecert.reference.schemes.tensors import tensor_name
 
 from .comparators import assert_bitwise_equal
 from .context import RELOAD_SEED_OFFSET, CaseRun, StepFailed, fresh_copy, unchanged
@@ -271,30 +273,48 @@ def exact_case(case):
                                          N=min(P.N, EXACT_MAX_DIM)))
 
 
-# Values a format rejects, by the codec that stores them (the scheme table's scale_encoding):
-# (tensor suffix, the value, what it is). A backend that reads one as a number computes with
-# it (E8M0 0xFF, the NaN block scale and a padding value, taken as 2^128).
-REJECTED_VALUES = {"e8m0": ("weight_scale", E8M0_NAN, "E8M0 0xFF (NaN)")}
-
-
 def check_malformed(run: CaseRun) -> Outcome:
-    rejected = REJECTED_VALUES.get(run.quant.info.scale_encoding)
-    if rejected is None:
-        return Outcome("skip", f"no rejected value declared for {run.quant.scheme}'s storage")
-    suffix, value, what = rejected
-    name = f"w13_{suffix}"
+    """Each value the format record rejects (`FormatRecord.rejected`), written into w13's
+    tensor of its role at index 0, one checkpoint per value: each must be refused with an
+    error naming the tensor. A backend that reads one as a number computes with it (E8M0
+    0xFF, the NaN block scale and a padding value, taken as 2^128)."""
+    record = run.quant.record
+    tries = [(r, tensor_name(run.quant, "w13", r.role)) for r in record.rejected]
+    tries = [(r, name) for r, name in tries if name in run.checkpoint.tensors]
+    if not tries:
+        return Outcome("skip", f"no rejected value declared for {run.quant.scheme}'s storage "
+                       f"({record.key})")
+    refused, faults = [], []
+    for rejected, name in tries:
+        fault = _refuses(run, rejected, name)
+        (faults if fault else refused).append(fault or f"{name} holding {rejected.what}")
+    if faults:
+        return failed("; ".join(faults) + (f" (refused: {', '.join(refused)})" if refused
+                                           else ""))
+    return passed(f"refused each of {len(refused)} rejected values, naming the tensor: "
+                  + ", ".join(refused))
+
+
+def _refuses(run: CaseRun, rejected: Rejected, name: str) -> str | None:
+    """None if the backend refuses the checkpoint with `rejected` written into tensor `name`
+    and names the tensor, else what it did."""
     # the written value makes the tensors no longer the model folder's (origin cleared: an
     # engine adapter must take these tensors, not re-read the folder)
     ckpt = replace(fresh_copy(run.checkpoint), origin=None)
-    ckpt.tensors[name][(0,) * ckpt.tensors[name].dim()] = value
+    t = ckpt.tensors[name]
+    at = (0,) * t.dim()
+    if rejected.bits is None:
+        t[at] = rejected.value
+    else:  # a bit pattern of one storage byte (element codes: e4m3, E8M0)
+        t.view(torch.uint8)[at] = rejected.bits
     try:
         run.apply(run.new_layer(ckpt))
     except Exception as e:
         if name in str(e):
-            return passed(f"refused a {name} holding {what}: {e}")
-        return failed(f"refused a {name} holding {what}, but the error does not name it: "
-                      f"{type(e).__name__}: {e}")
-    return failed(f"accepted a {name} holding {what} and computed with it")
+            return None
+        return (f"refused a {name} holding {rejected.what}, but the error does not name it: "
+                f"{type(e).__name__}: {e}")
+    return f"accepted a {name} holding {rejected.what} and computed with it"
 
 
 CHECKS: dict[str, Callable[[CaseRun], Outcome]] = {
