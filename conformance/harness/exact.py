@@ -56,7 +56,7 @@ from moecert.reference import (
     dequantize,
 )
 from moecert.reference.activations import apply_activation
-from moecert.reference.elements import pow2, round_to_e2m1, round_to_e4m3
+from moecert.reference.elements import pow2, round_to
 from moecert.reference.layouts import write_linear
 from moecert.reference.moe import quantize_activation, round_to_activation_dtype
 from moecert.reference.quantize import fp8_block_shape
@@ -66,12 +66,12 @@ from moecert.reference.schemes import (
     ACT_DYNAMIC_TOKEN,
     ACT_ELEMENT_MAX,
     ACT_STATIC_TENSOR,
-    F4E2M1_MAX,
-    F8E4M3_MAX,
     INT8_MAX,
     STRATEGY_TENSOR,
     checkpoint_shape_issue,
 )
+from moecert.reference.schemes.elements import ELEMENTS, INT
+from moecert.reference.schemes.tensors import input_scale_name
 from moecert.reference.synthesize import random_g_idx
 
 INT8_DYNAMIC = (ACT_DYNAMIC_TOKEN, ACT_DYNAMIC_TENSOR)
@@ -128,10 +128,10 @@ def structured_inputs(case, audit_device: torch.device | str = "cpu") -> Structu
     ckpt = _checkpoint(gen, attrs, P, {"w13": w13}, {"w13_bias": b13})
     tensors = dict(ckpt.tensors)
     if attrs.activation == ACT_STATIC_TENSOR:
-        tensors["w13_input_scale"] = _input_scales(gen, P.E, X[routing.valid], attrs)
+        tensors[input_scale_name(attrs, "w13")] = _input_scales(gen, P.E, X[routing.valid], attrs)
     a = _intermediate(replace(ckpt, tensors=tensors), X, w13, b13, routing, P)
     if attrs.activation == ACT_STATIC_TENSOR:
-        tensors["w2_input_scale"] = _input_scales(gen, P.E, a, attrs)
+        tensors[input_scale_name(attrs, "w2")] = _input_scales(gen, P.E, a, attrs)
     aq = _quantize(replace(ckpt, tensors=tensors), a, "w2")
     w2, b2 = _design_w2(gen, P, aq, routing.expert)
     full = _checkpoint(gen, attrs, P, {"w2": w2}, {"w2_bias": b2})
@@ -595,18 +595,18 @@ def _lowbit(v: torch.Tensor) -> torch.Tensor:
     return low
 
 
-# Float elements: (rounding, largest value, the range of log2(scale) - floor(log2 top)). E4M3
-# codes take top / scale in [16, 128); E2M1 codes 3 * 2^q / scale in {6, 3, 1.5} (2^q in
+# Float elements: the range of log2(scale) - floor(log2 top) the structure draws (a choice of
+# this tier's design, not a format fact: the element's grid and largest value are its record's).
+# E4M3 codes take top / scale in [16, 128); E2M1 codes 3 * 2^q / scale in {6, 3, 1.5} (2^q in
 # {4, 2, 1}), the block's values being +-{1, 3} * 2^q of one q, so 2^q / scale >= 1/2.
-FLOAT_CODES = {"e4m3": (round_to_e4m3, F8E4M3_MAX, (-6, -4)),
-               "e2m1": (round_to_e2m1, F4E2M1_MAX, (-2, 0))}
+SCALE_EXP_RANGE = {"e4m3": (-6, -4), "e2m1": (-2, 0)}
 
 
 def _block_scales(gen, low: torch.Tensor, top: torch.Tensor, code_max: float, integer: bool,
                   element: str = "e4m3") -> torch.Tensor:
     """Power-of-two scales for blocks whose non-zeros have lowest bit `low` and largest
     magnitude `top`: integer codes need scale <= low and top / scale <= code_max; float codes
-    take top / scale in their element's range (FLOAT_CODES). Empty blocks draw a scale near
+    take top / scale in their element's range (SCALE_EXP_RANGE). Empty blocks draw a scale near
     1."""
     empty = torch.isinf(low)
     if integer:
@@ -619,7 +619,7 @@ def _block_scales(gen, low: torch.Tensor, top: torch.Tensor, code_max: float, in
         s = torch.where(empty, 1.0, low) * pow2(-shift)
     else:
         ex = torch.frexp(torch.where(empty, 1.0, top))[1] - 1
-        lo, hi = FLOAT_CODES[element][2]
+        lo, hi = SCALE_EXP_RANGE[element]
         s = pow2(ex + torch.randint(lo, hi + 1, low.shape, generator=gen))
     wild = pow2(torch.randint(-3, 2, low.shape, generator=gen))
     return torch.where(empty, wild, s)
@@ -634,16 +634,17 @@ def _encode_blocks(gen, V: torch.Tensor, block: tuple[int, int], element: str):
     blocks = pad.view(E, R, rows, C, cols)
     low = _lowbit(blocks).amin(dim=(2, 4))
     top = blocks.abs().amax(dim=(2, 4))
-    integer = element == "int8"
-    s = _block_scales(gen, low, top, INT8_MAX, integer, element)
+    el = ELEMENTS[element]
+    integer = el.kind == INT
+    s = _block_scales(gen, low, top, el.max, integer, element)
     full = s.repeat_interleave(rows, 1)[:, :n_out].repeat_interleave(cols, 2)[:, :, :n_in]
     codes = V / full
     if integer:
-        _expect_codes((codes == torch.round(codes)) & (codes.abs() <= INT8_MAX), "int8 codes")
+        _expect_codes((codes == torch.round(codes)) & (codes.abs() <= el.max),
+                      f"{element} codes")
         codes = codes.to(torch.int32)
     else:
-        rounding, top_code, _ = FLOAT_CODES[element]
-        _expect_codes((rounding(codes) == codes) & (codes.abs() <= top_code),
+        _expect_codes((round_to(codes, el) == codes) & (codes.abs() <= el.max),
                       f"{element.upper()} codes")
     return codes, s
 
@@ -671,7 +672,7 @@ def _encode_int_groups(gen, V: torch.Tensor, attrs: Checkpoint) -> CanonicalLine
         cmin = torch.zeros(E, n_out, G, dtype=torch.int32).scatter_reduce(2, index, codes, "amin")
         cmax = torch.zeros(E, n_out, G, dtype=torch.int32).scatter_reduce(2, index, codes, "amax")
         # GPTQ v1 stores z - 1: the true (unsigned) zero must be >= 1
-        zmin = lo + 1 if attrs.record.zero_domain == "unsigned-minus-one" else lo
+        zmin = lo - attrs.record.stored_zero_offset
         z_lo, z_hi = torch.clamp(lo - cmin, min=zmin), hi - cmax
         span = (z_hi - z_lo + 1).to(torch.float64)
         zeros = z_lo + torch.floor(torch.rand(span.shape, generator=gen) * span).to(torch.int32)
@@ -851,7 +852,7 @@ def _check_units(ckpt: Checkpoint, t: torch.Tensor, what: str, out: list[str]) -
     elif mode == ACT_DYNAMIC_TENSOR:
         amax = t.abs().amax().reshape(1) if t.numel() else t.new_zeros(0)
     elif mode == ACT_STATIC_TENSOR:
-        name = "w13_input_scale" if what.startswith("q1") else "w2_input_scale"
+        name = input_scale_name(ckpt, "w13" if what.startswith("q1") else "w2")
         scale = ckpt.tensors[name].to(torch.float64).max()
         if not _is_pow2(scale.reshape(1)).all():
             out.append(f"{name} max {scale.item()} is not a power of two")
