@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 
 import torch
+from moecert.reference.schemes.tensors import role_names
 
 from .base import BaseBackend
 from .errors import BackendError
@@ -102,22 +103,21 @@ class XpuBackend(BaseBackend):
 
 def _convert_linear(layer: MoELayer, p: str, n_out: int, n_in: int) -> dict[str, torch.Tensor]:
     q = layer.quant
-    if q.layout == "gptq":
-        qweight, scales = layer.get(f"{p}_qweight"), layer.get(f"{p}_scales")
-        codes = qweight.transpose(1, 2).contiguous().view(torch.uint8)  # [E, out, in/2]
-        scale_name = f"{p}_scales"
+    names = role_names(q, p)  # the layout's tensor names by role (schemes.tensors)
+    scale_name, zeros, g_idx = names["scale"], names.get("zeros"), names.get("g_idx")
+    words, scales = layer.get(names["weight"]), layer.get(scale_name)
+    if q.layout == "gptq":  # [E, in/8, out] and scales [E, G, out]: out-major
+        codes = words.transpose(1, 2).contiguous().view(torch.uint8)  # [E, out, in/2]
         scales = scales.transpose(1, 2).contiguous()  # [E, G, out] -> [E, out, G]
-        zeros, g_idx = f"{p}_qzeros", f"{p}_g_idx"
-    else:
-        codes = layer.get(f"{p}_weight_packed").contiguous().view(torch.uint8)
-        scale_name = f"{p}_weight_scale"
-        scales = layer.get(scale_name).contiguous()
-        zeros, g_idx = f"{p}_weight_zero_point", f"{p}_weight_g_idx"
-        _check_ct_shape(layer, f"{p}_weight_shape", n_out, n_in)
-    if layer.has(zeros):  # the symmetric zero 2^(b-1) as the format stores it (GPTQ v1: z - 1)
+    else:  # compressed-tensors: [E, out, in/8], scales [E, out, G] already
+        codes = words.contiguous().view(torch.uint8)
+        scales = scales.contiguous()
+    if "shape" in names:
+        _check_ct_shape(layer, names["shape"], n_out, n_in)
+    if zeros and layer.has(zeros):  # the symmetric zero as stored (GPTQ v1 stores z - 1)
         rec = q.record
         _check_symmetric(zeros, layer.get(zeros), rec.code_offset + rec.stored_zero_offset)
-    if layer.has(g_idx):
+    if g_idx and layer.has(g_idx):
         _check_trivial_g_idx(g_idx, layer.get(g_idx), n_in, scales.shape[2])
     bad = ~torch.isfinite(scales) | (scales <= 0)
     if bool(bad.any()):
