@@ -19,6 +19,7 @@ from ..schemes.tensors import role_names
 from .common import (
     check_symmetric_zeros,
     group_cols,
+    linear_format,
     num_groups,
     read_g_idx,
     scale_dtype,
@@ -27,8 +28,7 @@ from .common import (
 
 
 def read_ct(ckpt: Checkpoint, p: str) -> CanonicalLinear:
-    n = role_names(ckpt, p)  # tensor names by role
-    rec, bits = ckpt.record, ckpt.info.weight_bits
+    rec, bits, n = linear_format(ckpt, p)
     packed = ckpt.tensor(n["weight"])
     E, n_out, words = packed.shape
     n_in = _input_size(ckpt, p, E, n_out, words, bits)
@@ -65,8 +65,7 @@ def _input_size(ckpt, p, E, n_out, words, bits) -> int:
 
 def write_ct(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
              model_dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    n = role_names(ckpt_attrs, p)  # tensor names by role
-    rec, bits = ckpt_attrs.record, ckpt_attrs.info.weight_bits
+    rec, bits, n = linear_format(ckpt_attrs, p)
     E, n_out, n_in = c.codes.shape
     out = {n["weight"]: pack_int32(c.codes + rec.code_offset, bits, dim=2,
                                             packing=rec.packing),

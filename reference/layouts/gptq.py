@@ -19,6 +19,7 @@ from .common import (
     check_range,
     check_symmetric_zeros,
     group_cols,
+    linear_format,
     num_groups,
     read_g_idx,
     scale_dtype,
@@ -32,8 +33,7 @@ def gptq_v1_zero_offset(stored: torch.Tensor) -> torch.Tensor:
 
 
 def read_gptq(ckpt: Checkpoint, p: str) -> CanonicalLinear:
-    n = role_names(ckpt, p)  # tensor names by role
-    rec, bits = ckpt.record, ckpt.info.weight_bits
+    rec, bits, n = linear_format(ckpt, p)
     per = codes_per_word(bits)
     qweight = ckpt.tensor(n["weight"])
     E, words, n_out = qweight.shape
@@ -69,8 +69,7 @@ def _read_zeros(ckpt, p, E, groups, n_out, bits) -> torch.Tensor | None:
 
 def write_gptq(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
                model_dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    n = role_names(ckpt_attrs, p)  # tensor names by role
-    rec, bits = ckpt_attrs.record, ckpt_attrs.info.weight_bits
+    rec, bits, n = linear_format(ckpt_attrs, p)
     E, n_out, _ = c.codes.shape
     u = (c.codes + rec.code_offset).transpose(1, 2)
     out = {n["weight"]: pack_int32(u, bits, dim=1, packing=rec.packing),
