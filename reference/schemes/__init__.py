@@ -66,7 +66,8 @@ STATIC_INPUT_MODES = (ACT_STATIC_TENSOR, ACT_NVFP4)
 # 128 columns, where K is no multiple of 128, holds those columns
 ACT_GROUP = FP8_BLOCK
 ACT_ELEMENTS = ("none", "int8", "e4m3")  # "none": 16-bit or MX activations only
-ACT_ELEMENT_MAX = {"int8": INT8_MAX, "e4m3": F8E4M3_MAX}  # the scale maps amax to this
+# the scale maps amax to the element's largest value (int8 127, e4m3 448)
+ACT_ELEMENT_MAX = {e: ELEMENTS[e].max for e in ACT_ELEMENTS if e != "none"}
 
 # Weight scale granularities.
 STRATEGY_TENSOR = "tensor"  # [E] or [E, 2] (w1/w3 shard scales)
