@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from moecert.kernels.native import TorchBackend
 from moecert.reference.schemes import AWQ_PACK_ORDER, E8M0_NAN
+from moecert.reference.schemes.tensors import tensor_name
 
 
 def _put_if(layer, name: str, fn) -> None:
@@ -144,7 +145,7 @@ class GroupScalesShifted(TorchBackend):
 
     def convert(self, layer):
         super().convert(layer)
-        if not layer.quant.is_int_family:
+        if not layer.quant.packed:
             return
         for name in ("w13_s", "w2_s", "w13_zp", "w2_zp"):
             _put_if(layer, name, lambda t: torch.cat((t[:, :, 1:], t[:, :, -1:]), 2))
@@ -195,7 +196,7 @@ class Int8WeightAsUint8b128(TorchBackend):
 
     def convert(self, layer):
         super().convert(layer)
-        if layer.quant.info.family != "int8":
+        if layer.quant.info.element != "int8":  # int8 weight elements (w13_w: unpacked)
             return
         for name in ("w13_w", "w2_w"):
             _put_if(layer, name, lambda w: (w.view(torch.uint8).to(torch.int16) - 128
@@ -210,7 +211,7 @@ class Fp8BlockScalesTransposed(TorchBackend):
 
     def convert(self, layer):
         super().convert(layer)
-        if layer.quant.weight_strategy != "block" or layer.quant.info.family != "fp8":
+        if layer.quant.weight_strategy != "block" or layer.quant.info.element != "e4m3":
             return
         for name in ("w13_s", "w2_s"):
             _put_if(layer, name, lambda s: s.transpose(1, 2).contiguous().view(s.shape))
@@ -249,7 +250,7 @@ class W13ScalesPermutedAsChannelwise(TorchBackend):
     def convert(self, layer):
         super().convert(layer)
         P, g = layer.problem, layer.quant.group_size
-        if not layer.quant.is_int_family or not (0 < g and P.N <= g < P.K):
+        if not layer.quant.packed or not (0 < g and P.N <= g < P.K):
             return
         s = layer.get("w13_s")  # [E, out, G]; Marlin holds [E, G, out] row-major
         E, out, G = s.shape
@@ -304,7 +305,7 @@ class E8M0NanReadAsScale(TorchBackend):
     def convert(self, layer) -> None:
         nan = {}
         for p in ("w13", "w2"):  # hide the bytes from the check, then put them back
-            name = f"{p}_weight_scale"
+            name = tensor_name(layer.quant, p, "scale")
             if layer.has(name) and layer.get(name).dtype == torch.uint8:
                 nan[p] = layer.get(name) == E8M0_NAN
                 layer.put(name, torch.where(nan[p], 0, layer.get(name)).to(torch.uint8))

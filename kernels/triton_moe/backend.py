@@ -366,7 +366,6 @@ def _weights(layer: MoELayer, p: str, fused_moe, codes: torch.Tensor | None = No
     """The kernel's description of linear `p` in the layer's kernel format (int4 `codes`
     and their nibble span in place of the layer's: int4_variants)."""
     q = layer.quant
-    family = q.info.family
     compute = layer.problem.torch_dtype
     opt = {name: layer.get(f"{p}_{name}") for name in ("zp", "g_idx", "bias")
            if layer.has(f"{p}_{name}")}
@@ -379,11 +378,12 @@ def _weights(layer: MoELayer, p: str, fused_moe, codes: torch.Tensor | None = No
             sym_zero=1 << (bits - 1),
             nib_span=layer.meta.get(f"{p}_nib_span", 0) if nib_span is None else nib_span,
             **opt)
-    if family == "dense":
+    if not q.info.quantized:
         return fused_moe.describe_weights(fused_moe.W16, layer.get(f"{p}_w"), compute, **opt)
-    kind = {"int8": fused_moe.W_INT8, "fp8": fused_moe.W_FP8,
-            "mxfp8": fused_moe.W_MXFP8, "mxfp4": fused_moe.W_FP4,
-            "nvfp4": fused_moe.W_FP4}[family]
+    # the kernel's weight kind by (element, scale encoding) of the records
+    kind = {("int8", "float"): fused_moe.W_INT8, ("e4m3", "float"): fused_moe.W_FP8,
+            ("e4m3", "e8m0"): fused_moe.W_MXFP8, ("e2m1", "e8m0"): fused_moe.W_FP4,
+            ("e2m1", "e4m3"): fused_moe.W_FP4}[q.info.element, q.info.scale_encoding]
     scale_kind = {"float": fused_moe.S_FLOAT, "e8m0": fused_moe.S_E8M0,
                   "e4m3": fused_moe.S_E4M3}[q.info.scale_encoding]
     s = layer.get(f"{p}_s")

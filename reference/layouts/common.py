@@ -6,8 +6,16 @@ import torch
 
 from ..checkpoint import Checkpoint
 from ..errors import CheckpointError
+from ..schemes.records import FormatRecord
+from ..schemes.tensors import role_names
 
 _TORCH_SCALE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def linear_format(ckpt: Checkpoint, p: str) -> tuple[FormatRecord, int, dict[str, str]]:
+    """What a reader or writer of linear `p` reads off the records: the format record, the
+    weight bits, and the tensor names by role (`schemes.tensors.role_names`)."""
+    return ckpt.record, ckpt.info.weight_bits, role_names(ckpt, p)
 
 
 def num_groups(ckpt: Checkpoint, name: str, n_in: int) -> int:
