@@ -166,6 +166,21 @@ def current_capability() -> tuple[int, int] | None:
     return tuple(torch.cuda.get_device_capability(0))
 
 
+@functools.cache
+def current_shared_memory() -> int | None:
+    """Bytes of shared memory one program of device 0 may use (NVIDIA: the opt-in maximum,
+    227 KiB on an H100, 99 KiB on an L40S; ROCm: the LDS, 64 KiB on an MI300), None without a
+    GPU or where torch does not say (the heuristic tile is then kept as it is)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    smem = (getattr(props, "shared_memory_per_block_optin", 0)
+            or getattr(props, "shared_memory_per_block", 0))
+    return int(smem) or None
+
+
 def file_capability(path: Path) -> tuple[int, int] | None:
     """The compute capability a file was tuned on (its "capability"), None when it does not
     say."""

@@ -9,7 +9,25 @@ import triton
 from moecert.reference.schemes import ACT_GROUP as SCHEME_ACT_GROUP
 
 from . import configs
-from .kinds import A_FP8_G, A_MX, ACT_NAMES, INTERPRET, MX_COLS, S_E4M3, W_FP4, WEIGHT_NAMES
+from .kinds import (
+    A16,
+    A_FP8,
+    A_FP8_G,
+    A_INT8,
+    A_MX,
+    ACT_NAMES,
+    INTERPRET,
+    MX_COLS,
+    S_E4M3,
+    W16,
+    W_FP4,
+    W_FP8,
+    W_INT4,
+    W_INT8,
+    W_MXFP8,
+    W_UINT8,
+    WEIGHT_NAMES,
+)
 
 
 def pick_config(num_rows: int) -> dict:
@@ -43,6 +61,42 @@ def default_configs(num_rows: int) -> tuple[dict, dict]:
     return pick_config(num_rows), pick_config(num_rows)
 
 
+# Bytes one element takes in a shared-memory stage of the K loop, per weight and activation
+# kind (nibble codes are staged packed; MXFP8 activations are e4m3 values held in 16 bits).
+WEIGHT_STAGE_BYTES = {W16: 2, W_INT4: 0.5, W_UINT8: 1, W_INT8: 1, W_FP8: 1, W_MXFP8: 1,
+                      W_FP4: 0.5}
+ACT_STAGE_BYTES = {A16: 2, A_INT8: 1, A_MX: 2, A_FP8: 1, A_FP8_G: 1}
+
+
+def shared_memory_bytes(config: dict, weight: int, act: int) -> int:
+    """An upper estimate of what a config's K loop holds in shared memory: num_stages copies
+    (Triton's software pipeline keeps that many loads in flight, each in its own buffer) of
+    one step's activation tile [BLOCK_M, BLOCK_K x K_UNROLL] and weight tile [BLOCK_N, the
+    same K], at the config's BLOCK_K (the launch may narrow it to a scale block, never widen
+    it)."""
+    k = config["BLOCK_K"] * config.get("K_UNROLL", 1)
+    step = (config["BLOCK_M"] * k * ACT_STAGE_BYTES[act]
+            + config["BLOCK_N"] * k * WEIGHT_STAGE_BYTES[weight])
+    return int(config["num_stages"] * step)
+
+
+def fit_shared_memory(config: dict, weight: int, act: int, smem: int) -> dict:
+    """The heuristic tile (`pick_config`, sized on an H100, 227 KiB a program) for a device
+    with `smem` bytes a program: first fewer stages (not below 2), then narrower weight tiles
+    (not below 32 rows), until `shared_memory_bytes` fits. On the H100 and H200 every default
+    fits (the largest, 16-bit weights at 4 stages, is 144 KiB) and comes back unchanged; on
+    an L40S (99 KiB) 16-bit weights take 2 stages, on an MI300 (64 KiB LDS) 64-row tiles
+    too, where the H100's tile is estimated above what the device has (Triton refuses such
+    a launch: OutOfResources). Not measured on those GPUs (none is lent here): a fit, not a
+    tuning. A tuned file's configs are never changed: they ran on their device."""
+    fitted = dict(config)
+    while shared_memory_bytes(fitted, weight, act) > smem and fitted["num_stages"] > 2:
+        fitted["num_stages"] -= 1
+    while shared_memory_bytes(fitted, weight, act) > smem and fitted["BLOCK_N"] > 32:
+        fitted["BLOCK_N"] //= 2
+    return fitted
+
+
 def weight_key(weights: dict) -> str:
     """The weight kind's name in a tuned-config file (`describe_weights`' kind): e2m1 codes
     with NVFP4's e4m3 block scales are keyed apart from MXFP4's (other scale loads per
@@ -59,7 +113,8 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
                  weight_name: str | None = None) -> tuple[dict, dict]:
     """Both GEMMs' configs of one layer (gemm1/gemm2: their (N, K)): the device's tuned file
     when it has the layer (configs.py, written by `moecert tune`), else `pick_config`'s
-    heuristics, always under the interpreter. Both share one BLOCK_M either way.
+    heuristics, always under the interpreter, fitted to the device's shared memory
+    (`fit_shared_memory`). Both share one BLOCK_M either way.
     MOECERT_TRITON_SPLIT_K, when set, overrides both GEMMs' SPLIT_K (configs.forced_split_k)."""
     chosen = None
     if not INTERPRET:
@@ -68,6 +123,9 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
         chosen = configs.tuned_configs(key, num_rows)
     if chosen is None:
         chosen = default_configs(num_rows)
+        smem = None if INTERPRET else configs.current_shared_memory()
+        if smem is not None:
+            chosen = tuple(fit_shared_memory(c, weight, act, smem) for c in chosen)
     forced = configs.forced_split_k()
     if forced is not None:
         chosen = tuple({**c, "SPLIT_K": forced} for c in chosen)

@@ -496,3 +496,42 @@ def test_one_nibble_order_per_linear_over_the_buckets():
     small[32, 1, 128] = tune.GemmChoice({**_cfg(32), "NIB_SPAN": 128}, 1.0, 99.0)
     fallback = tune.settle(small, (128, 0), (_cfg(16), _cfg(16)), [99.0, 99.0], {1: 0, 2: 0})
     assert fallback.spans == (0, 0) and fallback.us == 20.0
+
+
+H100_SMEM, L40S_SMEM, MI300_SMEM = 232448, 101376, 65536  # bytes a program may use
+
+
+def test_the_heuristic_tile_fits_the_device_shared_memory(compiled_lookup, monkeypatch):
+    """Without a tuned entry the H100-sized default is fitted to the device: unchanged on an
+    H100 for every weight and activation kind, fewer stages then narrower tiles where the
+    shared memory is smaller, always within it."""
+    from moecert.kernels.triton_moe import kinds
+
+    h = compiled_lookup
+    for n in (1, 16, 1024):
+        for weight in kinds.WEIGHT_NAMES:
+            for act in kinds.ACT_NAMES:
+                default = h.pick_config(n)
+                assert h.fit_shared_memory(default, weight, act, H100_SMEM) == default
+                for smem in (L40S_SMEM, MI300_SMEM):
+                    fitted = h.fit_shared_memory(default, weight, act, smem)
+                    assert h.shared_memory_bytes(fitted, weight, act) <= smem
+                    assert fitted["BLOCK_M"] == default["BLOCK_M"]  # one row alignment
+    bf16 = h.pick_config(16)
+    assert bf16["num_stages"] == 4 and bf16["BLOCK_N"] == 128
+    l40s = h.fit_shared_memory(bf16, kinds.W16, kinds.A16, L40S_SMEM)
+    assert (l40s["num_stages"], l40s["BLOCK_N"]) == (2, 128)
+    mi300 = h.fit_shared_memory(bf16, kinds.W16, kinds.A16, MI300_SMEM)
+    assert (mi300["num_stages"], mi300["BLOCK_N"]) == (2, 64)
+    assert h.fit_shared_memory(bf16, kinds.W_INT4, kinds.A16, MI300_SMEM) == bf16
+    # the lookup fits the heuristics to the device it runs on, never a tuned entry
+    monkeypatch.setattr(configs, "current_shared_memory", lambda: L40S_SMEM)
+    picked = h.pick_configs(16, 8, kinds.W16, kinds.A16, KEY.gemm1, KEY.gemm2)
+    assert [c["num_stages"] for c in picked] == [2, 2]
+
+
+def test_a_tuned_entry_is_not_fitted(compiled_lookup, tmp_path, monkeypatch):
+    tuned = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
+    _write(tmp_path, {KEY: {16: tuned}}, device="test-gpu")
+    monkeypatch.setattr(configs, "current_shared_memory", lambda: MI300_SMEM)
+    assert _pick(compiled_lookup) == tuned
