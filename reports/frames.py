@@ -293,6 +293,20 @@ def bench_metrics(kernel_s, min_bytes, flops, copy_bytes_s, matmul_flop_s, marli
             "ratio_to_marlin": kernel_s / marlin_s}
 
 
+def floor_points(bench_rows: pd.DataFrame) -> pd.DataFrame:
+    """Per model, backend, scheme (config) and M: the % of the binding floor a timed bench row
+    reached, the larger of its memory and compute floor % (the time cannot be below either
+    floor, so the larger one is how near the kernel is to its roofline), the graph-replay row
+    where a point has one (the forward without host work), else the apply row."""
+    timed = bench_rows[bench_rows["status"] == "pass"].copy()
+    pct = timed[["memory_floor_pct", "compute_floor_pct"]].astype("float64").max(axis=1)
+    timed = timed.assign(floor_pct=pct, graph=timed["mode"] == "graph").dropna(
+        subset=["floor_pct"])
+    keys = ["model", "backend", "config", "M"]
+    best = timed.sort_values("graph", ascending=False, kind="stable").drop_duplicates(keys)
+    return best[[*keys, "mode", "floor_pct"]].sort_values(keys).reset_index(drop=True)
+
+
 def bench(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per `moecert bench` row (ids backend/scheme-variant/model/M<m>/mode):
     BENCH_COLUMNS, the model and mode read from the id; by model, scheme, M and mode, the

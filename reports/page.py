@@ -2,7 +2,8 @@
 
     html(report, title)   the page: nothing fetched, every string from the results escaped
 
-What it holds, top to bottom: the verdict; what changed against a baseline (plotted); the
+What it holds, top to bottom: the verdict; what changed against a baseline (plotted); with
+`moecert bench` rows, their % of the floor per scheme and M (plotted) and their table; the
 status heat-map (backend x scheme rows, check columns, labels on top; a cell filters the case
 table to its cases); the failures grouped by signature (one scale bug failing 36 cases is
 one group: what its members share and where they differ); a panel per failing case (its
@@ -359,7 +360,9 @@ def html(report: Report, title: str = "moecert report") -> str:
                  _img(plots.baseline_changes(report), "what changed against the baseline"),
                  _frame_table(report.changes)]
     if report.bench is not None and len(report.bench):
-        body += ["<h2>Timings (moecert bench)</h2>", _frame_table(report.bench)]
+        body += ["<h2>Timings (moecert bench)</h2>",
+                 _img(plots.floor_by_scheme(report), "% of the floor per scheme and M"),
+                 _frame_table(report.bench)]
     body += ["<h2>Status: backend x scheme x check</h2>",
              "<p>A cell shows the worst status of its claimed cases; click it to list them "
              "below.</p>", _heatmap(report),

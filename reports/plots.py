@@ -152,6 +152,42 @@ def baseline_changes(report: Report) -> str | None:
     return _png(fig)
 
 
+def floor_by_scheme(report: Report) -> str | None:
+    """The `moecert bench` rows as % of the binding floor (frames.floor_points) against M,
+    one panel per model layer, one line per backend and scheme: where each kernel stands
+    against the device's memory and compute floors, and at which M it falls away."""
+    from .frames import floor_points
+
+    if report.bench is None or report.bench.empty:
+        return None
+    points = floor_points(report.bench)
+    if points.empty:
+        return None
+    plt = _pyplot()
+    models = list(dict.fromkeys(points["model"].astype(str)))
+    cols = min(len(models), 2)
+    rows = -(-len(models) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4 * rows), squeeze=False)
+    for ax, model in zip(axes.flat, models, strict=False):
+        mine = points[points["model"].astype(str) == model]
+        for (backend, config), line in mine.groupby(["backend", "config"], observed=True):
+            ax.plot(line["M"].to_numpy(dtype=float), line["floor_pct"].to_numpy(dtype=float),
+                    marker="o", ms=3, lw=1, label=f"{backend} / {config}")
+        ax.axhline(100, color="#999", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ms = sorted(set(mine["M"].tolist()))
+        ax.set_xticks(ms, [str(m) for m in ms])
+        ax.set_ylim(0, 110)
+        ax.set_title(model, fontsize=9)
+        ax.set_xlabel("M (tokens per call)")
+        ax.set_ylabel("% of the binding floor (memory or compute)")
+        ax.legend(fontsize=6, ncol=2)
+    for ax in list(axes.flat)[len(models):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return _png(fig)
+
+
 def _time_ratios(base, now):
     """Median kernel-time ratio (this run / baseline) per (scheme, M) over matched rows."""
     import pandas as pd

@@ -9,8 +9,10 @@ nvidia-smi --query-gpu=name,driver_version,uuid --format=csv,noheader
 python -c "import torch, triton, pandas, pyarrow; print('torch', torch.__version__, 'triton', triton.__version__, 'pandas', pandas.__version__, 'pyarrow', pyarrow.__version__)"
 python -c "import tqdm; print('tqdm', tqdm.__version__)" || echo "no tqdm"
 suite=$1; shift
+# the runner's default is one worker: a GPU run takes all (`-n auto`) unless the args say -n
+workers=(-n auto); [[ " $* " == *" -n "* ]] && workers=()
 start=$(date +%s)
-python -m moecert.conformance.cli run --suite "$suite" --device cuda --results "${OUT:-/tmp}/results-$suite" "$@" > "${OUT:-/tmp}/run-$suite.txt" 2> "${OUT:-/tmp}/run-$suite.err"
+python -m moecert.conformance.cli run --suite "$suite" --device cuda --results "${OUT:-/tmp}/results-$suite" "${workers[@]}" "$@" > "${OUT:-/tmp}/run-$suite.txt" 2> "${OUT:-/tmp}/run-$suite.err"
 rc=$?
 echo "suite $suite rc=$rc wall $(( $(date +%s) - start )) s"
 tail -40 "${OUT:-/tmp}/run-$suite.txt"

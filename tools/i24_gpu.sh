@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 24's GPU steps in one command each (the device's lease is short): the shim, versions,
-# then the step named by $1. usage: tools/i24_gpu.sh check|bench|ci|tune [args]
+# then the step named by $1. usage: tools/i24_gpu.sh check|bench|new|ci|ogs|tune [args]
 # The device gets the session's checkout (main): this branch travels as a copy in its ignored
 # .bench/i24 (tools/i24_sync.sh), run from there; the checkout itself is the base.
 set -u
@@ -13,7 +13,7 @@ for d in reference kernels conformance reports; do
 done
 export PYTHONPATH=/tmp/shim
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-echo "here $PWD base $(cd $BASE && git log --oneline -1 | cut -c1-40) fp4planes=$(grep -c FP4_SPAN kernels/triton_moe/fused_moe.py)"
+echo "here $PWD base $(cd $BASE && git log --oneline -1 | cut -c1-40) fp4planes=$(grep -c FP4_SPAN kernels/triton_moe/layout.py)"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 MARLIN=(--marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so --marlin-anchor .vllm/marlin_anchor.py)
@@ -45,6 +45,13 @@ ci)  # the GPU-only decode tests, then the ci suite on triton (args), int4 force
   MOECERT_TRITON_NIB_SPAN=128 timeout 400 python -m moecert.conformance.cli run --suite ci \
       --device cuda --backend triton --results "$OUT/ci" "$@" > "$OUT/ci.txt" 2> "$OUT/ci.err"
   echo "ci rc=$? wall $(( $(date +%s) - start )) s"; tail -6 "$OUT/ci.txt"; tail -3 "$OUT/ci.err" ;;
+ogs)  # mxfp4 on gpt-oss-120b: this tree's triton and Marlin (bench), then triton_kernels'
+  # matmul_ogs (tools/ogs_peer.py, UNTESTED until this runs), same machine
+  timeout 200 python -m moecert.conformance.cli bench --device cuda --backend triton \
+      --results "$OUT/ogs-bench" --mode graph "${MARLIN[@]}" --scheme mxfp4 \
+      --model gpt-oss-120b --M 1,16,64 2>&1 | grep -v "^$" | tail -8
+  PYTHONPATH=.vllm/tk:$PYTHONPATH timeout 200 python tools/ogs_peer.py --M 1,16,64 2>&1 \
+      | tail -8 ;;
 tune)
   timeout 560 python -m moecert.conformance.cli tune "$@" 2>&1 | tail -30
   cp kernels/triton_moe/configs/*.json "$OUT/" ;;

@@ -9,8 +9,9 @@ checkpoint, reference and exact structure (context.SharedSteps). Across problems
   layer, and on an H200 two int4 DeepSeek-V3 layers run side by side. A worker whose GPU has no
   room for any waiting model-size problem takes a small one instead.
 - Small problems by kernel family (`family`), with affinity: a worker goes on with a family it
-  has run while that family has problems left, else starts a family nobody has started, else
-  helps with the family that has most left. A Triton kernel specialization costs each process
+  has run while that family has problems left, else starts the family nobody has started
+  with the most work (`work`), else helps with the family that has most work left; within a
+  family the largest problem goes first. A Triton kernel specialization costs each process
   that calls it a compile (cold cache) or a load (warm) on its first call; with affinity each
   is paid by about one worker instead of all of them, and concurrent workers do not compile
   the same kernel at once. Measured before affinity (certify, two H200s, 24 workers): the
@@ -101,13 +102,26 @@ def family(case: Case) -> tuple:
             P.activation_format)
 
 
+def work(group: list[Case]) -> int:
+    """A problem's work for ordering, not a time: its weight count times its cases (each
+    backend's case builds and checks the layer; the shared checkpoint and reference grow with
+    the weights too). On the H100's ci run the small problems in the upper fifth of weights
+    took 0.87 s of check time each on average, the rest 0.33 s."""
+    return weights(group[0]) * len(group)
+
+
 class FamilyQueue:
-    """Small problems by kernel family, handed out with affinity to the worker that asks."""
+    """Small problems by kernel family, handed out with affinity to the worker that asks;
+    the most work first: within a family the largest problem first, and a worker that starts
+    or helps with a family takes the one with the most work left, so that the run does not
+    end on a long family that few workers hold (the FP4 families on triton were such a tail:
+    docs/speed.md)."""
 
     def __init__(self, groups: list[list[Case]]):
         self.families: dict[tuple, deque] = {}
-        for group in groups:
+        for group in sorted(groups, key=work, reverse=True):
             self.families.setdefault(family(group[0]), deque()).append(group)
+        self.left = {f: sum(map(work, q)) for f, q in self.families.items()}
         self.started: set[tuple] = set()
         self.seen: dict[int, set[tuple]] = {}
 
@@ -117,12 +131,15 @@ class FamilyQueue:
     def pop(self, worker: int) -> list[Case]:
         left = {f: q for f, q in self.families.items() if q}
         mine = self.seen.setdefault(worker, set())
-        pick = (next((f for f in left if f in mine), None)
-                or next((f for f in left if f not in self.started), None)
-                or max(left, key=lambda f: len(left[f])))
+        most = sorted(left, key=lambda f: -self.left[f])  # stable: ties in suite order
+        pick = (next((f for f in most if f in mine), None)
+                or next((f for f in most if f not in self.started), None)
+                or most[0])
         mine.add(pick)
         self.started.add(pick)
-        return self.families[pick].popleft()
+        group = self.families[pick].popleft()
+        self.left[pick] -= work(group)
+        return group
 
 
 class GpuBudget:
@@ -226,4 +243,4 @@ def default_workers(device: str) -> int:
 
 
 __all__ = ["FamilyQueue", "GpuBudget", "WorkPool", "budgets", "case_need", "default_workers",
-           "device_need", "family", "model_size", "oversize"]
+           "device_need", "family", "model_size", "oversize", "work"]

@@ -86,7 +86,7 @@ class TritonBackend(BaseBackend):
 
     def forward(self, layer: MoELayer, x, topk_weights, topk_ids, out, expert_num_tokens
                 ) -> None:
-        from . import align, fused_moe, quant
+        from . import align, fused_moe, heuristics, quant
 
         plan = _plan(layer)
         P = layer.problem
@@ -113,12 +113,12 @@ class TritonBackend(BaseBackend):
         if may_drop and layer.quant.activation == ACT_DYNAMIC_TENSOR:
             kept = _kept(plan, P, source, mode, T)
         input_rows_valid = kept if mode == align.BATCHED else None
-        a1, a1_scale, g1, act1 = _quantize(layer, plan, quant, fused_moe, a_in, "w13",
+        a1, a1_scale, g1, act1 = _quantize(layer, plan, quant, a_in, "w13",
                                            input_rows_valid)
         # both GEMMs quantize their input the same way: act1 is GEMM2's kind too
-        config1, config2 = fused_moe.pick_configs(n, E, plan["w13"]["kind"], act1,
+        config1, config2 = heuristics.pick_configs(n, E, plan["w13"]["kind"], act1,
                                                   (P.w13_rows, K), (K, P.N),
-                                                  fused_moe.weight_key(plan["w13"]))
+                                                  heuristics.weight_key(plan["w13"]))
         block_m = config1["BLOCK_M"]
         assert config2["BLOCK_M"] == block_m, "both GEMMs share the row alignment"
         sorted_ids, block_expert, num_padded = align.align_assignments(
@@ -130,7 +130,7 @@ class TritonBackend(BaseBackend):
         fused_moe.moe_gemm(a1, a1_scale, g1, plan["w13"], h, sorted_ids, block_expert,
                            num_padded, None, a_row_div=row_div, act=act1, config=config1)
         inter = quant.activation(h, P.activation, P.N)
-        a2, a2_scale, g2, act2 = _quantize(layer, plan, quant, fused_moe, inter, "w2", kept)
+        a2, a2_scale, g2, act2 = _quantize(layer, plan, quant, inter, "w2", kept)
         y = (torch.zeros if may_drop else torch.empty)(n, K, dtype=torch.float32,
                                                        device=x.device)
         fused_moe.moe_gemm(a2, a2_scale, g2, plan["w2"], y, sorted_ids, block_expert,
@@ -143,11 +143,11 @@ class TritonBackend(BaseBackend):
 
 
 def _tile_weights(layer: MoELayer) -> None:
-    """Integer codes into the kernel's tiled layout where it has one (fused_moe.weight_tile),
+    """Integer codes into the kernel's tiled layout where it has one (layout.weight_tile),
     in the nibble order the device's tuned file gives the linear (`tuned_spans`): the layer
     keeps one copy of the weights, `canonical_weights` reads them back out."""
     from ..convert import PREFIXES
-    from . import fused_moe
+    from . import kinds, layout
 
     if layer.quant.info.element == "e2m1":
         _tile_fp4(layer)
@@ -157,39 +157,39 @@ def _tile_weights(layer: MoELayer) -> None:
     spans = tuned_spans(layer)
     for p in PREFIXES:
         q = layer.get(f"{p}_q")
-        tile = fused_moe.weight_tile(fused_moe.W_INT4, q)
+        tile = layout.weight_tile(kinds.W_INT4, q)
         if tile is None:
             continue
         span = spans.get(p, 0) if span_fits(layer, p, spans.get(p, 0)) else 0
         if span:
-            q = fused_moe.plane_nibbles(q, span)
-        layer.put(f"{p}_q", fused_moe.tile_weights(q, *tile))
+            q = layout.plane_nibbles(q, span)
+        layer.put(f"{p}_q", layout.tile_weights(q, *tile))
         layer.meta[f"{p}_nib_span"] = span
 
 
 def _tile_fp4(layer: MoELayer) -> None:
-    """E2M1 codes in nibble planes over fused_moe.FP4_SPAN columns where they fit (every
+    """E2M1 codes in nibble planes over layout.FP4_SPAN columns where they fit (every
     linear whose K is a multiple of it), in tiles where those divide: one fixed order, no
     tuning (the planes' decode is the fast one, docs/speed.md "Change 9")."""
     from ..convert import PREFIXES
-    from . import fused_moe
+    from . import kinds, layout
 
-    scale_kind = (fused_moe.S_E4M3 if layer.quant.info.scale_encoding == "e4m3"
-                  else fused_moe.S_E8M0)
+    scale_kind = (kinds.S_E4M3 if layer.quant.info.scale_encoding == "e4m3"
+                  else kinds.S_E8M0)
     # MXFP8 activations take their E8M0 scale per 32-column tile (A_MX): the tile stays 32
     mx_act = layer.quant.activation == ACT_MXFP8
     for p in PREFIXES:
         q = layer.get(f"{p}_w")
         K = 2 * q.shape[2]
         cols = layer.meta[f"{p}_block"][1]
-        span = fused_moe.FP4_SPAN
-        if mx_act or not fused_moe.nib_span_fits(fused_moe.W_FP4, K, cols, False, span,
+        span = layout.FP4_SPAN
+        if mx_act or not layout.nib_span_fits(kinds.W_FP4, K, cols, False, span,
                                                  scale_kind):
             layer.meta[f"{p}_nib_span"] = 0
             continue
-        q = fused_moe.plane_nibbles(q, span)
-        tile = fused_moe.weight_tile(fused_moe.W_FP4, q)
-        layer.put(f"{p}_w", q if tile is None else fused_moe.tile_weights(q, *tile))
+        q = layout.plane_nibbles(q, span)
+        tile = layout.weight_tile(kinds.W_FP4, q)
+        layer.put(f"{p}_w", q if tile is None else layout.tile_weights(q, *tile))
         layer.meta[f"{p}_nib_span"] = span
         # the scales as an [E, N, K / block] view of [E, K / block, N] storage: a plane's
         # scales for BLOCK_N rows are then one coalesced run, not BLOCK_N single bytes
@@ -199,20 +199,20 @@ def _tile_fp4(layer: MoELayer) -> None:
 
 def _stored_fp4(layer: MoELayer, p: str) -> torch.Tensor:
     """Linear `p`'s e2m1 codes [E, N, K / 2] in the checkpoint's nibble order."""
-    from . import fused_moe
+    from . import layout
 
     q = layer.get(f"{p}_w")
     if q.dim() == 5:
-        q = fused_moe.untile_weights(q)
+        q = layout.untile_weights(q)
     span = layer.meta.get(f"{p}_nib_span", 0)
-    return fused_moe.unplane_nibbles(q, span) if span else q
+    return layout.unplane_nibbles(q, span) if span else q
 
 
 def tuned_spans(layer: MoELayer) -> dict[str, int]:
     """The nibble span of each int4 linear in the device's tuned file ({} when it has none;
     tuned for 16-bit activations, the path `moecert tune` measures), or the one
     MOECERT_TRITON_NIB_SPAN forces."""
-    from . import configs, fused_moe
+    from . import configs, kinds
 
     P = layer.problem
     if (forced := configs.forced_nib_span()) is not None:
@@ -220,44 +220,44 @@ def tuned_spans(layer: MoELayer) -> dict[str, int]:
     if layer.quant.activation != ACT_NONE:
         return {}
     return configs.tuned_spans(configs.LayerKey(
-        fused_moe.WEIGHT_NAMES[fused_moe.W_INT4], fused_moe.ACT_NAMES[fused_moe.A16], P.E,
+        kinds.WEIGHT_NAMES[kinds.W_INT4], kinds.ACT_NAMES[kinds.A16], P.E,
         (P.w13_rows, P.K), (P.K, P.N)))
 
 
 def span_fits(layer: MoELayer, p: str, span: int) -> bool:
     """Whether linear `p`'s int4 codes can be stored in nibble planes over `span` columns."""
-    from . import fused_moe
+    from . import kinds, layout
 
     K = layer.problem.K if p == "w13" else layer.problem.N
-    return span == 0 or fused_moe.nib_span_fits(
-        fused_moe.W_INT4, K, layer.meta[f"{p}_group_cols"], layer.has(f"{p}_g_idx"), span)
+    return span == 0 or layout.nib_span_fits(
+        kinds.W_INT4, K, layer.meta[f"{p}_group_cols"], layer.has(f"{p}_g_idx"), span)
 
 
 def _stored_int4(layer: MoELayer, p: str) -> torch.Tensor:
     """Linear `p`'s int4 codes [E, N, K / 2] in the checkpoint's nibble order, out of the
     kernel's tiles (and nibble planes)."""
-    from . import fused_moe
+    from . import layout
 
-    q = fused_moe.untile_weights(layer.get(f"{p}_q"))
+    q = layout.untile_weights(layer.get(f"{p}_q"))
     span = layer.meta.get(f"{p}_nib_span", 0)
-    return fused_moe.unplane_nibbles(q, span) if span else q
+    return layout.unplane_nibbles(q, span) if span else q
 
 
 def int4_variants(layer: MoELayer, p: str) -> dict[int, dict]:
     """Linear `p`'s kernel descriptions in each nibble order it can be stored in, {span:
     description}: what `moecert tune` times side by side. Only the layer's own order for
     anything but tiled int4 codes."""
-    from . import fused_moe
+    from . import layout
 
     if not (layer.quant.is_int_family and layer.get(f"{p}_q").dim() == 5):
-        return {layer.meta.get(f"{p}_nib_span", 0): _weights(layer, p, fused_moe)}
+        return {layer.meta.get(f"{p}_nib_span", 0): _weights(layer, p)}
     plain = _stored_int4(layer, p)
     tile = layer.get(f"{p}_q").shape[3:]
     out = {}
-    for span in (0, fused_moe.NIB_SPAN):
+    for span in (0, layout.NIB_SPAN):
         if span_fits(layer, p, span):
-            codes = fused_moe.plane_nibbles(plain, span) if span else plain
-            out[span] = _weights(layer, p, fused_moe, fused_moe.tile_weights(codes, *tile),
+            codes = layout.plane_nibbles(plain, span) if span else plain
+            out[span] = _weights(layer, p, layout.tile_weights(codes, *tile),
                                  span)
     return out
 
@@ -273,14 +273,13 @@ def _plan(layer: MoELayer) -> dict:
 
 
 def _build_plan(layer: MoELayer) -> dict:
-    from . import fused_moe
 
     P = layer.problem
     emap = None
     if P.expert_map is not None:
         emap = torch.tensor(P.expert_map, dtype=torch.int32, device=layer.device)
     names = ("a1_gscale", "a2_gscale", "a13_scale", "a2_scale")
-    return {"w13": _weights(layer, "w13", fused_moe), "w2": _weights(layer, "w2", fused_moe),
+    return {"w13": _weights(layer, "w13"), "w2": _weights(layer, "w2"),
             "expert_map": emap,
             **{name: layer.get(name) if layer.has(name) else None for name in names}}
 
@@ -321,15 +320,17 @@ def _platform_reason(quant: QuantConfig, platform: Platform) -> str | None:
     return None
 
 
-def _quantize(layer: MoELayer, plan: dict, quant, fused_moe, t: torch.Tensor, which: str,
+def _quantize(layer: MoELayer, plan: dict, quant, t: torch.Tensor, which: str,
               valid_rows: torch.Tensor | None):
-    """q1 / q2: (GEMM input, its scales, global factor or None, fused_moe activation kind)."""
+    """q1 / q2: (GEMM input, its scales, global factor or None, the activation kind)."""
+    from . import kinds
+
     mode = layer.quant.activation
     if mode == ACT_NONE:
-        return t, None, None, fused_moe.A16
+        return t, None, None, kinds.A16
     if mode == ACT_MXFP8:
         values, scales = quant.quantize_mxfp8(t, layer.quant.mx_scale_rule)
-        return values, scales, None, fused_moe.A_MX
+        return values, scales, None, kinds.A_MX
     static = plan["a13_scale" if which == "w13" else "a2_scale"]
     if mode == ACT_NVFP4:
         # torch ops (the torch backend's quantizer): per 16 columns e2m1 * e4m3 block scale,
@@ -339,16 +340,16 @@ def _quantize(layer: MoELayer, plan: dict, quant, fused_moe, t: torch.Tensor, wh
         from ..activations import quantize_nvfp4
 
         q, bs, _ = quantize_nvfp4(t.to(torch.float32), static)
-        return (q * bs).flatten(-2).to(t.dtype), None, static, fused_moe.A16
+        return (q * bs).flatten(-2).to(t.dtype), None, static, kinds.A16
     if layer.quant.info.activation_element == "e4m3":
         if mode == ACT_DYNAMIC_GROUP:
             codes, scales = quant.quantize_fp8(t, "group", ACT_GROUP)
-            return codes.view(torch.uint8), scales, None, fused_moe.A_FP8_G
+            return codes.view(torch.uint8), scales, None, kinds.A_FP8_G
         if mode not in (ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR):
             raise ValueError(f"e4m3 activation quantization {mode!r}")
         kind = "token" if mode == ACT_DYNAMIC_TOKEN else "static"
         codes, scales = quant.quantize_fp8(t, kind, ACT_GROUP, given=static)
-        return codes.view(torch.uint8), scales, None, fused_moe.A_FP8
+        return codes.view(torch.uint8), scales, None, kinds.A_FP8
     gscale = plan["a1_gscale" if which == "w13" else "a2_gscale"]
     if mode == ACT_DYNAMIC_TOKEN:
         codes, scales = quant.quantize_int8(t, "token")
@@ -358,13 +359,15 @@ def _quantize(layer: MoELayer, plan: dict, quant, fused_moe, t: torch.Tensor, wh
         codes, scales = quant.quantize_int8(t, "tensor", valid_rows=valid_rows)
     else:
         raise ValueError(f"activation quantization {mode!r}")
-    return codes, scales, gscale, fused_moe.A_INT8
+    return codes, scales, gscale, kinds.A_INT8
 
 
-def _weights(layer: MoELayer, p: str, fused_moe, codes: torch.Tensor | None = None,
+def _weights(layer: MoELayer, p: str, codes: torch.Tensor | None = None,
              nib_span: int | None = None) -> dict:
     """The kernel's description of linear `p` in the layer's kernel format (int4 `codes`
     and their nibble span in place of the layer's: int4_variants)."""
+    from . import fused_moe, kinds
+
     q = layer.quant
     compute = layer.problem.torch_dtype
     opt = {name: layer.get(f"{p}_{name}") for name in ("zp", "g_idx", "bias")
@@ -372,22 +375,22 @@ def _weights(layer: MoELayer, p: str, fused_moe, codes: torch.Tensor | None = No
     if q.is_int_family:
         bits = layer.meta["bits"]
         return fused_moe.describe_weights(
-            fused_moe.W_INT4 if bits == 4 else fused_moe.W_UINT8,
+            kinds.W_INT4 if bits == 4 else kinds.W_UINT8,
             layer.get(f"{p}_q") if codes is None else codes,
             compute, s=layer.get(f"{p}_s"), scale_cols=layer.meta[f"{p}_group_cols"],
             sym_zero=1 << (bits - 1),
             nib_span=layer.meta.get(f"{p}_nib_span", 0) if nib_span is None else nib_span,
             **opt)
     if not q.info.quantized:
-        return fused_moe.describe_weights(fused_moe.W16, layer.get(f"{p}_w"), compute, **opt)
+        return fused_moe.describe_weights(kinds.W16, layer.get(f"{p}_w"), compute, **opt)
     # the kernel's weight kind by (element, scale encoding) of the records
-    kind = {("int8", "float"): fused_moe.W_INT8, ("e4m3", "float"): fused_moe.W_FP8,
-            ("e4m3", "e8m0"): fused_moe.W_MXFP8, ("e2m1", "e8m0"): fused_moe.W_FP4,
-            ("e2m1", "e4m3"): fused_moe.W_FP4}[q.info.element, q.info.scale_encoding]
-    scale_kind = {"float": fused_moe.S_FLOAT, "e8m0": fused_moe.S_E8M0,
-                  "e4m3": fused_moe.S_E4M3}[q.info.scale_encoding]
+    kind = {("int8", "float"): kinds.W_INT8, ("e4m3", "float"): kinds.W_FP8,
+            ("e4m3", "e8m0"): kinds.W_MXFP8, ("e2m1", "e8m0"): kinds.W_FP4,
+            ("e2m1", "e4m3"): kinds.W_FP4}[q.info.element, q.info.scale_encoding]
+    scale_kind = {"float": kinds.S_FLOAT, "e8m0": kinds.S_E8M0,
+                  "e4m3": kinds.S_E4M3}[q.info.scale_encoding]
     s = layer.get(f"{p}_s")
-    if scale_kind == fused_moe.S_E4M3:  # decoded from its bits in the kernel
+    if scale_kind == kinds.S_E4M3:  # decoded from its bits in the kernel
         s = s.view(torch.uint8)
     if layer.has(f"{p}_gs"):  # the kernel's multiply is fp32 (one rounding of the factor)
         opt["gscale"] = layer.get(f"{p}_gs").to(torch.float32).contiguous()

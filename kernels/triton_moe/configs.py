@@ -1,5 +1,5 @@
 """Tuned tile configurations of the grouped MoE GEMM: data files written by `moecert tune`,
-one per device, read by `fused_moe.pick_configs`. Pure Python (no Triton): the lookup must
+one per device, read by `heuristics.pick_configs`. Pure Python (no Triton): the lookup must
 not fix the interpreter mode, and it is tested on the CPU.
 
 One file per device, `configs/<device key>.json` (`device_key` of torch's device name):
@@ -16,7 +16,7 @@ One file per device, `configs/<device key>.json` (`device_key` of torch's device
                              "gemm2": {...},
                              "us": {"default": 61.2, "tuned": 48.0}}}}]}
 
-A layer is keyed by the kernel's weight and activation kinds (their names in fused_moe, so a
+A layer is keyed by the kernel's weight and activation kinds (their names in kinds.py, so a
 new kind never shifts an old entry), the local expert count and both GEMMs' (N, K). BLOCK_M
 belongs to the layer, not to a GEMM: both GEMMs read one row alignment (align.py).
 Bucket: the number of assignment rows n (tokens x topk, or E x T batched) rounded up to a
@@ -25,10 +25,10 @@ A lookup between or beyond the tuned buckets takes the nearest one on the log sc
 smaller on a tie). The Triton and torch versions are recorded, not matched: a config stays
 correct under any version, only its speed may move (re-run `moecert tune`).
 A layer may also say in which nibble order its int4 linears are stored,
-`"nibble_spans": {"w13": 128, "w2": 0}` (fused_moe `plane_nibbles`: 0 is the checkpoint's
+`"nibble_spans": {"w13": 128, "w2": 0}` (layout `plane_nibbles`: 0 is the checkpoint's
 order, adjacent columns in a byte), read by the Triton backend when it converts the weights:
 an order the tuner measured faster for that linear. Leaving it out means 0 for both.
-SPLIT_K (fused_moe's split-K, a power of two) and K_UNROLL (tiles per K-loop step, >= 1)
+SPLIT_K (gemm_kernel's split-K, a power of two) and K_UNROLL (tiles per K-loop step, >= 1)
 came after the first files: a GEMM entry without them reads as 1, the one-launch kernel
 with one tile per step.
 
@@ -71,7 +71,7 @@ class ConfigFileError(ValueError):
 
 @dataclass(frozen=True)
 class LayerKey:
-    weight: str  # fused_moe's name of the weight kind, e.g. "W_INT4"
+    weight: str  # kinds.py's name of the weight kind, e.g. "W_INT4"
     act: str  # and of the activation kind, e.g. "A16"
     experts: int
     gemm1: tuple[int, int]  # (N, K)
@@ -109,7 +109,7 @@ def rows_bucket(num_rows: int) -> int:
 
 
 def kind_names(namespace: dict, prefix: str) -> dict[int, str]:
-    """{value: name} of a module's kind enum, e.g. kind_names(vars(fused_moe), "W") reads
+    """{value: name} of a module's kind enum, e.g. kind_names(vars(kinds), "W") reads
     W16, W_INT4, ...: names `<prefix>16` or `<prefix>_<UPPER>` bound to ints."""
     pattern = re.compile(rf"{prefix}(16|_[A-Z0-9_]+)")
     names: dict[int, str] = {}
@@ -164,6 +164,21 @@ def current_capability() -> tuple[int, int] | None:
     if not torch.cuda.is_available() or torch.version.hip is not None:
         return None
     return tuple(torch.cuda.get_device_capability(0))
+
+
+@functools.cache
+def current_shared_memory() -> int | None:
+    """Bytes of shared memory one program of device 0 may use (NVIDIA: the opt-in maximum,
+    227 KiB on an H100, 99 KiB on an L40S; ROCm: the LDS, 64 KiB on an MI300), None without a
+    GPU or where torch does not say (the heuristic tile is then kept as it is)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    smem = (getattr(props, "shared_memory_per_block_optin", 0)
+            or getattr(props, "shared_memory_per_block", 0))
+    return int(smem) or None
 
 
 def file_capability(path: Path) -> tuple[int, int] | None:

@@ -13,10 +13,15 @@ import importlib
 import os
 import sys
 
-_MODULES = ("align", "quant", "fused_moe")  # fused_moe imports quant: reload quant first
+# in import order (a module after those it binds names from): the kernels' jit functions and
+# the modules that read INTERPRET when they are defined (kinds, and heuristics and fused_moe,
+# which bind it from kinds)
+_MODULES = ("align", "quant", "kinds", "gemm_kernel", "layout", "heuristics", "fused_moe")
 
 
 def _is_interpreted(module) -> bool:
+    if getattr(module, "INTERPRET", True) is not True:
+        return False
     return all(type(getattr(module, name)).__name__ == "InterpretedFunction"
                for name in dir(module) if type(getattr(module, name)).__name__ in
                ("JITFunction", "InterpretedFunction"))

@@ -5,7 +5,7 @@ several, the fastest correct tile configuration of each GEMM, with one BLOCK_M f
     stage = RoutingStages([stage, other, ...])             # or: timed over several routings
     choice = tune_layer(stage, timer)                        # -> LayerChoice
 
-Search: hill climbing on a grid (GRID), from the heuristic default (`fused_moe.pick_config`)
+Search: hill climbing on a grid (GRID), from the heuristic default (`heuristics.pick_config`)
 and from it with each other SPLIT_K the grid allows (`climb_starts`): each round tries every
 configuration one grid step away in one field and moves to the fastest if it beats the
 current one; a climb stops when none does (at most MAX_ROUNDS); the fastest climb wins. A
@@ -122,7 +122,7 @@ class LayerStage:
 
     def __init__(self, layer, x: torch.Tensor, topk_weights: torch.Tensor,
                  topk_ids: torch.Tensor, variants: dict | None = None):
-        from . import backend, fused_moe, quant
+        from . import backend, heuristics, quant
 
         P = self.problem = layer.problem
         if P.expert_map is not None or P.activation_format != "standard":
@@ -140,16 +140,16 @@ class LayerStage:
         self.router = topk_weights.reshape(-1)
         self.n = self.ids.numel()
         self.a1, self.s1, self.g1, self.act = backend._quantize(
-            layer, self.plan, quant, fused_moe, x, "w13", None)
+            layer, self.plan, quant, x, "w13", None)
         # the heuristics, not a tuned file's entry: what `default_us` measures
-        self.defaults = fused_moe.default_configs(self.n, P.E, self.shape(1), self.shape(2))
+        self.defaults = heuristics.default_configs(self.n)
         self._aligned: dict[int, tuple] = {}
         self._out = {1: torch.empty(self.n, P.w13_rows, dtype=x.dtype, device=x.device),
                      2: torch.empty(self.n, P.K, dtype=torch.float32, device=x.device)}
         h = self.run(1, self.defaults[0]).clone()
         inter = quant.activation(h, P.activation, P.N)
         self.a2, self.s2, self.g2, act2 = backend._quantize(
-            layer, self.plan, quant, fused_moe, inter, "w2", None)
+            layer, self.plan, quant, inter, "w2", None)
         assert act2 == self.act
 
     @property
@@ -158,10 +158,10 @@ class LayerStage:
 
     def key(self):
         """The layer's key in a tuned-config file."""
-        from . import fused_moe
+        from . import heuristics, kinds
 
-        return configs.LayerKey(fused_moe.weight_key(self.plan["w13"]),
-                                fused_moe.ACT_NAMES[self.act], self.problem.E, self.shape(1),
+        return configs.LayerKey(heuristics.weight_key(self.plan["w13"]),
+                                kinds.ACT_NAMES[self.act], self.problem.E, self.shape(1),
                                 self.shape(2))
 
     def shape(self, gemm: int) -> tuple[int, int]:
@@ -211,12 +211,12 @@ class LayerStage:
         """The configuration as the kernel will run it (BLOCK_K clamped to the scale block,
         SPLIT_K to the splits K has room for, FAST_I4 and SWAP_AB as booleans): two configs
         equal here run the same launches."""
-        from . import fused_moe
+        from . import heuristics
 
         K = self.shape(gemm)[1]
         w = self.weights(gemm, config)
-        bk = fused_moe.weights_block_k(w, config["BLOCK_K"], K, self.act)
-        splits, _ = fused_moe.weights_split_plan(w, config, K, self.act)
+        bk = heuristics.weights_block_k(w, config["BLOCK_K"], K, self.act)
+        splits, _ = heuristics.weights_split_plan(w, config, K, self.act)
         return (config["BLOCK_M"], config["BLOCK_N"], bk, config["num_warps"],
                 config["num_stages"], bool(config.get("SWAP_AB")),
                 bool(config.get("FAST_I4")), splits, config.get("K_UNROLL", 1),
@@ -263,14 +263,14 @@ class LayerStage:
         """The GEMM's activation as the kernel's epilogue sees it, float64: codes times
         their per-row scale or E8M0 column scales, and the global factor (int8, NVFP4)."""
         from ..convert import decode_e8m0
-        from . import fused_moe
+        from . import kinds
 
         a, s, g = (self.a1, self.s1, self.g1) if gemm == 1 else (self.a2, self.s2, self.g2)
         a = a.to(torch.float64)
-        if self.act == fused_moe.A_INT8:
+        if self.act == kinds.A_INT8:
             a = a * s.to(torch.float64).reshape(-1, 1)
-        elif self.act == fused_moe.A_MX:
-            cols = fused_moe.MX_COLS
+        elif self.act == kinds.A_MX:
+            cols = kinds.MX_COLS
             a = a * decode_e8m0(s, torch.float64).repeat_interleave(cols, 1)[:, :a.shape[1]]
         if g is not None:
             a = a * g.to(torch.float64)

@@ -40,13 +40,13 @@ def test_triton_decode_e2m1(monkeypatch):
     import triton
     import triton.language as tl
 
-    global fused_moe
-    from moecert.kernels.triton_moe import fused_moe
+    global gemm_kernel
+    from moecert.kernels.triton_moe import gemm_kernel
 
     @triton.jit
     def kernel(out_ptr):
         nib = tl.arange(0, 16)
-        tl.store(out_ptr + nib, fused_moe._decode_e2m1(nib))
+        tl.store(out_ptr + nib, gemm_kernel._decode_e2m1(nib))
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     out = torch.empty(16, dtype=torch.float32, device=device)

@@ -1,4 +1,4 @@
-"""E2M1 weights (MXFP4, NVFP4) in nibble planes over fused_moe.FP4_SPAN columns, the layout the
+"""E2M1 weights (MXFP4, NVFP4) in nibble planes over layout.FP4_SPAN columns, the layout the
 Triton backend stores them in where K allows: the same values as the checkpoint's adjacent
 order, under the interpreter (the bit-field decode) and, on a CUDA sm80+ GPU, through the PTX
 decode (`_fp4_planes`) bit for bit against the bit-field one."""
@@ -10,7 +10,7 @@ import os
 
 import pytest
 import torch
-from moecert.kernels.triton_moe import interpret
+from moecert.kernels.triton_moe import interpret, kinds, layout
 
 E, N, TOPK = 3, 64, 2
 
@@ -35,7 +35,7 @@ def _run(fm, weights, a, ids, config):
                                                              n=ids.numel())
     c = torch.empty(ids.numel(), weights["N"], dtype=torch.float32, device=a.device)
     fm.moe_gemm(a, None, None, weights, c, sorted_ids, block_expert, num_padded, None,
-                a_row_div=TOPK, act=fm.A16, config=config)
+                a_row_div=TOPK, act=kinds.A16, config=config)
     return c
 
 
@@ -43,7 +43,7 @@ def _fp4(fm, scale_kind, K, gen):
     """Random e2m1 bytes (every code, both signs) and scales: E8M0 bytes near 2^0 per 32
     columns, or e4m3 bytes of both signs per 16 (a negative block scale must negate)."""
     q = torch.randint(0, 256, (E, N, K // 2), dtype=torch.uint8, generator=gen)
-    if scale_kind == fm.S_E8M0:
+    if scale_kind == kinds.S_E8M0:
         cols = 32
         s = torch.randint(120, 134, (E, N, K // cols), dtype=torch.uint8, generator=gen)
     else:
@@ -59,7 +59,7 @@ def _fp4(fm, scale_kind, K, gen):
 def test_fp4_planes_compute_the_adjacent_layouts_values(fm, scale, swap, unroll, split_k):
     """K = 192 (three spans, so an unrolled step's second tile runs past K), tiled 16 x 32
     bytes; the same products summed per plane: equal up to fp32 reassociation."""
-    kind = fm.S_E8M0 if scale == "e8m0" else fm.S_E4M3
+    kind = kinds.S_E8M0 if scale == "e8m0" else kinds.S_E4M3
     gen = torch.Generator().manual_seed(3 + unroll + 5 * split_k + 7 * swap)
     K = 192
     q, s, cols = _fp4(fm, kind, K, gen)
@@ -67,11 +67,11 @@ def test_fp4_planes_compute_the_adjacent_layouts_values(fm, scale, swap, unroll,
     ids = torch.stack([torch.randperm(E, generator=gen)[:TOPK] for _ in range(5)]).reshape(-1)
     config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2,
               "K_UNROLL": unroll, "SPLIT_K": split_k, "SWAP_AB": swap}
-    plain = fm.describe_weights(fm.W_FP4, q, torch.bfloat16, s=s, scale_cols=cols,
+    plain = fm.describe_weights(kinds.W_FP4, q, torch.bfloat16, s=s, scale_cols=cols,
                                 scale_kind=kind)
-    span = fm.FP4_SPAN
-    planes = fm.describe_weights(fm.W_FP4, fm.tile_weights(fm.plane_nibbles(q, span),
-                                                           *fm.FP4_TILE),
+    span = layout.FP4_SPAN
+    planes = fm.describe_weights(kinds.W_FP4, layout.tile_weights(layout.plane_nibbles(q, span),
+                                                           *layout.FP4_TILE),
                                  torch.bfloat16, s=s, scale_cols=cols, scale_kind=kind,
                                  nib_span=span)
     want = _run(fm, plain, a, ids, {**config, "K_UNROLL": 1, "SPLIT_K": 1})
@@ -81,15 +81,16 @@ def test_fp4_planes_compute_the_adjacent_layouts_values(fm, scale, swap, unroll,
 
 
 def test_fp4_planes_fit_per_scale_kind(fm):
-    assert fm.nib_span_fits(fm.W_FP4, 2880, 32, False, fm.FP4_SPAN, fm.S_E8M0)  # gpt-oss
-    assert fm.nib_span_fits(fm.W_FP4, 256, 16, False, fm.FP4_SPAN, fm.S_E4M3)
-    assert not fm.nib_span_fits(fm.W_FP4, 256, 16, False, fm.FP4_SPAN, fm.S_E8M0)
-    assert not fm.nib_span_fits(fm.W_FP4, 96, 32, False, fm.FP4_SPAN, fm.S_E8M0)  # K
+    # gpt-oss-120b's K
+    assert layout.nib_span_fits(kinds.W_FP4, 2880, 32, False, layout.FP4_SPAN, kinds.S_E8M0)
+    assert layout.nib_span_fits(kinds.W_FP4, 256, 16, False, layout.FP4_SPAN, kinds.S_E4M3)
+    assert not layout.nib_span_fits(kinds.W_FP4, 256, 16, False, layout.FP4_SPAN, kinds.S_E8M0)
+    assert not layout.nib_span_fits(kinds.W_FP4, 96, 32, False, layout.FP4_SPAN, kinds.S_E8M0)  # K
     q = torch.zeros(2, 32, 48, dtype=torch.uint8)  # K = 96: no whole span
     with pytest.raises(ValueError, match="nibble planes over 64 columns"):
-        fm.describe_weights(fm.W_FP4, q, torch.bfloat16, s=torch.zeros(2, 32, 3,
+        fm.describe_weights(kinds.W_FP4, q, torch.bfloat16, s=torch.zeros(2, 32, 3,
                                                                         dtype=torch.uint8),
-                            scale_cols=32, scale_kind=fm.S_E8M0, nib_span=64)
+                            scale_cols=32, scale_kind=kinds.S_E8M0, nib_span=64)
 
 
 @pytest.mark.parametrize(("scheme", "attrs", "span"), [
@@ -146,7 +147,7 @@ def compiled():
         for name in interpret._MODULES:
             importlib.reload(importlib.import_module(f"moecert.kernels.triton_moe.{name}"))
     fused_moe = _fm()
-    assert not fused_moe.INTERPRET
+    assert not kinds.INTERPRET
     return fused_moe
 
 
@@ -157,16 +158,16 @@ def compiled():
 def test_ptx_fp4_decode_matches_the_bit_fields_bit_for_bit(compiled, monkeypatch, dtype,
                                                            scale, swap):
     fm = compiled
-    kind = fm.S_E8M0 if scale == "e8m0" else fm.S_E4M3
+    kind = kinds.S_E8M0 if scale == "e8m0" else kinds.S_E4M3
     gen = torch.Generator().manual_seed(9)
     K = 2880 if scale == "e8m0" else 1024
     q, s, cols = _fp4(fm, kind, K, gen)
     a = torch.randn(37, K, generator=gen).to(dtype).cuda()
     ids = torch.stack([torch.randperm(E, generator=gen)[:TOPK]
                        for _ in range(37)]).reshape(-1).cuda()
-    span = fm.FP4_SPAN
-    planes = fm.describe_weights(fm.W_FP4, fm.tile_weights(fm.plane_nibbles(q, span),
-                                                           *fm.FP4_TILE).cuda(),
+    span = layout.FP4_SPAN
+    planes = fm.describe_weights(kinds.W_FP4, layout.tile_weights(layout.plane_nibbles(q, span),
+                                                           *layout.FP4_TILE).cuda(),
                                  dtype, s=s.cuda(), scale_cols=cols, scale_kind=kind,
                                  nib_span=span)
     config = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3,
@@ -193,8 +194,8 @@ def test_ptx_awq_zero_point_decode_matches_the_general_path(compiled, monkeypatc
     a = torch.randn(21, K, generator=gen).to(dtype).cuda()
     ids = torch.stack([torch.randperm(E, generator=gen)[:TOPK]
                        for _ in range(21)]).reshape(-1).cuda()
-    planes = fm.describe_weights(fm.W_INT4, fm.tile_weights(fm.plane_nibbles(q, 128),
-                                                            *fm.INT4_TILE).cuda(),
+    planes = fm.describe_weights(kinds.W_INT4, layout.tile_weights(layout.plane_nibbles(q, 128),
+                                                            *layout.INT4_TILE).cuda(),
                                  dtype, s=s.cuda(), zp=z.cuda(), scale_cols=128, sym_zero=8,
                                  nib_span=128)
     config = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3,

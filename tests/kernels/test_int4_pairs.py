@@ -9,7 +9,7 @@ import os
 
 import pytest
 import torch
-from moecert.kernels.triton_moe import fused_moe, interpret
+from moecert.kernels.triton_moe import fused_moe, gemm_kernel, interpret, kinds
 from moecert.reference import MoEProblem, make_inputs, random_checkpoint
 
 
@@ -29,7 +29,7 @@ def compiled():
     if interpret._is_interpreted(fused_moe):
         for name in interpret._MODULES:
             importlib.reload(importlib.import_module(f"moecert.kernels.triton_moe.{name}"))
-    assert not fused_moe.INTERPRET
+    assert not kinds.INTERPRET
 
 
 @pytest.mark.skipif(not _sm80(), reason="needs a CUDA sm80+ GPU, compiled Triton")
@@ -50,7 +50,7 @@ def test_packed_decode_matches_the_per_element_one_bit_for_bit(compiled, monkeyp
     layer = backend.create_layer(ckpt, P)
     backend.process_weights_after_loading(layer)
     x, w, ids = (t.cuda() for t in make_inputs(P, seed=4))
-    kernel, decodes = fused_moe.moe_gemm_kernel, []
+    kernel, decodes = gemm_kernel.moe_gemm_kernel, []
 
     class Spy:  # records the decode each launch compiled
         def __getitem__(self, grid):
@@ -58,13 +58,13 @@ def test_packed_decode_matches_the_per_element_one_bit_for_bit(compiled, monkeyp
                 decodes.append(kw["FAST_I4"])
                 return kernel[grid](*args, **kw)
             return launch
-    monkeypatch.setattr(fused_moe, "moe_gemm_kernel", Spy())
+    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
     outs = {}
     for pairs in (False, True):
         monkeypatch.setattr(fused_moe, "int4_pairs_run_on", lambda device, on=pairs: on)
         decodes.clear()
         outs[pairs] = backend.apply(layer, x, w, ids, out=torch.empty_like(x))
-        want = fused_moe.I4_PAIRS if pairs else fused_moe.I4_MAGIC
+        want = kinds.I4_PAIRS if pairs else kinds.I4_MAGIC
         assert decodes and set(decodes) == {want}, decodes  # both GEMMs took that decode
     assert torch.isfinite(outs[True]).all()
     assert torch.equal(outs[True], outs[False])

@@ -17,7 +17,7 @@ from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
 
-from moecert.kernels.triton_moe import fused_moe, tune  # noqa: E402
+from moecert.kernels.triton_moe import gemm_kernel, tune  # noqa: E402
 from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
 from moecert.reference import MoEProblem, make_inputs, synthesize  # noqa: E402
 
@@ -45,8 +45,8 @@ class Launches:
 
 @pytest.fixture
 def launches(monkeypatch):
-    spy = Launches(fused_moe.moe_gemm_kernel)
-    monkeypatch.setattr(fused_moe, "moe_gemm_kernel", spy)
+    spy = Launches(gemm_kernel.moe_gemm_kernel)
+    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", spy)
     return spy
 
 

@@ -17,7 +17,7 @@ from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
 
-from moecert.kernels.triton_moe import configs, fused_moe, tune  # noqa: E402
+from moecert.kernels.triton_moe import configs, gemm_kernel, heuristics, tune  # noqa: E402
 from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
 from moecert.reference import MoEProblem, make_inputs, moe, synthesize  # noqa: E402
 
@@ -52,8 +52,8 @@ class Launches:
 
 @pytest.fixture
 def launches(monkeypatch):
-    spy = Launches(fused_moe.moe_gemm_kernel)
-    monkeypatch.setattr(fused_moe, "moe_gemm_kernel", spy)
+    spy = Launches(gemm_kernel.moe_gemm_kernel)
+    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", spy)
     return spy
 
 
@@ -71,7 +71,7 @@ def _stage(scheme, attrs, over, M=2) -> tune.LayerStage:
 
 def _splits(stage, gemm, config) -> int:
     w = stage.plan["w13" if gemm == 1 else "w2"]
-    return fused_moe.weights_split_plan(w, config, stage.shape(gemm)[1], stage.act)[0]
+    return heuristics.weights_split_plan(w, config, stage.shape(gemm)[1], stage.act)[0]
 
 
 @pytest.mark.parametrize("bias", [False, True], ids=["plain", "bias"])
@@ -131,17 +131,17 @@ def test_split_k_is_deterministic():
     (192, 32, 4, (32, 128), (2, 128)),    # MX 32 columns and 1x128 activation groups
 ])
 def test_split_plan(K, block_k, split_k, blocks, want):
-    assert fused_moe.split_plan(K, block_k, split_k, blocks) == want
+    assert heuristics.split_plan(K, block_k, split_k, blocks) == want
 
 
 def test_split_plan_covers_k_with_aligned_nonempty_splits():
     for K in range(16, 600, 16):
         for split_k in (1, 2, 3, 4, 8):
-            splits, k_split = fused_moe.split_plan(K, 32, split_k, (64,))
+            splits, k_split = heuristics.split_plan(K, 32, split_k, (64,))
             assert k_split % (64 if K > 64 else 32) == 0 and splits <= split_k
             assert (splits - 1) * k_split < K <= splits * k_split
     with pytest.raises(ValueError, match="SPLIT_K must be >= 1"):
-        fused_moe.split_plan(128, 64, 0)
+        heuristics.split_plan(128, 64, 0)
 
 
 # --- forcing it: MOECERT_TRITON_SPLIT_K ----------------------------------------------------

@@ -28,7 +28,7 @@ load_interpreted_kernels()  # before the kernel modules are bound below
 
 from moecert.kernels import Platform  # noqa: E402
 from moecert.kernels.quant_config import QuantConfig  # noqa: E402
-from moecert.kernels.triton_moe import align, fused_moe  # noqa: E402
+from moecert.kernels.triton_moe import align, fused_moe, heuristics, kinds, layout  # noqa: E402
 from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
 from moecert.reference import (  # noqa: E402
     MoEProblem,
@@ -201,8 +201,8 @@ def test_option_matches_reference(scheme, attrs, over):
 def test_swapped_operands_match_reference(scheme, attrs, monkeypatch):
     """SWAP_AB (the weight tile as the MMA's left operand) transposes the tile product and
     the scale broadcasts: every weight kind, activation quantization and act order."""
-    pick = fused_moe.pick_config
-    monkeypatch.setattr(fused_moe, "pick_config", lambda *a: {**pick(*a), "SWAP_AB": True})
+    pick = heuristics.pick_config
+    monkeypatch.setattr(heuristics, "pick_config", lambda *a: {**pick(*a), "SWAP_AB": True})
     _check_output(scheme, attrs, _problem(M=5, bias=True))
 
 
@@ -239,11 +239,11 @@ def test_dot_precision_keeps_products_exact(scheme, dtype, attrs, want):
     weights, bf16 activations); here the kernel's choice for the layer's weights, as a GPU
     would make it, is checked."""
     _, layer = _layer(scheme, attrs, _problem(dtype=dtype))
-    modes = {fused_moe.DOT_NATIVE: "native", fused_moe.DOT_TF32: "tf32",
-             fused_moe.DOT_IEEE: "ieee"}
+    modes = {kinds.DOT_NATIVE: "native", kinds.DOT_TF32: "tf32",
+             kinds.DOT_IEEE: "ieee"}
     for p in ("w13", "w2"):
         d = layer.meta["triton_plan"][p]
-        assert d["dot"] == fused_moe.DOT_IEEE  # interpreting
+        assert d["dot"] == kinds.DOT_IEEE  # interpreting
         got = fused_moe.dot_mode(d["kind"], d["q"].dtype, d["compute"],
                                  d["constexprs"]["HAS_G_IDX"], interpret=False)
         assert modes[got] == want, p
@@ -264,15 +264,15 @@ def test_nvfp4_scales_decoded_from_every_byte():
     s = s.view(1, N, K // 16)
     q = torch.randint(0, 256, (1, N, K // 2), generator=g, dtype=torch.uint8)
     gs = torch.tensor([[0.75, 3.0e-3]])
-    weights = fused_moe.describe_weights(fused_moe.W_FP4, q, torch.bfloat16, s=s,
-                                         scale_cols=16, scale_kind=fused_moe.S_E4M3,
+    weights = fused_moe.describe_weights(kinds.W_FP4, q, torch.bfloat16, s=s,
+                                         scale_cols=16, scale_kind=kinds.S_E4M3,
                                          gscale=gs)
-    config = fused_moe.pick_config(K, 1, N, K)
+    config = heuristics.pick_config(K)
     sorted_ids, block_expert, num_padded = align.align_assignments(
         torch.zeros(K, dtype=torch.int32), 1, config["BLOCK_M"], n=K)
     c = torch.empty(K, N)
     fused_moe.moe_gemm(torch.eye(K, dtype=torch.bfloat16), None, None, weights, c, sorted_ids,
-                       block_expert, num_padded, None, a_row_div=1, act=fused_moe.A16,
+                       block_expert, num_padded, None, a_row_div=1, act=kinds.A16,
                        config=config)
     w = decode_e2m1(unpack_nibbles(q[0], K)) * s[0].view(torch.float8_e4m3fn).float(
         ).repeat_interleave(16, dim=1)
@@ -294,8 +294,8 @@ def test_nvfp4_tuning_stage_sees_the_tile_width_and_the_global_factor():
     x, w, ids = make_inputs(P, seed=2)
     stage = tune.LayerStage(layer, x, w, ids)
     config = {**stage.defaults[0], "BLOCK_K": 128}
-    assert layer.meta["w13_nib_span"] == fused_moe.FP4_SPAN
-    assert stage.effective(1, config)[2] == fused_moe.FP4_SPAN
+    assert layer.meta["w13_nib_span"] == layout.FP4_SPAN
+    assert stage.effective(1, config)[2] == layout.FP4_SPAN
     want = qdq_nvfp4(x.float(), layer.get("a13_scale")).double()
     assert torch.allclose(stage._dequantized_input(1), want, rtol=1e-6, atol=0)
 

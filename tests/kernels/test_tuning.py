@@ -11,14 +11,15 @@ from moecert.kernels.triton_moe import configs, tune
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 
-def _fused_moe():
-    """The kernel module as this machine's tests run it: defined for the interpreter on a
-    CPU (a compiled definition first would break the interpreted kernels of later tests)."""
+def _heuristics():
+    """The config choice as this machine's tests run it: the kernel modules defined for the
+    interpreter on a CPU (a compiled definition first would break the interpreted kernels of
+    later tests)."""
     if not torch.cuda.is_available():
         load_interpreted_kernels()
-    from moecert.kernels.triton_moe import fused_moe
+    from moecert.kernels.triton_moe import heuristics
 
-    return fused_moe
+    return heuristics
 
 
 KEY = configs.LayerKey("W_INT4", "A16", 8, (256, 128), (128, 128))
@@ -54,11 +55,12 @@ def test_rows_bucket_rounds_up_to_a_power_of_two():
 
 
 def test_kind_names_read_the_kernel_enums():
-    fused_moe = _fused_moe()
+    _heuristics()
+    from moecert.kernels.triton_moe import kinds
 
-    assert fused_moe.WEIGHT_NAMES[fused_moe.W_INT4] == "W_INT4"
-    assert fused_moe.WEIGHT_NAMES[fused_moe.W16] == "W16"
-    assert fused_moe.ACT_NAMES[fused_moe.A_MX] == "A_MX"
+    assert kinds.WEIGHT_NAMES[kinds.W_INT4] == "W_INT4"
+    assert kinds.WEIGHT_NAMES[kinds.W16] == "W16"
+    assert kinds.ACT_NAMES[kinds.A_MX] == "A_MX"
     with pytest.raises(ValueError, match="named twice"):
         configs.kind_names({"W_A": 1, "W_B": 1}, "W")
 
@@ -167,21 +169,23 @@ def test_invalid_json_names_the_file(tmp_path):
 @pytest.fixture
 def compiled_lookup(monkeypatch, tmp_path):
     """pick_configs as on a GPU named "test-gpu" whose files live in tmp_path."""
-    fused_moe = _fused_moe()
+    heuristics = _heuristics()
 
-    monkeypatch.setattr(fused_moe, "INTERPRET", False)
+    monkeypatch.setattr(heuristics, "INTERPRET", False)
     monkeypatch.setattr(configs, "CONFIG_DIR", tmp_path)
     monkeypatch.setattr(configs, "current_device_key", lambda: "test-gpu")
     monkeypatch.setattr(configs, "current_capability", lambda: None)
     configs.load_table.cache_clear()
     configs.config_devices.cache_clear()
-    yield fused_moe
+    yield heuristics
     configs.load_table.cache_clear()
     configs.config_devices.cache_clear()
 
 
-def _pick(fused_moe, n=16):
-    return fused_moe.pick_configs(n, KEY.experts, fused_moe.W_INT4, fused_moe.A16,
+def _pick(heuristics, n=16):
+    from moecert.kernels.triton_moe import kinds
+
+    return heuristics.pick_configs(n, KEY.experts, kinds.W_INT4, kinds.A16,
                                   KEY.gemm1, KEY.gemm2)
 
 
@@ -197,7 +201,7 @@ def test_a_device_without_a_file_reads_one_of_its_generation(compiled_lookup, tm
                         capability=(9, 0))
     assert configs.file_capability(path) == (9, 0)
     monkeypatch.setattr(configs, "current_capability", lambda: capability)
-    default = compiled_lookup.default_configs(16, KEY.experts, KEY.gemm1, KEY.gemm2)
+    default = compiled_lookup.default_configs(16)
     assert _pick(compiled_lookup) == (tuned if reads_it else default)
     # its own file, for another layer: the other device's file still serves this one
     other = configs.LayerKey("W_FP4", "A16", 8, (256, 128), (128, 128))
@@ -214,8 +218,8 @@ def test_pick_configs_reads_the_device_file(compiled_lookup, tmp_path):
 
 def test_pick_configs_falls_back_without_a_file_or_an_entry(compiled_lookup, tmp_path):
     fm = compiled_lookup
-    heuristic = fm.default_configs(16, 8, KEY.gemm1, KEY.gemm2)
-    assert heuristic == (fm.pick_config(16, 8, *KEY.gemm1), fm.pick_config(16, 8, *KEY.gemm2))
+    heuristic = fm.default_configs(16)
+    assert heuristic == (fm.pick_config(16), fm.pick_config(16))
     assert _pick(fm) == heuristic  # no file for "test-gpu"
     _write(tmp_path, {KEY: {16: (_cfg(64), _cfg(64))}}, device="other-gpu")
     assert _pick(fm) == heuristic
@@ -492,3 +496,42 @@ def test_one_nibble_order_per_linear_over_the_buckets():
     small[32, 1, 128] = tune.GemmChoice({**_cfg(32), "NIB_SPAN": 128}, 1.0, 99.0)
     fallback = tune.settle(small, (128, 0), (_cfg(16), _cfg(16)), [99.0, 99.0], {1: 0, 2: 0})
     assert fallback.spans == (0, 0) and fallback.us == 20.0
+
+
+H100_SMEM, L40S_SMEM, MI300_SMEM = 232448, 101376, 65536  # bytes a program may use
+
+
+def test_the_heuristic_tile_fits_the_device_shared_memory(compiled_lookup, monkeypatch):
+    """Without a tuned entry the H100-sized default is fitted to the device: unchanged on an
+    H100 for every weight and activation kind, fewer stages then narrower tiles where the
+    shared memory is smaller, always within it."""
+    from moecert.kernels.triton_moe import kinds
+
+    h = compiled_lookup
+    for n in (1, 16, 1024):
+        for weight in kinds.WEIGHT_NAMES:
+            for act in kinds.ACT_NAMES:
+                default = h.pick_config(n)
+                assert h.fit_shared_memory(default, weight, act, H100_SMEM) == default
+                for smem in (L40S_SMEM, MI300_SMEM):
+                    fitted = h.fit_shared_memory(default, weight, act, smem)
+                    assert h.shared_memory_bytes(fitted, weight, act) <= smem
+                    assert fitted["BLOCK_M"] == default["BLOCK_M"]  # one row alignment
+    bf16 = h.pick_config(16)
+    assert bf16["num_stages"] == 4 and bf16["BLOCK_N"] == 128
+    l40s = h.fit_shared_memory(bf16, kinds.W16, kinds.A16, L40S_SMEM)
+    assert (l40s["num_stages"], l40s["BLOCK_N"]) == (2, 128)
+    mi300 = h.fit_shared_memory(bf16, kinds.W16, kinds.A16, MI300_SMEM)
+    assert (mi300["num_stages"], mi300["BLOCK_N"]) == (2, 64)
+    assert h.fit_shared_memory(bf16, kinds.W_INT4, kinds.A16, MI300_SMEM) == bf16
+    # the lookup fits the heuristics to the device it runs on, never a tuned entry
+    monkeypatch.setattr(configs, "current_shared_memory", lambda: L40S_SMEM)
+    picked = h.pick_configs(16, 8, kinds.W16, kinds.A16, KEY.gemm1, KEY.gemm2)
+    assert [c["num_stages"] for c in picked] == [2, 2]
+
+
+def test_a_tuned_entry_is_not_fitted(compiled_lookup, tmp_path, monkeypatch):
+    tuned = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
+    _write(tmp_path, {KEY: {16: tuned}}, device="test-gpu")
+    monkeypatch.setattr(configs, "current_shared_memory", lambda: MI300_SMEM)
+    assert _pick(compiled_lookup) == tuned

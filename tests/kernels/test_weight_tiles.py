@@ -16,6 +16,7 @@ from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 load_interpreted_kernels()  # before the kernel modules are bound below
 
 from moecert.kernels.triton_moe import fused_moe as fm  # noqa: E402
+from moecert.kernels.triton_moe import kinds, layout  # noqa: E402
 from moecert.kernels.triton_moe.align import align_assignments  # noqa: E402
 
 
@@ -30,10 +31,10 @@ E, N, TOPK = 3, 64, 2
 def _weights(kind, K, group, gen):
     """(codes [E, N, stored K], scales [E, N, K / group], zero points or None, sym_zero)."""
     s = torch.rand(E, N, K // group, generator=gen) + 0.5
-    if kind == fm.W_INT4:
+    if kind == kinds.W_INT4:
         q = torch.randint(0, 256, (E, N, K // 2), dtype=torch.uint8, generator=gen)
         return q, s, None, 8
-    if kind == fm.W_UINT8:
+    if kind == kinds.W_UINT8:
         q = torch.randint(0, 256, (E, N, K), dtype=torch.uint8, generator=gen)
         z = torch.randint(100, 156, (E, N, K // group), dtype=torch.uint8, generator=gen)
         return q, s, z, 0
@@ -46,7 +47,7 @@ def _run(weights, a, ids, K, config):
                                                              n=ids.numel())
     c = torch.empty(ids.numel(), weights["N"], dtype=torch.float32)
     fm.moe_gemm(a, None, None, weights, c, sorted_ids, block_expert, num_padded, None,
-                a_row_div=TOPK, act=fm.A16, config=config)
+                a_row_div=TOPK, act=kinds.A16, config=config)
     return c
 
 
@@ -54,8 +55,8 @@ def _run(weights, a, ids, K, config):
 @pytest.mark.parametrize("unroll", [1, 2])
 @pytest.mark.parametrize("K", [192, 96], ids=["whole-steps", "tile-past-K"])
 @pytest.mark.parametrize(("kind", "tile"), [
-    (fm.W_INT4, (16, 16)), (fm.W_INT4, (32, 8)), (fm.W_INT4, (64, 48)),
-    (fm.W_UINT8, (16, 32)), (fm.W_INT8, (32, 16)),
+    (kinds.W_INT4, (16, 16)), (kinds.W_INT4, (32, 8)), (kinds.W_INT4, (64, 48)),
+    (kinds.W_UINT8, (16, 32)), (kinds.W_INT8, (32, 16)),
 ], ids=["int4-16x16", "int4-32x8", "int4-64x48", "uint8-zero-16x32", "int8-32x16"])
 def test_tiled_weights_and_transposed_scales_give_the_same_bits(kind, tile, K, unroll,
                                                                 split_k):
@@ -69,7 +70,7 @@ def test_tiled_weights_and_transposed_scales_give_the_same_bits(kind, tile, K, u
     plain = fm.describe_weights(kind, q, torch.bfloat16, s=s, zp=z, scale_cols=group,
                                 sym_zero=sym)
     s_t = s.transpose(1, 2).contiguous().transpose(1, 2)  # [E, N, C] view, rows side by side
-    tiled = fm.describe_weights(kind, fm.tile_weights(q, *tile), torch.bfloat16, s=s_t, zp=z,
+    tiled = fm.describe_weights(kind, layout.tile_weights(q, *tile), torch.bfloat16, s=s_t, zp=z,
                                 scale_cols=group, sym_zero=sym)
     assert tiled["N"] == N and tiled["strides"][4] == N  # the scale column stride
     want = _run(plain, a, ids, K, config)
@@ -80,13 +81,13 @@ def test_tiled_weights_and_transposed_scales_give_the_same_bits(kind, tile, K, u
 
 def test_tile_weights_places_each_tile_in_one_run():
     q = torch.arange(2 * 8 * 12, dtype=torch.int32).reshape(2, 8, 12)
-    t = fm.tile_weights(q, 4, 6)
+    t = layout.tile_weights(q, 4, 6)
     assert t.shape == (2, 2, 2, 4, 6) and t.is_contiguous()
     # tile (row block 1, column block 0) of expert 1: rows 4-7, columns 0-5
     assert torch.equal(t[1, 1, 0], q[1, 4:8, 0:6])
-    assert torch.equal(fm.untile_weights(t), q)
+    assert torch.equal(layout.untile_weights(t), q)
     with pytest.raises(ValueError, match=r"multiples of the tile \(3, 6\)"):
-        fm.tile_weights(q, 3, 6)
+        layout.tile_weights(q, 3, 6)
 
 
 # --- the Triton backend stores int4 codes tiled ----------------------------------------------
@@ -114,7 +115,7 @@ def test_backend_tiles_int4_codes_and_computes_the_same_bits(scheme, attrs, monk
     assert layer.get("w2_q").shape == (3, 256 // 16, 1, 16, 64)  # 256 rows, 64 bytes
     x, w, ids = make_inputs(P, seed=2)
     tiled = backend.apply(layer, x, w, ids)
-    monkeypatch.setattr(fm, "weight_tile", lambda kind, q: None)
+    monkeypatch.setattr(layout, "weight_tile", lambda kind, q: None)
     _, plain_layer = _layer(scheme, P, attrs)
     assert plain_layer.get("w13_q").dim() == 3
     plain = backend.apply(plain_layer, x, w, ids)
@@ -127,10 +128,10 @@ def test_backend_tiles_int4_codes_and_computes_the_same_bits(scheme, attrs, monk
 
 def test_weight_tile_only_where_it_divides():
     q = torch.zeros(2, 32, 128, dtype=torch.uint8)
-    assert fm.weight_tile(fm.W_INT4, q) == fm.INT4_TILE
-    assert fm.weight_tile(fm.W_INT4, q[:, :24].contiguous()) is None   # 24 rows
-    assert fm.weight_tile(fm.W_INT4, q[:, :, :96].contiguous()) is None  # 96 bytes
-    assert fm.weight_tile(fm.W_INT8, q.view(torch.int8)) is None
+    assert layout.weight_tile(kinds.W_INT4, q) == layout.INT4_TILE
+    assert layout.weight_tile(kinds.W_INT4, q[:, :24].contiguous()) is None   # 24 rows
+    assert layout.weight_tile(kinds.W_INT4, q[:, :, :96].contiguous()) is None  # 96 bytes
+    assert layout.weight_tile(kinds.W_INT8, q.view(torch.int8)) is None
 
 
 # --- int4 codes in four planes per 128 columns (plane_nibbles) -----------------------------------
@@ -139,7 +140,7 @@ def test_plane_nibbles_puts_column_j_plus_32p_in_nibble_p_of_word_j():
     gen = torch.Generator().manual_seed(5)
     q = torch.randint(0, 256, (2, 3, 128), dtype=torch.uint8, generator=gen)
     cols = torch.stack([q & 0xF, q >> 4], dim=-1).flatten(-2)  # [2, 3, 256] one per column
-    p = fm.plane_nibbles(q, 128)
+    p = layout.plane_nibbles(q, 128)
     words = p[..., 0::2].to(torch.int32) | (p[..., 1::2].to(torch.int32) << 8)  # little-endian
     for span in (0, 1):
         for j in (0, 17, 31):
@@ -147,7 +148,7 @@ def test_plane_nibbles_puts_column_j_plus_32p_in_nibble_p_of_word_j():
             for plane in range(4):
                 assert torch.equal((word >> (4 * plane)) & 0xF,
                                    cols[..., span * 128 + plane * 32 + j].to(torch.int32))
-    assert torch.equal(fm.unplane_nibbles(p, 128), q)
+    assert torch.equal(layout.unplane_nibbles(p, 128), q)
 
 
 @pytest.mark.parametrize("swap", [False, True], ids=["plain", "swap-ab"])
@@ -167,9 +168,10 @@ def test_nibble_planes_compute_the_adjacent_layouts_values(swap, unroll, split_k
     ids = torch.stack([torch.randperm(E, generator=gen)[:TOPK] for _ in range(5)]).reshape(-1)
     config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2,
               "K_UNROLL": unroll, "SPLIT_K": split_k, "SWAP_AB": swap}
-    plain = fm.describe_weights(fm.W_INT4, q, torch.bfloat16, s=s, zp=z, scale_cols=128,
+    plain = fm.describe_weights(kinds.W_INT4, q, torch.bfloat16, s=s, zp=z, scale_cols=128,
                                 sym_zero=8)
-    planes = fm.describe_weights(fm.W_INT4, fm.tile_weights(fm.plane_nibbles(q, 128), 16, 64),
+    tiled = layout.tile_weights(layout.plane_nibbles(q, 128), 16, 64)
+    planes = fm.describe_weights(kinds.W_INT4, tiled,
                                  torch.bfloat16, s=s, zp=z, scale_cols=128, sym_zero=8,
                                  nib_span=128)
     want = _run(plain, a, ids, K, config)
@@ -182,12 +184,12 @@ def test_nibble_planes_need_whole_spans_in_one_scale_group():
     q = torch.zeros(2, 32, 64, dtype=torch.uint8)  # K = 128
     s = torch.ones(2, 32, 2)
     with pytest.raises(ValueError, match="nibble planes over 128 columns"):
-        fm.describe_weights(fm.W_INT4, q, torch.bfloat16, s=s, scale_cols=64, sym_zero=8,
+        fm.describe_weights(kinds.W_INT4, q, torch.bfloat16, s=s, scale_cols=64, sym_zero=8,
                             nib_span=128)
-    assert fm.nib_span_fits(fm.W_INT4, 256, 128, act_order=False)
-    assert not fm.nib_span_fits(fm.W_INT4, 192, 64, act_order=False)
-    assert not fm.nib_span_fits(fm.W_INT4, 256, 128, act_order=True)
-    assert not fm.nib_span_fits(fm.W_INT8, 256, 128, act_order=False)
+    assert layout.nib_span_fits(kinds.W_INT4, 256, 128, act_order=False)
+    assert not layout.nib_span_fits(kinds.W_INT4, 192, 64, act_order=False)
+    assert not layout.nib_span_fits(kinds.W_INT4, 256, 128, act_order=True)
+    assert not layout.nib_span_fits(kinds.W_INT8, 256, 128, act_order=False)
 
 
 def test_forced_nib_span_reads_the_variable():

@@ -87,3 +87,24 @@ def test_slower_than_must_be_a_ratio_above_one(ratio, tmp_path, synthetic, capsy
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--slower-than" in err
+
+
+def test_the_page_plots_each_scheme_against_its_floor(tmp_path, synthetic):
+    """Per (model, backend, scheme, M): the larger of the memory and compute floor %, the
+    graph row over the apply row, skipped rows left out; the page embeds the plot."""
+    from moecert.reports.frames import floor_points
+    from moecert.reports.page import html
+
+    rows = [bench_row("triton/gptq-int4/qwen3-30b-a3b/M1/apply", 4e-4),
+            bench_row("triton/gptq-int4/qwen3-30b-a3b/M1/graph", 2e-4),  # memory 50%
+            bench_row("triton/gptq-int4/qwen3-30b-a3b/M64/graph", 1e-3,  # compute 80%
+                      flops=6.4e11),
+            bench_row("triton/mxfp4/qwen3-30b-a3b/M64/graph", math.nan, status="skip")]
+    report = Report.build(load(synthetic.write(tmp_path / "r", rows)))
+    points = floor_points(report.bench)
+    assert list(zip(points["config"], points["M"], points["mode"], strict=True)) == [
+        ("gptq-int4", 1, "graph"), ("gptq-int4", 64, "graph")]
+    assert points["floor_pct"].tolist() == pytest.approx([50.0, 80.0])
+    assert 'alt="% of the floor per scheme and M"' in html(report)
+    nothing_timed = Report.build(load(synthetic.write(tmp_path / "s", rows[3:])))
+    assert 'alt="% of the floor per scheme and M"' not in html(nothing_timed)

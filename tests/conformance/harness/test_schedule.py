@@ -158,6 +158,21 @@ def test_small_problems_go_by_kernel_family_with_affinity():
     assert not queue
 
 
+def test_small_problems_go_most_work_first():
+    """The family with the most work starts first and is helped first; inside a family the
+    largest problem first: the run does not end on one long family."""
+    wide = MoEProblem(M=5, K=256, N=128, E=8, topk=2)  # 32x SMALL's weights
+    cases = (_cases(SMALL, "bf16") + _cases(SMALL, "nvfp4", seed=1)
+             + _cases(wide, "nvfp4") + _cases(SMALL, "nvfp4", seed=2))
+    queue = FamilyQueue(problem_groups(cases))
+    first = queue.pop(0)
+    assert (first[0].scheme, first[0].problem) == ("nvfp4", wide)
+    assert queue.pop(1)[0].scheme == "bf16"  # the only family nobody has started
+    assert queue.pop(2)[0].scheme == "nvfp4"  # helps where most work is left
+    assert queue.pop(1)[0].scheme == "nvfp4"
+    assert not queue
+
+
 @pytest.mark.parametrize("workers", [1, 3])
 def test_every_problem_is_taken_exactly_once(workers):
     cases = [c for s in range(6) for c in _cases(SMALL, "gptq-int4", seed=s)]

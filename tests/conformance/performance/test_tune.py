@@ -86,14 +86,14 @@ def test_tuning_on_the_interpreter_writes_a_file_the_backend_reads(triton_runs_h
     configs.write_table(path, "test-gpu", "Test GPU", {"triton": "x"}, table, timings)
     assert configs.read_table(path) == table
     # the backend on a "GPU" called test-gpu now launches with the tuned configs
-    from moecert.kernels.triton_moe import fused_moe
+    from moecert.kernels.triton_moe import heuristics, kinds
 
-    monkeypatch.setattr(fused_moe, "INTERPRET", False)
+    monkeypatch.setattr(heuristics, "INTERPRET", False)
     monkeypatch.setattr(configs, "CONFIG_DIR", tmp_path)
     monkeypatch.setattr(configs, "current_device_key", lambda: "test-gpu")
     configs.load_table.cache_clear()
     try:
-        got = fused_moe.pick_configs(16, 4, fused_moe.W_INT4, fused_moe.A16, (128, 128),
+        got = heuristics.pick_configs(16, 4, kinds.W_INT4, kinds.A16, (128, 128),
                                      (128, 64))
     finally:
         configs.load_table.cache_clear()
@@ -103,11 +103,11 @@ def test_tuning_on_the_interpreter_writes_a_file_the_backend_reads(triton_runs_h
 @pytest.mark.parametrize("prefer", [128, 0], ids=["planes-faster", "adjacent-faster"])
 def test_tuning_picks_a_nibble_order_and_the_backend_stores_its_weights_so(
         triton_runs_here, tmp_path, monkeypatch, prefer):
-    """Group-128 int4 weights can be stored in nibble planes (fused_moe.plane_nibbles): the
+    """Group-128 int4 weights can be stored in nibble planes (layout.plane_nibbles): the
     tuner times both orders, writes the faster one per linear, and a layer converted
     afterwards on that device stores its codes so, computes what the checkpoint's order
     computes and exports the checkpoint's codes."""
-    from moecert.kernels.triton_moe import fused_moe
+    from moecert.kernels.triton_moe import layout
     from moecert.kernels.triton_moe.backend import TritonBackend
     from moecert.reference import MoEProblem, make_inputs, random_checkpoint
 
@@ -148,4 +148,4 @@ def test_tuning_picks_a_nibble_order_and_the_backend_stores_its_weights_so(
     for p in ("w13", "w2"):
         a, b = backend.canonical_weights(tuned)[p], backend.canonical_weights(plain)[p]
         assert torch.equal(a.codes, b.codes) and torch.equal(a.scales, b.scales)
-    assert fused_moe.NIB_SPAN == 128
+    assert layout.NIB_SPAN == 128

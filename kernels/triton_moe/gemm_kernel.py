@@ -1,0 +1,807 @@
+"""The grouped MoE GEMM: one Triton kernel for every weight format.
+
+    c[row] = epilogue( sum_k a[row // A_ROW_DIV, k] * W[expert(row), n, k] )
+
+Rows are assignments (token, expert) listed by `align.align_assignments`: `sorted_ids` holds
+assignment ids grouped by expert, each expert's segment padded to BLOCK_M with the sentinel
+`num_rows`, and `block_expert[b]` names the expert of block b. GEMM1 reads token rows
+(A_ROW_DIV = topk), GEMM2 reads the intermediate's assignment rows (A_ROW_DIV = 1).
+
+Weights (per expert a linear [N out, K in], K contiguous):
+  W16      bf16/fp16 values
+  W_INT4   uint8 [E, N, ceil(K/2)], column 2j in the low nibble; W = (u - z) * s
+  W_UINT8  uint8 [E, N, K] unsigned codes;                      W = (u - z) * s
+  W_INT8   int8  [E, N, K];                                      W = w * s
+  W_FP8    float8_e4m3fn [E, N, K];                              W = w * s
+  W_MXFP8  float8_e4m3fn [E, N, K], uint8 E8M0 scales [E, N, K/32]
+  W_FP4    uint8 [E, N, K/2] FP4 E2M1 codes, column 2j in the low nibble (decoded by bit
+           arithmetic); its scales are a separate choice (WSCALE): E8M0 per 32 for MXFP4,
+           e4m3 per 16 for NVFP4
+Any of these may come tiled (`tile_weights`, constexprs WT_N x WT_K: [E, N / WT_N, stored
+K / WT_K, WT_N, WT_K], each tile one run of memory; the Triton backend stores int4 codes so,
+INT4_TILE): the same values at other addresses. W_INT4 codes may also come in four planes of
+NIB_SPAN / 4 columns per NIB_SPAN columns (`plane_nibbles`, constexpr NIB_SPAN, which then is
+BLOCK_K), read as 16-bit words: each plane is one quarter of the tile.
+Scales s [E, R, C] apply to block (scale_rows, scale_cols): s[e, n // rows, k // cols], stored
+as WSCALE says: S_FLOAT (fp32 values) or S_E8M0 (bytes 2^(b - 127)); S_NONE: none, or applied
+per column inside the tile (act order). Unless act order permutes the columns, a K tile never
+spans two scale columns (the host picks BLOCK_K so), and the dot runs on exact small integers,
+e4m3 or e2m1 values: the scale multiplies the tile's fp32 partial sum, so the only rounding is
+fp32 accumulation.
+S_E4M3 (NVFP4: e4m3 bytes per 16 columns, FP4 weights only) is applied inside the tile
+instead: a 16-column block is 8 columns per nibble plane, narrower than a dot's K >= 16, so
+each e2m1 value is multiplied by its block scale before the dot. The product is exact in
+fp32 and in both 16-bit operand dtypes: e2m1 has 2 significant bits and e4m3 at most 4, so
+it has at most 6 (bf16 holds 8, fp16 11), and its magnitude lies in [2^-10, 448 * 6]
+(e4m3's smallest subnormal 2^-9 times 0.5), inside fp16's normal range [2^-14, 65504].
+An optional global multiplier per expert and output-row shard (NVFP4's fp32 scale_2,
+w13: w1 rows then w3 rows, the kernel format's row halves) multiplies the fp32 accumulator in
+the epilogue: a float64 factor of no exact fold into the e4m3 scales.
+Activations: A16 (bf16/fp16), A_INT8 (int8 codes, fp32 scale per row, times an optional
+global factor), A_MX (e4m3 values held in bf16/fp16, E8M0 byte per row and 32 columns),
+A_FP8 (float8_e4m3fn codes viewed as uint8, fp32 scale per row), A_FP8_G (the same codes,
+fp32 scale per row and 128 columns, DeepSeek's 1x128 groups: applied per K tile like a block scale).
+A16 with a global factor: NVFP4 activations as e2m1 * e4m3 block scale values (exact in
+bf16/fp16, see S_E4M3), the global 1 / g multiplying the accumulator.
+With fp8 weights and fp8 activations the tile product is an fp8 x fp8 dot (fp32
+accumulation) on the GPU; the interpreter multiplies the same values in fp32.
+
+Epilogue order (the reference's): per-row activation scale (or the global factor), the
+weights' global multiplier, + bias, * router weight, store
+(the store rounds to c's dtype: bf16/fp16 for GEMM1's h, fp32 for GEMM2's y).
+
+Split-K (config SPLIT_K > 1, for grids too small to fill the GPU): the kernel runs twice.
+PARTIAL: program (row block, column block, split s) sums its K range, in the same tile order
+as a whole-K program, and stores the fp32 tile in a workspace [splits, rows, N]; split s
+covers columns [s * K_SPLIT, min((s + 1) * K_SPLIT, K)), K_SPLIT a multiple of BLOCK_K and of
+every scale block narrower than K (`split_plan`), so each tile is one of the whole-K kernel's
+tiles with the same scales; the last split takes the rest. REDUCE: program (row block, column
+block) adds the splits in order 0, 1, ... and runs the epilogue above, the one code path
+both modes share. No atomics: the sum order is fixed, so runs are bit-identical; against
+SPLIT_K = 1 only the association of the fp32 sum differs. FULL (SPLIT_K = 1) is the
+one-launch kernel, unchanged.
+
+K_UNROLL (config, >= 1): that many BLOCK_K tiles per K-loop step, each with its own loads,
+product and scales, added in the same order: the same bits as one tile per step, with half
+(or less) of the loop's per-step costs (its waits and barriers: int4 g128 at DeepSeek-V3
+GEMM1 went from 63 to 73-76% of the memory floor on an H100, docs/speed.md "Change 4"). A
+step's tile at or past its range's end (K, or the split's end) loads zero activations and
+clamped weight rows: it adds an exact zero.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from moecert.reference.schemes import ACT_GROUP as SCHEME_ACT_GROUP
+
+from .kinds import (
+    A_FP8,
+    A_FP8_G,
+    A_INT8,
+    A_MX,
+    DOT_IEEE,
+    DOT_TF32,
+    I4_PAIRS,
+    PARTIAL,
+    REDUCE,
+    S_E4M3,
+    S_E8M0,
+    S_FLOAT,
+    W16,
+    W_FP4,
+    W_FP8,
+    W_INT4,
+    W_MXFP8,
+    W_UINT8,
+)
+from .quant import rne_bf16
+
+# the same values as constexpr globals, the only globals a jit function may read
+_W16, _W_INT4, _W_UINT8 = tl.constexpr(W16), tl.constexpr(W_INT4), tl.constexpr(W_UINT8)
+_W_FP8, _W_MXFP8, _W_FP4 = tl.constexpr(W_FP8), tl.constexpr(W_MXFP8), tl.constexpr(W_FP4)
+_S_FLOAT, _S_E8M0, _S_E4M3 = tl.constexpr(S_FLOAT), tl.constexpr(S_E8M0), tl.constexpr(S_E4M3)
+_A_INT8, _A_MX = tl.constexpr(A_INT8), tl.constexpr(A_MX)
+_A_FP8, _A_FP8_G = tl.constexpr(A_FP8), tl.constexpr(A_FP8_G)
+_DOT_TF32, _DOT_IEEE = tl.constexpr(DOT_TF32), tl.constexpr(DOT_IEEE)
+_I4_PAIRS = tl.constexpr(I4_PAIRS)
+_PARTIAL, _REDUCE = tl.constexpr(PARTIAL), tl.constexpr(REDUCE)
+ACT_GROUP = tl.constexpr(SCHEME_ACT_GROUP)  # columns per A_FP8_G activation scale
+
+
+@triton.jit
+def _decode_e8m0(byte):
+    """2^(byte - 127) as fp32 from the bit pattern; 0 -> 2^-127 (subnormal), 255 -> NaN."""
+    b = byte.to(tl.int32)
+    v = (b << 23).to(tl.float32, bitcast=True)
+    v = tl.where(b == 0, tl.full(b.shape, 0x00400000, tl.int32).to(tl.float32, bitcast=True), v)
+    nan = tl.full(b.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
+    return tl.where(b == 255, nan, v)
+
+
+@triton.jit
+def _decode_e4m3(byte):
+    """float8_e4m3fn bytes -> fp32 from the bit fields (no fp8 conversion needed, so sm80 and
+    ROCm without OCP fp8 decode it too): exponent bits 6-3 (bias 7), mantissa bits 2-0;
+    exponent 0 is the subnormal m * 2^-9; S.1111.111 is NaN."""
+    b = byte.to(tl.int32)
+    e = (b >> 3) & 15
+    m = b & 7
+    v = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
+    v = tl.where(e == 0, m.to(tl.float32) * 0.001953125, v)
+    v = tl.where((b & 0x80) != 0, -v, v)
+    nan = tl.full(b.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
+    return tl.where((b & 0x7F) == 0x7F, nan, v)
+
+
+@triton.jit
+def _decode_e2m1(nib):
+    """FP4 E2M1 codes [0, 15] (int32) -> fp32 from the bit fields: exponent e = bits 2-1
+    (bias 1) and mantissa m = bit 0 give 2^(e-1) * (1 + m/2), or m/2 when e = 0; bit 3 is
+    the sign. Built as an fp32 bit pattern: exponent field e - 1 + 127, mantissa bit 22."""
+    e = (nib >> 1) & 3
+    m = nib & 1
+    normal = ((e + 126) << 23) | (m << 22)
+    bits = tl.where(e == 0, m * 0x3F000000, normal)  # 0x3F000000 is 0.5
+    bits = bits | ((nib & 8) << 28)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _dequant(codes, cols, k0, g_row, s_rows, z_rows, scale_cols, stride_sk,
+             HAS_G_IDX: tl.constexpr,
+             HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr):
+    """Integer codes [BK, BN] -> codes - zero (exact small integers), or with act order the
+    dequantized fp32 weights (the group changes from column to column)."""
+    if HAS_G_IDX:
+        g = tl.load(g_row + cols)
+        s = tl.load(s_rows[None, :] + g[:, None] * stride_sk)
+        if HAS_ZERO:
+            codes = codes - tl.load(z_rows[None, :] + g[:, None]).to(tl.int32)
+        else:
+            codes = codes - SYM_ZERO
+        return codes.to(tl.float32) * s
+    elif HAS_ZERO:
+        return codes - tl.load(z_rows + k0 // scale_cols).to(tl.int32)[None, :]
+    else:
+        return codes - SYM_ZERO
+
+
+@triton.jit
+def _int4_magic(nib, SYM_ZERO: tl.constexpr, COMPUTE: tl.constexpr):
+    """Nibbles [0, 15] (int32) -> nib - SYM_ZERO in the compute dtype without an int-to-float
+    conversion: the nibble ORed into the mantissa of 128 (bf16) or 1024 (fp16) spells
+    magic + nib exactly, and subtracting magic + SYM_ZERO is exact (small integers)."""
+    if COMPUTE == tl.bfloat16:
+        v = (nib | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        return v - (128.0 + SYM_ZERO)
+    else:
+        v = (nib | 0x6400).to(tl.int16).to(tl.float16, bitcast=True)
+        return v - (1024.0 + SYM_ZERO)
+
+
+def _int4_asm(regs: str, decode: str, magic: int, one: int, offset: int | str, fma: str
+              ) -> str:
+    """PTX for one 16-bit dtype that decodes nibbles into $0-$3 (`decode`; its `{lop}` is a
+    lop3's operands that OR the nibbles at bits 0-3 and 16-19 into the mantissa of a packed
+    pair of the magic number, spelling magic + nibble exactly) and subtracts magic + 8 from
+    each by one packed fma: the magic number (the exponent that makes the mantissa's low
+    bits an integer), 1.0 and -(magic + 8), each as a packed pair."""
+    lop = f"0x000F000F, 0x{magic:04X}{magic:04X}, 0xEA"
+    fmas = "".join(f"\n            {fma} ${i}, ${i}, one, off;" for i in range(4))
+    return (f"{{\n            .reg .b32 {regs}, one, off;"
+            f"\n            mov.b32 one, 0x{one:04X}{one:04X};"
+            + (f"\n            mov.b32 off, 0x{offset:04X}{offset:04X};"
+               if isinstance(offset, int) else f"\n            mov.b32 off, {offset};")
+            + decode.format(lop=lop) + fmas + "\n            }")
+
+
+# `_int4_pairs`: bytes 0 and 1 spread into the halves of one register, 2 and 3 of another
+_PAIRS_DECODE = """
+            prmt.b32 t0, $4, 0, 0x4140;
+            prmt.b32 t1, $4, 0, 0x4342;
+            lop3.b32 $0, t0, {lop};
+            lop3.b32 $1, t1, {lop};
+            shr.u32 u0, t0, 4;
+            shr.u32 u1, t1, 4;
+            lop3.b32 $2, u0, {lop};
+            lop3.b32 $3, u1, {lop};"""
+# `_int4_planes`: two 16-bit words already in the halves, nibble p at bits 4p and 16 + 4p
+_PLANES_DECODE = """
+            lop3.b32 $0, $4, {lop};
+            shr.u32 t, $4, 4;
+            lop3.b32 $1, t, {lop};
+            shr.u32 t, $4, 8;
+            lop3.b32 $2, t, {lop};
+            shr.u32 t, $4, 12;
+            lop3.b32 $3, t, {lop};"""
+# bf16: magic 128 (0x4300), offset -136; fp16: magic 1024 (0x6400), offset -1032
+_BF16_MAGIC = (0x4300, 0x3F80, 0xC308, "fma.rn.bf16x2")
+_FP16_MAGIC = (0x6400, 0x3C00, 0xE408, "fma.rn.f16x2")
+_I4_PAIRS_BF16 = tl.constexpr(_int4_asm("t<2>, u<2>", _PAIRS_DECODE, *_BF16_MAGIC))
+_I4_PAIRS_FP16 = tl.constexpr(_int4_asm("t<2>, u<2>", _PAIRS_DECODE, *_FP16_MAGIC))
+_I4_PLANES_BF16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_BF16_MAGIC))
+_I4_PLANES_FP16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_FP16_MAGIC))
+# with zero points (AWQ): the packed offset -(magic + zero) of the weight row is operand $5
+_I4_PLANES_Z_BF16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_BF16_MAGIC[:2], "$5",
+                                           _BF16_MAGIC[3]))
+_I4_PLANES_Z_FP16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_FP16_MAGIC[:2], "$5",
+                                           _FP16_MAGIC[3]))
+
+
+def _fp4_asm(mag_mask: int, mag_shift: int, mul: int, fma: str, scaled: bool) -> str:
+    """PTX that decodes the four e2m1 planes of two 16-bit words (`plane_nibbles`, nibble p
+    at bits 4p and 16 + 4p of $4) into $0-$3, two values of the compute dtype each. Per
+    plane: the magnitude bits EEM shifted onto the lowest exponent bits and the top mantissa
+    bit and masked (`mag_mask`): that bit pattern is the e2m1 magnitude times 2^-126 (bf16)
+    or 2^-14 (fp16), subnormal for e = 0 as e2m1 is; one packed fma by `mul` (2^126 or 2^14)
+    makes it the magnitude, exactly (a power of two), times plane p's scale pair $(5 + p)
+    when `scaled`
+    (NVFP4's e4m3 block scale: the product has <= 6 significant bits, exact); the sign bit
+    is XORed in last (the value is sign-magnitude, so XOR with the sign negates it, also
+    after a negative scale). 5-6 instructions per two values."""
+    lines = []
+    for p in range(4):
+        shift = mag_shift - 4 * p  # nibble p's EEM at bits 4p..4p+2 -> the magnitude field
+        op = f"shl.b32 t, $4, {shift};" if shift > 0 else f"shr.u32 t, $4, {-shift};"
+        lines.append(op if shift else "mov.b32 t, $4;")
+        lines.append(f"and.b32 t, t, 0x{mag_mask:08X};")
+        lines.append(f"{fma} t, t, mul, negz;")
+        if scaled:  # plane p's scales in operand 5 + p
+            lines.append(f"{fma} t, t, ${5 + p}, negz;")
+        sign = 12 - 4 * p  # nibble p's sign bit 4p + 3 -> bit 15 (and 31)
+        lines.append(f"shl.b32 u, $4, {sign};" if sign else "mov.b32 u, $4;")
+        lines.append(f"lop3.b32 ${p}, u, 0x80008000, t, 0x6A;")  # (u & sign) ^ t
+    body = "".join(f"\n            {line}" for line in lines)
+    return (f"{{\n            .reg .b32 t, u, mul, negz;"
+            f"\n            mov.b32 mul, 0x{mul:04X}{mul:04X};"
+            f"\n            mov.b32 negz, 0x80008000;{body}\n            }}")
+
+
+# bf16: EEM to bits 8-6 (exponent bits 1-0, mantissa bit 6), times 2^126 (0x7E80);
+# fp16: EEM to bits 11-9, times 2^14 (0x7400)
+_FP4_BF16 = (0x01C001C0, 6, 0x7E80, "fma.rn.bf16x2")
+_FP4_FP16 = (0x0E000E00, 9, 0x7400, "fma.rn.f16x2")
+_FP4_PLANES_BF16 = tl.constexpr(_fp4_asm(*_FP4_BF16, scaled=False))
+_FP4_PLANES_FP16 = tl.constexpr(_fp4_asm(*_FP4_FP16, scaled=False))
+_FP4_PLANES_S_BF16 = tl.constexpr(_fp4_asm(*_FP4_BF16, scaled=True))
+_FP4_PLANES_S_FP16 = tl.constexpr(_fp4_asm(*_FP4_FP16, scaled=True))
+
+
+@triton.jit
+def _fp4_planes(words, COMPUTE: tl.constexpr):
+    """16-bit words of four e2m1 nibbles (`plane_nibbles`) -> the e2m1 values of nibble p,
+    p = 0..3, in the compute dtype (exact: e2m1 has 2 significant bits). PTX, CUDA sm80+."""
+    if COMPUTE == tl.bfloat16:
+        return tl.inline_asm_elementwise(
+            asm=_FP4_PLANES_BF16, constraints="=r,=r,=r,=r,r", args=[words],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
+            pack=2)
+    else:
+        return tl.inline_asm_elementwise(
+            asm=_FP4_PLANES_FP16, constraints="=r,=r,=r,=r,r", args=[words],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
+
+
+@triton.jit
+def _fp4_planes_scaled(words, s0, s1, s2, s3, COMPUTE: tl.constexpr):
+    """`_fp4_planes` with plane p's values times s<p> (the compute dtype, the words' shape):
+    e2m1 x e4m3 products, exact (module docstring, S_E4M3)."""
+    if COMPUTE == tl.bfloat16:
+        return tl.inline_asm_elementwise(
+            asm=_FP4_PLANES_S_BF16, constraints="=r,=r,=r,=r,r,r,r,r,r",
+            args=[words, s0, s1, s2, s3],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
+            pack=2)
+    else:
+        return tl.inline_asm_elementwise(
+            asm=_FP4_PLANES_S_FP16, constraints="=r,=r,=r,=r,r,r,r,r,r",
+            args=[words, s0, s1, s2, s3],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
+
+
+@triton.jit
+def _int4_planes(words, COMPUTE: tl.constexpr):
+    """16-bit words of four nibbles (`plane_nibbles`) -> nibble p - 8 of each word, p = 0..3,
+    in the compute dtype: two words per 32-bit register, so one lop3 takes nibble p of both
+    into the register's two halves (the magic number's mantissa, as `_int4_pairs`) and one
+    packed fma subtracts magic + 8; no byte permutes. (PTX; CUDA sm80+, the host decides.)"""
+    if COMPUTE == tl.bfloat16:
+        return tl.inline_asm_elementwise(
+            asm=_I4_PLANES_BF16, constraints="=r,=r,=r,=r,r", args=[words],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
+            pack=2)
+    else:
+        return tl.inline_asm_elementwise(
+            asm=_I4_PLANES_FP16, constraints="=r,=r,=r,=r,r", args=[words],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
+
+
+@triton.jit
+def _int4_planes_zero(words, zero, COMPUTE: tl.constexpr):
+    """`_int4_planes` for codes with zero points: nibble p - zero of each word, `zero` the
+    zero point of each word's weight row (int32, the words' shape). The packed fma subtracts
+    magic + zero, in the compute dtype exactly (an integer below 2^8 in bf16, 2^11 in fp16),
+    so AWQ's asymmetric codes decode in as few instructions as GPTQ's."""
+    if COMPUTE == tl.bfloat16:
+        off = (-(128 + zero)).to(tl.float32).to(tl.bfloat16)
+        return tl.inline_asm_elementwise(
+            asm=_I4_PLANES_Z_BF16, constraints="=r,=r,=r,=r,r,r", args=[words, off],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
+            pack=2)
+    else:
+        off = (-(1024 + zero)).to(tl.float32).to(tl.float16)
+        return tl.inline_asm_elementwise(
+            asm=_I4_PLANES_Z_FP16, constraints="=r,=r,=r,=r,r,r", args=[words, off],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
+
+
+@triton.jit
+def _int4_pairs(raw, COMPUTE: tl.constexpr):
+    """Bytes [0, 255] (uint8) -> (low nibble - 8, high nibble - 8) in the compute dtype,
+    four bytes per 32-bit register as the tile arrives from shared memory (PTX; CUDA sm80+
+    only, the host decides): bytes 0 and 1 spread into the two 16-bit halves of one
+    register, bytes 2 and 3 of another (prmt), each nibble plane ORed into the mantissa of
+    the magic number (lop3: magic + nibble, exact) and magic + 8 subtracted by one packed
+    fma (exact: small integers). The same values as _int4_magic in fewer instructions; the
+    decode was measured not to bound the kernel (docs/speed.md). Bytes taken one per
+    register instead cost Triton a byte extract each before the asm (128 of the K loop's 438
+    sm90 SASS instructions were PRMT)."""
+    if COMPUTE == tl.bfloat16:
+        return tl.inline_asm_elementwise(
+            asm=_I4_PAIRS_BF16, constraints="=r,=r,=r,=r,r", args=[raw],
+            dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+    else:
+        return tl.inline_asm_elementwise(
+            asm=_I4_PAIRS_FP16, constraints="=r,=r,=r,=r,r", args=[raw],
+            dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
+
+
+@triton.jit
+def _mma(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
+         SWAP_AB: tl.constexpr):
+    """a [BM, BK] @ b [BK, BN], or with SWAP_AB the transposed product b^T a^T [BN, BM]:
+    the weight tile becomes the MMA's M side (64/128 wide on Hopper) and the few token rows
+    its N side. The same products and the same fp32 sums per output, only transposed."""
+    if SWAP_AB:
+        out = _dot(tl.trans(b), tl.trans(a), ACT, DOT, COMPUTE)
+    else:
+        out = _dot(a, b, ACT, DOT, COMPUTE)
+    return out
+
+
+@triton.jit
+def _dot(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr):
+    """The tile product with fp32 (int32 for int8 x int8) accumulation; operands are exact.
+    Int8 MMA needs K >= 32 per dot: narrower int8 tiles (int4 nibble planes of a group-32
+    tile) run as 16-bit dots, still exact (|codes| <= 128, fp32 sums of 16 products).
+    DOT_TF32 serves 16-bit weights of the other 16-bit dtype (fp16 weights, bf16
+    activations): tf32 holds every bf16 and fp16 value exactly, the compute dtype would not."""
+    if DOT == _DOT_IEEE:
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    elif DOT == _DOT_TF32:
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32")
+    elif ACT == _A_INT8 and a.shape[-1] >= 32:
+        out = tl.dot(a.to(tl.int8), b.to(tl.int8), out_dtype=tl.int32).to(tl.float32)
+    elif (ACT == _A_FP8 or ACT == _A_FP8_G) and a.shape[-1] >= 32:
+        # e4m3 x e4m3 on the tensor cores (sm89+: the backend's claims), exact products;
+        # int4 weights (W4AFP8) as e4m3 values: every integer in [-8, 8] is one (either
+        # operand: SWAP_AB puts the weights first)
+        if a.dtype != tl.float8e4nv:
+            a = a.to(tl.float32).to(tl.float8e4nv)
+        if b.dtype != tl.float8e4nv:
+            b = b.to(tl.float32).to(tl.float8e4nv)
+        out = tl.dot(a, b, out_dtype=tl.float32)
+    else:
+        out = tl.dot(a.to(COMPUTE), b.to(COMPUTE))
+    return out
+
+
+@triton.jit
+def _pairs_part(a, bq, k0, K, s_rows, z_rows, g_row, scale_cols, stride_sk,
+                WEIGHT: tl.constexpr, WSCALE: tl.constexpr, ACT: tl.constexpr,
+                HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr,
+                DOT: tl.constexpr, COMPUTE: tl.constexpr, EVEN_K: tl.constexpr,
+                SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr, TILE_K: tl.constexpr):
+    """The product of a nibble tile in the checkpoint's order: byte j holds columns 2j (low
+    nibble) and 2j + 1 (high). Each byte is read once and the nibble planes multiply the
+    even and odd columns of a, split from the whole tile in registers. (Two loads at stride
+    2 were 2-byte accesses that the pipeliner cannot stage, cp.async moving >= 4 bytes, so
+    every K step waited on them; the split's halves land in the dot operand's layout, no
+    shuffle: Triton 3.6 sm90 TTGIR.)"""
+    a_lo, a_hi = tl.split(tl.reshape(a, (a.shape[0], TILE_K // 2, 2)))
+    kb = k0 // 2 + tl.arange(0, TILE_K // 2)
+    k_lo = 2 * kb
+    k_hi = k_lo + 1
+    raw = bq.to(tl.int32)
+    if WEIGHT == _W_FP4:  # e2m1 values: exact in fp32 and in bf16 / fp16 operands
+        b_lo = _decode_e2m1(raw & 0xF)
+        b_hi = _decode_e2m1(raw >> 4)
+        if WSCALE == _S_E4M3:  # columns 2j and 2j+1 share a block (even scale_cols)
+            kbs = kb if EVEN_K else tl.minimum(kb, (K - 1) // 2)
+            sw = _decode_e4m3(tl.load(s_rows[None, :]
+                                         + (2 * kbs // scale_cols * stride_sk)[:, None]))
+            b_lo = b_lo * sw
+            b_hi = b_hi * sw
+    elif FAST_I4 == _I4_PAIRS:  # host: FAST_I4 on CUDA sm80+, SYM_ZERO 8
+        tl.static_assert(SYM_ZERO == 8)
+        b_lo, b_hi = _int4_pairs(bq, COMPUTE)
+    elif FAST_I4:  # host: symmetric, no act order, 16-bit activations, native dot
+        b_lo = _int4_magic(raw & 0xF, SYM_ZERO, COMPUTE)
+        b_hi = _int4_magic(raw >> 4, SYM_ZERO, COMPUTE)
+    else:
+        b_lo = _dequant(raw & 0xF, tl.minimum(k_lo, K - 1), k0, g_row, s_rows, z_rows,
+                        scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+        b_hi = _dequant(raw >> 4, tl.minimum(k_hi, K - 1), k0, g_row, s_rows,
+                        z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+    return (_mma(a_lo, b_lo, ACT, DOT, COMPUTE, SWAP_AB)
+            + _mma(a_hi, b_hi, ACT, DOT, COMPUTE, SWAP_AB))
+
+
+@triton.jit
+def _planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, z_rows, g_row, scale_cols, stride_sk,
+                 ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
+                 HAS_G_IDX: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
+                 SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr, TILE_K: tl.constexpr):
+    """The product of an int4 tile in four planes (`plane_nibbles`): 16-bit word j holds
+    columns j + p * TILE_K / 4 in nibble p, so plane p multiplies the tile's quarter p,
+    each quarter a dot operand as loaded. Two words share a 32-bit register, so one lop3
+    decodes a plane's pair of consecutive columns (`_int4_planes`), and both dot operands
+    have the 16-bit layout (the byte tile of the other orders gives both operands the 8-bit
+    one, and the activation quarters then cost register copies: docs/speed.md, "Change 8")."""
+    Q: tl.constexpr = TILE_K // 4
+    if FAST_I4 == _I4_PAIRS and HAS_ZERO:  # host: CUDA sm80+, no act order (planes)
+        z = tl.load(z_rows + k0 // scale_cols).to(tl.int32)
+        b0, b1, b2, b3 = _int4_planes_zero(bq, tl.broadcast_to(z[None, :], bq.shape),
+                                           COMPUTE)
+    elif FAST_I4 == _I4_PAIRS:  # host: FAST_I4 on CUDA sm80+, SYM_ZERO 8
+        tl.static_assert(SYM_ZERO == 8)
+        b0, b1, b2, b3 = _int4_planes(bq, COMPUTE)
+    else:
+        raw = bq.to(tl.int32)
+        if FAST_I4:  # host: symmetric, no act order, 16-bit activations, native dot
+            b0 = _int4_magic(raw & 0xF, SYM_ZERO, COMPUTE)
+            b1 = _int4_magic((raw >> 4) & 0xF, SYM_ZERO, COMPUTE)
+            b2 = _int4_magic((raw >> 8) & 0xF, SYM_ZERO, COMPUTE)
+            b3 = _int4_magic((raw >> 12) & 0xF, SYM_ZERO, COMPUTE)
+        else:  # (no act order here: the host stores planes only without it)
+            kq = k0 + tl.arange(0, Q)
+            b0 = _dequant(raw & 0xF, tl.minimum(kq, K - 1), k0, g_row, s_rows, z_rows,
+                          scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+            b1 = _dequant((raw >> 4) & 0xF, tl.minimum(kq + Q, K - 1), k0, g_row, s_rows,
+                          z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+            b2 = _dequant((raw >> 8) & 0xF, tl.minimum(kq + 2 * Q, K - 1), k0, g_row,
+                          s_rows, z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+            b3 = _dequant((raw >> 12) & 0xF, tl.minimum(kq + 3 * Q, K - 1), k0, g_row,
+                          s_rows, z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+    return (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
+            + _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
+            + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB))
+
+
+@triton.jit
+def _plane_scale(s_rows, k, scale_cols, stride_sk, K, EVEN_K: tl.constexpr):
+    """The scale bytes (or values) of every weight row for column k's scale block (a tile
+    past K, which only a K_UNROLL step's last tiles are: the last block)."""
+    col = k // scale_cols
+    if not EVEN_K:
+        col = tl.minimum(col, (K - 1) // scale_cols)
+    return tl.load(s_rows + col * stride_sk)
+
+
+@triton.jit
+def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
+                     WSCALE: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr,
+                     COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
+                     FAST_I4: tl.constexpr, TILE_K: tl.constexpr):
+    """The scaled product of an e2m1 tile in four planes (`plane_nibbles`, FP4_SPAN columns:
+    plane p is the tile's columns [k0 + p Q, k0 + (p + 1) Q), Q = TILE_K / 4, inside one
+    scale block: `nib_span_fits`). S_E4M3 (NVFP4): each plane's values times its block scale
+    before the dot, exact (module docstring). S_E8M0 (MXFP4): planes 0-1 and 2-3 each lie in
+    one 32-column block, so each pair's fp32 partial sum takes its scale, as a 32-column
+    tile's would. With FAST_I4 (PTX, CUDA sm80+) the planes decode straight into the compute
+    dtype (`_fp4_planes`), else through fp32 bit patterns (`_decode_e2m1`)."""
+    Q: tl.constexpr = TILE_K // 4
+    if WSCALE == _S_E4M3:
+        s0 = _decode_e4m3(_plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K))
+        s1 = _decode_e4m3(_plane_scale(s_rows, k0 + Q, scale_cols, stride_sk, K, EVEN_K))
+        s2 = _decode_e4m3(_plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K, EVEN_K))
+        s3 = _decode_e4m3(_plane_scale(s_rows, k0 + 3 * Q, scale_cols, stride_sk, K, EVEN_K))
+        if FAST_I4 == _I4_PAIRS:
+            b0, b1, b2, b3 = _fp4_planes_scaled(
+                bq, tl.broadcast_to(s0.to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to(s1.to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to(s2.to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to(s3.to(COMPUTE)[None, :], bq.shape), COMPUTE)
+        else:
+            raw = bq.to(tl.int32)
+            b0 = _decode_e2m1(raw & 0xF) * s0[None, :]
+            b1 = _decode_e2m1((raw >> 4) & 0xF) * s1[None, :]
+            b2 = _decode_e2m1((raw >> 8) & 0xF) * s2[None, :]
+            b3 = _decode_e2m1((raw >> 12) & 0xF) * s3[None, :]
+        part = (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
+                + _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
+                + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB))
+    else:
+        if FAST_I4 == _I4_PAIRS:
+            b0, b1, b2, b3 = _fp4_planes(bq, COMPUTE)
+        else:
+            raw = bq.to(tl.int32)
+            b0 = _decode_e2m1(raw & 0xF)
+            b1 = _decode_e2m1((raw >> 4) & 0xF)
+            b2 = _decode_e2m1((raw >> 8) & 0xF)
+            b3 = _decode_e2m1((raw >> 12) & 0xF)
+        lo = _mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
+        hi = _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB)
+        if WSCALE == _S_E8M0:
+            s_lo = _decode_e8m0(_plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K))
+            s_hi = _decode_e8m0(_plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K,
+                                             EVEN_K))
+            if SWAP_AB:
+                part = lo * s_lo[:, None] + hi * s_hi[:, None]
+            else:
+                part = lo * s_lo[None, :] + hi * s_hi[None, :]
+        else:  # S_FLOAT / S_NONE: the tile's scale after (_tile_part)
+            part = lo + hi
+    return part
+
+
+@triton.jit
+def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_ptr,
+               scale_cols, stride_sk, stride_asm, WEIGHT: tl.constexpr, WSCALE: tl.constexpr,
+               ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
+               HAS_G_IDX: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
+               EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
+               NIB_SPAN: tl.constexpr, TILE_K: tl.constexpr):
+    """The scaled fp32 product of one tile of TILE_K columns from k0, inside one scale
+    column: a [BLOCK_M, TILE_K] activations (with NIB_SPAN: a, a2, a3, a4 the tile's four
+    quarters, [BLOCK_M, TILE_K / 4] each), bq the weight tile as stored ([TILE_K / 2,
+    BLOCK_N] bytes for nibble weights, [TILE_K / 4, BLOCK_N] 16-bit words with NIB_SPAN,
+    else [TILE_K, BLOCK_N]); [BLOCK_N, BLOCK_M] with
+    SWAP_AB (rows of the product are weight columns). A tile past K (zero activations) reads
+    the last scale column, never past the scales."""
+    if ACT == _A_FP8 or ACT == _A_FP8_G:
+        # e4m3 codes passed as their bytes: `other=0` is +0.0 (the interpreter
+        # cannot fill an fp8 load)
+        a = a.to(tl.float8e4nv, bitcast=True)
+        if NIB_SPAN:
+            a2 = a2.to(tl.float8e4nv, bitcast=True)
+            a3 = a3.to(tl.float8e4nv, bitcast=True)
+            a4 = a4.to(tl.float8e4nv, bitcast=True)
+    if WEIGHT == _W_INT4 or WEIGHT == _W_FP4:
+        if NIB_SPAN and WEIGHT == _W_FP4:  # scales applied per plane inside
+            tl.static_assert(NIB_SPAN == TILE_K)
+            part = _fp4_planes_part(a, a2, a3, a4, bq, k0, K, s_rows, scale_cols, stride_sk,
+                                    WSCALE, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4,
+                                    TILE_K)
+        elif NIB_SPAN:  # word j holds columns j + p * TILE_K / 4, p = 0..3 (`plane_nibbles`)
+            tl.static_assert(NIB_SPAN == TILE_K and WEIGHT == _W_INT4)
+            part = _planes_part(a, a2, a3, a4, bq, k0, K, s_rows, z_rows, g_row, scale_cols,
+                                stride_sk, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
+                                SWAP_AB, FAST_I4, TILE_K)
+        else:
+            part = _pairs_part(a, bq, k0, K, s_rows, z_rows, g_row, scale_cols, stride_sk,
+                               WEIGHT, WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT,
+                               COMPUTE, EVEN_K, SWAP_AB, FAST_I4, TILE_K)
+    else:
+        b = bq
+        if WEIGHT == _W_UINT8:
+            kk = k0 + tl.arange(0, TILE_K)
+            b = _dequant(b.to(tl.int32), tl.minimum(kk, K - 1), k0, g_row, s_rows, z_rows,
+                         scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+        part = _mma(a, b, ACT, DOT, COMPUTE, SWAP_AB)
+    # tile scales (rows of `part` are weight columns when SWAP_AB)
+    if ACT == _A_MX:
+        sa = tl.load(a_scale_ptr + a_rows * stride_asm + k0 // 32, mask=row_mask, other=0)
+        if SWAP_AB:
+            part = part * _decode_e8m0(sa)[None, :]
+        else:
+            part = part * _decode_e8m0(sa)[:, None]
+    elif ACT == _A_FP8_G:
+        sa = tl.load(a_scale_ptr + a_rows * stride_asm + k0 // ACT_GROUP, mask=row_mask,
+                     other=0.0)
+        if SWAP_AB:
+            part = part * sa[None, :]
+        else:
+            part = part * sa[:, None]
+    FP4_PLANES: tl.constexpr = WEIGHT == _W_FP4 and NIB_SPAN != 0  # scaled per plane
+    if (WSCALE == _S_FLOAT or WSCALE == _S_E8M0) and not FP4_PLANES:
+        col = k0 // scale_cols
+        if not EVEN_K:
+            col = tl.minimum(col, (K - 1) // scale_cols)
+        sw = tl.load(s_rows + col * stride_sk)
+        if WSCALE == _S_E8M0:
+            sw = _decode_e8m0(sw)
+        if SWAP_AB:
+            part = part * sw[:, None]
+        else:
+            part = part * sw[None, :]
+    return part
+
+
+@triton.jit
+def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
+             K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE: tl.constexpr,
+             WEIGHT: tl.constexpr,
+             WSCALE: tl.constexpr, ACT: tl.constexpr, HAS_ZERO: tl.constexpr,
+             SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr, DOT: tl.constexpr,
+             COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
+             FAST_I4: tl.constexpr, K_UNROLL: tl.constexpr, WT_N: tl.constexpr,
+             WT_K: tl.constexpr, NIB_SPAN: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
+    program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
+    hints hold): tile after tile in increasing k0, each tile's scales applied to its
+    partial product before it joins the sum. K_UNROLL tiles per loop step (the host's
+    EVEN_K: every step's tiles lie inside the range; otherwise a tile at or past its end
+    loads zero activations and clamped weight rows, and adds an exact zero)."""
+    if PHASE == _PARTIAL:
+        k_lo = tl.program_id(2) * K_SPLIT
+        k_hi = tl.minimum(k_lo + K_SPLIT, K)
+    else:
+        k_lo = 0
+        k_hi = K
+    # with SWAP_AB the accumulator is the transposed tile [BLOCK_N, BLOCK_M] until the end
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    NIBBLES: tl.constexpr = WEIGHT == _W_INT4 or WEIGHT == _W_FP4
+    Q4: tl.constexpr = BLOCK_K // 4  # columns of a plane (NIB_SPAN)
+    # weight tile rows as stored: bytes, or 16-bit words (NIB_SPAN), per BLOCK_K columns
+    BQ_K: tl.constexpr = Q4 if NIB_SPAN else BLOCK_K // 2 if NIBBLES else BLOCK_K
+    WT_RUN: tl.constexpr = WT_K // 2 if NIB_SPAN else WT_K  # a tile row in those units
+    RUN: tl.constexpr = min(BQ_K, WT_RUN) if WT_K else BQ_K  # contiguous stored units
+    for k_step in range(k_lo, k_hi, BLOCK_K * K_UNROLL):
+        for u in tl.static_range(K_UNROLL):
+            k0 = k_step + u * BLOCK_K
+            if NIB_SPAN:  # the tile's quarters, each a dot operand as loaded
+                kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, Q4), Q4), Q4)
+                a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < k_hi)[None, :],
+                            other=0)
+                a2 = tl.load(a_base + (kk + Q4)[None, :],
+                             mask=a_mask & (kk + Q4 < k_hi)[None, :], other=0)
+                a3 = tl.load(a_base + (kk + 2 * Q4)[None, :],
+                             mask=a_mask & (kk + 2 * Q4 < k_hi)[None, :], other=0)
+                a4 = tl.load(a_base + (kk + 3 * Q4)[None, :],
+                             mask=a_mask & (kk + 3 * Q4 < k_hi)[None, :], other=0)
+            else:
+                kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K),
+                                       BLOCK_K)
+                a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < k_hi)[None, :], other=0)
+                a2 = a
+                a3 = a
+                a4 = a
+            # the weight tile in its stored units: bytes, or 16-bit words of four planes
+            kq = k0 * BQ_K // BLOCK_K + tl.arange(0, BQ_K)
+            if not EVEN_K:  # rows clamp into the matrix: finite values, times zero activations
+                kq = tl.minimum(kq, (K - 1) * BQ_K // BLOCK_K)
+            if WT_K != 0:  # tiled weights (describe_weights): WT_K stored columns per tile row
+                kq = (kq // WT_RUN) * (WT_N * WT_RUN) + kq % WT_RUN
+            if EVEN_K:  # (a clamped tile's offsets are neither aligned nor contiguous)
+                kq = tl.max_contiguous(tl.multiple_of(kq, RUN), RUN)
+            if NIB_SPAN:
+                bq = tl.load(b_rows.to(tl.pointer_type(tl.uint16), bitcast=True) + kq[:, None])
+            else:
+                bq = tl.load(b_rows + kq[:, None])
+            acc += _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row,
+                              a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT, WSCALE, ACT,
+                              HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB,
+                              FAST_I4, NIB_SPAN, BLOCK_K)
+    if SWAP_AB:
+        acc = tl.trans(acc)
+    return acc
+
+
+@triton.jit
+def _sum_splits(ws_tile, ws_mask, num_splits, stride_ws, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr):
+    """The split-K partial tiles added in split order 0, 1, ... (a fixed order: every run
+    gives the same bits)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(0, num_splits):
+        acc += tl.load(ws_tile, mask=ws_mask, other=0.0)
+        ws_tile += stride_ws  # pointer arithmetic is 64-bit: no int32 product to overflow
+    return acc
+
+
+@triton.jit
+def moe_gemm_kernel(
+    # pointers
+    a_ptr, a_scale_ptr, a_gscale_ptr,
+    b_ptr, b_scale_ptr, b_zero_ptr, g_idx_ptr, bias_ptr, b_gscale_ptr,
+    c_ptr, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, router_ptr, ws_ptr,
+    # dimensions
+    N, K, num_rows, scale_rows, scale_cols, gscale_rows, num_splits, K_SPLIT,
+    # strides (elements; the last dimension of every tensor is contiguous)
+    stride_am, stride_asm, stride_be, stride_bn, stride_se, stride_sn, stride_sk, stride_ze,
+    stride_zn,
+    stride_ge, stride_biase, stride_gse, stride_cm, stride_ws,
+    # meta-parameters
+    PHASE: tl.constexpr,
+    A_ROW_DIV: tl.constexpr, WEIGHT: tl.constexpr, WSCALE: tl.constexpr, ACT: tl.constexpr,
+    HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_GSCALE: tl.constexpr, HAS_WGSCALE: tl.constexpr,
+    MUL_ROUTER: tl.constexpr,
+    DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
+    K_UNROLL: tl.constexpr, WT_N: tl.constexpr, WT_K: tl.constexpr, NIB_SPAN: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
+    # row blocks run fastest: the row blocks of one expert read the same weight tile at
+    # about the same time, so it comes from DRAM once and from L2 after
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    # the three loads side by side, before the test that needs one of them (one memory
+    # round trip instead of two before the K loop can start); a block past num_padded reads
+    # unwritten entries of the buffers and returns before using them
+    num_padded = tl.load(num_padded_ptr)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+    row_ids = tl.load(sorted_ids_ptr + offs_m)
+    if pid_m * BLOCK_M >= num_padded:
+        return
+
+    # --- pointers ---------------------------------------------------------------------------
+    row_mask = row_ids < num_rows
+    a_rows = (row_ids // A_ROW_DIV).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    if EVEN_N:
+        offs_bn = offs_n.to(tl.int64)
+    else:
+        # weight rows clamp into the matrix instead of masking: every weight load reads
+        # real (finite) values and columns past N are dropped at the store
+        offs_bn = tl.minimum(offs_n, N - 1).to(tl.int64)
+    a_base = a_ptr + a_rows[:, None] * stride_am
+    a_mask = row_mask[:, None]
+    if WT_K == 0:
+        b_rows = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn
+    else:  # stride_bn steps one tile of WT_N rows
+        b_rows = (b_ptr + expert * stride_be + (offs_bn // WT_N)[None, :] * stride_bn
+                  + (offs_bn % WT_N)[None, :] * WT_K)
+    s_rows = b_scale_ptr + expert * stride_se + (offs_bn // scale_rows) * stride_sn
+    z_rows = b_zero_ptr + expert * stride_ze + offs_bn * stride_zn
+    g_row = g_idx_ptr + expert * stride_ge
+
+    # split-K workspace [splits, num_rows, N]: this tile's place in split 0 (c's rows)
+    ws_tile = ws_ptr + row_ids.to(tl.int64)[:, None] * N + offs_n[None, :]
+    ws_mask = row_mask[:, None] & n_mask[None, :]
+
+    # --- the sum over K -----------------------------------------------------------------------
+    if PHASE == _REDUCE:
+        acc = _sum_splits(ws_tile, ws_mask, num_splits, stride_ws, BLOCK_M, BLOCK_N)
+    else:
+        acc = _k_range(
+            a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
+            K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
+            SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N, WT_K,
+            NIB_SPAN, BLOCK_M, BLOCK_N, BLOCK_K)
+    # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
+    # (an else, not a return inside the constexpr branch: Triton versions have differed on
+    # code that follows a nested return)
+    if PHASE == _PARTIAL:
+        tl.store(ws_tile + tl.program_id(2).to(tl.int64) * stride_ws, acc, mask=ws_mask)
+    else:
+        if ACT == _A_INT8 or ACT == _A_FP8:
+            sa = tl.load(a_scale_ptr + a_rows, mask=row_mask, other=0.0)
+            if HAS_GSCALE:
+                sa = sa * tl.load(a_gscale_ptr)
+            acc = acc * sa[:, None]
+        elif HAS_GSCALE:
+            acc = acc * tl.load(a_gscale_ptr)
+        if HAS_WGSCALE:
+            gw = tl.load(b_gscale_ptr + expert * stride_gse + offs_bn // gscale_rows)
+            acc = acc * gw[None, :]
+        if HAS_BIAS:
+            bias = tl.load(bias_ptr + expert * stride_biase + offs_n, mask=n_mask, other=0.0)
+            acc = acc + bias[None, :]
+        if MUL_ROUTER:
+            r = tl.load(router_ptr + row_ids, mask=row_mask, other=0.0)
+            acc = acc * r[:, None]
+        if FIX_BF16:
+            acc = rne_bf16(acc)
+        c_ptrs = c_ptr + row_ids.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=ws_mask)
+

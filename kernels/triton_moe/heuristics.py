@@ -1,0 +1,188 @@
+"""Host-side choices for one grouped-GEMM launch: the tile config (the device's tuned file,
+else `pick_config`'s heuristics), the BLOCK_K a scale block allows, and the split-K plan."""
+
+from __future__ import annotations
+
+import math
+
+import triton
+from moecert.reference.schemes import ACT_GROUP as SCHEME_ACT_GROUP
+
+from . import configs
+from .kinds import (
+    A16,
+    A_FP8,
+    A_FP8_G,
+    A_INT8,
+    A_MX,
+    ACT_NAMES,
+    INTERPRET,
+    MX_COLS,
+    S_E4M3,
+    W16,
+    W_FP4,
+    W_FP8,
+    W_INT4,
+    W_INT8,
+    W_MXFP8,
+    W_UINT8,
+    WEIGHT_NAMES,
+)
+
+
+def pick_config(num_rows: int) -> dict:
+    """Tile sizes from the GEMM's assignment rows alone. BLOCK_M must not depend on (N, K):
+    both GEMMs share one row alignment.
+    Measured on H100 (W4A16 g128, Qwen3-30B-A3B, Mixtral-8x7B, DeepSeek-V3 at 16 to 2048
+    assignments): 16-row blocks win at every size in this kernel (the dequantized weight
+    tile sits in registers; row blocks of one expert run side by side and share it through
+    L2, so a bigger BLOCK_M saves little DRAM traffic and costs occupancy: 32/64/128 rows
+    were 1.2x to 4x slower).
+    FAST_I4 (symmetric int4 with 16-bit activations: nibbles to the compute dtype by the
+    mantissa trick, no int-to-float conversion) was 1.1x to 1.5x faster everywhere. With it,
+    a 128 x 128 weight tile beat 64 x 128 and 128 x 64 from 16 rows on (Mixtral M=64: 1.5x).
+    SWAP_AB (weight tile as the MMA's M side) paid only for a single token (2 to 8 rows:
+    ~5%, 64 x 128 tile) and lost 5-15% from 128 rows on."""
+    if INTERPRET:  # numpy per op: fewer, bigger tiles (the GPU's default N x K tile: 128 x 128
+        # made the CPU smoke suite 95 -> 61 s against 64 x 64; masks and K loops still run on
+        # every shape off the tile and every K above 128)
+        return {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 1}
+    if num_rows < 16:
+        return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
+                "SWAP_AB": True, "FAST_I4": True}
+    return {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
+            "FAST_I4": True}
+
+
+def default_configs(num_rows: int) -> tuple[dict, dict]:
+    """Both GEMMs' heuristic configs (`pick_config`), one tile per K step. (Two tiles per
+    step gained int4 g128 up to 1.2x on the plain layout; on the tiled int4 layout one tile
+    per step was faster for 9 of 10 GEMMs measured, up to 1.1x: docs/speed.md, "Change 5".)"""
+    return pick_config(num_rows), pick_config(num_rows)
+
+
+# Bytes one element takes in a shared-memory stage of the K loop, per weight and activation
+# kind (nibble codes are staged packed; MXFP8 activations are e4m3 values held in 16 bits).
+WEIGHT_STAGE_BYTES = {W16: 2, W_INT4: 0.5, W_UINT8: 1, W_INT8: 1, W_FP8: 1, W_MXFP8: 1,
+                      W_FP4: 0.5}
+ACT_STAGE_BYTES = {A16: 2, A_INT8: 1, A_MX: 2, A_FP8: 1, A_FP8_G: 1}
+
+
+def shared_memory_bytes(config: dict, weight: int, act: int) -> int:
+    """An upper estimate of what a config's K loop holds in shared memory: num_stages copies
+    (Triton's software pipeline keeps that many loads in flight, each in its own buffer) of
+    one step's activation tile [BLOCK_M, BLOCK_K x K_UNROLL] and weight tile [BLOCK_N, the
+    same K], at the config's BLOCK_K (the launch may narrow it to a scale block, never widen
+    it)."""
+    k = config["BLOCK_K"] * config.get("K_UNROLL", 1)
+    step = (config["BLOCK_M"] * k * ACT_STAGE_BYTES[act]
+            + config["BLOCK_N"] * k * WEIGHT_STAGE_BYTES[weight])
+    return int(config["num_stages"] * step)
+
+
+def fit_shared_memory(config: dict, weight: int, act: int, smem: int) -> dict:
+    """The heuristic tile (`pick_config`, sized on an H100, 227 KiB a program) for a device
+    with `smem` bytes a program: first fewer stages (not below 2), then narrower weight tiles
+    (not below 32 rows), until `shared_memory_bytes` fits. On the H100 and H200 every default
+    fits (the largest, 16-bit weights at 4 stages, is 144 KiB) and comes back unchanged; on
+    an L40S (99 KiB) 16-bit weights take 2 stages, on an MI300 (64 KiB LDS) 64-row tiles
+    too, where the H100's tile is estimated above what the device has (Triton refuses such
+    a launch: OutOfResources). Not measured on those GPUs (none is lent here): a fit, not a
+    tuning. A tuned file's configs are never changed: they ran on their device."""
+    fitted = dict(config)
+    while shared_memory_bytes(fitted, weight, act) > smem and fitted["num_stages"] > 2:
+        fitted["num_stages"] -= 1
+    while shared_memory_bytes(fitted, weight, act) > smem and fitted["BLOCK_N"] > 32:
+        fitted["BLOCK_N"] //= 2
+    return fitted
+
+
+def weight_key(weights: dict) -> str:
+    """The weight kind's name in a tuned-config file (`describe_weights`' kind): e2m1 codes
+    with NVFP4's e4m3 block scales are keyed apart from MXFP4's (other scale loads per
+    tile, other best tiles: an H100 ran MXFP4 DeepSeek-V3 at M = 16 in 1738 us with the
+    NVFP4 entry against 1509 us with the heuristics)."""
+    name = WEIGHT_NAMES[weights["kind"]]
+    if weights["kind"] == W_FP4 and weights["constexprs"]["WSCALE"] == S_E4M3:
+        name += "_E4M3"
+    return name
+
+
+def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
+                 gemm1: tuple[int, int], gemm2: tuple[int, int],
+                 weight_name: str | None = None) -> tuple[dict, dict]:
+    """Both GEMMs' configs of one layer (gemm1/gemm2: their (N, K)): the device's tuned file
+    when it has the layer (configs.py, written by `moecert tune`), else `pick_config`'s
+    heuristics, always under the interpreter, fitted to the device's shared memory
+    (`fit_shared_memory`). Both share one BLOCK_M either way.
+    MOECERT_TRITON_SPLIT_K, when set, overrides both GEMMs' SPLIT_K (configs.forced_split_k)."""
+    chosen = None
+    if not INTERPRET:
+        key = configs.LayerKey(weight_name or WEIGHT_NAMES[weight], ACT_NAMES[act], num_experts,
+                               tuple(gemm1), tuple(gemm2))
+        chosen = configs.tuned_configs(key, num_rows)
+    if chosen is None:
+        chosen = default_configs(num_rows)
+        smem = None if INTERPRET else configs.current_shared_memory()
+        if smem is not None:
+            chosen = tuple(fit_shared_memory(c, weight, act, smem) for c in chosen)
+    forced = configs.forced_split_k()
+    if forced is not None:
+        chosen = tuple({**c, "SPLIT_K": forced} for c in chosen)
+    return chosen
+
+def block_k_for(config_k: int, K: int, scale_cols: int, weight: int, act: int) -> int:
+    """BLOCK_K within one scale column: a divisor of the scale block when it is narrower
+    than K (group 32/64/128, fp8 128x128 blocks, MX 32, 1x128 activation groups)."""
+    bk = config_k
+    if act == A_MX:  # one activation scale per 32 columns
+        return MX_COLS
+    if act == A_FP8_G:  # a tile also within one 1x128 activation group
+        scale_cols = min(scale_cols, SCHEME_ACT_GROUP)
+    if scale_cols < K:
+        while bk > 16 and scale_cols % bk:
+            bk //= 2
+        if scale_cols % bk:
+            raise ValueError(f"scale block of {scale_cols} columns has no power-of-two tile")
+    return bk
+
+
+def weights_block_k(weights: dict, config_k: int, K: int, act: int) -> int:
+    """The BLOCK_K a launch for `weights` (describe_weights) runs with: block_k_for its scale
+    block, except that scales applied inside the tile (S_E4M3) leave the tile width free,
+    and nibbles in planes (`plane_nibbles`) fix it to their span."""
+    span = weights["constexprs"]["NIB_SPAN"]
+    if span:
+        return span
+    cols = weights["scale_cols"] or K
+    if weights["constexprs"]["WSCALE"] == S_E4M3:
+        cols = K
+    return block_k_for(config_k, K, cols, weights["kind"], act)
+
+
+def split_plan(K: int, block_k: int, split_k: int, scale_blocks: tuple[int, ...] = ()
+               ) -> tuple[int, int]:
+    """(splits, K_SPLIT) for a requested SPLIT_K: each split's K range starts at a multiple
+    of K_SPLIT, itself a multiple of BLOCK_K and of each scale block narrower than K (group
+    32/64/128, fp8 blocks, MX 32, 1x128 activation groups), so a split's tiles are the
+    whole-K kernel's tiles with their scales; the last split takes the rest. Fewer splits
+    than asked when K has fewer such units, never an empty split."""
+    if split_k < 1:
+        raise ValueError(f"SPLIT_K must be >= 1, got {split_k}")
+    unit = math.lcm(block_k, *(b for b in scale_blocks if b < K))
+    units = triton.cdiv(K, unit)
+    k_split = triton.cdiv(units, min(split_k, units)) * unit
+    return triton.cdiv(K, k_split), k_split
+
+
+def weights_split_plan(weights: dict, config: dict, K: int, act: int) -> tuple[int, int]:
+    """`split_plan` of a launch for `weights` (describe_weights) with `config`."""
+    blocks = [weights["scale_cols"] or K]
+    if act == A_MX:
+        blocks.append(MX_COLS)
+    elif act == A_FP8_G:
+        blocks.append(SCHEME_ACT_GROUP)
+    return split_plan(K, weights_block_k(weights, config["BLOCK_K"], K, act),
+                      config.get("SPLIT_K", 1), tuple(blocks))
+
+

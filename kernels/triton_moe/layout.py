@@ -1,0 +1,96 @@
+"""The weight layouts the grouped GEMM reads besides the checkpoint's (gemm_kernel's
+docstring says how it reads each): tiles of memory runs (`tile_weights`) and nibble codes in
+planes (`plane_nibbles`), with their inverses, and which kinds and shapes take them."""
+
+from __future__ import annotations
+
+import torch
+
+from .kinds import S_E4M3, S_FLOAT, W_FP4, W_INT4
+
+# int4 weights are stored in tiles of 16 rows x 64 bytes (128 columns), each 1 KB one run of
+# memory: the kernel's tile is then a few long runs instead of one 64-byte piece per row.
+# H100, graph replay, tuned configs: 5-10% more of the memory floor per GEMM (DeepSeek-V3
+# 78 -> 82%, Mixtral GEMM2 at M = 64 51 -> 57%), tiles of 32 or 64 rows no better, 128 bytes
+# worse (docs/speed.md, "Change 5").
+INT4_TILE = (16, 64)
+
+
+# e2m1 codes in tiles of 16 rows x 32 bytes (64 columns, one FP4_SPAN): gpt-oss-120b's
+# K = 2880 is 45 such spans, not a whole number of 128-column int4 tiles.
+FP4_TILE = (16, 32)
+
+
+def weight_tile(kind: int, q: torch.Tensor) -> tuple[int, int] | None:
+    """The tile `tile_weights` stores weights of `kind` in, None for the plain layout (other
+    kinds, or a shape the tile does not divide)."""
+    tile = {W_INT4: INT4_TILE, W_FP4: FP4_TILE}.get(kind)
+    if tile is None or q.dim() != 3:
+        return None
+    rows, cols = tile
+    return tile if q.shape[1] % rows == 0 and q.shape[2] % cols == 0 else None
+
+
+def tile_weights(q: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """q [E, N, C] (C stored columns: bytes for nibble weights) as [E, N / rows, C / cols,
+    rows, cols], contiguous: each tile of `rows` x `cols` one run of memory, tiles in K
+    order within a row block. The kernel reads the same values (describe_weights)."""
+    E, N, C = q.shape
+    if N % rows or C % cols:
+        raise ValueError(f"weights {tuple(q.shape)}: N and stored columns must be multiples "
+                         f"of the tile ({rows}, {cols})")
+    return q.reshape(E, N // rows, rows, C // cols, cols).transpose(2, 3).contiguous()
+
+
+def untile_weights(q: torch.Tensor) -> torch.Tensor:
+    """Inverse of `tile_weights`: [E, N / rows, C / cols, rows, cols] -> [E, N, C]."""
+    E, nb, cb, rows, cols = q.shape
+    return q.transpose(2, 3).reshape(E, nb * rows, cb * cols)
+
+
+# int4 codes may be stored in four planes per 128 columns instead of the checkpoint's
+# adjacent columns (`plane_nibbles`): 16-bit word j of a span holds columns j, j + 32, j + 64
+# and j + 96 in its nibbles 0-3, so each plane multiplies one quarter of the activation
+# tile, loaded as a dot operand as it is, and decodes without byte permutes. Its K step
+# (16 x 128 tile, sm90) is 339 instructions in 95 registers, where the adjacent order's is
+# 374 in 142 and the paired order it replaced was 419 in 127 (docs/speed.md, "Change 8").
+# `moecert tune` times both orders of each linear and the device's file says which to store
+# (configs "nibble_spans"). BLOCK_K is then the span, so the scale group must be a multiple
+# of it.
+NIB_SPAN = 128
+# e2m1 codes (MXFP4, NVFP4) are always stored in planes where they fit, over 64 columns: a
+# plane is then 16 columns, inside one NVFP4 block (16) and, two planes together, one MXFP4
+# block (32), so the kernel scales per plane (`_fp4_planes_part`) and its tile is 64 columns
+# wide instead of the 32 of one E8M0 block (docs/speed.md, "Change 9").
+FP4_SPAN = 64
+
+
+def nib_span_fits(kind: int, k: int, scale_cols: int | None, act_order: bool,
+                  span: int = NIB_SPAN, scale_kind: int = S_FLOAT) -> bool:
+    """Whether nibble codes of K = k columns (scale group `scale_cols`, None: one per row)
+    can be stored in planes over `span` columns: whole spans; int4: each span inside one
+    scale group; e2m1 (scales applied per plane): each plane inside one block, with E8M0
+    scales each pair of planes."""
+    if act_order or k % span or kind not in (W_INT4, W_FP4):
+        return False
+    unit = span if kind == W_INT4 else span // 4 if scale_kind == S_E4M3 else span // 2
+    return scale_cols is None or scale_cols % unit == 0
+
+
+def plane_nibbles(q: torch.Tensor, span: int) -> torch.Tensor:
+    """Int4 codes [..., K / 2] with columns 2j, 2j + 1 in byte j (low, high nibble) ->
+    each span of `span` columns as span / 4 little-endian 16-bit words, word j holding
+    columns j + p * span / 4 in nibble p = 0..3 (bytes 2j: planes 0 and 1, 2j + 1: 2 and 3)."""
+    cols = torch.stack([q & 0xF, q >> 4], dim=-1).flatten(-2)  # one code per column
+    planes = cols.unflatten(-1, (-1, 4, span // 4))
+    low = planes[..., 0, :] | (planes[..., 1, :] << 4)
+    high = planes[..., 2, :] | (planes[..., 3, :] << 4)
+    return torch.stack([low, high], dim=-1).flatten(-3)
+
+
+def unplane_nibbles(q: torch.Tensor, span: int) -> torch.Tensor:
+    """Inverse of `plane_nibbles`."""
+    words = q.unflatten(-1, (-1, span // 4, 2))
+    low, high = words[..., 0], words[..., 1]
+    cols = torch.stack([low & 0xF, low >> 4, high & 0xF, high >> 4], dim=-2).flatten(-3)
+    return cols[..., 0::2] | (cols[..., 1::2] << 4)

@@ -1,0 +1,128 @@
+"""A measuring stick for MXFP4 W4A16 on Hopper: OpenAI's triton_kernels `matmul_ogs` MoE (what
+vLLM runs gpt-oss with on an H100), timed on a model layer's shape beside `moecert bench` in
+the same GPU call. Never a dependency of moecert: the package is the folder vendored in vLLM
+0.33.0's wheel (pure Python and Triton), unzipped here and carried to the GPU machine:
+
+    unzip -o vllm-0.33.0-*.whl 'vllm/third_party/triton_kernels/*' -d /tmp/vw
+    mkdir -p .vllm/tk && cp -r /tmp/vw/vllm/third_party/triton_kernels .vllm/tk/
+    PYTHONPATH=.vllm/tk:$PYTHONPATH python tools/ogs_peer.py --M 16,64   # on the GPU machine
+
+UNTESTED: written on a CPU (triton_kernels does not run in Triton's interpreter); no GPU
+call has run it yet. The calls follow vLLM 0.33.0's gpt_oss_triton_kernels_moe.py and
+mxfp4_utils._swizzle_mxfp4 on sm90 (facts about the API; no code copied): the weights
+transposed to [E, K, N] with the E8M0 scales' group count padded to a multiple of 4, both in
+the library's default MXFP4 layouts, split-K off; GEMM1 with the fused SwiGLU (reduction 2),
+GEMM2 scattering with the router weights. Weights are random bytes (timing does not depend
+on values). The routing is made once, outside the timing, as moecert's bench gives its
+kernels the top-k ids.
+Prints per M: us (CUDA-graph replay and do_bench, the faster), the bytes the call must move
+(the touched experts' codes and scales, x and out) and % of the memory floor at the copy
+bandwidth measured here, as `moecert bench` defines it.
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+import triton
+
+SHAPES = {"gpt-oss-120b": (128, 2880, 2880, 4)}  # (E, K hidden, N intermediate, topk)
+MX = 32  # columns per E8M0 scale
+
+
+def copy_bandwidth(gib: int = 2) -> float:
+    """Device-to-device copy, bytes read plus written per second."""
+    x = torch.empty(gib << 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    ms = triton.testing.do_bench(lambda: y.copy_(x), warmup=50, rep=200, return_mode="median")
+    return 2 * x.numel() / (ms * 1e-3)
+
+
+def mxfp4_weight(E: int, rows: int, K: int):
+    """Random e2m1 bytes [E, rows, K / 2] and E8M0 scales [E, rows, K / 32] (near 2^-4),
+    converted to the library's Hopper layouts; returns (weight, scale, bytes in HBM)."""
+    import triton_kernels.matmul_ogs_details.opt_flags as opt_flags
+    from triton_kernels.tensor import FP4, convert_layout, wrap_torch_tensor
+    from triton_kernels.tensor_details import layout
+
+    opt_flags.update_opt_flags_constraints({"split_k": 1})
+    q = torch.randint(0, 256, (E, rows, K // 2), dtype=torch.uint8, device="cuda")
+    s = torch.randint(119, 127, (E, rows, K // MX), dtype=torch.uint8, device="cuda")
+    s = torch.nn.functional.pad(s, (0, -s.shape[-1] % 4))
+    value_layout, value_opts = layout.make_default_matmul_mxfp4_w_layout(mx_axis=1)
+    scale_layout, scale_opts = layout.make_default_matmul_mxfp4_w_scale_layout(
+        mx_axis=1, num_warps=8)
+    w = convert_layout(wrap_torch_tensor(q.transpose(-2, -1), dtype=FP4), value_layout,
+                       **value_opts)
+    ws = convert_layout(wrap_torch_tensor(s.transpose(-2, -1)), scale_layout, **scale_opts)
+    return w, ws, (q.numel() + s.numel()) // E
+
+
+def time_layer(E: int, K: int, N: int, topk: int, M: int, bandwidth: float) -> dict:
+    import triton_kernels.swiglu
+    from triton_kernels.matmul_ogs import (
+        FlexCtx,
+        FnSpecs,
+        FusedActivation,
+        PrecisionConfig,
+        matmul_ogs,
+    )
+    from triton_kernels.numerics import InFlexData
+    from triton_kernels.routing import routing
+
+    torch.manual_seed(M)
+    w13, s13, bytes13 = mxfp4_weight(E, 2 * N, K)
+    w2, s2, bytes2 = mxfp4_weight(E, K, N)
+    b13 = torch.randn(E, 2 * N, device="cuda")
+    b2 = torch.randn(E, K, device="cuda")
+    pc13 = PrecisionConfig(weight_scale=s13, flex_ctx=FlexCtx(rhs_data=InFlexData()))
+    pc2 = PrecisionConfig(weight_scale=s2, flex_ctx=FlexCtx(rhs_data=InFlexData()))
+    act = FusedActivation(FnSpecs("swiglu", triton_kernels.swiglu.swiglu_fn,
+                                  ("alpha", "limit")), (1.702, 7.0), 2)
+    x = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
+    logits = torch.randn(M, E, device="cuda")
+    rdata, gather, scatter = routing(logits, topk)
+    inter = torch.empty(1, M * topk, N, dtype=torch.bfloat16, device="cuda")
+    out = torch.empty(1, M, K, dtype=torch.bfloat16, device="cuda")
+
+    def forward():
+        matmul_ogs(x, w13, b13, rdata, gather_indx=gather, precision_config=pc13,
+                   fused_activation=act, y=inter)
+        matmul_ogs(inter.view(M * topk, N), w2, b2, rdata, scatter_indx=scatter,
+                   precision_config=pc2, gammas=rdata.gate_scal, y=out)
+
+    forward()
+    torch.cuda.synchronize()
+    ms_call = triton.testing.do_bench(forward, warmup=10, rep=200, return_mode="median")
+    ms_graph = triton.testing.do_bench_cudagraph(forward, rep=200, return_mode="median")
+    touched = torch.topk(logits, topk, dim=-1).indices.unique().numel()
+    moved = touched * (bytes13 + bytes2) + 2 * x.numel() * 2
+    seconds = min(ms_call, ms_graph) * 1e-3
+    return {"M": M, "experts_touched": touched, "us_call": ms_call * 1e3,
+            "us_graph": ms_graph * 1e3, "us": seconds * 1e6,
+            "memory_floor_pct": 100 * moved / bandwidth / seconds}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="gpt-oss-120b", choices=list(SHAPES))
+    p.add_argument("--M", default="1,16,64", help="tokens per call, comma-separated")
+    args = p.parse_args()
+    E, K, N, topk = SHAPES[args.model]
+    bandwidth = copy_bandwidth()
+    print(f"{torch.cuda.get_device_name()}: copy {bandwidth / 1e12:.2f} TB/s; torch "
+          f"{torch.__version__}, triton {triton.__version__}; {args.model} E={E} K={K} N={N} "
+          f"topk={topk}")
+    for M in (int(m) for m in args.M.split(",")):
+        try:
+            r = time_layer(E, K, N, topk, M, bandwidth)
+        except Exception as e:  # one M failing costs that row, not the others
+            print(f"ogs/mxfp4/{args.model}/M{M}: error: {type(e).__name__}: {e}")
+            continue
+        print(f"ogs/mxfp4/{args.model}/M{M}: {r['us']:.1f} us (call {r['us_call']:.1f}, "
+              f"graph {r['us_graph']:.1f}), {r['experts_touched']} experts, "
+              f"{r['memory_floor_pct']:.1f}% of the memory floor")
+
+
+if __name__ == "__main__":
+    main()
