@@ -228,6 +228,16 @@ def device_name(text: str) -> str:
     return text
 
 
+def device_or_default(name: str | None) -> str:
+    """The named device (`device_name`), or every front end's default: cuda where torch sees
+    a GPU, else cpu."""
+    import torch
+
+    if name:
+        return device_name(name)
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def case_json(text: str):
     """A case as `moecert run` prints it for a failure (its backend is checked later, after
     --import has registered any run-time backends)."""
@@ -367,6 +377,7 @@ __all__ = [
     "check_variant",
     "decoder_layer",
     "device_name",
+    "device_or_default",
     "import_modules",
     "layer_spec",
     "m_list",
