@@ -8,13 +8,14 @@ checkpoint, reference and exact structure (context.SharedSteps). Across problems
   (`GpuBudget`), not exclusivity: small problems keep the other workers busy beside a model
   layer, and on an H200 two int4 DeepSeek-V3 layers run side by side. A worker whose GPU has no
   room for any waiting model-size problem takes a small one instead.
-- Small problems by kernel family (`family`), with affinity: a worker goes on with a family it
-  has run while that family has problems left, else starts a family nobody has started, else
-  helps with the family that has most left. A Triton kernel specialization costs each process
-  that calls it a compile (cold cache) or a load (warm) on its first call; with affinity each
-  is paid by about one worker instead of all of them, and concurrent workers do not compile
-  the same kernel at once. Measured before affinity (certify, two H200s, 24 workers): the
-  triton backend's first-call check (`claims`) took 994 s of check time against torch's 85 s.
+- Small problems by kernel specialization (`specialization`), with affinity: a worker goes on
+  with a specialization it has run while that one has problems left, else starts one nobody has
+  started, else helps with the one that has most left. A Triton kernel specialization costs
+  each process that calls it a compile (cold cache) or a load (warm) on its first call; with
+  affinity each is paid by about one worker instead of all of them, and concurrent workers do
+  not compile the same kernel at once. Measured before affinity (certify, two H200s, 24
+  workers): the triton backend's first-call check (`claims`) took 994 s of check time against
+  torch's 85 s.
 
 On several GPUs each worker is pinned to one (runner.Worker) and draws on that GPU's budget.
 """
@@ -93,7 +94,7 @@ def oversize(cases: list[Case], device: str, gpus: list[GpuBudget]
     return [(c, need, room) for c, need in needs if need > room * USABLE_FRACTION]
 
 
-def family(case: Case) -> tuple:
+def specialization(case: Case) -> tuple:
     """What selects a kernel specialization: the scheme and its options, the activation dtype,
     function and bias (not the shape or seed)."""
     P = case.problem
@@ -101,28 +102,29 @@ def family(case: Case) -> tuple:
             P.activation_format)
 
 
-class FamilyQueue:
-    """Small problems by kernel family, handed out with affinity to the worker that asks."""
+class SpecializationQueue:
+    """Small problems by kernel specialization, handed out with affinity to the worker that
+    asks."""
 
     def __init__(self, groups: list[list[Case]]):
-        self.families: dict[tuple, deque] = {}
+        self.queues: dict[tuple, deque] = {}
         for group in groups:
-            self.families.setdefault(family(group[0]), deque()).append(group)
+            self.queues.setdefault(specialization(group[0]), deque()).append(group)
         self.started: set[tuple] = set()
         self.seen: dict[int, set[tuple]] = {}
 
     def __bool__(self) -> bool:
-        return any(self.families.values())
+        return any(self.queues.values())
 
     def pop(self, worker: int) -> list[Case]:
-        left = {f: q for f, q in self.families.items() if q}
+        left = {f: q for f, q in self.queues.items() if q}
         mine = self.seen.setdefault(worker, set())
         pick = (next((f for f in left if f in mine), None)
                 or next((f for f in left if f not in self.started), None)
                 or max(left, key=lambda f: len(left[f])))
         mine.add(pick)
         self.started.add(pick)
-        return self.families[pick].popleft()
+        return self.queues[pick].popleft()
 
 
 class GpuBudget:
@@ -160,7 +162,7 @@ class WorkPool:
         big = [g for g in groups if model_size(g[0])]
         self.need = need
         self.big = sorted(big, key=lambda g: -need(g[0]))
-        self.small = FamilyQueue([g for g in groups if not model_size(g[0])])
+        self.small = SpecializationQueue([g for g in groups if not model_size(g[0])])
         self.gpus = gpus
         self._cond = threading.Condition()
 
@@ -225,5 +227,15 @@ def default_workers(device: str) -> int:
     return max(1, cores * 3 // 4) if device.startswith("cuda") else cores
 
 
-__all__ = ["FamilyQueue", "GpuBudget", "WorkPool", "budgets", "case_need", "default_workers",
-           "device_need", "family", "model_size", "oversize"]
+__all__ = [
+    "GpuBudget",
+    "SpecializationQueue",
+    "WorkPool",
+    "budgets",
+    "case_need",
+    "default_workers",
+    "device_need",
+    "model_size",
+    "oversize",
+    "specialization",
+]

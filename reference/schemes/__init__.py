@@ -17,7 +17,6 @@ from dataclasses import dataclass
 INT4_MIN, INT4_MAX = -8, 7
 INT8_MIN, INT8_MAX = -128, 127
 UINT4_BIAS = 8  # GPTQ uint4b8: stored u means u - 8
-UINT8_BIAS = 128  # GPTQ uint8b128: stored u means u - 128
 AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble i of a word holds column 8c + order[i]
 F8E4M3_MAX = 448.0
 F8E4M3_EXP_BIAS = 7
@@ -282,7 +281,6 @@ SCHEMES: dict[str, Scheme] = {
 
 SCHEME_NAMES: tuple[str, ...] = tuple(SCHEMES)
 # families whose checkpoints are packed integer codes with group scales
-INT_FAMILIES = tuple(dict.fromkeys(s.family for s in SCHEMES.values() if s.packed))
 
 
 def get_scheme(name: str) -> Scheme:
