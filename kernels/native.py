@@ -11,17 +11,15 @@ the reference:
     q2 = quantize(a over every assignment)          y = q2 @ W2_e^T + b2_e
     out[t] = cast(sum over the token's experts of r * y)       round(): to the act dtype
 
-`moe_forward` (the routing loop) takes the per-expert weights as a function, so that other
-backends holding a different weight layout reuse it (kernels/xpu.py); `routing` (the
-assignments of the standard format, fixed shapes, no host synchronization) is shared with
-kernels/grouped.py, whose forward a CUDA graph captures.
+Each step is a method (`TorchBackend`), so a backend holding a different weight layout
+overrides `expert_weight` (kernels/xpu.py) and a mutant the one step it breaks
+(conformance/mutants/); `routing` (the assignments of the standard format, fixed shapes, no
+host synchronization) is shared with kernels/grouped.py, whose forward a CUDA graph captures.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
-from collections.abc import Callable
 
 import torch
 from moecert.reference.schemes import MX_BLOCK, NVFP4_BLOCK
@@ -41,11 +39,14 @@ from .layer import MoELayer
 from .platform import Platform
 from .quant_config import QuantConfig
 
-# (prefix, local expert) -> float32 [out, in] weights of that expert
-ExpertWeight = Callable[[str, int], torch.Tensor]
-
 
 class TorchBackend(BaseBackend):
+    """The forward pass is one method per step, in the reference's order (the module
+    docstring): `route`, `quantize` (q1 and q2), `gemm1`, `activation`, `gemm2`, `combine`
+    (the top-k sum) and `write`, with the weights from `expert_weight` and the biases from
+    `bias`. A backend holding another weight layout overrides `expert_weight`
+    (kernels/xpu.py); a mutant overrides the one step it breaks (conformance/mutants/)."""
+
     name = "torch"
     version = "1"
 
@@ -65,8 +66,116 @@ class TorchBackend(BaseBackend):
 
     def forward(self, layer: MoELayer, x, topk_weights, topk_ids, out,
                 expert_num_tokens) -> None:
-        moe_forward(layer, x, topk_weights, topk_ids, out, expert_num_tokens,
-                    lambda p, e: dequantize_expert(layer, p, e))
+        """The layer's output for validated inputs into `out` (standard or batched
+        format)."""
+        if layer.problem.activation_format == "batched":
+            E, T, K = x.shape
+            counts = expert_num_tokens.to(device=x.device, dtype=torch.int64)
+            rows = self.batched_rows(layer, counts, T).nonzero().squeeze(1)
+            experts = torch.arange(E, device=x.device).repeat_interleave(T)[rows]
+            ones = torch.ones(rows.numel(), dtype=torch.float32, device=x.device)
+            y = self.routed(layer, x.view(E * T, K)[rows],
+                            torch.arange(rows.numel(), device=x.device), experts, ones)
+            flat = out.view(E * T, K)
+            flat.zero_()  # rows past each expert's count come back zero
+            flat[rows] = y.to(out.dtype)
+            return
+        x, token, local, weight = self.route(layer, x, topk_weights, topk_ids)
+        keep = local >= 0  # experts of other ranks contribute nothing
+        self.write(layer, out, self.routed(layer, x, token[keep], local[keep], weight[keep]))
+
+    def routed(self, layer: MoELayer, x: torch.Tensor, token: torch.Tensor,
+               expert: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """float32 [rows of x, K]: sum over assignments i of weight[i] * expert[i]'s output
+        for row token[i] of x (act dtype). q1 spans every row of x, q2 every assignment."""
+        P = layer.problem
+        dtype = x.dtype
+        a13 = layer.get("a13_scale") if layer.has("a13_scale") else None
+        a2 = layer.get("a2_scale") if layer.has("a2_scale") else None
+        b13, b2 = self.bias(layer, "w13_bias"), self.bias(layer, "w2_bias")
+        x32 = x.to(torch.float32)
+        xq = self.quantize(layer, x32, "w13", a13)
+
+        order = torch.argsort(expert, stable=True)
+        token, expert, weight = token[order], expert[order], weight[order]
+        counts = torch.bincount(expert, minlength=P.E).tolist()  # the loop's one host sync
+        starts = list(itertools.accumulate(counts, initial=0))
+        busy = [e for e, c in enumerate(counts) if c]
+
+        inter = torch.empty(token.numel(), P.N, dtype=dtype, device=x.device)
+        for e in busy:
+            lo, hi = starts[e], starts[e + 1]
+            h = self.gemm1(layer, xq, x32, token[lo:hi], self.expert_weight(layer, "w13", e),
+                           None if b13 is None else b13[e])
+            h = h.to(dtype).to(torch.float32)  # kernels write h in the act dtype
+            inter[lo:hi] = self.activation(layer, h).to(dtype)
+        # after every expert's GEMM1: a per-tensor dynamic scale spans all assignments
+        inter_q = self.quantize(layer, inter.to(torch.float32), "w2", a2)
+        del inter
+        parts = ((token[starts[e]:starts[e + 1]],
+                  self.gemm2(layer, inter_q[starts[e]:starts[e + 1]],
+                             self.expert_weight(layer, "w2", e), None if b2 is None else b2[e],
+                             weight[starts[e]:starts[e + 1]]))
+                 for e in busy)  # one expert's rows at a time, as combine consumes them
+        return self.combine(layer, x.shape[0], parts, dtype)
+
+    # --- the steps ----------------------------------------------------------------------------
+    def route(self, layer: MoELayer, x, topk_weights, topk_ids) -> tuple[torch.Tensor, ...]:
+        """(x, token, local expert, router weight) of the standard format's assignments
+        (`routing`)."""
+        P = layer.problem
+        expert_map = (None if P.expert_map is None else
+                      torch.tensor(P.expert_map, dtype=torch.int64, device=x.device))
+        return routing(P, x, topk_weights, topk_ids, expert_map)
+
+    def batched_rows(self, layer: MoELayer, counts: torch.Tensor, T: int) -> torch.Tensor:
+        """bool [E * T]: the rows of the batched input that hold a token."""
+        return (torch.arange(T, device=counts.device) < counts.unsqueeze(1)).flatten()
+
+    def expert_weight(self, layer: MoELayer, p: str, e: int) -> torch.Tensor:
+        """float32 [out, in] weights of linear `p` of local expert `e`."""
+        return dequantize_expert(layer, p, e)
+
+    def bias(self, layer: MoELayer, name: str) -> torch.Tensor | None:
+        return layer.get(name) if layer.has(name) else None
+
+    def quantize(self, layer: MoELayer, t: torch.Tensor, which: str,
+                 static: torch.Tensor | None) -> torch.Tensor:
+        """q1 (`which` "w13") or q2 ("w2") of float32 `t`, quantized and dequantized."""
+        quant = layer.quant
+        return quantize_activation(t, quant.activation, static, quant.mx_scale_rule,
+                                   quant.info.activation_element)
+
+    def gemm1(self, layer: MoELayer, xq: torch.Tensor, x: torch.Tensor, rows: torch.Tensor,
+              w: torch.Tensor, b13: torch.Tensor | None) -> torch.Tensor:
+        """float32 q1(x)[rows] @ W13^T + b13 (`x`: the unquantized input, for a mutant's
+        scale bug)."""
+        h = xq[rows] @ w.T
+        if b13 is not None:
+            h += b13
+        return h
+
+    def activation(self, layer: MoELayer, h: torch.Tensor) -> torch.Tensor:
+        return apply_activation(h, layer.problem.activation)
+
+    def gemm2(self, layer: MoELayer, a: torch.Tensor, w: torch.Tensor,
+              b2: torch.Tensor | None, weight: torch.Tensor) -> torch.Tensor:
+        """float32 router weight * (q2(a) @ W2^T + b2)."""
+        y = a @ w.T
+        if b2 is not None:
+            y += b2
+        return y * weight.unsqueeze(1)
+
+    def combine(self, layer: MoELayer, rows: int, parts, dtype) -> torch.Tensor:
+        """float32 [rows, K]: the sum of each (token indices, contributions) part, in
+        order (`dtype`: the act dtype, for a mutant that sums in it)."""
+        acc = torch.zeros(rows, layer.problem.K, dtype=torch.float32, device=layer.device)
+        for token, y in parts:
+            acc.index_add_(0, token, y)
+        return acc
+
+    def write(self, layer: MoELayer, out: torch.Tensor, y: torch.Tensor) -> None:
+        out.copy_(y)
 
 
 # --- one expert's weights out of the common kernel format ---------------------------------
@@ -115,36 +224,7 @@ def _dequantize_int(layer: MoELayer, p: str, e: int) -> torch.Tensor:
     return ((u - zero) * s.unsqueeze(-1)).view(n_out, n_in)
 
 
-# --- the routing loop -----------------------------------------------------------------------
-
-def moe_forward(layer: MoELayer, x: torch.Tensor, topk_weights, topk_ids, out: torch.Tensor,
-                expert_num_tokens, expert_weight: ExpertWeight) -> None:
-    """The layer's output for validated inputs into `out` (standard or batched format), with
-    weights from `expert_weight`, biases and static activation scales from the layer
-    (w13_bias, w2_bias, a13_scale, a2_scale: float32, when present)."""
-    routed = functools.partial(routed_moe, expert_weight=expert_weight)
-    P = layer.problem
-    if P.activation_format == "batched":
-        E, T, K = x.shape
-        counts = expert_num_tokens.to(device=x.device, dtype=torch.int64)
-        valid = (torch.arange(T, device=x.device) < counts.unsqueeze(1)).flatten()
-        rows = valid.nonzero().squeeze(1)
-        experts = torch.arange(E, device=x.device).repeat_interleave(T)[rows]
-        ones = torch.ones(rows.numel(), dtype=torch.float32, device=x.device)
-        y = routed(layer, x.view(E * T, K)[rows], torch.arange(rows.numel(),
-                   device=x.device), experts, ones)
-        flat = out.view(E * T, K)
-        flat.zero_()  # rows past each expert's count come back zero
-        flat[rows] = y.to(out.dtype)
-        return
-    expert_map = None
-    if P.expert_map is not None:
-        expert_map = torch.tensor(P.expert_map, dtype=torch.int64, device=x.device)
-    x, token, local, weight = routing(P, x, topk_weights, topk_ids, expert_map)
-    keep = local >= 0  # experts of other ranks contribute nothing
-    y = routed(layer, x, token[keep], local[keep], weight[keep])
-    out.copy_(y)
-
+# --- routing -------------------------------------------------------------------------------
 
 def routing(problem, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
             expert_map: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
@@ -165,46 +245,4 @@ def routing(problem, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torc
     return x, token, ids.flatten(), weights.flatten()
 
 
-def routed_moe(layer: MoELayer, x: torch.Tensor, token: torch.Tensor, expert: torch.Tensor,
-               weight: torch.Tensor, expert_weight: ExpertWeight) -> torch.Tensor:
-    """float32 [rows of x, K]: sum over assignments i of weight[i] * expert[i]'s output for
-    row token[i] of x (act dtype). q1 spans every row of x, q2 every assignment."""
-    P, quant = layer.problem, layer.quant
-    dtype = x.dtype
-    a13 = layer.get("a13_scale") if layer.has("a13_scale") else None
-    a2 = layer.get("a2_scale") if layer.has("a2_scale") else None
-    b13 = layer.get("w13_bias") if layer.has("w13_bias") else None
-    b2 = layer.get("w2_bias") if layer.has("w2_bias") else None
-    element = quant.info.activation_element
-    xq = quantize_activation(x.to(torch.float32), quant.activation, a13, quant.mx_scale_rule,
-                             element)
-
-    order = torch.argsort(expert, stable=True)
-    token, expert, weight = token[order], expert[order], weight[order]
-    counts = torch.bincount(expert, minlength=P.E).tolist()  # the loop's one host sync
-    starts = list(itertools.accumulate(counts, initial=0))
-    busy = [e for e, c in enumerate(counts) if c]
-
-    inter = torch.empty(token.numel(), P.N, dtype=dtype, device=x.device)
-    for e in busy:
-        lo, hi = starts[e], starts[e + 1]
-        h = xq[token[lo:hi]] @ expert_weight("w13", e).T
-        if b13 is not None:
-            h += b13[e]
-        h = h.to(dtype).to(torch.float32)  # kernels write h in the act dtype
-        inter[lo:hi] = apply_activation(h, P.activation).to(dtype)
-    # after every expert's GEMM1: a per-tensor dynamic scale spans all assignments
-    inter_q = quantize_activation(inter.to(torch.float32), quant.activation, a2,
-                                  quant.mx_scale_rule, element)
-    del inter
-    acc = torch.zeros(x.shape[0], P.K, dtype=torch.float32, device=x.device)
-    for e in busy:
-        lo, hi = starts[e], starts[e + 1]
-        y = inter_q[lo:hi] @ expert_weight("w2", e).T
-        if b2 is not None:
-            y += b2[e]
-        acc.index_add_(0, token[lo:hi], y * weight[lo:hi].unsqueeze(1))
-    return acc
-
-
-__all__ = ["TorchBackend", "dequantize_expert", "moe_forward", "routed_moe", "routing"]
+__all__ = ["TorchBackend", "dequantize_expert", "routing"]

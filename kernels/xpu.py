@@ -23,10 +23,9 @@ import sys
 import torch
 from moecert.reference.schemes.tensors import role_names
 
-from .base import BaseBackend
 from .errors import BackendError
 from .layer import MoELayer
-from .native import moe_forward
+from .native import TorchBackend
 from .platform import Platform
 from .protocol import ExportedLinear
 from .quant_config import QuantConfig
@@ -37,7 +36,10 @@ ACTIVATIONS = ("silu", "gelu", "swigluoai")
 HOST_BYTE_ORDER = sys.byteorder  # module constant so that tests can simulate a big-endian host
 
 
-class XpuBackend(BaseBackend):
+class XpuBackend(TorchBackend):
+    """The torch backend's forward pass over the vendor layout (`expert_weight`), where
+    the vendor kernel does not run."""
+
     name = "xpu"
     version = "1"
 
@@ -86,8 +88,10 @@ class XpuBackend(BaseBackend):
         if kernel is not None:
             _vendor_forward(kernel, layer, x, topk_weights, topk_ids, out)
             return
-        moe_forward(layer, x, topk_weights, topk_ids, out, expert_num_tokens,
-                    lambda p, e: _dequantize_expert(layer, p, e))
+        super().forward(layer, x, topk_weights, topk_ids, out, expert_num_tokens)
+
+    def expert_weight(self, layer: MoELayer, p: str, e: int) -> torch.Tensor:
+        return _dequantize_expert(layer, p, e)
 
     def canonical_weights(self, layer: MoELayer) -> dict[str, ExportedLinear]:
         out = {}

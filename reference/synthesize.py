@@ -20,18 +20,17 @@ from .layouts import write_linear
 from .layouts.common import scale_dtype
 from .problem import MoEProblem
 from .quantize import (
-    fp8_block_shape,
     nvfp4_global_scale,
     quantize_int_groups,
     quantize_mx,
     quantize_nvfp4,
     quantize_scaled,
+    weight_scale_block,
 )
 from .schemes import (
     ACT_ELEMENT_MAX,
     ACT_NVFP4,
     STATIC_INPUT_MODES,
-    STRATEGY_TENSOR,
     checkpoint_shape_issue,
     layout_of,
 )
@@ -103,10 +102,7 @@ def quantize_weights(ckpt: Checkpoint, w: torch.Tensor, gen: torch.Generator, pr
                            rec.element_rounding)
     if info.global_scale == "tensor":
         return quantize_nvfp4(w, shards if n_out % 2 == 0 else 1, rec.global_scale)
-    # fp8 producers (llm-compressor) write one scale per w1 / w3 shard
-    shards = (info.element == "e4m3" and prefix == "w13"
-              and ckpt.weight_strategy == STRATEGY_TENSOR and n_out % 2 == 0)
-    block = fp8_block_shape(ckpt.weight_strategy, n_out, n_in, shards)
+    block = weight_scale_block(ckpt, prefix, n_out, n_in)
     return quantize_scaled(w, block, info.element)
 
 

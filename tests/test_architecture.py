@@ -124,3 +124,14 @@ def test_the_reference_package_still_offers_its_public_names():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["True", "True", "True", "Checkpoint"]
+
+
+def test_the_pytest_plugin_imports_no_command_line_code_nor_a_private_name():
+    """The plugin holds hooks; what it shares with `moecert run` lives in the harness as
+    public functions (harness/option_values.py, harness/runner.py), not in conformance/cli."""
+    plugin = ROOT / "conformance" / "harness" / "plugin.py"
+    mods = list(_imports(plugin, "moecert.conformance"))
+    assert mods and not [m for m in mods if m.startswith("moecert.conformance.cli")], mods
+    private = [f"{node.module}.{a.name}" for node in ast.walk(ast.parse(plugin.read_text()))
+               if isinstance(node, ast.ImportFrom) for a in node.names if a.name.startswith("_")]
+    assert not private

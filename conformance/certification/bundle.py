@@ -35,7 +35,8 @@ from moecert.reports.schema import FAILING
 
 from ..harness.cases import Case
 from ..harness.checks import FULL, LIGHT
-from .waivers import Waiver, parse_waivers, waiver_for
+from ..harness.expectations import Expectation, Expectations
+from .waivers import parse_waivers
 
 OUTCOMES = ("pass", "unsupported", "waived", "fail", "oversize")
 CERTIFY_SUITE = "certify"
@@ -60,7 +61,7 @@ class Judgement:
     outcomes: dict[str, str]  # case id -> outcome, for the cases present
     waived: list[tuple[str, str]]  # (case id, the waivers' reasons)
     expected: int  # cases the suite holds for the backend
-    unused_waivers: list[Waiver] = field(default_factory=list)
+    unused_waivers: list[Expectation] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         c = Counter(self.outcomes.values())
@@ -77,8 +78,8 @@ def judge(records: list[dict], rows: pd.DataFrame, expected: list[Case]) -> Judg
     suite holds for its backend."""
     reasons = _record_reasons(records)
     waivers_text = records[0].get("waivers") if records else None
-    waivers = parse_waivers(waivers_text, "waivers.toml") if waivers_text else []
-    used: set[Waiver] = set()
+    waivers = (parse_waivers(waivers_text, "waivers.toml") if waivers_text
+               else Expectations([]))
     by_id = {c.case_id: c for c in expected}
     present = {str(i): g for i, g in rows.groupby("case_id", sort=True)} if len(rows) else {}
     missing = [i for i in by_id if i not in present]
@@ -110,9 +111,9 @@ def judge(records: list[dict], rows: pd.DataFrame, expected: list[Case]) -> Judg
             oversize.append((case_id, next(str(r["message"]) for r in case_rows
                                            if r["status"] == "oversize")))
         elif bad:
-            matched = [waiver_for(r, waivers) for r in bad]
-            if all(matched):
-                used.update(matched)
+            matched = [waivers.first(r) for r in bad]
+            if all(matched):  # only a case waived whole uses its waivers
+                waivers.seen(bad)
                 outcomes[case_id] = "waived"
                 waived.append((case_id, "; ".join(dict.fromkeys(w.reason for w in matched))))
             else:
@@ -135,8 +136,7 @@ def judge(records: list[dict], rows: pd.DataFrame, expected: list[Case]) -> Judg
                        "not waived)")
     if present and not any(o in ("pass", "waived") for o in outcomes.values()):
         reasons.append("the backend claims none of the suite's cases")
-    return Judgement(not reasons, reasons, outcomes, waived, len(by_id),
-                     [w for w in waivers if w not in used])
+    return Judgement(not reasons, reasons, outcomes, waived, len(by_id), waivers.unused())
 
 
 def _record_reasons(records: list[dict]) -> list[str]:

@@ -36,16 +36,20 @@ from moecert.reports import ResultsError, load, render
 from moecert.reports.report import Report
 from moecert.reports.store import run_id_of
 
-from ..cli.options import (
+from ..cli.arguments import (
+    add_execution_arguments,
+    add_model_arguments,
+    add_run_id,
+    add_shard,
+    add_suite,
+)
+from ..harness.option_values import (
     UsageError,
     check_backends,
+    device_or_default,
     import_modules,
-    run_id,
-    shard_spec,
-    suite_name,
     writable_folder,
 )
-from ..cli.run_command import add_execution_arguments, add_model_arguments
 from ..harness.runner import DEFAULT_TIMEOUT_S
 from ..harness.tolerances import DEFAULT_PATH as TOLERANCES_PATH
 from . import bundle
@@ -62,19 +66,16 @@ def add_arguments(p) -> None:
                       help="re-hash a bundle and re-judge its run: 0 certifying and intact")
     p.add_argument("--backend", metavar="NAME", help="the backend to certify (with --out)")
     p.add_argument("--waivers", metavar="FILE",
-                   help="TOML [[waiver]] entries {case_id, check, reason} "
+                   help="TOML [[waiver]] entries {case_id, checks, reason} "
                    "(conformance/certification/waivers.py)")
     add_model_arguments(p)
     add_execution_arguments(p)
-    p.add_argument("--shard", type=shard_spec, default=None, metavar="I/N",
-                   help="run shard I of N (0-based) of the suite; needs --run-id")
-    p.add_argument("--run-id", type=run_id, default=None, metavar="ID",
-                   help="the run's id: the same on every shard")
+    add_shard(p)  # needs --run-id
+    add_run_id(p)
     p.add_argument("--resume", action="store_true",
                    help="continue this folder's unfinished run (of this shard), judged whole")
     # tests and demonstrations only: another suite, and the bundle says NOT CERTIFIED for it
-    p.add_argument("--suite", default=bundle.CERTIFY_SUITE, type=suite_name,
-                   help=argparse.SUPPRESS)
+    add_suite(p, bundle.CERTIFY_SUITE, shown=False)
 
 
 def main(args) -> int:
@@ -104,7 +105,6 @@ def _only(args, mode: str) -> None:
 def certify(args) -> int:
     """Run the suite (or this shard of it) into DIR/results, record the shard, and assemble
     the bundle once every shard is there."""
-    import torch
 
     from ..cli import run_command
     from ..harness.xfail import XfailList
@@ -116,7 +116,7 @@ def certify(args) -> int:
                          "shards merge into one bundle")
     import_modules(args.imports)
     (backend,) = check_backends([args.backend])
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device_or_default(args.device)
     _check_available(backend, device)
     waivers = _waivers_text(args.waivers)
     out = writable_folder(args.out)
@@ -304,7 +304,7 @@ def _locked(folder: Path):
 
 
 def _write_bundle(folder: Path, records, rows, j: Judgement, line: str) -> None:
-    from ..cli.run_command import rerun_command
+    from ..harness.runner import rerun_command
 
     first = records[0]
     for stale in ("waivers.toml", "source.patch"):
@@ -374,7 +374,8 @@ def _certificate(line: str, manifest: dict, records: list[dict], j: Judgement) -
              "outcomes:    " + ", ".join(f"{n} {o}" for o, n in j.counts().items())]
     lines += [f"not certified because: {r}" for r in j.reasons]
     lines += [f"waived:      {c}: {r}" for c, r in j.waived]
-    lines += [f"unused waiver: {w.case_id} ({w.check}): {w.reason}" for w in j.unused_waivers]
+    lines += [f"unused waiver: {w.case_id} ({', '.join(w.checks)}): {w.reason}"
+              for w in j.unused_waivers]
     lines += ["", f"Check with: moecert certify --verify <this folder> (files: {bundle.SUMS})"]
     return "\n".join(lines) + "\n"
 

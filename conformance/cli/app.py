@@ -93,8 +93,8 @@ def print_claims(name: str, suite: str, imports: list[str]) -> int:
     from moecert.kernels import Platform, backend_names, get_backend
     from moecert.kernels.oracle import supports_reason
 
+    from ..harness.option_values import import_modules
     from ..harness.suites import build_suite
-    from .options import import_modules
 
     import_modules(imports)  # a UsageError: main prints it, exit 2
     if name not in backend_names():
@@ -161,7 +161,8 @@ def version_text() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 green, 1 a case failed (or nothing was judged), 2 a usage error."""
-    from .options import UsageError, suite_name
+    from ..harness.option_values import UsageError
+    from .arguments import add_import, add_suite
 
     parser = _Parser(prog="moecert", description=__doc__)
     parser.add_argument("--version", action="version", version=version_text())
@@ -173,9 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", metavar="NAME",
                    help="instead: what backend NAME claims of a suite, per scheme variant, "
                         "and why not the rest")
-    p.add_argument("--suite", default="smoke", type=suite_name, help="with --backend")
-    p.add_argument("--import", dest="imports", action="append", default=[],
-                   metavar="MODULE", help="import MODULE first (it may register backends)")
+    add_suite(p)  # with --backend
+    add_import(p)
     p.set_defaults(func=cmd_list)
     for name, module, text in SUBCOMMANDS:
         command = importlib.import_module(f"moecert.conformance.{module}")

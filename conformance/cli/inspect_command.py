@@ -8,6 +8,8 @@ import argparse
 
 from moecert.reference import CheckpointError, load_checkpoint
 
+from .arguments import add_import
+
 # the problem the claims are asked for: a decode-sized batch of the layer's own shape
 CLAIM_TOKENS = 16
 
@@ -15,12 +17,11 @@ CLAIM_TOKENS = 16
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", metavar="DIR", help="an HF model folder (config.json, "
                    "*.safetensors) or an HF cache repo folder")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import MODULE first (it may register backends)")
+    add_import(p)
 
 
 def main(args) -> int:
-    from .options import UsageError, import_modules
+    from ..harness.option_values import UsageError, import_modules
 
     import_modules(args.imports)
     try:

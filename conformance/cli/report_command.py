@@ -21,7 +21,8 @@ from moecert.reports import ResultsError, load, render
 from moecert.reports.frames import DEFAULT_TIME_NOISE, MIN_TIME_NOISE
 from moecert.reports.report import Report
 
-from .options import UsageError, import_modules, positive_float
+from ..harness.option_values import UsageError, import_modules, positive_float
+from .arguments import add_import
 
 
 def add_arguments(p) -> None:
@@ -37,8 +38,7 @@ def add_arguments(p) -> None:
     p.add_argument("--md", metavar="FILE", help="write Markdown (a CI job summary)")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML page")
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import MODULE first (it may register backends the suite is built for)")
+    add_import(p)
 
 
 def main(args) -> int:

@@ -4,7 +4,7 @@ passed, and at least one claimed case ran a check), 1 not green (the last line s
 usage error (one line on stderr, before anything runs).
 
 Cases can be narrowed by id: `--case-id ID` (exact, repeatable) and `-k EXPR` (substrings of
-the id with and/or/not, as pytest's -k; conformance/cli/options.py); `--list-cases` prints the
+the id with and/or/not, X; `--list-cases` prints the
 selection without running it. `--resume` continues the newest unfinished run of the same suite
 (and shard) in the results folder, and its summary and exit code cover the whole run.
 """
@@ -16,14 +16,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import torch
-
 try:
     from tqdm import tqdm
 except ImportError:  # a checkout run without installing (a GPU box's PYTHONPATH)
     tqdm = None
 
-from moecert.kernels import backend_names, get_backend
 from moecert.reference import CheckpointError
 from moecert.reports.schema import FAILING, STATUSES, case_status
 from moecert.reports.store import Journal, journal_cases, load, run_id_of, unfinished_journals
@@ -33,44 +30,47 @@ from ..harness.cases import Case
 from ..harness.checks import CHECKS
 from ..harness.context import SharedSteps
 from ..harness.execute import by_problem, new_run_id, run_case, triton_for
-from ..harness.runner import (
-    DEFAULT_TIMEOUT_S,
-    RunConfig,
-    oversize_row,
-    oversize_words,
-    run_isolated,
-)
-from ..harness.schedule import default_workers
-from ..harness.suites import SUITES, build_model_suite, build_suite, shard
-from ..harness.xfail import XfailList
-from .options import (
+from ..harness.option_values import (
     UsageError,
     case_filter,
     case_json,
     check_backends,
     check_name,
-    decoder_layer,
-    device_name,
+    device_or_default,
     import_modules,
     model_selection,
     one_line,
-    positive_seconds,
-    run_id,
-    scheme_name,
-    shard_spec,
-    suite_name,
-    worker_count,
     writable_folder,
     xfail_list,
+)
+from ..harness.runner import (
+    RunConfig,
+    available_backends,
+    oversize_row,
+    oversize_words,
+    rerun_command,
+    run_isolated,
+    write_junit,
+)
+from ..harness.schedule import default_workers
+from ..harness.suites import build_model_suite, build_suite, shard
+from ..harness.xfail import XfailList
+from .arguments import (
+    add_backends,
+    add_execution_arguments,
+    add_model_arguments,
+    add_results,
+    add_run_id,
+    add_schemes,
+    add_shard,
+    add_suite,
 )
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--suite", default="smoke", type=suite_name, help=" | ".join(SUITES))
-    p.add_argument("--backend", action="append", default=[],
-                   help="a registered backend (repeatable; default: every available one)")
-    p.add_argument("--scheme", action="append", default=[], type=scheme_name,
-                   help="repeatable; default: all")
+    add_suite(p)
+    add_backends(p)
+    add_schemes(p)
     p.add_argument("--check", action="append", default=[], type=check_name,
                    help=f"only these checks (repeatable): {', '.join(CHECKS)}")
     p.add_argument("--case-id", action="append", default=[], metavar="ID",
@@ -79,14 +79,11 @@ def add_arguments(p) -> None:
                    help="only cases whose id matches: substrings with and/or/not, as pytest -k")
     p.add_argument("--list-cases", action="store_true",
                    help="print the selected case ids and exit without running")
-    p.add_argument("--results", default="moecert-results", help="results folder")
+    add_results(p)
     add_model_arguments(p)
     add_execution_arguments(p)
-    p.add_argument("--shard", type=shard_spec, default=None, metavar="I/N",
-                   help="run shard I of N (0-based), split by case id")
-    p.add_argument("--run-id", type=run_id, default=None, metavar="ID",
-                   help="the run's id (default: a new timestamp); give every shard of a CI job "
-                        "the same one and moecert.reports.load merges them")
+    add_shard(p)
+    add_run_id(p)
     p.add_argument("--resume", action="store_true",
                    help="continue the newest unfinished run of this suite (and shard, and "
                         "--run-id) in the results folder")
@@ -99,34 +96,9 @@ def add_arguments(p) -> None:
                    help="no worker processes (faster to debug; a crash ends the run)")
 
 
-def add_model_arguments(p) -> None:
-    """The options of a run on a model folder's layers, shared by `run` and `certify`."""
-    p.add_argument("--checkpoint", metavar="DIR", default=None,
-                   help="run on the MoE layers of this model folder (HF layout): the layer "
-                        "fixes scheme and shape, the suite gives M values and seeds")
-    p.add_argument("--layer", action="append", default=[], type=decoder_layer, metavar="N",
-                   help="with --checkpoint: decoder layer N (repeatable), or all (default: "
-                        "the first MoE layer)")
-    p.add_argument("--inputs", metavar="FILE", default=None,
-                   help="with --checkpoint: hidden states, a safetensors file of [M, K] rows")
-
-
-def add_execution_arguments(p) -> None:
-    """The options of how cases run, shared by `moecert run` and `moecert certify`."""
-    p.add_argument("-n", "--workers", type=worker_count, default=1,
-                   help="worker processes, or auto (3 per 4 cores on a GPU host, 1 per core "
-                        "on a CPU)")
-    p.add_argument("--device", type=device_name, default=None,
-                   help="cpu, cuda (default: cuda if present)")
-    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
-                   help="seconds per case before its worker is killed")
-    p.add_argument("--import", dest="imports", action="append", default=[],
-                   metavar="MODULE", help="import MODULE first (it may register backends)")
-
-
 def main(args) -> int:
     import_modules(args.imports)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device_or_default(args.device)
     cases = select_cases(args, device)
     if args.list_cases:
         for case in cases:
@@ -202,10 +174,10 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
 def memory_note(cases: list[Case], config: RunConfig) -> list:
     """The cases too large for this machine's memory (schedule.oversize), said up front in
     one line; the runner records them as "oversize" without running them."""
-    from ..harness.runner import _visible_devices
+    from ..harness.runner import visible_devices
     from ..harness.schedule import budgets, oversize
 
-    visible = _visible_devices() if config.device.startswith("cuda") else []
+    visible = visible_devices() if config.device.startswith("cuda") else []
     too_big = oversize(cases, config.device, budgets(config.device, visible,
                                                      max(1, config.workers)))
     if too_big:
@@ -215,12 +187,6 @@ def memory_note(cases: list[Case], config: RunConfig) -> list:
               f"{oversize_words(config.device, need, room).removeprefix('not run: ')}",
               file=sys.stderr)
     return too_big
-
-
-def write_junit(path: str, rows, rerun: str) -> None:
-    from moecert.reports.render import junit
-
-    Path(path).write_text(junit(rows, rerun), encoding="utf-8")
 
 
 def _record(journal, xfail, rows):
@@ -271,12 +237,6 @@ def select_cases(args, device: str) -> list[Case]:
     return cases
 
 
-def available_backends(device: str) -> list[str]:
-    """Backends that can run on `device` (triton on a CPU through the interpreter)."""
-    with triton_for(device):
-        return [n for n in backend_names() if get_backend(n).available() is None]
-
-
 def backend_list(cases: list[Case]) -> str:
     """The cases' backends, each one that is not built in marked (an installed package's
     entry point, or a run-time registration, joins a default run)."""
@@ -285,21 +245,6 @@ def backend_list(cases: list[Case]) -> str:
     names = dict.fromkeys(c.backend for c in cases)
     return ", ".join(n if n in BUILTINS else f"{n} (plugin: not built in)" for n in names) \
         or "none"
-
-
-def rerun_command(device: str, imports=(), xfail: str | None = None, checks=(),
-                  timeout: float = DEFAULT_TIMEOUT_S) -> str:
-    """`moecert run` with every option that changes a case's verdict; a case's JSON follows."""
-    parts = ["moecert", "run", "--device", device]
-    for module in imports:
-        parts += ["--import", module]
-    if xfail:
-        parts += ["--xfail", xfail]
-    for check in checks or ():
-        parts += ["--check", check]
-    if timeout != DEFAULT_TIMEOUT_S:
-        parts += ["--timeout", f"{timeout:g}"]
-    return shlex.join(parts)
 
 
 def _label(args) -> str:

@@ -38,27 +38,24 @@ from moecert.reports.schema import (
     thresholds_of,
 )
 
-from ..cli.options import (
+from ..cli.arguments import add_backends, add_device, add_schemes, add_suite
+from .option_values import (
     UsageError,
     check_backends,
-    device_name,
+    device_or_default,
     positive_float,
     positive_int,
-    scheme_name,
-    suite_name,
 )
 
 SAFETY = 2.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", action="append", metavar="NAME",
-                        help="backend to run (repeatable; default: every registered one)")
-    parser.add_argument("--scheme", action="append", metavar="NAME", type=scheme_name,
-                        help="scheme to run (repeatable; default: all)")
-    parser.add_argument("--suite", type=suite_name, default="smoke")
+    add_backends(parser)
+    add_schemes(parser)
+    add_suite(parser)
     parser.add_argument("--seeds", type=positive_int, default=8, help="seeds 0..N-1 per case")
-    parser.add_argument("--device", default="cpu", type=device_name)
+    add_device(parser)
     parser.add_argument("--safety", type=positive_float, default=SAFETY,
                         help="suggested threshold = this x the measured max, 1-2-5 rounded")
     parser.add_argument("--out", metavar="PATH",
@@ -70,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args) -> int:
     """Run, summarize, print; 1 if any accuracy row failed or errored."""
+    args.device = device_or_default(args.device)
     if args.results:
         rows = _loaded_rows(args.results)
     else:
@@ -98,7 +96,7 @@ def _run(args) -> list[dict]:
     from .execute import run_case
     from .suites import build_suite
 
-    cases = build_suite(args.suite, check_backends(args.backend or []) or None, args.scheme)
+    cases = build_suite(args.suite, check_backends(args.backend) or None, args.scheme or None)
     runs = [replace(case, seed=seed) for case in cases for seed in range(args.seeds)]
     rows = []
     for i, case in enumerate(runs, 1):

@@ -49,17 +49,13 @@ from dataclasses import dataclass, replace
 
 import torch
 from moecert.reference import (
-    CanonicalLinear,
     Checkpoint,
     CheckpointError,
     MoEProblem,
-    dequantize,
 )
 from moecert.reference.activations import apply_activation
-from moecert.reference.elements import pow2, round_to
-from moecert.reference.layouts import write_linear
+from moecert.reference.elements import pow2
 from moecert.reference.moe import quantize_activation, round_to_activation_dtype
-from moecert.reference.quantize import fp8_block_shape
 from moecert.reference.schemes import (
     ACT_DYNAMIC_GROUP,
     ACT_DYNAMIC_TENSOR,
@@ -67,27 +63,21 @@ from moecert.reference.schemes import (
     ACT_ELEMENT_MAX,
     ACT_STATIC_TENSOR,
     INT8_MAX,
-    STRATEGY_TENSOR,
     checkpoint_shape_issue,
 )
-from moecert.reference.schemes.elements import ELEMENTS, INT
 from moecert.reference.schemes.tensors import input_scale_name
-from moecert.reference.synthesize import random_g_idx
+
+from .exact_audit import audit, exactness_violations
+from .exact_encoding import encode_checkpoint, lowbit
 
 INT8_DYNAMIC = (ACT_DYNAMIC_TOKEN, ACT_DYNAMIC_TENSOR)
 E4M3_DYNAMIC = (ACT_DYNAMIC_TOKEN, ACT_DYNAMIC_GROUP, ACT_DYNAMIC_TENSOR)
-GATE_FLOOR = {"silu": 32.0, "gelu": 32.0, "swigluoai": 7.0, "swigluoai-split": 7.0}
 GATE_VALUES = (32.0, 64.0)  # the largest (64) is the int8 anchor's gate
 GATE_COLUMN_VALUES = (16.0, 32.0)
 ROUTER_WEIGHTS = (1.0, 0.5, 0.25)
-FP32_BITS = 24
-# A transcendental activation computed in fp32 is within ~2^-20 of its value (GPU fast exp
-# included); its ideal value must round the same when moved by this much more.
-ACT_MARGIN = 2.0**-16
 # int8-dynamic anchors: non-anchor values stay below these many units of the anchor's 2^p
 # (127 for the gated up value, 255 for the relu2 pre-activation), with room for rounding.
 ANCHOR_BOUND = {"gated": 120.0, "relu2": 240.0}
-AUDIT_MAX_ELEMENTS = 1 << 26  # float64 weights beyond this are not re-derived (memory)
 
 
 class NotExact(Exception):
@@ -125,7 +115,7 @@ def structured_inputs(case, audit_device: torch.device | str = "cpu") -> Structu
     x = X if routing.scale is None else X / routing.scale.unsqueeze(1)  # router on input
     p_min = float(p[routing.valid].min()) if routing.valid.any() else 0.0
     w13, b13 = _design_w13(gen, layout, p_min)
-    ckpt = _checkpoint(gen, attrs, P, {"w13": w13}, {"w13_bias": b13})
+    ckpt = encode_checkpoint(gen, attrs, P, {"w13": w13}, {"w13_bias": b13})
     tensors = dict(ckpt.tensors)
     if attrs.activation == ACT_STATIC_TENSOR:
         tensors[input_scale_name(attrs, "w13")] = _input_scales(gen, P.E, X[routing.valid], attrs)
@@ -134,16 +124,15 @@ def structured_inputs(case, audit_device: torch.device | str = "cpu") -> Structu
         tensors[input_scale_name(attrs, "w2")] = _input_scales(gen, P.E, a, attrs)
     aq = _quantize(replace(ckpt, tensors=tensors), a, "w2")
     w2, b2 = _design_w2(gen, P, aq, routing.expert)
-    full = _checkpoint(gen, attrs, P, {"w2": w2}, {"w2_bias": b2})
+    full = encode_checkpoint(gen, attrs, P, {"w2": w2}, {"w2_bias": b2})
     tensors.update(full.tensors)
     if not P.bias:
         tensors = {n: t for n, t in tensors.items() if not n.endswith("_bias")}
     s = routing.structured(replace(ckpt, tensors=tensors), x.to(P.torch_dtype))
-    if _audit_size(P) <= AUDIT_MAX_ELEMENTS:
-        problems = exactness_violations(_structured_to(s, audit_device), P)
-        if problems:  # a construction bug, never a property of the backend under test
-            raise RuntimeError(f"exact tier: the structure for {case.case_id} is not exact: "
-                               + "; ".join(problems[:4]))
+    problems = audit(s, P, audit_device)
+    if problems:  # a construction bug, never a property of the backend under test
+        raise RuntimeError(f"exact tier: the structure for {case.case_id} is not exact: "
+                           + "; ".join(problems[:4]))
     return s
 
 
@@ -476,7 +465,7 @@ def _fit_expert(gen, P: MoEProblem, W, b, A, unit: int) -> None:
     bad = ~fits(y0 + b)
     if not bad.any():
         return
-    W[bad] = torch.where(_lowbit(W[bad]) != W[bad].abs(), W[bad] / 3, W[bad])
+    W[bad] = torch.where(lowbit(W[bad]) != W[bad].abs(), W[bad] / 3, W[bad])
     y0 = A @ W.T
     bad = ~fits(y0 + b)
     if bad.any() and P.bias:
@@ -502,7 +491,7 @@ def _fit_row(gen, P: MoEProblem, W, b, A, r: int, fits) -> None:
     for c in extra.tolist():
         if (W[:, c] != 0).any():
             continue  # read by another row too
-        unit = _lowbit(W).amin(1)  # each row's 2^q (inf: an empty row)
+        unit = lowbit(W).amin(1)  # each row's 2^q (inf: an empty row)
         cand = torch.stack([unit, -unit], 1).nan_to_num(posinf=0.0)  # [K, 2]
         ok = fits((A @ W.T + b).unsqueeze(2) + A[:, c, None, None] * cand) & (cand != 0)
         if not ok.any():
@@ -551,323 +540,6 @@ def _ceil_log2(v: float) -> int:
 
 
 # --- encoding into the scheme's storage --------------------------------------------------------
-
-def _checkpoint(gen, attrs: Checkpoint, P: MoEProblem, linears: dict, biases: dict
-                ) -> Checkpoint:
-    tensors = {}
-    for prefix, values in linears.items():
-        tensors.update(write_linear(_encode(gen, values, attrs, prefix), prefix, attrs,
-                                    P.torch_dtype))
-    for name, b in biases.items():
-        tensors[name] = b.to(P.torch_dtype)
-    return replace(attrs, tensors=tensors)
-
-
-def _encode(gen, V: torch.Tensor, attrs: Checkpoint, prefix: str) -> CanonicalLinear:
-    """The canonical linear holding values V [E, out, in] in `attrs`'s format: power-of-two
-    scales per scale block, codes V / scale (integers or E4M3 values), zero points filling
-    every empty column of a group."""
-    E, n_out, n_in = V.shape
-    info = attrs.info
-    if not info.quantized:
-        return CanonicalLinear(codes=V.clone(), scales=torch.ones(E, 1, 1, dtype=torch.float64),
-                               block=(n_out, n_in))
-    if info.packed:
-        return _encode_int_groups(gen, V, attrs)
-    if info.scale_block:
-        block = (1, info.scale_block)
-    else:
-        shards = (info.element == "e4m3" and prefix == "w13" and attrs.weight_strategy ==
-                  STRATEGY_TENSOR and n_out % 2 == 0)
-        block = fp8_block_shape(attrs.weight_strategy, n_out, n_in, shards)
-    element = info.element
-    codes, scales = _encode_blocks(gen, V, block, element)
-    return CanonicalLinear(codes=codes, scales=scales, block=block)
-
-
-def _lowbit(v: torch.Tensor) -> torch.Tensor:
-    """The lowest set bit 2^k of each non-zero value with <= 53 significant bits; inf for 0."""
-    low = torch.full_like(v, torch.inf, dtype=torch.float64)
-    nonzero = v != 0
-    mant, exp = torch.frexp(v[nonzero].to(torch.float64))
-    n = (mant.abs() * 2.0**53).to(torch.int64)
-    low[nonzero] = (n & -n).to(torch.float64) * pow2(exp - 53)
-    return low
-
-
-# Float elements: the range of log2(scale) - floor(log2 top) the structure draws (a choice of
-# this tier's design, not a format fact: the element's grid and largest value are its record's).
-# E4M3 codes take top / scale in [16, 128); E2M1 codes 3 * 2^q / scale in {6, 3, 1.5} (2^q in
-# {4, 2, 1}), the block's values being +-{1, 3} * 2^q of one q, so 2^q / scale >= 1/2.
-SCALE_EXP_RANGE = {"e4m3": (-6, -4), "e2m1": (-2, 0)}
-
-
-def _block_scales(gen, low: torch.Tensor, top: torch.Tensor, code_max: float, integer: bool,
-                  element: str = "e4m3") -> torch.Tensor:
-    """Power-of-two scales for blocks whose non-zeros have lowest bit `low` and largest
-    magnitude `top`: integer codes need scale <= low and top / scale <= code_max; float codes
-    take top / scale in their element's range (SCALE_EXP_RANGE). Empty blocks draw a scale near
-    1."""
-    empty = torch.isinf(low)
-    if integer:
-        ratio = torch.where(empty, 1.0, top / low)
-        if (ratio > code_max).any():
-            raise RuntimeError(f"exact tier: values span {float(ratio.max())} steps of their "
-                               f"block, more than the {code_max} codes of the format")
-        room = torch.floor(torch.log2(code_max / ratio)).clamp(0, 2)
-        shift = torch.floor(torch.rand(low.shape, generator=gen) * (room + 1))
-        s = torch.where(empty, 1.0, low) * pow2(-shift)
-    else:
-        ex = torch.frexp(torch.where(empty, 1.0, top))[1] - 1
-        lo, hi = SCALE_EXP_RANGE[element]
-        s = pow2(ex + torch.randint(lo, hi + 1, low.shape, generator=gen))
-    wild = pow2(torch.randint(-3, 2, low.shape, generator=gen))
-    return torch.where(empty, wild, s)
-
-
-def _encode_blocks(gen, V: torch.Tensor, block: tuple[int, int], element: str):
-    """(codes, scales [E, R, C]) for one scale per (rows x cols) block of V."""
-    E, n_out, n_in = V.shape
-    rows, cols = block
-    R, C = -(-n_out // rows), -(-n_in // cols)
-    pad = torch.nn.functional.pad(V, (0, C * cols - n_in, 0, R * rows - n_out))
-    blocks = pad.view(E, R, rows, C, cols)
-    low = _lowbit(blocks).amin(dim=(2, 4))
-    top = blocks.abs().amax(dim=(2, 4))
-    el = ELEMENTS[element]
-    integer = el.kind == INT
-    s = _block_scales(gen, low, top, el.max, integer, element)
-    full = s.repeat_interleave(rows, 1)[:, :n_out].repeat_interleave(cols, 2)[:, :, :n_in]
-    codes = V / full
-    if integer:
-        _expect_codes((codes == torch.round(codes)) & (codes.abs() <= el.max),
-                      f"{element} codes")
-        codes = codes.to(torch.int32)
-    else:
-        _expect_codes((round_to(codes, el) == codes) & (codes.abs() <= el.max),
-                      f"{element.upper()} codes")
-    return codes, s
-
-
-def _encode_int_groups(gen, V: torch.Tensor, attrs: Checkpoint) -> CanonicalLinear:
-    """GPTQ / AWQ / compressed-tensors: scales and zero points per (row, group), groups by
-    k // g or by a random act-order g_idx."""
-    E, n_out, n_in = V.shape
-    bits = attrs.info.weight_bits
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    cols = n_in if attrs.group_size == -1 else attrs.group_size
-    G = n_in // cols
-    g_idx = random_g_idx(gen, E, n_in, attrs.group_size) if attrs.act_order else None
-    groups = (torch.arange(n_in) // cols).expand(E, n_in) if g_idx is None else g_idx
-    index = groups.unsqueeze(1).expand(E, n_out, n_in)
-    init = torch.full((E, n_out, G), torch.inf, dtype=torch.float64)
-    low = init.scatter_reduce(2, index, _lowbit(V), "amin")
-    top = torch.zeros(E, n_out, G, dtype=torch.float64).scatter_reduce(2, index, V.abs(), "amax")
-    s = _block_scales(gen, low, top, float(hi), integer=True)
-    codes = V / torch.gather(s, 2, index)
-    _expect_codes((codes == torch.round(codes)) & (codes.abs() <= hi), f"int{bits} codes")
-    codes = codes.to(torch.int32)
-    zeros = None
-    if not attrs.sym:
-        cmin = torch.zeros(E, n_out, G, dtype=torch.int32).scatter_reduce(2, index, codes, "amin")
-        cmax = torch.zeros(E, n_out, G, dtype=torch.int32).scatter_reduce(2, index, codes, "amax")
-        # GPTQ v1 stores z - 1: the true (unsigned) zero must be >= 1
-        zmin = lo - attrs.record.stored_zero_offset
-        z_lo, z_hi = torch.clamp(lo - cmin, min=zmin), hi - cmax
-        span = (z_hi - z_lo + 1).to(torch.float64)
-        zeros = z_lo + torch.floor(torch.rand(span.shape, generator=gen) * span).to(torch.int32)
-        codes = codes + torch.gather(zeros, 2, index)
-    return CanonicalLinear(codes=codes, scales=s, block=(1, cols), zeros=zeros, g_idx=g_idx)
-
-
-def _expect_codes(ok: torch.Tensor, what: str) -> None:
-    if not bool(ok.all()):
-        raise RuntimeError(f"exact tier: {int((~ok).sum())} weights are not {what} of their "
-                           "power-of-two scale")
-
-
-# --- the audit ------------------------------------------------------------------------------
-
-def _structured_to(s: Structured, device) -> Structured:
-    def move(t):
-        return None if t is None else t.to(device)
-    return Structured(s.checkpoint.to(device), move(s.x), move(s.topk_weights),
-                      move(s.topk_ids), move(s.expert_num_tokens))
-
-
-def _audit_size(P: MoEProblem) -> int:
-    return P.E * (P.w13_rows * P.K + P.K * P.N)
-
-
-def exactness_violations(s: Structured, problem: MoEProblem) -> list[str]:
-    """Every condition under which all correct backends agree bit for bit, re-derived from the
-    checkpoint's packed tensors (through the reference's dequantization) and the inputs; the
-    list of those that fail (empty: the structure is exact).
-
-    Sums: every GEMM output's terms (products and bias), the routed sum's terms (r * y) are
-    fp32 values on a common grid whose total stays below 2^24 grid steps, so any order sums
-    them exactly. Quantization units: int8 dynamic amax = 127 * 2^p, static scales powers of
-    two. Activations: gates in the exact regime, ideal outputs robust to a 2^-16 relative
-    error before rounding; relu2's h^2 exact in fp32."""
-    P, ckpt = problem, s.checkpoint
-    W = dequantize(ckpt)
-    out: list[str] = []
-    X, token, expert, weight, units = _audit_inputs(s, P, out)
-    _check_units(ckpt, X[units], "q1 input", out)
-    xq = torch.zeros_like(X)
-    if units.any():
-        xq[units] = quantize_activation(ckpt, X[units], "w13")
-    h = _checked_gemm(xq[token], W["w13"], expert, W.get("w13_bias"), "GEMM1", out)
-    hr = round_to_activation_dtype(h, P)
-    a = _checked_activation(hr, P, out)
-    _check_units(ckpt, a, "q2 input", out)
-    aq = quantize_activation(ckpt, a, "w2") if a.numel() else a
-    y = _checked_gemm(aq, W["w2"], expert, W.get("w2_bias"), "GEMM2", out)
-    _check_activation_dtype(y, P, "expert output (GEMM2 + bias)", out)
-    routed = weight.unsqueeze(1) * y
-    _check_fp32(routed, "router weight * expert output", out)
-    rows = s.x.shape[0] if P.activation_format == "standard" else X.shape[0]
-    terms = torch.zeros(rows, max(1, int(torch.bincount(token, minlength=1).max()) if
-                                  token.numel() else 1), P.K, dtype=torch.float64,
-                        device=X.device)
-    slot = _slot_of(token.cpu()).to(X.device)
-    terms[token, slot] = routed
-    _check_sum(terms.transpose(1, 2), "routed sum", out)
-    return out
-
-
-def _slot_of(token: torch.Tensor) -> torch.Tensor:
-    """Position of each assignment among those of its token."""
-    slot = torch.zeros_like(token)
-    seen: dict[int, int] = {}
-    for i, t in enumerate(token.tolist()):
-        slot[i] = seen.get(t, 0)
-        seen[t] = slot[i].item() + 1
-    return slot
-
-
-def _audit_inputs(s: Structured, P: MoEProblem, out: list[str]):
-    """(q1 input X [rows, K] float64, token, local expert, router weight per kept assignment,
-    rows the reference quantizes)."""
-    if P.activation_format == "batched":
-        E, T, K = s.x.shape
-        X = s.x.to(torch.float64).reshape(E * T, K)
-        valid = (torch.arange(T, device=X.device)
-                 < s.expert_num_tokens.to(torch.int64).unsqueeze(1)).flatten()
-        rows = torch.arange(E * T, device=X.device)[valid]
-        return X, rows, rows // T, X.new_ones(rows.numel()), valid
-    X = s.x.to(torch.float64)
-    r = s.topk_weights.to(torch.float64)
-    if P.apply_router_weight_on_input:
-        _check_fp32(X * r, "x * router weight", out)
-        X, r = round_to_activation_dtype(X * r, P), torch.ones_like(r)
-    ids = s.topk_ids.to(torch.int64)
-    if P.expert_map is not None:
-        ids = torch.tensor(P.expert_map, dtype=torch.int64, device=ids.device)[ids]
-    token = torch.arange(P.M, device=X.device).repeat_interleave(P.topk)
-    local, weight = ids.flatten(), r.flatten()
-    keep = local >= 0
-    return X, token[keep], local[keep], weight[keep], torch.ones(P.M, dtype=torch.bool,
-                                                                   device=X.device)
-
-
-def _checked_gemm(inp, W, expert, bias, what, out) -> torch.Tensor:
-    """inp [A, in] times the expert's W [out, in] plus bias, with every term checked. Zero
-    weights contribute exact zeros and are left out: terms [A, out, non-zeros (+ bias)]."""
-    nonzero = W != 0
-    nnz = max(1, int(nonzero.sum(-1).max())) if W.numel() else 1
-    cols = torch.topk(nonzero.to(torch.int8), nnz, dim=-1, sorted=False).indices
-    values = torch.gather(W, 2, cols)  # [E, out, nnz], zeros where a row has fewer
-    A = inp.shape[0]
-    terms = inp[torch.arange(A, device=inp.device).view(A, 1, 1), cols[expert]] * values[expert]
-    if bias is not None:
-        terms = torch.cat([terms, bias[expert].unsqueeze(2)], dim=2)
-    _check_fp32(terms, f"{what} products", out)
-    _check_sum(terms, f"{what} sums", out)
-    return terms.sum(2)
-
-
-def _check_fp32(t: torch.Tensor, what: str, out: list[str]) -> None:
-    bad = t.to(torch.float32).to(torch.float64) != t
-    if bad.any():
-        i = tuple(bad.nonzero()[0].tolist())
-        out.append(f"{what}: {int(bad.sum())} values not exact in fp32 (e.g. {t[i].item()!r} "
-                   f"at {list(i)})")
-
-
-def _check_activation_dtype(t: torch.Tensor, P: MoEProblem, what: str, out: list[str]) -> None:
-    """Values a backend may round to the activation dtype (vLLM's fused MoE keeps each
-    assignment's output in a bf16/fp16 cache before the top-k sum): that rounding must not
-    change them."""
-    bad = round_to_activation_dtype(t, P) != t
-    if bad.any():
-        i = tuple(bad.nonzero()[0].tolist())
-        out.append(f"{what}: {int(bad.sum())} values not exact in the activation dtype "
-                   f"{P.dtype} (e.g. {t[i].item()!r} at {list(i)})")
-
-
-def _check_sum(terms: torch.Tensor, what: str, out: list[str]) -> None:
-    """terms [..., n]: every partial sum, in any order, exact in fp32."""
-    if terms.numel() == 0:
-        return
-    unit = _lowbit(terms).amin(-1)
-    total = terms.abs().sum(-1)
-    bad = torch.isfinite(unit) & (total / torch.where(torch.isfinite(unit), unit, 1.0)
-                                  >= 2.0**FP32_BITS)
-    if bad.any():
-        out.append(f"{what}: {int(bad.sum())} outputs whose terms span more than 2^24 steps")
-
-
-def _checked_activation(hr: torch.Tensor, P: MoEProblem, out: list[str]) -> torch.Tensor:
-    if not torch.isfinite(hr).all():
-        out.append("GEMM1 output overflows the activation dtype")
-    ideal = apply_activation(hr, P.activation)
-    if P.activation == "relu2":
-        _check_fp32(ideal, "relu2 h^2", out)
-    else:
-        gate = hr[..., 0::2] if P.activation == "swigluoai" else hr[..., : P.N]
-        floor = GATE_FLOOR[P.activation]
-        bad = (gate != 0) & (gate < floor)
-        if bad.any():
-            out.append(f"{int(bad.sum())} gates outside {{0}} u [{floor}, inf) "
-                       f"(e.g. {gate[bad][0].item()})")
-        r = round_to_activation_dtype(ideal, P)
-        for f in (1 + ACT_MARGIN, 1 - ACT_MARGIN):
-            moved = round_to_activation_dtype(ideal * f, P) != r
-            if moved.any():
-                out.append(f"{int(moved.sum())} activation outputs within 2^-16 of a rounding "
-                           f"boundary (e.g. {ideal[moved][0].item()!r})")
-                break
-    a = round_to_activation_dtype(ideal, P)
-    if not torch.isfinite(a).all():
-        out.append("activation output overflows the activation dtype")
-    return a
-
-
-def _check_units(ckpt: Checkpoint, t: torch.Tensor, what: str, out: list[str]) -> None:
-    """int8 quantization units whose scale is not exact in fp32."""
-    mode = ckpt.activation
-    if mode == ACT_DYNAMIC_TOKEN:
-        amax = t.abs().amax(-1) if t.numel() else t.new_zeros(0)
-    elif mode == ACT_DYNAMIC_TENSOR:
-        amax = t.abs().amax().reshape(1) if t.numel() else t.new_zeros(0)
-    elif mode == ACT_STATIC_TENSOR:
-        name = input_scale_name(ckpt, "w13" if what.startswith("q1") else "w2")
-        scale = ckpt.tensors[name].to(torch.float64).max()
-        if not _is_pow2(scale.reshape(1)).all():
-            out.append(f"{name} max {scale.item()} is not a power of two")
-        return
-    else:
-        return
-    bad = (amax != 0) & ~_is_pow2(amax / INT8_MAX)
-    if bad.any():
-        out.append(f"{what}: {int(bad.sum())} int8 units whose amax is not 127 * 2^p "
-                   f"(e.g. {amax[bad][0].item()})")
-
-
-def _is_pow2(v: torch.Tensor) -> torch.Tensor:
-    mant = torch.frexp(v.to(torch.float64))[0]
-    return mant.abs() == 0.5
 
 
 __all__ = ["NotExact", "Structured", "exactness_violations", "structured_inputs",

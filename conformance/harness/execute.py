@@ -41,8 +41,8 @@ def iter_case(case: Case, device: str, checks=None, run_id: str = "", table=None
         run = CaseRun(case, device, table, shared)
         names = checks_for(run, tuple(checks) if checks else None)
     except Exception as e:
-        yield _row(case, device, run_id, "setup", Outcome("error", f"{type(e).__name__}: {e}"),
-                   None, 0.0)
+        yield result_row(case, device, run_id, "setup",
+                         Outcome("error", f"{type(e).__name__}: {e}"), None, 0.0)
         return
     cuda = torch.device(device).type == "cuda"
     for name in names:
@@ -53,7 +53,7 @@ def iter_case(case: Case, device: str, checks=None, run_id: str = "", table=None
                 torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
         outcome = run_check(name, run)
-        row = _row(case, device, run_id, name, outcome, run, time.perf_counter() - start)
+        row = result_row(case, device, run_id, name, outcome, run, time.perf_counter() - start)
         if cuda:
             with contextlib.suppress(RuntimeError):
                 row["device_peak_bytes"] = float(torch.cuda.max_memory_reserved())
@@ -106,7 +106,7 @@ def triton_for(device: str):
         os.environ.pop("TRITON_INTERPRET", None)
 
 
-def _row(case: Case, device: str, run_id: str, check: str, outcome: Outcome,
+def result_row(case: Case, device: str, run_id: str, check: str, outcome: Outcome,
          run: CaseRun | None, duration: float) -> dict:
     row = {"run_id": run_id, "case_id": case.case_id, "problem_id": problem_id(case.case_id),
            "backend": case.backend,

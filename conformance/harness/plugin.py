@@ -28,7 +28,18 @@ from dataclasses import dataclass
 
 import pytest
 
-from ..cli import options
+from .option_values import (
+    UsageError,
+    check_backends,
+    check_name,
+    device_or_default,
+    import_modules,
+    positive_seconds,
+    scheme_name,
+    shard_spec,
+    suite_name,
+    xfail_list,
+)
 
 # Recorded on every case's test report (xdist forwards them to the controller, JUnit shows
 # them as properties): the controller counts claimed cases from these.
@@ -114,24 +125,24 @@ def _settings(config) -> Settings:
     from .runner import DEFAULT_TIMEOUT_S
 
     imports = _checked(config, "--moecert-import",
-                       lambda modules: options.import_modules(modules, "cannot import"))
-    device = _checked(config, "--moecert-device", _device)
+                       lambda modules: import_modules(modules, "cannot import"))
+    device = _checked(config, "--moecert-device", device_or_default)
     backends = tuple(_checked(config, "--moecert-backend",
-                              options.check_backends))
+                              check_backends))
     timeout = _checked(config, "--moecert-timeout",
-                       lambda t: DEFAULT_TIMEOUT_S if t is None else options.positive_seconds(t))
+                       lambda t: DEFAULT_TIMEOUT_S if t is None else positive_seconds(t))
     xfail_path = config.getoption("--moecert-xfail")
-    xfail = _checked(config, "--moecert-xfail", lambda p: options.xfail_list(p, "file"))
+    xfail = _checked(config, "--moecert-xfail", lambda p: xfail_list(p, "file"))
     if config.getoption("--moecert-junit") and not config.getoption("--moecert-results"):
         raise pytest.UsageError("--moecert-junit: needs --moecert-results DIR (the rows it "
                                 "renders)")
-    settings = Settings(_checked(config, "--moecert-suite", options.suite_name), backends,
+    settings = Settings(_checked(config, "--moecert-suite", suite_name), backends,
                         _checked(config, "--moecert-scheme",
-                                 lambda names: [options.scheme_name(n) for n in names] or None),
+                                 lambda names: [scheme_name(n) for n in names] or None),
                         _checked(config, "--moecert-check",
-                                 lambda names: [options.check_name(n) for n in names] or None),
+                                 lambda names: [check_name(n) for n in names] or None),
                         _checked(config, "--moecert-shard",
-                                 lambda text: text and options.shard_spec(text)), device, timeout,
+                                 lambda text: text and shard_spec(text)), device, timeout,
                         config.getoption("moecert_isolate"), imports, xfail_path, xfail)
     config.stash[_settings_key] = settings
     return settings
@@ -141,27 +152,18 @@ def _checked(config, flag: str, check):
     """`check` of the option's value; its UsageError as pytest's, one line naming the flag."""
     try:
         return check(config.getoption(flag))
-    except options.UsageError as e:
+    except UsageError as e:
         raise pytest.UsageError(f"{flag}: {e}") from None
 
 
 def _pin_worker_gpu(index: int) -> None:
     """One GPU per xdist worker, indexing into the caller's CUDA_VISIBLE_DEVICES. Runs before
     CUDA is initialized (torch reads the variable at first use)."""
-    from .runner import _visible_devices
+    from .runner import visible_devices
 
-    visible = _visible_devices()
+    visible = visible_devices()
     if len(visible) > 1:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible[index % len(visible)]
-
-
-def _device(name: str | None) -> str:
-    """The named device, if this machine has it, else cuda where there is one, else cpu."""
-    import torch
-
-    if name:
-        return options.device_name(name)
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def pytest_generate_tests(metafunc):
@@ -170,7 +172,7 @@ def pytest_generate_tests(metafunc):
     from .suites import build_suite, shard
 
     s = _settings(metafunc.config)
-    from ..cli.run_command import available_backends
+    from .runner import available_backends
 
     cases = build_suite(s.suite, list(s.backends) or available_backends(s.device), s.schemes)
     if s.shard:
@@ -218,15 +220,15 @@ def moecert_session(request):
 
 def _budgets(device: str) -> list:
     """This process's memory budget (schedule.budgets): a case above it is not run."""
-    from .runner import _visible_devices
+    from .runner import visible_devices
     from .schedule import budgets
 
-    return budgets(device, _visible_devices()[:1] if device.startswith("cuda") else [], 1)
+    return budgets(device, visible_devices()[:1] if device.startswith("cuda") else [], 1)
 
 
 def rerun_prefix(s: Settings) -> str:
     """`moecert run` with the session's options that change a verdict; a case's JSON follows."""
-    from ..cli.run_command import rerun_command
+    from .runner import rerun_command
 
     return rerun_command(s.device, s.imports, s.xfail_path, s.checks, s.timeout_s)
 
@@ -235,10 +237,10 @@ def write_junit(config) -> None:
     """The session's rows (its run: the newest in the results folder) as JUnit XML."""
     from moecert.reports import load
 
-    from ..cli.run_command import write_junit as write
+    from .runner import write_junit
 
-    write(config.getoption("--moecert-junit"), load(config.getoption("--moecert-results")),
-          rerun_prefix(_settings(config)))
+    write_junit(config.getoption("--moecert-junit"), load(config.getoption("--moecert-results")),
+                rerun_prefix(_settings(config)))
 
 
 def run_and_assert(case, session, properties: list | None = None) -> list[dict]:

@@ -1,13 +1,13 @@
 """The runner: cases through worker processes, rows to disk as they finish.
 
-Each of `workers` threads holds one worker process (conformance/harness/worker.py) and feeds it the
-problems the work pool hands it (conformance/harness/schedule.py: model-size ones first, against a
-memory budget per GPU; small ones by kernel family, with affinity). A backend that raises or
-returns NaN costs its own rows (the worker catches it); one that kills the process, hangs past
-the timeout, or leaves a CUDA error behind costs that case: the parent records "crash" or
-"timeout" on the check in flight, starts a fresh worker, and goes on. On several GPUs worker i
-is pinned to visible device i (mod count) through CUDA_VISIBLE_DEVICES before it starts, so it
-never initializes another device.
+Each of `workers` threads holds one worker process (conformance/harness/worker.py) and feeds it
+the problems the work pool hands it (conformance/harness/schedule.py: model-size ones first,
+against a memory budget per GPU; small ones by kernel specialization, with affinity). A backend
+that raises or returns NaN costs its own rows (the worker catches it); one that kills the
+process, hangs past the timeout, or leaves a CUDA error behind costs that case: the parent
+records "crash" or "timeout" on the check in flight, starts a fresh worker, and goes on. On
+several GPUs worker i is pinned to visible device i (mod count) through CUDA_VISIBLE_DEVICES
+before it starts, so it never initializes another device.
 """
 
 from __future__ import annotations
@@ -15,18 +15,21 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shlex
 import subprocess
 import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from moecert.kernels import backend_names, get_backend
 from moecert.reports.store import Journal
 
 from .cases import Case
 from .checks import Outcome
-from .execute import _row
+from .execute import result_row, triton_for
 from .memory import death_words, gb, oom_kills
 from .schedule import WorkPool, budgets, case_need, oversize
 from .xfail import XfailList
@@ -63,13 +66,12 @@ class Worker:
         # 119 ms with 2 threads per worker on 2 cores, 8 us with 1)
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1)
                                                   // max(1, config.workers))))
-        visible = _visible_devices() if config.device.startswith("cuda") else []
+        visible = visible_devices() if config.device.startswith("cuda") else []
         if visible:
             env["CUDA_VISIBLE_DEVICES"] = visible[slot % len(visible)]
-        cmd = [sys.executable, "-m", "moecert.conformance.harness.worker",
-               "--device", config.device, "--run-id", config.run_id]
-        for module in config.imports:
-            cmd += ["--import", module]
+        settings = {"device": config.device, "run_id": config.run_id,
+                    "imports": list(config.imports)}
+        cmd = [sys.executable, "-m", "moecert.conformance.harness.worker", json.dumps(settings)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, env=env,
                                      start_new_session=True)
@@ -114,7 +116,7 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
                  on_case=None) -> None:
     """Run `cases` in worker processes; every row goes to `journal` as it arrives;
     `on_case(case, rows)` is called when a case is finished (progress, summary)."""
-    visible = _visible_devices() if config.device.startswith("cuda") else []
+    visible = visible_devices() if config.device.startswith("cuda") else []
     gpus = budgets(config.device, visible, max(1, config.workers))
     lock = threading.Lock()
 
@@ -153,8 +155,8 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
 
 def oversize_row(case: Case, config: RunConfig, need: int, room: int) -> dict:
     """The one row of a case not run because it needs more memory than the machine has."""
-    return _row(case, config.device, config.run_id, "setup",
-                Outcome("oversize", oversize_words(config.device, need, room)), None, 0.0)
+    return result_row(case, config.device, config.run_id, "setup",
+                      Outcome("oversize", oversize_words(config.device, need, room)), None, 0.0)
 
 
 def oversize_words(device: str, need: int, room: int) -> str:
@@ -225,14 +227,15 @@ def _run_one(worker: Worker, case: Case, config: RunConfig) -> tuple[list[dict],
 def _lost(case, config, status, check, worker, why) -> dict:
     tail = "\n".join(list(worker.stderr)[-8:])
     message = f"{why} during check {check}" + (f"; stderr tail:\n{tail}" if tail else "")
-    return _row(case, config.device, config.run_id, check, Outcome(status, message), None, 0.0)
+    return result_row(case, config.device, config.run_id, check, Outcome(status, message),
+                      None, 0.0)
 
 
 def _any_error(rows: list[dict]) -> bool:
     return any(r["status"] == "error" for r in rows)
 
 
-def _visible_devices() -> list[str]:
+def visible_devices() -> list[str]:
     """The caller's visible GPUs (indices or UUIDs), as CUDA_VISIBLE_DEVICES names them."""
     named = os.environ.get("CUDA_VISIBLE_DEVICES")
     if named is not None:
@@ -246,3 +249,32 @@ def _visible_devices() -> list[str]:
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "oversize_row", "oversize_words",
            "run_isolated"]
+
+
+# --- shared by `moecert run` and the pytest plugin ----------------------------------------
+
+def write_junit(path: str, rows, rerun: str) -> None:
+    from moecert.reports.render import junit
+
+    Path(path).write_text(junit(rows, rerun), encoding="utf-8")
+
+
+def available_backends(device: str) -> list[str]:
+    """Backends that can run on `device` (triton on a CPU through the interpreter)."""
+    with triton_for(device):
+        return [n for n in backend_names() if get_backend(n).available() is None]
+
+
+def rerun_command(device: str, imports=(), xfail: str | None = None, checks=(),
+                  timeout: float = DEFAULT_TIMEOUT_S) -> str:
+    """`moecert run` with every option that changes a case's verdict; a case's JSON follows."""
+    parts = ["moecert", "run", "--device", device]
+    for module in imports:
+        parts += ["--import", module]
+    if xfail:
+        parts += ["--xfail", xfail]
+    for check in checks or ():
+        parts += ["--check", check]
+    if timeout != DEFAULT_TIMEOUT_S:
+        parts += ["--timeout", f"{timeout:g}"]
+    return shlex.join(parts)

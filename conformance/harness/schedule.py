@@ -8,14 +8,15 @@ checkpoint, reference and exact structure (context.SharedSteps). Across problems
   (`GpuBudget`), not exclusivity: small problems keep the other workers busy beside a model
   layer, and on an H200 two int4 DeepSeek-V3 layers run side by side. A worker whose GPU has no
   room for any waiting model-size problem takes a small one instead.
-- Small problems by kernel family (`family`), with affinity: a worker goes on with a family it
-  has run while that family has problems left, else starts the family nobody has started
-  with the most work (`work`), else helps with the family that has most work left; within a
-  family the largest problem goes first. A Triton kernel specialization costs each process
-  that calls it a compile (cold cache) or a load (warm) on its first call; with affinity each
-  is paid by about one worker instead of all of them, and concurrent workers do not compile
-  the same kernel at once. Measured before affinity (certify, two H200s, 24 workers): the
-  triton backend's first-call check (`claims`) took 994 s of check time against torch's 85 s.
+- Small problems by kernel specialization (`specialization`), with affinity: a worker goes on
+  with a specialization it has run while that one has problems left, else starts the one nobody
+  has started with the most work (`work`), else helps with the one that has most work left;
+  within a specialization the largest problem goes first. A Triton kernel specialization
+  costs each process that calls it a compile (cold cache) or a load (warm) on its first call;
+  with affinity each is paid by about one worker instead of all of them, and concurrent
+  workers do not compile the same kernel at once. Measured before affinity (certify, two
+  H200s, 24 workers): the triton backend's first-call check (`claims`) took 994 s of check
+  time against torch's 85 s.
 
 On several GPUs each worker is pinned to one (runner.Worker) and draws on that GPU's budget.
 """
@@ -94,7 +95,7 @@ def oversize(cases: list[Case], device: str, gpus: list[GpuBudget]
     return [(c, need, room) for c, need in needs if need > room * USABLE_FRACTION]
 
 
-def family(case: Case) -> tuple:
+def specialization(case: Case) -> tuple:
     """What selects a kernel specialization: the scheme and its options, the activation dtype,
     function and bias (not the shape or seed)."""
     P = case.problem
@@ -110,26 +111,26 @@ def work(group: list[Case]) -> int:
     return weights(group[0]) * len(group)
 
 
-class FamilyQueue:
-    """Small problems by kernel family, handed out with affinity to the worker that asks;
-    the most work first: within a family the largest problem first, and a worker that starts
-    or helps with a family takes the one with the most work left, so that the run does not
-    end on a long family that few workers hold (the FP4 families on triton were such a tail:
-    docs/speed.md)."""
+class SpecializationQueue:
+    """Small problems by kernel specialization, handed out with affinity to the worker that
+    asks; the most work first: within a specialization the largest problem first, and a worker
+    that starts or helps with one takes the one with the most work left, so that the run does
+    not end on a long specialization that few workers hold (the FP4 ones on triton were such a
+    tail: docs/speed.md)."""
 
     def __init__(self, groups: list[list[Case]]):
-        self.families: dict[tuple, deque] = {}
+        self.queues: dict[tuple, deque] = {}
         for group in sorted(groups, key=work, reverse=True):
-            self.families.setdefault(family(group[0]), deque()).append(group)
-        self.left = {f: sum(map(work, q)) for f, q in self.families.items()}
+            self.queues.setdefault(specialization(group[0]), deque()).append(group)
+        self.left = {f: sum(map(work, q)) for f, q in self.queues.items()}
         self.started: set[tuple] = set()
         self.seen: dict[int, set[tuple]] = {}
 
     def __bool__(self) -> bool:
-        return any(self.families.values())
+        return any(self.queues.values())
 
     def pop(self, worker: int) -> list[Case]:
-        left = {f: q for f, q in self.families.items() if q}
+        left = {f: q for f, q in self.queues.items() if q}
         mine = self.seen.setdefault(worker, set())
         most = sorted(left, key=lambda f: -self.left[f])  # stable: ties in suite order
         pick = (next((f for f in most if f in mine), None)
@@ -137,7 +138,7 @@ class FamilyQueue:
                 or most[0])
         mine.add(pick)
         self.started.add(pick)
-        group = self.families[pick].popleft()
+        group = self.queues[pick].popleft()
         self.left[pick] -= work(group)
         return group
 
@@ -177,7 +178,7 @@ class WorkPool:
         big = [g for g in groups if model_size(g[0])]
         self.need = need
         self.big = sorted(big, key=lambda g: -need(g[0]))
-        self.small = FamilyQueue([g for g in groups if not model_size(g[0])])
+        self.small = SpecializationQueue([g for g in groups if not model_size(g[0])])
         self.gpus = gpus
         self._cond = threading.Condition()
 
@@ -242,5 +243,16 @@ def default_workers(device: str) -> int:
     return max(1, cores * 3 // 4) if device.startswith("cuda") else cores
 
 
-__all__ = ["FamilyQueue", "GpuBudget", "WorkPool", "budgets", "case_need", "default_workers",
-           "device_need", "family", "model_size", "oversize", "work"]
+__all__ = [
+    "GpuBudget",
+    "SpecializationQueue",
+    "WorkPool",
+    "budgets",
+    "case_need",
+    "default_workers",
+    "device_need",
+    "model_size",
+    "oversize",
+    "specialization",
+    "work",
+]

@@ -34,8 +34,7 @@ from pathlib import Path
 
 import torch
 from moecert.reference.schemes import SCHEMES
-from moecert.reports.schema import BANDS, FLOORS, MODEL_SHAPE_WEIGHTS
-from moecert.reports.schema import GATED as METRICS
+from moecert.reports.schema import BANDS, FLOORS, GATED, MODEL_SHAPE_WEIGHTS
 from moecert.reports.schema import shape_class as _shape_class
 
 from .metrics import error_metrics
@@ -181,14 +180,14 @@ def _entry(raw: dict, where: str) -> Tolerance:
         atol, rtol = float(raw.pop("atol")), float(raw.pop("rtol"))
     except KeyError as e:
         raise ValueError(f"{where}: {e.args[0]} is required") from None
-    unknown = set(raw) - set(METRICS)
+    unknown = set(raw) - set(GATED)
     if unknown:
-        raise ValueError(f"{where}: unknown fields {sorted(unknown)}; metrics: {METRICS}")
-    missing = set(METRICS) - set(raw)
+        raise ValueError(f"{where}: unknown fields {sorted(unknown)}; metrics: {GATED}")
+    missing = set(GATED) - set(raw)
     if missing:
         raise ValueError(f"{where}: every metric needs a threshold; missing {sorted(missing)}")
     thresholds = {}
-    for name in METRICS:
+    for name in GATED:
         value = raw[name]
         if name in BANDS:
             lo, hi = (float(v) for v in value)

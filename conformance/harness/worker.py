@@ -2,6 +2,9 @@
 one message per event on its protocol stream, so the parent knows which check was in flight
 when a backend kills the process.
 
+    python -m moecert.conformance.harness.worker '{"device": "cpu", "run_id": "...",
+                                                   "imports": ["module", ...]}'
+
     parent -> worker   {"case": <Case JSON>, "checks": [...] | null}
     worker -> parent   {"ready": <pid>} once started, then per case
                        {"start": "<check>"}  {"row": {...}}  {"done": "<case id>"}
@@ -12,7 +15,6 @@ stdout that nothing else writes to.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import os
@@ -20,11 +22,11 @@ import sys
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moecert.conformance.harness.worker")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--run-id", default="")
-    parser.add_argument("--import", dest="imports", action="append", default=[])
-    args = parser.parse_args(argv)
+    """`argv`: one argument, the runner's settings as JSON (the runner is its only caller:
+    no command line of its own to declare)."""
+    (text,) = sys.argv[1:] if argv is None else argv
+    settings = json.loads(text)
+    device, run_id = settings["device"], settings["run_id"]
 
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr
@@ -32,7 +34,7 @@ def main(argv=None) -> int:
     def send(message: dict) -> None:
         protocol.write(json.dumps(message, default=str) + "\n")
 
-    for module in args.imports:  # e.g. a module that registers backends at run time
+    for module in settings["imports"]:  # e.g. a module that registers backends at run time
         importlib.import_module(module)
     from .cases import Case
     from .context import SharedSteps
@@ -41,16 +43,16 @@ def main(argv=None) -> int:
     shared = SharedSteps()  # the runner sends a problem's cases one after another
     send({"ready": os.getpid()})  # imports done: a case's time starts now (runner.py)
 
-    with triton_for(args.device):
+    with triton_for(device):
         for line in sys.stdin:
             if not line.strip():
                 continue
             request = json.loads(line)
             case = Case.from_json(request["case"])
-            for row in iter_case(case, args.device, request.get("checks"), args.run_id,
+            for row in iter_case(case, device, request.get("checks"), run_id,
                                  on_start=lambda name: send({"start": name}), shared=shared):
                 send({"row": row})
-            release_device_memory(args.device)
+            release_device_memory(device)
             send({"done": case.case_id})
     return 0
 

@@ -261,16 +261,6 @@ class W13ScalesPermutedAsChannelwise(TorchBackend):
         inverse = sorted(range(len(SCALE_PERM)), key=SCALE_PERM.__getitem__)
         read = stored.reshape(-1, len(SCALE_PERM))[:, inverse]  # what the kernel takes
         layer.put("w13_s", read.reshape(E, G, out).transpose(1, 2).contiguous())
-
-
-CONVERSION_MUTANTS = (
-    AwqOrderKept, GptqV1ZeroOffsetMissing, ZeroPointsIgnored, ActOrderIgnored,
-    ActOrderW2Ignored, GroupScalesShifted, W13ScalesSwapped, GateUpSwapped,
-    Int8WeightAsUint8b128, Fp8BlockScalesTransposed, ScalesScaled,
-    W13ScalesPermutedAsChannelwise,
-)
-
-
 class Nvfp4ShardGlobalScalesCollapsed(TorchBackend):
     """NVFP4: w13's two global scales (w1, w3) collapsed to the first, as a loader that keeps
     one scale_2 per expert does (vLLM's NVFP4 MoE takes w13_weight_scale_2[:, 0] and only

@@ -7,8 +7,8 @@ stored in that dtype (an AWQ/GPTQ file's fp16 scales become bf16 under bf16 acti
 Those roundings are legitimate, so the tolerance table must admit this twin on every case
 (tests/conformance/mutants/test_mutants.py runs the smoke suite on it and fails on any flagged row).
 
-It is the torch backend through the hooked copy of its routing loop (mutants/forward.py, bit
-for bit the torch backend unmutated) with one step changed, the expert's weights. The layer's
+It is the torch backend with one step changed (kernels/native.py `TorchBackend`), the
+expert's weights. The layer's
 buffers stay the file's exact values (the canonical export reads them, as the torch
 backend's does); the roundings happen where the kernel does them.
 """
@@ -18,10 +18,8 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from moecert.kernels.native import dequantize_expert
+from moecert.kernels.native import TorchBackend, dequantize_expert
 from moecert.reference.schemes import ACT_NONE
-
-from .forward import HookedTorchBackend
 
 
 class _ScalesInActDtype:
@@ -42,7 +40,7 @@ class _ScalesInActDtype:
         return getattr(self._layer, name)
 
 
-class ActDtypeWeightsTwin(HookedTorchBackend):
+class ActDtypeWeightsTwin(TorchBackend):
     """16-bit file scales in the activation dtype; with 16-bit activations each dequantized
     weight rounded to the activation dtype before the matmul (float32 accumulation)."""
 
@@ -63,7 +61,7 @@ class ActDtypeWeightsTwin(HookedTorchBackend):
 
 
 
-class MarlinScalesTwin(HookedTorchBackend):
+class MarlinScalesTwin(TorchBackend):
     """Weight scales kept in the activation dtype, every one of them (Marlin's MoE keeps
     fp8 / int8 per-tensor and per-channel fp32 scales as bf16 too), and declared: its
     `numerics` says `weight_scale_dtype` = the activation dtype, so the harness judges it

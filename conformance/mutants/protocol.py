@@ -9,10 +9,9 @@ from moecert.kernels.native import TorchBackend
 from moecert.kernels.xpu import XpuBackend
 
 from .conversion import swap_halves, swap_w13_halves
-from .forward import HookedTorchBackend
 
 
-class ProcessNotIdempotent(HookedTorchBackend):
+class ProcessNotIdempotent(TorchBackend):
     """The kernel wants w13 as [up; gate]; the reorder sits outside the process-once guard
     (vLLM #42768 class), so a second process_weights_after_loading swaps the halves back and
     the kernel then reads gate as up."""
@@ -83,8 +82,3 @@ class ClaimsAsymmetric(XpuBackend):
 
     def claims(self, quant, problem, platform):
         return super().claims(dataclasses.replace(quant, sym=True), problem, platform)
-
-
-PROTOCOL_MUTANTS = (ProcessNotIdempotent, ReloadIgnored, InputOverwritten, ClaimsAsymmetric)
-
-

@@ -15,6 +15,3 @@ class W4A8GlobalScaleDropped(TritonBackend):
     def convert(self, layer):
         super().convert(layer)
         layer.meta["triton_plan"]["a1_gscale"] = None
-
-
-TRITON_MUTANTS = (W4A8GlobalScaleDropped,)

@@ -51,6 +51,14 @@ from moecert.reports.frames import bench_metrics
 from moecert.reports.schema import BENCH_CHECK, problem_id
 from moecert.reports.store import Journal
 
+from ..cli.arguments import (
+    add_backends,
+    add_device,
+    add_import,
+    add_results,
+    add_run_id,
+    add_schemes,
+)
 from ..harness.cases import Case
 from ..harness.execute import new_run_id, triton_for
 from ..harness.provenance import environment, problem_columns
@@ -359,26 +367,21 @@ def _one_line(e: BaseException) -> str:
 # --- the command line ------------------------------------------------------------------------
 
 def add_arguments(p) -> None:
-    from ..cli.options import (
-        device_name,
+    from ..harness.option_values import (
         layer_spec,
         m_list,
         model_name,
         positive_int,
         positive_seconds,
-        run_id,
-        scheme_name,
         variant_spec,
     )
 
     p.add_argument("target", nargs="?", default="backends", choices=["backends", "reference"],
                    help="backends (default): time the backends; reference: time the float64 "
                         "reference on one layer (--shape, --repeats)")
-    p.add_argument("--device", default="cpu", type=device_name, help="cpu (default), cuda")
-    p.add_argument("--backend", action="append", default=[], metavar="NAME",
-                   help="a backend to time (repeatable; default: every one available here)")
-    p.add_argument("--scheme", action="append", default=[], type=scheme_name,
-                   help="a scheme (its default variant; repeatable; default: all)")
+    add_device(p)
+    add_backends(p)
+    add_schemes(p)  # each scheme's default variant, unless --variant
     p.add_argument("--variant", dest="variants", action="append", default=[],
                    type=variant_spec, metavar="KEY=VALUE[,KEY=VALUE...]",
                    help="time this variant of each --scheme instead of its default, e.g. "
@@ -402,8 +405,8 @@ def add_arguments(p) -> None:
     p.add_argument("--max-seconds", type=positive_seconds, default=DEFAULT_BUDGET_S,
                    help=f"wall time of a row's timed calls, fewer repeats beyond it (at least "
                         f"{MIN_REPS}; default {DEFAULT_BUDGET_S})")
-    p.add_argument("--results", default="moecert-results", help="results folder")
-    p.add_argument("--run-id", type=run_id, default=None, metavar="ID")
+    add_results(p)
+    add_run_id(p)
     p.add_argument("--marlin-lib", metavar="PATH",
                    help="vLLM's _moe_C_stable_libtorch.abi3.so: time Marlin on the gptq-int4 "
                         "g128, mxfp4 and nvfp4 bf16 layers (column ratio_to_marlin; CUDA "
@@ -411,8 +414,7 @@ def add_arguments(p) -> None:
     p.add_argument("--marlin-anchor", metavar="FILE", default=None,
                    help="marlin_anchor.py (default: ../shared/tools/ beside the checkout, or "
                         "$MOECERT_MARLIN_ANCHOR)")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import MODULE first (it may register backends)")
+    add_import(p)
     p.add_argument("--shape", default="smoke", choices=list(REFERENCE_SHAPES),
                    help="with reference: the layer")
 
@@ -420,12 +422,15 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     """0 every claimed row timed (or skipped with its reason), 1 a row errored or none was
     timed, 2 a usage error."""
+    from ..harness.option_values import device_or_default
+
+    args.device = device_or_default(args.device)
     if args.target == "reference":
         result = bench_reference(args.shape, args.device, args.repeats or 1)
         print(json.dumps(result))
         return 0 if result["finite"] else 1
-    from ..cli.options import UsageError, check_backends, import_modules, writable_folder
-    from ..cli.run_command import available_backends
+    from ..harness.option_values import UsageError, check_backends, import_modules, writable_folder
+    from ..harness.runner import available_backends
 
     import_modules(args.imports)
     plan = plan_from(args, check_backends(args.backend) if args.backend
@@ -473,7 +478,7 @@ def results_label(folder: Path, run: str) -> str:
 def plan_from(args, backends: list[str]) -> Plan:
     from moecert.reference import SCHEME_NAMES
 
-    from ..cli.options import VARIANT_EXAMPLE, UsageError, check_variant
+    from ..harness.option_values import VARIANT_EXAMPLE, UsageError, check_variant
 
     reps, warmup = DEFAULT_REPS[torch.device(args.device).type]
     layers = {m: MODELS[m] for m in args.model}

@@ -23,7 +23,7 @@ import torch
 from moecert.reference import SCHEMES, MoEProblem, make_inputs, random_checkpoint
 from moecert.reference.models import MODEL_TOKENS, MODELS, ModelShape
 
-from ..cli.options import m_list, model_name, positive_int
+from ..harness.option_values import m_list, model_name, positive_int
 
 DEFAULT_SCHEMES = ("gptq-int4", "int8-w8a16", "fp8-w8a16", "mxfp8")
 GROUP_SIZE = 128  # of the packed integer schemes (GPTQ/AWQ g128, the common checkpoints)

@@ -203,7 +203,7 @@ def test_any_failing_state_is_a_failure(small_suite, tmp_path, status):
 def test_a_waived_failure_certifies_and_an_unwaived_one_does_not(small_suite, tmp_path,
                                                                  capsys):
     bad = small_suite[2].case_id
-    waivers = (f'[[waiver]]\ncase_id = "{bad}"\ncheck = "accuracy"\n'
+    waivers = (f'[[waiver]]\ncase_id = "{bad}"\nchecks = ["accuracy"]\n'
                'reason = "tracked in vendor#7"\n')
     line, code = _assemble(_synthetic(tmp_path / "w", small_suite, statuses={2: "fail"},
                                       waivers=waivers))
@@ -215,7 +215,7 @@ def test_a_waived_failure_certifies_and_an_unwaived_one_does_not(small_suite, tm
         {"case_id": bad, "reason": "tracked in vendor#7"}]
     assert _verify(tmp_path / "w", capsys)[0] == 0
     # the same failure, the waiver on another check only: not waived
-    other = waivers.replace('check = "accuracy"', 'check = "reload"')
+    other = waivers.replace('checks = ["accuracy"]', 'checks = ["reload"]')
     line, code = _assemble(_synthetic(tmp_path / "o", small_suite, statuses={2: "fail"},
                                       waivers=other))
     assert code == 1 and line.startswith("NOT CERTIFIED: ") and "failed" in line
@@ -269,7 +269,10 @@ def test_usage_errors_exit_two_before_running(tmp_path, capsys):
     bad.write_text('[[waiver]]\ncase_id = "x"\n')
     argv = ["certify", "--backend", "torch", "--out", str(tmp_path / "o"), "--device", "cpu"]
     assert cli.main([*argv, "--waivers", str(bad)]) == 2
-    assert "waiver entry 0 needs reason" in capsys.readouterr().err
+    assert "waiver entry 0: needs reason" in capsys.readouterr().err
+    bad.write_text('[[waiver]]\ncase_id = "x"\nchek = ["accuracy"]\nreason = "r"\n')
+    assert cli.main([*argv, "--waivers", str(bad)]) == 2
+    assert f"{bad}: waiver entry 0: unknown key 'chek'" in capsys.readouterr().err
     assert cli.main([*argv, "--shard", "0/2"]) == 2
     assert "--shard needs --run-id" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:  # no subsetting flag exists

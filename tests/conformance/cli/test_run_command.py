@@ -188,7 +188,7 @@ def test_results_that_name_a_file_or_a_folder_under_one_are_usage_errors(tmp_pat
 def test_a_folder_that_refuses_new_files_is_a_usage_error(tmp_path, capsys, monkeypatch):
     """The probe that runs before any case: creating a file in the folder (patched to fail
     the way a read-only folder makes it fail)."""
-    from moecert.conformance.cli import options
+    from moecert.conformance.harness import option_values as options
 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
@@ -286,7 +286,7 @@ def _rows_of(cases, checks, run_id):
 
 
 def _three_cases():
-    from moecert.conformance.cli.options import case_filter
+    from moecert.conformance.harness.option_values import case_filter
     from moecert.conformance.harness.suites import build_suite
 
     keep = case_filter(THREE[1])

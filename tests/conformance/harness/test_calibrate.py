@@ -66,9 +66,10 @@ def parse(*argv):
 
 
 def test_defaults():
+    """No --device: resolved in main to every subcommand's default (cuda if present)."""
     args = parse()
     assert (args.suite, args.seeds, args.device, args.backend, args.out) == \
-        ("smoke", 8, "cpu", None, None)
+        ("smoke", 8, None, [], None)
 
 
 def test_torch_backend_over_seeds(tmp_path, monkeypatch, capsys):

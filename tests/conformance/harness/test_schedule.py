@@ -1,6 +1,6 @@
 """The work pool: model-size problems first and against a memory budget per GPU (never an
 out-of-memory pile-up, never the whole GPU idle behind one layer), small problems interleaved
-by kernel family, a problem's cases together."""
+by kernel specialization, a problem's cases together."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from moecert.conformance.harness.execute import problem_groups
 from moecert.conformance.harness.schedule import (
     MODEL_SIZE_WEIGHTS,
     USABLE_FRACTION,
-    FamilyQueue,
     GpuBudget,
+    SpecializationQueue,
     WorkPool,
     device_need,
     model_size,
@@ -144,14 +144,14 @@ def test_each_gpu_has_its_own_budget():
     assert pool.take(0) is None
 
 
-def test_small_problems_go_by_kernel_family_with_affinity():
+def test_small_problems_go_by_kernel_specialization_with_affinity():
     cases = ([c for s in range(3) for c in _cases(SMALL, "gptq-int4", seed=s)]
              + [c for s in range(2) for c in _cases(SMALL, "bf16", seed=s)]
              + _cases(SMALL, "int8-w8a16"))
-    queue = FamilyQueue(problem_groups(cases))
+    queue = SpecializationQueue(problem_groups(cases))
     assert queue.pop(0)[0].scheme == "gptq-int4"
-    assert queue.pop(1)[0].scheme == "bf16"  # a family nobody has started
-    assert queue.pop(0)[0].scheme == "gptq-int4"  # its own family again
+    assert queue.pop(1)[0].scheme == "bf16"  # a specialization nobody has started
+    assert queue.pop(0)[0].scheme == "gptq-int4"  # its own specialization again
     assert queue.pop(2)[0].scheme == "int8-w8a16"
     assert queue.pop(2)[0].scheme == "gptq-int4"  # helps where most is left (1 against 1:
     assert queue.pop(1)[0].scheme == "bf16"  # the first); worker 1 finishes its own
@@ -159,15 +159,15 @@ def test_small_problems_go_by_kernel_family_with_affinity():
 
 
 def test_small_problems_go_most_work_first():
-    """The family with the most work starts first and is helped first; inside a family the
-    largest problem first: the run does not end on one long family."""
+    """The specialization with the most work starts first and is helped first; inside one the
+    largest problem first: the run does not end on one long specialization."""
     wide = MoEProblem(M=5, K=256, N=128, E=8, topk=2)  # 32x SMALL's weights
     cases = (_cases(SMALL, "bf16") + _cases(SMALL, "nvfp4", seed=1)
              + _cases(wide, "nvfp4") + _cases(SMALL, "nvfp4", seed=2))
-    queue = FamilyQueue(problem_groups(cases))
+    queue = SpecializationQueue(problem_groups(cases))
     first = queue.pop(0)
     assert (first[0].scheme, first[0].problem) == ("nvfp4", wide)
-    assert queue.pop(1)[0].scheme == "bf16"  # the only family nobody has started
+    assert queue.pop(1)[0].scheme == "bf16"  # the only specialization nobody has started
     assert queue.pop(2)[0].scheme == "nvfp4"  # helps where most work is left
     assert queue.pop(1)[0].scheme == "nvfp4"
     assert not queue

@@ -13,7 +13,6 @@ import pytest
 import torch
 from moecert.conformance.harness.tolerances import (
     KEY_FIELDS,
-    METRICS,
     Tolerance,
     load_table,
     shape_class,
@@ -22,6 +21,7 @@ from moecert.conformance.mutants.legit import ActDtypeWeightsTwin
 from moecert.kernels import get_backend
 from moecert.reference import MoEProblem, make_inputs, moe, synthesize
 from moecert.reference.schemes import ACTIVATION_DTYPES, SCHEMES
+from moecert.reports.schema import GATED
 
 TABLE = load_table()
 
@@ -47,7 +47,7 @@ def test_every_entry_has_all_fields_and_a_why():
     assert len(TABLE.entries) >= 4
     for e in TABLE.entries:
         assert set(e.match) == set(KEY_FIELDS)
-        assert set(e.thresholds) == set(METRICS), e.key
+        assert set(e.thresholds) == set(GATED), e.key
         assert len(e.why) > 40, e.key
         assert 0 < e.atol < 0.1 and 0 < e.rtol < 0.1, e.key
         lo, hi = e.thresholds["norm_ratio"]

@@ -3,6 +3,8 @@ that matches nothing is reported."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from moecert.conformance.harness.xfail import XfailList
 
@@ -14,8 +16,8 @@ def _row(status, check="accuracy", case="v/awq-int4/M1/bf16/s0"):
 @pytest.fixture
 def xfails(tmp_path):
     path = tmp_path / "x.toml"
-    path.write_text('[[xfail]]\nbackend = "v"\ncase = "v/awq-int4*"\ncheck = "accuracy"\n'
-                    'reason = "tracked in v#1"\n\n[[xfail]]\nbackend = "v"\ncase = "v/gptq*"\n'
+    path.write_text('[[xfail]]\nbackend = "v"\ncase_id = "v/awq-int4*"\nchecks = ["accuracy"]\n'
+                    'reason = "tracked in v#1"\n\n[[xfail]]\nbackend = "v"\ncase_id = "v/gptq*"\n'
                     'reason = "tracked in v#2"\n')
     return XfailList.load(path)
 
@@ -54,9 +56,56 @@ def test_the_packaged_list_loads():
 def test_a_shipped_list_is_found_by_its_name():
     """`--xfail vllm` is conformance/harness/xfail-vllm.toml of the installed package (vLLM's
     defects), so a pip-installed moecert gates a vLLM build without a checkout."""
-    from moecert.conformance.cli.options import UsageError, xfail_list
+    from moecert.conformance.harness.option_values import UsageError, xfail_list
 
     shipped = xfail_list("vllm")
     assert shipped.entries and all(e.backend.startswith("vllm") for e in shipped.entries)
     with pytest.raises(UsageError, match="nor a shipped list: vllm"):
         xfail_list("no-such-list")
+
+
+def _load(tmp_path, text):
+    path = tmp_path / "x.toml"
+    path.write_text(text)
+    return XfailList.load(path)
+
+
+def test_a_typo_in_a_key_is_an_error_naming_file_entry_and_key(tmp_path):
+    """`chek =` would otherwise leave the entry without checks: every check of the case."""
+    with pytest.raises(ValueError, match=r"x\.toml: xfail entry 1: unknown key 'chek' "
+                                         r"\(did you mean 'checks'\?\)"):
+        _load(tmp_path, '[[xfail]]\nbackend = "v"\nreason = "r"\n\n'
+                        '[[xfail]]\nbackend = "v"\nchek = ["accuracy"]\nreason = "r"\n')
+
+
+def test_the_old_keys_are_refused_with_the_new_names(tmp_path):
+    with pytest.raises(ValueError, match="unknown key 'case' \\(did you mean 'case_id'"):
+        _load(tmp_path, '[[xfail]]\nbackend = "v"\ncase = "*"\nreason = "r"\n')
+
+
+@pytest.mark.parametrize("checks", ['"accuracy"', "[]", '["acuracy"]'])
+def test_checks_are_a_list_of_known_check_names(tmp_path, checks):
+    with pytest.raises(ValueError, match="xfail entry 0: .*check"):
+        _load(tmp_path, f'[[xfail]]\nbackend = "v"\nchecks = {checks}\nreason = "r"\n')
+
+
+def test_one_entry_covers_several_checks_and_reports_each_one_unused(tmp_path):
+    xfails = _load(tmp_path, '[[xfail]]\nbackend = "v"\nchecks = ["accuracy", "reload"]\n'
+                             'reason = "r"\n')
+    rows = xfails.apply([_row("fail"), _row("fail", check="reload"),
+                         _row("fail", check="exact")])
+    assert [r["status"] for r in rows] == ["xfail", "xfail", "fail"]
+    xfails = _load(tmp_path, '[[xfail]]\nbackend = "v"\nchecks = ["accuracy", "reload"]\n'
+                             'reason = "r"\n')
+    xfails.apply([_row("fail")])
+    (stale,) = xfails.unused()
+    assert stale.checks == ("reload",)
+
+
+def test_the_vllm_list_holds_one_entry_per_finding():
+    """Entries that differed only in their check are one entry with several checks."""
+    from moecert.conformance.harness.option_values import xfail_list
+
+    entries = xfail_list("vllm").entries
+    keys = [(e.backend, e.case_id, e.reason) for e in entries]
+    assert not [a for a, b in itertools.pairwise(keys) if a == b]

@@ -52,7 +52,7 @@ CHECKS = tuple(sorted({c for cls in WRAPPED for c in cls.expected_checks}))
 
 @pytest.mark.parametrize("inner", INNER)
 def test_unwrapped_vllm_raises_no_alarm_beyond_the_listed_defects(inner):
-    from moecert.conformance.cli.options import xfail_list
+    from moecert.conformance.harness.option_values import xfail_list
 
     rows = xfail_list("vllm").apply([dict(r) for r in _rows(inner, SCHEMES[inner], CHECKS)])
     alarms = [(r["case_id"], r["check"], r["message"][:160]) for r in rows

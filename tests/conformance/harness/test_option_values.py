@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from moecert.conformance.cli.options import (
+from moecert.conformance.harness.option_values import (
     UsageError,
     case_filter,
     check_backends,

@@ -36,36 +36,35 @@ def _unknown(kind: str, name: str, known: Iterable[str]) -> UsageError:
     return UsageError(f"unknown {kind} {name!r}{hint}; known: {', '.join(known)}")
 
 
-def check_name(name: str) -> str:
-    from ..harness.checks import CHECKS
-
-    if name not in CHECKS:
-        raise _unknown("check", name, CHECKS)
+def _known(kind: str, name: str, known) -> str:
+    """`name` if it is one of `known`, else the UsageError naming the closest."""
+    if name not in known:
+        raise _unknown(kind, name, known)
     return name
+
+
+def check_name(name: str) -> str:
+    from .checks import CHECKS
+
+    return _known("check", name, CHECKS)
 
 
 def scheme_name(name: str) -> str:
     from moecert.reference import SCHEME_NAMES
 
-    if name not in SCHEME_NAMES:
-        raise _unknown("scheme", name, SCHEME_NAMES)
-    return name
+    return _known("scheme", name, SCHEME_NAMES)
 
 
 def suite_name(name: str) -> str:
-    from ..harness.suites import SUITES
+    from .suites import SUITES
 
-    if name not in SUITES:
-        raise _unknown("suite", name, SUITES)
-    return name
+    return _known("suite", name, SUITES)
 
 
 def model_name(name: str) -> str:
     from moecert.reference.models import MODELS
 
-    if name not in MODELS:
-        raise _unknown("model", name, MODELS)
-    return name
+    return _known("model", name, MODELS)
 
 
 def layer_spec(text: str) -> tuple[str, tuple[int, int, int, int]]:
@@ -228,10 +227,20 @@ def device_name(text: str) -> str:
     return text
 
 
+def device_or_default(name: str | None) -> str:
+    """The named device (`device_name`), or every front end's default: cuda where torch sees
+    a GPU, else cpu."""
+    import torch
+
+    if name:
+        return device_name(name)
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def case_json(text: str):
     """A case as `moecert run` prints it for a failure (its backend is checked later, after
     --import has registered any run-time backends)."""
-    from ..harness.cases import Case
+    from .cases import Case
 
     try:
         case = Case.from_json(text)
@@ -258,7 +267,7 @@ def xfail_list(path: str | None, flag: str = "--xfail"):
     malformed file is one usage error before any case runs. A bare name NAME that is no file
     is the list shipped in the package as conformance/harness/xfail-NAME.toml (`--xfail vllm`:
     vLLM's defects, for a pip-installed moecert)."""
-    from ..harness.xfail import DEFAULT_PATH, XfailList
+    from .xfail import DEFAULT_PATH, XfailList
 
     if path and not Path(path).is_file():
         shipped = DEFAULT_PATH.with_name(f"xfail-{path}.toml")
@@ -367,6 +376,7 @@ __all__ = [
     "check_variant",
     "decoder_layer",
     "device_name",
+    "device_or_default",
     "import_modules",
     "layer_spec",
     "m_list",
@@ -412,7 +422,7 @@ def model_selection(folder: str | None, layers, inputs: str | None
 
     from moecert.reference import CheckpointError
 
-    from ..harness.model_layers import ModelInputError, layer_summaries, read_inputs
+    from .model_layers import ModelInputError, layer_summaries, read_inputs
 
     if folder is None:
         if layers or inputs:
