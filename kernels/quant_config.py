@@ -116,9 +116,6 @@ class QuantConfig:
         """Integer codes with group scales (GPTQ, AWQ, compressed-tensors, W4A8, W4AFP8)."""
         return self.layout in PACKED_LAYOUTS
 
-    # the old name, still read by triton_moe/backend.py (another branch's file this round)
-    is_int_family = packed
-
     def groups(self, n_in: int) -> int:
         return 1 if self.group_size == -1 else n_in // self.group_size
 

@@ -34,7 +34,12 @@ from ..quant_config import QuantConfig
 # factor moves to the activation side (Marlin's a1/a2 global scales). A power of two keeps
 # s / F exact in fp32, so the conversion reads back bit for bit.
 W4A8_SCALE_TARGET_LOG2 = 12
-FP8_FAMILIES = ("fp8", "mxfp8")
+
+
+def _scales_moved_to_activations(info) -> bool:
+    """Packed int4 codes times int8 activations (an integer dot): the W4A8 scale move above.
+    Read off the record's element fields, not the scheme's name."""
+    return info.packed and info.activation_element == "int8"
 
 
 def interpreting() -> bool:
@@ -57,7 +62,7 @@ class TritonBackend(BaseBackend):
         from ..convert import convert_to_kernel_format
 
         convert_to_kernel_format(layer)
-        if layer.quant.info.family == "w4a8":
+        if _scales_moved_to_activations(layer.quant.info):
             for p, gscale in (("w13", "a1_gscale"), ("w2", "a2_gscale")):
                 s = layer.get(f"{p}_s")
                 _, exp = torch.frexp(s.max().to(torch.float64))
@@ -77,7 +82,7 @@ class TritonBackend(BaseBackend):
         if layer.quant.info.element == "e2m1":
             plain = {f"{p}_w": _stored_fp4(layer, p) for p in PREFIXES}
         exported = export_canonical(layer, plain)
-        if layer.quant.info.family == "w4a8":
+        if _scales_moved_to_activations(layer.quant.info):
             for p, gscale in (("w13", "a1_gscale"), ("w2", "a2_gscale")):
                 factor = layer.get(gscale).to(torch.float64)
                 exported[p] = dataclasses.replace(exported[p],
@@ -152,7 +157,7 @@ def _tile_weights(layer: MoELayer) -> None:
     if layer.quant.info.element == "e2m1":
         _tile_fp4(layer)
         return
-    if not layer.quant.is_int_family or layer.meta["bits"] != 4:
+    if not layer.quant.packed or layer.meta["bits"] != 4:
         return
     spans = tuned_spans(layer)
     for p in PREFIXES:
@@ -249,7 +254,7 @@ def int4_variants(layer: MoELayer, p: str) -> dict[int, dict]:
     anything but tiled int4 codes."""
     from . import layout
 
-    if not (layer.quant.is_int_family and layer.get(f"{p}_q").dim() == 5):
+    if not (layer.quant.packed and layer.get(f"{p}_q").dim() == 5):
         return {layer.meta.get(f"{p}_nib_span", 0): _weights(layer, p)}
     plain = _stored_int4(layer, p)
     tile = layer.get(f"{p}_q").shape[3:]
@@ -296,8 +301,8 @@ def _kept(plan, P, source, mode, T) -> torch.Tensor:
 
 def _platform_reason(quant: QuantConfig, platform: Platform) -> str | None:
     # e4m3 weights, or e4m3 activations (an fp8 x fp8 dot; W4AFP8's int4 weights become e4m3)
-    fp8 = quant.info.family in FP8_FAMILIES or quant.info.activation_element == "e4m3"
-    what = "weights" if quant.info.family in FP8_FAMILIES else "activations"
+    fp8 = quant.info.element == "e4m3" or quant.info.activation_element == "e4m3"
+    what = "weights" if quant.info.element == "e4m3" else "activations"
     if platform.kind == "xpu":
         return "platform cuda or rocm only"
     if platform.kind == "cpu":
@@ -372,7 +377,7 @@ def _weights(layer: MoELayer, p: str, codes: torch.Tensor | None = None,
     compute = layer.problem.torch_dtype
     opt = {name: layer.get(f"{p}_{name}") for name in ("zp", "g_idx", "bias")
            if layer.has(f"{p}_{name}")}
-    if q.is_int_family:
+    if q.packed:
         bits = layer.meta["bits"]
         return fused_moe.describe_weights(
             kinds.W_INT4 if bits == 4 else kinds.W_UINT8,

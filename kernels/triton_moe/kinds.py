@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+from moecert.reference.schemes import MX_BLOCK
+
 from . import configs
 
 W16, W_INT4, W_UINT8, W_INT8, W_FP8, W_MXFP8, W_FP4 = range(7)
@@ -29,7 +31,7 @@ FULL, PARTIAL, REDUCE = range(3)
 # interpreting, every dot runs on fp32 operands (exact for the small integers and e4m3 values
 # the kernel multiplies).
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-MX_COLS = 32
+MX_COLS = MX_BLOCK  # one E8M0 scale per 32 elements along K (the records' MX block)
 
 WEIGHT_NAMES = configs.kind_names(globals(), "W")
 ACT_NAMES = configs.kind_names(globals(), "A")
