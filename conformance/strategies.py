@@ -31,7 +31,7 @@ settings.register_profile("long", max_examples=500, deadline=None,
 def problems(draw, quant: QuantConfig, max_dim: int = 256) -> MoEProblem:
     """A problem whose shape every checkpoint of `quant` can hold."""
     unit = 32  # int4 packing, MX blocks and the group sizes below 128 all divide it
-    if quant.is_int_family and quant.group_size > 0:
+    if quant.packed and quant.group_size > 0:
         unit = max(unit, quant.group_size)
     K = unit * draw(st.integers(1, max(1, max_dim // unit)))
     N = unit * draw(st.integers(1, max(1, max_dim // unit)))

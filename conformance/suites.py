@@ -178,9 +178,9 @@ def variant_attrs(quant: QuantConfig) -> dict:
 def _edge_cases(spec: SuiteSpec, backend: str, scheme: str, quant: QuantConfig, attrs: dict,
                 seed: int):
     P = spec.edge_base
-    group = quant.group_size if quant.is_int_family and quant.group_size > 0 else 32
+    group = quant.group_size if quant.packed and quant.group_size > 0 else 32
     # a group that divides the edge shapes' K and N, so only the named dimension is odd
-    small = {**attrs, "group_size": 32} if quant.is_int_family and group > 32 else attrs
+    small = {**attrs, "group_size": 32} if quant.packed and group > 32 else attrs
 
     def case(problem=P, routing="random", case_attrs=attrs):
         return Case(backend, scheme, problem, case_attrs, seed, routing, depth="light")

@@ -76,7 +76,7 @@ def convert_to_kernel_format(layer: MoELayer) -> None:
     converted: dict[str, torch.Tensor] = {}
     meta: dict = {}
     for p in PREFIXES:
-        if q.is_int_family:
+        if q.packed:
             converted.update(_convert_int_linear(layer, p))
             meta[f"{p}_group_cols"] = group_cols(layer, p)
             meta["bits"] = q.bits
@@ -103,7 +103,7 @@ def export_canonical(layer: MoELayer, stored: dict[str, torch.Tensor] | None = N
     def get(name):
         return stored[name] if stored and name in stored else layer.get(name)
 
-    return {p: (_export_int(layer, p, get) if layer.quant.is_int_family
+    return {p: (_export_int(layer, p, get) if layer.quant.packed
                 else _export_dense(layer, p, get)) for p in PREFIXES}
 
 

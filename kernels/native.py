@@ -73,7 +73,7 @@ class TorchBackend(BaseBackend):
 
 def dequantize_expert(layer: MoELayer, p: str, e: int) -> torch.Tensor:
     """float32 [out, in] weights of linear `p` of local expert `e`."""
-    if layer.quant.is_int_family:
+    if layer.quant.packed:
         return _dequantize_int(layer, p, e)
     if layer.has(f"{p}_gs"):
         return _dequantize_nvfp4(layer, p, e)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
+from moecert.reference.schemes.canonical import CanonicalLinear
 
 from .quant_config import QuantConfig
 
@@ -124,20 +124,9 @@ class DeclaresNumerics(Protocol):
         once per case after `process_weights_after_loading`."""
 
 
-@dataclass(frozen=True)
-class ExportedLinear:
-    """A processed layer's weights of one linear in the canonical form, read back out of the
-    kernel format (same meaning as `moecert.reference.CanonicalLinear`):
-
-        W[e, o, i] = (codes[e, o, i] - zeros[e, o, gi]) * scales[e, o // rows, gi] * global[e, o]
-        gi = g_idx[e, i] if g_idx is not None else i // cols,   (rows, cols) = block
-
-    codes are signed int32 (integer formats) or float64 element values (fp8, 16-bit).
-    """
-
-    codes: torch.Tensor
-    scales: torch.Tensor
-    block: tuple[int, int]
-    zeros: torch.Tensor | None = None
-    g_idx: torch.Tensor | None = None
-    global_scale: torch.Tensor | None = None
+# A processed layer's weights of one linear in the canonical form, read back out of the kernel
+# format: the reference's own type (the format facts package), so that the two cannot drift.
+#     W[e, o, i] = (codes[e, o, i] - zeros[e, o, gi]) * scales[e, o // rows, gi] * global[e, o]
+#     gi = g_idx[e, i] if g_idx is not None else i // cols,   (rows, cols) = block
+# codes are signed int32 (integer formats) or float64 element values (fp8, 16-bit).
+ExportedLinear = CanonicalLinear

@@ -13,8 +13,10 @@ import torch
 from moecert.reference.schemes import (
     PACKED_LAYOUTS,
     SCHEMES,
+    FormatRecord,
     Scheme,
     checkpoint_shape_issue,
+    format_record,
     get_scheme,
     scheme_format,
 )
@@ -101,13 +103,21 @@ class QuantConfig:
 
     @property
     def layout(self) -> str:
-        """Tensor layout family: "gptq", "awq", "ct" or "dense" (one tensor per linear)."""
+        """Tensor layout: "gptq", "awq", "ct", "ct-int" or "dense" (one tensor per linear)."""
         return scheme_format(self).layout
 
     @property
-    def is_int_family(self) -> bool:
-        """Packed integer weights with group scales (GPTQ, AWQ, compressed-tensors, W4A8)."""
+    def record(self) -> FormatRecord:
+        """The format record of this variant's stored form (code offset, zero domain, ...)."""
+        return format_record(self)
+
+    @property
+    def packed(self) -> bool:
+        """Integer codes with group scales (GPTQ, AWQ, compressed-tensors, W4A8, W4AFP8)."""
         return self.layout in PACKED_LAYOUTS
+
+    # the old name, still read by triton_moe/backend.py (another branch's file this round)
+    is_int_family = packed
 
     def groups(self, n_in: int) -> int:
         return 1 if self.group_size == -1 else n_in // self.group_size
@@ -116,7 +126,7 @@ class QuantConfig:
         parts = [self.scheme]
         if self.checkpoint_format:
             parts.append(self.checkpoint_format)
-        if self.is_int_family:
+        if self.packed:
             parts.append(f"g{self.group_size}")
             parts.append("sym" if self.sym else "asym")
             if self.act_order:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import sys
 
 import torch
-from moecert.reference.schemes import UINT4_BIAS
 
 from .base import BaseBackend
 from .errors import BackendError
@@ -93,7 +92,7 @@ class XpuBackend(BaseBackend):
         out = {}
         for p in ("w13", "w2"):
             u = _nibbles(layer, layer.get(f"{p}_xpu")).to(torch.int32)
-            out[p] = ExportedLinear(codes=u - UINT4_BIAS,
+            out[p] = ExportedLinear(codes=u - layer.quant.record.code_offset,
                                     scales=layer.get(f"{p}_xpu_scale").to(torch.float64),
                                     block=(1, layer.meta[f"{p}_group_cols"]))
         return out
@@ -109,17 +108,15 @@ def _convert_linear(layer: MoELayer, p: str, n_out: int, n_in: int) -> dict[str,
         scale_name = f"{p}_scales"
         scales = scales.transpose(1, 2).contiguous()  # [E, G, out] -> [E, out, G]
         zeros, g_idx = f"{p}_qzeros", f"{p}_g_idx"
-        # GPTQ v1 stores z - 1: the symmetric zero 8 is stored as 7
-        stored_zero = UINT4_BIAS - 1 if q.checkpoint_format == "gptq" else UINT4_BIAS
     else:
         codes = layer.get(f"{p}_weight_packed").contiguous().view(torch.uint8)
         scale_name = f"{p}_weight_scale"
         scales = layer.get(scale_name).contiguous()
         zeros, g_idx = f"{p}_weight_zero_point", f"{p}_weight_g_idx"
-        stored_zero = UINT4_BIAS
         _check_ct_shape(layer, f"{p}_weight_shape", n_out, n_in)
-    if layer.has(zeros):
-        _check_symmetric(zeros, layer.get(zeros), stored_zero)
+    if layer.has(zeros):  # the symmetric zero 2^(b-1) as the format stores it (GPTQ v1: z - 1)
+        rec = q.record
+        _check_symmetric(zeros, layer.get(zeros), rec.code_offset + rec.stored_zero_offset)
     if layer.has(g_idx):
         _check_trivial_g_idx(g_idx, layer.get(g_idx), n_in, scales.shape[2])
     bad = ~torch.isfinite(scales) | (scales <= 0)
@@ -160,14 +157,14 @@ def _nibbles(layer: MoELayer, q: torch.Tensor) -> torch.Tensor:
     # The vendor wrapper rewrites the weights it is given to two's complement int4 once
     # (u -> u - 8, i.e. u ^ 8 per nibble) and marks the tensor: undo it when reading back.
     if getattr(layer.get("w13_xpu"), "xpu_fused_moe", False):
-        u = u ^ UINT4_BIAS
+        u = u ^ layer.quant.record.code_offset
     return u
 
 
 def _dequantize_expert(layer: MoELayer, p: str, e: int) -> torch.Tensor:
     q = layer.get(f"{p}_xpu")[e]  # [out, in/2]
     n_out = q.shape[0]
-    u = _nibbles(layer, q).to(torch.float32) - UINT4_BIAS
+    u = _nibbles(layer, q).to(torch.float32) - layer.quant.record.code_offset
     s = layer.get(f"{p}_xpu_scale")[e].to(torch.float32)  # [out, G]
     cols = layer.meta[f"{p}_group_cols"]
     return (u.view(n_out, -1, cols) * s.unsqueeze(-1)).view(n_out, -1)

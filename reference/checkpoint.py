@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from .errors import CheckpointError
-from .records import FormatRecord, get_record
 from .schemes import SCHEMES, STRATEGY_GROUP, get_scheme
+from .schemes.records import FormatRecord, get_record
 
 
 @dataclass

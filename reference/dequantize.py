@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .canonical import CanonicalLinear
+from .canonical import CanonicalLinear, dequantize_canonical
 from .checkpoint import Checkpoint
 from .layouts import read_linear
 from .layouts.check import check_tensors
@@ -53,4 +53,5 @@ def dequantize(ckpt: Checkpoint, problem: MoEProblem | None = None
     if ckpt.activation in STATIC_INPUT_MODES:
         for p in ("w13", "w2"):
             read_input_scale(ckpt, p)  # not returned; a bad one makes the checkpoint bad
-    return {"w13": lin["w13"].dequantize(), "w2": lin["w2"].dequantize(), **read_biases(ckpt)}
+    return {"w13": dequantize_canonical(lin["w13"]), "w2": dequantize_canonical(lin["w2"]),
+            **read_biases(ckpt)}

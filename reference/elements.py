@@ -1,8 +1,11 @@
-"""Element and scale encodings: FP8 E4M3, FP4 E2M1, E8M0, and the MX shared-scale rules.
+"""Element and scale encodings: every float element of the element records (FP8 E4M3, FP4
+E2M1, ...), E8M0, and the MX shared-scale rules.
 
-Decoders are written from the formats' definitions (OCP 8-bit floating point and OCP MX
-v1.0), not through torch casts, so that the reference does not share a conversion with the
-kernels it judges.
+Decoders, encoders and rounding are written once, from the formats' bit-field definitions
+(OCP 8-bit floating point and OCP MX v1.0) with the fields of the element records
+(`schemes.elements`), not through torch casts, so that the reference does not share a
+conversion with the kernels it judges. `decode_e4m3`, `round_to_e2m1`, ... are the same
+functions for one element each.
 """
 
 from __future__ import annotations
@@ -11,14 +14,82 @@ import math
 
 import torch
 
-from .schemes import E8M0_BIAS, E8M0_NAN, F4E2M1_EXP_BIAS, F4E2M1_MAX, F8E4M3_EXP_BIAS, F8E4M3_MAX
+from .schemes.elements import ELEMENTS, EXPONENT, FLOAT, ROUNDINGS, Element, get_element
 
-F8E4M3_MANTISSA_BITS = 3
-F8E4M3_MIN_NORMAL_EXP = 1 - F8E4M3_EXP_BIAS  # -6
-F8E4M3_EMAX = 8  # exponent of the largest normal, 448 = 1.75 * 2^8
-F4E2M1_MANTISSA_BITS = 1
-F4E2M1_MIN_NORMAL_EXP = 1 - F4E2M1_EXP_BIAS  # 0
-F4E2M1_EMAX = 2  # exponent of the largest normal, 6 = 1.5 * 2^2
+_E4M3, _E2M1, _E8M0 = ELEMENTS["e4m3"], ELEMENTS["e2m1"], ELEMENTS["e8m0"]
+F8E4M3_MANTISSA_BITS = _E4M3.mantissa_bits  # 3
+F8E4M3_MIN_NORMAL_EXP = _E4M3.min_normal_exp  # -6
+F8E4M3_EMAX = _E4M3.emax  # 8: 448 = 1.75 * 2^8
+F4E2M1_MANTISSA_BITS = _E2M1.mantissa_bits  # 1
+F4E2M1_MIN_NORMAL_EXP = _E2M1.min_normal_exp  # 0
+F4E2M1_EMAX = _E2M1.emax  # 2: 6 = 1.5 * 2^2
+
+
+def _element(element: str | Element) -> Element:
+    return element if isinstance(element, Element) else get_element(element)
+
+
+def element_codes(stored: torch.Tensor, element: str | Element) -> torch.Tensor:
+    """int64 codes of stored elements: a float8 tensor's bytes, or the elements packed
+    several to a storage unit unpacked along the last dimension (e2m1: element 2j in the low
+    nibble of byte j)."""
+    el = _element(element)
+    t = stored.view(torch.uint8) if stored.dtype == torch.float8_e4m3fn else stored
+    if el.per_unit == 1:
+        return t.to(torch.int64)
+    if el.per_unit * el.bits != 8 * t.element_size():
+        raise NotImplementedError(f"{el.name}: {el.per_unit} elements per {t.dtype} unit")
+    b = t.to(torch.int64)
+    mask = (1 << el.bits) - 1
+    fields = [(b >> (i * el.bits)) & mask for i in range(el.per_unit)]
+    return torch.stack(fields, dim=-1).flatten(-2)
+
+
+def decode(codes: torch.Tensor, element: str | Element) -> torch.Tensor:
+    """float64 values of a float or exponent element's integer codes (one per element).
+
+    float:    (-1)^s * 2^(e - bias) * (1 + m / 2^mbits) for e > 0,
+              (-1)^s * 2^(1 - bias) * (m / 2^mbits) for e = 0; NaN at the record's NaN codes
+    exponent: 2^(code - bias); NaN at the record's NaN codes
+    """
+    el = _element(element)
+    c = codes.to(torch.int64)
+    if el.kind == EXPONENT:
+        value = pow2(c - el.exp_bias)
+    elif el.kind == FLOAT:
+        sign = torch.where(c & el.sign_bit != 0, -1.0, 1.0).to(torch.float64)
+        exp = (c >> el.mantissa_bits) & ((1 << el.exp_bits) - 1)
+        frac = (c & ((1 << el.mantissa_bits) - 1)).to(torch.float64) / (1 << el.mantissa_bits)
+        normal = (1.0 + frac) * pow2(exp - el.exp_bias)
+        subnormal = frac * pow2(torch.full_like(exp, el.min_normal_exp))
+        value = sign * torch.where(exp > 0, normal, subnormal)
+    else:
+        raise ValueError(f"{el.name} is a {el.kind} element; decode reads float and exponent "
+                         "elements")
+    for nan in el.nan_codes:
+        value = torch.where(c == nan, torch.nan, value)
+    return value
+
+
+def encode(values: torch.Tensor, element: str | Element) -> torch.Tensor:
+    """int64 codes of `values`, which must already be values of the float `element` (round
+    first); -0 encodes with the sign bit set. ValueError naming the element otherwise."""
+    el = _element(element)
+    v = values.to(torch.float64)
+    mag = v.abs()
+    exp = floor_log2(mag.clamp(min=2.0**-1000)).clamp(min=el.min_normal_exp)
+    normal = mag >= 2.0**el.min_normal_exp
+    steps = mag / pow2(exp - el.mantissa_bits)  # the mantissa with its leading bit
+    man = steps - torch.where(normal, float(1 << el.mantissa_bits), 0.0)
+    field = torch.where(normal, exp + el.exp_bias, torch.zeros_like(exp)).to(torch.int64)
+    codes = ((torch.signbit(v).to(torch.int64) << (el.bits - 1))
+             | (field << el.mantissa_bits) | man.to(torch.int64))
+    ok = (steps == torch.round(steps)) & (field < (1 << el.exp_bits))
+    ok &= (decode(codes, el) == v) | ((v == 0) & (mag == 0))
+    if not bool(ok.all()):
+        raise ValueError(f"encode: values must be {el.name.upper()} values (round to "
+                         f"{el.name} first)")
+    return codes
 
 
 def decode_e4m3(bits: torch.Tensor) -> torch.Tensor:
@@ -27,13 +98,7 @@ def decode_e4m3(bits: torch.Tensor) -> torch.Tensor:
     value = (-1)^s * 2^(e-7) * (1 + m/8) for e > 0, (-1)^s * 2^-6 * (m/8) for e = 0;
     S.1111.111 is NaN; there is no infinity.
     """
-    b = (bits.view(torch.uint8) if bits.dtype == torch.float8_e4m3fn else bits).to(torch.int64)
-    sign = torch.where(b & 0x80 != 0, -1.0, 1.0).to(torch.float64)
-    exp, man = (b >> 3) & 0xF, (b & 0x7).to(torch.float64)
-    normal = (1.0 + man / 8) * pow2(exp - F8E4M3_EXP_BIAS)
-    subnormal = (man / 8) * pow2(torch.full_like(exp, F8E4M3_MIN_NORMAL_EXP))
-    value = sign * torch.where(exp > 0, normal, subnormal)
-    return torch.where((b & 0x7F) == 0x7F, torch.nan, value)
+    return decode(element_codes(bits, _E4M3), _E4M3)
 
 
 _POW2_MIN, _POW2_MAX = -1074, 1023
@@ -65,9 +130,6 @@ def ceil_log2(x: torch.Tensor) -> torch.Tensor:
     return torch.where(mantissa == 0.5, exp - 1, exp).to(torch.float64)
 
 
-ROUNDINGS = ("rne", "rna")  # ties to even; ties away from zero
-
-
 def _round_minifloat(x: torch.Tensor, mantissa_bits: int, min_normal_exp: int,
                      max_value: float, rounding: str = "rne") -> torch.Tensor:
     """Round float64 values to the nearest value of a sign-magnitude minifloat with
@@ -86,9 +148,19 @@ def _round_minifloat(x: torch.Tensor, mantissa_bits: int, min_normal_exp: int,
     return torch.where(torch.isnan(x), x, torch.copysign(rounded, x))
 
 
+def round_to(x: torch.Tensor, element: str | Element, rounding: str | None = None
+             ) -> torch.Tensor:
+    """Round float64 values to the nearest value of the float `element`, saturating at its
+    largest value; ties to even ("rne") or away from zero ("rna"); the element record's own
+    rounding unless `rounding` says otherwise."""
+    el = _element(element)
+    return _round_minifloat(x, el.mantissa_bits, el.min_normal_exp, el.max,
+                            rounding or el.rounding)
+
+
 def round_to_e4m3(x: torch.Tensor) -> torch.Tensor:
     """Round float64 values to the nearest E4M3FN value, ties to even, saturating at ±448."""
-    return _round_minifloat(x, F8E4M3_MANTISSA_BITS, F8E4M3_MIN_NORMAL_EXP, F8E4M3_MAX)
+    return round_to(x, _E4M3, "rne")
 
 
 def round_to_e2m1(x: torch.Tensor, rounding: str = "rne") -> torch.Tensor:
@@ -96,49 +168,43 @@ def round_to_e2m1(x: torch.Tensor, rounding: str = "rne") -> torch.Tensor:
     ties to even (or away from zero: rounding "rna", as OpenAI's triton_kernels
     `downcast_to_mxfp` rounds), saturating at ±6 (OCP MX v1.0 §5.3.3: conversions to FP4
     saturate)."""
-    return _round_minifloat(x, F4E2M1_MANTISSA_BITS, F4E2M1_MIN_NORMAL_EXP, F4E2M1_MAX,
-                            rounding)
+    return round_to(x, _E2M1, rounding)
 
 
 def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
     """float64 values of FP4 E2M1 codes (integers 0..15: bit 3 sign, bits 2-1 exponent, bit 0
     mantissa). value = (-1)^s * 2^(e-1) * (1 + m/2) for e > 0, (-1)^s * m/2 for e = 0;
     every code is finite (OCP MX v1.0 §5.3.3)."""
-    c = codes.to(torch.int64)
-    sign = torch.where(c & 0x8 != 0, -1.0, 1.0).to(torch.float64)
-    exp, man = (c >> 1) & 0x3, (c & 0x1).to(torch.float64)
-    normal = (1.0 + man / 2) * pow2(exp - F4E2M1_EXP_BIAS)
-    subnormal = (man / 2) * pow2(torch.full_like(exp, F4E2M1_MIN_NORMAL_EXP))
-    return sign * torch.where(exp > 0, normal, subnormal)
+    return decode(codes, _E2M1)
 
 
 def encode_e2m1(values: torch.Tensor) -> torch.Tensor:
     """E2M1 codes (uint8, 0..15) of `values`, which must already be E2M1 values; -0 encodes
     as 0x8 and 0 as 0x0."""
-    v = values.to(torch.float64)
-    table = decode_e2m1(torch.arange(16, device=v.device))
-    match = (v.unsqueeze(-1) == table) & (torch.signbit(v).unsqueeze(-1)
-                                          == torch.signbit(table))
-    if not bool(match.any(-1).all()):
-        raise ValueError("encode_e2m1: values must be E2M1 values (round_to_e2m1 first)")
-    return match.to(torch.uint8).argmax(-1).to(torch.uint8)
+    return encode(values, _E2M1).to(torch.uint8)
 
 
 def encode_e4m3(values: torch.Tensor) -> torch.Tensor:
     """float8_e4m3fn tensor holding `values`, which must already be E4M3 values."""
-    return values.to(torch.float32).to(torch.float8_e4m3fn)
+    return encode_stored(values, _E4M3)
+
+
+def encode_stored(values: torch.Tensor, element: str | Element) -> torch.Tensor:
+    """`values` (already the element's values) as the element record's storage, one element
+    per unit (a float8 tensor's bytes; uint8 codes): packing several to a unit is the
+    layout's."""
+    el = _element(element)
+    codes = encode(values, el).to(torch.uint8)
+    return codes.view(el.storage) if el.storage != torch.uint8 else codes
 
 
 def decode_e8m0(bits: torch.Tensor) -> torch.Tensor:
     """float64 2^(e - 127) of E8M0 bytes; 0xFF is NaN (OCP MX §5.4)."""
-    e = bits.to(torch.int64)
-    value = pow2(e - E8M0_BIAS)
-    return torch.where(e == E8M0_NAN, torch.nan, value)
+    return decode(bits, _E8M0)
 
 
-def mx_scale_exponent(amax: torch.Tensor, rule: str, elem_emax: int = F8E4M3_EMAX,
-                      elem_max: float = F8E4M3_MAX,
-                      elem_mantissa_bits: int = F8E4M3_MANTISSA_BITS) -> torch.Tensor:
+def mx_scale_exponent(amax: torch.Tensor, rule: str, element: str | Element = "e4m3"
+                      ) -> torch.Tensor:
     """Unbiased shared exponent of MX blocks with absolute maximum `amax` (float64, >= 0).
 
     floor (OCP §6.3): floor(log2 amax) - emax_elem
@@ -148,6 +214,8 @@ def mx_scale_exponent(amax: torch.Tensor, rule: str, elem_emax: int = F8E4M3_EMA
     Clamped to [-127, 127]; amax = 0 gives -127 (byte 0); a NaN or infinite amax gives NaN,
     the E8M0 NaN (0xFF): the whole block is NaN (OCP MX §5.4).
     """
+    el = _element(element)
+    elem_emax, elem_max, elem_mantissa_bits = el.emax, el.max, el.mantissa_bits
     a = amax.to(torch.float64)
     safe = a.clamp(min=2.0**-200)
     if rule == "floor":
@@ -161,7 +229,8 @@ def mx_scale_exponent(amax: torch.Tensor, rule: str, elem_emax: int = F8E4M3_EMA
         exp = ceil_log2(safe / elem_max)
     else:
         raise ValueError(f"unknown MX scale rule {rule!r}")
-    exp = torch.where(a == 0, -E8M0_BIAS, exp).clamp(-E8M0_BIAS, E8M0_BIAS)
+    bias = _E8M0.exp_bias
+    exp = torch.where(a == 0, -bias, exp).clamp(-bias, bias)
     return torch.where(torch.isfinite(a), exp, torch.nan)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .schemes import AWQ_PACK_ORDER
+from .schemes.records import AWQ_PACK_ORDER
 
 _U32 = 0xFFFFFFFF
 

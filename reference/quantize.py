@@ -12,12 +12,9 @@ import torch
 
 from .canonical import CanonicalLinear, broadcast_scale_columns, broadcast_scale_rows
 from .elements import (
-    F4E2M1_EMAX,
-    F4E2M1_MANTISSA_BITS,
-    F8E4M3_EMAX,
-    F8E4M3_MANTISSA_BITS,
     mx_scale,
     mx_scale_exponent,
+    round_to,
     round_to_e2m1,
     round_to_e4m3,
 )
@@ -27,11 +24,10 @@ from .schemes import (
     F4E2M1_MAX,
     F8E4M3_MAX,
     FP8_BLOCK,
-    INT8_MAX,
-    INT8_MIN,
     MX_BLOCK,
     NVFP4_BLOCK,
 )
+from .schemes.elements import INT, get_element
 
 # NVFP4's global scale maps a tensor's amax to the largest block scale times the largest
 # element: 448 * 6
@@ -99,23 +95,27 @@ def _block_amax(w: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
     return padded.view(E, R, rows, C, cols).amax(dim=(2, 4))
 
 
+def round_codes(x: torch.Tensor, element: str) -> torch.Tensor:
+    """x rounded onto `element`'s codes: integers clamp(round half to even), saturating at
+    the element's range; floats the nearest value, ties to even, saturating (`round_to`)."""
+    el = get_element(element)
+    if el.kind == INT:
+        return torch.round(x).clamp(*el.int_range)
+    return round_to(x, el, "rne")
+
+
 def quantize_scaled(w: torch.Tensor, block: tuple[int, int], element: str) -> CanonicalLinear:
-    """INT8 (s = amax/127) or FP8 E4M3 (s = amax/448) with one fp32 scale per block."""
+    """One fp32 scale per block, s = amax / the element's largest value (INT8 127, FP8 E4M3
+    448), codes w / s rounded onto the element (`round_codes`)."""
     w = w.to(torch.float64)
-    top = INT8_MAX if element == "int8" else F8E4M3_MAX
-    scale = (_block_amax(w, block) / top).clamp(min=1e-12).to(torch.float32).to(torch.float64)
+    el = get_element(element)
+    scale = (_block_amax(w, block) / el.max).clamp(min=1e-12).to(torch.float32)
+    scale = scale.to(torch.float64)
     full = broadcast_scale_columns(broadcast_scale_rows(scale, block[0], w.shape[1]),
                                    block[1], w.shape[2], None)
-    if element == "int8":
-        codes = torch.round(w / full).clamp(INT8_MIN, INT8_MAX).to(torch.int32)
-    else:
-        codes = round_to_e4m3(w / full)
-    return CanonicalLinear(codes=codes, scales=scale, block=block)
-
-
-# MX element codecs: (emax, largest value, mantissa bits) for the scale rule
-MX_ELEMENTS = {"e4m3": (F8E4M3_EMAX, F8E4M3_MAX, F8E4M3_MANTISSA_BITS),
-               "e2m1": (F4E2M1_EMAX, F4E2M1_MAX, F4E2M1_MANTISSA_BITS)}
+    codes = round_codes(w / full, element)
+    return CanonicalLinear(codes=codes.to(torch.int32) if el.kind == INT else codes,
+                           scales=scale, block=block)
 
 
 def quantize_mx(w: torch.Tensor, rule: str, element: str, rounding: str = "rne"
@@ -124,11 +124,9 @@ def quantize_mx(w: torch.Tensor, rule: str, element: str, rounding: str = "rne"
     block's amax and the element's emax (`mx_scale_exponent`), elements w / 2^exp rounded to
     `element` (E4M3, or E2M1 with ties to even or away, `rounding`), saturating."""
     w = w.to(torch.float64)
-    emax, top, mbits = MX_ELEMENTS[element]
-    exp = mx_scale_exponent(_groups(w, MX_BLOCK).abs().amax(-1), rule, emax, top, mbits)
+    exp = mx_scale_exponent(_groups(w, MX_BLOCK).abs().amax(-1), rule, element)
     scale = mx_scale(exp)
-    x = w / scale.repeat_interleave(MX_BLOCK, dim=2)
-    codes = round_to_e4m3(x) if element == "e4m3" else round_to_e2m1(x, rounding)
+    codes = round_to(w / scale.repeat_interleave(MX_BLOCK, dim=2), element, rounding)
     return CanonicalLinear(codes=codes, scales=scale, block=(1, MX_BLOCK))
 
 
@@ -195,13 +193,7 @@ def qdq_scaled(x: torch.Tensor, den: torch.Tensor, element: str = "int8", num: f
     rounding of the exact ratio (x * num is exact for act-dtype inputs): x = 3/8 amax is the
     e4m3 tie 168 and goes to even (160), where x / fl(amax / 448) lands on either side."""
     safe = torch.where(den > 0, den, torch.ones_like(den))
-    v = x * num / safe
-    if element == "int8":
-        q = torch.round(v).clamp(INT8_MIN, INT8_MAX)
-    elif element == "e4m3":
-        q = round_to_e4m3(v)
-    else:
-        raise ValueError(f"unknown activation element {element!r}")
+    q = round_codes(x * num / safe, element)
     return torch.where(den > 0, q * (safe / num), torch.zeros_like(x))
 
 

@@ -23,9 +23,6 @@ from .quantize import NVFP4_RANGE
 from .schemes import ACT_ELEMENT_MAX
 from .schemes.tensors import INT32, declared_tensors, layer_sizes, tensor_shapes
 
-# std of uniform codes over [-2^(b-1), 2^(b-1)), of unit normals rounded to e4m3, and of
-# uniform e2m1 codes (mean square of 0, .5, 1, 1.5, 2, 3, 4, 6 = 8.5625)
-_CODE_STD = {"int4": 4.6, "int8": 73.9, "e4m3": 1.0, "e2m1": 2.93}
 # NVFP4 block scales drawn about this e4m3 value; the global scale brings the product to the
 # weights' 1/sqrt(in)
 _E4M3_BLOCK_SCALE = 256.0
@@ -102,19 +99,19 @@ class _Draw:
     def scale(self, d, shape):
         n_in = self._n_in(d)
         if d.dtypes == (torch.uint8,):  # E8M0 exponents: weights about 1/sqrt(in)
-            center = 127 - round(math.log2(_CODE_STD[self.info.element] * n_in**0.5))
+            center = 127 - round(math.log2(self.info.weight_element.draw_std * n_in**0.5))
             return torch.randint(center - 1, center + 2, shape, generator=self.gen,
                                  device=self.device, dtype=torch.int32).to(torch.uint8)
         if d.dtypes == (torch.float8_e4m3fn,):  # NVFP4 block scales, > 0
             return ((0.5 + self._rand(*shape)) * _E4M3_BLOCK_SCALE).to(torch.float8_e4m3fn)
-        s = (0.5 + self._rand(*shape)) / (_CODE_STD[self.info.element] * n_in**0.5)
+        s = (0.5 + self._rand(*shape)) / (self.info.weight_element.draw_std * n_in**0.5)
         if self.info.packed:  # group scales in the dtype the producing tool writes
             return s.to(scale_dtype(self.ckpt.record.scale_dtype, self.P.torch_dtype))
         return s
 
     def zeros(self, d, shape):
         rec, bits = self.ckpt.record, self.info.weight_bits
-        v1 = rec.zero_domain == "unsigned-minus-one"
+        v1 = -rec.stored_zero_offset  # 1: GPTQ v1 stores z - 1
         if self.ckpt.sym:  # the symmetric zero 2^(b-1) (stored minus one in v1)
             return torch.full(shape, _repeat_code(rec.code_offset - v1, bits),
                               dtype=torch.int32, device=self.device)
@@ -133,7 +130,7 @@ class _Draw:
         return g_idx
 
     def global_scale(self, d, shape):  # block scale * global ~ 1 / (code std * sqrt(in))
-        g = (0.5 + self._rand(*shape)) / (_E4M3_BLOCK_SCALE * _CODE_STD[self.info.element]
+        g = (0.5 + self._rand(*shape)) / (_E4M3_BLOCK_SCALE * self.info.weight_element.draw_std
                                           * self._n_in(d)**0.5)
         return self._stored(g)
 

@@ -33,8 +33,9 @@ from .schemes import (
     STATIC_INPUT_MODES,
     STRATEGY_TENSOR,
     checkpoint_shape_issue,
+    layout_of,
 )
-from .schemes.tensors import input_scale_name, layout_family, weight_dtype
+from .schemes.tensors import input_scale_name, weight_dtype
 
 
 def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Checkpoint:
@@ -94,9 +95,9 @@ def quantize_weights(ckpt: Checkpoint, w: torch.Tensor, gen: torch.Generator, pr
     if info.packed:
         g = ckpt.group_size
         g_idx = random_g_idx(gen, E, n_in, g) if ckpt.act_order else None
-        return quantize_int_groups(w, info.weight_bits, g, ckpt.sym, layout_family(ckpt),
+        return quantize_int_groups(w, info.weight_bits, g, ckpt.sym, layout_of(ckpt),
                                    scale_dtype(rec.scale_dtype, model_dtype), g_idx,
-                                   min_zero=1 if rec.zero_domain == "unsigned-minus-one" else 0)
+                                   min_zero=-rec.stored_zero_offset)
     if info.scale_encoding == "e8m0":  # the producing tool's rule where the record names one
         return quantize_mx(w, rec.mx_rule or ckpt.mx_scale_rule, info.element,
                            rec.element_rounding)
@@ -106,7 +107,7 @@ def quantize_weights(ckpt: Checkpoint, w: torch.Tensor, gen: torch.Generator, pr
     shards = (info.element == "e4m3" and prefix == "w13"
               and ckpt.weight_strategy == STRATEGY_TENSOR and n_out % 2 == 0)
     block = fp8_block_shape(ckpt.weight_strategy, n_out, n_in, shards)
-    return quantize_scaled(w, block, "int8" if info.element == "int8" else "fp8")
+    return quantize_scaled(w, block, info.element)
 
 
 def random_g_idx(gen: torch.Generator, E: int, n_in: int, group_size: int) -> torch.Tensor:

@@ -144,7 +144,7 @@ class GroupScalesShifted(TorchBackend):
 
     def convert(self, layer):
         super().convert(layer)
-        if not layer.quant.is_int_family:
+        if not layer.quant.packed:
             return
         for name in ("w13_s", "w2_s", "w13_zp", "w2_zp"):
             _put_if(layer, name, lambda t: torch.cat((t[:, :, 1:], t[:, :, -1:]), 2))
@@ -249,7 +249,7 @@ class W13ScalesPermutedAsChannelwise(TorchBackend):
     def convert(self, layer):
         super().convert(layer)
         P, g = layer.problem, layer.quant.group_size
-        if not layer.quant.is_int_family or not (0 < g and P.N <= g < P.K):
+        if not layer.quant.packed or not (0 < g and P.N <= g < P.K):
             return
         s = layer.get("w13_s")  # [E, out, G]; Marlin holds [E, G, out] row-major
         E, out, G = s.shape

@@ -55,7 +55,7 @@ class ActDtypeWeightsTwin(HookedTorchBackend):
         # per channel or tensor) stay fp32, as in vLLM's Triton MoE epilogue: a per-tensor
         # scale rounded to bf16 is a systematic error of up to u per GEMM, which no table
         # can tell from a 0.5% scale bug (tolerances.toml's header).
-        w = dequantize_expert(_ScalesInActDtype(layer, dtype) if quant.is_int_family else layer,
+        w = dequantize_expert(_ScalesInActDtype(layer, dtype) if quant.packed else layer,
                               p, e)
         if quant.activation != ACT_NONE:
             return w  # int8 / MXFP8 activations: the matrix units take the codes, exactly

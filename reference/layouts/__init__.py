@@ -6,7 +6,7 @@ import torch
 
 from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
-from ..schemes.tensors import layout_family as _layout
+from ..schemes import layout_of as _layout
 from .awq import read_awq, write_awq
 from .ct import read_ct, write_ct
 from .ct_int import read_ct_int, write_ct_int

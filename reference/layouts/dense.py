@@ -21,25 +21,25 @@ import torch
 from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
 from ..elements import (
-    decode_e2m1,
+    decode,
     decode_e4m3,
-    decode_e8m0,
-    encode_e2m1,
+    element_codes,
+    encode,
     encode_e4m3,
+    encode_stored,
     floor_log2,
 )
 from ..errors import CheckpointError
-from ..packing import pack_nibbles, unpack_nibbles
+from ..packing import pack_nibbles
 from ..quantize import nvfp4_multiplier
 from ..schemes import (
-    E8M0_BIAS,
-    E8M0_NAN,
     FP8_BLOCK,
     STRATEGY_BLOCK,
     STRATEGY_CHANNEL,
     STRATEGY_TENSOR,
     scheme_format,
 )
+from ..schemes.elements import INT
 from ..schemes.tensors import weight_dtype
 from .common import check_finite, check_symmetric_zeros, scales_float64
 
@@ -59,7 +59,7 @@ def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
         return CanonicalLinear(codes=w.to(torch.float64),
                                scales=torch.ones(E, 1, 1, dtype=torch.float64,
                                                  device=w.device), block=(n_out, n_in))
-    codes = _DECODE[info.element](name, w)
+    codes = _decode_weight(name, w, info.weight_element)
     if info.scale_encoding == "e8m0":
         scales, block = _read_e8m0(ckpt, p, E, n_out, n_in), (1, info.scale_block)
     elif info.scale_encoding == "e4m3":
@@ -73,20 +73,27 @@ def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     return CanonicalLinear(codes=codes, scales=scales, block=block, global_scale=glob)
 
 
-def _decode_e4m3_checked(name: str, w: torch.Tensor) -> torch.Tensor:
-    codes = decode_e4m3(w)
+def _decode_weight(name: str, w: torch.Tensor, el) -> torch.Tensor:
+    """Canonical codes of a stored weight: integer codes as int32, float elements decoded
+    from their bits (`elements.decode`), none of them one of the element's NaN codes."""
+    if el.kind == INT:
+        return w.to(torch.int32)
+    codes = decode(element_codes(w, el), el)
     if torch.isnan(codes).any():
-        raise CheckpointError(name, "no NaN codes (0x7f/0xff)",
+        nan = ", ".join(f"{c:#04x}" for c in el.nan_codes)
+        raise CheckpointError(name, f"no NaN codes ({nan})",
                               f"{int(torch.isnan(codes).sum())} NaN codes")
     return codes
 
 
-# element codec -> (stored weight -> canonical codes, canonical codes -> stored weight);
-# every e2m1 code is a finite value
-_DECODE = {"int8": lambda name, w: w.to(torch.int32), "e4m3": _decode_e4m3_checked,
-           "e2m1": lambda name, w: decode_e2m1(unpack_nibbles(w))}
-_ENCODE = {"int8": lambda codes: codes.to(torch.int8), "e4m3": encode_e4m3,
-           "e2m1": lambda codes: pack_nibbles(encode_e2m1(codes))}
+def _encode_weight(codes: torch.Tensor, el) -> torch.Tensor:
+    """Inverse of `_decode_weight`: the element's storage, several to a byte packed as the
+    layout packs them (element 2j in the low nibble)."""
+    if el.kind == INT:
+        return codes.to(el.storage)
+    if el.per_unit == 1:
+        return encode_stored(codes, el)
+    return pack_nibbles(encode(codes, el))
 
 
 def _read_e4m3_blocks(ckpt, p):
@@ -138,11 +145,13 @@ def _read_e8m0(ckpt, p, E, n_out, n_in):
     if n_in % block:
         raise CheckpointError(f"{p}_weight", f"an input dimension divisible by {block}",
                               str(n_in))
-    bits = ckpt.tensor(name)
-    if (bits == E8M0_NAN).any():
-        raise CheckpointError(name, "E8M0 exponents 0..254 (0xFF is NaN)",
-                              f"{int((bits == E8M0_NAN).sum())} bytes of 0xFF")
-    return decode_e8m0(bits)
+    el = ckpt.info.scale_element
+    s = decode(ckpt.tensor(name), el)
+    if torch.isnan(s).any():
+        raise CheckpointError(name, f"{el.name} codes other than its NaN code "
+                              f"({', '.join(f'{c:#04x}' for c in el.nan_codes)})",
+                              f"{int(torch.isnan(s).sum())} NaN codes")
+    return s
 
 
 def write_dense(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
@@ -151,10 +160,11 @@ def write_dense(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
     name = _name(ckpt_attrs, p, "weight", "weight")
     if info.scale_encoding == "none":
         return {name: c.codes.to(weight_dtype(ckpt_attrs))}
-    weight = _ENCODE[info.element](c.codes)
+    weight = _encode_weight(c.codes, info.weight_element)
     scale = c.scales.to(torch.float32)
     if info.scale_encoding == "e8m0":
-        scale = (floor_log2(c.scales) + E8M0_BIAS).to(torch.uint8)  # scales are powers of 2
+        # scales are powers of 2
+        scale = (floor_log2(c.scales) + info.scale_element.exp_bias).to(torch.uint8)
     elif info.scale_encoding == "e4m3":
         scale = encode_e4m3(c.scales)
     elif ckpt_attrs.weight_strategy == STRATEGY_TENSOR:

@@ -1,30 +1,44 @@
-"""The scheme vocabulary: one record per scheme, from which everything else is derived.
+"""The format facts: one record per scheme, element type and checkpoint format, from which
+everything else is derived.
 
-This package is data and integer / shape rules only (no tensor math), which is why kernels may
-import it. Scheme names are stable strings: they become keys in results files and never change
-meaning. A scheme record (`Scheme`) holds its layout and format record per checkpoint format,
-its element codec, scale encoding and global-scale convention, its variants and activation
-modes; `schemes.tensors` declares the tensors each layout holds with their shapes and dtypes.
-Readers, writers, `random_checkpoint`, the kernels' checkpoint spec and the suites' variants
-read these records instead of branching on scheme or family names.
+This package is the one place both sides of the import wall read (the reference and the
+kernels): data and integer / shape rules only, no tensor math, and importing it loads none of
+the reference's math modules (`moecert.reference` imports its modules lazily; a test holds
+it). Scheme names are stable strings: they become keys in results files and never change
+meaning.
+
+    elements.py  `Element`: storage dtype, bits, elements per storage unit, exponent and
+                 mantissa fields, NaN codes, largest value, rounding, code table
+    records.py   `FormatRecord`: one checkpoint format's packing, code offset, zero domain,
+                 interleave, scale layout, global-scale convention and rejected values
+    tensors.py   the tensors each layout holds, named by role, with dtypes and shapes
+    here         `Scheme`: its formats (`SchemeFormat` -> a record), element, scale encoding,
+                 variants and activation modes
+
+Readers, writers, `random_checkpoint`, the kernels' conversions and checkpoint spec and the
+suites' variants read these records instead of branching on scheme names. `Scheme.family` is a
+label for people (`moecert list`); code reads the fields, never the label.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# --- Format constants (value in the trailing comment) -------------------------------------
-INT4_MIN, INT4_MAX = -8, 7
-INT8_MIN, INT8_MAX = -128, 127
-UINT4_BIAS = 8  # GPTQ uint4b8: stored u means u - 8
-UINT8_BIAS = 128  # GPTQ uint8b128: stored u means u - 128
-AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble i of a word holds column 8c + order[i]
-F8E4M3_MAX = 448.0
-F8E4M3_EXP_BIAS = 7
-F4E2M1_MAX = 6.0
-F4E2M1_EXP_BIAS = 1
-E8M0_BIAS = 127
-E8M0_NAN = 0xFF  # 255
+from .elements import ELEMENTS, Element
+from .records import AWQ_PACK_ORDER as AWQ_PACK_ORDER  # re-exported: readers take facts here
+from .records import RECORDS, FormatRecord
+from .records import Rejected as Rejected
+from .records import get_record as get_record
+
+# --- Format constants, read off the element records (value in the trailing comment) ------
+INT4_MIN, INT4_MAX = ELEMENTS["int4"].int_range  # -8, 7
+INT8_MIN, INT8_MAX = ELEMENTS["int8"].int_range  # -128, 127
+F8E4M3_MAX = ELEMENTS["e4m3"].max  # 448.0
+F8E4M3_EXP_BIAS = ELEMENTS["e4m3"].exp_bias  # 7
+F4E2M1_MAX = ELEMENTS["e2m1"].max  # 6.0
+F4E2M1_EXP_BIAS = ELEMENTS["e2m1"].exp_bias  # 1
+E8M0_BIAS = ELEMENTS["e8m0"].exp_bias  # 127
+(E8M0_NAN,) = ELEMENTS["e8m0"].nan_codes  # 0xFF
 MX_BLOCK = 32
 NVFP4_BLOCK = 16  # NVFP4: one e4m3 block scale per 16 elements along in
 FP8_BLOCK = 128  # DeepSeek-style 128x128 weight blocks
@@ -67,12 +81,8 @@ STRATEGY_BLOCK = "block"  # [E, ceil(out/128), ceil(in/128)]
 PACKED_LAYOUTS = ("gptq", "awq", "ct", "ct-int")
 LAYOUTS = (*PACKED_LAYOUTS, "dense")
 
-# Element codecs of stored weights and scale encodings.
-ELEMENTS = ("bf16", "fp16", "int4", "int8", "e4m3", "e2m1")
-# elements per storage byte of a weight stored unpacked in its own dtype but several to a byte
-# (FP4 E2M1: two per uint8, element 2j in the low nibble); every other element: one
-ELEMENTS_PER_BYTE = {"e2m1": 2}
-# none: 16-bit weights; e8m0: uint8 2^(b - 127); e4m3: float8_e4m3fn block scales
+# How weight scales are stored: none (16-bit weights), float (the tool's float dtype), or an
+# element record's codes (E8M0 bytes 2^(b - 127), float8_e4m3fn block scales)
 SCALE_ENCODINGS = ("none", "float", "e8m0", "e4m3")
 # a per-tensor fp32 scale on top of the block scales: "tensor" is one per expert linear, one
 # per w1 / w3 shard for w13 ([E, 2]); whether it multiplies or divides is the format record's
@@ -92,13 +102,19 @@ class SchemeFormat:
     # tensor suffixes by role where this format names them its own way (role, suffix); roles
     # not listed take the layout's names (`schemes.tensors`)
     names: tuple[tuple[str, str], ...] = ()
-    # how a stored global scale is read (GLOBAL_SCALES "tensor"): "multiply" (w = e2m1 * block
-    # scale * stored) or "divide" (w = e2m1 * block scale / stored); the format record's
-    # `global_scale` is this value
-    global_scale: str = "none"
 
     def suffix(self, role: str, default: str) -> str:
         return dict(self.names).get(role, default)
+
+    @property
+    def format_record(self) -> FormatRecord:
+        return RECORDS[self.record]
+
+    @property
+    def global_scale(self) -> str:
+        """How a stored global scale is read: the format record's convention ("none",
+        "multiply": w = e2m1 * block scale * stored, "divide": ... / stored)."""
+        return self.format_record.global_scale
 
 
 @dataclass(frozen=True)
@@ -106,10 +122,11 @@ class Scheme:
     """What a scheme name means: how it is stored and which options it admits."""
 
     name: str
-    family: str  # "dense", "gptq", "awq", "ct", "int8", "fp8", "mxfp8", "mxfp4", "w4a8",
-    #              "w4afp8", "nvfp4"
+    # a label for people ("gptq", "fp8", "w4a8", ... in `moecert list`); code never branches
+    # on it: it reads the fields below
+    family: str
     weight_bits: int
-    element: str  # codec of a stored weight element (ELEMENTS)
+    element: str  # a stored weight element: key of `elements.ELEMENTS`
     scale_encoding: str  # how weight scales are stored (SCALE_ENCODINGS)
     formats: tuple[SchemeFormat, ...]  # the first is the default
     strategies: tuple[str, ...]
@@ -129,9 +146,18 @@ class Scheme:
         return self.scale_encoding != "none"
 
     @property
+    def weight_element(self) -> Element:
+        return ELEMENTS[self.element]
+
+    @property
+    def scale_element(self) -> Element | None:
+        """The element record of coded weight scales (E8M0, E4M3); None for float scales."""
+        return ELEMENTS.get(self.scale_encoding)
+
+    @property
     def elements_per_byte(self) -> int:
         """Weight elements one storage unit of the "dense" layout holds (2 for e2m1)."""
-        return ELEMENTS_PER_BYTE.get(self.element, 1)
+        return self.weight_element.per_unit
 
     @property
     def checkpoint_formats(self) -> tuple[str, ...]:
@@ -211,12 +237,10 @@ _CT_INT4 = SchemeFormat(None, "ct-int", "ct-int-quantized-int4@0.19")
 # shards), a quantizer this reference does not model.
 _NVFP4_FORMATS = (
     SchemeFormat("modelopt", "dense", "nvfp4-modelopt@1",
-                 names=(("global_scale", "weight_scale_2"), ("input_scale", "input_scale")),
-                 global_scale="multiply"),
+                 names=(("global_scale", "weight_scale_2"), ("input_scale", "input_scale"))),
     SchemeFormat("ct", "dense", "nvfp4-pack-quantized@ct-0.20",
                  names=(("weight", "weight_packed"), ("global_scale", "weight_global_scale"),
-                        ("input_scale", "input_global_scale")),
-                 global_scale="divide"),
+                        ("input_scale", "input_global_scale"))),
 )
 _DENSE = (SchemeFormat(None, "dense", "dense@1"),)
 
@@ -281,8 +305,6 @@ SCHEMES: dict[str, Scheme] = {
 }
 
 SCHEME_NAMES: tuple[str, ...] = tuple(SCHEMES)
-# families whose checkpoints are packed integer codes with group scales
-INT_FAMILIES = tuple(dict.fromkeys(s.family for s in SCHEMES.values() if s.packed))
 
 
 def get_scheme(name: str) -> Scheme:
@@ -297,6 +319,17 @@ def scheme_format(attrs) -> SchemeFormat:
     """The stored form of anything with `.scheme` and `.checkpoint_format` (a Checkpoint, a
     kernels QuantConfig)."""
     return get_scheme(attrs.scheme).format(attrs.checkpoint_format)
+
+
+def format_record(attrs) -> FormatRecord:
+    """The format record of anything with `.scheme` and `.checkpoint_format`."""
+    return scheme_format(attrs).format_record
+
+
+def layout_of(attrs) -> str:
+    """The tensor layout ("gptq", "awq", "ct", "ct-int" or "dense": which tensors, which
+    reader) of anything with `.scheme` and `.checkpoint_format`."""
+    return scheme_format(attrs).layout
 
 
 # --- which shapes a checkpoint can hold ------------------------------------------------------

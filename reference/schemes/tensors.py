@@ -29,16 +29,13 @@ from . import (
     STRATEGY_CHANNEL,
     STRATEGY_TENSOR,
     get_scheme,
+    layout_of,
     scheme_format,
 )
 
 FLOAT = (torch.float16, torch.bfloat16, torch.float32)
 INT32 = (torch.int32,)
 INDEX = (torch.int32, torch.int64)
-# storage dtype of one element of an unpacked ("dense" layout) weight, per element codec
-ELEMENT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8,
-                  "e4m3": torch.float8_e4m3fn, "e2m1": torch.uint8}  # e2m1: two per byte
-SCALE_DTYPES = {"float": FLOAT, "e8m0": (torch.uint8,), "e4m3": (torch.float8_e4m3fn,)}
 FP32 = (torch.float32,)
 
 # When a declared tensor must be present (every one of them may be)
@@ -111,19 +108,19 @@ STRATEGY_SCALE_SHAPES = {STRATEGY_CHANNEL: (("E", "out", "1"),),
                          STRATEGY_TENSOR: (("E",),)}
 
 
-def layout_family(attrs) -> str:
-    """"gptq", "awq", "ct" or "dense": which reader (and which tensors) a checkpoint of
-    `attrs` (a Checkpoint or a kernels QuantConfig) has."""
-    return scheme_format(attrs).layout
-
-
 def weight_dtype(attrs) -> torch.dtype:
-    """The dtype of an unpacked ("dense" layout) checkpoint's {p}_weight."""
-    return ELEMENT_DTYPES[get_scheme(attrs.scheme).element]
+    """The dtype of an unpacked ("dense" layout) checkpoint's {p}_weight: the element
+    record's storage."""
+    return get_scheme(attrs.scheme).weight_element.storage
+
+
+def _scale_dtypes(info) -> tuple[torch.dtype, ...]:
+    """Float scales in any float dtype the tools write; coded scales in their element's."""
+    return FLOAT if info.scale_element is None else (info.scale_element.storage,)
 
 
 def _linear_tensors(attrs, p: str) -> tuple:
-    layout = layout_family(attrs)
+    layout = layout_of(attrs)
     if layout != "dense":
         return PACKED_TENSORS[layout]
     info = get_scheme(attrs.scheme)
@@ -139,8 +136,8 @@ def _linear_tensors(attrs, p: str) -> tuple:
         shapes = STRATEGY_SCALE_SHAPES[attrs.weight_strategy]
         if p == "w13" and attrs.weight_strategy == STRATEGY_TENSOR:
             shapes = (*shapes, ("E", "2"))  # one scale per shard: w1 rows, w3 rows
-    scale = _linear("weight_scale", "scale", SCALE_DTYPES[info.scale_encoding], *shapes)
-    if info.element == "int8":
+    scale = _linear("weight_scale", "scale", _scale_dtypes(info), *shapes)
+    if info.weight_element.kind == "int":
         # AMD Quark writes a zero point beside each int8 scale (0 for its symmetric schemes,
         # the only ones these schemes hold: the reader requires 0)
         return weight, scale, _linear("weight_zero_point", "zeros", (torch.int8, torch.int32),
@@ -169,6 +166,25 @@ def _input_scale(attrs, p: str) -> TensorDecl:
 def input_scale_name(attrs, p: str) -> str:
     """The name of linear `p`'s static input scale in `attrs`' format."""
     return _input_scale(attrs, p).name
+
+
+def tensor_name(attrs, p: str, role: str) -> str | None:
+    """The name of linear `p`'s tensor of `role` ("weight", "scale", "zeros", "g_idx",
+    "shape", "global_scale", "input_scale", "bias") in `attrs`' layout and format, or None
+    where the layout has no such tensor: the one place names come from."""
+    if role == "input_scale":
+        return input_scale_name(attrs, p)
+    if role == "bias":
+        return f"{p}_bias"
+    for suffix, r, *_ in _linear_tensors(attrs, p):
+        if r == role:
+            return f"{p}_{suffix}"
+    return None
+
+
+def role_names(attrs, p: str) -> dict[str, str]:
+    """{role: tensor name} of linear `p`'s tensors in `attrs`' layout (`tensor_name`)."""
+    return {r: f"{p}_{suffix}" for suffix, r, *_ in _linear_tensors(attrs, p)}
 
 
 def declared_tensors(attrs) -> dict[str, TensorDecl]:
@@ -232,5 +248,5 @@ def tensor_shapes(decl: TensorDecl, sizes: dict[str, int], attrs) -> tuple[tuple
 
 
 __all__ = ["LINEAR_SIZES", "PREFIXES", "TensorDecl", "declared_tensors", "dim_size",
-           "input_scale_name",
-           "layer_sizes", "layout_family", "parse_dim", "tensor_shapes", "weight_dtype"]
+           "input_scale_name", "layer_sizes", "parse_dim", "role_names", "tensor_name",
+           "tensor_shapes", "weight_dtype"]

@@ -65,7 +65,7 @@ def variant_id(q: QuantConfig) -> str:
 
 def problem_for(q: QuantConfig, **options) -> MoEProblem:
     """M=9, K=64, N=32, E=4, top-2; K and N at least the group size (w2's input is N)."""
-    g = q.group_size if q.is_int_family else -1
+    g = q.group_size if q.packed else -1
     base = {"M": 9, "K": max(64, g), "N": max(32, g), "E": 4, "topk": 2}
     return MoEProblem(**{**base, **options})
 

@@ -15,14 +15,14 @@ from moecert.reference.schemes import (
     ACT_MXFP8,
     ACT_NONE,
     ACT_NVFP4,
-    ELEMENTS,
     GLOBAL_SCALES,
     LAYOUTS,
     SCALE_ENCODINGS,
     SCHEMES,
     get_scheme,
 )
-from moecert.reference.schemes.tensors import ELEMENT_DTYPES, PACKED_TENSORS, SCALE_DTYPES
+from moecert.reference.schemes.elements import ELEMENTS
+from moecert.reference.schemes.tensors import PACKED_TENSORS
 
 
 @pytest.mark.parametrize("name", list(SCHEMES))
@@ -38,10 +38,10 @@ def test_every_record_names_what_exists(name):
         assert f.record in RECORDS, f.record
         assert f.layout in LAYOUTS
         # the tensors of a layout are declared: packed layouts in the table, unpacked
-        # ones through their element and scale codecs
+        # ones through their element records (storage dtype) and scale encodings
         if f.layout == "dense":
-            assert s.element in ELEMENT_DTYPES
-            assert s.scale_encoding == "none" or s.scale_encoding in SCALE_DTYPES
+            assert isinstance(s.weight_element.storage, torch.dtype)
+            assert s.scale_encoding in ("none", "float") or s.scale_element is not None
         else:
             assert f.layout in PACKED_TENSORS
     defaults = s.defaults()

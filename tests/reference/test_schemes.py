@@ -11,7 +11,7 @@ import torch
 from moecert.reference import Checkpoint, MoEProblem, canonicalize, synthesize
 from moecert.reference.errors import CheckpointError
 from moecert.reference.layouts import read_linear, write_linear
-from moecert.reference.schemes import INT_FAMILIES, SCHEMES, checkpoint_shape_issue
+from moecert.reference.schemes import SCHEMES, checkpoint_shape_issue
 from moecert.reference.synthesize import quantize_weights, random_weights
 
 
@@ -76,7 +76,7 @@ _SHAPES = ((64, 64), (64, 48), (96, 32), (40, 64), (36, 64), (64, 36), (64, 66))
 def _variants():
     for name, info in SCHEMES.items():
         formats = info.checkpoint_formats or (None,)
-        groups = info.group_sizes if info.family in INT_FAMILIES else (None,)
+        groups = info.group_sizes if info.packed else (None,)
         for fmt in formats:
             for g in groups:
                 kw = {"checkpoint_format": fmt} if fmt else {}

@@ -1,16 +1,56 @@
 """Versioned format records: every fact about a checkpoint layout that a reader depends on.
 
 Two layouts that differ in any field (compressed-tensors before and after 0.18, GPTQ v1 and
-v2) are two records, never one looser reader. The readers and writers in `layouts/` take
-their packing, offsets and scale rules from these records, so a record cannot drift from the
-code that reads it.
+v2) are two records, never one looser reader. The reference's readers and writers in
+`layouts/` and the kernels' conversions take their packing, offsets, zero domain,
+global-scale convention and scale rules from these records, so a record cannot drift from the
+code that reads it. Each record lists the values its format rejects (`Rejected`: a tensor
+role and a bit pattern of its storage, or a number), which every reader must refuse and the
+harness's `malformed` check writes into a checkpoint one at a time.
+
+Data only (no tensor math): kernels import it too.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from .schemes import AWQ_PACK_ORDER, get_scheme
+from .elements import ELEMENTS
+
+# AWQ's nibble order: nibble i of a word holds column 8c + order[i]
+AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """One value a format rejects in the tensors of one role (`schemes.tensors` roles:
+    "weight", "scale", "global_scale"): a bit pattern of the tensor's storage unit (`bits`),
+    or a number written in the tensor's floating dtype (`value`)."""
+
+    role: str
+    what: str  # for people: "E8M0 0xFF (NaN block)"
+    bits: int | None = None
+    value: float | None = None
+
+
+def nan_codes(role: str, element: str) -> tuple[Rejected, ...]:
+    """The NaN codes of `element` (its record's `nan_codes`) in tensors of `role`."""
+    return tuple(Rejected(role, f"{element} NaN code {c:#04x}", bits=c)
+                 for c in ELEMENTS[element].nan_codes)
+
+
+def non_positive_codes(role: str, element: str) -> tuple[Rejected, ...]:
+    """Zero, negative zero and -1 of a float `element`, for scales that must be > 0."""
+    el = ELEMENTS[element]
+    return tuple(Rejected(role, f"{element} {v} ({el.code_of(v):#04x})", bits=el.code_of(v))
+                 for v in (0.0, -0.0, -1.0))
+
+
+def bad_numbers(role: str) -> tuple[Rejected, ...]:
+    """NaN, zero and a negative value, for float scales that must be finite and > 0."""
+    return tuple(Rejected(role, f"a {what} {role.replace('_', ' ')}", value=v)
+                 for what, v in (("NaN", math.nan), ("zero", 0.0), ("negative", -1.0)))
 
 
 @dataclass(frozen=True)
@@ -32,16 +72,27 @@ class FormatRecord:
     global_scale: str  # "none", "multiply", "divide"
     scale_rule: str  # how the producing tool chooses scales (used by synthesize)
     element_rounding: str  # "rne" (round half to even) or "rna" (half away from zero)
-    nonfinite: str  # what non-finite values mean
+    nonfinite: str  # what non-finite values mean, for people (the data: `rejected`)
+    rejected: tuple[Rejected, ...] = ()  # every value the format rejects, by tensor role
     # MX formats: the producing tool's E8M0 rule (`elements.mx_scale_exponent`'s rule) that
     # synthesize uses for the weights; None: the checkpoint's mx_scale_rule attribute
     mx_rule: str | None = None
+
+    @property
+    def stored_zero_offset(self) -> int:
+        """stored zero point = true zero + this (GPTQ v1 stores z - 1)."""
+        return -1 if self.zero_domain == "unsigned-minus-one" else 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
 
 
 def _int_record(name, version, bits, **kw) -> FormatRecord:
     base = dict(name=name, version=version, bit_order="lsb-first", interleave=None,
                 code_offset=1 << (bits - 1), global_scale="none", element_rounding="rne",
-                nonfinite="rejected: scales must be finite and > 0")
+                nonfinite="rejected: scales must be finite and > 0",
+                rejected=bad_numbers("scale"))
     base.update(kw)
     return FormatRecord(**base)
 
@@ -67,22 +118,23 @@ def _ct(version: str, bits: int) -> FormatRecord:
         scale_rule="sym: amax/((qmax-qmin)/2); asym: (max-min)/(qmax-qmin), zp=qmin-round(min/s)")
 
 
-def _nvfp4(name, version, weight, global_name, rule) -> FormatRecord:
+def _nvfp4(name, version, weight, global_name, convention, rule) -> FormatRecord:
     # Two e2m1 codes per byte, element 2j in the low nibble (compressed-tensors packs [0.5,
-    # -1.0] to 0xa1; ModelOpt and torchao the same); block 16 along in. The global-scale
-    # convention is the scheme table's (kernels read it there).
-    fmt = next(f for f in get_scheme("nvfp4").formats if f.record == f"{name}@{version}")
-    convention = fmt.global_scale
+    # -1.0] to 0xa1; ModelOpt and torchao the same); block 16 along in. `convention`: how
+    # the stored global scale is read, "multiply" (w = e2m1 * block scale * stored) or
+    # "divide" (w = e2m1 * block scale / stored).
     return FormatRecord(
         name, version, f"{weight} uint8 [E, out, in/2] (e2m1 pairs)", "in", "dense",
         "lsb-first", None, 0, None, None,
         f"weight_scale float8_e4m3fn [E, out, in/16]; {global_name} fp32 [E] ([E, 2] w13)",
         "e4m3", convention, rule, "rne",
-        "rejected: NaN, non-positive block scales; non-finite or non-positive global scales")
+        "rejected: NaN, non-positive block scales; non-finite or non-positive global scales",
+        rejected=(*nan_codes("scale", "e4m3"), *non_positive_codes("scale", "e4m3"),
+                  *bad_numbers("global_scale")))
 
 
 RECORDS: dict[str, FormatRecord] = {
-    r.name + "@" + r.version: r
+    r.key: r
     for r in (
         _gptq("v1", 4), _gptq("v2", 4), _gptq("v1", 8), _gptq("v2", 8),
         _int_record(
@@ -109,17 +161,20 @@ RECORDS: dict[str, FormatRecord] = {
             0, None, None,
             "weight_scale [E] / [E, 2] (tensor), [E, out, 1] (channel), "
             "[E, ceil(out/128), ceil(in/128)] (block)", "fp32", "none", "amax/448", "rne",
-            "rejected: NaN codes (0x7f, 0xff) and non-finite or non-positive scales"),
+            "rejected: NaN codes (0x7f, 0xff) and non-finite or non-positive scales",
+            rejected=(*nan_codes("weight", "e4m3"), *bad_numbers("scale"))),
         FormatRecord(
             "mxfp8-e4m3", "ocp-mx-1.0", "weight float8_e4m3fn [E, out, in]", None, None, None,
             None, 0, None, None, "weight_scale uint8 E8M0 [E, out, in/32]", "e8m0", "none",
             "OCP FLOOR: 2^(floor(log2(amax)) - 8)", "rne",
-            "rejected: E8M0 0xFF (NaN block) and NaN element codes"),
-        _nvfp4("nvfp4-modelopt", "1", "weight", "weight_scale_2",
+            "rejected: E8M0 0xFF (NaN block) and NaN element codes",
+            rejected=(*nan_codes("scale", "e8m0"), *nan_codes("weight", "e4m3"))),
+        _nvfp4("nvfp4-modelopt", "1", "weight", "weight_scale_2", "multiply",
                "ModelOpt NVFP4QTensor: s2 = fp32(amax / (6 * 448)) per linear (per w1 / w3 "
                "shard); block scale e4m3(block_amax / (6 * s2)), 0 -> 1; codes = e2m1 RNE of "
                "w / (block scale * s2). Input scales: amax / (6 * 448)."),
         _nvfp4("nvfp4-pack-quantized", "ct-0.20", "weight_packed", "weight_global_scale",
+               "divide",
                "compressed-tensors TENSOR_GROUP (nvfp4-pack-quantized): g = fp32(448 * 6 / "
                "amax) per linear (per w1 / w3 shard), stored; block scale e4m3(block_amax / 6 "
                "* g), 0 -> 1; codes = e2m1 RNE of w / (block scale / g). Input global scales: "
@@ -136,10 +191,13 @@ RECORDS: dict[str, FormatRecord] = {
             "dense", "lsb-first", None, 0, None, None, "weight_scale uint8 E8M0 [E, out, in/32]",
             "e8m0", "none",
             "triton_kernels downcast_to_mxfp ROUND_UP: 2^ceil(log2(amax / 6)) (rceil)", "rna",
-            "rejected: E8M0 0xFF (NaN block); every e2m1 code is finite", mx_rule="rceil"),
+            "rejected: E8M0 0xFF (NaN block); every e2m1 code is finite", mx_rule="rceil",
+            rejected=nan_codes("scale", "e8m0")),
         FormatRecord(
             "dense", "1", "weight bf16/fp16 [E, out, in]", None, None, None, None, 0, None, None,
-            "none", "model", "none", "none", "none", "rejected: non-finite weights"),
+            "none", "model", "none", "none", "none", "rejected: non-finite weights",
+            rejected=(Rejected("weight", "a NaN weight", value=math.nan),
+                      Rejected("weight", "an infinite weight", value=math.inf))),
     )
 }
 
