@@ -16,6 +16,8 @@ w2: out = K, in = N):
   int8 / fp8  {p}_w int8 / float8_e4m3fn [E, out, in], {p}_s float32 [E, R, C],
               meta["{p}_block"] = (rows, cols): W[e, o, k] = w * s[e, o // rows, k // cols]
   mxfp8       {p}_w float8_e4m3fn [E, out, in], {p}_s uint8 E8M0 [E, out, in/32], block (1, 32)
+  mxfp6       {p}_w float8_e4m3fn [E, out, in]: the file's fp6 codes (four in three bytes)
+              widened once to e4m3, which holds every fp6 value exactly; {p}_s as mxfp8
   mxfp4       {p}_w uint8 [E, out, in/2] (the file's bytes: e2m1 column 2j in the low nibble,
               2j+1 in the high nibble), {p}_s uint8 E8M0 [E, out, in/32], block (1, 32)
   nvfp4       {p}_w uint8 [E, out, in/2] e2m1 pairs (column 2j in the low nibble),
@@ -39,6 +41,7 @@ from moecert.reference.schemes import (
     AWQ_PACK_ORDER,
     E8M0_BIAS,
     E8M0_NAN,
+    F8E4M3_MAX,
     FP8_BLOCK,
     STATIC_INPUT_MODES,
     STRATEGY_BLOCK,
@@ -303,6 +306,8 @@ def _convert_dense_linear(layer: MoELayer, p: str):
         if bool(nan.any()):
             raise BackendError(f"{p}_weight", "no NaN codes (0x7f/0xff)",
                                f"{int(nan.sum())} NaN codes")
+    if info.weight_element.units > 1:  # codes straddle bytes (fp6): widened, read as bytes
+        w = _widen_to_e4m3(w, info.weight_element)
     name = f"{p}_weight_scale"
     s = layer.get(name)
     if info.scale_encoding == "e8m0":
@@ -324,6 +329,34 @@ def _convert_dense_linear(layer: MoELayer, p: str):
     scales = scales.to(torch.float32).contiguous()
     _check_scales(name, scales)
     return {f"{p}_w": w, f"{p}_s": scales}, block
+
+
+def _widen_to_e4m3(w: torch.Tensor, el) -> torch.Tensor:
+    """Float codes packed `el.per_unit` to `el.units` bytes (least significant bits first:
+    fp6 codes 4j..4j+3 in bytes 3j..3j+2) -> float8_e4m3fn [..., in], from the element
+    record's bit fields. Exact: an element with <= 3 mantissa bits, a largest value <= 448
+    and a subnormal step >= 2^-9 has only e4m3 values (fp6 E2M3 and E3M2 do)."""
+    step_exp = 1 - el.exp_bias - el.mantissa_bits
+    if el.mantissa_bits > 3 or el.max > F8E4M3_MAX or step_exp < -9:
+        raise BackendError(f"{el.name} weights", "an element whose values are e4m3 values",
+                           f"{el.mantissa_bits} mantissa bits, max {el.max}")
+    out = torch.empty(*w.shape[:-1], w.shape[-1] * el.per_unit // el.units,
+                      dtype=torch.float8_e4m3fn, device=w.device)
+    mask, m_mask = (1 << el.bits) - 1, (1 << el.mantissa_bits) - 1
+    step = max(1, _CHUNK_ELEMENTS // max(out[0].numel(), 1))
+    for lo in range(0, w.shape[0], step):
+        groups = w[lo:lo + step].to(torch.int32).unflatten(-1, (-1, el.units))
+        word = groups[..., 0]
+        for i in range(1, el.units):
+            word = word | (groups[..., i] << (8 * i))
+        c = torch.stack([(word >> (i * el.bits)) & mask for i in range(el.per_unit)], -1)
+        c = c.flatten(-2)
+        e, m = (c >> el.mantissa_bits) & ((1 << el.exp_bits) - 1), c & m_mask
+        mag = torch.where(e > 0, ((m_mask + 1) + m) * pow2(e + step_exp - 1), m * pow2(
+            torch.full_like(e, step_exp)))
+        value = torch.where(c & (1 << (el.bits - 1)) != 0, -mag, mag)
+        out[lo:lo + step] = value.to(torch.float8_e4m3fn)
+    return out
 
 
 def _convert_nvfp4_linear(layer: MoELayer, p: str):

@@ -34,7 +34,6 @@ from ..quant_config import QuantConfig
 # factor moves to the activation side (Marlin's a1/a2 global scales). A power of two keeps
 # s / F exact in fp32, so the conversion reads back bit for bit.
 W4A8_SCALE_TARGET_LOG2 = 12
-FP8_FAMILIES = ("fp8", "mxfp8")
 
 
 def interpreting() -> bool:
@@ -297,8 +296,11 @@ def _kept(plan, P, source, mode, T) -> torch.Tensor:
 
 def _platform_reason(quant: QuantConfig, platform: Platform) -> str | None:
     # e4m3 weights, or e4m3 activations (an fp8 x fp8 dot; W4AFP8's int4 weights become e4m3)
-    fp8 = quant.info.family in FP8_FAMILIES or quant.info.activation_element == "e4m3"
-    what = "weights" if quant.info.family in FP8_FAMILIES else "activations"
+    # e4m3 in the kernel format: e4m3 elements, or elements widened to e4m3 (convert.py: fp6)
+    el = quant.info.weight_element
+    e4m3_w = el.storage == torch.float8_e4m3fn or el.units > 1
+    fp8 = e4m3_w or quant.info.activation_element == "e4m3"
+    what = "weights" if e4m3_w else "activations"
     if platform.kind == "xpu":
         return "platform cuda or rocm only"
     if platform.kind == "cpu":
@@ -381,11 +383,13 @@ def _weights(layer: MoELayer, p: str, fused_moe, codes: torch.Tensor | None = No
             **opt)
     if family == "dense":
         return fused_moe.describe_weights(fused_moe.W16, layer.get(f"{p}_w"), compute, **opt)
-    kind = {"int8": fused_moe.W_INT8, "fp8": fused_moe.W_FP8,
-            "mxfp8": fused_moe.W_MXFP8, "mxfp4": fused_moe.W_FP4,
-            "nvfp4": fused_moe.W_FP4}[family]
     scale_kind = {"float": fused_moe.S_FLOAT, "e8m0": fused_moe.S_E8M0,
                   "e4m3": fused_moe.S_E4M3}[q.info.scale_encoding]
+    # the kernel format's weight dtype (convert.py: int8 codes, e4m3 values, e2m1 pairs in
+    # uint8; fp6 arrives widened to e4m3) and the scale encoding say the kind
+    w_dtype = layer.get(f"{p}_w").dtype
+    kind = {torch.int8: fused_moe.W_INT8, torch.uint8: fused_moe.W_FP4}.get(
+        w_dtype, fused_moe.W_MXFP8 if scale_kind == fused_moe.S_E8M0 else fused_moe.W_FP8)
     s = layer.get(f"{p}_s")
     if scale_kind == fused_moe.S_E4M3:  # decoded from its bits in the kernel
         s = s.view(torch.uint8)
