@@ -48,12 +48,13 @@ from moecert.reference.schemes import (
     SWIGLUOAI_ALPHA,
     SWIGLUOAI_LIMIT,
 )
+from moecert.reference.schemes.elements import ELEMENTS
 
 from .convert import pow2
 
-# E4M3: largest normal 1.75 * 2^8, 3 mantissa bits
-_E4M3_EMAX = 8
-_E4M3_MANTISSA_BITS = 3
+# E4M3 (the element record): largest normal 1.75 * 2^8, 3 mantissa bits
+_E4M3_EMAX = ELEMENTS["e4m3"].emax
+_E4M3_MANTISSA_BITS = ELEMENTS["e4m3"].mantissa_bits
 
 
 def swigluoai(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

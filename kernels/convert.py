@@ -38,17 +38,14 @@ from __future__ import annotations
 
 import torch
 from moecert.reference.schemes import (
-    AWQ_PACK_ORDER,
-    E8M0_BIAS,
-    E8M0_NAN,
-    F8E4M3_MAX,
     FP8_BLOCK,
     STATIC_INPUT_MODES,
     STRATEGY_BLOCK,
     STRATEGY_CHANNEL,
     scheme_format,
 )
-from moecert.reference.schemes.tensors import input_scale_name
+from moecert.reference.schemes.elements import ELEMENTS, EXPONENT, INT, Element
+from moecert.reference.schemes.tensors import input_scale_name, role_names, tensor_name
 
 from .errors import BackendError
 from .layer import MoELayer
@@ -131,11 +128,12 @@ def unpack_words(words: torch.Tensor, bits: int, count: int, dim: int) -> torch.
     return codes.flatten(dim, dim + 1).narrow(dim, 0, count)
 
 
-def undo_awq_order(slots: torch.Tensor, dim: int) -> torch.Tensor:
-    """AWQ slot i of each 8 holds column 8c + AWQ_PACK_ORDER[i]: back to column order."""
-    inverse = sorted(range(8), key=lambda i: AWQ_PACK_ORDER[i])
+def undo_interleave(slots: torch.Tensor, order: tuple[int, ...], dim: int) -> torch.Tensor:
+    """Slot i of each len(order) holds column c * len(order) + order[i] (the format record's
+    `interleave`, AWQ's 0,2,4,6,1,3,5,7): back to column order."""
+    inverse = sorted(range(len(order)), key=lambda i: order[i])
     x = slots.movedim(dim, -1)
-    return x.unflatten(-1, (-1, 8))[..., inverse].flatten(-2).movedim(-1, dim)
+    return x.unflatten(-1, (-1, len(order)))[..., inverse].flatten(-2).movedim(-1, dim)
 
 
 def pack_nibbles(u: torch.Tensor) -> torch.Tensor:
@@ -153,52 +151,49 @@ def unpack_nibbles(q: torch.Tensor, n_in: int) -> torch.Tensor:
 
 def _convert_int_linear(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
     q = layer.quant
+    rec = q.record
     E = layer.problem.E
     n_out, n_in = linear_dims(layer, p)
     bits = q.bits
+    half = 1 << (bits - 1)  # the kernel format's unsigned codes: signed code + 2^(b-1)
     G = q.groups(n_in)
-    if q.layout == "gptq":
-        names = {"w": f"{p}_qweight", "s": f"{p}_scales", "z": f"{p}_qzeros", "g": f"{p}_g_idx"}
-    elif q.layout == "awq":
-        names = {"w": f"{p}_qweight", "s": f"{p}_scales", "z": f"{p}_qzeros", "g": None}
-    elif q.layout == "ct-int":
-        names = {"w": f"{p}_weight", "s": f"{p}_weight_scale", "z": None, "g": None}
-    else:
-        names = {"w": f"{p}_weight_packed", "s": f"{p}_weight_scale",
-                 "z": f"{p}_weight_zero_point", "g": f"{p}_weight_g_idx"}
-        _check_weight_shape(layer, f"{p}_weight_shape", n_out, n_in)
+    names = role_names(q, p)  # {role: tensor name} of the layout (schemes.tensors)
+    if "shape" in names:
+        _check_weight_shape(layer, names["shape"], n_out, n_in)
 
-    words = layer.get(names["w"])
-    if q.layout == "ct-int":  # one signed code per int8: every value must be an int4 code
-        half = 1 << (bits - 1)
+    words = layer.get(names["weight"])
+    if rec.packing is None:  # one signed code per storage unit: every value must be a code
         if words.numel() and (int(words.min()) < -half or int(words.max()) >= half):
-            raise BackendError(names["w"], f"int{bits} codes in [{-half}, {half - 1}]",
+            raise BackendError(names["weight"], f"int{bits} codes in [{-half}, {half - 1}]",
                                f"values in [{int(words.min())}, {int(words.max())}]")
     codes = torch.empty(E, n_out, -(-n_in // 2) if bits == 4 else n_in, dtype=torch.uint8,
                         device=layer.device)
     for lo, hi in _expert_chunks(E, n_out * n_in):
-        if q.layout == "gptq":  # [E, in/per, out] packed along in
+        if rec.packing is None:  # [E, out, in] signed codes
+            u = words[lo:hi].to(torch.int32) + half - rec.code_offset
+        elif q.layout == "gptq":  # [E, in/per, out] packed along in
             u = unpack_words(words[lo:hi], bits, n_in, dim=1).transpose(1, 2)
-        elif q.layout == "awq":  # [E, in, out/8] packed along out, AWQ order
-            u = undo_awq_order(unpack_words(words[lo:hi], bits, n_out, dim=2), 2).transpose(1, 2)
-        elif q.layout == "ct-int":  # [E, out, in] signed codes
-            u = words[lo:hi].to(torch.int32) + (1 << (bits - 1))
+        elif rec.pack_dim == "out":  # [E, in, out/8] packed along out (AWQ)
+            u = unpack_words(words[lo:hi], bits, n_out, dim=2)
+            if rec.interleave:
+                u = undo_interleave(u, rec.interleave, 2)
+            u = u.transpose(1, 2)
         else:  # [E, out, words] packed along in
             u = unpack_words(words[lo:hi], bits, n_in, dim=2)
         codes[lo:hi] = pack_nibbles(u) if bits == 4 else u.to(torch.uint8)
 
-    scales = layer.get(names["s"])
+    scales = layer.get(names["scale"])
     if q.layout in ("gptq", "awq"):  # [E, G, out]
         scales = scales.transpose(1, 2)
     scales = scales.to(torch.float32).contiguous()
-    _check_scales(names["s"], scales)
+    _check_scales(names["scale"], scales)
 
     out = {f"{p}_q": codes, f"{p}_s": scales}
-    zeros = None if names["z"] is None else _read_zero_points(layer, names["z"], n_out, G)
+    zeros = _read_zero_points(layer, names["zeros"], n_out, G) if "zeros" in names else None
     if zeros is not None:
         out[f"{p}_zp"] = zeros
-    if names["g"] is not None:
-        g_idx = _read_g_idx(layer, names["g"], n_in, G)
+    if "g_idx" in names:
+        g_idx = _read_g_idx(layer, names["g_idx"], n_in, G)
         if g_idx is not None:
             out[f"{p}_g_idx"] = g_idx
     return out
@@ -213,22 +208,24 @@ def _read_zero_points(layer: MoELayer, name: str, n_out: int, G: int) -> torch.T
             raise BackendError(name, f"zero points for {q.describe()}", "missing")
         return None
     bits = q.bits
+    rec = q.record
     t = layer.get(name)
     if q.layout == "ct":  # [E, ceil(out*b/32), G] packed along out, unsigned domain
         z = unpack_words(t, bits, n_out, dim=1)
     else:  # [E, G, out*b/32] packed along out
         z = unpack_words(t, bits, n_out, dim=2)
-        if q.layout == "awq":
-            z = undo_awq_order(z, 2)
+        if rec.interleave:
+            z = undo_interleave(z, rec.interleave, 2)
         z = z.transpose(1, 2)
-    if q.layout == "gptq" and q.checkpoint_format == "gptq":
-        # v1 stores z - 1; a stored 2^b - 1 would mean z = 2^b, which no code can reach
-        if z.numel() and int(z.max()) == (1 << bits) - 1:
-            raise BackendError(name, f"stored zero points <= {(1 << bits) - 2} (GPTQ v1 "
+    if rec.stored_zero_offset:
+        # GPTQ v1 stores z - 1; a stored 2^b - 1 would mean z = 2^b, which no code can reach
+        top = (1 << bits) - 1 + rec.stored_zero_offset
+        if z.numel() and int(z.max()) > top:
+            raise BackendError(name, f"stored zero points <= {top} (GPTQ v1 "
                                f"stores z - 1, the true zero is stored + 1)",
                                f"a stored {(1 << bits) - 1}, true zero {1 << bits} overflows "
                                f"int{bits}")
-        z = z + 1
+        z = z - rec.stored_zero_offset
     if q.sym:
         half = 1 << (bits - 1)
         if z.numel() and bool((z != half).any()):
@@ -296,24 +293,19 @@ def _convert_dense_linear(layer: MoELayer, p: str):
     info = q.info
     E = layer.problem.E
     n_out, n_in = linear_dims(layer, p)
-    w = layer.get(f"{p}_weight")
+    wname = tensor_name(q, p, "weight")
+    w = layer.get(wname)
     if not info.quantized:
         if not bool(torch.isfinite(w).all()):
-            raise BackendError(f"{p}_weight", "finite weights", "non-finite entries")
+            raise BackendError(wname, "finite weights", "non-finite entries")
         return {f"{p}_w": w}, None
-    if w.dtype == torch.float8_e4m3fn:
-        nan = (w.view(torch.uint8) & 0x7F) == 0x7F
-        if bool(nan.any()):
-            raise BackendError(f"{p}_weight", "no NaN codes (0x7f/0xff)",
-                               f"{int(nan.sum())} NaN codes")
+    _check_codes(wname, w, info.weight_element)
     if info.weight_element.units > 1:  # codes straddle bytes (fp6): widened, read as bytes
         w = _widen_to_e4m3(w, info.weight_element)
-    name = f"{p}_weight_scale"
+    name = tensor_name(q, p, "scale")
     s = layer.get(name)
-    if info.scale_encoding == "e8m0":
-        if bool((s == E8M0_NAN).any()):
-            raise BackendError(name, "E8M0 exponents 0..254 (0xFF is NaN)",
-                               f"{int((s == E8M0_NAN).sum())} bytes of 0xFF")
+    if info.scale_element is not None:  # coded block scales (E8M0): no NaN code
+        _check_codes(name, s, info.scale_element)
         return {f"{p}_w": w, f"{p}_s": s}, (1, info.scale_block)
     if q.weight_strategy == STRATEGY_CHANNEL:
         scales, block = s.view(E, n_out, 1), (1, n_in)
@@ -337,7 +329,7 @@ def _widen_to_e4m3(w: torch.Tensor, el) -> torch.Tensor:
     record's bit fields. Exact: an element with <= 3 mantissa bits, a largest value <= 448
     and a subnormal step >= 2^-9 has only e4m3 values (fp6 E2M3 and E3M2 do)."""
     step_exp = 1 - el.exp_bias - el.mantissa_bits
-    if el.mantissa_bits > 3 or el.max > F8E4M3_MAX or step_exp < -9:
+    if el.mantissa_bits > 3 or el.max > ELEMENTS["e4m3"].max or step_exp < -9:
         raise BackendError(f"{el.name} weights", "an element whose values are e4m3 values",
                            f"{el.mantissa_bits} mantissa bits, max {el.max}")
     out = torch.empty(*w.shape[:-1], w.shape[-1] * el.per_unit // el.units,
@@ -360,17 +352,22 @@ def _widen_to_e4m3(w: torch.Tensor, el) -> torch.Tensor:
 
 
 def _convert_nvfp4_linear(layer: MoELayer, p: str):
-    fmt = scheme_format(layer.quant)
+    q = layer.quant
+    fmt = scheme_format(q)
     n_out = linear_dims(layer, p)[0]
-    w = layer.get(f"{p}_{fmt.suffix('weight', 'weight')}")
-    name = f"{p}_weight_scale"
+    w = layer.get(tensor_name(q, p, "weight"))
+    name = tensor_name(q, p, "scale")
     s = layer.get(name)
-    bits = s.view(torch.uint8)
-    # e4m3 block scales must be positive numbers: no sign bit, no NaN (S.1111.111), no zero
-    bad = ((bits & 0x80) != 0) | ((bits & 0x7F) == 0x7F) | ((bits & 0x7F) == 0)
+    # block scales must be positive numbers: no sign bit, no NaN code, no zero
+    el = q.info.scale_element
+    bits = s.view(torch.uint8).to(torch.int32)
+    bad = ((bits & el.sign_bit) != 0) | ((bits & (el.sign_bit - 1)) == 0)
+    for nan in el.nan_codes:
+        bad |= bits == nan
     if bool(bad.any()):
-        raise BackendError(name, "finite e4m3 block scales > 0", f"{int(bad.sum())} bad entries")
-    gname = f"{p}_{fmt.suffix('global_scale', 'weight_global_scale')}"
+        raise BackendError(name, f"finite {el.name} block scales > 0",
+                           f"{int(bad.sum())} bad entries")
+    gname = tensor_name(q, p, "global_scale")
     g = layer.get(gname).to(torch.float64)
     _check_scales(gname, g)
     if g.dim() == 2 and n_out % 2:
@@ -383,34 +380,71 @@ def _convert_nvfp4_linear(layer: MoELayer, p: str):
     return {f"{p}_w": w, f"{p}_s": s, f"{p}_gs": g.contiguous()}, block
 
 
+def _check_codes(name: str, t: torch.Tensor, el: Element) -> None:
+    """No stored element of `t` is one of the element record's NaN codes."""
+    if not el.nan_codes:
+        return
+    codes = t.view(torch.uint8) if t.element_size() == 1 else t
+    nan = torch.zeros_like(codes, dtype=torch.bool)
+    for c in el.nan_codes:
+        nan |= codes == c
+    if bool(nan.any()):
+        listed = ", ".join(f"0x{c:02X}" for c in el.nan_codes)
+        raise BackendError(name, f"{el.name} codes other than its NaN codes ({listed})",
+                           f"{int(nan.sum())} NaN codes")
+
+
+_TABLES: dict[tuple, torch.Tensor] = {}
+
+
+def _table(el: Element, dtype: torch.dtype, device) -> torch.Tensor:
+    """The element record's code table (value of each code) as a tensor: decoding a code is
+    an index into it."""
+    key = (el.name, dtype, str(device))
+    if key not in _TABLES:
+        _TABLES[key] = torch.tensor(el.values, dtype=torch.float64).to(dtype).to(device)
+    return _TABLES[key]
+
+
 def decode_e4m3(s: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """float8_e4m3fn values in `dtype` (the cast is exact: every e4m3 value is a float32)."""
     return s.to(dtype)
 
 
 def decode_e8m0(bits: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """2^(byte - 127) built from its bit pattern (exact; 2^-127 is a float32 subnormal)."""
-    e = bits.to(torch.int32) - E8M0_BIAS
+    """2^(byte - bias) built from its bit pattern (exact; 2^-127 is a float32 subnormal)."""
+    e = bits.to(torch.int32) - ELEMENTS["e8m0"].exp_bias
     return pow2(e, dtype)
 
 
 def decode_e2m1(nibbles: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """FP4 E2M1 codes (integers 0..15) to `dtype`, from the bit fields: sign bit 3, exponent
-    bits 2-1 (bias 1), mantissa bit 0; exponent 0 is the subnormal m/2."""
-    c = nibbles.to(torch.int32)
-    e, m = (c >> 1) & 3, (c & 1).to(dtype)
-    magnitude = torch.where(e > 0, (1 + m / 2) * pow2(e - 1, dtype), m / 2)
-    return torch.where(c & 8 != 0, -magnitude, magnitude)
+    """FP4 E2M1 codes (integers 0..15) to `dtype`, by the element record's code table."""
+    return _table(ELEMENTS["e2m1"], dtype, nibbles.device)[nibbles.to(torch.int64)]
+
+
+def unpack_units(w: torch.Tensor, el: Element) -> torch.Tensor:
+    """Codes (int64) of elements stored several to a byte, along the last dimension:
+    element j * per_unit + i in bits i*b .. i*b+b-1 of byte j (e2m1: 2j low nibble)."""
+    b = w.to(torch.int64)
+    mask = (1 << el.bits) - 1
+    return torch.stack([(b >> (i * el.bits)) & mask for i in range(el.per_unit)],
+                       dim=-1).flatten(-2)
 
 
 def element_values(element: str, w: torch.Tensor, dtype: torch.dtype = torch.float32
                    ) -> torch.Tensor:
-    """The values of stored weight elements [..., in] in `dtype`: int8 codes as int32,
-    e2m1 bytes [..., in/2] unpacked (2j low nibble) and decoded, e4m3 / 16-bit converted."""
-    if element == "int8":
+    """The values of stored weight elements [..., in] in `dtype`: integer codes as int32,
+    elements stored several to a byte ([..., in/2] e2m1) unpacked and looked up in the
+    element record's code table, float8 / 16-bit storage (fp6 arrives widened to e4m3,
+    `_widen_to_e4m3`) converted (exact)."""
+    el = ELEMENTS[element]
+    if el.kind == INT:
         return w.to(torch.int32)
-    if element == "e2m1":
-        return decode_e2m1(unpack_nibbles(w, 2 * w.shape[-1]), dtype)
+    if w.dtype.is_floating_point:  # float8 / 16-bit storage, fp6 widened to e4m3: exact
+        return w.to(dtype)
+    if el.per_unit > 1 or el.kind == EXPONENT or w.dtype == torch.uint8:
+        codes = unpack_units(w, el) if el.per_unit > 1 else w.to(torch.int64)
+        return _table(el, dtype, w.device)[codes]
     return w.to(dtype)
 
 
@@ -437,8 +471,8 @@ def _export_dense(layer: MoELayer, p: str, get=None) -> ExportedLinear:
                               block=(n_out, n_in))
     codes = element_values(info.element, w, torch.float64)
     s = layer.get(f"{p}_s")
-    scales = (decode_e8m0(s, torch.float64) if info.scale_encoding == "e8m0"
-              else s.to(torch.float64))
+    scales = (element_values(info.scale_encoding, s, torch.float64)
+              if info.scale_element is not None else s.to(torch.float64))
     block = tuple(layer.meta[f"{p}_block"])
     if layer.has(f"{p}_gs"):  # NVFP4: e2m1 pairs, global multipliers per shard
         gs = layer.get(f"{p}_gs")

@@ -104,7 +104,7 @@ class DescribesLayer(Protocol):
         chose for it ("CPU (CPUExpertsInt4); CPU AMX gate forced")."""
 
 
-# The keys a `numerics(layer)` declaration may hold (conformance/numerics.py reads them):
+# The keys a `numerics(layer)` declaration may hold (conformance/harness/numerics.py reads them):
 #   activation          an activation mode of the scheme table the kernel quantizes its GEMM
 #                       inputs with (an int4 checkpoint run with int8 per-token activations:
 #                       "dynamic-token", judged as w4a8-int8)

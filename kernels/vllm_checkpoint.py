@@ -33,6 +33,8 @@ from moecert.reference.schemes import (
     STRATEGY_BLOCK,
     STRATEGY_CHANNEL,
     STRATEGY_TENSOR,
+    SWIGLUOAI_ALPHA,
+    SWIGLUOAI_LIMIT,
 )
 from moecert.reference.schemes.tensors import declared_tensors
 
@@ -45,25 +47,22 @@ from .quant_config import QuantConfig
 ACTIVATIONS = {
     "silu": ("silu", {}),
     "gelu": ("gelu", {}),
-    "swigluoai-split": ("swigluoai_uninterleave", {"swiglu_alpha": 1.702, "swiglu_limit": 7.0}),
+    "swigluoai-split": ("swigluoai_uninterleave", {"swiglu_alpha": SWIGLUOAI_ALPHA,
+                                                   "swiglu_limit": SWIGLUOAI_LIMIT}),
     "relu2": ("relu2_no_mul", {}),
 }
 
-# The packed layouts' tensor suffixes: moecert name after "w13_" / "w2_" -> (vLLM's suffix,
-# the axis of one expert's tensor that holds output channels, how many output channels one
-# element along it covers).
+# The packed layouts' split per tensor role (schemes.tensors names the tensors; vLLM's
+# per-expert files keep moecert's suffixes): (the axis of one expert's tensor that holds
+# output channels, how many output channels one element along it covers).
 _PACKED_SPLITS = {
     # GPTQ: [K/pack, 2N] packed along the input; zeros [G, 2N/pack] packed along N
-    "gptq": {"qweight": ("qweight", -1, 1), "scales": ("scales", -1, 1),
-             "qzeros": ("qzeros", -1, "pack"), "g_idx": ("g_idx", None, None)},
+    "gptq": {"weight": (-1, 1), "scale": (-1, 1), "zeros": (-1, "pack"), "g_idx": (None, None)},
     # AWQ: [K, 2N/pack] packed along N
-    "awq": {"qweight": ("qweight", -1, "pack"), "scales": ("scales", -1, 1),
-            "qzeros": ("qzeros", -1, "pack")},
+    "awq": {"weight": (-1, "pack"), "scale": (-1, 1), "zeros": (-1, "pack")},
     # compressed-tensors: [2N, K/pack], scales [2N, G], zeros [2N/pack, G]
-    "ct": {"weight_packed": ("weight_packed", 0, 1), "weight_scale": ("weight_scale", 0, 1),
-           "weight_zero_point": ("weight_zero_point", 0, "pack"),
-           "weight_g_idx": ("weight_g_idx", None, None),
-           "weight_shape": ("weight_shape", "shape", None)},
+    "ct": {"weight": (0, 1), "scale": (0, 1), "zeros": (0, "pack"), "g_idx": (None, None),
+           "shape": ("shape", None)},
 }
 # The dense layout's split per tensor role (schemes.tensors): rows along axis 0, except
 # per-tensor and per-shard values ("tensor": [] for both shards, [2] one per shard).
@@ -126,7 +125,7 @@ def _ct_dense(type_: str) -> Callable[[QuantConfig], dict]:
 
 
 def _ct_mx(q: QuantConfig) -> dict:  # llm-compressor MXFP8 / MXFP4
-    bits = 8 if q.scheme == "mxfp8" else 4
+    bits = q.bits
     weights = _ct_args(bits, "float", "group", group_size=MX_BLOCK, scale_dtype="torch.uint8")
     inputs = None if q.activation == ACT_NONE else _ct_args(
         8, "float", "group", group_size=MX_BLOCK, dynamic=True, scale_dtype="torch.uint8")
@@ -296,7 +295,7 @@ def expert_tensors(quant: QuantConfig, tensors: dict[str, torch.Tensor], N: int
         linear, _, suffix = name.partition("_")
         if linear not in ("w13", "w2") or name not in roles:
             raise ValueError(f"{name}: not a tensor of a {quant.describe()} checkpoint")
-        axis, per = _split(quant, suffix, roles[name])
+        axis, per = _split(quant, roles[name])
         vname = rename.get(suffix, suffix)
         for e in range(t.shape[0]):
             one = t[e].reshape(-1) if flat and roles[name] == "scale" else t[e]
@@ -307,13 +306,13 @@ def expert_tensors(quant: QuantConfig, tensors: dict[str, torch.Tensor], N: int
                 yield f"{e}.{proj}.{vname}", _half(one, half, axis, per, N, pack)
 
 
-def _split(quant: QuantConfig, suffix: str, role: str):
+def _split(quant: QuantConfig, role: str):
     """(axis, rows per element) of one expert's w13 tensor, by layout and role."""
     rules = _PACKED_SPLITS.get(quant.layout)
     if rules is not None:
         if role == "bias":
             return -1, 1
-        return rules[suffix][1:]
+        return rules[role]
     if role == "scale":
         return _SCALE_SPLITS.get(quant.weight_strategy, (0, 1))
     return _DENSE_SPLITS[role]

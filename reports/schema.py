@@ -1,6 +1,6 @@
 """The result schema (SPEC section 4): one row per (case, check), declared once.
 
-Every writer (conformance/execute.py) and reader (store, frames, calibrate, the runner's
+Every writer (conformance/harness/execute.py) and reader (store, frames, calibrate, the runner's
 summary) takes the columns, their dtypes, the statuses and the metric names from here.
 
 Columns, in order: identity (run, suite, case, problem, backend, scheme, the problem's
@@ -40,7 +40,7 @@ VERSION_KEY = "moecert_schema_version"
 # does not claim the case; only the claims and oracle checks judged it) ranks above "pass", so
 # an unclaimed case is never counted as passed; "skip" (one check has nothing to judge on a
 # claimed case, e.g. no canonical_weights) ranks below it. "oversize": the case was not run,
-# because it needs more memory than the machine has (conformance/memory.py); neither a pass
+# because it needs more memory than the machine has (conformance/harness/memory.py); neither a pass
 # nor a failure of the backend, and a run holding one is not green.
 STATUSES = ("crash", "timeout", "error", "fail", "oversize", "xfail", "unsupported", "pass",
             "skip")
@@ -50,14 +50,14 @@ FAILING = ("crash", "timeout", "error", "fail")
 # ascending puts the worst rows first.
 STATUS_DTYPE = pd.CategoricalDtype(STATUSES, ordered=True)
 
-# Metrics a tolerance entry gates (conformance/tolerances.py judges them), by kind:
+# Metrics a tolerance entry gates (conformance/harness/tolerances.py judges them), by kind:
 CEILINGS = ("rel_fro", "max_abs_scaled", "mismatch_frac", "max_expert_rel_fro")  # <= threshold
 FLOORS = ("cosine", "min_row_cosine")  # >= floor
 BANDS = ("norm_ratio",)  # inside [lo, hi]
 GATED = CEILINGS + FLOORS + BANDS
 # The check of a `moecert bench` row.
 BENCH_CHECK = "bench"
-# Every metric column (conformance/metrics.py computes them), non-finite count first.
+# Every metric column (conformance/harness/metrics.py computes them), non-finite count first.
 METRICS = ("nonfinite", "max_abs", "max_abs_scaled", "rel_fro", "cosine", "min_row_cosine",
            "norm_ratio", "mismatch_frac", "max_expert_rel_fro")
 # The row's thresholds, one column each: a ceiling or floor as thr_<metric>, a band as
@@ -91,14 +91,14 @@ COLUMN_DTYPES = {
     **{c: _FLOAT for cols in THRESHOLD_COLUMNS.values() for c in cols},
     "used": _FLOAT,  # error / threshold, the worst gated metric: 0.4 used 0.4 of it
     # failing accuracy rows only: where the error sits, as JSON {"expert": [rel_fro of each
-    # expert's rows], "token": [rel_fro of each output row]} (conformance/metrics.py)
+    # expert's rows], "token": [rel_fro of each output row]} (conformance/harness/metrics.py)
     "error_profile": _STR,
     "duration_s": _FLOAT,  # the check's wall time, reference included
     "kernel_s": _FLOAT,  # the backend's time per call (`moecert bench`: the median)
     # the GPU memory the check's process held at most (the caching allocator's reserved
     # high-water mark; empty on a CPU): what the runner's memory budget per GPU is sized from
     "device_peak_bytes": _FLOAT,
-    # `moecert bench` only (conformance/bench.py):
+    # `moecert bench` only (conformance/performance/bench.py):
     "min_bytes": _FLOAT,  # weights of the experts the routing touches + activations in/out
     "flops": _FLOAT,  # 2 x routed tokens x (w13 rows x K + K x N)
     "copy_bytes_s": _FLOAT,  # the device's copy bandwidth, bytes read + written per second
@@ -113,7 +113,7 @@ COLUMNS = tuple(COLUMN_DTYPES)
 
 
 # A problem is of the "model" shape class when K x N reaches this (model-size layers), else
-# "small": tolerance entries (conformance/tolerances.py) and failure signatures key on it.
+# "small": tolerance entries (conformance/harness/tolerances.py) and failure signatures key on it.
 MODEL_SHAPE_WEIGHTS = 1 << 20
 
 

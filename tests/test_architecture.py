@@ -1,8 +1,17 @@
-"""The one hard rule of the layout (SPEC section 1): what each folder may import."""
+"""The one hard rule of the layout (SPEC section 1): what each folder may import, in the
+source and at run time.
+
+The format facts (`reference/schemes/`: scheme, element and format records, tensor names,
+the canonical type) are the one part of the reference both sides read: they import nothing
+of the reference's math, and kernels import nothing else of the reference. Importing
+`moecert.kernels` and every backend module loads none of the reference's math modules.
+"""
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,8 +28,10 @@ ALLOWED = {  # folder -> third-party top-level modules and moecert modules it ma
     # loader (kernels/vllm_folder.py)
     "kernels": ({"torch", "triton", "vllm_xpu_kernels", "vllm", "safetensors"},
                 {"moecert.kernels", "moecert.reference.schemes"}),
+    # the format facts: data, no math; what kernels may read
+    "reference/schemes": ({"torch"}, {"moecert.reference.schemes"}),
     "reports": ({"pandas", "pyarrow", "matplotlib", "numpy"}, {"moecert.reports"}),
-    # safetensors: `moecert run --inputs FILE`, hidden states (conformance/model_layers.py)
+    # safetensors: `moecert run --inputs FILE`, hidden states (conformance/harness/model_layers.py)
     "conformance": ({"torch", "triton", "pandas", "pyarrow", "pytest", "hypothesis", "tqdm",
                      "safetensors"}, {"moecert"}),
 }
@@ -29,7 +40,7 @@ ALLOWED = {  # folder -> third-party top-level modules and moecert modules it ma
 def _imports(path: Path, package: str):
     """Absolute module names imported by a file (relative imports resolved)."""
     tree = ast.parse(path.read_text())
-    parts = [package, *path.relative_to(ROOT / package.split(".")[-1]).with_suffix("").parts]
+    parts = ["moecert", *path.relative_to(ROOT).with_suffix("").parts]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names)
@@ -49,7 +60,7 @@ def test_folder_imports_only_what_it_may(folder):
     third_party, internal = ALLOWED[folder]
     bad = []
     for path in sorted((ROOT / folder).rglob("*.py")):
-        for mod in _imports(path, f"moecert.{folder}"):
+        for mod in _imports(path, "moecert." + folder.replace("/", ".")):
             top = mod.split(".")[0]
             if top in STDLIB or top in third_party:
                 continue
@@ -61,3 +72,55 @@ def test_folder_imports_only_what_it_may(folder):
                 continue
             bad.append(f"{path.relative_to(ROOT)}: {mod}")
     assert not bad, "imports outside the layout's rules:\n" + "\n".join(bad)
+
+
+FACTS = "moecert.reference.schemes"
+
+
+def _math_modules() -> list[str]:
+    """Every module of the reference outside the format facts (the reference's math: codecs,
+    layouts, quantizers, the MoE, synthesis, the loader)."""
+    out = []
+    for path in sorted((ROOT / "reference").rglob("*.py")):
+        rel = path.relative_to(ROOT / "reference").with_suffix("").parts
+        if rel[0] == "schemes" or rel == ("__init__",):
+            continue
+        out.append(".".join(("moecert.reference", *(p for p in rel if p != "__init__"))))
+    return out
+
+
+_LOADED = """
+import importlib, json, pkgutil, sys
+import moecert.kernels as k
+names = [m.name for m in pkgutil.walk_packages(k.__path__, "moecert.kernels.")]
+for name in names:
+    importlib.import_module(name)
+print(json.dumps({"imported": names, "loaded": sorted(sys.modules)}))
+"""
+
+
+def test_importing_every_kernel_module_loads_none_of_the_reference_math():
+    result = subprocess.run([sys.executable, "-c", _LOADED], capture_output=True, text=True,
+                            check=True)
+    seen = json.loads(result.stdout)
+    assert "moecert.kernels.triton_moe.backend" in seen["imported"]  # backends included
+    math = set(_math_modules())
+    assert {"moecert.reference.moe", "moecert.reference.elements",
+            "moecert.reference.layouts.dense", "moecert.reference.quantize"} <= math
+    loaded = set(seen["loaded"])
+    assert not math & loaded, f"kernels loaded reference math: {sorted(math & loaded)}"
+    outside = {m for m in loaded if m.startswith("moecert.reference.")
+               and not m.startswith(FACTS)}
+    assert not outside, f"kernels loaded reference modules beyond the facts: {sorted(outside)}"
+
+
+def test_the_reference_package_still_offers_its_public_names():
+    """The lazy package (PEP 562) gives the functions, also after their submodules (which
+    share their names: moe, dequantize, synthesize) are imported."""
+    code = ("import moecert.reference.moe, moecert.reference.synthesize; "
+            "import moecert.reference as r; "
+            "print(callable(r.moe), callable(r.synthesize), callable(r.dequantize), "
+            "r.Checkpoint.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["True", "True", "True", "Checkpoint"]

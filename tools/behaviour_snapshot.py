@@ -17,7 +17,7 @@ import sys
 
 
 def ids(out: str) -> None:
-    from moecert.conformance.suites import SUITES, build_suite
+    from moecert.conformance.harness.suites import SUITES, build_suite
     from moecert.kernels.registry import backend_names
     from moecert.reports.schema import COLUMN_DTYPES, SCHEMA_VERSION
 

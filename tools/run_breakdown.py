@@ -6,7 +6,7 @@ RESULTS: a results file or folder (`moecert run --results`). Prints the wall tim
 check's start to last row), the check time summed over rows by check and backend, how many
 cases were running at once over time (the workers' use), the model-size problems' share,
 and each model-size layer's GPU memory high-water mark per scheme (`device_peak_bytes`), from
-which the runner's memory budget is sized (conformance/schedule.py).
+which the runner's memory budget is sized (conformance/harness/schedule.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import argparse
 
 import numpy as np
 import pandas as pd
-from moecert.conformance.schedule import MODEL_SIZE_WEIGHTS
+from moecert.conformance.harness.schedule import MODEL_SIZE_WEIGHTS
 from moecert.reports.store import ResultsError, load
 
 STEP_S = 0.5

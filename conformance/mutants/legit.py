@@ -5,7 +5,7 @@ and scales). Engine kernels do not: Marlin, vLLM's Triton MoE and most vendor ke
 matrix units weights in the activation dtype, dequantized with scales the loader already
 stored in that dtype (an AWQ/GPTQ file's fp16 scales become bf16 under bf16 activations).
 Those roundings are legitimate, so the tolerance table must admit this twin on every case
-(tests/conformance/test_mutants.py runs the smoke suite on it and fails on any flagged row).
+(tests/conformance/mutants/test_mutants.py runs the smoke suite on it and fails on any flagged row).
 
 It is the torch backend through the hooked copy of its routing loop (mutants/forward.py, bit
 for bit the torch backend unmutated) with one step changed, the expert's weights. The layer's
@@ -70,7 +70,7 @@ class MarlinScalesTwin(HookedTorchBackend):
     against that reading of the checkpoint at the scheme's own tolerance, and its canonical
     export holds the scales it keeps. Undeclared, the same rounding fails about one case in
     a hundred (issue 23); declared, a 0.5% scale bug on top of it is still caught
-    (tests/conformance/test_mutants.py)."""
+    (tests/conformance/mutants/test_mutants.py)."""
 
     name = "legit-marlin-scales"
 

@@ -3,7 +3,8 @@
 `MUTANTS` plants in the torch backend, placed where an engine's glue would put it: in the
 checkpoint it hands the kernel, in the routing it passes, or in the output it returns. It
 claims what `inner` claims. The judge of the judge on an engine moecert does not own: every
-wrapped bug the engine's claims reach must be flagged (tests/conformance/test_vllm_mutants.py).
+wrapped bug the engine's claims reach must be flagged
+(tests/conformance/mutants/test_vllm_mutants.py).
 """
 
 from __future__ import annotations

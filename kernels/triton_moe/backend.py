@@ -368,7 +368,6 @@ def _weights(layer: MoELayer, p: str, fused_moe, codes: torch.Tensor | None = No
     """The kernel's description of linear `p` in the layer's kernel format (int4 `codes`
     and their nibble span in place of the layer's: int4_variants)."""
     q = layer.quant
-    family = q.info.family
     compute = layer.problem.torch_dtype
     opt = {name: layer.get(f"{p}_{name}") for name in ("zp", "g_idx", "bias")
            if layer.has(f"{p}_{name}")}
@@ -381,7 +380,7 @@ def _weights(layer: MoELayer, p: str, fused_moe, codes: torch.Tensor | None = No
             sym_zero=1 << (bits - 1),
             nib_span=layer.meta.get(f"{p}_nib_span", 0) if nib_span is None else nib_span,
             **opt)
-    if family == "dense":
+    if not q.info.quantized:
         return fused_moe.describe_weights(fused_moe.W16, layer.get(f"{p}_w"), compute, **opt)
     scale_kind = {"float": fused_moe.S_FLOAT, "e8m0": fused_moe.S_E8M0,
                   "e4m3": fused_moe.S_E4M3}[q.info.scale_encoding]

@@ -25,13 +25,28 @@ import os
 import torch
 import triton
 import triton.language as tl
+from moecert.reference.schemes import MX_BLOCK, SWIGLUOAI_ALPHA, SWIGLUOAI_LIMIT
+from moecert.reference.schemes.elements import ELEMENTS
 
 # 1.5 * 2^23: v + M - M rounds |v| < 2^22 to an integer, ties to even
 RNE_MAGIC = tl.constexpr(12582912.0)
 MX_RULES = {"floor": 0, "even": 1, "ceil": 2, "rceil": 3}
 ACTIVATIONS = {"silu": 0, "gelu": 1, "swigluoai": 2, "swigluoai-split": 3, "relu2": 4}
-SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0  # passed as constexpr arguments
+SWIGLU_ALPHA, SWIGLU_LIMIT = SWIGLUOAI_ALPHA, SWIGLUOAI_LIMIT  # passed as constexpr arguments
 TINY = tl.constexpr(2.0**-20)
+# constexpr mirrors of the element records (schemes/elements.py), values in the comments
+_E4M3, _INT8, _E8M0 = ELEMENTS["e4m3"], ELEMENTS["int8"], ELEMENTS["e8m0"]
+E4M3_MAX = tl.constexpr(_E4M3.max)  # 448.0
+E4M3_EMAX = tl.constexpr(_E4M3.emax)  # 8
+E4M3_MIN_EXP = tl.constexpr(_E4M3.min_normal_exp)  # -6
+E4M3_MBITS = tl.constexpr(_E4M3.mantissa_bits)  # 3
+# fp32 bits below e4m3's mantissa, and the round-half-to-even increment at that position
+_E4M3_DROP = tl.constexpr(23 - _E4M3.mantissa_bits)  # 20
+_E4M3_HALF = tl.constexpr((1 << (22 - _E4M3.mantissa_bits)) - 1)  # 0x7FFFF
+INT8_MIN = tl.constexpr(float(_INT8.min_code))  # -128.0
+INT8_MAX = tl.constexpr(_INT8.max)  # 127.0
+E8M0_BIAS = tl.constexpr(_E8M0.exp_bias)  # 127
+MX_COLS = tl.constexpr(MX_BLOCK)  # 32
 
 
 @triton.jit
@@ -66,10 +81,10 @@ def _floor_log2(v):
 def _round_e4m3(v):
     """v rounded to the e4m3 grid (ties to even), saturating at +-448, still fp32: the spacing
     around |v| is 2^(max(floor(log2|v|), -6) - 3)."""
-    mag = tl.minimum(tl.abs(v), 448.0)
-    ea = tl.maximum(_floor_log2(tl.maximum(mag, TINY)), -6)
-    ulp = _pow2(ea - 3)
-    r = tl.minimum(_rne(tl.math.div_rn(mag, ulp)) * ulp, 448.0)
+    mag = tl.minimum(tl.abs(v), E4M3_MAX)
+    ea = tl.maximum(_floor_log2(tl.maximum(mag, TINY)), E4M3_MIN_EXP)
+    ulp = _pow2(ea - E4M3_MBITS)
+    r = tl.minimum(_rne(tl.math.div_rn(mag, ulp)) * ulp, E4M3_MAX)
     return tl.where(v < 0, -r, r)
 
 
@@ -98,10 +113,10 @@ def int8_quant_kernel(x_ptr, q_ptr, scale_ptr, given_ptr, K, stride_x, stride_q,
             x = tl.load(x_ptr + row * stride_x + k0 + offs, mask=k0 + offs < K, other=0.0)
             amax = tl.maximum(amax, tl.abs(x.to(tl.float32)))
         amax = tl.max(amax, axis=0)
-        num, den = 127.0, amax
+        num, den = INT8_MAX, amax
     elif MODE == 1:
         amax = tl.load(given_ptr)
-        num, den = 127.0, amax
+        num, den = INT8_MAX, amax
     else:
         num, den = 1.0, tl.load(given_ptr)
     s = tl.math.div_rn(den, num)
@@ -109,7 +124,7 @@ def int8_quant_kernel(x_ptr, q_ptr, scale_ptr, given_ptr, K, stride_x, stride_q,
     for k0 in range(0, K, BLOCK_K):
         mask = k0 + offs < K
         x = tl.load(x_ptr + row * stride_x + k0 + offs, mask=mask, other=0.0).to(tl.float32)
-        v = tl.minimum(tl.maximum(tl.math.div_rn(x * num, safe), -128.0), 127.0)
+        v = tl.minimum(tl.maximum(tl.math.div_rn(x * num, safe), INT8_MIN), INT8_MAX)
         q = tl.where(den > 0, _rne(v), 0.0)
         tl.store(q_ptr + row * stride_q + k0 + offs, q.to(tl.int8), mask=mask)
     tl.store(scale_ptr + row, s)
@@ -120,28 +135,29 @@ def mxfp8_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_x, stride_q, stride_s,
                        RULE: tl.constexpr, BLOCKS: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs_b = tl.program_id(1) * BLOCKS + tl.arange(0, BLOCKS)
-    offs = offs_b[:, None] * 32 + tl.arange(0, 32)[None, :]
+    offs = offs_b[:, None] * MX_COLS + tl.arange(0, MX_COLS)[None, :]
     mask = offs < K
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
     amax = tl.max(tl.abs(x), axis=1)
     bits = amax.to(tl.int32, bitcast=True)
     e = ((bits >> 23) & 0xFF) - 127
     inexact = (bits & 0x7FFFFF) != 0
-    if RULE == 0:  # floor(log2 amax) - 8 (OCP)
-        exp = e - 8
-    elif RULE == 1:  # amax rounded to 3 mantissa bits (ties to even), then floor
-        rounded = bits + 0x7FFFF + ((bits >> 20) & 1)
-        exp = ((rounded >> 23) & 0xFF) - 127 - 8
-    elif RULE == 2:  # ceil(log2 amax) - 8
-        exp = e + inexact.to(tl.int32) - 8
+    if RULE == 0:  # floor(log2 amax) - emax (OCP; e4m3 emax 8)
+        exp = e - E4M3_EMAX
+    elif RULE == 1:  # amax rounded to e4m3's mantissa bits (ties to even), then floor
+        rounded = bits + _E4M3_HALF + ((bits >> _E4M3_DROP) & 1)
+        exp = ((rounded >> 23) & 0xFF) - 127 - E4M3_EMAX
+    elif RULE == 2:  # ceil(log2 amax) - emax
+        exp = e + inexact.to(tl.int32) - E4M3_EMAX
     else:  # ceil(log2(amax / 448))
-        qb = tl.math.div_rn(amax, 448.0).to(tl.int32, bitcast=True)
+        qb = tl.math.div_rn(amax, E4M3_MAX).to(tl.int32, bitcast=True)
         exp = ((qb >> 23) & 0xFF) - 127 + ((qb & 0x7FFFFF) != 0).to(tl.int32)
-    exp = tl.where(amax == 0, -127, exp)
-    exp = tl.minimum(tl.maximum(exp, -127), 127)
+    exp = tl.where(amax == 0, -E8M0_BIAS, exp)
+    exp = tl.minimum(tl.maximum(exp, -E8M0_BIAS), E8M0_BIAS)
     r = _round_e4m3(tl.math.div_rn(x, _pow2(exp)[:, None]))
     tl.store(q_ptr + row * stride_q + offs, r.to(q_ptr.dtype.element_ty), mask=mask)
-    tl.store(scale_ptr + row * stride_s + offs_b, (exp + 127).to(tl.uint8), mask=offs_b * 32 < K)
+    tl.store(scale_ptr + row * stride_s + offs_b, (exp + E8M0_BIAS).to(tl.uint8),
+             mask=offs_b * MX_COLS < K)
 
 
 @triton.jit
@@ -161,7 +177,7 @@ def fp8_quant_kernel(x_ptr, q_ptr, scale_ptr, given_ptr, K, SPAN, stride_x, stri
         for k0 in range(start, end, BLOCK_K):
             x = tl.load(x_ptr + row * stride_x + k0 + offs, mask=k0 + offs < end, other=0.0)
             amax = tl.maximum(amax, tl.abs(x.to(tl.float32)))
-        num, den = 448.0, tl.max(amax, axis=0)
+        num, den = E4M3_MAX, tl.max(amax, axis=0)
     else:
         num, den = 1.0, tl.load(given_ptr)
     s = tl.math.div_rn(den, num)
@@ -255,12 +271,12 @@ def quantize_int8(x: torch.Tensor, mode: str, given: torch.Tensor | None = None,
 
 def quantize_mxfp8(x: torch.Tensor, rule: str):
     """(e4m3 values in x's dtype [rows, K], E8M0 bytes uint8 [rows, K/32])."""
-    assert x.dim() == 2 and x.is_contiguous() and x.shape[1] % 32 == 0
+    assert x.dim() == 2 and x.is_contiguous() and x.shape[1] % MX_BLOCK == 0
     rows, K = x.shape
     values = torch.empty_like(x)
-    scales = torch.empty(rows, K // 32, dtype=torch.uint8, device=x.device)
-    blocks = min(32, triton.next_power_of_2(K // 32))
-    grid = (rows, triton.cdiv(K // 32, blocks))
+    scales = torch.empty(rows, K // MX_BLOCK, dtype=torch.uint8, device=x.device)
+    blocks = min(32, triton.next_power_of_2(K // MX_BLOCK))
+    grid = (rows, triton.cdiv(K // MX_BLOCK, blocks))
     mxfp8_quant_kernel[grid](x, values, scales, K, x.stride(0), values.stride(0),
                              scales.stride(0), RULE=MX_RULES[rule], BLOCKS=blocks)
     return values, scales

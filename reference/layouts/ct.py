@@ -15,6 +15,7 @@ from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
 from ..errors import CheckpointError
 from ..packing import pack_int32, packed_length, unpack_int32
+from ..schemes.tensors import role_names
 from .common import (
     check_symmetric_zeros,
     group_cols,
@@ -26,27 +27,29 @@ from .common import (
 
 
 def read_ct(ckpt: Checkpoint, p: str) -> CanonicalLinear:
+    n = role_names(ckpt, p)  # tensor names by role
     rec, bits = ckpt.record, ckpt.info.weight_bits
-    packed = ckpt.tensor(f"{p}_weight_packed")
+    packed = ckpt.tensor(n["weight"])
     E, n_out, words = packed.shape
     n_in = _input_size(ckpt, p, E, n_out, words, bits)
-    groups = num_groups(ckpt, f"{p}_weight_packed", n_in)
+    groups = num_groups(ckpt, n["weight"], n_in)
     codes = unpack_int32(packed, bits, n_in, dim=2, packing=rec.packing) - rec.code_offset
-    scales = scales_float64(ckpt, f"{p}_weight_scale")
+    scales = scales_float64(ckpt, n["scale"])
     zeros = None
-    if not ckpt.sym or f"{p}_weight_zero_point" in ckpt.tensors:
-        zp = ckpt.tensor(f"{p}_weight_zero_point")
+    if not ckpt.sym or n.get("zeros") in ckpt.tensors:
+        zp = ckpt.tensor(n["zeros"])
         zeros = unpack_int32(zp, bits, n_out, dim=1, packing=rec.packing) - rec.code_offset
         if ckpt.sym:
-            check_symmetric_zeros(f"{p}_weight_zero_point", zeros, rec.code_offset)
+            check_symmetric_zeros(n["zeros"], zeros, rec.code_offset)
             zeros = None
     return CanonicalLinear(codes=codes, scales=scales, block=(1, group_cols(ckpt, n_in)),
                            zeros=zeros,
-                           g_idx=read_g_idx(ckpt, f"{p}_weight_g_idx", n_in, groups))
+                           g_idx=read_g_idx(ckpt, n["g_idx"], n_in, groups))
 
 
 def _input_size(ckpt, p, E, n_out, words, bits) -> int:
-    name = f"{p}_weight_shape"
+    n = role_names(ckpt, p)  # tensor names by role
+    name = n["shape"]
     if name not in ckpt.tensors:
         return words * 32 // bits
     shape = ckpt.expect(name, torch.int64, (E, 2))
@@ -62,15 +65,16 @@ def _input_size(ckpt, p, E, n_out, words, bits) -> int:
 
 def write_ct(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
              model_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    n = role_names(ckpt_attrs, p)  # tensor names by role
     rec, bits = ckpt_attrs.record, ckpt_attrs.info.weight_bits
     E, n_out, n_in = c.codes.shape
-    out = {f"{p}_weight_packed": pack_int32(c.codes + rec.code_offset, bits, dim=2,
+    out = {n["weight"]: pack_int32(c.codes + rec.code_offset, bits, dim=2,
                                             packing=rec.packing),
-           f"{p}_weight_scale": c.scales.to(scale_dtype(rec.scale_dtype, model_dtype)),
-           f"{p}_weight_shape": torch.tensor([[n_out, n_in]] * E, dtype=torch.int64)}
+           n["scale"]: c.scales.to(scale_dtype(rec.scale_dtype, model_dtype)),
+           n["shape"]: torch.tensor([[n_out, n_in]] * E, dtype=torch.int64)}
     if c.zeros is not None:
-        out[f"{p}_weight_zero_point"] = pack_int32(c.zeros + rec.code_offset, bits, dim=1,
+        out[n["zeros"]] = pack_int32(c.zeros + rec.code_offset, bits, dim=1,
                                                    packing=rec.packing)
     if c.g_idx is not None:
-        out[f"{p}_weight_g_idx"] = c.g_idx.to(torch.int32)
+        out[n["g_idx"]] = c.g_idx.to(torch.int32)
     return out

@@ -12,12 +12,14 @@ import torch
 
 from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
+from ..schemes.tensors import role_names
 from .common import check_range, group_cols, num_groups, scale_dtype, scales_float64
 
 
 def read_ct_int(ckpt: Checkpoint, p: str) -> CanonicalLinear:
+    n = role_names(ckpt, p)  # tensor names by role
     bits = ckpt.info.weight_bits
-    name = f"{p}_weight"
+    name = n["weight"]
     w = ckpt.tensor(name)
     n_in = w.shape[2]
     num_groups(ckpt, name, n_in)
@@ -25,12 +27,13 @@ def read_ct_int(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     half = 1 << (bits - 1)
     # an int8 tensor holds any 8-bit value: a file that declares 4 bits must keep to int4
     check_range(ckpt, name, codes, -half, half - 1, f"int{bits} codes")
-    return CanonicalLinear(codes=codes, scales=scales_float64(ckpt, f"{p}_weight_scale"),
+    return CanonicalLinear(codes=codes, scales=scales_float64(ckpt, n["scale"]),
                            block=(1, group_cols(ckpt, n_in)))
 
 
 def write_ct_int(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
                  model_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    n = role_names(ckpt_attrs, p)  # tensor names by role
     rec = ckpt_attrs.record
-    return {f"{p}_weight": c.codes.to(torch.int8),
-            f"{p}_weight_scale": c.scales.to(scale_dtype(rec.scale_dtype, model_dtype))}
+    return {n["weight"]: c.codes.to(torch.int8),
+            n["scale"]: c.scales.to(scale_dtype(rec.scale_dtype, model_dtype))}

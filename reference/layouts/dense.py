@@ -38,20 +38,16 @@ from ..schemes import (
     STRATEGY_BLOCK,
     STRATEGY_CHANNEL,
     STRATEGY_TENSOR,
-    scheme_format,
 )
 from ..schemes.elements import INT
-from ..schemes.tensors import weight_dtype
+from ..schemes.tensors import role_names, weight_dtype
 from .common import check_finite, check_symmetric_zeros, scales_float64
 
 
-def _name(ckpt, p: str, role: str, default: str) -> str:
-    return f"{p}_{scheme_format(ckpt).suffix(role, default)}"
-
-
 def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
+    n = role_names(ckpt, p)  # tensor names by role
     info = ckpt.info
-    name = _name(ckpt, p, "weight", "weight")
+    name = n["weight"]
     w = ckpt.tensor(name)
     E, n_out = w.shape[:2]
     n_in = int(w.shape[2] * info.elements_per_byte)
@@ -67,7 +63,7 @@ def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
         scales, block = _read_e4m3_blocks(ckpt, p), (1, info.scale_block)
     else:
         scales, block = _read_scale(ckpt, p, E, n_out, n_in)
-        zero_point = f"{p}_weight_zero_point"
+        zero_point = n.get("zeros")
         if zero_point in ckpt.tensors:  # Quark's: symmetric schemes only, so every one is 0
             check_symmetric_zeros(zero_point, ckpt.tensors[zero_point], 0)
     glob = None if info.global_scale == "none" else _read_global(ckpt, p, n_out)
@@ -81,7 +77,7 @@ def _decode_weight(name: str, w: torch.Tensor, el) -> torch.Tensor:
         return w.to(torch.int32)
     codes = decode(element_codes(w, el), el)
     if torch.isnan(codes).any():
-        nan = ", ".join(f"{c:#04x}" for c in el.nan_codes)
+        nan = ", ".join(f"0x{c:02X}" for c in el.nan_codes)
         raise CheckpointError(name, f"no NaN codes ({nan})",
                               f"{int(torch.isnan(codes).sum())} NaN codes")
     return codes
@@ -99,7 +95,8 @@ def _encode_weight(codes: torch.Tensor, el) -> torch.Tensor:
 def _read_e4m3_blocks(ckpt, p):
     """NVFP4 block scales: e4m3 values, each finite and > 0 (the producing tools write 1 for
     an all-zero block)."""
-    name = f"{p}_weight_scale"
+    n = role_names(ckpt, p)  # tensor names by role
+    name = n["scale"]
     s = decode_e4m3(ckpt.tensor(name))
     bad = torch.isnan(s) | (s <= 0)
     if bad.any():
@@ -113,7 +110,8 @@ def _read_e4m3_blocks(ckpt, p):
 def _read_global(ckpt, p, n_out):
     """[E, out] float64 multipliers from the global scale [E] (or [E, 2]: w1 rows, w3 rows),
     read as the format record says (multiply, or divide: the reciprocal)."""
-    name = _name(ckpt, p, "global_scale", "weight_global_scale")
+    n = role_names(ckpt, p)  # tensor names by role
+    name = n["global_scale"]
     stored = scales_float64(ckpt, name)
     if stored.dim() == 2 and n_out % 2:
         raise CheckpointError(name, "an even w13 row count for w1/w3 shard scales",
@@ -123,7 +121,8 @@ def _read_global(ckpt, p, n_out):
 
 
 def _read_scale(ckpt, p, E, n_out, n_in):
-    name, strategy = f"{p}_weight_scale", ckpt.weight_strategy
+    n = role_names(ckpt, p)  # tensor names by role
+    name, strategy = n["scale"], ckpt.weight_strategy
     t = ckpt.tensor(name)
     if strategy == STRATEGY_TENSOR:
         if p == "w13" and tuple(t.shape) == (E, 2):
@@ -140,24 +139,26 @@ def _read_scale(ckpt, p, E, n_out, n_in):
 
 
 def _read_e8m0(ckpt, p, E, n_out, n_in):
-    name = f"{p}_weight_scale"
+    n = role_names(ckpt, p)  # tensor names by role
+    name = n["scale"]
     block = ckpt.info.scale_block
     if n_in % block:
-        raise CheckpointError(f"{p}_weight", f"an input dimension divisible by {block}",
+        raise CheckpointError(n["weight"], f"an input dimension divisible by {block}",
                               str(n_in))
     el = ckpt.info.scale_element
     s = decode(ckpt.tensor(name), el)
     if torch.isnan(s).any():
         raise CheckpointError(name, f"{el.name} codes other than its NaN code "
-                              f"({', '.join(f'{c:#04x}' for c in el.nan_codes)})",
+                              f"({', '.join(f'0x{c:02X}' for c in el.nan_codes)})",
                               f"{int(torch.isnan(s).sum())} NaN codes")
     return s
 
 
 def write_dense(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
                 model_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    n = role_names(ckpt_attrs, p)  # tensor names by role
     info = ckpt_attrs.info
-    name = _name(ckpt_attrs, p, "weight", "weight")
+    name = n["weight"]
     if info.scale_encoding == "none":
         return {name: c.codes.to(weight_dtype(ckpt_attrs))}
     weight = _encode_weight(c.codes, info.weight_element)
@@ -169,9 +170,9 @@ def write_dense(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
         scale = encode_e4m3(c.scales)
     elif ckpt_attrs.weight_strategy == STRATEGY_TENSOR:
         scale = scale.flatten(1).squeeze(1)  # [E, 1, 1] -> [E]; [E, 2, 1] -> [E, 2]
-    out = {name: weight, f"{p}_weight_scale": scale}
+    out = {name: weight, n["scale"]: scale}
     if info.global_scale != "none":
-        out[_name(ckpt_attrs, p, "global_scale", "weight_global_scale")] = _write_global(
+        out[n["global_scale"]] = _write_global(
             c.global_scale, p, ckpt_attrs.record.global_scale)
     return out
 

@@ -14,6 +14,7 @@ from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
 from ..errors import CheckpointError
 from ..packing import codes_per_word, pack_int32, unpack_int32
+from ..schemes.tensors import role_names
 from .common import (
     check_range,
     check_symmetric_zeros,
@@ -31,23 +32,25 @@ def gptq_v1_zero_offset(stored: torch.Tensor) -> torch.Tensor:
 
 
 def read_gptq(ckpt: Checkpoint, p: str) -> CanonicalLinear:
+    n = role_names(ckpt, p)  # tensor names by role
     rec, bits = ckpt.record, ckpt.info.weight_bits
     per = codes_per_word(bits)
-    qweight = ckpt.tensor(f"{p}_qweight")
+    qweight = ckpt.tensor(n["weight"])
     E, words, n_out = qweight.shape
     n_in = words * per
-    groups = num_groups(ckpt, f"{p}_qweight", n_in)
+    groups = num_groups(ckpt, n["weight"], n_in)
     u = unpack_int32(qweight, bits, n_in, dim=1, packing=rec.packing)  # [E, in, out]
     codes = u.sub_(rec.code_offset).transpose(1, 2)  # in place: u is a fresh tensor
-    scales = scales_float64(ckpt, f"{p}_scales")
+    scales = scales_float64(ckpt, n["scale"])
     zeros = _read_zeros(ckpt, p, E, groups, n_out, bits)
     return CanonicalLinear(codes=codes, scales=scales.transpose(1, 2),
                            block=(1, group_cols(ckpt, n_in)), zeros=zeros,
-                           g_idx=read_g_idx(ckpt, f"{p}_g_idx", n_in, groups))
+                           g_idx=read_g_idx(ckpt, n["g_idx"], n_in, groups))
 
 
 def _read_zeros(ckpt, p, E, groups, n_out, bits) -> torch.Tensor | None:
-    rec, name = ckpt.record, f"{p}_qzeros"
+    n = role_names(ckpt, p)  # tensor names by role
+    rec, name = ckpt.record, n["zeros"]
     if ckpt.sym and name not in ckpt.tensors:
         return None
     qzeros = ckpt.tensor(name)
@@ -66,20 +69,21 @@ def _read_zeros(ckpt, p, E, groups, n_out, bits) -> torch.Tensor | None:
 
 def write_gptq(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
                model_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    n = role_names(ckpt_attrs, p)  # tensor names by role
     rec, bits = ckpt_attrs.record, ckpt_attrs.info.weight_bits
     E, n_out, _ = c.codes.shape
     u = (c.codes + rec.code_offset).transpose(1, 2)
-    out = {f"{p}_qweight": pack_int32(u, bits, dim=1, packing=rec.packing),
-           f"{p}_scales": c.scales.transpose(1, 2).to(scale_dtype(rec.scale_dtype, model_dtype))}
+    out = {n["weight"]: pack_int32(u, bits, dim=1, packing=rec.packing),
+           n["scale"]: c.scales.transpose(1, 2).to(scale_dtype(rec.scale_dtype, model_dtype))}
     groups = c.scales.shape[2]
     z = (torch.zeros(E, n_out, groups, dtype=torch.int32) if c.zeros is None else c.zeros)
     z = (z + rec.code_offset).transpose(1, 2)
     if rec.zero_domain == "unsigned-minus-one":
         if (z == 0).any():
-            raise CheckpointError(f"{p}_qzeros", "true zero points >= 1 (gptq v1 stores z-1)",
+            raise CheckpointError(n["zeros"], "true zero points >= 1 (gptq v1 stores z-1)",
                                   "a zero point of 0")
         z = z - 1
-    out[f"{p}_qzeros"] = pack_int32(z.contiguous(), bits, dim=2, packing=rec.packing)
+    out[n["zeros"]] = pack_int32(z.contiguous(), bits, dim=2, packing=rec.packing)
     if c.g_idx is not None:
-        out[f"{p}_g_idx"] = c.g_idx.to(torch.int32)
+        out[n["g_idx"]] = c.g_idx.to(torch.int32)
     return out

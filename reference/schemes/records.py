@@ -36,14 +36,14 @@ class Rejected:
 
 def nan_codes(role: str, element: str) -> tuple[Rejected, ...]:
     """The NaN codes of `element` (its record's `nan_codes`) in tensors of `role`."""
-    return tuple(Rejected(role, f"{element} NaN code {c:#04x}", bits=c)
+    return tuple(Rejected(role, f"{element} NaN code 0x{c:02X}", bits=c)
                  for c in ELEMENTS[element].nan_codes)
 
 
 def non_positive_codes(role: str, element: str) -> tuple[Rejected, ...]:
     """Zero, negative zero and -1 of a float `element`, for scales that must be > 0."""
     el = ELEMENTS[element]
-    return tuple(Rejected(role, f"{element} {v} ({el.code_of(v):#04x})", bits=el.code_of(v))
+    return tuple(Rejected(role, f"{element} {v} (0x{el.code_of(v):02X})", bits=el.code_of(v))
                  for v in (0.0, -0.0, -1.0))
 
 

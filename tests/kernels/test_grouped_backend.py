@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from moecert.conformance.cases import Case
-from moecert.conformance.exact import structured_inputs
-from moecert.conformance.execute import run_case
+from moecert.conformance.harness.cases import Case
+from moecert.conformance.harness.exact import structured_inputs
+from moecert.conformance.harness.execute import run_case
 from moecert.kernels import get_backend, grouped
 from moecert.kernels.quant_config import QuantConfig
 from moecert.reference import MoEProblem, moe

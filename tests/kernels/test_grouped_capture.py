@@ -1,5 +1,5 @@
 """GroupedBackend's forward under CUDA graph capture (`moecert bench --mode graph` captures
-`forward`, conformance/timing.py `graph_replays`).
+`forward`, conformance/performance/timing.py `graph_replays`).
 
 On the CPU: the forward runs with every host-synchronizing torch call refused
 (tests/kernels/conftest.py `HostSyncGuard`) and gives what it gives unguarded; the guard
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from moecert.conformance.timing import graph_replays
+from moecert.conformance.performance.timing import graph_replays
 from moecert.kernels import get_backend
 from moecert.kernels.platform import platform_of_device
 from moecert.kernels.quant_config import QuantConfig

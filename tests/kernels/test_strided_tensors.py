@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from moecert.conformance.strides import restrided
+from moecert.conformance.harness.strides import restrided
 from moecert.kernels import get_backend
 from moecert.kernels.xpu import SCHEMES as XPU_SCHEMES
 from moecert.reference import (

@@ -80,8 +80,8 @@ def test_bases_are_well_formed(name):
 
 
 # Shapes, dtypes, presence, devices and bad values of every tensor of every scheme, through
-# every entry point: tests/conformance/test_corruptions.py. Here: what that generator does not
-# reach.
+# every entry point: tests/conformance/harness/test_corruptions.py. Here: what that generator
+# does not reach.
 
 def test_w13_shard_scales_need_even_rows():
     # [E, 2] per-tensor scales split w13 into w1 and w3 halves: an odd row count cannot split

@@ -1,7 +1,7 @@
 """The reference reads tensors by value, not by memory layout: a checkpoint and inputs whose
 tensors hold the same values in non-contiguous strides (column-major, or a view with gaps
-into a larger buffer; conformance/strides.py) dequantize to the same bits and run to the same
-output within float64 rounding. Not always the same bits: a float64 GEMM sums in an order
+into a larger buffer; conformance/harness/strides.py) dequantize to the same bits and run to the
+same output within float64 rounding. Not always the same bits: a float64 GEMM sums in an order
 that follows its weights' memory order, which follows the checkpoint's for fp8 and int8
 weights (measured: at most 4e-16 of the output's largest element, 1.1e-16 relative Frobenius).
 A reference that read the bytes in row-major order would be off by O(1)."""
@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from moecert.conformance.strides import restrided
+from moecert.conformance.harness.strides import restrided
 from moecert.reference import (
     SCHEME_NAMES,
     MoEProblem,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from moecert.conformance.cli import main
+from moecert.conformance.cli.app import main
 from moecert.reports import compare_runs, load
 from moecert.reports.frames import bench, regressions
 from moecert.reports.render import markdown, terminal

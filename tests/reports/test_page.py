@@ -18,9 +18,9 @@ import subprocess
 
 import pandas as pd
 import pytest
-from moecert.conformance.execute import run_cases
+from moecert.conformance.harness.execute import run_cases
+from moecert.conformance.harness.suites import build_suite
 from moecert.conformance.mutants import register_mutants
-from moecert.conformance.suites import build_suite
 from moecert.reports import load, render
 from moecert.reports.page import failure_groups
 from moecert.reports.report import Report

@@ -4,7 +4,7 @@ identical runs are not (exit 0), unreadable results are one line and exit 2."""
 from __future__ import annotations
 
 import pytest
-from moecert.conformance.cli import main
+from moecert.conformance.cli.app import main
 from moecert.reports import (
     cases,
     compare_runs,

@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from moecert.conformance.cases import Case
-from moecert.conformance.execute import run_cases
+from moecert.conformance.harness.cases import Case
+from moecert.conformance.harness.execute import run_cases
 from moecert.reference import MoEProblem
 from moecert.reports.store import Journal
 

@@ -1,7 +1,7 @@
 """The table scheme variant -> vLLM's choice of experts kernel, native and forced, on the
 smoke suite's base shape (what `supports` asked vLLM; run in a venv with vLLM)."""
 
-from moecert.conformance.suites import SPECS, _variant_base
+from moecert.conformance.harness.suites import SPECS, _variant_base
 from moecert.kernels.oracle import scheme_variants
 from moecert.kernels.vllm_backend import VllmBackend, VllmCpuForcedBackend
 from moecert.reference import SCHEME_NAMES

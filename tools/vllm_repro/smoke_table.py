@@ -10,7 +10,7 @@ vllm-cpu-forced`. Reads rows through moecert.reports only (needs moecert, not vL
 import argparse
 import sys
 
-from moecert.conformance.checks import FULL
+from moecert.conformance.harness.checks import FULL
 from moecert.reports import load, status_matrix, worst_used
 from moecert.reports.schema import STATUSES
 

@@ -1,0 +1,1 @@
+"""Certification: `moecert certify`, its signed bundle, and the waivers it accepts."""

@@ -1,0 +1,458 @@
+"""What a user types, checked: one-line errors for names and values of the harness's options.
+
+Every function raises `UsageError` with the message the user reads (a front end prints it on
+one line and exits 2). The single-value ones are argparse `type=` functions (argparse prints
+their message as "argument --scheme: unknown scheme 'nope'; ..."); the pytest plugin calls the
+same functions and turns `UsageError` into `pytest.UsageError`. The known names come from
+where they are declared: checks from conformance.checks, schemes from the reference, suites
+from conformance.suites, backends from the registry (after any `--import`).
+
+`-k` selects cases by id the way pytest's `-k` selects tests: words matched as substrings of
+the case id, case-insensitively, combined with `and`, `or`, `not` and parentheses, e.g.
+`-k "gptq and g32 and not bias"`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+
+class UsageError(argparse.ArgumentTypeError, ValueError):
+    """Something the user typed is wrong; the message says what, on one line."""
+
+
+def _unknown(kind: str, name: str, known: Iterable[str]) -> UsageError:
+    known = list(known)
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return UsageError(f"unknown {kind} {name!r}{hint}; known: {', '.join(known)}")
+
+
+def check_name(name: str) -> str:
+    from ..harness.checks import CHECKS
+
+    if name not in CHECKS:
+        raise _unknown("check", name, CHECKS)
+    return name
+
+
+def scheme_name(name: str) -> str:
+    from moecert.reference import SCHEME_NAMES
+
+    if name not in SCHEME_NAMES:
+        raise _unknown("scheme", name, SCHEME_NAMES)
+    return name
+
+
+def suite_name(name: str) -> str:
+    from ..harness.suites import SUITES
+
+    if name not in SUITES:
+        raise _unknown("suite", name, SUITES)
+    return name
+
+
+def model_name(name: str) -> str:
+    from moecert.reference.models import MODELS
+
+    if name not in MODELS:
+        raise _unknown("model", name, MODELS)
+    return name
+
+
+def layer_spec(text: str) -> tuple[str, tuple[int, int, int, int]]:
+    """"NAME=E,K,N,TOPK": a layer shape of its own name (`moecert bench --layer`)."""
+    from moecert.reference.models import MODELS, ModelShape
+
+    match = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9_.-]*)\s*=\s*(\d+)\s*,\s*(\d+)\s*,"
+                         r"\s*(\d+)\s*,\s*(\d+)\s*", text)
+    if not match:
+        raise UsageError(f"layer {text!r}: expected NAME=E,K,N,TOPK, e.g. tiny=8,256,128,2")
+    name, (E, K, N, topk) = match[1], map(int, match.groups()[1:])
+    if name in MODELS:
+        raise UsageError(f"layer {text!r}: {name} is a model already (use --model {name})")
+    if min(E, K, N, topk) < 1 or topk > E:
+        raise UsageError(f"layer {text!r}: E, K, N, TOPK must be at least 1, TOPK at most E")
+    return name, ModelShape(E, K, N, topk)
+
+
+def m_list(text: str) -> tuple[int, ...]:
+    """"1,16,64": token counts, each at least 1, no repeats."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise UsageError(f"M list {text!r}: expected whole numbers of at least 1 separated "
+                         "by commas, e.g. 1,16,64")
+    values = tuple(int(p) for p in parts)
+    if len(set(values)) != len(values):
+        raise UsageError(f"M list {text!r}: a value twice")
+    return values
+
+
+VARIANT_EXAMPLE = "weight_strategy=channel,activation=dynamic-token"
+
+
+def variant_spec(text: str) -> dict:
+    """"KEY=VALUE[,KEY=VALUE...]": checkpoint attributes of a scheme variant (`moecert bench
+    --variant`), keys and value types QuantConfig's fields; whether a scheme has the
+    variant: `check_variant`."""
+    from dataclasses import fields
+
+    from moecert.kernels import QuantConfig
+
+    types = {f.name: f.type for f in fields(QuantConfig) if f.name != "scheme"}
+    attrs: dict = {}
+    for item in text.split(","):
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if not (key and eq and value):
+            raise UsageError(f"variant {text!r}: expected KEY=VALUE[,KEY=VALUE...], e.g. "
+                             f"{VARIANT_EXAMPLE}")
+        if key not in types:
+            raise _unknown("variant key", key, types)
+        if key in attrs:
+            raise UsageError(f"variant {text!r}: {key} twice")
+        attrs[key] = _typed_value(text, key, value, types[key])
+    return attrs
+
+
+def _typed_value(text: str, key: str, value: str, annotation: str):
+    if annotation == "int":
+        try:
+            return int(value)
+        except ValueError:
+            raise UsageError(f"variant {text!r}: {key} takes a whole number, not "
+                             f"{value!r}") from None
+    if annotation == "bool":
+        if value.lower() not in ("true", "false"):
+            raise UsageError(f"variant {text!r}: {key} takes true or false, not {value!r}")
+        return value.lower() == "true"
+    return value
+
+
+def check_variant(scheme: str, attrs: dict, flag: str = "--variant") -> None:
+    """UsageError unless `scheme` has the variant `attrs`: a checkpoint's and a quant
+    config's own attribute checks (which values each scheme takes)."""
+    from moecert.kernels import BackendError, QuantConfig
+    from moecert.reference import Checkpoint, CheckpointError
+
+    try:
+        ckpt = Checkpoint(scheme, {}, **attrs)
+        quant = QuantConfig(**{**QuantConfig.defaults(scheme).__dict__, **attrs})
+        if "group_size" in attrs and not ckpt.info.group_sizes and quant.group_size != -1:
+            # the checkpoint ignores a group size where the scheme has none
+            raise CheckpointError("checkpoint.group_size", f"-1 for {scheme} (no groups)",
+                                  str(quant.group_size))
+    except (CheckpointError, BackendError) as e:
+        text = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                        for k, v in attrs.items())
+        raise UsageError(f"{flag} {text}: not a variant of {scheme}: {e}") from None
+
+
+def check_backends(names: Iterable[str]) -> list[str]:
+    """`names` if every one is registered (call after importing the modules that register)."""
+    from moecert.kernels import backend_names
+
+    names = list(names)
+    for name in names:
+        if name not in backend_names():
+            raise _unknown("backend", name, backend_names())
+    return names
+
+
+def shard_spec(text: str) -> tuple[int, int]:
+    """"I/N" (0-based shard I of N) as (I, N)."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not match:
+        raise UsageError(f"shard {text!r}: expected I/N, e.g. 0/4 (shard I of N, 0-based)")
+    index, count = int(match[1]), int(match[2])
+    if not 0 <= index < count:
+        raise UsageError(f"shard {text!r}: I must be in 0..N-1" if count else
+                         f"shard {text!r}: N must be at least 1")
+    return index, count
+
+
+def worker_count(text: str) -> int | str:
+    """`-n`: a whole number of workers, or "auto" (conformance/harness/schedule.py
+    `default_workers`)."""
+    return "auto" if text == "auto" else positive_int(text)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise UsageError(f"expected at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str, what: str = "number") -> float:
+    """A finite number above 0 (`what` names it in the message: "number of seconds")."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"expected a {what}, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise UsageError(f"expected a positive {what}, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    return positive_float(text, "number of seconds")
+
+
+def device_name(text: str) -> str:
+    """A device torch can name and this machine has ("cuda" needs a visible GPU)."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"{text!r} is not a device (cpu, cuda, cuda:1, ...)") from None
+    if device.type == "cpu":
+        return text
+    module = getattr(torch, device.type, None)  # torch.cuda, torch.xpu, ...
+    if module is None or not getattr(module, "is_available", lambda: True)():
+        raise UsageError(f"{text}: no {device.type.upper()} device here")
+    count = getattr(module, "device_count", lambda: None)()
+    if device.index is not None and count is not None and device.index >= count:
+        raise UsageError(f"{text}: only {count} {device.type} device(s) here")
+    return text
+
+
+def case_json(text: str):
+    """A case as `moecert run` prints it for a failure (its backend is checked later, after
+    --import has registered any run-time backends)."""
+    from ..harness.cases import Case
+
+    try:
+        case = Case.from_json(text)
+    except Exception as e:  # bad JSON, missing keys, a problem the reference rejects
+        detail = f"missing key {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+        raise UsageError(f"not a case ({detail}); pass the JSON a failure's rerun line "
+                         "prints") from None
+    scheme_name(case.scheme)
+    return case
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def run_id(text: str) -> str:
+    """A run id (it names files: `<run id>.<suite>[.shard]`): letters, digits, - and _."""
+    if not RUN_ID.fullmatch(text) or text == "all":
+        raise UsageError(f"run id {text!r}: use letters, digits, '-' and '_' (and not 'all')")
+    return text
+
+
+def xfail_list(path: str | None, flag: str = "--xfail"):
+    """The expected-failure list at `path` (None: an empty list), parsed now, so a missing or
+    malformed file is one usage error before any case runs. A bare name NAME that is no file
+    is the list shipped in the package as conformance/harness/xfail-NAME.toml (`--xfail vllm`:
+    vLLM's defects, for a pip-installed moecert)."""
+    from ..harness.xfail import DEFAULT_PATH, XfailList
+
+    if path and not Path(path).is_file():
+        shipped = DEFAULT_PATH.with_name(f"xfail-{path}.toml")
+        if "/" in path or not shipped.is_file():
+            known = sorted(p.stem.removeprefix("xfail-")
+                           for p in DEFAULT_PATH.parent.glob("xfail-*.toml"))
+            raise UsageError(f"{flag} {path}: no such file (nor a shipped list: "
+                             f"{', '.join(known)})")
+        path = str(shipped)
+    try:
+        return XfailList.load(path)
+    except ValueError as e:  # a TOML syntax error or an entry without its keys
+        raise UsageError(f"{flag} {path}: {e}") from None
+
+
+def import_modules(modules: Iterable[str], flag: str = "--import") -> tuple[str, ...]:
+    """Import each module (it may register backends); a missing one is a usage error."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise UsageError(f"{flag} {module}: {type(e).__name__}: {e}") from None
+    return tuple(modules)
+
+
+def writable_folder(path: str | os.PathLike) -> Path:
+    """`path` as a folder this process can write into (created if missing)."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"results folder {str(folder)!r} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise UsageError(f"results folder {str(folder)!r} is not writable: "
+                         f"{e.strerror or e}") from None
+    return folder
+
+
+# --- -k: selection by case id ------------------------------------------------------------
+
+_TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
+
+
+def case_filter(expression: str) -> Callable[[str], bool]:
+    """A predicate on case ids from a pytest-like -k expression (see the module docstring)."""
+    tokens = _TOKEN.findall(expression)
+    if not tokens:
+        raise UsageError(f"-k {expression!r}: empty expression")
+    pos = 0
+
+    def peek():
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take(expected=None):
+        nonlocal pos
+        token = peek()
+        if token is None or (expected and token != expected) or (
+                not expected and token in ("and", "or", ")")):
+            found = "the end" if token is None else repr(token)
+            raise UsageError(f"-k {expression!r}: expected "
+                             f"{repr(expected) if expected else 'a word'}, found {found}")
+        pos += 1
+        return token
+
+    def parse_or():
+        terms = [parse_and()]
+        while peek() == "or":
+            take("or")
+            terms.append(parse_and())
+        return lambda s: any(t(s) for t in terms)
+
+    def parse_and():
+        terms = [parse_not()]
+        while peek() == "and":
+            take("and")
+            terms.append(parse_not())
+        return lambda s: all(t(s) for t in terms)
+
+    def parse_not():
+        if peek() == "not":
+            take("not")
+            inner = parse_not()
+            return lambda s: not inner(s)
+        if peek() == "(":
+            take("(")
+            inner = parse_or()
+            take(")")
+            return inner
+        word = take().lower()
+        return lambda s: word in s
+
+    predicate = parse_or()
+    if pos != len(tokens):
+        raise UsageError(f"-k {expression!r}: unexpected {tokens[pos]!r}")
+    return lambda case_id: predicate(case_id.lower())
+
+
+__all__ = [
+    "UsageError",
+    "case_filter",
+    "case_json",
+    "check_backends",
+    "check_name",
+    "check_variant",
+    "decoder_layer",
+    "device_name",
+    "import_modules",
+    "layer_spec",
+    "m_list",
+    "model_name",
+    "model_selection",
+    "one_line",
+    "positive_float",
+    "positive_int",
+    "positive_seconds",
+    "run_id",
+    "scheme_name",
+    "shard_spec",
+    "suite_name",
+    "variant_spec",
+    "writable_folder",
+    "xfail_list",
+]
+
+
+# --- a model folder (`--checkpoint DIR [--layer N|all ...] [--inputs FILE]`) ----------------
+
+def decoder_layer(text: str) -> int | str:
+    """A decoder layer index, or "all" (`--checkpoint DIR --layer N`)."""
+    if text == "all":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise UsageError(f"--layer {text!r}: expected a decoder layer index (0, 1, ...) or all")
+    return value
+
+
+def model_selection(folder: str | None, layers, inputs: str | None
+                    ) -> tuple[str, list[int], str | None] | None:
+    """(folder, MoE layers to run, inputs file) of `--checkpoint DIR [--layer ...]
+    [--inputs FILE]`, every mistake one UsageError line: a folder that is not one or not a
+    model, a layer that is no MoE layer (the MoE layers listed), an inputs file that is not
+    [M, K] hidden states of the layer's K. No --layer: the first MoE layer (said on
+    stderr). None without --checkpoint."""
+    import sys
+
+    from moecert.reference import CheckpointError
+
+    from ..harness.model_layers import ModelInputError, layer_summaries, read_inputs
+
+    if folder is None:
+        if layers or inputs:
+            raise UsageError(f"{'--layer' if layers else '--inputs'} needs --checkpoint DIR")
+        return None
+    where = f"--checkpoint {folder}"
+    if not Path(folder).is_dir():
+        raise UsageError(f"{where}: no such folder")
+    try:
+        summaries = layer_summaries(folder)
+    except (CheckpointError, OSError, ValueError) as e:
+        raise UsageError(f"{where}: {one_line(e)}") from None
+    found = list(summaries)
+    if not found:
+        raise UsageError(f"{where}: no MoE layer with routed experts")
+    if not layers:
+        chosen = found[:1]
+        print(f"{where}: layer {chosen[0]}, the first of {len(found)} MoE layer(s) "
+              f"({_list(found)}); --layer N or --layer all for others", file=sys.stderr)
+    elif "all" in layers:
+        chosen = found
+    else:
+        unknown = [n for n in layers if n not in found]
+        if unknown:
+            raise UsageError(f"--layer {unknown[0]}: not an MoE layer of {folder}; its MoE "
+                             f"layers: {_list(found)}")
+        chosen = list(dict.fromkeys(layers))
+    if inputs is not None:
+        try:
+            read_inputs(inputs, summaries[chosen[0]].K)
+        except ModelInputError as e:
+            raise UsageError(str(e)) from None
+    return str(Path(folder).resolve()), chosen, inputs
+
+
+def one_line(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return " ".join(text.split())
+
+
+def _list(items, n: int = 8) -> str:
+    head = ", ".join(map(str, items[:n]))
+    return head + (f" and {len(items) - n} more" if len(items) > n else "")

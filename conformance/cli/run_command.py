@@ -1,0 +1,429 @@
+"""`moecert run`: a suite over the chosen backends and schemes, with a progress bar, rows to
+the results folder as they finish, a summary, and an exit code: 0 green (every claimed case
+passed, and at least one claimed case ran a check), 1 not green (the last line says why), 2 a
+usage error (one line on stderr, before anything runs).
+
+Cases can be narrowed by id: `--case-id ID` (exact, repeatable) and `-k EXPR` (substrings of
+the id with and/or/not, as pytest's -k; conformance/cli/options.py); `--list-cases` prints the
+selection without running it. `--resume` continues the newest unfinished run of the same suite
+(and shard) in the results folder, and its summary and exit code cover the whole run.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+try:
+    from tqdm import tqdm
+except ImportError:  # a checkout run without installing (a GPU box's PYTHONPATH)
+    tqdm = None
+
+from moecert.kernels import backend_names, get_backend
+from moecert.reference import CheckpointError
+from moecert.reports.schema import FAILING, STATUSES, case_status
+from moecert.reports.store import Journal, journal_cases, load, run_id_of, unfinished_journals
+from moecert.reports.verdict import Tally, Verdict, tally_rows, verdict
+
+from ..harness.cases import Case
+from ..harness.checks import CHECKS
+from ..harness.context import SharedSteps
+from ..harness.execute import by_problem, new_run_id, run_case, triton_for
+from ..harness.runner import (
+    DEFAULT_TIMEOUT_S,
+    RunConfig,
+    oversize_row,
+    oversize_words,
+    run_isolated,
+)
+from ..harness.schedule import default_workers
+from ..harness.suites import SUITES, build_model_suite, build_suite, shard
+from ..harness.xfail import XfailList
+from .options import (
+    UsageError,
+    case_filter,
+    case_json,
+    check_backends,
+    check_name,
+    decoder_layer,
+    device_name,
+    import_modules,
+    model_selection,
+    one_line,
+    positive_seconds,
+    run_id,
+    scheme_name,
+    shard_spec,
+    suite_name,
+    worker_count,
+    writable_folder,
+    xfail_list,
+)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--suite", default="smoke", type=suite_name, help=" | ".join(SUITES))
+    p.add_argument("--backend", action="append", default=[],
+                   help="a registered backend (repeatable; default: every available one)")
+    p.add_argument("--scheme", action="append", default=[], type=scheme_name,
+                   help="repeatable; default: all")
+    p.add_argument("--check", action="append", default=[], type=check_name,
+                   help=f"only these checks (repeatable): {', '.join(CHECKS)}")
+    p.add_argument("--case-id", action="append", default=[], metavar="ID",
+                   help="only the case with this id (repeatable)")
+    p.add_argument("-k", dest="keyword", default=None, metavar="EXPR",
+                   help="only cases whose id matches: substrings with and/or/not, as pytest -k")
+    p.add_argument("--list-cases", action="store_true",
+                   help="print the selected case ids and exit without running")
+    p.add_argument("--results", default="moecert-results", help="results folder")
+    add_model_arguments(p)
+    add_execution_arguments(p)
+    p.add_argument("--shard", type=shard_spec, default=None, metavar="I/N",
+                   help="run shard I of N (0-based), split by case id")
+    p.add_argument("--run-id", type=run_id, default=None, metavar="ID",
+                   help="the run's id (default: a new timestamp); give every shard of a CI job "
+                        "the same one and moecert.reports.load merges them")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the newest unfinished run of this suite (and shard, and "
+                        "--run-id) in the results folder")
+    p.add_argument("--case", action="append", default=[], metavar="JSON", type=case_json,
+                   help="run exactly this case (as printed for a failure)")
+    p.add_argument("--xfail", default=None, help="expected-failure list (TOML)")
+    p.add_argument("--junit", metavar="FILE", default=None,
+                   help="also write the run's rows as JUnit XML (as moecert report --junit)")
+    p.add_argument("--in-process", action="store_true",
+                   help="no worker processes (faster to debug; a crash ends the run)")
+
+
+def add_model_arguments(p) -> None:
+    """The options of a run on a model folder's layers, shared by `run` and `certify`."""
+    p.add_argument("--checkpoint", metavar="DIR", default=None,
+                   help="run on the MoE layers of this model folder (HF layout): the layer "
+                        "fixes scheme and shape, the suite gives M values and seeds")
+    p.add_argument("--layer", action="append", default=[], type=decoder_layer, metavar="N",
+                   help="with --checkpoint: decoder layer N (repeatable), or all (default: "
+                        "the first MoE layer)")
+    p.add_argument("--inputs", metavar="FILE", default=None,
+                   help="with --checkpoint: hidden states, a safetensors file of [M, K] rows")
+
+
+def add_execution_arguments(p) -> None:
+    """The options of how cases run, shared by `moecert run` and `moecert certify`."""
+    p.add_argument("-n", "--workers", type=worker_count, default=1,
+                   help="worker processes, or auto (3 per 4 cores on a GPU host, 1 per core "
+                        "on a CPU)")
+    p.add_argument("--device", type=device_name, default=None,
+                   help="cpu, cuda (default: cuda if present)")
+    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
+                   help="seconds per case before its worker is killed")
+    p.add_argument("--import", dest="imports", action="append", default=[],
+                   metavar="MODULE", help="import MODULE first (it may register backends)")
+
+
+def main(args) -> int:
+    import_modules(args.imports)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cases = select_cases(args, device)
+    if args.list_cases:
+        for case in cases:
+            print(case.case_id)
+        print(f"{len(cases)} cases", file=sys.stderr)
+        return 0
+    xfail = xfail_list(args.xfail)
+    path, summary = execute(args, device, cases, xfail)
+    print(summary.render(rerun_command(device, args.imports, args.xfail, args.check,
+                                       args.timeout), xfail), flush=True)
+    print(f"results: {path}")
+    if args.junit:
+        write_junit(args.junit, load(path), rerun_command(device, args.imports, args.xfail,
+                                                          args.check, args.timeout))
+        print(f"junit: {args.junit}")
+    verdict = summary.verdict()
+    print(verdict.line)
+    return verdict.code
+
+
+def workers_for(requested: int | str, device: str) -> int:
+    return default_workers(device) if requested == "auto" else requested
+
+
+def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Path, Summary]:
+    """Run `cases` (or what is left of them, --resume) into the results folder with a
+    progress bar: the finished results file and the summary of the whole run. `moecert
+    certify` runs its suite through this too."""
+    writable_folder(args.results)
+    journal, earlier = _journal(args, _label(args))
+    done = {rows[0]["case_id"] for rows in earlier}
+    todo = [c for c in cases if c.case_id not in done]
+    run = run_id_of(journal.path)
+    workers = workers_for(args.workers, device)
+    config = RunConfig(device, workers, args.timeout, args.check or None, args.imports,
+                       run, xfail)
+    print(f"moecert run {run}: {len(todo)} cases ({len(done)} already done) on {device}, "
+          f"{workers} worker(s), backend {backend_list(cases)} -> {journal.path}",
+          file=sys.stderr)
+    summary = Summary()
+    for rows in earlier:  # a resumed run is judged whole
+        summary.add(rows)
+        xfail.seen(rows)
+    live = tqdm is not None and sys.stderr.isatty()
+    bar = (tqdm if live else PlainProgress)(total=len(todo), unit="case", file=sys.stderr,
+                                            dynamic_ncols=True)
+
+    def on_case(case, rows):
+        summary.add(rows)
+        bar.set_postfix(failed=summary.failed_cases, refresh=False)
+        bar.update()
+
+    too_big = memory_note(todo, config)
+    try:
+        if args.in_process:
+            shared = SharedSteps()
+            for case, need, room in too_big:
+                on_case(case, _record(journal, xfail, [oversize_row(case, config, need,
+                                                                    room)]))
+            skipped = {c.case_id for c, _, _ in too_big}
+            with triton_for(device):
+                for case in by_problem(c for c in todo if c.case_id not in skipped):
+                    on_case(case, _record(journal, xfail, run_case(
+                        case, device, config.checks, run, shared=shared)))
+        else:
+            run_isolated(todo, config, journal, on_case)
+    finally:
+        bar.close()
+    path = journal.finish()
+    return path, summary
+
+
+def memory_note(cases: list[Case], config: RunConfig) -> list:
+    """The cases too large for this machine's memory (schedule.oversize), said up front in
+    one line; the runner records them as "oversize" without running them."""
+    from ..harness.runner import _visible_devices
+    from ..harness.schedule import budgets, oversize
+
+    visible = _visible_devices() if config.device.startswith("cuda") else []
+    too_big = oversize(cases, config.device, budgets(config.device, visible,
+                                                     max(1, config.workers)))
+    if too_big:
+        case, need, room = max(too_big, key=lambda t: t[1])
+        print(f"{len(too_big)} case(s) need more memory than this machine has, and will not "
+              f"run (status oversize); the largest, {case.case_id}, "
+              f"{oversize_words(config.device, need, room).removeprefix('not run: ')}",
+              file=sys.stderr)
+    return too_big
+
+
+def write_junit(path: str, rows, rerun: str) -> None:
+    from moecert.reports.render import junit
+
+    Path(path).write_text(junit(rows, rerun), encoding="utf-8")
+
+
+def _record(journal, xfail, rows):
+    rows = xfail.apply(rows)
+    journal.append(rows)
+    return rows
+
+
+def select_cases(args, device: str) -> list[Case]:
+    """The cases the options name: --case, or the suite for the backends and schemes, then
+    narrowed by --case-id, -k and --shard. A selection of nothing by id is a usage error."""
+    model = model_selection(getattr(args, "checkpoint", None), getattr(args, "layer", []),
+                            getattr(args, "inputs", None))
+    if args.case:
+        if model is not None:
+            raise UsageError("--case runs exactly the case given: no --checkpoint with it")
+        check_backends(dict.fromkeys(c.backend for c in args.case))
+        cases = list(args.case)
+    elif model is not None:
+        if args.scheme:
+            raise UsageError("--scheme does not apply with --checkpoint: the file fixes the "
+                             "scheme")
+        backends = check_backends(args.backend) if args.backend else available_backends(device)
+        try:
+            cases = build_model_suite(args.suite, *model[:2], backends, model[2])
+        except (CheckpointError, ValueError, OSError) as e:
+            raise UsageError(f"--checkpoint {args.checkpoint}: {one_line(e)}") from None
+    else:
+        backends = check_backends(args.backend) if args.backend else available_backends(device)
+        cases = build_suite(args.suite, backends, args.scheme or None)
+    where = (f"suite {args.suite}" if not args.case else "the --case cases") + (
+        f" on {args.checkpoint}" if model is not None else "")
+    if args.case_id:
+        by_id = {c.case_id: c for c in cases}
+        for wanted in args.case_id:
+            if wanted not in by_id:
+                raise UsageError(f"--case-id {wanted}: no such case in {where} for the chosen "
+                                 "backends and schemes (--list-cases lists them)")
+        cases = [by_id[i] for i in dict.fromkeys(args.case_id)]
+    if args.keyword is not None:
+        keep = case_filter(args.keyword)
+        cases = [c for c in cases if keep(c.case_id)]
+        if not cases:
+            raise UsageError(f"-k {args.keyword!r} matches no case in {where} "
+                             "(--list-cases lists them)")
+    if args.shard:
+        cases = shard(cases, *args.shard)
+    return cases
+
+
+def available_backends(device: str) -> list[str]:
+    """Backends that can run on `device` (triton on a CPU through the interpreter)."""
+    with triton_for(device):
+        return [n for n in backend_names() if get_backend(n).available() is None]
+
+
+def backend_list(cases: list[Case]) -> str:
+    """The cases' backends, each one that is not built in marked (an installed package's
+    entry point, or a run-time registration, joins a default run)."""
+    from moecert.kernels.registry import BUILTINS
+
+    names = dict.fromkeys(c.backend for c in cases)
+    return ", ".join(n if n in BUILTINS else f"{n} (plugin: not built in)" for n in names) \
+        or "none"
+
+
+def rerun_command(device: str, imports=(), xfail: str | None = None, checks=(),
+                  timeout: float = DEFAULT_TIMEOUT_S) -> str:
+    """`moecert run` with every option that changes a case's verdict; a case's JSON follows."""
+    parts = ["moecert", "run", "--device", device]
+    for module in imports:
+        parts += ["--import", module]
+    if xfail:
+        parts += ["--xfail", xfail]
+    for check in checks or ():
+        parts += ["--check", check]
+    if timeout != DEFAULT_TIMEOUT_S:
+        parts += ["--timeout", f"{timeout:g}"]
+    return shlex.join(parts)
+
+
+def _label(args) -> str:
+    """The run's files are `<run id>.<label>.*`: the suite, and the shard if any."""
+    return args.suite + (f".shard{args.shard[0]}of{args.shard[1]}" if args.shard else "")
+
+
+def _journal(args, label: str) -> tuple[Journal, list[list[dict]]]:
+    """The run's journal and the rows of each case it already holds (resumed), or a new one."""
+    folder = Path(args.results)
+
+    def ours(path: Path) -> bool:
+        return (path.name == f"{run_id_of(path)}.{label}{path.suffix}"
+                and args.run_id in (None, run_id_of(path)))
+
+    if args.resume:
+        unfinished = [p for p in unfinished_journals(folder) if ours(p)]
+        if unfinished:
+            journal = Journal(folder, unfinished[0].stem, args.suite,  # cuts a torn tail
+                              args.imports)
+            return journal, journal_cases(journal.path)
+        finished = sorted((p for p in folder.glob("*.parquet") if ours(p)),
+                          key=lambda p: p.stat().st_mtime, reverse=True)
+        if finished:
+            raise UsageError(f"nothing to resume in {folder}: run {run_id_of(finished[0])} "
+                             f"({label}) finished; run without --resume to start a new run")
+        print(f"nothing to resume in {folder} ({label}): starting a new run", file=sys.stderr)
+    run = args.run_id or new_run_id()
+    name = f"{run}.{label}"
+    if any((folder / (name + suffix)).exists() for suffix in (".jsonl", ".parquet")):
+        raise UsageError(f"run {run} already has {label} results in {folder}: --resume "
+                         "continues an unfinished one; or pass another --run-id")
+    return Journal(folder, name, args.suite, args.imports), []
+
+
+class PlainProgress:
+    """Progress as whole lines, for logs (stderr not a terminal, or no tqdm): a line every
+    EVERY_S seconds or tenth of the cases, whichever comes first, and at the end: cases
+    done, failed so far, rate. A progress bar's carriage returns would make a CI log one
+    line of tens of kilobytes."""
+
+    EVERY_S = 30.0
+
+    def __init__(self, total, file, clock=None, **_):
+        import time
+
+        self.clock = clock or time.monotonic
+        self.total, self.done, self.file, self.failed = total, 0, file, 0
+        self.start = self.last = self.clock()
+
+    def set_postfix(self, refresh=False, failed=0, **_):
+        self.failed = failed
+
+    def update(self):
+        self.done += 1
+        now, tenth = self.clock(), max(1, self.total // 10)
+        if (self.done == self.total or self.done % tenth == 0
+                or now - self.last >= self.EVERY_S):
+            self.last = now
+            elapsed = now - self.start
+            rate = f"{self.done / elapsed:.1f} cases/s" if elapsed > 0 else "-"
+            print(f"{self.done}/{self.total} cases, {self.failed} failed, {rate}, "
+                  f"{elapsed:.0f} s", file=self.file, flush=True)
+
+    def close(self):
+        pass
+
+
+class Summary:
+    """Cases by backend and status, how many each backend claimed, the skipped check rows,
+    and the failing rows. An unclaimed case counts as unsupported, whatever its rows say
+    (never as a pass). The verdict is reports/verdict.py's, as `moecert report` gives it."""
+
+    def __init__(self):
+        self.by_backend: dict[str, Counter] = {}
+        self.tallies: dict[str, Tally] = {}
+        self.skipped_checks: Counter = Counter()
+        self.failures: list[dict] = []
+        self.failed_cases = 0
+
+    @property
+    def claimed(self) -> Counter:
+        return Counter({b: t.claimed for b, t in self.tallies.items()})
+
+    def add(self, rows: list[dict]) -> None:
+        """One case's rows."""
+        if not rows:
+            return
+        backend = rows[0]["backend"]
+        claimed = any(r.get("claimed") is True for r in rows)
+        status = case_status(r["status"] for r in rows)
+        if not claimed and status in ("pass", "skip"):
+            status = "unsupported"
+        self.by_backend.setdefault(backend, Counter())[status] += 1
+        self.skipped_checks[backend] += sum(r["status"] == "skip" for r in rows)
+        tally_rows(self.tallies, rows)
+        bad = [r for r in rows if r["status"] in FAILING]
+        if bad:
+            self.failed_cases += 1
+            self.failures.extend(bad)
+
+    def verdict(self) -> Verdict:
+        """The run's verdict (reports/verdict.py): its exit code and its line."""
+        return verdict(self.tallies)
+
+    def render(self, rerun: str = "moecert run", xfail: XfailList | None = None,
+               limit: int = 20) -> str:
+        # cases per status, but the last column: the check rows skipped (a claimed case
+        # passes with some checks skipped, e.g. token_order at M = 1)
+        cases = [s for s in STATUSES if s != "skip"]
+        lines = ["", f"{'backend':<24}{'claimed':>14}" + "".join(f"{s:>12}" for s in cases)
+                 + f"{'checks_skipped':>16}"]
+        for name, counts in sorted(self.by_backend.items()):
+            claimed = f"{self.claimed[name]} of {sum(counts.values())}"
+            lines.append(f"{name:<24}{claimed:>14}"
+                         + "".join(f"{counts.get(s, 0):>12}" for s in cases)
+                         + f"{self.skipped_checks[name]:>16}")
+        if self.failures:
+            lines.append(f"\n{self.failed_cases} case(s) failed; first rows:")
+            for r in self.failures[:limit]:
+                first = r["message"].splitlines()[0] if r["message"] else ""
+                lines.append(f"  {r['status']:<8} {r['check']:<14} {r['case_id']}\n"
+                             f"           {first[:300]}\n"
+                             f"           rerun: {rerun} --case {shlex.quote(r['case_json'])}")
+        for entry in (xfail.unused() if xfail else []):
+            lines.append(f"warning: xfail entry matched nothing: {entry}")
+        return "\n".join(lines)

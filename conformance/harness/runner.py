@@ -1,0 +1,248 @@
+"""The runner: cases through worker processes, rows to disk as they finish.
+
+Each of `workers` threads holds one worker process (conformance/harness/worker.py) and feeds it the
+problems the work pool hands it (conformance/harness/schedule.py: model-size ones first, against a
+memory budget per GPU; small ones by kernel family, with affinity). A backend that raises or
+returns NaN costs its own rows (the worker catches it); one that kills the process, hangs past
+the timeout, or leaves a CUDA error behind costs that case: the parent records "crash" or
+"timeout" on the check in flight, starts a fresh worker, and goes on. On several GPUs worker i
+is pinned to visible device i (mod count) through CUDA_VISIBLE_DEVICES before it starts, so it
+never initializes another device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from moecert.reports.store import Journal
+
+from .cases import Case
+from .checks import Outcome
+from .execute import _row
+from .memory import death_words, gb, oom_kills
+from .schedule import WorkPool, budgets, case_need, oversize
+from .xfail import XfailList
+
+# Whole seconds a case may take before its worker is killed (interpreted Triton on a CPU
+# runs a small case in seconds; a model-size case on a GPU well under a minute).
+DEFAULT_TIMEOUT_S = 600.0
+_STDERR_TAIL = 40  # lines of a dead worker's stderr kept in its crash row
+# Seconds a new worker may take to start (python, torch, the backends' imports) before its
+# first case's own timeout begins: starting a process is not the case's time (a loaded
+# 2-core machine took over 5 s to start one).
+STARTUP_S = 120.0
+
+
+@dataclass
+class RunConfig:
+    device: str = "cpu"
+    workers: int = 1
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    checks: list[str] | None = None
+    imports: list[str] = field(default_factory=list)
+    run_id: str = ""
+    xfail: XfailList | None = None
+
+
+class Worker:
+    """One worker process and the thread reading its protocol stream."""
+
+    def __init__(self, config: RunConfig, slot: int):
+        env = dict(os.environ)
+        # one share of the cores each, on a GPU host too (its workers still draw exact-tier
+        # structures on the host): workers with a full thread pool each spend more time
+        # contending than computing on small tensors (measured: a 9-row index_add_ took
+        # 119 ms with 2 threads per worker on 2 cores, 8 us with 1)
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1)
+                                                  // max(1, config.workers))))
+        visible = _visible_devices() if config.device.startswith("cuda") else []
+        if visible:
+            env["CUDA_VISIBLE_DEVICES"] = visible[slot % len(visible)]
+        cmd = [sys.executable, "-m", "moecert.conformance.harness.worker",
+               "--device", config.device, "--run-id", config.run_id]
+        for module in config.imports:
+            cmd += ["--import", module]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env,
+                                     start_new_session=True)
+        self.messages: queue.Queue = queue.Queue()
+        self.ready = False  # the worker said it finished starting
+        self.stderr: deque[str] = deque(maxlen=_STDERR_TAIL)
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                self.messages.put(json.loads(line))
+            except json.JSONDecodeError:
+                self.stderr.append(line)
+        self.messages.put(None)  # end of stream: the process is gone
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line.rstrip())
+
+    def send(self, case: Case, checks) -> None:
+        self.proc.stdin.write(json.dumps({"case": case.to_json(), "checks": checks}) + "\n")
+        self.proc.stdin.flush()
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+
+
+def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
+                 on_case=None) -> None:
+    """Run `cases` in worker processes; every row goes to `journal` as it arrives;
+    `on_case(case, rows)` is called when a case is finished (progress, summary)."""
+    visible = _visible_devices() if config.device.startswith("cuda") else []
+    gpus = budgets(config.device, visible, max(1, config.workers))
+    lock = threading.Lock()
+
+    def record(case, rows):
+        rows = config.xfail.apply(rows) if config.xfail else rows
+        with lock:
+            journal.append(rows)
+            if on_case:
+                on_case(case, rows)
+
+    too_big = oversize(cases, config.device, gpus)
+    for case, need, room in too_big:
+        record(case, [oversize_row(case, config, need, room)])
+    skipped = {c.case_id for c, _, _ in too_big}
+    pool = WorkPool([c for c in cases if c.case_id not in skipped], gpus,
+                    need=lambda case: case_need(case, config.device))
+
+    def serve(slot: int):
+        runner, gpu = CaseRunner(config, slot), slot % len(pool.gpus)
+        while (taken := pool.take(gpu, slot)) is not None:
+            group, need = taken
+            try:
+                for case in group:
+                    record(case, runner.run(case))
+            finally:
+                pool.release(gpu, need)
+        runner.close()
+
+    threads = [threading.Thread(target=serve, args=(i,), daemon=True)
+               for i in range(max(1, config.workers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def oversize_row(case: Case, config: RunConfig, need: int, room: int) -> dict:
+    """The one row of a case not run because it needs more memory than the machine has."""
+    return _row(case, config.device, config.run_id, "setup",
+                Outcome("oversize", oversize_words(config.device, need, room)), None, 0.0)
+
+
+def oversize_words(device: str, need: int, room: int) -> str:
+    where = "host" if device.split(":")[0] == "cpu" else "GPU"
+    hint = " (or on a GPU: --device cuda)" if where == "host" else ""
+    return (f"not run: needs about {gb(need)} of {where} memory, this machine has "
+            f"{gb(room)}; run it on a host with more memory{hint}")
+
+
+class CaseRunner:
+    """Case after case through one worker process, started on first use and started afresh
+    after a crash, a timeout, or (on a GPU) an error that may have poisoned its CUDA context.
+    The rows are as the worker sent them, plus the "crash" or "timeout" row of a lost case;
+    no xfail list is applied."""
+
+    def __init__(self, config: RunConfig, slot: int = 0):
+        self.config, self.slot = config, slot
+        self.worker: Worker | None = None
+
+    def run(self, case: Case) -> list[dict]:
+        self.worker = self.worker or Worker(self.config, self.slot)
+        rows, alive = _run_one(self.worker, case, self.config)
+        if not alive or (self.config.device != "cpu" and _any_error(rows)):
+            self.worker.kill()
+            self.worker = None
+        return rows
+
+    def close(self) -> None:
+        if self.worker:
+            self.worker.close()
+            self.worker = None
+
+
+def _run_one(worker: Worker, case: Case, config: RunConfig) -> tuple[list[dict], bool]:
+    """The case's rows, and whether the worker is still usable."""
+    rows: list[dict] = []
+    in_flight = "setup"
+    deadline = time.monotonic() + config.timeout_s + (0 if worker.ready else STARTUP_S)
+    oom_before = oom_kills()
+    try:
+        worker.send(case, config.checks)
+    except (BrokenPipeError, OSError):
+        return [_lost(case, config, "crash", in_flight, worker, "the worker was gone")], False
+    while True:
+        try:
+            message = worker.messages.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            worker.kill()
+            rows.append(_lost(case, config, "timeout", in_flight, worker,
+                              f"no result after {config.timeout_s:.0f} s; worker killed"))
+            return rows, False
+        if message is None:
+            code = worker.proc.wait()
+            rows.append(_lost(case, config, "crash", in_flight, worker,
+                              death_words(code, oom_before)))
+            return rows, False
+        if "ready" in message:
+            worker.ready = True
+            deadline = time.monotonic() + config.timeout_s
+        elif "start" in message:
+            in_flight = message["start"]
+        elif "row" in message:
+            rows.append(message["row"])
+        elif "done" in message:
+            return rows, True
+
+
+def _lost(case, config, status, check, worker, why) -> dict:
+    tail = "\n".join(list(worker.stderr)[-8:])
+    message = f"{why} during check {check}" + (f"; stderr tail:\n{tail}" if tail else "")
+    return _row(case, config.device, config.run_id, check, Outcome(status, message), None, 0.0)
+
+
+def _any_error(rows: list[dict]) -> bool:
+    return any(r["status"] == "error" for r in rows)
+
+
+def _visible_devices() -> list[str]:
+    """The caller's visible GPUs (indices or UUIDs), as CUDA_VISIBLE_DEVICES names them."""
+    named = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if named is not None:
+        return [d.strip() for d in named.split(",") if d.strip()]
+    try:
+        import torch
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except Exception:
+        return []
+
+
+__all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "oversize_row", "oversize_words",
+           "run_isolated"]

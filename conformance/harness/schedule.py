@@ -1,0 +1,229 @@
+"""Which problem a free worker takes next (the runner's queue, conformance/harness/runner.py).
+
+A problem's cases (one per backend) go to one worker, one after another: they share its
+checkpoint, reference and exact structure (context.SharedSteps). Across problems:
+
+- Model-size problems first, largest first, each as soon as its GPU has room for it: they are
+  the longest, and started late they would be the run's tail. Room is a memory budget per GPU
+  (`GpuBudget`), not exclusivity: small problems keep the other workers busy beside a model
+  layer, and on an H200 two int4 DeepSeek-V3 layers run side by side. A worker whose GPU has no
+  room for any waiting model-size problem takes a small one instead.
+- Small problems by kernel family (`family`), with affinity: a worker goes on with a family it
+  has run while that family has problems left, else starts a family nobody has started, else
+  helps with the family that has most left. A Triton kernel specialization costs each process
+  that calls it a compile (cold cache) or a load (warm) on its first call; with affinity each
+  is paid by about one worker instead of all of them, and concurrent workers do not compile
+  the same kernel at once. Measured before affinity (certify, two H200s, 24 workers): the
+  triton backend's first-call check (`claims`) took 994 s of check time against torch's 85 s.
+
+On several GPUs each worker is pinned to one (runner.Worker) and draws on that GPU's budget.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections import deque
+
+from moecert.reference.schemes import get_scheme
+
+from .cases import Case
+from .execute import problem_groups
+from .memory import host_need, host_total_bytes
+
+# Problems with more weights than this are model-size: scheduled first, against a GPU's budget
+# (Qwen3-30B-A3B's layer is 6e8).
+MODEL_SIZE_WEIGHTS = 1 << 28
+# What a model-size case holds on its GPU at most (the caching allocator's reserved peak, the
+# `device_peak_bytes` column), bounded by: three copies of the checkpoint (the backend's, its
+# processed layer, transients of processing), a 16-bit copy of the weights (the grouped
+# backend dequantizes to bf16), per-expert float temporaries of dequantization (bytes per
+# weight of one expert), and the process's own base. Measured on one H100 (certify, 368
+# model-size cases x 4 backends, tools/run_breakdown.py): every case's peak is below this
+# bound, the closest DeepSeek-V3 mxfp8 on grouped at 56.5 GiB (bound 60.1 GiB, 1.06x); the
+# median case is at 0.6 of it.
+CHECKPOINT_COPIES = 3
+DEQUANTIZED_BYTES_PER_WEIGHT = 2
+EXPERT_TEMP_BYTES_PER_WEIGHT = 100
+CASE_BASE_BYTES = 3584 << 20
+# A worker running small cases holds its CUDA context and a small cache (measured: 1.4 GiB
+# each beside a model layer); every worker but the model layer's own is reserved for that.
+WORKER_RESERVE_BYTES = 1536 << 20
+USABLE_FRACTION = 0.97
+
+
+def weights(case: Case) -> int:
+    P = case.problem
+    return P.E * P.K * P.N * 3
+
+
+def model_size(case: Case) -> bool:
+    return weights(case) > MODEL_SIZE_WEIGHTS
+
+
+def device_need(case: Case) -> int:
+    """Bytes of GPU memory a model-size case is budgeted at (0 for a small one: the workers'
+    reserve covers it)."""
+    if not model_size(case):
+        return 0
+    w = weights(case)
+    checkpoint = w * get_scheme(case.scheme).weight_bits // 8
+    return (CHECKPOINT_COPIES * checkpoint + DEQUANTIZED_BYTES_PER_WEIGHT * w
+            + EXPERT_TEMP_BYTES_PER_WEIGHT * w // case.problem.E + CASE_BASE_BYTES)
+
+
+def case_need(case: Case, device: str) -> int:
+    """Bytes a model-size case is budgeted at on `device`'s memory: the GPU's
+    (`device_need`), or on a CPU the host's (memory.host_need); 0 for a small case."""
+    if not model_size(case):
+        return 0
+    return host_need(case) if device.split(":")[0] == "cpu" else device_need(case)
+
+
+def oversize(cases: list[Case], device: str, gpus: list[GpuBudget]
+             ) -> list[tuple[Case, int, int]]:
+    """The cases that need more memory than the device has in all, even alone: (case, its
+    need, the memory there is). They are not run (status "oversize")."""
+    totals = [g.total for g in gpus if g.total is not None]
+    if not totals:
+        return []
+    room = max(totals)
+    needs = ((c, case_need(c, device)) for c in cases)
+    return [(c, need, room) for c, need in needs if need > room * USABLE_FRACTION]
+
+
+def family(case: Case) -> tuple:
+    """What selects a kernel specialization: the scheme and its options, the activation dtype,
+    function and bias (not the shape or seed)."""
+    P = case.problem
+    return (case.scheme, tuple(sorted(case.attrs.items())), P.dtype, P.activation, P.bias,
+            P.activation_format)
+
+
+class FamilyQueue:
+    """Small problems by kernel family, handed out with affinity to the worker that asks."""
+
+    def __init__(self, groups: list[list[Case]]):
+        self.families: dict[tuple, deque] = {}
+        for group in groups:
+            self.families.setdefault(family(group[0]), deque()).append(group)
+        self.started: set[tuple] = set()
+        self.seen: dict[int, set[tuple]] = {}
+
+    def __bool__(self) -> bool:
+        return any(self.families.values())
+
+    def pop(self, worker: int) -> list[Case]:
+        left = {f: q for f, q in self.families.items() if q}
+        mine = self.seen.setdefault(worker, set())
+        pick = (next((f for f in left if f in mine), None)
+                or next((f for f in left if f not in self.started), None)
+                or max(left, key=lambda f: len(left[f])))
+        mine.add(pick)
+        self.started.add(pick)
+        return self.families[pick].popleft()
+
+
+class GpuBudget:
+    """The bytes model-size cases may hold on one GPU at once, beside the small cases of the
+    other workers. Memory unknown: a model-size case runs alone."""
+
+    def __init__(self, total_bytes: int | None, workers: int):
+        self.total = total_bytes
+        self.limit = (None if total_bytes is None else int(total_bytes * USABLE_FRACTION)
+                      - max(0, workers - 1) * WORKER_RESERVE_BYTES)
+        self.held = 0  # by the model-size cases running
+        self.running = 0  # cases of any size
+
+    def fits(self, need: int) -> bool:
+        """Whether a case of `need` bytes (0: small) may start now."""
+        if self.running == 0:
+            return True
+        if self.limit is None:
+            return need == 0 and self.held == 0
+        return self.held + need <= self.limit
+
+    def oversize(self, need: int) -> bool:
+        """Too large to share the GPU with anything: it waits for the GPU to empty."""
+        if self.limit is None:
+            return need > 0
+        return need > self.limit
+
+
+class WorkPool:
+    """The run's problems; `take(gpu)` blocks until one fits that GPU or none is left."""
+
+    def __init__(self, cases, gpus: list[GpuBudget], need=device_need):
+        """`need(case)`: the bytes a case is budgeted at (default: a GPU's, device_need)."""
+        groups = problem_groups(cases)
+        big = [g for g in groups if model_size(g[0])]
+        self.need = need
+        self.big = sorted(big, key=lambda g: -need(g[0]))
+        self.small = FamilyQueue([g for g in groups if not model_size(g[0])])
+        self.gpus = gpus
+        self._cond = threading.Condition()
+
+    def take(self, gpu: int, worker: int = 0) -> tuple[list[Case], int] | None:
+        """The next problem for `worker` on `gpu` and its budgeted bytes; `release` them."""
+        budget = self.gpus[gpu]
+        with self._cond:
+            while True:
+                group = next((g for g in self.big if budget.fits(self.need(g[0]))), None)
+                # a layer that needs the whole GPU stops small problems from starting on it
+                # until it has run, or it would wait for the end of the run
+                draining = group is None and any(budget.oversize(self.need(g[0]))
+                                                 for g in self.big)
+                if group is not None:
+                    self.big.remove(group)
+                elif self.small and not draining and budget.fits(0):
+                    group = self.small.pop(worker)
+                elif not self.big and not self.small:
+                    return None
+                else:
+                    self._cond.wait()
+                    continue
+                need = self.need(group[0])
+                budget.held += need
+                budget.running += 1
+                return group, need
+
+    def release(self, gpu: int, need: int) -> None:
+        with self._cond:
+            self.gpus[gpu].held -= need
+            self.gpus[gpu].running -= 1
+            self._cond.notify_all()
+
+
+def gpu_total_bytes(device: str) -> int | None:
+    """Total memory of a visible GPU (an index or UUID as CUDA_VISIBLE_DEVICES names it), from
+    nvidia-smi, so that the parent never creates a CUDA context; None when it cannot say."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,"
+                              "nounits", "-i", device], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+        return int(out.split()[0]) << 20  # MiB
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def budgets(device: str, visible: list[str], workers: int) -> list[GpuBudget]:
+    """One budget per GPU the workers are pinned to; on a CPU one of the host's memory
+    (memory.host_total_bytes; unknown: a model-size case runs alone)."""
+    if not device.startswith("cuda"):
+        return [GpuBudget(host_total_bytes(), workers)]
+    visible = visible or ["0"]
+    count = len(visible)
+    return [GpuBudget(gpu_total_bytes(name), len(range(i, workers, count)))
+            for i, name in enumerate(visible)]
+
+
+def default_workers(device: str) -> int:
+    """`-n auto`: on a GPU host three workers per four cores (each also draws checkpoints and
+    exact-tier structures on the host); on a CPU one per core."""
+    cores = os.cpu_count() or 1
+    return max(1, cores * 3 // 4) if device.startswith("cuda") else cores
+
+
+__all__ = ["FamilyQueue", "GpuBudget", "WorkPool", "budgets", "case_need", "default_workers",
+           "device_need", "family", "model_size", "oversize"]

@@ -1,0 +1,71 @@
+"""A worker process of the runner: reads cases as JSON lines on stdin, runs them, and writes
+one message per event on its protocol stream, so the parent knows which check was in flight
+when a backend kills the process.
+
+    parent -> worker   {"case": <Case JSON>, "checks": [...] | null}
+    worker -> parent   {"ready": <pid>} once started, then per case
+                       {"start": "<check>"}  {"row": {...}}  {"done": "<case id>"}
+
+Anything a backend prints goes to stderr: the protocol stream is a duplicate of the original
+stdout that nothing else writes to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m moecert.conformance.harness.worker")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--run-id", default="")
+    parser.add_argument("--import", dest="imports", action="append", default=[])
+    args = parser.parse_args(argv)
+
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr
+
+    def send(message: dict) -> None:
+        protocol.write(json.dumps(message, default=str) + "\n")
+
+    for module in args.imports:  # e.g. a module that registers backends at run time
+        importlib.import_module(module)
+    from .cases import Case
+    from .context import SharedSteps
+    from .execute import iter_case, triton_for
+
+    shared = SharedSteps()  # the runner sends a problem's cases one after another
+    send({"ready": os.getpid()})  # imports done: a case's time starts now (runner.py)
+
+    with triton_for(args.device):
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            request = json.loads(line)
+            case = Case.from_json(request["case"])
+            for row in iter_case(case, args.device, request.get("checks"), args.run_id,
+                                 on_start=lambda name: send({"start": name}), shared=shared):
+                send({"row": row})
+            release_device_memory(args.device)
+            send({"done": case.case_id})
+    return 0
+
+
+def release_device_memory(device: str) -> None:
+    """Hand cached blocks back to the GPU after each case: the workers share it, and a
+    worker idling on a model-size case's cache (measured: 69 GB on an H200) starves the
+    next model-size case of another worker."""
+    if device.startswith("cuda"):
+        import gc
+
+        import torch
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

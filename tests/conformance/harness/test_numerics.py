@@ -1,0 +1,173 @@
+"""Declared numerics (conformance/harness/numerics.py): the readings a backend may declare, and the
+harness judging a declared backend against that reading, tolerances unchanged: the
+Marlin-style twin (every weight scale in the activation dtype, declared) passes the smoke
+suite, and the planted bugs rebased onto it are still caught."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from moecert.conformance.harness.execute import run_cases
+from moecert.conformance.harness.numerics import (
+    NumericsError,
+    declared,
+    describe,
+    effective,
+    reading,
+    reading_scheme,
+)
+from moecert.conformance.harness.suites import build_suite
+from moecert.conformance.mutants import FLAGGED, MUTANTS, make_backend
+from moecert.conformance.mutants.legit import MarlinScalesTwin
+from moecert.kernels import QuantConfig, register_backend
+from moecert.kernels.registry import unregister_backend
+from moecert.reference import MoEProblem, dequantize, make_inputs, moe, synthesize
+from moecert.reference.schemes import get_scheme
+
+P = MoEProblem(M=7, K=128, N=64, E=3, topk=2)
+
+
+class _Declares:
+    def __init__(self, value):
+        self.value = value
+
+    def numerics(self, layer):
+        return self.value
+
+
+@pytest.mark.parametrize("value,match", [
+    ({"colour": "blue"}, "unknown keys"),
+    ({"activation": "int8"}, "activation"),
+    ({"weight_scale_dtype": "bf16"}, "weight_scale_dtype"),
+    ({"w13_requantized": "yes"}, "w13_requantized"),
+    (["activation"], "expected a dict"),
+])
+def test_a_declaration_the_harness_cannot_read_is_an_error_naming_it(value, match):
+    with pytest.raises(NumericsError, match=match):
+        declared(_Declares(value), None)
+
+
+def test_no_hook_declares_nothing_and_what_the_scheme_says_is_dropped():
+    assert declared(object(), None) == {}
+    quant = QuantConfig.of("bf16")
+    # bf16 has no float weight scales, and "none" is its own activation mode
+    assert effective({"activation": "none", "weight_scale_dtype": "bfloat16"}, quant) == {}
+    assert describe({"weight_scale_dtype": "bfloat16", "activation": "dynamic-token"}) == \
+        "activation=dynamic-token, weight_scale_dtype=bfloat16"
+
+
+def test_weight_scale_dtype_rounds_the_scales_and_nothing_else():
+    ckpt = synthesize("fp8-w8a16", P, seed=1, weight_strategy="channel")
+    read = reading(ckpt, {"weight_scale_dtype": "bfloat16"})
+    for name, t in ckpt.tensors.items():
+        if name.endswith("weight_scale"):
+            assert read.tensors[name].dtype == torch.bfloat16
+            assert torch.equal(read.tensors[name], t.to(torch.bfloat16))
+            assert not torch.equal(read.tensors[name].float(), t.float())  # really rounded
+        else:
+            assert read.tensors[name] is t
+    assert ckpt.tensors["w13_weight_scale"].dtype == torch.float32  # not modified
+
+
+@pytest.mark.parametrize("scheme,attrs", [("gptq-int4", {"group_size": 32}),
+                                          ("awq-int4", {"group_size": 32}),
+                                          ("ct-int4", {"sym": False, "group_size": 32})])
+def test_int4_run_with_int8_activations_is_read_as_w4a8(scheme, attrs):
+    ckpt = synthesize(scheme, P, seed=2, **attrs)
+    numerics = {"activation": "dynamic-token"}
+    assert reading_scheme(QuantConfig.of(ckpt), numerics) == ("w4a8-int8", "dynamic-token")
+    read = reading(ckpt, numerics)
+    assert (read.scheme, read.activation) == ("w4a8-int8", "dynamic-token")
+    # the same weights (compressed-tensors rewritten as gptq_v2 codes, scales, zeros, g_idx)
+    for p in ("w13", "w2"):
+        assert torch.equal(dequantize(read)[p], dequantize(ckpt)[p])
+    x, w, ids = make_inputs(P, seed=3)
+    w4a16, w4a8 = moe(ckpt, x, w, ids, P), moe(read, x, w, ids, P)
+    assert not torch.equal(w4a16, w4a8)  # the int8 activations change the result
+
+
+def test_w13_requantized_collapses_the_shard_scales_and_requantizes():
+    ckpt = synthesize("fp8-w8a8", P, seed=4, weight_strategy="tensor", activation="static-tensor")
+    s = ckpt.tensors["w13_weight_scale"]
+    assert s.shape == (P.E, 2) and not torch.equal(s[:, 0], s[:, 1])
+    read = reading(ckpt, {"w13_requantized": True})
+    assert torch.equal(read.tensors["w13_weight_scale"], s.max(dim=1).values)
+    before, after = dequantize(ckpt)["w13"], dequantize(read)["w13"]
+    assert not torch.equal(before, after)  # a second rounding
+    assert float((after - before).norm() / before.norm()) < 0.1
+    with pytest.raises(NumericsError, match="w13_requantized"):
+        reading(synthesize("fp8-w8a16", P, seed=4, weight_strategy="channel"),
+                {"w13_requantized": True})
+
+
+# --- the harness on the twin ---------------------------------------------------------------
+
+_FLOAT_SCALED = ("gptq-int4", "ct-int8", "int8-w8a16", "fp8-w8a16", "int8-w8a8")
+
+
+def _on_twin(mutant_name: str):
+    """The planted bug `mutant_name` rebased onto the declared twin."""
+    cls = type(make_backend(MUTANTS[mutant_name]))
+    twin = type(f"Twin{cls.__name__}", (cls, MarlinScalesTwin),
+                {"name": f"twin+{mutant_name}"})
+    return twin()
+
+
+# torch-based mutants whose bug lives in a scheme with float weight scales
+_REBASED = sorted(n for n, m in MUTANTS.items() if m.base == "torch" and any(
+    get_scheme(s).scale_encoding == "float" for s in m.targets))
+
+
+@pytest.fixture(scope="module")
+def registered():
+    names = []
+
+    def add(backend):
+        register_backend(backend)
+        names.append(backend.name)
+        return backend.name
+    yield add
+    for name in names:
+        unregister_backend(name)
+
+
+def _rows(backend: str, schemes, checks) -> list[dict]:
+    return run_cases(build_suite("smoke", backends=[backend], schemes=list(schemes)),
+                     checks=checks)
+
+
+@pytest.fixture(scope="module")
+def twin_rows(registered):
+    registered(MarlinScalesTwin())
+    # accuracy and canonical (its export holds the declared scales); every check of the
+    # whole smoke suite passes on it in test_mutants.py (a LEGIT twin)
+    return _rows(MarlinScalesTwin.name, _FLOAT_SCALED, ("accuracy", "canonical"))
+
+
+def test_the_declared_twin_passes_and_its_rows_say_what_it_declared(twin_rows):
+    flagged = [(r["case_id"], r["check"], r["message"][:120]) for r in twin_rows
+               if r["status"] in FLAGGED]
+    assert not flagged
+    claimed = [r for r in twin_rows if r["check"] == "accuracy" and r["status"] == "pass"]
+    declared_dtypes = {r["numerics"] for r in claimed}
+    assert claimed and declared_dtypes <= {"weight_scale_dtype=bfloat16",
+                                           "weight_scale_dtype=float16"}
+    assert all("declared reading" in r["message"] for r in claimed)
+
+
+@pytest.mark.parametrize("mutant", _REBASED)
+def test_planted_bugs_rebased_on_the_declared_twin_are_still_caught(mutant, registered,
+                                                                     twin_rows):
+    m = MUTANTS[mutant]
+    name = registered(_on_twin(mutant))
+    schemes = [s for s in m.targets if get_scheme(s).scale_encoding == "float"]
+    # the checks expected to catch the bug (the twin itself flags nothing on the whole
+    # suite: test_mutants.py)
+    # (exact builds structured checkpoints: seconds per case; the others see these bugs)
+    checks = tuple(c for c in m.expected_checks if c != "exact")
+    rows = _rows(name, schemes, checks)
+    caught = [r for r in rows if r["status"] in FLAGGED]
+    assert caught, f"{mutant} on the declared twin passed every check on {schemes}"
+    # e.g. the all-scales x1.005 bug (half a percent, near the bf16 scale rounding the twin
+    # declares) must still be caught by accuracy itself
+    assert {r["check"] for r in caught} & set(checks)

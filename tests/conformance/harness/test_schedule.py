@@ -1,0 +1,178 @@
+"""The work pool: model-size problems first and against a memory budget per GPU (never an
+out-of-memory pile-up, never the whole GPU idle behind one layer), small problems interleaved
+by kernel family, a problem's cases together."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from moecert.conformance.harness.cases import Case
+from moecert.conformance.harness.execute import problem_groups
+from moecert.conformance.harness.schedule import (
+    MODEL_SIZE_WEIGHTS,
+    USABLE_FRACTION,
+    FamilyQueue,
+    GpuBudget,
+    WorkPool,
+    device_need,
+    model_size,
+)
+from moecert.reference import MoEProblem
+
+SMALL = MoEProblem(M=5, K=64, N=32, E=4, topk=2)
+MIXTRAL = MoEProblem(M=16, K=4096, N=14336, E=8, topk=2)
+DEEPSEEK = MoEProblem(M=16, K=7168, N=2048, E=256, topk=8)
+GIB = 1 << 30
+
+
+def _cases(problem, scheme="gptq-int4", seed=0, backends=("torch", "triton")):
+    return [Case(b, scheme, problem, seed=seed) for b in backends]
+
+
+def _total(limit):
+    """A GPU's total memory that leaves `limit` bytes to model-size cases (one worker)."""
+    return int(limit / USABLE_FRACTION)
+
+
+def _ids(group):
+    return {c.case_id for c in group}
+
+
+def test_model_size_is_the_weight_count_threshold():
+    assert model_size(_cases(MIXTRAL)[0]) and not model_size(_cases(SMALL)[0])
+    weights = [P.E * P.K * P.N * 3 for P in (SMALL, MIXTRAL)]
+    assert weights[0] < MODEL_SIZE_WEIGHTS < weights[1]
+
+
+def test_the_budget_follows_the_weights_bytes():
+    int4, int8, bf16 = (device_need(Case("torch", s, DEEPSEEK))
+                        for s in ("gptq-int4", "gptq-int8", "bf16"))
+    assert int4 < int8 < bf16
+    assert device_need(Case("torch", "bf16", SMALL)) == 0  # the workers' reserve covers it
+
+
+def test_model_size_problems_come_first_largest_first_and_cases_stay_together():
+    cases = (_cases(SMALL) + _cases(MIXTRAL, "gptq-int4") + _cases(SMALL, seed=1)
+             + _cases(DEEPSEEK, "gptq-int8"))
+    pool = WorkPool(cases, [GpuBudget(None, 1)])
+    order = []
+    while (taken := pool.take(0)) is not None:
+        order.append(taken[0])
+        pool.release(0, taken[1])
+    assert [_ids(g) for g in order] == [_ids(_cases(DEEPSEEK, "gptq-int8")),
+                                        _ids(_cases(MIXTRAL, "gptq-int4")),
+                                        _ids(_cases(SMALL)), _ids(_cases(SMALL, seed=1))]
+
+
+def test_small_problems_run_beside_a_model_layer_that_fits():
+    big = _cases(MIXTRAL, "gptq-int4")
+    pool = WorkPool(big + _cases(SMALL), [GpuBudget(80 * GIB, 4)])
+    first, _ = pool.take(0)
+    assert _ids(first) == _ids(big)
+    second, _ = pool.take(0)  # does not block: the small problem fits beside it
+    assert _ids(second) == _ids(_cases(SMALL))
+
+
+def test_two_layers_share_a_gpu_only_when_both_fit():
+    a, b = _cases(DEEPSEEK, "gptq-int8"), _cases(DEEPSEEK, "gptq-int8", seed=1)
+    need = device_need(a[0])
+    roomy = WorkPool(a + b, [GpuBudget(_total(2.1 * need), 1)])
+    assert roomy.take(0) and roomy.take(0)  # both at once
+    tight = WorkPool(a + b, [GpuBudget(_total(1.5 * need), 1)])
+    tight.take(0)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(tight.take(0)))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive() and not got  # the second waits for room
+    tight.release(0, need)
+    waiter.join(5)
+    assert got and _ids(got[0][0]) == _ids(b)
+
+
+def test_a_layer_larger_than_the_budget_runs_alone_and_small_ones_wait_for_it():
+    big = _cases(DEEPSEEK, "bf16")
+    pool = WorkPool(_cases(SMALL) + big + _cases(SMALL, seed=1), [GpuBudget(8 * GIB, 2)])
+    first, need = pool.take(0)  # an idle GPU takes it
+    assert _ids(first) == _ids(big)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(pool.take(0)))
+    waiter.start()
+    waiter.join(0.2)
+    assert not got  # nothing beside it
+    pool.release(0, need)
+    waiter.join(5)
+    assert got and _ids(got[0][0]) == _ids(_cases(SMALL))
+
+
+def test_small_problems_stop_starting_while_an_oversize_layer_waits():
+    big = _cases(DEEPSEEK, "bf16")
+    pool = WorkPool(big + _cases(SMALL) + _cases(SMALL, seed=1), [GpuBudget(8 * GIB, 2)])
+    pool.big, queued = [], pool.big  # a small problem is running when the layer arrives
+    _, small_need = pool.take(0)
+    pool.big = queued
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(pool.take(0)))
+    waiter.start()
+    waiter.join(0.2)
+    assert not got  # the other small problem does not start: the GPU drains for the layer
+    pool.release(0, small_need)
+    waiter.join(5)
+    assert got and _ids(got[0][0]) == _ids(big)
+
+
+def test_unknown_memory_runs_model_size_problems_alone():
+    big = _cases(MIXTRAL, "gptq-int4")
+    pool = WorkPool(big + _cases(SMALL), [GpuBudget(None, 2)])
+    _, need = pool.take(0)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(pool.take(0)))
+    waiter.start()
+    waiter.join(0.2)
+    assert not got  # nothing beside the layer
+    pool.release(0, need)
+    waiter.join(5)
+    assert got
+
+
+def test_each_gpu_has_its_own_budget():
+    a, b = _cases(DEEPSEEK, "gptq-int8"), _cases(DEEPSEEK, "gptq-int8", seed=1)
+    one_each = _total(1.2 * device_need(a[0]))
+    pool = WorkPool(a + b, [GpuBudget(one_each, 1), GpuBudget(one_each, 1)])
+    assert pool.take(0) and pool.take(1)  # one layer per GPU, at the same time
+    assert pool.take(0) is None
+
+
+def test_small_problems_go_by_kernel_family_with_affinity():
+    cases = ([c for s in range(3) for c in _cases(SMALL, "gptq-int4", seed=s)]
+             + [c for s in range(2) for c in _cases(SMALL, "bf16", seed=s)]
+             + _cases(SMALL, "int8-w8a16"))
+    queue = FamilyQueue(problem_groups(cases))
+    assert queue.pop(0)[0].scheme == "gptq-int4"
+    assert queue.pop(1)[0].scheme == "bf16"  # a family nobody has started
+    assert queue.pop(0)[0].scheme == "gptq-int4"  # its own family again
+    assert queue.pop(2)[0].scheme == "int8-w8a16"
+    assert queue.pop(2)[0].scheme == "gptq-int4"  # helps where most is left (1 against 1:
+    assert queue.pop(1)[0].scheme == "bf16"  # the first); worker 1 finishes its own
+    assert not queue
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_every_problem_is_taken_exactly_once(workers):
+    cases = [c for s in range(6) for c in _cases(SMALL, "gptq-int4", seed=s)]
+    cases += _cases(MIXTRAL, "gptq-int4") + _cases(DEEPSEEK, "gptq-int4")
+    pool, taken, lock = WorkPool(cases, [GpuBudget(80 * GIB, workers)]), [], threading.Lock()
+
+    def serve():
+        while (t := pool.take(0)) is not None:
+            with lock:
+                taken.extend(t[0])
+            pool.release(0, t[1])
+
+    threads = [threading.Thread(target=serve) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(c.case_id for c in taken) == sorted(c.case_id for c in cases)

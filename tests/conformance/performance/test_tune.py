@@ -1,0 +1,151 @@
+"""`moecert tune`: the command without a GPU, and its whole tuning path on the CPU (the
+Triton interpreter runs the real kernels; only the timer is fake)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from moecert.conformance.cli.app import main
+from moecert.conformance.performance import tune as tune_command
+from moecert.kernels.triton_moe import configs
+from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
+from moecert.reference.models import ModelShape
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture
+def triton_runs_here(monkeypatch):
+    """The GPU when there is one, else the interpreter (as tests/kernels/conftest.py)."""
+    if DEVICE == "cpu":
+        load_interpreted_kernels()
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def test_tune_without_cuda_is_one_line_and_exit_2(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["tune"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "moecert tune needs a CUDA device\n" and captured.out == ""
+
+
+def test_tune_rejects_an_unknown_model_in_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--model", "llama-moe"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "llama-moe" in err
+
+
+def test_tune_reads_the_m_list_as_bench_does(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--M", "16,x"])
+    assert info.value.code == 2
+    assert "M list '16,x'" in capsys.readouterr().err
+
+
+def test_tune_rejects_a_routing_count_below_one_in_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--routings", "0"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--routings" in err and "at least 1" in err
+
+
+# BLOCK_K 32 and 64 are one kernel for group-32 weights (block_k_for): tried once
+TINY_GRID = {"BLOCK_N": (32, 64, 128), "BLOCK_K": (32, 64), "num_warps": (4,), "num_stages": (1,),
+             "SWAP_AB": (False, True)}
+
+
+def test_tuning_on_the_interpreter_writes_a_file_the_backend_reads(triton_runs_here,
+                                                                     tmp_path, monkeypatch):
+    timed = []
+
+    def timer(run, config):  # narrower is "faster": the climb walks down to BLOCK_N 32 (the
+        timed.append(config)  # output check ran the kernel)
+        return 10.0 + config["BLOCK_N"]
+
+    shape = ModelShape(E=4, K=128, N=64, topk=2)
+    table, timings, spans, rows = tune_command.run_tuning(
+        {"tiny": shape}, ["gptq-int4"], [1, 8], DEVICE, timer, grid=TINY_GRID, group_size=32,
+        log=lambda *a: None, routings=2)
+    assert spans == {}  # group-32 codes have one nibble order (plane_nibbles needs 128)
+    assert [r[2] for r in rows] == [1, 8]
+    for _, _, _, choice in rows:
+        # every candidate ran the real kernel and agreed with the default's output
+        assert all(t.us is not None for g in choice.gemms for t in g.tried), \
+            [t.why for g in choice.gemms for t in g.tried]
+        assert [c["BLOCK_N"] for c in choice.configs] == [32, 32]
+        assert choice.us < choice.default_us
+    (key,) = table
+    assert key == configs.LayerKey("W_INT4", "A16", 4, (128, 128), (128, 64))
+    assert set(table[key]) == {2, 16}  # n = M x topk
+    assert "tiny" in tune_command.format_rows(rows)
+
+    path = configs.path_for("test-gpu", tmp_path)
+    configs.write_table(path, "test-gpu", "Test GPU", {"triton": "x"}, table, timings)
+    assert configs.read_table(path) == table
+    # the backend on a "GPU" called test-gpu now launches with the tuned configs
+    from moecert.kernels.triton_moe import fused_moe
+
+    monkeypatch.setattr(fused_moe, "INTERPRET", False)
+    monkeypatch.setattr(configs, "CONFIG_DIR", tmp_path)
+    monkeypatch.setattr(configs, "current_device_key", lambda: "test-gpu")
+    configs.load_table.cache_clear()
+    try:
+        got = fused_moe.pick_configs(16, 4, fused_moe.W_INT4, fused_moe.A16, (128, 128),
+                                     (128, 64))
+    finally:
+        configs.load_table.cache_clear()
+    assert got == table[key][16]
+
+
+@pytest.mark.parametrize("prefer", [128, 0], ids=["planes-faster", "adjacent-faster"])
+def test_tuning_picks_a_nibble_order_and_the_backend_stores_its_weights_so(
+        triton_runs_here, tmp_path, monkeypatch, prefer):
+    """Group-128 int4 weights can be stored in nibble planes (fused_moe.plane_nibbles): the
+    tuner times both orders, writes the faster one per linear, and a layer converted
+    afterwards on that device stores its codes so, computes what the checkpoint's order
+    computes and exports the checkpoint's codes."""
+    from moecert.kernels.triton_moe import fused_moe
+    from moecert.kernels.triton_moe.backend import TritonBackend
+    from moecert.reference import MoEProblem, make_inputs, random_checkpoint
+
+    def timer(run, config):
+        return 10.0 if config.get("NIB_SPAN", 0) == prefer else 20.0
+
+    shape = ModelShape(E=4, K=128, N=128, topk=2)
+    table, timings, spans, rows = tune_command.run_tuning(
+        {"tiny": shape}, ["gptq-int4"], [1, 8], DEVICE, timer, grid=TINY_GRID,
+        group_size=128, log=lambda *a: None, routings=2)
+    (key,) = table
+    assert spans == {key: {"w13": prefer, "w2": prefer}}
+    assert all(c.spans == (prefer, prefer) for *_, c in rows)
+    path = configs.path_for("test-gpu", tmp_path)
+    configs.write_table(path, "test-gpu", "Test GPU", {}, table, timings, spans)
+    assert configs.read_spans(path) == spans
+
+    monkeypatch.setattr(configs, "CONFIG_DIR", tmp_path)
+    monkeypatch.setattr(configs, "current_device_key", lambda: "test-gpu")
+    configs.load_spans.cache_clear()
+    P = MoEProblem(M=5, K=128, N=128, E=4, topk=2)
+    backend = TritonBackend()
+    ckpt = random_checkpoint("gptq-int4", P, seed=3, device=DEVICE, group_size=128)
+    try:
+        tuned = backend.create_layer(ckpt, P)
+        backend.process_weights_after_loading(tuned)
+    finally:
+        configs.load_spans.cache_clear()
+    monkeypatch.setattr(configs, "current_device_key", lambda: None)
+    plain = backend.create_layer(ckpt, P)
+    backend.process_weights_after_loading(plain)
+    assert tuned.meta["w13_nib_span"] == prefer and plain.meta["w13_nib_span"] == 0
+    assert torch.equal(tuned.get("w2_q"), plain.get("w2_q")) == (prefer == 0)
+    x, w, ids = (t.to(DEVICE) for t in make_inputs(P, seed=4))
+    want, got = backend.apply(plain, x, w, ids), backend.apply(tuned, x, w, ids)
+    assert want.abs().max() > 0
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)  # one bf16 spacing
+    for p in ("w13", "w2"):
+        a, b = backend.canonical_weights(tuned)[p], backend.canonical_weights(plain)[p]
+        assert torch.equal(a.codes, b.codes) and torch.equal(a.scales, b.scales)
+    assert fused_moe.NIB_SPAN == 128
