@@ -45,6 +45,8 @@ block draws its own power of two (w1 and w3 rows, groups, 128 x 128 and MX block
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -56,7 +58,7 @@ from moecert.reference import (
     dequantize,
 )
 from moecert.reference.activations import apply_activation
-from moecert.reference.elements import pow2, round_to_e2m1, round_to_e4m3
+from moecert.reference.elements import pow2, round_to
 from moecert.reference.layouts import write_linear
 from moecert.reference.moe import quantize_activation, round_to_activation_dtype
 from moecert.reference.quantize import fp8_block_shape
@@ -66,12 +68,11 @@ from moecert.reference.schemes import (
     ACT_DYNAMIC_TOKEN,
     ACT_ELEMENT_MAX,
     ACT_STATIC_TENSOR,
-    F4E2M1_MAX,
-    F8E4M3_MAX,
     INT8_MAX,
     STRATEGY_TENSOR,
     checkpoint_shape_issue,
 )
+from moecert.reference.schemes.elements import ELEMENTS
 from moecert.reference.synthesize import random_g_idx
 
 INT8_DYNAMIC = (ACT_DYNAMIC_TOKEN, ACT_DYNAMIC_TENSOR)
@@ -595,18 +596,32 @@ def _lowbit(v: torch.Tensor) -> torch.Tensor:
     return low
 
 
-# Float elements: (rounding, largest value, the range of log2(scale) - floor(log2 top)). E4M3
-# codes take top / scale in [16, 128); E2M1 codes 3 * 2^q / scale in {6, 3, 1.5} (2^q in
-# {4, 2, 1}), the block's values being +-{1, 3} * 2^q of one q, so 2^q / scale >= 1/2.
-FLOAT_CODES = {"e4m3": (round_to_e4m3, F8E4M3_MAX, (-6, -4)),
-               "e2m1": (round_to_e2m1, F4E2M1_MAX, (-2, 0))}
+# E4M3 codes take top / scale in [16, 128), a narrower window than its range allows (kept:
+# the tier's structures for the fp8 schemes); every other float element takes the widest
+# window `float_codes` derives from its record.
+_E4M3_WINDOW = (-6, -4)
+
+
+def float_codes(element: str) -> tuple[Callable, float, tuple[int, int]]:
+    """(rounding, largest value, the range of log2(scale) - floor(log2 top)) of a float
+    element, from its record. A block's values are +-{1, 3} * 2^q of one q, so its codes are
+    1.5 * 2^-d and 2^(-1-d) (top 3 * 2^q, d = log2(scale) - floor(log2 top)), or 2^-d
+    (top 2^q): the largest, 1.5 * 2^-d, must not pass the element's max (d >= -floor(log2(max
+    / 1.5))), the smallest, 2^(-1-d), must be a multiple of its subnormal step 2^(1 - bias -
+    mbits) (d <= bias + mbits - 2). E2M1: [-2, 0] (codes {6, 3, 1.5} with 2^q / scale >=
+    1/2), E2M3: [-2, 2], E3M2: [-4, 3]."""
+    el = ELEMENTS[element]
+    window = (-math.floor(math.log2(el.max / 1.5)), el.exp_bias + el.mantissa_bits - 2)
+    if el.storage == torch.float8_e4m3fn:
+        window = _E4M3_WINDOW
+    return (lambda x: round_to(x, el)), el.max, window
 
 
 def _block_scales(gen, low: torch.Tensor, top: torch.Tensor, code_max: float, integer: bool,
                   element: str = "e4m3") -> torch.Tensor:
     """Power-of-two scales for blocks whose non-zeros have lowest bit `low` and largest
     magnitude `top`: integer codes need scale <= low and top / scale <= code_max; float codes
-    take top / scale in their element's range (FLOAT_CODES). Empty blocks draw a scale near
+    take top / scale in their element's range (`float_codes`). Empty blocks draw a scale near
     1."""
     empty = torch.isinf(low)
     if integer:
@@ -619,7 +634,7 @@ def _block_scales(gen, low: torch.Tensor, top: torch.Tensor, code_max: float, in
         s = torch.where(empty, 1.0, low) * pow2(-shift)
     else:
         ex = torch.frexp(torch.where(empty, 1.0, top))[1] - 1
-        lo, hi = FLOAT_CODES[element][2]
+        lo, hi = float_codes(element)[2]
         s = pow2(ex + torch.randint(lo, hi + 1, low.shape, generator=gen))
     wild = pow2(torch.randint(-3, 2, low.shape, generator=gen))
     return torch.where(empty, wild, s)
@@ -642,7 +657,7 @@ def _encode_blocks(gen, V: torch.Tensor, block: tuple[int, int], element: str):
         _expect_codes((codes == torch.round(codes)) & (codes.abs() <= INT8_MAX), "int8 codes")
         codes = codes.to(torch.int32)
     else:
-        rounding, top_code, _ = FLOAT_CODES[element]
+        rounding, top_code, _ = float_codes(element)
         _expect_codes((rounding(codes) == codes) & (codes.abs() <= top_code),
                       f"{element.upper()} codes")
     return codes, s
