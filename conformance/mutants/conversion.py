@@ -350,6 +350,11 @@ class Fp6ElementSwapped(TorchBackend):
                 _put_if(layer, f"{p}_w", lambda w: _recode(w, el, other))
 
 
+def _reversed_groups(w: torch.Tensor, n: int) -> torch.Tensor:
+    """Every group of `n` columns reversed (on the bytes: torch has no float8 flip)."""
+    return w.view(torch.uint8).unflatten(-1, (-1, n)).flip(-1).flatten(-2).view(w.dtype)
+
+
 class Fp6GroupReversed(TorchBackend):
     """FP6 codes read from the top of their 24-bit group: codes 4j..4j+3 come out as
     4j+3..4j (a packer that puts v0 in the high bits, as Quark's byte0 / byte2 names invite),
@@ -362,8 +367,7 @@ class Fp6GroupReversed(TorchBackend):
         el = _fp6_layer(layer)
         if el is not None:
             for p in ("w13", "w2"):
-                _put_if(layer, f"{p}_w",
-                        lambda w: w.unflatten(-1, (-1, el.per_unit)).flip(-1).flatten(-2))
+                _put_if(layer, f"{p}_w", lambda w: _reversed_groups(w, el.per_unit))
 
 
 class Fp4NibblesSwapped(TorchBackend):
