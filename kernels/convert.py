@@ -16,6 +16,8 @@ w2: out = K, in = N):
   int8 / fp8  {p}_w int8 / float8_e4m3fn [E, out, in], {p}_s float32 [E, R, C],
               meta["{p}_block"] = (rows, cols): W[e, o, k] = w * s[e, o // rows, k // cols]
   mxfp8       {p}_w float8_e4m3fn [E, out, in], {p}_s uint8 E8M0 [E, out, in/32], block (1, 32)
+  mxfp6       {p}_w float8_e4m3fn [E, out, in]: the file's fp6 codes (four in three bytes)
+              widened once to e4m3, which holds every fp6 value exactly; {p}_s as mxfp8
   mxfp4       {p}_w uint8 [E, out, in/2] (the file's bytes: e2m1 column 2j in the low nibble,
               2j+1 in the high nibble), {p}_s uint8 E8M0 [E, out, in/32], block (1, 32)
   nvfp4       {p}_w uint8 [E, out, in/2] e2m1 pairs (column 2j in the low nibble),
@@ -298,6 +300,8 @@ def _convert_dense_linear(layer: MoELayer, p: str):
             raise BackendError(wname, "finite weights", "non-finite entries")
         return {f"{p}_w": w}, None
     _check_codes(wname, w, info.weight_element)
+    if info.weight_element.units > 1:  # codes straddle bytes (fp6): widened, read as bytes
+        w = _widen_to_e4m3(w, info.weight_element)
     name = tensor_name(q, p, "scale")
     s = layer.get(name)
     if info.scale_element is not None:  # coded block scales (E8M0): no NaN code
@@ -317,6 +321,34 @@ def _convert_dense_linear(layer: MoELayer, p: str):
     scales = scales.to(torch.float32).contiguous()
     _check_scales(name, scales)
     return {f"{p}_w": w, f"{p}_s": scales}, block
+
+
+def _widen_to_e4m3(w: torch.Tensor, el) -> torch.Tensor:
+    """Float codes packed `el.per_unit` to `el.units` bytes (least significant bits first:
+    fp6 codes 4j..4j+3 in bytes 3j..3j+2) -> float8_e4m3fn [..., in], from the element
+    record's bit fields. Exact: an element with <= 3 mantissa bits, a largest value <= 448
+    and a subnormal step >= 2^-9 has only e4m3 values (fp6 E2M3 and E3M2 do)."""
+    step_exp = 1 - el.exp_bias - el.mantissa_bits
+    if el.mantissa_bits > 3 or el.max > ELEMENTS["e4m3"].max or step_exp < -9:
+        raise BackendError(f"{el.name} weights", "an element whose values are e4m3 values",
+                           f"{el.mantissa_bits} mantissa bits, max {el.max}")
+    out = torch.empty(*w.shape[:-1], w.shape[-1] * el.per_unit // el.units,
+                      dtype=torch.float8_e4m3fn, device=w.device)
+    mask, m_mask = (1 << el.bits) - 1, (1 << el.mantissa_bits) - 1
+    step = max(1, _CHUNK_ELEMENTS // max(out[0].numel(), 1))
+    for lo in range(0, w.shape[0], step):
+        groups = w[lo:lo + step].to(torch.int32).unflatten(-1, (-1, el.units))
+        word = groups[..., 0]
+        for i in range(1, el.units):
+            word = word | (groups[..., i] << (8 * i))
+        c = torch.stack([(word >> (i * el.bits)) & mask for i in range(el.per_unit)], -1)
+        c = c.flatten(-2)
+        e, m = (c >> el.mantissa_bits) & ((1 << el.exp_bits) - 1), c & m_mask
+        mag = torch.where(e > 0, ((m_mask + 1) + m) * pow2(e + step_exp - 1), m * pow2(
+            torch.full_like(e, step_exp)))
+        value = torch.where(c & (1 << (el.bits - 1)) != 0, -mag, mag)
+        out[lo:lo + step] = value.to(torch.float8_e4m3fn)
+    return out
 
 
 def _convert_nvfp4_linear(layer: MoELayer, p: str):
@@ -403,10 +435,13 @@ def element_values(element: str, w: torch.Tensor, dtype: torch.dtype = torch.flo
                    ) -> torch.Tensor:
     """The values of stored weight elements [..., in] in `dtype`: integer codes as int32,
     elements stored several to a byte ([..., in/2] e2m1) unpacked and looked up in the
-    element record's code table, float8 / 16-bit storage converted (exact)."""
+    element record's code table, float8 / 16-bit storage (fp6 arrives widened to e4m3,
+    `_widen_to_e4m3`) converted (exact)."""
     el = ELEMENTS[element]
     if el.kind == INT:
         return w.to(torch.int32)
+    if w.dtype.is_floating_point:  # float8 / 16-bit storage, fp6 widened to e4m3: exact
+        return w.to(dtype)
     if el.per_unit > 1 or el.kind == EXPONENT or w.dtype == torch.uint8:
         codes = unpack_units(w, el) if el.per_unit > 1 else w.to(torch.int64)
         return _table(el, dtype, w.device)[codes]

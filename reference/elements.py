@@ -31,18 +31,29 @@ def _element(element: str | Element) -> Element:
 
 def element_codes(stored: torch.Tensor, element: str | Element) -> torch.Tensor:
     """int64 codes of stored elements: a float8 tensor's bytes, or the elements packed
-    several to a storage unit unpacked along the last dimension (e2m1: element 2j in the low
-    nibble of byte j)."""
+    several to a few storage units unpacked along the last dimension: `per_unit` codes of
+    `bits` in every `units` bytes, least significant bits first (e2m1: element 2j in the low
+    nibble of byte j; fp6: codes 4j..4j+3 in bytes 3j..3j+2)."""
     el = _element(element)
     t = stored.view(torch.uint8) if stored.dtype == torch.float8_e4m3fn else stored
     if el.per_unit == 1:
         return t.to(torch.int64)
-    if el.per_unit * el.bits != 8 * t.element_size():
-        raise NotImplementedError(f"{el.name}: {el.per_unit} elements per {t.dtype} unit")
-    b = t.to(torch.int64)
+    if el.per_unit * el.bits != 8 * el.units * t.element_size():
+        raise NotImplementedError(f"{el.name}: {el.per_unit} elements per {el.units} "
+                                  f"{t.dtype} units")
+    groups = t.to(torch.int64).unflatten(-1, (-1, el.units))
+    word = sum(groups[..., i] << (8 * i) for i in range(el.units))  # the group, low byte first
     mask = (1 << el.bits) - 1
-    fields = [(b >> (i * el.bits)) & mask for i in range(el.per_unit)]
+    fields = [(word >> (i * el.bits)) & mask for i in range(el.per_unit)]
     return torch.stack(fields, dim=-1).flatten(-2)
+
+
+def _pack_codes(codes: torch.Tensor, el: Element) -> torch.Tensor:
+    """Inverse of `element_codes` for elements packed several to a few bytes."""
+    groups = codes.to(torch.int64).unflatten(-1, (-1, el.per_unit))
+    word = sum(groups[..., i] << (i * el.bits) for i in range(el.per_unit))
+    units = [(word >> (8 * i)) & 0xFF for i in range(el.units)]
+    return torch.stack(units, dim=-1).flatten(-2).to(torch.uint8)
 
 
 def decode(codes: torch.Tensor, element: str | Element) -> torch.Tensor:
@@ -190,10 +201,12 @@ def encode_e4m3(values: torch.Tensor) -> torch.Tensor:
 
 
 def encode_stored(values: torch.Tensor, element: str | Element) -> torch.Tensor:
-    """`values` (already the element's values) as the element record's storage, one element
-    per unit (a float8 tensor's bytes; uint8 codes): packing several to a unit is the
-    layout's."""
+    """`values` (already the element's values) as the element record's storage along the
+    last dimension: a float8 tensor's bytes, uint8 codes, or codes packed several to a few
+    bytes as `element_codes` unpacks them."""
     el = _element(element)
+    if el.per_unit > 1:
+        return _pack_codes(encode(values, el), el)
     codes = encode(values, el).to(torch.uint8)
     return codes.view(el.storage) if el.storage != torch.uint8 else codes
 

@@ -388,7 +388,10 @@ def unchanged(kept, t: torch.Tensor | None) -> bool:
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     """The values' bytes in logical order (NaN payloads compare too; strides do not)."""
-    return t.detach().contiguous().view(-1).view(torch.uint8)
+    flat = t.detach().contiguous().view(-1)
+    if flat.numel() and flat.stride(-1) != 1:  # one element counts as contiguous at any stride
+        flat = flat.clone(memory_format=torch.contiguous_format)
+    return flat.view(torch.uint8)
 
 
 def _scale(reference: torch.Tensor) -> float:

@@ -6,6 +6,7 @@ rule, shared with `synthesize`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import torch
@@ -60,18 +61,30 @@ def lowbit(v: torch.Tensor) -> torch.Tensor:
     return low
 
 
-# Float elements: the range of log2(scale) - floor(log2 top) the structure draws (a choice of
-# this tier's design, not a format fact: the element's grid and largest value are its record's).
-# E4M3 codes take top / scale in [16, 128); E2M1 codes 3 * 2^q / scale in {6, 3, 1.5} (2^q in
-# {4, 2, 1}), the block's values being +-{1, 3} * 2^q of one q, so 2^q / scale >= 1/2.
-SCALE_EXP_RANGE = {"e4m3": (-6, -4), "e2m1": (-2, 0)}
+# E4M3 codes take top / scale in [16, 128), a narrower window than its range allows (kept:
+# the tier's structures for the fp8 schemes); every other float element takes the widest
+# window `scale_window` derives from its record.
+_E4M3_WINDOW = (-6, -4)
+
+
+def scale_window(el) -> tuple[int, int]:
+    """The range of log2(scale) - floor(log2 top) the structure draws for float element `el`
+    (a choice of this tier's design; the element's grid and largest value are its record's). A
+    block's values are +-{1, 3} * 2^q of one q, so its codes are 1.5 * 2^-d and 2^(-1-d) (top
+    3 * 2^q, d = log2(scale) - floor(log2 top)), or 2^-d (top 2^q): the largest, 1.5 * 2^-d,
+    must not pass the element's max (d >= -floor(log2(max / 1.5))), the smallest, 2^(-1-d),
+    must be a multiple of its subnormal step 2^(1 - bias - mbits) (d <= bias + mbits - 2).
+    E2M1: [-2, 0] (codes {6, 3, 1.5} with 2^q / scale >= 1/2), E2M3: [-2, 2], E3M2: [-4, 3]."""
+    if el.storage == torch.float8_e4m3fn:
+        return _E4M3_WINDOW
+    return (-math.floor(math.log2(el.max / 1.5)), el.exp_bias + el.mantissa_bits - 2)
 
 
 def _block_scales(gen, low: torch.Tensor, top: torch.Tensor, code_max: float, integer: bool,
                   element: str = "e4m3") -> torch.Tensor:
     """Power-of-two scales for blocks whose non-zeros have lowest bit `low` and largest
     magnitude `top`: integer codes need scale <= low and top / scale <= code_max; float codes
-    take top / scale in their element's range (SCALE_EXP_RANGE). Empty blocks draw a scale near
+    take top / scale in their element's range (`scale_window`). Empty blocks draw a scale near
     1."""
     empty = torch.isinf(low)
     if integer:
@@ -84,7 +97,7 @@ def _block_scales(gen, low: torch.Tensor, top: torch.Tensor, code_max: float, in
         s = torch.where(empty, 1.0, low) * pow2(-shift)
     else:
         ex = torch.frexp(torch.where(empty, 1.0, top))[1] - 1
-        lo, hi = SCALE_EXP_RANGE[element]
+        lo, hi = scale_window(ELEMENTS[element])
         s = pow2(ex + torch.randint(lo, hi + 1, low.shape, generator=gen))
     wild = pow2(torch.randint(-3, 2, low.shape, generator=gen))
     return torch.where(empty, wild, s)

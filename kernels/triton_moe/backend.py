@@ -301,8 +301,11 @@ def _kept(plan, P, source, mode, T) -> torch.Tensor:
 
 def _platform_reason(quant: QuantConfig, platform: Platform) -> str | None:
     # e4m3 weights, or e4m3 activations (an fp8 x fp8 dot; W4AFP8's int4 weights become e4m3)
-    fp8 = quant.info.element == "e4m3" or quant.info.activation_element == "e4m3"
-    what = "weights" if quant.info.element == "e4m3" else "activations"
+    # e4m3 in the kernel format: e4m3 elements, or elements widened to e4m3 (convert.py: fp6)
+    el = quant.info.weight_element
+    e4m3_w = el.storage == torch.float8_e4m3fn or el.units > 1
+    fp8 = e4m3_w or quant.info.activation_element == "e4m3"
+    what = "weights" if e4m3_w else "activations"
     if platform.kind == "xpu":
         return "platform cuda or rocm only"
     if platform.kind == "cpu":
@@ -388,12 +391,13 @@ def _weights(layer: MoELayer, p: str, codes: torch.Tensor | None = None,
             **opt)
     if not q.info.quantized:
         return fused_moe.describe_weights(kinds.W16, layer.get(f"{p}_w"), compute, **opt)
-    # the kernel's weight kind by (element, scale encoding) of the records
-    kind = {("int8", "float"): kinds.W_INT8, ("e4m3", "float"): kinds.W_FP8,
-            ("e4m3", "e8m0"): kinds.W_MXFP8, ("e2m1", "e8m0"): kinds.W_FP4,
-            ("e2m1", "e4m3"): kinds.W_FP4}[q.info.element, q.info.scale_encoding]
     scale_kind = {"float": kinds.S_FLOAT, "e8m0": kinds.S_E8M0,
                   "e4m3": kinds.S_E4M3}[q.info.scale_encoding]
+    # the kernel format's weight dtype (convert.py: int8 codes, e4m3 values, e2m1 pairs in
+    # uint8; fp6 arrives widened to e4m3) and the scale encoding say the kind
+    w_dtype = layer.get(f"{p}_w").dtype
+    kind = {torch.int8: kinds.W_INT8, torch.uint8: kinds.W_FP4}.get(
+        w_dtype, kinds.W_MXFP8 if scale_kind == kinds.S_E8M0 else kinds.W_FP8)
     s = layer.get(f"{p}_s")
     if scale_kind == kinds.S_E4M3:  # decoded from its bits in the kernel
         s = s.view(torch.uint8)

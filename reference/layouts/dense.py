@@ -1,12 +1,15 @@
-"""Unpacked layouts: 16-bit, INT8 and FP8 per-tensor/channel/block, MXFP8, MXFP4 and NVFP4.
+"""Unpacked layouts: 16-bit, INT8 and FP8 per-tensor/channel/block, MXFP8, MXFP6, MXFP4 and
+NVFP4.
 
     {p}_weight        [E, out, in]   bf16/fp16, int8 or float8_e4m3fn
                       uint8 [E, out, in/2]: e2m1 pairs, element 2j in the low nibble
                       (MXFP4, NVFP4)
+                      uint8 [E, out, in*3/4]: fp6 codes 4j..4j+3 in bytes 3j..3j+2, lsb
+                      first (MXFP6, as AMD Quark stores them)
     {p}_weight_scale  tensor:  [E], or [E, 2] for w13 (w1 rows, w3 rows: the shard scales)
                       channel: [E, out, 1]
                       block:   [E, ceil(out/128), ceil(in/128)]        (FP8 only)
-                      MXFP8, MXFP4: uint8 E8M0 [E, out, in/32]
+                      MXFP8, MXFP6, MXFP4: uint8 E8M0 [E, out, in/32]
                       NVFP4:   float8_e4m3fn [E, out, in/16]
     global scale      NVFP4: fp32 [E], or [E, 2] for w13 (shards); multiplied (ModelOpt
                       {p}_weight_scale_2) or divided by (compressed-tensors
@@ -24,13 +27,11 @@ from ..elements import (
     decode,
     decode_e4m3,
     element_codes,
-    encode,
     encode_e4m3,
     encode_stored,
     floor_log2,
 )
 from ..errors import CheckpointError
-from ..packing import pack_nibbles
 from ..quantize import nvfp4_multiplier
 from ..schemes import (
     FP8_BLOCK,
@@ -49,7 +50,7 @@ def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     name = n["weight"]
     w = ckpt.tensor(name)
     E, n_out = w.shape[:2]
-    n_in = w.shape[2] * info.elements_per_byte
+    n_in = int(w.shape[2] * info.elements_per_byte)
     if info.scale_encoding == "none":
         check_finite(name, w)
         return CanonicalLinear(codes=w.to(torch.float64),
@@ -83,13 +84,12 @@ def _decode_weight(name: str, w: torch.Tensor, el) -> torch.Tensor:
 
 
 def _encode_weight(codes: torch.Tensor, el) -> torch.Tensor:
-    """Inverse of `_decode_weight`: the element's storage, several to a byte packed as the
-    layout packs them (element 2j in the low nibble)."""
+    """Inverse of `_decode_weight`: the element's storage, packed several to a few bytes as
+    its record says (`elements.encode_stored`: e2m1 element 2j in the low nibble, fp6 four
+    in three bytes)."""
     if el.kind == INT:
         return codes.to(el.storage)
-    if el.per_unit == 1:
-        return encode_stored(codes, el)
-    return pack_nibbles(encode(codes, el))
+    return encode_stored(codes, el)
 
 
 def _read_e4m3_blocks(ckpt, p):

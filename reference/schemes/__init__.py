@@ -23,6 +23,7 @@ label for people (`moecert list`); code reads the fields, never the label.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from .elements import ELEMENTS, Element
 from .records import AWQ_PACK_ORDER as AWQ_PACK_ORDER  # re-exported: readers take facts here
@@ -156,9 +157,9 @@ class Scheme:
         return ELEMENTS.get(self.scale_encoding)
 
     @property
-    def elements_per_byte(self) -> int:
-        """Weight elements one storage unit of the "dense" layout holds (2 for e2m1)."""
-        return self.weight_element.per_unit
+    def elements_per_byte(self) -> Fraction:
+        """Weight elements per storage unit of the "dense" layout (e2m1 2, fp6 4/3)."""
+        return self.weight_element.per_storage_unit
 
     @property
     def checkpoint_formats(self) -> tuple[str, ...]:
@@ -302,6 +303,13 @@ SCHEMES: dict[str, Scheme] = {
                (SchemeFormat(None, "dense", "mxfp4-e2m1@ocp-mx-1.0"),),
                (STRATEGY_GROUP,), (ACT_NONE, ACT_MXFP8), group_sizes=(MX_BLOCK,),
                scale_block=MX_BLOCK),
+        # OCP MX v1.0 FP6, as AMD Quark exports it (OCP_MXFP6E2M3Spec / OCP_MXFP6E3M2Spec,
+        # weight-only) and AMD's MI355 runs it; 16-bit activations (vLLM takes MXFP6 weights
+        # only with MXFP6 activations, not held here: docs/mxfp6.md)
+        *(Scheme(f"mxfp6-{el}", "mxfp6", 6, el, "e8m0",
+                 (SchemeFormat(None, "dense", f"mxfp6-{el}@ocp-mx-1.0"),),
+                 (STRATEGY_GROUP,), (ACT_NONE,), group_sizes=(MX_BLOCK,),
+                 scale_block=MX_BLOCK) for el in ("e2m3", "e3m2")),
     )
 }
 
@@ -375,10 +383,12 @@ def checkpoint_shape_issue(quant, problem) -> ShapeIssue | None:
         if layout in ("gptq", "awq") and n_out % per:
             return ShapeIssue(f"{p}_qzeros", f"an output dimension divisible by {per}",
                               str(n_out), p)
-        if n_in % info.elements_per_byte:
-            return ShapeIssue(f"{p}_weight", f"an input dimension divisible by "
-                              f"{info.elements_per_byte} ({info.elements_per_byte} {info.element} "
-                              "elements per byte)", str(n_in), p)
+        el = info.weight_element
+        if n_in % el.per_unit:
+            units = "byte" if el.units == 1 else f"{el.units} bytes"
+            return ShapeIssue(f"{p}_weight", f"an input dimension divisible by {el.per_unit} "
+                              f"({el.per_unit} {info.element} elements per {units})",
+                              str(n_in), p)
         if info.scale_block and n_in % info.scale_block:
             return ShapeIssue(f"{p}_weight", f"an input dimension divisible by "
                               f"{info.scale_block}", str(n_in), p)

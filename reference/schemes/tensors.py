@@ -9,6 +9,7 @@ Shapes are written in the sizes of one linear per expert, out x in:
     in/2            bytes of two FP4 elements (in % 2 == 0)
     ceil(out/128)   DeepSeek 128 x 128 weight blocks
     in/2            e2m1 pairs (one byte each)  in/16      NVFP4 blocks (in % 16 == 0)
+    in/4/3          bytes of fp6 elements, four in three (in % 4 == 0)
 
 The two linears of a layer tie them together: w13 is R x K (R = N, or 2N gated), w2 is K x N.
 The reference's `layouts/check.py` checks a checkpoint against these declarations before any
@@ -19,6 +20,7 @@ reader runs, the kernels' `checkpoint_spec` is these declarations at a problem's
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 import torch
 
@@ -224,7 +226,9 @@ def parse_dim(dim: str, linear: str | None, group_size: int, bits: int
         return (None, 1, True) if group_size == -1 else (LINEAR_SIZES[linear]["in"], group_size,
                                                          True)
     side, _, div = expr.partition("/")
-    divisor = 1 if not div else 32 // bits if div == "pack" else int(div)
+    divisor = 1 if not div else 32 // bits if div == "pack" else Fraction(div)
+    if divisor == int(divisor):
+        divisor = int(divisor)  # else a ratio: "in/4/3", four fp6 elements in three bytes
     return LINEAR_SIZES[linear][side], divisor, exact
 
 

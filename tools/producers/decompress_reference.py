@@ -20,8 +20,12 @@ Decompressors (the `decompressor` metadata field names the one used):
 - GPTQModel gptq / gptq_v2 fixtures (run in its environment, `tox -e producers-gptqmodel`):
   its torch kernel module's `dequantize_weight` after its loader's v1 -> v2 zero conversion;
   output fp16 (the scales' dtype).
-- ModelOpt, Quark, GPTQModel's AWQ: none used (ModelOpt and Quark have no standalone CPU
-  dequantization of an exported file; GPTQModel's AWQ module is not wired in).
+- Quark OCP MX fixtures (run in its environment, `tox -e producers-quark`): Quark's own fp6
+  unpacking `create_pack_method(None, dtype).unpack` and `dequantize_fp4_fp6_per_group` with
+  2^(scale - 127), the two calls vLLM's `dequant_mxfp6` makes; output fp32 (exact: an fp6
+  value times 2^k in range).
+- ModelOpt, Quark int8, GPTQModel's AWQ: none used (ModelOpt and Quark's int8 path have no
+  standalone CPU dequantization of an exported file; GPTQModel's AWQ module is not wired in).
 
 Tensor names: `layers.<L>.experts.<e>.<proj>.weight` [out, in], with <proj> the file's own
 projection names (gate_proj/up_proj/down_proj); for gpt-oss, gate_proj/up_proj/down_proj
@@ -182,20 +186,53 @@ def gptq_decompress(folder: Folder, config: dict, layer: int) -> tuple[dict, lis
                            "convert_gptq_v1_to_v2_format_module)")
 
 
+def quark_mx_decompress(folder: Folder, config: dict, layer: int
+                        ) -> tuple[dict, list[int], str]:
+    """Quark's own OCP MX fp6 dequantization of its exported weight bytes and E8M0 scales."""
+    from quark.torch.kernel.hw_emulation.hw_emulation_interface import (
+        dequantize_fp4_fp6_per_group,
+    )
+    from quark.torch.utils.pack import create_pack_method
+
+    weight = config["quantization_config"]["global_quant_config"]["weight"]
+    dtype, group = weight["dtype"], weight["group_size"]
+    unpack = create_pack_method(None, dtype=dtype).unpack
+    prefix, experts, projs = _experts(folder, layer)
+    per_expert = sum(folder.get(f"{prefix}0.{p}.weight").numel() * 4 * 4 // 3 for p in projs)
+    keep = _keep(len(experts), per_expert)
+    tensors = {}
+    for e in keep:
+        for p in projs:
+            t = folder.local(f"{prefix}{e}.{p}.")
+            scale = 2.0 ** (t["weight_scale"].to(torch.float32) - 127)
+            w = dequantize_fp4_fp6_per_group(unpack(t["weight"], reorder=False), scale, axis=-1,
+                                             group_size=group, quant_dtype=dtype)
+            tensors[f"layers.{layer}.experts.{e}.{p}.weight"] = w.to(torch.float32).contiguous()
+    return tensors, keep, (f"quark create_pack_method(None, {dtype!r}).unpack + "
+                           "dequantize_fp4_fp6_per_group (vLLM dequant_mxfp6's calls)")
+
+
 def _importable(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
 
 
-def decompressor(entry: dict):
-    """The decompression function for a manifest entry, or None where none is used (or its
-    package is not in this environment)."""
+def _quark_mx(config: dict) -> bool:
+    weight = config["quantization_config"]["global_quant_config"]["weight"]
+    return weight.get("scale_format") == "e8m0"
+
+
+def decompressor(entry: dict, config: dict):
+    """The decompression function for a manifest entry (and its folder's config.json), or
+    None where none is used (or its package is not in this environment)."""
     if entry["producer"] == "llm-compressor" and _importable("compressed_tensors"):
         return ct_decompress
     if (entry["producer"] == "gptqmodel" and entry["scheme"] == "gptq-int4"
             and _importable("gptqmodel")):
         return gptq_decompress
+    if entry["producer"] == "quark" and _quark_mx(config) and _importable("quark"):
+        return quark_mx_decompress
     if entry["producer"] == "moecert" and entry["family"] == "gpt_oss":
         return gptoss_decompress
     if entry["producer"] == "moecert" and entry["family"] == "deepseek_v3":
@@ -204,16 +241,16 @@ def decompressor(entry: dict):
 
 
 def write_expected(name: str, entry: dict, fixtures: Path, out_dir: Path) -> Path | None:
-    fn = decompressor(entry)
+    config = json.loads((fixtures / name / "config.json").read_text())
+    fn = decompressor(entry, config)
     if fn is None:
         return None
     folder = Folder(fixtures / name)
-    config = json.loads((fixtures / name / "config.json").read_text())
     layer = entry["moe_layers"][0]
     tensors, keep, how = fn(folder, config, layer)
     meta = {"fixture": name, "layer": str(layer), "experts": json.dumps(keep),
             "decompressor": how,
-            "versions": json.dumps(versions("gptqmodel"))}
+            "versions": json.dumps(versions("gptqmodel", "amd-quark"))}
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.safetensors"
     save_file(dict(sorted(tensors.items())), path, metadata=meta)

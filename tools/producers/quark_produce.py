@@ -1,4 +1,4 @@
-"""Fixtures written by AMD Quark (int8 W8A8), on the CPU, offline.
+"""Fixtures written by AMD Quark (int8 W8A8, OCP MXFP6 W6A16), on the CPU, offline.
 
     python tools/producers/quark_produce.py [--out DIR] [--only NAME ...]
 
@@ -12,6 +12,11 @@ and its own `export_safetensors` (real_quantized, the default).
   static per-tensor symmetric int8, 0-d scales and zero points.
 - per-channel: weights static per-channel symmetric (ch_axis 0), inputs dynamic per-token
   (ch_axis 1), the int8 counterpart of Quark's `ptpc_fp8` template.
+- MXFP6 (E2M3, E3M2): Quark's `OCP_MXFP6E2M3Spec` / `OCP_MXFP6E3M2Spec` on the weights
+  (static, ch_axis -1: blocks of 32 along in, E8M0 scales, Quark's default "even" scale
+  rule), no input quantization (weight-only: the activations moecert holds for MXFP6 are
+  16-bit; vLLM's Quark OCP MX MoE takes MXFP6 weights only with MXFP6 or FP8 inputs).
+  Quark's fp6 export packs 4 codes in 3 bytes (docs/mxfp6.md).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ EXCLUDE = ["lm_head", "*.mlp.gate"]
 @dataclass(frozen=True)
 class Job:
     model: str  # tiny_models.MODELS key
-    per_channel: bool
+    spec: str  # key of SPECS: the weight and input specs
     scheme: str  # moecert scheme name
     variant: dict
     notes: str = ""
@@ -44,35 +49,47 @@ class Job:
 
 JOBS: dict[str, Job] = {
     "quark-int8-tensor-qwen3moe": Job(
-        "qwen3moe-small", False, "int8-w8a8",
+        "qwen3moe-small", "int8-tensor", "int8-w8a8",
         {"weight_strategy": "tensor", "activation": "static-tensor"},
         notes="weight_scale, input_scale fp32 0-d; weight_zero_point, input_zero_point int8 "
               "0-d (zero: symmetric)"),
     "quark-int8-channel-qwen3moe": Job(
-        "qwen3moe-small", True, "int8-w8a8",
+        "qwen3moe-small", "int8-channel", "int8-w8a8",
         {"weight_strategy": "channel", "activation": "dynamic-token"},
         notes="weight_scale bf16 [N] and weight_zero_point int8 [N] (1-D, not [N, 1]); "
               "dynamic per-token inputs: no input scales stored"),
+    "quark-mxfp6-e2m3-qwen3moe": Job(
+        "qwen3moe-small", "mxfp6-e2m3", "mxfp6-e2m3", {"activation": "none"},
+        notes="weight uint8 [N, 3K/4] (4 fp6 codes per 3 bytes, code 4j in the low 6 bits of "
+              "a little-endian 24-bit word), weight_scale uint8 E8M0 [N, K/32]"),
+    "quark-mxfp6-e3m2-qwen3moe": Job(
+        "qwen3moe-small", "mxfp6-e3m2", "mxfp6-e3m2", {"activation": "none"},
+        notes="as quark-mxfp6-e2m3-qwen3moe, E3M2 elements"),
 }
 
 
-def _config(job: Job):
-    from quark.torch.quantization.config.config import (
-        Int8PerChannelSpec,
-        Int8PerTensorSpec,
-        QConfig,
-        QLayerConfig,
-    )
+def _specs(spec: str):
+    """Quark's weight and input specs for a job's `spec` (inputs None: not quantized)."""
+    from quark.torch.quantization.config import config as qc
 
-    if job.per_channel:
-        weight = Int8PerChannelSpec(ch_axis=0, symmetric=True, is_dynamic=False)
-        inputs = Int8PerChannelSpec(ch_axis=1, symmetric=True, is_dynamic=True)
-    else:
-        weight = inputs = Int8PerTensorSpec(observer_method="min_max", symmetric=True,
-                                            scale_type="float", round_method="half_even",
-                                            is_dynamic=False)
+    if spec == "int8-channel":
+        return (qc.Int8PerChannelSpec(ch_axis=0, symmetric=True, is_dynamic=False),
+                qc.Int8PerChannelSpec(ch_axis=1, symmetric=True, is_dynamic=True))
+    if spec == "int8-tensor":
+        both = qc.Int8PerTensorSpec(observer_method="min_max", symmetric=True,
+                                    scale_type="float", round_method="half_even",
+                                    is_dynamic=False)
+        return both, both
+    mx = {"mxfp6-e2m3": qc.OCP_MXFP6E2M3Spec, "mxfp6-e3m2": qc.OCP_MXFP6E3M2Spec}[spec]
+    return mx(ch_axis=-1, is_dynamic=False), None
+
+
+def _config(job: Job):
+    from quark.torch.quantization.config.config import QConfig, QLayerConfig
+
+    weight, inputs = _specs(job.spec)
     layer = QLayerConfig(weight=weight.to_quantization_spec(),
-                         input_tensors=inputs.to_quantization_spec())
+                         input_tensors=None if inputs is None else inputs.to_quantization_spec())
     return QConfig(global_quant_config=layer, exclude=EXCLUDE)
 
 
