@@ -15,9 +15,10 @@ w2: out = K, in = N):
   16-bit      {p}_w bf16/fp16 [E, out, in]
   int8 / fp8  {p}_w int8 / float8_e4m3fn [E, out, in], {p}_s float32 [E, R, C],
               meta["{p}_block"] = (rows, cols): W[e, o, k] = w * s[e, o // rows, k // cols]
-  mxfp8       {p}_w float8_e4m3fn [E, out, in], {p}_s uint8 E8M0 [E, out, in/32], block (1, 32)
-  mxfp6       {p}_w float8_e4m3fn [E, out, in]: the file's fp6 codes (four in three bytes)
-              widened once to e4m3, which holds every fp6 value exactly; {p}_s as mxfp8
+  mx float    {p}_w float8_e4m3fn [E, out, in], {p}_s uint8 E8M0 [E, out, in/32], block
+              (1, 32): e4m3 codes as stored, or codes that straddle bytes (the element's
+              `units` > 1, e.g. fp6's four in three bytes) widened once to e4m3 where every
+              value of the element is an e4m3 value (`_widen_to_e4m3`)
   mxfp4       {p}_w uint8 [E, out, in/2] (the file's bytes: e2m1 column 2j in the low nibble,
               2j+1 in the high nibble), {p}_s uint8 E8M0 [E, out, in/32], block (1, 32)
   nvfp4       {p}_w uint8 [E, out, in/2] e2m1 pairs (column 2j in the low nibble),

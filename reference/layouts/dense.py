@@ -1,15 +1,14 @@
-"""Unpacked layouts: 16-bit, INT8 and FP8 per-tensor/channel/block, MXFP8, MXFP6, MXFP4 and
-NVFP4.
+"""Unpacked layouts: 16-bit, INT8 and FP8 per-tensor/channel/block, the MX formats and NVFP4.
 
     {p}_weight        [E, out, in]   bf16/fp16, int8 or float8_e4m3fn
-                      uint8 [E, out, in/2]: e2m1 pairs, element 2j in the low nibble
-                      (MXFP4, NVFP4)
-                      uint8 [E, out, in*3/4]: fp6 codes 4j..4j+3 in bytes 3j..3j+2, lsb
-                      first (MXFP6, as AMD Quark stores them)
+                      uint8 [E, out, in * bits / 8]: codes of a sub-byte element packed as
+                      its record says (`per_unit` codes in `units` bytes, lsb first: e2m1
+                      element 2j in the low nibble of byte j; fp6 codes 4j..4j+3 in bytes
+                      3j..3j+2, as AMD Quark stores them)
     {p}_weight_scale  tensor:  [E], or [E, 2] for w13 (w1 rows, w3 rows: the shard scales)
                       channel: [E, out, 1]
                       block:   [E, ceil(out/128), ceil(in/128)]        (FP8 only)
-                      MXFP8, MXFP6, MXFP4: uint8 E8M0 [E, out, in/32]
+                      MX:      uint8 E8M0 [E, out, in/32]
                       NVFP4:   float8_e4m3fn [E, out, in/16]
     global scale      NVFP4: fp32 [E], or [E, 2] for w13 (shards); multiplied (ModelOpt
                       {p}_weight_scale_2) or divided by (compressed-tensors
