@@ -1,9 +1,12 @@
 """Shared by the reproductions: one vLLM 0.32 MoE layer built as vLLM builds it, from vLLM and
-torch only. CPU AMX gate forced (vLLM's quantized CPU MoE kernels require it)."""
+torch only. CPU AMX gate forced (vLLM's quantized CPU MoE kernels require it) unless a layer
+is built with amx=False."""
+import itertools
 import tempfile
 
 import torch
 
+NATIVE_AMX = torch.cpu._is_amx_tile_supported
 torch.cpu._is_amx_tile_supported = lambda: True  # AMX gate forced
 from vllm.config import VllmConfig, set_current_vllm_config  # noqa: E402
 from vllm.distributed import (  # noqa: E402
@@ -19,6 +22,8 @@ with set_current_vllm_config(CONFIG):
                                  distributed_init_method=f"file://{tempfile.mktemp()}")
     initialize_model_parallel(1, 1)
 E, K, N, TOPK, G = 4, 128, 128, 2, 32
+LAYER_IDS = itertools.count()  # a fresh layer name per build (vLLM refuses duplicates)
+PROJS = (("gate_proj", (N, K)), ("up_proj", (N, K)), ("down_proj", (K, N)))  # (out, in)
 
 
 def gptq_int4(seed=0, bias=False, dtype=torch.bfloat16, qzeros=0x77777777, zero=8):
@@ -47,11 +52,34 @@ def gptq_int4(seed=0, bias=False, dtype=torch.bfloat16, qzeros=0x77777777, zero=
     return out, dense
 
 
-def layer(d, weights, dtype=torch.bfloat16, bias=False, router_on_input=False, topk=TOPK):
+def fp8_block(seed=0):
+    """fp8 e4m3 weights, one 128x128 block scale (`weight_scale_inv`, a multiplier) each."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for e in range(E):
+        for proj, (o, i) in PROJS:
+            out[f"{e}.{proj}.weight"] = torch.randn(o, i, generator=g).to(torch.float8_e4m3fn)
+            out[f"{e}.{proj}.weight_scale_inv"] = torch.rand(o // 128, i // 128, generator=g) + 0.5
+    return out
+
+
+def bf16(seed=0):
+    """Unquantized bf16 weights. Build with `layer(None, w, amx=False)`: with the gate forced
+    vLLM picks X86CPUUnquantizedExperts, and its AMX kernel dies with SIGILL on a CPU without
+    AMX."""
+    g = torch.Generator().manual_seed(seed)
+    return {f"{e}.{proj}.weight": (torch.randn(o, i, generator=g) / i ** 0.5).to(torch.bfloat16)
+            for e in range(E) for proj, (o, i) in PROJS}
+
+
+def layer(d, weights, dtype=torch.bfloat16, bias=False, router_on_input=False, topk=TOPK,
+          amx=True):
+    """amx=False: the CPU's own AMX answer while vLLM's oracle picks the experts class."""
+    torch.cpu._is_amx_tile_supported = (lambda: True) if amx else NATIVE_AMX
     with set_current_vllm_config(CONFIG):
         qc = get_quantization_config(d["quant_method"]).from_config(d) if d else None
         r = FusedMoEFactory(E, topk, K, N, params_dtype=dtype, quant_config=qc,
-                            prefix=f"model.layers.{id(weights)}.mlp.experts", has_bias=bias,
+                            prefix=f"model.layers.{next(LAYER_IDS)}.mlp.experts", has_bias=bias,
                             apply_router_weight_on_input=router_on_input)
         list(r.load_weights(weights.items()))
         return r
@@ -113,3 +141,4 @@ def rel(a, b):
 
 
 GPTQ4 = {"quant_method": "gptq", "bits": 4, "group_size": G, "desc_act": False, "sym": True}
+FP8_BLOCK = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
