@@ -135,3 +135,14 @@ def test_the_pytest_plugin_imports_no_command_line_code_nor_a_private_name():
     private = [f"{node.module}.{a.name}" for node in ast.walk(ast.parse(plugin.read_text()))
                if isinstance(node, ast.ImportFrom) for a in node.names if a.name.startswith("_")]
     assert not private
+
+
+@pytest.mark.parametrize("product", ["harness", "performance", "certification", "mutants"])
+def test_a_product_folder_of_conformance_imports_no_command_line_code(product):
+    """The command line (conformance/cli) declares the options and drives the products; a
+    product never reaches back into it, so each runs without the command line."""
+    bad = [f"{path.relative_to(ROOT)}: {mod}"
+           for path in sorted((ROOT / "conformance" / product).rglob("*.py"))
+           for mod in _imports(path, f"moecert.conformance.{product}")
+           if mod.startswith("moecert.conformance.cli")]
+    assert not bad, "\n".join(bad)

@@ -1,29 +1,10 @@
-"""`moecert certify`: a certification bundle for one backend on this device, and its check.
-
-    moecert certify --backend NAME --out DIR [--waivers FILE] [-n N] [--device D] [--import M]
-                    [--timeout S] [--shard I/N --run-id ID] [--resume]
-    moecert certify --assemble DIR
-    moecert certify --verify DIR
-
-The first runs the whole `certify` suite for the backend (no subsetting: no flag selects
-cases or checks, and no expected-failure list applies) into DIR/results through `moecert
-run`'s machinery, records where and with what it ran (conformance/harness/provenance.py, the
-tolerance table, the waivers, the source's git state and patch), and writes the bundle
-(conformance/certification/bundle.py) whose first line says CERTIFIED or NOT CERTIFIED and why.
-
-Several hosts: each runs `--shard I/N` with the same `--run-id` into its own DIR; copy every
-DIR/results/* into one DIR/results and run `--assemble DIR` (a shard that finds every shard's
-record beside its own assembles by itself, so shards writing into one shared DIR need no
-extra step). One host with several GPUs needs no shards: `-n` workers spread over the GPUs.
-
-Exit codes: run and assemble 0 certified, 1 not (a shard that waits for other shards: 0
-when its own cases passed, 1 when not); --verify 0 certifying and intact, 1
-non-certifying or tampered, 2 not a bundle or unreadable; 2 for a usage error.
-"""
+"""A certification bundle's parts: the record each shard writes beside its rows, the bundle
+assembled from every shard's rows (first line CERTIFIED or NOT CERTIFIED, and why), and its
+verification. `moecert certify` (conformance/cli/certify_command.py) runs the suite and calls
+these; conformance/certification/bundle.py judges and hashes."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 import fcntl
@@ -34,124 +15,14 @@ from pathlib import Path
 
 from moecert.reports import ResultsError, load, render
 from moecert.reports.report import Report
-from moecert.reports.store import run_id_of
 
-from ..cli.arguments import (
-    add_execution_arguments,
-    add_model_arguments,
-    add_run_id,
-    add_shard,
-    add_suite,
-)
-from ..harness.option_values import (
-    UsageError,
-    check_backends,
-    device_or_default,
-    import_modules,
-    writable_folder,
-)
+from ..harness.option_values import UsageError
 from ..harness.runner import DEFAULT_TIMEOUT_S
 from ..harness.tolerances import DEFAULT_PATH as TOLERANCES_PATH
 from . import bundle
 from .bundle import RECORD_SUFFIX, BundleError, Judgement, sha256_text
-from .waivers import parse_waivers
 
-
-def add_arguments(p) -> None:
-    mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--out", metavar="DIR", help="run the certify suite; write the bundle here")
-    mode.add_argument("--assemble", metavar="DIR",
-                      help="make the bundle from the shards in DIR/results")
-    mode.add_argument("--verify", metavar="DIR",
-                      help="re-hash a bundle and re-judge its run: 0 certifying and intact")
-    p.add_argument("--backend", metavar="NAME", help="the backend to certify (with --out)")
-    p.add_argument("--waivers", metavar="FILE",
-                   help="TOML [[waiver]] entries {case_id, checks, reason} "
-                   "(conformance/certification/waivers.py)")
-    add_model_arguments(p)
-    add_execution_arguments(p)
-    add_shard(p)  # needs --run-id
-    add_run_id(p)
-    p.add_argument("--resume", action="store_true",
-                   help="continue this folder's unfinished run (of this shard), judged whole")
-    # tests and demonstrations only: another suite, and the bundle says NOT CERTIFIED for it
-    add_suite(p, bundle.CERTIFY_SUITE, shown=False)
-
-
-def main(args) -> int:
-    if args.verify:
-        _only(args, "--verify")
-        return verify(Path(args.verify))
-    if args.assemble:
-        _only(args, "--assemble")
-        return _report(assemble(Path(args.assemble)))
-    return certify(args)
-
-
-def _only(args, mode: str) -> None:
-    given = [flag for flag, value in (("--backend", args.backend), ("--waivers", args.waivers),
-                                      ("--shard", args.shard), ("--run-id", args.run_id),
-                                      ("--import", args.imports), ("--device", args.device),
-                                      ("--resume", args.resume),
-                                      ("--checkpoint", args.checkpoint),
-                                      ("--layer", args.layer), ("--inputs", args.inputs))
-             if value]
-    if given:
-        raise UsageError(f"{mode} takes a bundle folder only, not {', '.join(given)}")
-
-
-# --- running ---------------------------------------------------------------------------------
-
-def certify(args) -> int:
-    """Run the suite (or this shard of it) into DIR/results, record the shard, and assemble
-    the bundle once every shard is there."""
-
-    from ..cli import run_command
-    from ..harness.xfail import XfailList
-
-    if not args.backend:
-        raise UsageError("--out needs --backend NAME (the backend to certify)")
-    if args.shard and args.shard[1] > 1 and not args.run_id:
-        raise UsageError("--shard needs --run-id ID, the same on every shard, so that the "
-                         "shards merge into one bundle")
-    import_modules(args.imports)
-    (backend,) = check_backends([args.backend])
-    device = device_or_default(args.device)
-    _check_available(backend, device)
-    waivers = _waivers_text(args.waivers)
-    out = writable_folder(args.out)
-    results = writable_folder(out / "results")
-    _check_fresh(out, args.run_id)
-    started, as_run = _now(), as_run_now()  # what the workers will read, before they run
-    workers = run_command.workers_for(args.workers, device)
-    run_args = argparse.Namespace(
-        suite=args.suite, backend=[backend], scheme=[], check=[], case_id=[], keyword=None,
-        case=[], shard=args.shard, results=str(results), workers=workers, device=device,
-        run_id=args.run_id, resume=args.resume, timeout=args.timeout, imports=args.imports,
-        in_process=False, checkpoint=args.checkpoint, layer=args.layer, inputs=args.inputs)
-    cases = run_command.select_cases(run_args, device)
-    model = model_record(cases)
-    path, summary = run_command.execute(run_args, device, cases, XfailList([]))
-    verdict = summary.verdict()
-    print(f"run: {verdict.line}")
-    shard = list(args.shard or (0, 1))
-    record = shard_record(run_id_of(path), args.suite, backend, shard, len(cases), device,
-                          imports=args.imports, waivers=waivers, started=started,
-                          results=path.name, workers=workers, timeout_s=args.timeout,
-                          as_run=as_run, model=model)
-    bundle._write(record_path(path), json.dumps(record, indent=1) + "\n")
-    print(f"shard {shard[0]}/{shard[1]}: {len(cases)} cases -> {path}", file=sys.stderr)
-    records = bundle.read_records(results)
-    lost = sorted(set(range(shard[1])) - {r["shard"][0] for r in records})
-    if lost:
-        # this shard's own verdict decides its exit code; the bundle's comes at assembly
-        state = "passed" if verdict.green else "did not pass"
-        print(f"shard {shard[0]}/{shard[1]} {state}; waiting for "
-              f"{bundle.few_shards([f'{i}/{shard[1]}' for i in lost], shard[1])}: when their "
-              f"results/* are in {results}, run `moecert certify --assemble {out}`")
-        return verdict.code
-    return _report(assemble(out))
-
+# --- a shard's record -------------------------------------------------------------------------
 
 def shard_record(run: str, suite: str, backend: str, shard, cases: int, device: str, *,
                  imports=(), waivers: str | None = None, started: str = "", results: str = "",
@@ -167,7 +38,7 @@ def shard_record(run: str, suite: str, backend: str, shard, cases: int, device: 
         "format": bundle.RECORD_FORMAT, "run_id": run, "suite": suite, "backend": backend,
         "shard": list(shard), "cases": cases, "device": device, "workers": workers,
         "timeout_s": timeout_s, "imports": list(imports), "argv": sys.argv[1:],
-        "started_at": started or _now(), "finished_at": _now(), "results": results,
+        "started_at": started or now(), "finished_at": now(), "results": results,
         "environment": environment_record(device, backend),
         "source": source, "patch_sha256": sha256_text(patch), "patch": patch,
         "tolerances_sha256": sha256_text(tolerances), "tolerances": tolerances,
@@ -202,44 +73,7 @@ def record_path(results_file: Path) -> Path:
     return results_file.with_name(results_file.name.removesuffix(".parquet") + RECORD_SUFFIX)
 
 
-def _check_available(backend: str, device: str) -> None:
-    from moecert.kernels import get_backend
-
-    from ..harness.execute import triton_for
-
-    with triton_for(device):
-        why = get_backend(backend).available()
-    if why is not None:
-        raise UsageError(f"backend {backend} is not available on {device}: {why}")
-
-
-def _waivers_text(path: str | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-        parse_waivers(text, path)
-    except OSError as e:
-        raise UsageError(f"--waivers {path}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise UsageError(f"--waivers {e}") from None
-    return text
-
-
-def _check_fresh(out: Path, run: str | None) -> None:
-    """A bundle folder holds one run: refuse a made bundle, or another run's shards."""
-    if (out / bundle.SUMS).exists() and not run:
-        raise UsageError(f"{out} already holds a bundle; certify into a new folder")
-    try:
-        runs = {r.get("run_id") for r in bundle.read_records(out / "results")}
-    except BundleError as e:
-        raise UsageError(str(e)) from None
-    if runs and runs != {run}:
-        raise UsageError(f"{out}/results holds run {', '.join(map(str, sorted(runs)))}: "
-                         "give its --run-id to add a shard to it, or certify into a new folder")
-
-
-def _now() -> str:
+def now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
@@ -321,7 +155,7 @@ def _write_bundle(folder: Path, records, rows, j: Judgement, line: str) -> None:
         "moecert": first["environment"]["moecert"], "source": first["source"],
         "tolerances_sha256": first["tolerances_sha256"],
         "waivers_sha256": first["waivers_sha256"], "model": _model_manifest(first, rows),
-        "assembled_at": _now()}
+        "assembled_at": now()}
     bundle._write(folder / "manifest.json", json.dumps(manifest, indent=1) + "\n")
     bundle._write(folder / "environment.json",
                   json.dumps([r["environment"] | {"shard": r["shard"]} for r in records],
@@ -404,12 +238,6 @@ def _summary_md(line: str, j: Judgement, report: Report) -> str:
         waived = pd.DataFrame(j.waived, columns=["case_id", "reason"])
         parts += [f"### Waived cases ({len(waived)})", "", render.markdown_table(waived), ""]
     return "\n".join(parts) + "\n" + render.markdown(report, title="moecert certify")
-
-
-def _report(result: tuple[str, int]) -> int:
-    line, code = result
-    print(line)
-    return code
 
 
 # --- verifying ---------------------------------------------------------------------------------

@@ -134,15 +134,16 @@ class _Parser(argparse.ArgumentParser):
 # the subcommands whose module (under moecert.conformance) has add_arguments(parser) and
 # main(args): (name, module, help)
 SUBCOMMANDS = (
-    ("bench", "performance.bench",
+    ("bench", "cli.bench_command",
      "time the backends on the model layers against the device's floors "
      "(reference: time the float64 reference)"),
     ("run", "cli.run_command", "run a suite against the reference; exit 1 on a failure"),
-    ("calibrate", "harness.calibrate", "error distribution, suggested thresholds, tolerance used"),
+    ("calibrate", "cli.calibrate_command",
+     "error distribution, suggested thresholds, tolerance used"),
     ("report", "cli.report_command",
      "summarize results, compare with a baseline; exit 1 on a regression, 2 on unreadable "
      "results"),
-    ("certify", "certification.certify",
+    ("certify", "cli.certify_command",
      "certify a backend: the whole certify suite into a hashed bundle; --verify checks one"),
     ("tune", "performance.tune",
      "measure the triton backend's tile configurations on this GPU and write its config file"),

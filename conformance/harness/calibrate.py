@@ -21,7 +21,6 @@ plugin) instead of running cases; `summarize` takes loaded rows (a DataFrame) as
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from collections import defaultdict
@@ -38,48 +37,12 @@ from moecert.reports.schema import (
     thresholds_of,
 )
 
-from ..cli.arguments import add_backends, add_device, add_schemes, add_suite
-from .option_values import (
-    UsageError,
-    check_backends,
-    device_or_default,
-    positive_float,
-    positive_int,
-)
+from .option_values import UsageError, check_backends
 
 SAFETY = 2.0
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_backends(parser)
-    add_schemes(parser)
-    add_suite(parser)
-    parser.add_argument("--seeds", type=positive_int, default=8, help="seeds 0..N-1 per case")
-    add_device(parser)
-    parser.add_argument("--safety", type=positive_float, default=SAFETY,
-                        help="suggested threshold = this x the measured max, 1-2-5 rounded")
-    parser.add_argument("--out", metavar="PATH",
-                        help="write the summary table (.csv, or .parquet)")
-    parser.add_argument("--results", metavar="PATH",
-                        help="summarize the rows of this results file or folder (its newest "
-                             "run) instead of running cases")
-
-
-def main(args) -> int:
-    """Run, summarize, print; 1 if any accuracy row failed or errored."""
-    args.device = device_or_default(args.device)
-    if args.results:
-        rows = _loaded_rows(args.results)
-    else:
-        rows = _run(args)
-    summary = summarize(rows, args.safety)
-    print(format_summary(summary, rows))
-    if args.out:
-        write_summary(summary, args.out)
-    return 1 if any(r["status"] in FAILING for r in rows) else 0
-
-
-def _loaded_rows(path: str) -> list[dict]:
+def loaded_rows(path: str) -> list[dict]:
     from moecert.reports import ResultsError, load
 
     try:
@@ -92,7 +55,9 @@ def _loaded_rows(path: str) -> list[dict]:
     return _records(frame)
 
 
-def _run(args) -> list[dict]:
+def run_seeds(args) -> list[dict]:
+    """The accuracy rows of args.suite's cases (args.backend, args.scheme) over seeds
+    0..args.seeds-1 on args.device."""
     from .execute import run_case
     from .suites import build_suite
 

@@ -7,7 +7,8 @@ import math
 
 import pandas as pd
 import pytest
-from moecert.conformance.harness import calibrate, execute
+from moecert.conformance.cli import calibrate_command
+from moecert.conformance.harness import execute
 from moecert.conformance.harness.calibrate import (
     error_form,
     round_up_125,
@@ -61,7 +62,7 @@ def test_summarize_per_entry_and_metric():
 
 def parse(*argv):
     parser = argparse.ArgumentParser()
-    calibrate.add_arguments(parser)
+    calibrate_command.add_arguments(parser)
     return parser.parse_args(list(argv))
 
 
@@ -84,7 +85,7 @@ def test_torch_backend_over_seeds(tmp_path, monkeypatch, capsys):
     out = tmp_path / "summary.csv"
     args = parse("--backend", "torch", "--scheme", "fp16", "--scheme", "int8-w8a8",
                  "--seeds", "2", "--out", str(out))
-    assert calibrate.main(args) == 0
+    assert calibrate_command.main(args) == 0
     assert {c.seed for c in seen} == {0, 1} and {c.backend for c in seen} == {"torch"}
     assert {c.scheme for c in seen} == {"fp16", "int8-w8a8"}
     text = capsys.readouterr().out
@@ -99,6 +100,7 @@ def test_torch_backend_over_seeds(tmp_path, monkeypatch, capsys):
 def test_a_failing_row_makes_the_exit_status_1(monkeypatch, capsys):
     monkeypatch.setattr(execute, "run_case", lambda case, device, checks: [
         row(case.case_id, status="fail", rel_fro=1.0)])
-    assert calibrate.main(parse("--backend", "torch", "--scheme", "bf16", "--seeds", "1")) == 1
+    args = parse("--backend", "torch", "--scheme", "bf16", "--seeds", "1")
+    assert calibrate_command.main(args) == 1
     text = capsys.readouterr().out
     assert "e/*/*/*/*" in text and "fail" in text
