@@ -170,6 +170,18 @@ def _quark(q: QuantConfig) -> dict:  # AMD Quark int8 W8A8
             "export": {"kv_cache_group": [], "pack_method": "reorder"}}
 
 
+def _quark_mx(q: QuantConfig) -> dict:  # AMD Quark OCP MX, weight-only (OCP_MXFP6*Spec)
+    spec = {"dtype": f"fp{q.bits}_{q.info.element}", "qscheme": "per_group",
+            "group_size": q.info.scale_block, "ch_axis": -1, "is_dynamic": False,
+            "scale_format": "e8m0", "scale_calculation_mode": "even",
+            "round_method": "half_even", "scale_type": "float", "symmetric": None,
+            "observer_cls": "PerBlockMXObserver"}
+    return {"quant_method": "quark", "global_quant_config": {
+                "weight": spec, "input_tensors": None, "output_tensors": None, "bias": None},
+            "layer_quant_config": {}, "layer_type_quant_config": {}, "exclude": [],
+            "export": {"kv_cache_group": [], "pack_method": "reorder"}}
+
+
 def _modelopt(algo: str, group_size: int | None = None) -> Callable[[QuantConfig], dict]:
     def config(q: QuantConfig) -> dict:  # config.json of an NVIDIA ModelOpt export
         d = {"quant_method": "modelopt", "quant_algo": algo, "kv_cache_quant_algo": None,
@@ -248,6 +260,10 @@ VARIANT_CONFIGS: tuple[VllmFileConfig, ...] = (
                    formats=("modelopt",)),
     VllmFileConfig("nvfp4", "llm-compressor NVFP4", _ct_nvfp4, formats=("ct",)),
     VllmFileConfig("mxfp4", _GPT_OSS, _mxfp4),
+    # vLLM takes Quark OCP MX fp6 weights only with OCP MX inputs (W6A6): it refuses this
+    # weight-only file (OCP_MX_Scheme.from_quant_dtype), its own verdict (docs/mxfp6.md)
+    *(VllmFileConfig(f"mxfp6-{el}", "AMD Quark OCP MX fp6 (weight-only)", _quark_mx)
+      for el in ("e2m3", "e3m2")),
 )
 
 

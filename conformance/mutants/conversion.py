@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from moecert.kernels.native import TorchBackend
 from moecert.reference.schemes import AWQ_PACK_ORDER, E8M0_NAN
+from moecert.reference.schemes.elements import ELEMENTS
 from moecert.reference.schemes.tensors import tensor_name
 
 
@@ -303,6 +304,61 @@ class E8M0NanReadAsScale(TorchBackend):
         for p, mask in nan.items():
             s = layer.get(f"{p}_s")
             layer.put(f"{p}_s", torch.where(mask, E8M0_NAN, s).to(torch.uint8).contiguous())
+
+
+def _fp6_layer(layer):
+    """The weight element of a layer whose codes straddle bytes (fp6: four in three), or
+    None: the conversion widened its codes to e4m3 values (`convert._widen_to_e4m3`)."""
+    el = layer.quant.info.weight_element
+    return el if el.units > 1 else None
+
+
+def _recode(w: torch.Tensor, el, other) -> torch.Tensor:
+    """Widened values of `el`'s codes -> the values `other` gives the same codes (both
+    elements' values are e4m3 values, so the result is exact in w's dtype)."""
+    true = torch.tensor(el.values[: el.codes // 2], dtype=torch.float32, device=w.device)
+    wrong = torch.tensor(other.values[: other.codes // 2], dtype=torch.float32,
+                         device=w.device)
+    v = w.to(torch.float32)
+    code = (v.abs().unsqueeze(-1) == true).to(torch.int8).argmax(-1)  # magnitude code
+    return torch.copysign(wrong[code], v).to(w.dtype)
+
+
+class Fp6ElementSwapped(TorchBackend):
+    """FP6 codes decoded with the other FP6 element's bit fields (E2M3 as E3M2 and back): the
+    two share storage, packing and E8M0 scales, so an engine that picks the decoder from the
+    wrong field of the config (the activation's dtype, a default) reads plausible numbers."""
+
+    name = "mutant-fp6-element-swapped"
+
+    def convert(self, layer) -> None:
+        super().convert(layer)
+        el = _fp6_layer(layer)
+        other = el and next((o for o in ELEMENTS.values() if o is not el and o.kind == el.kind
+                             and o.bits == el.bits and o.units == el.units), None)
+        if other is not None:
+            for p in ("w13", "w2"):
+                _put_if(layer, f"{p}_w", lambda w: _recode(w, el, other))
+
+
+def _reversed_groups(w: torch.Tensor, n: int) -> torch.Tensor:
+    """Every group of `n` columns reversed (on the bytes: torch has no float8 flip)."""
+    return w.view(torch.uint8).unflatten(-1, (-1, n)).flip(-1).flatten(-2).view(w.dtype)
+
+
+class Fp6GroupReversed(TorchBackend):
+    """FP6 codes read from the top of their 24-bit group: codes 4j..4j+3 come out as
+    4j+3..4j (a packer that puts v0 in the high bits, as Quark's byte0 / byte2 names invite),
+    so every group of four input columns is reversed."""
+
+    name = "mutant-fp6-codes-reversed"
+
+    def convert(self, layer) -> None:
+        super().convert(layer)
+        el = _fp6_layer(layer)
+        if el is not None:
+            for p in ("w13", "w2"):
+                _put_if(layer, f"{p}_w", lambda w: _reversed_groups(w, el.per_unit))
 
 
 class Fp4NibblesSwapped(TorchBackend):

@@ -126,6 +126,13 @@ RULES: tuple[Rule, ...] = (
     _r("quark", "fp8-w8a8", {"quant_method": "quark", "weights.dtype": "fp8_e4m3",
                              "input.dtype": "fp8_e4m3"},
        {"weight_strategy": "<weights.qscheme>", "activation": "<activation>"}),
+    # Quark OCP MX fp6 (OCP_MXFP6E2M3Spec / OCP_MXFP6E3M2Spec): blocks of 32 along in, E8M0
+    # scales; weight-only holds; vLLM's W6A6 (fp6 inputs of the same spec) does not yet
+    *(_r("quark", f"mxfp6-{el}", {**_QUARK_MX, "weights.dtype": f"fp6_{el}", "input": ABSENT},
+         {"activation": ACT_NONE}) for el in ("e2m3", "e3m2")),
+    *(_r("quark", f"mxfp6-{el}", {**_QUARK_MX, "weights.dtype": f"fp6_{el}", "input": True},
+         unsupported="MXFP6 weights with quantized activations (vLLM's W6A6: MXFP6 "
+                     "activations of the same element)") for el in ("e2m3", "e3m2")),
     # gpt-oss release: MXFP4 experts, 16-bit activations
     _r("gpt-oss", "mxfp4", {"quant_method": "mxfp4"}, {"activation": ACT_NONE}),
     # DeepSeek-V3 / Qwen3 FP8 releases: 128x128 blocks, dynamic 1x128 activation groups

@@ -303,6 +303,13 @@ SCHEMES: dict[str, Scheme] = {
                (SchemeFormat(None, "dense", "mxfp4-e2m1@ocp-mx-1.0"),),
                (STRATEGY_GROUP,), (ACT_NONE, ACT_MXFP8), group_sizes=(MX_BLOCK,),
                scale_block=MX_BLOCK),
+        # OCP MX v1.0 FP6, as AMD Quark exports it (OCP_MXFP6E2M3Spec / OCP_MXFP6E3M2Spec,
+        # weight-only) and AMD's MI355 runs it; 16-bit activations (vLLM takes MXFP6 weights
+        # only with MXFP6 activations, not held here: docs/mxfp6.md)
+        *(Scheme(f"mxfp6-{el}", "mxfp6", 6, el, "e8m0",
+                 (SchemeFormat(None, "dense", f"mxfp6-{el}@ocp-mx-1.0"),),
+                 (STRATEGY_GROUP,), (ACT_NONE,), group_sizes=(MX_BLOCK,),
+                 scale_block=MX_BLOCK) for el in ("e2m3", "e3m2")),
     )
 }
 

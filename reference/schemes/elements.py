@@ -143,6 +143,13 @@ ELEMENTS: dict[str, Element] = {
         # draw_std: root mean square of 0, .5, 1, 1.5, 2, 3, 4, 6
         Element("e2m1", FLOAT, 4, torch.uint8, per_unit=2, exp_bits=2, mantissa_bits=1,
                 exp_bias=1, draw_std=2.93),
+        # OCP MX v1.0 FP6 E2M3 (max 7.5) and E3M2 (max 28): every code finite; four codes in
+        # three bytes as AMD Quark stores them (docs/mxfp6.md); draw_std: root mean square
+        # of the 32 magnitudes
+        Element("e2m3", FLOAT, 6, torch.uint8, per_unit=4, units=3, exp_bits=2,
+                mantissa_bits=3, exp_bias=1, draw_std=3.37),
+        Element("e3m2", FLOAT, 6, torch.uint8, per_unit=4, units=3, exp_bits=3,
+                mantissa_bits=2, exp_bias=3, draw_std=9.16),
         # OCP MX v1.0 E8M0 block scale: 2^(b - 127), 0xFF is NaN
         Element("e8m0", EXPONENT, 8, torch.uint8, exp_bits=8, exp_bias=127,
                 nan_codes=(0xFF,)),

@@ -193,6 +193,17 @@ RECORDS: dict[str, FormatRecord] = {
             "triton_kernels downcast_to_mxfp ROUND_UP: 2^ceil(log2(amax / 6)) (rceil)", "rna",
             "rejected: E8M0 0xFF (NaN block); every e2m1 code is finite", mx_rule="rceil",
             rejected=nan_codes("scale", "e8m0")),
+        # AMD Quark 0.13's OCP MX fp6 export (`Pack_fp6`): codes 4j..4j+3 in the 24-bit
+        # little-endian word v0 | v1 << 6 | v2 << 12 | v3 << 18, E8M0 scales by Quark's
+        # default "even" rule (`even_round`), elements RNE saturating (docs/mxfp6.md)
+        *(FormatRecord(
+            f"mxfp6-{el}", "ocp-mx-1.0",
+            f"weight uint8 [E, out, in*3/4] ({el} codes 4j..4j+3 in 3 bytes, lsb first)", "in",
+            "dense", "lsb-first", None, 0, None, None, "weight_scale uint8 E8M0 [E, out, in/32]",
+            "e8m0", "none",
+            "Quark even_round: 2^(floor(log2(amax rounded to the element's mantissa bits)) "
+            "- emax)", "rne", f"rejected: E8M0 0xFF (NaN block); every {el} code is finite",
+            mx_rule="even", rejected=nan_codes("scale", "e8m0")) for el in ("e2m3", "e3m2")),
         FormatRecord(
             "dense", "1", "weight bf16/fp16 [E, out, in]", None, None, None, None, 0, None, None,
             "none", "model", "none", "none", "none", "rejected: non-finite weights",
