@@ -4,6 +4,9 @@ Imports no third-party quantization library: each test module skips itself with
 pytest.importorskip when its library is missing, so the default test run (which does not
 install them) skips the whole folder cleanly.
 
+The folder is put on sys.path here, so that the modules import what they share (`_common`,
+`_torchao`: helper modules, no tests) by name, after their importorskip.
+
 `xc_counts` records agreement and disagreement counts; they are printed at the end of the run
 ("crosscheck counts") and attached to the test's junit properties, so a report shows how many
 codes differed and where, not only pass or fail.
@@ -11,7 +14,12 @@ codes differed and where, not only pass or fail.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 _COUNTS: dict[str, dict[str, object]] = {}
 

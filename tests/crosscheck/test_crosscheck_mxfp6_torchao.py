@@ -21,32 +21,28 @@ ceiling, checked here in Python's exact arithmetic.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import pytest
 import torch
 
 torchao = pytest.importorskip("torchao")
 
-from moecert.reference.checkpoint import Checkpoint  # noqa: E402
-from moecert.reference.dequantize import dequantize  # noqa: E402
+from _common import as_bytes, boundary_blocks, exact_exponent, probe_values  # noqa: E402
+from _torchao import MODES, to_mx_round_trip  # noqa: E402
 from moecert.reference.elements import decode, encode, mx_scale_exponent, round_to  # noqa: E402
 from moecert.reference.quantize import quantize_mx  # noqa: E402
 from moecert.reference.schemes.elements import get_element  # noqa: E402
 from torchao.prototype.mx_formats import constants as C  # noqa: E402
-from torchao.prototype.mx_formats.config import ScaleCalculationMode  # noqa: E402
 from torchao.prototype.mx_formats.kernels import (  # noqa: E402
     f6_e2m3_unpacked_to_f32,
     f6_e3m2_unpacked_to_f32,
     f32_to_f6_e2m3_unpacked,
     f32_to_f6_e3m2_unpacked,
 )
-from torchao.prototype.mx_formats.mx_tensor import to_dtype, to_mx  # noqa: E402
+from torchao.prototype.mx_formats.mx_tensor import to_mx  # noqa: E402
 
 pytestmark = pytest.mark.crosscheck
 
-MODES = {"floor": ScaleCalculationMode.FLOOR, "even": ScaleCalculationMode.EVEN,
-         "ceil": ScaleCalculationMode.CEIL, "rceil": ScaleCalculationMode.RCEIL}
 # element name -> (moecert scheme, torchao dtype, their decode, their encode)
 FP6 = {"e2m3": ("mxfp6-e2m3", C.DTYPE_FP6_E2M3, f6_e2m3_unpacked_to_f32,
                 f32_to_f6_e2m3_unpacked),
@@ -56,10 +52,6 @@ FP6 = {"e2m3": ("mxfp6-e2m3", C.DTYPE_FP6_E2M3, f6_e2m3_unpacked_to_f32,
 
 def test_version_pinned():
     assert torchao.__version__.startswith("0.18.0"), torchao.__version__
-
-
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.view(torch.uint8)
 
 
 def _quark_pack(codes: torch.Tensor) -> torch.Tensor:
@@ -87,17 +79,10 @@ def _probe_values(name: str) -> torch.Tensor:
     """float32: every value of the element, every midpoint (exact ties), their float32
     neighbours, the overflow range, Inf, tiny values, random values over its binades."""
     el = get_element(name)
-    pos = torch.unique(decode(torch.arange(32), name)).float()
-    mids = (pos[1:] + pos[:-1]) / 2
-    tail = torch.tensor([el.max * 1.03, el.max * 1.07, el.max * 2, 1e4, 3e38, math.inf,
-                         2.0**-149, 0.0])
-    gen = torch.Generator().manual_seed(6)
-    rand = torch.rand(20000, generator=gen) * el.max * 1.2
-    base = torch.cat([pos, mids, tail])
-    near = torch.cat([torch.nextafter(base, torch.full_like(base, math.inf)),
-                      torch.nextafter(base, torch.zeros_like(base))])
-    x = torch.cat([base, near, rand])
-    return torch.cat([x, -x])
+    pos = torch.unique(decode(torch.arange(32), name))
+    rand = torch.rand(20000, generator=torch.Generator().manual_seed(6)) * el.max * 1.2
+    return probe_values(pos, [el.max * 1.03, el.max * 1.07, el.max * 2, 1e4, 3e38, math.inf,
+                              2.0**-149, 0.0], rand)
 
 
 @pytest.mark.parametrize("name", list(FP6))
@@ -111,39 +96,6 @@ def test_fp6_rounding(name, xc_counts):
 
 # --- to_mx --------------------------------------------------------------------------------
 
-def _exact_exponent(amax: float, rule: str, name: str) -> int:
-    """The unbiased E8M0 exponent of each rule for the element, in exact rational
-    arithmetic (no log2)."""
-    el = get_element(name)
-    a = Fraction(amax)
-    m, e = math.frexp(amax)  # amax = m * 2^e, 0.5 <= m < 1
-    floor_log2 = e - 1
-    if rule == "floor":
-        x = floor_log2 - el.emax
-    elif rule == "ceil":
-        x = floor_log2 - el.emax + (m != 0.5)
-    elif rule == "even":  # amax rounded to the element's mantissa bits (ties even), then floor
-        steps = a / Fraction(2) ** (floor_log2 - el.mantissa_bits)
-        r = round(steps)  # Python's round on a Fraction is half-to-even
-        x = floor_log2 - el.emax + (r == 2 ** (el.mantissa_bits + 1))
-    else:  # rceil: smallest x with max * 2^x >= amax
-        top = Fraction(el.max)
-        x = floor_log2 - el.emax
-        while top * Fraction(2) ** x < a:
-            x += 1
-        while top * Fraction(2) ** (x - 1) >= a:
-            x -= 1
-    return max(-127, min(127, x))
-
-
-def _random_blocks(gen, shape, lo=-40, hi=40):
-    """Random data with a different binade for every block of 32."""
-    *lead, n = shape
-    x = torch.randn(*shape, generator=gen, dtype=torch.float64)
-    octave = torch.randint(lo, hi, (*lead, n // 32, 1), generator=gen).double()
-    return (x.unflatten(-1, (-1, 32)) * torch.exp2(octave)).flatten(-2)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16],
                          ids=lambda d: str(d).removeprefix("torch."))
 @pytest.mark.parametrize("rule", list(MODES))
@@ -152,23 +104,13 @@ def test_to_mx_fp6_random(name, rule, dtype, xc_counts):
     """Scale bytes and codes bit-exact; their codes, packed as Quark packs them, through the
     reference's mxfp6 checkpoint reader equal to their dequantization."""
     scheme, tdtype, _, _ = FP6[name]
-    gen = torch.Generator().manual_seed(20 + list(MODES).index(rule))
-    E, N, K = 3, 64, 256
-    w13 = _random_blocks(gen, (E, 2 * N, K)).to(dtype)
-    w2 = _random_blocks(gen, (E, K, N)).to(dtype)
-    tensors, fp = {}, {}
-    for p, w in (("w13", w13), ("w2", w2)):
-        scale, data = to_mx(w.contiguous(), tdtype, 32, MODES[rule])
-        ours = quantize_mx(w.double(), rule, name)
-        assert torch.equal(_bytes(scale), (torch.log2(ours.scales) + 127).to(torch.uint8))
+
+    def stored(data, ours):
         assert torch.equal(data, encode(ours.codes, name).to(torch.uint8))
-        tensors[f"{p}_weight"] = _quark_pack(data)
-        tensors[f"{p}_weight_scale"] = _bytes(scale)
-        fp[p] = to_dtype(data, scale, tdtype, 32, torch.float32)
-    w = dequantize(Checkpoint(scheme=scheme, tensors=tensors))
-    for p in ("w13", "w2"):
-        assert torch.equal(w[p], fp[p].double())
-    xc_counts(blocks=(w13.numel() + w2.numel()) // 32, mismatches=0)
+        return _quark_pack(data)
+
+    to_mx_round_trip(20 + list(MODES).index(rule), rule, dtype, tdtype, scheme,
+                     lambda w: quantize_mx(w, rule, name), stored, xc_counts)
 
 
 _U = 2.0**-23  # float32 ulp at 1
@@ -180,16 +122,7 @@ def _boundary_blocks(exponents):
     31 elements uniform in (-amax, amax)."""
     mants = [1.0, 1 + _U, 1.5, 1.75 - _U, 1.75, 1.75 + _U, 1.875 - _U, 1.875, 1.875 + _U,
              1.9375 - _U, 1.9375, 1.9375 + _U, 2 - _U]
-    gen = torch.Generator().manual_seed(12)
-    rows = []
-    for k in exponents:
-        for m in mants:
-            for sign in (1.0, -1.0):
-                amax = m * 2.0**k
-                blk = (torch.rand(32, generator=gen, dtype=torch.float64) * 2 - 1) * amax
-                blk[int(torch.randint(0, 32, (1,), generator=gen))] = sign * amax
-                rows.append(blk.to(torch.float32))
-    return torch.stack(rows)
+    return boundary_blocks(exponents, mants, seed=12)
 
 
 @pytest.mark.parametrize("rule", list(MODES))
@@ -199,10 +132,10 @@ def test_to_mx_fp6_boundaries(name, rule, xc_counts):
     x = _boundary_blocks(list(range(-100, -80)) + list(range(-12, 13)) + list(range(100, 124)))
     tdtype = FP6[name][1]
     scale, data = to_mx(x, tdtype, 32, MODES[rule])
-    theirs = _bytes(scale).view(-1)
+    theirs = as_bytes(scale).view(-1)
     exp = mx_scale_exponent(x.double().abs().amax(-1), rule, name)
     ours = (exp + 127).to(torch.uint8)
-    exact = torch.tensor([_exact_exponent(a, rule, name) + 127
+    exact = torch.tensor([exact_exponent(a, rule, name) + 127
                           for a in x.abs().amax(-1).tolist()], dtype=torch.uint8)
     assert torch.equal(ours, exact), "our rule disagrees with exact arithmetic"
     differ = theirs != ours

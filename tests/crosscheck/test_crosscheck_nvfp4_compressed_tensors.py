@@ -47,6 +47,7 @@ import torch
 
 pytest.importorskip("compressed_tensors")
 
+from _common import E2M1_GRID, E4M3_GRID, SHAPES, neighbours, per_row, random_blocks, tie_between
 from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
 from compressed_tensors.compressors.nvfp4.helpers import (
     pack_fp4_to_uint8,
@@ -79,8 +80,6 @@ pytestmark = pytest.mark.crosscheck
 
 F32, BF16 = torch.float32, torch.bfloat16
 SCHEME = QuantizationScheme(targets=["Linear"], **NVFP4A16)
-E2M1_GRID = decode_e2m1(torch.arange(8))  # 0, 0.5, ..., 6
-E4M3_GRID = decode_e4m3(torch.arange(127, dtype=torch.uint8))  # 0 .. 448
 CT_ZERO_SCALE = 0.125  # compressed-tensors' replacement for a block scale of 0 (e4m3 "eps")
 
 
@@ -120,14 +119,6 @@ def test_cast_to_fp4():
 
 # --- compressing with compressed-tensors ----------------------------------------------------
 
-def _random_blocks(gen, shape, lo, hi, dtype):
-    """Random data, every block of 16 in its own binade in [lo, hi)."""
-    *lead, n = shape
-    x = torch.randn(*shape, generator=gen, dtype=torch.float64)
-    octave = torch.randint(lo, hi, (*lead, n // 16, 1), generator=gen).double()
-    return (x.unflatten(-1, (-1, 16)) * torch.exp2(octave)).flatten(-2).to(dtype)
-
-
 def _ct_compress(w: torch.Tensor):
     """One Linear weight [out, in] through compressed-tensors: global scale and block scales
     from its qparams functions (what llm-compressor's min-max observers call), then the
@@ -145,9 +136,6 @@ def _ct_decompress(packed, scale, gs) -> torch.Tensor:
     return NVFP4PackedCompressor.decompress(state, SCHEME)["weight"]
 
 
-SHAPES = {"w13": (3, 128, 256, 2), "w2": (3, 256, 64, 1)}  # E, out, in, shards
-
-
 def _ct_checkpoint(gen, dtype, lo=-8, pin_amax=False):
     """A layer compressed module by module (each expert's w1, w3 and w2), stacked as vLLM's
     MoE layer holds it. Returns the tensors, the float weights and their decompressions.
@@ -155,7 +143,7 @@ def _ct_checkpoint(gen, dtype, lo=-8, pin_amax=False):
     is exact, ours (test_global_scale_rule)."""
     tensors, floats, theirs = {}, {}, {}
     for p, (E, n_out, n_in, shards) in SHAPES.items():
-        w = _random_blocks(gen, (E, n_out, n_in), lo, 0, dtype)
+        w = random_blocks(gen, (E, n_out, n_in), lo, 0, dtype, block=16)
         w[:, n_out // shards:] *= 1.5  # w3 differs from w1 in magnitude
         if pin_amax:
             for s in w.view(E * shards, -1):
@@ -178,15 +166,9 @@ def _ct_checkpoint(gen, dtype, lo=-8, pin_amax=False):
     return tensors, floats, theirs
 
 
-def _rows(g: torch.Tensor, n_out: int) -> torch.Tensor:
-    """[E] or [E, shards] -> [E, out, 1]"""
-    g = g.view(g.shape[0], -1)
-    return g.repeat_interleave(n_out // g.shape[1], dim=1).unsqueeze(-1)
-
-
 def _decompress_model(codes, bs, stored_global) -> torch.Tensor:
     """compressed-tensors' decompress arithmetic: bf16(fl32(e2m1 * fl32(bs / global)))."""
-    step = bs.float() / _rows(stored_global.float(), codes.shape[1])
+    step = bs.float() / per_row(stored_global.float(), codes.shape[1])
     return (codes.float() * step.repeat_interleave(16, -1)).to(BF16)
 
 
@@ -199,7 +181,7 @@ def _check_against_decompress(canon, ours, tensors, theirs, xc_counts):
                                             E * n_out, n_in, dtype=F32)
         assert torch.equal(c.codes, their_codes.view(E, n_out, n_in).double())
         assert torch.equal(c.scales, tensors[f"{p}_weight_scale"].double())
-        assert torch.equal(c.global_scale.unsqueeze(-1), 1 / _rows(stored.double(), n_out))
+        assert torch.equal(c.global_scale.unsqueeze(-1), 1 / per_row(stored.double(), n_out))
         assert theirs[p].dtype == BF16
         assert torch.equal(theirs[p], _decompress_model(c.codes, c.scales, stored))
         # ours is exact; theirs is float32 arithmetic then a bf16 rounding
@@ -242,20 +224,6 @@ def test_synthesized_checkpoint_through_decompress(xc_counts):
 
 # --- the weight rule ------------------------------------------------------------------------
 
-def _neighbours(a: torch.Tensor, b: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
-    ia = torch.searchsorted(grid, a.abs().contiguous())
-    ib = torch.searchsorted(grid, b.abs().contiguous())
-    same_sign = (torch.signbit(a) == torch.signbit(b)) | (a == 0) | (b == 0)
-    return ((ia - ib).abs() == 1) & same_sign
-
-
-def _tie_between(exact, their_pre, ours, theirs):
-    """The tie between our value and theirs lies between the exact value and their rounded
-    intermediate (or on the latter)."""
-    mid = (ours + theirs) / 2
-    return (exact - mid).abs() <= (exact - their_pre.double()).abs()
-
-
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("lo", [-8, -20], ids=["normal", "tiny-blocks"])
 def test_quantize_rule(dtype, lo, xc_counts):
@@ -268,15 +236,15 @@ def test_quantize_rule(dtype, lo, xc_counts):
         gs = tensors[f"{p}_weight_global_scale"].view(E, shards)
         amax = w.abs().reshape(E, shards, -1).amax(-1)
         assert torch.equal(gs, nvfp4_global_scale(amax.double(), "divide"))
-        g = 1 / _rows(gs.double(), n_out)  # our multiplier for their global scale
+        g = 1 / per_row(gs.double(), n_out)  # our multiplier for their global scale
         # their bytes from their rounded intermediates (float32; bf16 for block_amax / 6)
         their_bs = decode_e4m3(tensors[f"{p}_weight_scale"])
         block_amax = w.abs().unflatten(-1, (-1, 16)).amax(-1)
-        bs_pre = _rows(gs, n_out) * (block_amax / 6.0)
+        bs_pre = per_row(gs, n_out) * (block_amax / 6.0)
         rounded = round_to_e4m3(bs_pre.double())
         zero = rounded == 0
         assert torch.equal(their_bs, torch.where(zero, CT_ZERO_SCALE, rounded))
-        step32 = their_bs.float() / _rows(gs, n_out)
+        step32 = their_bs.float() / per_row(gs, n_out)
         elem_pre = (w.unflatten(-1, (-1, 16)) / step32.unsqueeze(-1)).flatten(-2).float()
         their_codes = decode_e2m1(unpack_nibbles(tensors[f"{p}_weight_packed"]))
         assert torch.equal(their_codes, round_to_e2m1(elem_pre.double()))
@@ -286,13 +254,13 @@ def test_quantize_rule(dtype, lo, xc_counts):
         assert (ours.scales[zero] == 1).all()
         exact_bs = block_amax.double() / (6 * g)
         bs_diff = (their_bs != ours.scales) & ~zero
-        assert _neighbours(their_bs[bs_diff], ours.scales[bs_diff], E4M3_GRID).all()
-        assert _tie_between(exact_bs, bs_pre, ours.scales, their_bs)[bs_diff].all()
+        assert neighbours(their_bs[bs_diff], ours.scales[bs_diff], E4M3_GRID).all()
+        assert tie_between(exact_bs, bs_pre, ours.scales, their_bs)[bs_diff].all()
         same = (their_bs == ours.scales).repeat_interleave(16, -1)
         exact = w.double() / (ours.scales.repeat_interleave(16, -1) * g)
         code_diff = (their_codes != ours.codes) & same
-        assert _neighbours(their_codes[code_diff], ours.codes[code_diff], E2M1_GRID).all()
-        assert _tie_between(exact, elem_pre, ours.codes, their_codes)[code_diff].all()
+        assert neighbours(their_codes[code_diff], ours.codes[code_diff], E2M1_GRID).all()
+        assert tie_between(exact, elem_pre, ours.codes, their_codes)[code_diff].all()
         assert (their_codes[zero.repeat_interleave(16, -1)] == 0).all()
         counts["blocks"] += their_bs.numel()
         counts["bs_tie_step"] += int(bs_diff.sum())
@@ -341,7 +309,7 @@ def test_qdq_nvfp4_activations(calibration, xc_counts):
     value (a tie) and at elements whose float32 value crosses an e2m1 tie (one step)."""
     args = QuantizationScheme(targets=["Linear"], **NVFP4).input_activations
     gen = torch.Generator().manual_seed(8)
-    x = _random_blocks(gen, (64, 512), -12, 0, F32)
+    x = random_blocks(gen, (64, 512), -12, 0, F32, block=16)
     x[0, :16] = 0  # an all-zero block: scale 0.125 in theirs, values 0 in both
     a = x.abs().amax() * calibration
     g = generate_gparam(-a.view(1), a.view(1))
@@ -355,13 +323,13 @@ def test_qdq_nvfp4_activations(calibration, xc_counts):
     assert torch.equal(their_bs, torch.where(rounded == 0, CT_ZERO_SCALE, rounded))
     exact_bs = block_amax.double() / 6 * g.double()
     same_bs = round_to_e4m3(exact_bs) == their_bs
-    bs_tie = _tie_between(exact_bs, bs_pre, round_to_e4m3(exact_bs), their_bs)
+    bs_tie = tie_between(exact_bs, bs_pre, round_to_e4m3(exact_bs), their_bs)
     assert (bs_tie | (rounded == 0))[~same_bs].all()
     same = same_bs.repeat_interleave(16, -1)
     step32 = (scale / g).double().repeat_interleave(16, -1)
     elem_pre = (x / (scale / g).repeat_interleave(16, -1)).double()
     close = (ours - theirs).abs() <= 2.0**-23 * ours.abs()
-    tie = _neighbours(ours / step32, theirs / step32, E2M1_GRID) & _tie_between(
+    tie = neighbours(ours / step32, theirs / step32, E2M1_GRID) & tie_between(
         x.double() / step32, elem_pre, ours / step32, theirs / step32)
     assert (close | tie)[same].all()
     assert (theirs[0, :16] == 0).all() and (ours[0, :16] == 0).all()

@@ -39,6 +39,7 @@ import torch
 
 pytest.importorskip("torchao")  # the version pin is checked in test_crosscheck_torchao.py
 
+from _common import E2M1_GRID, E4M3_GRID, SHAPES, neighbours, per_row, random_blocks, tie_between
 from moecert.reference.checkpoint import Checkpoint
 from moecert.reference.dequantize import canonicalize, dequantize
 from moecert.reference.elements import (
@@ -68,19 +69,9 @@ from torchao.prototype.mx_formats.nvfp4_tensor import (
 pytestmark = pytest.mark.crosscheck
 
 F32 = torch.float32
-E2M1_GRID = decode_e2m1(torch.arange(8))  # 0, 0.5, ..., 6
-E4M3_GRID = decode_e4m3(torch.arange(127, dtype=torch.uint8))  # 0 .. 448
 
 
 # --- NVFP4 quantization with a per-tensor scale --------------------------------------------
-
-def _random_blocks(gen, shape, lo, hi, dtype):
-    """Random data, every block of 16 in its own binade in [lo, hi)."""
-    *lead, n = shape
-    x = torch.randn(*shape, generator=gen, dtype=torch.float64)
-    octave = torch.randint(lo, hi, (*lead, n // 16, 1), generator=gen).double()
-    return (x.unflatten(-1, (-1, 16)) * torch.exp2(octave)).flatten(-2).to(dtype)
-
 
 def _torchao_nvfp4(w: torch.Tensor, shards: int):
     """torchao's NVFP4 of w [E, out, in], one per-tensor scale per (expert, shard): the shards
@@ -95,36 +86,16 @@ def _torchao_nvfp4(w: torch.Tensor, shards: int):
             "deq": t.dequantize(F32).reshape(E, n_out, n_in)}
 
 
-def _rows(g: torch.Tensor, n_out: int) -> torch.Tensor:
-    """[E, shards] -> [E, out, 1]"""
-    return g.repeat_interleave(n_out // g.shape[1], dim=1).unsqueeze(-1)
-
-
 def _their_float32_steps(w: torch.Tensor, pts: torch.Tensor, their_bs: torch.Tensor):
     """torchao's float32 intermediates (nvfp4_quantize, two-level branch): the block scale it
     casts to e4m3, and the element it casts to e2m1, before the casts."""
     n_out = w.shape[1]
-    s = _rows(pts, n_out)  # float32
+    s = per_row(pts, n_out)  # float32
     blocks = w.float().unflatten(-1, (-1, 16))
     bs_pre = (blocks.abs().amax(-1) / 6.0) / s
     recip = (1.0 / s) / their_bs.float()
     elem_pre = (blocks * recip.unsqueeze(-1)).clamp(-6.0, 6.0).flatten(-2)
     return bs_pre, elem_pre
-
-
-def _neighbours(a: torch.Tensor, b: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
-    """a and b are adjacent values of the (non-negative, sorted) grid, with the same sign."""
-    ia = torch.searchsorted(grid, a.abs().contiguous())
-    ib = torch.searchsorted(grid, b.abs().contiguous())
-    same_sign = (torch.signbit(a) == torch.signbit(b)) | (a == 0) | (b == 0)
-    return ((ia - ib).abs() == 1) & same_sign
-
-
-def _tie_between(exact, their_pre, ours, theirs):
-    """The tie between our value and theirs lies between the exact value and their float32
-    value (or on the latter): only the float32 rounding moved it across."""
-    mid = (ours + theirs) / 2
-    return (exact - mid).abs() <= (exact - their_pre.double()).abs()
 
 
 def _compare(w: torch.Tensor, shards: int, xc_counts):
@@ -149,23 +120,20 @@ def _compare(w: torch.Tensor, shards: int, xc_counts):
     exact_bs = w.double().abs().unflatten(-1, (-1, 16)).amax(-1) / (6 * ours.global_scale
                                                                     .unsqueeze(-1))
     bs_diff = (their_bs != ours.scales) & ~clamped
-    assert _neighbours(their_bs[bs_diff], ours.scales[bs_diff], E4M3_GRID).all()
-    assert _tie_between(exact_bs, bs_pre, ours.scales, their_bs)[bs_diff].all()
+    assert neighbours(their_bs[bs_diff], ours.scales[bs_diff], E4M3_GRID).all()
+    assert tie_between(exact_bs, bs_pre, ours.scales, their_bs)[bs_diff].all()
 
     same_bs = (their_bs == ours.scales).repeat_interleave(16, -1)
     step = ours.scales.repeat_interleave(16, -1) * ours.global_scale.unsqueeze(-1)
     exact = w.double() / step
     code_diff = (their_codes != ours.codes) & same_bs
-    assert _neighbours(their_codes[code_diff], ours.codes[code_diff], E2M1_GRID).all()
-    assert _tie_between(exact, elem_pre, ours.codes, their_codes)[code_diff].all()
+    assert neighbours(their_codes[code_diff], ours.codes[code_diff], E2M1_GRID).all()
+    assert tie_between(exact, elem_pre, ours.codes, their_codes)[code_diff].all()
     xc_counts(blocks=their_bs.numel(), clamped_2e_6=int(clamped.sum()),
               bs_tie_step=int(bs_diff.sum()), codes=their_codes.numel(),
               code_tie_step=int(code_diff.sum()),
               codes_in_other_scale_blocks=int((their_codes != ours.codes)[~same_bs].sum()))
     return th, ours, clamped, bs_diff, code_diff
-
-
-SHAPES = {"w13": (3, 128, 256, 2), "w2": (3, 256, 64, 1)}  # E, out, in, shards
 
 
 @pytest.mark.parametrize("dtype", [F32, torch.bfloat16], ids=["float32", "bfloat16"])
@@ -174,7 +142,7 @@ def test_to_nvfp4_random(linear, dtype, xc_counts):
     """Blocks spread over 8 binades: every block scale is normal in both."""
     E, n_out, n_in, shards = SHAPES[linear]
     gen = torch.Generator().manual_seed(10 * shards + (dtype == F32))
-    w = _random_blocks(gen, (E, n_out, n_in), -8, 0, dtype)
+    w = random_blocks(gen, (E, n_out, n_in), -8, 0, dtype, block=16)
     _, _, clamped, bs_diff, code_diff = _compare(w, shards, xc_counts)
     assert not clamped.any()
     if dtype == F32:
@@ -187,7 +155,7 @@ def test_to_nvfp4_bf16_ties_exist(xc_counts):
     """bf16 weights: torchao's float32 block scale lands exactly on e4m3 ties the exact value
     passes (the test above would pass without any; this one shows the rule is exercised)."""
     gen = torch.Generator().manual_seed(3)
-    w = _random_blocks(gen, (4, 256, 256), -8, 0, torch.bfloat16)
+    w = random_blocks(gen, (4, 256, 256), -8, 0, torch.bfloat16, block=16)
     _, _, _, bs_diff, code_diff = _compare(w, 2, xc_counts)
     assert bs_diff.any() and code_diff.any()
 
@@ -196,7 +164,7 @@ def test_to_nvfp4_tiny_blocks(xc_counts):
     """Blocks 2^-20 .. 2^0 of the shard's amax: block scales below 2^-6 are clamped to 2^-6 in
     torchao, e4m3 subnormals (or 1 for a scale that rounds to 0) in ours."""
     gen = torch.Generator().manual_seed(4)
-    w = _random_blocks(gen, (2, 64, 512), -20, 0, F32)
+    w = random_blocks(gen, (2, 64, 512), -20, 0, F32, block=16)
     th, ours, clamped, _, _ = _compare(w, 2, xc_counts)
     assert clamped.any()
     assert (ours.scales[clamped] < E4M3_EPS).any()  # a subnormal scale in ours
@@ -214,7 +182,7 @@ def test_read_torchao_tensors(dtype, xc_counts):
     gen = torch.Generator().manual_seed(5)
     tensors, deq = {}, {}
     for p, (E, n_out, n_in, shards) in SHAPES.items():
-        w = _random_blocks(gen, (E, n_out, n_in), -20, 0, dtype)
+        w = random_blocks(gen, (E, n_out, n_in), -20, 0, dtype, block=16)
         th = _torchao_nvfp4(w, shards)
         tensors[f"{p}_weight"] = th["qdata"]
         tensors[f"{p}_weight_scale"] = th["scale"]
@@ -228,8 +196,8 @@ def test_read_torchao_tensors(dtype, xc_counts):
         their_codes = f4_unpacked_to_f32(unpack_uint4(th["qdata"].contiguous()))
         assert torch.equal(c.codes, their_codes.view(c.codes.shape).double())
         assert torch.equal(c.scales, th["scale"].float().double())
-        assert torch.equal(c.global_scale.unsqueeze(-1), _rows(th["pts"], n_out).double())
-        step32 = _rows(th["pts"], n_out) * th["scale"].float()
+        assert torch.equal(c.global_scale.unsqueeze(-1), per_row(th["pts"], n_out).double())
+        step32 = per_row(th["pts"], n_out) * th["scale"].float()
         model = c.codes.float() * step32.repeat_interleave(16, -1)
         assert torch.equal(th["deq"], model)
         # ours is exact; theirs is two float32 roundings away
@@ -242,7 +210,7 @@ def test_read_torchao_tensors(dtype, xc_counts):
 def test_bytes_round_trip():
     """Our writer's e4m3 / packed e2m1 of torchao's values are torchao's bytes."""
     gen = torch.Generator().manual_seed(6)
-    th = _torchao_nvfp4(_random_blocks(gen, (2, 32, 128), -8, 0, F32), 1)
+    th = _torchao_nvfp4(random_blocks(gen, (2, 32, 128), -8, 0, F32, block=16), 1)
     codes = decode_e2m1(unpack_nibbles(th["qdata"]))
     assert torch.equal(pack_nibbles(encode_e2m1(codes)), th["qdata"])
     assert torch.equal(encode_e4m3(decode_e4m3(th["scale"])).view(torch.uint8),
@@ -259,7 +227,7 @@ def test_qdq_nvfp4_activations(calibration, xc_counts):
     blocks where torchao's float32 block scale or 2^-6 floor gives another e4m3 value, and at
     elements whose float32 value crosses an e2m1 tie (one step)."""
     gen = torch.Generator().manual_seed(7)
-    x = _random_blocks(gen, (1, 64, 512), -12, 0, F32)
+    x = random_blocks(gen, (1, 64, 512), -12, 0, F32, block=16)
     pts = per_tensor_amax_to_scale(x.abs().amax() * calibration)
     t = NVFP4Tensor.to_nvfp4(x[0], per_tensor_scale=pts)
     theirs = t.dequantize(F32).double().unsqueeze(0)
@@ -272,11 +240,11 @@ def test_qdq_nvfp4_activations(calibration, xc_counts):
     same = same_bs.repeat_interleave(16, -1)
     close = (ours - theirs).abs() <= 2.0**-23 * ours.abs()
     step = (their_bs * pts.double()).repeat_interleave(16, -1)
-    tie = _neighbours(ours / step, theirs / step, E2M1_GRID) & _tie_between(
+    tie = neighbours(ours / step, theirs / step, E2M1_GRID) & tie_between(
         x.double() / step, elem_pre, ours / step, theirs / step)
     assert (close | tie)[same].all()
     clamped = bs_pre < E4M3_EPS
-    bs_tie = _tie_between(exact_bs, bs_pre, round_to_e4m3(exact_bs), their_bs)
+    bs_tie = tie_between(exact_bs, bs_pre, round_to_e4m3(exact_bs), their_bs)
     assert (clamped | bs_tie)[~same_bs].all()
     if calibration < 1:  # both saturate: block scale 448, element 6
         assert (their_bs == 448).any()

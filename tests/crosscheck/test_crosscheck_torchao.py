@@ -26,15 +26,20 @@ Where torchao 0.18.0 follows another rule the test asserts that rule and counts 
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import pytest
 import torch
 
 torchao = pytest.importorskip("torchao")
 
-from moecert.reference.checkpoint import Checkpoint  # noqa: E402
-from moecert.reference.dequantize import dequantize  # noqa: E402
+from _common import (  # noqa: E402
+    as_bytes,
+    boundary_blocks,
+    exact_exponent,
+    probe_values,
+    random_blocks,
+)
+from _torchao import MODES, to_mx_round_trip  # noqa: E402
 from moecert.reference.elements import (  # noqa: E402
     decode_e2m1,
     decode_e4m3,
@@ -51,14 +56,13 @@ from moecert.reference.quantize import (  # noqa: E402
     quantize_mx,
     quantize_mxfp8,
 )
-from torchao.prototype.mx_formats.config import ScaleCalculationMode  # noqa: E402
 from torchao.prototype.mx_formats.kernels import (  # noqa: E402
     f4_unpacked_to_f32,
     f32_to_f4_unpacked,
     pack_uint4,
     unpack_uint4,
 )
-from torchao.prototype.mx_formats.mx_tensor import get_fp_scale, to_dtype, to_mx  # noqa: E402
+from torchao.prototype.mx_formats.mx_tensor import get_fp_scale, to_mx  # noqa: E402
 from torchao.quantization.quant_primitives import (  # noqa: E402
     MappingType,
     choose_qparams_affine,
@@ -67,8 +71,6 @@ from torchao.quantization.quant_primitives import (  # noqa: E402
 
 pytestmark = pytest.mark.crosscheck
 
-MODES = {"floor": ScaleCalculationMode.FLOOR, "even": ScaleCalculationMode.EVEN,
-         "ceil": ScaleCalculationMode.CEIL, "rceil": ScaleCalculationMode.RCEIL}
 E4M3 = torch.float8_e4m3fn
 FP4X2 = torch.float4_e2m1fn_x2
 
@@ -77,38 +79,12 @@ def test_version_pinned():
     assert torchao.__version__.startswith("0.18.0"), torchao.__version__
 
 
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.view(torch.uint8)
-
-
 def _mx_ours(x: torch.Tensor, rule: str):
     """(scale bytes, element bytes) of our reference for blocks of 32 along the last dim."""
     blocks = x.double().unflatten(-1, (-1, 32))
     exp = mx_scale_exponent(blocks.abs().amax(-1), rule)
     elems = round_to_e4m3(blocks / torch.exp2(exp).unsqueeze(-1)).flatten(-2)
-    return (exp + 127).to(torch.uint8), _bytes(encode_e4m3(elems))
-
-
-def _exact_exponent(amax: float, rule: str) -> int:
-    """The unbiased E8M0 exponent of each rule, in exact rational arithmetic (no log2)."""
-    a = Fraction(amax)
-    m, e = math.frexp(amax)  # amax = m * 2^e, 0.5 <= m < 1
-    floor_log2 = e - 1
-    if rule == "floor":
-        x = floor_log2 - 8
-    elif rule == "ceil":
-        x = floor_log2 - 8 + (m != 0.5)
-    elif rule == "even":  # amax rounded to 3 mantissa bits, ties to even, then floor
-        steps = a / Fraction(2) ** (floor_log2 - 3)  # in [8, 16)
-        r = round(steps)  # Python's round on a Fraction is half-to-even
-        x = floor_log2 - 8 + (r == 16)
-    else:  # rceil: smallest x with 448 * 2^x >= amax
-        x = floor_log2 - 8
-        while 448 * Fraction(2) ** x < a:
-            x += 1
-        while 448 * Fraction(2) ** (x - 1) >= a:
-            x -= 1
-    return max(-127, min(127, x))
+    return (exp + 127).to(torch.uint8), as_bytes(encode_e4m3(elems))
 
 
 # --- E8M0 and E4M3 element encodings ------------------------------------------------------
@@ -129,63 +105,37 @@ def _e4m3_probe_values() -> torch.Tensor:
     the float32 neighbours of each midpoint, the overflow range, Inf, and random values."""
     grid = decode_e4m3(torch.arange(256, dtype=torch.uint8))
     pos = torch.unique(grid[torch.isfinite(grid) & (grid >= 0)])  # 0 .. 448, sorted
-    mids = ((pos[1:] + pos[:-1]) / 2).to(torch.float32)
-    tail = torch.tensor([448.0, 456.0, 464.0, 472.0, 480.0, 500.0, 1e4, 3e38, math.inf,
-                         2.0**-10, 2.0**-11, 3 * 2.0**-11, 2.0**-149, 0.0])
     gen = torch.Generator().manual_seed(0)
     rand = torch.randn(20000, generator=gen) * torch.exp2(
         torch.randint(-14, 10, (20000,), generator=gen).float())
-    base = torch.cat([pos.float(), mids, tail])
-    near = torch.cat([torch.nextafter(base, torch.full_like(base, math.inf)),
-                      torch.nextafter(base, torch.zeros_like(base))])
-    x = torch.cat([base, near, rand.abs()])
-    return torch.cat([x, -x])
+    return probe_values(pos, [448.0, 456.0, 464.0, 472.0, 480.0, 500.0, 1e4, 3e38, math.inf,
+                              2.0**-10, 2.0**-11, 3 * 2.0**-11, 2.0**-149, 0.0], rand.abs())
 
 
 def test_e4m3_cast():
     x = _e4m3_probe_values()
-    theirs = _bytes(x.to(E4M3))
-    ours = _bytes(encode_e4m3(round_to_e4m3(x.double())))
+    theirs = as_bytes(x.to(E4M3))
+    ours = as_bytes(encode_e4m3(round_to_e4m3(x.double())))
     assert torch.equal(theirs, ours)
     # NaN stays NaN (0x7F / 0xFF)
     nan = torch.tensor([math.nan], dtype=torch.float32)
-    assert torch.isnan(decode_e4m3(_bytes(nan.to(E4M3)))).all()
+    assert torch.isnan(decode_e4m3(as_bytes(nan.to(E4M3)))).all()
     assert torch.isnan(round_to_e4m3(nan.double())).all()
 
 
 # --- to_mx: random blocks -----------------------------------------------------------------
 
-def _random_blocks(gen, shape, lo=-40, hi=40):
-    """Random data with a different binade for every block of 32."""
-    *lead, n = shape
-    x = torch.randn(*shape, generator=gen, dtype=torch.float64)
-    octave = torch.randint(lo, hi, (*lead, n // 32, 1), generator=gen).double()
-    return (x.unflatten(-1, (-1, 32)) * torch.exp2(octave)).flatten(-2)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16],
                          ids=lambda d: str(d).removeprefix("torch."))
 @pytest.mark.parametrize("rule", list(MODES))
 def test_to_mx_random(rule, dtype, xc_counts):
-    gen = torch.Generator().manual_seed(list(MODES).index(rule))
-    E, N, K = 3, 64, 256
-    w13 = _random_blocks(gen, (E, 2 * N, K)).to(dtype)
-    w2 = _random_blocks(gen, (E, K, N)).to(dtype)
-    tensors, fp = {}, {}
-    for p, w in (("w13", w13), ("w2", w2)):
-        scale, data = to_mx(w.contiguous(), E4M3, 32, MODES[rule])
-        ours = quantize_mxfp8(w.double(), rule)
-        assert torch.equal(_bytes(scale), (torch.log2(ours.scales) + 127).to(torch.uint8))
-        assert torch.equal(decode_e4m3(_bytes(data)), ours.codes)
-        assert torch.equal(_bytes(data), _bytes(encode_e4m3(ours.codes)))
-        tensors[f"{p}_weight"] = data
-        tensors[f"{p}_weight_scale"] = _bytes(scale)
-        fp[p] = to_dtype(data, scale, E4M3, 32, torch.float32)
-    # their tensors through our checkpoint reader, against their dequantization
-    w = dequantize(Checkpoint(scheme="mxfp8", tensors=tensors))
-    for p in ("w13", "w2"):
-        assert torch.equal(w[p], fp[p].double())
-    xc_counts(blocks=(w13.numel() + w2.numel()) // 32, mismatches=0)
+    def stored(data, ours):
+        assert torch.equal(decode_e4m3(as_bytes(data)), ours.codes)
+        assert torch.equal(as_bytes(data), as_bytes(encode_e4m3(ours.codes)))
+        return data
+
+    to_mx_round_trip(list(MODES).index(rule), rule, dtype, E4M3, "mxfp8",
+                     lambda w: quantize_mxfp8(w, rule), stored, xc_counts)
 
 
 # --- to_mx: boundary blocks -----------------------------------------------------------------
@@ -198,16 +148,7 @@ def _boundary_blocks(exponents):
     the other 31 elements uniform in (-amax, amax)."""
     mants = [1.0, 1 + _U, 1.5, 1.75 - _U, 1.75, 1.75 + _U, 1.75 + 2 * _U, 1.875,
              1.9375 - _U, 1.9375, 1.9375 + _U, 2 - _U]
-    gen = torch.Generator().manual_seed(11)
-    rows = []
-    for k in exponents:
-        for m in mants:
-            for sign in (1.0, -1.0):
-                amax = m * 2.0**k
-                blk = (torch.rand(32, generator=gen, dtype=torch.float64) * 2 - 1) * amax
-                blk[int(torch.randint(0, 32, (1,), generator=gen))] = sign * amax
-                rows.append(blk.to(torch.float32))
-    x = torch.stack(rows)
+    x = boundary_blocks(exponents, mants, seed=11)
     assert (x.abs().amax(-1).double() == x.double().abs().amax(-1)).all()
     return x
 
@@ -216,9 +157,9 @@ def _scales_three_ways(x, rule):
     """torchao's elements and scale bytes, ours, and the exact-arithmetic scale bytes."""
     scale, data = to_mx(x, E4M3, 32, MODES[rule])
     ours_s, ours_e = _mx_ours(x, rule)
-    exact = torch.tensor([_exact_exponent(a, rule) + 127 for a in x.abs().amax(-1).tolist()],
-                         dtype=torch.uint8)
-    return data, _bytes(scale).view(-1), ours_s.view(-1), ours_e, exact
+    exact = torch.tensor([exact_exponent(a, rule, "e4m3") + 127
+                          for a in x.abs().amax(-1).tolist()], dtype=torch.uint8)
+    return data, as_bytes(scale).view(-1), ours_s.view(-1), ours_e, exact
 
 
 @pytest.mark.parametrize("rule", list(MODES))
@@ -238,12 +179,12 @@ def test_to_mx_boundaries(rule, xc_counts):
         above = q / torch.exp2(torch.floor(torch.log2(q))) - 1  # relative excess over 2^n
         assert (above > 0).all() and (above < 2.0**-20).all()
         # with the smaller scale the block's amax saturates at 448 in their elements
-        dv = decode_e4m3(_bytes(data))[differ]
+        dv = decode_e4m3(as_bytes(data))[differ]
         assert (dv.abs().amax(-1) == 448).all()
     else:
         assert not differ.any()
     same = ~differ
-    assert torch.equal(_bytes(data)[same], ours_e[same])
+    assert torch.equal(as_bytes(data)[same], ours_e[same])
     xc_counts(blocks=len(theirs), scale_byte_minus_1=int(differ.sum()))
 
 
@@ -264,13 +205,13 @@ def test_to_mx_subnormal_scale_range(rule, xc_counts):
     zero = (ours_s == 0) & ~differ
     assert zero.any()
     divisor = 1.0 if rule == "rceil" else 2.0**-126
-    predicted = _bytes(encode_e4m3(round_to_e4m3(x[zero].double() / divisor)))
-    assert torch.equal(_bytes(data)[zero], predicted)
-    assert not torch.equal(_bytes(data)[zero], ours_e[zero])
+    predicted = as_bytes(encode_e4m3(round_to_e4m3(x[zero].double() / divisor)))
+    assert torch.equal(as_bytes(data)[zero], predicted)
+    assert not torch.equal(as_bytes(data)[zero], ours_e[zero])
     normal = ~zero & ~differ
-    assert torch.equal(_bytes(data)[normal], ours_e[normal])
+    assert torch.equal(as_bytes(data)[normal], ours_e[normal])
     xc_counts(blocks=len(theirs), byte0_blocks=int(zero.sum()),
-              byte0_element_diffs=int((_bytes(data)[zero] != ours_e[zero]).sum()),
+              byte0_element_diffs=int((as_bytes(data)[zero] != ours_e[zero]).sum()),
               scale_byte_minus_1=int(differ.sum()))
 
 
@@ -283,7 +224,7 @@ def test_to_mx_nonfinite_blocks(rule, xc_counts):
     x[0, 3] = math.nan
     x[1, 5] = math.inf
     x[2, 7] = -math.inf
-    theirs = _bytes(to_mx(x, E4M3, 32, MODES[rule])[0]).view(-1).tolist()
+    theirs = as_bytes(to_mx(x, E4M3, 32, MODES[rule])[0]).view(-1).tolist()
     inf_byte = 254 if rule == "rceil" else 247
     assert theirs == [255, inf_byte, inf_byte]
     assert torch.isnan(decode_e8m0(torch.tensor([255], dtype=torch.uint8))).all()
@@ -332,7 +273,7 @@ def _check_affine(w, group, xc_counts):
 @pytest.mark.parametrize("group", [32, 128])
 def test_affine_int4_sym_random(group, dtype, xc_counts):
     gen = torch.Generator().manual_seed(group)
-    w = _random_blocks(gen, (512, 1024), -6, 6).to(dtype)
+    w = random_blocks(gen, (512, 1024), -6, 6).to(dtype)
     _check_affine(w, group, xc_counts)
 
 
@@ -354,16 +295,9 @@ def test_affine_int4_sym_near_ties(xc_counts):
 def _e2m1_probe_values() -> torch.Tensor:
     """float32: every E2M1 value, every midpoint (exact ties), their float32 neighbours, the
     overflow range, Inf, and random values over the element's binades."""
-    pos = torch.unique(decode_e2m1(torch.arange(8))).float()  # 0 .. 6
-    mids = (pos[1:] + pos[:-1]) / 2
-    tail = torch.tensor([6.5, 7.0, 1e4, 3e38, math.inf, 0.1, 2.0**-149, 0.0])
-    gen = torch.Generator().manual_seed(1)
-    rand = torch.rand(20000, generator=gen) * 8
-    base = torch.cat([pos, mids, tail])
-    near = torch.cat([torch.nextafter(base, torch.full_like(base, math.inf)),
-                      torch.nextafter(base, torch.zeros_like(base))])
-    x = torch.cat([base, near, rand])
-    return torch.cat([x, -x])
+    pos = torch.unique(decode_e2m1(torch.arange(8)))  # 0 .. 6
+    rand = torch.rand(20000, generator=torch.Generator().manual_seed(1)) * 8
+    return probe_values(pos, [6.5, 7.0, 1e4, 3e38, math.inf, 0.1, 2.0**-149, 0.0], rand)
 
 
 def test_e2m1_codec_and_nibbles(xc_counts):
@@ -389,20 +323,9 @@ def test_to_mx_fp4_random(rule, dtype, xc_counts):
     bytes and packed bytes bit-exact, and their tensors through our mxfp4 checkpoint reader
     equal to their dequantization. (The gpt-oss producing tool's element rounding, half away
     from zero, is checked by hand in tests/reference: torchao rounds to even.)"""
-    gen = torch.Generator().manual_seed(10 + list(MODES).index(rule))
-    E, N, K = 3, 64, 256
-    w13 = _random_blocks(gen, (E, 2 * N, K)).to(dtype)
-    w2 = _random_blocks(gen, (E, K, N)).to(dtype)
-    tensors, fp = {}, {}
-    for p, w in (("w13", w13), ("w2", w2)):
-        scale, data = to_mx(w.contiguous(), FP4X2, 32, MODES[rule])
-        ours = quantize_mx(w.double(), rule, "e2m1", "rne")
-        assert torch.equal(_bytes(scale), (torch.log2(ours.scales) + 127).to(torch.uint8))
-        assert torch.equal(_bytes(data), pack_nibbles(encode_e2m1(ours.codes)))
-        tensors[f"{p}_weight"] = _bytes(data)
-        tensors[f"{p}_weight_scale"] = _bytes(scale)
-        fp[p] = to_dtype(data, scale, FP4X2, 32, torch.float32)
-    w = dequantize(Checkpoint(scheme="mxfp4", tensors=tensors))
-    for p in ("w13", "w2"):
-        assert torch.equal(w[p], fp[p].double())
-    xc_counts(blocks=(w13.numel() + w2.numel()) // 32, mismatches=0)
+    def stored(data, ours):
+        assert torch.equal(as_bytes(data), pack_nibbles(encode_e2m1(ours.codes)))
+        return as_bytes(data)
+
+    to_mx_round_trip(10 + list(MODES).index(rule), rule, dtype, FP4X2, "mxfp4",
+                     lambda w: quantize_mx(w, rule, "e2m1", "rne"), stored, xc_counts)

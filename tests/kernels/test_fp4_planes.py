@@ -39,6 +39,11 @@ def _run(fm, weights, a, ids, config):
     return c
 
 
+def _assignments(m, gen):
+    """Expert ids of m tokens, TOPK distinct experts each, flattened."""
+    return torch.stack([torch.randperm(E, generator=gen)[:TOPK] for _ in range(m)]).reshape(-1)
+
+
 def _fp4(fm, scale_kind, K, gen):
     """Random e2m1 bytes (every code, both signs) and scales: E8M0 bytes near 2^0 per 32
     columns, or e4m3 bytes of both signs per 16 (a negative block scale must negate)."""
@@ -64,7 +69,7 @@ def test_fp4_planes_compute_the_adjacent_layouts_values(fm, scale, swap, unroll,
     K = 192
     q, s, cols = _fp4(fm, kind, K, gen)
     a = torch.randn(5, K, generator=gen).to(torch.bfloat16)
-    ids = torch.stack([torch.randperm(E, generator=gen)[:TOPK] for _ in range(5)]).reshape(-1)
+    ids = _assignments(5, gen)
     config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2,
               "K_UNROLL": unroll, "SPLIT_K": split_k, "SWAP_AB": swap}
     plain = fm.describe_weights(kinds.W_FP4, q, torch.bfloat16, s=s, scale_cols=cols,
@@ -151,6 +156,17 @@ def compiled():
     return fused_moe
 
 
+def _ptx_matches_the_general_decode(fm, monkeypatch, planes, a, ids, config):
+    """The GEMM with the PTX decode off, then on (`int4_pairs_run_on`): a non-trivial output,
+    the same bit for bit."""
+    outs = {}
+    for ptx in (False, True):
+        monkeypatch.setattr(fm, "int4_pairs_run_on", lambda device, on=ptx: on)
+        outs[ptx] = _run(fm, planes, a, ids, config)
+    assert torch.isfinite(outs[False]).all() and outs[False].abs().max() > 1
+    assert torch.equal(outs[True], outs[False])
+
+
 @pytest.mark.skipif(not _sm80(), reason="needs a CUDA sm80+ GPU, compiled Triton")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("scale", ["e8m0", "e4m3"])
@@ -163,8 +179,7 @@ def test_ptx_fp4_decode_matches_the_bit_fields_bit_for_bit(compiled, monkeypatch
     K = 2880 if scale == "e8m0" else 1024
     q, s, cols = _fp4(fm, kind, K, gen)
     a = torch.randn(37, K, generator=gen).to(dtype).cuda()
-    ids = torch.stack([torch.randperm(E, generator=gen)[:TOPK]
-                       for _ in range(37)]).reshape(-1).cuda()
+    ids = _assignments(37, gen).cuda()
     span = layout.FP4_SPAN
     planes = fm.describe_weights(kinds.W_FP4, layout.tile_weights(layout.plane_nibbles(q, span),
                                                            *layout.FP4_TILE).cuda(),
@@ -172,12 +187,7 @@ def test_ptx_fp4_decode_matches_the_bit_fields_bit_for_bit(compiled, monkeypatch
                                  nib_span=span)
     config = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3,
               "K_UNROLL": 2, "SWAP_AB": swap}
-    outs = {}
-    for ptx in (False, True):
-        monkeypatch.setattr(fm, "int4_pairs_run_on", lambda device, on=ptx: on)
-        outs[ptx] = _run(fm, planes, a, ids, config)
-    assert torch.isfinite(outs[False]).all() and outs[False].abs().max() > 1
-    assert torch.equal(outs[True], outs[False])
+    _ptx_matches_the_general_decode(fm, monkeypatch, planes, a, ids, config)
 
 
 @pytest.mark.skipif(not _sm80(), reason="needs a CUDA sm80+ GPU, compiled Triton")
@@ -192,17 +202,11 @@ def test_ptx_awq_zero_point_decode_matches_the_general_path(compiled, monkeypatc
     s = torch.rand(E, N, K // 128, generator=gen) + 0.5
     z = torch.randint(0, 16, (E, N, K // 128), dtype=torch.uint8, generator=gen)
     a = torch.randn(21, K, generator=gen).to(dtype).cuda()
-    ids = torch.stack([torch.randperm(E, generator=gen)[:TOPK]
-                       for _ in range(21)]).reshape(-1).cuda()
+    ids = _assignments(21, gen).cuda()
     planes = fm.describe_weights(kinds.W_INT4, layout.tile_weights(layout.plane_nibbles(q, 128),
                                                             *layout.INT4_TILE).cuda(),
                                  dtype, s=s.cuda(), zp=z.cuda(), scale_cols=128, sym_zero=8,
                                  nib_span=128)
     config = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3,
               "FAST_I4": True}
-    outs = {}
-    for ptx in (False, True):
-        monkeypatch.setattr(fm, "int4_pairs_run_on", lambda device, on=ptx: on)
-        outs[ptx] = _run(fm, planes, a, ids, config)
-    assert torch.isfinite(outs[False]).all() and outs[False].abs().max() > 1
-    assert torch.equal(outs[True], outs[False])
+    _ptx_matches_the_general_decode(fm, monkeypatch, planes, a, ids, config)

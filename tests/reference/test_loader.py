@@ -18,18 +18,14 @@ from moecert.reference import (
     MoEProblem,
     dequantize,
     load_checkpoint,
-    make_inputs,
-    moe,
     synthesize,
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
 import model_folders as mf
+from loaded_layer import INT8_STEP, UNIT_ROUNDOFF, torch_backend_error
 
 E, K, N, TOPK = 4, 128, 64, 2
-# relative Frobenius error bounds of the torch backend, as measured in
-# tests/kernels/test_torch_backend.py: the activation dtype's unit roundoff, one int8 step
-BOUND = {"bf16": 2.0**-8, "int8": 1 / 127}
 
 
 def qwen3_folder(tmp_path, ckpt, qc, shards=1, dense_first=True, **split):
@@ -116,16 +112,7 @@ def test_hash_changes_with_one_byte(tmp_path):
 def test_torch_backend_agrees_with_reference_on_loaded_layer(tmp_path):
     ckpt, qc = ct_w4a16(sym=False)
     ml = load_checkpoint(qwen3_folder(tmp_path, ckpt, qc), layer=1)
-    problem = ml.problem(9)
-    x, _, _ = make_inputs(problem, seed=3)
-    topk_weights, topk_ids = ml.router.select(x, problem.topk)
-    backend = TorchBackend()
-    layer = backend.create_layer(ml.checkpoint, problem)
-    backend.process_weights_after_loading(layer)
-    y = backend.apply(layer, x, topk_weights.float(), topk_ids)
-    ref = moe(ml.checkpoint, x, topk_weights, topk_ids, problem)
-    err = (y.double() - ref).norm() / ref.norm()
-    assert err < BOUND["bf16"]
+    assert torch_backend_error(ml, ml.problem(9), seed=3) < UNIT_ROUNDOFF["bf16"]
 
 
 def test_a_layer_without_experts_is_one_error(tmp_path):
@@ -316,20 +303,13 @@ def test_torch_backend_agrees_on_each_producer(tmp_path, case):
     _, _, folder = producer_folder(tmp_path, case, seed=1)
     ml = load_checkpoint(folder, layer=1)
     problem = ml.problem(6)
-    backend = TorchBackend()
-    why = backend.supports(ml.checkpoint, problem)
+    why = TorchBackend().supports(ml.checkpoint, problem)
     if why is not None:
         pytest.skip(f"torch does not claim {case}: {why}")
-    x, _, _ = make_inputs(problem, seed=2)
-    topk_weights, topk_ids = ml.router.select(x, problem.topk)
-    layer = backend.create_layer(ml.checkpoint, problem)
-    backend.process_weights_after_loading(layer)
-    y = backend.apply(layer, x, topk_weights.float(), topk_ids)
-    ref = moe(ml.checkpoint, x, topk_weights, topk_ids, problem)
-    bound = BOUND["int8"] if ml.checkpoint.activation in (
+    bound = INT8_STEP if ml.checkpoint.activation in (
         "dynamic-token", "static-tensor", "dynamic-tensor") and \
-        ml.checkpoint.info.activation_element == "int8" else 2.0 ** -8
-    assert ((y.double() - ref).norm() / ref.norm()).item() < bound
+        ml.checkpoint.info.activation_element == "int8" else UNIT_ROUNDOFF["bf16"]
+    assert torch_backend_error(ml, problem, seed=2) < bound
 
 
 def test_deepseek_router_and_what_is_not_read(tmp_path):

@@ -6,6 +6,7 @@ torch backend on each loaded layer agrees with the reference."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,17 +17,14 @@ from moecert.reference import (
     CheckpointError,
     dequantize,
     load_checkpoint,
-    make_inputs,
-    moe,
 )
+
+sys.path.insert(0, str(Path(__file__).parent))
+from loaded_layer import INT8_STEP, UNIT_ROUNDOFF, torch_backend_error
 
 ROOT = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 MANIFEST = json.loads((ROOT / "MANIFEST.json").read_text())["fixtures"] \
     if (ROOT / "MANIFEST.json").exists() else {}
-# relative Frobenius error bounds of the torch backend, as measured in
-# tests/kernels/test_torch_backend.py: the activation dtype's unit roundoff, one int8 step
-UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11}
-INT8_STEP = 1 / 127
 
 
 def held(name: str) -> bool:
@@ -101,16 +99,9 @@ def test_torch_backend_agrees_with_the_reference_on_each_fixture(name):
     L = MANIFEST[name]["moe_layers"][-1]
     ml = load_checkpoint(ROOT / name, layer=L)
     problem = ml.problem(5)
-    backend = TorchBackend()
-    why = backend.supports(ml.checkpoint, problem)
+    why = TorchBackend().supports(ml.checkpoint, problem)
     if why is not None:
         pytest.skip(f"torch does not claim {name}: {why}")
-    x, _, _ = make_inputs(problem, seed=4)
-    topk_weights, topk_ids = ml.router.select(x, problem.topk)
-    layer = backend.create_layer(ml.checkpoint, problem)
-    backend.process_weights_after_loading(layer)
-    y = backend.apply(layer, x, topk_weights.float(), topk_ids)
-    ref = moe(ml.checkpoint, x, topk_weights, topk_ids, problem)
     int8 = ml.checkpoint.info.activation_element == "int8" and ml.checkpoint.activation != "none"
     bound = INT8_STEP if int8 else UNIT_ROUNDOFF[problem.dtype]
-    assert ((y.double() - ref).norm() / ref.norm()).item() < bound
+    assert torch_backend_error(ml, problem, seed=4) < bound
