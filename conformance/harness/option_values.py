@@ -334,19 +334,19 @@ def case_filter(expression: str) -> Callable[[str], bool]:
         pos += 1
         return token
 
+    def chain(word, parse_term, combine):
+        """term (word term)*: the terms' results combined (any for "or", all for "and")."""
+        terms = [parse_term()]
+        while peek() == word:
+            take(word)
+            terms.append(parse_term())
+        return lambda s: combine(t(s) for t in terms)
+
     def parse_or():
-        terms = [parse_and()]
-        while peek() == "or":
-            take("or")
-            terms.append(parse_and())
-        return lambda s: any(t(s) for t in terms)
+        return chain("or", parse_and, any)
 
     def parse_and():
-        terms = [parse_not()]
-        while peek() == "and":
-            take("and")
-            terms.append(parse_not())
-        return lambda s: all(t(s) for t in terms)
+        return chain("and", parse_not, all)
 
     def parse_not():
         if peek() == "not":
