@@ -26,13 +26,14 @@ import pandas as pd
 # Bumped whenever a column is added, removed, renamed or changes meaning: `load` reads the
 # older versions MIGRATIONS names (their columns renamed) and refuses any other rather than
 # guessing.
-SCHEMA_VERSION = 6
-# 6 (this release, from 5): the model columns (model, model_path, model_layer, producer,
+SCHEMA_VERSION = 7
+# 7 (this release, from 6): `retried` (why a case was run a second time, alone on its GPU).
+# 6 (from 5): the model columns (model, model_path, model_layer, producer,
 # tensors_sha256), `numerics` (what a backend declares it computes),
 # Older versions `load` still reads: {version: {old column: new column}}. 6 renamed
 # `headroom` (error / threshold, bigger is worse) to `used`, added `imports` and
 # `error_profile`, and the status "oversize".
-MIGRATIONS = {5: {"headroom": "used"}}
+MIGRATIONS = {5: {"headroom": "used"}, 6: {}}
 # The key under which Parquet metadata and the journal's header line carry the version.
 VERSION_KEY = "moecert_schema_version"
 
@@ -98,6 +99,9 @@ COLUMN_DTYPES = {
     # the GPU memory the check's process held at most (the caching allocator's reserved
     # high-water mark; empty on a CPU): what the runner's memory budget per GPU is sized from
     "device_peak_bytes": _FLOAT,
+    # why the case's rows are its second try, "" for a first: it ran out of device memory
+    # beside other cases and was run again alone on its GPU (conformance/harness/runner.py)
+    "retried": _STR,
     # `moecert bench` only (conformance/performance/bench.py):
     "min_bytes": _FLOAT,  # weights of the experts the routing touches + activations in/out
     "flops": _FLOAT,  # 2 x routed tokens x (w13 rows x K + K x N)

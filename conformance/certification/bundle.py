@@ -46,7 +46,7 @@ SUMS = "SHA256SUMS"
 # Shard records must agree on these (a bundle is one harness, one table, one source, one
 # backend on one kind of device).
 _AGREE = ("run_id", "suite", "backend", "imports", "tolerances_sha256", "waivers_sha256",
-          "source", "patch_sha256", "model")
+          "source", "patch_sha256", "model", "shard_costs_sha256")
 _SHOWN = 5  # ids named in a reason before "and N more"
 
 

@@ -27,7 +27,8 @@ from .bundle import RECORD_SUFFIX, BundleError, Judgement, sha256_text
 def shard_record(run: str, suite: str, backend: str, shard, cases: int, device: str, *,
                  imports=(), waivers: str | None = None, started: str = "", results: str = "",
                  workers: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 as_run: tuple | None = None, model: dict | None = None) -> dict:
+                 as_run: tuple | None = None, model: dict | None = None,
+                 shard_costs: str | None = None) -> dict:
     """What a shard records beside its rows: its run, how it was run, the environment, the
     tolerance table's and the waiver file's text and hashes, the source's state and patch.
     `as_run`: (tolerances text, source, patch) as `as_run_now()` read them before the run."""
@@ -43,7 +44,9 @@ def shard_record(run: str, suite: str, backend: str, shard, cases: int, device: 
         "source": source, "patch_sha256": sha256_text(patch), "patch": patch,
         "tolerances_sha256": sha256_text(tolerances), "tolerances": tolerances,
         "waivers_sha256": sha256_text(waivers) if waivers is not None else None,
-        "waivers": waivers, "model": model}
+        "waivers": waivers, "model": model,
+        # the cost table's hash where --shard-costs balanced the shards (bundle._AGREE)
+        "shard_costs_sha256": shard_costs}
 
 
 def model_record(cases) -> dict | None:

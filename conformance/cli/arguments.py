@@ -63,6 +63,9 @@ def add_run_id(p: argparse.ArgumentParser) -> None:
 def add_shard(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shard", type=shard_spec, default=None, metavar="I/N",
                    help="run shard I of N (0-based), split by case id")
+    p.add_argument("--shard-costs", default=None, metavar="RESULTS",
+                   help="with --shard: balance the shards by each case's check time in these "
+                        "earlier results (a file or folder; the same on every shard)")
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -80,7 +83,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 def add_execution_arguments(p: argparse.ArgumentParser) -> None:
     """The options of how cases run (`run` and `certify`)."""
     p.add_argument("-n", "--workers", type=worker_count, default=1,
-                   help="worker processes, or auto (3 per 4 cores on a GPU host, 1 per core "
+                   help="worker processes, or auto (on a GPU host as many as its GPUs' memory "
+                        "and 3 per 4 cores hold, 1 per core "
                         "on a CPU)")
     add_device(p)
     p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,

@@ -49,6 +49,7 @@ from ..harness.option_values import (
     import_modules,
     writable_folder,
 )
+from ..harness.shard_costs import costs_sha256
 from . import run_command
 from .arguments import (
     add_execution_arguments,
@@ -102,6 +103,12 @@ def _only(args, mode: str) -> None:
         raise UsageError(f"{mode} takes a bundle folder only, not {', '.join(given)}")
 
 
+def shard_costs_hash(run_args) -> str | None:
+    """The hash of the cost table the shards were balanced by (None: split by case id)."""
+    costs = run_command.shard_costs(run_args)
+    return None if costs is None else costs_sha256(costs)
+
+
 def certify(args) -> int:
     """Run the suite (or this shard of it) into DIR/results, record the shard, and assemble
     the bundle once every shard is there."""
@@ -122,13 +129,14 @@ def certify(args) -> int:
     results = writable_folder(out / "results")
     _check_fresh(out, args.run_id)
     started, as_run = now(), as_run_now()  # what the workers will read, before they run
-    workers = run_command.workers_for(args.workers, device)
     run_args = argparse.Namespace(
         suite=args.suite, backend=[backend], scheme=[], check=[], case_id=[], keyword=None,
-        case=[], shard=args.shard, results=str(results), workers=workers, device=device,
+        case=[], shard=args.shard, results=str(results), workers=args.workers, device=device,
         run_id=args.run_id, resume=args.resume, timeout=args.timeout, imports=args.imports,
-        in_process=False, checkpoint=args.checkpoint, layer=args.layer, inputs=args.inputs)
+        in_process=False, checkpoint=args.checkpoint, layer=args.layer, inputs=args.inputs,
+        shard_costs=args.shard_costs)
     cases = run_command.select_cases(run_args, device)
+    workers = run_args.workers = run_command.workers_for(args.workers, device, cases)
     model = model_record(cases)
     path, summary = run_command.execute(run_args, device, cases, XfailList([]))
     verdict = summary.verdict()
@@ -137,7 +145,8 @@ def certify(args) -> int:
     record = shard_record(run_id_of(path), args.suite, backend, shard, len(cases), device,
                           imports=args.imports, waivers=waivers, started=started,
                           results=path.name, workers=workers, timeout_s=args.timeout,
-                          as_run=as_run, model=model)
+                          as_run=as_run, model=model,
+                          shard_costs=shard_costs_hash(run_args))
     bundle._write(record_path(path), json.dumps(record, indent=1) + "\n")
     print(f"shard {shard[0]}/{shard[1]}: {len(cases)} cases -> {path}", file=sys.stderr)
     records = bundle.read_records(results)

@@ -52,7 +52,8 @@ from ..harness.runner import (
     run_isolated,
     write_junit,
 )
-from ..harness.schedule import default_workers
+from ..harness.schedule import plan_workers
+from ..harness.shard_costs import balanced_shard, read_costs
 from ..harness.suites import build_model_suite, build_suite, shard
 from ..harness.xfail import XfailList
 from .arguments import (
@@ -119,8 +120,16 @@ def main(args) -> int:
     return verdict.code
 
 
-def workers_for(requested: int | str, device: str) -> int:
-    return default_workers(device) if requested == "auto" else requested
+def workers_for(requested: int | str, device: str, cases=()) -> int:
+    """`-n`: the number given, or for auto what the host's GPUs, their memory and its cores
+    hold for these cases (schedule.plan_workers), said on stderr."""
+    if requested != "auto":
+        return requested
+    from ..harness.runner import visible_devices
+
+    plan = plan_workers(device, cases, visible_devices() if device.startswith("cuda") else [])
+    print(f"-n auto: {plan.workers} worker(s): {plan.why}", file=sys.stderr)
+    return plan.workers
 
 
 def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Path, Summary]:
@@ -132,7 +141,7 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
     done = {rows[0]["case_id"] for rows in earlier}
     todo = [c for c in cases if c.case_id not in done]
     run = run_id_of(journal.path)
-    workers = workers_for(args.workers, device)
+    workers = workers_for(args.workers, device, todo)
     config = RunConfig(device, workers, args.timeout, args.check or None, args.imports,
                        run, xfail)
     print(f"moecert run {run}: {len(todo)} cases ({len(done)} already done) on {device}, "
@@ -233,8 +242,26 @@ def select_cases(args, device: str) -> list[Case]:
             raise UsageError(f"-k {args.keyword!r} matches no case in {where} "
                              "(--list-cases lists them)")
     if args.shard:
-        cases = shard(cases, *args.shard)
+        costs = shard_costs(args)
+        cases = (shard(cases, *args.shard) if costs is None
+                 else balanced_shard(cases, *args.shard, costs))
+    elif getattr(args, "shard_costs", None):
+        raise UsageError("--shard-costs balances shards: it needs --shard I/N")
     return cases
+
+
+def shard_costs(args) -> dict[str, float] | None:
+    """The cost per case id of `--shard-costs RESULTS` (harness/shard_costs.py), or None."""
+    path = getattr(args, "shard_costs", None)
+    if not path:
+        return None
+    try:
+        costs = read_costs(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise UsageError(f"--shard-costs {path}: {one_line(e)}") from None
+    if not costs:
+        raise UsageError(f"--shard-costs {path}: no result rows to take case costs from")
+    return costs
 
 
 def backend_list(cases: list[Case]) -> str:

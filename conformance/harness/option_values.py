@@ -179,7 +179,7 @@ def shard_spec(text: str) -> tuple[int, int]:
 
 def worker_count(text: str) -> int | str:
     """`-n`: a whole number of workers, or "auto" (conformance/harness/schedule.py
-    `default_workers`)."""
+    `plan_workers`)."""
     return "auto" if text == "auto" else positive_int(text)
 
 

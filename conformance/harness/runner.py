@@ -5,7 +5,9 @@ the problems the work pool hands it (conformance/harness/schedule.py: model-size
 against a memory budget per GPU; small ones by kernel specialization, with affinity). A backend
 that raises or returns NaN costs its own rows (the worker catches it); one that kills the
 process, hangs past the timeout, or leaves a CUDA error behind costs that case: the parent
-records "crash" or "timeout" on the check in flight, starts a fresh worker, and goes on. On
+records "crash" or "timeout" on the check in flight, starts a fresh worker, and goes on. A case
+that runs out of device memory (torch's OutOfMemoryError in an error row) is run once more,
+alone on its GPU, before its rows count; they say so in the `retried` column. On
 several GPUs worker i is pinned to visible device i (mod count) through CUDA_VISIBLE_DEVICES
 before it starts, so it never initializes another device.
 """
@@ -138,11 +140,23 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
         runner, gpu = CaseRunner(config, slot), slot % len(pool.gpus)
         while (taken := pool.take(gpu, slot)) is not None:
             group, need = taken
+            retry = []
             try:
                 for case in group:
-                    record(case, runner.run(case))
+                    rows = runner.run(case)
+                    if out_of_memory(rows):
+                        retry.append((case, rows))
+                    else:
+                        record(case, rows)
             finally:
                 pool.release(gpu, need)
+            for case, first in retry:  # once, alone on this GPU: what it ran out of beside
+                pool.take_alone(gpu)   # others may be there when nothing else runs
+                try:
+                    rows = runner.run(case)
+                finally:
+                    pool.release_alone(gpu)
+                record(case, retried(rows, first, where(config.device, visible, slot)))
         runner.close()
 
     threads = [threading.Thread(target=serve, args=(i,), daemon=True)
@@ -151,6 +165,35 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
         t.start()
     for t in threads:
         t.join()
+
+
+# An error row whose message has one of these ran out of the device's memory (torch's
+# OutOfMemoryError, its "CUDA out of memory" text); a crash or a host's OOM kill is not one.
+OUT_OF_MEMORY = ("OutOfMemoryError", "out of memory. Tried to allocate")
+
+
+def out_of_memory(rows: list[dict]) -> bool:
+    """Whether a case's rows say it ran out of device memory (retried once alone)."""
+    return any(r["status"] == "error" and any(m in (r["message"] or "") for m in OUT_OF_MEMORY)
+               for r in rows)
+
+
+def where(device: str, visible: list[str], slot: int) -> str:
+    """The device a worker's cases run on, in words ("GPU 1", "the CPU")."""
+    if not device.startswith("cuda"):
+        return "the CPU" if device.split(":")[0] == "cpu" else device
+    return f"GPU {visible[slot % len(visible)]}" if visible else "the GPU"
+
+
+def retried(rows: list[dict], first: list[dict], place: str) -> list[dict]:
+    """A retried case's rows (the second try's: they are its verdict), each saying why in the
+    `retried` column: the first try's out-of-memory error."""
+    error = next(r for r in first if r["status"] == "error" and any(
+        m in (r["message"] or "") for m in OUT_OF_MEMORY))
+    said = (error["message"] or "").splitlines()[0][:300]
+    note = (f"ran out of memory beside other cases (check {error['check']}: {said}); "
+            f"retried once alone on {place}")
+    return [{**r, "retried": note} for r in rows]
 
 
 def oversize_row(case: Case, config: RunConfig, need: int, room: int) -> dict:
@@ -247,8 +290,8 @@ def visible_devices() -> list[str]:
         return []
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "oversize_row", "oversize_words",
-           "run_isolated"]
+__all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "out_of_memory", "oversize_row",
+           "oversize_words", "retried", "run_isolated"]
 
 
 # --- shared by `moecert run` and the pytest plugin ----------------------------------------

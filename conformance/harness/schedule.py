@@ -27,12 +27,13 @@ import os
 import subprocess
 import threading
 from collections import deque
+from dataclasses import dataclass
 
 from moecert.reference.schemes import get_scheme
 
 from .cases import Case
 from .execute import problem_groups
-from .memory import host_need, host_total_bytes
+from .memory import gb, host_need, host_total_bytes
 
 # Problems with more weights than this are model-size: scheduled first, against a GPU's budget
 # (Qwen3-30B-A3B's layer is 6e8).
@@ -50,9 +51,15 @@ DEQUANTIZED_BYTES_PER_WEIGHT = 2
 EXPERT_TEMP_BYTES_PER_WEIGHT = 100
 CASE_BASE_BYTES = 3584 << 20
 # A worker running small cases holds its CUDA context and a small cache (measured: 1.4 GiB
-# each beside a model layer); every worker but the model layer's own is reserved for that.
+# each beside a model layer); every worker but the model layer's own is reserved for that,
+# and `-n auto` gives a GPU no more workers than its memory holds with every reserve counted.
 WORKER_RESERVE_BYTES = 1536 << 20
 USABLE_FRACTION = 0.97
+# `-n auto` on a GPU host: at most three workers per four cores (plan_workers).
+WORKERS_PER_CORE = 0.75
+# ... and per GPU whose memory nvidia-smi cannot read: the count that ran certify green on an
+# 80 GB H100 (docs/speed.md).
+UNKNOWN_MEMORY_WORKERS_PER_GPU = 12
 
 
 def weights(case: Case) -> int:
@@ -145,17 +152,22 @@ class SpecializationQueue:
 
 class GpuBudget:
     """The bytes model-size cases may hold on one GPU at once, beside the small cases of the
-    other workers. Memory unknown: a model-size case runs alone."""
+    other workers: what was free when the run started (else its total), less a reserve for
+    every other worker's context and cache. Memory unknown: a model-size case runs alone."""
 
-    def __init__(self, total_bytes: int | None, workers: int):
+    def __init__(self, total_bytes: int | None, workers: int, free_bytes: int | None = None):
         self.total = total_bytes
-        self.limit = (None if total_bytes is None else int(total_bytes * USABLE_FRACTION)
+        room = free_bytes if free_bytes is not None else total_bytes
+        self.limit = (None if room is None else int(room * USABLE_FRACTION)
                       - max(0, workers - 1) * WORKER_RESERVE_BYTES)
         self.held = 0  # by the model-size cases running
         self.running = 0  # cases of any size
+        self.alone = False  # a case runs, or waits to run, with nothing else on this GPU
 
     def fits(self, need: int) -> bool:
         """Whether a case of `need` bytes (0: small) may start now."""
+        if self.alone:
+            return False
         if self.running == 0:
             return True
         if self.limit is None:
@@ -212,47 +224,124 @@ class WorkPool:
             self.gpus[gpu].running -= 1
             self._cond.notify_all()
 
+    def take_alone(self, gpu: int) -> None:
+        """Wait until nothing else runs on `gpu`, and keep it so until `release_alone`: a case
+        that ran out of memory beside others is retried alone (runner.run_isolated). No new
+        case starts on the GPU from the moment this is asked."""
+        budget = self.gpus[gpu]
+        with self._cond:
+            while budget.alone:
+                self._cond.wait()
+            budget.alone = True
+            while budget.running:
+                self._cond.wait()
+            budget.running = 1
 
-def gpu_total_bytes(device: str) -> int | None:
-    """Total memory of a visible GPU (an index or UUID as CUDA_VISIBLE_DEVICES names it), from
-    nvidia-smi, so that the parent never creates a CUDA context; None when it cannot say."""
+    def release_alone(self, gpu: int) -> None:
+        with self._cond:
+            self.gpus[gpu].running = 0
+            self.gpus[gpu].alone = False
+            self._cond.notify_all()
+
+
+def gpu_memory(device: str) -> tuple[int | None, int | None]:
+    """(total, free) bytes of a visible GPU (an index or UUID as CUDA_VISIBLE_DEVICES names
+    it), from nvidia-smi, so that the parent never creates a CUDA context; None for what it
+    cannot say."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,"
-                              "nounits", "-i", device], capture_output=True, text=True,
-                             timeout=30, check=True).stdout
-        return int(out.split()[0]) << 20  # MiB
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total,memory.free",
+                              "--format=csv,noheader,nounits", "-i", device],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        total, free = (int(v) << 20 for v in out.split(",")[:2])  # MiB
+        return total, free
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
+        return None, None
 
 
-def budgets(device: str, visible: list[str], workers: int) -> list[GpuBudget]:
-    """One budget per GPU the workers are pinned to; on a CPU one of the host's memory
-    (memory.host_total_bytes; unknown: a model-size case runs alone)."""
+def budgets(device: str, visible: list[str], workers: int, memory=gpu_memory
+            ) -> list[GpuBudget]:
+    """One budget per GPU the workers are pinned to (what is free on it now, less every other
+    worker's reserve); on a CPU one of the host's memory (memory.host_total_bytes; unknown: a
+    model-size case runs alone)."""
     if not device.startswith("cuda"):
         return [GpuBudget(host_total_bytes(), workers)]
     visible = visible or ["0"]
     count = len(visible)
-    return [GpuBudget(gpu_total_bytes(name), len(range(i, workers, count)))
-            for i, name in enumerate(visible)]
+    budgets = []
+    for i, name in enumerate(visible):
+        total, free = memory(name)
+        budgets.append(GpuBudget(total, len(range(i, workers, count)), free))
+    return budgets
 
 
-def default_workers(device: str) -> int:
-    """`-n auto`: on a GPU host three workers per four cores (each also draws checkpoints and
-    exact-tier structures on the host); on a CPU one per core."""
-    cores = os.cpu_count() or 1
-    return max(1, cores * 3 // 4) if device.startswith("cuda") else cores
+@dataclass(frozen=True)
+class WorkerPlan:
+    """`-n auto`: how many workers, and why (one line for the run's first message)."""
+    workers: int
+    why: str
+
+
+def plan_workers(device: str, cases=(), visible: list[str] | None = None,
+                 cores: int | None = None, memory=gpu_memory) -> WorkerPlan:
+    """`-n auto`. On a CPU one worker per core. On a GPU host the smallest of:
+
+    - the cores: WORKERS_PER_CORE of them (each worker also draws checkpoints and exact-tier
+      structures on the host), over all visible GPUs;
+    - each GPU's memory: every worker holds its CUDA context and its allocator's cache
+      (WORKER_RESERVE_BYTES) all run long, and the largest model-size case of the run that
+      fits the GPU must still fit beside the others' reserves, so a GPU of F free bytes holds
+      1 + (F x USABLE_FRACTION - largest case) / reserve workers (F / reserve with no
+      model-size case); with its memory unknown, UNKNOWN_MEMORY_WORKERS_PER_GPU.
+
+    Workers are pinned to the visible GPUs in turn (runner.Worker), so each GPU gets the
+    total / count, rounded: the total is at most count x the smallest GPU's share."""
+    cores = cores or os.cpu_count() or 1
+    if not device.startswith("cuda"):
+        return WorkerPlan(cores, f"{cores} cores")
+    visible = visible or ["0"]
+    by_cores = max(1, int(cores * WORKERS_PER_CORE))
+    needs = [device_need(c) for c in cases if model_size(c)]
+    shares, free_words = [], []
+    for name in visible:
+        total, free = memory(name)
+        room = free if free is not None else total
+        if room is None:
+            shares.append(UNKNOWN_MEMORY_WORKERS_PER_GPU)
+            free_words.append("memory unknown")
+            continue
+        usable = int(room * USABLE_FRACTION)
+        largest = max((n for n in needs if n <= usable), default=0)
+        share = (1 + (usable - largest) // WORKER_RESERVE_BYTES if largest
+                 else usable // WORKER_RESERVE_BYTES)
+        shares.append(max(1, share))
+        free_words.append(f"{gb(room)} free" + (f", largest case {gb(largest)}"
+                                                 if largest else ""))
+    by_memory = len(visible) * min(shares)
+    workers = max(1, min(by_cores, by_memory))
+    limit = "the cores" if by_cores <= by_memory else "GPU memory"
+    why = (f"{len(visible)} GPU(s) ({'; '.join(dict.fromkeys(free_words))}), {cores} cores: "
+           f"{min(shares)} per GPU fit its memory, {by_cores} the cores; set by {limit}")
+    return WorkerPlan(workers, why)
+
+
+def default_workers(device: str, cases=(), visible: list[str] | None = None) -> int:
+    """`-n auto`'s count (plan_workers)."""
+    return plan_workers(device, cases, visible).workers
 
 
 __all__ = [
     "GpuBudget",
     "SpecializationQueue",
     "WorkPool",
+    "WorkerPlan",
     "budgets",
     "case_need",
     "default_workers",
     "device_need",
+    "gpu_memory",
     "model_size",
     "oversize",
+    "plan_workers",
     "specialization",
     "work",
 ]

@@ -44,5 +44,32 @@ class ReturnsNaN(_Base):
         out[0, 0] = float("nan")
 
 
-for backend in (Dies(), Hangs(), Raises(), ReturnsNaN()):
+class OutOfMemoryOnce(_Base):
+    """Runs out of device memory on its first call of the run (a file in
+    MOECERT_TEST_OOM_DIR marks it), as a case beside too many others does, and not again."""
+    name = "test-oom-once"
+
+    def forward(self, layer, x, *args):
+        import torch
+
+        mark = os.path.join(os.environ["MOECERT_TEST_OOM_DIR"], "ran-out")
+        try:
+            with open(mark, "x"):
+                pass
+        except FileExistsError:
+            return super().forward(layer, x, *args)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+class OutOfMemoryAlways(_Base):
+    name = "test-oom-always"
+
+    def forward(self, layer, x, *args):
+        import torch
+
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+for backend in (Dies(), Hangs(), Raises(), ReturnsNaN(), OutOfMemoryOnce(),
+                OutOfMemoryAlways()):
     register_backend(backend)
