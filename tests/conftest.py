@@ -5,11 +5,17 @@ Without a GPU every Triton kernel runs interpreted, so the kernel modules (and t
 with them) are defined for the interpreter before any test module imports them: a module
 collected first that imported them compiled left triton.language's own jit helpers compiled,
 which the interpreter cannot call (`interpret.CompiledLanguageError`), and which tests failed
-depended on the collection order."""
+depended on the collection order. The cache of synthesized checkpoints goes to a temporary
+folder (MOECERT_CACHE_DIR), never the user's."""
 
 import os
+import tempfile
 
 import torch
+
+# runs the tests start (`moecert run`, certify) keep synthesized checkpoints in a folder of this
+# session's, never in the user's cache (conformance/harness/checkpoint_cache.py)
+os.environ.setdefault("MOECERT_CACHE_DIR", tempfile.mkdtemp(prefix="moecert-test-cache-"))
 
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     torch.set_num_threads(max(1, (os.cpu_count() or 1)

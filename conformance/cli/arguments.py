@@ -87,6 +87,10 @@ def add_execution_arguments(p: argparse.ArgumentParser) -> None:
                         "and 3 per 4 cores hold, 1 per core "
                         "on a CPU)")
     add_device(p)
+    p.add_argument("--no-cache", action="store_true",
+                   help="synthesize every checkpoint afresh: neither read nor write the cache "
+                        "of synthesized checkpoints ($MOECERT_CACHE_DIR, else "
+                        "~/.cache/moecert/checkpoints)")
     p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
                    help="seconds per case before its worker is killed")
     add_import(p)

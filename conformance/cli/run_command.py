@@ -26,6 +26,7 @@ from moecert.reports.schema import FAILING, STATUSES, case_status
 from moecert.reports.store import Journal, journal_cases, load, run_id_of, unfinished_journals
 from moecert.reports.verdict import Tally, Verdict, tally_rows, verdict
 
+from ..harness import checkpoint_cache
 from ..harness.cases import Case
 from ..harness.checks import CHECKS
 from ..harness.context import SharedSteps
@@ -143,7 +144,8 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
     run = run_id_of(journal.path)
     workers = workers_for(args.workers, device, todo)
     config = RunConfig(device, workers, args.timeout, args.check or None, args.imports,
-                       run, xfail)
+                       run, xfail, cache=not getattr(args, "no_cache", False))
+    checkpoint_cache.configure(config.cache)  # --in-process synthesizes here
     print(f"moecert run {run}: {len(todo)} cases ({len(done)} already done) on {device}, "
           f"{workers} worker(s), backend {backend_list(cases)} -> {journal.path}",
           file=sys.stderr)

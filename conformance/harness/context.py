@@ -19,6 +19,7 @@ from moecert.kernels.platform import platform_of_device
 from moecert.reference import moe, random_checkpoint
 from moecert.reference.schemes import checkpoint_shape_issue
 
+from . import checkpoint_cache
 from .cases import Case
 from .inputs import Inputs, case_inputs
 from .metrics import error_metrics, error_profile
@@ -187,7 +188,8 @@ class CaseRun:
             ckpt = random_checkpoint(self.case.scheme, P, seed=seed, device=self.device,
                                      **self.case.attrs)
         else:
-            ckpt = replace(self.case, seed=seed).checkpoint().to(self.device)
+            seeded = replace(self.case, seed=seed)  # through the cache across runs
+            ckpt = checkpoint_cache.synthesized(seeded, seeded.checkpoint).to(self.device)
         return ckpt
 
     def _model_checkpoint(self, seed: int):

@@ -55,6 +55,7 @@ class RunConfig:
     imports: list[str] = field(default_factory=list)
     run_id: str = ""
     xfail: XfailList | None = None
+    cache: bool = False  # synthesized checkpoints through the cache (checkpoint_cache.py)
 
 
 class Worker:
@@ -72,7 +73,7 @@ class Worker:
         if visible:
             env["CUDA_VISIBLE_DEVICES"] = visible[slot % len(visible)]
         settings = {"device": config.device, "run_id": config.run_id,
-                    "imports": list(config.imports)}
+                    "imports": list(config.imports), "cache": config.cache}
         cmd = [sys.executable, "-m", "moecert.conformance.harness.worker", json.dumps(settings)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, env=env,

@@ -3,7 +3,8 @@ one message per event on its protocol stream, so the parent knows which check wa
 when a backend kills the process.
 
     python -m moecert.conformance.harness.worker '{"device": "cpu", "run_id": "...",
-                                                   "imports": ["module", ...]}'
+                                                   "imports": ["module", ...],
+                                                   "cache": true}'
 
     parent -> worker   {"case": <Case JSON>, "checks": [...] | null}
     worker -> parent   {"ready": <pid>} once started, then per case
@@ -36,10 +37,12 @@ def main(argv=None) -> int:
 
     for module in settings["imports"]:  # e.g. a module that registers backends at run time
         importlib.import_module(module)
+    from . import checkpoint_cache
     from .cases import Case
     from .context import SharedSteps
     from .execute import iter_case, triton_for
 
+    checkpoint_cache.configure(settings.get("cache", False))
     shared = SharedSteps()  # the runner sends a problem's cases one after another
     send({"ready": os.getpid()})  # imports done: a case's time starts now (runner.py)
 
