@@ -70,7 +70,7 @@ def runs(tmp_path_factory):
             shutil.copy(f, assembled / "results")
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(HELPERS))
-        import small_certify_suite  # noqa: F401 - patches the suite in this process too
+        import small_certify_suite  # patches the suite in this process too
         mp.setattr(suites, "build_suite", small_certify_suite.build)
         line, code = certify.assemble(assembled)
         verified = certify.verify(assembled)
@@ -78,7 +78,7 @@ def runs(tmp_path_factory):
 
 
 def test_three_shards_assembled_equal_one_process(runs):
-    root, one, shards, (line, code, verified) = runs
+    root, _, shards, (line, code, verified) = runs
     for rc, text in shards:
         assert rc == 0 and "waiting for" in text, text
     assert code == 0 and verified == 0, line

@@ -103,8 +103,8 @@ def test_off_it_neither_reads_nor_writes(cache):
 def _run(tmp_path, cache, *extra):
     env = dict(os.environ, **{checkpoint_cache.CACHE_VARIABLE: str(cache)})
     return subprocess.run([sys.executable, "-m", "moecert.conformance.cli", "run", "--suite",
-                           "smoke", "--backend", "torch", "--scheme", "gptq-int4", "--scheme", "nvfp4",
-                           "-k", "M9 and s0 and not relu2 and not swiglu", "-n", "2",
+                           "smoke", "--backend", "torch", "--scheme", "gptq-int4", "--scheme",
+                           "nvfp4", "-k", "M9 and s0 and not relu2 and not swiglu", "-n", "2",
                            "--results", str(tmp_path / "out"), *extra],
                           capture_output=True, text=True, env=env, timeout=600)
 

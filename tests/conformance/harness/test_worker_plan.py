@@ -34,7 +34,7 @@ HELPERS = Path(__file__).parents[1] / "helpers"
 def _suite():
     """Small problems and two model-size layers, as certify mixes them."""
     small = [Case(b, "gptq-int4", SMALL, seed=s) for s in range(4) for b in ("torch", "triton")]
-    return small + [Case("torch", "gptq-int4", MIXTRAL), Case("torch", "gptq-int8", DEEPSEEK)]
+    return [*small, Case("torch", "gptq-int4", MIXTRAL), Case("torch", "gptq-int8", DEEPSEEK)]
 
 
 def _gpus(**memory):

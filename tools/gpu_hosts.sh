@@ -1,0 +1,42 @@
+#!/bin/bash
+# certify (or another suite) with `-n auto` on several GPU selections of one host, one after
+# another, each on a cold Triton cache and a cold checkpoint cache (issue 32's table):
+#   tools/gpu_hosts.sh SUITE LIMIT_S SELECTION...     e.g. tools/gpu_hosts.sh certify 330 0 0,1,2,3
+# A SELECTION is a CUDA_VISIBLE_DEVICES value. Per selection: wall, the -n auto line, the
+# verdict, and tools/run_breakdown.py's summary go to stdout and $OUT/hosts-<selection>.txt.
+# No install on the GPU machine: a PYTHONPATH shim to this checkout.
+set -u
+suite=${1:?usage: tools/gpu_hosts.sh SUITE LIMIT_S SELECTION...}; limit=$2; shift 2
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+mkdir -p /tmp/shim/moecert
+for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" /tmp/shim/moecert/$d; done
+export PYTHONPATH=/tmp/shim
+nvidia-smi --query-gpu=index,name,memory.total,memory.free --format=csv,noheader
+echo "cores $(nproc); git $(git rev-parse --short HEAD 2>/dev/null)"
+python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+for sel in "$@"; do
+  tag=${sel//,/-}
+  export TRITON_CACHE_DIR=/tmp/triton-$tag MOECERT_CACHE_DIR=/tmp/ckpt-$tag
+  rm -rf "$TRITON_CACHE_DIR" "$MOECERT_CACHE_DIR" "/tmp/results-$tag"
+  start=$(date +%s)
+  CUDA_VISIBLE_DEVICES=$sel timeout "$limit" python -m moecert.conformance.cli run \
+      --suite "$suite" --device cuda -n auto --results "/tmp/results-$tag" \
+      > "$OUT/run-$tag.txt" 2> "$OUT/run-$tag.err"
+  rc=$?
+  {
+    echo "== GPUs $sel: rc=$rc wall $(( $(date +%s) - start )) s"
+    grep -m1 -- "-n auto" "$OUT/run-$tag.err"
+    tail -4 "$OUT/run-$tag.txt"
+    grep -c "out of memory" "$OUT/run-$tag.txt" | sed 's/^/lines saying out of memory: /'
+    python tools/run_breakdown.py "/tmp/results-$tag" 2>&1 | head -30
+    python - "/tmp/results-$tag" <<'PY'
+import sys
+from moecert.reports.store import load
+rows = load(sys.argv[1])
+retried = rows[rows["retried"].fillna("") != ""]
+print("retried rows:", len(retried), "cases:", retried["case_id"].nunique())
+for _, r in retried.drop_duplicates("case_id").head(5).iterrows():
+    print("  ", r["case_id"], r["status"], r["retried"][:200])
+PY
+  } 2>&1 | tee "$OUT/hosts-$tag.txt"
+done
