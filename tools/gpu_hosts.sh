@@ -1,8 +1,9 @@
 #!/bin/bash
 # certify (or another suite) with `-n auto` on several GPU selections of one host, one after
 # another, each on a cold Triton cache and a cold checkpoint cache (issue 32's table):
-#   tools/gpu_hosts.sh SUITE LIMIT_S SELECTION...     e.g. tools/gpu_hosts.sh certify 330 0 0,1,2,3
-# A SELECTION is a CUDA_VISIBLE_DEVICES value. Per selection: wall, the -n auto line, the
+#   tools/gpu_hosts.sh SUITE LIMIT_S SELECTION[:LIMIT_S]...
+#   e.g. tools/gpu_hosts.sh certify 330 0,1,2,3:200 0
+# A SELECTION is a CUDA_VISIBLE_DEVICES value; its own LIMIT_S overrides the first. Per selection: wall, the -n auto line, the
 # verdict, and tools/run_breakdown.py's summary go to stdout and $OUT/hosts-<selection>.txt.
 # No install on the GPU machine: a PYTHONPATH shim to this checkout.
 set -u
@@ -14,12 +15,13 @@ export PYTHONPATH=/tmp/shim
 nvidia-smi --query-gpu=index,name,memory.total,memory.free --format=csv,noheader
 echo "cores $(nproc); git $(git rev-parse --short HEAD 2>/dev/null)"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-for sel in "$@"; do
+for arg in "$@"; do
+  sel=${arg%%:*}; own=$limit; [[ $arg == *:* ]] && own=${arg##*:}
   tag=${sel//,/-}
   export TRITON_CACHE_DIR=/tmp/triton-$tag MOECERT_CACHE_DIR=/tmp/ckpt-$tag
   rm -rf "$TRITON_CACHE_DIR" "$MOECERT_CACHE_DIR" "/tmp/results-$tag"
   start=$(date +%s)
-  CUDA_VISIBLE_DEVICES=$sel timeout "$limit" python -m moecert.conformance.cli run \
+  CUDA_VISIBLE_DEVICES=$sel timeout "$own" python -m moecert.conformance.cli run \
       --suite "$suite" --device cuda -n auto --results "/tmp/results-$tag" \
       > "$OUT/run-$tag.txt" 2> "$OUT/run-$tag.err"
   rc=$?
