@@ -124,13 +124,19 @@ def main(args) -> int:
 def workers_for(requested: int | str, device: str, cases=()) -> int:
     """`-n`: the number given, or for auto what the host's GPUs, their memory and its cores
     hold for these cases (schedule.plan_workers), said on stderr."""
-    if requested != "auto":
-        return requested
     from ..harness.runner import visible_devices
 
+    if requested != "auto" and not device.startswith("cuda"):
+        return requested
     plan = plan_workers(device, cases, visible_devices() if device.startswith("cuda") else [])
-    print(f"-n auto: {plan.workers} worker(s): {plan.why}", file=sys.stderr)
-    return plan.workers
+    if requested == "auto":
+        print(f"-n auto: {plan.workers} worker(s): {plan.why}", file=sys.stderr)
+        return plan.workers
+    if requested > plan.workers and "set by GPU memory" in plan.why:
+        print(f"warning: -n {requested}: the GPUs' memory holds {plan.workers} worker(s) with "
+              f"every worker's context and cache counted ({plan.why}); a case that runs out "
+              "of memory is retried alone, but -n auto would not crowd them", file=sys.stderr)
+    return requested
 
 
 def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Path, Summary]:

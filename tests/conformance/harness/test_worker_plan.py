@@ -137,6 +137,23 @@ def test_a_case_out_of_memory_is_retried_once_alone_and_says_so(tmp_path, oom_ba
     always = by.get_group("test-oom-always")
     assert "error" in set(always["status"]) and always["retried"].str.len().gt(0).all()
     assert (by.get_group("torch")["retried"].fillna("") == "").all()
-    assert rows.groupby("case_id").size().max() == max(
-        len(g) for _, g in rows.groupby("case_id"))  # one set of rows per case, not two
+    # one set of rows per case: the first try's rows are replaced, not kept beside
     assert rows.drop_duplicates(["case_id", "check"]).shape[0] == len(rows)
+
+
+def test_more_workers_than_the_memory_holds_are_run_with_a_warning(monkeypatch, capsys):
+    from moecert.conformance.cli import run_command
+    from moecert.conformance.harness import runner, schedule
+
+    small_gpu = _gpus(gpu0=(40 * GIB, 39 * GIB))
+    monkeypatch.setattr(runner, "visible_devices", lambda: ["0"])
+    monkeypatch.setattr(run_command, "plan_workers", lambda device, cases, visible:
+                        schedule.plan_workers(device, cases, visible, cores=64,
+                                              memory=small_gpu))
+    planned = run_command.workers_for("auto", "cuda", _suite())
+    assert f"-n auto: {planned} worker(s)" in capsys.readouterr().err
+    assert run_command.workers_for(48, "cuda", _suite()) == 48  # as asked, but said
+    assert f"warning: -n 48: the GPUs' memory holds {planned} worker(s)" in (
+        capsys.readouterr().err)
+    assert run_command.workers_for(planned, "cuda", _suite()) == planned
+    assert capsys.readouterr().err == ""
