@@ -5,8 +5,9 @@
 RESULTS: a results file or folder (`moecert run --results`). Prints the wall time (first
 check's start to last row), the check time summed over rows by check and backend, how many
 cases were running at once over time (the workers' use), the model-size problems' share,
-and each model-size layer's GPU memory high-water mark per scheme (`device_peak_bytes`), from
-which the runner's memory budget is sized (conformance/harness/schedule.py).
+the tail (what still ran in the last quarter of the wall), and each model-size layer's GPU
+memory high-water mark per scheme (`device_peak_bytes`), from which the runner's memory
+budget is sized (conformance/harness/schedule.py).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def main(argv=None) -> int:
         if window.any():
             print(f"  {w:4d}-{w + 30:<4d} s  running {busy[window].mean():5.1f}"
                   f"  model-size {layers[window].mean():4.2f}")
+    tail(cases.assign(t0=cases["t0"] - start, t1=cases["t1"] - start, big=big), wall)
     if "device_peak_bytes" in rows and rows["device_peak_bytes"].notna().any():
         sized = rows[rows["E"] * rows["K"] * rows["N"] * 3 > MODEL_SIZE_WEIGHTS]
         peak = sized.groupby(["E", "K", "N", "scheme", "backend"], observed=True)[
@@ -67,6 +69,22 @@ def main(argv=None) -> int:
         print("\nmodel-size layers, GPU memory high-water mark (GiB), the worst check:")
         print(peak.unstack("backend").round(1).to_string())
     return 0
+
+
+def tail(cases: pd.DataFrame, wall: float, share: float = 0.25) -> None:
+    """The run's tail: what was still running in its last quarter, and the model-size
+    problems' work against the wall (when they hold the wall, sharing more CPU work does not
+    shorten it: docs/speed.md, issue 32)."""
+    late = cases[cases["t1"] > (1 - share) * wall]
+    span = cases["t1"] - cases["t0"]
+    print(f"\nthe last {100 * share:.0f}% of the wall ({share * wall:.0f} s): {len(late)} cases "
+          f"finished, {int(late['big'].sum())} of them model-size; longest there:")
+    longest = late.assign(s=span[late.index]).sort_values("s", ascending=False).head(5)
+    for case_id, row in longest.iterrows():
+        print(f"  {row['s']:6.1f} s  ends {row['t1']:5.0f} s  {case_id}")
+    print(f"model-size cases: {int(cases['big'].sum())}, {span[cases['big']].sum():.0f} s of "
+          f"case time; the last ends at {cases.loc[cases['big'], 't1'].max():.0f} s"
+          if cases["big"].any() else "no model-size cases")
 
 
 if __name__ == "__main__":
