@@ -151,7 +151,6 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
     workers = workers_for(args.workers, device, todo)
     config = RunConfig(device, workers, args.timeout, args.check or None, args.imports,
                        run, xfail, cache=not getattr(args, "no_cache", False))
-    checkpoint_cache.configure(config.cache)  # --in-process synthesizes here
     print(f"moecert run {run}: {len(todo)} cases ({len(done)} already done) on {device}, "
           f"{workers} worker(s), backend {backend_list(cases)} -> {journal.path}",
           file=sys.stderr)
@@ -176,7 +175,7 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
                 on_case(case, _record(journal, xfail, [oversize_row(case, config, need,
                                                                     room)]))
             skipped = {c.case_id for c, _, _ in too_big}
-            with triton_for(device):
+            with triton_for(device), checkpoint_cache.turned(config.cache):
                 for case in by_problem(c for c in todo if c.case_id not in skipped):
                     on_case(case, _record(journal, xfail, run_case(
                         case, device, config.checks, run, shared=shared)))

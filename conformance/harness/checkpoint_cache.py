@@ -19,6 +19,7 @@ Read with `torch.load(weights_only=True)`: tensors and plain values only, no cod
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -45,6 +46,17 @@ def configure(enabled: bool) -> None:
 
 def enabled() -> bool:
     return _enabled
+
+
+@contextlib.contextmanager
+def turned(on: bool):
+    """The cache on or off inside the block, as it was after (an in-process run)."""
+    before = _enabled
+    configure(on)
+    try:
+        yield
+    finally:
+        configure(before)
 
 
 def folder() -> Path:
@@ -100,4 +112,4 @@ def synthesized(case: Case, make) -> Checkpoint:
     return ckpt
 
 
-__all__ = ["CACHE_VARIABLE", "configure", "enabled", "folder", "key", "synthesized"]
+__all__ = ["CACHE_VARIABLE", "configure", "enabled", "folder", "key", "synthesized", "turned"]
