@@ -71,6 +71,18 @@ JOBS: dict[str, Job] = {
               "by GPTQModel (bf16, where AutoAWQ writes fp16). Same base model as the gptq_v2 "
               "fixture, whose experts GPTQModel misnamed; not checked for this one (no "
               "producer dequantization wired in)"),
+    # issue 30: one group along K (group_size -1): scales and zeros [1, out] per linear
+    "gptqmodel-gptq-perchannel-qwen3moe": Job(
+        "qwen3moe-small-allmoe", "gptq", "gptq", sym=False, desc_act=False, scheme="gptq-int4",
+        variant={"checkpoint_format": "gptq", "group_size": -1, "sym": False,
+                 "act_order": False}, group_size=-1,
+        notes="per-channel (group_size -1): one group along K, scales [1, out], qzeros "
+              "[1, out/8] per linear; v1 asym stores zero - 1. " + _MIXED),
+    "gptqmodel-awq-gemm-perchannel-qwen3moe": Job(
+        "qwen3moe-small-allmoe", "awq", "gemm", sym=False, desc_act=False, scheme="awq-int4",
+        variant={"checkpoint_format": "awq", "group_size": -1, "sym": False}, group_size=-1,
+        notes="AWQ gemm per-channel (group_size -1): scales [1, out], qzeros [1, out/8]. "
+              "Same base model as the gptq_v2 fixture, whose experts GPTQModel misnamed"),
 }
 
 
