@@ -92,7 +92,11 @@ def _config(job: Job):
     common = {"bits": 4, "group_size": job.group_size, "sym": job.sym,
               "desc_act": job.desc_act, "format": job.format,
               "moe": MoEConfig(routing=ExpertsRoutingBypass())}
-    return AWQConfig(**common) if job.method == "awq" else GPTQConfig(**common)
+    if job.method == "awq":
+        return AWQConfig(**common)
+    # GPTQ's default act_group_aware=True refuses group_size -1 ("requires group_size > 0")
+    extra = {"act_group_aware": False} if job.group_size <= 0 else {}
+    return GPTQConfig(**common, **extra)
 
 
 def produce(name: str, out_root: Path) -> float:
