@@ -102,6 +102,7 @@ def test_one_group_loads_as_written(tmp_path, layout, group):
     ml = load_checkpoint(folder, layer=1)
     got = ml.checkpoint
     assert (got.scheme, got.group_size) == (ckpt.scheme, GROUPS[group][0])
+    assert ml.problem(5) == P
     assert_same_tensors(got, ckpt)
     want = dequantize(ckpt)
     for name, w in dequantize(got).items():
@@ -114,17 +115,18 @@ def test_one_group_loads_as_written(tmp_path, layout, group):
 
 # the Triton backend (interpreted on a CPU) on one folder per layout family: its own
 # conversion of a single group (scale tiles of one row along K)
-TRITON_CASES = ["gptq-v1-int4-asym-g-1", "gptq-v2-int8-asym-gK", "awq-gemm-g-1",
-                "ct-0.18-int4-asym-gK", "ct-int-quantized-w4afp8-g-1"]
+TRITON_CASES = [("gptq-v1-int4-asym", "g-1"), ("gptq-v2-int8-asym", "gK"), ("awq-gemm", "g-1"),
+                ("ct-0.18-int4-asym", "gK"), ("ct-int-quantized-w4afp8", "g-1")]
 
 
-@pytest.mark.parametrize("case", TRITON_CASES)
-def test_triton_backend_on_one_group_folders(tmp_path, monkeypatch, case):
+@pytest.mark.parametrize(("layout", "group"), TRITON_CASES,
+                         ids=[f"{layout}-{g}" for layout, g in TRITON_CASES])
+def test_triton_backend_on_one_group_folders(tmp_path, monkeypatch, layout, group):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     from moecert.kernels.triton_moe.backend import TritonBackend
     from moecert.reference import make_inputs
 
-    layout, group = case.rsplit("-", 1) if not case.endswith("g-1") else (case[:-4], "g-1")
+    case = f"{layout}-{group}"
     _, _, folder = one_group_folder(tmp_path / "m", layout, group, seed=1)
     ml = load_checkpoint(folder, layer=1)
     problem = ml.problem(5)
