@@ -142,17 +142,26 @@ def test_triton_backend_on_one_group_folders(tmp_path, monkeypatch, layout, grou
     assert err <= UNIT_ROUNDOFF["bf16"], f"{case}: relative error {err:.3e}"
 
 
-def test_run_checkpoint_gives_a_verdict_on_a_per_channel_gptq_folder(tmp_path):
+# what `moecert run --checkpoint` runs by default on a CPU: every backend claiming the folder
+RUN_CASES = [("gptq-v1-int4-asym", "g-1", ("torch", "grouped")),
+             ("gptq-v2-int4-sym", "g-1", ("xpu",)), ("awq-gemm", "gK", ("grouped",))]
+
+
+@pytest.mark.parametrize(("layout", "group", "backends"), RUN_CASES,
+                         ids=[f"{layout}-{g}" for layout, g, _ in RUN_CASES])
+def test_run_checkpoint_gives_a_verdict(tmp_path, layout, group, backends):
     """What a user ran when the bug showed: `moecert run --checkpoint DIR` printed a
-    traceback; now every case is claimed and judged."""
+    traceback; now every case is claimed and judged, on each backend's own conversion."""
     import os
     import subprocess
 
-    _, _, folder = one_group_folder(tmp_path / "gptq-g-1", "gptq-v1-int4-asym", "g-1")
+    _, _, folder = one_group_folder(tmp_path / f"{layout}-{group}", layout, group)
+    args = [a for b in backends for a in ("--backend", b)]
     r = subprocess.run([sys.executable, "-m", "moecert.conformance.cli", "run", "--checkpoint",
-                        str(folder), "--backend", "torch", "--results", str(tmp_path / "res")],
+                        str(folder), *args, "--results", str(tmp_path / "res")],
                        capture_output=True, text=True, cwd=tmp_path, timeout=600,
                        env=dict(os.environ))
     assert "Traceback" not in r.stdout + r.stderr
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "green: all 4 claimed case(s) passed" in r.stdout
+    n = 4 * len(backends)
+    assert f"green: all {n} claimed case(s) passed" in r.stdout
