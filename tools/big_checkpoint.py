@@ -10,7 +10,9 @@ and attention tensors, one shard per layer plus one for the rest, and an index. 
 streamed a tensor at a time (header first, then each tensor's random bytes as it is drawn), so
 building never holds more than one tensor. `measure` loads one layer with `load_checkpoint`
 in a fresh process and prints the wall time and the peak resident memory (ru_maxrss; the
-RssAnon / RssFile split from /proc at the end). Delete DIR afterwards: a layer is 5.8 GB.
+RssAnon / RssFile split from /proc at the end) and the bytes read through read(2)
+(`rchar` of /proc/self/io: one layer's tensors, not the folder's). Delete DIR afterwards: a
+layer is 5.8 GB.
 """
 
 from __future__ import annotations
@@ -140,6 +142,10 @@ ml = load_checkpoint({args.dir!r}, layer={args.layer}, experts=range(a, b))
 dt = time.perf_counter() - t0
 held = sum(t.numel() * t.element_size() for t in ml.checkpoint.tensors.values())
 status = dict(l.split(':', 1) for l in open('/proc/self/status') if l.startswith('Rss'))
+# bytes this process read through read(2) (the loader's plain file reads; imports included)
+io = dict(l.split(':', 1) for l in open('/proc/self/io'))
+print(f"read {{int(io['rchar']) / 2**30:.2f}} GiB through read(2) "
+      f"(imports, configs, headers and the tensors read)")
 print(f"layer {args.layer} experts {{a}}:{{b}}: {{ml.checkpoint.scheme}}, {{dt:.1f}} s, "
       f"tensors held {{held / 2**30:.2f}} GiB, peak RSS "
       f"{{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f}} GiB "

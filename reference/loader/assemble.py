@@ -183,11 +183,15 @@ def _read_piece(plan: Plan, name: str, decl: TensorDecl, want: list[int] | None,
     if t.dtype not in decl.dtypes:
         raise CheckpointError(where, f"dtype {' or '.join(map(str, decl.dtypes))} "
                               f"({plan.config_note})", str(t.dtype))
-    if want is not None:
+    if want is not None and list(t.shape) != want:
         if t.numel() != math.prod(want):
             raise CheckpointError(where, f"shape {want} ({plan.config_note})",
                                   str(list(t.shape)))
-        t = t.reshape(want)  # 0-d and [1] scalars, [out] channel scales -> [out, 1]
+        # 0-d and [1] scalars, [out] channel scales -> [out, 1]. Never on a piece read into
+        # its slot (`into`, already of shape `want`): reshape makes a second view of the
+        # slot's memory whose size-1 dimension gets another stride, and copying one into the
+        # other is what torch refuses as a partial overlap (issue 30, docs/checkpoints.md)
+        t = t.reshape(want)
     return t
 
 

@@ -34,7 +34,11 @@ NOT_ROUTED: tuple[tuple[re.Pattern, str, str], ...] = tuple(
         (r"^[^.]+\.(gate|router)\.(weight|bias|e_score_correction_bias)$", "router",
          "read into ModelLayer.router, not part of the experts' Checkpoint"),
         (r"^[^.]+\.shared_experts?(_gate)?\.", "shared experts",
-         "a dense MLP every token takes: not routed, not an MoE kernel's input"),
+         "a dense MLP every token takes (Qwen2-MoE: times sigmoid(shared_expert_gate)), "
+         "added to the routed sum outside the fused-MoE kernel moecert judges: vLLM's "
+         "SharedFusedMoE runs it as its own module through the dense linear path beside "
+         "the routed kernel, which no moecert backend implements (ROCm AITER's option to "
+         "fuse it as extra experts is not modelled)"),
         (r"^(self_attn|attention|attn)\.", "attention", "not part of an MoE layer"),
         (r"(layernorm|_norm|\.norm)\.", "norms", "not part of an MoE layer"),
         (r"^mlp\.(gate_proj|up_proj|down_proj)\.", "dense MLP", "a dense layer: no experts"),

@@ -71,6 +71,18 @@ JOBS: dict[str, Job] = {
               "by GPTQModel (bf16, where AutoAWQ writes fp16). Same base model as the gptq_v2 "
               "fixture, whose experts GPTQModel misnamed; not checked for this one (no "
               "producer dequantization wired in)"),
+    # issue 30: one group along K (group_size -1): scales and zeros [1, out] per linear
+    "gptqmodel-gptq-perchannel-qwen3moe": Job(
+        "qwen3moe-small-allmoe", "gptq", "gptq", sym=False, desc_act=False, scheme="gptq-int4",
+        variant={"checkpoint_format": "gptq", "group_size": -1, "sym": False,
+                 "act_order": False}, group_size=-1,
+        notes="per-channel (group_size -1): one group along K, scales [1, out], qzeros "
+              "[1, out/8] per linear; v1 asym stores zero - 1. " + _MIXED),
+    "gptqmodel-awq-gemm-perchannel-qwen3moe": Job(
+        "qwen3moe-small-allmoe", "awq", "gemm", sym=False, desc_act=False, scheme="awq-int4",
+        variant={"checkpoint_format": "awq", "group_size": -1, "sym": False}, group_size=-1,
+        notes="AWQ gemm per-channel (group_size -1): scales [1, out], qzeros [1, out/8]. "
+              "Same base model as the gptq_v2 fixture, whose experts GPTQModel misnamed"),
 }
 
 
@@ -80,7 +92,11 @@ def _config(job: Job):
     common = {"bits": 4, "group_size": job.group_size, "sym": job.sym,
               "desc_act": job.desc_act, "format": job.format,
               "moe": MoEConfig(routing=ExpertsRoutingBypass())}
-    return AWQConfig(**common) if job.method == "awq" else GPTQConfig(**common)
+    if job.method == "awq":
+        return AWQConfig(**common)
+    # GPTQ's default act_group_aware=True refuses group_size -1 ("requires group_size > 0")
+    extra = {"act_group_aware": False} if job.group_size <= 0 else {}
+    return GPTQConfig(**common, **extra)
 
 
 def produce(name: str, out_root: Path) -> float:

@@ -95,6 +95,15 @@ JOBS: dict[str, Job] = {
         weights={**_W4_G32, "symmetric": True}, shard="100KB",
         notes="llm-compressor saves Mixtral experts as block_sparse_moe.experts.E."
               "{gate_proj,up_proj,down_proj}, not w1/w3/w2; sharded"),
+    # issue 30: several MoE layers behind a dense first layer, shared experts, shards
+    "ct-w4a16-asym-deepseekv3-sharded": Job(
+        "deepseekv3-small", "gptq", None, "ct-int4",
+        {"checkpoint_format": "ct-0.18", "group_size": 32, "sym": False, "act_order": False,
+         "weight_strategy": "group", "activation": "none"},
+        weights={**_W4_G32, "symmetric": False}, shard="100KB",
+        notes="DeepSeek-V3 layout: layer 0 dense (first_k_dense_replace 1), layers 1-2 MoE "
+              "with one shared expert each (quantized like any Linear, listed in not_read), "
+              "grouped routing with correction bias; sharded"),
 }
 
 

@@ -80,6 +80,17 @@ MODELS: dict[str, TinyModel] = {
                                           "num_key_value_heads": 2,
                                           "rope_parameters": {"rope_type": "default",
                                                               "rope_theta": 10000.0}}),
+    # DeepSeek-V3 with three decoder layers: dense layer 0, two MoE layers with a shared
+    # expert each (a sharded folder with several MoE layers and a dense first layer)
+    "deepseekv3-small": TinyModel("deepseek_v3", E=4, K=128, N=64, topk=2,
+                                  config={"first_k_dense_replace": 1, "intermediate_size": 128,
+                                          "num_hidden_layers": 3, "n_shared_experts": 1,
+                                          "n_group": 2, "topk_group": 1, "q_lora_rank": 32,
+                                          "kv_lora_rank": 32, "qk_rope_head_dim": 16,
+                                          "qk_nope_head_dim": 16, "v_head_dim": 32,
+                                          "num_attention_heads": 2, "num_key_value_heads": 2,
+                                          "rope_parameters": {"rope_type": "default",
+                                                              "rope_theta": 10000.0}}),
 }
 
 
