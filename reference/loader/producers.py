@@ -90,6 +90,7 @@ class Key:
     why: str
     read: bool = True
     allowed: tuple | None = None
+    only_for: tuple[str, ...] = ()  # the schemes that read it (empty: every rule does)
 
 
 def _read(why: str) -> Key:
@@ -118,6 +119,8 @@ _CT_WEIGHTS = {
     **{f"weights.{k}": v for k, v in _CT_ARGS_READ.items()},
     "weights.symmetric": _read("zero points (the sym attribute)"),
     "weights.block_structure": _read("the weight block shape of the block strategy"),
+    "weights.strategy": _only("the scale granularity", "tensor", "channel", "group",
+                              "tensor_group", "block"),
     "weights.actorder": _only("act order: group/dynamic store g_idx (act_order); static/"
                               "weight reorder at quantization time and store none",
                               None, "static", "weight", "group", "dynamic"),
@@ -164,11 +167,13 @@ CONFIG_KEYS: dict[str, dict[str, Key]] = {
     "compressed-tensors": {
         "quant_method": _read("the producer"),
         "format": _read("the storage format: the scheme and layout"),
-        "version": _read("the pack-quantized integer packing (ct-0.17 padded, ct-0.18 dense)"),
+        "version": Key("the pack-quantized integer packing (ct-0.17 padded, ct-0.18 dense)",
+                       only_for=("ct-int4", "ct-int8")),
         "quantization_status": _only("compressed weights (frozen/calibration folders hold "
                                      "16-bit fake-quantized weights)", "compressed"),
         "config_groups": _read("the config group targeting Linear"),
-        "targets": _read("which group targets the experts"),
+        "targets": _ignored("the modules the group quantizes: the one group targeting Linear "
+                            "is read, and the experts' tensors are checked against it"),
         "output_activations": _only("outputs are not quantized", None),
         "sparsity_config": _only("no sparse compression (2:4 and bitmask formats are not "
                                  "held)", None, {}),
@@ -219,7 +224,9 @@ CONFIG_KEYS: dict[str, dict[str, Key]] = {
         "format": _read("as checkpoint_format"),
         "pack_dtype": _only("codes packed in int32 words", "int32"),
         "method": _only("restates quant_method", "gptq"),
-        "meta": _read("meta.quantizer names the tool; the rest is the run's settings"),
+        "meta.quantizer": _read("the tool (GPTQModel or AutoGPTQ / AutoAWQ)"),
+        "meta.*": _ignored("a setting of the quantization run; its result is the stored "
+                           "tensors"),
         "lm_head": _ignored("whether lm_head is quantized: " + _NOT_MOE),
         **{k: _GPTQ_RUN for k in ("damp_percent", "damp_auto_increment", "true_sequential",
                                   "static_groups", "model_name_or_path",
@@ -259,8 +266,9 @@ CONFIG_KEYS["awq"] = {
 # derived fields -> the config fields they are computed from (a rule that reads a derived
 # field reads those)
 DERIVED: dict[str, tuple[str, ...]] = {
-    "activation": ("input_activations", "input_tensors", "input.type", "input.num_bits", "input.strategy", "input.dynamic",
-                   "input.group_size", "input.qscheme", "input.is_dynamic", "input.ch_axis"),
+    "activation": ("input_activations", "input_tensors", "input.type", "input.num_bits",
+                   "input.strategy", "input.dynamic", "input.group_size", "input.qscheme",
+                   "input.is_dynamic", "input.ch_axis"),
     "input": ("input_activations", "input_tensors"),
     "group_size": ("weights.group_size", "weights.strategy", "group_size"),
     "weights.strategy": ("weights.strategy", "weights.block_structure"),
@@ -270,10 +278,11 @@ DERIVED: dict[str, tuple[str, ...]] = {
     "gptq_format": ("checkpoint_format", "format"),
     "awq_version": ("version", "format", "checkpoint_format"),
     "awq_sym": ("zero_point",),
-    "tool": ("meta",),
+    "tool": ("meta.quantizer",),
 }
+UNUSED = "a key the rules read, but not the rule of this scheme"
 # fields every rule of a producer reads (the structure the fields come from)
-STRUCTURE = ("quant_method", "config_groups", "targets", "global_quant_config", "weight")
+STRUCTURE = ("quant_method", "config_groups", "global_quant_config", "weight")
 
 
 # compressed-tensors (llm-compressor): config_groups.<g>.{weights, input_activations}, format.
@@ -288,10 +297,15 @@ _CT_ACT = {
 }
 _CT_STRATEGY = {"tensor": STRATEGY_TENSOR, "channel": STRATEGY_CHANNEL, "group": STRATEGY_GROUP,
                 "tensor_group": STRATEGY_GROUP}
-_CT = {"quant_method": "compressed-tensors"}
-_W4A16 = {**_CT, "format": "pack-quantized", "weights.type": "int", "input": ABSENT}
-_INT = {**_CT, "format": "int-quantized", "weights.type": "int", "weights.num_bits": 8}
-_FLOAT = {**_CT, "format": "float-quantized", "weights.type": "float", "weights.num_bits": 8}
+# act order (g_idx) is read for the pack-quantized integer formats only
+_CT = {"quant_method": "compressed-tensors", "act_order": False}
+_W4A16 = {"quant_method": "compressed-tensors", "format": "pack-quantized",
+          "weights.type": "int", "weights.strategy": OneOf((STRATEGY_GROUP, STRATEGY_CHANNEL)),
+          "input": ABSENT}
+_INT = {**_CT, "format": "int-quantized", "weights.type": "int", "weights.num_bits": 8,
+        "weights.group_size": ABSENT}
+_FLOAT = {**_CT, "format": "float-quantized", "weights.type": "float", "weights.num_bits": 8,
+          "weights.group_size": ABSENT}
 # the weights of compressed-tensors' float-block presets: symmetric float groups of `block`
 _CT_FP_BLOCKS = {"weights.type": "float", "weights.strategy": STRATEGY_GROUP,
                  "weights.symmetric": True}
@@ -495,7 +509,7 @@ def detect(config: dict, hf_quant: dict | None, quantize_config: dict | None,
     method = f.values.get("quant_method")
     keys = CONFIG_KEYS.get(method, {})
     for name, path in f.paths.items():  # the values moecert reads only one way
-        key = keys.get(name)
+        key = _key(keys, name)
         if key is not None and key.allowed is not None and not _one_of(f.raws[name],
                                                                          key.allowed):
             raise CheckpointError(f"{source}.{path}", f"{' or '.join(map(repr, key.allowed))} "
@@ -510,6 +524,14 @@ def detect(config: dict, hf_quant: dict | None, quantize_config: dict | None,
             return Detected(_value(rule.producer, f, source), rule.scheme, attrs,
                             source.split(":")[0], qc, _not_read(f, rule, keys, source), rule)
     _refuse(f, source, method)
+
+
+def _key(keys: dict[str, Key], name: str) -> Key | None:
+    """The declaration of field `name` ("meta.*" declares every key under meta)."""
+    if name in keys:
+        return keys[name]
+    head = name.rsplit(".", 1)[0]
+    return keys.get(f"{head}.*") if "." in name else None
 
 
 def _one_of(value, allowed) -> bool:
@@ -530,13 +552,17 @@ def _refuse(f: _Fields, source: str, method) -> None:
     def misses(r: Rule) -> list[tuple[str, object]]:
         return [(k, v) for k, v in r.match if not _matches(f.values.get(k, ABSENT), v)]
 
-    nearest = min(rules, key=lambda r: len(misses(r)))
-    k, want = misses(nearest)[0]
+    # fewest fields differ; on a tie, a rule of the config's own format or algorithm, and
+    # one that names a key over one that wants the whole input section gone
+    nearest = min(rules, key=lambda r: (len(misses(r)), any(
+        k in ("format", "quant_algo", "bits") for k, _ in misses(r)),
+        any(k == "input" for k, _ in misses(r))))
+    k = misses(nearest)[0][0]
     wanted = " / ".join(dict.fromkeys(
         repr(dict(r.match)[k]) for r in rules if len(misses(r)) == len(misses(nearest))
         and k in dict(r.match)))
-    raise CheckpointError(f"{source}.{_field_path(f, k)}", f"{wanted} (a {method} scheme "
-                          f"moecert reads: nearest {nearest.scheme}; {known()})",
+    raise CheckpointError(f"{source}.{_field_path(f, k)}", f"{wanted} (the nearest {method} "
+                          f"scheme moecert reads is {nearest.scheme}; {known()})",
                           _found(f, k))
 
 
@@ -559,15 +585,20 @@ def _not_read(f: _Fields, rule: Rule, keys: dict[str, Key], source: str) -> dict
     for name in rule.reads():
         reads.add(name)
         reads.update(DERIVED.get(name, ()))
+        if name.startswith("input."):  # a rule that reads an input key reads the section
+            reads.update(DERIVED["input"])
     out = {}
     for name, path in f.paths.items():
-        key = keys.get(name)
+        key = _key(keys, name)
         if key is None:
             out[f"{source}.{path}"] = "a key this reader does not know: not read"
         elif not key.read:
             out[f"{source}.{path}"] = key.why
         elif key.allowed is None and name not in reads and f.raws[name] is not None:
-            out[f"{source}.{path}"] = f"{key.why}: not used by {rule.scheme}"
+            # a key a rule should read but does not is a gap of the rules (a test holds
+            # that none is left); one read for some schemes only says so
+            out[f"{source}.{path}"] = (f"{key.why}: read for {', '.join(key.only_for)} only"
+                                       if key.only_for else f"{UNUSED}: {rule.scheme}")
     return out
 
 
@@ -606,7 +637,7 @@ def _flatten(qc: dict, source: str) -> _Fields:
     if method == "compressed-tensors":
         _flatten_ct(qc, source, f)
     elif method == "quark":
-        _flatten_quark(qc, f)
+        _flatten_quark(qc, source, f)
     elif method in ("gptq", "awq"):
         _flatten_gptq(qc, source, f)
     return f
@@ -630,15 +661,22 @@ def _flatten_gptq(qc: dict, source: str, f: _Fields) -> None:
         versions = {k: str(qc[k]).lower() for k in ("version", "format", "checkpoint_format")
                     if qc.get(k) is not None}
         v["awq_version"] = next(iter(versions.values()), "gemm")
+        first = next(iter(versions), None)
         for k, ver in versions.items():
             if ver != v["awq_version"]:
-                raise CheckpointError(f"{source}.{k}", f"{v['awq_version']!r} like the "
-                                      "config's other layout keys", repr(qc[k]))
+                raise CheckpointError(f"{source}.{k}", f"{v['awq_version']!r} like "
+                                      f"{source}.{first}", repr(qc[k]))
         v["awq_sym"] = not qc.get("zero_point", True)
         v["act_order"] = bool(qc.get("desc_act", False))
     v["sym"] = qc.get("sym", True)
     v["group_size"] = qc.get("group_size", -1)
-    quantizer = " ".join((qc.get("meta") or {}).get("quantizer") or [])
+    meta = qc.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{source}.meta", "a JSON object", type(meta).__name__)
+    f.drop("meta")
+    for k, val in meta.items():
+        f.raw(f"meta.{k}", f"meta.{k}", val)
+    quantizer = " ".join(meta.get("quantizer") or [])
     v["tool"] = "gptqmodel" if "gptqmodel" in quantizer else \
         "autogptq" if method == "gptq" else "autoawq"
 
@@ -654,13 +692,17 @@ def _flatten_ct(qc: dict, source: str, f: _Fields) -> None:
     name, g = linear[0]
     base = f"config_groups.{name}"
     w, a = g.get("weights") or {}, g.get("input_activations")
+    for part, val in (("weights", w), ("input_activations", a)):
+        if val is not None and not isinstance(val, dict):
+            raise CheckpointError(f"{source}.{base}.{part}", "a JSON object (or null)",
+                                  repr(val))
     for k, val in g.items():
         if k not in ("weights", "format"):
             f.raw(k, f"{base}.{k}", val)
     top = qc.get("format")
     fmt = g.get("format") or top
     if g.get("format") and top not in (None, g["format"], "mixed-precision"):
-        raise CheckpointError(f"{source}.format", f"the format of {base} "
+        raise CheckpointError(f"{source}.format", f"the format of {source}.{base}.format "
                               f"({g['format']!r}) or 'mixed-precision'", repr(top))
     f.raw("format", f"{base}.format" if g.get("format") else "format", fmt)
     for k, val in w.items():
@@ -676,8 +718,8 @@ def _flatten_ct(qc: dict, source: str, f: _Fields) -> None:
         v["weights.strategy"] = STRATEGY_BLOCK
     elif w.get("block_structure") is not None:
         raise CheckpointError(f"{source}.{base}.weights.block_structure", "null (blocks "
-                              f"belong to the block strategy, this is {strategy!r})",
-                              repr(w["block_structure"]))
+                              f"belong to the block strategy; {base}.weights.strategy is "
+                              f"{strategy!r})", repr(w["block_structure"]))
     v["group_size"] = w.get("group_size") if strategy in ("group", "tensor_group") else -1
     version = str(qc.get("version") or "0.18")
     v["ct_version"] = "ct-0.17" if _version(version) < (0, 18) else "ct-0.18"
@@ -693,12 +735,16 @@ def _flatten_ct(qc: dict, source: str, f: _Fields) -> None:
                                        a.get("dynamic"), a.get("group_size")), ABSENT)
 
 
-def _flatten_quark(qc: dict, f: _Fields) -> None:
+def _flatten_quark(qc: dict, source: str, f: _Fields) -> None:
     g = qc.get("global_quant_config") or {}
     w, a = g.get("weight") or {}, g.get("input_tensors")
     if isinstance(w, list):
         w = w[0] if w else {}
     base = "global_quant_config"
+    for part, val in (("weight", w), ("input_tensors", a)):
+        if val is not None and not isinstance(val, dict):
+            raise CheckpointError(f"{source}.{base}.{part}", "a JSON object (or null)",
+                                  repr(val))
     for k, val in g.items():
         f.raw(k, f"{base}.{k}", val)
     for k, val in (qc.get("export") or {}).items():

@@ -412,14 +412,14 @@ def test_dtype_disagreeing_with_config(tmp_path):
      r"quantization_config\.quant_method: expected quant_method one of .*awq.*"
      r"compressed-tensors.*schemes .*ct-int4.*, found .*'bitsandbytes'"),
     (mf.ct_config(3, 32), r"quantization_config.config_groups.group_0.weights.num_bits: "
-     r"expected 4 / 8 \(a compressed-tensors scheme moecert reads: nearest ct-int4.*found 3"),
+     r"expected 4 / 8 \(the nearest compressed-tensors scheme moecert reads is ct-int4.*found 3"),
     # W4AFP8 is w4a8-fp8 when symmetric (the preset); asymmetric has no scheme
     (mf.ct_config(4, 32, symmetric=False, fmt="int-quantized",
                   input_activations=_int_input(type_="float")),
-     r"config_groups.group_0.weights.symmetric: expected True \(a compressed-tensors scheme "
-     r"moecert reads: nearest w4a8-fp8.*found False"),
+     r"config_groups.group_0.weights.symmetric: expected True \(the nearest compressed-tensors "
+     r"scheme moecert reads is w4a8-fp8.*found False"),
     ({"quant_method": "awq", "bits": 4, "group_size": 32, "version": "gemv"},
-     r"quantization_config.version: expected 'gemm'.*nearest awq-int4.*found 'gemv'"),
+     r"quantization_config.version: expected 'gemm'.*is awq-int4.*found version='gemv'"),
 ])
 def test_unknown_quantization_is_one_error_listing_what_is_known(tmp_path, qc, match):
     ckpt, _ = ct_w4a16()
