@@ -16,6 +16,7 @@ import torch
 
 from ..errors import CheckpointError
 from ..packing import pack_int32, unpack_int32
+from ..schemes.records import Rejected
 from ..schemes.tensors import TensorDecl, dim_size, parse_dim
 from .families import FUSED, PER_EXPERT, PROJECTIONS
 from .files import ModelFolder
@@ -77,8 +78,12 @@ class Plan:
     suffix_map: dict[str, str]
     config_note: str  # "config.json: ..." where the sizes and bits come from
     experts: range
+    rejected: tuple[Rejected, ...] = ()  # the format record's rejected values, by role
+    scheme: str = ""
     notes: list[str] = field(default_factory=list)
     consumed: set[str] = field(default_factory=set)
+    # moecert tensor -> the file tensors it is built from (the first expert's), for messages
+    sources: dict[str, list[str]] = field(default_factory=dict)
 
 
 def assemble(plan: Plan) -> dict[str, torch.Tensor]:
@@ -120,6 +125,8 @@ def _group(plan: Plan, groups, proj, suffix, ids=None, fused=None) -> None:
                                   f"missing from {plan.folder.root} ({len(missing)} of "
                                   f"{len(plan.experts)} experts lack it)")
     groups.setdefault(target, []).append((shard, ids, fused))
+    plan.sources.setdefault(target, []).append(
+        fused or ids.get(plan.experts.start, example))
 
 
 def _file_suffixes(plan: Plan) -> set[str]:
@@ -165,6 +172,7 @@ def _build(plan: Plan, target: str, pieces) -> torch.Tensor | None:
     fused = [p for p in pieces if p[2] is not None]
     if fused:
         return _from_fused(plan, target, decl, fused)
+    _check_same_dtype(plan, pieces)
     linear = decl.linear
     shards = sorted(pieces, key=lambda p: -1 if p[0] is None else p[0])
     if linear == "w13" and [s for s, _, _ in shards] != [0, 1]:
@@ -176,6 +184,54 @@ def _build(plan: Plan, target: str, pieces) -> torch.Tensor | None:
     return _stack(plan, target, decl, kind, axis, div, rows, shards)
 
 
+def _check_same_dtype(plan: Plan, pieces) -> None:
+    """Every expert's (and shard's) piece of one tensor has one dtype, read from the headers
+    before any data: the message names the piece that differs from the most common dtype
+    (not whichever was read first)."""
+    dtypes: dict[str, list[tuple[int, str]]] = {}
+    for _, ids, _ in pieces:
+        for e in plan.experts:
+            dtypes.setdefault(plan.folder.dtype(ids[e]), []).append((e, ids[e]))
+    if len(dtypes) < 2:
+        return
+    usual = max(dtypes, key=lambda d: len(dtypes[d]))
+    odd, (e, name) = next((d, v[0]) for d, v in dtypes.items() if d != usual)
+    raise CheckpointError(f"{plan.folder.file_of(name).name}: {name}", f"dtype {usual} like "
+                          f"the other {len(dtypes[usual])} pieces of layer {plan.names.layer}'s "
+                          f"experts (expert {e}, layer {plan.names.layer})", odd)
+
+
+def _check_values(plan: Plan, name: str, role: str, t: torch.Tensor, first_expert=None) -> None:
+    """No value the format record rejects for `role` (NaN scales, E8M0 0xFF, fp8 NaN codes,
+    non-positive scales): the message names the file, the tensor, the expert and the layer.
+    `first_expert`: the expert of t's row 0 when t holds several (a fused tensor)."""
+    for r in plan.rejected:
+        if r.role != role:
+            continue
+        if r.bits is not None:
+            units = t.view(torch.uint8) if t.element_size() == 1 else None
+            hit = None if units is None else units == r.bits
+        elif not t.is_floating_point():
+            hit = None
+        elif r.value != r.value:  # NaN
+            hit = torch.isnan(t)
+        elif r.value in (float("inf"), float("-inf")):
+            hit = torch.isinf(t)
+        elif r.value == 0:
+            hit = t == 0
+        else:  # a negative number stands for every negative value
+            hit = t < 0
+        if hit is None or not bool(hit.any()):
+            continue
+        at = [int(i) for i in hit.nonzero()[0]]
+        m = PER_EXPERT.match(name)
+        expert = f"expert {first_expert + at[0]}, " if first_expert is not None else \
+            f"expert {m['e']}, " if m else ""
+        raise CheckpointError(f"{plan.folder.file_of(name).name}: {name}", f"no {r.what} "
+                              f"(the {plan.scheme} format rejects it)", f"{r.what} at "
+                              f"{expert}layer {plan.names.layer}, element {at}")
+
+
 def _read_piece(plan: Plan, name: str, decl: TensorDecl, want: list[int] | None, into=None):
     t = plan.folder.read(name, into=into)
     plan.consumed.add(name)
@@ -183,6 +239,7 @@ def _read_piece(plan: Plan, name: str, decl: TensorDecl, want: list[int] | None,
     if t.dtype not in decl.dtypes:
         raise CheckpointError(where, f"dtype {' or '.join(map(str, decl.dtypes))} "
                               f"({plan.config_note})", str(t.dtype))
+    _check_values(plan, name, decl.role, t)
     if want is not None:
         if t.numel() != math.prod(want):
             raise CheckpointError(where, f"shape {want} ({plan.config_note})",
@@ -271,6 +328,7 @@ def _from_fused(plan: Plan, target: str, decl: TensorDecl, pieces) -> torch.Tens
     if t.dtype not in decl.dtypes:
         raise CheckpointError(where, f"dtype {' or '.join(map(str, decl.dtypes))} "
                               f"({plan.config_note})", str(t.dtype))
+    _check_values(plan, name, decl.role, t, first_expert=first)
     if list(t.shape) == want:
         return t
     if t.dim() == 3 == len(want) and list(t.shape) == [want[0], want[2], want[1]] \
