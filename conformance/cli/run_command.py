@@ -115,8 +115,24 @@ def main(args) -> int:
                                                           args.check, args.timeout))
         print(f"junit: {args.junit}")
     verdict = summary.verdict()
-    print(verdict.line)
+    print(verdict.line + layers_covered(args))
     return verdict.code
+
+
+def layers_covered(args) -> str:
+    """What of a --checkpoint folder the verdict covers, for the verdict line: the layers run
+    of the folder's MoE layers ("; layer 0 of 48 MoE layers of DIR ..."); "" without one."""
+    folder, chosen = getattr(args, "checkpoint", None), getattr(args, "layer", None) or []
+    if folder is None:
+        return ""
+    from ..harness.model_layers import layer_summaries
+
+    found = list(layer_summaries(folder))
+    if "all" in chosen or set(chosen) >= set(found):
+        return f"; every MoE layer of {folder} ({len(found)})"
+    run = [n for n in chosen if n != "all"] or found[:1]
+    return (f"; layer{'s' * (len(run) > 1)} {', '.join(map(str, run))} of {len(found)} MoE "
+            f"layers of {folder} (--layer all for every one)")
 
 
 def workers_for(requested: int | str, device: str) -> int:

@@ -227,7 +227,8 @@ def _check_values(plan: Plan, name: str, role: str, t: torch.Tensor, first_exper
         m = PER_EXPERT.match(name)
         expert = f"expert {first_expert + at[0]}, " if first_expert is not None else \
             f"expert {m['e']}, " if m else ""
-        raise CheckpointError(f"{plan.folder.file_of(name).name}: {name}", f"no {r.what} "
+        what = r.what.removeprefix("a ").removeprefix("an ")
+        raise CheckpointError(f"{plan.folder.file_of(name).name}: {name}", f"no {what} "
                               f"(the {plan.scheme} format rejects it)", f"{r.what} at "
                               f"{expert}layer {plan.names.layer}, element {at}")
 
