@@ -271,8 +271,11 @@ def _stack(plan, target, decl, kind, axis, div, rows, shards) -> torch.Tensor:
         for v, (_s, ids, _) in zip(vals[1:], shards[1:], strict=True):
             if not torch.equal(v, vals[0]):
                 e = int((v != vals[0]).flatten(1).any(1).nonzero()[0])
-                raise CheckpointError(ids[experts[e]], f"the same {decl.role} as the gate "
-                                      "projection (vLLM keeps one per expert)", "another")
+                name = ids[experts[e]]
+                raise CheckpointError(f"{plan.folder.file_of(name).name}: {name}", f"the same "
+                                      f"{decl.role} as the gate projection (vLLM keeps one per "
+                                      f"expert; expert {experts[e]}, layer {plan.names.layer})",
+                                      "another")
         return vals[0]
     # "out": gate rows then up rows along `axis`
     want = _piece_shape(plan, decl, rows)
@@ -289,8 +292,9 @@ def _stack(plan, target, decl, kind, axis, div, rows, shards) -> torch.Tensor:
                 out = torch.empty([E, *full], dtype=t.dtype)
                 slot = out[i].narrow(axis, j * want[axis], want[axis])
             elif t.dtype != out.dtype:
-                raise CheckpointError(ids[e], f"dtype {out.dtype} like the other experts'",
-                                      str(t.dtype))
+                raise CheckpointError(f"{plan.folder.file_of(ids[e]).name}: {ids[e]}",
+                                      f"dtype {out.dtype} like the other experts' (expert {e}, "
+                                      f"layer {plan.names.layer})", str(t.dtype))
             if t is not slot:  # read elsewhere (a strided slot, a reshaped piece): copy it in
                 slot.copy_(t)
     return out
