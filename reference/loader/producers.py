@@ -2,8 +2,8 @@
 
 The facts are data: `PRODUCERS` (a producer's `quant_method` and how its config reads),
 `RULES` (config fields -> scheme and checkpoint attributes, first match wins),
-`CONFIG_KEYS` (every key each producer writes: read, checked to hold the one value moecert
-reads, or not read and why) and `FILE_SUFFIXES` (a producer's tensor suffix -> the moecert
+`config_keys.CONFIG_KEYS` (every key each producer writes: read, checked to hold the one
+value moecert reads, or not read and why) and `FILE_SUFFIXES` (a producer's tensor suffix -> the moecert
 suffix of SPEC section 2). `detect` only flattens a config into fields, checks each key
 against `CONFIG_KEYS` and walks the rules. A config no rule reads is refused naming the key
 that differs from the nearest rule; a file is never read as another scheme.
@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from ..errors import CheckpointError
 from ..schemes import (
     ACT_DYNAMIC_GROUP,
-    ACT_DYNAMIC_TENSOR,
-    ACT_DYNAMIC_TOKEN,
     ACT_MXFP8,
     ACT_NONE,
     ACT_NVFP4,
@@ -30,10 +28,12 @@ from ..schemes import (
     STRATEGY_GROUP,
     STRATEGY_TENSOR,
 )
+from .config_keys import CONFIG_KEYS, DERIVED, STRUCTURE, UNUSED, Key, key_of
+from .flatten import Fields, flatten
 
 ANY = object()  # a rule field that matches any value, present or not
 PRESENT = object()  # a rule field that must be present (and not null)
-ABSENT = None  # a rule field that must be missing (or null) in the config
+ABSENT = None  # a rule field that must be missing (or null) in the config (flatten's too)
 
 
 @dataclass(frozen=True)
@@ -78,225 +78,6 @@ def _r(producer, scheme, match, attrs=None, unsupported="", key=""):
                 unsupported, key)
 
 
-# --- how each producer's config keys are read --------------------------------------------------
-
-@dataclass(frozen=True)
-class Key:
-    """One config key a producer writes. `read`: the rules or the variant read it (`why`
-    says what for; a rule that does not use it lists it in `not_read` with this why);
-    otherwise it is not read, and `why` says why that is safe. `allowed`: the only values
-    moecert reads, any other refused naming the key."""
-
-    why: str
-    read: bool = True
-    allowed: tuple | None = None
-    only_for: tuple[str, ...] = ()  # the schemes that read it (empty: every rule does)
-
-
-def _read(why: str) -> Key:
-    return Key(why)
-
-
-def _only(why: str, *allowed) -> Key:
-    return Key(why, True, allowed)
-
-
-def _ignored(why: str) -> Key:
-    return Key(why, False)
-
-
-_SCALES_STORED = ("how the tool chose its scales; stored scales are read, dynamic ones are "
-                  "computed by the activation mode")
-_DTYPES_CHECKED = "the stored tensors' dtypes are checked against the format when a layer is read"
-_UNQUANTIZED = ("the modules left unquantized; the experts' tensors are checked against the "
-                "scheme when a layer is read")
-_NOT_MOE = "not part of an MoE layer's computation"
-_CT_ARGS_READ = {
-    "num_bits": _read("the element: the scheme"), "type": _read("int or float: the scheme"),
-    "strategy": _read("the scale granularity"), "group_size": _read("elements per scale"),
-}
-_CT_WEIGHTS = {
-    **{f"weights.{k}": v for k, v in _CT_ARGS_READ.items()},
-    "weights.symmetric": _read("zero points (the sym attribute)"),
-    "weights.block_structure": _read("the weight block shape of the block strategy"),
-    "weights.strategy": _only("the scale granularity", "tensor", "channel", "group",
-                              "tensor_group", "block"),
-    "weights.actorder": _only("act order: group/dynamic store g_idx (act_order); static/"
-                              "weight reorder at quantization time and store none",
-                              None, "static", "weight", "group", "dynamic"),
-    "weights.dynamic": _only("weights are quantized once, ahead of time", False),
-    "weights.observer": _ignored(_SCALES_STORED),
-    "weights.observer_kwargs": _ignored(_SCALES_STORED),
-    "weights.scale_dtype": _ignored(_DTYPES_CHECKED),
-    "weights.zp_dtype": _ignored(_DTYPES_CHECKED),
-}
-_CT_INPUTS = {
-    **{f"input.{k}": v for k, v in _CT_ARGS_READ.items()},
-    "input.dynamic": _read("dynamic (per call) or static (calibrated, stored) input scales"),
-    "input.symmetric": _only("moecert's activation modes are symmetric", True),
-    "input.actorder": _only("activations have no act order", None),
-    "input.block_structure": _only("activations are not quantized in 2-D blocks", None),
-    "input.observer": _ignored("how the tool calibrated static input scales; the stored "
-                               "scales are read (dynamic modes compute their own)"),
-    "input.observer_kwargs": _ignored("as observer"),
-    "input.scale_dtype": _ignored("the activation scales' dtype, fixed by the mode"),
-    "input.zp_dtype": _ignored("symmetric activations have no zero points"),
-}
-_QUARK_ARGS = {
-    "dtype": _read("the element: the scheme"), "qscheme": _read("the scale granularity"),
-    "ch_axis": _read("the channel axis of per_channel scales"),
-    "group_size": _read("elements per scale (per_group)"),
-    "is_dynamic": _read("dynamic or static (stored) scales"),
-    "scale_format": _read("E8M0 scales of the OCP MX formats"),
-    "symmetric": _only("zero points are not held for Quark formats", True, None),
-    "scale_type": _only("float scales", "float"),
-    "mx_element_dtype": _only("the MX element is the dtype", None),
-    "block_size": _only("no 2-D blocks", None),
-    "is_scale_quant": _only("unquantized scales", False),
-    "observer_cls": _ignored(_SCALES_STORED),
-    "scale_calculation_mode": _ignored(_SCALES_STORED + " (the record fixes the MX rule)"),
-    "zero_point_type": _ignored(_DTYPES_CHECKED),
-    "enable_buffer_reuse": _ignored("a memory setting of the tool"),
-    "max_input_numel": _ignored("a memory setting of the tool"),
-}
-_GPTQ_RUN = _ignored("a setting of the quantization run; its result is the stored tensors")
-
-# quant_method -> {flattened field: Key}. A key a producer writes that is missing here is
-# listed in `not_read` as unknown to the reader (docs/checkpoints.md).
-CONFIG_KEYS: dict[str, dict[str, Key]] = {
-    "compressed-tensors": {
-        "quant_method": _read("the producer"),
-        "format": _read("the storage format: the scheme and layout"),
-        "version": Key("the pack-quantized integer packing (ct-0.17 padded, ct-0.18 dense)",
-                       only_for=("ct-int4", "ct-int8")),
-        "quantization_status": _only("compressed weights (frozen/calibration folders hold "
-                                     "16-bit fake-quantized weights)", "compressed"),
-        "config_groups": _read("the config group targeting Linear"),
-        "targets": _ignored("the modules the group quantizes: the one group targeting Linear "
-                            "is read, and the experts' tensors are checked against it"),
-        "output_activations": _only("outputs are not quantized", None),
-        "sparsity_config": _only("no sparse compression (2:4 and bitmask formats are not "
-                                 "held)", None, {}),
-        "transform_config": _only("no online transforms (rotations change the computation)",
-                                  None, {}),
-        "ignore": _ignored(_UNQUANTIZED),
-        "kv_cache_scheme": _ignored("KV-cache quantization: " + _NOT_MOE),
-        "global_compression_ratio": _ignored("a statistic"),
-        "input_activations": _read("quantized activations (the activation mode)"),
-        **_CT_WEIGHTS, **_CT_INPUTS,
-    },
-    "quark": {
-        "quant_method": _read("the producer"),
-        "global_quant_config": _read("the specs every layer takes"),
-        "weight": _read("the weight spec"), "input_tensors": _read("the input spec"),
-        **{f"weights.{k}": v for k, v in _QUARK_ARGS.items()},
-        "weights.round_method": _ignored("how the tool rounded; the stored codes are read"),
-        **{f"input.{k}": v for k, v in _QUARK_ARGS.items()},
-        "input.round_method": _only("half to even, moecert's activation rounding",
-                                    "half_even"),
-        "output_tensors": _only("outputs are not quantized", None),
-        "bias": _only("biases are not quantized", None),
-        "layer_quant_config": _only("no per-layer specs (the experts would be read as the "
-                                    "global spec)", None, {}),
-        "layer_type_quant_config": _only("no per-layer-type specs", None, {}),
-        "export.weight_format": _only("real quantized weights (fake_quantized holds 16-bit "
-                                      "weights)", "real_quantized"),
-        "export.pack_method": _ignored("the int4 packing order; moecert reads no Quark int4"),
-        "export.weight_merge_groups": _ignored("scale sharing across projections; gate and "
-                                               "up scales are read as stored"),
-        "export.kv_cache_group": _ignored("KV cache: " + _NOT_MOE),
-        "export.min_kv_scale": _ignored("KV cache: " + _NOT_MOE),
-        "target_device": _ignored("the device the tool targeted"),
-        "exclude": _ignored(_UNQUANTIZED),
-        "algo_config": _ignored("algorithms run at quantization time (GPTQ, SmoothQuant); "
-                                "their result is the stored tensors"),
-        "kv_cache_quant_config": _ignored("KV cache: " + _NOT_MOE),
-        "kv_cache_post_rope": _ignored("KV cache: " + _NOT_MOE),
-        "softmax_quant_spec": _ignored("attention softmax: " + _NOT_MOE),
-        "quant_mode": _ignored("how the tool traced the model"),
-        "version": _ignored("Quark's version: the formats read are Quark 0.13's"),
-    },
-    "gptq": {
-        "quant_method": _read("the producer"), "bits": _read("the element: the scheme"),
-        "group_size": _read("elements per scale"), "desc_act": _read("act order (g_idx)"),
-        "sym": _read("zero points (the sym attribute)"),
-        "checkpoint_format": _read("gptq (v1, zero - 1 stored) or gptq_v2"),
-        "format": _read("as checkpoint_format"),
-        "pack_dtype": _only("codes packed in int32 words", "int32"),
-        "method": _only("restates quant_method", "gptq"),
-        "meta.quantizer": _read("the tool (GPTQModel or AutoGPTQ / AutoAWQ)"),
-        "meta.*": _ignored("a setting of the quantization run; its result is the stored "
-                           "tensors"),
-        "lm_head": _ignored("whether lm_head is quantized: " + _NOT_MOE),
-        **{k: _GPTQ_RUN for k in ("damp_percent", "damp_auto_increment", "true_sequential",
-                                  "static_groups", "model_name_or_path",
-                                  "model_file_base_name", "mse", "v2", "act_group_aware",
-                                  "hyb_act", "rotation", "adapter", "offload_to_disk",
-                                  "offload_to_disk_path", "pack_impl", "device",
-                                  "fail_safe", "dynamic")},
-    },
-    "modelopt": {
-        "quant_method": _read("the producer"), "quant_algo": _read("the scheme"),
-        "group_size": _read("elements per block scale"),
-        "config_groups": _ignored("restates quant_algo in compressed-tensors' words"),
-        "kv_cache_quant_algo": _ignored("KV cache: " + _NOT_MOE),
-        "exclude_modules": _ignored(_UNQUANTIZED), "ignore": _ignored(_UNQUANTIZED),
-        "producer": _ignored("the tool's name and version"),
-    },
-    "mxfp4": {
-        "quant_method": _read("the producer and the scheme"),
-        "modules_to_not_convert": _ignored(_UNQUANTIZED),
-    },
-    "fp8": {
-        "quant_method": _read("the producer"),
-        "weight_block_size": _read("the weight block shape"),
-        "activation_scheme": _read("the activation mode"),
-        "fmt": _only("e4m3 weights", "e4m3"),
-        "ignored_layers": _ignored(_UNQUANTIZED),
-        "modules_to_not_convert": _ignored(_UNQUANTIZED),
-    },
-}
-_AWQ_KEYS = {k: v for k, v in CONFIG_KEYS["gptq"].items() if k not in ("sym", "method")}
-CONFIG_KEYS["awq"] = {
-    **_AWQ_KEYS, "method": _only("restates quant_method", "awq"),
-    "zero_point": _read("zero points (the sym attribute)"),
-    "version": _read("the AWQ kernel layout (GEMM only)"),
-    "modules_to_not_convert": _ignored(_UNQUANTIZED),
-}
-# derived fields -> the config fields they are computed from (a rule that reads a derived
-# field reads those)
-DERIVED: dict[str, tuple[str, ...]] = {
-    "activation": ("input_activations", "input_tensors", "input.type", "input.num_bits",
-                   "input.strategy", "input.dynamic", "input.group_size", "input.qscheme",
-                   "input.is_dynamic", "input.ch_axis"),
-    "input": ("input_activations", "input_tensors"),
-    "group_size": ("weights.group_size", "weights.strategy", "group_size"),
-    "weights.strategy": ("weights.strategy", "weights.block_structure"),
-    "weights.qscheme": ("weights.qscheme", "weights.ch_axis"),
-    "ct_version": ("version",),
-    "act_order": ("weights.actorder", "desc_act"),
-    "gptq_format": ("checkpoint_format", "format"),
-    "awq_version": ("version", "format", "checkpoint_format"),
-    "awq_sym": ("zero_point",),
-    "tool": ("meta.quantizer",),
-}
-UNUSED = "a key the rules read, but not the rule of this scheme"
-# fields every rule of a producer reads (the structure the fields come from)
-STRUCTURE = ("quant_method", "config_groups", "global_quant_config", "weight")
-
-
-# compressed-tensors (llm-compressor): config_groups.<g>.{weights, input_activations}, format.
-# (input type, bits, strategy, dynamic, group size) -> activation mode
-_CT_ACT = {
-    ("int", 8, "token", True, None): ACT_DYNAMIC_TOKEN,
-    ("int", 8, "tensor", False, None): ACT_STATIC_TENSOR,
-    ("int", 8, "tensor", True, None): ACT_DYNAMIC_TENSOR,
-    ("float", 8, "token", True, None): ACT_DYNAMIC_TOKEN,
-    ("float", 8, "tensor", False, None): ACT_STATIC_TENSOR,
-    ("float", 8, "group", True, FP8_BLOCK): ACT_DYNAMIC_GROUP,
-}
-_CT_STRATEGY = {"tensor": STRATEGY_TENSOR, "channel": STRATEGY_CHANNEL, "group": STRATEGY_GROUP,
-                "tensor_group": STRATEGY_GROUP}
 # act order (g_idx) is read for the pack-quantized integer formats only
 _CT = {"quant_method": "compressed-tensors", "act_order": False}
 _W4A16 = {"quant_method": "compressed-tensors", "format": "pack-quantized",
@@ -459,34 +240,6 @@ class Detected:
                 **FILE_SUFFIXES.get((self.producer, self.scheme), {})}
 
 
-@dataclass
-class _Fields:
-    """A flattened config: rule fields (raw and derived), and each raw field's path in the
-    config as written (for messages) and value."""
-
-    values: dict = field(default_factory=dict)
-    paths: dict[str, str] = field(default_factory=dict)  # raw field -> key path in the file
-    raws: dict = field(default_factory=dict)  # raw field -> its value as written
-
-    def raw(self, name: str, path: str, value) -> None:
-        self.values[name] = self.raws[name] = value
-        self.paths[name] = path
-
-    def drop(self, name: str) -> None:
-        for d in (self.values, self.paths, self.raws):
-            d.pop(name, None)
-
-    def path(self, name: str) -> str:
-        """The key path in the file of a raw or derived field (derived: its first source
-        present)."""
-        if name in self.paths:
-            return self.paths[name]
-        for src in DERIVED.get(name, ()):
-            if src in self.paths:
-                return self.paths[src]
-        return name
-
-
 def detect(config: dict, hf_quant: dict | None, quantize_config: dict | None,
            weight_dtype: str, config_file: str = "config.json") -> Detected:
     """The producer, scheme and attributes from `config.json`'s `quantization_config`,
@@ -505,11 +258,11 @@ def detect(config: dict, hf_quant: dict | None, quantize_config: dict | None,
         return Detected("unquantized", weight_dtype, {}, config_file, {})
     if not isinstance(qc, dict):
         raise CheckpointError(source, "a JSON object", type(qc).__name__)
-    f = _flatten(qc, source)
+    f = flatten(qc, source)
     method = f.values.get("quant_method")
     keys = CONFIG_KEYS.get(method, {})
     for name, path in f.paths.items():  # the values moecert reads only one way
-        key = _key(keys, name)
+        key = key_of(keys, name)
         if key is not None and key.allowed is not None and not _one_of(f.raws[name],
                                                                          key.allowed):
             raise CheckpointError(f"{source}.{path}", f"{' or '.join(map(repr, key.allowed))} "
@@ -526,20 +279,12 @@ def detect(config: dict, hf_quant: dict | None, quantize_config: dict | None,
     _refuse(f, source, method)
 
 
-def _key(keys: dict[str, Key], name: str) -> Key | None:
-    """The declaration of field `name` ("meta.*" declares every key under meta)."""
-    if name in keys:
-        return keys[name]
-    head = name.rsplit(".", 1)[0]
-    return keys.get(f"{head}.*") if "." in name else None
-
-
 def _one_of(value, allowed) -> bool:
     # True == 1 in Python: a bool and an int are different values in a config
     return any(type(value) is type(a) and value == a for a in allowed)
 
 
-def _refuse(f: _Fields, source: str, method) -> None:
+def _refuse(f: Fields, source: str, method) -> None:
     """No rule reads the config: name the field the nearest rule of the producer wants
     otherwise (or the quant_method, for an unknown producer)."""
     rules = [r for r in RULES if r.method == method and not r.unsupported]
@@ -566,20 +311,20 @@ def _refuse(f: _Fields, source: str, method) -> None:
                           _found(f, k))
 
 
-def _field_path(f: _Fields, k: str) -> str:
+def _field_path(f: Fields, k: str) -> str:
     if k == "activation" or (k not in f.paths and k.startswith("input")):
         return f.path("input")
     return f.path(k)
 
 
-def _found(f: _Fields, k: str) -> str:
+def _found(f: Fields, k: str) -> str:
     if k in DERIVED:  # every source as written
         return ", ".join(f"{f.paths[s]}={f.raws[s]!r}" for s in DERIVED[k] if s in f.paths) \
             or "missing"
     return repr(f.values.get(k, ABSENT)) if k in f.values else "missing"
 
 
-def _not_read(f: _Fields, rule: Rule, keys: dict[str, Key], source: str) -> dict[str, str]:
+def _not_read(f: Fields, rule: Rule, keys: dict[str, Key], source: str) -> dict[str, str]:
     """Each config key written but not read by `rule`, and why (docs/checkpoints.md)."""
     reads = set(STRUCTURE)
     for name in rule.reads():
@@ -589,7 +334,7 @@ def _not_read(f: _Fields, rule: Rule, keys: dict[str, Key], source: str) -> dict
             reads.update(DERIVED["input"])
     out = {}
     for name, path in f.paths.items():
-        key = _key(keys, name)
+        key = key_of(keys, name)
         if key is None:
             out[f"{source}.{path}"] = "a key this reader does not know: not read"
         elif not key.read:
@@ -612,7 +357,7 @@ def _matches(found, want) -> bool:
     return _one_of(found, (want,))
 
 
-def _value(v, f: _Fields, source: str):
+def _value(v, f: Fields, source: str):
     if not (isinstance(v, str) and v.startswith("<")):
         return v
     key = v[1:-1]
@@ -626,152 +371,3 @@ def _value(v, f: _Fields, source: str):
                               _found(f, key) if key in f.values else "missing")
     return f.values[key]
 
-
-# --- flattening each producer's config into rule fields ---------------------------------------
-
-def _flatten(qc: dict, source: str) -> _Fields:
-    method = qc.get("quant_method")
-    f = _Fields()
-    for k, v in qc.items():
-        f.raw(k, k, v)
-    if method == "compressed-tensors":
-        _flatten_ct(qc, source, f)
-    elif method == "quark":
-        _flatten_quark(qc, source, f)
-    elif method in ("gptq", "awq"):
-        _flatten_gptq(qc, source, f)
-    return f
-
-
-def _flatten_gptq(qc: dict, source: str, f: _Fields) -> None:
-    method = qc["quant_method"]
-    v = f.values
-    if method == "gptq":
-        formats = {k: qc[k] for k in ("checkpoint_format", "format") if qc.get(k) is not None}
-        for k, fmt in formats.items():
-            if fmt not in ("gptq", "gptq_v2"):
-                raise CheckpointError(f"{source}.{k}", "gptq or gptq_v2 (moecert reads these "
-                                      "two GPTQ layouts)", repr(fmt))
-        if len(set(formats.values())) > 1:
-            raise CheckpointError(f"{source}.format", f"the checkpoint_format "
-                                  f"{formats['checkpoint_format']!r}", repr(formats["format"]))
-        v["gptq_format"] = next(iter(formats.values()), "gptq")
-        v["act_order"] = bool(qc.get("desc_act", False))  # else g_idx, if written, is k // g
-    else:
-        versions = {k: str(qc[k]).lower() for k in ("version", "format", "checkpoint_format")
-                    if qc.get(k) is not None}
-        v["awq_version"] = next(iter(versions.values()), "gemm")
-        first = next(iter(versions), None)
-        for k, ver in versions.items():
-            if ver != v["awq_version"]:
-                raise CheckpointError(f"{source}.{k}", f"{v['awq_version']!r} like "
-                                      f"{source}.{first}", repr(qc[k]))
-        v["awq_sym"] = not qc.get("zero_point", True)
-        v["act_order"] = bool(qc.get("desc_act", False))
-    v["sym"] = qc.get("sym", True)
-    v["group_size"] = qc.get("group_size", -1)
-    meta = qc.get("meta") or {}
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{source}.meta", "a JSON object", type(meta).__name__)
-    f.drop("meta")
-    for k, val in meta.items():
-        f.raw(f"meta.{k}", f"meta.{k}", val)
-    quantizer = " ".join(meta.get("quantizer") or [])
-    v["tool"] = "gptqmodel" if "gptqmodel" in quantizer else \
-        "autogptq" if method == "gptq" else "autoawq"
-
-
-def _flatten_ct(qc: dict, source: str, f: _Fields) -> None:
-    """The one config group that targets the experts' Linear layers."""
-    groups = qc.get("config_groups") or {}
-    linear = [(n, g) for n, g in groups.items() if "Linear" in (g.get("targets") or [])] or \
-        list(groups.items())
-    if len(linear) != 1:
-        raise CheckpointError(f"{source}.config_groups", "one config group targeting Linear",
-                              f"{len(linear)} groups")
-    name, g = linear[0]
-    base = f"config_groups.{name}"
-    w, a = g.get("weights") or {}, g.get("input_activations")
-    for part, val in (("weights", w), ("input_activations", a)):
-        if val is not None and not isinstance(val, dict):
-            raise CheckpointError(f"{source}.{base}.{part}", "a JSON object (or null)",
-                                  repr(val))
-    for k, val in g.items():
-        if k not in ("weights", "format"):
-            f.raw(k, f"{base}.{k}", val)
-    top = qc.get("format")
-    fmt = g.get("format") or top
-    if g.get("format") and top not in (None, g["format"], "mixed-precision"):
-        raise CheckpointError(f"{source}.format", f"the format of {source}.{base}.format "
-                              f"({g['format']!r}) or 'mixed-precision'", repr(top))
-    f.raw("format", f"{base}.format" if g.get("format") else "format", fmt)
-    for k, val in w.items():
-        f.raw(f"weights.{k}", f"{base}.weights.{k}", val)
-    v = f.values
-    strategy = w.get("strategy")
-    v["weights.strategy"] = _CT_STRATEGY.get(strategy, strategy)
-    if strategy == "block":  # DeepSeek-style 128 x 128 weight blocks only
-        if w.get("block_structure") != [FP8_BLOCK, FP8_BLOCK]:
-            raise CheckpointError(f"{source}.{base}.weights.block_structure",
-                                  f"[{FP8_BLOCK}, {FP8_BLOCK}] (the block shape moecert "
-                                  "reads)", repr(w.get("block_structure")))
-        v["weights.strategy"] = STRATEGY_BLOCK
-    elif w.get("block_structure") is not None:
-        raise CheckpointError(f"{source}.{base}.weights.block_structure", "null (blocks "
-                              f"belong to the block strategy; {base}.weights.strategy is "
-                              f"{strategy!r})", repr(w["block_structure"]))
-    v["group_size"] = w.get("group_size") if strategy in ("group", "tensor_group") else -1
-    version = str(qc.get("version") or "0.18")
-    v["ct_version"] = "ct-0.17" if _version(version) < (0, 18) else "ct-0.18"
-    # "group" (alias "dynamic") stores weight_g_idx; "weight" (alias "static") reorders the
-    # columns at quantization time and stores none
-    v["act_order"] = w.get("actorder") in ("group", "dynamic")
-    if a:
-        f.raw("input_activations", f"{base}.input_activations", a)
-        for k, val in a.items():
-            f.raw(f"input.{k}", f"{base}.input_activations.{k}", val)
-        v["input"] = True
-        v["activation"] = _CT_ACT.get((a.get("type"), a.get("num_bits"), a.get("strategy"),
-                                       a.get("dynamic"), a.get("group_size")), ABSENT)
-
-
-def _flatten_quark(qc: dict, source: str, f: _Fields) -> None:
-    g = qc.get("global_quant_config") or {}
-    w, a = g.get("weight") or {}, g.get("input_tensors")
-    if isinstance(w, list):
-        w = w[0] if w else {}
-    base = "global_quant_config"
-    for part, val in (("weight", w), ("input_tensors", a)):
-        if val is not None and not isinstance(val, dict):
-            raise CheckpointError(f"{source}.{base}.{part}", "a JSON object (or null)",
-                                  repr(val))
-    for k, val in g.items():
-        f.raw(k, f"{base}.{k}", val)
-    for k, val in (qc.get("export") or {}).items():
-        f.raw(f"export.{k}", f"export.{k}", val)
-    f.drop("export")
-    for k, val in w.items():
-        f.raw(f"weights.{k}", f"{base}.weight.{k}", val)
-    v = f.values
-    # (qscheme, ch_axis) -> strategy; per_group stays raw (the MX rules match it)
-    qscheme = {("per_tensor", None): STRATEGY_TENSOR, ("per_channel", 0): STRATEGY_CHANNEL,
-               ("per_group", -1): "per_group", ("per_group", 1): "per_group"}
-    v["weights.qscheme"] = qscheme.get((w.get("qscheme"), w.get("ch_axis")), ABSENT)
-    if a:
-        for k, val in a.items():
-            f.raw(f"input.{k}", f"{base}.input_tensors.{k}", val)
-        v["input"] = True
-        mode = {("per_tensor", False, None): ACT_STATIC_TENSOR,
-                ("per_tensor", True, None): ACT_DYNAMIC_TENSOR,
-                ("per_token", True, 1): ACT_DYNAMIC_TOKEN, ("per_token", True, None):
-                ACT_DYNAMIC_TOKEN, ("per_channel", True, 1): ACT_DYNAMIC_TOKEN}
-        v["activation"] = mode.get((a.get("qscheme"), a.get("is_dynamic"), a.get("ch_axis")),
-                                   ABSENT)
-
-
-def _version(v: str) -> tuple[int, ...]:
-    out = []
-    for part in v.split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit())
-        out.append(int(digits or 0))
-    return tuple(out)
