@@ -3,8 +3,8 @@
 The facts are data: `PRODUCERS` (a producer's `quant_method` and how its config reads),
 `RULES` (config fields -> scheme and checkpoint attributes, first match wins),
 `config_keys.CONFIG_KEYS` (every key each producer writes: read, checked to hold the one
-value moecert reads, or not read and why) and `FILE_SUFFIXES` (a producer's tensor suffix -> the moecert
-suffix of SPEC section 2). `detect` only flattens a config into fields, checks each key
+value moecert reads, or not read and why) and `FILE_SUFFIXES` (a producer's tensor suffix ->
+the moecert suffix of SPEC section 2). `detect` only flattens a config into fields, checks each key
 against `CONFIG_KEYS` and walks the rules. A config no rule reads is refused naming the key
 that differs from the nearest rule; a file is never read as another scheme.
 """
