@@ -228,6 +228,8 @@ def select_cases(args, device: str) -> list[Case]:
         backends = check_backends(args.backend) if args.backend else available_backends(device)
         try:
             cases = build_model_suite(args.suite, *model[:2], backends, model[2])
+            if not getattr(args, "list_cases", False):
+                check_layers(*model[:2])
         except (CheckpointError, ValueError, OSError) as e:
             raise UsageError(f"--checkpoint {args.checkpoint}: {one_line(e)}") from None
     else:
@@ -251,6 +253,16 @@ def select_cases(args, device: str) -> list[Case]:
     if args.shard:
         cases = shard(cases, *args.shard)
     return cases
+
+
+def check_layers(folder: str, layers: list[int]) -> None:
+    """Read each chosen layer once, with every check of its load (dtypes, shapes, the values
+    its format rejects), before any case runs: a bad file is one line and exit 2, not an error
+    row in every case (each worker then reads the layer it runs again)."""
+    from moecert.reference import load_checkpoint
+
+    for layer in layers:
+        load_checkpoint(folder, layer=layer)
 
 
 def backend_list(cases: list[Case]) -> str:

@@ -91,6 +91,12 @@ def test_a_nan_weight_scale_is_refused_naming_the_producers_tensor(tmp_path, cap
     load_checkpoint(folder)  # the summaries read no tensor data
     assert main(["inspect", str(folder), "--quick"]) == 0
     assert "values not checked" in capsys.readouterr().out
+    # run refuses the folder before any case runs: one line, exit 2, not an error row a case
+    assert main(["run", "--checkpoint", str(folder), "--backend", "torch", "--results",
+                 str(tmp_path / "out"), "--in-process"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("moecert run: error: --checkpoint ") and want in err[-1]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 @pytest.mark.parametrize("name, tensor, code, what", [
