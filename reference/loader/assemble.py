@@ -206,9 +206,9 @@ def _check_values(plan: Plan, name: str, role: str, t: torch.Tensor, first_exper
     non-positive scales): the message names the file, the tensor, the expert and the layer.
     `first_expert`: the expert of t's row 0 when t holds several (a fused tensor).
 
-    The scans are numpy's (the arrays' own methods) on the storage bits: torch's uint8 compare and 16-bit isnan ran 5 to
-    10x slower on the 2-core CPU (docs/checkpoints.md, "Errors"); the element is located only
-    on a hit."""
+    The scans are numpy's (the arrays' own methods) on the storage bits: torch's uint8
+    compare ran about 10x slower on the 2-core CPU (docs/checkpoints.md, "Errors"); the
+    element is located only on a hit."""
     rules = [r for r in plan.rejected if r.role == role]
     if not rules:
         return

@@ -3,10 +3,11 @@
 The facts are data: `PRODUCERS` (a producer's `quant_method` and how its config reads),
 `RULES` (config fields -> scheme and checkpoint attributes, first match wins),
 `config_keys.CONFIG_KEYS` (every key each producer writes: read, checked to hold the one
-value moecert reads, or not read and why) and `FILE_SUFFIXES` (a producer's tensor suffix ->
-the moecert suffix of SPEC section 2). `detect` only flattens a config into fields, checks each key
-against `CONFIG_KEYS` and walks the rules. A config no rule reads is refused naming the key
-that differs from the nearest rule; a file is never read as another scheme.
+value moecert reads, or not read and why) and `FILE_SUFFIXES` (a producer's tensor suffix
+-> the moecert suffix of SPEC section 2). `detect` only flattens a config into fields
+(`flatten.py`), checks each key against `CONFIG_KEYS` and walks the rules. A config no rule
+reads is refused naming the key that differs from the nearest rule; a file is never read as
+another scheme.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class OneOf:
 
 @dataclass(frozen=True)
 class Rule:
-    """Config fields (flattened, see `_flatten_*`) -> a scheme and checkpoint attributes.
+    """Config fields (flattened, see `flatten.py`) -> a scheme and checkpoint attributes.
 
     `attrs` values (and `producer`) that are a field name in angle brackets
     ("<weights.group_size>") are read from the config; `unsupported` names a scheme moecert
