@@ -1,6 +1,9 @@
 """`moecert inspect DIR`: what moecert reads in a model folder, per MoE layer, and which
-backends claim it. Reads the configs and the safetensors headers only (no tensor data), so a
-model of hundreds of GB is inspected in about a second."""
+backends claim it, after checking the folder as `run --checkpoint` reads it: the config
+against the tensors (expert counts, dtypes, shapes) and every value the format record rejects,
+each MoE layer read once (`load_checkpoint(validate=True)`). `--quick` reads the configs and
+the safetensors headers only (no tensor data: a model of hundreds of GB in about a second),
+and says that the values were not checked."""
 
 from __future__ import annotations
 
@@ -17,6 +20,9 @@ CLAIM_TOKENS = 16
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", metavar="DIR", help="an HF model folder (config.json, "
                    "*.safetensors) or an HF cache repo folder")
+    p.add_argument("--quick", action="store_true",
+                   help="configs and tensor headers only: no tensor data read, so dtypes, "
+                        "shapes and values are not checked")
     add_import(p)
 
 
@@ -25,14 +31,17 @@ def main(args) -> int:
 
     import_modules(args.imports)
     try:
-        layers = load_checkpoint(args.folder)
+        layers = load_checkpoint(args.folder, validate=not args.quick)
     except CheckpointError as e:  # main prints it on one line, exit 2
-        raise UsageError(str(e)) from None
+        raise UsageError(" ".join(str(e).split())) from None
     first = layers[0]
     dense = sorted(decoder_layers(args.folder) - {s.layer for s in layers})
     print(f"{args.folder}: {len(layers)} MoE layer{'s' * (len(layers) != 1)}, producer "
           f"{first.producer}" + (f"; decoder layers without routed experts (not read): "
                                  f"{', '.join(map(str, dense))}" if dense else ""))
+    print("checked: " + ("config and tensor names only (--quick): dtypes, shapes and values "
+                         "not checked" if args.quick else "every MoE layer's expert tensors "
+                         "read: dtypes, shapes, and the values the format rejects"))
     for labels, text in _grouped(layers):
         print(f"layer{'s' * (',' in labels or '-' in labels)} {labels}: {text}")
     return 0
@@ -56,8 +65,14 @@ def describe(s) -> str:
     lines = [f"{s.scheme}{' [' + variant + ']' if variant else ''}",
              f"  E={s.E} K={s.K} N={s.N} topk={s.topk} activation={s.activation} "
              f"dtype={s.dtype} bias={s.bias}"]
+    config = {k: why for k, why in s.not_read.items() if ": quantization" in k
+              or k.startswith(("quantize_config.json", "hf_quant_config.json"))}
     lines += [f"  not read: {kind}: {why}" for kind, why in s.not_read.items()
-              if kind != "other decoder layers"]
+              if kind != "other decoder layers" and kind not in config]
+    if config:  # the keys only: load_checkpoint(...).not_read says why, docs/checkpoints.md
+        keys = [k.split(": ", 1)[1].split(".", 1)[1] for k in config]
+        lines.append(f"  config keys not read ({next(iter(config)).split(':')[0]}): "
+                     f"{', '.join(keys)}")
     claimed, refused = claims(s)
     lines.append(f"  claimed by: {', '.join(claimed) or 'no backend'}")
     lines += [f"  not by {name}: {why}" for name, why in refused.items()]

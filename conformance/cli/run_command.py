@@ -117,8 +117,24 @@ def main(args) -> int:
                                                           args.check, args.timeout))
         print(f"junit: {args.junit}")
     verdict = summary.verdict()
-    print(verdict.line)
+    print(verdict.line + layers_covered(args))
     return verdict.code
+
+
+def layers_covered(args) -> str:
+    """What of a --checkpoint folder the verdict covers, for the verdict line: the layers run
+    of the folder's MoE layers ("; layer 0 of 48 MoE layers of DIR ..."); "" without one."""
+    folder, chosen = getattr(args, "checkpoint", None), getattr(args, "layer", None) or []
+    if folder is None:
+        return ""
+    from ..harness.model_layers import layer_summaries
+
+    found = list(layer_summaries(folder))
+    if "all" in chosen or set(chosen) >= set(found):
+        return f"; every MoE layer of {folder} ({len(found)})"
+    run = [n for n in chosen if n != "all"] or found[:1]
+    return (f"; layer{'s' * (len(run) > 1)} {', '.join(map(str, run))} of {len(found)} MoE "
+            f"layers of {folder} (--layer all for every one)")
 
 
 def workers_for(requested: int | str, device: str, cases=()) -> int:
@@ -228,6 +244,8 @@ def select_cases(args, device: str) -> list[Case]:
         backends = check_backends(args.backend) if args.backend else available_backends(device)
         try:
             cases = build_model_suite(args.suite, *model[:2], backends, model[2])
+            if not getattr(args, "list_cases", False):
+                check_layers(*model[:2])
         except (CheckpointError, ValueError, OSError) as e:
             raise UsageError(f"--checkpoint {args.checkpoint}: {one_line(e)}") from None
     else:
@@ -269,6 +287,16 @@ def shard_costs(args) -> dict[str, float] | None:
     if not costs:
         raise UsageError(f"--shard-costs {path}: no result rows to take case costs from")
     return costs
+
+
+def check_layers(folder: str, layers: list[int]) -> None:
+    """Read each chosen layer once, with every check of its load (dtypes, shapes, the values
+    its format rejects), before any case runs: a bad file is one line and exit 2, not an error
+    row in every case (each worker then reads the layer it runs again)."""
+    from moecert.reference import load_checkpoint
+
+    for layer in layers:
+        load_checkpoint(folder, layer=layer)
 
 
 def backend_list(cases: list[Case]) -> str:

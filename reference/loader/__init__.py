@@ -134,16 +134,25 @@ class ModelLayer:
         return MoEProblem(**fields)
 
 
-def load_checkpoint(path, layer: int | None = None, experts: range | None = None):
+def load_checkpoint(path, layer: int | None = None, experts: range | None = None,
+                    validate: bool = False):
     """Without `layer`: the MoE layers of the folder at `path` ([LayerSummary]). With it: that
     decoder layer's routed experts (`ModelLayer`; `experts` reads a range of them only).
 
-    Every problem with the folder is one CheckpointError naming the file and the tensor or
-    config key at fault."""
+    Without `layer`, only the configs and the tensor headers are read: the config is checked
+    against the tensor names (expert counts). `validate=True` also reads every MoE layer, one
+    at a time, with every check a layer's load makes: dtypes and shapes against the config,
+    every value the format record rejects (NaN or non-positive scales, E8M0 0xFF, fp8 NaN
+    codes). Every problem with the folder is one CheckpointError naming the file and the
+    tensor (the producer's own name, its expert and layer) or config key at fault."""
     folder = ModelFolder(path)
     try:
         if layer is None:
-            return _summaries(folder)
+            summaries = _summaries(folder)
+            for s in summaries if validate else ():
+                _load_layer(folder, s.layer, None)
+                folder.read_log.clear()  # one layer's tensors at a time
+            return summaries
         return _load_layer(folder, layer, experts)
     finally:
         folder.close()
@@ -207,11 +216,22 @@ def _summaries(folder: ModelFolder) -> list[LayerSummary]:
     for L, ex in sorted(layers.items()):
         names = {n for ids in ex.per_expert.values() for n in ids.values()} | \
             set(ex.fused.values())
+        E = _check_expert_count(folder, ex, L, sizes)
         out.append(LayerSummary(L, det.scheme, _variant(det, ex), det.producer,
-                                expert_count(folder, ex), sizes["K"], sizes["N"], sizes["topk"],
+                                E, sizes["K"], sizes["N"], sizes["topk"],
                                 activation, dtype, "bias" in ex.suffixes,
-                                _not_read(folder, names, L)))
+                                {**det.not_read, **_not_read(folder, names, L)}))
     return out
+
+
+def _check_expert_count(folder: ModelFolder, ex, L: int, sizes: dict[str, int]) -> int:
+    """The layer's expert count from its tensor names, which must be the config's."""
+    E = expert_count(folder, ex)
+    if E != sizes["E"]:
+        key = _config_value(folder, SIZE_KEYS["E"])[0]
+        raise CheckpointError(f"{folder.root / 'config.json'}: {key}",
+                              f"the {E} experts layer {L} holds", str(sizes["E"]))
+    return E
 
 
 def _dtype(folder: ModelFolder) -> str:
@@ -241,11 +261,7 @@ def _load_layer(folder: ModelFolder, L: int, experts: range | None) -> ModelLaye
     det = _detect(folder, {L: ex})
     sizes = _sizes(folder)
     activation = _activation(folder)
-    E = expert_count(folder, ex)
-    if E != sizes["E"]:
-        key = _config_value(folder, SIZE_KEYS["E"])[0]
-        raise CheckpointError(f"{folder.root / 'config.json'}: {key}",
-                              f"the {E} experts layer {L} holds", str(sizes["E"]))
+    E = _check_expert_count(folder, ex, L, sizes)
     experts = range(E) if experts is None else experts
     if experts.step != 1 or not 0 <= experts.start < experts.stop <= E:
         raise CheckpointError("experts", f"a contiguous range within 0..{E - 1}", str(experts))
@@ -262,7 +278,7 @@ def _load_layer(folder: ModelFolder, L: int, experts: range | None) -> ModelLaye
                    f"{sizes['K']}, intermediate size {sizes['N']} from config.json")
     plan = Plan(folder, ex, declared_tensors(shell), sizes, shell.group_size,
                 shell.info.weight_bits, shell.record.packing, det.suffixes, config_note,
-                experts)
+                experts, shell.record.rejected, det.scheme)
     tensors = assemble(plan)
     whole = experts == range(E)
     ckpt = Checkpoint(det.scheme, tensors, first_expert=experts.start,
@@ -273,18 +289,29 @@ def _load_layer(folder: ModelFolder, L: int, experts: range | None) -> ModelLaye
                          activation=activation, bias="w13_bias" in tensors)
     try:
         check_tensors(ckpt, problem)
-    except CheckpointError as e:
-        raise CheckpointError(f"{folder.root}: layer {L}: {e.tensor}", f"{e.expected} "
-                              f"({config_note})", e.found) from None
+    except CheckpointError as e:  # named as the file names it, moecert's name after
+        raise CheckpointError(f"{folder.root}: layer {L}: {_file_names(plan, e.tensor)}",
+                              f"{e.expected} ({config_note})", e.found) from None
     router = _router(folder, ex, L)
     router.pop("names")  # read into .router; listed in not_read: not part of the Checkpoint
-    not_read = _not_read(folder, plan.consumed, L)
+    not_read = {**det.not_read, **_not_read(folder, plan.consumed, L)}
     return ModelLayer(
         checkpoint=ckpt, E=len(experts), K=sizes["K"], N=sizes["N"], topk=sizes["topk"],
         activation=activation, dtype=dtype, router=Router(**router),
         source=Source(str(folder.root), L, det.producer, tuple(folder.files_read()),
                       folder.sha256(), det.config_file),
         not_read=not_read, notes=plan.notes)
+
+
+def _file_names(plan: Plan, tensor: str) -> str:
+    """The file tensors (first expert's) moecert's `tensor` ("w13_weight_scale: dim 1") was
+    built from, with the file, and moecert's name after them."""
+    name = tensor.split(":")[0].split(" ")[0]
+    files = plan.sources.get(name)
+    if not files:
+        return tensor
+    where = ", ".join(f"{plan.folder.file_of(n).name}: {n}" for n in files)
+    return f"{where} (moecert {tensor})"
 
 
 def _describe(attrs: dict) -> str:

@@ -16,6 +16,7 @@ import torch
 
 from ..errors import CheckpointError
 from ..packing import pack_int32, unpack_int32
+from ..schemes.records import Rejected
 from ..schemes.tensors import TensorDecl, dim_size, parse_dim
 from .families import FUSED, PER_EXPERT, PROJECTIONS
 from .files import ModelFolder
@@ -77,8 +78,12 @@ class Plan:
     suffix_map: dict[str, str]
     config_note: str  # "config.json: ..." where the sizes and bits come from
     experts: range
+    rejected: tuple[Rejected, ...] = ()  # the format record's rejected values, by role
+    scheme: str = ""
     notes: list[str] = field(default_factory=list)
     consumed: set[str] = field(default_factory=set)
+    # moecert tensor -> the file tensors it is built from (the first expert's), for messages
+    sources: dict[str, list[str]] = field(default_factory=dict)
 
 
 def assemble(plan: Plan) -> dict[str, torch.Tensor]:
@@ -120,6 +125,8 @@ def _group(plan: Plan, groups, proj, suffix, ids=None, fused=None) -> None:
                                   f"missing from {plan.folder.root} ({len(missing)} of "
                                   f"{len(plan.experts)} experts lack it)")
     groups.setdefault(target, []).append((shard, ids, fused))
+    plan.sources.setdefault(target, []).append(
+        fused or ids.get(plan.experts.start, example))
 
 
 def _file_suffixes(plan: Plan) -> set[str]:
@@ -165,6 +172,7 @@ def _build(plan: Plan, target: str, pieces) -> torch.Tensor | None:
     fused = [p for p in pieces if p[2] is not None]
     if fused:
         return _from_fused(plan, target, decl, fused)
+    _check_same_dtype(plan, pieces)
     linear = decl.linear
     shards = sorted(pieces, key=lambda p: -1 if p[0] is None else p[0])
     if linear == "w13" and [s for s, _, _ in shards] != [0, 1]:
@@ -176,6 +184,78 @@ def _build(plan: Plan, target: str, pieces) -> torch.Tensor | None:
     return _stack(plan, target, decl, kind, axis, div, rows, shards)
 
 
+def _check_same_dtype(plan: Plan, pieces) -> None:
+    """Every expert's (and shard's) piece of one tensor has one dtype, read from the headers
+    before any data: the message names the piece that differs from the most common dtype
+    (not whichever was read first)."""
+    dtypes: dict[str, list[tuple[int, str]]] = {}
+    for _, ids, _ in pieces:
+        for e in plan.experts:
+            dtypes.setdefault(plan.folder.dtype(ids[e]), []).append((e, ids[e]))
+    if len(dtypes) < 2:
+        return
+    usual = max(dtypes, key=lambda d: len(dtypes[d]))
+    odd, (e, name) = next((d, v[0]) for d, v in dtypes.items() if d != usual)
+    raise CheckpointError(f"{plan.folder.file_of(name).name}: {name}", f"dtype {usual} like "
+                          f"the other {len(dtypes[usual])} pieces of layer {plan.names.layer}'s "
+                          f"experts (expert {e}, layer {plan.names.layer})", odd)
+
+
+def _check_values(plan: Plan, name: str, role: str, t: torch.Tensor, first_expert=None) -> None:
+    """No value the format record rejects for `role` (NaN scales, E8M0 0xFF, fp8 NaN codes,
+    non-positive scales): the message names the file, the tensor, the expert and the layer.
+    `first_expert`: the expert of t's row 0 when t holds several (a fused tensor).
+
+    The scans are numpy's (the arrays' own methods) on the storage bits: torch's uint8
+    compare ran about 10x slower on the 2-core CPU (docs/checkpoints.md, "Errors"); the
+    element is located only on a hit."""
+    rules = [r for r in plan.rejected if r.role == role]
+    if not rules:
+        return
+    finite = None
+    for r in rules:
+        if r.bits is not None:
+            if t.element_size() != 1:
+                continue
+            codes = t.contiguous().view(torch.uint8).numpy()
+            if not (codes == r.bits).any():  # ndarray ops: no numpy import here
+                continue
+            hit = torch.from_numpy(codes == r.bits)
+        elif not t.is_floating_point():
+            continue
+        elif r.value != r.value or abs(r.value) == float("inf"):  # NaN, infinity
+            finite = _all_finite(t) if finite is None else finite
+            if finite:
+                continue
+            hit = torch.isnan(t) if r.value != r.value else torch.isinf(t)
+        elif r.value == 0:
+            hit = t == 0
+        else:  # a negative number stands for every negative value
+            hit = t < 0
+        if not bool(hit.any()):
+            continue
+        at = [int(i) for i in hit.nonzero()[0]]
+        m = PER_EXPERT.match(name)
+        expert = f"expert {first_expert + at[0]}, " if first_expert is not None else \
+            f"expert {m['e']}, " if m else ""
+        what = r.what.removeprefix("a ").removeprefix("an ")
+        raise CheckpointError(f"{plan.folder.file_of(name).name}: {name}", f"no {what} "
+                              f"(the {plan.scheme} format rejects it)", f"{r.what} at "
+                              f"{expert}layer {plan.names.layer}, element {at}")
+
+
+# exponent field of the 16-bit floats: all ones is an infinity or a NaN
+_EXPONENT_BITS = {torch.bfloat16: 0x7F80, torch.float16: 0x7C00}
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    exp = _EXPONENT_BITS.get(t.dtype)
+    if exp is None:
+        return bool(torch.isfinite(t).all())
+    bits = t.contiguous().view(torch.int16).numpy()
+    return not ((bits & exp) == exp).any()
+
+
 def _read_piece(plan: Plan, name: str, decl: TensorDecl, want: list[int] | None, into=None):
     t = plan.folder.read(name, into=into)
     plan.consumed.add(name)
@@ -183,6 +263,7 @@ def _read_piece(plan: Plan, name: str, decl: TensorDecl, want: list[int] | None,
     if t.dtype not in decl.dtypes:
         raise CheckpointError(where, f"dtype {' or '.join(map(str, decl.dtypes))} "
                               f"({plan.config_note})", str(t.dtype))
+    _check_values(plan, name, decl.role, t)
     if want is not None and list(t.shape) != want:
         if t.numel() != math.prod(want):
             raise CheckpointError(where, f"shape {want} ({plan.config_note})",
@@ -217,8 +298,11 @@ def _stack(plan, target, decl, kind, axis, div, rows, shards) -> torch.Tensor:
         for v, (_s, ids, _) in zip(vals[1:], shards[1:], strict=True):
             if not torch.equal(v, vals[0]):
                 e = int((v != vals[0]).flatten(1).any(1).nonzero()[0])
-                raise CheckpointError(ids[experts[e]], f"the same {decl.role} as the gate "
-                                      "projection (vLLM keeps one per expert)", "another")
+                name = ids[experts[e]]
+                raise CheckpointError(f"{plan.folder.file_of(name).name}: {name}", f"the same "
+                                      f"{decl.role} as the gate projection (vLLM keeps one per "
+                                      f"expert; expert {experts[e]}, layer {plan.names.layer})",
+                                      "another")
         return vals[0]
     # "out": gate rows then up rows along `axis`
     want = _piece_shape(plan, decl, rows)
@@ -235,8 +319,9 @@ def _stack(plan, target, decl, kind, axis, div, rows, shards) -> torch.Tensor:
                 out = torch.empty([E, *full], dtype=t.dtype)
                 slot = out[i].narrow(axis, j * want[axis], want[axis])
             elif t.dtype != out.dtype:
-                raise CheckpointError(ids[e], f"dtype {out.dtype} like the other experts'",
-                                      str(t.dtype))
+                raise CheckpointError(f"{plan.folder.file_of(ids[e]).name}: {ids[e]}",
+                                      f"dtype {out.dtype} like the other experts' (expert {e}, "
+                                      f"layer {plan.names.layer})", str(t.dtype))
             if t is not slot:  # read elsewhere (a strided slot, a reshaped piece): copy it in
                 slot.copy_(t)
     return out
@@ -275,6 +360,7 @@ def _from_fused(plan: Plan, target: str, decl: TensorDecl, pieces) -> torch.Tens
     if t.dtype not in decl.dtypes:
         raise CheckpointError(where, f"dtype {' or '.join(map(str, decl.dtypes))} "
                               f"({plan.config_note})", str(t.dtype))
+    _check_values(plan, name, decl.role, t, first_expert=first)
     if list(t.shape) == want:
         return t
     if t.dim() == 3 == len(want) and list(t.shape) == [want[0], want[2], want[1]] \

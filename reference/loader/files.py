@@ -144,6 +144,17 @@ class ModelFolder:
             raise CheckpointError(f"{f.name}: {name}", "a tensor of the file",
                                   f"unreadable ({_reason(e)})") from None
 
+    def dtype(self, name: str) -> str:
+        """Tensor `name`'s dtype as its file's header names it ("BF16", "F8_E4M3", ...), read
+        without its data."""
+        f = self.file_of(name)
+        self._handle(f)  # safe_open validates the header first
+        header = self._header(f)[0]
+        if name not in header:
+            raise CheckpointError(f"{f.name}: {name}", "the tensor the index puts in this file",
+                                  "missing from the file")
+        return header[name]["dtype"]
+
     def read(self, name: str, index=None, into: torch.Tensor | None = None) -> torch.Tensor:
         """Tensor `name` (or its rows `index`, a `slice` along dim 0, e.g. experts of a fused
         tensor), read from its file; E8M0 is returned as its uint8 bit patterns.

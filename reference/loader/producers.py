@@ -1,9 +1,13 @@
 """Which producer wrote a model folder, and which moecert scheme and variant its experts are.
 
 The facts are data: `PRODUCERS` (a producer's `quant_method` and how its config reads),
-`RULES` (config fields -> scheme and checkpoint attributes, first match wins) and
-`FILE_SUFFIXES` (a producer's tensor suffix -> the moecert suffix of SPEC section 2).
-`detect` only flattens a config into fields and walks the rules.
+`RULES` (config fields -> scheme and checkpoint attributes, first match wins),
+`config_keys.CONFIG_KEYS` (every key each producer writes: read, checked to hold the one
+value moecert reads, or not read and why) and `FILE_SUFFIXES` (a producer's tensor suffix
+-> the moecert suffix of SPEC section 2). `detect` only flattens a config into fields
+(`flatten.py`), checks each key against `CONFIG_KEYS` and walks the rules. A config no rule
+reads is refused naming the key that differs from the nearest rule; a file is never read as
+another scheme.
 """
 
 from __future__ import annotations
@@ -13,57 +17,100 @@ from dataclasses import dataclass, field
 from ..errors import CheckpointError
 from ..schemes import (
     ACT_DYNAMIC_GROUP,
-    ACT_DYNAMIC_TENSOR,
-    ACT_DYNAMIC_TOKEN,
     ACT_MXFP8,
     ACT_NONE,
     ACT_NVFP4,
     ACT_STATIC_TENSOR,
+    FP8_BLOCK,
+    MX_BLOCK,
+    NVFP4_BLOCK,
     STRATEGY_BLOCK,
     STRATEGY_CHANNEL,
     STRATEGY_GROUP,
     STRATEGY_TENSOR,
 )
+from .config_keys import CONFIG_KEYS, DERIVED, STRUCTURE, UNUSED, Key, key_of
+from .flatten import Fields, flatten
 
 ANY = object()  # a rule field that matches any value, present or not
-ABSENT = None  # a rule field that must be missing (or null) in the config
+PRESENT = object()  # a rule field that must be present (and not null)
+ABSENT = None  # a rule field that must be missing (or null) in the config (flatten's too)
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """A rule field that matches any of `values` (ABSENT among them: may be missing)."""
+
+    values: tuple
+
+    def __repr__(self) -> str:
+        return " or ".join(map(repr, self.values))
 
 
 @dataclass(frozen=True)
 class Rule:
-    """Config fields (flattened, see `flatten_*`) -> a scheme and checkpoint attributes.
+    """Config fields (flattened, see `flatten.py`) -> a scheme and checkpoint attributes.
 
     `attrs` values (and `producer`) that are a field name in angle brackets
     ("<weights.group_size>") are read from the config; `unsupported` names a scheme moecert
-    recognises but cannot hold yet."""
+    recognises but cannot hold yet, and `key` the field whose value makes it so."""
 
     producer: str
     match: tuple[tuple[str, object], ...]
     scheme: str
     attrs: tuple[tuple[str, object], ...] = ()
     unsupported: str = ""
+    key: str = ""
+
+    @property
+    def method(self) -> str:
+        return dict(self.match)["quant_method"]
+
+    def reads(self) -> set[str]:
+        """The fields this rule reads: those it matches and those its attributes come from."""
+        refs = {v[1:-1] for _, v in self.attrs if isinstance(v, str) and v.startswith("<")}
+        if self.producer.startswith("<"):
+            refs.add(self.producer[1:-1])
+        return {k for k, _ in self.match} | refs
 
 
-def _r(producer, scheme, match, attrs=None, unsupported=""):
+def _r(producer, scheme, match, attrs=None, unsupported="", key=""):
     return Rule(producer, tuple(match.items()), scheme, tuple((attrs or {}).items()),
-                unsupported)
+                unsupported, key)
 
 
-# compressed-tensors (llm-compressor): config_groups.<g>.{weights, input_activations}, format
-_CT_ACT = {  # (input type, strategy, dynamic) -> activation mode
-    ("int", "token", True): ACT_DYNAMIC_TOKEN, ("int", "tensor", False): ACT_STATIC_TENSOR,
-    ("int", "tensor", True): ACT_DYNAMIC_TENSOR, ("float", "token", True): ACT_DYNAMIC_TOKEN,
-    ("float", "tensor", False): ACT_STATIC_TENSOR, ("float", "group", True): ACT_DYNAMIC_GROUP,
-}
-_CT_STRATEGY = {"tensor": STRATEGY_TENSOR, "channel": STRATEGY_CHANNEL, "group": STRATEGY_GROUP,
-                "block": STRATEGY_BLOCK, "tensor_group": STRATEGY_GROUP}
-_W4A16 = {"format": "pack-quantized", "weights.type": "int", "input": ABSENT}
-_INT = {"format": "int-quantized", "weights.type": "int", "weights.num_bits": 8}
-_FLOAT = {"format": "float-quantized", "weights.type": "float", "weights.num_bits": 8}
+# act order (g_idx) is read for the pack-quantized integer formats only
+_CT = {"quant_method": "compressed-tensors", "act_order": False}
+_W4A16 = {"quant_method": "compressed-tensors", "format": "pack-quantized",
+          "weights.type": "int", "weights.strategy": OneOf((STRATEGY_GROUP, STRATEGY_CHANNEL)),
+          "input": ABSENT}
+_INT = {**_CT, "format": "int-quantized", "weights.type": "int", "weights.num_bits": 8,
+        "weights.group_size": ABSENT}
+_FLOAT = {**_CT, "format": "float-quantized", "weights.type": "float", "weights.num_bits": 8,
+          "weights.group_size": ABSENT}
+# the weights of compressed-tensors' float-block presets: symmetric float groups of `block`
+_CT_FP_BLOCKS = {"weights.type": "float", "weights.strategy": STRATEGY_GROUP,
+                 "weights.symmetric": True}
+_CT_NVFP4 = {**_CT, "format": "nvfp4-pack-quantized", **_CT_FP_BLOCKS, "weights.num_bits": 4,
+             "weights.group_size": NVFP4_BLOCK}
+_CT_MXFP4 = {**_CT, "format": "mxfp4-pack-quantized", **_CT_FP_BLOCKS, "weights.num_bits": 4,
+             "weights.group_size": MX_BLOCK}
+_CT_MXFP8 = {**_CT, "format": "mxfp8-quantized", **_CT_FP_BLOCKS, "weights.num_bits": 8,
+             "weights.group_size": MX_BLOCK}
+# activations: NVFP4 (static global scale, e4m3 block scales per 16), MXFP8 (E8M0 per 32)
+_CT_IN_NVFP4 = {"input.type": "float", "input.num_bits": 4, "input.strategy": "tensor_group",
+                "input.group_size": NVFP4_BLOCK, "input.dynamic": "local"}
+_CT_IN_MX = {"input.type": "float", "input.strategy": "group", "input.group_size": MX_BLOCK,
+             "input.dynamic": True}
 
 # Quark's OCP MX weight spec (its OCP_MXSpec defaults): per_group 32 along in, E8M0 scales
-_QUARK_MX = {"quant_method": "quark", "weights.qscheme": "per_group", "weights.group_size": 32,
-             "weights.scale_format": "e8m0"}
+_STATIC_WEIGHTS = OneOf((False, ABSENT))
+_QUARK = {"quant_method": "quark", "weights.group_size": ABSENT, "weights.scale_format": ABSENT,
+          "weights.is_dynamic": _STATIC_WEIGHTS, "input.group_size": ABSENT,
+          "input.scale_format": ABSENT}
+_QUARK_MX = {"quant_method": "quark", "weights.qscheme": "per_group",
+             "weights.group_size": MX_BLOCK, "weights.scale_format": "e8m0",
+             "weights.is_dynamic": _STATIC_WEIGHTS}
 
 RULES: tuple[Rule, ...] = (
     _r("llm-compressor", "ct-int4", {**_W4A16, "weights.num_bits": 4},
@@ -73,32 +120,36 @@ RULES: tuple[Rule, ...] = (
        {"group_size": "<group_size>", "sym": "<weights.symmetric>",
         "checkpoint_format": "<ct_version>", "act_order": "<act_order>"}),
     # W4AFP8: int4 codes unpacked in int8 (int-quantized), symmetric, fp8 per-token inputs
-    _r("llm-compressor", "w4a8-fp8", {"format": "int-quantized", "weights.type": "int",
+    _r("llm-compressor", "w4a8-fp8", {**_CT, "format": "int-quantized", "weights.type": "int",
                                       "weights.num_bits": 4, "weights.symmetric": True,
-                                      "input.type": "float"},
+                                      "weights.strategy": STRATEGY_GROUP, "input.type": "float"},
        {"group_size": "<group_size>", "activation": "<activation>"}),
-    _r("llm-compressor", "w4afp8", {"format": ANY, "weights.type": "int", "weights.num_bits": 4,
-                                    "input.type": "float"},
-       unsupported="int4 weights with fp8 activations (W4AFP8) other than symmetric "
-                   "int-quantized"),
-    _r("llm-compressor", "int8-w8a8", {**_INT, "input.type": "int"},
+    _r("llm-compressor", "int8-w8a8", {**_INT, "weights.symmetric": True, "input.type": "int"},
        {"weight_strategy": "<weights.strategy>", "activation": "<activation>"}),
-    _r("llm-compressor", "int8-w8a16", {**_INT, "input": ABSENT},
+    _r("llm-compressor", "int8-w8a16", {**_INT, "weights.symmetric": True, "input": ABSENT},
        {"weight_strategy": "<weights.strategy>"}),
-    _r("llm-compressor", "fp8-w8a8", {**_FLOAT, "input.type": "float"},
+    _r("llm-compressor", "fp8-w8a8", {**_FLOAT, "weights.symmetric": True,
+                                      "input.type": "float"},
        {"weight_strategy": "<weights.strategy>", "activation": "<activation>"}),
-    _r("llm-compressor", "fp8-w8a16", {**_FLOAT, "input": ABSENT},
+    _r("llm-compressor", "fp8-w8a16", {**_FLOAT, "weights.symmetric": True, "input": ABSENT},
        {"weight_strategy": "<weights.strategy>"}),
-    _r("llm-compressor", "nvfp4", {"format": "nvfp4-pack-quantized", "input": ABSENT},
+    _r("llm-compressor", "nvfp4", {**_CT_NVFP4, "input": ABSENT},
        {"checkpoint_format": "ct", "activation": ACT_NONE}),
-    _r("llm-compressor", "nvfp4", {"format": "nvfp4-pack-quantized"},
+    _r("llm-compressor", "nvfp4", {**_CT_NVFP4, **_CT_IN_NVFP4},
        {"checkpoint_format": "ct", "activation": ACT_NVFP4}),
-    _r("llm-compressor", "mxfp4", {"format": "mxfp4-pack-quantized", "input": ABSENT},
-       {"activation": ACT_NONE}),
-    _r("llm-compressor", "mxfp4", {"format": "mxfp4-pack-quantized"}, {"activation": ACT_MXFP8}),
-    _r("llm-compressor", "mxfp8", {"format": "mxfp8-quantized", "input": ABSENT},
-       {"activation": ACT_NONE}),
-    _r("llm-compressor", "mxfp8", {"format": "mxfp8-quantized"}, {"activation": ACT_MXFP8}),
+    _r("llm-compressor", "mxfp4", {**_CT_MXFP4, "input": ABSENT}, {"activation": ACT_NONE}),
+    _r("llm-compressor", "mxfp4", {**_CT_MXFP4, **_CT_IN_MX, "input.num_bits": 8},
+       {"activation": ACT_MXFP8}),
+    # llm-compressor's MXFP4 preset (compressed-tensors 0.19 `MXFP4`) is W4A4: MXFP4
+    # activations, E8M0 per 32, dynamic. moecert has no MXFP4 activation mode (a reference
+    # rule, two backends, tolerances and mutants): refused, never read as W4A8 or W4A16
+    _r("llm-compressor", "mxfp4-w4a4", {**_CT_MXFP4, "input.num_bits": 4},
+       unsupported="MXFP4 activations (llm-compressor's MXFP4 preset, W4A4: input "
+                   "activations e2m1 with an E8M0 scale per 32); moecert reads MXFP4 weights "
+                   "with 16-bit or MXFP8 activations only", key="input.num_bits"),
+    _r("llm-compressor", "mxfp8", {**_CT_MXFP8, "input": ABSENT}, {"activation": ACT_NONE}),
+    _r("llm-compressor", "mxfp8", {**_CT_MXFP8, **_CT_IN_MX, "input.num_bits": 8},
+       {"activation": ACT_MXFP8}),
     # GPTQModel / AutoGPTQ: bits, group_size, desc_act, sym, checkpoint_format
     _r("<tool>", "gptq-int4", {"quant_method": "gptq", "bits": 4},
        {"group_size": "<group_size>", "sym": "<sym>", "checkpoint_format": "<gptq_format>",
@@ -106,38 +157,42 @@ RULES: tuple[Rule, ...] = (
     _r("<tool>", "gptq-int8", {"quant_method": "gptq", "bits": 8},
        {"group_size": "<group_size>", "sym": "<sym>", "checkpoint_format": "<gptq_format>",
         "act_order": "<act_order>"}),
-    # AutoAWQ / GPTQModel's awq: GEMM layout only
-    _r("<tool>", "awq-int4", {"quant_method": "awq", "bits": 4, "awq_version": "gemm"},
+    # AutoAWQ / GPTQModel's awq: GEMM layout only, no act order
+    _r("<tool>", "awq-int4", {"quant_method": "awq", "bits": 4, "awq_version": "gemm",
+                              "act_order": False},
        {"group_size": "<group_size>", "sym": "<awq_sym>", "checkpoint_format": "awq"}),
     # NVIDIA ModelOpt: quant_algo in hf_quant_config.json (or config.json)
-    _r("modelopt", "fp8-w8a8", {"quant_method": "modelopt", "quant_algo": "FP8"},
+    _r("modelopt", "fp8-w8a8", {"quant_method": "modelopt", "quant_algo": "FP8",
+                                "group_size": ABSENT},
        {"weight_strategy": STRATEGY_TENSOR, "activation": ACT_STATIC_TENSOR}),
-    _r("modelopt", "nvfp4", {"quant_method": "modelopt", "quant_algo": "NVFP4"},
+    _r("modelopt", "nvfp4", {"quant_method": "modelopt", "quant_algo": "NVFP4",
+                             "group_size": OneOf((NVFP4_BLOCK, ABSENT))},
        {"checkpoint_format": "modelopt", "activation": ACT_NVFP4}),
-    _r("modelopt", "mxfp8", {"quant_method": "modelopt", "quant_algo": "MXFP8"},
+    _r("modelopt", "mxfp8", {"quant_method": "modelopt", "quant_algo": "MXFP8",
+                             "group_size": OneOf((MX_BLOCK, ABSENT))},
        {"activation": ACT_MXFP8}),
     # AMD Quark: global_quant_config.{weight, input_tensors}
-    _r("quark", "int8-w8a8", {"quant_method": "quark", "weights.dtype": "int8",
-                              "input.dtype": "int8"},
+    _r("quark", "int8-w8a8", {**_QUARK, "weights.dtype": "int8", "input.dtype": "int8"},
        {"weight_strategy": "<weights.qscheme>", "activation": "<activation>"}),
-    _r("quark", "int8-w8a16", {"quant_method": "quark", "weights.dtype": "int8",
-                               "input": ABSENT},
+    _r("quark", "int8-w8a16", {**_QUARK, "weights.dtype": "int8", "input": ABSENT},
        {"weight_strategy": "<weights.qscheme>"}),
-    _r("quark", "fp8-w8a8", {"quant_method": "quark", "weights.dtype": "fp8_e4m3",
+    _r("quark", "fp8-w8a8", {**_QUARK, "weights.dtype": "fp8_e4m3",
                              "input.dtype": "fp8_e4m3"},
        {"weight_strategy": "<weights.qscheme>", "activation": "<activation>"}),
     # Quark OCP MX fp6 (OCP_MXFP6E2M3Spec / OCP_MXFP6E3M2Spec): blocks of 32 along in, E8M0
     # scales; weight-only holds; vLLM's W6A6 (fp6 inputs of the same spec) does not yet
     *(_r("quark", f"mxfp6-{el}", {**_QUARK_MX, "weights.dtype": f"fp6_{el}", "input": ABSENT},
          {"activation": ACT_NONE}) for el in ("e2m3", "e3m2")),
-    *(_r("quark", f"mxfp6-{el}", {**_QUARK_MX, "weights.dtype": f"fp6_{el}", "input": True},
+    *(_r("quark", f"mxfp6-{el}", {**_QUARK_MX, "weights.dtype": f"fp6_{el}", "input": PRESENT},
          unsupported="MXFP6 weights with quantized activations (vLLM's W6A6: MXFP6 "
-                     "activations of the same element)") for el in ("e2m3", "e3m2")),
+                     "activations of the same element)", key="input")
+      for el in ("e2m3", "e3m2")),
     # gpt-oss release: MXFP4 experts, 16-bit activations
     _r("gpt-oss", "mxfp4", {"quant_method": "mxfp4"}, {"activation": ACT_NONE}),
     # DeepSeek-V3 / Qwen3 FP8 releases: 128x128 blocks, dynamic 1x128 activation groups
-    _r("fp8-release", "fp8-w8a8", {"quant_method": "fp8", "weight_block_size": [128, 128],
-                           "activation_scheme": "dynamic"},
+    _r("fp8-release", "fp8-w8a8", {"quant_method": "fp8",
+                                   "weight_block_size": [FP8_BLOCK, FP8_BLOCK],
+                                   "activation_scheme": "dynamic"},
        {"weight_strategy": STRATEGY_BLOCK, "activation": ACT_DYNAMIC_GROUP}),
 )
 
@@ -169,13 +224,16 @@ def known() -> str:
 
 @dataclass
 class Detected:
-    """The scheme and checkpoint attributes of a folder's experts, and who wrote them."""
+    """The scheme and checkpoint attributes of a folder's experts, and who wrote them.
+    `not_read`: each config key written but not read ("<file>: <key path>" -> why)."""
 
     producer: str
     scheme: str
     attrs: dict = field(default_factory=dict)
     config_file: str = "config.json"
     config: dict = field(default_factory=dict)  # the quantization config as read
+    not_read: dict[str, str] = field(default_factory=dict)
+    rule: Rule | None = None
 
     @property
     def suffixes(self) -> dict[str, str]:
@@ -201,110 +259,116 @@ def detect(config: dict, hf_quant: dict | None, quantize_config: dict | None,
         return Detected("unquantized", weight_dtype, {}, config_file, {})
     if not isinstance(qc, dict):
         raise CheckpointError(source, "a JSON object", type(qc).__name__)
-    fields = _flatten(qc, source)
+    f = flatten(qc, source)
+    method = f.values.get("quant_method")
+    keys = CONFIG_KEYS.get(method, {})
+    for name, path in f.paths.items():  # the values moecert reads only one way
+        key = key_of(keys, name)
+        if key is not None and key.allowed is not None and not _one_of(f.raws[name],
+                                                                         key.allowed):
+            raise CheckpointError(f"{source}.{path}", f"{' or '.join(map(repr, key.allowed))} "
+                                  f"({key.why})", repr(f.raws[name]))
     for rule in RULES:
-        if all(_matches(fields.get(k, ABSENT), v) for k, v in rule.match):
+        if all(_matches(f.values.get(k, ABSENT), v) for k, v in rule.match):
             if rule.unsupported:
-                raise CheckpointError(source, f"a scheme moecert holds; this is {rule.unsupported}"
-                                      f", scheme {rule.scheme} not supported yet ({known()})",
-                                      f"scheme {rule.scheme}")
-            attrs = {k: _value(v, fields, source) for k, v in rule.attrs}
-            return Detected(_value(rule.producer, fields, source), rule.scheme, attrs,
-                            source.split(":")[0], qc)
-    method = fields.get("quant_method")
-    what = ", ".join(f"{k}={v!r}" for k, v in sorted(fields.items())
-                     if k in ("quant_method", "format", "bits", "quant_algo", "weights.num_bits",
-                              "weights.type", "weights.dtype", "input.type", "awq_version"))
-    if any(method in ms for ms in PRODUCERS.values()):  # a known producer, an unknown scheme
-        key = f"{source}.config_groups" if method == "compressed-tensors" else source
-        raise CheckpointError(key, f"a {method} scheme moecert knows ({known()})", what)
-    raise CheckpointError(f"{source}.quant_method", known(), what or "no quant_method")
+                raise CheckpointError(f"{source}.{f.path(rule.key)}", "a scheme moecert holds; "
+                                      f"this is {rule.unsupported}, scheme {rule.scheme} not "
+                                      f"supported yet ({known()})", f"scheme {rule.scheme}")
+            attrs = {k: _value(v, f, source) for k, v in rule.attrs}
+            return Detected(_value(rule.producer, f, source), rule.scheme, attrs,
+                            source.split(":")[0], qc, _not_read(f, rule, keys, source), rule)
+    _refuse(f, source, method)
+
+
+def _one_of(value, allowed) -> bool:
+    # True == 1 in Python: a bool and an int are different values in a config
+    return any(type(value) is type(a) and value == a for a in allowed)
+
+
+def _refuse(f: Fields, source: str, method) -> None:
+    """No rule reads the config: name the field the nearest rule of the producer wants
+    otherwise (or the quant_method, for an unknown producer)."""
+    rules = [r for r in RULES if r.method == method and not r.unsupported]
+    if not rules:
+        what = ", ".join(f"{k}={v!r}" for k, v in sorted(f.values.items())
+                         if k in ("quant_method", "format", "bits", "quant_algo")
+                         and not isinstance(v, dict))
+        raise CheckpointError(f"{source}.quant_method", known(), what or "no quant_method")
+
+    def misses(r: Rule) -> list[tuple[str, object]]:
+        return [(k, v) for k, v in r.match if not _matches(f.values.get(k, ABSENT), v)]
+
+    # fewest fields differ; on a tie, a rule of the config's own format or algorithm, and
+    # one that names a key over one that wants the whole input section gone
+    nearest = min(rules, key=lambda r: (len(misses(r)), any(
+        k in ("format", "quant_algo", "bits") for k, _ in misses(r)),
+        any(k == "input" for k, _ in misses(r))))
+    k = misses(nearest)[0][0]
+    wanted = " / ".join(dict.fromkeys(
+        repr(dict(r.match)[k]) for r in rules if len(misses(r)) == len(misses(nearest))
+        and k in dict(r.match)))
+    raise CheckpointError(f"{source}.{_field_path(f, k)}", f"{wanted} (the nearest {method} "
+                          f"scheme moecert reads is {nearest.scheme}; {known()})",
+                          _found(f, k))
+
+
+def _field_path(f: Fields, k: str) -> str:
+    if k == "activation" or (k not in f.paths and k.startswith("input")):
+        return f.path("input")
+    return f.path(k)
+
+
+def _found(f: Fields, k: str) -> str:
+    if k in DERIVED:  # every source as written
+        return ", ".join(f"{f.paths[s]}={f.raws[s]!r}" for s in DERIVED[k] if s in f.paths) \
+            or "missing"
+    return repr(f.values.get(k, ABSENT)) if k in f.values else "missing"
+
+
+def _not_read(f: Fields, rule: Rule, keys: dict[str, Key], source: str) -> dict[str, str]:
+    """Each config key written but not read by `rule`, and why (docs/checkpoints.md)."""
+    reads = set(STRUCTURE)
+    for name in rule.reads():
+        reads.add(name)
+        reads.update(DERIVED.get(name, ()))
+        if name.startswith("input."):  # a rule that reads an input key reads the section
+            reads.update(DERIVED["input"])
+    out = {}
+    for name, path in f.paths.items():
+        key = key_of(keys, name)
+        if key is None:
+            out[f"{source}.{path}"] = "a key this reader does not know: not read"
+        elif not key.read:
+            out[f"{source}.{path}"] = key.why
+        elif key.allowed is None and name not in reads and f.raws[name] is not None:
+            # a key a rule should read but does not is a gap of the rules (a test holds
+            # that none is left); one read for some schemes only says so
+            out[f"{source}.{path}"] = (f"{key.why}: read for {', '.join(key.only_for)} only"
+                                       if key.only_for else f"{UNUSED}: {rule.scheme}")
+    return out
 
 
 def _matches(found, want) -> bool:
-    return want is ANY or found == want
+    if want is ANY:
+        return True
+    if isinstance(want, OneOf):
+        return any(_matches(found, w) for w in want.values)
+    if want is PRESENT:
+        return found is not ABSENT
+    return _one_of(found, (want,))
 
 
-def _value(v, fields: dict, source: str):
+def _value(v, f: Fields, source: str):
     if not (isinstance(v, str) and v.startswith("<")):
         return v
     key = v[1:-1]
-    if fields.get(key, ABSENT) is ABSENT:
-        raise CheckpointError(f"{source}.{key}", "a value", "missing")
-    return fields[key]
+    if f.values.get(key, ABSENT) is ABSENT:
+        if key == "activation":
+            raise CheckpointError(f"{source}.{_field_path(f, key)}", "an activation "
+                                  "quantization moecert reads (dynamic per-token, static or "
+                                  "dynamic per-tensor, dynamic 1x128 fp8 groups)",
+                                  _found(f, key))
+        raise CheckpointError(f"{source}.{f.path(key)}", "a value moecert reads",
+                              _found(f, key) if key in f.values else "missing")
+    return f.values[key]
 
-
-# --- flattening each producer's config into rule fields ---------------------------------------
-
-def _flatten(qc: dict, source: str) -> dict:
-    method = qc.get("quant_method")
-    flat = {k: v for k, v in qc.items() if not isinstance(v, dict)}
-    if method == "compressed-tensors":
-        flat.update(_flatten_ct(qc, source))
-    elif method == "quark":
-        flat.update(_flatten_quark(qc, source))
-    elif method in ("gptq", "awq"):
-        fmt = qc.get("checkpoint_format") or qc.get("format") or "gptq"
-        flat["gptq_format"] = "gptq_v2" if fmt == "gptq_v2" else "gptq"
-        flat["awq_version"] = str(qc.get("version") or qc.get("format") or "gemm").lower()
-        flat["awq_sym"] = not qc.get("zero_point", True)
-        flat["sym"] = qc.get("sym", True)
-        flat["act_order"] = bool(qc.get("desc_act", False))  # else g_idx, if written, is k // g
-        flat["group_size"] = qc.get("group_size", -1)
-        quantizer = " ".join((qc.get("meta") or {}).get("quantizer") or [])
-        flat["tool"] = "gptqmodel" if "gptqmodel" in quantizer else \
-            "autogptq" if method == "gptq" else "autoawq"
-    return flat
-
-
-def _flatten_ct(qc: dict, source: str) -> dict:
-    """The one config group that targets the experts' Linear layers."""
-    groups = qc.get("config_groups") or {}
-    linear = [g for g in groups.values() if "Linear" in (g.get("targets") or [])] or \
-        list(groups.values())
-    if len(linear) != 1:
-        raise CheckpointError(f"{source}.config_groups", "one config group targeting Linear",
-                              f"{len(linear)} groups")
-    g = linear[0]
-    w, a = g.get("weights") or {}, g.get("input_activations")
-    flat = {"format": g.get("format") or qc.get("format")}
-    flat.update({f"weights.{k}": v for k, v in w.items() if not isinstance(v, dict)})
-    strategy = w.get("strategy")
-    flat["weights.strategy"] = _CT_STRATEGY.get(strategy, strategy)
-    flat["group_size"] = w.get("group_size") if strategy in ("group", "tensor_group") else -1
-    version = str(qc.get("version") or "0.18")
-    flat["ct_version"] = "ct-0.17" if _version(version) < (0, 18) else "ct-0.18"
-    # "group" (alias "dynamic") stores weight_g_idx; "weight" (alias "static") reorders the
-    # columns at quantization time and stores none
-    flat["act_order"] = w.get("actorder") in ("group", "dynamic")
-    if a:
-        flat.update({f"input.{k}": v for k, v in a.items() if not isinstance(v, dict)})
-        flat["input"] = True
-        flat["activation"] = _CT_ACT.get((a.get("type"), a.get("strategy"),
-                                          bool(a.get("dynamic"))), ABSENT)
-    return flat
-
-
-def _flatten_quark(qc: dict, source: str) -> dict:
-    g = qc.get("global_quant_config") or {}
-    w, a = g.get("weight") or {}, g.get("input_tensors")
-    if isinstance(w, list):
-        w = w[0] if w else {}
-    flat = {f"weights.{k}": v for k, v in w.items() if not isinstance(v, dict)}
-    flat["weights.qscheme"] = {"per_tensor": STRATEGY_TENSOR, "per_channel": STRATEGY_CHANNEL
-                               }.get(w.get("qscheme"), w.get("qscheme"))
-    if a:
-        flat.update({f"input.{k}": v for k, v in a.items() if not isinstance(v, dict)})
-        flat["input"] = True
-        mode = {("per_tensor", False): ACT_STATIC_TENSOR, ("per_tensor", True): ACT_DYNAMIC_TENSOR,
-                ("per_token", True): ACT_DYNAMIC_TOKEN, ("per_channel", True): ACT_DYNAMIC_TOKEN}
-        flat["activation"] = mode.get((a.get("qscheme"), bool(a.get("is_dynamic"))), ABSENT)
-    return flat
-
-
-def _version(v: str) -> tuple[int, ...]:
-    out = []
-    for part in v.split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit())
-        out.append(int(digits or 0))
-    return tuple(out)

@@ -124,7 +124,10 @@ def ct_config(num_bits=4, group_size=32, symmetric=True, actorder=None, fmt="pac
                 "output_activations": None,
                 "weights": {"num_bits": num_bits, "type": wtype, "symmetric": symmetric,
                             "strategy": strategy,
-                            "group_size": group_size if strategy == "group" else None,
+                            "group_size": group_size if strategy in ("group", "tensor_group")
+                            else None,
+                            # llm-compressor writes the block shape of the block strategy
+                            "block_structure": [128, 128] if strategy == "block" else None,
                             "actorder": actorder, "dynamic": False, "observer": "minmax"}}},
             "ignore": ["lm_head", "re:.*mlp.gate$"]}
 

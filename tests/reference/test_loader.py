@@ -129,7 +129,7 @@ def test_a_layer_without_experts_is_one_error(tmp_path):
 
 def _int_input(strategy="token", dynamic=True, type_="int"):
     return {"num_bits": 8, "type": type_, "symmetric": True, "strategy": strategy,
-            "dynamic": dynamic}
+            "dynamic": dynamic, "group_size": 128 if strategy == "group" else None}
 
 
 QUARK_INT8 = {"dtype": "int8", "qscheme": "per_tensor", "ch_axis": None, "symmetric": True,
@@ -268,7 +268,11 @@ def producer_folder(tmp_path, case, seed=0):
         hf_quant = {"hf_quant_config.json": {
             "producer": {"name": "modelopt", "version": "0.47.0"},
             "quantization": {"quant_algo": opt["hf_quant"], "kv_cache_quant_algo": None,
-                             "group_size": 16, "exclude_modules": ["lm_head"]}}}
+                             "exclude_modules": ["lm_head"]}}}
+        # ModelOpt writes the block size of its block formats (NVFP4 16, MXFP8 32)
+        group = {"NVFP4": 16, "MXFP8": 32}.get(opt["hf_quant"])
+        if group:
+            hf_quant["hf_quant_config.json"]["quantization"]["group_size"] = group
     folder = mf.write_folder(tmp_path / case, config, {**mf.model_extras(K), **extras, **files},
                              extra_files=hf_quant)
     return P, ckpt, folder
@@ -407,14 +411,15 @@ def test_dtype_disagreeing_with_config(tmp_path):
     ({"quant_method": "bitsandbytes", "load_in_4bit": True},
      r"quantization_config\.quant_method: expected quant_method one of .*awq.*"
      r"compressed-tensors.*schemes .*ct-int4.*, found .*'bitsandbytes'"),
-    (mf.ct_config(3, 32), r"quantization_config.config_groups: expected a compressed-tensors "
-     r"scheme moecert knows \(quant_method one of .*found .*weights.num_bits=3"),
+    (mf.ct_config(3, 32), r"quantization_config.config_groups.group_0.weights.num_bits: "
+     r"expected 4 / 8 \(the nearest compressed-tensors scheme moecert reads is ct-int4.*found 3"),
     # W4AFP8 is w4a8-fp8 when symmetric (the preset); asymmetric has no scheme
     (mf.ct_config(4, 32, symmetric=False, fmt="int-quantized",
                   input_activations=_int_input(type_="float")),
-     r"scheme w4afp8 not supported yet"),
+     r"config_groups.group_0.weights.symmetric: expected True \(the nearest compressed-tensors "
+     r"scheme moecert reads is w4a8-fp8.*found False"),
     ({"quant_method": "awq", "bits": 4, "group_size": 32, "version": "gemv"},
-     r"awq_version='gemv'"),
+     r"quantization_config.version: expected 'gemm'.*is awq-int4.*found version='gemv'"),
 ])
 def test_unknown_quantization_is_one_error_listing_what_is_known(tmp_path, qc, match):
     ckpt, _ = ct_w4a16()
