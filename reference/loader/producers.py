@@ -119,10 +119,13 @@ RULES: tuple[Rule, ...] = (
     _r("llm-compressor", "ct-int8", {**_W4A16, "weights.num_bits": 8},
        {"group_size": "<group_size>", "sym": "<weights.symmetric>",
         "checkpoint_format": "<ct_version>", "act_order": "<act_order>"}),
-    # W4AFP8: int4 codes unpacked in int8 (int-quantized), symmetric, fp8 per-token inputs
+    # W4AFP8: int4 codes unpacked in int8 (int-quantized), symmetric, fp8 per-token inputs;
+    # groups along K or one group (channel), as for W4A16 (issue 30 item 1)
     _r("llm-compressor", "w4a8-fp8", {**_CT, "format": "int-quantized", "weights.type": "int",
                                       "weights.num_bits": 4, "weights.symmetric": True,
-                                      "weights.strategy": STRATEGY_GROUP, "input.type": "float"},
+                                      "weights.strategy": OneOf((STRATEGY_GROUP,
+                                                                 STRATEGY_CHANNEL)),
+                                      "input.type": "float"},
        {"group_size": "<group_size>", "activation": "<activation>"}),
     _r("llm-compressor", "int8-w8a8", {**_INT, "weights.symmetric": True, "input.type": "int"},
        {"weight_strategy": "<weights.strategy>", "activation": "<activation>"}),
