@@ -27,7 +27,7 @@ from .layouts import read_linear
 from .layouts.check import check_tensors
 from .problem import MoEProblem
 from .quantize import (
-    nvfp4_multiplier,
+    nvfp4_activation_scales,
     qdq_mxfp8,
     qdq_nvfp4,
     qdq_per_group,
@@ -59,9 +59,9 @@ def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.
 
     The scaled modes quantize to the scheme's activation element (int8 or e4m3). Static
     per-tensor scales are the maximum of the checkpoint's per-expert input scales, one scale
-    for every expert, as engines collapse them at load time. NVFP4: the input scale is the
-    maximum over experts (and w1 / w3 shards) of the scales read as multipliers (a
-    compressed-tensors input_global_scale is the reciprocal), the global scale its reciprocal.
+    for every expert, as engines collapse them at load time. NVFP4: the global scale and the
+    GEMM's multiplier as the record's convention reads the stored scales
+    (`nvfp4_activation_scales`), shards included.
     """
     mode = ckpt.activation
     element = ckpt.info.activation_element
@@ -78,8 +78,9 @@ def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.
     if mode == ACT_MXFP8:
         return qdq_mxfp8(t, ckpt.mx_scale_rule)
     if mode == ACT_NVFP4:
-        scale = nvfp4_multiplier(read_input_scale(ckpt, which), ckpt.record.global_scale)
-        return qdq_nvfp4(t, 1.0 / scale.max())
+        g, alpha = nvfp4_activation_scales(read_input_scale(ckpt, which),
+                                           ckpt.record.global_scale)
+        return qdq_nvfp4(t, g, alpha)
     raise CheckpointError("checkpoint.activation", "a known activation mode", repr(mode))
 
 
