@@ -25,10 +25,11 @@ CHECKPOINTS = FIXTURES / "checkpoints"
 MANIFEST = json.loads((CHECKPOINTS / "MANIFEST.json").read_text())["fixtures"]
 
 # Size budget: each fixture well under 1 MB, each expectation file small, the set a few MB
-# (measured 2026-11-26: largest fixture 724 KB, largest expectation 394 KB, all 10.4 MB).
+# (measured 2026-11-26: largest fixture 724 KB, largest expectation 394 KB, all 10.4 MB;
+# 2026-11-28: 12.43 MB with issue 30's three one-layer ModelOpt NVFP4 fixtures, 440 KB).
 MAX_FIXTURE_BYTES = 800_000
 MAX_EXPECTED_BYTES = 400_000
-MAX_TOTAL_BYTES = 12_000_000
+MAX_TOTAL_BYTES = 12_600_000
 
 PRODUCERS = {"llm-compressor": "llmcompressor", "modelopt": "nvidia-modelopt",
              "quark": "amd-quark", "gptqmodel": "gptqmodel", "moecert": None}
