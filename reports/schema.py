@@ -26,13 +26,15 @@ import pandas as pd
 # Bumped whenever a column is added, removed, renamed or changes meaning: `load` reads the
 # older versions MIGRATIONS names (their columns renamed) and refuses any other rather than
 # guessing.
-SCHEMA_VERSION = 6
-# 6 (this release, from 5): the model columns (model, model_path, model_layer, producer,
+SCHEMA_VERSION = 7
+# 7 (this release, from 6): `regime`, the regime the row's inputs were drawn in
+# (conformance/harness/inputs.py); a version 6 file reads with it empty.
+# 6 (from 5): the model columns (model, model_path, model_layer, producer,
 # tensors_sha256), `numerics` (what a backend declares it computes),
 # Older versions `load` still reads: {version: {old column: new column}}. 6 renamed
 # `headroom` (error / threshold, bigger is worse) to `used`, added `imports` and
 # `error_profile`, and the status "oversize".
-MIGRATIONS = {5: {"headroom": "used"}}
+MIGRATIONS = {5: {"headroom": "used"}, 6: {}}
 # The key under which Parquet metadata and the journal's header line carry the version.
 VERSION_KEY = "moecert_schema_version"
 
@@ -85,6 +87,11 @@ COLUMN_DTYPES = {
     # scheme (the backend's numerics, e.g. "activation=dynamic-token, weight_scale_dtype=
     # bfloat16"); the case was judged against that reading of the checkpoint; "" for none
     "numerics": _STR,
+    # the regime the row's hidden states were drawn in (conformance/harness/inputs.py): for a
+    # model folder's layer with static input scales "calibrated" (GEMM1's input amax 0.9x its
+    # calibrated amax) or, the saturation check's row, "saturated" (4x); "given" for
+    # `--inputs` hidden states; "" for synthesized checkpoints and layers without static scales
+    "regime": _STR,
     "check": _CAT, "status": STATUS_DTYPE, "claimed": _BOOL,
     **{m: _FLOAT for m in METRICS},
     "tolerance": _STR,
