@@ -340,8 +340,11 @@ def regime_note(run: CaseRun, regime: str, inputs: Inputs) -> str:
         parts.append(f"{gemm} input amax {share:.2f}x its calibrated {top:.3g}")
         if share > 1:
             over.append(gemm)
-    state = (f"{' and '.join(over)} beyond the calibrated range: saturation judged" if over
-             else "within the calibrated ranges")
+    if regime == SATURATED:
+        state = f"{' and '.join(over) or 'nothing'} beyond the calibrated range: saturation judged"
+    else:
+        state = (f"{' and '.join(over)} beyond its calibrated range (its codes saturate)"
+                 if over else "within the calibrated ranges")
     return f"inputs {regime}: {', '.join(parts)}; {state}"
 
 
