@@ -135,7 +135,7 @@ def test_dtypes_are_fixed_whatever_the_mix_of_files(tmp_path, synthetic):
     ("garbage", "not a readable Parquet file (truncated or corrupt?)"),
     ("old-schema", "these results carry no schema version"),
     ("old-journal", "this journal has no schema version on its first line; this moecert reads "
-                    "schema version 6"),
+                    "schema version 7"),
     ("empty", "no result rows"),
 ])
 def test_unreadable_results_are_one_line_and_exit_2(tmp_path, synthetic, capsys, damage, says):
