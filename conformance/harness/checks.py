@@ -131,7 +131,7 @@ def check_accuracy(run: CaseRun) -> Outcome:
     what = "against the float64 reference"
     if run.numerics:
         what += f" of the declared reading ({describe_numerics(run.numerics)})"
-    if run.regime in (CALIBRATED, GIVEN):
+    if run.regime in (CALIBRATED, GIVEN) and layer_calibrated_amax(run.case) is not None:
         what += f"; {regime_note(run, run.regime, run.inputs)}"
     outcome = judged(run.judge(run.output, expected), what)
     if outcome.status == "fail":  # where the error sits, for the report's picture
