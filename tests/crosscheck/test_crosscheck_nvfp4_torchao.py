@@ -224,8 +224,9 @@ def test_qdq_nvfp4_activations(calibration, xc_counts):
     """A static input_scale from a calibration amax (1.25x or 0.8x this batch's amax: the
     latter saturates block scales at 448 and elements at 6 in both). Ours with
     g = 1 / input_scale (in float32) and the multiplier input_scale equals torchao's
-    dequantized values to float32 rounding, except in blocks where torchao's float32 block scale or 2^-6 floor gives another e4m3 value, and at
-    elements whose float32 value crosses an e2m1 tie (one step)."""
+    dequantized values to float32 rounding, except in blocks where torchao's float32 block
+    scale or 2^-6 floor gives another e4m3 value, and at elements whose float32 value crosses
+    an e2m1 tie (one step)."""
     gen = torch.Generator().manual_seed(7)
     x = random_blocks(gen, (1, 64, 512), -12, 0, F32, block=16)
     pts = per_tensor_amax_to_scale(x.abs().amax() * calibration)
