@@ -18,9 +18,11 @@ Quantize-dequantize modes, on float32 [rows, cols], to the scheme's activation e
     static-tensor   s given (one scale for every expert)
     mxfp8           per 32 columns an E8M0 scale 2^e (rule floor / even / ceil / rceil), E4M3
                     elements rounded to nearest even, saturating at 448
-    nvfp4           static input scale s, global scale g = 1 / s: per 16 columns an e4m3
-                    block scale bs = e4m3(amax / 6 * g) (saturating at 448), elements e2m1
-                    (nearest even, saturating at 6) of x / (bs / g), times bs / g
+    nvfp4           the quantizer's global scale g and the GEMM's multiplier alpha (convert.py
+                    reads both from the input scales by the record's convention): per 16
+                    columns an e4m3 block scale bs = e4m3(g * (amax * (1/6))) (saturating
+                    at 448), elements e2m1 (nearest even, saturating at 6) of
+                    x * (1 / (bs * (1/g))), times bs * alpha; float32 in vLLM's order
 int8 rounding is half to even (torch.round), codes clamped to [-128, 127]; e4m3 is the cast
 of t / s clamped to +-448 (round to nearest even, saturating).
 """
@@ -188,31 +190,37 @@ def round_e2m1(v: torch.Tensor) -> torch.Tensor:
     return torch.copysign(q, v)
 
 
-def quantize_nvfp4(t: torch.Tensor, input_scale: torch.Tensor):
-    """NVFP4 activations along the last dimension (a multiple of 16), global scale
-    g = 1 / input_scale: (e2m1 values [..., cols/16, 16], e4m3 block scales bs as float32
-    [..., cols/16, 1], the step bs / g per block). The value is e2m1 * step."""
-    g = 1.0 / input_scale.to(torch.float32)
-    blocks = t.unflatten(-1, (-1, NVFP4_BLOCK))
+def quantize_nvfp4(t: torch.Tensor, global_scale: torch.Tensor):
+    """NVFP4 activations along the last dimension (a multiple of 16) with the quantizer's
+    global scale g (float32 [1], convert.py's `a13_global` / `a2_global`), in the order of
+    vLLM's / FlashInfer's `scaled_fp4_quant`, float32 throughout: bs = e4m3(g * (amax *
+    (1/6))), factor = 1 / (bs * (1/g)), codes e2m1(t * factor). Returns (e2m1 values
+    [..., cols/16, 16], e4m3 block scales bs as float32 [..., cols/16, 1]); the value is
+    e2m1 * bs * alpha (alpha: the GEMM's multiplier, `a13_scale` / `a2_scale`)."""
+    g = global_scale.to(torch.float32)
+    blocks = t.to(torch.float32).unflatten(-1, (-1, NVFP4_BLOCK))
     amax = blocks.abs().amax(-1, keepdim=True)
-    bs = (amax / F4E2M1_MAX * g).clamp(max=F8E4M3_MAX).to(torch.float8_e4m3fn).to(torch.float32)
-    step = bs / g
-    safe = torch.where(step > 0, step, torch.ones_like(step))
-    q = torch.where(step > 0, round_e2m1(blocks / safe), torch.zeros_like(blocks))
-    return q, bs, step
+    sixth = torch.tensor(1.0 / F4E2M1_MAX, dtype=torch.float32, device=t.device)
+    bs = (g * (amax * sixth)).clamp(max=F8E4M3_MAX).to(torch.float8_e4m3fn).to(torch.float32)
+    safe = torch.where(bs > 0, bs, torch.ones_like(bs))
+    factor = torch.where(bs > 0, 1.0 / (safe * (1.0 / g)), torch.zeros_like(bs))
+    return round_e2m1(blocks * factor), bs
 
 
-def qdq_nvfp4(t: torch.Tensor, input_scale: torch.Tensor) -> torch.Tensor:
-    """NVFP4 quantize-dequantize along the last dimension (a multiple of 16), global scale
-    1 / input_scale."""
-    q, _, step = quantize_nvfp4(t, input_scale)
-    return (q * step).flatten(-2)
+def qdq_nvfp4(t: torch.Tensor, global_scale: torch.Tensor, alpha: torch.Tensor
+              ) -> torch.Tensor:
+    """NVFP4 quantize-dequantize along the last dimension (a multiple of 16): codes and block
+    scales from `quantize_nvfp4` with global scale g, times bs * alpha."""
+    q, bs = quantize_nvfp4(t, global_scale)
+    return (q * (bs * alpha.to(torch.float32))).flatten(-2)
 
 
 def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor | None = None,
-                        mx_rule: str = "floor", element: str = "int8") -> torch.Tensor:
+                        mx_rule: str = "floor", element: str = "int8",
+                        global_scale: torch.Tensor | None = None) -> torch.Tensor:
     """q1 / q2: the mode's quantize-dequantize of float32 `t` [rows, cols] to `element`
-    (the scheme's activation_element) for the scaled modes."""
+    (the scheme's activation_element) for the scaled modes; NVFP4 takes the quantizer's
+    `global_scale` g and `static_scale` as the GEMM's multiplier alpha."""
     if mode == ACT_NONE:
         return t
     if mode in (ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR):
@@ -227,7 +235,9 @@ def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor |
     if mode == ACT_MXFP8:
         return qdq_mxfp8(t, mx_rule)
     if mode == ACT_NVFP4:
-        return qdq_nvfp4(t, static_scale)
+        if global_scale is None:
+            raise ValueError("NVFP4 activations need the quantizer's global scale")
+        return qdq_nvfp4(t, global_scale, static_scale)
     raise ValueError(f"unknown activation quantization mode {mode!r}")
 
 

@@ -26,8 +26,12 @@ w2: out = K, in = N):
               global multipliers (G = 2 for w13 shards: rows o < out/2 take column 0, else 1;
               a compressed-tensors global scale is stored as its reciprocal and inverted here)
               W[e, o, k] = e2m1(w) * s[e, o, k // 16] * gs[e, o // (out / G)]
-  a13_scale / a2_scale float32 [1]: max over experts of the static input scales (NVFP4: of
-              the scales as multipliers, shards included)
+  a13_scale / a2_scale float32 [1]: max over experts of the static input scales (NVFP4: the
+              GEMM's multiplier alpha, shards included)
+  a13_global / a2_global float32 [1]: NVFP4 only, the activation quantizer's global scale g;
+              both read by the format record's global_scale convention (ModelOpt input_scale
+              s: g = fp32(1 / max s), alpha = max s; compressed-tensors input_global_scale
+              g: g = min g, alpha = 1 / g)
   w13_bias float32 [E, w13_rows], w2_bias float32 [E, K]
 
 Every check that can fail runs before the layer is modified, so a rejected checkpoint leaves
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import torch
 from moecert.reference.schemes import (
+    ACT_NVFP4,
     FP8_BLOCK,
     STATIC_INPUT_MODES,
     STRATEGY_BLOCK,
@@ -488,15 +493,25 @@ def _convert_input_scales(layer: MoELayer) -> dict[str, torch.Tensor]:
     q = layer.quant
     if q.activation not in STATIC_INPUT_MODES:
         return {}
+    nvfp4 = q.activation == ACT_NVFP4
     out = {}
-    for p, a in (("w13", "a13_scale"), ("w2", "a2_scale")):
+    for p, a in (("w13", "a13"), ("w2", "a2")):
         name = input_scale_name(q, p)
         s = layer.get(name).to(torch.float32)
         _check_scales(name, s)
-        if scheme_format(q).global_scale == "divide":  # compressed-tensors: 1 / scale
-            s = 1.0 / s
-        # engines collapse per-expert (and per-shard) static scales to one (the max) at load
-        out[a] = s.max().reshape(1)
+        # engines collapse per-expert (and per-shard) static scales to one at load time
+        if nvfp4 and scheme_format(q).global_scale == "divide":
+            # compressed-tensors input_global_scale g: the quantizer takes min g as stored,
+            # the GEMM multiplies by its reciprocal (vLLM's compressed-tensors NVFP4 MoE)
+            g = s.min().reshape(1)
+            out[f"{a}_global"], out[f"{a}_scale"] = g, 1.0 / g
+        elif nvfp4:
+            # ModelOpt input_scale s: the GEMM multiplies by max s, the quantizer takes the
+            # float32 reciprocal (vLLM's ModelOpt NVFP4 MoE: (1 / input_scale).to(float32))
+            top = s.max().reshape(1)
+            out[f"{a}_global"], out[f"{a}_scale"] = 1.0 / top, top
+        else:
+            out[f"{a}_scale"] = s.max().reshape(1)
     return out
 
 

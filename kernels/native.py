@@ -143,8 +143,10 @@ class TorchBackend(BaseBackend):
                  static: torch.Tensor | None) -> torch.Tensor:
         """q1 (`which` "w13") or q2 ("w2") of float32 `t`, quantized and dequantized."""
         quant = layer.quant
+        a = "a13" if which == "w13" else "a2"
+        g = layer.get(f"{a}_global") if layer.has(f"{a}_global") else None
         return quantize_activation(t, quant.activation, static, quant.mx_scale_rule,
-                                   quant.info.activation_element)
+                                   quant.info.activation_element, global_scale=g)
 
     def gemm1(self, layer: MoELayer, xq: torch.Tensor, x: torch.Tensor, rows: torch.Tensor,
               w: torch.Tensor, b13: torch.Tensor | None) -> torch.Tensor:

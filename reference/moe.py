@@ -27,7 +27,8 @@ from .layouts import read_linear
 from .layouts.check import check_tensors
 from .problem import MoEProblem
 from .quantize import (
-    nvfp4_multiplier,
+    NVFP4_RANGE,
+    nvfp4_activation_scales,
     qdq_mxfp8,
     qdq_nvfp4,
     qdq_per_group,
@@ -38,10 +39,12 @@ from .schemes import (
     ACT_DYNAMIC_GROUP,
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
+    ACT_ELEMENT_MAX,
     ACT_MXFP8,
     ACT_NONE,
     ACT_NVFP4,
     ACT_STATIC_TENSOR,
+    STATIC_INPUT_MODES,
 )
 
 # float64 weights dequantized at once; 64 MiB measured fastest on the CPU (2 cores: Qwen3-30B
@@ -59,9 +62,9 @@ def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.
 
     The scaled modes quantize to the scheme's activation element (int8 or e4m3). Static
     per-tensor scales are the maximum of the checkpoint's per-expert input scales, one scale
-    for every expert, as engines collapse them at load time. NVFP4: the input scale is the
-    maximum over experts (and w1 / w3 shards) of the scales read as multipliers (a
-    compressed-tensors input_global_scale is the reciprocal), the global scale its reciprocal.
+    for every expert, as engines collapse them at load time. NVFP4: the global scale and the
+    GEMM's multiplier as the record's convention reads the stored scales
+    (`nvfp4_activation_scales`), shards included.
     """
     mode = ckpt.activation
     element = ckpt.info.activation_element
@@ -78,15 +81,34 @@ def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.
     if mode == ACT_MXFP8:
         return qdq_mxfp8(t, ckpt.mx_scale_rule)
     if mode == ACT_NVFP4:
-        scale = nvfp4_multiplier(read_input_scale(ckpt, which), ckpt.record.global_scale)
-        return qdq_nvfp4(t, 1.0 / scale.max())
+        g, alpha = nvfp4_activation_scales(read_input_scale(ckpt, which),
+                                           ckpt.record.global_scale)
+        return qdq_nvfp4(t, g, alpha)
     raise CheckpointError("checkpoint.activation", "a known activation mode", repr(mode))
+
+
+def calibrated_amax(ckpt: Checkpoint, which: str) -> float | None:
+    """The largest input GEMM `which` ("w13" or "w2") was calibrated for, from the static
+    input scales (None for a checkpoint without them): static per-tensor s * the element's
+    largest value (int8 127, e4m3 448); NVFP4 the GEMM's multiplier alpha (the scales read by
+    the record's convention, `nvfp4_activation_scales`) * 6 * 448. Inputs up to it use the
+    scales as calibrated; beyond it the codes (NVFP4: block scales and codes) saturate."""
+    mode = ckpt.activation
+    if mode not in STATIC_INPUT_MODES:
+        return None
+    stored = read_input_scale(ckpt, which)
+    if mode == ACT_NVFP4:
+        return float(nvfp4_activation_scales(stored, ckpt.record.global_scale)[1]
+                     * NVFP4_RANGE)
+    return float(stored.max()) * ACT_ELEMENT_MAX[ckpt.info.activation_element]
 
 
 def moe(ckpt: Checkpoint, x: torch.Tensor, topk_weights: torch.Tensor | None,
         topk_ids: torch.Tensor | None, problem: MoEProblem, *,
-        expert_num_tokens: torch.Tensor | None = None) -> torch.Tensor:
-    """float64 output of the MoE layer.
+        expert_num_tokens: torch.Tensor | None = None, record: dict | None = None
+        ) -> torch.Tensor:
+    """float64 output of the MoE layer; `record` (a dict), where given, receives the largest
+    magnitude of each GEMM's input before its activation quantization ("w13", "w2").
 
     standard format: x [M, K], topk_weights/topk_ids [M, topk] (global ids) -> [M, K].
     batched format:  x [E, T, K] with expert_num_tokens [E]; rows t >= count are ignored and
@@ -94,7 +116,7 @@ def moe(ckpt: Checkpoint, x: torch.Tensor, topk_weights: torch.Tensor | None,
     """
     check_tensors(ckpt, problem)
     if problem.activation_format == "batched":
-        return _moe_batched(ckpt, x, expert_num_tokens, problem)
+        return _moe_batched(ckpt, x, expert_num_tokens, problem, record)
     M, K, topk = problem.M, problem.K, problem.topk
     _check_tensor("hidden_states", x, (M, K))
     _check_tensor("topk_ids", topk_ids, (M, topk))
@@ -114,11 +136,17 @@ def moe(ckpt: Checkpoint, x: torch.Tensor, topk_weights: torch.Tensor | None,
     token = torch.arange(M, device=device).repeat_interleave(topk)
     local, weight = ids.flatten(), r.flatten()
     keep = local >= 0
+    _note(record, "w13", x64)
     return _routed(ckpt, quantize_activation(ckpt, x64, "w13"), token[keep], local[keep],
-                   weight[keep], problem, rows_out=M)
+                   weight[keep], problem, rows_out=M, record=record)
 
 
-def _moe_batched(ckpt, x, expert_num_tokens, problem):
+def _note(record: dict | None, which: str, t: torch.Tensor) -> None:
+    if record is not None:
+        record[which] = float(t.abs().max()) if t.numel() else 0.0
+
+
+def _moe_batched(ckpt, x, expert_num_tokens, problem, record=None):
     E, K = problem.E, problem.K
     if x.dim() != 3 or x.shape[0] != E or x.shape[2] != K:
         raise CheckpointError("hidden_states", f"batched shape [{E}, max_tokens, {K}]",
@@ -134,14 +162,16 @@ def _moe_batched(ckpt, x, expert_num_tokens, problem):
     row_ids = torch.arange(E * T, device=device)[valid]
     experts = torch.arange(E, device=device).repeat_interleave(T)[valid]
     xq = torch.zeros_like(rows)
+    _note(record, "w13", rows[row_ids])
     xq[row_ids] = quantize_activation(ckpt, rows[row_ids], "w13")
     out = _routed(ckpt, xq, row_ids, experts, torch.ones(row_ids.numel(), dtype=torch.float64,
-                                                         device=device), problem, E * T)
+                                                         device=device), problem, E * T, record)
     return out.view(E, T, K)
 
 
 def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: torch.Tensor,
-            weight: torch.Tensor, problem: MoEProblem, rows_out: int) -> torch.Tensor:
+            weight: torch.Tensor, problem: MoEProblem, rows_out: int,
+            record: dict | None = None) -> torch.Tensor:
     """Sum over assignments (token[i], expert[i], weight[i]) of weight * expert output."""
     order = torch.argsort(expert, stable=True)
     token, expert, weight = token[order], expert[order], weight[order]
@@ -159,6 +189,7 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
         h = round_to_activation_dtype(h, problem)
         inter[lo:hi] = round_to_activation_dtype(apply_activation(h, problem.activation),
                                                  problem)
+    _note(record, "w2", inter)
     inter = quantize_activation(ckpt, inter, "w2")
     out = torch.zeros(rows_out, problem.K, dtype=torch.float64, device=xq.device)
     for e, w2 in _expert_weights(ckpt, "w2", counts, problem.K * problem.N):

@@ -242,15 +242,59 @@ def qdq_mxfp8(x: torch.Tensor, rule: str) -> torch.Tensor:
     return (round_to_e4m3(blocks / scale) * scale).flatten(-2)
 
 
-def qdq_nvfp4(x: torch.Tensor, global_scale: torch.Tensor | float) -> torch.Tensor:
-    """NVFP4 activations with global scale g (= 1 / input_scale): per 16 along the last
-    dimension a block scale bs = e4m3(amax / 6 * g) (saturating at 448), elements
-    e2m1(x / (bs / g)) (RNE, saturating at 6) times bs / g; a block whose scale rounds to 0
-    gives 0 (the engines' reciprocal of 0 is 0)."""
-    g = torch.as_tensor(global_scale, dtype=torch.float64, device=x.device)
-    blocks = x.unflatten(-1, (-1, NVFP4_BLOCK))
-    bs = round_to_e4m3(blocks.abs().amax(-1, keepdim=True) / F4E2M1_MAX * g)
-    step = bs / g
-    safe = torch.where(step > 0, step, torch.ones_like(step))
-    q = torch.where(step > 0, round_to_e2m1(blocks / safe), torch.zeros_like(blocks))
-    return (q * step).flatten(-2)
+def _fl32(t: torch.Tensor) -> torch.Tensor:
+    """float64 values rounded to float32 and back: one float32 operation's result when `t` is
+    the float64 result of +, -, * or / on float32 values (binary64 holds every such exact
+    product, and rounding a quotient twice, to binary64 then binary32, is innocuous)."""
+    return t.to(torch.float32).to(torch.float64)
+
+
+def nvfp4_activation_scales(stored: torch.Tensor, convention: str
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(g, alpha) of NVFP4 activations from the stored static input scales of one GEMM (every
+    expert, w1 / w3 shards included), read by the record's `global_scale` convention as
+    engines read them at load time (vLLM's ModelOpt and compressed-tensors NVFP4 MoE):
+
+        "multiply" (ModelOpt input_scale s = amax / (6 * 448)):
+            g = fp32(1 / max s)          the quantizer's global scale (an fp32 tensor)
+            alpha = max s                what the GEMM's fp32 output is multiplied by
+        "divide" (compressed-tensors input_global_scale g = 6 * 448 / amax):
+            g = min g (as stored)        alpha = 1 / g
+
+    Both are the largest of the experts' input scales (the engines collapse them to one)."""
+    s = stored.to(torch.float64)
+    if convention == "multiply":
+        top = s.max()
+        return _fl32(1.0 / top), top
+    g = s.min()
+    return g, 1.0 / g
+
+
+def qdq_nvfp4(x: torch.Tensor, global_scale: torch.Tensor | float,
+              alpha: torch.Tensor | float | None = None) -> torch.Tensor:
+    """NVFP4 activations with global scale g (`nvfp4_activation_scales`), per 16 along the
+    last dimension, in the engines' float32 arithmetic (vLLM / FlashInfer `scaled_fp4_quant`,
+    each step one float32 rounding `_fl32`; the reciprocals as IEEE division):
+
+        bs     = e4m3(fp32(g * fp32(amax * fp32(1 / 6))))     (RNE, saturating at 448)
+        factor = fp32(1 / fp32(bs * fp32(1 / g)))              (0 where bs is 0)
+        code   = e2m1(fp32(x * factor))                        (RNE, saturating at 6)
+        value  = code * bs * alpha                             (alpha default 1 / g)
+
+    Why float32 and not float64: a static input scale is an fp32 rounding of amax / 2688
+    (ModelOpt), and x * g / bs of act-dtype x often is, exactly, an e2m1 or e4m3 tie; the
+    engines' float32 steps round the scale's storage error away and land on the tie (which
+    goes to even) where a float64 quotient lands on either side of it, by the sign of that
+    error (docs/checkpoints.md, "NVFP4 activations: ties")."""
+    g = _fl32(torch.as_tensor(global_scale, dtype=torch.float64, device=x.device))
+    a = 1.0 / g if alpha is None else torch.as_tensor(alpha, dtype=torch.float64,
+                                                      device=x.device)
+    blocks = _fl32(x.to(torch.float64)).unflatten(-1, (-1, NVFP4_BLOCK))
+    amax = blocks.abs().amax(-1, keepdim=True)
+    bs = round_to_e4m3(_fl32(g * _fl32(amax * _fl32(torch.tensor(1.0 / F4E2M1_MAX,
+                                                                  dtype=torch.float64)))))
+    safe = torch.where(bs > 0, bs, torch.ones_like(bs))
+    factor = torch.where(bs > 0, _fl32(1.0 / _fl32(safe * _fl32(1.0 / g))),
+                         torch.zeros_like(bs))
+    q = round_to_e2m1(_fl32(blocks * factor))
+    return (q * bs * a).flatten(-2)

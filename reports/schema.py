@@ -27,7 +27,9 @@ import pandas as pd
 # older versions MIGRATIONS names (their columns renamed) and refuses any other rather than
 # guessing.
 SCHEMA_VERSION = 7
-# 7 (this release, from 6): `retried` (why a case was run a second time, alone on its GPU).
+# 7 (this release, from 6): `retried` (why a case was run a second time, alone on its GPU)
+# and `regime`, the regime the row's inputs were drawn in (conformance/harness/inputs.py);
+# a version 6 file reads with both empty.
 # 6 (from 5): the model columns (model, model_path, model_layer, producer,
 # tensors_sha256), `numerics` (what a backend declares it computes),
 # Older versions `load` still reads: {version: {old column: new column}}. 6 renamed
@@ -86,6 +88,11 @@ COLUMN_DTYPES = {
     # scheme (the backend's numerics, e.g. "activation=dynamic-token, weight_scale_dtype=
     # bfloat16"); the case was judged against that reading of the checkpoint; "" for none
     "numerics": _STR,
+    # the regime the row's hidden states were drawn in (conformance/harness/inputs.py): for a
+    # model folder's layer with static input scales "calibrated" (GEMM1's input amax 0.9x its
+    # calibrated amax) or, the saturation check's row, "saturated" (4x); "given" for
+    # `--inputs` hidden states; "" for synthesized checkpoints and layers without static scales
+    "regime": _STR,
     "check": _CAT, "status": STATUS_DTYPE, "claimed": _BOOL,
     **{m: _FLOAT for m in METRICS},
     "tolerance": _STR,

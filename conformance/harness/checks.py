@@ -15,6 +15,10 @@
     malformed      the checkpoint with one value its format rejects is refused, the error
                    naming the tensor: every rejected value of the case's format record in
                    turn (NaN codes, E8M0 0xFF, non-positive or NaN scales), one at a time
+    saturation     a model layer with static input scales: hidden states 4x beyond GEMM1's
+                   calibrated range (inputs.py, regime "saturated"), judged against the
+                   reference under the tolerance entries of that regime (skip on a layer
+                   without static scales; not run on a synthesized checkpoint)
 """
 
 from __future__ import annotations
@@ -34,13 +38,14 @@ from moecert.reference.schemes import Rejected
 from moecert.reference.schemes.tensors import tensor_name
 
 from .comparators import assert_bitwise_equal
-from .context import RELOAD_SEED_OFFSET, CaseRun, StepFailed, fresh_copy, unchanged
-from .inputs import Inputs
+from .context import RELOAD_SEED_OFFSET, CaseRun, StepFailed, _scale, fresh_copy, unchanged
+from .inputs import CALIBRATED, GIVEN, SATURATED, Inputs, case_inputs, layer_calibrated_amax
+from .metrics import error_metrics
 from .numerics import describe as describe_numerics
 
 LIGHT = ("claims", "oracle", "accuracy", "fully_written", "no_mutation")
 FULL = (*LIGHT, "canonical", "determinism", "process_twice", "token_order", "reload", "exact",
-        "malformed")
+        "malformed", "saturation")
 # Checks that judge the case without running it on an unclaimed combination.
 _RUN_ANYWAY = ("claims", "oracle")
 
@@ -52,6 +57,7 @@ class Outcome:
     metrics: dict = field(default_factory=dict)
     verdict: object = None  # tolerances.Verdict, where a tolerance entry gated the result
     profile: str = ""  # JSON, where the error sits (metrics.error_profile): failing accuracy
+    regime: str | None = None  # the inputs' regime where not the case's own (inputs.py)
 
 
 def passed(message: str = "") -> Outcome:
@@ -125,6 +131,8 @@ def check_accuracy(run: CaseRun) -> Outcome:
     what = "against the float64 reference"
     if run.numerics:
         what += f" of the declared reading ({describe_numerics(run.numerics)})"
+    if run.regime in (CALIBRATED, GIVEN) and layer_calibrated_amax(run.case) is not None:
+        what += f"; {regime_note(run, run.regime, run.inputs)}"
     outcome = judged(run.judge(run.output, expected), what)
     if outcome.status == "fail":  # where the error sits, for the report's picture
         outcome.profile = json.dumps(run.error_profile(run.output, expected))
@@ -317,18 +325,68 @@ def _refuses(run: CaseRun, rejected: Rejected, name: str) -> str | None:
     return f"accepted a {name} holding {rejected.what} and computed with it"
 
 
+# --- the inputs' regime ------------------------------------------------------------------
+
+def regime_note(run: CaseRun, regime: str, inputs: Inputs) -> str:
+    """What the inputs of `regime` did against the layer's calibrated ranges: each GEMM's
+    input amax (the reference's, before its activation quantization) as a share of its
+    calibrated amax, and which of them saturated."""
+    seen: dict = {}
+    x, w, ids, counts = inputs.tensors()
+    moe(run.checkpoint, x, w, ids, run.problem, expert_num_tokens=counts, record=seen)
+    parts, over = [], []
+    for which, gemm in (("w13", "GEMM1"), ("w2", "GEMM2")):
+        top = layer_calibrated_amax(run.case, which)
+        share = seen.get(which, 0.0) / top
+        parts.append(f"{gemm} input amax {share:.2f}x its calibrated {top:.3g}")
+        if share > 1:
+            over.append(gemm)
+    if regime == SATURATED:
+        state = f"{' and '.join(over) or 'nothing'} beyond the calibrated range: saturation judged"
+    else:
+        state = (f"{' and '.join(over)} beyond its calibrated range (its codes saturate)"
+                 if over else "within the calibrated ranges")
+    return f"inputs {regime}: {', '.join(parts)}; {state}"
+
+
+def check_saturation(run: CaseRun) -> Outcome:
+    if run.regime != CALIBRATED:
+        why = {GIVEN: "hidden states given by --inputs are used as they are",
+               "": "no static input scales to saturate (or not a model folder's layer)"}
+        return Outcome("skip", why[run.regime])
+    layer = run.layer
+    inputs = run.laid_out_inputs(case_inputs(run.case, SATURATED).to(run.device))
+    kept = run._kept_checkpoint()
+    ckpt = (run.declared_reading(run.case.seed) if run.numerics else
+            run.laid_out_checkpoint(kept) if kept is not None else run.checkpoint)
+    x, w, ids, counts = inputs.tensors()
+    reference = moe(ckpt, x, w, ids, run.problem, expert_num_tokens=counts)
+    actual = run.apply(layer, inputs)
+    tol = run.tolerance_for(SATURATED)
+    ids = {} if inputs.topk_ids is None else {"expert_ids": inputs.topk_ids}
+    metrics = error_metrics(actual, reference, atol=tol.atol * _scale(reference),
+                            rtol=tol.rtol, **ids)
+    outcome = judged({"metrics": metrics, "verdict": tol.judge(metrics)},
+                     f"against the float64 reference; {regime_note(run, SATURATED, inputs)}")
+    outcome.regime = SATURATED
+    return outcome
+
+
 CHECKS: dict[str, Callable[[CaseRun], Outcome]] = {
     "claims": check_claims, "oracle": check_oracle, "accuracy": check_accuracy,
     "fully_written": check_fully_written, "no_mutation": check_no_mutation,
     "canonical": check_canonical, "determinism": check_determinism,
     "process_twice": check_process_twice, "token_order": check_token_order,
     "reload": check_reload, "exact": check_exact, "malformed": check_malformed,
+    "saturation": check_saturation,
 }
 assert tuple(CHECKS) == FULL
 
 
 def checks_for(run: CaseRun, only=None) -> list[str]:
     names = list(FULL if run.case.depth == "full" else LIGHT)
+    if run.case.source is None:  # a synthesized checkpoint has no calibrated range
+        names = [n for n in names if n != "saturation"]
     if only:
         names = [n for n in names if n in only] or [n for n in only if n in CHECKS]
     return names

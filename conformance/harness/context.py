@@ -21,7 +21,7 @@ from moecert.reference.schemes import checkpoint_shape_issue
 
 from . import checkpoint_cache
 from .cases import Case
-from .inputs import Inputs, case_inputs
+from .inputs import Inputs, case_inputs, input_regime
 from .metrics import error_metrics, error_profile
 from .numerics import declared, effective, reading, reading_scheme
 from .strides import restrided
@@ -140,10 +140,19 @@ class CaseRun:
     @property
     def tolerance(self) -> Tolerance:
         """The entry of the reading judged: the checkpoint's scheme, or the declared one."""
+        return self.tolerance_for(self.regime)
+
+    def tolerance_for(self, regime: str) -> Tolerance:
+        """The entry of the reading judged, for inputs drawn in `regime` (inputs.py)."""
         scheme, mode = reading_scheme(self.quant, self.numerics)
         return self.table.lookup(scheme, self.problem.dtype, self.case.backend,
                                  self.device.type, shape_class(self.problem),
-                                 activation_mode=mode)
+                                 activation_mode=mode, regime=regime)
+
+    @functools.cached_property
+    def regime(self) -> str:
+        """The regime of the case's own inputs (inputs.py): "calibrated", "given" or ""."""
+        return input_regime(self.case)
 
     def loaded_layer(self):
         """The model layer this case's checkpoint was read from, once the read succeeded

@@ -127,9 +127,12 @@ def result_row(case: Case, device: str, run_id: str, check: str, outcome: Outcom
         row[key] = float(outcome.metrics.get(key, math.nan))
     if outcome.profile:
         row["error_profile"] = outcome.profile
+    row["regime"] = outcome.regime if outcome.regime is not None else (
+        run.regime if run is not None else "")
     v = outcome.verdict
     if v is not None:
-        row["tolerance"] = run.tolerance.key
+        tol = run.tolerance if outcome.regime is None else run.tolerance_for(outcome.regime)
+        row["tolerance"] = tol.key
         row.update(threshold_columns(v.thresholds))
         row["used"] = float(v.used)
     return row

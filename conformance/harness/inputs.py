@@ -1,5 +1,18 @@
 """A case's layer inputs, fresh from its seed: hidden states and a routing of the kind the case
-names (random, one expert taking every token, half of the experts left empty)."""
+names (random, one expert taking every token, half of the experts left empty).
+
+Input regimes. A layer read from a folder with static input scales (FP8 / W8A8 static,
+NVFP4 W4A4) was calibrated for inputs up to an amax (`reference.moe.calibrated_amax`: the
+input scale times the element's largest value). Unit-variance hidden states would sit
+anywhere against that range (a file calibrated on small activations saturates on them, one
+calibrated on large ones uses a few codes), so the hidden states of such a layer are drawn
+and scaled so that GEMM1's input amax is `REGIME_SHARE[regime]` of its calibrated amax:
+"calibrated" (the accuracy and every other check: the scales used as calibrated) and
+"saturated" (the `saturation` check: inputs beyond the range on purpose, saturation judged).
+GEMM2's input follows from the weights; the checks measure it against its own calibrated
+amax and say so. A row's `regime` column names the regime its inputs were drawn in: "" for
+a synthesized checkpoint or a layer without static scales (unit-variance draws), "given"
+for an `--inputs` file's hidden states (used as they are)."""
 
 from __future__ import annotations
 
@@ -12,6 +25,11 @@ from .cases import Case
 
 # Inputs draw from their own stream: seed s must not reuse the checkpoint's random numbers.
 _INPUT_SEED_OFFSET = 7919
+# GEMM1's input amax as a share of its calibrated amax, per regime (module docstring):
+# "calibrated" just inside the range (bf16 rounding of the scaled draw stays inside), and
+# "saturated" 4x beyond it (most blocks' scales saturate, not only the largest one's).
+REGIME_SHARE = {"calibrated": 0.9, "saturated": 4.0}
+CALIBRATED, SATURATED, GIVEN = "calibrated", "saturated", "given"
 
 
 @dataclass
@@ -34,12 +52,38 @@ class Inputs:
         return (self.x, self.topk_weights, self.topk_ids), opts
 
 
-def case_inputs(case: Case) -> Inputs:
-    """CPU inputs of `case` (the caller moves them to its device)."""
+def input_regime(case: Case) -> str:
+    """The regime of `case`'s own inputs (module docstring): "calibrated" for a model layer
+    with static input scales, "given" for `--inputs` hidden states, else ""."""
+    src = case.source
+    if src is None or case.problem.activation_format != "standard":
+        return ""
+    if src.inputs is not None:
+        return GIVEN
+    return CALIBRATED if layer_calibrated_amax(case) is not None else ""
+
+
+def layer_calibrated_amax(case: Case, which: str = "w13") -> float | None:
+    """GEMM `which`'s calibrated input amax of the case's model layer (None: no static
+    input scales, or no model layer)."""
+    from moecert.reference.moe import calibrated_amax
+
+    from .model_layers import model_layer
+
+    if case.source is None:
+        return None
+    return calibrated_amax(model_layer(case.source.folder, case.source.layer).checkpoint,
+                           which)
+
+
+def case_inputs(case: Case, regime: str | None = None) -> Inputs:
+    """CPU inputs of `case` (the caller moves them to its device); `regime` (default: the
+    case's own, `input_regime`) scales a model layer's drawn hidden states."""
     P = case.problem
     seed = case.seed + _INPUT_SEED_OFFSET
     if case.source is not None and P.activation_format == "standard":
-        return _model_layer_inputs(case, seed)
+        return _model_layer_inputs(case, seed, input_regime(case) if regime is None
+                                   else regime)
     if P.activation_format == "batched":
         x, counts = make_batched_inputs(P, seed=seed)
         return Inputs(x, None, None, counts)
@@ -75,9 +119,10 @@ def _route(case: Case, ids: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.tensor(rows, dtype=ids.dtype)
 
 
-def _model_layer_inputs(case: Case, seed: int) -> Inputs:
+def _model_layer_inputs(case: Case, seed: int, regime: str) -> Inputs:
     """A model layer's case: the first M rows of its `--inputs` file (else x drawn from the
-    seed), routed by the layer's own router ("router"), else as any case is."""
+    seed, scaled to the regime's share of GEMM1's calibrated amax), routed by the layer's
+    own router ("router"), else as any case is."""
     from .model_layers import model_layer, read_inputs, route
 
     P, src = case.problem, case.source
@@ -86,6 +131,12 @@ def _model_layer_inputs(case: Case, seed: int) -> Inputs:
         x = read_inputs(src.inputs, P.K)[:P.M].to(P.torch_dtype)
         if x.shape[0] != P.M:
             raise ValueError(f"--inputs {src.inputs}: {x.shape[0]} rows, the case needs {P.M}")
+    elif regime in REGIME_SHARE and P.M:
+        top = layer_calibrated_amax(case)
+        if top is None:
+            raise ValueError(f"{src.label}: regime {regime!r} needs static input scales")
+        x32 = x.to(torch.float32)
+        x = (x32 * (REGIME_SHARE[regime] * top / x32.abs().max())).to(P.torch_dtype)
     if case.routing == "router":
         weights, ids = route(model_layer(src.folder, src.layer), x, P.topk)
     elif case.routing != "random" and P.M:

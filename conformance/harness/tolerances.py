@@ -40,7 +40,8 @@ from moecert.reports.schema import shape_class as _shape_class
 from .metrics import error_metrics
 
 DEFAULT_PATH = Path(__file__).with_name("tolerances.toml")
-KEY_FIELDS = ("scheme", "activation_mode", "dtype", "backend", "device_kind", "shape_class")
+KEY_FIELDS = ("scheme", "activation_mode", "dtype", "backend", "device_kind", "shape_class",
+              "regime")
 ANY = "*"
 
 # Shape classes: one expert's w2 (N x K weights) below MODEL_WEIGHTS is "small" (CPU smoke
@@ -79,7 +80,8 @@ class Tolerance:
         scheme = m["scheme"]
         if m["activation_mode"] != ANY:
             scheme += f"[{m['activation_mode']}]"
-        return "/".join([scheme, m["dtype"], m["backend"], m["device_kind"], m["shape_class"]])
+        key = "/".join([scheme, m["dtype"], m["backend"], m["device_kind"], m["shape_class"]])
+        return key if m["regime"] == ANY else f"{key}@{m['regime']}"
 
     def specificity(self) -> tuple[int, tuple[bool, ...]]:
         specific = tuple(self.match[f] != ANY for f in KEY_FIELDS)
@@ -140,14 +142,17 @@ class Table:
     path: str = ""
 
     def lookup(self, scheme: str, dtype: str, backend: str = ANY, device_kind: str = ANY,
-               shape_class: str = ANY, activation_mode: str | None = None) -> Tolerance:
+               shape_class: str = ANY, activation_mode: str | None = None,
+               regime: str = "") -> Tolerance:
         """The most specific entry matching the case. `activation_mode` (QuantConfig's
-        `activation`) defaults to the scheme's default mode."""
+        `activation`) defaults to the scheme's default mode; `regime` is the inputs' regime
+        (conformance/harness/inputs.py: "saturated" has entries of its own)."""
         if activation_mode is None:
             info = SCHEMES.get(scheme)
             activation_mode = info.activation_modes[0] if info else "none"
         values = dict(scheme=scheme, activation_mode=activation_mode, dtype=dtype,
-                      backend=backend, device_kind=device_kind, shape_class=shape_class)
+                      backend=backend, device_kind=device_kind, shape_class=shape_class,
+                      regime=regime)
         found = [e for e in self.entries if e.matches(values)]
         if not found:  # load_table insists on a catch-all entry; a hand-built table may not
             raise LookupError(f"no tolerance entry matches {values} in {self.path}")

@@ -13,6 +13,7 @@ import random
 import torch
 from moecert.kernels.activations import (
     qdq_groups,
+    qdq_nvfp4,
     quantize_activation,
     swigluoai,
 )
@@ -119,9 +120,8 @@ class Nvfp4A2GlobalScaleFromA1(TorchBackend):
 
     def quantize(self, layer, t, which, static):
         if which == "w2" and layer.quant.activation == ACT_NVFP4:
-            a1 = layer.get("a13_scale")
-            # the kernel's output of q * bs' is scaled by alpha = a2 scale * weight scale
-            return super().quantize(layer, t, which, a1) * (static / a1)
+            # codes and block scales from a1's global scale, the GEMM's multiplier a2's
+            return qdq_nvfp4(t, layer.get("a13_global"), static)
         return super().quantize(layer, t, which, static)
 
 

@@ -283,7 +283,7 @@ def _build_plan(layer: MoELayer) -> dict:
     emap = None
     if P.expert_map is not None:
         emap = torch.tensor(P.expert_map, dtype=torch.int32, device=layer.device)
-    names = ("a1_gscale", "a2_gscale", "a13_scale", "a2_scale")
+    names = ("a1_gscale", "a2_gscale", "a13_scale", "a2_scale", "a13_global", "a2_global")
     return {"w13": _weights(layer, "w13"), "w2": _weights(layer, "w2"),
             "expert_map": emap,
             **{name: layer.get(name) if layer.has(name) else None for name in names}}
@@ -342,12 +342,13 @@ def _quantize(layer: MoELayer, plan: dict, quant, t: torch.Tensor, which: str,
     static = plan["a13_scale" if which == "w13" else "a2_scale"]
     if mode == ACT_NVFP4:
         # torch ops (the torch backend's quantizer): per 16 columns e2m1 * e4m3 block scale,
-        # exact in t's dtype (fused_moe's S_E4M3 note); the global step 1 / g = input_scale
-        # multiplies the GEMM's fp32 accumulator instead of each value (q * bs / g would
+        # exact in t's dtype (fused_moe's S_E4M3 note); the multiplier alpha (`static`)
+        # multiplies the GEMM's fp32 accumulator instead of each value (q * bs * alpha would
         # round in bf16)
         from ..activations import quantize_nvfp4
 
-        q, bs, _ = quantize_nvfp4(t.to(torch.float32), static)
+        q, bs = quantize_nvfp4(t.to(torch.float32),
+                               plan["a13_global" if which == "w13" else "a2_global"])
         return (q * bs).flatten(-2).to(t.dtype), None, static, kinds.A16
     if layer.quant.info.activation_element == "e4m3":
         if mode == ACT_DYNAMIC_GROUP:

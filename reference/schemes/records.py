@@ -121,8 +121,12 @@ def _ct(version: str, bits: int) -> FormatRecord:
 def _nvfp4(name, version, weight, global_name, convention, rule) -> FormatRecord:
     # Two e2m1 codes per byte, element 2j in the low nibble (compressed-tensors packs [0.5,
     # -1.0] to 0xa1; ModelOpt and torchao the same); block 16 along in. `convention`: how
-    # the stored global scale is read, "multiply" (w = e2m1 * block scale * stored) or
-    # "divide" (w = e2m1 * block scale / stored).
+    # every stored global and input scale of the format is read, "multiply" (w = e2m1 *
+    # block scale * stored; activations: g = fp32(1 / max input_scale), GEMM multiplier max
+    # input_scale) or "divide" (w = e2m1 * block scale / stored; activations: g = min
+    # input_global_scale, multiplier 1 / g). The one place that says it: the reference
+    # (quantize.nvfp4_multiplier, nvfp4_activation_scales) and the kernels
+    # (kernels/convert.py) each read it from here (docs/checkpoints.md).
     return FormatRecord(
         name, version, f"{weight} uint8 [E, out, in/2] (e2m1 pairs)", "in", "dense",
         "lsb-first", None, 0, None, None,

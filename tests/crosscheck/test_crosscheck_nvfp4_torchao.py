@@ -223,15 +223,16 @@ def test_bytes_round_trip():
 def test_qdq_nvfp4_activations(calibration, xc_counts):
     """A static input_scale from a calibration amax (1.25x or 0.8x this batch's amax: the
     latter saturates block scales at 448 and elements at 6 in both). Ours with
-    g = 1 / input_scale equals torchao's dequantized values to float32 rounding, except in
-    blocks where torchao's float32 block scale or 2^-6 floor gives another e4m3 value, and at
-    elements whose float32 value crosses an e2m1 tie (one step)."""
+    g = 1 / input_scale (in float32) and the multiplier input_scale equals torchao's
+    dequantized values to float32 rounding, except in blocks where torchao's float32 block
+    scale or 2^-6 floor gives another e4m3 value, and at elements whose float32 value crosses
+    an e2m1 tie (one step)."""
     gen = torch.Generator().manual_seed(7)
     x = random_blocks(gen, (1, 64, 512), -12, 0, F32, block=16)
     pts = per_tensor_amax_to_scale(x.abs().amax() * calibration)
     t = NVFP4Tensor.to_nvfp4(x[0], per_tensor_scale=pts)
     theirs = t.dequantize(F32).double().unsqueeze(0)
-    ours = qdq_nvfp4(x.double(), 1 / pts.double())
+    ours = qdq_nvfp4(x.double(), 1 / pts.double(), pts.double())  # g, the multiplier pts
     their_bs = decode_e4m3(t.scale).unsqueeze(0)
     bs_pre, elem_pre = _their_float32_steps(x, pts.view(1, 1), t.scale.unsqueeze(0))
     exact_bs = x.double().abs().unflatten(-1, (-1, 16)).amax(-1) / 6 / pts.double()

@@ -30,10 +30,12 @@ def test_round_e2m1_matches_the_reference_on_every_tie():
 def test_qdq_matches_the_reference():
     x = torch.randn(5, 64, generator=torch.Generator().manual_seed(0)) * 3
     s = torch.tensor([0.002])
-    got = qdq_nvfp4(x, s).double()
-    # the same e2m1 codes and e4m3 block scales; the step bs / g is float32 here (one ulp)
-    assert torch.allclose(got, reference_qdq_nvfp4(x.double(), 1 / s.double()), rtol=2e-7,
-                          atol=0)
+    g = 1 / s  # float32, as convert.py reads a ModelOpt input_scale
+    got = qdq_nvfp4(x, g, s).double()
+    # the same float32 steps: the same e2m1 codes and e4m3 block scales; bs * alpha is
+    # float32 here (one rounding)
+    assert torch.allclose(got, reference_qdq_nvfp4(x.double(), g.double(), s.double()),
+                          rtol=2e-7, atol=0)
 
 
 def test_canonical_export_both_conventions():

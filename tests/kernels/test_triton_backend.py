@@ -296,7 +296,7 @@ def test_nvfp4_tuning_stage_sees_the_tile_width_and_the_global_factor():
     config = {**stage.defaults[0], "BLOCK_K": 128}
     assert layer.meta["w13_nib_span"] == layout.FP4_SPAN
     assert stage.effective(1, config)[2] == layout.FP4_SPAN
-    want = qdq_nvfp4(x.float(), layer.get("a13_scale")).double()
+    want = qdq_nvfp4(x.float(), layer.get("a13_global"), layer.get("a13_scale")).double()
     assert torch.allclose(stage._dequantized_input(1), want, rtol=1e-6, atol=0)
 
 

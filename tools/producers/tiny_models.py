@@ -65,6 +65,14 @@ MODELS: dict[str, TinyModel] = {
                                        config={**_ATTN, "num_key_value_heads": 2}),
     "qwen3moe-wide-allmoe": TinyModel("qwen3_moe", E=4, K=256, N=256, topk=2,
                                       config={**_ATTN, "num_hidden_layers": 1}),
+    # one decoder layer, all MoE (the NVFP4 W4A4 regression fixtures, kept small): 16 experts
+    # (some see few calibration tokens), 8 experts, Mixtral's names
+    "qwen3moe-e16-1layer": TinyModel("qwen3_moe", E=16, K=128, N=32, topk=2,
+                                     config={**_ATTN, "num_hidden_layers": 1}),
+    "qwen3moe-1layer": TinyModel("qwen3_moe", E=8, K=128, N=64, topk=2,
+                                 config={**_ATTN, "num_hidden_layers": 1}),
+    "mixtral-1layer": TinyModel("mixtral", E=4, K=128, N=64, topk=2,
+                                config={"num_hidden_layers": 1}),
     "mixtral-small": TinyModel("mixtral", E=4, K=128, N=64, topk=2),
     # gpt-oss: biases on every expert linear, swigluoai; its attention has sinks
     "gptoss-small": TinyModel("gpt_oss", E=4, K=128, N=128, topk=2,
