@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import pandas as pd
+
 
 def main(argv: list[str] | None = None) -> int:
     from moecert.conformance.cli import calibrate_command
@@ -27,7 +29,29 @@ def main(argv: list[str] | None = None) -> int:
     register_mutants()  # the legitimate twins (and the mutants) become backends
     parser = argparse.ArgumentParser(prog="calibrate_table.py", description=__doc__.split("\n")[0])
     calibrate_command.add_arguments(parser)
-    return calibrate_command.main(parser.parse_args(argv))
+    parser.add_argument("--rows", metavar="PATH",
+                        help="also write the accuracy rows measured (.csv or .parquet)")
+    args = parser.parse_args(argv)
+    if not args.rows or args.results:
+        return calibrate_command.main(args)
+    from moecert.conformance.harness.calibrate import (
+        format_summary,
+        run_seeds,
+        summarize,
+        write_summary,
+    )
+    from moecert.conformance.harness.option_values import device_or_default
+    from moecert.reports.schema import FAILING
+
+    args.device = device_or_default(args.device)
+    rows = run_seeds(args)
+    frame = pd.DataFrame(rows)
+    frame.to_parquet(args.rows) if args.rows.endswith(".parquet") else frame.to_csv(args.rows)
+    summary = summarize(rows, args.safety)
+    print(format_summary(summary, rows))
+    if args.out:
+        write_summary(summary, args.out)
+    return 1 if any(r["status"] in FAILING for r in rows) else 0
 
 
 if __name__ == "__main__":
