@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(f"{caught}/{total}")
             if smallest is None and caught == total:
                 smallest = f
+        caught_at = f"x{smallest:g}" if smallest else f"none up to x{args.factors[-1]:g}"
         print(f"| {entry.key} | {entry.thresholds['rel_fro']:.3g} | " + " | ".join(cells)
-              + f" | {'x%g' % smallest if smallest else 'none up to x%g' % args.factors[-1]} |",
-              flush=True)
+              + f" | {caught_at} |", flush=True)
     return 0
 
 

@@ -9,7 +9,6 @@ import re
 import pytest
 from moecert.conformance.harness.xfail import XfailList
 
-
 # what the test entries expect: a "fail" whose message contains "m" (every _row's message)
 E = 'status = ["fail"]\nmessage = "m"\n'
 
@@ -22,8 +21,9 @@ def _row(status, check="accuracy", case="v/awq-int4/M1/bf16/s0", message="m", **
 @pytest.fixture
 def xfails(tmp_path):
     path = tmp_path / "x.toml"
-    path.write_text('[[xfail]]\nbackend = "v"\n' + E + 'case_id = "v/awq-int4*"\nchecks = ["accuracy"]\n'
-                    'reason = "tracked in v#1"\n\n[[xfail]]\nbackend = "v"\n' + E + 'case_id = "v/gptq*"\n'
+    path.write_text(f'[[xfail]]\nbackend = "v"\n{E}case_id = "v/awq-int4*"\n'
+                    'checks = ["accuracy"]\nreason = "tracked in v#1"\n\n'
+                    f'[[xfail]]\nbackend = "v"\n{E}case_id = "v/gptq*"\n'
                     'reason = "tracked in v#2"\n')
     return XfailList.load(path)
 
@@ -70,7 +70,8 @@ def test_metric_bounds_are_an_expectation(tmp_path):
     ('status = ["fail"]\n', "needs message .* or metrics"),
     ('status = ["broken"]\nmessage = "m"\n', "needs status"),
     ('status = "fail"\nmessage = "("\n', "message .* is not a regular expression"),
-    ('status = "fail"\nmetrics = { rel_fro = [0.3, 0.1] }\n', "metrics.rel_fro must be .lo, hi. with lo <= hi"),
+    ('status = "fail"\nmetrics = { rel_fro = [0.3, 0.1] }\n',
+     "metrics.rel_fro must be .lo, hi. with lo <= hi"),
 ])
 def test_an_entry_must_say_what_failure_it_expects(tmp_path, expect, error):
     with pytest.raises(ValueError, match=f"xfail entry 0: {error}"):
@@ -90,8 +91,8 @@ def test_a_cited_reproduction_must_exist(tmp_path):
 def test_every_shipped_entry_cites_a_reproduction_that_exists(name):
     """The shipped lists' reasons each cite a file under tools/ (checked to exist at load);
     a list's entries expect a status and a message or metric bounds (load refuses less)."""
-    from moecert.conformance.harness.xfail import DEFAULT_PATH
     from moecert.conformance.harness.expectations import CITED
+    from moecert.conformance.harness.xfail import DEFAULT_PATH
 
     path = DEFAULT_PATH.with_name(name)
     entries = XfailList.load(path).entries
