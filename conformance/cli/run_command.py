@@ -118,6 +118,9 @@ def main(args) -> int:
         print(f"junit: {args.junit}")
     verdict = summary.verdict()
     print(verdict.line + layers_covered(args))
+    if xfail.unused(reached_only=True):  # a stale expected failure fails the run
+        print("error: stale xfail entries (listed above): exit 1")
+        return max(verdict.code, 1)
     return verdict.code
 
 
@@ -431,6 +434,11 @@ class Summary:
                 lines.append(f"  {r['status']:<8} {r['check']:<14} {r['case_id']}\n"
                              f"           {first[:300]}\n"
                              f"           rerun: {rerun} --case {shlex.quote(r['case_json'])}")
-        for entry in (xfail.unused() if xfail else []):
-            lines.append(f"warning: xfail entry matched nothing: {entry}")
+        for entry in (xfail.unused(reached_only=True) if xfail else []):
+            lines.append(f"error: xfail entry matched none of this run's rows it covers "
+                         f"(stale, or shadowed by an earlier entry): {entry}")
+        elsewhere = len(xfail.unused()) - len(xfail.unused(reached_only=True)) if xfail else 0
+        if elsewhere:
+            lines.append(f"{elsewhere} xfail entries cover no case of this run "
+                         "(tools/xfail_coverage.py checks a list over all its runs)")
         return "\n".join(lines)

@@ -73,6 +73,9 @@ class Tolerance:
     rtol: float
     thresholds: dict  # metric -> ceiling, floor or (lo, hi) band
     why: str
+    # the calibration the thresholds come from (MEASURED_KEYS): date, command, rows, the
+    # maxima, and a small sample with its rel_fro that tests re-measure (2x either way)
+    measured: dict = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -175,12 +178,38 @@ def load_table(path: str | Path | None = None) -> Table:
     return Table(entries, str(path))
 
 
+# [entry.measured]: the measurement behind an entry's thresholds, as data (the `why` says
+# what it means). sample: problem ids of the smoke suite (and sample_dtype, to run them in
+# another activation dtype), sample_rel_fro: the median rel_fro of the sample on `backend`
+# over seeds 0 and 1, which tests/conformance/harness/test_tolerance_reasons.py re-measures.
+MEASURED_KEYS = {"date": str, "command": str, "backend": str, "rows": int,
+                 "rel_fro_max": float, "max_abs_scaled_max": float, "norm_dev_max": float,
+                 "sample": list, "sample_dtype": str, "sample_rel_fro": float}
+
+
+def _measured(raw, where: str) -> dict:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: measured must be a table")
+    unknown = sorted(set(raw) - set(MEASURED_KEYS))
+    if unknown:
+        raise ValueError(f"{where}: measured: unknown keys {unknown}; keys: "
+                         f"{', '.join(MEASURED_KEYS)}")
+    for key, kind in MEASURED_KEYS.items():
+        if key in raw and not isinstance(raw[key], kind | int if kind is float else kind):
+            raise ValueError(f"{where}: measured.{key} must be a {kind.__name__}")
+    missing = sorted({"date", "command", "backend", "sample", "sample_rel_fro"} - set(raw))
+    if missing:
+        raise ValueError(f"{where}: measured needs {', '.join(missing)}")
+    return dict(raw)
+
+
 def _entry(raw: dict, where: str) -> Tolerance:
     raw = dict(raw)
     match = {f: str(raw.pop(f, ANY)) for f in KEY_FIELDS}
     why = str(raw.pop("why", "")).strip()
     if not why:
         raise ValueError(f"{where}: a non-empty `why` is required")
+    measured = _measured(raw.pop("measured"), where) if "measured" in raw else {}
     try:
         atol, rtol = float(raw.pop("atol")), float(raw.pop("rtol"))
     except KeyError as e:
@@ -201,4 +230,4 @@ def _entry(raw: dict, where: str) -> Tolerance:
             thresholds[name] = (lo, hi)
         else:
             thresholds[name] = float(value)
-    return Tolerance(match, atol, rtol, thresholds, why)
+    return Tolerance(match, atol, rtol, thresholds, why, measured)

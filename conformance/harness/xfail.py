@@ -1,13 +1,19 @@
-"""Expected failures, strictly: an entry turns a matching failing row into "xfail"; a matching
-row that passes fails ("XPASS", strict: the entry is stale or the bug is fixed); an entry that
-matches no row at all, or a check of it that no row reached, is reported so dead entries do
-not pile up. The entries are the expectation record (harness/expectations.py):
+"""Expected failures, strictly: an entry turns a matching row that fails *as it expects*
+(status, and a message pattern or metric bounds) into "xfail"; a matching row that fails
+otherwise stays failing, its message saying what the entry expected (a crash where a wrong
+value was expected, another error: a new failure, never hidden); a matching row that passes
+fails ("XPASS", strict: the entry is stale or the bug is fixed); an entry that matches no row
+at all, or a check of it that no row reached, is an error of the run (`unused`), so dead
+entries do not pile up. The entries are the expectation record (harness/expectations.py):
 
     [[xfail]]
     backend = "vendor-x"                   # exact name (required)
     case_id = "*/awq-int4*/*"              # fnmatch pattern on the case id ("*" if absent)
     checks = ["accuracy"]                  # check names (every check if absent)
-    reason = "AWQ with zero points: tracked in vendor-x#123"
+    status = ["fail"]                      # the failing statuses expected (required)
+    message = "rel_fro"                    # regular expression in the row's message, and/or
+    metrics = { rel_fro = [0.1, 0.3] }     # bounds on the row's metrics (one required)
+    reason = "AWQ with zero points: tools/repro/awq_zero.py, tracked in vendor-x#123"
 """
 
 from __future__ import annotations
@@ -30,16 +36,24 @@ class XfailList(Expectations):
         if not path.exists():
             return cls([])
         return cls(parse_expectations(path.read_text(encoding="utf-8"), str(path), "xfail",
-                                      required=("backend", "reason")))
+                                      required=("backend", "reason"), expects=True))
 
     def apply(self, rows: list[dict]) -> list[dict]:
         out = []
         for row in rows:
-            entry = self.match(row)
+            entry = self.match(row, use=False)
             if entry is not None:
                 if row["status"] in FAILING:
-                    row = {**row, "status": "xfail",
-                           "message": f"expected failure ({entry.reason}): {row['message']}"}
+                    other = entry.unexpected(row)
+                    if other is None:
+                        self.use(entry, row)
+                        row = {**row, "status": "xfail",
+                               "message": f"expected failure ({row['status']}; "
+                                          f"{entry.reason}): {row['message']}"}
+                    else:  # a failure, but not the one expected: it stays what it is
+                        row = {**row, "message": f"{row['message']} [not the expected failure: "
+                                                 f"{other}; the xfail entry expects "
+                                                 f"{entry.expectation()}]"}
                 elif row["status"] == "pass":
                     row = {**row, "status": "fail",
                            "message": f"XPASS (strict): expected to fail ({entry.reason}), "

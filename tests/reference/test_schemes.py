@@ -3,6 +3,7 @@ answer is the reference's own (it writes and reads exactly those)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -85,6 +86,19 @@ def _variants():
                 yield name, kw
 
 
+def _about(error: Exception, issue) -> bool:
+    """Whether `error` is about the dimension `issue` names: the dimension ("found D" or
+    "input dimension D") appears in it, and for a group size the group too (the writer's
+    unflatten into [-1, G] groups is where such a shape fails)."""
+    text = str(error)
+    group = re.search(r"dividing \S+ input dimension (\d+), found (\d+)", str(issue))
+    if group:
+        dim, size = group.groups()
+        return f"({dim})" in text and f"{size}]" in text
+    dim = re.search(r"found (\d+)$", str(issue)).group(1)
+    return f"({dim})" in text or f" {dim}" in text
+
+
 @pytest.mark.parametrize(("scheme", "attrs"), list(_variants()),
                          ids=lambda v: v if isinstance(v, str) else ",".join(map(str, v.values())))
 def test_the_reference_writes_exactly_the_shapes_it_says_it_holds(scheme, attrs):
@@ -110,6 +124,9 @@ def test_the_reference_writes_exactly_the_shapes_it_says_it_holds(scheme, attrs)
             tensors = write_linear(quantize_weights(ckpt, w, gen, prefix, torch.bfloat16),
                                    prefix, ckpt, torch.bfloat16)
             read = read_linear(replace(ckpt, tensors=tensors), prefix)
-        except (CheckpointError, RuntimeError, ValueError):
+        except (CheckpointError, RuntimeError, ValueError) as e:
+            # the error must be the one the issue predicts: the dimension it names does not
+            # split into its groups / blocks (any other error is a bug, not the rule at work)
+            assert _about(e, issue), (str(issue), K, N, f"{type(e).__name__}: {e}")
             continue
         assert tuple(read.codes.shape) != (1, n_out, n_in), (issue, K, N)

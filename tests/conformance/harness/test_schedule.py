@@ -39,6 +39,26 @@ def _ids(group):
     return {c.case_id for c in group}
 
 
+def _blocked_take(pool, gpu=0):
+    """Start a thread that calls pool.take(gpu); return (got, thread) once the thread waits
+    inside take (the pool's condition): proof that nothing could be taken, whatever the
+    thread's speed (a join timeout would let a slow thread pass as blocked)."""
+    waiting, cond = threading.Event(), pool._cond
+    wait = cond.wait
+
+    def signalling_wait(*a, **kw):
+        waiting.set()
+        return wait(*a, **kw)
+
+    cond.wait = signalling_wait
+    got = []
+    thread = threading.Thread(target=lambda: got.append(pool.take(gpu)), daemon=True)
+    thread.start()
+    waiting_or_done = waiting.wait(5)
+    assert waiting_or_done and not got, "take returned instead of waiting"
+    return got, thread
+
+
 def test_model_size_is_the_weight_count_threshold():
     assert model_size(_cases(MIXTRAL)[0]) and not model_size(_cases(SMALL)[0])
     weights = [P.E * P.K * P.N * 3 for P in (SMALL, MIXTRAL)]
@@ -81,11 +101,7 @@ def test_two_layers_share_a_gpu_only_when_both_fit():
     assert roomy.take(0) and roomy.take(0)  # both at once
     tight = WorkPool(a + b, [GpuBudget(_total(1.5 * need), 1)])
     tight.take(0)
-    got = []
-    waiter = threading.Thread(target=lambda: got.append(tight.take(0)))
-    waiter.start()
-    waiter.join(0.2)
-    assert waiter.is_alive() and not got  # the second waits for room
+    got, waiter = _blocked_take(tight)  # nothing to take: it waits
     tight.release(0, need)
     waiter.join(5)
     assert got and _ids(got[0][0]) == _ids(b)
@@ -96,11 +112,7 @@ def test_a_layer_larger_than_the_budget_runs_alone_and_small_ones_wait_for_it():
     pool = WorkPool(_cases(SMALL) + big + _cases(SMALL, seed=1), [GpuBudget(8 * GIB, 2)])
     first, need = pool.take(0)  # an idle GPU takes it
     assert _ids(first) == _ids(big)
-    got = []
-    waiter = threading.Thread(target=lambda: got.append(pool.take(0)))
-    waiter.start()
-    waiter.join(0.2)
-    assert not got  # nothing beside it
+    got, waiter = _blocked_take(pool)  # nothing to take: it waits
     pool.release(0, need)
     waiter.join(5)
     assert got and _ids(got[0][0]) == _ids(_cases(SMALL))
@@ -112,11 +124,7 @@ def test_small_problems_stop_starting_while_an_oversize_layer_waits():
     pool.big, queued = [], pool.big  # a small problem is running when the layer arrives
     _, small_need = pool.take(0)
     pool.big = queued
-    got = []
-    waiter = threading.Thread(target=lambda: got.append(pool.take(0)))
-    waiter.start()
-    waiter.join(0.2)
-    assert not got  # the other small problem does not start: the GPU drains for the layer
+    got, waiter = _blocked_take(pool)  # nothing to take: it waits
     pool.release(0, small_need)
     waiter.join(5)
     assert got and _ids(got[0][0]) == _ids(big)
@@ -126,11 +134,7 @@ def test_unknown_memory_runs_model_size_problems_alone():
     big = _cases(MIXTRAL, "gptq-int4")
     pool = WorkPool(big + _cases(SMALL), [GpuBudget(None, 2)])
     _, need = pool.take(0)
-    got = []
-    waiter = threading.Thread(target=lambda: got.append(pool.take(0)))
-    waiter.start()
-    waiter.join(0.2)
-    assert not got  # nothing beside the layer
+    got, waiter = _blocked_take(pool)  # nothing to take: it waits
     pool.release(0, need)
     waiter.join(5)
     assert got

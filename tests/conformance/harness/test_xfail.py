@@ -4,20 +4,26 @@ that matches nothing is reported."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 from moecert.conformance.harness.xfail import XfailList
 
+# what the test entries expect: a "fail" whose message contains "m" (every _row's message)
+E = 'status = ["fail"]\nmessage = "m"\n'
 
-def _row(status, check="accuracy", case="v/awq-int4/M1/bf16/s0"):
-    return {"backend": "v", "case_id": case, "check": check, "status": status, "message": "m"}
+
+def _row(status, check="accuracy", case="v/awq-int4/M1/bf16/s0", message="m", **metrics):
+    return {"backend": "v", "case_id": case, "check": check, "status": status,
+            "message": message, **metrics}
 
 
 @pytest.fixture
 def xfails(tmp_path):
     path = tmp_path / "x.toml"
-    path.write_text('[[xfail]]\nbackend = "v"\ncase_id = "v/awq-int4*"\nchecks = ["accuracy"]\n'
-                    'reason = "tracked in v#1"\n\n[[xfail]]\nbackend = "v"\ncase_id = "v/gptq*"\n'
+    path.write_text(f'[[xfail]]\nbackend = "v"\n{E}case_id = "v/awq-int4*"\n'
+                    'checks = ["accuracy"]\nreason = "tracked in v#1"\n\n'
+                    f'[[xfail]]\nbackend = "v"\n{E}case_id = "v/gptq*"\n'
                     'reason = "tracked in v#2"\n')
     return XfailList.load(path)
 
@@ -33,8 +39,78 @@ def test_passing_match_fails_strictly(xfails):
 
 
 def test_non_matching_rows_are_untouched(xfails):
+    assert len(xfails.entries) == 2  # a parser that dropped entries would pass the rest
     rows = [_row("fail", check="reload"), _row("pass", case="v/bf16/M1/bf16/s0")]
     assert xfails.apply(rows) == rows
+    assert xfails.apply([_row("fail")])[0]["status"] == "xfail"  # while a match changes
+
+
+def test_a_different_failure_is_a_failure(xfails):
+    """The entry expects status fail with "m" in the message: a crash, or a fail with
+    another message, on the same rows stays what it is, saying what was expected."""
+    crash, other = xfails.apply([_row("crash"), _row("fail", message="rel_fro 0.9 > 0.1")])
+    assert crash["status"] == "crash" and "status crash, expected fail" in crash["message"]
+    assert other["status"] == "fail" and "does not match 'm'" in other["message"]
+    # entry 0 reached, never expected a row: stale in this run (the rows fail besides)
+    assert [e.reason for e in xfails.unused(reached_only=True)] == ["tracked in v#1"]
+
+
+def test_metric_bounds_are_an_expectation(tmp_path):
+    xfails = _load(tmp_path, '[[xfail]]\nbackend = "v"\nstatus = "fail"\n'
+                             'metrics = { rel_fro = [0.1, 0.3] }\nreason = "r"\n')
+    inside, above, missing = xfails.apply([_row("fail", rel_fro=0.2), _row("fail", rel_fro=0.9),
+                                           _row("fail")])
+    assert inside["status"] == "xfail"
+    assert above["status"] == "fail" and "rel_fro 0.9 outside" in above["message"]
+    assert missing["status"] == "fail" and "no rel_fro" in missing["message"]
+
+
+@pytest.mark.parametrize(("expect", "error"), [
+    ("", "needs status"),
+    ('status = ["fail"]\n', "needs message .* or metrics"),
+    ('status = ["broken"]\nmessage = "m"\n', "needs status"),
+    ('status = "fail"\nmessage = "("\n', "message .* is not a regular expression"),
+    ('status = "fail"\nmetrics = { rel_fro = [0.3, 0.1] }\n',
+     "metrics.rel_fro must be .lo, hi. with lo <= hi"),
+])
+def test_an_entry_must_say_what_failure_it_expects(tmp_path, expect, error):
+    with pytest.raises(ValueError, match=f"xfail entry 0: {error}"):
+        _load(tmp_path, f'[[xfail]]\nbackend = "v"\n{expect}reason = "r"\n')
+
+
+def test_a_cited_reproduction_must_exist(tmp_path):
+    with pytest.raises(ValueError, match="cites tools/vllm_repro/no_such_script.py, which "
+                                         "does not exist"):
+        _load(tmp_path, f'[[xfail]]\nbackend = "v"\n{E}reason = "see '
+                        'tools/vllm_repro/no_such_script.py"\n')
+    assert _load(tmp_path, f'[[xfail]]\nbackend = "v"\n{E}reason = "see '
+                           'tools/vllm_repro/gptq_v2_sym.md"\n').entries
+
+
+@pytest.mark.parametrize("name", ["xfail.toml", "xfail-vllm.toml"])
+def test_every_shipped_entry_cites_a_reproduction_that_exists(name):
+    """The shipped lists' reasons each cite a file under tools/ (checked to exist at load);
+    a list's entries expect a status and a message or metric bounds (load refuses less)."""
+    from moecert.conformance.harness.expectations import CITED
+    from moecert.conformance.harness.xfail import DEFAULT_PATH
+
+    path = DEFAULT_PATH.with_name(name)
+    entries = XfailList.load(path).entries
+    assert len(entries) == len(re.findall(r"^\[\[xfail\]\]", path.read_text(), re.M))
+    for i, e in enumerate(entries):
+        assert CITED.search(e.reason), f"{name} entry {i} cites no tools/ reproduction"
+        assert e.status and (e.message or e.metrics), (name, i)
+
+
+def test_an_entry_a_run_reached_but_never_used_is_stale(xfails):
+    """reached_only: entries with rows in this run that expected none of them (shadowed by
+    an earlier entry, or the rows passed); an entry covering no row is left to
+    tools/xfail_coverage.py, which reads every run of a list."""
+    xfails.apply([_row("unsupported", case="v/gptq-int4/M1/bf16/s0")])  # not run: not reached
+    assert xfails.unused(reached_only=True) == []
+    xfails.apply([_row("pass", case="v/gptq-int4/M1/bf16/s0")])  # entry 1 reached, XPASS
+    assert [e.reason for e in xfails.unused(reached_only=True)] == ["tracked in v#2"]
+    assert [e.reason for e in xfails.unused()] == ["tracked in v#1", "tracked in v#2"]
 
 
 def test_unused_entries_are_reported(xfails):
@@ -44,7 +120,7 @@ def test_unused_entries_are_reported(xfails):
 
 def test_entry_without_reason_is_refused(tmp_path):
     path = tmp_path / "x.toml"
-    path.write_text('[[xfail]]\nbackend = "v"\n')
+    path.write_text('[[xfail]]\nbackend = "v"\n' + E + '')
     with pytest.raises(ValueError, match="reason"):
         XfailList.load(path)
 
@@ -74,28 +150,28 @@ def test_a_typo_in_a_key_is_an_error_naming_file_entry_and_key(tmp_path):
     """`chek =` would otherwise leave the entry without checks: every check of the case."""
     with pytest.raises(ValueError, match=r"x\.toml: xfail entry 1: unknown key 'chek' "
                                          r"\(did you mean 'checks'\?\)"):
-        _load(tmp_path, '[[xfail]]\nbackend = "v"\nreason = "r"\n\n'
-                        '[[xfail]]\nbackend = "v"\nchek = ["accuracy"]\nreason = "r"\n')
+        _load(tmp_path, '[[xfail]]\nbackend = "v"\n' + E + 'reason = "r"\n\n'
+                        '[[xfail]]\nbackend = "v"\n' + E + 'chek = ["accuracy"]\nreason = "r"\n')
 
 
 def test_the_old_keys_are_refused_with_the_new_names(tmp_path):
     with pytest.raises(ValueError, match="unknown key 'case' \\(did you mean 'case_id'"):
-        _load(tmp_path, '[[xfail]]\nbackend = "v"\ncase = "*"\nreason = "r"\n')
+        _load(tmp_path, '[[xfail]]\nbackend = "v"\n' + E + 'case = "*"\nreason = "r"\n')
 
 
 @pytest.mark.parametrize("checks", ['"accuracy"', "[]", '["acuracy"]'])
 def test_checks_are_a_list_of_known_check_names(tmp_path, checks):
     with pytest.raises(ValueError, match="xfail entry 0: .*check"):
-        _load(tmp_path, f'[[xfail]]\nbackend = "v"\nchecks = {checks}\nreason = "r"\n')
+        _load(tmp_path, f'[[xfail]]\nbackend = "v"\n{E}checks = {checks}\nreason = "r"\n')
 
 
 def test_one_entry_covers_several_checks_and_reports_each_one_unused(tmp_path):
-    xfails = _load(tmp_path, '[[xfail]]\nbackend = "v"\nchecks = ["accuracy", "reload"]\n'
+    xfails = _load(tmp_path, '[[xfail]]\nbackend = "v"\n' + E + 'checks = ["accuracy", "reload"]\n'
                              'reason = "r"\n')
     rows = xfails.apply([_row("fail"), _row("fail", check="reload"),
                          _row("fail", check="exact")])
     assert [r["status"] for r in rows] == ["xfail", "xfail", "fail"]
-    xfails = _load(tmp_path, '[[xfail]]\nbackend = "v"\nchecks = ["accuracy", "reload"]\n'
+    xfails = _load(tmp_path, '[[xfail]]\nbackend = "v"\n' + E + 'checks = ["accuracy", "reload"]\n'
                              'reason = "r"\n')
     xfails.apply([_row("fail")])
     (stale,) = xfails.unused()

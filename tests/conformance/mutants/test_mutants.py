@@ -101,8 +101,58 @@ def _print_detection_table():
 
 # --- the mutants themselves -------------------------------------------------------------
 
+# The planted bugs, pinned: deleting (or renaming) one must fail here, not silently drop its
+# parametrized tests. Adding one: add its name.
+MUTANT_NAMES = frozenset("mutant-" + n for n in (
+    "a2-static-scale-unloaded",
+    "act-order-ignored",
+    "act-order-w2-ignored",
+    "awq-order",
+    "batched-counts-ignored",
+    "bias-dropped",
+    "bias-in-scale-slot",
+    "claims-asym",
+    "e8m0-0xff-as-scale",
+    "e8m0-bias",
+    "expert-map-ignored",
+    "fp4-nibbles-swapped",
+    "fp6-codes-reversed",
+    "fp6-element-swapped",
+    "fp8-block-scales-transposed",
+    "fp8-groups-along-m",
+    "gate-up-swapped",
+    "gptq-v1-zero",
+    "group-shift",
+    "input-mutated",
+    "int8-weight-sign",
+    "last-row-unwritten",
+    "mxfp8-scale-rule",
+    "nondeterministic-sum",
+    "nvfp4-a2-gscale-from-a1",
+    "nvfp4-ct-global-not-inverted",
+    "nvfp4-shard-global-collapsed",
+    "partial-block-dropped",
+    "per-token-as-per-tensor",
+    "process-not-idempotent",
+    "reload-ignored",
+    "router-weight-twice",
+    "scales-x1.005",
+    "swigluoai-alpha",
+    "swigluoai-gate-up-swapped",
+    "swigluoai-layout",
+    "w13-scales-perm-n-for-k",
+    "w13-scales-swapped",
+    "w13-shard-scales-collapsed",
+    "w2-bias-after-router",
+    "w4a8-a1-gscale-dropped",
+    "w4afp8-codes-as-uint4b8",
+    "zero-points-ignored",
+))
+
+
 def test_mutant_table():
-    assert len(MUTANTS) >= 22
+    assert set(MUTANTS) == MUTANT_NAMES, (sorted(set(MUTANTS) - MUTANT_NAMES),
+                                          sorted(MUTANT_NAMES - set(MUTANTS)))
     for name, m in MUTANTS.items():
         assert name.startswith("mutant-") and name == m.name
         assert make_backend(m).name == name

@@ -1,0 +1,56 @@
+"""Each tolerance entry's reason is today's measurement: its sample (a case or two of the smoke
+suite, on the backend the entry was calibrated on, seeds 0 and 1, CPU) is re-measured, and the
+median rel_fro must lie within 2x of the number the entry records (`[entry.measured]`
+sample_rel_fro), either way. An entry whose error shrank (a rounding the backends no longer
+make) is as stale as one whose error grew: its thresholds were sized for another error.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+import pytest
+from moecert.conformance.harness.execute import run_case
+from moecert.conformance.harness.measured_sample import SEEDS, sample_cases
+from moecert.conformance.harness.tolerances import load_table
+from moecert.conformance.mutants import LEGIT, register_mutants
+from moecert.reference.schemes import ACTIVATION_DTYPES, SCHEMES
+
+TABLE = load_table()
+MEASURED = [e for e in TABLE.entries if e.measured]
+
+
+def test_every_entry_but_the_catch_all_records_its_measurement():
+    for e in TABLE.entries:
+        if e.specificity()[0]:
+            assert e.measured, f"{e.key}: no [entry.measured]"
+            assert e.measured["date"] >= "2026-11-28", (e.key, "re-measured before issue 31")
+
+
+def test_the_catch_all_covers_no_scheme_mode_or_dtype():
+    """Its measurement: no case reaches it (every activation dtype has its own entry), so it
+    judges only a backend's scheme the table has never seen, at the bf16 bounds."""
+    for name, info in SCHEMES.items():
+        for mode in info.activation_modes:
+            for dtype in ACTIVATION_DTYPES:
+                found = TABLE.lookup(name, dtype, activation_mode=mode)
+                assert found.specificity()[0] > 0, (name, mode, dtype)
+
+
+@pytest.mark.parametrize("entry", MEASURED, ids=lambda e: e.key)
+def test_the_measured_error_is_still_todays(entry):
+    m = entry.measured
+    if m["backend"] in LEGIT:
+        register_mutants([m["backend"]])
+    values = []
+    for case in sample_cases(entry):
+        for seed in SEEDS:
+            (row,) = run_case(replace(case, seed=seed), "cpu", checks=("accuracy",))
+            assert row["tolerance"] == entry.key, (case.case_id, row["tolerance"])
+            assert row["status"] == "pass", row["message"]
+            values.append(row["rel_fro"])
+    got, want = statistics.median(values), m["sample_rel_fro"]
+    assert want / 2 <= got <= want * 2, (
+        f"{entry.key}: the sample's rel_fro is {got:.3g} today, the entry records {want:.3g} "
+        f"(measured {m['date']}): re-run `{m['command']}` and revisit the thresholds")

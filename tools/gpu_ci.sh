@@ -1,0 +1,72 @@
+#!/bin/bash
+# What CI's CPU machine never runs, on a GPU machine: every test file that holds CUDA-only tests
+# (compiled Triton decodes, torch._scaled_grouped_mm's FP8 kernel, CUDA-graph capture, the
+# reference on cuda), each file whole in a pytest process of its own (a file's tests may
+# depend on its process's Triton state: tests/kernels/test_fp4_planes.py), then the `ci`
+# suite on cuda. Appends a dated record (device, versions, per-file counts and wall time, the
+# suite's verdict) to docs/gpu-ci.md and writes it to $OUT/gpu-ci-record.md.
+#
+# Run it once per change to kernels/ (README, "GPU CI"), on the GPU machine from the
+# repository root: `bash tools/gpu_ci.sh` (no install there: a PYTHONPATH shim, as
+# tools/gpu_suite_run.sh). GPU_CI_SUITE_S bounds the suite's wall time (default 1800 s);
+# a suite cut short is recorded as such, never as passed. Exit 1 when anything failed.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-ci}; mkdir -p "$OUT"
+mkdir -p /tmp/shim/moecert
+for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" /tmp/shim/moecert/$d; done
+export PYTHONPATH=/tmp/shim
+unset TRITON_INTERPRET
+
+# The files with CUDA-only tests (they skip, each by a reason naming the GPU, on a CPU).
+FILES=(
+    tests/kernels/test_int4_pairs.py        # PTX int4 pair decode, compiled Triton (sm80+)
+    tests/kernels/test_fp4_planes.py        # PTX FP4 / AWQ zero-point decodes (sm80+)
+    tests/kernels/test_grouped_fp8.py       # torch._scaled_grouped_mm FP8 row-wise (sm90)
+    tests/kernels/test_grouped_capture.py   # CUDA-graph capture of the grouped backend
+    tests/reference/test_devices.py         # the float64 reference on cuda
+)
+
+record="$OUT/gpu-ci-record.md"
+start=$(date +%s)
+device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
+versions=$(python -c "import sys, torch, triton; print(f'python {sys.version.split()[0]}, torch {torch.__version__}, triton {triton.__version__}, CUDA {torch.version.cuda}')")
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo "unknown")
+{
+    echo ""
+    echo "## $(date -u +%Y-%m-%d\ %H:%M) UTC, commit $commit"
+    echo ""
+    echo "Device: $device ($(nvidia-smi -L | wc -l) GPU(s)); $versions."
+    echo "Command: \`bash tools/gpu_ci.sh\`."
+    echo ""
+    echo "| step | result | wall (s) |"
+    echo "|---|---|---|"
+} > "$record"
+
+failed=0
+for f in "${FILES[@]}"; do
+    t0=$(date +%s)
+    python -m pytest "$f" -q -p no:cacheprovider -rfEs > "$OUT/$(basename "$f" .py).txt" 2>&1
+    rc=$?
+    line=$(grep -E "^(=+ )?[0-9]+ (passed|failed|skipped|error)|no tests ran" "$OUT/$(basename "$f" .py).txt" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
+    [ $rc -ne 0 ] && failed=1
+    echo "| $f | ${line:-no summary (exit $rc)} | $(( $(date +%s) - t0 )) |" >> "$record"
+    echo "$f: ${line:-exit $rc}"
+done
+
+t0=$(date +%s)
+timeout "${GPU_CI_SUITE_S:-1800}" python -m moecert.conformance.cli run --suite ci --device cuda \
+    -n auto --results "$OUT/results-ci" > "$OUT/suite-ci.txt" 2> "$OUT/suite-ci.err"
+rc=$?
+if [ $rc -eq 124 ]; then
+    verdict="cut short after ${GPU_CI_SUITE_S:-1800} s (not finished: no verdict)"; failed=1
+else
+    verdict=$(grep -E "^(green|not green)" "$OUT/suite-ci.txt" | tail -1)
+    [ $rc -ne 0 ] && failed=1
+fi
+echo "| \`moecert run --suite ci --device cuda -n auto\` | exit $rc: ${verdict:-see suite-ci.txt} | $(( $(date +%s) - t0 )) |" >> "$record"
+echo "" >> "$record"
+echo "Total wall time $(( $(date +%s) - start )) s; $([ $failed -eq 0 ] && echo 'everything passed' || echo 'FAILURES: see the rows above')." >> "$record"
+cat "$record" >> docs/gpu-ci.md
+cat "$record"
+exit $failed
