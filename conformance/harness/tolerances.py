@@ -197,9 +197,13 @@ def _measured(raw, where: str) -> dict:
     for key, kind in MEASURED_KEYS.items():
         if key in raw and not isinstance(raw[key], kind | int if kind is float else kind):
             raise ValueError(f"{where}: measured.{key} must be a {kind.__name__}")
-    missing = sorted({"date", "command", "backend", "sample", "sample_rel_fro"} - set(raw))
+    missing = sorted({"date", "command", "backend"} - set(raw))
     if missing:
         raise ValueError(f"{where}: measured needs {', '.join(missing)}")
+    # a sample is a smoke case re-measured by the reason test; a saturated entry has none (its
+    # rows exist only on model folders' layers): the two keys come together or not at all
+    if ("sample" in raw) != ("sample_rel_fro" in raw):
+        raise ValueError(f"{where}: measured needs sample and sample_rel_fro together")
     return dict(raw)
 
 
