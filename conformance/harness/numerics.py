@@ -154,6 +154,12 @@ def _requantized_w13(ckpt):
     """Per-tensor fp8 w13 with [E, 2] shard scales: both shards requantized to the larger
     scale (w' = e4m3(w * s_shard / s_max), RNE), one scale per expert."""
     scale = ckpt.tensors.get("w13_weight_scale")
+    if (ckpt.weight_strategy == STRATEGY_TENSOR and scale is not None and scale.dim() == 1
+            and scheme_format(ckpt).layout == "dense"):
+        # one scale per expert already (the exact tier's structured checkpoints): collapsing
+        # w1 / w3 to their maximum leaves it as it is. The declaration is the processed
+        # folder layer's; the same backend reads this checkpoint with nothing to collapse
+        return ckpt
     if (ckpt.weight_strategy != STRATEGY_TENSOR or scale is None or scale.dim() != 2
             or scheme_format(ckpt).layout != "dense"):
         raise NumericsError("w13_requantized: declared for a checkpoint without per-tensor "

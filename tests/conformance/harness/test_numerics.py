@@ -5,6 +5,8 @@ suite, and the planted bugs rebased onto it are still caught."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from moecert.conformance.harness.execute import run_cases
@@ -98,6 +100,22 @@ def test_w13_requantized_collapses_the_shard_scales_and_requantizes():
     with pytest.raises(NumericsError, match="w13_requantized"):
         reading(synthesize("fp8-w8a16", P, seed=4, weight_strategy="channel"),
                 {"w13_requantized": True})
+
+
+def test_w13_requantized_leaves_one_scale_per_expert_as_it_is():
+    """The exact tier's structured checkpoints hold one w13 scale per expert: a folder layer's
+    declaration (its shards collapsed) reads them unchanged instead of refusing them (found by
+    tox -e vllm on quark-int8-tensor-qwen3moe's exact rows)."""
+    ckpt = synthesize("int8-w8a8", P, seed=5, weight_strategy="tensor",
+                      activation="static-tensor")
+    s = ckpt.tensors["w13_weight_scale"]
+    if s.dim() == 2:
+        s = s.max(dim=1).values
+    one = replace(ckpt, tensors={**ckpt.tensors, "w13_weight_scale": s})
+    assert one.tensors["w13_weight_scale"].shape == (P.E,)
+    read = reading(one, {"w13_requantized": True})
+    assert torch.equal(read.tensors["w13_weight"], one.tensors["w13_weight"])
+    assert torch.equal(read.tensors["w13_weight_scale"], one.tensors["w13_weight_scale"])
 
 
 # --- the harness on the twin ---------------------------------------------------------------
