@@ -3,7 +3,8 @@
     terminal(report)   the summary `moecert report` prints
     markdown(report)   for a CI job summary (GitHub's step summary): short, failing first
     html(report)       one self-contained page (reports/page.py)
-    junit(rows, ...)   JUnit XML: one testcase per (case, check), classname backend.scheme
+    junit(rows, ...)   JUnit XML: one testcase per (case, check), classname backend.scheme,
+                       and one failing testcase for a verdict that is not green
 
 Every string from a results file is escaped for its format: HTML by pandas' to_html and
 html.escape, Markdown cells with HTML entities and escaped pipes, XML by ElementTree.
@@ -150,14 +151,23 @@ def _img(png_base64: str | None) -> str:
 # --- JUnit -------------------------------------------------------------------------------------
 
 def junit(rows: pd.DataFrame, rerun_prefix: str | None = None,
-          name: str = "moecert") -> str:
+          name: str = "moecert", verdict=None) -> str:
     """JUnit XML of result rows: one testcase per (case, check), classname `backend.scheme`,
     name the problem id and check. A failing row is a <failure> ("fail") or an <error>
     (crash, timeout, error) whose message is the check and its metric against the threshold,
     the full message and rerun command in the body; a skip, unsupported, xfail or oversize
     row is <skipped>, and a pass row passes (the oracle row of a case the backend does not
-    claim too: it checked the oracle), so the counts are the store's row statuses."""
+    claim too: it checked the oracle), so the counts are the store's row statuses.
+
+    CI systems show JUnit, not exit codes: when the verdict is not green (`verdict`, a
+    reports.verdict.Verdict or anything with `green` and `line`; default the rows' own run
+    verdict, as `moecert run` and `moecert report` give it) one more testcase, classname
+    `moecert.verdict`, fails, named for the verdict and carrying its reason. A run in which
+    no claimed case ran a check, or whose cases were all too large for the machine, then
+    reads as failing where it would have read as all skipped."""
     from .frames import rerun_command
+    from .verdict import tally_frame
+    from .verdict import verdict as run_verdict
 
     suite = ET.Element("testsuite", name=name)
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -181,12 +191,27 @@ def junit(rows: pd.DataFrame, rerun_prefix: str | None = None,
             why = _first_line(row["message"]) or status
             ET.SubElement(case, "skipped", message=_xml(f"{status}: {why}"
                                                         if status == "oversize" else why))
+    if verdict is None:
+        verdict = run_verdict(tally_frame(rows))
+    if not verdict.green:
+        counts["tests"] += 1
+        counts["failures"] += 1
+        case = ET.SubElement(suite, "testcase", classname=f"{name}.verdict",
+                             name=_xml(verdict_name(verdict.line)), time="0.000")
+        ET.SubElement(case, "failure", message=_xml(verdict.line), type="verdict").text = \
+            _xml(verdict.line)
     suite.attrib.update({k: str(v) for k, v in counts.items()}, time=f"{total_time:.3f}")
     root = ET.Element("testsuites", **{k: str(v) for k, v in counts.items()})
     root.append(suite)
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") \
         + "\n"
+
+
+def verdict_name(line: str) -> str:
+    """The verdict testcase's name: the verdict and its reason, without the per-backend
+    counts in parentheses ("not green: no claimed case ran a check")."""
+    return re.sub(r" \((backend .*|no cases ran)\)$", "", line.removeprefix("moecert: "))
 
 
 def junit_message(row) -> str:

@@ -47,6 +47,7 @@ from ..harness.option_values import (
     check_backends,
     device_or_default,
     import_modules,
+    output_file,
     writable_folder,
 )
 from . import run_command
@@ -70,6 +71,9 @@ def add_arguments(p) -> None:
     p.add_argument("--waivers", metavar="FILE",
                    help="TOML [[waiver]] entries {case_id, checks, reason} "
                    "(conformance/certification/waivers.py)")
+    p.add_argument("--junit", metavar="FILE", default=None, type=output_file,
+                   help="with --out or --assemble: also write the run's rows as JUnit XML, a "
+                        "failing testcase named for the verdict when it does not certify")
     add_model_arguments(p)
     add_execution_arguments(p)
     add_shard(p)  # needs --run-id
@@ -86,7 +90,7 @@ def main(args) -> int:
         return verify(Path(args.verify))
     if args.assemble:
         _only(args, "--assemble")
-        return _report(assemble(Path(args.assemble)))
+        return _report(assemble(Path(args.assemble)), Path(args.assemble), args.junit)
     return certify(args)
 
 
@@ -96,7 +100,8 @@ def _only(args, mode: str) -> None:
                                       ("--import", args.imports), ("--device", args.device),
                                       ("--resume", args.resume),
                                       ("--checkpoint", args.checkpoint),
-                                      ("--layer", args.layer), ("--inputs", args.inputs))
+                                      ("--layer", args.layer), ("--inputs", args.inputs),
+                                      ("--junit", args.junit if mode == "--verify" else None))
              if value]
     if given:
         raise UsageError(f"{mode} takes a bundle folder only, not {', '.join(given)}")
@@ -148,8 +153,10 @@ def certify(args) -> int:
         print(f"shard {shard[0]}/{shard[1]} {state}; waiting for "
               f"{bundle.few_shards([f'{i}/{shard[1]}' for i in lost], shard[1])}: when their "
               f"results/* are in {results}, run `moecert certify --assemble {out}`")
+        if args.junit:
+            _write_junit(args.junit, path, verdict)
         return verdict.code
-    return _report(assemble(out))
+    return _report(assemble(out), out, args.junit)
 
 
 def _check_available(backend: str, device: str) -> None:
@@ -189,7 +196,22 @@ def _check_fresh(out: Path, run: str | None) -> None:
                          "give its --run-id to add a shard to it, or certify into a new folder")
 
 
-def _report(result: tuple[str, int]) -> int:
+def _report(result: tuple[str, int], out: Path, junit: str | None) -> int:
     line, code = result
     print(line)
+    if junit:
+        from moecert.reports.verdict import Verdict
+
+        _write_junit(junit, out / "results", Verdict(code, line))
     return code
+
+
+def _write_junit(path: str, results: Path, verdict) -> None:
+    """The run's rows as JUnit XML (as `moecert run --junit`), its verdict testcase the
+    bundle's first line (or, for a shard that waits for others, its own run's verdict)."""
+    from moecert.reports import load
+
+    from ..harness.runner import write_junit
+
+    write_junit(path, load(results), None, verdict)
+    print(f"junit: {path}", file=sys.stderr)

@@ -40,6 +40,7 @@ from ..harness.option_values import (
     import_modules,
     model_selection,
     one_line,
+    output_file,
     writable_folder,
     xfail_list,
 )
@@ -90,7 +91,7 @@ def add_arguments(p) -> None:
     p.add_argument("--case", action="append", default=[], metavar="JSON", type=case_json,
                    help="run exactly this case (as printed for a failure)")
     p.add_argument("--xfail", default=None, help="expected-failure list (TOML)")
-    p.add_argument("--junit", metavar="FILE", default=None,
+    p.add_argument("--junit", metavar="FILE", default=None, type=output_file,
                    help="also write the run's rows as JUnit XML (as moecert report --junit)")
     p.add_argument("--in-process", action="store_true",
                    help="no worker processes (faster to debug; a crash ends the run)")

@@ -253,10 +253,12 @@ __all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "oversize_row", "over
 
 # --- shared by `moecert run` and the pytest plugin ----------------------------------------
 
-def write_junit(path: str, rows, rerun: str) -> None:
+def write_junit(path: str, rows, rerun: str | None, verdict=None) -> None:
+    """The rows as JUnit XML (reports/render.py junit), with a failing testcase for a
+    verdict that is not green (default: the rows' own run verdict)."""
     from moecert.reports.render import junit
 
-    Path(path).write_text(junit(rows, rerun), encoding="utf-8")
+    Path(path).write_text(junit(rows, rerun, verdict=verdict), encoding="utf-8")
 
 
 def available_backends(device: str) -> list[str]:

@@ -120,15 +120,23 @@ def test_a_session_where_no_claimed_case_ran_fails(session, pytester, xdist):
     # in-process: the verdict is counted from the test reports, wherever the cases ran
     result = session("--moecert-backend", "t-nothing", "--moecert-scheme", "bf16",
                      "--moecert-scheme", "fp16", "-k", ONE_SHAPE, "--moecert-in-process",
-                     *(["--moecert-results", "res", "-p", "xdist", "-n", "2"] if xdist else []),
-                     subprocess=xdist)
-    result.assert_outcomes(skipped=2)
-    if xdist:  # the session is one run, whichever worker wrote its rows
-        rows = load(pytester.path / "res")
-        assert rows["case_id"].nunique() == 2 and set(rows["status"]) == {"unsupported"}
+                     "--moecert-results", "res", "--moecert-junit", "moecert.xml",
+                     "--junitxml", "out.xml", "-rfs",
+                     *(["-p", "xdist", "-n", "2"] if xdist else []), subprocess=xdist)
+    # the verdict is one failed test more: in pytest's counts, short summary and JUnit
+    result.assert_outcomes(skipped=2, failed=1)
+    rows = load(pytester.path / "res")  # the session is one run, whichever worker wrote it
+    assert rows["case_id"].nunique() == 2 and set(rows["status"]) == {"unsupported"}
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["moecert: not green: no claimed case ran a check (backend "
-                                 "t-nothing 0 of 2 claimed)"])
+    line = "moecert: not green: no claimed case ran a check (backend t-nothing 0 of 2 claimed)"
+    result.stdout.fnmatch_lines([line, "*short test summary info*",
+                                 "FAILED moecert::verdict - moecert: not green: no claimed*"])
+    for name in ("moecert.xml", "out.xml"):  # moecert's JUnit and pytest's own
+        root = ET.parse(pytester.path / name).getroot()
+        verdicts = [c for c in root.iter("testcase") if c.find("failure") is not None]
+        assert len(verdicts) == 1, name
+        assert "not green: no claimed case ran a check" in verdicts[0].find(
+            "failure").get("message")
 
 
 @pytest.mark.parametrize("option, value, says", [
