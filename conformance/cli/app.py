@@ -28,6 +28,11 @@ def cmd_list(args) -> int:
 
 
 def _list(args) -> int:
+    from ..harness.option_values import import_modules
+
+    import_modules(args.imports)  # a UsageError: main prints it, exit 2
+    if args.mutants:
+        return print_mutants()
     if args.backend:
         return print_claims(args.backend, args.suite, args.imports)
     print(f"{'scheme':<12} {'family':<6} {'bits':>4}  {'strategies':<22} {'activations':<44} "
@@ -48,6 +53,24 @@ def _list(args) -> int:
     if not args.no_backends:
         print()
         print_backends()
+    return 0
+
+
+def print_mutants() -> int:
+    """The planted-bug backends (conformance/mutants) with the bug each plants, the schemes
+    it lives in and the correct backend it is a copy of; then the legitimate twins."""
+    from ..mutants import LEGIT, MUTANTS
+
+    print(f"{len(MUTANTS)} mutants (correct backends with one planted bug each; run them with "
+          "--import moecert.conformance.mutants.all --backend NAME):")
+    width = max(map(len, MUTANTS))
+    for m in MUTANTS.values():
+        print(f"  {m.name:<{width}}  {m.bug}\n  {'':<{width}}  schemes {', '.join(m.targets)}; "
+              f"copy of {m.base}; caught by {' or '.join(m.expected_checks)}")
+    print(f"\n{len(LEGIT)} legitimate twins (production numerics the tolerances must admit):")
+    for name, factory in LEGIT.items():
+        doc = (factory.__doc__ or "").strip().split("\n\n")[0]
+        print(f"  {name:<{width}}  {' '.join(doc.split())}")
     return 0
 
 
@@ -98,7 +121,7 @@ def print_claims(name: str, suite: str, imports: list[str]) -> int:
 
     import_modules(imports)  # a UsageError: main prints it, exit 2
     if name not in backend_names():
-        print(f"moecert list: unknown backend {name!r}; registered: "
+        print(f"moecert list: error: unknown backend {name!r}; registered: "
               f"{', '.join(backend_names())}", file=sys.stderr)
         return 2
     backend, platform = get_backend(name), Platform.current()
@@ -175,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", metavar="NAME",
                    help="instead: what backend NAME claims of a suite, per scheme variant, "
                         "and why not the rest")
+    p.add_argument("--mutants", action="store_true",
+                   help="instead: the planted-bug backends (conformance/mutants), with the "
+                        "bug each plants")
     add_suite(p)  # with --backend
     add_import(p)
     p.set_defaults(func=cmd_list)

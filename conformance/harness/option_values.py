@@ -292,6 +292,9 @@ def xfail_list(path: str | None, flag: str = "--xfail"):
 def import_modules(modules: Iterable[str], flag: str = "--import") -> tuple[str, ...]:
     """Import each module (it may register backends); a missing one is a usage error."""
     for module in modules:
+        if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module):
+            raise UsageError(f"{flag} {module}: expected a module name (pkg.module, importable "
+                             "from sys.path), not a file path")
         try:
             importlib.import_module(module)
         except ImportError as e:
@@ -450,6 +453,8 @@ def model_selection(folder: str | None, layers, inputs: str | None
             raise UsageError(f"{'--layer' if layers else '--inputs'} needs --checkpoint DIR")
         return None
     where = f"--checkpoint {folder}"
+    if Path(folder).is_file():
+        raise UsageError(f"{where}: a file, not a model folder (config.json and *.safetensors)")
     if not Path(folder).is_dir():
         raise UsageError(f"{where}: no such folder")
     try:
