@@ -54,6 +54,7 @@ from . import run_command
 from .arguments import (
     add_execution_arguments,
     add_model_arguments,
+    add_models,
     add_run_id,
     add_shard,
     add_suite,
@@ -74,6 +75,8 @@ def add_arguments(p) -> None:
     p.add_argument("--junit", metavar="FILE", default=None, type=output_file,
                    help="with --out or --assemble: also write the run's rows as JUnit XML, a "
                         "failing testcase named for the verdict when it does not certify")
+    add_models(p, "only the model-size cases of this model: a partial run, NOT CERTIFIED "
+                  "(to try a model's layers on this device first)")
     add_model_arguments(p)
     add_execution_arguments(p)
     add_shard(p)  # needs --run-id
@@ -101,6 +104,7 @@ def _only(args, mode: str) -> None:
                                       ("--resume", args.resume),
                                       ("--checkpoint", args.checkpoint),
                                       ("--layer", args.layer), ("--inputs", args.inputs),
+                                      ("--model", args.model),
                                       ("--junit", args.junit if mode == "--verify" else None))
              if value]
     if given:
@@ -132,7 +136,8 @@ def certify(args) -> int:
         suite=args.suite, backend=[backend], scheme=[], check=[], case_id=[], keyword=None,
         case=[], shard=args.shard, results=str(results), workers=workers, device=device,
         run_id=args.run_id, resume=args.resume, timeout=args.timeout, imports=args.imports,
-        in_process=False, checkpoint=args.checkpoint, layer=args.layer, inputs=args.inputs)
+        in_process=False, checkpoint=args.checkpoint, layer=args.layer, inputs=args.inputs,
+        model=args.model)
     cases = run_command.select_cases(run_args, device)
     model = model_record(cases)
     path, summary = run_command.execute(run_args, device, cases, XfailList([]))

@@ -60,6 +60,7 @@ from .arguments import (
     add_backends,
     add_execution_arguments,
     add_model_arguments,
+    add_models,
     add_results,
     add_run_id,
     add_schemes,
@@ -78,6 +79,8 @@ def add_arguments(p) -> None:
                    help="only the case with this id (repeatable)")
     p.add_argument("-k", dest="keyword", default=None, metavar="EXPR",
                    help="only cases whose id matches: substrings with and/or/not, as pytest -k")
+    add_models(p, "only the model-size cases of this model (the ci and certify suites' "
+                  "layers at full size)")
     p.add_argument("--list-cases", action="store_true",
                    help="print the selected case ids and exit without running")
     add_results(p)
@@ -227,6 +230,16 @@ def select_cases(args, device: str) -> list[Case]:
                 raise UsageError(f"--case-id {wanted}: no such case in {where} for the chosen "
                                  "backends and schemes (--list-cases lists them)")
         cases = [by_id[i] for i in dict.fromkeys(args.case_id)]
+    models = getattr(args, "model", [])
+    if models:
+        if model is not None:
+            raise UsageError("--model selects a suite's model-size cases: not with "
+                             "--checkpoint (the folder is the model)")
+        cases = [c for c in cases if c.model in models]
+        if not cases:
+            raise UsageError(f"--model {' --model '.join(models)}: no model-size case in "
+                             f"{where} for the chosen backends and schemes (the ci and "
+                             "certify suites have them)")
     if args.keyword is not None:
         keep = case_filter(args.keyword)
         cases = [c for c in cases if keep(c.case_id)]

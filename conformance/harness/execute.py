@@ -114,6 +114,7 @@ def result_row(case: Case, device: str, run_id: str, check: str, outcome: Outcom
            **environment(device, case.backend),
            "backend_detail": run.backend_detail if run is not None else "",
            **source_columns(case.source, run.loaded_layer() if run is not None else None),
+           **({"model": case.model} if case.model else {}),  # a suite's model-size case
            "numerics": describe_numerics(run.numerics) if run is not None else "",
            "check": check, "status": outcome.status,
            "message": outcome.message, "duration_s": duration, "case_json": case.to_json(),

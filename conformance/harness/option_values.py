@@ -249,6 +249,8 @@ def case_json(text: str):
         raise UsageError(f"not a case ({detail}); pass the JSON a failure's rerun line "
                          "prints") from None
     scheme_name(case.scheme)
+    if case.model is not None:
+        model_name(case.model)
     return case
 
 
