@@ -5,6 +5,7 @@ plugin's file is tested in tests/conformance/harness/test_plugin.py)."""
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -62,7 +63,13 @@ def test_a_run_whose_cases_are_all_oversize_fails_in_junit(tmp_path, monkeypatch
     assert root.get("skipped") == "1"  # the case's one oversize row, as the store has it
     _failing_verdict(tmp_path / "run.xml", "not green: 1 case(s) not run: they need more "
                                            "memory than this machine has")
-    capsys.readouterr()
+    out = capsys.readouterr().out
+    # oversize is not unclaimed: torch claims the case the machine cannot hold
+    assert out.strip().splitlines()[-1].endswith("(backend torch 1 of 1 claimed, 1 oversize)")
+    assert re.search(r"^torch +1 of 1 ", out, re.M), out
+    from moecert.reports import load
+
+    assert load(tmp_path)["claimed"].tolist() == [True]
 
 
 def test_a_green_run_has_no_verdict_testcase(tmp_path, capsys):
