@@ -21,6 +21,7 @@ import pandas as pd
 
 from .frames import REGRESSIONS
 from .frames import failing as failing_rows
+from .groups import failure_groups
 from .report import Report
 from .schema import FAILING, thresholds_of
 
@@ -48,6 +49,12 @@ def terminal(report: Report) -> str:
                   else "  no change"]
     cases = _failing_cases(report)
     if len(cases):
+        groups = failure_groups(report.rows)
+        parts += ["", f"{report.failed_cases} failing case(s) in {len(groups)} group(s), one "
+                      "line per bug (backend, check, how it failed):"]
+        parts += [f"  {g['headline']}" for g in groups[:FAILING_SHOWN]]
+        if len(groups) > FAILING_SHOWN:
+            parts.append(f"  and {len(groups) - FAILING_SHOWN} more group(s)")
         parts += ["", f"{report.failed_cases} failing case(s):"]
         for row in cases.head(FAILING_SHOWN).to_dict("records"):
             parts += [f"  {row['status']:<8} {row['check']:<14} {row['case_id']}",
@@ -74,6 +81,10 @@ def markdown(report: Report, title: str = "moecert report") -> str:
         lines += _more(len(regressions))
     cases = _failing_cases(report)
     if len(cases):
+        groups = failure_groups(report.rows)
+        lines += [f"### Failures by group ({len(groups)}): one line per bug", ""]
+        lines += [f"- {md_text(g['headline'])}" for g in groups[:FAILING_SHOWN]]
+        lines += ["", *_more(len(groups))]
         shown = cases.head(FAILING_SHOWN).assign(message=cases["message"].map(_short))
         lines += [f"### Failing cases ({len(cases)})", "",
                   markdown_table(shown[["status", "check", "case_id", "message"]]), ""]

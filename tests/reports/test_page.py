@@ -97,10 +97,12 @@ def test_the_planted_bug_is_one_signature(planted):
     rows = load(planted)
     groups = failure_groups(rows)
     failing = rows.loc[rows["status"] == "fail", "case_id"].nunique()
-    assert failing >= 3 and len(groups) <= 2, [g["signature"] for g in groups]
+    assert failing >= 3 and len(groups) == 1, [g["headline"] for g in groups]
     top = groups[0]
-    assert top["signature"]["metric"] == "norm_ratio" and top["signature"]["direction"] == \
-        "above" and len(top["rows"]) >= failing - 1
+    assert top["metric"] == "norm_ratio" and top["direction"] == "above"
+    assert len(top["rows"]) == failing
+    assert top["headline"].startswith(f"{MUTANT}: accuracy fails in {failing} case(s) of 1 "
+                                      "scheme(s) (gptq-int4): norm_ratio above its threshold")
     assert 1.005 < top["value"] < 1.02  # x1.005 on both GEMMs' weights: about 1.01
     # the harness recorded where the error sits: evenly over the experts, as a scale bug does
     profile = json.loads(top["rows"][0]["error_profile"])
