@@ -17,13 +17,11 @@ from moecert.reference import RECORDS, SCHEMES, MoEProblem
 
 
 def cmd_list(args) -> int:
-    """Under the same notion of "available here" as `moecert run` (execute.triton_for: on a
-    CPU the triton backend runs through the Triton interpreter)."""
-    import torch
+    """Under the same notion of "available here" as `moecert run` and `moecert inspect`
+    (execute.available_here: on a CPU the triton backend runs through the interpreter)."""
+    from ..harness.execute import available_here
 
-    from ..harness.execute import triton_for
-
-    with triton_for("cuda" if torch.cuda.is_available() else "cpu"):
+    with available_here():
         return _list(args)
 
 

@@ -33,7 +33,11 @@ def main(args) -> int:
     print(f"{args.folder}: {len(layers)} MoE layer{'s' * (len(layers) != 1)}, producer "
           f"{first.producer}" + (f"; decoder layers without routed experts (not read): "
                                  f"{', '.join(map(str, dense))}" if dense else ""))
-    for labels, text in _grouped(layers):
+    from ..harness.execute import available_here
+
+    with available_here():  # claims as `moecert run` asks them (triton interpreted on a CPU)
+        described = _grouped(layers)
+    for labels, text in described:
         print(f"layer{'s' * (',' in labels or '-' in labels)} {labels}: {text}")
     return 0
 
