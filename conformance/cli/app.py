@@ -1,5 +1,5 @@
-"""The `moecert` command line (SPEC section 5): `list` here, every other subcommand in its own
-module (SUBCOMMANDS)."""
+"""The `moecert` command line: `list` here, every other subcommand in its own module
+(SUBCOMMANDS). DESCRIPTION is what `moecert --help` says."""
 
 from __future__ import annotations
 
@@ -158,7 +158,8 @@ SUBCOMMANDS = (
     ("bench", "cli.bench_command",
      "time the backends on the model layers against the device's floors "
      "(reference: time the float64 reference)"),
-    ("run", "cli.run_command", "run a suite against the reference; exit 1 on a failure"),
+    ("run", "cli.run_command",
+     "run a suite against the reference; exit 1 when not green (the last line says why)"),
     ("calibrate", "cli.calibrate_command",
      "error distribution, suggested thresholds, tolerance used"),
     ("report", "cli.report_command",
@@ -171,6 +172,12 @@ SUBCOMMANDS = (
     ("inspect", "cli.inspect_command",
      "what moecert reads in a model folder, per MoE layer, and which backends claim it"),
 )
+
+
+DESCRIPTION = ("moecert: a conformance harness and float64 reference for quantized "
+               "Mixture-of-Experts kernels. Run a suite on the backends available here "
+               "(`moecert run --suite smoke`), report on results, certify a backend, time "
+               "the backends, inspect a model folder.")
 
 
 def version_text() -> str:
@@ -186,10 +193,15 @@ def main(argv: list[str] | None = None) -> int:
     from ..harness.option_values import UsageError
     from .arguments import add_import, add_suite
 
-    parser = _Parser(prog="moecert", description=__doc__)
+    parser = _Parser(prog="moecert", description=DESCRIPTION,
+                     epilog="Exit codes: 0 green, 1 not green (the last line says why), 2 a "
+                            "usage error. `moecert COMMAND --help` for a command's options; "
+                            "the README and docs/contract.md for the rest.")
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("list", help="schemes and their format records")
+    p = sub.add_parser("list", help="schemes, backends and the oracle's choice per platform "
+                                    "(--backend NAME: what it claims; --mutants: the planted "
+                                    "bugs)")
     p.add_argument("--records", action="store_true", help="also print every format record")
     p.add_argument("--no-backends", action="store_true",
                    help="omit the backends and the oracle's selection table")
