@@ -5,7 +5,7 @@
 What it holds, top to bottom: the verdict; what changed against a baseline (plotted); with
 `moecert bench` rows, their % of the floor per scheme and M (plotted) and their table; the
 status heat-map (backend x scheme rows, check columns, labels on top; a cell filters the case
-table to its cases); the failures grouped by signature, one line per bug (backend, check and
+table to its cases, and the table's filter bar, sticky, names the cell); the failures grouped by signature, one line per bug (backend, check and
 how it failed, across schemes: one scale bug failing 36 cases is one group; what its members
 share and where they differ); a panel per failing case (its
 metrics against their thresholds, where the error sits as small pictures, the rerun
@@ -62,7 +62,7 @@ def _heatmap(report: Report) -> str:
             filt = _esc(json.dumps({"backend": str(backend), "scheme": str(scheme),
                                     "check": check}), quote=True)
             cells.append(f'<td class="cell" style="background:{_STATUS_CSS[status]}">'
-                         f'<a href="#cases" data-filter="{filt}">{_esc(status)}</a></td>')
+                         f'<a href="#cases-view" data-filter="{filt}">{_esc(status)}</a></td>')
         body.append(f"<tr><th>{_esc(str(backend))} / {_esc(str(scheme))}</th>"
                     + "".join(cells) + "</tr>")
     return (f'<div class="scroll"><table class="heat"><thead><tr><th>backend / scheme</th>'
@@ -172,10 +172,14 @@ def _case_table(report: Report, panel_ids: dict[str, str]) -> str:
                   for v in sorted({str(x) for x in cases[name].dropna()}))
         + "</select></label> " for i, name in enumerate(_CASE_COLUMNS) if name in (
             "status", "backend", "scheme", "check"))
-    return (f'<div class="filters">{selects}<label>id contains <input type="search" '
-            f'data-key="4"></label> <span id="shown"></span></div>'
+    # the filter bar stays in view (sticky) while the table below it scrolls, and says which
+    # heat-map cell, if any, set its filters
+    return (f'<section id="cases-view"><div class="filters">{selects}<label>id contains '
+            f'<input type="search" data-key="4"></label> <b id="shown"></b> '
+            f'<span id="from-cell"></span> <button type="button" id="show-all">show all'
+            f"</button></div>"
             f'<div class="scroll tall"><table id="cases" class="sortable"><thead><tr>{head}'
-            f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+            f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div></section>")
 
 
 def _frame_table(frame: pd.DataFrame) -> str:
@@ -215,7 +219,10 @@ tr.over td{background:#fde2e1}.group{border-left:4px solid #fc8d59;padding-left:
 .case{border:1px solid #ddd;margin:.3em 0;padding:.2em .5em}.case[open]{background:#fffdf5}
 .pics{display:flex;gap:1em;flex-wrap:wrap}.bars rect{fill:#d7301f}
 .bars svg{background:#fafafa;border:1px solid #ddd}figcaption{font-size:11px}
-.filters label{margin-right:.8em}.ids{font-size:12px}"""
+.filters label{margin-right:.8em}.ids{font-size:12px}
+.filters{position:sticky;top:0;z-index:3;background:#fff;padding:.4em 0;
+ border-bottom:1px solid #ccc}#from-cell{background:#fff3c4;padding:0 .3em}
+#from-cell:empty{display:none}.scroll.tall{max-height:calc(100vh - 4em)}"""
 
 _SCRIPT = """
 (function(){
@@ -237,11 +244,18 @@ function filter(){if(!table)return;var n=0;Array.from(table.tBodies[0].rows).for
   r.style.display=ok?'':'none';n+=ok;});
  var s=document.getElementById('shown');
  if(s)s.textContent=n+' of '+table.tBodies[0].rows.length+' cases shown';}
-inputs.forEach(function(e){e.addEventListener('input',filter);e.addEventListener('change',filter);});
+var fromCell=document.getElementById('from-cell');
+function byHand(){if(fromCell)fromCell.textContent='';filter();}
+inputs.forEach(function(e){e.addEventListener('input',byHand);e.addEventListener('change',byHand);});
+var showAll=document.getElementById('show-all');
+if(showAll)showAll.addEventListener('click',function(){inputs.forEach(function(e){e.value='';});
+ byHand();});
 document.querySelectorAll('[data-filter]').forEach(function(a){a.addEventListener('click',function(){
   var f=JSON.parse(a.getAttribute('data-filter'));inputs.forEach(function(e){
    var name=e.getAttribute('data-name');
-   if(name)e.value=(name in f)?f[name]:'';});filter();});});
+   if(name)e.value=(name in f)?f[name]:'';});
+  if(fromCell)fromCell.textContent='filtered by the heat-map cell '+[f.backend,f.scheme,f.check]
+   .join(' / ');filter();});});
 function openHash(){var id=location.hash.slice(1);var el=id&&document.getElementById(id);
  if(el&&el.tagName==='DETAILS'){el.open=true;el.scrollIntoView();}}
 document.querySelectorAll('a.open').forEach(function(a){a.addEventListener('click',function(){
