@@ -5,13 +5,14 @@
 What it holds, top to bottom: the verdict; what changed against a baseline (plotted); with
 `moecert bench` rows, their % of the floor per scheme and M (plotted) and their table; the
 status heat-map (backend x scheme rows, check columns, labels on top; a cell filters the case
-table to its cases, and the table's filter bar, sticky, names the cell); the failures grouped by signature, one line per bug (backend, check and
-how it failed, across schemes: one scale bug failing 36 cases is one group; what its members
-share and where they differ); a panel per failing case (its
-metrics against their thresholds, where the error sits as small pictures, the rerun
-command); every case in a table that sorts (click a header) and filters (backend, scheme,
-check, status, id text), failing cases first; the tolerance plots and tables. A few lines of
-plain script do the sorting, filtering and opening; no framework, no network.
+table to its cases, and the table's filter bar, sticky, names the cell); the failures grouped
+by signature, one line per bug (reports/groups.py: backend, check and how it failed, across
+schemes; one scale bug failing 36 cases is one group; what its members share and where they
+differ); a panel per failing case (its metrics against their thresholds, where the error sits
+as small pictures, the rerun command); every case in a table that sorts (click a header) and
+filters (backend, scheme, check, status, id text), failing cases first; the tolerance plots
+and tables. A few lines of plain script do the sorting, filtering and opening; no framework,
+no network.
 """
 
 from __future__ import annotations

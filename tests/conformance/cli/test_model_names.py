@@ -19,7 +19,7 @@ def test_model_size_ids_name_their_model_and_no_other_id_changes():
     sized = [c for c in cases if c.model is not None]
     assert {c.model for c in sized} == set(MODELS)
     for case in sized:
-        E, K, N, topk = MODELS[case.model]
+        K = MODELS[case.model].K
         assert f"/{case.scheme}/{case.model}/M{case.problem.M}.K{K}." in case.case_id
         # the id is the pre-issue-33 id with the model's part inserted, nothing else
         assert replace(case, model=None).case_id == case.case_id.replace(
@@ -62,7 +62,8 @@ def test_model_usage_errors(capsys, tmp_path):
 def test_certify_model_runs_that_models_cases_and_does_not_certify(tmp_path, monkeypatch,
                                                                    capsys):
     monkeypatch.setenv(memory.HOST_MEMORY_VARIABLE, "2G")  # every such case oversize: fast
-    code = cli.main(["certify", "--backend", "torch", "--model", "qwen3-30b-a3b", "--out", str(tmp_path / "b"), "--device", "cpu"])
+    code = cli.main(["certify", "--backend", "torch", "--model", "qwen3-30b-a3b", "--out",
+                     str(tmp_path / "b"), "--device", "cpu"])
     out = capsys.readouterr().out
     assert code == 1
     first = (tmp_path / "b" / "CERTIFICATE.txt").read_text().splitlines()[0]
