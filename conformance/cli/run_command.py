@@ -3,10 +3,11 @@ the results folder as they finish, a summary, and an exit code: 0 green (every c
 passed, and at least one claimed case ran a check), 1 not green (the last line says why), 2 a
 usage error (one line on stderr, before anything runs).
 
-Cases can be narrowed by id: `--case-id ID` (exact, repeatable) and `-k EXPR` (substrings of
-the id with and/or/not, X; `--list-cases` prints the
-selection without running it. `--resume` continues the newest unfinished run of the same suite
-(and shard) in the results folder, and its summary and exit code cover the whole run.
+Cases can be narrowed by id: `--case-id ID` (exact, repeatable), `-k EXPR` (substrings of
+the id with and/or/not, as pytest's -k) and `--model NAME` (a suite's model-size cases of that
+model); `--list-cases` prints the selection without running it. `--resume` continues the
+newest unfinished run of the same suite (and shard) in the results folder, and its summary
+and exit code cover the whole run.
 """
 
 from __future__ import annotations
