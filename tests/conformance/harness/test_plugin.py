@@ -164,14 +164,15 @@ def test_a_mistyped_option_is_one_usage_error(session, pytester, option, value, 
 def test_a_hanging_backend_costs_its_case(session):
     result = session("--moecert-backend", "t-hangs", "--moecert-scheme", "bf16", "-k",
                      ONE_SHAPE, "--moecert-timeout", "5")
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(failed=2)  # the case, and the session's verdict (moecert::verdict)
     result.stdout.fnmatch_lines(["timeout accuracy: no result after 5 s; worker killed*"])
 
 
 def test_a_backend_that_kills_its_process_costs_its_case(session):
     result = session("--moecert-backend", "t-dies", "--moecert-backend", "t-bf16-only",
                      "--moecert-scheme", "bf16", "-k", ONE_SHAPE)
-    result.assert_outcomes(failed=1, passed=1)  # the worker restarts for the next case
+    # the worker restarts for the next case; the verdict is one failed test more
+    result.assert_outcomes(failed=2, passed=1)
     result.stdout.fnmatch_lines(["crash accuracy: the worker process died (exit code 3)*",
                                  "rerun: moecert run --device cpu --import vendor_backends "
                                  "--check accuracy --case '{*t-dies*}'"])
@@ -191,4 +192,4 @@ def test_the_verdict_counts_claimed_cases_per_backend():
     assert session_verdict(Counter({("a", True, False, False): 1,
                                     ("a", None, False, True): 1})) == (
         False, "moecert: not green: 1 case(s) not run: they need more memory than this "
-               "machine has (backend a 1 of 2 claimed)")
+               "machine has (backend a 1 of 2 claimed, 1 oversize)")
