@@ -5,12 +5,14 @@
 What it holds, top to bottom: the verdict; what changed against a baseline (plotted); with
 `moecert bench` rows, their % of the floor per scheme and M (plotted) and their table; the
 status heat-map (backend x scheme rows, check columns, labels on top; a cell filters the case
-table to its cases); the failures grouped by signature (one scale bug failing 36 cases is
-one group: what its members share and where they differ); a panel per failing case (its
-metrics against their thresholds, where the error sits as small pictures, the rerun
-command); every case in a table that sorts (click a header) and filters (backend, scheme,
-check, status, id text), failing cases first; the tolerance plots and tables. A few lines of
-plain script do the sorting, filtering and opening; no framework, no network.
+table to its cases, and the table's filter bar, sticky, names the cell); the failures grouped
+by signature, one line per bug (reports/groups.py: backend, check and how it failed, across
+schemes; one scale bug failing 36 cases is one group; what its members share and where they
+differ); a panel per failing case (its metrics against their thresholds, where the error sits
+as small pictures, the rerun command); every case in a table that sorts (click a header) and
+filters (backend, scheme, check, status, id text), failing cases first; the tolerance plots
+and tables. A few lines of plain script do the sorting, filtering and opening; no framework,
+no network.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from __future__ import annotations
 import html as html_lib
 import json
 import math
-import re
 
 import pandas as pd
 
-from .frames import FAILING, REGRESSIONS, _metric_used
+from .frames import REGRESSIONS, _metric_used
+from .groups import failure_groups
 from .report import Report
-from .schema import BANDS, FLOORS, STATUSES, error_form, shape_class, thresholds_of
+from .schema import STATUSES, thresholds_of
 
 FAILING_PANELS = 200  # failing cases with a panel each; the rest are in the table
 _esc = html_lib.escape
@@ -34,95 +36,6 @@ def _num(v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
         return ""
     return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
-# --- failure signatures ----------------------------------------------------------------------
-
-# What a group's members always share (the signature), and what they may also share or not.
-SIGNATURE = ("scheme", "check", "metric", "direction", "size")
-DESCRIBED = ("scheme", "config", "shape", "check", "metric", "direction")
-VARIES = ("config", "shape", "backend", "M", "K", "N", "E", "topk", "dtype", "activation",
-          "bias", "router_on_input", "expert_map", "activation_format", "routing", "seed")
-
-
-def worst_metric(row) -> tuple[str, str, float, float] | None:
-    """(metric, direction, value, error) of the gated metric farthest past its threshold in
-    a judged row: "above" a ceiling or a band, "below" a floor or a band, and the metric's
-    error form (0 exact); None if no tolerance judged the row."""
-    best = None
-    for metric, threshold in thresholds_of(row).items():
-        value = row.get(metric)
-        used = _metric_used(metric, value, threshold)
-        if used is not None and (best is None or used > best[0]):
-            direction = ("below" if metric in FLOORS
-                         or (metric in BANDS and float(value) < 1.0) else "above")
-            best = (used, metric, direction, float(value), error_form(metric, float(value)))
-    return None if best is None else best[1:]
-
-
-def signature(row) -> dict:
-    """What makes failing cases one finding (their primary failing rows, `primary_rows`):
-    the scheme, the check, and the worst metric, its direction and its error's size in
-    quarter decades (1.6e-2 and 1.7e-2 are one size, 1.6e-2 and 3e-2 are not); a row no
-    tolerance judged (exact, canonical, a crash) by its status and its message's first line
-    with the numbers taken out. Alongside: the variant (config) and shape class."""
-    worst = worst_metric(row)
-    if worst is not None:
-        metric, direction, _, error = worst
-        size = (f"{round(math.log10(error) * 4) / 4:g}" if error > 0 and math.isfinite(error)
-                else str(error))
-    else:
-        metric, direction = str(row["status"]), ""
-        first = str(row.get("message") or "").splitlines()
-        size = re.sub(r"\d+(\.\d+)?(e-?\d+)?", "#", first[0] if first else "")[:120]
-    shape = (shape_class(int(row["K"]), int(row["N"]))
-             if pd.notna(row.get("K")) and pd.notna(row.get("N")) else "")
-    return {"scheme": str(row["scheme"]), "check": str(row["check"]), "metric": metric,
-            "direction": direction, "size": size, "config": str(row.get("config") or ""),
-            "shape": shape}
-
-
-def primary_rows(rows: pd.DataFrame) -> list[dict]:
-    """Each failing case's one row that names its failure: its failing accuracy row if it
-    has one, else its first failing row (worst status, then check)."""
-    bad = rows[rows["status"].isin(FAILING)]
-    order = bad.assign(_acc=bad["check"].astype(str) != "accuracy").sort_values(
-        ["case_id", "_acc", "status", "check"], kind="stable")
-    return order.drop_duplicates("case_id").drop(columns="_acc").to_dict("records")
-
-
-def failure_groups(rows: pd.DataFrame) -> list[dict]:
-    """The failing cases grouped by signature, largest group first: each {"signature" (what
-    they share: DESCRIBED fields with one value), "rows" (each member's primary row),
-    "varies" {field: distinct values}, "also" {other failing checks: cases}, "value" (the
-    median value of the metric)}."""
-    bad = rows[rows["status"].isin(FAILING)]
-    checks_of = bad.groupby("case_id")["check"].agg(lambda s: set(map(str, s))).to_dict()
-    groups: dict[tuple, list[dict]] = {}
-    for row in primary_rows(rows):
-        sig = signature(row)
-        groups.setdefault(tuple(sig[k] for k in SIGNATURE), []).append({**row, "_sig": sig})
-    out = []
-    for _, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), str(kv[0]))):
-        sigs = [m["_sig"] for m in members]
-        shared = {k: sigs[0][k] for k in DESCRIBED if len({s[k] for s in sigs}) == 1}
-        varies = {}
-        for field in VARIES:
-            values = sorted({_num(m["_sig"][field] if field in ("config", "shape")
-                                  else m.get(field)) for m in members})
-            if len(values) > 1:
-                varies[field] = values
-        also: dict[str, int] = {}
-        for m in members:
-            for check in checks_of.get(m["case_id"], ()) - {str(m["check"])}:
-                also[check] = also.get(check, 0) + 1
-        metric = sigs[0]["metric"]
-        values = [float(m[metric]) for m in members
-                  if metric in m and isinstance(m[metric], int | float)
-                  and math.isfinite(m[metric])]
-        out.append({"signature": shared, "rows": members, "varies": varies, "also": also,
-                    "value": float(pd.Series(values).median()) if values else None})
-    return out
 
 
 # --- pieces ----------------------------------------------------------------------------------
@@ -150,7 +63,7 @@ def _heatmap(report: Report) -> str:
             filt = _esc(json.dumps({"backend": str(backend), "scheme": str(scheme),
                                     "check": check}), quote=True)
             cells.append(f'<td class="cell" style="background:{_STATUS_CSS[status]}">'
-                         f'<a href="#cases" data-filter="{filt}">{_esc(status)}</a></td>')
+                         f'<a href="#cases-view" data-filter="{filt}">{_esc(status)}</a></td>')
         body.append(f"<tr><th>{_esc(str(backend))} / {_esc(str(scheme))}</th>"
                     + "".join(cells) + "</tr>")
     return (f'<div class="scroll"><table class="heat"><thead><tr><th>backend / scheme</th>'
@@ -162,11 +75,9 @@ def _groups_html(groups: list[dict], panel_ids: dict[str, str]) -> str:
         return "<p>No failing cases.</p>"
     parts = []
     for i, g in enumerate(groups):
-        s, first = g["signature"], g["rows"][0]["_sig"]
-        what = (f"{first['metric']} {first['direction']} its threshold (median "
-                f"{g['value']:.5g})" if first["direction"] and g["value"] is not None
-                else f"{first['metric']}: {first['size']}")
-        shared = ", ".join(f"{k} {_esc(v)}" for k, v in s.items() if v)
+        s = g["signature"]
+        shared = ", ".join(f"{k} {_esc(v)}" for k, v in s.items()
+                           if v and k not in ("backend", "check"))
         also = "; ".join(f"{_esc(c)} in {n}" for c, n in sorted(g["also"].items()))
         also = f"<p>their other failing checks: {also}</p>" if also else ""
         varies = "; ".join(f"{_esc(k)}: {_esc(', '.join(v[:12]))}"
@@ -177,9 +88,10 @@ def _groups_html(groups: list[dict], panel_ids: dict[str, str]) -> str:
             if m["case_id"] in panel_ids else _esc(str(m["case_id"]))
             for m in g["rows"][:60])
         more = f" and {len(g['rows']) - 60} more" if len(g["rows"]) > 60 else ""
-        parts.append(f'<div class="group" id="group-{i}"><p><b>{len(g["rows"])} failing '
-                     f"case(s)</b>: {_esc(first['check'])}, {_esc(what)}</p>"
-                     f"<p>they share: {shared}</p><p>they differ in: {varies}</p>{also}"
+        parts.append(f'<div class="group" id="group-{i}"><p class="headline"><b>'
+                     f"{_esc(g['headline'])}</b></p>"
+                     + (f"<p>they also share: {shared}</p>" if shared else "")
+                     + f"<p>they differ in: {varies}</p>{also}"
                      f'<details><summary>members</summary><p class="ids">{members}{more}'
                      "</p></details></div>")
     return "\n".join(parts)
@@ -261,10 +173,14 @@ def _case_table(report: Report, panel_ids: dict[str, str]) -> str:
                   for v in sorted({str(x) for x in cases[name].dropna()}))
         + "</select></label> " for i, name in enumerate(_CASE_COLUMNS) if name in (
             "status", "backend", "scheme", "check"))
-    return (f'<div class="filters">{selects}<label>id contains <input type="search" '
-            f'data-key="4"></label> <span id="shown"></span></div>'
+    # the filter bar stays in view (sticky) while the table below it scrolls, and says which
+    # heat-map cell, if any, set its filters
+    return (f'<section id="cases-view"><div class="filters">{selects}<label>id contains '
+            f'<input type="search" data-key="4"></label> <b id="shown"></b> '
+            f'<span id="from-cell"></span> <button type="button" id="show-all">show all'
+            f"</button></div>"
             f'<div class="scroll tall"><table id="cases" class="sortable"><thead><tr>{head}'
-            f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+            f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div></section>")
 
 
 def _frame_table(frame: pd.DataFrame) -> str:
@@ -304,7 +220,10 @@ tr.over td{background:#fde2e1}.group{border-left:4px solid #fc8d59;padding-left:
 .case{border:1px solid #ddd;margin:.3em 0;padding:.2em .5em}.case[open]{background:#fffdf5}
 .pics{display:flex;gap:1em;flex-wrap:wrap}.bars rect{fill:#d7301f}
 .bars svg{background:#fafafa;border:1px solid #ddd}figcaption{font-size:11px}
-.filters label{margin-right:.8em}.ids{font-size:12px}"""
+.filters label{margin-right:.8em}.ids{font-size:12px}
+.filters{position:sticky;top:0;z-index:3;background:#fff;padding:.4em 0;
+ border-bottom:1px solid #ccc}#from-cell{background:#fff3c4;padding:0 .3em}
+#from-cell:empty{display:none}.scroll.tall{max-height:calc(100vh - 4em)}"""
 
 _SCRIPT = """
 (function(){
@@ -326,11 +245,18 @@ function filter(){if(!table)return;var n=0;Array.from(table.tBodies[0].rows).for
   r.style.display=ok?'':'none';n+=ok;});
  var s=document.getElementById('shown');
  if(s)s.textContent=n+' of '+table.tBodies[0].rows.length+' cases shown';}
-inputs.forEach(function(e){e.addEventListener('input',filter);e.addEventListener('change',filter);});
+var fromCell=document.getElementById('from-cell');
+function byHand(){if(fromCell)fromCell.textContent='';filter();}
+inputs.forEach(function(e){e.addEventListener('input',byHand);e.addEventListener('change',byHand);});
+var showAll=document.getElementById('show-all');
+if(showAll)showAll.addEventListener('click',function(){inputs.forEach(function(e){e.value='';});
+ byHand();});
 document.querySelectorAll('[data-filter]').forEach(function(a){a.addEventListener('click',function(){
   var f=JSON.parse(a.getAttribute('data-filter'));inputs.forEach(function(e){
    var name=e.getAttribute('data-name');
-   if(name)e.value=(name in f)?f[name]:'';});filter();});});
+   if(name)e.value=(name in f)?f[name]:'';});
+  if(fromCell)fromCell.textContent='filtered by the heat-map cell '+[f.backend,f.scheme,f.check]
+   .join(' / ');filter();});});
 function openHash(){var id=location.hash.slice(1);var el=id&&document.getElementById(id);
  if(el&&el.tagName==='DETAILS'){el.open=true;el.scrollIntoView();}}
 document.querySelectorAll('a.open').forEach(function(a){a.addEventListener('click',function(){
@@ -352,7 +278,7 @@ def html(report: Report, title: str = "moecert report") -> str:
     body = [f"<h1>{_esc(title)}</h1>",
             f'<p class="verdict {"bad" if bad else "good"}">{_esc(report.verdict())}</p>',
             f"<p>run {_esc(', '.join(report.run_ids()))}: {len(report.cases)} cases, "
-            f"{report.failed_cases} failing, {len(groups)} failure signature(s)</p>"]
+            f"{report.failed_cases} failing, {len(groups)} failure group(s)</p>"]
     if report.changes is not None:
         regressions = report.changes[report.changes["change"].isin(REGRESSIONS)]
         body += ["<h2>Against the baseline</h2>",
@@ -366,7 +292,7 @@ def html(report: Report, title: str = "moecert report") -> str:
     body += ["<h2>Status: backend x scheme x check</h2>",
              "<p>A cell shows the worst status of its claimed cases; click it to list them "
              "below.</p>", _heatmap(report),
-             f"<h2>Failures by signature ({len(groups)})</h2>",
+             f"<h2>Failures by signature ({len(groups)}): backend, check, how it failed</h2>",
              _groups_html(groups, panel_ids)]
     if failing:
         shown = (f" (the first {FAILING_PANELS})" if report.failed_cases > FAILING_PANELS

@@ -3,7 +3,8 @@
     terminal(report)   the summary `moecert report` prints
     markdown(report)   for a CI job summary (GitHub's step summary): short, failing first
     html(report)       one self-contained page (reports/page.py)
-    junit(rows, ...)   JUnit XML: one testcase per (case, check), classname backend.scheme
+    junit(rows, ...)   JUnit XML: one testcase per (case, check), classname backend.scheme,
+                       and one failing testcase for a verdict that is not green
 
 Every string from a results file is escaped for its format: HTML by pandas' to_html and
 html.escape, Markdown cells with HTML entities and escaped pipes, XML by ElementTree.
@@ -20,6 +21,7 @@ import pandas as pd
 
 from .frames import REGRESSIONS
 from .frames import failing as failing_rows
+from .groups import failure_groups
 from .report import Report
 from .schema import FAILING, thresholds_of
 
@@ -47,6 +49,12 @@ def terminal(report: Report) -> str:
                   else "  no change"]
     cases = _failing_cases(report)
     if len(cases):
+        groups = failure_groups(report.rows)
+        parts += ["", f"{report.failed_cases} failing case(s) in {len(groups)} group(s), one "
+                      "line per bug (backend, check, how it failed):"]
+        parts += [f"  {g['headline']}" for g in groups[:FAILING_SHOWN]]
+        if len(groups) > FAILING_SHOWN:
+            parts.append(f"  and {len(groups) - FAILING_SHOWN} more group(s)")
         parts += ["", f"{report.failed_cases} failing case(s):"]
         for row in cases.head(FAILING_SHOWN).to_dict("records"):
             parts += [f"  {row['status']:<8} {row['check']:<14} {row['case_id']}",
@@ -73,6 +81,10 @@ def markdown(report: Report, title: str = "moecert report") -> str:
         lines += _more(len(regressions))
     cases = _failing_cases(report)
     if len(cases):
+        groups = failure_groups(report.rows)
+        lines += [f"### Failures by group ({len(groups)}): one line per bug", ""]
+        lines += [f"- {md_text(g['headline'])}" for g in groups[:FAILING_SHOWN]]
+        lines += ["", *_more(len(groups))]
         shown = cases.head(FAILING_SHOWN).assign(message=cases["message"].map(_short))
         lines += [f"### Failing cases ({len(cases)})", "",
                   markdown_table(shown[["status", "check", "case_id", "message"]]), ""]
@@ -150,14 +162,23 @@ def _img(png_base64: str | None) -> str:
 # --- JUnit -------------------------------------------------------------------------------------
 
 def junit(rows: pd.DataFrame, rerun_prefix: str | None = None,
-          name: str = "moecert") -> str:
+          name: str = "moecert", verdict=None) -> str:
     """JUnit XML of result rows: one testcase per (case, check), classname `backend.scheme`,
     name the problem id and check. A failing row is a <failure> ("fail") or an <error>
     (crash, timeout, error) whose message is the check and its metric against the threshold,
     the full message and rerun command in the body; a skip, unsupported, xfail or oversize
     row is <skipped>, and a pass row passes (the oracle row of a case the backend does not
-    claim too: it checked the oracle), so the counts are the store's row statuses."""
+    claim too: it checked the oracle), so the counts are the store's row statuses.
+
+    CI systems show JUnit, not exit codes: when the verdict is not green (`verdict`, a
+    reports.verdict.Verdict or anything with `green` and `line`; default the rows' own run
+    verdict, as `moecert run` and `moecert report` give it) one more testcase, classname
+    `moecert.verdict`, fails, named for the verdict and carrying its reason. A run in which
+    no claimed case ran a check, or whose cases were all too large for the machine, then
+    reads as failing where it would have read as all skipped."""
     from .frames import rerun_command
+    from .verdict import tally_frame
+    from .verdict import verdict as run_verdict
 
     suite = ET.Element("testsuite", name=name)
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -181,12 +202,27 @@ def junit(rows: pd.DataFrame, rerun_prefix: str | None = None,
             why = _first_line(row["message"]) or status
             ET.SubElement(case, "skipped", message=_xml(f"{status}: {why}"
                                                         if status == "oversize" else why))
+    if verdict is None:
+        verdict = run_verdict(tally_frame(rows))
+    if not verdict.green:
+        counts["tests"] += 1
+        counts["failures"] += 1
+        case = ET.SubElement(suite, "testcase", classname=f"{name}.verdict",
+                             name=_xml(verdict_name(verdict.line)), time="0.000")
+        ET.SubElement(case, "failure", message=_xml(verdict.line), type="verdict").text = \
+            _xml(verdict.line)
     suite.attrib.update({k: str(v) for k, v in counts.items()}, time=f"{total_time:.3f}")
     root = ET.Element("testsuites", **{k: str(v) for k, v in counts.items()})
     root.append(suite)
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") \
         + "\n"
+
+
+def verdict_name(line: str) -> str:
+    """The verdict testcase's name: the verdict and its reason, without the per-backend
+    counts in parentheses ("not green: no claimed case ran a check")."""
+    return re.sub(r" \((backend .*|no cases ran)\)$", "", line.removeprefix("moecert: "))
 
 
 def junit_message(row) -> str:

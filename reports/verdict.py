@@ -11,11 +11,14 @@ unrun for lack of memory; otherwise 1, the line saying why:
 
     green: all 18 claimed case(s) passed (backend torch 18 of 19 claimed)
     not green: 3 case(s) failed (backend torch 18 of 19 claimed)
-    not green: 2 case(s) not run: they need more memory than this machine has (...)
+    not green: 2 case(s) not run: they need more memory than this machine has (backend
+        torch 6 of 6 claimed, 2 oversize)
     not green: no claimed case ran a check (backend xpu 0 of 19 claimed)
 
 An unclaimed case (the backend does not claim it, and says so) never counts as passed; a
-claimed case on which every check was skipped did not run a check.
+claimed case on which every check was skipped did not run a check. An oversize case (not run:
+too large for the machine) is claimed or not as the backend answers for it (its row's
+`claimed`), never counted as unclaimed for want of a run.
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ def verdict(tallies: dict[str, Tally]) -> Verdict:
     oversize = sum(t.oversize for t in tallies.values())
     ran = sum(t.ran for t in tallies.values())
     per_backend = ", ".join(f"{b} {t.claimed} of {t.cases} claimed"
+                            + (f", {t.oversize} oversize" if t.oversize else "")
                             for b, t in sorted(tallies.items()))
     where = f" (backend {per_backend})" if tallies else " (no cases ran)"
     if failed:

@@ -251,7 +251,7 @@ def verify(folder: Path) -> int:
     try:
         return _verify(folder)
     except BundleError as e:
-        print(f"moecert certify --verify: {e}", file=sys.stderr)
+        print(f"moecert certify: error: --verify {e}", file=sys.stderr)
         return 2
 
 

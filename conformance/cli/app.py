@@ -1,5 +1,5 @@
-"""The `moecert` command line (SPEC section 5): `list` here, every other subcommand in its own
-module (SUBCOMMANDS)."""
+"""The `moecert` command line: `list` here, every other subcommand in its own module
+(SUBCOMMANDS). DESCRIPTION is what `moecert --help` says."""
 
 from __future__ import annotations
 
@@ -17,17 +17,20 @@ from moecert.reference import RECORDS, SCHEMES, MoEProblem
 
 
 def cmd_list(args) -> int:
-    """Under the same notion of "available here" as `moecert run` (execute.triton_for: on a
-    CPU the triton backend runs through the Triton interpreter)."""
-    import torch
+    """Under the same notion of "available here" as `moecert run` and `moecert inspect`
+    (execute.available_here: on a CPU the triton backend runs through the interpreter)."""
+    from ..harness.execute import available_here
 
-    from ..harness.execute import triton_for
-
-    with triton_for("cuda" if torch.cuda.is_available() else "cpu"):
+    with available_here():
         return _list(args)
 
 
 def _list(args) -> int:
+    from ..harness.option_values import import_modules
+
+    import_modules(args.imports)  # a UsageError: main prints it, exit 2
+    if args.mutants:
+        return print_mutants()
     if args.backend:
         return print_claims(args.backend, args.suite, args.imports)
     print(f"{'scheme':<12} {'family':<6} {'bits':>4}  {'strategies':<22} {'activations':<44} "
@@ -48,6 +51,24 @@ def _list(args) -> int:
     if not args.no_backends:
         print()
         print_backends()
+    return 0
+
+
+def print_mutants() -> int:
+    """The planted-bug backends (conformance/mutants) with the bug each plants, the schemes
+    it lives in and the correct backend it is a copy of; then the legitimate twins."""
+    from ..mutants import LEGIT, MUTANTS
+
+    print(f"{len(MUTANTS)} mutants (correct backends with one planted bug each; run them with "
+          "--import moecert.conformance.mutants.all --backend NAME):")
+    width = max(map(len, MUTANTS))
+    for m in MUTANTS.values():
+        print(f"  {m.name:<{width}}  {m.bug}\n  {'':<{width}}  schemes {', '.join(m.targets)}; "
+              f"copy of {m.base}; caught by {' or '.join(m.expected_checks)}")
+    print(f"\n{len(LEGIT)} legitimate twins (production numerics the tolerances must admit):")
+    for name, factory in LEGIT.items():
+        doc = (factory.__doc__ or "").strip().split("\n\n")[0]
+        print(f"  {name:<{width}}  {' '.join(doc.split())}")
     return 0
 
 
@@ -98,7 +119,7 @@ def print_claims(name: str, suite: str, imports: list[str]) -> int:
 
     import_modules(imports)  # a UsageError: main prints it, exit 2
     if name not in backend_names():
-        print(f"moecert list: unknown backend {name!r}; registered: "
+        print(f"moecert list: error: unknown backend {name!r}; registered: "
               f"{', '.join(backend_names())}", file=sys.stderr)
         return 2
     backend, platform = get_backend(name), Platform.current()
@@ -137,7 +158,8 @@ SUBCOMMANDS = (
     ("bench", "cli.bench_command",
      "time the backends on the model layers against the device's floors "
      "(reference: time the float64 reference)"),
-    ("run", "cli.run_command", "run a suite against the reference; exit 1 on a failure"),
+    ("run", "cli.run_command",
+     "run a suite against the reference; exit 1 when not green (the last line says why)"),
     ("calibrate", "cli.calibrate_command",
      "error distribution, suggested thresholds, tolerance used"),
     ("report", "cli.report_command",
@@ -150,6 +172,12 @@ SUBCOMMANDS = (
     ("inspect", "cli.inspect_command",
      "what moecert reads in a model folder, per MoE layer, and which backends claim it"),
 )
+
+
+DESCRIPTION = ("moecert: a conformance harness and float64 reference for quantized "
+               "Mixture-of-Experts kernels. Run a suite on the backends available here "
+               "(`moecert run --suite smoke`), report on results, certify a backend, time "
+               "the backends, inspect a model folder.")
 
 
 def version_text() -> str:
@@ -165,16 +193,24 @@ def main(argv: list[str] | None = None) -> int:
     from ..harness.option_values import UsageError
     from .arguments import add_import, add_suite
 
-    parser = _Parser(prog="moecert", description=__doc__)
+    parser = _Parser(prog="moecert", description=DESCRIPTION,
+                     epilog="Exit codes: 0 green, 1 not green (the last line says why), 2 a "
+                            "usage error. `moecert COMMAND --help` for a command's options; "
+                            "the README and docs/contract.md for the rest.")
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("list", help="schemes and their format records")
+    p = sub.add_parser("list", help="schemes, backends and the oracle's choice per platform "
+                                    "(--backend NAME: what it claims; --mutants: the planted "
+                                    "bugs)")
     p.add_argument("--records", action="store_true", help="also print every format record")
     p.add_argument("--no-backends", action="store_true",
                    help="omit the backends and the oracle's selection table")
     p.add_argument("--backend", metavar="NAME",
                    help="instead: what backend NAME claims of a suite, per scheme variant, "
                         "and why not the rest")
+    p.add_argument("--mutants", action="store_true",
+                   help="instead: the planted-bug backends (conformance/mutants), with the "
+                        "bug each plants")
     add_suite(p)  # with --backend
     add_import(p)
     p.set_defaults(func=cmd_list)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 
+from moecert.reference.models import MODELS
+
 from ..harness.option_values import (
     decoder_layer,
     device_name,
+    model_name,
     positive_seconds,
     run_id,
     scheme_name,
@@ -66,6 +69,13 @@ def add_shard(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shard-costs", default=None, metavar="RESULTS",
                    help="with --shard: balance the shards by each case's check time in these "
                         "earlier results (a file or folder; the same on every shard)")
+
+
+def add_models(p: argparse.ArgumentParser, help: str) -> None:
+    """`--model NAME` (repeatable): a model of reference/models.py (`run`, `certify`,
+    `bench`, `tune`)."""
+    p.add_argument("--model", action="append", default=[], type=model_name, metavar="NAME",
+                   help=f"{help} (repeatable; known: {', '.join(MODELS)})")
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:

@@ -23,14 +23,21 @@ from ..performance.bench import (
     bench_reference,
 )
 from ..performance.timing import MIN_REPS
-from .arguments import add_backends, add_device, add_import, add_results, add_run_id, add_schemes
+from .arguments import (
+    add_backends,
+    add_device,
+    add_import,
+    add_models,
+    add_results,
+    add_run_id,
+    add_schemes,
+)
 
 
 def add_arguments(p) -> None:
     from ..harness.option_values import (
         layer_spec,
         m_list,
-        model_name,
         positive_int,
         positive_seconds,
         variant_spec,
@@ -47,8 +54,7 @@ def add_arguments(p) -> None:
                    help="time this variant of each --scheme instead of its default, e.g. "
                         "weight_strategy=channel,activation=dynamic-token (repeatable; keys: "
                         "the checkpoint attributes)")
-    p.add_argument("--model", action="append", default=[], type=model_name,
-                   help=f"a model layer (repeatable; default: {', '.join(MODELS)})")
+    add_models(p, "time this model's layer (default: every model)")
     p.add_argument("--layer", action="append", default=[], type=layer_spec,
                    metavar="NAME=E,K,N,TOPK",
                    help="time this layer shape too (instead of the models when no --model)")

@@ -15,7 +15,12 @@ from ..harness.calibrate import (
     summarize,
     write_summary,
 )
-from ..harness.option_values import device_or_default, positive_float, positive_int
+from ..harness.option_values import (
+    device_or_default,
+    output_file,
+    positive_float,
+    positive_int,
+)
 from .arguments import add_backends, add_device, add_schemes, add_suite
 
 
@@ -27,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device(parser)
     parser.add_argument("--safety", type=positive_float, default=SAFETY,
                         help="suggested threshold = this x the measured max, 1-2-5 rounded")
-    parser.add_argument("--out", metavar="PATH",
+    parser.add_argument("--out", metavar="PATH", type=output_file,
                         help="write the summary table (.csv, or .parquet)")
     parser.add_argument("--results", metavar="PATH",
                         help="summarize the rows of this results file or folder (its newest "

@@ -47,6 +47,7 @@ from ..harness.option_values import (
     check_backends,
     device_or_default,
     import_modules,
+    output_file,
     writable_folder,
 )
 from ..harness.shard_costs import costs_sha256
@@ -54,6 +55,7 @@ from . import run_command
 from .arguments import (
     add_execution_arguments,
     add_model_arguments,
+    add_models,
     add_run_id,
     add_shard,
     add_suite,
@@ -71,6 +73,11 @@ def add_arguments(p) -> None:
     p.add_argument("--waivers", metavar="FILE",
                    help="TOML [[waiver]] entries {case_id, checks, reason} "
                    "(conformance/certification/waivers.py)")
+    p.add_argument("--junit", metavar="FILE", default=None, type=output_file,
+                   help="with --out or --assemble: also write the run's rows as JUnit XML, a "
+                        "failing testcase named for the verdict when it does not certify")
+    add_models(p, "only the model-size cases of this model: a partial run, NOT CERTIFIED "
+                  "(to try a model's layers on this device first)")
     add_model_arguments(p)
     add_execution_arguments(p)
     add_shard(p)  # needs --run-id
@@ -87,7 +94,7 @@ def main(args) -> int:
         return verify(Path(args.verify))
     if args.assemble:
         _only(args, "--assemble")
-        return _report(assemble(Path(args.assemble)))
+        return _report(assemble(Path(args.assemble)), Path(args.assemble), args.junit)
     return certify(args)
 
 
@@ -97,7 +104,9 @@ def _only(args, mode: str) -> None:
                                       ("--import", args.imports), ("--device", args.device),
                                       ("--resume", args.resume),
                                       ("--checkpoint", args.checkpoint),
-                                      ("--layer", args.layer), ("--inputs", args.inputs))
+                                      ("--layer", args.layer), ("--inputs", args.inputs),
+                                      ("--model", args.model),
+                                      ("--junit", args.junit if mode == "--verify" else None))
              if value]
     if given:
         raise UsageError(f"{mode} takes a bundle folder only, not {', '.join(given)}")
@@ -134,7 +143,7 @@ def certify(args) -> int:
         case=[], shard=args.shard, results=str(results), workers=args.workers, device=device,
         run_id=args.run_id, resume=args.resume, timeout=args.timeout, imports=args.imports,
         in_process=False, checkpoint=args.checkpoint, layer=args.layer, inputs=args.inputs,
-        shard_costs=args.shard_costs, no_cache=args.no_cache)
+        shard_costs=args.shard_costs, no_cache=args.no_cache, model=args.model)
     cases = run_command.select_cases(run_args, device)
     workers = run_args.workers = run_command.workers_for(args.workers, device, cases)
     model = model_record(cases)
@@ -157,8 +166,10 @@ def certify(args) -> int:
         print(f"shard {shard[0]}/{shard[1]} {state}; waiting for "
               f"{bundle.few_shards([f'{i}/{shard[1]}' for i in lost], shard[1])}: when their "
               f"results/* are in {results}, run `moecert certify --assemble {out}`")
+        if args.junit:
+            _write_junit(args.junit, path, verdict)
         return verdict.code
-    return _report(assemble(out))
+    return _report(assemble(out), out, args.junit)
 
 
 def _check_available(backend: str, device: str) -> None:
@@ -198,7 +209,22 @@ def _check_fresh(out: Path, run: str | None) -> None:
                          "give its --run-id to add a shard to it, or certify into a new folder")
 
 
-def _report(result: tuple[str, int]) -> int:
+def _report(result: tuple[str, int], out: Path, junit: str | None) -> int:
     line, code = result
     print(line)
+    if junit:
+        from moecert.reports.verdict import Verdict
+
+        _write_junit(junit, out / "results", Verdict(code, line))
     return code
+
+
+def _write_junit(path: str, results: Path, verdict) -> None:
+    """The run's rows as JUnit XML (as `moecert run --junit`), its verdict testcase the
+    bundle's first line (or, for a shard that waits for others, its own run's verdict)."""
+    from moecert.reports import load
+
+    from ..harness.runner import write_junit
+
+    write_junit(path, load(results), None, verdict)
+    print(f"junit: {path}", file=sys.stderr)

@@ -42,7 +42,11 @@ def main(args) -> int:
     print("checked: " + ("config and tensor names only (--quick): dtypes, shapes and values "
                          "not checked" if args.quick else "every MoE layer's expert tensors "
                          "read: dtypes, shapes, and the values the format rejects"))
-    for labels, text in _grouped(layers):
+    from ..harness.execute import available_here
+
+    with available_here():  # claims as `moecert run` asks them (triton interpreted on a CPU)
+        described = _grouped(layers)
+    for labels, text in described:
         print(f"layer{'s' * (',' in labels or '-' in labels)} {labels}: {text}")
     return 0
 

@@ -21,7 +21,12 @@ from moecert.reports import ResultsError, load, render
 from moecert.reports.frames import DEFAULT_TIME_NOISE, MIN_TIME_NOISE
 from moecert.reports.report import Report
 
-from ..harness.option_values import UsageError, import_modules, positive_float
+from ..harness.option_values import (
+    UsageError,
+    import_modules,
+    output_file,
+    positive_float,
+)
 from .arguments import add_import
 
 
@@ -35,9 +40,13 @@ def add_arguments(p) -> None:
                    help="a kernel time (kernel_s) more than X times the baseline's is a "
                         "regression (default: the baseline's own run-to-run noise, at least "
                         f"{MIN_TIME_NOISE}; {DEFAULT_TIME_NOISE} when the baseline is one run)")
-    p.add_argument("--md", metavar="FILE", help="write Markdown (a CI job summary)")
-    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML page")
-    p.add_argument("--junit", metavar="FILE", help="write JUnit XML")
+    p.add_argument("--md", metavar="FILE", type=output_file,
+                   help="write Markdown (a CI job summary)")
+    p.add_argument("--html", metavar="FILE", type=output_file,
+                   help="write a self-contained HTML page")
+    p.add_argument("--junit", metavar="FILE", type=output_file,
+                   help="write JUnit XML (a failing testcase named for the verdict when the "
+                        "run is not green)")
     add_import(p)
 
 

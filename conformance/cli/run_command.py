@@ -3,10 +3,11 @@ the results folder as they finish, a summary, and an exit code: 0 green (every c
 passed, and at least one claimed case ran a check), 1 not green (the last line says why), 2 a
 usage error (one line on stderr, before anything runs).
 
-Cases can be narrowed by id: `--case-id ID` (exact, repeatable) and `-k EXPR` (substrings of
-the id with and/or/not, X; `--list-cases` prints the
-selection without running it. `--resume` continues the newest unfinished run of the same suite
-(and shard) in the results folder, and its summary and exit code cover the whole run.
+Cases can be narrowed by id: `--case-id ID` (exact, repeatable), `-k EXPR` (substrings of
+the id with and/or/not, as pytest's -k) and `--model NAME` (a suite's model-size cases of that
+model); `--list-cases` prints the selection without running it. `--resume` continues the
+newest unfinished run of the same suite (and shard) in the results folder, and its summary
+and exit code cover the whole run.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ..harness.option_values import (
     import_modules,
     model_selection,
     one_line,
+    output_file,
     writable_folder,
     xfail_list,
 )
@@ -61,6 +63,7 @@ from .arguments import (
     add_backends,
     add_execution_arguments,
     add_model_arguments,
+    add_models,
     add_results,
     add_run_id,
     add_schemes,
@@ -79,6 +82,8 @@ def add_arguments(p) -> None:
                    help="only the case with this id (repeatable)")
     p.add_argument("-k", dest="keyword", default=None, metavar="EXPR",
                    help="only cases whose id matches: substrings with and/or/not, as pytest -k")
+    add_models(p, "only the model-size cases of this model (the ci and certify suites' "
+                  "layers at full size)")
     p.add_argument("--list-cases", action="store_true",
                    help="print the selected case ids and exit without running")
     add_results(p)
@@ -92,7 +97,7 @@ def add_arguments(p) -> None:
     p.add_argument("--case", action="append", default=[], metavar="JSON", type=case_json,
                    help="run exactly this case (as printed for a failure)")
     p.add_argument("--xfail", default=None, help="expected-failure list (TOML)")
-    p.add_argument("--junit", metavar="FILE", default=None,
+    p.add_argument("--junit", metavar="FILE", default=None, type=output_file,
                    help="also write the run's rows as JUnit XML (as moecert report --junit)")
     p.add_argument("--in-process", action="store_true",
                    help="no worker processes (faster to debug; a crash ends the run)")
@@ -263,6 +268,16 @@ def select_cases(args, device: str) -> list[Case]:
                 raise UsageError(f"--case-id {wanted}: no such case in {where} for the chosen "
                                  "backends and schemes (--list-cases lists them)")
         cases = [by_id[i] for i in dict.fromkeys(args.case_id)]
+    models = getattr(args, "model", [])
+    if models:
+        if model is not None:
+            raise UsageError("--model selects a suite's model-size cases: not with "
+                             "--checkpoint (the folder is the model)")
+        cases = [c for c in cases if c.model in models]
+        if not cases:
+            raise UsageError(f"--model {' --model '.join(models)}: no model-size case in "
+                             f"{where} for the chosen backends and schemes (the ci and "
+                             "certify suites have them)")
     if args.keyword is not None:
         keep = case_filter(args.keyword)
         cases = [c for c in cases if keep(c.case_id)]

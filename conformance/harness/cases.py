@@ -9,6 +9,13 @@ same id in every run, on every host and in every shard:
 A strided case (every checkpoint tensor and input with the same values in non-contiguous
 memory, conformance/harness/strides.py) ends its options with `strided`: .../bf16.silu.strided/s0.
 
+A model-size case (the `ci` and `certify` suites' layers of reference/models.py at full
+size) names its model after the scheme, so `-k deepseek` and `--model deepseek-v3` find it:
+
+    triton/gptq-int4/deepseek-v3/M256.K7168.N2048.E256.k8/bf16.silu/s0
+
+(before issue 33 these ids had no model part; no other case's id changed.)
+
 A case on a layer of a model folder (`moecert run --checkpoint`,
 conformance/harness/model_layers.py) names the model and the layer after the backend, and the
 hidden states' file by digest when they come from one; routed by the layer's own router it says
@@ -65,6 +72,9 @@ class Case:
     # The model layer the checkpoint (and the router, and maybe the inputs) come from; None:
     # synthesized from the seed.
     source: LayerSource | None = None
+    # The model of reference/models.py whose layer this synthesized case has (the suites'
+    # model-size cases); None for every other case.
+    model: str | None = None
 
     def __post_init__(self):
         if self.routing not in ROUTINGS:
@@ -106,8 +116,10 @@ class Case:
             options.append(f"route-{self.routing}")
         if self.strided:
             options.append("strided")
-        model = "" if self.source is None else f"{self.source.label}/"
-        return f"{self.backend}/{model}{scheme}/{shape}/{'.'.join(options)}/s{self.seed}"
+        source = "" if self.source is None else f"{self.source.label}/"
+        model = "" if self.model is None else f"{self.model}/"
+        return (f"{self.backend}/{source}{scheme}/{model}{shape}/{'.'.join(options)}"
+                f"/s{self.seed}")
 
     @property
     def quant(self) -> QuantConfig:
@@ -119,7 +131,8 @@ class Case:
                            "problem": asdict(self.problem), "attrs": self.attrs,
                            "seed": self.seed, "routing": self.routing, "depth": self.depth,
                            "strided": self.strided,
-                           **({} if self.source is None else {"source": self.source.to_dict()})},
+                           **({} if self.source is None else {"source": self.source.to_dict()}),
+                           **({} if self.model is None else {"model": self.model})},
                           sort_keys=True)
 
     @classmethod
@@ -130,7 +143,8 @@ class Case:
             problem["expert_map"] = tuple(problem["expert_map"])
         return cls(d["backend"], d["scheme"], MoEProblem(**problem), d.get("attrs", {}),
                    d.get("seed", 0), d.get("routing", "random"), d.get("depth", "full"),
-                   d.get("strided", False), LayerSource.from_dict(d.get("source")))
+                   d.get("strided", False), LayerSource.from_dict(d.get("source")),
+                   d.get("model"))
 
     def checkpoint(self) -> Checkpoint:
         """The case's checkpoint: the model layer's as read, or synthesized fresh from its

@@ -106,6 +106,13 @@ def triton_for(device: str):
         os.environ.pop("TRITON_INTERPRET", None)
 
 
+def available_here():
+    """The one notion of "available here" for what names backends without running a case
+    (`moecert list`, `moecert inspect`), as `moecert run` judges it on its default device:
+    cuda where torch sees a GPU, else the CPU, where triton runs through the interpreter."""
+    return triton_for("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def result_row(case: Case, device: str, run_id: str, check: str, outcome: Outcome,
          run: CaseRun | None, duration: float) -> dict:
     row = {"run_id": run_id, "case_id": case.case_id, "problem_id": problem_id(case.case_id),
@@ -114,6 +121,7 @@ def result_row(case: Case, device: str, run_id: str, check: str, outcome: Outcom
            **environment(device, case.backend),
            "backend_detail": run.backend_detail if run is not None else "",
            **source_columns(case.source, run.loaded_layer() if run is not None else None),
+           **({"model": case.model} if case.model else {}),  # a suite's model-size case
            "numerics": describe_numerics(run.numerics) if run is not None else "",
            "check": check, "status": outcome.status,
            "message": outcome.message, "duration_s": duration, "case_json": case.to_json(),

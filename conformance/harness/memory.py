@@ -85,8 +85,10 @@ def host_total_bytes() -> int | None:
 
 
 def gb(n: float) -> str:
-    """Bytes as the GB a person reads ("about 54 GB")."""
-    return f"{n / 1e9:.0f} GB" if n >= 10e9 else f"{n / 1e9:.1f} GB"
+    """Bytes in GiB, the unit MOECERT_HOST_MEMORY's "24G" and the kernel's MemTotal count in
+    ("about 51 GiB"; `MOECERT_HOST_MEMORY=24G` reads back as "24 GiB", not "26 GB")."""
+    gib = n / 2**30
+    return f"{gib:.0f} GiB" if gib >= 10 else f"{gib:.1f} GiB"
 
 
 def oom_kills() -> int | None:

@@ -249,6 +249,8 @@ def case_json(text: str):
         raise UsageError(f"not a case ({detail}); pass the JSON a failure's rerun line "
                          "prints") from None
     scheme_name(case.scheme)
+    if case.model is not None:
+        model_name(case.model)
     return case
 
 
@@ -269,23 +271,32 @@ def xfail_list(path: str | None, flag: str = "--xfail"):
     vLLM's defects, for a pip-installed moecert)."""
     from .xfail import DEFAULT_PATH, XfailList
 
-    if path and not Path(path).is_file():
-        shipped = DEFAULT_PATH.with_name(f"xfail-{path}.toml")
-        if "/" in path or not shipped.is_file():
+    if path and not Path(path).exists():
+        # a path with a folder part (./x.toml) is never a shipped list's name
+        named = Path(path).name == path and path not in (".", "..")
+        shipped = DEFAULT_PATH.with_name(f"xfail-{path}.toml") if named else None
+        if shipped is None or not shipped.is_file():
             known = sorted(p.stem.removeprefix("xfail-")
                            for p in DEFAULT_PATH.parent.glob("xfail-*.toml"))
             raise UsageError(f"{flag} {path}: no such file (nor a shipped list: "
                              f"{', '.join(known)})")
         path = str(shipped)
+    if path and Path(path).is_dir():
+        raise UsageError(f"{flag} {path}: is a folder, not a TOML file")
     try:
         return XfailList.load(path)
     except ValueError as e:  # a TOML syntax error or an entry without its keys
         raise UsageError(f"{flag} {path}: {e}") from None
+    except OSError as e:  # unreadable
+        raise UsageError(f"{flag} {path}: {e.strerror or e}") from None
 
 
 def import_modules(modules: Iterable[str], flag: str = "--import") -> tuple[str, ...]:
     """Import each module (it may register backends); a missing one is a usage error."""
     for module in modules:
+        if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module):
+            raise UsageError(f"{flag} {module}: expected a module name (pkg.module, importable "
+                             "from sys.path), not a file path")
         try:
             importlib.import_module(module)
         except ImportError as e:
@@ -306,6 +317,21 @@ def writable_folder(path: str | os.PathLike) -> Path:
         raise UsageError(f"results folder {str(folder)!r} is not writable: "
                          f"{e.strerror or e}") from None
     return folder
+
+
+def output_file(text: str) -> str:
+    """A file to write at the end (`--junit`, `--md`, `--html`, `--out`): checked before
+    anything runs, so that a run of an hour does not end in a traceback: not a folder, in a
+    folder that exists and this process can write into."""
+    path = Path(text)
+    if path.is_dir():
+        raise UsageError(f"{text}: is a folder; give a file name")
+    folder = path.parent
+    if not folder.is_dir():
+        raise UsageError(f"{text}: no such folder {str(folder)!r}")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"{text}: not writable")
+    return text
 
 
 # --- -k: selection by case id ------------------------------------------------------------
@@ -429,6 +455,8 @@ def model_selection(folder: str | None, layers, inputs: str | None
             raise UsageError(f"{'--layer' if layers else '--inputs'} needs --checkpoint DIR")
         return None
     where = f"--checkpoint {folder}"
+    if Path(folder).is_file():
+        raise UsageError(f"{where}: a file, not a model folder (config.json and *.safetensors)")
     if not Path(folder).is_dir():
         raise UsageError(f"{where}: no such folder")
     try:

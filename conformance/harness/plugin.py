@@ -4,7 +4,9 @@
 
 One test per case (its checks are the rows); failing rows fail the test with their messages,
 expected failures come from the xfail list (strict), and a case the backend does not claim is
-a skip with the backend's reason. A session in which no claimed case ran is not green. Cases
+a skip with the backend's reason. A session that is not green (reports/verdict.py: no claimed
+case ran, a case was too large for the machine) fails: one failed test more,
+`moecert::verdict`, in pytest's counts, short summary and --junitxml. Cases
 run in a worker process (one per pytest or xdist worker, conformance/harness/runner.py), so a
 backend that hangs past `--moecert-timeout` or kills its process costs that case, not the session;
 `--moecert-in-process` runs them in pytest's own process for debugging. With pytest-xdist on
@@ -34,10 +36,12 @@ from .option_values import (
     check_name,
     device_or_default,
     import_modules,
+    output_file,
     positive_seconds,
     scheme_name,
     shard_spec,
     suite_name,
+    writable_folder,
     xfail_list,
 )
 
@@ -136,6 +140,8 @@ def _settings(config) -> Settings:
     if config.getoption("--moecert-junit") and not config.getoption("--moecert-results"):
         raise pytest.UsageError("--moecert-junit: needs --moecert-results DIR (the rows it "
                                 "renders)")
+    _checked(config, "--moecert-junit", lambda path: path and output_file(path))
+    _checked(config, "--moecert-results", lambda path: path and writable_folder(path))
     settings = Settings(_checked(config, "--moecert-suite", suite_name), backends,
                         _checked(config, "--moecert-scheme",
                                  lambda names: [scheme_name(n) for n in names] or None),
@@ -238,14 +244,18 @@ def rerun_prefix(s: Settings) -> str:
     return rerun_command(s.device, s.imports, s.xfail_path, s.checks, s.timeout_s)
 
 
-def write_junit(config) -> None:
-    """The session's rows (its run: the newest in the results folder) as JUnit XML."""
+def write_junit(config, verdict: tuple[bool, str] | None = None) -> None:
+    """The session's rows (its run: the newest in the results folder) as JUnit XML, with a
+    failing testcase for the session's verdict when it is not green."""
     from moecert.reports import load
+    from moecert.reports.verdict import GREEN, NOT_GREEN, Verdict
 
     from .runner import write_junit
 
+    judged = None if verdict is None else Verdict(GREEN if verdict[0] else NOT_GREEN,
+                                                  verdict[1])
     write_junit(config.getoption("--moecert-junit"), load(config.getoption("--moecert-results")),
-                rerun_prefix(_settings(config)))
+                rerun_prefix(_settings(config)), judged)
 
 
 def run_and_assert(case, session, properties: list | None = None) -> list[dict]:
@@ -320,19 +330,40 @@ class _Tally:
             self.counts[props[BACKEND_PROPERTY], props[CLAIMED_PROPERTY], report.failed,
                         bool(props.get(OVERSIZE_PROPERTY))] += 1
 
+    @pytest.hookimpl(tryfirst=True)  # before pytest's --junitxml writes its file
     def pytest_sessionfinish(self, session):
         if hasattr(session.config, "workerinput"):  # an xdist worker: its controller decides
             return
-        if session.config.getoption("--moecert-junit", None):
-            write_junit(session.config)
         self.verdict = session_verdict(self.counts)
-        if self.verdict and not self.verdict[0] and session.exitstatus == 0:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if session.config.getoption("--moecert-junit", None):
+            write_junit(session.config, self.verdict)
+        if self.verdict and not self.verdict[0]:
+            # one failed test more, the verdict: pytest's short summary, its counts and
+            # --junitxml show it, not only the exit code
+            report = verdict_report(self.verdict[1])
+            terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None:  # counted and listed, without a progress letter
+                terminal.stats.setdefault("failed", []).append(report)
+            session.config.pluginmanager.subset_hook_caller(
+                "pytest_runtest_logreport", remove_plugins=[terminal] if terminal else []
+            )(report=report)
+            if session.exitstatus == 0:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter):
         if self.verdict:
             green, line = self.verdict
             terminalreporter.write_line(line, red=not green)
+
+
+VERDICT_NODEID = "moecert::verdict"
+
+
+def verdict_report(line: str) -> pytest.TestReport:
+    """A failed test report for a session that is not green: `FAILED moecert::verdict -
+    moecert: not green: ...` in pytest's short test summary."""
+    return pytest.TestReport(VERDICT_NODEID, ("moecert", None, "verdict"), {}, "failed", line,
+                             "call", user_properties=[])
 
 
 def session_verdict(tally: Counter) -> tuple[bool, str] | None:

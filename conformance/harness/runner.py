@@ -199,8 +199,23 @@ def retried(rows: list[dict], first: list[dict], place: str) -> list[dict]:
 
 def oversize_row(case: Case, config: RunConfig, need: int, room: int) -> dict:
     """The one row of a case not run because it needs more memory than the machine has."""
-    return result_row(case, config.device, config.run_id, "setup",
-                      Outcome("oversize", oversize_words(config.device, need, room)), None, 0.0)
+    row = result_row(case, config.device, config.run_id, "setup",
+                     Outcome("oversize", oversize_words(config.device, need, room)), None, 0.0)
+    row["claimed"] = claimed_here(case, config.device)
+    return row
+
+
+def claimed_here(case: Case, device: str) -> bool | None:
+    """Whether the backend claims a case it was not run on (oversize): its answer on this
+    device, so that a case it claims but the machine cannot hold reads as claimed, not as
+    unclaimed; None where asking fails."""
+    from .context import CaseRun
+
+    try:
+        with triton_for(device):
+            return CaseRun(case, device).claim is None
+    except Exception:  # an import or a folder that cannot be read: unknown, as before
+        return None
 
 
 def oversize_words(device: str, need: int, room: int) -> str:
@@ -297,10 +312,12 @@ __all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "out_of_memory", "ove
 
 # --- shared by `moecert run` and the pytest plugin ----------------------------------------
 
-def write_junit(path: str, rows, rerun: str) -> None:
+def write_junit(path: str, rows, rerun: str | None, verdict=None) -> None:
+    """The rows as JUnit XML (reports/render.py junit), with a failing testcase for a
+    verdict that is not green (default: the rows' own run verdict)."""
     from moecert.reports.render import junit
 
-    Path(path).write_text(junit(rows, rerun), encoding="utf-8")
+    Path(path).write_text(junit(rows, rerun, verdict=verdict), encoding="utf-8")
 
 
 def available_backends(device: str) -> list[str]:

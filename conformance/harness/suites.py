@@ -220,7 +220,7 @@ def _model_cases(spec: SuiteSpec, backend: str, scheme: str, seed: int):
     for model, M in spec.models:
         problem = model_problem(model, scheme, M)
         if problem is not None:
-            yield Case(backend, scheme, problem, {}, seed, depth="light")
+            yield Case(backend, scheme, problem, {}, seed, depth="light", model=model)
 
 
 def model_problem(model: str, scheme: str, M: int) -> MoEProblem | None:

@@ -130,7 +130,20 @@ def _judge_metric(name: str, value: float, threshold) -> tuple[float, str | None
         bad = not lo <= value <= hi
         return h, f"{name} {value:.5f} outside [{lo:.5f}, {hi:.5f}]" if bad else None
     h = _share(value, threshold)
-    return h, f"{name} {value:.1e} > {threshold:.1e}" if value > threshold else None
+    if value <= threshold:
+        return h, None
+    shown, limit = _apart(value, threshold)
+    return h, f"{name} {shown} > {limit}"
+
+
+def _apart(value: float, threshold: float) -> tuple[str, str]:
+    """Both numbers with the fewest digits (at least two) that tell them apart, so that a
+    failure reads true: 1.64e-02 > 1.56e-02, not 1.6e-02 > 1.6e-02."""
+    for digits in range(1, 16):
+        a, b = f"{value:.{digits}e}", f"{threshold:.{digits}e}"
+        if a != b:
+            return a, b
+    return repr(value), repr(threshold)
 
 
 def _share(value: float, limit: float) -> float:

@@ -5,8 +5,8 @@ MOECERT_REQUIRE_CHROMIUM is set (.ci/run sets it after installing Chromium) a mi
 fails the test; elsewhere it skips, so the README's test command passes on a machine without
 one.
 
-The screenshots land in the test's tmp folder (`page.png`, `after-actions.png`): look at
-them after a change to the page."""
+The screenshots land in the test's tmp folder (`page.png`, `after-actions.png`,
+`cell-click.png`: right after a heat-map click): look at them after a change to the page."""
 
 from __future__ import annotations
 
@@ -45,6 +45,18 @@ sel.value='';sel.dispatchEvent(new Event('change'));
 var cell=document.querySelector('.heat a[data-filter]');cell.click();
 out.cell=JSON.parse(cell.getAttribute('data-filter'));
 out.after_cell=rows().map(function(r){return [r.cells[1].textContent,r.cells[2].textContent];});
+var inView=function(el){var b=el.getBoundingClientRect();
+ return b.top>=0&&b.bottom<=window.innerHeight&&b.height>0;};
+var bar=document.querySelector('.filters'),shown=document.getElementById('shown');
+out.scrolled=window.scrollY;out.bar_in_view=inView(bar);out.shown_in_view=inView(shown);
+out.shown=shown.textContent;out.from_cell=document.getElementById('from-cell').textContent;
+window.scrollBy(0,400);
+out.bar_in_view_after_scroll=inView(bar);out.shown_in_view_after_scroll=inView(shown);
+out.bar_top_after_scroll=Math.round(bar.getBoundingClientRect().top);
+var sel2=document.querySelector('select[data-name=status]');sel2.value='';
+sel2.dispatchEvent(new Event('change'));
+out.from_cell_after_hand=document.getElementById('from-cell').textContent;
+cell.click();
 var link=document.querySelector('.group a.open');link.click();
 var panel=document.getElementById(link.getAttribute('href').slice(1));
 out.panel_open=panel.open;out.panel_svgs=panel.querySelectorAll('svg rect').length;
@@ -97,10 +109,12 @@ def test_the_planted_bug_is_one_signature(planted):
     rows = load(planted)
     groups = failure_groups(rows)
     failing = rows.loc[rows["status"] == "fail", "case_id"].nunique()
-    assert failing >= 3 and len(groups) <= 2, [g["signature"] for g in groups]
+    assert failing >= 3 and len(groups) == 1, [g["headline"] for g in groups]
     top = groups[0]
-    assert top["signature"]["metric"] == "norm_ratio" and top["signature"]["direction"] == \
-        "above" and len(top["rows"]) >= failing - 1
+    assert top["metric"] == "norm_ratio" and top["direction"] == "above"
+    assert len(top["rows"]) == failing
+    assert top["headline"].startswith(f"{MUTANT}: accuracy fails in {failing} case(s) of 1 "
+                                      "scheme(s) (gptq-int4): norm_ratio above its threshold")
     assert 1.005 < top["value"] < 1.02  # x1.005 on both GEMMs' weights: about 1.01
     # the harness recorded where the error sits: evenly over the experts, as a scale bug does
     profile = json.loads(top["rows"][0]["error_profile"])
@@ -128,12 +142,33 @@ def test_the_page_sorts_filters_and_opens_a_failing_case(planted, browser, tmp_p
     assert out["asc"] and out["filtered"] and set(out["filtered"]) == {"torch"}
     assert out["after_cell"] and {tuple(r) for r in out["after_cell"]} == {
         (out["cell"]["backend"], out["cell"]["scheme"])}
+    # the heat-map click jumps to the table with its filter bar and counter in view, and
+    # they stay in view (sticky) as the page scrolls on; the bar says which cell filtered
+    assert out["scrolled"] > 0 and out["bar_in_view"] and out["shown_in_view"], out
+    assert out["bar_in_view_after_scroll"] and out["shown_in_view_after_scroll"], out
+    assert out["bar_top_after_scroll"] == 0, out
+    assert out["shown"] == f"{len(out['after_cell'])} of {len(report.cases)} cases shown"
+    cell = out["cell"]
+    assert out["from_cell"] == (f"filtered by the heat-map cell {cell['backend']} / "
+                                f"{cell['scheme']} / {cell['check']}")
+    assert out["from_cell_after_hand"] == ""  # a filter set by hand: no cell named
     assert out["panel_open"] is True and out["panel_svgs"] > 0
     assert out["panel_rerun"].startswith("moecert run --device cpu --import "
                                          "moecert.conformance.mutants.all --case ")
     _headless(browser, "--window-size=1400,1800", f"--screenshot={tmp_path}/after-actions.png",
               f"file://{tmp_path}/tested.html")
     assert (tmp_path / "after-actions.png").stat().st_size > 10_000
+    # what a person sees right after clicking a heat-map cell and scrolling on a little
+    # (look at it after a change). Headless Chromium paints a scrolled window blank: the
+    # body is made the scroll container for the picture, which sticky follows the same way.
+    clicked = page.replace("</head>", "<style>html{height:100%;overflow:hidden}body{height:"
+                                      "calc(100% - 3em);overflow:auto}</style></head>").replace(
+        "</body>", "<script>document.querySelector('.heat a[data-filter]').click();"
+                   "document.body.scrollBy(0,200);</script></body>")
+    (tmp_path / "cell-click.html").write_text(clicked, encoding="utf-8")
+    _headless(browser, "--window-size=1400,900", f"--screenshot={tmp_path}/cell-click.png",
+              f"file://{tmp_path}/cell-click.html")
+    assert (tmp_path / "cell-click.png").stat().st_size > 10_000
 
 
 def test_strings_from_results_are_escaped(planted, tmp_path):

@@ -52,7 +52,12 @@ def test_junit_parses_back_one_testcase_per_case_and_check(tmp_path, synthetic):
     _, frame = _report(tmp_path, synthetic)
     root = ET.fromstring(render.junit(frame, "moecert run --device cpu"))
     cases = root.findall("testsuite/testcase")
-    assert len(cases) == len(frame) == 8
+    # one per row, and the run's verdict (a case failed: not green)
+    assert len(cases) == len(frame) + 1 == 9
+    verdict = cases[-1]
+    assert verdict.get("classname") == "moecert.verdict"
+    assert verdict.get("name") == "not green: 1 case(s) failed"
+    cases = cases[:-1]
     by_name = {(c.get("classname"), c.get("name")): c for c in cases}
     bad = by_name["torch.fp16", "fp16/bad/s0::accuracy"]
     failure = bad.find("failure")
@@ -64,7 +69,7 @@ def test_junit_parses_back_one_testcase_per_case_and_check(tmp_path, synthetic):
     skipped = [c for c in cases if c.find("skipped") is not None]
     # as the store has them: the claims row unsupported, the (synthetic) accuracy row passed
     assert {c.get("name") for c in skipped} == {"fp16/unclaimed/s0::claims"}
-    assert root.get("failures") == "1" and root.get("skipped") == "1"
+    assert root.get("failures") == "2" and root.get("skipped") == "1"
     assert int(root.get("skipped")) == frame["status"].isin(render.JUNIT_SKIPPED).sum()
     assert f"{EVIL}.fp16" in {c.get("classname") for c in cases}  # XML-escaped, read back
 

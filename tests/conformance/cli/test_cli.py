@@ -74,7 +74,7 @@ def test_list_backend_for_a_builtin(capsys):
 def test_list_backend_usage_errors(capsys):
     assert main(["list", "--backend", "nope"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("moecert list: unknown backend 'nope'; registered: ") and \
+    assert err.startswith("moecert list: error: unknown backend 'nope'; registered: ") and \
         err.count("\n") == 1
     assert main(["list", "--backend", "torch", "--import", "no_such_module_here"]) == 2
     assert "--import no_such_module_here" in capsys.readouterr().err
@@ -113,3 +113,35 @@ def test_list_and_run_agree_on_what_is_available_here(capsys):
     assert claims and claims[1] == claims[2]
     assert main(["run", "--backend", "triton", "--list-cases"]) == 0
     assert capsys.readouterr().err.strip() == f"{claims[2]} cases"
+
+
+def test_list_mutants_names_each_with_its_bug(capsys):
+    from moecert.conformance.mutants import LEGIT, MUTANTS
+
+    assert main(["list", "--mutants"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{len(MUTANTS)} mutants ")
+    for m in MUTANTS.values():  # each name on a line with its bug, then where it lives
+        assert re.search(rf"^  {re.escape(m.name)} +{re.escape(m.bug)}\n +schemes "
+                         rf"{re.escape(', '.join(m.targets))}; copy of {m.base}", out, re.M)
+    for name in LEGIT:
+        assert re.search(rf"^  {re.escape(name)} +\S", out, re.M)
+
+
+def test_list_imports_its_modules_without_backend(capsys):
+    """`moecert list --import M` imports M (it may register backends) even without --backend:
+    a module's backends then appear among the backends."""
+    from moecert.kernels import backend_names
+
+    before = set(backend_names())
+    sys.path.insert(0, str(HELPERS))
+    try:
+        assert main(["list", "--no-backends", "--import", "no_such_module_here"]) == 2
+        assert "--import no_such_module_here" in capsys.readouterr().err
+        assert main(["list", "--import", "vendor_backends"]) == 0
+        assert re.search(r"^  vendor-subset +available here$", capsys.readouterr().out, re.M)
+    finally:
+        sys.path.remove(str(HELPERS))
+        for name in set(backend_names()) - before:
+            unregister_backend(name)
+        sys.modules.pop("vendor_backends", None)

@@ -40,7 +40,9 @@ def test_sizes_and_words():
     assert memory.parse_size("1000") == 1000
     with pytest.raises(ValueError, match="MOECERT_HOST_MEMORY"):
         memory.parse_size("lots")
-    assert memory.gb(54.2e9) == "54 GB" and memory.gb(2.46e9) == "2.5 GB"
+    assert memory.gb(54.2e9) == "50 GiB" and memory.gb(2.46e9) == "2.3 GiB"
+    # what MOECERT_HOST_MEMORY=24G budgets reads back as given (it was "26 GB")
+    assert memory.gb(memory.parse_size("24G")) == "24 GiB"
     assert memory.death_words(3, None) == "the worker process died (exit code 3)"
     assert memory.death_words(-signal.SIGKILL, None).startswith("out of memory, most likely")
 
@@ -61,14 +63,14 @@ def test_a_case_larger_than_the_machine_is_not_run(tmp_path, monkeypatch, capsys
     out, err = capsys.readouterr()
     assert code == 1
     assert ("1 case(s) need more memory than this machine has, and will not run (status "
-            "oversize)") in err and "needs about 2.5 GB of host memory" in err
+            "oversize)") in err and "needs about 2.4 GiB of host memory" in err
     assert out.strip().splitlines()[-1].startswith(
         "not green: 1 case(s) not run: they need more memory than this machine has")
     rows = load(tmp_path)
     status = dict(zip(rows["case_id"], rows["status"].astype(str), strict=True))
     assert sorted(status.values()) == ["oversize", "pass"]
     oversize = rows[rows["status"] == "oversize"].iloc[0]
-    assert oversize["check"] == "setup" and "this machine has 2.1 GB" in oversize["message"]
+    assert oversize["check"] == "setup" and "this machine has 2.0 GiB" in oversize["message"]
 
 
 def test_an_oversize_case_makes_the_bundle_not_certified():

@@ -120,15 +120,23 @@ def test_a_session_where_no_claimed_case_ran_fails(session, pytester, xdist):
     # in-process: the verdict is counted from the test reports, wherever the cases ran
     result = session("--moecert-backend", "t-nothing", "--moecert-scheme", "bf16",
                      "--moecert-scheme", "fp16", "-k", ONE_SHAPE, "--moecert-in-process",
-                     *(["--moecert-results", "res", "-p", "xdist", "-n", "2"] if xdist else []),
-                     subprocess=xdist)
-    result.assert_outcomes(skipped=2)
-    if xdist:  # the session is one run, whichever worker wrote its rows
-        rows = load(pytester.path / "res")
-        assert rows["case_id"].nunique() == 2 and set(rows["status"]) == {"unsupported"}
+                     "--moecert-results", "res", "--moecert-junit", "moecert.xml",
+                     "--junitxml", "out.xml", "-rfs",
+                     *(["-p", "xdist", "-n", "2"] if xdist else []), subprocess=xdist)
+    # the verdict is one failed test more: in pytest's counts, short summary and JUnit
+    result.assert_outcomes(skipped=2, failed=1)
+    rows = load(pytester.path / "res")  # the session is one run, whichever worker wrote it
+    assert rows["case_id"].nunique() == 2 and set(rows["status"]) == {"unsupported"}
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["moecert: not green: no claimed case ran a check (backend "
-                                 "t-nothing 0 of 2 claimed)"])
+    line = "moecert: not green: no claimed case ran a check (backend t-nothing 0 of 2 claimed)"
+    result.stdout.fnmatch_lines([line, "*short test summary info*",
+                                 "FAILED moecert::verdict - moecert: not green: no claimed*"])
+    for name in ("moecert.xml", "out.xml"):  # moecert's JUnit and pytest's own
+        root = ET.parse(pytester.path / name).getroot()
+        verdicts = [c for c in root.iter("testcase") if c.find("failure") is not None]
+        assert len(verdicts) == 1, name
+        assert "not green: no claimed case ran a check" in verdicts[0].find(
+            "failure").get("message")
 
 
 @pytest.mark.parametrize("option, value, says", [
@@ -156,14 +164,15 @@ def test_a_mistyped_option_is_one_usage_error(session, pytester, option, value, 
 def test_a_hanging_backend_costs_its_case(session):
     result = session("--moecert-backend", "t-hangs", "--moecert-scheme", "bf16", "-k",
                      ONE_SHAPE, "--moecert-timeout", "5")
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(failed=2)  # the case, and the session's verdict (moecert::verdict)
     result.stdout.fnmatch_lines(["timeout accuracy: no result after 5 s; worker killed*"])
 
 
 def test_a_backend_that_kills_its_process_costs_its_case(session):
     result = session("--moecert-backend", "t-dies", "--moecert-backend", "t-bf16-only",
                      "--moecert-scheme", "bf16", "-k", ONE_SHAPE)
-    result.assert_outcomes(failed=1, passed=1)  # the worker restarts for the next case
+    # the worker restarts for the next case; the verdict is one failed test more
+    result.assert_outcomes(failed=2, passed=1)
     result.stdout.fnmatch_lines(["crash accuracy: the worker process died (exit code 3)*",
                                  "rerun: moecert run --device cpu --import vendor_backends "
                                  "--check accuracy --case '{*t-dies*}'"])
@@ -183,4 +192,4 @@ def test_the_verdict_counts_claimed_cases_per_backend():
     assert session_verdict(Counter({("a", True, False, False): 1,
                                     ("a", None, False, True): 1})) == (
         False, "moecert: not green: 1 case(s) not run: they need more memory than this "
-               "machine has (backend a 1 of 2 claimed)")
+               "machine has (backend a 1 of 2 claimed, 1 oversize)")

@@ -264,3 +264,34 @@ def test_smoke_flags_nothing_on_legit_twins(name):
             and r["case_id"].split("/", 1)[1] in torch_rows]
     theirs = [torch_rows[r["case_id"].split("/", 1)[1]]["rel_fro"] for r in mine]
     assert mine and sum(r["rel_fro"] for r in mine) > 2 * sum(theirs)
+
+
+# --- the report reads one line per bug --------------------------------------------------------
+
+GROUPED = ("mutant-scales-x1.005", "mutant-w13-scales-swapped")
+
+
+def test_each_planted_bug_is_one_failure_group():
+    """Two planted bugs' failures, each over two schemes, fold into one group per bug (the
+    README: a scale bug failing 36 cases is one group), whose headline names the backend,
+    the check, the metric and how many schemes."""
+    from moecert.reports.groups import failure_groups
+    from moecert.reports.store import _frame
+
+    register_mutants(list(GROUPED))
+    rows = _frame([r for name in GROUPED for r in _smoke_rows(name, MUTANTS[name].targets)])
+    failing = rows[rows["status"].isin(FLAGGED)].groupby("backend")["case_id"].nunique()
+    assert failing["mutant-scales-x1.005"] >= 30  # 36 on this suite when written
+    groups = failure_groups(rows)
+    assert [g["signature"]["backend"] for g in groups] == sorted(
+        GROUPED, key=lambda b: -failing[b]), [g["headline"] for g in groups]
+    for g in groups:
+        backend = g["signature"]["backend"]
+        assert len(g["rows"]) == failing[backend]
+        schemes = sorted(MUTANTS[backend].targets)
+        assert g["schemes"] == schemes
+        assert g["headline"].startswith(f"{backend}: accuracy fails in {failing[backend]} "
+                                        f"case(s) of 2 scheme(s) ({', '.join(schemes)}): "
+                                        f"{g['metric']} {g['direction']} its threshold")
+    scale = groups[0] if groups[0]["signature"]["backend"] == GROUPED[0] else groups[1]
+    assert (scale["metric"], scale["direction"]) == ("norm_ratio", "above")  # output too big
