@@ -34,7 +34,7 @@ import pandas as pd
 from moecert.reports.schema import FAILING
 
 from ..harness.cases import Case
-from ..harness.checks import FULL, LIGHT
+from ..harness.checks import depth_checks
 from ..harness.expectations import Expectation, Expectations
 from .waivers import parse_waivers
 
@@ -99,7 +99,7 @@ def judge(records: list[dict], rows: pd.DataFrame, expected: list[Case]) -> Judg
         checks = {str(r["check"]) for r in case_rows}
         case = by_id.get(case_id)
         if case is not None and "setup" not in checks:
-            lacking = set(FULL if case.depth == "full" else LIGHT) - checks
+            lacking = set(depth_checks(case)) - checks
             if lacking:
                 short_checks.append(case_id)
         if any(r["status"] == "skip" and not str(r["message"] or "").strip()

@@ -383,10 +383,17 @@ CHECKS: dict[str, Callable[[CaseRun], Outcome]] = {
 assert tuple(CHECKS) == FULL
 
 
-def checks_for(run: CaseRun, only=None) -> list[str]:
-    names = list(FULL if run.case.depth == "full" else LIGHT)
-    if run.case.source is None:  # a synthesized checkpoint has no calibrated range
+def depth_checks(case) -> list[str]:
+    """Every check a case of its depth runs (what certify counts as a complete case): the
+    depth's list, less `saturation` on a synthesized checkpoint (no calibrated range)."""
+    names = list(FULL if case.depth == "full" else LIGHT)
+    if case.source is None:
         names = [n for n in names if n != "saturation"]
+    return names
+
+
+def checks_for(run: CaseRun, only=None) -> list[str]:
+    names = depth_checks(run.case)
     if only:
         names = [n for n in names if n in only] or [n for n in only if n in CHECKS]
     return names
@@ -431,4 +438,4 @@ def _few(items: list, n: int = 5) -> str:
     return head + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
-__all__ = ["CHECKS", "FULL", "LIGHT", "Outcome", "checks_for", "run_check"]
+__all__ = ["CHECKS", "FULL", "LIGHT", "Outcome", "checks_for", "depth_checks", "run_check"]
