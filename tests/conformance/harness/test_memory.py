@@ -12,6 +12,7 @@ from moecert.conformance.certification import bundle, certify
 from moecert.conformance.cli import app as cli
 from moecert.conformance.harness import memory
 from moecert.conformance.harness.cases import Case
+from moecert.conformance.harness.checks import LIGHT
 from moecert.conformance.harness.schedule import case_need
 from moecert.reference import MoEProblem
 from moecert.reports import load
@@ -79,7 +80,7 @@ def test_an_oversize_case_makes_the_bundle_not_certified():
     record = certify.shard_record("r", "certify", "torch", (0, 1), 2, "cpu")
     rows = [{"run_id": "r", "case_id": cases[0].case_id, "backend": "torch", "scheme": "bf16",
              "check": check, "status": "pass", "claimed": True, "message": "ok"}
-            for check in bundle.LIGHT]
+            for check in LIGHT]
     rows.append({"run_id": "r", "case_id": cases[1].case_id, "backend": "torch",
                  "scheme": "bf16", "check": "setup", "status": "oversize", "claimed": None,
                  "message": "not run: needs about 30 GB of host memory, this machine has "
