@@ -11,6 +11,7 @@ folder (MOECERT_CACHE_DIR), never the user's."""
 import os
 import tempfile
 
+import pytest
 import torch
 
 # runs the tests start (`moecert run`, certify) keep synthesized checkpoints in a folder of this
@@ -31,3 +32,17 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture(autouse=True)
+def _backend_registry_restored():
+    """A backend a test registers (a mutant, a twin) leaves with the test: left in the
+    registry it joins later in-process runs' "every available backend" (13 cli and calibrate
+    failures in a full run, depending on xdist's order). Registrations made by fixtures of a
+    wider scope happen before this snapshot and stay."""
+    from moecert.kernels.registry import backend_names, unregister_backend
+
+    before = set(backend_names())
+    yield
+    for name in set(backend_names()) - before:
+        unregister_backend(name)
