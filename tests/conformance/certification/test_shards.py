@@ -70,8 +70,8 @@ def runs(tmp_path_factory):
             shutil.copy(f, assembled / "results")
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(HELPERS))
-        import small_certify_suite  # patches the suite in this process too
-        mp.setattr(suites, "build_suite", small_certify_suite.build)
+        import small_suite  # the suite the shards ran, in this process until the context ends
+        mp.setattr(suites, "build_suite", small_suite.build)
         line, code = certify.assemble(assembled)
         verified = certify.verify(assembled)
     return root, one, done, (line, code, verified)
@@ -99,8 +99,8 @@ def test_shards_disagreeing_on_the_cost_table_do_not_certify(runs, tmp_path, mon
     data["shard_costs_sha256"] = "0" * 64
     record.write_text(json.dumps(data))
     monkeypatch.syspath_prepend(str(HELPERS))
-    import small_certify_suite
-    monkeypatch.setattr(suites, "build_suite", small_certify_suite.build)
+    import small_suite
+    monkeypatch.setattr(suites, "build_suite", small_suite.build)
     line, code = certify.assemble(folder)
     assert code == 1 and "shards disagree on shard_costs_sha256" in line
 
