@@ -51,7 +51,12 @@ from moecert.reference.schemes import (
     scheme_format,
 )
 from moecert.reference.schemes.elements import ELEMENTS, EXPONENT, INT, Element
-from moecert.reference.schemes.tensors import input_scale_name, role_names, tensor_name
+from moecert.reference.schemes.tensors import (
+    in_major,
+    input_scale_name,
+    role_names,
+    tensor_name,
+)
 
 from .errors import BackendError
 from .layer import MoELayer
@@ -168,6 +173,7 @@ def _convert_int_linear(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
         _check_weight_shape(layer, names["shape"], n_out, n_in)
 
     words = layer.get(names["weight"])
+    in_major_weight = in_major(q, p, "weight")  # the declared shape's order (schemes.tensors)
     if rec.packing is None:  # one signed code per storage unit: every value must be a code
         if words.numel() and (int(words.min()) < -half or int(words.max()) >= half):
             raise BackendError(names["weight"], f"int{bits} codes in [{-half}, {half - 1}]",
@@ -177,7 +183,7 @@ def _convert_int_linear(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
     for lo, hi in _expert_chunks(E, n_out * n_in):
         if rec.packing is None:  # [E, out, in] signed codes
             u = words[lo:hi].to(torch.int32) + half - rec.code_offset
-        elif q.layout == "gptq":  # [E, in/per, out] packed along in
+        elif in_major_weight and rec.pack_dim == "in":  # [E, in/per, out] (GPTQ)
             u = unpack_words(words[lo:hi], bits, n_in, dim=1).transpose(1, 2)
         elif rec.pack_dim == "out":  # [E, in, out/8] packed along out (AWQ)
             u = unpack_words(words[lo:hi], bits, n_out, dim=2)
@@ -189,13 +195,13 @@ def _convert_int_linear(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
         codes[lo:hi] = pack_nibbles(u) if bits == 4 else u.to(torch.uint8)
 
     scales = layer.get(names["scale"])
-    if q.layout in ("gptq", "awq"):  # [E, G, out]
+    if in_major(q, p, "scale"):  # [E, G, out] (GPTQ, AWQ)
         scales = scales.transpose(1, 2)
     scales = scales.to(torch.float32).contiguous()
     _check_scales(names["scale"], scales)
 
     out = {f"{p}_q": codes, f"{p}_s": scales}
-    zeros = _read_zero_points(layer, names["zeros"], n_out, G) if "zeros" in names else None
+    zeros = _read_zero_points(layer, p, names["zeros"], n_out, G) if "zeros" in names else None
     if zeros is not None:
         out[f"{p}_zp"] = zeros
     if "g_idx" in names:
@@ -205,7 +211,8 @@ def _convert_int_linear(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
     return out
 
 
-def _read_zero_points(layer: MoELayer, name: str, n_out: int, G: int) -> torch.Tensor | None:
+def _read_zero_points(layer: MoELayer, p: str, name: str, n_out: int, G: int
+                      ) -> torch.Tensor | None:
     """uint8 [E, out, G] unsigned true zero points, or None for a symmetric checkpoint (whose
     zero points, when present anyway, must all be the symmetric zero 2^(bits-1))."""
     q = layer.quant
@@ -216,9 +223,10 @@ def _read_zero_points(layer: MoELayer, name: str, n_out: int, G: int) -> torch.T
     bits = q.bits
     rec = q.record
     t = layer.get(name)
-    if q.layout == "ct":  # [E, ceil(out*b/32), G] packed along out, unsigned domain
+    if not in_major(q, p, "zeros"):
+        # [E, ceil(out*b/32), G] packed along out, unsigned domain (compressed-tensors)
         z = unpack_words(t, bits, n_out, dim=1)
-    else:  # [E, G, out*b/32] packed along out
+    else:  # [E, G, out*b/32] packed along out (GPTQ, AWQ)
         z = unpack_words(t, bits, n_out, dim=2)
         if rec.interleave:
             z = undo_interleave(z, rec.interleave, 2)
