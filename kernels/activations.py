@@ -52,7 +52,7 @@ from moecert.reference.schemes import (
 )
 from moecert.reference.schemes.elements import ELEMENTS, MxScaleRule
 
-from .convert import pow2
+from .codecs import pow2
 
 # E4M3 (the element record): largest normal 1.75 * 2^8, 3 mantissa bits
 _E4M3 = ELEMENTS["e4m3"]  # MXFP8 activations' element
