@@ -1,9 +1,9 @@
-"""The conformance suite under pytest (the plugin in conformance/harness/plugin.py parametrizes it):
+"""The conformance suite under pytest (the plugin in conformance/plugin.py parametrizes it):
 
     pytest --pyargs moecert.conformance --moecert-suite smoke [--moecert-backend NAME]
 """
 
-from moecert.conformance.harness.plugin import run_and_assert
+from moecert.conformance.plugin import run_and_assert
 
 
 def test_case(moecert_case, moecert_session, request):

@@ -50,13 +50,12 @@ from moecert.reference.schemes import (
     SWIGLUOAI_ALPHA,
     SWIGLUOAI_LIMIT,
 )
-from moecert.reference.schemes.elements import ELEMENTS
+from moecert.reference.schemes.elements import ELEMENTS, MxScaleRule
 
-from .convert import pow2
+from .codecs import pow2
 
 # E4M3 (the element record): largest normal 1.75 * 2^8, 3 mantissa bits
-_E4M3_EMAX = ELEMENTS["e4m3"].emax
-_E4M3_MANTISSA_BITS = ELEMENTS["e4m3"].mantissa_bits
+_E4M3 = ELEMENTS["e4m3"]  # MXFP8 activations' element
 
 
 def swigluoai(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -149,21 +148,16 @@ def mx_exponent(amax: torch.Tensor, rule: str) -> torch.Tensor:
     """Unbiased E8M0 exponent (int32) of blocks with absolute maximum amax (float32 >= 0).
 
     floor: floor(log2 amax) - 8 (OCP);  even: amax rounded to 3 mantissa bits first;
-    ceil: ceil(log2 amax) - 8;  rceil: ceil(log2(amax / 448)). amax = 0 gives -127;
-    clamped to [-127, 127].
+    ceil: ceil(log2 amax) - 8;  rceil: ceil(log2(amax / 448)), from the rule's declared
+    fields (`schemes.elements.MxScaleRule`). amax = 0 gives -127; clamped to [-127, 127].
     """
+    rule = MxScaleRule.of(rule)
     safe = torch.where(amax > 0, amax, torch.ones_like(amax))
-    if rule == "floor":
-        exp = _floor_log2(safe) - _E4M3_EMAX
-    elif rule == "even":
-        ulp = pow2(_floor_log2(safe) - _E4M3_MANTISSA_BITS)
-        exp = _floor_log2(torch.round(safe / ulp) * ulp) - _E4M3_EMAX
-    elif rule == "ceil":
-        exp = _ceil_log2(safe) - _E4M3_EMAX
-    elif rule == "rceil":
-        exp = _ceil_log2(safe / F8E4M3_MAX)
-    else:
-        raise ValueError(f"unknown MX scale rule {rule!r}")
+    if rule.rounds_to_mantissa:
+        ulp = pow2(_floor_log2(safe) - _E4M3.mantissa_bits)
+        safe = torch.round(safe / ulp) * ulp
+    log2 = _ceil_log2 if rule.ceil else _floor_log2
+    exp = log2(safe / _E4M3.max) if rule.of_max else log2(safe) - _E4M3.emax
     exp = torch.where(amax > 0, exp, torch.full_like(exp, -E8M0_BIAS))
     return exp.clamp(-E8M0_BIAS, E8M0_BIAS)
 

@@ -18,7 +18,7 @@ w2: out = K, in = N):
   mx float    {p}_w float8_e4m3fn [E, out, in], {p}_s uint8 E8M0 [E, out, in/32], block
               (1, 32): e4m3 codes as stored, or codes that straddle bytes (the element's
               `units` > 1, e.g. fp6's four in three bytes) widened once to e4m3 where every
-              value of the element is an e4m3 value (`_widen_to_e4m3`)
+              value of the element is an e4m3 value (`codecs.widen_to_e4m3`)
   mxfp4       {p}_w uint8 [E, out, in/2] (the file's bytes: e2m1 column 2j in the low nibble,
               2j+1 in the high nibble), {p}_s uint8 E8M0 [E, out, in/32], block (1, 32)
   nvfp4       {p}_w uint8 [E, out, in/2] e2m1 pairs (column 2j in the low nibble),
@@ -41,6 +41,9 @@ at once to int32 would need tens of GiB.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 from moecert.reference.schemes import (
     ACT_NVFP4,
@@ -50,48 +53,42 @@ from moecert.reference.schemes import (
     STRATEGY_CHANNEL,
     scheme_format,
 )
-from moecert.reference.schemes.elements import ELEMENTS, EXPONENT, INT, Element
-from moecert.reference.schemes.tensors import input_scale_name, role_names, tensor_name
+from moecert.reference.schemes.elements import Element
+from moecert.reference.schemes.tensors import (
+    in_major,
+    input_scale_name,
+    role_names,
+    tensor_name,
+)
 
+from .codecs import (  # re-exported: convert.py held the codecs until issue 35
+    CHUNK_ELEMENTS,
+    decode_e2m1,
+    decode_e4m3,
+    decode_e8m0,
+    element_values,
+    pack_nibbles,
+    pow2,
+    undo_interleave,
+    unpack_nibbles,
+    unpack_words,
+    widen_to_e4m3,
+)
 from .errors import BackendError
-from .layer import MoELayer
+from .layer import PREFIXES, MoELayer, group_cols, linear_dims
 from .protocol import ExportedLinear
-
-PREFIXES = ("w13", "w2")
-# int32 codes unpacked per chunk of experts (256 MiB of int32)
-_CHUNK_ELEMENTS = 1 << 26
-
-
-def linear_dims(layer: MoELayer, p: str) -> tuple[int, int]:
-    """(out, in) of linear `p` per expert."""
-    P = layer.problem
-    return (P.w13_rows, P.K) if p == "w13" else (P.K, P.N)
-
-
-def group_cols(layer: MoELayer, p: str) -> int:
-    n_in = linear_dims(layer, p)[1]
-    g = layer.quant.group_size
-    return n_in if g == -1 else g
-
 
 # --- entry points ---------------------------------------------------------------------------
 
 def convert_to_kernel_format(layer: MoELayer) -> None:
     """Replace `layer`'s checkpoint tensors by the common kernel format, in place."""
-    q = layer.quant
+    converter = CONVERTERS[layer.quant.layout]
     converted: dict[str, torch.Tensor] = {}
     meta: dict = {}
     for p in PREFIXES:
-        if q.packed:
-            converted.update(_convert_int_linear(layer, p))
-            meta[f"{p}_group_cols"] = group_cols(layer, p)
-            meta["bits"] = q.bits
-        else:
-            tensors, block = (_convert_nvfp4_linear(layer, p) if q.info.global_scale == "tensor"
-                              else _convert_dense_linear(layer, p))
-            converted.update(tensors)
-            if block is not None:
-                meta[f"{p}_block"] = block
+        tensors, linear_meta = converter.convert(layer, p)
+        converted.update(tensors)
+        meta.update(linear_meta)
     converted.update(_convert_input_scales(layer))
     converted.update(_convert_biases(layer))
     # all checks passed: swap the checkpoint tensors for the kernel format
@@ -109,53 +106,22 @@ def export_canonical(layer: MoELayer, stored: dict[str, torch.Tensor] | None = N
     def get(name):
         return stored[name] if stored and name in stored else layer.get(name)
 
-    return {p: (_export_int(layer, p, get) if layer.quant.packed
-                else _export_dense(layer, p, get)) for p in PREFIXES}
+    export = CONVERTERS[layer.quant.layout].export
+    return {p: export(layer, p, get) for p in PREFIXES}
 
 
 # --- integer families -----------------------------------------------------------------------
 
 def _expert_chunks(E: int, per_expert: int):
-    step = max(1, _CHUNK_ELEMENTS // max(per_expert, 1))
+    step = max(1, CHUNK_ELEMENTS // max(per_expert, 1))
     for lo in range(0, E, step):
         yield lo, min(E, lo + step)
 
 
-def unpack_words(words: torch.Tensor, bits: int, count: int, dim: int) -> torch.Tensor:
-    """int32 words -> unsigned codes (int32) along `dim`, least significant bits first,
-    32 // bits codes per word (for 4 and 8 bits compressed-tensors' dense bitstream and the
-    padded layout coincide). Keeps `count` codes."""
-    dim = dim % words.dim()
-    per = 32 // bits
-    shifts = (torch.arange(per, device=words.device, dtype=torch.int32) * bits).view(
-        per, *([1] * (words.dim() - dim - 1)))
-    # arithmetic shift then mask: the same field as a logical shift of the uint32 word
-    codes = (words.unsqueeze(dim + 1) >> shifts) & ((1 << bits) - 1)
-    return codes.flatten(dim, dim + 1).narrow(dim, 0, count)
-
-
-def undo_interleave(slots: torch.Tensor, order: tuple[int, ...], dim: int) -> torch.Tensor:
-    """Slot i of each len(order) holds column c * len(order) + order[i] (the format record's
-    `interleave`, AWQ's 0,2,4,6,1,3,5,7): back to column order."""
-    inverse = sorted(range(len(order)), key=lambda i: order[i])
-    x = slots.movedim(dim, -1)
-    return x.unflatten(-1, (-1, len(order)))[..., inverse].flatten(-2).movedim(-1, dim)
-
-
-def pack_nibbles(u: torch.Tensor) -> torch.Tensor:
-    """[..., in] codes in [0, 16) -> uint8 [..., ceil(in/2)], column 2j in the low nibble."""
-    if u.shape[-1] % 2:
-        u = torch.nn.functional.pad(u, (0, 1))
-    pairs = u.to(torch.uint8).unflatten(-1, (-1, 2))
-    return pairs[..., 0] | (pairs[..., 1] << 4)
-
-
-def unpack_nibbles(q: torch.Tensor, n_in: int) -> torch.Tensor:
-    """Inverse of `pack_nibbles`: uint8 [..., ceil(in/2)] -> uint8 [..., in]."""
-    return torch.stack((q & 0xF, q >> 4), dim=-1).flatten(-2)[..., :n_in]
-
-
-def _convert_int_linear(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
+def _convert_int_linear(layer: MoELayer, p: str) -> tuple[dict[str, torch.Tensor], dict]:
+    """Integer codes of any packed layout -> {p}_q / {p}_s / {p}_zp / {p}_g_idx, read by
+    the format record's fields (packing, pack_dim, interleave, code offset, zero domain) and
+    the declared tensors' order (`in_major`)."""
     q = layer.quant
     rec = q.record
     E = layer.problem.E
@@ -168,6 +134,7 @@ def _convert_int_linear(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
         _check_weight_shape(layer, names["shape"], n_out, n_in)
 
     words = layer.get(names["weight"])
+    in_major_weight = in_major(q, p, "weight")  # the declared shape's order (schemes.tensors)
     if rec.packing is None:  # one signed code per storage unit: every value must be a code
         if words.numel() and (int(words.min()) < -half or int(words.max()) >= half):
             raise BackendError(names["weight"], f"int{bits} codes in [{-half}, {half - 1}]",
@@ -177,7 +144,7 @@ def _convert_int_linear(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
     for lo, hi in _expert_chunks(E, n_out * n_in):
         if rec.packing is None:  # [E, out, in] signed codes
             u = words[lo:hi].to(torch.int32) + half - rec.code_offset
-        elif q.layout == "gptq":  # [E, in/per, out] packed along in
+        elif in_major_weight and rec.pack_dim == "in":  # [E, in/per, out] (GPTQ)
             u = unpack_words(words[lo:hi], bits, n_in, dim=1).transpose(1, 2)
         elif rec.pack_dim == "out":  # [E, in, out/8] packed along out (AWQ)
             u = unpack_words(words[lo:hi], bits, n_out, dim=2)
@@ -189,23 +156,25 @@ def _convert_int_linear(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
         codes[lo:hi] = pack_nibbles(u) if bits == 4 else u.to(torch.uint8)
 
     scales = layer.get(names["scale"])
-    if q.layout in ("gptq", "awq"):  # [E, G, out]
+    if in_major(q, p, "scale"):  # [E, G, out] (GPTQ, AWQ)
         scales = scales.transpose(1, 2)
     scales = scales.to(torch.float32).contiguous()
     _check_scales(names["scale"], scales)
 
     out = {f"{p}_q": codes, f"{p}_s": scales}
-    zeros = _read_zero_points(layer, names["zeros"], n_out, G) if "zeros" in names else None
+    meta = {f"{p}_group_cols": group_cols(layer, p), "bits": bits}
+    zeros = _read_zero_points(layer, p, names["zeros"], n_out, G) if "zeros" in names else None
     if zeros is not None:
         out[f"{p}_zp"] = zeros
     if "g_idx" in names:
         g_idx = _read_g_idx(layer, names["g_idx"], n_in, G)
         if g_idx is not None:
             out[f"{p}_g_idx"] = g_idx
-    return out
+    return out, meta
 
 
-def _read_zero_points(layer: MoELayer, name: str, n_out: int, G: int) -> torch.Tensor | None:
+def _read_zero_points(layer: MoELayer, p: str, name: str, n_out: int, G: int
+                      ) -> torch.Tensor | None:
     """uint8 [E, out, G] unsigned true zero points, or None for a symmetric checkpoint (whose
     zero points, when present anyway, must all be the symmetric zero 2^(bits-1))."""
     q = layer.quant
@@ -216,9 +185,10 @@ def _read_zero_points(layer: MoELayer, name: str, n_out: int, G: int) -> torch.T
     bits = q.bits
     rec = q.record
     t = layer.get(name)
-    if q.layout == "ct":  # [E, ceil(out*b/32), G] packed along out, unsigned domain
+    if not in_major(q, p, "zeros"):
+        # [E, ceil(out*b/32), G] packed along out, unsigned domain (compressed-tensors)
         z = unpack_words(t, bits, n_out, dim=1)
-    else:  # [E, G, out*b/32] packed along out
+    else:  # [E, G, out*b/32] packed along out (GPTQ, AWQ)
         z = unpack_words(t, bits, n_out, dim=2)
         if rec.interleave:
             z = undo_interleave(z, rec.interleave, 2)
@@ -304,15 +274,20 @@ def _convert_dense_linear(layer: MoELayer, p: str):
     if not info.quantized:
         if not bool(torch.isfinite(w).all()):
             raise BackendError(wname, "finite weights", "non-finite entries")
-        return {f"{p}_w": w}, None
+        return {f"{p}_w": w}, {}
     _check_codes(wname, w, info.weight_element)
     if info.weight_element.units > 1:  # codes straddle bytes (fp6): widened, read as bytes
-        w = _widen_to_e4m3(w, info.weight_element)
+        w = widen_to_e4m3(w, info.weight_element)
     name = tensor_name(q, p, "scale")
     s = layer.get(name)
-    if info.scale_element is not None:  # coded block scales (E8M0): no NaN code
-        _check_codes(name, s, info.scale_element)
-        return {f"{p}_w": w, f"{p}_s": s}, (1, info.scale_block)
+    if info.scale_element is not None:  # coded block scales, one per scale_block along in
+        tensors = {f"{p}_w": w, f"{p}_s": s}
+        if info.global_scale == "none":  # E8M0: no NaN code
+            _check_codes(name, s, info.scale_element)
+        else:  # e4m3 under a global scale (NVFP4): positive numbers
+            _check_positive_codes(name, s, info.scale_element)
+            tensors[f"{p}_gs"] = _global_multipliers(layer, p)
+        return tensors, {f"{p}_block": (1, info.scale_block)}
     if q.weight_strategy == STRATEGY_CHANNEL:
         scales, block = s.view(E, n_out, 1), (1, n_in)
     elif q.weight_strategy == STRATEGY_BLOCK:
@@ -326,46 +301,11 @@ def _convert_dense_linear(layer: MoELayer, p: str):
         scales, block = s.view(E, 1, 1), (n_out, n_in)
     scales = scales.to(torch.float32).contiguous()
     _check_scales(name, scales)
-    return {f"{p}_w": w, f"{p}_s": scales}, block
+    return {f"{p}_w": w, f"{p}_s": scales}, {f"{p}_block": block}
 
 
-def _widen_to_e4m3(w: torch.Tensor, el) -> torch.Tensor:
-    """Float codes packed `el.per_unit` to `el.units` bytes (least significant bits first:
-    fp6 codes 4j..4j+3 in bytes 3j..3j+2) -> float8_e4m3fn [..., in], from the element
-    record's bit fields. Exact: an element with <= 3 mantissa bits, a largest value <= 448
-    and a subnormal step >= 2^-9 has only e4m3 values (fp6 E2M3 and E3M2 do)."""
-    step_exp = 1 - el.exp_bias - el.mantissa_bits
-    if el.mantissa_bits > 3 or el.max > ELEMENTS["e4m3"].max or step_exp < -9:
-        raise BackendError(f"{el.name} weights", "an element whose values are e4m3 values",
-                           f"{el.mantissa_bits} mantissa bits, max {el.max}")
-    out = torch.empty(*w.shape[:-1], w.shape[-1] * el.per_unit // el.units,
-                      dtype=torch.float8_e4m3fn, device=w.device)
-    mask, m_mask = (1 << el.bits) - 1, (1 << el.mantissa_bits) - 1
-    step = max(1, _CHUNK_ELEMENTS // max(out[0].numel(), 1))
-    for lo in range(0, w.shape[0], step):
-        groups = w[lo:lo + step].to(torch.int32).unflatten(-1, (-1, el.units))
-        word = groups[..., 0]
-        for i in range(1, el.units):
-            word = word | (groups[..., i] << (8 * i))
-        c = torch.stack([(word >> (i * el.bits)) & mask for i in range(el.per_unit)], -1)
-        c = c.flatten(-2)
-        e, m = (c >> el.mantissa_bits) & ((1 << el.exp_bits) - 1), c & m_mask
-        mag = torch.where(e > 0, ((m_mask + 1) + m) * pow2(e + step_exp - 1), m * pow2(
-            torch.full_like(e, step_exp)))
-        value = torch.where(c & (1 << (el.bits - 1)) != 0, -mag, mag)
-        out[lo:lo + step] = value.to(torch.float8_e4m3fn)
-    return out
-
-
-def _convert_nvfp4_linear(layer: MoELayer, p: str):
-    q = layer.quant
-    fmt = scheme_format(q)
-    n_out = linear_dims(layer, p)[0]
-    w = layer.get(tensor_name(q, p, "weight"))
-    name = tensor_name(q, p, "scale")
-    s = layer.get(name)
-    # block scales must be positive numbers: no sign bit, no NaN code, no zero
-    el = q.info.scale_element
+def _check_positive_codes(name: str, s: torch.Tensor, el: Element) -> None:
+    """Block scales that must be positive numbers: no sign bit, no NaN code, no zero."""
     bits = s.view(torch.uint8).to(torch.int32)
     bad = ((bits & el.sign_bit) != 0) | ((bits & (el.sign_bit - 1)) == 0)
     for nan in el.nan_codes:
@@ -373,6 +313,13 @@ def _convert_nvfp4_linear(layer: MoELayer, p: str):
     if bool(bad.any()):
         raise BackendError(name, f"finite {el.name} block scales > 0",
                            f"{int(bad.sum())} bad entries")
+
+
+def _global_multipliers(layer: MoELayer, p: str) -> torch.Tensor:
+    """float64 [E, 1 or 2]: the global scale of each expert (of each w1 / w3 shard), as the
+    multiplier the format record's convention makes of the stored value."""
+    q = layer.quant
+    n_out = linear_dims(layer, p)[0]
     gname = tensor_name(q, p, "global_scale")
     g = layer.get(gname).to(torch.float64)
     _check_scales(gname, g)
@@ -380,10 +327,9 @@ def _convert_nvfp4_linear(layer: MoELayer, p: str):
         raise BackendError(gname, "an even w13 row count for w1/w3 shard scales",
                            f"{n_out} rows")
     g = g.view(g.shape[0], -1)
-    if fmt.global_scale == "divide":  # compressed-tensors stores the reciprocal
+    if scheme_format(q).global_scale == "divide":  # compressed-tensors stores the reciprocal
         g = 1.0 / g
-    block = (1, layer.quant.info.scale_block)
-    return {f"{p}_w": w, f"{p}_s": s, f"{p}_gs": g.contiguous()}, block
+    return g.contiguous()
 
 
 def _check_codes(name: str, t: torch.Tensor, el: Element) -> None:
@@ -398,73 +344,6 @@ def _check_codes(name: str, t: torch.Tensor, el: Element) -> None:
         listed = ", ".join(f"0x{c:02X}" for c in el.nan_codes)
         raise BackendError(name, f"{el.name} codes other than its NaN codes ({listed})",
                            f"{int(nan.sum())} NaN codes")
-
-
-_TABLES: dict[tuple, torch.Tensor] = {}
-
-
-def _table(el: Element, dtype: torch.dtype, device) -> torch.Tensor:
-    """The element record's code table (value of each code) as a tensor: decoding a code is
-    an index into it."""
-    key = (el.name, dtype, str(device))
-    if key not in _TABLES:
-        _TABLES[key] = torch.tensor(el.values, dtype=torch.float64).to(dtype).to(device)
-    return _TABLES[key]
-
-
-def decode_e4m3(s: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """float8_e4m3fn values in `dtype` (the cast is exact: every e4m3 value is a float32)."""
-    return s.to(dtype)
-
-
-def decode_e8m0(bits: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """2^(byte - bias) built from its bit pattern (exact; 2^-127 is a float32 subnormal)."""
-    e = bits.to(torch.int32) - ELEMENTS["e8m0"].exp_bias
-    return pow2(e, dtype)
-
-
-def decode_e2m1(nibbles: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """FP4 E2M1 codes (integers 0..15) to `dtype`, by the element record's code table."""
-    return _table(ELEMENTS["e2m1"], dtype, nibbles.device)[nibbles.to(torch.int64)]
-
-
-def unpack_units(w: torch.Tensor, el: Element) -> torch.Tensor:
-    """Codes (int64) of elements stored several to a byte, along the last dimension:
-    element j * per_unit + i in bits i*b .. i*b+b-1 of byte j (e2m1: 2j low nibble)."""
-    b = w.to(torch.int64)
-    mask = (1 << el.bits) - 1
-    return torch.stack([(b >> (i * el.bits)) & mask for i in range(el.per_unit)],
-                       dim=-1).flatten(-2)
-
-
-def element_values(element: str, w: torch.Tensor, dtype: torch.dtype = torch.float32
-                   ) -> torch.Tensor:
-    """The values of stored weight elements [..., in] in `dtype`: integer codes as int32,
-    elements stored several to a byte ([..., in/2] e2m1) unpacked and looked up in the
-    element record's code table, float8 / 16-bit storage (fp6 arrives widened to e4m3,
-    `_widen_to_e4m3`) converted (exact)."""
-    el = ELEMENTS[element]
-    if el.kind == INT:
-        return w.to(torch.int32)
-    if w.dtype.is_floating_point:  # float8 / 16-bit storage, fp6 widened to e4m3: exact
-        return w.to(dtype)
-    if el.per_unit > 1 or el.kind == EXPONENT or w.dtype == torch.uint8:
-        codes = unpack_units(w, el) if el.per_unit > 1 else w.to(torch.int64)
-        return _table(el, dtype, w.device)[codes]
-    return w.to(dtype)
-
-
-def pow2(e: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """2^e for integer e (float32: -149..127, float64: -1074..1023), from the bit pattern."""
-    if dtype == torch.float64:
-        e = e.to(torch.int64)
-        normal = (e + 1023).clamp(min=0) << 52
-        sub = torch.ones_like(e) << (e + 1074).clamp(0, 51)
-        return torch.where(e >= -1022, normal, sub).view(torch.float64)
-    e = e.to(torch.int32)
-    normal = (e + 127).clamp(min=0) << 23
-    sub = torch.ones_like(e) << (e + 149).clamp(0, 22)
-    return torch.where(e >= -126, normal, sub).view(torch.float32)
 
 
 def _export_dense(layer: MoELayer, p: str, get=None) -> ExportedLinear:
@@ -523,7 +402,24 @@ def _convert_biases(layer: MoELayer) -> dict[str, torch.Tensor]:
     return out
 
 
-__all__ = ["convert_to_kernel_format", "decode_e2m1", "decode_e4m3", "decode_e8m0",
-           "element_values",
-           "export_canonical", "group_cols", "linear_dims", "pack_nibbles", "pow2",
-           "unpack_nibbles", "unpack_words"]
+class LinearConverter(NamedTuple):
+    """One layout's way into the common kernel format and back out of it."""
+
+    convert: Callable[[MoELayer, str], tuple[dict[str, torch.Tensor], dict]]
+    export: Callable[..., ExportedLinear]
+
+
+_PACKED = LinearConverter(_convert_int_linear, _export_int)
+# One converter per tensor layout (`schemes.LAYOUTS`, the reference's `layouts/` readers):
+# the packed integer layouts differ only in what their format records say, which the one
+# integer converter reads; "dense" covers every unpacked weight (16-bit, int8, fp8, MX and
+# NVFP4's global scales, by the scheme's scale encoding and global_scale).
+CONVERTERS: dict[str, LinearConverter] = {
+    "gptq": _PACKED, "awq": _PACKED, "ct": _PACKED, "ct-int": _PACKED,
+    "dense": LinearConverter(_convert_dense_linear, _export_dense),
+}
+
+
+__all__ = ["CONVERTERS", "LinearConverter", "convert_to_kernel_format", "decode_e2m1",
+           "decode_e4m3", "decode_e8m0", "element_values", "export_canonical", "group_cols",
+           "linear_dims", "pack_nibbles", "pow2", "unpack_nibbles", "unpack_words"]

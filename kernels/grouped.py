@@ -16,7 +16,7 @@ GEMMs instead: the BIAS_PARTS columns after K (w13) and N (w2) hold the float32 
 into act-dtype parts (hi + mid + lo == bias exactly in bf16), the GEMM's left operand holds
 ones there, and the float32 accumulator sums product and bias before the one rounding.
 
-The forward (the torch backend's routing, kernels/native.py `routing`, around):
+The forward (the torch backend's routing, kernels/routing.py, around):
 
     sort the assignments by local expert; offs[e] = assignments of experts <= e (int32)
     h = [x[token], 1, 1, 1] @ W13'^T     one grouped GEMM (float32 accumulation, one rounding)
@@ -92,12 +92,13 @@ from moecert.reference.schemes import (
 
 from .activations import apply_activation, quantize_rows
 from .base import BaseBackend
+from .codecs import dequantize_expert
 from .convert import PREFIXES, convert_to_kernel_format, export_canonical, linear_dims
 from .errors import BackendError
 from .layer import MoELayer
-from .native import dequantize_expert, routing
 from .platform import Platform
 from .quant_config import QuantConfig
+from .routing import routing
 
 # torch._grouped_mm checks that every operand's leading stride is a multiple of 16 bytes
 # (aten/src/ATen/native/GroupedMMUtils.h, check_valid_strides_and_return_transposed).

@@ -81,3 +81,19 @@ class MoELayer(torch.nn.Module):
                 self.register_buffer(name, tensors[name].detach().clone(
                     memory_format=torch.contiguous_format))
         setattr(self, PROCESSED, False)
+
+
+PREFIXES = ("w13", "w2")  # a layer's two linears
+
+
+def linear_dims(layer: MoELayer, p: str) -> tuple[int, int]:
+    """(out, in) of linear `p` per expert (w13: w13_rows x K, w2: K x N)."""
+    P = layer.problem
+    return (P.w13_rows, P.K) if p == "w13" else (P.K, P.N)
+
+
+def group_cols(layer: MoELayer, p: str) -> int:
+    """Input columns per scale group of linear `p` (all of them for group_size -1)."""
+    n_in = linear_dims(layer, p)[1]
+    g = layer.quant.group_size
+    return n_in if g == -1 else g

@@ -13,8 +13,9 @@ the reference:
 
 Each step is a method (`TorchBackend`), so a backend holding a different weight layout
 overrides `expert_weight` (kernels/xpu.py) and a mutant the one step it breaks
-(conformance/mutants/); `routing` (the assignments of the standard format, fixed shapes, no
-host synchronization) is shared with kernels/grouped.py, whose forward a CUDA graph captures.
+(conformance/mutants/). The weights of one expert come from `codecs.dequantize_expert`, the
+assignments from `routing.routing`, both shared with kernels/grouped.py (and re-exported
+here, where they lived until issue 35).
 """
 
 from __future__ import annotations
@@ -22,22 +23,15 @@ from __future__ import annotations
 import itertools
 
 import torch
-from moecert.reference.schemes import MX_BLOCK, NVFP4_BLOCK
 
 from .activations import apply_activation, quantize_activation
 from .base import BaseBackend
-from .convert import (
-    convert_to_kernel_format,
-    decode_e4m3,
-    decode_e8m0,
-    element_values,
-    export_canonical,
-    linear_dims,
-    unpack_nibbles,
-)
+from .codecs import dequantize_expert
+from .convert import convert_to_kernel_format, export_canonical
 from .layer import MoELayer
 from .platform import Platform
 from .quant_config import QuantConfig
+from .routing import routing
 
 
 class TorchBackend(BaseBackend):
@@ -178,73 +172,6 @@ class TorchBackend(BaseBackend):
 
     def write(self, layer: MoELayer, out: torch.Tensor, y: torch.Tensor) -> None:
         out.copy_(y)
-
-
-# --- one expert's weights out of the common kernel format ---------------------------------
-
-def dequantize_expert(layer: MoELayer, p: str, e: int) -> torch.Tensor:
-    """float32 [out, in] weights of linear `p` of local expert `e`."""
-    if layer.quant.packed:
-        return _dequantize_int(layer, p, e)
-    if layer.has(f"{p}_gs"):
-        return _dequantize_nvfp4(layer, p, e)
-    if not layer.has(f"{p}_s"):
-        return layer.get(f"{p}_w")[e].to(torch.float32)  # 16-bit weights carry no scale
-    w = element_values(layer.quant.info.element, layer.get(f"{p}_w")[e]).to(torch.float32)
-    n_out, n_in = w.shape
-    s = layer.get(f"{p}_s")[e]
-    if s.dtype == torch.uint8:  # E8M0 exponents, one per 32 columns
-        return (w.view(n_out, -1, MX_BLOCK) * decode_e8m0(s).unsqueeze(-1)).view(n_out, n_in)
-    rows, cols = layer.meta[f"{p}_block"]
-    s = s.repeat_interleave(rows, 0)[:n_out].repeat_interleave(cols, 1)[:, :n_in]
-    return w * s
-
-
-def _dequantize_nvfp4(layer: MoELayer, p: str, e: int) -> torch.Tensor:
-    """e2m1 pairs times e4m3 block scales per 16 columns times the shard's global factor."""
-    n_out, n_in = linear_dims(layer, p)
-    w = element_values("e2m1", layer.get(f"{p}_w")[e])
-    gs = layer.get(f"{p}_gs")[e].to(torch.float32)  # [1] or [2]: w1 rows, w3 rows
-    s = decode_e4m3(layer.get(f"{p}_s")[e]) * gs.repeat_interleave(n_out // gs.numel())[:, None]
-    return (w.view(n_out, -1, NVFP4_BLOCK) * s.unsqueeze(-1)).view(n_out, n_in)
-
-
-def _dequantize_int(layer: MoELayer, p: str, e: int) -> torch.Tensor:
-    n_out, n_in = linear_dims(layer, p)
-    bits = layer.meta["bits"]
-    q = layer.get(f"{p}_q")[e]
-    u = (unpack_nibbles(q, n_in) if bits == 4 else q).to(torch.float32)
-    s = layer.get(f"{p}_s")[e]
-    zp = layer.get(f"{p}_zp")[e].to(torch.float32) if layer.has(f"{p}_zp") else None
-    if layer.has(f"{p}_g_idx"):  # act order: each column names its group
-        g_idx = layer.get(f"{p}_g_idx")[e].to(torch.int64)
-        zero = zp[:, g_idx] if zp is not None else float(1 << (bits - 1))
-        return (u - zero) * s[:, g_idx]
-    cols = layer.meta[f"{p}_group_cols"]
-    u = u.view(n_out, -1, cols)
-    zero = zp.unsqueeze(-1) if zp is not None else float(1 << (bits - 1))
-    return ((u - zero) * s.unsqueeze(-1)).view(n_out, n_in)
-
-
-# --- routing -------------------------------------------------------------------------------
-
-def routing(problem, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
-            expert_map: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-    """(x, token, local expert, router weight) of the standard format's M x topk assignments,
-    token-major: x times the router weight where it applies on the input (the weights then
-    1); local expert -1 for an expert of another rank (`expert_map`: int64 [global E] on x's
-    device, or None). Shapes from the input's only, no host synchronization."""
-    P = problem
-    M = x.shape[0]
-    weights = topk_weights
-    if P.apply_router_weight_on_input:  # topk == 1: scale the input, not the output
-        x = (x.to(torch.float32) * topk_weights).to(x.dtype)
-        weights = torch.ones_like(topk_weights)
-    ids = topk_ids.to(torch.int64)
-    if expert_map is not None:
-        ids = expert_map[ids]
-    token = torch.arange(M, device=x.device).repeat_interleave(P.topk)
-    return x, token, ids.flatten(), weights.flatten()
 
 
 __all__ = ["TorchBackend", "dequantize_expert", "routing"]

@@ -30,6 +30,15 @@ import traceback
 import types
 
 import torch
+from moecert.reference.schemes import (
+    ACT_DYNAMIC_GROUP,
+    ACT_DYNAMIC_TENSOR,
+    ACT_DYNAMIC_TOKEN,
+    ACT_MXFP8,
+    ACT_NONE,
+    ACT_NVFP4,
+    ACT_STATIC_TENSOR,
+)
 
 from . import vllm_folder
 from .errors import BackendError, UnsupportedError, check_layer
@@ -408,6 +417,11 @@ def _origin_text(origin) -> str:
     return "a synthesized checkpoint" if origin is None else f"{origin[0]} layer {origin[1]}"
 
 
+# vLLM's FusedMoEQuantConfig.quant_dtype names its block-scaled activation formats by strings
+# of its own (a torch dtype otherwise): the ones that are an activation mode here
+VLLM_QUANT_DTYPE_MODES = {"mxfp8": ACT_MXFP8, "nvfp4": ACT_NVFP4}
+
+
 def _quant_config_activation(qc) -> str | None:
     """The activation mode a vLLM FusedMoEQuantConfig states (None: it cannot be read)."""
     if qc is None:
@@ -415,16 +429,14 @@ def _quant_config_activation(qc) -> str | None:
     try:
         dtype = qc.quant_dtype
         if dtype is None:
-            return "none"
-        if dtype in ("mxfp8",):
-            return "mxfp8"
-        if dtype in ("nvfp4",):
-            return "nvfp4"
+            return ACT_NONE
+        if isinstance(dtype, str) and dtype in VLLM_QUANT_DTYPE_MODES:
+            return VLLM_QUANT_DTYPE_MODES[dtype]
         if qc.block_shape is not None:
-            return "dynamic-group"
+            return ACT_DYNAMIC_GROUP
         if qc.a1_scale is not None:
-            return "static-tensor"
-        return "dynamic-token" if qc.per_act_token_quant else "dynamic-tensor"
+            return ACT_STATIC_TENSOR
+        return ACT_DYNAMIC_TOKEN if qc.per_act_token_quant else ACT_DYNAMIC_TENSOR
     except Exception:
         return None
 

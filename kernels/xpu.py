@@ -21,7 +21,10 @@ from __future__ import annotations
 import sys
 
 import torch
-from moecert.reference.schemes.tensors import role_names
+from moecert.reference.schemes import ACT_NONE, Scheme, SchemeFormat
+from moecert.reference.schemes import SCHEMES as ALL_SCHEMES
+from moecert.reference.schemes.elements import INT
+from moecert.reference.schemes.tensors import in_major, role_names
 
 from .errors import BackendError
 from .layer import MoELayer
@@ -30,7 +33,22 @@ from .platform import Platform
 from .protocol import ExportedLinear
 from .quant_config import QuantConfig
 
-SCHEMES = ("gptq-int4", "ct-int4")
+
+def vendor_reads(info: Scheme, fmt: SchemeFormat) -> bool:
+    """Whether the vendor kernel's layout comes from this stored form by a transpose and a
+    byte view: int4 codes packed along in, eight to an int32 word, least significant first,
+    no interleave (GPTQ's qweight, compressed-tensors' weight_packed; not AWQ's)."""
+    rec = fmt.format_record
+    return (info.weight_element.kind == INT and info.weight_bits == 4
+            and rec.packing is not None and rec.pack_dim == "in"
+            and rec.bit_order == "lsb-first" and rec.interleave is None)
+
+
+# the schemes it takes: int4 weights in such a form with 16-bit activations (derived from the
+# records: GPTQ int4 and compressed-tensors int4)
+SCHEMES = tuple(s.name for s in ALL_SCHEMES.values()
+                if ACT_NONE in s.activation_modes
+                and any(vendor_reads(s, f) for f in s.formats))
 GROUP_SIZES = (-1, 32, 64, 128)
 ACTIVATIONS = ("silu", "gelu", "swigluoai")
 HOST_BYTE_ORDER = sys.byteorder  # module constant so that tests can simulate a big-endian host
@@ -47,7 +65,8 @@ class XpuBackend(TorchBackend):
         return None  # the fallback runs anywhere; the vendor kernel is used where it loads
 
     def claims(self, quant: QuantConfig, problem, platform: Platform) -> str | None:
-        if quant.scheme not in SCHEMES:
+        if quant.scheme not in SCHEMES or not vendor_reads(
+                quant.info, quant.info.format(quant.checkpoint_format)):
             return (f"scheme {quant.scheme} not supported (symmetric int4 GPTQ or "
                     "compressed-tensors only)")
         if not quant.sym:
@@ -110,12 +129,14 @@ def _convert_linear(layer: MoELayer, p: str, n_out: int, n_in: int) -> dict[str,
     names = role_names(q, p)  # the layout's tensor names by role (schemes.tensors)
     scale_name, zeros, g_idx = names["scale"], names.get("zeros"), names.get("g_idx")
     words, scales = layer.get(names["weight"]), layer.get(scale_name)
-    if q.layout == "gptq":  # [E, in/8, out] and scales [E, G, out]: out-major
-        codes = words.transpose(1, 2).contiguous().view(torch.uint8)  # [E, out, in/2]
-        scales = scales.transpose(1, 2).contiguous()  # [E, G, out] -> [E, out, G]
-    else:  # compressed-tensors: [E, out, in/8], scales [E, out, G] already
-        codes = words.contiguous().view(torch.uint8)
-        scales = scales.contiguous()
+    # GPTQ stores in-major ([E, in/8, out], scales [E, G, out]); compressed-tensors out-major
+    # ([E, out, in/8], scales [E, out, G]) already, as the vendor takes them
+    if in_major(q, p, "weight"):
+        words = words.transpose(1, 2)
+    if in_major(q, p, "scale"):
+        scales = scales.transpose(1, 2)
+    codes = words.contiguous().view(torch.uint8)  # [E, out, in/2]
+    scales = scales.contiguous()
     if "shape" in names:
         _check_ct_shape(layer, names["shape"], n_out, n_in)
     if zeros and layer.has(zeros):  # the symmetric zero as stored (GPTQ v1 stores z - 1)

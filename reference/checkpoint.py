@@ -8,6 +8,7 @@ import torch
 
 from .errors import CheckpointError
 from .schemes import SCHEMES, STRATEGY_GROUP, get_scheme
+from .schemes.elements import MX_SCALE_RULES
 from .schemes.records import FormatRecord, get_record
 
 
@@ -22,7 +23,8 @@ class Checkpoint:
       act_order          g_idx tensors present (GPTQ desc_act, compressed-tensors actorder)
       weight_strategy    "tensor", "channel", "group" or "block" scales
       activation         activation quantization mode, see `schemes.ACT_*`
-      mx_scale_rule      E8M0 rule for MXFP8 activations: "floor" (OCP), "even", "ceil", "rceil"
+      mx_scale_rule      E8M0 rule for MXFP8 activations: a `schemes.elements.MxScaleRule`
+                         value, "floor" (OCP), "even", "ceil", "rceil"
       first_expert       the layer's index of this checkpoint's expert 0 (set by slice_experts,
                          so that errors give positions in the whole layer)
       origin             (model folder, decoder layer) the tensors were read from unchanged
@@ -65,8 +67,9 @@ class Checkpoint:
             raise CheckpointError("checkpoint.sym", f"True for {self.scheme}", "False")
         if self.act_order and not info.act_order:
             raise CheckpointError("checkpoint.act_order", f"False for {self.scheme}", "True")
-        if self.mx_scale_rule not in ("floor", "even", "ceil", "rceil"):
-            raise CheckpointError("checkpoint.mx_scale_rule", "floor, even, ceil or rceil",
+        if self.mx_scale_rule not in MX_SCALE_RULES:
+            raise CheckpointError("checkpoint.mx_scale_rule",
+                                  f"{', '.join(MX_SCALE_RULES[:-1])} or {MX_SCALE_RULES[-1]}",
                                   repr(self.mx_scale_rule))
 
     @property

@@ -14,7 +14,15 @@ import math
 
 import torch
 
-from .schemes.elements import ELEMENTS, EXPONENT, FLOAT, ROUNDINGS, Element, get_element
+from .schemes.elements import (
+    ELEMENTS,
+    EXPONENT,
+    FLOAT,
+    ROUNDINGS,
+    Element,
+    MxScaleRule,
+    get_element,
+)
 
 _E4M3, _E2M1, _E8M0 = ELEMENTS["e4m3"], ELEMENTS["e2m1"], ELEMENTS["e8m0"]
 F8E4M3_MANTISSA_BITS = _E4M3.mantissa_bits  # 3
@@ -224,24 +232,18 @@ def mx_scale_exponent(amax: torch.Tensor, rule: str, element: str | Element = "e
     even:  amax rounded to the element's mantissa width (ties to even), then floor
     ceil:  ceil(log2 amax) - emax_elem
     rceil: ceil(log2(amax / elem_max))   (cuBLAS; DeepSeek ceil_to_ue8m0)
+    computed from the rule's declared fields (`schemes.elements.MxScaleRule`).
     Clamped to [-127, 127]; amax = 0 gives -127 (byte 0); a NaN or infinite amax gives NaN,
     the E8M0 NaN (0xFF): the whole block is NaN (OCP MX §5.4).
     """
-    el = _element(element)
-    elem_emax, elem_max, elem_mantissa_bits = el.emax, el.max, el.mantissa_bits
+    el, rule = _element(element), MxScaleRule.of(rule)
     a = amax.to(torch.float64)
     safe = a.clamp(min=2.0**-200)
-    if rule == "floor":
-        exp = floor_log2(safe) - elem_emax
-    elif rule == "even":
-        ulp = pow2(floor_log2(safe) - elem_mantissa_bits)
-        exp = floor_log2(torch.round(safe / ulp) * ulp) - elem_emax
-    elif rule == "ceil":
-        exp = ceil_log2(safe) - elem_emax
-    elif rule == "rceil":
-        exp = ceil_log2(safe / elem_max)
-    else:
-        raise ValueError(f"unknown MX scale rule {rule!r}")
+    if rule.rounds_to_mantissa:
+        ulp = pow2(floor_log2(safe) - el.mantissa_bits)
+        safe = torch.round(safe / ulp) * ulp
+    log2 = ceil_log2 if rule.ceil else floor_log2
+    exp = log2(safe / el.max) if rule.of_max else log2(safe) - el.emax
     bias = _E8M0.exp_bias
     exp = torch.where(a == 0, -bias, exp).clamp(-bias, bias)
     return torch.where(torch.isfinite(a), exp, torch.nan)

@@ -129,7 +129,7 @@ def test_the_reference_package_still_offers_its_public_names():
 def test_the_pytest_plugin_imports_no_command_line_code_nor_a_private_name():
     """The plugin holds hooks; what it shares with `moecert run` lives in the harness as
     public functions (harness/option_values.py, harness/runner.py), not in conformance/cli."""
-    plugin = ROOT / "conformance" / "harness" / "plugin.py"
+    plugin = ROOT / "conformance" / "plugin.py"
     mods = list(_imports(plugin, "moecert.conformance"))
     assert mods and not [m for m in mods if m.startswith("moecert.conformance.cli")], mods
     private = [f"{node.module}.{a.name}" for node in ast.walk(ast.parse(plugin.read_text()))
@@ -137,7 +137,8 @@ def test_the_pytest_plugin_imports_no_command_line_code_nor_a_private_name():
     assert not private
 
 
-@pytest.mark.parametrize("product", ["harness", "performance", "certification", "mutants"])
+@pytest.mark.parametrize("product", ["harness", "performance", "certification", "mutants",
+                                     "calibration"])
 def test_a_product_folder_of_conformance_imports_no_command_line_code(product):
     """The command line (conformance/cli) declares the options and drives the products; a
     product never reaches back into it, so each runs without the command line."""
@@ -146,3 +147,83 @@ def test_a_product_folder_of_conformance_imports_no_command_line_code(product):
            for mod in _imports(path, f"moecert.conformance.{product}")
            if mod.startswith("moecert.conformance.cli")]
     assert not bad, "\n".join(bad)
+
+
+# --- adapters read the records: no comparison tests a scheme, family or layout name ----------
+
+def _name_vocabulary() -> dict[str, str]:
+    """Every scheme name, family label, tensor layout and checkpoint-format name, with what it
+    names. A string that also names an element ("int8", "bf16") is left out: comparing an
+    element (`activation_element == "int8"`, a dtype) reads a record's field."""
+    from moecert.reference.schemes import LAYOUTS, SCHEMES
+    from moecert.reference.schemes.elements import ELEMENTS
+
+    names: dict[str, list[str]] = {}
+
+    def add(name, what):
+        if what not in names.setdefault(name, []):
+            names[name].append(what)
+    for s in SCHEMES.values():
+        add(s.name, "scheme")
+        add(s.family, "family")
+        for f in s.formats:
+            add(f.layout, "layout")
+            if f.name is not None:
+                add(f.name, "checkpoint format")
+    for layout in LAYOUTS:
+        add(layout, "layout")
+    return {n: " / ".join(what) for n, what in names.items() if n not in ELEMENTS}
+
+
+def _strings(node: ast.AST) -> list[str]:
+    """The string literals of a comparison's operand: a constant, or a literal tuple / list /
+    set of them (`x in ("gptq", "awq")`)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [s for e in node.elts for s in _strings(e)]
+    return []
+
+
+def name_literal_tests(source: str, vocabulary: dict[str, str]) -> list[tuple[int, str]]:
+    """(line, what) of each comparison (==, !=, in, not in, ...) or match case in `source`
+    that tests a name of `vocabulary` written as a literal. A declared data table (a dict or
+    tuple that maps names to facts, looked up by a variable) is no comparison and passes."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        operands = []
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.MatchValue):
+            operands = [node.value]
+        for s in (s for o in operands for s in _strings(o)):
+            if s in vocabulary:
+                found.append((node.lineno, f"{vocabulary[s]} {s!r}: {ast.unparse(node)}"))
+                break
+    return found
+
+
+def test_no_comparison_in_kernels_or_conformance_tests_a_scheme_family_or_layout_name():
+    """Adapters, the harness and the mutants read the format facts' fields (a record's
+    interleave, zero domain, global-scale convention; a tensor's declared shape), never
+    `layout == "gptq"` or `scheme in ("mxfp4", "nvfp4")`: a new scheme or layout then needs
+    new data, not a hunt for the places that branch on a name (issue 35)."""
+    vocabulary = _name_vocabulary()
+    bad = [f"{path.relative_to(ROOT)}:{line}: {what}"
+           for folder in ("kernels", "conformance")
+           for path in sorted((ROOT / folder).rglob("*.py"))
+           for line, what in name_literal_tests(path.read_text(), vocabulary)]
+    assert not bad, "comparisons with name literals (read the records):\n" + "\n".join(bad)
+
+
+def test_the_name_literal_check_catches_a_planted_comparison():
+    vocabulary = _name_vocabulary()
+    assert {"gptq-int4", "gptq", "ct-int", "modelopt", "w4afp8"} <= set(vocabulary)
+    planted = ('if q.layout == "gptq":\n    pass\n'
+               'ok = scheme not in ("mxfp4", "nvfp4")\n'
+               'match q.checkpoint_format:\n    case "modelopt":\n        pass\n'
+               'fine = element == "int8" or TABLE[q.layout] or q.record.global_scale == "divide"\n')
+    found = name_literal_tests(planted, vocabulary)
+    assert [line for line, _ in found] == [1, 3, 5], found
+    assert "layout" in found[0][1] and "'gptq'" in found[0][1], found
+    assert found[1][1].startswith("scheme / family 'mxfp4'"), found

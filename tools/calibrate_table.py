@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.rows or args.results:
         return calibrate_command.main(args)
-    from moecert.conformance.harness.calibrate import (
+    from moecert.conformance.calibration.calibrate import (
         format_summary,
         run_seeds,
         summarize,

@@ -26,7 +26,7 @@ def cmd_list(args) -> int:
 
 
 def _list(args) -> int:
-    from ..harness.option_values import import_modules
+    from ..harness.imports import import_modules
 
     import_modules(args.imports)  # a UsageError: main prints it, exit 2
     if args.mutants:
@@ -114,7 +114,7 @@ def print_claims(name: str, suite: str, imports: list[str]) -> int:
     from moecert.kernels import Platform, backend_names, get_backend
     from moecert.kernels.oracle import supports_reason
 
-    from ..harness.option_values import import_modules
+    from ..harness.imports import import_modules
     from ..harness.suites import build_suite
 
     import_modules(imports)  # a UsageError: main prints it, exit 2

@@ -12,8 +12,8 @@ import argparse
 
 from moecert.reference.models import MODELS
 
+from ..harness.model_selection import decoder_layer
 from ..harness.option_values import (
-    decoder_layer,
     device_name,
     model_name,
     positive_seconds,

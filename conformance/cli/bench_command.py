@@ -95,7 +95,8 @@ def main(args) -> int:
         result = bench_reference(args.shape, args.device, args.repeats or 1)
         print(json.dumps(result))
         return 0 if result["finite"] else 1
-    from ..harness.option_values import UsageError, check_backends, import_modules, writable_folder
+    from ..harness.imports import import_modules
+    from ..harness.option_values import UsageError, check_backends, writable_folder
     from ..harness.runner import available_backends
 
     import_modules(args.imports)

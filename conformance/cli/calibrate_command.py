@@ -1,4 +1,4 @@
-"""`moecert calibrate`: the command line of the calibration (conformance/harness/calibrate.py:
+"""`moecert calibrate`: the command line of the calibration (conformance/calibration/calibrate.py:
 what it measures, and how a threshold is suggested)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 
 from moecert.reports.schema import FAILING
 
-from ..harness.calibrate import (
+from ..calibration.calibrate import (
     SAFETY,
     format_summary,
     loaded_rows,

@@ -42,11 +42,11 @@ from ..certification.certify import (
     verify,
 )
 from ..certification.waivers import parse_waivers
+from ..harness.imports import import_modules
 from ..harness.option_values import (
     UsageError,
     check_backends,
     device_or_default,
-    import_modules,
     output_file,
     writable_folder,
 )

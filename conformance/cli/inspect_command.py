@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args) -> int:
-    from ..harness.option_values import UsageError, import_modules
+    from ..harness.imports import import_modules
+    from ..harness.option_values import UsageError
 
     import_modules(args.imports)
     try:

@@ -21,9 +21,9 @@ from moecert.reports import ResultsError, load, render
 from moecert.reports.frames import DEFAULT_TIME_NOISE, MIN_TIME_NOISE
 from moecert.reports.report import Report
 
+from ..harness.imports import import_modules
 from ..harness.option_values import (
     UsageError,
-    import_modules,
     output_file,
     positive_float,
 )

@@ -28,19 +28,19 @@ from moecert.reports.store import Journal, journal_cases, load, run_id_of, unfin
 from moecert.reports.verdict import Tally, Verdict, tally_rows, verdict
 
 from ..harness import checkpoint_cache
+from ..harness.case_filter import case_filter
 from ..harness.cases import Case
 from ..harness.checks import CHECKS
 from ..harness.context import SharedSteps
 from ..harness.execute import by_problem, new_run_id, run_case, triton_for
+from ..harness.imports import import_modules
+from ..harness.model_selection import model_selection
 from ..harness.option_values import (
     UsageError,
-    case_filter,
     case_json,
     check_backends,
     check_name,
     device_or_default,
-    import_modules,
-    model_selection,
     one_line,
     output_file,
     writable_folder,

@@ -25,6 +25,7 @@ from moecert.kernels.protocol import NUMERICS_KEYS
 from moecert.reference import canonicalize
 from moecert.reference.layouts import write_linear
 from moecert.reference.schemes import (
+    PACKED_LAYOUTS,
     SCHEMES,
     STRATEGY_TENSOR,
     get_scheme,
@@ -155,13 +156,13 @@ def _requantized_w13(ckpt):
     scale (w' = e4m3(w * s_shard / s_max), RNE), one scale per expert."""
     scale = ckpt.tensors.get("w13_weight_scale")
     if (ckpt.weight_strategy == STRATEGY_TENSOR and scale is not None and scale.dim() == 1
-            and scheme_format(ckpt).layout == "dense"):
+            and scheme_format(ckpt).layout not in PACKED_LAYOUTS):
         # one scale per expert already (the exact tier's structured checkpoints): collapsing
         # w1 / w3 to their maximum leaves it as it is. The declaration is the processed
         # folder layer's; the same backend reads this checkpoint with nothing to collapse
         return ckpt
     if (ckpt.weight_strategy != STRATEGY_TENSOR or scale is None or scale.dim() != 2
-            or scheme_format(ckpt).layout != "dense"):
+            or scheme_format(ckpt).layout in PACKED_LAYOUTS):
         raise NumericsError("w13_requantized: declared for a checkpoint without per-tensor "
                             f"w1 / w3 shard scales ({ckpt.scheme} {ckpt.weight_strategy})")
     w = ckpt.tensors["w13_weight"]

@@ -7,21 +7,20 @@ same functions and turns `UsageError` into `pytest.UsageError`. The known names 
 where they are declared: checks from conformance.checks, schemes from the reference, suites
 from conformance.suites, backends from the registry (after any `--import`).
 
-`-k` selects cases by id the way pytest's `-k` selects tests: words matched as substrings of
-the case id, case-insensitively, combined with `and`, `or`, `not` and parentheses, e.g.
-`-k "gptq and g32 and not bias"`.
+The other jobs of the options live beside it: the `-k` grammar (case_filter.py), a model
+folder's selection, which reads the folder and prints (model_selection.py), and `--import`
+(imports.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import importlib
 import math
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -291,19 +290,6 @@ def xfail_list(path: str | None, flag: str = "--xfail"):
         raise UsageError(f"{flag} {path}: {e.strerror or e}") from None
 
 
-def import_modules(modules: Iterable[str], flag: str = "--import") -> tuple[str, ...]:
-    """Import each module (it may register backends); a missing one is a usage error."""
-    for module in modules:
-        if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module):
-            raise UsageError(f"{flag} {module}: expected a module name (pkg.module, importable "
-                             "from sys.path), not a file path")
-        try:
-            importlib.import_module(module)
-        except ImportError as e:
-            raise UsageError(f"{flag} {module}: {type(e).__name__}: {e}") from None
-    return tuple(modules)
-
-
 def writable_folder(path: str | os.PathLike) -> Path:
     """`path` as a folder this process can write into (created if missing)."""
     folder = Path(path)
@@ -334,80 +320,22 @@ def output_file(text: str) -> str:
     return text
 
 
-# --- -k: selection by case id ------------------------------------------------------------
-
-_TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
-
-
-def case_filter(expression: str) -> Callable[[str], bool]:
-    """A predicate on case ids from a pytest-like -k expression (see the module docstring)."""
-    tokens = _TOKEN.findall(expression)
-    if not tokens:
-        raise UsageError(f"-k {expression!r}: empty expression")
-    pos = 0
-
-    def peek():
-        return tokens[pos] if pos < len(tokens) else None
-
-    def take(expected=None):
-        nonlocal pos
-        token = peek()
-        if token is None or (expected and token != expected) or (
-                not expected and token in ("and", "or", ")")):
-            found = "the end" if token is None else repr(token)
-            raise UsageError(f"-k {expression!r}: expected "
-                             f"{repr(expected) if expected else 'a word'}, found {found}")
-        pos += 1
-        return token
-
-    def chain(word, parse_term, combine):
-        """term (word term)*: the terms' results combined (any for "or", all for "and")."""
-        terms = [parse_term()]
-        while peek() == word:
-            take(word)
-            terms.append(parse_term())
-        return lambda s: combine(t(s) for t in terms)
-
-    def parse_or():
-        return chain("or", parse_and, any)
-
-    def parse_and():
-        return chain("and", parse_not, all)
-
-    def parse_not():
-        if peek() == "not":
-            take("not")
-            inner = parse_not()
-            return lambda s: not inner(s)
-        if peek() == "(":
-            take("(")
-            inner = parse_or()
-            take(")")
-            return inner
-        word = take().lower()
-        return lambda s: word in s
-
-    predicate = parse_or()
-    if pos != len(tokens):
-        raise UsageError(f"-k {expression!r}: unexpected {tokens[pos]!r}")
-    return lambda case_id: predicate(case_id.lower())
+def one_line(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return " ".join(text.split())
 
 
 __all__ = [
     "UsageError",
-    "case_filter",
     "case_json",
     "check_backends",
     "check_name",
     "check_variant",
-    "decoder_layer",
     "device_name",
     "device_or_default",
-    "import_modules",
     "layer_spec",
     "m_list",
     "model_name",
-    "model_selection",
     "one_line",
     "positive_float",
     "positive_int",
@@ -420,77 +348,3 @@ __all__ = [
     "writable_folder",
     "xfail_list",
 ]
-
-
-# --- a model folder (`--checkpoint DIR [--layer N|all ...] [--inputs FILE]`) ----------------
-
-def decoder_layer(text: str) -> int | str:
-    """A decoder layer index, or "all" (`--checkpoint DIR --layer N`)."""
-    if text == "all":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise UsageError(f"--layer {text!r}: expected a decoder layer index (0, 1, ...) or all")
-    return value
-
-
-def model_selection(folder: str | None, layers, inputs: str | None
-                    ) -> tuple[str, list[int], str | None] | None:
-    """(folder, MoE layers to run, inputs file) of `--checkpoint DIR [--layer ...]
-    [--inputs FILE]`, every mistake one UsageError line: a folder that is not one or not a
-    model, a layer that is no MoE layer (the MoE layers listed), an inputs file that is not
-    [M, K] hidden states of the layer's K. No --layer: the first MoE layer (said on
-    stderr). None without --checkpoint."""
-    import sys
-
-    from moecert.reference import CheckpointError
-
-    from .model_layers import ModelInputError, layer_summaries, read_inputs
-
-    if folder is None:
-        if layers or inputs:
-            raise UsageError(f"{'--layer' if layers else '--inputs'} needs --checkpoint DIR")
-        return None
-    where = f"--checkpoint {folder}"
-    if Path(folder).is_file():
-        raise UsageError(f"{where}: a file, not a model folder (config.json and *.safetensors)")
-    if not Path(folder).is_dir():
-        raise UsageError(f"{where}: no such folder")
-    try:
-        summaries = layer_summaries(folder)
-    except (CheckpointError, OSError, ValueError) as e:
-        raise UsageError(f"{where}: {one_line(e)}") from None
-    found = list(summaries)
-    if not found:
-        raise UsageError(f"{where}: no MoE layer with routed experts")
-    if not layers:
-        chosen = found[:1]
-        print(f"{where}: layer {chosen[0]}, the first of {len(found)} MoE layer(s) "
-              f"({_list(found)}); --layer N or --layer all for others", file=sys.stderr)
-    elif "all" in layers:
-        chosen = found
-    else:
-        unknown = [n for n in layers if n not in found]
-        if unknown:
-            raise UsageError(f"--layer {unknown[0]}: not an MoE layer of {folder}; its MoE "
-                             f"layers: {_list(found)}")
-        chosen = list(dict.fromkeys(layers))
-    if inputs is not None:
-        try:
-            read_inputs(inputs, summaries[chosen[0]].K)
-        except ModelInputError as e:
-            raise UsageError(str(e)) from None
-    return str(Path(folder).resolve()), chosen, inputs
-
-
-def one_line(e: Exception) -> str:
-    text = str(e).strip() or type(e).__name__
-    return " ".join(text.split())
-
-
-def _list(items, n: int = 8) -> str:
-    head = ", ".join(map(str, items[:n]))
-    return head + (f" and {len(items) - n} more" if len(items) > n else "")

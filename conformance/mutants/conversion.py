@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 from moecert.kernels.native import TorchBackend
-from moecert.reference.schemes import AWQ_PACK_ORDER, E8M0_NAN
+from moecert.reference.schemes import E8M0_NAN
 from moecert.reference.schemes.elements import ELEMENTS
 from moecert.reference.schemes.tensors import tensor_name
 
@@ -63,9 +63,10 @@ class AwqOrderKept(TorchBackend):
 
     def convert(self, layer):
         super().convert(layer)
-        if layer.quant.layout != "awq":
+        order = layer.quant.record.interleave  # only AWQ's words interleave (0, 2, 4, 6, ...)
+        if not order:
             return
-        order = list(AWQ_PACK_ORDER)
+        order = list(order)
         for name in ("w13_q", "w13_zp", "w2_q", "w2_zp"):
             _put_if(layer, name, lambda t: t.unflatten(1, (-1, 8))[:, :, order].flatten(1, 2))
 
@@ -79,7 +80,7 @@ class GptqV1ZeroOffsetMissing(TorchBackend):
     def convert(self, layer):
         q = layer.quant
         super().convert(layer)
-        if q.layout != "gptq" or q.checkpoint_format != "gptq":
+        if not q.record.stored_zero_offset:  # only GPTQ v1 stores z - 1
             return
         for p in ("w13", "w2"):
             if layer.has(f"{p}_zp"):
@@ -100,7 +101,8 @@ class Int4CodesAsUint4b8(TorchBackend):
 
     def convert(self, layer):
         super().convert(layer)
-        if layer.quant.layout != "ct-int":
+        q = layer.quant
+        if not (q.packed and q.record.packing is None):  # int codes one per int8 (W4AFP8)
             return
         for p in ("w13", "w2"):  # the kernel format's nibbles u = code + 8: u - 8 mod 16
             _put_if(layer, f"{p}_q", lambda q: q ^ 0x88)
@@ -282,7 +284,7 @@ class CtGlobalScaleNotInverted(TorchBackend):
 
     def convert(self, layer):
         super().convert(layer)
-        if layer.quant.checkpoint_format == "ct":
+        if layer.quant.record.global_scale == "divide":  # compressed-tensors' reciprocal
             for p in ("w13", "w2"):
                 _put_if(layer, f"{p}_gs", lambda g: 1.0 / g)
 

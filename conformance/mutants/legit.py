@@ -18,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from moecert.kernels.native import TorchBackend, dequantize_expert
+from moecert.kernels.codecs import dequantize_expert
+from moecert.kernels.native import TorchBackend
 from moecert.reference.schemes import ACT_NONE
 
 

@@ -17,8 +17,9 @@ from moecert.kernels.activations import (
     quantize_activation,
     swigluoai,
 )
-from moecert.kernels.convert import element_values, pow2
-from moecert.kernels.native import TorchBackend, routing
+from moecert.kernels.codecs import element_values, pow2
+from moecert.kernels.native import TorchBackend
+from moecert.kernels.routing import routing
 from moecert.reference.schemes import (
     ACT_DYNAMIC_GROUP,
     ACT_DYNAMIC_TENSOR,

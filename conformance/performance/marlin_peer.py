@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from moecert.kernels import QuantConfig
+from moecert.reference.schemes.elements import EXPONENT
 
 # The anchor beside the checkout (../shared/tools/ of the repository root), unless
 # MOECERT_MARLIN_ANCHOR or --marlin-anchor names another.
@@ -56,11 +57,12 @@ def marlin_runs(quant: QuantConfig, problem) -> bool:
     return marlin_kind(quant, problem) is not None
 
 
-def time_marlin_e2m1(anchor, E, K, N, topk, M, kind: str, bias: bool) -> float:
-    """Median us of Marlin's GEMM1 + SiLU-mul + GEMM2 + top-k sum with e2m1 weights of
-    `kind` (mxfp4, nvfp4), as the anchor's `time_marlin` times int4: the same op and
+def time_marlin_e2m1(anchor, E, K, N, topk, M, quant: QuantConfig, bias: bool) -> float:
+    """Median us of Marlin's GEMM1 + SiLU-mul + GEMM2 + top-k sum with the e2m1 weights of
+    `quant` (one of `MARLIN_E2M1`), as the anchor's `time_marlin` times int4: the same op and
     alignment (`anchor._align`), random bits in Marlin's shapes (4-bit codes take int4's
-    [E, K / 16, 2 N * 16 / 8] words)."""
+    [E, K / 16, 2 N * 16 / 8] words). The scheme record says the rest: its block (32 or 16),
+    its scale element (E8M0 codes or e4m3 floats) and whether a global scale multiplies."""
     import torch
     import triton
 
@@ -71,16 +73,18 @@ def time_marlin_e2m1(anchor, E, K, N, topk, M, kind: str, bias: bool) -> float:
     dev = "cuda"
     w1 = torch.randint(-2**31, 2**31 - 1, (E, K // 16, 4 * N), dtype=torch.int32, device=dev)
     w2 = torch.randint(-2**31, 2**31 - 1, (E, N // 16, 2 * K), dtype=torch.int32, device=dev)
-    group = 32 if kind == "mxfp4" else 16
+    info = quant.info
+    group = info.scale_block
+    power_of_two = info.scale_element.kind == EXPONENT
 
     def scales(rows, cols):
-        if kind == "mxfp4":  # 2^-9 .. 2^-1
+        if power_of_two:  # E8M0 codes 2^-9 .. 2^-1
             return torch.randint(118, 127, (E, rows // group, cols), dtype=torch.uint8,
                                  device=dev).view(torch.float8_e8m0fnu)
         return (torch.rand(E, rows // group, cols, device=dev) + 0.5).to(torch.float8_e4m3fn)
 
     s1, s2 = scales(K, 2 * N), scales(N, K)
-    g1 = g2 = torch.ones(E, device=dev) if kind == "nvfp4" else None
+    g1 = g2 = torch.ones(E, device=dev) if info.global_scale != "none" else None
     b1 = torch.randn(E, 2 * N, device=dev, dtype=torch.bfloat16) if bias else None
     b2 = torch.randn(E, K, device=dev, dtype=torch.bfloat16) if bias else None
     x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
@@ -137,7 +141,7 @@ class MarlinPeer:
                     return self.anchor.time_marlin(*shape)[0]
             else:
                 def once():
-                    return time_marlin_e2m1(self.anchor, *shape, kind, bool(P.bias))
+                    return time_marlin_e2m1(self.anchor, *shape, quant, bool(P.bias))
             self._seconds[key] = min(once() for _ in range(self.repeats)) / 1e6
         return self._seconds[key]
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from fractions import Fraction
 
 import torch
@@ -157,6 +158,45 @@ ELEMENTS: dict[str, Element] = {
 }
 
 
+class MxScaleRule(StrEnum):
+    """How an MX block's shared E8M0 exponent is chosen from the block's absolute maximum
+    (amax) for an element with largest value `max` = 1.x * 2^emax, as torchao's
+    ScaleCalculationMode names them. Each rule is declared by three fields, from which the
+    reference (`elements.mx_scale_exponent`) and the kernels (`activations.mx_exponent`) each
+    compute, without branching on the rule's name:
+
+        a = amax rounded to the element's mantissa width first    if rounds_to_mantissa
+        exponent = log2(a / max)                                    if of_max
+                   log2(a) - emax                                   otherwise
+        log2 rounded down (floor), or up                            if ceil
+
+    The value is the stable string checkpoints, configs and case ids carry ("floor", ...).
+    """
+
+    def __new__(cls, value: str, rounds_to_mantissa: bool, ceil: bool, of_max: bool):
+        rule = str.__new__(cls, value)
+        rule._value_ = value
+        rule.rounds_to_mantissa, rule.ceil, rule.of_max = rounds_to_mantissa, ceil, of_max
+        return rule
+
+    FLOOR = "floor", False, False, False  # OCP MX v1.0 section 6.3
+    EVEN = "even", True, False, False  # AMD Quark's even_round (MXFP6 files)
+    CEIL = "ceil", False, True, False
+    RCEIL = "rceil", False, True, True  # cuBLAS; DeepSeek's ceil_to_ue8m0; triton_kernels
+
+    @classmethod
+    def of(cls, rule: str) -> MxScaleRule:
+        """The rule called `rule`; ValueError naming the known ones otherwise."""
+        try:
+            return cls(rule)
+        except ValueError:
+            raise ValueError(f"unknown MX scale rule {rule!r}; known: "
+                             f"{', '.join(MX_SCALE_RULES)}") from None
+
+
+MX_SCALE_RULES: tuple[str, ...] = tuple(r.value for r in MxScaleRule)
+
+
 def get_element(name: str) -> Element:
     """The element called `name`; KeyError listing the known ones otherwise."""
     try:
@@ -165,5 +205,5 @@ def get_element(name: str) -> Element:
         raise KeyError(f"unknown element {name!r}; known: {', '.join(ELEMENTS)}") from None
 
 
-__all__ = ["ELEMENTS", "EXPONENT", "FLOAT", "INT", "KINDS", "NATIVE", "ROUNDINGS", "Element",
-           "get_element"]
+__all__ = ["ELEMENTS", "EXPONENT", "FLOAT", "INT", "KINDS", "MX_SCALE_RULES", "NATIVE",
+           "ROUNDINGS", "Element", "MxScaleRule", "get_element"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .elements import ELEMENTS
+from .elements import ELEMENTS, MxScaleRule
 
 # AWQ's nibble order: nibble i of a word holds column 8c + order[i]
 AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
@@ -74,8 +74,8 @@ class FormatRecord:
     element_rounding: str  # "rne" (round half to even) or "rna" (half away from zero)
     nonfinite: str  # what non-finite values mean, for people (the data: `rejected`)
     rejected: tuple[Rejected, ...] = ()  # every value the format rejects, by tensor role
-    # MX formats: the producing tool's E8M0 rule (`elements.mx_scale_exponent`'s rule) that
-    # synthesize uses for the weights; None: the checkpoint's mx_scale_rule attribute
+    # MX formats: the producing tool's E8M0 rule (a `MxScaleRule` value) that synthesize uses
+    # for the weights; None: the checkpoint's mx_scale_rule attribute
     mx_rule: str | None = None
 
     @property
@@ -195,8 +195,8 @@ RECORDS: dict[str, FormatRecord] = {
             "dense", "lsb-first", None, 0, None, None, "weight_scale uint8 E8M0 [E, out, in/32]",
             "e8m0", "none",
             "triton_kernels downcast_to_mxfp ROUND_UP: 2^ceil(log2(amax / 6)) (rceil)", "rna",
-            "rejected: E8M0 0xFF (NaN block); every e2m1 code is finite", mx_rule="rceil",
-            rejected=nan_codes("scale", "e8m0")),
+            "rejected: E8M0 0xFF (NaN block); every e2m1 code is finite",
+            mx_rule=MxScaleRule.RCEIL.value, rejected=nan_codes("scale", "e8m0")),
         # AMD Quark 0.13's OCP MX fp6 export (`Pack_fp6`): codes 4j..4j+3 in the 24-bit
         # little-endian word v0 | v1 << 6 | v2 << 12 | v3 << 18, E8M0 scales by Quark's
         # default "even" rule (`even_round`), elements RNE saturating (docs/mxfp6.md)
@@ -207,7 +207,8 @@ RECORDS: dict[str, FormatRecord] = {
             "e8m0", "none",
             "Quark even_round: 2^(floor(log2(amax rounded to the element's mantissa bits)) "
             "- emax)", "rne", f"rejected: E8M0 0xFF (NaN block); every {el} code is finite",
-            mx_rule="even", rejected=nan_codes("scale", "e8m0")) for el in ("e2m3", "e3m2")),
+            mx_rule=MxScaleRule.EVEN.value, rejected=nan_codes("scale", "e8m0"))
+          for el in ("e2m3", "e3m2")),
         FormatRecord(
             "dense", "1", "weight bf16/fp16 [E, out, in]", None, None, None, None, 0, None, None,
             "none", "model", "none", "none", "none", "rejected: non-finite weights",

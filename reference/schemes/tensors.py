@@ -189,6 +189,17 @@ def role_names(attrs, p: str) -> dict[str, str]:
     return {r: f"{p}_{suffix}" for suffix, r, *_ in _linear_tensors(attrs, p)}
 
 
+def in_major(attrs, p: str, role: str) -> bool:
+    """Whether linear `p`'s tensor of `role` is stored in-major, its last dimension along out
+    (GPTQ's qweight [E, in/pack, out] and scales [E, groups, out]), rather than out-major
+    ([E, out, ...]): read off the declared usual shape."""
+    for _, r, _, shapes, *_ in _linear_tensors(attrs, p):
+        if r == role:
+            last = shapes[0][-1].removeprefix("ceil(").removesuffix(")")
+            return last.partition("/")[0] == "out"
+    raise KeyError(f"{layout_of(attrs)} layout has no {role} tensor")
+
+
 def declared_tensors(attrs) -> dict[str, TensorDecl]:
     """Every tensor a checkpoint with `attrs`' scheme and attributes may hold, by name
     (`attrs`: anything with scheme, checkpoint_format, weight_strategy and activation)."""
@@ -252,5 +263,5 @@ def tensor_shapes(decl: TensorDecl, sizes: dict[str, int], attrs) -> tuple[tuple
 
 
 __all__ = ["LINEAR_SIZES", "PREFIXES", "TensorDecl", "declared_tensors", "dim_size",
-           "input_scale_name", "layer_sizes", "parse_dim", "role_names", "tensor_name",
+           "in_major", "input_scale_name", "layer_sizes", "parse_dim", "role_names", "tensor_name",
            "tensor_shapes", "weight_dtype"]

@@ -215,3 +215,12 @@ def test_e8m0_nan_is_rejected(scheme):
     ckpt = replace(ckpt, tensors={**ckpt.tensors, "w13_weight_scale": s})
     with pytest.raises(BackendError, match="w13_weight_scale.*0xFF"):
         convert_to_kernel_format(make_layer(ckpt, problem))
+
+
+def test_one_converter_per_layout():
+    """A layout the facts declare without a converter (or a converter for no layout) fails
+    here, not at a checkpoint's first conversion."""
+    from moecert.kernels.convert import CONVERTERS
+    from moecert.reference.schemes import LAYOUTS
+
+    assert sorted(CONVERTERS) == sorted(LAYOUTS)

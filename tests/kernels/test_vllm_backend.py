@@ -278,3 +278,22 @@ def test_llm_compressor_mixtral_names_map_through_vllms_mixtral_loader(vllm):
     assert all(param(n) is None for n in names)  # the file's names as written
     mapped = MixtralModel.hf_to_vllm_mapper.apply_list(names)
     assert all(param(n) is not None for n in mapped)
+
+
+@pytest.mark.parametrize("fields,mode", [
+    ({"quant_dtype": None}, "none"),
+    ({"quant_dtype": "mxfp8"}, "mxfp8"),
+    ({"quant_dtype": "nvfp4"}, "nvfp4"),
+    ({"quant_dtype": torch.float8_e4m3fn, "block_shape": [128, 128]}, "dynamic-group"),
+    ({"quant_dtype": torch.float8_e4m3fn, "a1_scale": torch.ones(1)}, "static-tensor"),
+    ({"quant_dtype": torch.int8, "per_act_token_quant": True}, "dynamic-token"),
+    ({"quant_dtype": torch.int8, "per_act_token_quant": False}, "dynamic-tensor"),
+])
+def test_the_activation_mode_a_vllm_quant_config_states(fields, mode):
+    """vLLM's FusedMoEQuantConfig read back as the facts' activation modes (the string
+    quant dtypes through the adapter's table, torch dtypes by their scales)."""
+    from types import SimpleNamespace
+    qc = SimpleNamespace(**{"block_shape": None, "a1_scale": None,
+                            "per_act_token_quant": False, **fields})
+    assert vllm_backend._quant_config_activation(qc) == mode
+    assert vllm_backend._quant_config_activation(None) is None

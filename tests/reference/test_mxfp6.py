@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from moecert.kernels.convert import _widen_to_e4m3
+from moecert.kernels.codecs import widen_to_e4m3
 from moecert.reference import CheckpointError, MoEProblem
 from moecert.reference.elements import decode, element_codes, encode_stored
 from moecert.reference.loader.producers import detect
@@ -61,13 +61,13 @@ def test_every_byte_pattern_round_trips(name):
 
 @pytest.mark.parametrize("name", list(OCP_FP6))
 def test_kernels_widening_equals_the_reference_decode(name):
-    """The kernels' own unpacking and bit-field decode (convert._widen_to_e4m3) gives the
+    """The kernels' own unpacking and bit-field decode (convert.widen_to_e4m3) gives the
     reference's values for every code, as e4m3 values (exact)."""
     el = ELEMENTS[name]
     codes = torch.arange(64).repeat(3)[torch.randperm(192, generator=torch.Generator()
                                                       .manual_seed(1))]
     stored = encode_stored(decode(codes, el), el).view(2, 72)
-    widened = _widen_to_e4m3(stored, el)
+    widened = widen_to_e4m3(stored, el)
     assert widened.dtype == torch.float8_e4m3fn and widened.shape == (2, 96)
     want = decode(codes, el).view(2, 96)
     assert torch.equal(widened.to(torch.float64), want)

@@ -8,7 +8,7 @@ import math
 import re
 import xml.etree.ElementTree as ET
 
-from moecert.conformance.harness.calibrate import summarize
+from moecert.conformance.calibration.calibrate import summarize
 from moecert.reports import load, render
 from moecert.reports.report import Report
 

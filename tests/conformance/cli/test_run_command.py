@@ -286,7 +286,7 @@ def _rows_of(cases, checks, run_id):
 
 
 def _three_cases():
-    from moecert.conformance.harness.option_values import case_filter
+    from moecert.conformance.harness.case_filter import case_filter
     from moecert.conformance.harness.suites import build_suite
 
     keep = case_filter(THREE[1])

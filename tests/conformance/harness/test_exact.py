@@ -1,4 +1,4 @@
-"""The exact tier (conformance/harness/exact.py): on structured inputs every backend reproduces the
+"""The exact tier (conformance/harness/exact/): on structured inputs every backend reproduces the
 reference bit for bit, the structure is observable (dense outputs, every expert and column
 read), and the comparison fails when a weight code, a scale or a bias is wrong.
 
@@ -461,7 +461,7 @@ def test_the_audit_flags_expert_outputs_the_dtype_cannot_hold(monkeypatch):
     moved = replace(s, checkpoint=replace(s.checkpoint, tensors=tensors))
     problems = exactness_violations(moved, P)
     assert len(problems) == 1 and "not exact in the activation dtype" in problems[0], problems
-    import moecert.conformance.harness.exact as exact
-    monkeypatch.setattr(exact, "_fit_expert", lambda *args: None)
+    import moecert.conformance.harness.exact.design as design
+    monkeypatch.setattr(design, "_fit_expert", lambda *args: None)
     with pytest.raises(RuntimeError, match="expert output .* not exact in the activation dtype"):
         structured_inputs(case)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from moecert.conformance.harness.case_filter import case_filter
 from moecert.conformance.harness.option_values import (
     UsageError,
-    case_filter,
     check_backends,
     check_name,
     positive_int,

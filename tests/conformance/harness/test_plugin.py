@@ -13,7 +13,7 @@ from collections import Counter
 
 import pandas as pd
 import pytest
-from moecert.conformance.harness.plugin import session_verdict
+from moecert.conformance.plugin import session_verdict
 from moecert.kernels import backend_names
 from moecert.kernels.registry import unregister_backend
 from moecert.reports import load

@@ -7,14 +7,14 @@ import math
 
 import pandas as pd
 import pytest
-from moecert.conformance.cli import calibrate_command
-from moecert.conformance.harness import execute
-from moecert.conformance.harness.calibrate import (
+from moecert.conformance.calibration.calibrate import (
     error_form,
     round_up_125,
     summarize,
     threshold_form,
 )
+from moecert.conformance.cli import calibrate_command
+from moecert.conformance.harness import execute
 from moecert.reports.schema import threshold_columns
 
 

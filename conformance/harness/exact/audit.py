@@ -1,10 +1,8 @@
 """The exact tier's audit: every condition under which all correct backends agree bit for bit
-with the reference (harness/exact.py says why each holds), re-derived from a structure's
+with the reference (the package docstring says why each holds), re-derived from a structure's
 packed tensors through the reference's dequantization, not from the design values."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import torch
 from moecert.reference import Checkpoint, MoEProblem, dequantize
@@ -18,10 +16,8 @@ from moecert.reference.schemes import (
 )
 from moecert.reference.schemes.tensors import input_scale_name
 
-from .exact_encoding import lowbit
-
-if TYPE_CHECKING:
-    from .exact import Structured
+from .encoding import lowbit
+from .structured import Structured
 
 GATE_FLOOR = {"silu": 32.0, "gelu": 32.0, "swigluoai": 7.0, "swigluoai-split": 7.0}
 FP32_BITS = 24

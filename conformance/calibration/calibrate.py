@@ -37,7 +37,7 @@ from moecert.reports.schema import (
     thresholds_of,
 )
 
-from .option_values import UsageError, check_backends
+from ..harness.option_values import UsageError, check_backends
 
 SAFETY = 2.0
 
@@ -58,8 +58,8 @@ def loaded_rows(path: str) -> list[dict]:
 def run_seeds(args) -> list[dict]:
     """The accuracy rows of args.suite's cases (args.backend, args.scheme) over seeds
     0..args.seeds-1 on args.device."""
-    from .execute import run_case
-    from .suites import build_suite
+    from ..harness.execute import run_case
+    from ..harness.suites import build_suite
 
     cases = build_suite(args.suite, check_backends(args.backend) or None, args.scheme or None)
     runs = [replace(case, seed=seed) for case in cases for seed in range(args.seeds)]

@@ -1,4 +1,4 @@
-"""The exact tier's encoding: designed float64 weights (harness/exact.py) written in a
+"""The exact tier's encoding: designed float64 weights (design.py) written in a
 scheme's format with power-of-two scales per scale block, so that every code is exact (integers
 within the format's range, or E4M3 / E2M1 values) and the checkpoint dequantizes to the design
 bit for bit. The scale blocks are the producers' own (`weight_scale_block`, the reference's
