@@ -36,6 +36,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -61,7 +62,6 @@ def _transformers():
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.quantizers.auto import AutoHfQuantizer
 
-    transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     major = int(transformers.__version__.split(".")[0])
     if major < 5:
@@ -190,8 +190,16 @@ class TransformersBackend:
                   "experts_implementation": self.implementation}
         if device.type != "cpu":
             kwargs["device_map"] = str(device)
-        with _lock, _quiet():
-            model, info = t["model"].from_pretrained(path, **kwargs)
+        with _lock, _quiet() as report:
+            try:
+                model, info = t["model"].from_pretrained(path, **kwargs)
+            except Exception as e:
+                # transformers logs what failed in its load report and raises a summary:
+                # the report's error lines go with the exception
+                detail = _report_errors(report)
+                if detail:
+                    raise type(e)(f"{e} [load report: {detail}]") from e
+                raise
         experts = model.model.layers[index].mlp.experts
         prefix = f"model.layers.{index}.mlp.experts."
         layer.unread = sorted(k for k in info.get("unexpected_keys", ()) if k.startswith(prefix))
@@ -296,19 +304,45 @@ def _quantizer_verdict(quant: QuantConfig, problem, origin: str | None) -> str |
     return None
 
 
+class _Report(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        with contextlib.suppress(Exception):
+            self.lines.extend(record.getMessage().splitlines())
+
+
 @contextlib.contextmanager
 def _quiet():
     """transformers' load-time warnings and logs (missing weights of the model's other
-    modules, which the adapter never runs) kept out of the run's output."""
+    modules, which the adapter never runs) kept out of the run's output, and collected
+    (the load report names a conversion's failure only there)."""
+    report = _Report()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         logger = logging.getLogger("transformers")
-        level = logger.level
-        logger.setLevel(logging.ERROR)
+        level, handlers, propagate = logger.level, logger.handlers[:], logger.propagate
+        logger.handlers[:] = [report]
+        logger.propagate = False
+        logger.setLevel(logging.WARNING)
         try:
-            yield
+            yield report
         finally:
+            logger.handlers[:] = handlers
+            logger.propagate = propagate
             logger.setLevel(level)
+
+
+def _report_errors(report: _Report) -> str:
+    """The exceptions in transformers' load report (a conversion op's "ValueError: ..."),
+    then the report's "Error: <op> on tensors destined for <parameter>" lines."""
+    lines = [line.strip() for line in report.lines]
+    raised = [line for line in lines if re.match(r"^\w+(Error|Exception): ", line)
+              and not line.startswith("Error:")]
+    where = [line for line in lines if line.startswith("Error:")]
+    return "; ".join(dict.fromkeys(raised + where))[:600]
 
 
 def _adapter_limit(quant: QuantConfig, problem, table: bool = True) -> str | None:

@@ -42,8 +42,29 @@ def model_config(quant: QuantConfig, problem) -> dict:
            "tie_word_embeddings": False, "dtype": DTYPES[problem.torch_dtype]}
     qc = quantization_config(quant)
     if qc is not None:
-        cfg["quantization_config"] = qc
+        cfg["quantization_config"] = _experts_only(qc)
     return cfg
+
+
+# The model's other modules (attention, router, lm_head) are left unquantized, as the
+# producers' own exclusion lists leave modules out (llm-compressor `ignore`, FineGrainedFP8
+# `modules_to_not_convert`, Quark `exclude`): the folder holds no tensors for them, and
+# transformers initializes them in the model's dtype instead of as quantized parameters it
+# would have to draw random codes for.
+NOT_EXPERTS = ("lm_head", "self_attn", "mlp.gate")
+_EXCLUSION_KEYS = {"compressed-tensors": ("ignore", lambda m: f"re:.*{m.replace('.', '[.]')}.*"
+                                          if m != "mlp.gate" else "re:.*mlp[.]gate$"),
+                   "fp8": ("modules_to_not_convert", lambda m: m),
+                   "quark": ("exclude", lambda m: f"*{m}*")}
+
+
+def _experts_only(qc: dict) -> dict:
+    qc = dict(qc)
+    key = _EXCLUSION_KEYS.get(qc.get("quant_method"))
+    if key is not None:
+        name, pattern = key
+        qc[name] = [*qc.get(name, []), *(pattern(m) for m in NOT_EXPERTS)]
+    return qc
 
 
 def write(path: Path, quant: QuantConfig, tensors: dict[str, torch.Tensor], problem) -> Path:
