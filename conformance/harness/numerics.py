@@ -11,8 +11,9 @@ the same checkpoint the harness then judges the layer against.
                         both shards' fp8 weights requantized to it (vLLM's fp8 MoE processing)
     weights_dequantized "bfloat16" / "float16": the engine dequantized the weights to that
                         dtype at load and runs the unquantized layer (transformers'
-                        FineGrainedFP8 quantizer without an fp8 GPU): read as the bf16 / fp16
-                        scheme on the checkpoint's weights rounded to it, activations unquantized
+                        FineGrainedFP8 quantizer without an fp8 GPU; an fp16 checkpoint loaded
+                        into a bf16 model): read as the bf16 / fp16 scheme on the checkpoint's
+                        weights rounded to it, activations unquantized
 
 The reading is the checkpoint transformed as declared (scales rounded, shards requantized, the
 activation mode of the scheme that reads the same tensors with it); its reference and its
@@ -90,7 +91,8 @@ def effective(numerics: dict, quant) -> dict:
         out["weight_scale_dtype"] = numerics["weight_scale_dtype"]
     if numerics.get("w13_requantized"):
         out["w13_requantized"] = True
-    if "weights_dequantized" in numerics and get_scheme(quant.scheme).weight_bits < 16:
+    if "weights_dequantized" in numerics and \
+            _DEQUANTIZED_SCHEMES.get(numerics["weights_dequantized"]) != quant.scheme:
         out["weights_dequantized"] = numerics["weights_dequantized"]
     return out
 

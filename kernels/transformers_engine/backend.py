@@ -45,12 +45,16 @@ from pathlib import Path
 
 import torch
 
+from moecert.reference.schemes import FP8_BLOCK, STRATEGY_BLOCK
+
 from ..errors import BackendError, UnsupportedError, check_layer
 from ..platform import Platform
 from ..quant_config import QuantConfig, check_tensor, checkpoint_spec
 from ..vllm_checkpoint import quantization_config
 from . import folder
 
+# quantization methods whose producers write only fused expert tensors of their own model
+FUSED_LAYOUT_METHODS = ("mxfp4",)
 _lock = threading.RLock()
 _claims: dict[tuple, str | None] = {}
 
@@ -236,17 +240,20 @@ class TransformersBackend:
         return text
 
     def numerics(self, layer: TransformersLayer) -> dict:
-        """What transformers' loaded experts compute, read from the loaded module: where a
-        quantized checkpoint's expert weights are held as a 16-bit float dtype (the quantizer
-        dequantized them at load, e.g. FineGrainedFP8 on a machine without an fp8 GPU), the
-        experts run an unquantized layer on those weights: {"weights_dequantized": dtype}."""
+        """What transformers' loaded experts compute, read from the loaded module: where the
+        expert weights are held as a 16-bit float dtype other than the checkpoint's (a
+        quantizer dequantized them at load, e.g. FineGrainedFP8 on a machine without an fp8
+        GPU or compressed-tensors' decompression; an fp16 checkpoint cast to a bf16 model),
+        the experts run an unquantized layer on those weights: {"weights_dequantized":
+        dtype}. Quantized weights held as such declare nothing."""
         check_layer(layer, TransformersLayer, self.name)
-        if layer.quant.info.weight_bits >= 16:
-            return {}
         dtypes = {p.dtype for p in layer.experts.parameters()}
-        if len(dtypes) == 1 and next(iter(dtypes)) in folder.DTYPES:
-            return {"weights_dequantized": folder.DTYPES[next(iter(dtypes))]}
-        return {}
+        if len(dtypes) != 1 or next(iter(dtypes)) not in folder.DTYPES:
+            return {}
+        held = folder.DTYPES[next(iter(dtypes))]
+        if layer.quant.scheme == {"bfloat16": "bf16", "float16": "fp16"}[held]:
+            return {}
+        return {"weights_dequantized": held}
 
     def apply(self, layer: TransformersLayer, hidden_states, topk_weights, topk_ids, *,
               out=None, **opts) -> torch.Tensor:
@@ -366,9 +373,17 @@ def _adapter_limit(quant: QuantConfig, problem, table: bool = True) -> str | Non
     if not table:
         return None
     try:
-        quantization_config(quant)
+        qc = quantization_config(quant)
     except ValueError as e:
         return str(e)
+    if quant.weight_strategy == STRATEGY_BLOCK and problem.N % FP8_BLOCK:
+        return (f"block scales with N={problem.N} not a multiple of {FP8_BLOCK}: a scale "
+                "block of the checkpoint's fused w13 spans gate and up rows, which per-expert "
+                "gate_proj / up_proj files cannot hold")
+    if qc is not None and qc.get("quant_method") in FUSED_LAYOUT_METHODS:
+        return (f"{qc['quant_method']}: its producer (the gpt-oss release) writes gpt-oss's "
+                "fused expert tensors with swigluoai; the adapter writes Qwen3-MoE per-expert "
+                "folders only (a gpt-oss folder runs through --checkpoint)")
     return None
 
 
