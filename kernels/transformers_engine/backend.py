@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
 import re
@@ -209,10 +210,12 @@ class TransformersBackend:
         layer.unread = sorted(k for k in info.get("unexpected_keys", ()) if k.startswith(prefix))
         layer.uninitialized = sorted(k for k in info.get("missing_keys", ())
                                      if k.startswith(prefix))
-        quantizer = getattr(model, "hf_quantizer", None)
-        layer.quantizer = type(quantizer).__name__ if quantizer is not None else None
-        qc = getattr(quantizer, "quantization_config", None)
-        layer.dequantize = getattr(qc, "dequantize", None) if qc is not None else None
+        # the quantizer the file's config resolves to; transformers drops it from a model it
+        # dequantized at load (`hf_quantizer` None then)
+        qc = json.loads((Path(path) / "config.json").read_text()).get("quantization_config")
+        layer.quantizer = type(t["quantizer"].from_config(qc, pre_quantized=True)).__name__ \
+            if qc else None
+        layer.dequantize = bool(qc) and getattr(model, "hf_quantizer", None) is None
         experts.requires_grad_(False)
         layer.experts = experts.eval()
 
