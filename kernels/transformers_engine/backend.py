@@ -45,7 +45,6 @@ import warnings
 from pathlib import Path
 
 import torch
-
 from moecert.reference.schemes import FP8_BLOCK, STRATEGY_BLOCK
 
 from ..errors import BackendError, UnsupportedError, check_layer

@@ -21,7 +21,10 @@ from moecert.reports.schema import FAILING, problem_id
 
 pytest.importorskip("transformers", reason="needs transformers (tox -e transformers)")
 
-INNER = ("transformers", "transformers-grouped_mm")
+# eager only: the three implementations gave the same verdict on every smoke variant
+# (docs/transformers.md), and each inner backend costs minutes on CI's 2 cores (both eager
+# and grouped_mm: 23 passed, 2 skipped in 19 min under load, 2026-11-28)
+INNER = ("transformers",)
 XFAIL = "conformance/harness/xfail-transformers.toml"
 # unquantized, FineGrainedFP8 (dequantized to bf16 at load) and compressed-tensors W4A16
 # (decompressed at load): the schemes transformers runs as the scheme or as its declared
