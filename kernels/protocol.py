@@ -111,7 +111,10 @@ class DescribesLayer(Protocol):
 #   weight_scale_dtype  the torch dtype name the kernel keeps the weight scales in ("bfloat16")
 #   w13_requantized     True: per-tensor w1/w3 shard scales collapsed to their maximum and
 #                       the fp8 weights requantized to it
-NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized")
+#   weights_dequantized a 16-bit float dtype name ("bfloat16", "float16"): the engine
+#                       dequantized the checkpoint's weights to it at load and runs the
+#                       unquantized layer (transformers' FineGrainedFP8 without an fp8 GPU)
+NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized", "weights_dequantized")
 
 
 @runtime_checkable

@@ -25,8 +25,9 @@ ALLOWED = {  # folder -> third-party top-level modules and moecert modules it ma
     "reference": ({"torch", "safetensors"}, {"moecert.reference"}),
     # adapters may import their vendor's library (optional, guarded by ImportError);
     # safetensors: an engine adapter reading a model folder's files for its engine's own
-    # loader (kernels/vllm_folder.py)
-    "kernels": ({"torch", "triton", "vllm_xpu_kernels", "vllm", "safetensors"},
+    # loader (kernels/vllm_folder.py); transformers: the second engine's adapter
+    # (kernels/transformers_engine/)
+    "kernels": ({"torch", "triton", "vllm_xpu_kernels", "vllm", "transformers", "safetensors"},
                 {"moecert.kernels", "moecert.reference.schemes"}),
     # the format facts: data, no math; what kernels may read
     "reference/schemes": ({"torch"}, {"moecert.reference.schemes"}),

@@ -9,6 +9,11 @@ the same checkpoint the harness then judges the layer against.
                         checkpoint's weight scales rounded to it
     w13_requantized     True: per-tensor w1 / w3 shard scales collapsed to their maximum and
                         both shards' fp8 weights requantized to it (vLLM's fp8 MoE processing)
+    weights_dequantized "bfloat16" / "float16": the engine dequantized the weights to that
+                        dtype at load and runs the unquantized layer (transformers'
+                        FineGrainedFP8 quantizer without an fp8 GPU; an fp16 checkpoint loaded
+                        into a bf16 model): read as the bf16 / fp16 scheme on the checkpoint's
+                        weights rounded to it, activations unquantized
 
 The reading is the checkpoint transformed as declared (scales rounded, shards requantized, the
 activation mode of the scheme that reads the same tensors with it); its reference and its
@@ -22,7 +27,7 @@ from dataclasses import replace
 
 import torch
 from moecert.kernels.protocol import NUMERICS_KEYS
-from moecert.reference import canonicalize
+from moecert.reference import Checkpoint, canonicalize, dequantize
 from moecert.reference.layouts import write_linear
 from moecert.reference.schemes import (
     PACKED_LAYOUTS,
@@ -35,6 +40,8 @@ from moecert.reference.schemes.tensors import declared_tensors
 
 _ACT_MODES = tuple(dict.fromkeys(m for s in SCHEMES.values() for m in s.activation_modes))
 _SCALE_DTYPES = ("float32", "bfloat16", "float16")
+# weights_dequantized's dtype -> the unquantized scheme that reads such weights
+_DEQUANTIZED_SCHEMES = {"bfloat16": "bf16", "float16": "fp16"}
 # an int layout the reading scheme does not store (compressed-tensors int4 read as W4A8):
 # the same canonical codes, scales and zeros written in this format of the reading scheme
 _REWRITE_FORMAT = "gptq_v2"
@@ -65,6 +72,14 @@ def declared(backend, layer) -> dict:
     if "w13_requantized" in got and not isinstance(got["w13_requantized"], bool):
         raise NumericsError("numerics(layer)['w13_requantized']: expected a bool, found "
                             f"{got['w13_requantized']!r}")
+    if "weights_dequantized" in got:
+        if got["weights_dequantized"] not in _DEQUANTIZED_SCHEMES:
+            raise NumericsError(f"numerics(layer)['weights_dequantized']: expected one of "
+                                f"{', '.join(_DEQUANTIZED_SCHEMES)}, found "
+                                f"{got['weights_dequantized']!r}")
+        if got.get("activation", "none") != "none":
+            raise NumericsError("numerics(layer): weights_dequantized runs the unquantized "
+                                f"layer; activation={got['activation']!r} contradicts it")
     return dict(got)
 
 
@@ -77,6 +92,9 @@ def effective(numerics: dict, quant) -> dict:
         out["weight_scale_dtype"] = numerics["weight_scale_dtype"]
     if numerics.get("w13_requantized"):
         out["w13_requantized"] = True
+    if "weights_dequantized" in numerics and \
+            _DEQUANTIZED_SCHEMES.get(numerics["weights_dequantized"]) != quant.scheme:
+        out["weights_dequantized"] = numerics["weights_dequantized"]
     return out
 
 
@@ -87,6 +105,8 @@ def describe(numerics: dict) -> str:
 
 def reading_scheme(quant, numerics: dict) -> tuple[str, str]:
     """(scheme, activation mode) of the reading: the tolerance table's keys for it."""
+    if "weights_dequantized" in effective(numerics, quant):
+        return _DEQUANTIZED_SCHEMES[numerics["weights_dequantized"]], "none"
     mode = numerics.get("activation")
     if mode is None or mode == quant.activation:
         return quant.scheme, quant.activation
@@ -106,9 +126,23 @@ def reading(ckpt, numerics: dict):
         for name, d in declared_tensors(out).items():
             if d.role == "scale" and name in out.tensors:
                 out.tensors[name] = out.tensors[name].to(dtype)
+    if "weights_dequantized" in numerics:
+        return _dequantized(out, numerics["weights_dequantized"])
     if "activation" in numerics:
         out = _with_activation(out, numerics["activation"])
     return out
+
+
+def _dequantized(ckpt, dtype_name: str):
+    """The unquantized checkpoint of the weights `ckpt` dequantizes to, rounded to
+    `dtype_name` (biases kept as stored)."""
+    dtype = getattr(torch, dtype_name)
+    w = dequantize(ckpt)
+    tensors = {"w13_weight": w["w13"].to(dtype), "w2_weight": w["w2"].to(dtype)}
+    for name in ("w13_bias", "w2_bias"):
+        if name in ckpt.tensors:
+            tensors[name] = ckpt.tensors[name]
+    return Checkpoint(_DEQUANTIZED_SCHEMES[dtype_name], tensors)
 
 
 def _has_float_scales(quant) -> bool:

@@ -1,0 +1,168 @@
+"""The transformers backends (issue 36): the adapter's glue without transformers (import
+guard, the model folder it writes, the declared reading), and transformers' own layer where
+transformers is importable (the main test environment has none: those tests skip there;
+`tox -e transformers` runs them)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from moecert.conformance.harness import numerics as harness_numerics
+from moecert.kernels import QuantConfig
+from moecert.kernels.transformers_engine import backend as tb
+from moecert.kernels.transformers_engine import folder
+from moecert.kernels.vllm_checkpoint import quantization_config
+from moecert.reference import MoEProblem, moe, synthesize
+from safetensors.torch import load_file
+
+SMALL = MoEProblem(M=5, K=128, N=128, E=3, topk=2)
+BACKENDS = [tb.TransformersBackend(), tb.TransformersGroupedMmBackend(),
+            tb.TransformersBatchedMmBackend()]
+
+
+@pytest.fixture
+def no_transformers(monkeypatch):
+    """transformers' import failing, whether or not it is installed."""
+    def missing():
+        raise ImportError("No module named 'transformers'")
+    monkeypatch.setattr(tb, "_transformers", missing)
+    tb._import_error.cache_clear()
+    yield
+    tb._import_error.cache_clear()
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+def test_without_transformers_available_and_supports_say_why(no_transformers, backend):
+    why = backend.available()
+    assert why is not None and "transformers is not importable" in why
+    assert backend.supports(QuantConfig.of("bf16"), SMALL) == why
+    assert backend.version.startswith("transformers - (")
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
+@pytest.mark.parametrize("scheme,attrs", [("bf16", {}),
+                                          ("fp8-w8a16", {"weight_strategy": "block"}),
+                                          ("ct-int4", {"group_size": 32})])
+def test_folder_holds_the_checkpoint_per_expert_with_the_producers_config(tmp_path, scheme,
+                                                                         attrs):
+    ckpt = synthesize(scheme, SMALL, seed=2, **attrs)
+    before = {n: _bits(t).clone() for n, t in ckpt.tensors.items()}
+    quant = QuantConfig.of(ckpt)
+    folder.write(tmp_path, quant, ckpt.tensors, SMALL)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert (config["hidden_size"], config["moe_intermediate_size"], config["num_experts"],
+            config["num_experts_per_tok"]) == (SMALL.K, SMALL.N, SMALL.E, SMALL.topk)
+    table = quantization_config(quant)
+    if table is None:
+        assert "quantization_config" not in config
+    else:  # the producer's config, plus the exclusion of the model's other modules
+        qc = config["quantization_config"]
+        assert {k: v for k, v in qc.items() if k in table and k != "ignore"} == \
+            {k: v for k, v in table.items() if k != "ignore"}
+        assert quantization_config(quant) == table  # the table's dict is not modified
+    files = load_file(str(tmp_path / "model.safetensors"))
+    weight = "weight_packed" if quant.layout == "ct" else "weight"
+    w13 = ckpt.tensors[f"w13_{weight}"]
+    for e in range(SMALL.E):
+        gate = files[f"{folder.PREFIX}.{e}.gate_proj.{weight}"]
+        up = files[f"{folder.PREFIX}.{e}.up_proj.{weight}"]
+        assert torch.equal(_bits(torch.cat([gate, up])), _bits(w13[e]))
+    for n, t in ckpt.tensors.items():  # the checkpoint is never modified
+        assert torch.equal(_bits(t), before[n])
+
+
+class _Declares:
+    def __init__(self, d):
+        self.d = d
+
+    def numerics(self, layer):
+        return dict(self.d)
+
+
+def test_weights_dequantized_reading_is_the_unquantized_scheme_on_rounded_weights():
+    ckpt = synthesize("fp8-w8a16", SMALL, seed=4, weight_strategy="block")
+    decl = harness_numerics.declared(_Declares({"weights_dequantized": "bfloat16"}), None)
+    assert harness_numerics.reading_scheme(ckpt, decl) == ("bf16", "none")
+    read = harness_numerics.reading(ckpt, decl)
+    assert read.scheme == "bf16" and read.tensors["w13_weight"].dtype == torch.bfloat16
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(SMALL.M, SMALL.K, generator=g).bfloat16()
+    ids = torch.randint(0, SMALL.E, (SMALL.M, SMALL.topk), generator=g)
+    w = torch.rand(SMALL.M, SMALL.topk, generator=g)
+    # the reading differs from the checkpoint by the bf16 rounding of the weights only
+    a, b = moe(read, x, w, ids, SMALL), moe(ckpt, x, w, ids, SMALL)
+    rel = ((a - b).norm() / b.norm()).item()
+    assert 0 < rel < 1e-2
+    # an unquantized checkpoint of that dtype reads as itself; bad declarations are refused
+    bf16 = synthesize("bf16", SMALL, seed=4)
+    assert harness_numerics.reading(bf16, decl) is bf16
+    with pytest.raises(harness_numerics.NumericsError, match="weights_dequantized"):
+        harness_numerics.declared(_Declares({"weights_dequantized": "float32"}), None)
+    with pytest.raises(harness_numerics.NumericsError, match="contradicts"):
+        harness_numerics.declared(_Declares({"weights_dequantized": "bfloat16",
+                                             "activation": "dynamic-token"}), None)
+
+
+# --- transformers itself ---------------------------------------------------------------------
+
+needs_transformers = pytest.mark.skipif(tb._import_error() is not None,
+                                        reason="needs transformers (tox -e transformers)")
+
+
+def _inputs(P):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(P.M, P.K, generator=g).to(P.torch_dtype)
+    ids = torch.randint(0, P.E, (P.M, P.topk), generator=g)
+    w = torch.rand(P.M, P.topk, generator=g)
+    return x, w, ids
+
+
+@needs_transformers
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+def test_bf16_layer_is_transformers_experts_module(backend):
+    ckpt = synthesize("bf16", SMALL, seed=1)
+    layer = backend.create_layer(ckpt, SMALL)
+    backend.process_weights_after_loading(layer)
+    assert type(layer.experts).__name__ == "Qwen3MoeExperts"
+    assert f"({backend.implementation})" in backend.describe(layer)
+    assert backend.numerics(layer) == {}
+    x, w, ids = _inputs(SMALL)
+    got = backend.apply(layer, x, w, ids).double()
+    want = moe(ckpt, x, w, ids, SMALL)
+    assert ((got - want).norm() / want.norm()).item() < 1e-2
+
+
+@needs_transformers
+def test_fp8_block_layer_declares_what_the_quantizer_made_of_it():
+    backend = tb.TransformersBackend()
+    ckpt = synthesize("fp8-w8a8", SMALL, seed=1)  # DeepSeek-V3 fp8 blocks: FineGrainedFP8
+    layer = backend.create_layer(ckpt, SMALL)
+    # on a CPU the quantizer dequantizes at load: bf16 weights, declared
+    assert "FineGrainedFP8HfQuantizer(dequantize)" in backend.describe(layer)
+    assert backend.numerics(layer) == {"weights_dequantized": "bfloat16"}
+
+
+@needs_transformers
+def test_fp16_checkpoint_in_a_bf16_model_declares_the_cast():
+    backend = tb.TransformersBackend()
+    layer = backend.create_layer(synthesize("fp16", SMALL, seed=1), SMALL)
+    assert backend.numerics(layer) == {"weights_dequantized": "bfloat16"}
+
+
+@needs_transformers
+def test_claims_are_transformers_refusals_or_the_adapters_limits():
+    b = tb.TransformersBackend()
+    assert b.supports(QuantConfig.of("bf16"), SMALL) is None
+    awq = QuantConfig("awq-int4", group_size=128, sym=False, checkpoint_format="awq")
+    why = b.supports(awq, SMALL)
+    assert why.startswith("transformers 5.") and "refuses it" in why
+    biased = MoEProblem(M=1, K=128, N=128, E=3, topk=2, bias=True)
+    assert "bias" in b.supports(QuantConfig.of("bf16"), biased)
+    block = QuantConfig("fp8-w8a8", weight_strategy="block", activation="dynamic-group")
+    assert "not a multiple of 128" in b.supports(block, MoEProblem(M=1, K=128, N=48, E=3,
+                                                                   topk=2))
