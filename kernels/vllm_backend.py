@@ -41,6 +41,7 @@ from moecert.reference.schemes import (
 )
 
 from . import vllm_folder
+from .engine_inputs import engine_output
 from .errors import BackendError, UnsupportedError, check_layer
 from .platform import Platform
 from .quant_config import QuantConfig, check_tensor, checkpoint_spec
@@ -310,17 +311,8 @@ class VllmBackend:
     def apply(self, layer: VllmLayer, hidden_states, topk_weights, topk_ids, *, out=None,
               **opts) -> torch.Tensor:
         check_layer(layer, VllmLayer, self.name)
-        if opts:
-            raise BackendError("apply options", "none (standard activation format only)",
-                               ", ".join(sorted(opts)))
-        P = layer.problem
-        if hidden_states.dtype != P.torch_dtype or hidden_states.dim() != 2:
-            raise BackendError("hidden_states", f"{P.torch_dtype} [M, {P.K}]",
-                               f"{hidden_states.dtype} {list(hidden_states.shape)}")
-        M = hidden_states.shape[0]
-        if out is None:
-            out = torch.empty(M, P.K, dtype=P.torch_dtype, device=hidden_states.device)
-        if M == 0:
+        out = engine_output(layer.problem, hidden_states, opts, out)
+        if hidden_states.shape[0] == 0:
             return out
         # In vLLM the routing tensors are its router's own outputs, which its prepare step
         # scales in place (router weight on input): hand it copies, as its router would.

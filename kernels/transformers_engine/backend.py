@@ -47,6 +47,7 @@ from pathlib import Path
 import torch
 from moecert.reference.schemes import FP8_BLOCK, STRATEGY_BLOCK
 
+from ..engine_inputs import engine_output
 from ..errors import BackendError, UnsupportedError, check_layer
 from ..platform import Platform
 from ..quant_config import QuantConfig, check_tensor, checkpoint_spec
@@ -260,17 +261,8 @@ class TransformersBackend:
     def apply(self, layer: TransformersLayer, hidden_states, topk_weights, topk_ids, *,
               out=None, **opts) -> torch.Tensor:
         check_layer(layer, TransformersLayer, self.name)
-        if opts:
-            raise BackendError("apply options", "none (standard activation format only)",
-                               ", ".join(sorted(opts)))
-        P = layer.problem
-        if hidden_states.dtype != P.torch_dtype or hidden_states.dim() != 2:
-            raise BackendError("hidden_states", f"{P.torch_dtype} [M, {P.K}]",
-                               f"{hidden_states.dtype} {list(hidden_states.shape)}")
-        M = hidden_states.shape[0]
-        if out is None:
-            out = torch.empty(M, P.K, dtype=P.torch_dtype, device=hidden_states.device)
-        if M == 0:
+        out = engine_output(layer.problem, hidden_states, opts, out)
+        if hidden_states.shape[0] == 0:
             return out
         # the routing as transformers' router hands it to the experts: int64 expert ids; the
         # weights are the case's (float32), which every experts implementation takes
