@@ -22,7 +22,8 @@ belongs to the layer, not to a GEMM: both GEMMs read one row alignment (align.py
 Bucket: the number of assignment rows n (tokens x topk, or E x T batched) rounded up to a
 power of two; the tuner's M values give n = M * topk, powers of two for every model shape.
 A lookup between or beyond the tuned buckets takes the nearest one on the log scale (the
-smaller on a tie). The Triton and torch versions are recorded, not matched: a config stays
+smaller on a tie); at prefill sizes only one within a factor of two (heuristics.pick_configs:
+a decode bucket's tile is not a prefill tile). The Triton and torch versions are recorded, not matched: a config stays
 correct under any version, only its speed may move (re-run `moecert tune`).
 A layer may also say in which nibble order its int4 linears are stored,
 `"nibble_spans": {"w13": 128, "w2": 0}` (layout `plane_nibbles`: 0 is the checkpoint's
@@ -366,25 +367,30 @@ def _config_devices(device: str | None, directory: Path | None) -> tuple[str, ..
     return config_devices(device, directory or CONFIG_DIR)
 
 
-def lookup(table: Table, key: LayerKey, num_rows: int) -> tuple[dict, dict] | None:
+def lookup(table: Table, key: LayerKey, num_rows: int, max_steps: int | None = None
+           ) -> tuple[dict, dict] | None:
     """The layer's configs for n rows: the tuned bucket nearest to n's on the log scale;
-    None when the layer was not tuned. Copies: callers may keep or change them."""
+    None when the layer was not tuned, or when `max_steps` is given and the nearest bucket
+    is more than that many powers of two from n's. Copies: callers may keep or change them."""
     buckets = table.get(key)
     if not buckets:
         return None
     want = rows_bucket(num_rows).bit_length()
     best = min(buckets, key=lambda b: (abs(b.bit_length() - want), b))
+    if max_steps is not None and abs(best.bit_length() - want) > max_steps:
+        return None
     c1, c2 = buckets[best]
     return dict(c1), dict(c2)
 
 
 def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
-                  directory: Path | None = None) -> tuple[dict, dict] | None:
+                  directory: Path | None = None, max_steps: int | None = None
+                  ) -> tuple[dict, dict] | None:
     """Configs for this device (default: the current one) from its file, None without a
-    file, a CUDA device, or an entry for the layer."""
+    file, a CUDA device, or an entry for the layer (within `max_steps`, see lookup)."""
     for name in _config_devices(device, directory):
         table = load_table(name, directory or CONFIG_DIR)
-        found = None if table is None else lookup(table, key, num_rows)
+        found = None if table is None else lookup(table, key, num_rows, max_steps)
         if found is not None:
             return found
     return None
