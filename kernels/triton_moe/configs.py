@@ -23,15 +23,17 @@ Bucket: the number of assignment rows n (tokens x topk, or E x T batched) rounde
 power of two; the tuner's M values give n = M * topk, powers of two for every model shape.
 A lookup between or beyond the tuned buckets takes the nearest one on the log scale (the
 smaller on a tie); at prefill sizes only one within a factor of two (heuristics.pick_configs:
-a decode bucket's tile is not a prefill tile). The Triton and torch versions are recorded, not matched: a config stays
-correct under any version, only its speed may move (re-run `moecert tune`).
+a decode bucket's tile is not a prefill tile). The Triton and torch versions are recorded,
+not matched: a config stays correct under any version, only its speed may move (re-run
+`moecert tune`).
 A layer may also say in which nibble order its int4 linears are stored,
 `"nibble_spans": {"w13": 128, "w2": 0}` (layout `plane_nibbles`: 0 is the checkpoint's
 order, adjacent columns in a byte), read by the Triton backend when it converts the weights:
 an order the tuner measured faster for that linear. Leaving it out means 0 for both.
-SPLIT_K (gemm_kernel's split-K, a power of two) and K_UNROLL (tiles per K-loop step, >= 1)
+SPLIT_K (gemm_kernel's split-K, a power of two), K_UNROLL (tiles per K-loop step, >= 1) and
+GROUP_M (row blocks a wave of programs runs together, >= 1; 1: all of them, the launch order)
 came after the first files: a GEMM entry without them reads as 1, the one-launch kernel
-with one tile per step.
+with one tile per step in launch order.
 
 MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not, under the
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
@@ -53,11 +55,13 @@ FORMAT = 1
 CONFIG_DIR = Path(__file__).with_name("configs")
 # what each GEMM's entry holds, and the type of each value
 GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": int,
-               "SWAP_AB": bool, "FAST_I4": bool, "SPLIT_K": int, "K_UNROLL": int}
-# the value of a field a config leaves out (a file may leave out only SPLIT_K and K_UNROLL,
-# younger than the files); flags absent are False
-FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 1}
-OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL")
+               "SWAP_AB": bool, "FAST_I4": bool, "SPLIT_K": int, "K_UNROLL": int,
+               "GROUP_M": int}
+# the value of a field a config leaves out (a file may leave out only SPLIT_K, K_UNROLL and
+# GROUP_M, younger than the files); flags absent are False
+FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 1,
+                  "GROUP_M": 1}
+OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M")
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 
@@ -315,7 +319,7 @@ def _configs(path, entry, where: str) -> tuple[dict, dict]:
             _field(path, cfg, name, kind, f"{where}.{gemm}")
         for name in ("BLOCK_N", "BLOCK_K", "num_warps", "SPLIT_K"):
             _power_of_two(path, f"{where}.{gemm}.{name}", cfg[name])
-        for name in ("num_stages", "K_UNROLL"):
+        for name in ("num_stages", "K_UNROLL", "GROUP_M"):
             if cfg[name] < 1:
                 raise ConfigFileError(path, f"{where}.{gemm}.{name}", ">= 1", cfg[name])
         out.append({"BLOCK_M": block_m, **cfg})

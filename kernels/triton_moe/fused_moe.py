@@ -16,6 +16,7 @@ from . import gemm_kernel
 from .heuristics import weights_block_k, weights_split_plan
 from .kinds import (
     A16,
+    A_FP8,
     DOT_IEEE,
     DOT_NATIVE,
     DOT_TF32,
@@ -31,7 +32,9 @@ from .kinds import (
     S_NONE,
     W16,
     W_FP4,
+    W_FP8,
     W_INT4,
+    W_INT8,
 )
 from .layout import nib_span_fits
 from .quant import fix_bf16
@@ -116,6 +119,21 @@ def int4_pairs_run_on(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
+def acc_dot_applies(weights: dict, act: int, K: int) -> bool:
+    """Whether the kernel's tiles have no scale of their own, so the dot accumulates
+    (gemm_kernel's ACC_DOT): 16-bit weights, or fp8 / int8 weights whose scale has one
+    column (per channel or per tensor), with 16-bit activations (fp8 weights also with fp8
+    activations, whose row scale the epilogue applies anyway); no act order."""
+    c = weights["constexprs"]
+    if c["HAS_G_IDX"] or c["HAS_ZERO"] or c["NIB_SPAN"]:
+        return False
+    kind = weights["kind"]
+    if not ((act == A16 and kind in (W16, W_FP8, W_INT8)) or (act == A_FP8 and kind == W_FP8)):
+        return False
+    cols = weights["scale_cols"]
+    return c["WSCALE"] == S_NONE or (c["WSCALE"] == S_FLOAT and (cols is None or cols >= K))
+
+
 def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
              sorted_ids: torch.Tensor, block_expert: torch.Tensor, num_padded: torch.Tensor,
              router: torch.Tensor | None, *, a_row_div: int, act: int, config: dict) -> None:
@@ -146,6 +164,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     if weights["kind"] == W_FP4 and c16["NIB_SPAN"]:  # e2m1 planes: PTX decode or bit fields
         fast_i4 = (I4_PAIRS if act == A16 and weights["dot"] == DOT_NATIVE
                    and int4_pairs_run_on(c.device) else I4_OFF)
+    acc_dot = acc_dot_applies(weights, act, K)
     grid = (sorted_ids.numel() // block_m, triton.cdiv(N, config["BLOCK_N"]))
     # the workspace is never read with one split: c stands in for it
     ws = c if splits == 1 else torch.empty(splits, num_rows, N, dtype=torch.float32,
@@ -166,6 +185,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             EVEN_K=K % (bk * unroll) == 0 and (splits == 1 or k_split % (bk * unroll) == 0),
             EVEN_N=N % config["BLOCK_N"] == 0,
             SWAP_AB=config.get("SWAP_AB", False), FAST_I4=fast_i4, K_UNROLL=unroll,
+            ACC_DOT=acc_dot, GROUP_M=config.get("GROUP_M", 1),
             BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], BLOCK_K=bk,
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **weights["constexprs"],

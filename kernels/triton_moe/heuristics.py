@@ -29,7 +29,6 @@ from .kinds import (
     WEIGHT_NAMES,
 )
 
-
 # Rows per expert (assignment rows / the layer's experts, on average) from which a launch
 # takes a prefill tile: there the GEMM is bound by the tensor cores, not by reading the weights
 # once, and a 16-row block, which reads each weight tile once per 16 rows, falls to a fifth of

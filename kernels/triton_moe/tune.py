@@ -12,10 +12,11 @@ current one; a climb stops when none does (at most MAX_ROUNDS); the fastest clim
 full grid is ~150 configurations per GEMM, each a JIT compile of about a second; a climb tries
 ~10-25.
 Prior knowledge (pick_config's docstring, H100) prunes the grid: the default's BLOCK_M, and
-32, 64 or 128 too when an expert gets half that many rows on average, SWAP_AB only with <= 16 rows per expert, FAST_I4
-always on (the kernel uses it only where it applies), SPLIT_K > 1 only for a GEMM whose
-default grid has fewer programs than SMALL_GRID_WAVES x the device's SMs (too few to keep the
-GPU's memory system busy; more split the work and add a workspace round trip for nothing).
+32, 64 or 128 too when an expert gets half that many rows on average, SWAP_AB only with
+<= 16 rows per expert, FAST_I4 always on (the kernel uses it only where it applies),
+SPLIT_K > 1 only for a GEMM whose default grid has fewer programs than SMALL_GRID_WAVES x
+the device's SMs (too few to keep the GPU's memory system busy; more split the work and add
+a workspace round trip for nothing).
 
 Correctness: every candidate's output is compared with the default configuration's on the same
 inputs and rejected unless each element is within what a different fp32 summation order can
@@ -220,7 +221,7 @@ class LayerStage:
         return (config["BLOCK_M"], config["BLOCK_N"], bk, config["num_warps"],
                 config["num_stages"], bool(config.get("SWAP_AB")),
                 bool(config.get("FAST_I4")), splits, config.get("K_UNROLL", 1),
-                w["constexprs"]["NIB_SPAN"])
+                w["constexprs"]["NIB_SPAN"], config.get("GROUP_M", 1))
 
     def programs(self, gemm: int, config: dict) -> int:
         """The GEMM's grid for these rows: row blocks that hold rows x column blocks."""
