@@ -19,28 +19,27 @@ import time
 
 import torch
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages); weights in nibble planes run at their
-# span's BLOCK_K whatever is asked
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M); weights in nibble planes run
+# at their span's BLOCK_K whatever is asked
 CANDIDATES = [
-    (64, 128, 64, 4, 4),
-    (64, 128, 128, 4, 3),
-    (128, 128, 64, 4, 4),
-    (128, 128, 64, 8, 4),
-    (128, 128, 128, 8, 3),
-    (128, 256, 64, 8, 3),
-    (128, 256, 64, 8, 4),
-    (128, 256, 128, 8, 2),
-    (256, 128, 64, 8, 3),
+    (64, 128, 64, 4, 4, 1),
+    (128, 128, 64, 8, 4, 1),
+    (128, 128, 64, 8, 4, 8),
+    (128, 256, 64, 8, 3, 1),
+    (128, 256, 64, 8, 3, 8),
+    (128, 128, 128, 8, 3, 1),
 ]
 
 
-def config(bm, bn, bk, warps, stages) -> dict:
+def config(bm, bn, bk, warps, stages, group_m) -> dict:
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps,
-            "num_stages": stages, "FAST_I4": True}
+            "num_stages": stages, "FAST_I4": True, "GROUP_M": group_m}
 
 
 def label(c: dict) -> str:
-    return f"m{c['BLOCK_M']}n{c['BLOCK_N']}k{c['BLOCK_K']}w{c['num_warps']}s{c['num_stages']}"
+    group = c.get("GROUP_M", 1)
+    return (f"m{c['BLOCK_M']}n{c['BLOCK_N']}k{c['BLOCK_K']}w{c['num_warps']}"
+            f"s{c['num_stages']}{f'g{group}' if group > 1 else ''}")
 
 
 def gemm_rate() -> float:

@@ -28,6 +28,8 @@ from .kinds import (
     PARTIAL,
     REDUCE,
     S_E4M3,
+    S_E8M0,
+    S_E8M0_W,
     S_FLOAT,
     S_NONE,
     W16,
@@ -84,6 +86,8 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                          f"K a multiple of it and the scale block of each plane, no act order")
     return {
         "kind": kind, "q": q, "N": n_rows, "compute": compute,
+        "e8m0_fold": (kind == W_FP4 and wscale == S_E8M0 and bool(nib_span)
+                      and compute == torch.bfloat16 and e8m0_folds(s)),
         "scale_cols": scale_cols,  # None: no scale, or one per row (the whole K)
         "dot": dot_mode(kind, q.dtype, compute, g_idx is not None),
         "args": (q, s if s is not None else dummy, zp if zp is not None else dummy,
@@ -117,6 +121,19 @@ def int4_pairs_run_on(device: torch.device) -> bool:
     if os.environ.get("MOECERT_TRITON_I4_PAIRS", "1") == "0":
         return False
     return torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+# The largest E8M0 byte whose scale 2^(b - 127) times any e2m1 value (|v| <= 6) stays a finite
+# bf16: 6 * 2^125 = 1.5 * 2^127 < bf16's largest 1.99 * 2^127; at 253, 6 * 2^126 overflows.
+# The smallest product, 0.5 * 2^-127 = 2^-128, is a bf16 subnormal (they reach 2^-133), and an
+# e2m1 value's lowest bit times 2^-127 is at least 2^-128: no product rounds.
+E8M0_FOLD_MAX = 252
+
+
+def e8m0_folds(s: torch.Tensor) -> bool:
+    """Whether every E8M0 scale byte of `s` can be multiplied into bf16 e2m1 values exactly
+    (E8M0_FOLD_MAX; 255, NaN, cannot): read once per layer, when its plan is built."""
+    return s is not None and s.dtype == torch.uint8 and int(s.max()) <= E8M0_FOLD_MAX
 
 
 def acc_dot_applies(weights: dict, act: int, K: int) -> bool:
@@ -165,6 +182,9 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
         fast_i4 = (I4_PAIRS if act == A16 and weights["dot"] == DOT_NATIVE
                    and int4_pairs_run_on(c.device) else I4_OFF)
     acc_dot = acc_dot_applies(weights, act, K)
+    constexprs = weights["constexprs"]
+    if weights.get("e8m0_fold") and act == A16 and weights["dot"] != DOT_TF32:
+        constexprs = {**constexprs, "WSCALE": S_E8M0_W}
     grid = (sorted_ids.numel() // block_m, triton.cdiv(N, config["BLOCK_N"]))
     # the workspace is never read with one split: c stands in for it
     ws = c if splits == 1 else torch.empty(splits, num_rows, N, dtype=torch.float32,
@@ -188,7 +208,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             ACC_DOT=acc_dot, GROUP_M=config.get("GROUP_M", 1),
             BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], BLOCK_K=bk,
             num_warps=config["num_warps"], num_stages=config["num_stages"],
-            **weights["constexprs"],
+            **constexprs,
         )
 
     if splits == 1:

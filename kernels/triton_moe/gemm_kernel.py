@@ -95,6 +95,7 @@ from .kinds import (
     REDUCE,
     S_E4M3,
     S_E8M0,
+    S_E8M0_W,
     S_FLOAT,
     W16,
     W_FP4,
@@ -109,6 +110,7 @@ from .quant import rne_bf16
 _W16, _W_INT4, _W_UINT8 = tl.constexpr(W16), tl.constexpr(W_INT4), tl.constexpr(W_UINT8)
 _W_FP8, _W_MXFP8, _W_FP4 = tl.constexpr(W_FP8), tl.constexpr(W_MXFP8), tl.constexpr(W_FP4)
 _S_FLOAT, _S_E8M0, _S_E4M3 = tl.constexpr(S_FLOAT), tl.constexpr(S_E8M0), tl.constexpr(S_E4M3)
+_S_E8M0_W = tl.constexpr(S_E8M0_W)
 _A_INT8, _A_MX = tl.constexpr(A_INT8), tl.constexpr(A_MX)
 _A_FP8, _A_FP8_G = tl.constexpr(A_FP8), tl.constexpr(A_FP8_G)
 _DOT_TF32, _DOT_IEEE = tl.constexpr(DOT_TF32), tl.constexpr(DOT_IEEE)
@@ -530,14 +532,26 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
     scale block: `nib_span_fits`). S_E4M3 (NVFP4): each plane's values times its block scale
     before the dot, exact (module docstring). S_E8M0 (MXFP4): planes 0-1 and 2-3 each lie in
     one 32-column block, so each pair's fp32 partial sum takes its scale, as a 32-column
-    tile's would. With FAST_I4 (PTX, CUDA sm80+) the planes decode straight into the compute
-    dtype (`_fp4_planes`), else through fp32 bit patterns (`_decode_e2m1`)."""
+    tile's would. S_E8M0_W (MXFP4, bf16, `fused_moe.e8m0_folds`): the E8M0 scale multiplied
+    into the plane's values before the dot as NVFP4's is, exact there (a power of two times
+    an e2m1 value inside bf16's range), so the four products chain into one sum with no
+    fp32 partial sums to scale. With FAST_I4 (PTX, CUDA sm80+) the planes decode straight
+    into the compute dtype (`_fp4_planes`), else through fp32 bit patterns (`_decode_e2m1`)."""
     Q: tl.constexpr = TILE_K // 4
-    if WSCALE == _S_E4M3:
-        s0 = _decode_e4m3(_plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K))
-        s1 = _decode_e4m3(_plane_scale(s_rows, k0 + Q, scale_cols, stride_sk, K, EVEN_K))
-        s2 = _decode_e4m3(_plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K, EVEN_K))
-        s3 = _decode_e4m3(_plane_scale(s_rows, k0 + 3 * Q, scale_cols, stride_sk, K, EVEN_K))
+    if WSCALE == _S_E4M3 or WSCALE == _S_E8M0_W:
+        if WSCALE == _S_E4M3:
+            s0 = _decode_e4m3(_plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K))
+            s1 = _decode_e4m3(_plane_scale(s_rows, k0 + Q, scale_cols, stride_sk, K, EVEN_K))
+            s2 = _decode_e4m3(_plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K,
+                                           EVEN_K))
+            s3 = _decode_e4m3(_plane_scale(s_rows, k0 + 3 * Q, scale_cols, stride_sk, K,
+                                           EVEN_K))
+        else:  # E8M0 folded: planes 0-1 share a 32-column block, 2-3 the next
+            s0 = _decode_e8m0(_plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K))
+            s1 = s0
+            s2 = _decode_e8m0(_plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K,
+                                           EVEN_K))
+            s3 = s2
         if FAST_I4 == _I4_PAIRS:
             b0, b1, b2, b3 = _fp4_planes_scaled(
                 bq, tl.broadcast_to(s0.to(COMPUTE)[None, :], bq.shape),

@@ -36,6 +36,13 @@ from .kinds import (
 PREFILL_ROWS = {64: 64, 128: 128}  # {rows per expert at least: BLOCK_M}
 PREFILL_TILE = {64: {"BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4},
                 128: {"BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4}}
+# Nibble weights (int4, e2m1) decode their tile into registers beside the accumulator(s). sm90
+# builds of the 128-row, 8-warp tile (tools/sm90_compile.py: triton 3.9 and its ptxas on the
+# CPU, registers / stack bytes per thread): BLOCK_N 128: gptq-int4 255 / 0, mxfp4 183 / 0
+# (255 / 256, spilling, with its scales on the pairs' sums instead of folded), nvfp4 186;
+# BLOCK_N 64: gptq-int4 166, mxfp4 102, nvfp4 110 (two programs' registers fit an SM). Not
+# timed on a GPU.
+PREFILL_NIBBLE_N = 64
 
 
 def prefill_block_m(num_rows: int, num_experts: int | None) -> int | None:
@@ -48,10 +55,11 @@ def prefill_block_m(num_rows: int, num_experts: int | None) -> int | None:
     return max(fits) if fits else None
 
 
-def pick_config(num_rows: int, num_experts: int | None = None) -> dict:
+def pick_config(num_rows: int, num_experts: int | None = None,
+                weight: int | None = None) -> dict:
     """Tile sizes from the GEMM's assignment rows alone (and, for the prefill tile, the
-    layer's expert count). BLOCK_M must not depend on (N, K): both GEMMs share one row
-    alignment.
+    layer's expert count, and its weight kind). BLOCK_M must not depend on (N, K): both
+    GEMMs share one row alignment.
     Decode, measured on H100 (W4A16 g128, Qwen3-30B-A3B, Mixtral-8x7B, DeepSeek-V3 at 16 to
     2048 assignments): 16-row blocks win at every size in this kernel (the dequantized weight
     tile sits in registers; row blocks of one expert run side by side and share it through
@@ -70,7 +78,10 @@ def pick_config(num_rows: int, num_experts: int | None = None) -> dict:
         return {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 1}
     block_m = prefill_block_m(num_rows, num_experts)
     if block_m is not None:
-        return {"BLOCK_M": block_m, **PREFILL_TILE[block_m], "FAST_I4": True}
+        tile = {"BLOCK_M": block_m, **PREFILL_TILE[block_m], "FAST_I4": True}
+        if weight in (W_INT4, W_FP4):
+            tile["BLOCK_N"] = min(tile["BLOCK_N"], PREFILL_NIBBLE_N)
+        return tile
     if num_rows < 16:
         return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
                 "SWAP_AB": True, "FAST_I4": True}
@@ -78,11 +89,12 @@ def pick_config(num_rows: int, num_experts: int | None = None) -> dict:
             "FAST_I4": True}
 
 
-def default_configs(num_rows: int, num_experts: int | None = None) -> tuple[dict, dict]:
+def default_configs(num_rows: int, num_experts: int | None = None,
+                    weight: int | None = None) -> tuple[dict, dict]:
     """Both GEMMs' heuristic configs (`pick_config`), one tile per K step. (Two tiles per
     step gained int4 g128 up to 1.2x on the plain layout; on the tiled int4 layout one tile
     per step was faster for 9 of 10 GEMMs measured, up to 1.1x: docs/speed.md, "Change 5".)"""
-    return pick_config(num_rows, num_experts), pick_config(num_rows, num_experts)
+    return pick_config(num_rows, num_experts, weight), pick_config(num_rows, num_experts, weight)
 
 
 # Bytes one element takes in a shared-memory stage of the K loop, per weight and activation
@@ -154,7 +166,7 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
         chosen = configs.tuned_configs(key, num_rows,
                                        max_steps=PREFILL_STEPS if prefill else None)
     if chosen is None:
-        chosen = default_configs(num_rows, num_experts)
+        chosen = default_configs(num_rows, num_experts, weight)
         smem = None if INTERPRET else configs.current_shared_memory()
         if smem is not None:
             chosen = tuple(fit_shared_memory(c, weight, act, smem) for c in chosen)

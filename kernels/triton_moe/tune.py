@@ -143,7 +143,7 @@ class LayerStage:
         self.a1, self.s1, self.g1, self.act = backend._quantize(
             layer, self.plan, quant, x, "w13", None)
         # the heuristics, not a tuned file's entry: what `default_us` measures
-        self.defaults = heuristics.default_configs(self.n, P.E)
+        self.defaults = heuristics.default_configs(self.n, P.E, self.plan["w13"]["kind"])
         self._aligned: dict[int, tuple] = {}
         self._out = {1: torch.empty(self.n, P.w13_rows, dtype=x.dtype, device=x.device),
                      2: torch.empty(self.n, P.K, dtype=torch.float32, device=x.device)}

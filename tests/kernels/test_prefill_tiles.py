@@ -130,3 +130,68 @@ def test_split_k_with_an_accumulating_dot_scales_once(launches):
     assert launches.seen[-2:] == [(True, 1), (True, 1)]
     bound = tune.reorder_bound(whole, stage.magnitudes(1), 128)
     assert tune.disagreement(split, whole, bound) is None
+
+
+# --- MXFP4: E8M0 scales folded into the bf16 weights ------------------------------------------
+
+class Scales:
+    """A spy on the launches' WSCALE."""
+
+    def __init__(self, kernel):
+        self.kernel, self.seen = kernel, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.seen.append(kw["WSCALE"])
+            return self.kernel[grid](*args, **kw)
+        return launch
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_mxfp4_scales_fold_into_bf16_weights(dtype, monkeypatch):
+    """bf16: the planes' E8M0 scales multiply the decoded values (S_E8M0_W) instead of the
+    pairs' fp32 partial sums: exact products (a power of two inside the range E8M0_FOLD_MAX
+    allows), the four plane sums added in another association, so within the reorder bound;
+    fp16 (a narrower range) keeps the per-pair scales."""
+    from moecert.kernels.triton_moe import kinds
+
+    spy = Scales(gemm_kernel.moe_gemm_kernel)
+    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", spy)
+    P = MoEProblem(M=9, K=128, N=128, E=3, topk=2, dtype=dtype)
+    layer = BACKEND.create_layer(synthesize("mxfp4", P, seed=3), P)
+    BACKEND.process_weights_after_loading(layer)
+    x, w, ids = make_inputs(P, seed=4)
+    stage = tune.LayerStage(layer, x, w, ids)
+    for gemm in (1, 2):
+        config = stage.defaults[gemm - 1]
+        weights = stage.weights(gemm, config)
+        assert weights["constexprs"]["NIB_SPAN"]  # the planes this path needs
+        assert weights["e8m0_fold"] == (dtype == "bf16")
+        spy.seen.clear()
+        folded = _run(stage, gemm, config)
+        assert spy.seen == [kinds.S_E8M0_W if dtype == "bf16" else kinds.S_E8M0]
+        weights["e8m0_fold"] = False
+        try:
+            paired = _run(stage, gemm, config)
+        finally:
+            weights["e8m0_fold"] = dtype == "bf16"
+        assert spy.seen[-1] == kinds.S_E8M0
+        assert not paired.isnan().any()
+        bound = tune.reorder_bound(paired, stage.magnitudes(gemm), stage.shape(gemm)[1])
+        assert tune.disagreement(folded, paired, bound) is None
+
+
+def test_only_scales_inside_bf16s_range_fold():
+    """6 * 2^(252 - 127) is a finite bf16, 6 * 2^(253 - 127) is not; 255 is NaN."""
+    s = torch.full((2, 4, 3), 127, dtype=torch.uint8)
+    assert fused_moe.e8m0_folds(s)
+    s[1, 2, 0] = fused_moe.E8M0_FOLD_MAX
+    assert fused_moe.e8m0_folds(s)
+    assert torch.isfinite(torch.tensor(6.0 * 2.0 ** (fused_moe.E8M0_FOLD_MAX - 127),
+                                       dtype=torch.bfloat16))
+    assert not torch.isfinite(torch.tensor(6.0 * 2.0 ** (fused_moe.E8M0_FOLD_MAX + 1 - 127),
+                                           dtype=torch.bfloat16))
+    for byte in (fused_moe.E8M0_FOLD_MAX + 1, 255):
+        s[0, 0, 0] = byte
+        assert not fused_moe.e8m0_folds(s)
+    assert not fused_moe.e8m0_folds(s.to(torch.float32))  # decoded scales: not bytes

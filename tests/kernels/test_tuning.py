@@ -28,7 +28,7 @@ KEY = configs.LayerKey("W_INT4", "A16", 8, (256, 128), (128, 128))
 def _cfg(block_m=16, **kw):
     return {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4,
             "num_stages": 3, "SWAP_AB": False, "FAST_I4": True, "SPLIT_K": 1, "K_UNROLL": 1,
-            **kw}
+            "GROUP_M": 1, **kw}
 
 
 def _write(tmp_path, table, device="h100-80gb-hbm3"):
@@ -86,6 +86,7 @@ def test_split_k_and_unroll_round_trip_and_read_as_one_where_a_file_lacks_them(t
     for gemm in ("gemm1", "gemm2"):  # a file written before split-K and unrolling
         del data["layers"][0]["buckets"]["8"][gemm]["SPLIT_K"]
         del data["layers"][0]["buckets"]["8"][gemm]["K_UNROLL"]
+        del data["layers"][0]["buckets"]["8"][gemm]["GROUP_M"]
     path.write_text(json.dumps(data))
     assert configs.read_table(path) == {KEY: {8: (_cfg(), _cfg())}}
     assert configs.complete({**_cfg(), "SPLIT_K": 8})["SPLIT_K"] == 8
@@ -240,8 +241,16 @@ def test_prefill_sizes_take_the_prefill_tile(compiled_lookup):
     for n, e in ((8192, 128), (2048, 8)):
         c = h.pick_config(n, e)
         assert c == {"BLOCK_M": c["BLOCK_M"], **h.PREFILL_TILE[c["BLOCK_M"]], "FAST_I4": True}
-    # the layer's experts reach the heuristics through pick_configs (KEY: 8 experts)
-    assert [c["BLOCK_M"] for c in _pick(h, 2048)] == [128, 128]
+    # nibble weights: a narrower weight tile (their decode's registers)
+    from moecert.kernels.triton_moe import kinds
+
+    assert h.pick_config(2048, 8, kinds.W_INT4)["BLOCK_N"] == h.PREFILL_NIBBLE_N
+    assert h.pick_config(2048, 8, kinds.W_FP4)["BLOCK_N"] == h.PREFILL_NIBBLE_N
+    assert h.pick_config(2048, 8, kinds.W16)["BLOCK_N"] == 128
+    assert h.pick_config(64, 8, kinds.W_INT4)["BLOCK_N"] == 128  # decode: unchanged
+    # the layer's experts and kind reach the heuristics through pick_configs (KEY: 8
+    # experts, W_INT4)
+    assert [(c["BLOCK_M"], c["BLOCK_N"]) for c in _pick(h, 2048)] == [(128, 64)] * 2
 
 
 def test_a_decode_bucket_is_not_a_prefill_tile(compiled_lookup, tmp_path):
@@ -252,7 +261,10 @@ def test_a_decode_bucket_is_not_a_prefill_tile(compiled_lookup, tmp_path):
     decode = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
     _write(tmp_path, {KEY: {512: decode}}, device="test-gpu")
     assert _pick(h, 1024) == decode  # 128 rows per expert, one step from 512
-    assert _pick(h, 2048) == h.default_configs(2048, KEY.experts)  # two steps
+    from moecert.kernels.triton_moe import kinds
+
+    # two steps: the prefill heuristics of the layer (8 experts, int4)
+    assert _pick(h, 2048) == h.default_configs(2048, KEY.experts, kinds.W_INT4)
     assert _pick(h, 2048)[0]["BLOCK_M"] == 128
     assert _pick(h, 16) == decode  # decode: five steps, still the nearest
     assert configs.lookup(configs.read_table(configs.path_for("test-gpu", tmp_path)), KEY,
