@@ -123,17 +123,24 @@ def int4_pairs_run_on(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
-# The largest E8M0 byte whose scale 2^(b - 127) times any e2m1 value (|v| <= 6) stays a finite
-# bf16: 6 * 2^125 = 1.5 * 2^127 < bf16's largest 1.99 * 2^127; at 253, 6 * 2^126 overflows.
-# The smallest product, 0.5 * 2^-127 = 2^-128, is a bf16 subnormal (they reach 2^-133), and an
-# e2m1 value's lowest bit times 2^-127 is at least 2^-128: no product rounds.
-E8M0_FOLD_MAX = 252
+# The E8M0 bytes whose scale 2^(b - 127) times every e2m1 value (0.5 <= |v| <= 6, or 0) is a
+# normal, finite bf16, so the product is exact and no subnormal or flush-to-zero question
+# arises on any device: 0.5 * 2^(2 - 127) = 2^-126 is bf16's smallest normal; 6 * 2^125 =
+# 1.5 * 2^127 is below its largest, 1.99 * 2^127, where 6 * 2^126 is not. Real checkpoints'
+# scales lie far inside; a layer with any byte outside keeps the per-pair fp32 scales.
+E8M0_FOLD_MIN, E8M0_FOLD_MAX = 2, 252
 
 
 def e8m0_folds(s: torch.Tensor) -> bool:
     """Whether every E8M0 scale byte of `s` can be multiplied into bf16 e2m1 values exactly
-    (E8M0_FOLD_MAX; 255, NaN, cannot): read once per layer, when its plan is built."""
-    return s is not None and s.dtype == torch.uint8 and int(s.max()) <= E8M0_FOLD_MAX
+    (E8M0_FOLD_MIN to E8M0_FOLD_MAX; 255, NaN, cannot): read once per layer, when its plan is
+    built; never inside a CUDA-graph capture (the read waits for the device): no fold then."""
+    if s is None or s.dtype != torch.uint8 or s.numel() == 0:
+        return False
+    if s.is_cuda and torch.cuda.is_current_stream_capturing():
+        return False
+    lo, hi = torch.aminmax(s)
+    return E8M0_FOLD_MIN <= int(lo) and int(hi) <= E8M0_FOLD_MAX
 
 
 def acc_dot_applies(weights: dict, act: int, K: int) -> bool:

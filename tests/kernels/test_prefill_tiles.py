@@ -181,17 +181,21 @@ def test_mxfp4_scales_fold_into_bf16_weights(dtype, monkeypatch):
         assert tune.disagreement(folded, paired, bound) is None
 
 
-def test_only_scales_inside_bf16s_range_fold():
-    """6 * 2^(252 - 127) is a finite bf16, 6 * 2^(253 - 127) is not; 255 is NaN."""
+def test_only_scales_inside_bf16s_normal_range_fold():
+    """0.5 * 2^(2 - 127) is bf16's smallest normal and 6 * 2^(252 - 127) a finite bf16;
+    bytes 0 and 1 (subnormal products), 253 (overflow) and 255 (NaN) keep the pair scales."""
+    lo, hi = fused_moe.E8M0_FOLD_MIN, fused_moe.E8M0_FOLD_MAX
     s = torch.full((2, 4, 3), 127, dtype=torch.uint8)
     assert fused_moe.e8m0_folds(s)
-    s[1, 2, 0] = fused_moe.E8M0_FOLD_MAX
+    s[1, 2, 0], s[0, 1, 2] = hi, lo
     assert fused_moe.e8m0_folds(s)
-    assert torch.isfinite(torch.tensor(6.0 * 2.0 ** (fused_moe.E8M0_FOLD_MAX - 127),
-                                       dtype=torch.bfloat16))
-    assert not torch.isfinite(torch.tensor(6.0 * 2.0 ** (fused_moe.E8M0_FOLD_MAX + 1 - 127),
-                                           dtype=torch.bfloat16))
-    for byte in (fused_moe.E8M0_FOLD_MAX + 1, 255):
-        s[0, 0, 0] = byte
-        assert not fused_moe.e8m0_folds(s)
+    bf16 = torch.bfloat16
+    assert torch.tensor(0.5 * 2.0 ** (lo - 127), dtype=bf16) >= torch.finfo(bf16).tiny
+    assert torch.tensor(0.5 * 2.0 ** (lo - 1 - 127), dtype=bf16) < torch.finfo(bf16).tiny
+    assert torch.isfinite(torch.tensor(6.0 * 2.0 ** (hi - 127), dtype=bf16))
+    assert not torch.isfinite(torch.tensor(6.0 * 2.0 ** (hi + 1 - 127), dtype=bf16))
+    for byte in (0, lo - 1, hi + 1, 255):
+        planted = s.clone()
+        planted[0, 0, 0] = byte
+        assert not fused_moe.e8m0_folds(planted)
     assert not fused_moe.e8m0_folds(s.to(torch.float32))  # decoded scales: not bytes
