@@ -9,7 +9,9 @@ the same process; then per layer and M the best pair (one BLOCK_M for both GEMMs
     python tools/prefill_sweep.py --model mixtral-8x7b --scheme bf16 --M 1024,4096
 
 A measuring tool for choosing `heuristics.pick_config`'s prefill tile (docs/speed.md, issue 34),
-not a tuner: `moecert tune` writes the device's file.
+not a tuner: `moecert tune` writes the device's file. `--device cpu --shape E,K,N,topk` with
+TRITON_INTERPRET=1 runs it through the interpreter on a small layer, with wall-clock times
+(meaningless as speeds: a dry run of the tool itself).
 """
 
 from __future__ import annotations
@@ -42,9 +44,22 @@ def label(c: dict) -> str:
             f"s{c['num_stages']}{f'g{group}' if group > 1 else ''}")
 
 
-def gemm_rate() -> float:
+def wall_timer(run, config) -> float:
+    """Microseconds of one call on the CPU (the dry run's timer)."""
+    run()
+    t0 = time.perf_counter()
+    run()
+    return 1e6 * (time.perf_counter() - t0)
+
+
+def gemm_rate(device: str) -> float:
     import triton
 
+    if device == "cpu":
+        a = torch.randn(256, 256)
+        t0 = time.perf_counter()
+        a @ a
+        return 2 * 256**3 / (time.perf_counter() - t0)
     n = 8192
     a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     out = torch.empty_like(a)
@@ -67,7 +82,10 @@ def main() -> None:
     from moecert.reference.models import MODELS
 
     p = argparse.ArgumentParser()
-    p.add_argument("--model", action="append", required=True)
+    p.add_argument("--model", action="append", default=[])
+    p.add_argument("--shape", action="append", default=[], metavar="E,K,N,TOPK",
+                   help="a layer shape of your own (repeatable)")
+    p.add_argument("--device", default="cuda")
     p.add_argument("--scheme", action="append", required=True)
     p.add_argument("--M", default="1024,4096")
     p.add_argument("--candidates", default="", help="indices into CANDIDATES (default all)")
@@ -75,22 +93,26 @@ def main() -> None:
     ms = [int(m) for m in args.M.split(",")]
     cands = [CANDIDATES[int(i)] for i in args.candidates.split(",")] if args.candidates \
         else CANDIDATES
-    rate = gemm_rate()
-    print(f"{torch.cuda.get_device_name(0)}: bf16 GEMM {rate / 1e12:.0f} TFLOP/s (8192^3)")
+    device = args.device
+    timer = do_bench_timer if device == "cuda" else wall_timer
+    rate = gemm_rate(device)
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    print(f"{name}: bf16 GEMM {rate / 1e12:.3g} TFLOP/s")
     backend = TritonBackend()
-    for model in args.model:
-        E, K, N, topk = MODELS[model]
+    layers = {m: MODELS[m] for m in args.model}
+    layers.update({s: tuple(int(v) for v in s.split(",")) for s in args.shape})
+    for model, (E, K, N, topk) in layers.items():
         for scheme in args.scheme:
             t0 = time.perf_counter()
             attrs = {"group_size": 128} if SCHEMES[scheme].packed else {}
             P = MoEProblem(M=1, K=K, N=N, E=E, topk=topk, dtype="bf16")
-            layer = backend.create_layer(random_checkpoint(scheme, P, seed=0, device="cuda",
+            layer = backend.create_layer(random_checkpoint(scheme, P, seed=0, device=device,
                                                            **attrs), P)
             backend.process_weights_after_loading(layer)
             variants = weight_variants(layer)
             for M in ms:
                 x, w, ids = make_inputs(MoEProblem(M=M, K=K, N=N, E=E, topk=topk), seed=M)
-                stage = LayerStage(layer, x.cuda(), w.cuda(), ids.cuda(), variants)
+                stage = LayerStage(layer, x.to(device), w.to(device), ids.to(device), variants)
                 n = stage.n
                 base = heuristics.pick_config(n)  # the decode tile: main's at every M
                 best = {}
@@ -100,7 +122,7 @@ def main() -> None:
                     ref = stage.run(g, base).clone()
                     bound = reorder_bound(ref, stage.magnitudes(g), Kg)
                     for c in [base] + [config(*t) for t in cands]:
-                        tried = _try(stage, g, c, do_bench_timer, ref, bound)
+                        tried = _try(stage, g, c, timer, ref, bound)
                         if tried.us is None:
                             print(f"  {model} {scheme} M={M} gemm{g} {label(c)}: REJECTED "
                                   f"{tried.why}")
@@ -121,7 +143,8 @@ def main() -> None:
                 del stage
             print(f"  {model} {scheme}: {time.perf_counter() - t0:.0f} s", flush=True)
             del layer, variants
-            torch.cuda.empty_cache()
+            if device == "cuda":
+                torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
