@@ -156,6 +156,7 @@ def describe(config: dict, span: int = 0) -> str:
             f"{'-swap' if config.get('SWAP_AB') else ''}"
             f"{f'-split{split_k}' if split_k > 1 else ''}"
             f"{f'-unroll{unroll}' if (unroll := config.get('K_UNROLL', 1)) > 1 else ''}"
+            f"{f'-group{group}' if (group := config.get('GROUP_M', 1)) > 1 else ''}"
             f"{f'-planes{span}' if span else ''}")
 
 

@@ -22,15 +22,18 @@ belongs to the layer, not to a GEMM: both GEMMs read one row alignment (align.py
 Bucket: the number of assignment rows n (tokens x topk, or E x T batched) rounded up to a
 power of two; the tuner's M values give n = M * topk, powers of two for every model shape.
 A lookup between or beyond the tuned buckets takes the nearest one on the log scale (the
-smaller on a tie). The Triton and torch versions are recorded, not matched: a config stays
-correct under any version, only its speed may move (re-run `moecert tune`).
+smaller on a tie); at prefill sizes only one within a factor of two (heuristics.pick_configs:
+a decode bucket's tile is not a prefill tile). The Triton and torch versions are recorded,
+not matched: a config stays correct under any version, only its speed may move (re-run
+`moecert tune`).
 A layer may also say in which nibble order its int4 linears are stored,
 `"nibble_spans": {"w13": 128, "w2": 0}` (layout `plane_nibbles`: 0 is the checkpoint's
 order, adjacent columns in a byte), read by the Triton backend when it converts the weights:
 an order the tuner measured faster for that linear. Leaving it out means 0 for both.
-SPLIT_K (gemm_kernel's split-K, a power of two) and K_UNROLL (tiles per K-loop step, >= 1)
+SPLIT_K (gemm_kernel's split-K, a power of two), K_UNROLL (tiles per K-loop step, >= 1) and
+GROUP_M (row blocks a wave of programs runs together, >= 1; 1: all of them, the launch order)
 came after the first files: a GEMM entry without them reads as 1, the one-launch kernel
-with one tile per step.
+with one tile per step in launch order.
 
 MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not, under the
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
@@ -52,11 +55,13 @@ FORMAT = 1
 CONFIG_DIR = Path(__file__).with_name("configs")
 # what each GEMM's entry holds, and the type of each value
 GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": int,
-               "SWAP_AB": bool, "FAST_I4": bool, "SPLIT_K": int, "K_UNROLL": int}
-# the value of a field a config leaves out (a file may leave out only SPLIT_K and K_UNROLL,
-# younger than the files); flags absent are False
-FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 1}
-OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL")
+               "SWAP_AB": bool, "FAST_I4": bool, "SPLIT_K": int, "K_UNROLL": int,
+               "GROUP_M": int}
+# the value of a field a config leaves out (a file may leave out only SPLIT_K, K_UNROLL and
+# GROUP_M, younger than the files); flags absent are False
+FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 1,
+                  "GROUP_M": 1}
+OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M")
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 
@@ -314,7 +319,7 @@ def _configs(path, entry, where: str) -> tuple[dict, dict]:
             _field(path, cfg, name, kind, f"{where}.{gemm}")
         for name in ("BLOCK_N", "BLOCK_K", "num_warps", "SPLIT_K"):
             _power_of_two(path, f"{where}.{gemm}.{name}", cfg[name])
-        for name in ("num_stages", "K_UNROLL"):
+        for name in ("num_stages", "K_UNROLL", "GROUP_M"):
             if cfg[name] < 1:
                 raise ConfigFileError(path, f"{where}.{gemm}.{name}", ">= 1", cfg[name])
         out.append({"BLOCK_M": block_m, **cfg})
@@ -366,25 +371,30 @@ def _config_devices(device: str | None, directory: Path | None) -> tuple[str, ..
     return config_devices(device, directory or CONFIG_DIR)
 
 
-def lookup(table: Table, key: LayerKey, num_rows: int) -> tuple[dict, dict] | None:
+def lookup(table: Table, key: LayerKey, num_rows: int, max_steps: int | None = None
+           ) -> tuple[dict, dict] | None:
     """The layer's configs for n rows: the tuned bucket nearest to n's on the log scale;
-    None when the layer was not tuned. Copies: callers may keep or change them."""
+    None when the layer was not tuned, or when `max_steps` is given and the nearest bucket
+    is more than that many powers of two from n's. Copies: callers may keep or change them."""
     buckets = table.get(key)
     if not buckets:
         return None
     want = rows_bucket(num_rows).bit_length()
     best = min(buckets, key=lambda b: (abs(b.bit_length() - want), b))
+    if max_steps is not None and abs(best.bit_length() - want) > max_steps:
+        return None
     c1, c2 = buckets[best]
     return dict(c1), dict(c2)
 
 
 def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
-                  directory: Path | None = None) -> tuple[dict, dict] | None:
+                  directory: Path | None = None, max_steps: int | None = None
+                  ) -> tuple[dict, dict] | None:
     """Configs for this device (default: the current one) from its file, None without a
-    file, a CUDA device, or an entry for the layer."""
+    file, a CUDA device, or an entry for the layer (within `max_steps`, see lookup)."""
     for name in _config_devices(device, directory):
         table = load_table(name, directory or CONFIG_DIR)
-        found = None if table is None else lookup(table, key, num_rows)
+        found = None if table is None else lookup(table, key, num_rows, max_steps)
         if found is not None:
             return found
     return None

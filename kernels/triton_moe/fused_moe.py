@@ -16,6 +16,7 @@ from . import gemm_kernel
 from .heuristics import weights_block_k, weights_split_plan
 from .kinds import (
     A16,
+    A_FP8,
     DOT_IEEE,
     DOT_NATIVE,
     DOT_TF32,
@@ -27,11 +28,15 @@ from .kinds import (
     PARTIAL,
     REDUCE,
     S_E4M3,
+    S_E8M0,
+    S_E8M0_W,
     S_FLOAT,
     S_NONE,
     W16,
     W_FP4,
+    W_FP8,
     W_INT4,
+    W_INT8,
 )
 from .layout import nib_span_fits
 from .quant import fix_bf16
@@ -81,6 +86,8 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                          f"K a multiple of it and the scale block of each plane, no act order")
     return {
         "kind": kind, "q": q, "N": n_rows, "compute": compute,
+        "e8m0_fold": (kind == W_FP4 and wscale == S_E8M0 and bool(nib_span)
+                      and compute == torch.bfloat16 and e8m0_folds(s)),
         "scale_cols": scale_cols,  # None: no scale, or one per row (the whole K)
         "dot": dot_mode(kind, q.dtype, compute, g_idx is not None),
         "args": (q, s if s is not None else dummy, zp if zp is not None else dummy,
@@ -116,6 +123,41 @@ def int4_pairs_run_on(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
+# The E8M0 bytes whose scale 2^(b - 127) times every e2m1 value (0.5 <= |v| <= 6, or 0) is a
+# normal, finite bf16, so the product is exact and no subnormal or flush-to-zero question
+# arises on any device: 0.5 * 2^(2 - 127) = 2^-126 is bf16's smallest normal; 6 * 2^125 =
+# 1.5 * 2^127 is below its largest, 1.99 * 2^127, where 6 * 2^126 is not. Real checkpoints'
+# scales lie far inside; a layer with any byte outside keeps the per-pair fp32 scales.
+E8M0_FOLD_MIN, E8M0_FOLD_MAX = 2, 252
+
+
+def e8m0_folds(s: torch.Tensor) -> bool:
+    """Whether every E8M0 scale byte of `s` can be multiplied into bf16 e2m1 values exactly
+    (E8M0_FOLD_MIN to E8M0_FOLD_MAX; 255, NaN, cannot): read once per layer, when its plan is
+    built; never inside a CUDA-graph capture (the read waits for the device): no fold then."""
+    if s is None or s.dtype != torch.uint8 or s.numel() == 0:
+        return False
+    if s.is_cuda and torch.cuda.is_current_stream_capturing():
+        return False
+    lo, hi = torch.aminmax(s)
+    return E8M0_FOLD_MIN <= int(lo) and int(hi) <= E8M0_FOLD_MAX
+
+
+def acc_dot_applies(weights: dict, act: int, K: int) -> bool:
+    """Whether the kernel's tiles have no scale of their own, so the dot accumulates
+    (gemm_kernel's ACC_DOT): 16-bit weights, or fp8 / int8 weights whose scale has one
+    column (per channel or per tensor), with 16-bit activations (fp8 weights also with fp8
+    activations, whose row scale the epilogue applies anyway); no act order."""
+    c = weights["constexprs"]
+    if c["HAS_G_IDX"] or c["HAS_ZERO"] or c["NIB_SPAN"]:
+        return False
+    kind = weights["kind"]
+    if not ((act == A16 and kind in (W16, W_FP8, W_INT8)) or (act == A_FP8 and kind == W_FP8)):
+        return False
+    cols = weights["scale_cols"]
+    return c["WSCALE"] == S_NONE or (c["WSCALE"] == S_FLOAT and (cols is None or cols >= K))
+
+
 def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
              sorted_ids: torch.Tensor, block_expert: torch.Tensor, num_padded: torch.Tensor,
              router: torch.Tensor | None, *, a_row_div: int, act: int, config: dict) -> None:
@@ -146,6 +188,10 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     if weights["kind"] == W_FP4 and c16["NIB_SPAN"]:  # e2m1 planes: PTX decode or bit fields
         fast_i4 = (I4_PAIRS if act == A16 and weights["dot"] == DOT_NATIVE
                    and int4_pairs_run_on(c.device) else I4_OFF)
+    acc_dot = acc_dot_applies(weights, act, K)
+    constexprs = weights["constexprs"]
+    if weights.get("e8m0_fold") and act == A16 and weights["dot"] != DOT_TF32:
+        constexprs = {**constexprs, "WSCALE": S_E8M0_W}
     grid = (sorted_ids.numel() // block_m, triton.cdiv(N, config["BLOCK_N"]))
     # the workspace is never read with one split: c stands in for it
     ws = c if splits == 1 else torch.empty(splits, num_rows, N, dtype=torch.float32,
@@ -166,9 +212,10 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             EVEN_K=K % (bk * unroll) == 0 and (splits == 1 or k_split % (bk * unroll) == 0),
             EVEN_N=N % config["BLOCK_N"] == 0,
             SWAP_AB=config.get("SWAP_AB", False), FAST_I4=fast_i4, K_UNROLL=unroll,
+            ACC_DOT=acc_dot, GROUP_M=config.get("GROUP_M", 1),
             BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], BLOCK_K=bk,
             num_warps=config["num_warps"], num_stages=config["num_stages"],
-            **weights["constexprs"],
+            **constexprs,
         )
 
     if splits == 1:

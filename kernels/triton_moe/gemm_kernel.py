@@ -46,6 +46,14 @@ bf16/fp16, see S_E4M3), the global 1 / g multiplying the accumulator.
 With fp8 weights and fp8 activations the tile product is an fp8 x fp8 dot (fp32
 accumulation) on the GPU; the interpreter multiplies the same values in fp32.
 
+ACC_DOT (host-chosen constexpr): tiles with no scale of their own (16-bit weights; fp8 or
+int8 weights whose scale has one column, the whole K) accumulate inside the dot,
+acc = dot(a, b, acc), with no product tile beside the accumulator; such a weight scale then
+multiplies the whole sum once, first in the epilogue (the same products, the scale's fp32
+rounding once instead of per tile).
+GROUP_M (config, > 1): programs run GROUP_M row blocks at a time over every column block
+(the launch order remapped), so that at prefill sizes a wave reads few row blocks' activations.
+
 Epilogue order (the reference's): per-row activation scale (or the global factor), the
 weights' global multiplier, + bias, * router weight, store
 (the store rounds to c's dtype: bf16/fp16 for GEMM1's h, fp32 for GEMM2's y).
@@ -87,6 +95,7 @@ from .kinds import (
     REDUCE,
     S_E4M3,
     S_E8M0,
+    S_E8M0_W,
     S_FLOAT,
     W16,
     W_FP4,
@@ -101,6 +110,7 @@ from .quant import rne_bf16
 _W16, _W_INT4, _W_UINT8 = tl.constexpr(W16), tl.constexpr(W_INT4), tl.constexpr(W_UINT8)
 _W_FP8, _W_MXFP8, _W_FP4 = tl.constexpr(W_FP8), tl.constexpr(W_MXFP8), tl.constexpr(W_FP4)
 _S_FLOAT, _S_E8M0, _S_E4M3 = tl.constexpr(S_FLOAT), tl.constexpr(S_E8M0), tl.constexpr(S_E4M3)
+_S_E8M0_W = tl.constexpr(S_E8M0_W)
 _A_INT8, _A_MX = tl.constexpr(A_INT8), tl.constexpr(A_MX)
 _A_FP8, _A_FP8_G = tl.constexpr(A_FP8), tl.constexpr(A_FP8_G)
 _DOT_TF32, _DOT_IEEE = tl.constexpr(DOT_TF32), tl.constexpr(DOT_IEEE)
@@ -398,6 +408,29 @@ def _dot(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr):
 
 
 @triton.jit
+def _dot_acc(a, b, acc, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
+             SWAP_AB: tl.constexpr):
+    """acc + the tile product (`_mma`'s, transposed with SWAP_AB) in one dot: the MMA
+    accumulates into acc, no product tile beside it (ACC_DOT: tiles without a scale of their
+    own). Operands as `_dot` makes them; 16-bit, tf32 or e4m3 x e4m3 dots only."""
+    if SWAP_AB:
+        x = tl.trans(b)
+        y = tl.trans(a)
+    else:
+        x = a
+        y = b
+    if DOT == _DOT_IEEE:
+        out = tl.dot(x.to(tl.float32), y.to(tl.float32), acc, input_precision="ieee")
+    elif DOT == _DOT_TF32:
+        out = tl.dot(x.to(tl.float32), y.to(tl.float32), acc, input_precision="tf32")
+    elif ACT == _A_FP8 and a.shape[-1] >= 32:  # e4m3 codes and e4m3 weights (W_FP8)
+        out = tl.dot(x, y, acc, out_dtype=tl.float32)
+    else:
+        out = tl.dot(x.to(COMPUTE), y.to(COMPUTE), acc)
+    return out
+
+
+@triton.jit
 def _pairs_part(a, bq, k0, K, s_rows, z_rows, g_row, scale_cols, stride_sk,
                 WEIGHT: tl.constexpr, WSCALE: tl.constexpr, ACT: tl.constexpr,
                 HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr,
@@ -499,14 +532,26 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
     scale block: `nib_span_fits`). S_E4M3 (NVFP4): each plane's values times its block scale
     before the dot, exact (module docstring). S_E8M0 (MXFP4): planes 0-1 and 2-3 each lie in
     one 32-column block, so each pair's fp32 partial sum takes its scale, as a 32-column
-    tile's would. With FAST_I4 (PTX, CUDA sm80+) the planes decode straight into the compute
-    dtype (`_fp4_planes`), else through fp32 bit patterns (`_decode_e2m1`)."""
+    tile's would. S_E8M0_W (MXFP4, bf16, `fused_moe.e8m0_folds`): the E8M0 scale multiplied
+    into the plane's values before the dot as NVFP4's is, exact there (a power of two times
+    an e2m1 value inside bf16's range), so the four products chain into one sum with no
+    fp32 partial sums to scale. With FAST_I4 (PTX, CUDA sm80+) the planes decode straight
+    into the compute dtype (`_fp4_planes`), else through fp32 bit patterns (`_decode_e2m1`)."""
     Q: tl.constexpr = TILE_K // 4
-    if WSCALE == _S_E4M3:
-        s0 = _decode_e4m3(_plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K))
-        s1 = _decode_e4m3(_plane_scale(s_rows, k0 + Q, scale_cols, stride_sk, K, EVEN_K))
-        s2 = _decode_e4m3(_plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K, EVEN_K))
-        s3 = _decode_e4m3(_plane_scale(s_rows, k0 + 3 * Q, scale_cols, stride_sk, K, EVEN_K))
+    if WSCALE == _S_E4M3 or WSCALE == _S_E8M0_W:
+        if WSCALE == _S_E4M3:
+            s0 = _decode_e4m3(_plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K))
+            s1 = _decode_e4m3(_plane_scale(s_rows, k0 + Q, scale_cols, stride_sk, K, EVEN_K))
+            s2 = _decode_e4m3(_plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K,
+                                           EVEN_K))
+            s3 = _decode_e4m3(_plane_scale(s_rows, k0 + 3 * Q, scale_cols, stride_sk, K,
+                                           EVEN_K))
+        else:  # E8M0 folded: planes 0-1 share a 32-column block, 2-3 the next
+            s0 = _decode_e8m0(_plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K))
+            s1 = s0
+            s2 = _decode_e8m0(_plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K,
+                                           EVEN_K))
+            s3 = s2
         if FAST_I4 == _I4_PAIRS:
             b0, b1, b2, b3 = _fp4_planes_scaled(
                 bq, tl.broadcast_to(s0.to(COMPUTE)[None, :], bq.shape),
@@ -627,8 +672,8 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
              SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr, DOT: tl.constexpr,
              COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
              FAST_I4: tl.constexpr, K_UNROLL: tl.constexpr, WT_N: tl.constexpr,
-             WT_K: tl.constexpr, NIB_SPAN: tl.constexpr, BLOCK_M: tl.constexpr,
-             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+             WT_K: tl.constexpr, NIB_SPAN: tl.constexpr, ACC_DOT: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
     hints hold): tile after tile in increasing k0, each tile's scales applied to its
@@ -684,10 +729,15 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 bq = tl.load(b_rows.to(tl.pointer_type(tl.uint16), bitcast=True) + kq[:, None])
             else:
                 bq = tl.load(b_rows + kq[:, None])
-            acc += _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row,
-                              a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT, WSCALE, ACT,
-                              HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB,
-                              FAST_I4, NIB_SPAN, BLOCK_K)
+            if ACC_DOT:  # no tile scale: the dot accumulates (the scale, if any, at the end)
+                if ACT == _A_FP8:
+                    a = a.to(tl.float8e4nv, bitcast=True)
+                acc = _dot_acc(a, bq, acc, ACT, DOT, COMPUTE, SWAP_AB)
+            else:
+                acc += _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows,
+                                  g_row, a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT,
+                                  WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
+                                  EVEN_K, SWAP_AB, FAST_I4, NIB_SPAN, BLOCK_K)
     if SWAP_AB:
         acc = tl.trans(acc)
     return acc
@@ -726,6 +776,7 @@ def moe_gemm_kernel(
     DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
     K_UNROLL: tl.constexpr, WT_N: tl.constexpr, WT_K: tl.constexpr, NIB_SPAN: tl.constexpr,
+    ACC_DOT: tl.constexpr, GROUP_M: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
@@ -733,6 +784,17 @@ def moe_gemm_kernel(
     # about the same time, so it comes from DRAM once and from L2 after
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
+    if GROUP_M > 1:
+        # GROUP_M row blocks at a time, all column blocks, in launch order: the programs
+        # of a wave share a few row blocks' activations (from L2) instead of streaming
+        # every row block once per column block (prefill: the activations outgrow the L2)
+        num_m = tl.num_programs(0)
+        width = GROUP_M * tl.num_programs(1)
+        pid = pid_m + pid_n * num_m
+        first = (pid // width) * GROUP_M
+        size = tl.minimum(num_m - first, GROUP_M)
+        pid_m = first + (pid % width) % size
+        pid_n = (pid % width) // size
     # the three loads side by side, before the test that needs one of them (one memory
     # round trip instead of two before the K loop can start); a block past num_padded reads
     # unwritten entries of the buffers and returns before using them
@@ -777,13 +839,15 @@ def moe_gemm_kernel(
             a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
             K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
             SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N, WT_K,
-            NIB_SPAN, BLOCK_M, BLOCK_N, BLOCK_K)
+            NIB_SPAN, ACC_DOT, BLOCK_M, BLOCK_N, BLOCK_K)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)
     if PHASE == _PARTIAL:
         tl.store(ws_tile + tl.program_id(2).to(tl.int64) * stride_ws, acc, mask=ws_mask)
     else:
+        if ACC_DOT and (WSCALE == _S_FLOAT):  # one weight scale column: applied once here
+            acc = acc * tl.load(s_rows)[None, :]
         if ACT == _A_INT8 or ACT == _A_FP8:
             sa = tl.load(a_scale_ptr + a_rows, mask=row_mask, other=0.0)
             if HAS_GSCALE:

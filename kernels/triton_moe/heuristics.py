@@ -29,12 +29,39 @@ from .kinds import (
     WEIGHT_NAMES,
 )
 
+# Rows per expert (assignment rows / the layer's experts, on average) from which a launch
+# takes a prefill tile: there the GEMM is bound by the tensor cores, not by reading the weights
+# once, and a 16-row block, which reads each weight tile once per 16 rows, falls to a fifth of
+# the GEMM rate (issue 34: 17.6% on Mixtral-8x7B bf16 at M = 1024).
+PREFILL_ROWS = {64: 64, 128: 128}  # {rows per expert at least: BLOCK_M}
+PREFILL_TILE = {64: {"BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4},
+                128: {"BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4}}
+# Nibble weights (int4, e2m1) decode their tile into registers beside the accumulator(s). sm90
+# builds of the 128-row, 8-warp tile (tools/sm90_compile.py: triton 3.9 and its ptxas on the
+# CPU, registers / stack bytes per thread): BLOCK_N 128: gptq-int4 255 / 0, mxfp4 183 / 0
+# (255 / 256, spilling, with its scales on the pairs' sums instead of folded), nvfp4 186;
+# BLOCK_N 64: gptq-int4 166, mxfp4 102, nvfp4 110 (two programs' registers fit an SM). Not
+# timed on a GPU.
+PREFILL_NIBBLE_N = 64
 
-def pick_config(num_rows: int) -> dict:
-    """Tile sizes from the GEMM's assignment rows alone. BLOCK_M must not depend on (N, K):
-    both GEMMs share one row alignment.
-    Measured on H100 (W4A16 g128, Qwen3-30B-A3B, Mixtral-8x7B, DeepSeek-V3 at 16 to 2048
-    assignments): 16-row blocks win at every size in this kernel (the dequantized weight
+
+def prefill_block_m(num_rows: int, num_experts: int | None) -> int | None:
+    """The prefill tile's BLOCK_M for this many rows over `num_experts` experts, None below
+    PREFILL_ROWS (or without the expert count: the decode tile)."""
+    if not num_experts:
+        return None
+    per_expert = num_rows / num_experts
+    fits = [bm for least, bm in PREFILL_ROWS.items() if per_expert >= least]
+    return max(fits) if fits else None
+
+
+def pick_config(num_rows: int, num_experts: int | None = None,
+                weight: int | None = None) -> dict:
+    """Tile sizes from the GEMM's assignment rows alone (and, for the prefill tile, the
+    layer's expert count, and its weight kind). BLOCK_M must not depend on (N, K): both
+    GEMMs share one row alignment.
+    Decode, measured on H100 (W4A16 g128, Qwen3-30B-A3B, Mixtral-8x7B, DeepSeek-V3 at 16 to
+    2048 assignments): 16-row blocks win at every size in this kernel (the dequantized weight
     tile sits in registers; row blocks of one expert run side by side and share it through
     L2, so a bigger BLOCK_M saves little DRAM traffic and costs occupancy: 32/64/128 rows
     were 1.2x to 4x slower).
@@ -42,11 +69,19 @@ def pick_config(num_rows: int) -> dict:
     mantissa trick, no int-to-float conversion) was 1.1x to 1.5x faster everywhere. With it,
     a 128 x 128 weight tile beat 64 x 128 and 128 x 64 from 16 rows on (Mixtral M=64: 1.5x).
     SWAP_AB (weight tile as the MMA's M side) paid only for a single token (2 to 8 rows:
-    ~5%, 64 x 128 tile) and lost 5-15% from 128 rows on."""
+    ~5%, 64 x 128 tile) and lost 5-15% from 128 rows on.
+    Prefill (`prefill_block_m`: PREFILL_ROWS rows per expert and more): PREFILL_TILE, the
+    MMA-bound tile (docs/speed.md, "Prefill tiles")."""
     if INTERPRET:  # numpy per op: fewer, bigger tiles (the GPU's default N x K tile: 128 x 128
         # made the CPU smoke suite 95 -> 61 s against 64 x 64; masks and K loops still run on
         # every shape off the tile and every K above 128)
         return {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 1}
+    block_m = prefill_block_m(num_rows, num_experts)
+    if block_m is not None:
+        tile = {"BLOCK_M": block_m, **PREFILL_TILE[block_m], "FAST_I4": True}
+        if weight in (W_INT4, W_FP4):
+            tile["BLOCK_N"] = min(tile["BLOCK_N"], PREFILL_NIBBLE_N)
+        return tile
     if num_rows < 16:
         return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
                 "SWAP_AB": True, "FAST_I4": True}
@@ -54,11 +89,12 @@ def pick_config(num_rows: int) -> dict:
             "FAST_I4": True}
 
 
-def default_configs(num_rows: int) -> tuple[dict, dict]:
+def default_configs(num_rows: int, num_experts: int | None = None,
+                    weight: int | None = None) -> tuple[dict, dict]:
     """Both GEMMs' heuristic configs (`pick_config`), one tile per K step. (Two tiles per
     step gained int4 g128 up to 1.2x on the plain layout; on the tiled int4 layout one tile
     per step was faster for 9 of 10 GEMMs measured, up to 1.1x: docs/speed.md, "Change 5".)"""
-    return pick_config(num_rows), pick_config(num_rows)
+    return pick_config(num_rows, num_experts, weight), pick_config(num_rows, num_experts, weight)
 
 
 # Bytes one element takes in a shared-memory stage of the K loop, per weight and activation
@@ -108,6 +144,9 @@ def weight_key(weights: dict) -> str:
     return name
 
 
+PREFILL_STEPS = 1  # see pick_configs
+
+
 def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
                  gemm1: tuple[int, int], gemm2: tuple[int, int],
                  weight_name: str | None = None) -> tuple[dict, dict]:
@@ -115,14 +154,19 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
     when it has the layer (configs.py, written by `moecert tune`), else `pick_config`'s
     heuristics, always under the interpreter, fitted to the device's shared memory
     (`fit_shared_memory`). Both share one BLOCK_M either way.
+    At prefill sizes (`prefill_block_m`) a tuned bucket counts only within PREFILL_STEPS
+    powers of two of the rows: the nearest bucket of a file tuned at decode sizes holds a
+    decode tile, a fifth of the GEMM rate there.
     MOECERT_TRITON_SPLIT_K, when set, overrides both GEMMs' SPLIT_K (configs.forced_split_k)."""
     chosen = None
     if not INTERPRET:
         key = configs.LayerKey(weight_name or WEIGHT_NAMES[weight], ACT_NAMES[act], num_experts,
                                tuple(gemm1), tuple(gemm2))
-        chosen = configs.tuned_configs(key, num_rows)
+        prefill = prefill_block_m(num_rows, num_experts) is not None
+        chosen = configs.tuned_configs(key, num_rows,
+                                       max_steps=PREFILL_STEPS if prefill else None)
     if chosen is None:
-        chosen = default_configs(num_rows)
+        chosen = default_configs(num_rows, num_experts, weight)
         smem = None if INTERPRET else configs.current_shared_memory()
         if smem is not None:
             chosen = tuple(fit_shared_memory(c, weight, act, smem) for c in chosen)

@@ -16,6 +16,9 @@ W16, W_INT4, W_UINT8, W_INT8, W_FP8, W_MXFP8, W_FP4 = range(7)
 # how a weight tile's scale is stored: a choice separate from the element codec, so that one
 # element (FP4) can take E8M0 scales per 32 (MXFP4) or others
 S_NONE, S_FLOAT, S_E8M0, S_E4M3 = range(4)
+# E8M0 scales of e2m1 planes multiplied into the decoded bf16 weights before the dot, where
+# that is exact (fused_moe.e8m0_folds): a launch-time choice, never a stored one
+S_E8M0_W = 4
 A16, A_INT8, A_MX, A_FP8, A_FP8_G = range(5)
 # how the tile product runs: operands in the compute dtype (bf16/fp16, or int8 x int8), both
 # upcast to fp32 on tf32 tensor cores, or fp32 FMA ("ieee")

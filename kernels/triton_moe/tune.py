@@ -11,11 +11,12 @@ configuration one grid step away in one field and moves to the fastest if it bea
 current one; a climb stops when none does (at most MAX_ROUNDS); the fastest climb wins. A
 full grid is ~150 configurations per GEMM, each a JIT compile of about a second; a climb tries
 ~10-25.
-Prior knowledge (pick_config's docstring, H100) prunes the grid: BLOCK_M 16, and 32 or 64 too
-when an expert gets half that many rows on average, SWAP_AB only with <= 16 rows per expert, FAST_I4
-always on (the kernel uses it only where it applies), SPLIT_K > 1 only for a GEMM whose
-default grid has fewer programs than SMALL_GRID_WAVES x the device's SMs (too few to keep the
-GPU's memory system busy; more split the work and add a workspace round trip for nothing).
+Prior knowledge (pick_config's docstring, H100) prunes the grid: the default's BLOCK_M, and
+32, 64 or 128 too when an expert gets half that many rows on average, SWAP_AB only with
+<= 16 rows per expert, FAST_I4 always on (the kernel uses it only where it applies),
+SPLIT_K > 1 only for a GEMM whose default grid has fewer programs than SMALL_GRID_WAVES x
+the device's SMs (too few to keep the GPU's memory system busy; more split the work and add
+a workspace round trip for nothing).
 
 Correctness: every candidate's output is compared with the default configuration's on the same
 inputs and rejected unless each element is within what a different fp32 summation order can
@@ -43,7 +44,7 @@ GRID = {"BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256), "num_warps": (
         "K_UNROLL": (1, 2, 4)}
 SMALL_GRID_WAVES = 2  # SPLIT_K is tried when a GEMM has fewer programs than this x SMs
 MAX_ROUNDS = 4
-WIDER_BLOCK_MS = (32, 64)  # tried beside 16 (block_ms)
+WIDER_BLOCK_MS = (32, 64, 128)  # tried beside the default's (block_ms)
 SWAP_MAX_ROWS = 16  # SWAP_AB is tried up to this many rows per expert
 # fp32 unit roundoff for round-to-nearest is 2^-24; tensor cores may truncate partial sums
 # inside an MMA (chopping: 2^-23)
@@ -142,7 +143,7 @@ class LayerStage:
         self.a1, self.s1, self.g1, self.act = backend._quantize(
             layer, self.plan, quant, x, "w13", None)
         # the heuristics, not a tuned file's entry: what `default_us` measures
-        self.defaults = heuristics.default_configs(self.n)
+        self.defaults = heuristics.default_configs(self.n, P.E, self.plan["w13"]["kind"])
         self._aligned: dict[int, tuple] = {}
         self._out = {1: torch.empty(self.n, P.w13_rows, dtype=x.dtype, device=x.device),
                      2: torch.empty(self.n, P.K, dtype=torch.float32, device=x.device)}
@@ -220,7 +221,7 @@ class LayerStage:
         return (config["BLOCK_M"], config["BLOCK_N"], bk, config["num_warps"],
                 config["num_stages"], bool(config.get("SWAP_AB")),
                 bool(config.get("FAST_I4")), splits, config.get("K_UNROLL", 1),
-                w["constexprs"]["NIB_SPAN"])
+                w["constexprs"]["NIB_SPAN"], config.get("GROUP_M", 1))
 
     def programs(self, gemm: int, config: dict) -> int:
         """The GEMM's grid for these rows: row blocks that hold rows x column blocks."""

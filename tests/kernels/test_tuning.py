@@ -28,7 +28,7 @@ KEY = configs.LayerKey("W_INT4", "A16", 8, (256, 128), (128, 128))
 def _cfg(block_m=16, **kw):
     return {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4,
             "num_stages": 3, "SWAP_AB": False, "FAST_I4": True, "SPLIT_K": 1, "K_UNROLL": 1,
-            **kw}
+            "GROUP_M": 1, **kw}
 
 
 def _write(tmp_path, table, device="h100-80gb-hbm3"):
@@ -86,6 +86,7 @@ def test_split_k_and_unroll_round_trip_and_read_as_one_where_a_file_lacks_them(t
     for gemm in ("gemm1", "gemm2"):  # a file written before split-K and unrolling
         del data["layers"][0]["buckets"]["8"][gemm]["SPLIT_K"]
         del data["layers"][0]["buckets"]["8"][gemm]["K_UNROLL"]
+        del data["layers"][0]["buckets"]["8"][gemm]["GROUP_M"]
     path.write_text(json.dumps(data))
     assert configs.read_table(path) == {KEY: {8: (_cfg(), _cfg())}}
     assert configs.complete({**_cfg(), "SPLIT_K": 8})["SPLIT_K"] == 8
@@ -226,6 +227,48 @@ def test_pick_configs_falls_back_without_a_file_or_an_entry(compiled_lookup, tmp
     other = configs.LayerKey("W_FP8", "A16", 8, (256, 128), (128, 128))
     _write(tmp_path, {other: {16: (_cfg(64), _cfg(64))}}, device="test-gpu")
     assert _pick(fm) == heuristic
+
+
+def test_prefill_sizes_take_the_prefill_tile(compiled_lookup):
+    """Rows per expert (n / E) decide: 32 (DeepSeek-V3 at M = 1024) keeps the decode tile,
+    64 (Qwen3 at M = 1024) and 256 (Mixtral at M = 1024) take wider row blocks; without the
+    expert count the decode tile as before."""
+    h = compiled_lookup
+    assert h.pick_config(8192, 256)["BLOCK_M"] == 16
+    assert h.pick_config(8192, 128)["BLOCK_M"] == 64
+    assert h.pick_config(2048, 8)["BLOCK_M"] == 128
+    assert h.pick_config(2048) == h.pick_config(16)
+    for n, e in ((8192, 128), (2048, 8)):
+        c = h.pick_config(n, e)
+        assert c == {"BLOCK_M": c["BLOCK_M"], **h.PREFILL_TILE[c["BLOCK_M"]], "FAST_I4": True}
+    # nibble weights: a narrower weight tile (their decode's registers)
+    from moecert.kernels.triton_moe import kinds
+
+    assert h.pick_config(2048, 8, kinds.W_INT4)["BLOCK_N"] == h.PREFILL_NIBBLE_N
+    assert h.pick_config(2048, 8, kinds.W_FP4)["BLOCK_N"] == h.PREFILL_NIBBLE_N
+    assert h.pick_config(2048, 8, kinds.W16)["BLOCK_N"] == 128
+    assert h.pick_config(64, 8, kinds.W_INT4)["BLOCK_N"] == 128  # decode: unchanged
+    # the layer's experts and kind reach the heuristics through pick_configs (KEY: 8
+    # experts, W_INT4)
+    assert [(c["BLOCK_M"], c["BLOCK_N"]) for c in _pick(h, 2048)] == [(128, 64)] * 2
+
+
+def test_a_decode_bucket_is_not_a_prefill_tile(compiled_lookup, tmp_path):
+    """A file tuned at decode sizes only: at prefill sizes its nearest bucket is taken only
+    within a factor of two of the rows, else the prefill heuristics; at decode sizes the
+    nearest bucket however far (as before)."""
+    h = compiled_lookup
+    decode = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
+    _write(tmp_path, {KEY: {512: decode}}, device="test-gpu")
+    assert _pick(h, 1024) == decode  # 128 rows per expert, one step from 512
+    from moecert.kernels.triton_moe import kinds
+
+    # two steps: the prefill heuristics of the layer (8 experts, int4)
+    assert _pick(h, 2048) == h.default_configs(2048, KEY.experts, kinds.W_INT4)
+    assert _pick(h, 2048)[0]["BLOCK_M"] == 128
+    assert _pick(h, 16) == decode  # decode: five steps, still the nearest
+    assert configs.lookup(configs.read_table(configs.path_for("test-gpu", tmp_path)), KEY,
+                          2048, max_steps=2) == decode
 
 
 def test_pick_configs_ignores_the_file_under_the_interpreter(compiled_lookup, tmp_path,
@@ -408,8 +451,8 @@ def test_tune_layer_rejects_a_planted_wrong_config():
 
 
 def test_tune_layer_gives_both_gemms_one_block_m():
-    """Wide rows per expert try BLOCK_M 32 and 64 beside 16: GEMM1 gains more from 64 than
-    GEMM2 loses, so both get 64 (GEMM2 alone would keep 16)."""
+    """Wide rows per expert try BLOCK_M 32, 64 and 128 beside 16: GEMM1 gains more from 64
+    than GEMM2 loses, so both get 64 (GEMM2 alone would keep 16)."""
     stage = FakeStage(rows_per_expert=64)
 
     def timer(run, config):
@@ -419,11 +462,12 @@ def test_tune_layer_gives_both_gemms_one_block_m():
 
     choice = tune.tune_layer(stage, timer, GRID)
     assert [c["BLOCK_M"] for c in choice.configs] == [64, 64]
-    assert {c["BLOCK_M"] for _, c in stage.runs} == {16, 32, 64}
+    assert {c["BLOCK_M"] for _, c in stage.runs} == {16, 32, 64, 128}
     assert tune.block_ms(4.0, 16) == [16]  # few rows per expert: 16 only
     assert tune.block_ms(16.0, 16) == [16, 32]  # half of 32
     assert tune.block_ms(31.0, 16) == [16, 32]
     assert tune.block_ms(32.0, 64) == [64, 32]
+    assert tune.block_ms(64.0, 128) == [128, 32, 64]  # a prefill default
 
 
 def test_tune_layer_keeps_the_default_when_nothing_is_faster():

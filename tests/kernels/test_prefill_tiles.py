@@ -1,0 +1,201 @@
+"""The prefill paths of the grouped GEMM (gemm_kernel's GROUP_M and ACC_DOT), under the Triton
+interpreter, against the launch without them on the same inputs.
+
+GROUP_M only remaps which program computes which tile: every tile is the same sum, so the
+output must be the same bits, also with a last group narrower than GROUP_M and blocks past the
+padded rows. ACC_DOT accumulates inside the dot and applies a one-column weight scale once at
+the end instead of per tile: another fp32 order of the same products, so the output must stay
+within `tune.reorder_bound` of the per-tile launch (and it is a planted bug, a scale left out,
+that the comparison catches).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
+
+load_interpreted_kernels()  # before the kernel modules are bound below
+
+from moecert.kernels.triton_moe import fused_moe, gemm_kernel, tune  # noqa: E402
+from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
+from moecert.reference import MoEProblem, make_inputs, synthesize  # noqa: E402
+
+BACKEND = TritonBackend()
+
+
+@pytest.fixture(autouse=True)
+def _interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "moecert.kernels.triton_moe.fused_moe" in sys.modules
+
+
+class Launches:
+    """A spy on the kernel's launches: the ACC_DOT and GROUP_M of each."""
+
+    def __init__(self, kernel):
+        self.kernel, self.seen = kernel, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.seen.append((kw["ACC_DOT"], kw["GROUP_M"]))
+            return self.kernel[grid](*args, **kw)
+        return launch
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    spy = Launches(gemm_kernel.moe_gemm_kernel)
+    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", spy)
+    return spy
+
+
+def _stage(scheme, attrs=None, M=13, K=64, N=96, E=3):
+    P = MoEProblem(M=M, K=K, N=N, E=E, topk=2, bias=True)
+    layer = BACKEND.create_layer(synthesize(scheme, P, seed=1, **(attrs or {})), P)
+    BACKEND.process_weights_after_loading(layer)
+    x, w, ids = make_inputs(P, seed=2)
+    return tune.LayerStage(layer, x, w, ids)
+
+
+def _run(stage, gemm, config):
+    stage._out[gemm].fill_(float("nan"))  # a tile no program writes stays NaN
+    return stage.run(gemm, config).clone()
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int32 if t.element_size() == 4 else torch.int16)
+
+
+@pytest.mark.parametrize("group_m", [2, 3, 8])
+@pytest.mark.parametrize("scheme", ["bf16", "gptq-int4"])
+def test_grouped_program_order_gives_the_same_bits(scheme, group_m, launches):
+    """26 rows over 3 experts in 16-row blocks: 5-7 row blocks (the grid has room for 4
+    more, which return), 3-6 column blocks of 32: groups of 2 and 3 leave a narrower last
+    group, 8 is wider than the grid."""
+    stage = _stage(scheme, {"group_size": 32} if scheme == "gptq-int4" else None)
+    for gemm in (1, 2):
+        config = {**stage.defaults[gemm - 1], "BLOCK_N": 32, "BLOCK_K": 32}
+        launches.seen.clear()
+        plain = _run(stage, gemm, config)
+        grouped = _run(stage, gemm, {**config, "GROUP_M": group_m})
+        assert [g for _, g in launches.seen] == [1, group_m]
+        assert not plain.isnan().any()
+        assert torch.equal(_bits(grouped), _bits(plain))
+
+
+# (id, scheme, attributes, ACC_DOT expected)
+CASES = [
+    ("bf16", "bf16", {}, True),
+    ("fp8-w8a16-channel", "fp8-w8a16", {"weight_strategy": "channel"}, True),
+    ("fp8-w8a8-channel", "fp8-w8a8", {"weight_strategy": "channel",
+                                      "activation": "dynamic-token"}, True),
+    ("fp8-w8a8-block", "fp8-w8a8", {}, False),  # 128x128 weight blocks, 1x128 act groups
+    ("int8-w8a16", "int8-w8a16", {}, True),
+    ("gptq-int4-g32", "gptq-int4", {"group_size": 32}, False),  # a scale per K tile
+]
+
+
+@pytest.mark.parametrize(("scheme", "attrs", "expected"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_accumulating_dot_is_another_order_of_the_same_sum(scheme, attrs, expected,
+                                                           launches, monkeypatch):
+    stage = _stage(scheme, attrs, K=96)  # three 32-column tiles
+    for gemm in (1, 2):
+        config = {**stage.defaults[gemm - 1], "BLOCK_N": 32, "BLOCK_K": 32}
+        launches.seen.clear()
+        acc = _run(stage, gemm, config)
+        assert launches.seen == [(expected, 1)]
+        with monkeypatch.context() as m:
+            m.setattr(fused_moe, "acc_dot_applies", lambda *a: False)
+            per_tile = _run(stage, gemm, config)
+        bound = tune.reorder_bound(per_tile, stage.magnitudes(gemm), stage.shape(gemm)[1])
+        assert tune.disagreement(acc, per_tile, bound) is None
+        if expected and stage.weights(gemm, config)["constexprs"]["WSCALE"]:
+            # planted: the weight scale left out of the epilogue is caught
+            with monkeypatch.context() as m:
+                m.setattr(gemm_kernel, "_S_FLOAT", gemm_kernel.tl.constexpr(-1))
+                unscaled = _run(stage, gemm, config)
+            assert tune.disagreement(unscaled, per_tile, bound) is not None
+
+
+def test_split_k_with_an_accumulating_dot_scales_once(launches):
+    """Split-K's partial sums are unscaled with ACC_DOT; REDUCE's epilogue scales their sum."""
+    stage = _stage("fp8-w8a16", {"weight_strategy": "channel"}, K=128)
+    config = {**stage.defaults[0], "BLOCK_N": 32, "BLOCK_K": 32}
+    whole = _run(stage, 1, config)
+    split = _run(stage, 1, {**config, "SPLIT_K": 2})
+    assert launches.seen[-2:] == [(True, 1), (True, 1)]
+    bound = tune.reorder_bound(whole, stage.magnitudes(1), 128)
+    assert tune.disagreement(split, whole, bound) is None
+
+
+# --- MXFP4: E8M0 scales folded into the bf16 weights ------------------------------------------
+
+class Scales:
+    """A spy on the launches' WSCALE."""
+
+    def __init__(self, kernel):
+        self.kernel, self.seen = kernel, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.seen.append(kw["WSCALE"])
+            return self.kernel[grid](*args, **kw)
+        return launch
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_mxfp4_scales_fold_into_bf16_weights(dtype, monkeypatch):
+    """bf16: the planes' E8M0 scales multiply the decoded values (S_E8M0_W) instead of the
+    pairs' fp32 partial sums: exact products (a power of two inside the range E8M0_FOLD_MAX
+    allows), the four plane sums added in another association, so within the reorder bound;
+    fp16 (a narrower range) keeps the per-pair scales."""
+    from moecert.kernels.triton_moe import kinds
+
+    spy = Scales(gemm_kernel.moe_gemm_kernel)
+    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", spy)
+    P = MoEProblem(M=9, K=128, N=128, E=3, topk=2, dtype=dtype)
+    layer = BACKEND.create_layer(synthesize("mxfp4", P, seed=3), P)
+    BACKEND.process_weights_after_loading(layer)
+    x, w, ids = make_inputs(P, seed=4)
+    stage = tune.LayerStage(layer, x, w, ids)
+    for gemm in (1, 2):
+        config = stage.defaults[gemm - 1]
+        weights = stage.weights(gemm, config)
+        assert weights["constexprs"]["NIB_SPAN"]  # the planes this path needs
+        assert weights["e8m0_fold"] == (dtype == "bf16")
+        spy.seen.clear()
+        folded = _run(stage, gemm, config)
+        assert spy.seen == [kinds.S_E8M0_W if dtype == "bf16" else kinds.S_E8M0]
+        weights["e8m0_fold"] = False
+        try:
+            paired = _run(stage, gemm, config)
+        finally:
+            weights["e8m0_fold"] = dtype == "bf16"
+        assert spy.seen[-1] == kinds.S_E8M0
+        assert not paired.isnan().any()
+        bound = tune.reorder_bound(paired, stage.magnitudes(gemm), stage.shape(gemm)[1])
+        assert tune.disagreement(folded, paired, bound) is None
+
+
+def test_only_scales_inside_bf16s_normal_range_fold():
+    """0.5 * 2^(2 - 127) is bf16's smallest normal and 6 * 2^(252 - 127) a finite bf16;
+    bytes 0 and 1 (subnormal products), 253 (overflow) and 255 (NaN) keep the pair scales."""
+    lo, hi = fused_moe.E8M0_FOLD_MIN, fused_moe.E8M0_FOLD_MAX
+    s = torch.full((2, 4, 3), 127, dtype=torch.uint8)
+    assert fused_moe.e8m0_folds(s)
+    s[1, 2, 0], s[0, 1, 2] = hi, lo
+    assert fused_moe.e8m0_folds(s)
+    bf16 = torch.bfloat16
+    assert torch.tensor(0.5 * 2.0 ** (lo - 127), dtype=bf16) >= torch.finfo(bf16).tiny
+    assert torch.tensor(0.5 * 2.0 ** (lo - 1 - 127), dtype=bf16) < torch.finfo(bf16).tiny
+    assert torch.isfinite(torch.tensor(6.0 * 2.0 ** (hi - 127), dtype=bf16))
+    assert not torch.isfinite(torch.tensor(6.0 * 2.0 ** (hi + 1 - 127), dtype=bf16))
+    for byte in (0, lo - 1, hi + 1, 255):
+        planted = s.clone()
+        planted[0, 0, 0] = byte
+        assert not fused_moe.e8m0_folds(planted)
+    assert not fused_moe.e8m0_folds(s.to(torch.float32))  # decoded scales: not bytes

@@ -1,0 +1,135 @@
+"""Compile the grouped MoE GEMM for an H100 (sm90) on a machine without a GPU: no launch, only
+Triton's compiler and the ptxas its wheel carries. A small layer of each scheme goes through
+the Triton backend's launch path (every other Triton kernel is stubbed out: its outputs are
+garbage, only the GEMM's argument types matter), the GEMM's launch is caught and compiled for
+sm90 with a prefill tile; printed per variant: Hopper MMAs (`warp_group_dot`) and their waits
+in the TTGIR, registers and stack bytes per thread (cuobjdump) and shared memory. The TTGIR
+goes to /tmp/i34c/. What spills or fails to build shows here before any device time is spent;
+timings need the GPU (tools/prefill_sweep.py).
+
+    python tools/sm90_compile.py bf16:both mxfp4:ptx mxfp4:ptx-n64 fp8-w8a8:ch-both
+
+A variant is SCHEME:FLAGS; flags: both (ACC_DOT on and off), ptx (the PTX nibble decodes),
+g8 (GROUP_M 8), k128, n64, n256, m64, w4, s3 (the tile's fields), dec (the decode tile),
+ch (fp8-w8a8 per channel, dynamic per-token activations), pair (MXFP4's E8M0 scales on
+the pairs' partial sums, not folded into the weights).
+Triton's version here (3.9 on the development machine) is not the GPU machine's (3.6): the
+figures show what a tile asks of the registers, not what the GPU machine's build gives.
+"""
+import os
+import re
+import sys
+
+os.environ.pop("TRITON_INTERPRET", None)
+import torch
+import triton
+from moecert.kernels.triton_moe import fused_moe, gemm_kernel, kinds, tune
+from moecert.kernels.triton_moe.backend import TritonBackend
+from moecert.reference import MoEProblem, make_inputs, synthesize
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+captured = []
+class Spy:
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            captured.append((args, kw))
+        return launch
+fn = gemm_kernel.moe_gemm_kernel
+gemm_kernel.moe_gemm_kernel = Spy()
+DT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.uint8: "u8",
+      torch.int8: "i8", torch.int32: "i32", torch.int64: "i64", torch.float8_e4m3fn: "fp8e4nv",
+      torch.int16: "i16"}
+target = GPUTarget("cuda", 90, 32)
+
+def compile_one(args, kw, tag):
+    names = fn.arg_names
+    sig, consts, attrs = {}, {}, {}
+    vals = list(args) + [None] * (len(names) - len(args))
+    for i, name in enumerate(names):
+        if name in kw and i >= len(args):
+            v = kw[name]
+            if name in ("num_warps", "num_stages"):
+                continue
+            sig[name] = "constexpr"; consts[(i,)] = v
+            continue
+        v = vals[i]
+        if isinstance(v, torch.Tensor):
+            sig[name] = "*" + DT[v.dtype]; attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            sig[name] = "i32" if abs(int(v)) < 2**31 else "i64"
+            if int(v) % 16 == 0 and int(v) != 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn, sig, consts, attrs)
+    k = triton.compile(src, target=target, options={"num_warps": kw["num_warps"],
+                                                    "num_stages": kw["num_stages"]})
+    ttgir = k.asm["ttgir"]
+    n_wgmma = len(re.findall(r"warp_group_dot ", ttgir))
+    n_wait = len(re.findall(r"warp_group_dot_wait", ttgir))
+    n_mma = len(re.findall(r"tt\.dot ", ttgir))
+    import subprocess
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(k.asm["cubin"])
+    objdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    res = subprocess.run([objdump, "--dump-resource-usage", f.name], capture_output=True,
+                         text=True).stdout
+    m = re.search(r"REG:(\d+).*?STACK:(\d+)", res)
+    tagf = re.sub(r"[^a-z0-9]+", "_", tag.lower())[:80]
+    os.makedirs("/tmp/i34c", exist_ok=True); open(f"/tmp/i34c/{tagf}.ttgir", "w").write(ttgir)
+    tag = f"{tag} WSCALE={kw['WSCALE']}"
+    print(f"{tag}: wgmma {n_wgmma}, wgmma_wait {n_wait}, tt.dot {n_mma}, "
+          f"regs/stack {m.groups() if m else res[-200:]}, shared {k.metadata.shared}", flush=True)
+    return k
+
+BACKEND = TritonBackend()
+import triton.runtime.jit as _jit
+
+_jit.JITFunction.run = lambda self, *a, **k: None
+from moecert.kernels.triton_moe import align as _align
+
+
+class _Nop:
+    def __getitem__(self, grid):
+        return lambda *a, **k: None
+_align.count_kernel = _Nop(); _align.place_kernel = _Nop()
+import moecert.kernels.triton_moe.backend as _b
+
+_b.interpreting = lambda: True
+def stage_for(scheme, attrs, K=256, N=256, E=4, M=64):
+    P = MoEProblem(M=M, K=K, N=N, E=E, topk=2)
+    layer = BACKEND.create_layer(synthesize(scheme, P, seed=1, **attrs), P)
+    BACKEND.process_weights_after_loading(layer)
+    x, w, ids = make_inputs(P, seed=2)
+    return tune.LayerStage(layer, x, w, ids)
+
+PREFILL = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4,
+           "FAST_I4": True}
+cases = [a.split(":") for a in sys.argv[1:]]
+for scheme, variant in cases:
+    attrs = {"group_size": 128} if scheme in ("gptq-int4", "awq-int4") else {}
+    if scheme == "fp8-w8a8" and variant.startswith("ch"):
+        attrs = {"weight_strategy": "channel", "activation": "dynamic-token"}
+    st = stage_for(scheme, attrs)
+    cfg = dict(PREFILL)
+    if "g8" in variant: cfg["GROUP_M"] = 8
+    if "k128" in variant: cfg["BLOCK_K"] = 128
+    if "n64" in variant: cfg["BLOCK_N"] = 64
+    if "n256" in variant: cfg["BLOCK_N"] = 256
+    if "m64" in variant: cfg["BLOCK_M"] = 64
+    if "w4" in variant: cfg["num_warps"] = 4
+    if "s3" in variant: cfg["num_stages"] = 3
+    if "dec" in variant: cfg = {**st.defaults[0], "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+    for acc in ((True, False) if "both" in variant else (None,)):
+        captured.clear()
+        if acc is not None:
+            fused_moe.acc_dot_applies = (lambda *a, _v=acc: _v)
+        st.run(1, cfg)
+        args, kw = captured[-1]
+        if "ptx" in variant: kw = {**kw, "FAST_I4": kinds.I4_PAIRS}
+        if "pair" in variant and kw["WSCALE"] == kinds.S_E8M0_W:  # MXFP4 unfolded
+            kw = {**kw, "WSCALE": kinds.S_E8M0}
+        try:
+            compile_one(args, kw, f"{scheme} {variant} acc_dot={kw['ACC_DOT']} cfg={cfg}")
+        except Exception as e:
+            print(f"{scheme} {variant}: COMPILE FAILED {type(e).__name__}: {str(e)[:800]}")
