@@ -145,6 +145,11 @@ def weight_key(weights: dict) -> str:
 
 
 PREFILL_STEPS = 1  # see pick_configs
+# Weight kinds whose tuned entries count at every size, as before the prefill tile: on an
+# H200 (2026-11-28, `tools/i34_gpu.sh bench`, graph replay) gptq-int4 Mixtral at M = 1024 ran
+# 2365 us on its tuned 128-row bucket (a 32-row swapped tile) and 4561 us on the prefill tile,
+# DeepSeek-V3 at M = 4096 17041 against 21589 us: the int4 decode, not the MMA, bounds it.
+TUNED_AT_EVERY_SIZE = frozenset({W_INT4})
 
 
 def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
@@ -156,13 +161,14 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
     (`fit_shared_memory`). Both share one BLOCK_M either way.
     At prefill sizes (`prefill_block_m`) a tuned bucket counts only within PREFILL_STEPS
     powers of two of the rows: the nearest bucket of a file tuned at decode sizes holds a
-    decode tile, a fifth of the GEMM rate there.
+    decode tile, a fifth of the GEMM rate there; but for TUNED_AT_EVERY_SIZE's kinds.
     MOECERT_TRITON_SPLIT_K, when set, overrides both GEMMs' SPLIT_K (configs.forced_split_k)."""
     chosen = None
     if not INTERPRET:
         key = configs.LayerKey(weight_name or WEIGHT_NAMES[weight], ACT_NAMES[act], num_experts,
                                tuple(gemm1), tuple(gemm2))
-        prefill = prefill_block_m(num_rows, num_experts) is not None
+        prefill = (prefill_block_m(num_rows, num_experts) is not None
+                   and weight not in TUNED_AT_EVERY_SIZE)
         chosen = configs.tuned_configs(key, num_rows,
                                        max_steps=PREFILL_STEPS if prefill else None)
     if chosen is None:

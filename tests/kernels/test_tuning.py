@@ -253,22 +253,48 @@ def test_prefill_sizes_take_the_prefill_tile(compiled_lookup):
     assert [(c["BLOCK_M"], c["BLOCK_N"]) for c in _pick(h, 2048)] == [(128, 64)] * 2
 
 
+def _pick_kind(heuristics, weight, n):
+    from moecert.kernels.triton_moe import kinds
+
+    key = configs.LayerKey(kinds.WEIGHT_NAMES[weight], "A16", KEY.experts, KEY.gemm1,
+                           KEY.gemm2)
+    return key, heuristics.pick_configs(n, key.experts, weight, kinds.A16, key.gemm1,
+                                        key.gemm2)
+
+
 def test_a_decode_bucket_is_not_a_prefill_tile(compiled_lookup, tmp_path):
     """A file tuned at decode sizes only: at prefill sizes its nearest bucket is taken only
     within a factor of two of the rows, else the prefill heuristics; at decode sizes the
     nearest bucket however far (as before)."""
     h = compiled_lookup
-    decode = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
-    _write(tmp_path, {KEY: {512: decode}}, device="test-gpu")
-    assert _pick(h, 1024) == decode  # 128 rows per expert, one step from 512
     from moecert.kernels.triton_moe import kinds
 
-    # two steps: the prefill heuristics of the layer (8 experts, int4)
-    assert _pick(h, 2048) == h.default_configs(2048, KEY.experts, kinds.W_INT4)
-    assert _pick(h, 2048)[0]["BLOCK_M"] == 128
-    assert _pick(h, 16) == decode  # decode: five steps, still the nearest
-    assert configs.lookup(configs.read_table(configs.path_for("test-gpu", tmp_path)), KEY,
+    decode = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
+    key, _ = _pick_kind(h, kinds.W16, 16)
+    _write(tmp_path, {key: {512: decode}}, device="test-gpu")
+    assert _pick_kind(h, kinds.W16, 1024)[1] == decode  # 128 rows per expert, one step
+    # two steps: the prefill heuristics of the layer (8 experts, 16-bit weights)
+    assert _pick_kind(h, kinds.W16, 2048)[1] == h.default_configs(2048, KEY.experts,
+                                                                   kinds.W16)
+    assert _pick_kind(h, kinds.W16, 2048)[1][0]["BLOCK_M"] == 128
+    assert _pick_kind(h, kinds.W16, 16)[1] == decode  # decode: five steps, still the nearest
+    assert configs.lookup(configs.read_table(configs.path_for("test-gpu", tmp_path)), key,
                           2048, max_steps=2) == decode
+
+
+def test_int4_tuned_buckets_count_at_every_size(compiled_lookup, tmp_path):
+    """int4 weights keep their tuned bucket at prefill sizes (TUNED_AT_EVERY_SIZE: measured
+    faster than the prefill tile on an H200); without one they take the prefill tile."""
+    h = compiled_lookup
+    from moecert.kernels.triton_moe import kinds
+
+    assert kinds.W_INT4 in h.TUNED_AT_EVERY_SIZE
+    assert h.pick_configs(2048, KEY.experts, kinds.W_INT4, kinds.A16, KEY.gemm1,
+                          KEY.gemm2)[0]["BLOCK_M"] == 128  # no file: the prefill tile
+    decode = (_cfg(32, BLOCK_N=128, SWAP_AB=True), _cfg(32, SPLIT_K=2))
+    _write(tmp_path, {KEY: {128: decode}}, device="test-gpu")
+    assert _pick(h, 2048) == decode  # four steps away, taken
+    assert _pick(h, 16) == decode
 
 
 def test_pick_configs_ignores_the_file_under_the_interpreter(compiled_lookup, tmp_path,
