@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from moecert.conformance.harness import context
+from moecert.conformance.harness import context, keepsakes
 from moecert.conformance.harness.cases import Case
-from moecert.conformance.harness.context import SharedSteps, fingerprint, keepsake, unchanged
+from moecert.conformance.harness.context import SharedSteps
 from moecert.conformance.harness.execute import run_case
+from moecert.conformance.harness.keepsakes import fingerprint, keepsake, unchanged
 from moecert.kernels import DelegatingBackend, register_backend
 from moecert.kernels.registry import unregister_backend
 from moecert.reference import MoEProblem
@@ -24,7 +25,7 @@ def test_a_copy_ignores_strides_and_sees_one_changed_element():
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.int32, torch.bfloat16])
 def test_big_tensors_are_fingerprinted(monkeypatch, dtype):
-    monkeypatch.setattr(context, "COPY_MAX_BYTES", 64)
+    monkeypatch.setattr(keepsakes, "COPY_MAX_BYTES", 64)
     t = torch.randint(0, 100, (64, 33)).to(dtype)
     kept = keepsake(t)
     assert isinstance(kept, tuple) and unchanged(kept, t)
