@@ -228,3 +228,17 @@ def test_the_name_literal_check_catches_a_planted_comparison():
     assert [line for line, _ in found] == [1, 3, 5], found
     assert "layout" in found[0][1] and "'gptq'" in found[0][1], found
     assert found[1][1].startswith("scheme / family 'mxfp4'"), found
+
+
+HARNESS_MAX_LINES = 400  # issue 35: the harness's files stay readable one at a time
+
+
+def _long_files(folder: Path, limit: int) -> list[tuple[str, int]]:
+    return [(p.name, n) for p in sorted(folder.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > limit]
+
+
+def test_no_file_of_the_harness_is_over_its_length(tmp_path):
+    assert not _long_files(ROOT / "conformance" / "harness", HARNESS_MAX_LINES)
+    (tmp_path / "big.py").write_text("x = 1\n" * (HARNESS_MAX_LINES + 1))  # it can fail
+    assert _long_files(tmp_path, HARNESS_MAX_LINES) == [("big.py", HARNESS_MAX_LINES + 1)]

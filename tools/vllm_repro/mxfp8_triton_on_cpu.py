@@ -6,6 +6,7 @@ torch only; no AMX gate involved."""
 import torch
 from _layer import E, K, N, layer, process, routing, run
 
+
 def args(dynamic=False):
     return {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "group",
             "group_size": 32, "dynamic": dynamic, "scale_dtype": "torch.uint8"}

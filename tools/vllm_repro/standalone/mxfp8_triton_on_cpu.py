@@ -152,6 +152,7 @@ FP8_BLOCK = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_bloc
 # --- the reproduction (mxfp8_triton_on_cpu.py) ------------------------------------------------------
 import torch
 
+
 def args(dynamic=False):
     return {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "group",
             "group_size": 32, "dynamic": dynamic, "scale_dtype": "torch.uint8"}
