@@ -28,6 +28,32 @@ def triton_runs_here(monkeypatch):
         monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
+class Launches:
+    """A spy on the Triton GEMM kernel's launches: the named launch arguments of each."""
+
+    def __init__(self, kernel, keys):
+        self.kernel, self.keys, self.seen = kernel, keys, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.seen.append(tuple(kw[k] for k in self.keys))
+            return self.kernel[grid](*args, **kw)
+        return launch
+
+
+@pytest.fixture
+def spy_launches(monkeypatch):
+    """`spy_launches("K_UNROLL", "EVEN_K")`: a `Launches` in place of moe_gemm_kernel for the
+    test (the module's kernels must already be bound: interpreted ones on a CPU)."""
+    def spy(*keys):
+        from moecert.kernels.triton_moe import gemm_kernel
+
+        launches = Launches(gemm_kernel.moe_gemm_kernel, keys)
+        monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", launches)
+        return launches
+    return spy
+
+
 class HostSync(AssertionError):
     """A call that reads a device tensor's values on the host, or copies host data to the
     device: under CUDA graph capture it fails (or syncs the stream)."""

@@ -17,7 +17,7 @@ from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
 
-from moecert.kernels.triton_moe import gemm_kernel, tune  # noqa: E402
+from moecert.kernels.triton_moe import tune  # noqa: E402
 from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
 from moecert.reference import MoEProblem, make_inputs, synthesize  # noqa: E402
 
@@ -30,24 +30,10 @@ def _interpreter(monkeypatch):
     assert "moecert.kernels.triton_moe.fused_moe" in sys.modules
 
 
-class Launches:
-    """A spy on the kernel's launches: the K_UNROLL and EVEN_K of each."""
-
-    def __init__(self, kernel):
-        self.kernel, self.seen = kernel, []
-
-    def __getitem__(self, grid):
-        def launch(*args, **kw):
-            self.seen.append((kw["K_UNROLL"], kw["EVEN_K"]))
-            return self.kernel[grid](*args, **kw)
-        return launch
-
-
 @pytest.fixture
-def launches(monkeypatch):
-    spy = Launches(gemm_kernel.moe_gemm_kernel)
-    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", spy)
-    return spy
+def launches(spy_launches):
+    """The kernel's launches: the K_UNROLL and EVEN_K of each."""
+    return spy_launches("K_UNROLL", "EVEN_K")
 
 
 # (id, scheme, checkpoint attributes)

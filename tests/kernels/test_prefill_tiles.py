@@ -32,24 +32,10 @@ def _interpreter(monkeypatch):
     assert "moecert.kernels.triton_moe.fused_moe" in sys.modules
 
 
-class Launches:
-    """A spy on the kernel's launches: the ACC_DOT and GROUP_M of each."""
-
-    def __init__(self, kernel):
-        self.kernel, self.seen = kernel, []
-
-    def __getitem__(self, grid):
-        def launch(*args, **kw):
-            self.seen.append((kw["ACC_DOT"], kw["GROUP_M"]))
-            return self.kernel[grid](*args, **kw)
-        return launch
-
-
 @pytest.fixture
-def launches(monkeypatch):
-    spy = Launches(gemm_kernel.moe_gemm_kernel)
-    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", spy)
-    return spy
+def launches(spy_launches):
+    """The kernel's launches: the ACC_DOT and GROUP_M of each."""
+    return spy_launches("ACC_DOT", "GROUP_M")
 
 
 def _stage(scheme, attrs=None, M=13, K=64, N=96, E=3):
