@@ -40,7 +40,7 @@ class BaseBackend:
     def supports(self, scheme, problem, platform: Platform | None = None) -> str | None:
         try:
             quant = QuantConfig.of(scheme)
-        except BackendError as e:
+        except VariantError as e:
             return str(e)
         if problem.activation not in ACTIVATIONS:
             return f"activation {problem.activation} unknown"

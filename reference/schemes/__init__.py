@@ -393,3 +393,7 @@ def checkpoint_shape_issue(quant, problem) -> ShapeIssue | None:
             return ShapeIssue(f"{p}_weight", f"an input dimension divisible by "
                               f"{info.scale_block}", str(n_in), p)
     return None
+
+
+# the variant record reads the scheme table above (imported last: it imports this module)
+from .variant import VARIANT_FIELDS, Variant, VariantError, scheme_variants  # noqa: E402

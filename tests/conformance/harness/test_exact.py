@@ -18,7 +18,7 @@ import torch
 from moecert.conformance.harness.cases import Case
 from moecert.conformance.harness.exact import NotExact, exactness_violations, structured_inputs
 from moecert.kernels import get_backend
-from moecert.kernels.oracle import scheme_variants
+from moecert.reference.schemes import scheme_variants
 from moecert.kernels.quant_config import QuantConfig
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 from moecert.reference import (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from moecert.conformance.cli.app import main
 from moecert.conformance.harness.suites import SPECS, SUITES, build_suite, shard
-from moecert.kernels.oracle import scheme_variants
+from moecert.reference.schemes import scheme_variants
 from moecert.kernels.registry import unregister_backend
 from moecert.reference import SCHEME_NAMES
 from moecert.reference.schemes import checkpoint_shape_issue

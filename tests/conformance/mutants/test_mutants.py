@@ -30,7 +30,7 @@ from moecert.conformance.mutants import (
     register_mutants,
 )
 from moecert.kernels import backend_names, get_backend
-from moecert.kernels.oracle import scheme_variants
+from moecert.reference.schemes import scheme_variants
 from moecert.kernels.registry import unregister_backend
 from moecert.reference import MoEProblem
 
