@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
-from moecert.reference.schemes import ACTIVATIONS
+from moecert.reference.schemes import ACTIVATIONS, VariantError
 
 from .errors import BackendError, UnsupportedError, check_layer
 from .layer import PROCESSED, MoELayer

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 from moecert.kernels import QuantConfig, vllm_backend
-from moecert.reference.schemes import scheme_variants
 from moecert.kernels.vllm_backend import VllmBackend, VllmCpuForcedBackend
 from moecert.kernels.vllm_checkpoint import expert_tensors, file_config, quantization_config
 from moecert.reference import SCHEME_NAMES, MoEProblem, moe, synthesize
+from moecert.reference.schemes import scheme_variants
 
 SMALL = MoEProblem(M=5, K=128, N=64, E=3, topk=2)
 
