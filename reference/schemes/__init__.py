@@ -336,13 +336,13 @@ def scheme_format(attrs) -> SchemeFormat:
 
 
 def format_record(attrs) -> FormatRecord:
-    """The format record of anything with `.scheme` and `.checkpoint_format`."""
+    """The format record of a `Variant` or a Checkpoint (`scheme_format`)."""
     return scheme_format(attrs).format_record
 
 
 def layout_of(attrs) -> str:
     """The tensor layout ("gptq", "awq", "ct", "ct-int" or "dense": which tensors, which
-    reader) of anything with `.scheme` and `.checkpoint_format`."""
+    reader) of a `Variant` or a Checkpoint (`scheme_format`)."""
     return scheme_format(attrs).layout
 
 
