@@ -99,13 +99,14 @@ VARIANT_EXAMPLE = "weight_strategy=channel,activation=dynamic-token"
 
 def variant_spec(text: str) -> dict:
     """"KEY=VALUE[,KEY=VALUE...]": checkpoint attributes of a scheme variant (`moecert bench
-    --variant`), keys and value types QuantConfig's fields; whether a scheme has the
-    variant: `check_variant`."""
+    --variant`), keys and value types the `Variant`'s fields (None, the scheme's default, is
+    what leaving a key out gives); whether a scheme has the variant: `check_variant`."""
     from dataclasses import fields
 
-    from moecert.kernels import QuantConfig
+    from moecert.reference.schemes import Variant
 
-    types = {f.name: f.type for f in fields(QuantConfig) if f.name != "scheme"}
+    types = {f.name: f.type.removesuffix(" | None") for f in fields(Variant)
+             if f.name != "scheme"}
     attrs: dict = {}
     for item in text.split(","):
         key, eq, value = (part.strip() for part in item.partition("="))
