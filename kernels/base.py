@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
-from moecert.reference.schemes import ACTIVATIONS
+from moecert.reference.schemes import ACTIVATIONS, VariantError
 
 from .errors import BackendError, UnsupportedError, check_layer
 from .layer import PROCESSED, MoELayer
@@ -40,7 +40,7 @@ class BaseBackend:
     def supports(self, scheme, problem, platform: Platform | None = None) -> str | None:
         try:
             quant = QuantConfig.of(scheme)
-        except BackendError as e:
+        except VariantError as e:
             return str(e)
         if problem.activation not in ACTIVATIONS:
             return f"activation {problem.activation} unknown"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
-from moecert.reference.schemes import checkpoint_shape_issue
+from moecert.reference.schemes import checkpoint_shape_issue, scheme_variants
 
 from .errors import BackendError, NoBackendError
 from .platform import Platform
@@ -91,14 +91,6 @@ def select_backend(scheme, problem, platform: Platform | None = None) -> Selecti
             return Selection(backend, platform, quant, reasons)
         reasons[name] = why
     raise NoBackendError(quant.describe(), platform, reasons)
-
-
-def scheme_variants(scheme: str) -> list[QuantConfig]:
-    """The default config of `scheme` and the variants selection depends on (the scheme
-    table's `variant_overrides`: zero points, act-order, the smallest group, other checkpoint
-    formats, weight strategies and activation modes)."""
-    base = QuantConfig.defaults(scheme)
-    return [base] + [QuantConfig.variant(scheme, **o) for o in base.info.variant_overrides()]
 
 
 def selection_rows(platforms, schemes, problems) -> list[dict]:

@@ -10,8 +10,9 @@ from moecert.reference.schemes.canonical import CanonicalLinear
 from .quant_config import QuantConfig
 
 # `moecert.reference.MoEProblem` and `moecert.reference.Checkpoint` (kernels may not import the
-# reference): the layer's shapes and options, and the checkpoint's tensors plus its scheme
-# attributes (.scheme, .group_size, .sym, ...; `QuantConfig.of(checkpoint)` reads them).
+# reference): the layer's shapes and options, and the checkpoint's tensors plus its variant
+# (`.variant`, a QuantConfig; .scheme, .group_size, .sym, ... read it;
+# `QuantConfig.of(checkpoint)` returns it).
 Problem = Any
 Checkpoint = Any
 

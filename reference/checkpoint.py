@@ -7,79 +7,71 @@ from dataclasses import dataclass, replace
 import torch
 
 from .errors import CheckpointError
-from .schemes import SCHEMES, STRATEGY_GROUP, get_scheme
-from .schemes.elements import MX_SCALE_RULES
-from .schemes.records import FormatRecord, get_record
+from .schemes import FormatRecord, Scheme, Variant, VariantError
 
 
-@dataclass
+@dataclass(init=False)
 class Checkpoint:
-    """One MoE layer's checkpoint tensors, named as vLLM names them (SPEC section 2).
+    """One MoE layer's checkpoint tensors, named as vLLM names them (SPEC section 2), and the
+    scheme variant they are stored as.
 
-    Attributes other than `scheme` and `tensors` default from the scheme:
-      group_size         -1 (one group over the input dimension) or the group length
-      sym                no zero points stored when True (default: False for AWQ, else True)
-      checkpoint_format  "gptq" (v1, stored zero z-1) / "gptq_v2" / "awq" / "ct-0.17" / "ct-0.18"
-      act_order          g_idx tensors present (GPTQ desc_act, compressed-tensors actorder)
-      weight_strategy    "tensor", "channel", "group" or "block" scales
-      activation         activation quantization mode, see `schemes.ACT_*`
-      mx_scale_rule      E8M0 rule for MXFP8 activations: a `schemes.elements.MxScaleRule`
-                         value, "floor" (OCP), "even", "ceil", "rceil"
-      first_expert       the layer's index of this checkpoint's expert 0 (set by slice_experts,
-                         so that errors give positions in the whole layer)
-      origin             (model folder, decoder layer) the tensors were read from unchanged
-                         (set by the loader; None for anything else). An engine adapter may
-                         hand the engine the folder itself (its own loader on its own files);
-                         whoever changes the tensors clears it.
+      variant       the scheme and its attributes (`schemes.Variant`: group size, zero
+                    points, checkpoint format, act order, weight strategy, activation mode,
+                    MX scale rule), read also as the checkpoint's own attributes
+                    (`ckpt.group_size` is `ckpt.variant.group_size`)
+      tensors       name -> tensor
+      first_expert  the layer's index of this checkpoint's expert 0 (set by slice_experts,
+                    so that errors give positions in the whole layer)
+      origin        (model folder, decoder layer) the tensors were read from unchanged (set
+                    by the loader; None for anything else). An engine adapter may hand the
+                    engine the folder itself (its own loader on its own files); whoever
+                    changes the tensors clears it.
+
+    Built from a Variant, or from a scheme name and the variant's attributes (None: the
+    scheme's default): `Checkpoint("gptq-int4", tensors, group_size=32)`. A variant attribute
+    the scheme does not take is a CheckpointError naming `checkpoint.<attribute>`.
+    `dataclasses.replace(ckpt, activation="none")` changes the variant's attribute.
     """
 
-    scheme: str
+    variant: Variant
     tensors: dict[str, torch.Tensor]
-    group_size: int | None = None
-    sym: bool | None = None
-    checkpoint_format: str | None = None
-    act_order: bool = False
-    weight_strategy: str | None = None
-    activation: str | None = None
-    mx_scale_rule: str = "floor"
     first_expert: int = 0
     origin: tuple[str, int] | None = None
 
-    def __post_init__(self):
-        if self.scheme not in SCHEMES:
-            raise CheckpointError("checkpoint.scheme", f"one of {', '.join(SCHEMES)}",
-                                  repr(self.scheme))
-        info = get_scheme(self.scheme)
-        defaults = info.defaults()
-        if self.checkpoint_format is None:
-            self.checkpoint_format = defaults["checkpoint_format"]
-        _check_attr("checkpoint_format", self.checkpoint_format, info.checkpoint_formats)
-        if self.sym is None:
-            self.sym = info.format(self.checkpoint_format).sym
-        for attr in ("weight_strategy", "activation", "group_size"):
-            if getattr(self, attr) is None:
-                setattr(self, attr, defaults[attr])
-        _check_attr("weight_strategy", self.weight_strategy, info.strategies)
-        _check_attr("activation", self.activation, info.activation_modes)
-        if info.group_sizes and self.weight_strategy == STRATEGY_GROUP:
-            _check_attr("group_size", self.group_size, info.group_sizes)
-        if not self.sym and not info.asym:
-            raise CheckpointError("checkpoint.sym", f"True for {self.scheme}", "False")
-        if self.act_order and not info.act_order:
-            raise CheckpointError("checkpoint.act_order", f"False for {self.scheme}", "True")
-        if self.mx_scale_rule not in MX_SCALE_RULES:
-            raise CheckpointError("checkpoint.mx_scale_rule",
-                                  f"{', '.join(MX_SCALE_RULES[:-1])} or {MX_SCALE_RULES[-1]}",
-                                  repr(self.mx_scale_rule))
+    def __init__(self, scheme: str | Variant | None = None, tensors=None, *,
+                 variant: Variant | None = None, first_expert: int = 0,
+                 origin: tuple[str, int] | None = None, **attrs):
+        if isinstance(scheme, Variant):
+            scheme, variant = None, scheme
+        try:
+            if variant is None:
+                variant = Variant(scheme, **attrs)
+            elif scheme is not None or attrs:  # `replace(ckpt, scheme=..., sym=...)`
+                changes = attrs if scheme is None else {**attrs, "scheme": scheme}
+                variant = replace(variant, **changes)
+        except VariantError as e:
+            raise CheckpointError(f"checkpoint.{e.field}", e.expected, e.found) from None
+        self.variant, self.tensors = variant, tensors
+        self.first_expert, self.origin = first_expert, origin
+
+    # the variant's attributes, read where a checkpoint is at hand
+    scheme = property(lambda self: self.variant.scheme)
+    group_size = property(lambda self: self.variant.group_size)
+    sym = property(lambda self: self.variant.sym)
+    checkpoint_format = property(lambda self: self.variant.checkpoint_format)
+    act_order = property(lambda self: self.variant.act_order)
+    weight_strategy = property(lambda self: self.variant.weight_strategy)
+    activation = property(lambda self: self.variant.activation)
+    mx_scale_rule = property(lambda self: self.variant.mx_scale_rule)
 
     @property
-    def info(self):
-        return get_scheme(self.scheme)
+    def info(self) -> Scheme:
+        return self.variant.info
 
     @property
     def record(self) -> FormatRecord:
         """The format record this checkpoint's weights are read with."""
-        return get_record(*self.info.format(self.checkpoint_format).record.split("@"))
+        return self.variant.record
 
     @property
     def num_experts(self) -> int:
@@ -119,7 +111,3 @@ class Checkpoint:
     def to(self, device: torch.device | str) -> Checkpoint:
         return replace(self, tensors={n: t.to(device) for n, t in self.tensors.items()})
 
-
-def _check_attr(name, value, allowed):
-    if allowed and value not in allowed:
-        raise CheckpointError(f"checkpoint.{name}", f"one of {allowed}", repr(value))

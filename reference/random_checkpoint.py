@@ -13,6 +13,7 @@ Which tensors, with which names, shapes and dtypes, is the scheme table's declar
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
@@ -40,7 +41,7 @@ def random_checkpoint(scheme: str, problem: MoEProblem, seed: int = 0, device="c
             shape = _pick_shape(tensor_shapes(d, sizes, ckpt), sizes if d.linear == "w13"
                                 else None)
             tensors[name] = getattr(draw, d.role)(d, shape)
-    return Checkpoint(**{**ckpt.__dict__, "tensors": tensors})
+    return replace(ckpt, tensors=tensors)
 
 
 def _pick_shape(shapes, w13_sizes):

@@ -33,8 +33,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-from moecert.kernels import QuantConfig
 from moecert.reference import Checkpoint, MoEProblem, synthesize
+from moecert.reference.schemes import Variant
 
 from .model_layers import LayerSource, model_layer
 
@@ -122,9 +122,9 @@ class Case:
                 f"/s{self.seed}")
 
     @property
-    def quant(self) -> QuantConfig:
-        """The quantization of the case's checkpoint: the scheme's defaults and `attrs`."""
-        return QuantConfig.variant(self.scheme, **self.attrs)
+    def quant(self) -> Variant:
+        """The variant of the case's checkpoint: the scheme's defaults and `attrs`."""
+        return Variant(self.scheme, **self.attrs)
 
     def to_json(self) -> str:
         return json.dumps({"backend": self.backend, "scheme": self.scheme,

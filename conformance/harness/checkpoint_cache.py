@@ -100,8 +100,9 @@ def synthesized(case: Case, make) -> Checkpoint:
     except Exception:  # damaged or from another layout: made afresh and rewritten below
         pass
     ckpt = make()
-    fields = {f.name: getattr(ckpt, f.name) for f in dataclasses.fields(ckpt)
-              if f.name != "tensors"}
+    # plain values only (weights_only reads no classes): the variant's attributes by name
+    fields = {**dataclasses.asdict(ckpt.variant), "first_expert": ckpt.first_expert,
+              "origin": ckpt.origin}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")

@@ -99,13 +99,14 @@ VARIANT_EXAMPLE = "weight_strategy=channel,activation=dynamic-token"
 
 def variant_spec(text: str) -> dict:
     """"KEY=VALUE[,KEY=VALUE...]": checkpoint attributes of a scheme variant (`moecert bench
-    --variant`), keys and value types QuantConfig's fields; whether a scheme has the
-    variant: `check_variant`."""
+    --variant`), keys and value types the `Variant`'s fields (None, the scheme's default, is
+    what leaving a key out gives); whether a scheme has the variant: `check_variant`."""
     from dataclasses import fields
 
-    from moecert.kernels import QuantConfig
+    from moecert.reference.schemes import Variant
 
-    types = {f.name: f.type for f in fields(QuantConfig) if f.name != "scheme"}
+    types = {f.name: f.type.removesuffix(" | None") for f in fields(Variant)
+             if f.name != "scheme"}
     attrs: dict = {}
     for item in text.split(","):
         key, eq, value = (part.strip() for part in item.partition("="))
@@ -135,19 +136,17 @@ def _typed_value(text: str, key: str, value: str, annotation: str):
 
 
 def check_variant(scheme: str, attrs: dict, flag: str = "--variant") -> None:
-    """UsageError unless `scheme` has the variant `attrs`: a checkpoint's and a quant
-    config's own attribute checks (which values each scheme takes)."""
-    from moecert.kernels import BackendError, QuantConfig
+    """UsageError unless `scheme` has the variant `attrs`: the variant's own attribute checks
+    (which values each scheme takes), as a checkpoint names them."""
     from moecert.reference import Checkpoint, CheckpointError
 
     try:
         ckpt = Checkpoint(scheme, {}, **attrs)
-        quant = QuantConfig(**{**QuantConfig.defaults(scheme).__dict__, **attrs})
-        if "group_size" in attrs and not ckpt.info.group_sizes and quant.group_size != -1:
-            # the checkpoint ignores a group size where the scheme has none
+        if "group_size" in attrs and not ckpt.info.group_sizes and ckpt.group_size != -1:
+            # a variant keeps a group size where the scheme has none, and nothing reads it
             raise CheckpointError("checkpoint.group_size", f"-1 for {scheme} (no groups)",
-                                  str(quant.group_size))
-    except (CheckpointError, BackendError) as e:
+                                  str(ckpt.group_size))
+    except CheckpointError as e:
         text = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
                         for k, v in attrs.items())
         raise UsageError(f"{flag} {text}: not a variant of {scheme}: {e}") from None

@@ -14,12 +14,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from moecert.kernels import QuantConfig
-from moecert.kernels.oracle import scheme_variants
 from moecert.reference import SCHEME_NAMES, MoEProblem
-from moecert.reference.schemes import ACTIVATIONS
+from moecert.reference.schemes import ACTIVATIONS, scheme_variants
 
 from .cases import DRAWN_ROUTINGS, Case
-from .suites import variant_attrs
 
 settings.register_profile("ci", derandomize=True, max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow], print_blob=True)
@@ -59,7 +57,7 @@ def cases(draw, backends=("torch",), schemes=SCHEME_NAMES, max_dim: int = 256) -
     problem = draw(problems(quant, max_dim))
     routing = "random" if problem.activation_format == "batched" else draw(
         st.sampled_from(DRAWN_ROUTINGS))
-    return Case(draw(st.sampled_from(tuple(backends))), scheme, problem, variant_attrs(quant),
+    return Case(draw(st.sampled_from(tuple(backends))), scheme, problem, quant.overrides(),
                 seed=draw(st.integers(0, 2**16)), routing=routing, depth="light",
                 strided=draw(st.booleans()))
 

@@ -20,13 +20,18 @@ call.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
-from moecert.kernels import QuantConfig, backend_names
-from moecert.kernels.oracle import scheme_variants
+from moecert.kernels import backend_names
 from moecert.reference import SCHEME_NAMES, SCHEMES, MoEProblem
 from moecert.reference.models import MODELS, RELEASES, ships_in
-from moecert.reference.schemes import FP8_BLOCK, STRATEGY_BLOCK, checkpoint_shape_issue
+from moecert.reference.schemes import (
+    FP8_BLOCK,
+    STRATEGY_BLOCK,
+    Variant,
+    checkpoint_shape_issue,
+    scheme_variants,
+)
 
 from .cases import Case
 
@@ -91,7 +96,7 @@ def build_suite(name: str, backends=None, schemes=None) -> list[Case]:
     for seed in spec.seeds:
         for scheme in schemes:
             for i, quant in enumerate(scheme_variants(scheme)):
-                attrs = variant_attrs(quant)
+                attrs = quant.overrides()
                 base = _released(_variant_base(spec.base, quant), scheme)
                 for backend in backends:
                     add(Case(backend, scheme, base, attrs, seed, depth="full"))
@@ -122,7 +127,7 @@ def build_model_suite(name: str, folder: str, layers: list[int], backends,
     cases: dict[str, Case] = {}
     for layer in layers:
         summary = summaries[layer]
-        attrs = variant_attrs(QuantConfig.of(summary.quant()))
+        attrs = summary.quant().variant.overrides()
         source = LayerSource.of(folder, layer, inputs)
         routing = "router" if router_known(folder, layer) else "random"
         ms = list(spec.model_ms)
@@ -143,7 +148,7 @@ def build_model_suite(name: str, folder: str, layers: list[int], backends,
     return list(cases.values())
 
 
-def _variant_base(P: MoEProblem, quant: QuantConfig) -> MoEProblem:
+def _variant_base(P: MoEProblem, quant: Variant) -> MoEProblem:
     """The base shape, grown where a variant would otherwise hold a single group or block:
     act-order with one group makes g_idx all zero, and one 128-column fp8 block makes a
     transposed block-scale tensor read the same (both bugs would pass unseen)."""
@@ -168,14 +173,13 @@ def _released(P: MoEProblem, scheme: str) -> MoEProblem:
     return P
 
 
-def variant_attrs(quant: QuantConfig) -> dict:
-    """The checkpoint attributes of a scheme variant that differ from the scheme's defaults."""
-    base = QuantConfig.defaults(quant.scheme)
-    return {f.name: getattr(quant, f.name) for f in fields(quant)
-            if f.name != "scheme" and getattr(quant, f.name) != getattr(base, f.name)}
+def variant_attrs(quant: Variant) -> dict:
+    """The checkpoint attributes of a scheme variant that differ from the scheme's defaults
+    (`Variant.overrides`; kept by this name for context.py)."""
+    return quant.overrides()
 
 
-def _edge_cases(spec: SuiteSpec, backend: str, scheme: str, quant: QuantConfig, attrs: dict,
+def _edge_cases(spec: SuiteSpec, backend: str, scheme: str, quant: Variant, attrs: dict,
                 seed: int):
     P = spec.edge_base
     group = quant.group_size if quant.packed and quant.group_size > 0 else 32

@@ -51,7 +51,7 @@ from moecert.reports.store import Journal
 from ..harness.cases import Case
 from ..harness.execute import new_run_id, triton_for
 from ..harness.provenance import environment, problem_columns
-from ..harness.suites import model_problem, variant_attrs
+from ..harness.suites import model_problem
 from .timing import (
     Clock,
     cache_bytes,
@@ -324,7 +324,7 @@ def scheme_variants(scheme: str, variants: tuple[dict, ...]) -> list[dict]:
     default, or another's twin, would time the same rows under the same ids)."""
     out: list[dict] = []
     for variant in variants:
-        attrs = variant_attrs(replace(QuantConfig.defaults(scheme), **variant))
+        attrs = replace(QuantConfig.defaults(scheme), **variant).overrides()
         if attrs not in out:
             out.append(attrs)
     return out

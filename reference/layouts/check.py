@@ -61,22 +61,13 @@ def check_tensors(ckpt, problem=None) -> None:
 def _check_names(ckpt, decls: dict[str, TensorDecl], bias: bool) -> None:
     unknown = sorted(set(ckpt.tensors) - set(decls))
     if unknown:
-        raise CheckpointError(", ".join(unknown), f"only the tensors of {_describe(ckpt)}: "
+        raise CheckpointError(", ".join(unknown), f"only the tensors of {ckpt.variant.describe()}: "
                               f"{', '.join(decls)}", "a tensor of another name")
     for name, d in decls.items():
         if name not in ckpt.tensors and d.required(ckpt.sym, ckpt.act_order, bias):
             raise CheckpointError(name, f"a tensor ({_WHY_REQUIRED[d.presence]}; "
-                                  f"{_describe(ckpt)})", "missing; present: "
+                                  f"{ckpt.variant.describe()})", "missing; present: "
                                   f"{', '.join(sorted(ckpt.tensors)) or 'none'}")
-
-
-def _describe(ckpt) -> str:
-    parts = [ckpt.scheme, ckpt.checkpoint_format, ckpt.weight_strategy,
-             f"group_size {ckpt.group_size}" if ckpt.info.group_sizes else None,
-             None if not ckpt.info.asym else "sym" if ckpt.sym else "asym",
-             "act_order" if ckpt.act_order else None,
-             f"activation {ckpt.activation}" if ckpt.activation != "none" else None]
-    return " ".join(p for p in parts if p)
 
 
 def _check_device(tensors: dict[str, torch.Tensor]) -> None:

@@ -14,6 +14,10 @@ meaning.
     tensors.py   the tensors each layout holds, named by role, with dtypes and shapes
     here         `Scheme`: its formats (`SchemeFormat` -> a record), element, scale encoding,
                  variants and activation modes
+    variant.py   `Variant`: one scheme variant (group size, zero points, checkpoint format,
+                 ...) resolved from the scheme's defaults and checked; what a `Checkpoint`
+                 holds, a backend's `supports` receives (`QuantConfig`) and the suites
+                 enumerate (`scheme_variants`)
 
 Readers, writers, `random_checkpoint`, the kernels' conversions and checkpoint spec and the
 suites' variants read these records instead of branching on scheme names. `Scheme.family` is a
@@ -184,7 +188,8 @@ class Scheme:
                        f"{', '.join(self.checkpoint_formats) or 'none'}")
 
     def defaults(self) -> dict:
-        """The variant attributes a checkpoint or config of this scheme has unless told."""
+        """The variant attributes a `Variant` of this scheme has unless told (`sym` here is
+        the default format's: `variant.py` takes it from the format given)."""
         fmt = self.formats[0]
         return {"checkpoint_format": fmt.name, "sym": fmt.sym,
                 "group_size": self.group_sizes[-1] if self.group_sizes else -1,
@@ -325,19 +330,19 @@ def get_scheme(name: str) -> Scheme:
 
 
 def scheme_format(attrs) -> SchemeFormat:
-    """The stored form of anything with `.scheme` and `.checkpoint_format` (a Checkpoint, a
-    kernels QuantConfig)."""
+    """The stored form of a `Variant` (a kernels QuantConfig is one) or a Checkpoint (which
+    holds one): anything with `.scheme` and `.checkpoint_format`."""
     return get_scheme(attrs.scheme).format(attrs.checkpoint_format)
 
 
 def format_record(attrs) -> FormatRecord:
-    """The format record of anything with `.scheme` and `.checkpoint_format`."""
+    """The format record of a `Variant` or a Checkpoint (`scheme_format`)."""
     return scheme_format(attrs).format_record
 
 
 def layout_of(attrs) -> str:
     """The tensor layout ("gptq", "awq", "ct", "ct-int" or "dense": which tensors, which
-    reader) of anything with `.scheme` and `.checkpoint_format`."""
+    reader) of a `Variant` or a Checkpoint (`scheme_format`)."""
     return scheme_format(attrs).layout
 
 
@@ -363,9 +368,10 @@ def checkpoint_shape_issue(quant, problem) -> ShapeIssue | None:
     dimension, a GPTQ / AWQ packed dimension that is no multiple of the codes per int32 word,
     an input dimension that does not fill whole bytes of elements packed several to a byte.
 
-    `quant` is anything with `.scheme`, `.group_size` and `.checkpoint_format` (a kernels
-    `QuantConfig`, a reference `Checkpoint`); `problem` anything with `.K`, `.N` and
-    `.w13_rows` (an `MoEProblem`). Integer arithmetic only, so kernels may read it too.
+    `quant` is a `Variant` (a kernels `QuantConfig` is one) or a reference `Checkpoint`
+    (anything with `.scheme`, `.group_size` and `.checkpoint_format`); `problem` anything
+    with `.K`, `.N` and `.w13_rows` (an `MoEProblem`). Integer arithmetic only, so kernels
+    may read it too.
     """
     info = get_scheme(quant.scheme)
     layout = scheme_format(quant).layout
@@ -393,3 +399,10 @@ def checkpoint_shape_issue(quant, problem) -> ShapeIssue | None:
             return ShapeIssue(f"{p}_weight", f"an input dimension divisible by "
                               f"{info.scale_block}", str(n_in), p)
     return None
+
+
+# the variant record reads the scheme table above (imported last: it imports this module)
+from .variant import VARIANT_FIELDS as VARIANT_FIELDS  # noqa: E402
+from .variant import Variant as Variant  # noqa: E402
+from .variant import VariantError as VariantError  # noqa: E402
+from .variant import scheme_variants as scheme_variants  # noqa: E402

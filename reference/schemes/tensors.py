@@ -202,7 +202,7 @@ def in_major(attrs, p: str, role: str) -> bool:
 
 def declared_tensors(attrs) -> dict[str, TensorDecl]:
     """Every tensor a checkpoint with `attrs`' scheme and attributes may hold, by name
-    (`attrs`: anything with scheme, checkpoint_format, weight_strategy and activation)."""
+    (`attrs`: a `Variant`, or a Checkpoint holding one)."""
     out = {}
     for p in PREFIXES:
         for suffix, role, dtypes, shapes, presence, sym_too in _linear_tensors(attrs, p):

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 from moecert.kernels import QuantConfig, vllm_backend
-from moecert.kernels.oracle import scheme_variants
 from moecert.kernels.vllm_backend import VllmBackend, VllmCpuForcedBackend
 from moecert.kernels.vllm_checkpoint import expert_tensors, file_config, quantization_config
 from moecert.reference import SCHEME_NAMES, MoEProblem, moe, synthesize
+from moecert.reference.schemes import scheme_variants
 
 SMALL = MoEProblem(M=5, K=128, N=64, E=3, topk=2)
 
@@ -96,19 +96,19 @@ _METHODS = ("gptq", "awq", "compressed-tensors", "fp8", "quark", "modelopt", "mx
 
 
 @pytest.mark.parametrize("quant,method,key,want", [
-    (QuantConfig.variant("int8-w8a8", activation="static-tensor"), "quark",
+    (QuantConfig("int8-w8a8", activation="static-tensor"), "quark",
      ("global_quant_config", "input_tensors", "qscheme"), "per_tensor"),
-    (QuantConfig.variant("int8-w8a8"), "quark",
+    (QuantConfig("int8-w8a8"), "quark",
      ("global_quant_config", "input_tensors", "is_dynamic"), True),
-    (QuantConfig.variant("fp8-w8a8"), "fp8", ("weight_block_size",), [128, 128]),
-    (QuantConfig.variant("fp8-w8a8", weight_strategy="channel", activation="dynamic-token"),
+    (QuantConfig("fp8-w8a8"), "fp8", ("weight_block_size",), [128, 128]),
+    (QuantConfig("fp8-w8a8", weight_strategy="channel", activation="dynamic-token"),
      "compressed-tensors", ("config_groups", "group_0", "input_activations", "strategy"),
      "token"),
-    (QuantConfig.variant("nvfp4", checkpoint_format="ct"), "compressed-tensors", ("format",),
+    (QuantConfig("nvfp4", checkpoint_format="ct"), "compressed-tensors", ("format",),
      "nvfp4-pack-quantized"),
-    (QuantConfig.variant("nvfp4"), "modelopt", ("quant_algo",), "NVFP4"),
-    (QuantConfig.variant("mxfp8", activation="mxfp8"), "modelopt", ("quant_algo",), "MXFP8"),
-    (QuantConfig.variant("mxfp4"), "mxfp4", ("quant_method",), "mxfp4"),
+    (QuantConfig("nvfp4"), "modelopt", ("quant_algo",), "NVFP4"),
+    (QuantConfig("mxfp8", activation="mxfp8"), "modelopt", ("quant_algo",), "MXFP8"),
+    (QuantConfig("mxfp4"), "mxfp4", ("quant_method",), "mxfp4"),
 ])
 def test_the_producers_keys(quant, method, key, want):
     d = quantization_config(quant)
@@ -120,7 +120,7 @@ def test_the_producers_keys(quant, method, key, want):
 
 def test_quark_per_channel_scales_are_one_dimensional_per_expert():
     P = MoEProblem(M=1, K=128, N=128, E=2, topk=1)
-    quant = QuantConfig.variant("int8-w8a8")
+    quant = QuantConfig("int8-w8a8")
     ckpt = synthesize("int8-w8a8", P, seed=0)
     names = dict(expert_tensors(quant, ckpt.tensors, P.N))
     assert names["0.gate_proj.weight_scale"].shape == (P.N,)
@@ -196,7 +196,7 @@ def test_numerics_are_read_from_the_kernel_call_vllm_makes(vllm):
 def test_refusals_are_vllms_own(vllm):
     """A variant vLLM cannot build is refused with vLLM's exception, a bare assert with
     where it fired."""
-    why = VllmBackend().supports(QuantConfig.variant("int8-w8a16"),
+    why = VllmBackend().supports(QuantConfig("int8-w8a16"),
                                  MoEProblem(M=5, K=128, N=128, E=3, topk=2))
     assert why is not None and why.startswith(f"vLLM {vllm.__version__} refuses it: ")
     assert "compressed_tensors.py" in why or ":" in why.split("refuses it: ", 1)[1]

@@ -25,6 +25,7 @@ from moecert.kernels.errors import BackendError
 from moecert.kernels.registry import get_backend
 from moecert.reference import Checkpoint, MoEProblem, dequantize, make_inputs, moe, synthesize
 from moecert.reference.errors import CheckpointError
+from moecert.reference.schemes import VARIANT_FIELDS, VariantError
 from moecert.reference.schemes.tensors import INT32, declared_tensors
 
 P = MoEProblem(M=4, K=64, N=32, E=2, topk=2)
@@ -217,7 +218,8 @@ def _run(entry: str, variant: str, tensors: dict, attrs: dict) -> None:
             moe(ckpt, *_inputs(variant), problem)
         return
     # backends take any object with a checkpoint's attributes (the reference's Checkpoint
-    # would refuse some of these corruptions before a backend saw them)
+    # would refuse some of these corruptions before a backend saw them; a backend's
+    # QuantConfig.of refuses a bad attribute with a VariantError naming it)
     ckpt = types.SimpleNamespace(scheme=scheme, tensors=tensors, **attrs)
     backend = get_backend(entry)
     with triton_for("cpu"):
@@ -231,9 +233,7 @@ def _inputs(variant: str):
 
 
 def _attrs(ckpt: Checkpoint) -> dict:
-    return {f: getattr(ckpt, f) for f in ("group_size", "sym", "checkpoint_format",
-                                          "act_order", "weight_strategy", "activation",
-                                          "mx_scale_rule")}
+    return {f: getattr(ckpt, f) for f in VARIANT_FIELDS}
 
 
 def _named(message: str) -> list[str]:
@@ -257,7 +257,7 @@ def test_corruption_names_the_tensor(corruption: Corruption, entry: str):
     ckpt = base(corruption.variant)
     tensors, attrs = dict(ckpt.tensors), _attrs(ckpt)
     corruption.change(tensors, attrs)
-    with pytest.raises((CheckpointError, BackendError)) as info:
+    with pytest.raises((CheckpointError, BackendError, VariantError)) as info:
         _run(entry, corruption.variant, tensors, attrs)
     message = str(info.value)
     if corruption.culprit == "group_size" and "claims" in message:

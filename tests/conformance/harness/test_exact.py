@@ -18,7 +18,6 @@ import torch
 from moecert.conformance.harness.cases import Case
 from moecert.conformance.harness.exact import NotExact, exactness_violations, structured_inputs
 from moecert.kernels import get_backend
-from moecert.kernels.oracle import scheme_variants
 from moecert.kernels.quant_config import QuantConfig
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 from moecert.reference import (
@@ -30,7 +29,7 @@ from moecert.reference import (
     synthesize,
 )
 from moecert.reference.layouts import write_linear
-from moecert.reference.schemes import SCHEMES
+from moecert.reference.schemes import SCHEMES, scheme_variants
 
 OPTIONS = {
     "silu": {},

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 from moecert.conformance.cli.app import main
 from moecert.conformance.harness.suites import SPECS, SUITES, build_suite, shard
-from moecert.kernels.oracle import scheme_variants
 from moecert.kernels.registry import unregister_backend
 from moecert.reference import SCHEME_NAMES
-from moecert.reference.schemes import checkpoint_shape_issue
+from moecert.reference.schemes import checkpoint_shape_issue, scheme_variants
 from moecert.reports import load
 
 HELPERS = Path(__file__).parents[1] / "helpers"

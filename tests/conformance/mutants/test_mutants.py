@@ -30,9 +30,9 @@ from moecert.conformance.mutants import (
     register_mutants,
 )
 from moecert.kernels import backend_names, get_backend
-from moecert.kernels.oracle import scheme_variants
 from moecert.kernels.registry import unregister_backend
 from moecert.reference import MoEProblem
+from moecert.reference.schemes import scheme_variants
 
 # Bases whose kernels run interpreted on a CPU (seconds per apply): their mutants and they
 # run only the suite's full-depth case of each target's default variant.
