@@ -45,7 +45,7 @@ import warnings
 from pathlib import Path
 
 import torch
-from moecert.reference.schemes import FP8_BLOCK, STRATEGY_BLOCK
+from moecert.reference.schemes import ACT_NONE, FP8_BLOCK, STRATEGY_BLOCK
 
 from ..engine_inputs import engine_output
 from ..errors import BackendError, UnsupportedError, check_layer
@@ -248,7 +248,10 @@ class TransformersBackend:
         quantizer dequantized them at load, e.g. FineGrainedFP8 on a machine without an fp8
         GPU or compressed-tensors' decompression; an fp16 checkpoint cast to a bf16 model),
         the experts run an unquantized layer on those weights: {"weights_dequantized":
-        dtype}. Quantized weights held as such declare nothing."""
+        dtype}, and where the file's scheme quantizes activations (which the unquantized
+        layer does not) {"activation": "none"} with it: the checks that test the scheme's own
+        activation quantization (the exact tier's) then know it is not run. Quantized weights
+        held as such declare nothing."""
         check_layer(layer, TransformersLayer, self.name)
         dtypes = {p.dtype for p in layer.experts.parameters()}
         if len(dtypes) != 1 or next(iter(dtypes)) not in folder.DTYPES:
@@ -256,6 +259,8 @@ class TransformersBackend:
         held = folder.DTYPES[next(iter(dtypes))]
         if layer.quant.scheme == {"bfloat16": "bf16", "float16": "fp16"}[held]:
             return {}
+        if layer.quant.activation != ACT_NONE:
+            return {"weights_dequantized": held, "activation": ACT_NONE}
         return {"weights_dequantized": held}
 
     def apply(self, layer: TransformersLayer, hidden_states, topk_weights, topk_ids, *,
@@ -347,18 +352,16 @@ def _report_errors(report: _Report) -> str:
 
 
 def _adapter_limit(quant: QuantConfig, problem, table: bool = True) -> str | None:
-    """What a Qwen3-MoE model of transformers cannot express (not a quantizer's refusal)."""
+    """What the adapter cannot hand transformers (not a quantizer's refusal). A synthesized
+    case (`table`) is written as a Qwen3-MoE folder, which has no expert biases, no other
+    activation; a model folder runs its own model class, which computes what its config
+    says (the reference reads the same config: gpt-oss's biases and swigluoai)."""
     if problem.activation_format != "standard":
         return ("batched activation format: transformers' experts take tokens with their "
                 "top_k_index only")
     if problem.expert_map is not None:
         return ("expert_map: transformers maps experts only under its expert-parallel "
                 "sharding (several ranks); the adapter runs one process")
-    if problem.activation not in folder.HIDDEN_ACT:
-        return (f"activation {problem.activation}: Qwen3MoeExperts gates act(gate) * up with "
-                f"ACT2FN[hidden_act] ({', '.join(folder.HIDDEN_ACT)} here)")
-    if problem.bias:
-        return "expert bias: Qwen3MoeExperts holds no gate_up_proj / down_proj bias"
     if problem.apply_router_weight_on_input:
         return ("router weight on input: transformers' experts weight each expert's output, "
                 "never its input")
@@ -366,6 +369,20 @@ def _adapter_limit(quant: QuantConfig, problem, table: bool = True) -> str | Non
         return f"dtype {problem.dtype}: a model folder here holds bf16 or fp16"
     if not table:
         return None
+    gpt_oss = folder.is_gpt_oss(problem)
+    if gpt_oss and not problem.bias:
+        return ("swigluoai without expert biases: the model whose experts compute it "
+                "(GptOssExperts) always adds gate_up_proj_bias / down_proj_bias")
+    if gpt_oss and quant.scheme not in folder.GPT_OSS_SCHEMES:
+        return (f"{quant.scheme} with swigluoai: the adapter writes gpt-oss folders in the "
+                f"formats of its release and of transformers ({', '.join(folder.GPT_OSS_SCHEMES)})")
+    if not gpt_oss and problem.activation not in folder.HIDDEN_ACT:
+        return (f"activation {problem.activation}: Qwen3MoeExperts gates act(gate) * up with "
+                f"ACT2FN[hidden_act] ({', '.join(folder.HIDDEN_ACT)} here); gpt-oss's "
+                f"experts compute {folder.GPT_OSS_ACTIVATION} (gate/up rows interleaved)")
+    if not gpt_oss and problem.bias:
+        return ("expert bias: Qwen3MoeExperts holds no gate_up_proj / down_proj bias (gpt-oss's "
+                f"experts do, with {folder.GPT_OSS_ACTIVATION} only)")
     try:
         qc = quantization_config(quant)
     except ValueError as e:
@@ -374,10 +391,10 @@ def _adapter_limit(quant: QuantConfig, problem, table: bool = True) -> str | Non
         return (f"block scales with N={problem.N} not a multiple of {FP8_BLOCK}: a scale "
                 "block of the checkpoint's fused w13 spans gate and up rows, which per-expert "
                 "gate_proj / up_proj files cannot hold")
-    if qc is not None and qc.get("quant_method") in FUSED_LAYOUT_METHODS:
+    if not gpt_oss and qc is not None and qc.get("quant_method") in FUSED_LAYOUT_METHODS:
         return (f"{qc['quant_method']}: its producer (the gpt-oss release) writes gpt-oss's "
-                "fused expert tensors with swigluoai; the adapter writes Qwen3-MoE per-expert "
-                "folders only (a gpt-oss folder runs through --checkpoint)")
+                f"fused expert tensors, whose experts compute {folder.GPT_OSS_ACTIVATION} with "
+                f"biases; a {problem.activation} case has no such file")
     return None
 
 

@@ -6,6 +6,8 @@ transformers is importable (the main test environment has none: those tests skip
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +16,7 @@ from moecert.kernels import QuantConfig
 from moecert.kernels.transformers_engine import backend as tb
 from moecert.kernels.transformers_engine import folder
 from moecert.kernels.vllm_checkpoint import quantization_config
-from moecert.reference import MoEProblem, moe, synthesize
+from moecert.reference import MoEProblem, load_checkpoint, moe, synthesize
 from safetensors.torch import load_file
 
 SMALL = MoEProblem(M=5, K=128, N=128, E=3, topk=2)
@@ -144,7 +146,8 @@ def test_fp8_block_layer_declares_what_the_quantizer_made_of_it():
     layer = backend.create_layer(ckpt, SMALL)
     # on a CPU the quantizer dequantizes at load: bf16 weights, declared
     assert "FineGrainedFP8HfQuantizer(dequantize)" in backend.describe(layer)
-    assert backend.numerics(layer) == {"weights_dequantized": "bfloat16"}
+    # the file's dynamic fp8 activations are not quantized by the unquantized layer: declared
+    assert backend.numerics(layer) == {"weights_dequantized": "bfloat16", "activation": "none"}
 
 
 @needs_transformers
@@ -163,6 +166,76 @@ def test_claims_are_transformers_refusals_or_the_adapters_limits():
     assert why.startswith("transformers 5.") and "refuses it" in why
     biased = MoEProblem(M=1, K=128, N=128, E=3, topk=2, bias=True)
     assert "bias" in b.supports(QuantConfig.of("bf16"), biased)
+    # gpt-oss: swigluoai with biases, in its release's formats
+    oss = MoEProblem(M=1, K=128, N=128, E=3, topk=2, bias=True, activation="swigluoai")
+    mxfp4 = QuantConfig.of(synthesize("mxfp4", oss, seed=0))
+    assert b.supports(mxfp4, oss) is None and b.supports(QuantConfig.of("bf16"), oss) is None
+    assert "(GptOssExperts) always adds" in b.supports(mxfp4, replace(oss, bias=False))
+    assert "a silu case has no such file" in b.supports(mxfp4, replace(oss, activation="silu",
+                                                                        bias=False))
+    assert "formats of its release" in b.supports(QuantConfig.of("ct-int4"), oss)
     block = QuantConfig("fp8-w8a8", weight_strategy="block", activation="dynamic-group")
     assert "not a multiple of 128" in b.supports(block, MoEProblem(M=1, K=128, N=48, E=3,
                                                                    topk=2))
+
+
+# --- gpt-oss ---------------------------------------------------------------------------------
+
+GPTOSS = Path(__file__).parents[1] / "fixtures" / "checkpoints" / "gptoss-mxfp4-release"
+OSS = MoEProblem(M=9, K=128, N=64, E=3, topk=2, bias=True, activation="swigluoai")
+
+
+@pytest.mark.parametrize("scheme", ["mxfp4", "bf16"])
+def test_gpt_oss_folder_reads_back_as_the_checkpoint(tmp_path, scheme):
+    """The swigluoai case's folder is gpt-oss's (the release's MXFP4 blocks or transformers'
+    bf16 [E, in, out] layout, biases, gate/up rows interleaved); the reference's reader of
+    gpt-oss folders reads it back as the checkpoint, tensor for tensor (K = 2N: gate_up
+    square, which only the layout, not the shape, orients)."""
+    ckpt = synthesize(scheme, OSS, seed=2)
+    folder.write(tmp_path, QuantConfig.of(ckpt), ckpt.tensors, OSS)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "gpt_oss" and config["num_local_experts"] == OSS.E
+    assert ("quantization_config" in config) == (scheme == "mxfp4")
+    read = load_checkpoint(tmp_path, 0)
+    assert read.checkpoint.scheme == scheme and read.activation == "swigluoai"
+    for name, t in ckpt.tensors.items():
+        assert torch.equal(read.checkpoint.tensors[name], t), name
+
+
+@needs_transformers
+@pytest.mark.parametrize("layer_index", [0, 1])
+def test_gptoss_release_layer_is_transformers_gptoss_experts(layer_index):
+    """The release folder's layer through from_pretrained: transformers' GptOssExperts, its
+    MXFP4 quantizer dequantizing to bf16 on this CPU (declared), and the output against the
+    declared reading of the folder's own checkpoint (swigluoai on interleaved rows, biases):
+    close at the bf16 tolerance, and far from the same weights read with gate and up split
+    (a layer that de-interleaved them would fail)."""
+    backend = tb.TransformersBackend()
+    ml = load_checkpoint(GPTOSS, layer_index)
+    P = ml.problem(7)
+    layer = backend.create_layer(ml.checkpoint, P)
+    assert type(layer.experts).__name__ == "GptOssExperts"
+    assert "Mxfp4HfQuantizer(dequantize)" in backend.describe(layer)
+    assert not layer.unread and not layer.uninitialized
+    decl = harness_numerics.declared(backend, layer)
+    assert decl == {"weights_dequantized": "bfloat16"}
+    read = harness_numerics.reading(ml.checkpoint, decl)
+    x, w, ids = _inputs(P)
+    got = backend.apply(layer, x, w, ids).double()
+    want = moe(read, x, w, ids, P)
+    assert ((got - want).norm() / want.norm()).item() < 1e-2
+    split = moe(read, x, w, ids, replace(P, activation="swigluoai-split"))
+    assert ((got - split).norm() / split.norm()).item() > 0.1
+
+
+@needs_transformers
+def test_synthesized_mxfp4_swigluoai_runs_through_a_gpt_oss_folder():
+    backend = tb.TransformersBackend()
+    ckpt = synthesize("mxfp4", OSS, seed=3)
+    layer = backend.create_layer(ckpt, OSS)
+    assert type(layer.experts).__name__ == "GptOssExperts"
+    assert backend.numerics(layer) == {"weights_dequantized": "bfloat16"}
+    x, w, ids = _inputs(OSS)
+    got = backend.apply(layer, x, w, ids).double()
+    want = moe(harness_numerics.reading(ckpt, backend.numerics(layer)), x, w, ids, OSS)
+    assert ((got - want).norm() / want.norm()).item() < 1e-2
