@@ -52,7 +52,7 @@ from ..errors import BackendError, UnsupportedError, check_layer
 from ..platform import Platform
 from ..quant_config import QuantConfig, check_tensor, checkpoint_spec
 from ..vllm_checkpoint import quantization_config
-from . import folder
+from . import folder, one_layer
 
 # quantization methods whose producers write only fused expert tensors of their own model
 FUSED_LAYOUT_METHODS = ("mxfp4",)
@@ -64,7 +64,8 @@ _claims: dict[tuple, str | None] = {}
 def _transformers():
     """transformers' modules, imported once; ImportError if it is not installed."""
     import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
     from transformers.quantizers.auto import AutoHfQuantizer
 
     transformers.logging.disable_progress_bar()
@@ -73,7 +74,8 @@ def _transformers():
         raise ImportError(f"transformers {transformers.__version__}: the adapter reads "
                           "transformers 5's fused experts (integrations/moe.py)")
     return {"version": transformers.__version__, "auto_config": AutoConfig,
-            "model": AutoModelForCausalLM, "quantizer": AutoHfQuantizer}
+            "model": AutoModelForCausalLM, "quantizer": AutoHfQuantizer,
+            "configs": CONFIG_MAPPING, "causal_lm": MODEL_FOR_CAUSAL_LM_MAPPING}
 
 
 @functools.cache
@@ -103,6 +105,7 @@ class TransformersLayer(torch.nn.Module):
         self.dequantize: bool | None = None  # the quantizer's config said dequantize
         self.unread: list[str] = []  # file tensors of the experts transformers left unread
         self.uninitialized: list[str] = []  # expert parameters the file did not fill
+        self.loaded: str = ""  # what of a model folder from_pretrained was given
 
 
 class TransformersBackend:
@@ -179,7 +182,7 @@ class TransformersBackend:
                                f"from ({_origin_text(layer.origin)})", _origin_text(origin))
         device = _device_of(checkpoint)
         if origin is not None:
-            self._load(layer, origin[0], origin[1], device)
+            self._load(layer, origin[0], origin[1], device, one=True)
             return
         _check_checkpoint(quant, checkpoint, layer.problem)
         tmp = Path(tempfile.mkdtemp(prefix="moecert-transformers-"))
@@ -189,15 +192,33 @@ class TransformersBackend:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def _load(self, layer: TransformersLayer, path: str, index: int, device) -> None:
+    def _load(self, layer: TransformersLayer, path: str, index: int, device,
+              one: bool = False) -> None:
+        """from_pretrained of the folder at `path`, or (`one`: a model folder's layer) of a
+        model of decoder layer `index` alone (one_layer.py: that layer's tensors only, so a
+        big folder is neither read nor built whole); the folder itself where that form is
+        not known."""
         t = _transformers()
-        kwargs = {"dtype": layer.problem.torch_dtype, "output_loading_info": True,
-                  "experts_implementation": self.implementation}
+        kwargs = {"dtype": layer.problem.torch_dtype, "output_loading_info": True}
         if device.type != "cpu":
             kwargs["device_map"] = str(device)
+        view = one_layer.select(path, index) if one else None
+        if isinstance(view, str) or view is None:
+            config = json.loads((Path(path) / "config.json").read_text())
+            layer.loaded = "the whole folder" + (f" ({view})" if view else "")
+        else:
+            config = view.config
+            layer.loaded = view.describe()
         with _lock, _quiet() as report:
             try:
-                model, info = t["model"].from_pretrained(path, **kwargs)
+                if isinstance(view, one_layer.OneLayer):
+                    cfg = t["configs"][config["model_type"]].from_dict(config)
+                    cfg._experts_implementation = self.implementation
+                    model, info = t["causal_lm"][type(cfg)].from_pretrained(
+                        None, config=cfg, state_dict=view.state_dict, **kwargs)
+                else:
+                    model, info = t["model"].from_pretrained(
+                        path, experts_implementation=self.implementation, **kwargs)
             except Exception as e:
                 # transformers logs what failed in its load report and raises a summary:
                 # the report's error lines go with the exception
@@ -205,14 +226,23 @@ class TransformersBackend:
                 if detail:
                     raise type(e)(f"{e} [load report: {detail}]") from e
                 raise
-        experts = model.model.layers[index].mlp.experts
-        prefix = f"model.layers.{index}.mlp.experts."
-        layer.unread = sorted(k for k in info.get("unexpected_keys", ()) if k.startswith(prefix))
-        layer.uninitialized = sorted(k for k in info.get("missing_keys", ())
-                                     if k.startswith(prefix))
+            finally:
+                if isinstance(view, one_layer.OneLayer):
+                    view.close()
+        # the one-layer model holds the layer as its layer 0; its report is named back as
+        # the folder names the tensors
+        held = 0 if isinstance(view, one_layer.OneLayer) else index
+        experts = model.model.layers[held].mlp.experts
+        prefix = f"model.layers.{held}.mlp.experts."
+
+        def named(keys):
+            return sorted(f"model.layers.{index}.mlp.experts." + k[len(prefix):]
+                          for k in keys if k.startswith(prefix))
+        layer.unread = named(info.get("unexpected_keys", ()))
+        layer.uninitialized = named(info.get("missing_keys", ()))
         # the quantizer the file's config resolves to; transformers drops it from a model it
         # dequantized at load (`hf_quantizer` None then)
-        qc = json.loads((Path(path) / "config.json").read_text()).get("quantization_config")
+        qc = config.get("quantization_config")
         layer.quantizer = type(t["quantizer"].from_config(qc, pre_quantized=True)).__name__ \
             if qc else None
         layer.dequantize = bool(qc) and getattr(model, "hf_quantizer", None) is None
@@ -240,6 +270,8 @@ class TransformersBackend:
             text += f"; file tensors left unread: {_few(layer.unread)}"
         if layer.uninitialized:
             text += f"; parameters not in the file: {_few(layer.uninitialized)}"
+        if layer.origin is not None:
+            text += f"; loaded: {layer.loaded}"
         return text
 
     def numerics(self, layer: TransformersLayer) -> dict:

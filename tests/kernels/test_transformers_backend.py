@@ -14,7 +14,7 @@ import torch
 from moecert.conformance.harness import numerics as harness_numerics
 from moecert.kernels import QuantConfig
 from moecert.kernels.transformers_engine import backend as tb
-from moecert.kernels.transformers_engine import folder
+from moecert.kernels.transformers_engine import folder, one_layer
 from moecert.kernels.vllm_checkpoint import quantization_config
 from moecert.reference import MoEProblem, load_checkpoint, moe, synthesize
 from safetensors.torch import load_file
@@ -239,3 +239,112 @@ def test_synthesized_mxfp4_swigluoai_runs_through_a_gpt_oss_folder():
     got = backend.apply(layer, x, w, ids).double()
     want = moe(harness_numerics.reading(ckpt, backend.numerics(layer)), x, w, ids, OSS)
     assert ((got - want).norm() / want.norm()).item() < 1e-2
+
+
+# --- one decoder layer of a model folder (one_layer.py) --------------------------------------
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
+
+
+def _weight_map(name):
+    return json.loads((FIXTURES / name / "model.safetensors.index.json").read_text())["weight_map"]
+
+
+def test_one_layer_of_a_sharded_folder_opens_only_the_shards_holding_it():
+    """DeepSeek-V3 in three shards (layer 0 dense, in shard 1 only; layer 2 in shards 2 and
+    3): layer 2's selection opens shards 2 and 3, holds every layer-2 tensor under the
+    one-layer model's names and nothing else, and makes layer 0 of a one-layer model of the
+    MoE kind with the quantization config's layer names relabelled."""
+    name = "ct-w4a16-asym-deepseekv3-sharded"
+    wm = _weight_map(name)
+    view = one_layer.select(FIXTURES / name, 2)
+    try:
+        assert view.files == sorted({f for k, f in wm.items() if k.startswith("model.layers.2.")})
+        assert "model-00001-of-00003.safetensors" not in view.files
+        want = {"model.layers.0." + k.removeprefix("model.layers.2.") for k in wm
+                if k.startswith("model.layers.2.")}
+        assert set(view.state_dict) == want
+    finally:
+        view.close()
+    cfg = view.config
+    assert cfg["num_hidden_layers"] == 1 and cfg["first_k_dense_replace"] == 0
+    # the file's exclusion list names layers 1 and 2's routers: layer 2's is the one layer's
+    ignore = cfg["quantization_config"]["ignore"]
+    assert "model.layers.0.mlp.gate" in ignore and "model.layers.2.mlp.gate" in ignore
+    assert one_layer.relabel(["model.layers.1.x", r"re:.*layers\.3\.y", "layers.5.z"], 3) == \
+        ["model.layers.2.x", r"re:.*layers\.0\.y", "layers.5.z"]
+
+
+def test_one_layer_config_keeps_the_layers_kind(tmp_path):
+    config = json.loads((GPTOSS / "config.json").read_text())
+    cfg = one_layer.one_layer_config(config, 1)
+    assert cfg["layer_types"] == [config["layer_types"][1]] and cfg["num_hidden_layers"] == 1
+    # a model_type without a known one-layer form: the whole folder, said why
+    (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "olmoe"}))
+    assert "no one-layer form known" in one_layer.select(tmp_path, 1)
+
+
+class _Recorder:
+    """safetensors' safe_open, recording the files opened and the tensors read."""
+
+    def __init__(self, real):
+        self.real, self.opened, self.read = real, [], set()
+
+    def __call__(self, path, *args, **kwargs):
+        self.opened.append(Path(path).name)
+        return _Handle(self, self.real(path, *args, **kwargs))
+
+
+class _Handle:
+    def __init__(self, rec, h):
+        self.rec, self.h = rec, h
+
+    def keys(self):
+        return self.h.keys()
+
+    def get_slice(self, key):
+        return _Slice(self.rec, key, self.h.get_slice(key))
+
+    def __exit__(self, *a):
+        return self.h.__exit__(*a)
+
+
+class _Slice:
+    def __init__(self, rec, key, s):
+        self.rec, self.key, self.s = rec, key, s
+
+    def __getitem__(self, item):
+        self.rec.read.add(self.key)
+        return self.s[item]
+
+    def __getattr__(self, name):
+        return getattr(self.s, name)
+
+
+@needs_transformers
+@pytest.mark.parametrize("name,layer_index", [("deepseekv3-fp8-release", 1),
+                                              ("gptoss-mxfp4-release", 1),
+                                              ("ct-w4a16-sym-mixtral-sharded", 1)])
+def test_a_folder_layer_loads_alone_and_as_from_the_whole_folder(monkeypatch, name,
+                                                                 layer_index):
+    """The adapter hands transformers layer L's tensors only: every tensor read is layer L's
+    (layer 0's never, the experts' always where transformers reads them), and the experts
+    equal those of transformers' own load of the whole folder, bit for bit (its quantizer
+    dequantized them the same way). Mixtral: the experts are left unread either way (the
+    finding of mixtral_experts_unread.py), so only the reads are compared."""
+    rec = _Recorder(one_layer.safe_open)
+    monkeypatch.setattr(one_layer, "safe_open", rec)
+    backend = tb.TransformersBackend()
+    ml = load_checkpoint(FIXTURES / name, layer_index)
+    layer = backend.create_layer(ml.checkpoint, ml.problem(3))
+    prefix = f"model.layers.{layer_index}."
+    assert rec.read and all(k.startswith(prefix) for k in rec.read), rec.read
+    assert "alone" in backend.describe(layer)
+    whole = tb._transformers()["model"].from_pretrained(FIXTURES / name, dtype=torch.bfloat16)
+    experts = whole.model.layers[layer_index].mlp.experts
+    if name.startswith("ct-w4a16-sym-mixtral"):
+        assert layer.unread and not any(".experts." in k for k in rec.read)
+        return
+    assert any(".experts." in k for k in rec.read)
+    for pname, p in experts.named_parameters():
+        assert torch.equal(dict(layer.experts.named_parameters())[pname], p), pname
