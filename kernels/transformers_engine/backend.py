@@ -21,8 +21,9 @@ from_pretrained`, which resolves the quantizer from the config, converts the per
 tensors into transformers' fused expert tensors, and quantizes, dequantizes or keeps them as
 that quantizer does on this machine. The case then calls the decoder layer's experts module
 (`model.model.layers[L].mlp.experts`) with the case's hidden states, `top_k_index` and
-`top_k_weights`. A model folder (`moecert run --checkpoint`) is read the same way from the
-folder itself, and the case runs decoder layer L's experts.
+`top_k_weights`. A model folder (`moecert run --checkpoint`) is read by its own model class,
+decoder layer L alone (one_layer.py: a one-layer model of L's kind handed L's tensors only),
+and the case runs that layer's experts.
 
 Claims are transformers': the quantizer its `AutoHfQuantizer` resolves for the file's
 quantization_config, and that quantizer's `validate_environment` on this machine (a missing
