@@ -55,8 +55,6 @@ from ..quant_config import QuantConfig, check_tensor, checkpoint_spec
 from ..vllm_checkpoint import quantization_config
 from . import folder, one_layer
 
-# quantization methods whose producers write only fused expert tensors of their own model
-FUSED_LAYOUT_METHODS = ("mxfp4",)
 _lock = threading.RLock()
 _claims: dict[tuple, str | None] = {}
 
@@ -406,9 +404,6 @@ def _adapter_limit(quant: QuantConfig, problem, table: bool = True) -> str | Non
     if gpt_oss and not problem.bias:
         return ("swigluoai without expert biases: the model whose experts compute it "
                 "(GptOssExperts) always adds gate_up_proj_bias / down_proj_bias")
-    if gpt_oss and quant.scheme not in folder.GPT_OSS_SCHEMES:
-        return (f"{quant.scheme} with swigluoai: the adapter writes gpt-oss folders in the "
-                f"formats of its release and of transformers ({', '.join(folder.GPT_OSS_SCHEMES)})")
     if not gpt_oss and problem.activation not in folder.HIDDEN_ACT:
         return (f"activation {problem.activation}: Qwen3MoeExperts gates act(gate) * up with "
                 f"ACT2FN[hidden_act] ({', '.join(folder.HIDDEN_ACT)} here); gpt-oss's "
@@ -420,11 +415,15 @@ def _adapter_limit(quant: QuantConfig, problem, table: bool = True) -> str | Non
         qc = quantization_config(quant)
     except ValueError as e:
         return str(e)
+    if gpt_oss and not folder.gpt_oss_format(qc):
+        return (f"{quant.describe()} with swigluoai: the adapter writes gpt-oss folders in the "
+                f"formats of its release (quant_method {', '.join(folder.GPT_OSS_METHODS)}) "
+                "and of transformers (unquantized) only")
     if quant.weight_strategy == STRATEGY_BLOCK and problem.N % FP8_BLOCK:
         return (f"block scales with N={problem.N} not a multiple of {FP8_BLOCK}: a scale "
                 "block of the checkpoint's fused w13 spans gate and up rows, which per-expert "
                 "gate_proj / up_proj files cannot hold")
-    if not gpt_oss and qc is not None and qc.get("quant_method") in FUSED_LAYOUT_METHODS:
+    if not gpt_oss and qc is not None and folder.gpt_oss_format(qc):
         return (f"{qc['quant_method']}: its producer (the gpt-oss release) writes gpt-oss's "
                 f"fused expert tensors, whose experts compute {folder.GPT_OSS_ACTIVATION} with "
                 f"biases; a {problem.activation} case has no such file")

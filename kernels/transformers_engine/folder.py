@@ -33,7 +33,7 @@ HIDDEN_ACT = {"silu": "silu", "gelu": "gelu"}
 # gpt-oss: the model whose experts compute swigluoai (gate/up rows interleaved, biases on both
 # linears); the formats its release and transformers' conversion write (MXFP4 blocks, bf16)
 GPT_OSS_ACTIVATION = "swigluoai"
-GPT_OSS_SCHEMES = ("mxfp4", "bf16", "fp16")
+GPT_OSS_METHODS = ("mxfp4",)  # the quant_method of the release's file
 # the release's exclusion list (openai/gpt-oss-*: attention, router, embeddings, lm_head)
 GPT_OSS_NOT_CONVERTED = ["model.layers.*.self_attn", "model.layers.*.mlp.router",
                          "model.embed_tokens", "lm_head"]
@@ -41,6 +41,13 @@ GPT_OSS_NOT_CONVERTED = ["model.layers.*.self_attn", "model.layers.*.mlp.router"
 
 def is_gpt_oss(problem) -> bool:
     return problem.activation == GPT_OSS_ACTIVATION
+
+
+def gpt_oss_format(qc: dict | None) -> bool:
+    """Whether a file of this quantization_config (None: unquantized) has a gpt-oss layout:
+    the release's MXFP4 or transformers' 16-bit fused experts (a producer's table row says
+    which file a variant is, kernels/vllm_checkpoint.py)."""
+    return qc is None or qc.get("quant_method") in GPT_OSS_METHODS
 
 
 def model_config(quant: QuantConfig, problem) -> dict:
@@ -116,8 +123,8 @@ def gpt_oss_tensors(quant: QuantConfig, tensors: dict[str, torch.Tensor], proble
     for swigluoai is gpt-oss's (gate row 2j, up row 2j+1)."""
     for linear, proj in (("w13", "gate_up_proj"), ("w2", "down_proj")):
         w = tensors[f"{linear}_weight"]
-        if quant.scheme == "mxfp4":
-            scales = tensors[f"{linear}_weight_scale"]
+        scales = tensors.get(f"{linear}_weight_scale")
+        if scales is not None:  # the release's MXFP4 blocks
             yield f"{proj}_blocks", w.reshape(*scales.shape, -1)
             yield f"{proj}_scales", scales
         else:
@@ -131,5 +138,5 @@ def _file_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to("cpu").contiguous().clone()
 
 
-__all__ = ["GPT_OSS_SCHEMES", "HIDDEN_ACT", "PREFIX", "gpt_oss_tensors", "is_gpt_oss",
-           "model_config", "write"]
+__all__ = ["GPT_OSS_METHODS", "HIDDEN_ACT", "PREFIX", "gpt_oss_format", "gpt_oss_tensors",
+           "is_gpt_oss", "model_config", "write"]
