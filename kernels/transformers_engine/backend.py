@@ -21,8 +21,9 @@ from_pretrained`, which resolves the quantizer from the config, converts the per
 tensors into transformers' fused expert tensors, and quantizes, dequantizes or keeps them as
 that quantizer does on this machine. The case then calls the decoder layer's experts module
 (`model.model.layers[L].mlp.experts`) with the case's hidden states, `top_k_index` and
-`top_k_weights`. A model folder (`moecert run --checkpoint`) is read the same way from the
-folder itself, and the case runs decoder layer L's experts.
+`top_k_weights`. A model folder (`moecert run --checkpoint`) is read by its own model class,
+decoder layer L alone (one_layer.py: a one-layer model of L's kind handed L's tensors only),
+and the case runs that layer's experts.
 
 Claims are transformers': the quantizer its `AutoHfQuantizer` resolves for the file's
 quantization_config, and that quantizer's `validate_environment` on this machine (a missing
@@ -45,17 +46,15 @@ import warnings
 from pathlib import Path
 
 import torch
-from moecert.reference.schemes import FP8_BLOCK, STRATEGY_BLOCK
+from moecert.reference.schemes import ACT_NONE, FP8_BLOCK, STRATEGY_BLOCK
 
 from ..engine_inputs import engine_output
 from ..errors import BackendError, UnsupportedError, check_layer
 from ..platform import Platform
 from ..quant_config import QuantConfig, check_tensor, checkpoint_spec
 from ..vllm_checkpoint import quantization_config
-from . import folder
+from . import folder, one_layer
 
-# quantization methods whose producers write only fused expert tensors of their own model
-FUSED_LAYOUT_METHODS = ("mxfp4",)
 _lock = threading.RLock()
 _claims: dict[tuple, str | None] = {}
 
@@ -64,7 +63,8 @@ _claims: dict[tuple, str | None] = {}
 def _transformers():
     """transformers' modules, imported once; ImportError if it is not installed."""
     import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
     from transformers.quantizers.auto import AutoHfQuantizer
 
     transformers.logging.disable_progress_bar()
@@ -73,7 +73,8 @@ def _transformers():
         raise ImportError(f"transformers {transformers.__version__}: the adapter reads "
                           "transformers 5's fused experts (integrations/moe.py)")
     return {"version": transformers.__version__, "auto_config": AutoConfig,
-            "model": AutoModelForCausalLM, "quantizer": AutoHfQuantizer}
+            "model": AutoModelForCausalLM, "quantizer": AutoHfQuantizer,
+            "configs": CONFIG_MAPPING, "causal_lm": MODEL_FOR_CAUSAL_LM_MAPPING}
 
 
 @functools.cache
@@ -103,6 +104,7 @@ class TransformersLayer(torch.nn.Module):
         self.dequantize: bool | None = None  # the quantizer's config said dequantize
         self.unread: list[str] = []  # file tensors of the experts transformers left unread
         self.uninitialized: list[str] = []  # expert parameters the file did not fill
+        self.loaded: str = ""  # what of a model folder from_pretrained was given
 
 
 class TransformersBackend:
@@ -179,7 +181,7 @@ class TransformersBackend:
                                f"from ({_origin_text(layer.origin)})", _origin_text(origin))
         device = _device_of(checkpoint)
         if origin is not None:
-            self._load(layer, origin[0], origin[1], device)
+            self._load(layer, origin[0], origin[1], device, one=True)
             return
         _check_checkpoint(quant, checkpoint, layer.problem)
         tmp = Path(tempfile.mkdtemp(prefix="moecert-transformers-"))
@@ -189,15 +191,33 @@ class TransformersBackend:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def _load(self, layer: TransformersLayer, path: str, index: int, device) -> None:
+    def _load(self, layer: TransformersLayer, path: str, index: int, device,
+              one: bool = False) -> None:
+        """from_pretrained of the folder at `path`, or (`one`: a model folder's layer) of a
+        model of decoder layer `index` alone (one_layer.py: that layer's tensors only, so a
+        big folder is neither read nor built whole); the folder itself where that form is
+        not known."""
         t = _transformers()
-        kwargs = {"dtype": layer.problem.torch_dtype, "output_loading_info": True,
-                  "experts_implementation": self.implementation}
+        kwargs = {"dtype": layer.problem.torch_dtype, "output_loading_info": True}
         if device.type != "cpu":
             kwargs["device_map"] = str(device)
+        view = one_layer.select(path, index) if one else None
+        if isinstance(view, str) or view is None:
+            config = json.loads((Path(path) / "config.json").read_text())
+            layer.loaded = "the whole folder" + (f" ({view})" if view else "")
+        else:
+            config = view.config
+            layer.loaded = view.describe()
         with _lock, _quiet() as report:
             try:
-                model, info = t["model"].from_pretrained(path, **kwargs)
+                if isinstance(view, one_layer.OneLayer):
+                    cfg = t["configs"][config["model_type"]].from_dict(config)
+                    cfg._experts_implementation = self.implementation
+                    model, info = t["causal_lm"][type(cfg)].from_pretrained(
+                        None, config=cfg, state_dict=view.state_dict, **kwargs)
+                else:
+                    model, info = t["model"].from_pretrained(
+                        path, experts_implementation=self.implementation, **kwargs)
             except Exception as e:
                 # transformers logs what failed in its load report and raises a summary:
                 # the report's error lines go with the exception
@@ -205,14 +225,23 @@ class TransformersBackend:
                 if detail:
                     raise type(e)(f"{e} [load report: {detail}]") from e
                 raise
-        experts = model.model.layers[index].mlp.experts
-        prefix = f"model.layers.{index}.mlp.experts."
-        layer.unread = sorted(k for k in info.get("unexpected_keys", ()) if k.startswith(prefix))
-        layer.uninitialized = sorted(k for k in info.get("missing_keys", ())
-                                     if k.startswith(prefix))
+            finally:
+                if isinstance(view, one_layer.OneLayer):
+                    view.close()
+        # the one-layer model holds the layer as its layer 0; its report is named back as
+        # the folder names the tensors
+        held = 0 if isinstance(view, one_layer.OneLayer) else index
+        experts = model.model.layers[held].mlp.experts
+        prefix = f"model.layers.{held}.mlp.experts."
+
+        def named(keys):
+            return sorted(f"model.layers.{index}.mlp.experts." + k[len(prefix):]
+                          for k in keys if k.startswith(prefix))
+        layer.unread = named(info.get("unexpected_keys", ()))
+        layer.uninitialized = named(info.get("missing_keys", ()))
         # the quantizer the file's config resolves to; transformers drops it from a model it
         # dequantized at load (`hf_quantizer` None then)
-        qc = json.loads((Path(path) / "config.json").read_text()).get("quantization_config")
+        qc = config.get("quantization_config")
         layer.quantizer = type(t["quantizer"].from_config(qc, pre_quantized=True)).__name__ \
             if qc else None
         layer.dequantize = bool(qc) and getattr(model, "hf_quantizer", None) is None
@@ -240,6 +269,8 @@ class TransformersBackend:
             text += f"; file tensors left unread: {_few(layer.unread)}"
         if layer.uninitialized:
             text += f"; parameters not in the file: {_few(layer.uninitialized)}"
+        if layer.origin is not None:
+            text += f"; loaded: {layer.loaded}"
         return text
 
     def numerics(self, layer: TransformersLayer) -> dict:
@@ -248,7 +279,10 @@ class TransformersBackend:
         quantizer dequantized them at load, e.g. FineGrainedFP8 on a machine without an fp8
         GPU or compressed-tensors' decompression; an fp16 checkpoint cast to a bf16 model),
         the experts run an unquantized layer on those weights: {"weights_dequantized":
-        dtype}. Quantized weights held as such declare nothing."""
+        dtype}, and where the file's scheme quantizes activations (which the unquantized
+        layer does not) {"activation": "none"} with it: the checks that test the scheme's own
+        activation quantization (the exact tier's) then know it is not run. Quantized weights
+        held as such declare nothing."""
         check_layer(layer, TransformersLayer, self.name)
         dtypes = {p.dtype for p in layer.experts.parameters()}
         if len(dtypes) != 1 or next(iter(dtypes)) not in folder.DTYPES:
@@ -256,6 +290,8 @@ class TransformersBackend:
         held = folder.DTYPES[next(iter(dtypes))]
         if layer.quant.scheme == {"bfloat16": "bf16", "float16": "fp16"}[held]:
             return {}
+        if layer.quant.activation != ACT_NONE:
+            return {"weights_dequantized": held, "activation": ACT_NONE}
         return {"weights_dequantized": held}
 
     def apply(self, layer: TransformersLayer, hidden_states, topk_weights, topk_ids, *,
@@ -347,18 +383,16 @@ def _report_errors(report: _Report) -> str:
 
 
 def _adapter_limit(quant: QuantConfig, problem, table: bool = True) -> str | None:
-    """What a Qwen3-MoE model of transformers cannot express (not a quantizer's refusal)."""
+    """What the adapter cannot hand transformers (not a quantizer's refusal). A synthesized
+    case (`table`) is written as a Qwen3-MoE folder, which has no expert biases, no other
+    activation; a model folder runs its own model class, which computes what its config
+    says (the reference reads the same config: gpt-oss's biases and swigluoai)."""
     if problem.activation_format != "standard":
         return ("batched activation format: transformers' experts take tokens with their "
                 "top_k_index only")
     if problem.expert_map is not None:
         return ("expert_map: transformers maps experts only under its expert-parallel "
                 "sharding (several ranks); the adapter runs one process")
-    if problem.activation not in folder.HIDDEN_ACT:
-        return (f"activation {problem.activation}: Qwen3MoeExperts gates act(gate) * up with "
-                f"ACT2FN[hidden_act] ({', '.join(folder.HIDDEN_ACT)} here)")
-    if problem.bias:
-        return "expert bias: Qwen3MoeExperts holds no gate_up_proj / down_proj bias"
     if problem.apply_router_weight_on_input:
         return ("router weight on input: transformers' experts weight each expert's output, "
                 "never its input")
@@ -366,18 +400,33 @@ def _adapter_limit(quant: QuantConfig, problem, table: bool = True) -> str | Non
         return f"dtype {problem.dtype}: a model folder here holds bf16 or fp16"
     if not table:
         return None
+    gpt_oss = folder.is_gpt_oss(problem)
+    if gpt_oss and not problem.bias:
+        return ("swigluoai without expert biases: the model whose experts compute it "
+                "(GptOssExperts) always adds gate_up_proj_bias / down_proj_bias")
+    if not gpt_oss and problem.activation not in folder.HIDDEN_ACT:
+        return (f"activation {problem.activation}: Qwen3MoeExperts gates act(gate) * up with "
+                f"ACT2FN[hidden_act] ({', '.join(folder.HIDDEN_ACT)} here); gpt-oss's "
+                f"experts compute {folder.GPT_OSS_ACTIVATION} (gate/up rows interleaved)")
+    if not gpt_oss and problem.bias:
+        return ("expert bias: Qwen3MoeExperts holds no gate_up_proj / down_proj bias (gpt-oss's "
+                f"experts do, with {folder.GPT_OSS_ACTIVATION} only)")
     try:
         qc = quantization_config(quant)
     except ValueError as e:
         return str(e)
+    if gpt_oss and not folder.gpt_oss_format(qc):
+        return (f"{quant.describe()} with swigluoai: the adapter writes gpt-oss folders in the "
+                f"formats of its release (quant_method {', '.join(folder.GPT_OSS_METHODS)}) "
+                "and of transformers (unquantized) only")
     if quant.weight_strategy == STRATEGY_BLOCK and problem.N % FP8_BLOCK:
         return (f"block scales with N={problem.N} not a multiple of {FP8_BLOCK}: a scale "
                 "block of the checkpoint's fused w13 spans gate and up rows, which per-expert "
                 "gate_proj / up_proj files cannot hold")
-    if qc is not None and qc.get("quant_method") in FUSED_LAYOUT_METHODS:
+    if not gpt_oss and qc is not None and folder.gpt_oss_format(qc):
         return (f"{qc['quant_method']}: its producer (the gpt-oss release) writes gpt-oss's "
-                "fused expert tensors with swigluoai; the adapter writes Qwen3-MoE per-expert "
-                "folders only (a gpt-oss folder runs through --checkpoint)")
+                f"fused expert tensors, whose experts compute {folder.GPT_OSS_ACTIVATION} with "
+                f"biases; a {problem.activation} case has no such file")
     return None
 
 

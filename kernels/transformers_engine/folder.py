@@ -1,6 +1,7 @@
 """A synthesized case's checkpoint as a model folder in its producer's layout: what
-transformers' `from_pretrained` reads (a Qwen3-MoE model of one decoder layer whose experts are
-the case's).
+transformers' `from_pretrained` reads (a model of one decoder layer whose experts are the
+case's): a Qwen3-MoE model (per-expert tensors) for silu / gelu, a gpt-oss model (the
+release's fused expert tensors with their biases) for swigluoai.
 
 The quantization_config and the per-expert tensor names are the producers' table that the vLLM
 adapter reads too (kernels/vllm_checkpoint.py VARIANT_CONFIGS): one table of what each
@@ -29,9 +30,31 @@ DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 HIDDEN_ACT = {"silu": "silu", "gelu": "gelu"}
 
 
+# gpt-oss: the model whose experts compute swigluoai (gate/up rows interleaved, biases on both
+# linears); the formats its release and transformers' conversion write (MXFP4 blocks, bf16)
+GPT_OSS_ACTIVATION = "swigluoai"
+GPT_OSS_METHODS = ("mxfp4",)  # the quant_method of the release's file
+# the release's exclusion list (openai/gpt-oss-*: attention, router, embeddings, lm_head)
+GPT_OSS_NOT_CONVERTED = ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                         "model.embed_tokens", "lm_head"]
+
+
+def is_gpt_oss(problem) -> bool:
+    return problem.activation == GPT_OSS_ACTIVATION
+
+
+def gpt_oss_format(qc: dict | None) -> bool:
+    """Whether a file of this quantization_config (None: unquantized) has a gpt-oss layout:
+    the release's MXFP4 or transformers' 16-bit fused experts (a producer's table row says
+    which file a variant is, kernels/vllm_checkpoint.py)."""
+    return qc is None or qc.get("quant_method") in GPT_OSS_METHODS
+
+
 def model_config(quant: QuantConfig, problem) -> dict:
-    """config.json of a one-layer Qwen3-MoE model of the case's shape with the producer's
-    quantization_config (absent for unquantized checkpoints)."""
+    """config.json of a one-layer model of the case's shape (gpt-oss for swigluoai, else
+    Qwen3-MoE) with the producer's quantization_config (absent for unquantized checkpoints)."""
+    if is_gpt_oss(problem):
+        return _gpt_oss_config(quant, problem)
     cfg = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"],
            "hidden_size": problem.K, "moe_intermediate_size": problem.N,
            "intermediate_size": problem.N, "num_experts": problem.E,
@@ -58,6 +81,20 @@ _EXCLUSION_KEYS = {"compressed-tensors": ("ignore", lambda m: f"re:.*{m.replace(
                    "quark": ("exclude", lambda m: f"*{m}*")}
 
 
+def _gpt_oss_config(quant: QuantConfig, problem) -> dict:
+    cfg = {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"],
+           "hidden_size": problem.K, "intermediate_size": problem.N,
+           "num_local_experts": problem.E, "num_experts_per_tok": problem.topk,
+           "num_hidden_layers": 1, "layer_types": ["full_attention"],
+           "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 16,
+           "vocab_size": 8, "max_position_embeddings": 64, "tie_word_embeddings": False,
+           "dtype": DTYPES[problem.torch_dtype]}
+    qc = quantization_config(quant)
+    if qc is not None:
+        cfg["quantization_config"] = {**qc, "modules_to_not_convert": GPT_OSS_NOT_CONVERTED}
+    return cfg
+
+
 def _experts_only(qc: dict) -> dict:
     qc = dict(qc)
     key = _EXCLUSION_KEYS.get(qc.get("quant_method"))
@@ -71,10 +108,28 @@ def write(path: Path, quant: QuantConfig, tensors: dict[str, torch.Tensor], prob
     """config.json and model.safetensors of the case's checkpoint under `path`."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(model_config(quant, problem), indent=1))
-    files = {f"{PREFIX}.{name}": _file_tensor(t)
-             for name, t in expert_tensors(quant, tensors, problem.N)}
+    named = gpt_oss_tensors(quant, tensors, problem) if is_gpt_oss(problem) else \
+        expert_tensors(quant, tensors, problem.N)
+    files = {f"{PREFIX}.{name}": _file_tensor(t) for name, t in named}
     save_file(files, str(path / "model.safetensors"))
     return path
+
+
+def gpt_oss_tensors(quant: QuantConfig, tensors: dict[str, torch.Tensor], problem):
+    """(name, tensor) of the experts as a gpt-oss folder holds them: the release's MXFP4
+    `{gate_up,down}_proj_blocks` [E, out, in/32, 16] (two E2M1 codes a byte, as moecert's
+    packed rows) and `_scales` [E, out, in/32] (E8M0), or transformers' bf16 layout
+    `{gate_up,down}_proj` [E, in, out]; `_bias` [E, out]. Rows keep moecert's w13 order, which
+    for swigluoai is gpt-oss's (gate row 2j, up row 2j+1)."""
+    for linear, proj in (("w13", "gate_up_proj"), ("w2", "down_proj")):
+        w = tensors[f"{linear}_weight"]
+        scales = tensors.get(f"{linear}_weight_scale")
+        if scales is not None:  # the release's MXFP4 blocks
+            yield f"{proj}_blocks", w.reshape(*scales.shape, -1)
+            yield f"{proj}_scales", scales
+        else:
+            yield proj, w.transpose(1, 2)
+        yield f"{proj}_bias", tensors[f"{linear}_bias"]
 
 
 def _file_tensor(t: torch.Tensor) -> torch.Tensor:
@@ -83,4 +138,5 @@ def _file_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to("cpu").contiguous().clone()
 
 
-__all__ = ["HIDDEN_ACT", "PREFIX", "model_config", "write"]
+__all__ = ["GPT_OSS_METHODS", "HIDDEN_ACT", "PREFIX", "gpt_oss_format", "gpt_oss_tensors",
+           "is_gpt_oss", "model_config", "write"]

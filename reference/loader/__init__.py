@@ -278,7 +278,8 @@ def _load_layer(folder: ModelFolder, L: int, experts: range | None) -> ModelLaye
                    f"{sizes['K']}, intermediate size {sizes['N']} from config.json")
     plan = Plan(folder, ex, declared_tensors(shell), sizes, shell.group_size,
                 shell.info.weight_bits, shell.record.packing, det.suffixes, config_note,
-                experts, shell.record.rejected, det.scheme)
+                experts, shell.record.rejected, det.scheme,
+                fused_inputs_first=family(folder.config).fused_inputs_first)
     tensors = assemble(plan)
     whole = experts == range(E)
     ckpt = Checkpoint(det.scheme, tensors, first_expert=experts.start,

@@ -82,6 +82,7 @@ class Plan:
     scheme: str = ""
     notes: list[str] = field(default_factory=list)
     consumed: set[str] = field(default_factory=set)
+    fused_inputs_first: bool = False  # the family's 16-bit fused weights are [E, in, out]
     # moecert tensor -> the file tensors it is built from (the first expert's), for messages
     sources: dict[str, list[str]] = field(default_factory=dict)
 
@@ -361,10 +362,14 @@ def _from_fused(plan: Plan, target: str, decl: TensorDecl, pieces) -> torch.Tens
         raise CheckpointError(where, f"dtype {' or '.join(map(str, decl.dtypes))} "
                               f"({plan.config_note})", str(t.dtype))
     _check_values(plan, name, decl.role, t, first_expert=first)
+    inputs_first = t.dim() == 3 == len(want) and list(t.shape) == [want[0], want[2], want[1]] \
+        and decl.role in ("weight",) and t.is_floating_point()
+    # a square weight ([E, K, K] down_proj where K == N) has both shapes: the family decides
+    if inputs_first and plan.fused_inputs_first:
+        return t.transpose(1, 2).contiguous()
     if list(t.shape) == want:
         return t
-    if t.dim() == 3 == len(want) and list(t.shape) == [want[0], want[2], want[1]] \
-            and decl.role in ("weight",) and t.is_floating_point():
+    if inputs_first:
         return t.transpose(1, 2).contiguous()
     if t.numel() == math.prod(want) and t.shape[:2] == tuple(want[:2]):
         return t.reshape(want)

@@ -66,6 +66,9 @@ class Family:
     params: tuple[tuple[str, object], ...] = ()
     activation: str = "<hidden_act>"  # moecert activation, or the config key to read
     interleaved: bool = False  # gate/up rows interleaved (gpt-oss)
+    # 16-bit fused expert weights stored inputs first, [E, in, out] (transformers' gpt-oss
+    # layout, `is_transposed=True`): transposed whatever the sizes (a square one too)
+    fused_inputs_first: bool = False
 
 
 # config keys tried in order for each size
@@ -92,7 +95,7 @@ FAMILIES: dict[str, Family] = {
         ("routed_scaling_factor", "routed_scaling_factor"))),
     # gpt-oss: top-k of the logits, softmax over the chosen (= softmax_topk renormalized)
     "gpt_oss": Family("softmax_topk", (("renormalize", True),), activation="swigluoai",
-                      interleaved=True),
+                      interleaved=True, fused_inputs_first=True),
 }
 UNKNOWN_FAMILY = Family(None)
 

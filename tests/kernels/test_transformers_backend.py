@@ -6,15 +6,17 @@ transformers is importable (the main test environment has none: those tests skip
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 from moecert.conformance.harness import numerics as harness_numerics
 from moecert.kernels import QuantConfig
 from moecert.kernels.transformers_engine import backend as tb
-from moecert.kernels.transformers_engine import folder
+from moecert.kernels.transformers_engine import folder, one_layer
 from moecert.kernels.vllm_checkpoint import quantization_config
-from moecert.reference import MoEProblem, moe, synthesize
+from moecert.reference import MoEProblem, load_checkpoint, moe, synthesize
 from safetensors.torch import load_file
 
 SMALL = MoEProblem(M=5, K=128, N=128, E=3, topk=2)
@@ -144,7 +146,8 @@ def test_fp8_block_layer_declares_what_the_quantizer_made_of_it():
     layer = backend.create_layer(ckpt, SMALL)
     # on a CPU the quantizer dequantizes at load: bf16 weights, declared
     assert "FineGrainedFP8HfQuantizer(dequantize)" in backend.describe(layer)
-    assert backend.numerics(layer) == {"weights_dequantized": "bfloat16"}
+    # the file's dynamic fp8 activations are not quantized by the unquantized layer: declared
+    assert backend.numerics(layer) == {"weights_dequantized": "bfloat16", "activation": "none"}
 
 
 @needs_transformers
@@ -163,6 +166,185 @@ def test_claims_are_transformers_refusals_or_the_adapters_limits():
     assert why.startswith("transformers 5.") and "refuses it" in why
     biased = MoEProblem(M=1, K=128, N=128, E=3, topk=2, bias=True)
     assert "bias" in b.supports(QuantConfig.of("bf16"), biased)
+    # gpt-oss: swigluoai with biases, in its release's formats
+    oss = MoEProblem(M=1, K=128, N=128, E=3, topk=2, bias=True, activation="swigluoai")
+    mxfp4 = QuantConfig.of(synthesize("mxfp4", oss, seed=0))
+    assert b.supports(mxfp4, oss) is None and b.supports(QuantConfig.of("bf16"), oss) is None
+    assert "(GptOssExperts) always adds" in b.supports(mxfp4, replace(oss, bias=False))
+    assert "a silu case has no such file" in b.supports(mxfp4, replace(oss, activation="silu",
+                                                                        bias=False))
+    assert "formats of its release" in b.supports(QuantConfig.of("ct-int4"), oss)
     block = QuantConfig("fp8-w8a8", weight_strategy="block", activation="dynamic-group")
     assert "not a multiple of 128" in b.supports(block, MoEProblem(M=1, K=128, N=48, E=3,
                                                                    topk=2))
+
+
+# --- gpt-oss ---------------------------------------------------------------------------------
+
+GPTOSS = Path(__file__).parents[1] / "fixtures" / "checkpoints" / "gptoss-mxfp4-release"
+OSS = MoEProblem(M=9, K=128, N=64, E=3, topk=2, bias=True, activation="swigluoai")
+
+
+@pytest.mark.parametrize("scheme", ["mxfp4", "bf16"])
+def test_gpt_oss_folder_reads_back_as_the_checkpoint(tmp_path, scheme):
+    """The swigluoai case's folder is gpt-oss's (the release's MXFP4 blocks or transformers'
+    bf16 [E, in, out] layout, biases, gate/up rows interleaved); the reference's reader of
+    gpt-oss folders reads it back as the checkpoint, tensor for tensor (K = 2N: gate_up
+    square, which only the layout, not the shape, orients)."""
+    ckpt = synthesize(scheme, OSS, seed=2)
+    folder.write(tmp_path, QuantConfig.of(ckpt), ckpt.tensors, OSS)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "gpt_oss" and config["num_local_experts"] == OSS.E
+    assert ("quantization_config" in config) == (scheme == "mxfp4")
+    read = load_checkpoint(tmp_path, 0)
+    assert read.checkpoint.scheme == scheme and read.activation == "swigluoai"
+    for name, t in ckpt.tensors.items():
+        assert torch.equal(read.checkpoint.tensors[name], t), name
+
+
+@needs_transformers
+@pytest.mark.parametrize("layer_index", [0, 1])
+def test_gptoss_release_layer_is_transformers_gptoss_experts(layer_index):
+    """The release folder's layer through from_pretrained: transformers' GptOssExperts, its
+    MXFP4 quantizer dequantizing to bf16 on this CPU (declared), and the output against the
+    declared reading of the folder's own checkpoint (swigluoai on interleaved rows, biases):
+    close at the bf16 tolerance, and far from the same weights read with gate and up split
+    (a layer that de-interleaved them would fail)."""
+    backend = tb.TransformersBackend()
+    ml = load_checkpoint(GPTOSS, layer_index)
+    P = ml.problem(7)
+    layer = backend.create_layer(ml.checkpoint, P)
+    assert type(layer.experts).__name__ == "GptOssExperts"
+    assert "Mxfp4HfQuantizer(dequantize)" in backend.describe(layer)
+    assert not layer.unread and not layer.uninitialized
+    decl = harness_numerics.declared(backend, layer)
+    assert decl == {"weights_dequantized": "bfloat16"}
+    read = harness_numerics.reading(ml.checkpoint, decl)
+    x, w, ids = _inputs(P)
+    got = backend.apply(layer, x, w, ids).double()
+    want = moe(read, x, w, ids, P)
+    assert ((got - want).norm() / want.norm()).item() < 1e-2
+    split = moe(read, x, w, ids, replace(P, activation="swigluoai-split"))
+    assert ((got - split).norm() / split.norm()).item() > 0.1
+
+
+@needs_transformers
+def test_synthesized_mxfp4_swigluoai_runs_through_a_gpt_oss_folder():
+    backend = tb.TransformersBackend()
+    ckpt = synthesize("mxfp4", OSS, seed=3)
+    layer = backend.create_layer(ckpt, OSS)
+    assert type(layer.experts).__name__ == "GptOssExperts"
+    assert backend.numerics(layer) == {"weights_dequantized": "bfloat16"}
+    x, w, ids = _inputs(OSS)
+    got = backend.apply(layer, x, w, ids).double()
+    want = moe(harness_numerics.reading(ckpt, backend.numerics(layer)), x, w, ids, OSS)
+    assert ((got - want).norm() / want.norm()).item() < 1e-2
+
+
+# --- one decoder layer of a model folder (one_layer.py) --------------------------------------
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
+
+
+def _weight_map(name):
+    return json.loads((FIXTURES / name / "model.safetensors.index.json").read_text())["weight_map"]
+
+
+def test_one_layer_of_a_sharded_folder_opens_only_the_shards_holding_it():
+    """DeepSeek-V3 in three shards (layer 0 dense, in shard 1 only; layer 2 in shards 2 and
+    3): layer 2's selection opens shards 2 and 3, holds every layer-2 tensor under the
+    one-layer model's names and nothing else, and makes layer 0 of a one-layer model of the
+    MoE kind with the quantization config's layer names relabelled."""
+    name = "ct-w4a16-asym-deepseekv3-sharded"
+    wm = _weight_map(name)
+    view = one_layer.select(FIXTURES / name, 2)
+    try:
+        assert view.files == sorted({f for k, f in wm.items() if k.startswith("model.layers.2.")})
+        assert "model-00001-of-00003.safetensors" not in view.files
+        want = {"model.layers.0." + k.removeprefix("model.layers.2.") for k in wm
+                if k.startswith("model.layers.2.")}
+        assert set(view.state_dict) == want
+    finally:
+        view.close()
+    cfg = view.config
+    assert cfg["num_hidden_layers"] == 1 and cfg["first_k_dense_replace"] == 0
+    # the file's exclusion list names layers 1 and 2's routers: layer 2's is the one layer's
+    ignore = cfg["quantization_config"]["ignore"]
+    assert "model.layers.0.mlp.gate" in ignore and "model.layers.2.mlp.gate" in ignore
+    assert one_layer.relabel(["model.layers.1.x", r"re:.*layers\.3\.y", "layers.5.z"], 3) == \
+        ["model.layers.2.x", r"re:.*layers\.0\.y", "layers.5.z"]
+
+
+def test_one_layer_config_keeps_the_layers_kind(tmp_path):
+    config = json.loads((GPTOSS / "config.json").read_text())
+    cfg = one_layer.one_layer_config(config, 1)
+    assert cfg["layer_types"] == [config["layer_types"][1]] and cfg["num_hidden_layers"] == 1
+    # a model_type without a known one-layer form: the whole folder, said why
+    (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "olmoe"}))
+    assert "no one-layer form known" in one_layer.select(tmp_path, 1)
+
+
+class _Recorder:
+    """safetensors' safe_open, recording the files opened and the tensors read."""
+
+    def __init__(self, real):
+        self.real, self.opened, self.read = real, [], set()
+
+    def __call__(self, path, *args, **kwargs):
+        self.opened.append(Path(path).name)
+        return _Handle(self, self.real(path, *args, **kwargs))
+
+
+class _Handle:
+    def __init__(self, rec, h):
+        self.rec, self.h = rec, h
+
+    def keys(self):
+        return self.h.keys()
+
+    def get_slice(self, key):
+        return _Slice(self.rec, key, self.h.get_slice(key))
+
+    def __exit__(self, *a):
+        return self.h.__exit__(*a)
+
+
+class _Slice:
+    def __init__(self, rec, key, s):
+        self.rec, self.key, self.s = rec, key, s
+
+    def __getitem__(self, item):
+        self.rec.read.add(self.key)
+        return self.s[item]
+
+    def __getattr__(self, name):
+        return getattr(self.s, name)
+
+
+@needs_transformers
+@pytest.mark.parametrize("name,layer_index", [("deepseekv3-fp8-release", 1),
+                                              ("gptoss-mxfp4-release", 1),
+                                              ("ct-w4a16-sym-mixtral-sharded", 1)])
+def test_a_folder_layer_loads_alone_and_as_from_the_whole_folder(monkeypatch, name,
+                                                                 layer_index):
+    """The adapter hands transformers layer L's tensors only: every tensor read is layer L's
+    (layer 0's never, the experts' always where transformers reads them), and the experts
+    equal those of transformers' own load of the whole folder, bit for bit (its quantizer
+    dequantized them the same way). Mixtral: the experts are left unread either way (the
+    finding of mixtral_experts_unread.py), so only the reads are compared."""
+    rec = _Recorder(one_layer.safe_open)
+    monkeypatch.setattr(one_layer, "safe_open", rec)
+    backend = tb.TransformersBackend()
+    ml = load_checkpoint(FIXTURES / name, layer_index)
+    layer = backend.create_layer(ml.checkpoint, ml.problem(3))
+    prefix = f"model.layers.{layer_index}."
+    assert rec.read and all(k.startswith(prefix) for k in rec.read), rec.read
+    assert "alone" in backend.describe(layer)
+    whole = tb._transformers()["model"].from_pretrained(FIXTURES / name, dtype=torch.bfloat16)
+    experts = whole.model.layers[layer_index].mlp.experts
+    if name.startswith("ct-w4a16-sym-mixtral"):
+        assert layer.unread and not any(".experts." in k for k in rec.read)
+        return
+    assert any(".experts." in k for k in rec.read)
+    for pname, p in experts.named_parameters():
+        assert torch.equal(dict(layer.experts.named_parameters())[pname], p), pname
