@@ -12,7 +12,7 @@ import functools
 from dataclasses import replace
 
 import torch
-from moecert.kernels import QuantConfig, get_backend
+from moecert.kernels import get_backend
 from moecert.kernels.errors import BackendError
 from moecert.kernels.oracle import supports_reason
 from moecert.kernels.platform import platform_of_device
@@ -207,10 +207,8 @@ class CaseRun:
         process's other cases); for another seed (the reload check's second checkpoint) the
         same tensors with the experts rotated by one, so every per-expert value differs from
         the first load but the names, dtypes and shapes are the file's."""
-        from .suites import variant_attrs
-
         ckpt = self.case.checkpoint()
-        read = variant_attrs(QuantConfig.of(ckpt))
+        read = ckpt.variant.overrides()
         if ckpt.scheme != self.case.scheme or read != self.case.attrs:
             raise ValueError(f"{self.case.source.label}: the layer reads as {ckpt.scheme} "
                              f"{read}, the case was made for {self.case.scheme} "

@@ -173,12 +173,6 @@ def _released(P: MoEProblem, scheme: str) -> MoEProblem:
     return P
 
 
-def variant_attrs(quant: Variant) -> dict:
-    """The checkpoint attributes of a scheme variant that differ from the scheme's defaults
-    (`Variant.overrides`; kept by this name for context.py)."""
-    return quant.overrides()
-
-
 def _edge_cases(spec: SuiteSpec, backend: str, scheme: str, quant: Variant, attrs: dict,
                 seed: int):
     P = spec.edge_base
