@@ -36,14 +36,18 @@ class _Fake:
 
 @pytest.fixture
 def fakes(monkeypatch):
-    """Two fake backends as the whole priority list of every platform."""
+    """Two fake backends as the whole priority list of every platform, whatever else is
+    installed."""
     a = _Fake("fake-a", refuse={"awq-int4": "zero points not supported"})
     b = _Fake("fake-b", refuse={"awq-int4": "bias not supported", "fp8-w8a16": "no fp8"})
     for f in (a, b):
         register_backend(f)
     monkeypatch.setattr(oracle_module, "PRIORITY", {k: ("fake-a", "fake-b") for k in
                                                     oracle_module.PRIORITY})
-    monkeypatch.setattr(oracle_module, "BUILTINS", {**BUILTINS, "fake-a": "", "fake-b": ""})
+    # every backend registered now (entry points too: vllm, transformers where installed)
+    # counts as built in, so that none joins the list; one registered by a test still does
+    monkeypatch.setattr(oracle_module, "BUILTINS",
+                        {**BUILTINS, **dict.fromkeys(oracle_module.backend_names(), "")})
     yield a, b
     for f in (a, b):
         unregister_backend(f.name)
