@@ -15,6 +15,9 @@ the same rows is not hidden by it (a crash where a wrong value was expected, a n
     message = "rel_fro [0-9.e-]+ > "       # a regular expression the row's message contains
     metrics = { rel_fro = [0.1, 0.3] }     # and/or bounds [lo, hi] on the row's metrics
 
+    requires = ["amd-quark"]               # optional: packages without which no run reaches
+                                           # its rows (tools/xfail_coverage.py --requires)
+
 `status` is required with `message` or `metrics` (or both). A `reason` that cites a file under
 tools/ (a reproduction) must name one that exists where the repository is checked out.
 
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 KEYS = ("backend", "case_id", "checks", "reason")
-EXPECT_KEYS = ("status", "message", "metrics")  # what an expected failure expects
+EXPECT_KEYS = ("status", "message", "metrics", "requires")  # an expected failure's own keys
 EVERY = "*"
 NOT_RUN = ("unsupported", "skip", "oversize")  # rows whose check did not run
 # A reproduction cited in a reason: a path under tools/ (tools/vllm_repro/gptq_v2_sym.md).
@@ -55,6 +58,9 @@ class Expectation:
     status: tuple[str, ...] = ()  # expected failing statuses; () for a waiver (any)
     message: str = ""  # a regular expression the message must contain ("" any)
     metrics: tuple[tuple[str, float, float], ...] = field(default=())  # (name, lo, hi)
+    # packages (pip names) an environment needs for a run to reach the entry's rows: a list
+    # serves environments with and without them, and coverage is checked per environment
+    requires: tuple[str, ...] = ()
 
     def matches(self, row: dict) -> bool:
         return (self.backend in (EVERY, str(row["backend"]))
@@ -127,6 +133,13 @@ def parse_expectations(text: str, where: str, table: str, required: tuple[str, .
         reason = str(raw["reason"])
         _check_cited(reason, entry)
         expected = _expected(raw, entry) if expects else {}
+        requires = raw.get("requires", [])
+        if not isinstance(requires, list) or not all(isinstance(r, str) and r.strip()
+                                                     for r in requires):
+            raise ValueError(f"{entry}: requires must be a list of package names, e.g. "
+                             f'requires = ["amd-quark"]')
+        if requires:
+            expected["requires"] = tuple(requires)
         entries.append(Expectation(str(raw.get("backend", EVERY)), str(raw.get("case_id", EVERY)),
                                    tuple(checks), reason, **expected))
     return entries

@@ -187,3 +187,40 @@ def test_the_vllm_list_holds_one_entry_per_finding():
     entries = xfail_list("vllm").entries
     keys = [(e.backend, e.case_id, e.reason) for e in entries]
     assert not [a for a, b in itertools.pairwise(keys) if a == b]
+
+
+def test_requires_names_packages_and_is_checked(tmp_path):
+    path = tmp_path / "x.toml"
+    path.write_text(f'[[xfail]]\nbackend = "v"\n{E}requires = ["amd-quark"]\nreason = "r"\n')
+    assert XfailList.load(path).entries[0].requires == ("amd-quark",)
+    path.write_text(f'[[xfail]]\nbackend = "v"\n{E}requires = "amd-quark"\nreason = "r"\n')
+    with pytest.raises(ValueError, match="entry 0: requires must be a list of package names"):
+        XfailList.load(path)
+
+
+def test_coverage_is_checked_per_required_package(tmp_path, monkeypatch, capsys):
+    """tools/xfail_coverage.py: without --requires, the entries that require nothing; with
+    --requires PKG, those that require PKG; a row is matched against the whole list (first
+    entry wins), so an entry of the other environment never takes a row of this one."""
+    import importlib.util
+
+    import pandas as pd
+    from moecert.conformance.harness.expectations import CHECKOUT
+
+    spec = importlib.util.spec_from_file_location(
+        "xfail_coverage", CHECKOUT / "tools" / "xfail_coverage.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    path = tmp_path / "x.toml"
+    path.write_text(f'[[xfail]]\nbackend = "v"\n{E}case_id = "v/awq*"\nreason = "r1"\n\n'
+                    f'[[xfail]]\nbackend = "v"\n{E}case_id = "v/*"\nrequires = ["amd-quark"]\n'
+                    'reason = "r2"\n')
+    rows = [{**_row("xfail", case="v/awq-int4/M1/bf16/s0"), "run_id": "a"}]
+    monkeypatch.setattr("moecert.reports.load", lambda *a, **k: pd.DataFrame(rows))
+    assert tool.main([str(path), "results"]) == 0  # r1 used; r2 is the other env's
+    assert "1 entries (1 checked elsewhere)" in capsys.readouterr().out
+    assert tool.main([str(path), "results", "--requires", "amd-quark"]) == 1  # r2 unused
+    assert "error: xfail entry expected no failure of any run: backend v, case_id v/*" \
+        in capsys.readouterr().out
+    rows.append({**_row("xfail", case="v/int8-w8a8/M1/bf16/s0"), "run_id": "a"})
+    assert tool.main([str(path), "results", "--requires", "amd-quark"]) == 0
