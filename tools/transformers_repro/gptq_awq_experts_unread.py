@@ -15,8 +15,9 @@ naming the experts. Found (transformers 5.24.0, gptqmodel 7.7.0, optimum 2.3.0, 
 2.14.1+cu130 (the local wheel) on a machine without a GPU): quantizer GptqHfQuantizer; missing: the layer's experts.gate_up_proj and
 experts.down_proj; 24 expert tensors unread (2 experts x 3 projections x 4); forward runs.
 
-Upstream: not searched (time); the same pattern as bitsandbytes issue #1849 (fused experts
-silently left unquantized).
+Upstream (searched 2026-11-28): none found on transformers' tracker; the same symptom in
+GPTQModel's own loader: ModelCloud/GPTQModel issue #2694 (Qwen3.5-MoE experts MISSING,
+re-initialized); fused experts silently left unquantized: bitsandbytes issue #1849.
 
     python tools/transformers_repro/gptq_awq_experts_unread.py   # torch 2.14.1, transformers
                                               # 5.24.0, gptqmodel 7.7.0, optimum (GPTQ needs it)
