@@ -1,13 +1,14 @@
 """What an engine adapter (kernels/vllm_backend.py, kernels/transformers_engine/) checks before
 it hands a case's inputs to its engine, the same for every engine: no apply options (the
-standard activation format only), hidden states of the layer's dtype and shape, and the
-output tensor to write."""
+standard activation format only), hidden states of the layer's dtype and shape, the output
+tensor to write, and a checkpoint's tensors named and shaped as its variant holds them."""
 
 from __future__ import annotations
 
 import torch
 
 from .errors import BackendError
+from .quant_config import QuantConfig, check_tensor, checkpoint_spec
 
 
 def engine_output(problem, hidden_states: torch.Tensor, opts: dict,
@@ -24,3 +25,27 @@ def engine_output(problem, hidden_states: torch.Tensor, opts: dict,
         out = torch.empty(hidden_states.shape[0], problem.K, dtype=problem.torch_dtype,
                           device=hidden_states.device)
     return out
+
+
+def check_engine_checkpoint(quant: QuantConfig, checkpoint, problem) -> None:
+    """Every tensor named and shaped as the variant's checkpoint holds it, before the engine's
+    loader sees it (vLLM's would copy a wrong shape into a slice without a word; transformers
+    would write it into a model file)."""
+    spec = checkpoint_spec(quant, problem)
+    tensors = getattr(checkpoint, "tensors", None)
+    if not isinstance(tensors, dict):
+        raise BackendError("checkpoint", "an object with a dict of tensors in .tensors",
+                           type(checkpoint).__name__)
+    for name, t in tensors.items():
+        if name not in spec:
+            raise BackendError(name, f"a tensor of a {quant.describe()} checkpoint "
+                               f"({', '.join(spec)})", "an unknown tensor")
+        check_tensor(name, t, spec[name])
+    for name, s in spec.items():
+        if s.required and name not in tensors:
+            raise BackendError(name, "a tensor", "missing")
+
+
+def origin_text(origin) -> str:
+    """A layer's origin (folder, layer) as its errors name it."""
+    return "a synthesized checkpoint" if origin is None else f"{origin[0]} layer {origin[1]}"

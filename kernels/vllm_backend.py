@@ -41,10 +41,10 @@ from moecert.reference.schemes import (
 )
 
 from . import vllm_folder
-from .engine_inputs import engine_output
+from .engine_inputs import check_engine_checkpoint, engine_output, origin_text
 from .errors import BackendError, UnsupportedError, check_layer
 from .platform import Platform
-from .quant_config import QuantConfig, check_tensor, checkpoint_spec
+from .quant_config import QuantConfig
 from .vllm_checkpoint import ACTIVATIONS, expert_tensors, file_config, quantization_config
 
 # The runner's prefix: a model's `layers.0.mlp.experts`; names passed to its load_weights are
@@ -206,7 +206,7 @@ class VllmBackend:
             self.supports_model_layer(*origin, quant, problem)
         if why:
             raise UnsupportedError(self.name, why)
-        _check_checkpoint(quant, checkpoint, problem)
+        check_engine_checkpoint(quant, checkpoint, problem)
         with self._running():
             runner = self._runner(quant, problem, origin)
         layer = VllmLayer(self.name, runner, quant, problem)
@@ -226,7 +226,7 @@ class VllmBackend:
         if quant != layer.quant:
             raise BackendError("checkpoint", f"the layer's quantization {layer.quant}",
                                str(quant))
-        _check_checkpoint(quant, checkpoint, layer.problem)
+        check_engine_checkpoint(quant, checkpoint, layer.problem)
         if layer.processed:
             # vLLM reloads a processed model through its layerwise reload
             # (model_executor/model_loader/reload), which needs a whole model and its
@@ -237,7 +237,7 @@ class VllmBackend:
         origin = _folder_origin(checkpoint, layer.problem)
         if origin != layer.origin:
             raise BackendError("checkpoint", f"tensors of the same kind as the layer was made "
-                               f"from ({_origin_text(layer.origin)})", _origin_text(origin))
+                               f"from ({origin_text(layer.origin)})", origin_text(origin))
         with self._running():
             if origin is not None:  # the folder's own files through vLLM's mapping
                 try:
@@ -405,10 +405,6 @@ def _folder_origin(checkpoint, problem) -> tuple[str, int] | None:
     return str(origin[0]), int(origin[1])
 
 
-def _origin_text(origin) -> str:
-    return "a synthesized checkpoint" if origin is None else f"{origin[0]} layer {origin[1]}"
-
-
 # vLLM's FusedMoEQuantConfig.quant_dtype names its block-scaled activation formats by strings
 # of its own (a torch dtype otherwise): the ones that are an activation mode here
 VLLM_QUANT_DTYPE_MODES = {"mxfp8": ACT_MXFP8, "nvfp4": ACT_NVFP4}
@@ -513,24 +509,6 @@ def _choice(quant_method) -> tuple[str, str | None]:
     name = getattr(backend, "name", "?")
     cls = getattr(experts, "__name__", "?")
     return f"{name} ({cls})", getattr(experts, "isa", None)
-
-
-def _check_checkpoint(quant: QuantConfig, checkpoint, problem) -> None:
-    """Every tensor named and shaped as the variant's checkpoint holds it, before vLLM's
-    loaders see it (they would copy a wrong shape into a slice without a word)."""
-    spec = checkpoint_spec(quant, problem)
-    tensors = getattr(checkpoint, "tensors", None)
-    if not isinstance(tensors, dict):
-        raise BackendError("checkpoint", "an object with a dict of tensors in .tensors",
-                           type(checkpoint).__name__)
-    for name, t in tensors.items():
-        if name not in spec:
-            raise BackendError(name, f"a tensor of a {quant.describe()} checkpoint "
-                               f"({', '.join(spec)})", "an unknown tensor")
-        check_tensor(name, t, spec[name])
-    for name, s in spec.items():
-        if s.required and name not in tensors:
-            raise BackendError(name, "a tensor", "missing")
 
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")

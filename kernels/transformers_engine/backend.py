@@ -48,10 +48,10 @@ from pathlib import Path
 import torch
 from moecert.reference.schemes import ACT_NONE, FP8_BLOCK, STRATEGY_BLOCK
 
-from ..engine_inputs import engine_output
+from ..engine_inputs import check_engine_checkpoint, engine_output, origin_text
 from ..errors import BackendError, UnsupportedError, check_layer
 from ..platform import Platform
-from ..quant_config import QuantConfig, check_tensor, checkpoint_spec
+from ..quant_config import QuantConfig
 from ..vllm_checkpoint import quantization_config
 from . import folder, one_layer
 
@@ -178,12 +178,12 @@ class TransformersBackend:
         origin = _folder_origin(checkpoint)
         if origin != layer.origin:
             raise BackendError("checkpoint", f"tensors of the same kind as the layer was made "
-                               f"from ({_origin_text(layer.origin)})", _origin_text(origin))
+                               f"from ({origin_text(layer.origin)})", origin_text(origin))
         device = _device_of(checkpoint)
         if origin is not None:
             self._load(layer, origin[0], origin[1], device, one=True)
             return
-        _check_checkpoint(quant, checkpoint, layer.problem)
+        check_engine_checkpoint(quant, checkpoint, layer.problem)
         tmp = Path(tempfile.mkdtemp(prefix="moecert-transformers-"))
         try:
             folder.write(tmp, quant, checkpoint.tensors, layer.problem)
@@ -437,31 +437,9 @@ def _folder_origin(checkpoint) -> tuple[str, int] | None:
     return str(origin[0]), int(origin[1])
 
 
-def _origin_text(origin) -> str:
-    return "a synthesized checkpoint" if origin is None else f"{origin[0]} layer {origin[1]}"
-
-
 def _device_of(checkpoint) -> torch.device:
     t = next(iter(checkpoint.tensors.values()), None)
     return t.device if isinstance(t, torch.Tensor) else torch.device("cpu")
-
-
-def _check_checkpoint(quant: QuantConfig, checkpoint, problem) -> None:
-    """Every tensor named and shaped as the variant's checkpoint holds it, before it is
-    written into a model file."""
-    spec = checkpoint_spec(quant, problem)
-    tensors = getattr(checkpoint, "tensors", None)
-    if not isinstance(tensors, dict):
-        raise BackendError("checkpoint", "an object with a dict of tensors in .tensors",
-                           type(checkpoint).__name__)
-    for name, t in tensors.items():
-        if name not in spec:
-            raise BackendError(name, f"a tensor of a {quant.describe()} checkpoint "
-                               f"({', '.join(spec)})", "an unknown tensor")
-        check_tensor(name, t, spec[name])
-    for name, s in spec.items():
-        if s.required and name not in tensors:
-            raise BackendError(name, "a tensor", "missing")
 
 
 def _refusal(e: Exception) -> str:
