@@ -65,6 +65,21 @@ else
     [ $rc -ne 0 ] && failed=1
 fi
 echo "| \`moecert run --suite ci --device cuda -n auto\` | exit $rc: ${verdict:-see suite-ci.txt} | $(( $(date +%s) - t0 )) |" >> "$record"
+
+# The real FP8 static-tensor folders through the GPU's FP8 GEMMs (issue 40, item 8: the grouped
+# backend's reload on a real compressed-tensors FP8 folder), every check, saturation and
+# reload included, under the tolerance table's cuda entries.
+for folder in tests/fixtures/checkpoints/ct-fp8-static-qwen3moe tests/fixtures/checkpoints/modelopt-fp8-qwen3moe; do
+    t0=$(date +%s)
+    name=$(basename "$folder")
+    python -m moecert.conformance.cli run --suite ci --checkpoint "$folder" --device cuda \
+        --backend grouped --backend triton --backend torch -n 4 --results "$OUT/results-folders" \
+        > "$OUT/folder-$name.txt" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && failed=1
+    verdict=$(grep -E "^(green|not green)" "$OUT/folder-$name.txt" | tail -1)
+    echo "| \`moecert run --suite ci --checkpoint $folder --device cuda\` (grouped, triton, torch) | exit $rc: ${verdict:-see folder-$name.txt} | $(( $(date +%s) - t0 )) |" >> "$record"
+done
 echo "" >> "$record"
 echo "Total wall time $(( $(date +%s) - start )) s; $([ $failed -eq 0 ] && echo 'everything passed' || echo 'FAILURES: see the rows above')." >> "$record"
 cat "$record" >> docs/gpu-ci.md
