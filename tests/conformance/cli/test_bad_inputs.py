@@ -15,7 +15,6 @@ import pytest
 import torch
 from moecert.conformance.cli import app as cli
 from moecert.conformance.harness import checkpoint_cache, memory
-from moecert.conformance.harness.environment import READERS, check_environment
 from moecert.conformance.harness.option_values import UsageError
 from moecert.kernels import QuantConfig
 from moecert.kernels.native import TorchBackend
@@ -69,7 +68,7 @@ BAD_ENVIRONMENT = [
     (checkpoint_cache.CACHE_VARIABLE, "afile/below", "afile is a file; expected a folder"),
     (configs.SPLIT_K_ENV, "3", "expected a power of two"),
     (configs.NIB_SPAN_ENV, "1", "expected 0 or a power of two"),
-    (configs.I4_PAIRS_ENV, "off", "expected 0 (the per-element int4 decode) or 1"),
+    ("MOECERT_TRITON_I4_PAIRS", "off", "expected 0 (the per-element int4 decode) or 1"),
 ]
 
 
@@ -91,6 +90,8 @@ def test_a_bad_variable_is_one_line_before_anything_runs(name, value, says, tmp_
 def test_every_variable_read_is_declared_with_its_check():
     """Each front end checks READERS; a value each reader accepts passes, and unset is
     unset (the variables of moecert's settings, none left out)."""
+    from moecert.conformance.harness.environment import READERS, check_environment
+
     assert set(READERS) == {memory.HOST_MEMORY_VARIABLE, checkpoint_cache.CACHE_VARIABLE,
                             configs.SPLIT_K_ENV, configs.NIB_SPAN_ENV, configs.I4_PAIRS_ENV}
     check_environment({})
@@ -188,17 +189,19 @@ def test_an_unregistered_mutant_names_the_module_that_registers_it(capsys):
                            "moecert's, registered by --import moecert.conformance.mutants.all")
 
 
-def test_an_import_that_registers_no_backend_says_so(capsys):
-    """`--import moecert.conformance.mutants` registered nothing, silently."""
+def test_an_import_that_registers_no_backend_says_so():
+    """`--import moecert.conformance.mutants` registered nothing, silently (a process of its
+    own: the package is imported afresh there)."""
+    import subprocess
     import sys
 
-    sys.modules.pop("moecert.conformance.mutants", None)  # imported afresh, as in a new process
-    code, out, err = _main(["list", "--no-backends", "--import", "moecert.conformance.mutants"],
-                           capsys)
-    assert code == 0, err
-    assert err.strip() == ("warning: --import moecert.conformance.mutants: imported, but it "
-                           "registered no backend (its backends: --import "
-                           "moecert.conformance.mutants.all)")
+    done = subprocess.run([sys.executable, "-m", "moecert.conformance.cli", "list",
+                           "--no-backends", "--import", "moecert.conformance.mutants"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == ("warning: --import moecert.conformance.mutants: imported, "
+                                   "but it registered no backend (its backends: --import "
+                                   "moecert.conformance.mutants.all)")
 
 
 def test_the_plugin_warns_of_an_import_that_registers_no_backend(pytester, monkeypatch):
