@@ -111,17 +111,15 @@ def print_backends() -> None:
 def print_claims(name: str, suite: str, imports: list[str]) -> int:
     """What backend `name` claims of `suite` on this machine's platform, per scheme variant,
     with its reasons for the rest (counted); 2 for a name or module that does not exist."""
-    from moecert.kernels import Platform, backend_names, get_backend
+    from moecert.kernels import Platform, get_backend
     from moecert.kernels.oracle import supports_reason
 
     from ..harness.imports import import_modules
+    from ..harness.option_values import check_backends
     from ..harness.suites import build_suite
 
     import_modules(imports)  # a UsageError: main prints it, exit 2
-    if name not in backend_names():
-        print(f"moecert list: error: unknown backend {name!r}; registered: "
-              f"{', '.join(backend_names())}", file=sys.stderr)
-        return 2
+    check_backends([name])  # as run's: the closest names, or the module registering a mutant
     backend, platform = get_backend(name), Platform.current()
     variants: dict[str, list] = {}  # describe() -> [claimed, total, {reason: count}]
     cases = build_suite(suite, [name])

@@ -182,10 +182,12 @@ def test_a_named_marlin_anchor_must_exist(tmp_path, monkeypatch, capsys):
 
 # --- item 9 -----------------------------------------------------------------------------
 
-def test_an_unregistered_mutant_names_the_module_that_registers_it(capsys):
-    _one_usage_line(*_main(["run", "--backend", "mutant-awq-order", "--list-cases"], capsys),
-                    "run", "unknown backend 'mutant-awq-order': a planted-bug backend of "
-                           "moecert's, registered by --import moecert.conformance.mutants.all")
+@pytest.mark.parametrize("argv", [["run", "--backend", "mutant-awq-order", "--list-cases"],
+                                  ["list", "--backend", "mutant-awq-order"]])
+def test_an_unregistered_mutant_names_the_module_that_registers_it(argv, capsys):
+    _one_usage_line(*_main(argv, capsys), argv[0],
+                    "unknown backend 'mutant-awq-order': a planted-bug backend of "
+                    "moecert's, registered by --import moecert.conformance.mutants.all")
 
 
 def test_an_import_that_registers_no_backend_says_so():
