@@ -127,13 +127,20 @@ def _settings(config) -> Settings:
     """The options, checked once per process; a mistake raises pytest.UsageError (exit 4)."""
     if _settings_key in config.stash:
         return config.stash[_settings_key]
+    from .harness.environment import check_environment
     from .harness.runner import DEFAULT_TIMEOUT_S
 
-    imports = _checked(config, "--moecert-import",
-                       lambda modules: import_modules(modules, "cannot import"))
+    try:  # a mistyped MOECERT_* variable, as the command line says it
+        check_environment()
+    except UsageError as e:
+        raise pytest.UsageError(str(e)) from None
+    imports = _checked(config, "--moecert-import", lambda modules: import_modules(
+        modules, "cannot import", option="--moecert-import",
+        warn=lambda text: config.issue_config_time_warning(pytest.PytestConfigWarning(text),
+                                                           stacklevel=2)))
     device = _checked(config, "--moecert-device", device_or_default)
     backends = tuple(_checked(config, "--moecert-backend",
-                              check_backends))
+                              lambda names: check_backends(names, "--moecert-import")))
     timeout = _checked(config, "--moecert-timeout",
                        lambda t: DEFAULT_TIMEOUT_S if t is None else positive_seconds(t))
     xfail_path = config.getoption("--moecert-xfail")

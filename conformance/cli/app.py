@@ -57,10 +57,10 @@ def _list(args) -> int:
 def print_mutants() -> int:
     """The planted-bug backends (conformance/mutants) with the bug each plants, the schemes
     it lives in and the correct backend it is a copy of; then the legitimate twins."""
-    from ..mutants import LEGIT, MUTANTS
+    from ..mutants import LEGIT, MUTANTS, REGISTER_MODULE
 
     print(f"{len(MUTANTS)} mutants (correct backends with one planted bug each; run them with "
-          "--import moecert.conformance.mutants.all --backend NAME):")
+          f"--import {REGISTER_MODULE} --backend NAME):")
     width = max(map(len, MUTANTS))
     for m in MUTANTS.values():
         print(f"  {m.name:<{width}}  {m.bug}\n  {'':<{width}}  schemes {', '.join(m.targets)}; "
@@ -111,17 +111,15 @@ def print_backends() -> None:
 def print_claims(name: str, suite: str, imports: list[str]) -> int:
     """What backend `name` claims of `suite` on this machine's platform, per scheme variant,
     with its reasons for the rest (counted); 2 for a name or module that does not exist."""
-    from moecert.kernels import Platform, backend_names, get_backend
+    from moecert.kernels import Platform, get_backend
     from moecert.kernels.oracle import supports_reason
 
     from ..harness.imports import import_modules
+    from ..harness.option_values import check_backends
     from ..harness.suites import build_suite
 
     import_modules(imports)  # a UsageError: main prints it, exit 2
-    if name not in backend_names():
-        print(f"moecert list: error: unknown backend {name!r}; registered: "
-              f"{', '.join(backend_names())}", file=sys.stderr)
-        return 2
+    check_backends([name])  # as run's: the closest names, or the module registering a mutant
     backend, platform = get_backend(name), Platform.current()
     variants: dict[str, list] = {}  # describe() -> [claimed, total, {reason: count}]
     cases = build_suite(suite, [name])
@@ -190,6 +188,7 @@ def version_text() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 green, 1 a case failed (or nothing was judged), 2 a usage error."""
+    from ..harness.environment import check_environment
     from ..harness.option_values import UsageError
     from .arguments import add_import, add_suite
 
@@ -209,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="instead: what backend NAME claims of a suite, per scheme variant, "
                         "and why not the rest")
     p.add_argument("--mutants", action="store_true",
-                   help="instead: the planted-bug backends (conformance/mutants), with the "
-                        "bug each plants")
+                   help="instead: the planted-bug backends (mutants), with the bug each "
+                        "plants")
     add_suite(p)  # with --backend
     add_import(p)
     p.set_defaults(func=cmd_list)
@@ -221,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         p.set_defaults(func=command.main)
     args = parser.parse_args(argv)
     try:
+        check_environment()  # a mistyped MOECERT_* variable: one line, before anything runs
         return args.func(args)
     except UsageError as e:
         print(f"moecert {args.command}: error: {e}", file=sys.stderr)

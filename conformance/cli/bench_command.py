@@ -78,8 +78,9 @@ def add_arguments(p) -> None:
                         "g128, mxfp4 and nvfp4 bf16 layers (column ratio_to_marlin; CUDA "
                         "only)")
     p.add_argument("--marlin-anchor", metavar="FILE", default=None,
-                   help="marlin_anchor.py (default: ../shared/tools/ beside the checkout, or "
-                        "$MOECERT_MARLIN_ANCHOR)")
+                   help="with --marlin-lib: the script that loads vLLM's Marlin op (default: "
+                        "$MOECERT_MARLIN_ANCHOR, else the one kept beside a development "
+                        "checkout)")
     add_import(p)
     p.add_argument("--shape", default="smoke", choices=list(REFERENCE_SHAPES),
                    help="with reference: the layer")
@@ -104,10 +105,14 @@ def main(args) -> int:
                      else available_backends(args.device))
     marlin = None
     if args.marlin_lib:
-        from ..performance.marlin_peer import default_anchor, load_marlin
+        from ..performance.marlin_peer import default_anchor, load_marlin, named_anchor
 
         if not Path(args.marlin_lib).is_file():
             raise UsageError(f"--marlin-lib {args.marlin_lib}: no such file")
+        named = named_anchor(args.marlin_anchor)
+        if named and not Path(named[1]).is_file():
+            raise UsageError(f"{named[0]}{'' if named[0].endswith('=') else ' '}{named[1]}: "
+                             "no such file (the script that loads vLLM's Marlin op)")
         marlin, why = load_marlin(args.marlin_lib, args.marlin_anchor or default_anchor(),
                                   torch.device(args.device))
         if why:

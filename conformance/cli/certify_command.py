@@ -71,8 +71,8 @@ def add_arguments(p) -> None:
                       help="re-hash a bundle and re-judge its run: 0 certifying and intact")
     p.add_argument("--backend", metavar="NAME", help="the backend to certify (with --out)")
     p.add_argument("--waivers", metavar="FILE",
-                   help="TOML [[waiver]] entries {case_id, checks, reason} "
-                   "(conformance/certification/waivers.py)")
+                   help="TOML [[waiver]] entries {case_id, checks, reason}: failures the "
+                        "bundle lists as waived (the README's \"Certifying a backend\")")
     p.add_argument("--junit", metavar="FILE", default=None, type=output_file,
                    help="with --out or --assemble: also write the run's rows as JUnit XML, a "
                         "failing testcase named for the verdict when it does not certify")

@@ -60,11 +60,34 @@ def turned(on: bool):
 
 
 def folder() -> Path:
-    named = os.environ.get(CACHE_VARIABLE)
-    if named:
-        return Path(named)
+    named = named_folder()
+    if named is not None:
+        return named
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "moecert" / "checkpoints"
+
+
+def named_folder(environ=os.environ) -> Path | None:
+    """The folder $MOECERT_CACHE_DIR names, None when it is unset or empty. ValueError naming
+    the variable when it names a file or a place this process cannot write: a cache that
+    cannot be written is otherwise silently no cache (the case never pays for it), so a
+    mistyped variable is caught before anything runs (harness/environment.py). Nothing is
+    created here: the first checkpoint written makes the folder."""
+    named = environ.get(CACHE_VARIABLE, "")
+    if not named.strip():
+        return None
+    path = Path(named).absolute()
+    where = f"{CACHE_VARIABLE}={named!r}"
+    # the folder, or the nearest part of its path that exists (a folder to create it in)
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    part = "" if existing == path else f" {existing}"  # the part of its path at fault
+    if not existing.is_dir():
+        raise ValueError(f"{where}:{part} is a file; expected a folder for the cache of "
+                         "synthesized checkpoints")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{where}:{part} is not writable; expected a folder this process "
+                         "can write the cache of synthesized checkpoints into")
+    return path
 
 
 @functools.cache
@@ -113,4 +136,5 @@ def synthesized(case: Case, make) -> Checkpoint:
     return ckpt
 
 
-__all__ = ["CACHE_VARIABLE", "configure", "enabled", "folder", "key", "synthesized", "turned"]
+__all__ = ["CACHE_VARIABLE", "configure", "enabled", "folder", "key", "named_folder", "synthesized",
+           "turned"]

@@ -54,20 +54,30 @@ def host_need(case: Case) -> int:
 
 
 def parse_size(text: str) -> int:
-    """"24G", "512M", "1.5T" or a number of bytes."""
+    """"24G", "512M", "1.5T" or a number of bytes, above 0 (a machine of no memory would
+    make every case oversize)."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", text, re.IGNORECASE)
-    if not match:
-        raise ValueError(f"{HOST_MEMORY_VARIABLE}={text!r}: expected a size such as 24G, "
-                         "512M or a number of bytes")
-    return int(float(match[1]) * _UNITS[match[2].upper()])
+    size = int(float(match[1]) * _UNITS[match[2].upper()]) if match else 0
+    if size < 1:
+        raise ValueError(f"{HOST_MEMORY_VARIABLE}={text!r}: expected a size above 0 such as "
+                         "24G, 512M or a number of bytes")
+    return size
+
+
+def host_memory_override(environ=os.environ) -> int | None:
+    """The bytes MOECERT_HOST_MEMORY says the machine has, None when it is unset or empty;
+    ValueError naming the variable for anything but a size (front ends check it before
+    anything runs: harness/environment.py)."""
+    named = environ.get(HOST_MEMORY_VARIABLE, "")
+    return parse_size(named) if named.strip() else None
 
 
 def host_total_bytes() -> int | None:
     """The machine's memory (the smaller of its RAM and a cgroup's limit), or what
     MOECERT_HOST_MEMORY says; None when it cannot tell."""
-    named = os.environ.get(HOST_MEMORY_VARIABLE)
-    if named:
-        return parse_size(named)
+    named = host_memory_override()
+    if named is not None:
+        return named
     sizes = []
     try:
         meminfo = Path("/proc/meminfo").read_text()
@@ -117,5 +127,5 @@ def death_words(code: int, oom_before: int | None) -> str:
             "SIGKILL), as the kernel's OOM killer does")
 
 
-__all__ = ["HOST_MEMORY_VARIABLE", "death_words", "gb", "host_need", "host_total_bytes",
-           "oom_kills", "parse_size", "weights"]
+__all__ = ["HOST_MEMORY_VARIABLE", "death_words", "gb", "host_memory_override", "host_need",
+           "host_total_bytes", "oom_kills", "parse_size", "weights"]

@@ -123,6 +123,9 @@ def read_inputs(path: str, K: int | None = None) -> torch.Tensor:
     from safetensors import SafetensorError, safe_open
 
     where = f"--inputs {path}"
+    if Path(path).is_dir():
+        raise ModelInputError(f"{where}: is a folder; expected a safetensors file of [M, K] "
+                              "hidden states")
     if not Path(path).is_file():
         raise ModelInputError(f"{where}: no such file")
     try:

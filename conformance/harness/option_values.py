@@ -152,13 +152,20 @@ def check_variant(scheme: str, attrs: dict, flag: str = "--variant") -> None:
         raise UsageError(f"{flag} {text}: not a variant of {scheme}: {e}") from None
 
 
-def check_backends(names: Iterable[str]) -> list[str]:
-    """`names` if every one is registered (call after importing the modules that register)."""
+def check_backends(names: Iterable[str], option: str = "--import") -> list[str]:
+    """`names` if every one is registered (call after importing the modules that register);
+    a planted-bug backend not registered says which module registers it (`option` MODULE)."""
     from moecert.kernels import backend_names
+
+    from .imports import registering_module
 
     names = list(names)
     for name in names:
         if name not in backend_names():
+            module = registering_module(name)
+            if module:
+                raise UsageError(f"unknown backend {name!r}: a planted-bug backend of "
+                                 f"moecert's, registered by {option} {module}")
             raise _unknown("backend", name, backend_names())
     return names
 
@@ -249,16 +256,44 @@ def case_json(text: str):
     scheme_name(case.scheme)
     if case.model is not None:
         model_name(case.model)
+    _check_case_variant(case)
     return case
 
 
+def _check_case_variant(case) -> None:
+    """UsageError naming the field when the case's checkpoint attributes are no variant of its
+    scheme (the variant's own checks, `VariantError`), or a synthesized checkpoint of them
+    cannot hold its problem (a group size that does not divide K): the suites never make
+    such a case, so a --case that has one was edited, and would only be an error row."""
+    from moecert.reference.schemes import VariantError, checkpoint_shape_issue
+
+    try:
+        variant = case.quant
+    except VariantError as e:
+        raise UsageError(f"not a case: attrs.{e}; pass the JSON a failure's rerun line "
+                         "prints") from None
+    issue = None if case.source is not None else checkpoint_shape_issue(variant,
+                                                                        case.problem)
+    if issue is not None:
+        raise UsageError(f"not a case: {issue}; pass the JSON a failure's rerun line "
+                         "prints")
+
+
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+# A run id names the run's files, `<run id>.<suite>[.shard<I>of<N>].<suffix>`, and file names
+# stop at 255 bytes on the usual file systems: 100 leaves the rest room (a timestamp id: 22).
+RUN_ID_MAX_CHARS = 100
 
 
 def run_id(text: str) -> str:
-    """A run id (it names files: `<run id>.<suite>[.shard]`): letters, digits, - and _."""
+    """A run id (it names files: `<run id>.<suite>[.shard]`): letters, digits, - and _, at
+    most RUN_ID_MAX_CHARS of them."""
     if not RUN_ID.fullmatch(text) or text == "all":
-        raise UsageError(f"run id {text!r}: use letters, digits, '-' and '_' (and not 'all')")
+        raise UsageError(f"run id {text[:40]!r}: use letters, digits, '-' and '_' (and not "
+                         "'all')")
+    if len(text) > RUN_ID_MAX_CHARS:
+        raise UsageError(f"run id {text[:20]}... of {len(text)} characters: at most "
+                         f"{RUN_ID_MAX_CHARS} (it names the run's files)")
     return text
 
 

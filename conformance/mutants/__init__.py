@@ -195,6 +195,11 @@ def make_backend(mutant: Mutant):
     return factory()
 
 
+# The module whose import registers every mutant and twin (what `--import` takes; importing
+# this package registers none: a library caller picks with register_mutants).
+REGISTER_MODULE = f"{__name__}.all"
+
+
 def register_mutants(names: Iterable[str] | None = None) -> list[str]:
     """Register the mutants and legitimate twins (all, or `names`) with the backend
     registry; registering one already there is a no-op. Returns the names."""

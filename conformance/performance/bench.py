@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -213,7 +213,7 @@ class Bench:
         """Every claimed (backend, M, mode) of one layer in one scheme variant (`attrs`
         beyond its defaults): one checkpoint, one set of inputs per M, shared by the
         backends."""
-        quant = replace(QuantConfig.defaults(scheme), **attrs)
+        quant = QuantConfig(scheme, **attrs)  # as random_checkpoint below builds it
         platform = platform_of_device(self.device)
         problems = {}
         for M in self.plan.Ms:
@@ -324,7 +324,7 @@ def scheme_variants(scheme: str, variants: tuple[dict, ...]) -> list[dict]:
     default, or another's twin, would time the same rows under the same ids)."""
     out: list[dict] = []
     for variant in variants:
-        attrs = replace(QuantConfig.defaults(scheme), **variant).overrides()
+        attrs = QuantConfig(scheme, **variant).overrides()
         if attrs not in out:
             out.append(attrs)
     return out

@@ -12,22 +12,33 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from moecert.kernels import QuantConfig
 from moecert.reference.schemes.elements import EXPONENT
 
 # The anchor beside the checkout (../shared/tools/ of the repository root), unless
-# MOECERT_MARLIN_ANCHOR or --marlin-anchor names another.
+# MOECERT_MARLIN_ANCHOR or --marlin-anchor names another (which must then exist).
 DEFAULT_ANCHOR = Path(__file__).resolve().parents[3] / "shared/tools/marlin_anchor.py"
 # The one configuration the anchor times: GPTQ int4, group 128, symmetric, no act-order.
-MARLIN_QUANT = replace(QuantConfig.defaults("gptq-int4"), group_size=128, sym=True,
-                       act_order=False)
+MARLIN_QUANT = QuantConfig("gptq-int4", group_size=128, sym=True, act_order=False)
+
+
+ANCHOR_VARIABLE = "MOECERT_MARLIN_ANCHOR"
 
 
 def default_anchor() -> Path:
-    return Path(os.environ.get("MOECERT_MARLIN_ANCHOR", DEFAULT_ANCHOR))
+    return Path(os.environ.get(ANCHOR_VARIABLE, DEFAULT_ANCHOR))
+
+
+def named_anchor(flag_value: str | None) -> tuple[str, str] | None:
+    """(where it was named, the path) of an anchor the user named, by --marlin-anchor or
+    MOECERT_MARLIN_ANCHOR; None for the default beside a checkout, whose absence is only
+    "not available"."""
+    if flag_value:
+        return "--marlin-anchor", flag_value
+    named = os.environ.get(ANCHOR_VARIABLE, "")
+    return (f"{ANCHOR_VARIABLE}=", named) if named.strip() else None
 
 
 # FP4 weights Marlin takes (scheme defaults: W4A16, bf16 or fp16 activations unquantized)

@@ -15,7 +15,6 @@ the next process start; the table printed says what each layer gained.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import torch
 from moecert.reference import SCHEMES, MoEProblem, make_inputs, random_checkpoint
 from moecert.reference.models import MODEL_TOKENS, MODELS, ModelShape
 
-from ..harness.option_values import m_list, model_name, positive_int
+from ..harness.option_values import UsageError, m_list, model_name, positive_int
 
 DEFAULT_SCHEMES = ("gptq-int4", "int8-w8a16", "fp8-w8a16", "mxfp8")
 GROUP_SIZE = 128  # of the packed integer schemes (GPTQ/AWQ g128, the common checkpoints)
@@ -48,14 +47,14 @@ def add_arguments(p) -> None:
                    help=f"random routings per M that each candidate is timed over, the mean "
                         f"(default {ROUTINGS}; fewer tune faster)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
-                   help="where the device's file goes (default: the installed package's "
-                        "kernels/triton_moe/configs, where the backend reads it)")
+                   help="where the device's file goes (default: the installed package's own "
+                        "folder of tile configs, where the backend reads it)")
 
 
 def main(args) -> int:
-    if not torch.cuda.is_available():
-        print("moecert tune needs a CUDA device", file=sys.stderr)
-        return 2
+    if not torch.cuda.is_available():  # main prints it as every subcommand's usage error
+        raise UsageError("needs a CUDA device: torch sees none here (it tunes the Triton "
+                         "backend's tiles for the GPU it runs on)")
     from moecert.kernels.triton_moe import configs
     from moecert.kernels.triton_moe.tune import do_bench_timer
 

@@ -38,6 +38,7 @@ with one tile per step in launch order.
 MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not, under the
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
 MOECERT_TRITON_NIB_SPAN=128 stores every int4 linear it fits in nibble planes (`forced_nib_span`).
+MOECERT_TRITON_I4_PAIRS=0 turns the PTX int4 pair decode off (`int4_pairs_allowed`).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 
 OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M")
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
+I4_PAIRS_ENV = "MOECERT_TRITON_I4_PAIRS"
 
 
 class ConfigFileError(ValueError):
@@ -154,6 +156,16 @@ def forced_nib_span(environ=os.environ) -> int | None:
     if not raw.isdigit() or (int(raw) and not _is_power_of_two(int(raw))) or raw == "1":
         raise ValueError(f"{NIB_SPAN_ENV}={raw!r}: expected 0 or a power of two >= 2 (128)")
     return int(raw)
+
+
+def int4_pairs_allowed(environ=os.environ) -> bool:
+    """False when MOECERT_TRITON_I4_PAIRS=0 asks for the per-element int4 decode instead of
+    the PTX pair decode (fused_moe.int4_pairs_run_on), True when it is 1, unset or empty."""
+    raw = environ.get(I4_PAIRS_ENV, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{I4_PAIRS_ENV}={raw!r}: expected 0 (the per-element int4 decode) "
+                         "or 1 (the pair decode where it runs, the default)")
+    return raw != "0"
 
 
 def path_for(device: str, directory: Path | None = None) -> Path:

@@ -6,13 +6,12 @@ scales, activations, epilogue order) is gemm_kernel's docstring."""
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from . import gemm_kernel
+from . import configs, gemm_kernel
 from .heuristics import weights_block_k, weights_split_plan
 from .kinds import (
     A16,
@@ -118,7 +117,7 @@ def int4_pairs_run_on(device: torch.device) -> bool:
     other: docs/speed.md)."""
     if INTERPRET or device.type != "cuda" or torch.version.hip is not None:
         return False
-    if os.environ.get("MOECERT_TRITON_I4_PAIRS", "1") == "0":
+    if not configs.int4_pairs_allowed():
         return False
     return torch.cuda.get_device_capability(device) >= (8, 0)
 

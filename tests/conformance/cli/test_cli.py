@@ -74,7 +74,7 @@ def test_list_backend_for_a_builtin(capsys):
 def test_list_backend_usage_errors(capsys):
     assert main(["list", "--backend", "nope"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("moecert list: error: unknown backend 'nope'; registered: ") and \
+    assert err.startswith("moecert list: error: unknown backend 'nope'; known: ") and \
         err.count("\n") == 1
     assert main(["list", "--backend", "torch", "--import", "no_such_module_here"]) == 2
     assert "--import no_such_module_here" in capsys.readouterr().err

@@ -26,7 +26,9 @@ def test_tune_without_cuda_is_one_line_and_exit_2(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["tune"]) == 2
     captured = capsys.readouterr()
-    assert captured.err == "moecert tune needs a CUDA device\n" and captured.out == ""
+    # "moecert tune: error:" as every subcommand's usage error (issue 40: it lacked "error:")
+    assert captured.err.startswith("moecert tune: error: needs a CUDA device")
+    assert len(captured.err.splitlines()) == 1 and captured.out == ""
 
 
 def test_tune_rejects_an_unknown_model_in_one_line(capsys):
