@@ -115,7 +115,12 @@ class DescribesLayer(Protocol):
 #   weights_dequantized a 16-bit float dtype name ("bfloat16", "float16"): the engine
 #                       dequantized the checkpoint's weights to it at load and runs the
 #                       unquantized layer (transformers' FineGrainedFP8 without an fp8 GPU)
-NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized", "weights_dequantized")
+#   bias_after_rounding True: each linear's product is rounded to the activation dtype
+#                       before its bias is added, and the sum rounded again (gpt-oss's own
+#                       definition: OpenAI's reference adds the bias after the tensor-parallel
+#                       all-reduce of the bf16 product; transformers' gpt-oss experts)
+NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized", "weights_dequantized",
+                 "bias_after_rounding")
 
 
 @runtime_checkable

@@ -4,7 +4,8 @@
     y   = sum_e r_e y_e
 
 h and a are rounded to the activation dtype (a kernel writes both in bf16/fp16) before q2;
-the w2 bias sits inside the routed sum; with apply_router_weight_on_input x is scaled by r
+the w2 bias sits inside the routed sum (a reading with `bias_after_rounding`, gpt-oss's own
+definition, rounds each product before its bias is added and the sum again); with apply_router_weight_on_input x is scaled by r
 (and rounded to the activation dtype) before q1 and the output is not weighted; experts that
 expert_map sends to -1 contribute nothing.
 
@@ -185,7 +186,7 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
         lo, hi = starts[e], starts[e + 1]
         h = xq[token[lo:hi]] @ w13.T
         if "w13_bias" in biases:
-            h = h + biases["w13_bias"][e]
+            h = _biased(h, biases["w13_bias"][e], ckpt, problem)
         h = round_to_activation_dtype(h, problem)
         inter[lo:hi] = round_to_activation_dtype(apply_activation(h, problem.activation),
                                                  problem)
@@ -196,9 +197,19 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
         lo, hi = starts[e], starts[e + 1]
         y = inter[lo:hi] @ w2.T
         if "w2_bias" in biases:
-            y = y + biases["w2_bias"][e]
+            y = _biased(y, biases["w2_bias"][e], ckpt, problem)
         out.index_add_(0, token[lo:hi], weight[lo:hi].unsqueeze(1) * y)
     return out
+
+
+def _biased(product: torch.Tensor, bias: torch.Tensor, ckpt: Checkpoint,
+            problem: MoEProblem) -> torch.Tensor:
+    """product + bias: exact (rounded once, later), or where the checkpoint is read with
+    `bias_after_rounding` the product rounded to the activation dtype, the bias added and
+    the sum rounded again (OpenAI's gpt-oss: bf16 einsum, then `+= bias` in bf16)."""
+    if not ckpt.bias_after_rounding:
+        return product + bias
+    return round_to_activation_dtype(round_to_activation_dtype(product, problem) + bias, problem)
 
 
 def _expert_weights(ckpt: Checkpoint, prefix: str, counts: list[int], elements: int):

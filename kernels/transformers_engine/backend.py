@@ -282,17 +282,28 @@ class TransformersBackend:
         dtype}, and where the file's scheme quantizes activations (which the unquantized
         layer does not) {"activation": "none"} with it: the checks that test the scheme's own
         activation quantization (the exact tier's) then know it is not run. Quantized weights
-        held as such declare nothing."""
+        held as such declare nothing.
+
+        Experts holding biases (gpt-oss's `GptOssExperts`) add each bias to the product
+        already rounded to the model dtype, in every implementation (modeling_gpt_oss.py
+        `current_state @ down_proj[e] + down_proj_bias[e]` in bf16; integrations/moe.py
+        `_batched_linear` / `_grouped_linear` add it after the matmul): gpt-oss's own
+        definition (OpenAI's gpt_oss/torch/model.py adds the bias after the tensor-parallel
+        all-reduce of the bf16 product), declared as {"bias_after_rounding": True}."""
         check_layer(layer, TransformersLayer, self.name)
+        out = {}
+        if any(name.endswith("_bias") for name, _ in layer.experts.named_parameters()):
+            out["bias_after_rounding"] = True
         dtypes = {p.dtype for p in layer.experts.parameters()}
         if len(dtypes) != 1 or next(iter(dtypes)) not in folder.DTYPES:
-            return {}
+            return out
         held = folder.DTYPES[next(iter(dtypes))]
         if layer.quant.scheme == {"bfloat16": "bf16", "float16": "fp16"}[held]:
-            return {}
+            return out
+        out["weights_dequantized"] = held
         if layer.quant.activation != ACT_NONE:
-            return {"weights_dequantized": held, "activation": ACT_NONE}
-        return {"weights_dequantized": held}
+            out["activation"] = ACT_NONE
+        return out
 
     def apply(self, layer: TransformersLayer, hidden_states, topk_weights, topk_ids, *,
               out=None, **opts) -> torch.Tensor:
