@@ -38,6 +38,10 @@ class Backend(Protocol):
         checkpoint's literal scheme, what (keys `NUMERICS_KEYS`); the harness judges the case
         against that reading of the same checkpoint (column `numerics`). See
         `DeclaresNumerics`.
+      `reload_declined(layer, checkpoint) -> str | None`: why `checkpoint` cannot be loaded
+        into the processed `layer` at all (an engine that reads a model folder itself, handed
+        other tensors), else None; the `reload` check then skips with that reason (a check
+        the backend cannot run is declined, not an expected failure).
       `supports_model_layer(folder, layer, quant, problem) -> str | None`: the claim for a
         case whose checkpoint is decoder layer `layer` of the model folder `folder` (an
         engine that reads the folder itself, with its own config and loader, may answer

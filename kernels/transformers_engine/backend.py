@@ -191,6 +191,21 @@ class TransformersBackend:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def reload_declined(self, layer: TransformersLayer, checkpoint) -> str | None:
+        """Why `checkpoint` cannot be loaded into `layer` (the reload check skips with it),
+        else None: a layer read from a model folder is loaded by transformers' from_pretrained
+        from that folder's own files, and any other tensors (the check's second checkpoint:
+        the folder's tensors with the experts rotated) are not a folder transformers can read;
+        the adapter writes folders for synthesized checkpoints only."""
+        check_layer(layer, TransformersLayer, self.name)
+        origin = _folder_origin(checkpoint)
+        if layer.origin is None or origin == layer.origin:
+            return None
+        return (f"the layer was read by transformers from {origin_text(layer.origin)}, and "
+                "transformers reloads a folder's layer from that folder's files only; the "
+                f"second checkpoint (the folder's tensors, experts rotated) is "
+                f"{origin_text(origin)}, not that folder")
+
     def _load(self, layer: TransformersLayer, path: str, index: int, device,
               one: bool = False) -> None:
         """from_pretrained of the folder at `path`, or (`one`: a model folder's layer) of a
