@@ -123,8 +123,12 @@ class DescribesLayer(Protocol):
 #                       before its bias is added, and the sum rounded again (gpt-oss's own
 #                       definition: OpenAI's reference adds the bias after the tensor-parallel
 #                       all-reduce of the bf16 product; transformers' gpt-oss experts)
+#   sum_in_activation_dtype True: each expert's output rounded to the activation dtype,
+#                       weighted in float32 and rounded again, and the routed sum accumulated
+#                       in the activation dtype expert by expert, in increasing expert id
+#                       (transformers' eager experts: `index_add_` into a bf16 buffer)
 NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized", "weights_dequantized",
-                 "bias_after_rounding")
+                 "bias_after_rounding", "sum_in_activation_dtype")
 
 
 @runtime_checkable

@@ -19,6 +19,11 @@ the same checkpoint the harness then judges the layer against.
                         OpenAI's reference adds the bias after the tensor-parallel all-reduce
                         of the bf16 product; transformers' gpt-oss experts): the reference
                         computes it so (reference/moe.py), on layers with biases
+    sum_in_activation_dtype True: each expert's output rounded to the activation dtype,
+                        weighted in float32 and rounded again, the routed sum accumulated in
+                        the activation dtype in increasing expert id (transformers' eager
+                        experts, every MoE model's modeling code: `index_add_` into a bf16
+                        buffer): the reference accumulates so
 
 The reading is the checkpoint transformed as declared (scales rounded, shards requantized, the
 activation mode of the scheme that reads the same tensors with it); its reference and its
@@ -51,7 +56,9 @@ _DEQUANTIZED_SCHEMES = {"bfloat16": "bf16", "float16": "fp16"}
 # the same canonical codes, scales and zeros written in this format of the reading scheme
 _REWRITE_FORMAT = "gptq_v2"
 # keys whose value is True or False (False declares nothing)
-_BOOL_KEYS = ("w13_requantized", "bias_after_rounding")
+_BOOL_KEYS = ("w13_requantized", "bias_after_rounding", "sum_in_activation_dtype")
+# the declared arithmetic the reference reads off the Checkpoint (reference/checkpoint.py)
+_ARITHMETIC_KEYS = ("bias_after_rounding", "sum_in_activation_dtype")
 
 
 class NumericsError(ValueError):
@@ -139,9 +146,8 @@ def reading(ckpt, numerics: dict):
         out = _dequantized(out, numerics["weights_dequantized"])
     elif "activation" in numerics:
         out = _with_activation(out, numerics["activation"])
-    if numerics.get("bias_after_rounding"):
-        out = replace(out, bias_after_rounding=True)
-    return out
+    arithmetic = {k: True for k in _ARITHMETIC_KEYS if numerics.get(k)}
+    return replace(out, **arithmetic) if arithmetic else out
 
 
 def _dequantized(ckpt, dtype_name: str):

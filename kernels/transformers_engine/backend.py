@@ -304,9 +304,18 @@ class TransformersBackend:
         `current_state @ down_proj[e] + down_proj_bias[e]` in bf16; integrations/moe.py
         `_batched_linear` / `_grouped_linear` add it after the matmul): gpt-oss's own
         definition (OpenAI's gpt_oss/torch/model.py adds the bias after the tensor-parallel
-        all-reduce of the bf16 product), declared as {"bias_after_rounding": True}."""
+        all-reduce of the bf16 product), declared as {"bias_after_rounding": True}.
+
+        The eager experts (every model class's own per-expert loop) weight each expert's
+        model-dtype output in float32, cast it back and `index_add_` it into a model-dtype
+        buffer expert by expert: the routed sum accumulated in bf16, in increasing expert id,
+        declared as {"sum_in_activation_dtype": True}. grouped_mm and batched_mm sum the
+        top-k outputs in float32 (integrations/moe.py: "reshape+sum accumulates in fp32"),
+        which the exact reading covers."""
         check_layer(layer, TransformersLayer, self.name)
         out = {}
+        if self.implementation == "eager":
+            out["sum_in_activation_dtype"] = True
         if any(name.endswith("_bias") for name, _ in layer.experts.named_parameters()):
             out["bias_after_rounding"] = True
         dtypes = {p.dtype for p in layer.experts.parameters()}

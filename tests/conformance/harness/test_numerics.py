@@ -123,6 +123,35 @@ def test_bias_after_rounding_is_gpt_oss_definition_of_the_biased_linear():
                           "weights_dequantized": "float16"}).bias_after_rounding
 
 
+def test_sum_in_activation_dtype_accumulates_expert_by_expert_in_bf16():
+    """transformers' eager experts (every MoE model's modeling code) add each expert's
+    weighted output, cast to bf16, into a bf16 buffer with index_add_, experts in increasing
+    id. Known answer: expert outputs 1, 2^-8, 2^-8 (weights 1): 1 + 2^-8 is a bf16 tie and
+    stays 1, twice; the exact sum 1 + 2^-7 is a bf16 value."""
+    P3 = MoEProblem(M=1, K=32, N=32, E=3, topk=3, activation="relu2")
+    ckpt = synthesize("bf16", P3, seed=0)
+    for t in ckpt.tensors.values():
+        t.zero_()
+    ckpt.tensors["w13_weight"][:, 0, 0] = 1.0  # h0 = 1 -> relu2 1, every expert
+    ckpt.tensors["w2_weight"][:, 0, 0] = torch.tensor([1.0, 2.0 ** -8, 2.0 ** -8])
+    x = torch.zeros(1, 32, dtype=torch.bfloat16)
+    x[0, 0] = 1.0
+    w, ids = torch.ones(1, 3), torch.tensor([[2, 0, 1]])
+    # transformers' formula: y_e (bf16) * weight (float32), cast to bf16, index_add_ in bf16
+    buffer = torch.zeros(1, 32, dtype=torch.bfloat16)
+    for e in range(3):
+        y = (ckpt.tensors["w2_weight"][e][:, 0] * 1.0).unsqueeze(0)
+        buffer.index_add_(0, torch.tensor([0]), (y * w[0, 0]).to(torch.bfloat16))
+    read = reading(ckpt, {"sum_in_activation_dtype": True})
+    assert read.sum_in_activation_dtype and not ckpt.sum_in_activation_dtype
+    assert float(moe(read, x, w, ids, P3)[0, 0]) == float(buffer[0, 0]) == 1.0
+    assert float(moe(ckpt, x, w, ids, P3)[0, 0]) == 1.0 + 2.0 ** -7  # the sum rounded once
+    # a token routed twice to one expert: both terms added, one after the other
+    twice = torch.tensor([[1, 1, 0]])
+    assert float(moe(read, x, w, twice, P3)[0, 0]) == 1.0
+    assert float(moe(ckpt, x, w, twice, P3)[0, 0]) == 1.0 + 2.0 ** -7
+
+
 def test_w13_requantized_collapses_the_shard_scales_and_requantizes():
     ckpt = synthesize("fp8-w8a8", P, seed=4, weight_strategy="tensor", activation="static-tensor")
     s = ckpt.tensors["w13_weight_scale"]
