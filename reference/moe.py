@@ -6,9 +6,10 @@
 h and a are rounded to the activation dtype (a kernel writes both in bf16/fp16) before q2;
 the w2 bias sits inside the routed sum (a reading with `bias_after_rounding`, gpt-oss's own
 definition, rounds each product before its bias is added and the sum again; one with
-`sum_in_activation_dtype` accumulates the routed sum in the activation dtype, expert by expert); with apply_router_weight_on_input x is scaled by r
-(and rounded to the activation dtype) before q1 and the output is not weighted; experts that
-expert_map sends to -1 contribute nothing.
+`sum_in_activation_dtype` accumulates the routed sum in the activation dtype, expert by
+expert); with apply_router_weight_on_input x is scaled by r (and rounded to the activation
+dtype) before q1 and the output is not weighted; experts that expert_map sends to -1
+contribute nothing.
 
 Vectorized over tokens; the only Python loop is over experts, which are dequantized in
 chunks so that a DeepSeek-V3-sized layer fits in memory.
