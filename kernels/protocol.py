@@ -38,6 +38,10 @@ class Backend(Protocol):
         checkpoint's literal scheme, what (keys `NUMERICS_KEYS`); the harness judges the case
         against that reading of the same checkpoint (column `numerics`). See
         `DeclaresNumerics`.
+      `reload_declined(layer, checkpoint) -> str | None`: why `checkpoint` cannot be loaded
+        into the processed `layer` at all (an engine that reads a model folder itself, handed
+        other tensors), else None; the `reload` check then skips with that reason (a check
+        the backend cannot run is declined, not an expected failure).
       `supports_model_layer(folder, layer, quant, problem) -> str | None`: the claim for a
         case whose checkpoint is decoder layer `layer` of the model folder `folder` (an
         engine that reads the folder itself, with its own config and loader, may answer
@@ -115,7 +119,16 @@ class DescribesLayer(Protocol):
 #   weights_dequantized a 16-bit float dtype name ("bfloat16", "float16"): the engine
 #                       dequantized the checkpoint's weights to it at load and runs the
 #                       unquantized layer (transformers' FineGrainedFP8 without an fp8 GPU)
-NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized", "weights_dequantized")
+#   bias_after_rounding True: each linear's product is rounded to the activation dtype
+#                       before its bias is added, and the sum rounded again (gpt-oss's own
+#                       definition: OpenAI's reference adds the bias after the tensor-parallel
+#                       all-reduce of the bf16 product; transformers' gpt-oss experts)
+#   sum_in_activation_dtype True: each expert's output rounded to the activation dtype,
+#                       weighted in float32 and rounded again, and the routed sum accumulated
+#                       in the activation dtype expert by expert, in increasing expert id
+#                       (transformers' eager experts: `index_add_` into a bf16 buffer)
+NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized", "weights_dequantized",
+                 "bias_after_rounding", "sum_in_activation_dtype")
 
 
 @runtime_checkable

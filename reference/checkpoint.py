@@ -26,6 +26,19 @@ class Checkpoint:
                     by the loader; None for anything else). An engine adapter may hand the
                     engine the folder itself (its own loader on its own files); whoever
                     changes the tensors clears it.
+      bias_after_rounding
+                    the layer's arithmetic as a declared reading has it (harness/numerics.py):
+                    True where each linear's product is rounded to the activation dtype
+                    before its bias is added, the sum rounded again (gpt-oss's own definition,
+                    OpenAI's gpt_oss/torch/model.py: the bias follows the tensor-parallel
+                    all-reduce of the bf16 product); False (a file's own reading): product
+                    plus bias rounded once. No effect without biases.
+      sum_in_activation_dtype
+                    likewise a declared reading's: True where each expert's output is rounded
+                    to the activation dtype, weighted in float32, rounded again and added to
+                    an activation-dtype sum expert by expert in increasing expert id (the
+                    eager per-expert loop of transformers' modeling code); False: the routed
+                    sum exact, rounded once.
 
     Built from a Variant, or from a scheme name and the variant's attributes (None: the
     scheme's default): `Checkpoint("gptq-int4", tensors, group_size=32)`. A variant attribute
@@ -37,10 +50,13 @@ class Checkpoint:
     tensors: dict[str, torch.Tensor]
     first_expert: int = 0
     origin: tuple[str, int] | None = None
+    bias_after_rounding: bool = False
+    sum_in_activation_dtype: bool = False
 
     def __init__(self, scheme: str | Variant | None = None, tensors=None, *,
                  variant: Variant | None = None, first_expert: int = 0,
-                 origin: tuple[str, int] | None = None, **attrs):
+                 origin: tuple[str, int] | None = None, bias_after_rounding: bool = False,
+                 sum_in_activation_dtype: bool = False, **attrs):
         if isinstance(scheme, Variant):
             scheme, variant = None, scheme
         try:
@@ -53,6 +69,8 @@ class Checkpoint:
             raise CheckpointError(f"checkpoint.{e.field}", e.expected, e.found) from None
         self.variant, self.tensors = variant, tensors
         self.first_expert, self.origin = first_expert, origin
+        self.bias_after_rounding = bias_after_rounding
+        self.sum_in_activation_dtype = sum_in_activation_dtype
 
     # the variant's attributes, read where a checkpoint is at hand
     scheme = property(lambda self: self.variant.scheme)

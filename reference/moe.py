@@ -4,9 +4,12 @@
     y   = sum_e r_e y_e
 
 h and a are rounded to the activation dtype (a kernel writes both in bf16/fp16) before q2;
-the w2 bias sits inside the routed sum; with apply_router_weight_on_input x is scaled by r
-(and rounded to the activation dtype) before q1 and the output is not weighted; experts that
-expert_map sends to -1 contribute nothing.
+the w2 bias sits inside the routed sum (a reading with `bias_after_rounding`, gpt-oss's own
+definition, rounds each product before its bias is added and the sum again; one with
+`sum_in_activation_dtype` accumulates the routed sum in the activation dtype, expert by
+expert); with apply_router_weight_on_input x is scaled by r (and rounded to the activation
+dtype) before q1 and the output is not weighted; experts that expert_map sends to -1
+contribute nothing.
 
 Vectorized over tokens; the only Python loop is over experts, which are dequantized in
 chunks so that a DeepSeek-V3-sized layer fits in memory.
@@ -185,7 +188,7 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
         lo, hi = starts[e], starts[e + 1]
         h = xq[token[lo:hi]] @ w13.T
         if "w13_bias" in biases:
-            h = h + biases["w13_bias"][e]
+            h = _biased(h, biases["w13_bias"][e], ckpt, problem)
         h = round_to_activation_dtype(h, problem)
         inter[lo:hi] = round_to_activation_dtype(apply_activation(h, problem.activation),
                                                  problem)
@@ -196,9 +199,37 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
         lo, hi = starts[e], starts[e + 1]
         y = inter[lo:hi] @ w2.T
         if "w2_bias" in biases:
-            y = y + biases["w2_bias"][e]
+            y = _biased(y, biases["w2_bias"][e], ckpt, problem)
+        if ckpt.sum_in_activation_dtype:
+            _add_rounded(out, token[lo:hi], weight[lo:hi].unsqueeze(1) * round_to_activation_dtype(
+                y, problem), problem)
+            continue
         out.index_add_(0, token[lo:hi], weight[lo:hi].unsqueeze(1) * y)
     return out
+
+
+def _biased(product: torch.Tensor, bias: torch.Tensor, ckpt: Checkpoint,
+            problem: MoEProblem) -> torch.Tensor:
+    """product + bias: exact (rounded once, later), or where the checkpoint is read with
+    `bias_after_rounding` the product rounded to the activation dtype, the bias added and
+    the sum rounded again (OpenAI's gpt-oss: bf16 einsum, then `+= bias` in bf16)."""
+    if not ckpt.bias_after_rounding:
+        return product + bias
+    return round_to_activation_dtype(round_to_activation_dtype(product, problem) + bias, problem)
+
+
+def _add_rounded(out: torch.Tensor, rows: torch.Tensor, weighted: torch.Tensor,
+                 problem: MoEProblem) -> None:
+    """out[rows] += weighted, each term rounded to float32 then to the activation dtype and
+    each sum rounded to it: one expert's index_add_ into an activation-dtype buffer (experts
+    come in increasing id). `rows` ascending (token-major order kept by the stable sort); a
+    token routed twice to one expert adds its terms one after the other, in top-k order."""
+    part = round_to_activation_dtype(weighted.to(torch.float32).to(torch.float64), problem)
+    while rows.numel():
+        first = torch.ones_like(rows, dtype=torch.bool)
+        first[1:] = rows[1:] != rows[:-1]
+        out[rows[first]] = round_to_activation_dtype(out[rows[first]] + part[first], problem)
+        rows, part = rows[~first], part[~first]
 
 
 def _expert_weights(ckpt: Checkpoint, prefix: str, counts: list[int], elements: int):

@@ -24,7 +24,10 @@ tools/ (a reproduction) must name one that exists where the repository is checke
 Any other key is refused with the file, the entry and the key named: a typo such as `chek =`
 would otherwise widen the entry to every check. An entry is used once a row matched it; with
 named checks, each check must have matched a row, so a check that never fails is reported as
-stale like an entry that matches nothing.
+stale like an entry that matches nothing. Within one run (`unused(reached_only=True)`) an entry
+is stale only where the run shows it: a row it covers passed, or failed as it expects but an
+earlier entry took it; rows it covers that failed otherwise (reported as such on the row) or
+did not run leave it to tools/xfail_coverage.py, which reads every run of a list.
 """
 
 from __future__ import annotations
@@ -206,11 +209,19 @@ class Expectations:
         """The first entry that matches `row`, recorded as used (with `use`; else see
         `use`); every entry whose selector covers the row is recorded as reached (the run
         had a row it could have matched)."""
+        from moecert.reports.schema import FAILING
+
         found = None
         ran = row.get("status") not in NOT_RUN
+        failing = row.get("status") in FAILING
         for i, e in enumerate(self.entries):
             if e.matches(row):
-                if ran:  # a case the backend did not claim, or a skipped check, proves nothing
+                # a case the backend did not claim, or a skipped check, proves nothing; nor
+                # does a row failing otherwise than the entry expects (a folder whose layer
+                # fails to load fails every check so): the row itself fails and says what
+                # the entry expected. A row that passed, or that failed as the entry expects
+                # but an earlier entry took, shows the entry stale or shadowed.
+                if ran and not (failing and e.unexpected(row) is not None):
                     self._reached.add((i, str(row["check"])))
                 if found is None:
                     found = e

@@ -14,6 +14,16 @@ the same checkpoint the harness then judges the layer against.
                         FineGrainedFP8 quantizer without an fp8 GPU; an fp16 checkpoint loaded
                         into a bf16 model): read as the bf16 / fp16 scheme on the checkpoint's
                         weights rounded to it, activations unquantized
+    bias_after_rounding True: each linear's product rounded to the activation dtype before
+                        its bias is added, the sum rounded again (gpt-oss's own definition:
+                        OpenAI's reference adds the bias after the tensor-parallel all-reduce
+                        of the bf16 product; transformers' gpt-oss experts): the reference
+                        computes it so (reference/moe.py), on layers with biases
+    sum_in_activation_dtype True: each expert's output rounded to the activation dtype,
+                        weighted in float32 and rounded again, the routed sum accumulated in
+                        the activation dtype in increasing expert id (transformers' eager
+                        experts, every MoE model's modeling code: `index_add_` into a bf16
+                        buffer): the reference accumulates so
 
 The reading is the checkpoint transformed as declared (scales rounded, shards requantized, the
 activation mode of the scheme that reads the same tensors with it); its reference and its
@@ -45,6 +55,10 @@ _DEQUANTIZED_SCHEMES = {"bfloat16": "bf16", "float16": "fp16"}
 # an int layout the reading scheme does not store (compressed-tensors int4 read as W4A8):
 # the same canonical codes, scales and zeros written in this format of the reading scheme
 _REWRITE_FORMAT = "gptq_v2"
+# keys whose value is True or False (False declares nothing)
+_BOOL_KEYS = ("w13_requantized", "bias_after_rounding", "sum_in_activation_dtype")
+# the declared arithmetic the reference reads off the Checkpoint (reference/checkpoint.py)
+_ARITHMETIC_KEYS = ("bias_after_rounding", "sum_in_activation_dtype")
 
 
 class NumericsError(ValueError):
@@ -69,9 +83,10 @@ def declared(backend, layer) -> dict:
     if "weight_scale_dtype" in got and got["weight_scale_dtype"] not in _SCALE_DTYPES:
         raise NumericsError(f"numerics(layer)['weight_scale_dtype']: expected one of "
                             f"{', '.join(_SCALE_DTYPES)}, found {got['weight_scale_dtype']!r}")
-    if "w13_requantized" in got and not isinstance(got["w13_requantized"], bool):
-        raise NumericsError("numerics(layer)['w13_requantized']: expected a bool, found "
-                            f"{got['w13_requantized']!r}")
+    for key in _BOOL_KEYS:
+        if key in got and not isinstance(got[key], bool):
+            raise NumericsError(f"numerics(layer)[{key!r}]: expected a bool, found "
+                                f"{got[key]!r}")
     if "weights_dequantized" in got:
         if got["weights_dequantized"] not in _DEQUANTIZED_SCHEMES:
             raise NumericsError(f"numerics(layer)['weights_dequantized']: expected one of "
@@ -90,8 +105,9 @@ def effective(numerics: dict, quant) -> dict:
         out["activation"] = numerics["activation"]
     if "weight_scale_dtype" in numerics and _has_float_scales(quant):
         out["weight_scale_dtype"] = numerics["weight_scale_dtype"]
-    if numerics.get("w13_requantized"):
-        out["w13_requantized"] = True
+    for key in _BOOL_KEYS:
+        if numerics.get(key):
+            out[key] = True
     if "weights_dequantized" in numerics and \
             _DEQUANTIZED_SCHEMES.get(numerics["weights_dequantized"]) != quant.scheme:
         out["weights_dequantized"] = numerics["weights_dequantized"]
@@ -127,10 +143,11 @@ def reading(ckpt, numerics: dict):
             if d.role == "scale" and name in out.tensors:
                 out.tensors[name] = out.tensors[name].to(dtype)
     if "weights_dequantized" in numerics:
-        return _dequantized(out, numerics["weights_dequantized"])
-    if "activation" in numerics:
+        out = _dequantized(out, numerics["weights_dequantized"])
+    elif "activation" in numerics:
         out = _with_activation(out, numerics["activation"])
-    return out
+    arithmetic = {k: True for k in _ARITHMETIC_KEYS if numerics.get(k)}
+    return replace(out, **arithmetic) if arithmetic else out
 
 
 def _dequantized(ckpt, dtype_name: str):

@@ -191,6 +191,21 @@ class TransformersBackend:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def reload_declined(self, layer: TransformersLayer, checkpoint) -> str | None:
+        """Why `checkpoint` cannot be loaded into `layer` (the reload check skips with it),
+        else None: a layer read from a model folder is loaded by transformers' from_pretrained
+        from that folder's own files, and any other tensors (the check's second checkpoint:
+        the folder's tensors with the experts rotated) are not a folder transformers can read;
+        the adapter writes folders for synthesized checkpoints only."""
+        check_layer(layer, TransformersLayer, self.name)
+        origin = _folder_origin(checkpoint)
+        if layer.origin is None or origin == layer.origin:
+            return None
+        return (f"the layer was read by transformers from {origin_text(layer.origin)}, and "
+                "transformers reloads a folder's layer from that folder's files only; the "
+                f"second checkpoint (the folder's tensors, experts rotated) is "
+                f"{origin_text(origin)}, not that folder")
+
     def _load(self, layer: TransformersLayer, path: str, index: int, device,
               one: bool = False) -> None:
         """from_pretrained of the folder at `path`, or (`one`: a model folder's layer) of a
@@ -282,17 +297,37 @@ class TransformersBackend:
         dtype}, and where the file's scheme quantizes activations (which the unquantized
         layer does not) {"activation": "none"} with it: the checks that test the scheme's own
         activation quantization (the exact tier's) then know it is not run. Quantized weights
-        held as such declare nothing."""
+        held as such declare nothing.
+
+        Experts holding biases (gpt-oss's `GptOssExperts`) add each bias to the product
+        already rounded to the model dtype, in every implementation (modeling_gpt_oss.py
+        `current_state @ down_proj[e] + down_proj_bias[e]` in bf16; integrations/moe.py
+        `_batched_linear` / `_grouped_linear` add it after the matmul): gpt-oss's own
+        definition (OpenAI's gpt_oss/torch/model.py adds the bias after the tensor-parallel
+        all-reduce of the bf16 product), declared as {"bias_after_rounding": True}.
+
+        The eager experts (every model class's own per-expert loop) weight each expert's
+        model-dtype output in float32, cast it back and `index_add_` it into a model-dtype
+        buffer expert by expert: the routed sum accumulated in bf16, in increasing expert id,
+        declared as {"sum_in_activation_dtype": True}. grouped_mm and batched_mm sum the
+        top-k outputs in float32 (integrations/moe.py: "reshape+sum accumulates in fp32"),
+        which the exact reading covers."""
         check_layer(layer, TransformersLayer, self.name)
+        out = {}
+        if self.implementation == "eager":
+            out["sum_in_activation_dtype"] = True
+        if any(name.endswith("_bias") for name, _ in layer.experts.named_parameters()):
+            out["bias_after_rounding"] = True
         dtypes = {p.dtype for p in layer.experts.parameters()}
         if len(dtypes) != 1 or next(iter(dtypes)) not in folder.DTYPES:
-            return {}
+            return out
         held = folder.DTYPES[next(iter(dtypes))]
         if layer.quant.scheme == {"bfloat16": "bf16", "float16": "fp16"}[held]:
-            return {}
+            return out
+        out["weights_dequantized"] = held
         if layer.quant.activation != ACT_NONE:
-            return {"weights_dequantized": held, "activation": ACT_NONE}
-        return {"weights_dequantized": held}
+            out["activation"] = ACT_NONE
+        return out
 
     def apply(self, layer: TransformersLayer, hidden_states, topk_weights, topk_ids, *,
               out=None, **opts) -> torch.Tensor:

@@ -17,8 +17,9 @@ from vllm.model_executor.layers.fused_moe import FusedMoEFactory
 from vllm.model_executor.layers.quantization import get_quantization_config
 
 HERE = Path(__file__).resolve().parent
-FOLDER = Path(sys.argv[1]) if len(sys.argv) > 1 else \
-    HERE.parents[1] / "tests/fixtures/checkpoints/ct-mxfp4-qwen3moe"
+FIXTURE = "tests/fixtures/checkpoints/ct-mxfp4-qwen3moe"  # from here or from standalone/
+FOLDER = Path(sys.argv[1]) if len(sys.argv) > 1 else next(
+    (p / FIXTURE for p in HERE.parents if (p / FIXTURE).is_dir()), Path(FIXTURE))
 LAYER = 1
 
 config = json.loads((FOLDER / "config.json").read_text())

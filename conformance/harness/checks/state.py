@@ -72,6 +72,13 @@ def check_reload(run: CaseRun) -> Outcome:
     seed = run.case.seed + RELOAD_SEED_OFFSET
     second = run.checkpoint_for(seed)
     run.layer  # noqa: B018 - its declared numerics say which reading is judged
+    # a backend that cannot load this second checkpoint at all (an engine reading a model
+    # folder itself gets the folder's tensors rotated, no longer the folder) says why: a check
+    # it cannot run is declined, not failed
+    hook = getattr(run.backend, "reload_declined", None)
+    why = hook(run.layer, second) if hook is not None else None
+    if why:
+        return Outcome("skip", f"{run.backend.name} declines the reload: {why}")
     reference = run.reference_of_draw(seed, second) if not run.numerics else \
         run.reference_for(run.declared_reading(seed, second), run.inputs)  # before the backend
     layer = run.new_layer(run.checkpoint)

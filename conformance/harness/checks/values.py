@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
+from moecert.kernels import QuantConfig
+from moecert.kernels.oracle import supports_reason
+from moecert.kernels.platform import platform_of_device
 from moecert.reference import moe
 from moecert.reference.schemes import Rejected
 from moecert.reference.schemes.tensors import tensor_name
@@ -34,6 +37,9 @@ def check_exact(run: CaseRun) -> Outcome:
         s, want = _exact_structure(run, case)
     except NotExact as e:
         return Outcome("skip", f"no exact structure for this case: {e}")
+    why = _structure_unclaimed(run, s.checkpoint, P)
+    if why:
+        return Outcome("skip", why)
     # copies: the structure is kept for the problem's other backends (SharedSteps)
     ckpt = run.laid_out_checkpoint(fresh_copy(s.checkpoint).to(run.device))
     inputs = run.laid_out_inputs(Inputs(*(None if t is None else t.clone() for t in (
@@ -45,6 +51,21 @@ def check_exact(run: CaseRun) -> Outcome:
     run.backend.apply(layer, *args, out=out, **opts)
     where = "" if case is run.case else f" (at K={P.K}, N={P.N})"
     return bitwise(out, want, "structured exact output" + where)
+
+
+def _structure_unclaimed(run: CaseRun, ckpt, problem) -> str | None:
+    """Why the backend does not take the structured checkpoint of a model folder's case (a
+    synthesized checkpoint of the folder's variant, which an engine adapter claims as it
+    claims any synthesized one: `supports`, not the folder's `supports_model_layer`), else
+    None. A synthesized case's structure is its own variant, claimed with the case."""
+    if run.case.source is None:
+        return None
+    why = supports_reason(run.backend, QuantConfig.of(ckpt), problem,
+                          platform_of_device(run.device))
+    if why:
+        return (f"{run.backend.name} does not claim a synthesized checkpoint of the folder's "
+                f"variant, which the structured inputs need: {why}")
+    return None
 
 
 def _exact_structure(run: CaseRun, case):

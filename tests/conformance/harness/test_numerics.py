@@ -42,6 +42,7 @@ class _Declares:
     ({"activation": "int8"}, "activation"),
     ({"weight_scale_dtype": "bf16"}, "weight_scale_dtype"),
     ({"w13_requantized": "yes"}, "w13_requantized"),
+    ({"bias_after_rounding": 1}, "bias_after_rounding"),
     (["activation"], "expected a dict"),
 ])
 def test_a_declaration_the_harness_cannot_read_is_an_error_naming_it(value, match):
@@ -86,6 +87,69 @@ def test_int4_run_with_int8_activations_is_read_as_w4a8(scheme, attrs):
     x, w, ids = make_inputs(P, seed=3)
     w4a16, w4a8 = moe(ckpt, x, w, ids, P), moe(read, x, w, ids, P)
     assert not torch.equal(w4a16, w4a8)  # the int8 activations change the result
+
+
+def test_bias_after_rounding_is_gpt_oss_definition_of_the_biased_linear():
+    """gpt-oss's own MoE (OpenAI's gpt_oss/torch/model.py, MLPBlock.forward) computes each
+    expert linear as a bf16 einsum and then adds the bf16 bias (`t += mlp2_bias`, after the
+    tensor-parallel all-reduce): the product is rounded before the bias is added. Known
+    answer: inter (4, 1) . w2 row (6, 0.0625) = 24.0625, a bf16 tie (step 0.125), rounds to
+    24.0; + bias 0.0625 = 24.0625 rounds to 24.0 again. Product + bias rounded once: 24.125."""
+    P1 = MoEProblem(M=1, K=32, N=32, E=1, topk=1, activation="relu2", bias=True)
+    ckpt = synthesize("bf16", P1, seed=0)
+    for t in ckpt.tensors.values():
+        t.zero_()
+    ckpt.tensors["w13_weight"][0, 0, 0] = 2.0  # h0 = 2 -> relu2 4
+    ckpt.tensors["w13_weight"][0, 1, 0] = 1.0  # h1 = 1 -> relu2 1
+    ckpt.tensors["w2_weight"][0, 0, :2] = torch.tensor([6.0, 0.0625])
+    ckpt.tensors["w2_bias"][0, 0] = 0.0625
+    x = torch.zeros(1, 32, dtype=torch.bfloat16)
+    x[0, 0] = 1.0
+    w, ids = torch.ones(1, 1), torch.zeros(1, 1, dtype=torch.int64)
+    # OpenAI's formula in bf16 torch: einsum of the bf16 operands, then the bf16 bias added
+    inter = torch.tensor([4.0, 1.0] + [0.0] * 30, dtype=torch.bfloat16)
+    openai = torch.einsum("ck,k->c", ckpt.tensors["w2_weight"][0], inter)
+    openai += ckpt.tensors["w2_bias"][0]
+    read = reading(ckpt, {"bias_after_rounding": True})
+    assert read.bias_after_rounding and not ckpt.bias_after_rounding
+    assert read.tensors == ckpt.tensors  # the same tensors, read with the other arithmetic
+    got = moe(read, x, w, ids, P1)
+    assert float(got[0, 0]) == float(openai[0]) == 24.0
+    assert float(moe(ckpt, x, w, ids, P1)[0, 0]) == 24.125  # one rounding: not gpt-oss's
+    assert describe(effective({"bias_after_rounding": True}, QuantConfig.of(ckpt))) == \
+        "bias_after_rounding=True"
+    # with the weights dequantized too (the transformers MXFP4 gpt-oss layer) it stays set
+    assert reading(ckpt, {"bias_after_rounding": True,
+                          "weights_dequantized": "float16"}).bias_after_rounding
+
+
+def test_sum_in_activation_dtype_accumulates_expert_by_expert_in_bf16():
+    """transformers' eager experts (every MoE model's modeling code) add each expert's
+    weighted output, cast to bf16, into a bf16 buffer with index_add_, experts in increasing
+    id. Known answer: expert outputs 1, 2^-8, 2^-8 (weights 1): 1 + 2^-8 is a bf16 tie and
+    stays 1, twice; the exact sum 1 + 2^-7 is a bf16 value."""
+    P3 = MoEProblem(M=1, K=32, N=32, E=3, topk=3, activation="relu2")
+    ckpt = synthesize("bf16", P3, seed=0)
+    for t in ckpt.tensors.values():
+        t.zero_()
+    ckpt.tensors["w13_weight"][:, 0, 0] = 1.0  # h0 = 1 -> relu2 1, every expert
+    ckpt.tensors["w2_weight"][:, 0, 0] = torch.tensor([1.0, 2.0 ** -8, 2.0 ** -8])
+    x = torch.zeros(1, 32, dtype=torch.bfloat16)
+    x[0, 0] = 1.0
+    w, ids = torch.ones(1, 3), torch.tensor([[2, 0, 1]])
+    # transformers' formula: y_e (bf16) * weight (float32), cast to bf16, index_add_ in bf16
+    buffer = torch.zeros(1, 32, dtype=torch.bfloat16)
+    for e in range(3):
+        y = (ckpt.tensors["w2_weight"][e][:, 0] * 1.0).unsqueeze(0)
+        buffer.index_add_(0, torch.tensor([0]), (y * w[0, 0]).to(torch.bfloat16))
+    read = reading(ckpt, {"sum_in_activation_dtype": True})
+    assert read.sum_in_activation_dtype and not ckpt.sum_in_activation_dtype
+    assert float(moe(read, x, w, ids, P3)[0, 0]) == float(buffer[0, 0]) == 1.0
+    assert float(moe(ckpt, x, w, ids, P3)[0, 0]) == 1.0 + 2.0 ** -7  # the sum rounded once
+    # a token routed twice to one expert: both terms added, one after the other
+    twice = torch.tensor([[1, 1, 0]])
+    assert float(moe(read, x, w, twice, P3)[0, 0]) == 1.0
+    assert float(moe(ckpt, x, w, twice, P3)[0, 0]) == 1.0 + 2.0 ** -7
 
 
 def test_w13_requantized_collapses_the_shard_scales_and_requantizes():
