@@ -220,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         command.add_arguments(p)
         p.set_defaults(func=command.main)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # how to resume a run (run.py)
     try:
         return args.func(args)
     except UsageError as e:
