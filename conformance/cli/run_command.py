@@ -274,7 +274,7 @@ def memory_note(cases: list[Case], config: RunConfig) -> list:
               file=sys.stderr)
     if len(too_big) > len(claimed):
         print(f"{len(too_big) - len(claimed)} case(s) the backend does not claim would need "
-              "more memory than this machine has too: recorded as unsupported with its "
+              "more memory than this machine has: recorded as unsupported with the backend's "
               "reason, their claims check not run", file=sys.stderr)
     return too_big
 
