@@ -139,3 +139,21 @@ def test_a_plugin_session_cut_short_is_not_finished(tmp_path):
     rep = _cli(["report", "out"], tmp_path)
     assert rep.returncode == 1
     assert "(no resume command recorded: run it again)" in rep.stdout
+
+
+def test_assembling_an_interrupted_certify_run_is_not_certified(tmp_path, capsys):
+    from moecert.conformance.cli import app as cli
+    from moecert.reports.store import Journal, plan_of
+
+    resume = "moecert certify --backend torch --out b --resume --run-id R"
+    journal = Journal(tmp_path / "b" / "results", "R.certify", "certify",
+                      plan=plan_of(["torch/x/1", "torch/x/2", "torch/x/3"], resume))
+    journal.append([{"case_id": "torch/x/1", "backend": "torch", "check": "claims",
+                     "status": "pass", "claimed": True}])
+    journal.close()
+    code = cli.main(["certify", "--assemble", str(tmp_path / "b")])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert out.strip().splitlines()[-1] == ("NOT CERTIFIED: incomplete: not finished: 1 of 3 "
+                                            f"cases; resume with: {resume}")
+    assert not (tmp_path / "b" / "SHA256SUMS").exists()  # no bundle of a run still to finish
