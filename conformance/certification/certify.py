@@ -84,10 +84,10 @@ def now() -> str:
 
 def judge_folder(folder: Path) -> tuple[list[dict], object, Judgement]:
     """The shard records, rows and judgement of the run in `folder`/results."""
+    from moecert.reports.store import completion
+
     from ..harness.cases import Case
     from ..harness.suites import build_suite
-
-    from moecert.reports.store import completion
 
     results = folder / "results"
     if not results.is_dir():

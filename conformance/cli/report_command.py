@@ -103,7 +103,11 @@ def _load(path: str, what: str, run: str | None = None):
         message = e.args[0] if isinstance(e, KeyError) else str(e)
         raise UsageError(f"{what} {path}: {message}") from None
     if frame.empty:
-        raise UsageError(f"{what} {path}: no result rows")
+        got = _completion(path, run)
+        why = "" if got is None or got.complete else (
+            f" (the run {got.words()}" + (f"; resume with: {got.resume[0]}" if got.resume
+                                          else "") + ")")
+        raise UsageError(f"{what} {path}: no result rows{why}")
     return frame
 
 

@@ -26,8 +26,8 @@ except ImportError:  # a checkout run without installing (a GPU box's PYTHONPATH
     tqdm = None
 
 from moecert.reference import CheckpointError
-from moecert.reports.schema import FAILING, STATUSES, case_status
 from moecert.reports.groups import failure_groups
+from moecert.reports.schema import FAILING, STATUSES, case_status
 from moecert.reports.store import (
     Journal,
     journal_cases,

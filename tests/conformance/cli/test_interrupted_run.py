@@ -16,7 +16,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from moecert.reports import load
-from moecert.reports.store import completion
 
 HELPERS = Path(__file__).parents[1] / "helpers"
 # test-slow (helpers/misbehaving_backends.py): torch's numerics, bf16 only, slow while
@@ -77,6 +76,8 @@ def test_a_killed_run_is_not_green_until_resumed(tmp_path):
     assert not list((tmp_path / "out").glob("*.parquet"))  # the journal is kept to resume
 
     # the store says it did not finish: report, its JUnit and the Completion
+    from moecert.reports.store import completion
+
     got = completion(tmp_path / "out")
     assert (got.planned, got.done, got.finished) == (planned, done, False)
     rep = _cli(["report", "out", "--junit", "rep.xml"], tmp_path)
@@ -132,6 +133,8 @@ def test_a_plugin_session_cut_short_is_not_finished(tmp_path):
     said = re.search(r"moecert: not green: not finished: 1 of (\d+) cases; 1 case\(s\) "
                      r"failed: 1 fail", proc.stdout)
     assert said and int(said[1]) > 1, proc.stdout[-3000:]
+    from moecert.reports.store import completion
+
     got = completion(tmp_path / "out")
     assert (got.planned, got.done) == (int(said[1]), 1)
     _, (verdict,) = _verdict_case(tmp_path / "j.xml")
