@@ -6,7 +6,8 @@ front end beside the command line (conformance/cli/), both driving the harness.
 One test per case (its checks are the rows); failing rows fail the test with their messages,
 expected failures come from the xfail list (strict), and a case the backend does not claim is
 a skip with the backend's reason. A session that is not green (reports/verdict.py: no claimed
-case ran, a case was too large for the machine) fails: one failed test more,
+case ran, a case was too large for the machine, it stopped before every collected case ran)
+fails: one failed test more,
 `moecert::verdict`, in pytest's counts, short summary and --junitxml. Cases
 run in a worker process (one per pytest or xdist worker, conformance/harness/runner.py), so a
 backend that hangs past `--moecert-timeout` or kills its process costs that case, not the session;
