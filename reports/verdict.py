@@ -23,7 +23,7 @@ An unclaimed case (the backend does not claim it, and says so) never counts as p
 claimed case on which every check was skipped did not run a check. Only a claimed case can be
 oversize (not run: too large for the machine): an unclaimed case that would not fit either is
 unclaimed. A case lost (crash, timeout) before the backend was asked whether it claims it is
-counted as failed and, per backend, as "lost before its claim was known", never as unclaimed.
+counted as failed and, per backend, as "with its claim unknown", never as unclaimed.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Tally:
 
     cases: int = 0
     claimed: int = 0
-    unknown: int = 0  # cases lost (crash, timeout) before the backend was asked to claim them
+    unknown: int = 0  # cases no row of which knows the claim (lost before it was asked)
     ran: int = 0  # claimed cases on which at least one check ran
     failed: int = 0  # cases with a crash, timeout, error or fail row
     failures: Counter = field(default_factory=Counter)  # failed cases by their worst status
@@ -65,10 +65,10 @@ class Tally:
         self.oversize += bool(oversize and claimed is not False)
 
     def words(self, backend: str) -> str:
-        """`torch 18 of 19 claimed, 2 oversize, 1 lost before its claim was known`."""
+        """`torch 18 of 19 claimed, 2 oversize, 1 with its claim unknown`."""
         return (f"{backend} {self.claimed} of {self.cases} claimed"
                 + (f", {self.oversize} oversize" if self.oversize else "")
-                + (f", {self.unknown} lost before its claim was known" if self.unknown
+                + (f", {self.unknown} with its claim unknown" if self.unknown
                    else ""))
 
 

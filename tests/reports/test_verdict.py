@@ -19,8 +19,8 @@ def test_only_a_claimed_case_is_oversize():
         assert tallies["torch"].oversize == 2
         v = verdict(tallies)
         assert v.line == ("not green: 2 claimed case(s) not run: they need more memory than "
-                          "this machine has (backend torch 1 of 2 claimed, 2 oversize, 1 lost "
-                          "before its claim was known, xpu 0 of 1 claimed)")
+                          "this machine has (backend torch 1 of 2 claimed, 2 oversize, 1 with "
+                          "its claim unknown, xpu 0 of 1 claimed)")
     unclaimed = verdict(tally_frame(pd.DataFrame(rows[:1])))
     assert unclaimed.line == "not green: no claimed case ran a check (backend xpu 0 of 1 claimed)"
 
@@ -37,7 +37,7 @@ def test_a_case_lost_before_its_claim_is_a_failure_not_unclaimed():
     v = verdict(tally_frame(pd.DataFrame(rows)))
     assert v.code == 1
     assert v.line == ("not green: 1 case(s) failed: 1 timeout (backend torch 1 of 2 claimed, "
-                      "1 lost before its claim was known)")
+                      "1 with its claim unknown)")
 
 
 def test_an_unfinished_run_is_not_green_whatever_its_rows():
