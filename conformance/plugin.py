@@ -6,7 +6,8 @@ front end beside the command line (conformance/cli/), both driving the harness.
 One test per case (its checks are the rows); failing rows fail the test with their messages,
 expected failures come from the xfail list (strict), and a case the backend does not claim is
 a skip with the backend's reason. A session that is not green (reports/verdict.py: no claimed
-case ran, a case was too large for the machine) fails: one failed test more,
+case ran, a case was too large for the machine, it stopped before every collected case ran)
+fails: one failed test more,
 `moecert::verdict`, in pytest's counts, short summary and --junitxml. Cases
 run in a worker process (one per pytest or xdist worker, conformance/harness/runner.py), so a
 backend that hangs past `--moecert-timeout` or kills its process costs that case, not the session;
@@ -51,6 +52,8 @@ from .harness.option_values import (
 CLAIMED_PROPERTY = "moecert_claimed"
 BACKEND_PROPERTY = "moecert_backend"
 OVERSIZE_PROPERTY = "moecert_oversize"  # not run: more memory than the machine has
+FAILED_PROPERTY = "moecert_failed"  # the failing case's worst status (crash, timeout, ...)
+PLANNED_PROPERTY = "moecert_planned"  # the session's moecert cases, as collected
 
 _settings_key = pytest.StashKey["Settings"]()
 
@@ -197,14 +200,15 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="session")
 def moecert_session(request):
     """Device, xfail list, results journal and worker process of this pytest process."""
-    from moecert.reports.store import Journal
+    from moecert.reports.store import Journal, plan_of
 
     from .harness.execute import new_run_id, triton_for
     from .harness.runner import CaseRunner, RunConfig
 
     config = request.config
     s = _settings(config)
-    state = {"device": s.device, "xfail": s.xfail,
+    ids = planned_case_ids(request.session)
+    state = {"device": s.device, "xfail": s.xfail, "planned": len(ids),
              "checks": s.checks, "journal": None, "runner": None,
              # xdist workers of one session share its testrun uid: one run id in every
              # worker's results file, so `load` reads the session as one run
@@ -214,8 +218,10 @@ def moecert_session(request):
     results = config.getoption("--moecert-results")
     if results:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        # the session's plan (every worker collects every case): `moecert report` reads a
+        # session cut short (-x, Ctrl-C) as not finished; a session is not resumed
         state["journal"] = Journal(results, f"{state['run_id']}.pytest-{worker}", s.suite,
-                                   s.imports)
+                                   s.imports, plan_of(ids, resume=None))
     if s.isolate:
         # the xdist workers share the cores: each case worker gets its share of threads
         shares = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
@@ -235,6 +241,12 @@ def moecert_session(request):
         import warnings
         warnings.warn(f"moecert xfail entry covers no case of this session: {entry}",
                       stacklevel=1)
+
+
+def planned_case_ids(session) -> list[str]:
+    """The case ids of the session's moecert tests, as collected (after -k and the like)."""
+    return [item.callspec.params["moecert_case"].case_id for item in session.items
+            if "moecert_case" in getattr(getattr(item, "callspec", None), "params", {})]
 
 
 def _budgets(device: str) -> list:
@@ -286,11 +298,15 @@ def run_and_assert(case, session, properties: list | None = None) -> list[dict]:
     else:
         rows = run_case(case, session["device"], session["checks"], session["run_id"])
     rows = session["xfail"].apply(rows)
+    too_big = bool(too_big) and rows[0]["status"] == "oversize"  # only a claimed case is
     if session["journal"]:
         session["journal"].append(rows)
     if properties is not None:
+        worst = case_status(r["status"] for r in rows)
         properties += [(BACKEND_PROPERTY, case.backend), (CLAIMED_PROPERTY, claimed(rows)),
-                       (OVERSIZE_PROPERTY, bool(too_big))]
+                       (OVERSIZE_PROPERTY, bool(too_big)),
+                       (FAILED_PROPERTY, worst if worst in FAILING else ""),
+                       (PLANNED_PROPERTY, session.get("planned"))]
     if too_big:  # neither a pass nor a failure of the backend; the session is not green
         pytest.skip(f"oversize: {rows[0]['message']}")
     bad = [r for r in rows if r["status"] in FAILING]
@@ -317,8 +333,10 @@ def unclaimed_reason(rows: list[dict]) -> str:
     """The skip reason of an unclaimed case: its claims row's message ("not claimed: <the
     backend's reason>; ..."), or the backend's reason where the claims check did not run."""
     claims = [r["message"] for r in rows if r["check"] == "claims"]
-    first = claims[0] if claims else "not claimed: " + next(
+    first = claims[0] if claims else next(
         r["message"] for r in rows if r["status"] == "unsupported")
+    if not first.startswith("not claimed: "):
+        first = "not claimed: " + first
     return first.splitlines()[0]
 
 
@@ -331,18 +349,22 @@ class _Tally:
     def __init__(self):
         self.counts: Counter = Counter()
         self.verdict: tuple[bool, str] | None = None
+        self.planned: int | None = None
 
     def pytest_runtest_logreport(self, report):
         props = dict(report.user_properties)
         if report.when == "call" and CLAIMED_PROPERTY in props:
-            self.counts[props[BACKEND_PROPERTY], props[CLAIMED_PROPERTY], report.failed,
+            failed = (props.get(FAILED_PROPERTY) or True) if report.failed else False
+            self.counts[props[BACKEND_PROPERTY], props[CLAIMED_PROPERTY], failed,
                         bool(props.get(OVERSIZE_PROPERTY))] += 1
+            if props.get(PLANNED_PROPERTY) is not None:
+                self.planned = max(self.planned or 0, int(props[PLANNED_PROPERTY]))
 
     @pytest.hookimpl(tryfirst=True)  # before pytest's --junitxml writes its file
     def pytest_sessionfinish(self, session):
         if hasattr(session.config, "workerinput"):  # an xdist worker: its controller decides
             return
-        self.verdict = session_verdict(self.counts)
+        self.verdict = session_verdict(self.counts, self.planned)
         if session.config.getoption("--moecert-junit", None):
             write_junit(session.config, self.verdict)
         if self.verdict and not self.verdict[0]:
@@ -374,18 +396,21 @@ def verdict_report(line: str) -> pytest.TestReport:
                              "call", user_properties=[])
 
 
-def session_verdict(tally: Counter) -> tuple[bool, str] | None:
+def session_verdict(tally: Counter, planned: int | None = None) -> tuple[bool, str] | None:
     """Whether the session is green, and its moecert line (the words `moecert run` ends
     with), from (backend, claimed, failed, oversize) -> test count (claimed None: the case
-    was lost before its claim was known; failed: the test failed; oversize: not run, too
-    large for the machine's memory); None for a session that ran no case."""
-    from moecert.reports.verdict import Tally, verdict
+    was lost before its claim was known; failed: the test failed, its worst status where
+    known; oversize: not run, too large for the machine's memory) and the session's planned
+    cases (fewer run: the session stopped early, -x or Ctrl-C, and is not finished); None
+    for a session that ran no case."""
+    from moecert.reports.verdict import Completion, Tally, verdict
 
     if not tally:
         return None
     tallies: dict[str, Tally] = {}
     for (backend, claimed_, failed, too_big), n in sorted(tally.items(), key=str):
         for _ in range(n):
-            tallies.setdefault(backend, Tally()).add(bool(claimed_), True, failed, too_big)
-    v = verdict(tallies)
+            tallies.setdefault(backend, Tally()).add(claimed_, True, failed, too_big)
+    done = sum(tally.values())
+    v = verdict(tallies, None if planned is None else Completion(planned, done, True))
     return v.green, f"moecert: {v.line}"

@@ -60,8 +60,18 @@ def terminal(report: Report) -> str:
             parts += [f"  {row['status']:<8} {row['check']:<14} {row['case_id']}",
                       f"           {_first_line(row['message'])[:300]}",
                       f"           rerun: {report.rerun(row)}"]
-    parts += ["", report.verdict()]
+    parts += ["", *_unfinished(report), report.verdict()]
     return "\n".join(parts)
+
+
+def _unfinished(report: Report) -> list[str]:
+    """How to finish a run that did not (its journal's resume command), before the verdict."""
+    c = report.completion
+    if c is None or c.complete:
+        return []
+    how = [f"resume with: {command}" for command in c.resume] or [
+        "(no resume command recorded: run it again)"]
+    return [f"the run did not finish ({c.words().removeprefix('not finished: ')}):", *how]
 
 
 # --- Markdown ----------------------------------------------------------------------------------

@@ -28,12 +28,16 @@ class Report:
     rerun_prefix: str | None = None  # `moecert run ...` before `--case`; None: from the row
     bench: pd.DataFrame | None = None  # frames.bench: the `moecert bench` rows
     baseline: pd.DataFrame | None = None  # the baseline's rows, as loaded
+    # how far the run got (store.completion); None: as its rows say, run to its end
+    completion: verdict_of.Completion | None = None
 
     @classmethod
     def build(cls, rows: pd.DataFrame, baseline: pd.DataFrame | None = None,
               suite_ids: set[str] | None = None, rerun_prefix: str | None = None,
-              slower_than: float | None = None) -> Report:
-        """`suite_ids`, `slower_than`: see frames.compare_runs."""
+              slower_than: float | None = None,
+              completion: verdict_of.Completion | None = None) -> Report:
+        """`suite_ids`, `slower_than`: see frames.compare_runs; `completion`: how far the
+        run got (reports.store.completion), judged in its verdict."""
         if rows.empty:
             raise ValueError("no result rows to report on")
         changes = None if baseline is None else frames.compare_runs(baseline, rows, suite_ids,
@@ -41,7 +45,7 @@ class Report:
         return cls(rows, frames.cases(rows), frames.status_counts(rows),
                    frames.status_matrix(rows), frames.worst_used(rows),
                    frames.failing(rows), frames.slowest(rows), changes, rerun_prefix,
-                   frames.bench(rows), baseline)
+                   frames.bench(rows), baseline, completion)
 
     @property
     def regressions(self) -> pd.DataFrame | None:
@@ -61,7 +65,7 @@ class Report:
 
     def run_verdict(self) -> verdict_of.Verdict:
         """The run's own verdict, the words and exit code `moecert run` gave it."""
-        return verdict_of.verdict(verdict_of.tally_frame(self.rows))
+        return verdict_of.verdict(verdict_of.tally_frame(self.rows), self.completion)
 
     def verdict(self) -> str:
         """One line: what the exit code says, and why."""

@@ -8,6 +8,16 @@ rows are on disk whole or not at all. A line cut short by a kill has no newline;
 it and `Journal` cuts it off before appending. When the run ends the journal becomes
 `<run id>.<label>.parquet`.
 
+A run records what it set out to do and that it ended: its journal holds a plan line
+(`{"plan": {"cases": M, "case_ids_sha256": ..., "resume": "<command>", "started_at": ...}}`,
+`plan_of`), and the Parquet file it becomes carries the plan and `finished_at` in its
+metadata (`moecert_run`). `completion(path)` reads them back (reports/verdict.Completion): a
+journal is a run that has not ended (killed, or still running); a Parquet file whose plan
+names more cases than it holds is a run that stopped early (a pytest session cut short).
+Results an older moecert wrote carry no plan: its Parquet files were written only at a run's
+end (read as finished), its journals only by runs that did not end (read as not finished,
+with the planned count unknown).
+
 `load(path)` reads one file, or from a folder the newest run (all its shards merged);
 `load(path, run=ID)` one run by id, `load(path, run="all")` every run in the folder. Every
 file carries the schema version (reports/schema.py): a journal as its first line
@@ -28,8 +38,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .schema import COLUMN_DTYPES, COLUMNS, MIGRATIONS, SCHEMA_VERSION, VERSION_KEY, problem_id
+from .verdict import Completion
 
 ALL_RUNS = "all"
+PLAN_KEY = "plan"  # a journal's plan line: {"plan": {...}}
+RUN_KEY = "moecert_run"  # a Parquet file's metadata: {"plan": {...}, "finished_at": ...}
 
 
 class ResultsError(ValueError):
@@ -40,11 +53,12 @@ class Journal:
     """Append-only rows of one run (or one shard of it), one line per case."""
 
     def __init__(self, folder: str | os.PathLike, name: str, suite: str | None = None,
-                 imports=()):
+                 imports=(), plan: dict | None = None):
         """`suite`: the suite the run's cases came from, written into every row (the report
         tells a case gone from a run from one the suite dropped by it); `imports`: the
         modules the run imported (`--import`), written into every row too (a rerun of a
-        row's case needs them)."""
+        row's case needs them); `plan` (`plan_of`): the cases the run sets out to run, written
+        as a line unless the journal already holds that plan (a resumed run)."""
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / f"{name}.jsonl"
@@ -56,6 +70,11 @@ class Journal:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if not os.fstat(self._fd).st_size:
             self._write(json.dumps({VERSION_KEY: SCHEMA_VERSION}))
+        recorded = journal_plan(self.path)
+        self.plan = plan or recorded
+        if plan is not None and (recorded or {}).get("case_ids_sha256") != plan.get(
+                "case_ids_sha256"):
+            self._write(json.dumps({PLAN_KEY: plan}))
 
     def append(self, rows: list[dict]) -> None:
         """One case's rows, as one line in one write."""
@@ -74,12 +93,52 @@ class Journal:
             data = data[os.write(self._fd, data):]
         os.fsync(self._fd)
 
+    def close(self) -> None:
+        """Stop appending (an interrupted run): every line written is already on disk."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
     def finish(self) -> Path:
-        """Write the rows as Parquet next to the journal and remove the journal."""
-        os.close(self._fd)
-        target = write_parquet(read_journal(self.path), self.path.with_suffix(".parquet"))
+        """Write the rows as Parquet next to the journal, with the run's plan and its end,
+        and remove the journal."""
+        self.close()
+        import datetime
+
+        run = {PLAN_KEY: self.plan,
+               "finished_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+        target = write_parquet(read_journal(self.path), self.path.with_suffix(".parquet"),
+                               run)
         self.path.unlink()
         return target
+
+
+def plan_of(case_ids, resume: str | None = None) -> dict:
+    """A run's plan: how many cases, a digest of their ids (a resumed run must plan the same
+    cases), and the command that resumes it (None: it cannot be resumed, a pytest session)."""
+    import datetime
+    import hashlib
+
+    ids = sorted(set(case_ids))
+    return {"cases": len(ids),
+            "case_ids_sha256": hashlib.sha256("\n".join(ids).encode()).hexdigest(),
+            "resume": resume,
+            "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+
+
+def journal_plan(path: str | os.PathLike) -> dict | None:
+    """The last plan line of a journal (None: none, a journal of an older moecert)."""
+    plan = None
+    if not Path(path).exists():
+        return None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith('{"' + PLAN_KEY + '"') and line.endswith("\n"):
+                try:
+                    plan = json.loads(line)[PLAN_KEY]
+                except (json.JSONDecodeError, KeyError):
+                    continue
+    return plan
 
 
 def _json_value(value):
@@ -92,10 +151,14 @@ def _json_value(value):
     return str(value)
 
 
-def write_parquet(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """`frame` (rows of this schema) as Parquet, the schema version in its metadata."""
+def write_parquet(frame: pd.DataFrame, path: str | os.PathLike, run: dict | None = None
+                  ) -> Path:
+    """`frame` (rows of this schema) as Parquet, the schema version in its metadata, and
+    `run` (the run's plan and end, Journal.finish) where given."""
     table = pa.Table.from_pandas(_frame(frame), preserve_index=False)
     meta = {**(table.schema.metadata or {}), VERSION_KEY.encode(): str(SCHEMA_VERSION).encode()}
+    if run is not None:
+        meta[RUN_KEY.encode()] = json.dumps(run).encode()
     pq.write_table(table.replace_schema_metadata(meta), path)
     return Path(path)
 
@@ -223,22 +286,7 @@ def load(path: str | os.PathLike, run: str | None = None) -> pd.DataFrame:
     """Rows under `path`: a .parquet file or a .jsonl journal as it is; from a folder, one run,
     every shard and unfinished journal of it merged: the newest run (the one written last) by
     default, `run="<run id>"` for that one, `run="all"` for every run in the folder."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"results path {path} does not exist")
-    if path.is_file():
-        files = [path]
-    else:
-        runs = result_files(path)
-        if run == ALL_RUNS:
-            files = sorted(f for fs in runs.values() for f in fs)
-        elif run is not None:
-            if run not in runs:
-                raise KeyError(f"no run {run!r} in {path}; runs there: {', '.join(runs)}")
-            files = runs[run]
-        else:
-            files = next(iter(runs.values()), [])
-    frames = [_read(f) for f in files]
+    frames = [_read(f) for f in _chosen_files(path, run)]
     frames = [f for f in frames if len(f)]
     if not frames:
         return _frame([])
@@ -246,11 +294,68 @@ def load(path: str | os.PathLike, run: str | None = None) -> pd.DataFrame:
     return _frame(pd.concat(frames, ignore_index=True))
 
 
+def _chosen_files(path: str | os.PathLike, run: str | None) -> list[Path]:
+    """The files `load(path, run)` reads."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"results path {path} does not exist")
+    if path.is_file():
+        return [path]
+    runs = result_files(path)
+    if run == ALL_RUNS:
+        return sorted(f for fs in runs.values() for f in fs)
+    if run is not None:
+        if run not in runs:
+            raise KeyError(f"no run {run!r} in {path}; runs there: {', '.join(runs)}")
+        return runs[run]
+    return next(iter(runs.values()), [])
+
+
+def completion(path: str | os.PathLike, run: str | None = None) -> Completion | None:
+    """How far the run(s) `load(path, run)` reads got (module docstring): per plan (a run's
+    shard, or the journals of one pytest session's workers, which share their plan) the
+    planned cases against the distinct cases with rows, and whether every file's run ended.
+    None when there are no files."""
+    groups: dict[tuple, dict] = {}
+    for f in _chosen_files(path, run):
+        plan, finished, ids = _file_progress(f)
+        key = (run_id_of(f), plan["case_ids_sha256"] if plan else str(f))
+        group = groups.setdefault(key, {"plan": plan, "finished": True, "ids": set()})
+        group["finished"] &= finished
+        group["ids"] |= ids
+    return Completion.merged(
+        Completion(g["plan"]["cases"] if g["plan"] else None, len(g["ids"]), g["finished"],
+                   (g["plan"]["resume"],) if g["plan"] and g["plan"].get("resume") else ())
+        for g in groups.values())
+
+
+def _file_progress(path: Path) -> tuple[dict | None, bool, set[str]]:
+    """(plan, whether the run ended, case ids with rows) of one results file."""
+    if path.suffix == ".parquet":
+        try:
+            meta = pq.read_schema(path).metadata or {}
+            ids = set(pq.read_table(path, columns=["case_id"]).column(0).to_pylist())
+        except (pa.ArrowException, OSError) as e:
+            raise ResultsError(f"{path}: not a readable Parquet file (truncated or corrupt?): "
+                               f"{e}") from None
+        raw = meta.get(RUN_KEY.encode())
+        return (json.loads(raw)[PLAN_KEY] if raw else None), True, ids - {None}
+    ids = {rows[0].get("case_id") for rows in journal_cases(path, _journal_version(
+        path, (SCHEMA_VERSION, *MIGRATIONS))) if rows}
+    return journal_plan(path), False, ids - {None}
+
+
 def _read(path: Path) -> pd.DataFrame:
     try:
         return _frame(read_parquet(path) if path.suffix == ".parquet" else read_journal(path))
     except ResultsError as e:
         raise e if str(path) in str(e) else ResultsError(f"{path}: {e}") from None
+
+
+def rows_frame(rows) -> pd.DataFrame:
+    """Result rows (dicts, as a run makes them) as a frame of the schema's columns and
+    dtypes, as `load` gives them."""
+    return _frame(rows)
 
 
 def _frame(rows) -> pd.DataFrame:

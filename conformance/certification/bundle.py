@@ -73,10 +73,14 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def judge(records: list[dict], rows: pd.DataFrame, expected: list[Case]) -> Judgement:
-    """The verdict on a run: its shard records, its rows (every shard's), and the cases the
-    suite holds for its backend."""
+def judge(records: list[dict], rows: pd.DataFrame, expected: list[Case],
+          completion=None) -> Judgement:
+    """The verdict on a run: its shard records, its rows (every shard's), the cases the
+    suite holds for its backend, and how far the run got (reports.verdict.Completion of its
+    results files: a shard interrupted and not resumed is not finished)."""
     reasons = _record_reasons(records)
+    if completion is not None and not completion.complete:
+        reasons.append(f"incomplete: {completion.words()}")
     waivers_text = records[0].get("waivers") if records else None
     waivers = (parse_waivers(waivers_text, "waivers.toml") if waivers_text
                else Expectations([]))
@@ -134,7 +138,9 @@ def judge(records: list[dict], rows: pd.DataFrame, expected: list[Case]) -> Judg
     if failed:
         reasons.append(f"{_few(failed)} failed (crash, timeout, error and fail count; "
                        "not waived)")
-    if present and not any(o in ("pass", "waived") for o in outcomes.values()):
+    claimed = any(o in ("pass", "waived") for o in outcomes.values()) or (
+        len(rows) and rows["claimed"].eq(True).any())  # an oversize case it claims counts
+    if present and not claimed:
         reasons.append("the backend claims none of the suite's cases")
     return Judgement(not reasons, reasons, outcomes, waived, len(by_id), waivers.unused())
 

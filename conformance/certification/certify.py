@@ -84,6 +84,8 @@ def now() -> str:
 
 def judge_folder(folder: Path) -> tuple[list[dict], object, Judgement]:
     """The shard records, rows and judgement of the run in `folder`/results."""
+    from moecert.reports.store import completion
+
     from ..harness.cases import Case
     from ..harness.suites import build_suite
 
@@ -111,7 +113,8 @@ def judge_folder(folder: Path) -> tuple[list[dict], object, Judgement]:
     except (ValueError, KeyError) as e:
         raise BundleError(f"cannot rebuild the suite for backend "
                           f"{records[0].get('backend')!r}: {e}") from None
-    return records, rows, bundle.judge(records, rows, expected)
+    return records, rows, bundle.judge(records, rows, expected,
+                                       completion(results, run=runs[0]))
 
 
 def assemble(folder: Path) -> tuple[str, int]:
@@ -121,6 +124,9 @@ def assemble(folder: Path) -> tuple[str, int]:
         raise UsageError(f"{folder}: no results folder (run `moecert certify --out {folder}` "
                          "first, or copy every shard's results/* there)")
     with _locked(results):  # shards finishing together in one folder assemble in turn
+        unfinished = _unfinished_alone(results)
+        if unfinished:
+            return unfinished, 1
         try:
             records, rows, judgement = judge_folder(folder)
         except BundleError as e:
@@ -128,6 +134,18 @@ def assemble(folder: Path) -> tuple[str, int]:
         line = bundle.verdict_line(judgement, records)
         _write_bundle(folder, records, rows, judgement, line)
     return line, 0 if judgement.certified else 1
+
+
+def _unfinished_alone(results: Path) -> str | None:
+    """The NOT CERTIFIED line of a folder whose run was interrupted before any shard wrote
+    its record (nothing to make a bundle of yet: `--resume` finishes the run), else None."""
+    from moecert.reports.store import completion, unfinished_journals
+
+    if bundle.read_records(results) or not unfinished_journals(results):
+        return None
+    got = completion(results)
+    resume = f"; resume with: {got.resume[0]}" if got.resume else ""
+    return f"NOT CERTIFIED: incomplete: {got.words()}{resume}"
 
 
 @contextlib.contextmanager

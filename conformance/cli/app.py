@@ -219,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         command.add_arguments(p)
         p.set_defaults(func=command.main)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # how to resume a run (run.py)
     try:
         check_environment()  # a mistyped MOECERT_* variable: one line, before anything runs
         return args.func(args)

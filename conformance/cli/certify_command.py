@@ -147,7 +147,17 @@ def certify(args) -> int:
     cases = run_command.select_cases(run_args, device)
     workers = run_args.workers = run_command.workers_for(args.workers, device, cases)
     model = model_record(cases)
-    path, summary = run_command.execute(run_args, device, cases, XfailList([]))
+    try:
+        path, summary = run_command.execute(run_args, device, cases, XfailList([]))
+    except run_command.RunInterrupted as stopped:  # no bundle: the run resumes
+        from moecert.reports.verdict import NOT_GREEN, Verdict
+
+        line = ("NOT CERTIFIED: incomplete: "
+                + stopped.verdict.line.removeprefix("not green: "))
+        print(f"run: {stopped.verdict.line}\n{line}")
+        if args.junit:
+            _write_junit(args.junit, stopped.path, Verdict(NOT_GREEN, line))
+        return stopped.exit_code
     verdict = summary.verdict()
     print(f"run: {verdict.line}")
     shard = list(args.shard or (0, 1))

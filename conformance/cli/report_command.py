@@ -57,12 +57,14 @@ def main(args) -> int:
     report = Report.build(current, baseline,
                           suite_ids(baseline) if baseline is not None else None,
                           rerun_prefix=_rerun_prefix(current, args.imports),
-                          slower_than=args.slower_than)
+                          slower_than=args.slower_than,
+                          completion=_completion(args.results, args.run))
     print(runs_line(args.results, args.run, current))
     print(render.terminal(report))
     for path, text in ((args.md, lambda: render.markdown(report)),
                        (args.html, lambda: render.html(report)),
-                       (args.junit, lambda: render.junit(current, report.rerun_prefix))):
+                       (args.junit, lambda: render.junit(current, report.rerun_prefix,
+                                                         verdict=report.run_verdict()))):
         if path:
             Path(path).write_text(text(), encoding="utf-8")
     return report.exit_code
@@ -101,8 +103,23 @@ def _load(path: str, what: str, run: str | None = None):
         message = e.args[0] if isinstance(e, KeyError) else str(e)
         raise UsageError(f"{what} {path}: {message}") from None
     if frame.empty:
-        raise UsageError(f"{what} {path}: no result rows")
+        got = _completion(path, run)
+        why = "" if got is None or got.complete else (
+            f" (the run {got.words()}" + (f"; resume with: {got.resume[0]}" if got.resume
+                                          else "") + ")")
+        raise UsageError(f"{what} {path}: no result rows{why}")
     return frame
+
+
+def _completion(path: str, run: str | None):
+    """How far the reported run got (reports.store.completion: its plan and end)."""
+    from moecert.reports.store import completion
+
+    try:
+        return completion(path, run)
+    except (OSError, KeyError, ResultsError) as e:
+        message = e.args[0] if isinstance(e, KeyError) else str(e)
+        raise UsageError(f"RESULTS {path}: {message}") from None
 
 
 def suite_ids(baseline) -> set[str] | None:

@@ -7,7 +7,10 @@ Cases can be narrowed by id: `--case-id ID` (exact, repeatable), `-k EXPR` (subs
 the id with and/or/not, as pytest's -k) and `--model NAME` (a suite's model-size cases of that
 model); `--list-cases` prints the selection without running it. `--resume` continues the
 newest unfinished run of the same suite (and shard) in the results folder, and its summary
-and exit code cover the whole run.
+and exit code cover the whole run. The journal records the run's plan (reports/store.py): a
+run resumed with another selection of cases is refused. SIGTERM or Ctrl-C stops a run
+cleanly (harness/interrupt.py): every finished case stays in the journal, and the run says
+how far it got and the command that resumes it, and exits 143 or 130.
 """
 
 from __future__ import annotations
@@ -23,9 +26,19 @@ except ImportError:  # a checkout run without installing (a GPU box's PYTHONPATH
     tqdm = None
 
 from moecert.reference import CheckpointError
+from moecert.reports.groups import failure_groups
 from moecert.reports.schema import FAILING, STATUSES, case_status
-from moecert.reports.store import Journal, journal_cases, load, run_id_of, unfinished_journals
-from moecert.reports.verdict import Tally, Verdict, tally_rows, verdict
+from moecert.reports.store import (
+    Journal,
+    journal_cases,
+    journal_plan,
+    load,
+    plan_of,
+    rows_frame,
+    run_id_of,
+    unfinished_journals,
+)
+from moecert.reports.verdict import Completion, Tally, Verdict, tally_rows, verdict
 
 from ..harness import checkpoint_cache
 from ..harness.case_filter import case_filter
@@ -34,6 +47,7 @@ from ..harness.checks import CHECKS
 from ..harness.context import SharedSteps
 from ..harness.execute import by_problem, new_run_id, run_case, triton_for
 from ..harness.imports import import_modules
+from ..harness.interrupt import Interrupted, interruptible
 from ..harness.model_selection import model_selection
 from ..harness.option_values import (
     UsageError,
@@ -49,6 +63,7 @@ from ..harness.option_values import (
 from ..harness.runner import (
     RunConfig,
     available_backends,
+    claim_here,
     oversize_row,
     oversize_words,
     rerun_command,
@@ -113,20 +128,34 @@ def main(args) -> int:
         print(f"{len(cases)} cases", file=sys.stderr)
         return 0
     xfail = xfail_list(args.xfail)
-    path, summary = execute(args, device, cases, xfail)
-    print(summary.render(rerun_command(device, args.imports, args.xfail, args.check,
-                                       args.timeout), xfail), flush=True)
+    rerun = rerun_command(device, args.imports, args.xfail, args.check, args.timeout)
+    try:
+        path, summary = execute(args, device, cases, xfail)
+    except RunInterrupted as stopped:
+        if args.junit:
+            write_junit(args.junit, load(stopped.path), rerun, stopped.verdict)
+        print(stopped.verdict.line, flush=True)
+        return stopped.exit_code
+    print(summary.render(rerun, xfail), flush=True)
     print(f"results: {path}")
-    if args.junit:
-        write_junit(args.junit, load(path), rerun_command(device, args.imports, args.xfail,
-                                                          args.check, args.timeout))
-        print(f"junit: {args.junit}")
     verdict = summary.verdict()
+    if args.junit:
+        write_junit(args.junit, load(path), rerun, verdict)
+        print(f"junit: {args.junit}")
     print(verdict.line + layers_covered(args))
     if xfail.unused(reached_only=True):  # a stale expected failure fails the run
         print("error: stale xfail entries (listed above): exit 1")
         return max(verdict.code, 1)
     return verdict.code
+
+
+class RunInterrupted(Exception):
+    """A run stopped by SIGTERM or Ctrl-C (`execute` has said so on stderr): its journal,
+    its verdict (not finished) and the exit code of the signal."""
+
+    def __init__(self, path: Path, verdict: Verdict, exit_code: int):
+        super().__init__(verdict.line)
+        self.path, self.verdict, self.exit_code = path, verdict, exit_code
 
 
 def layers_covered(args) -> str:
@@ -166,9 +195,11 @@ def workers_for(requested: int | str, device: str, cases=()) -> int:
 def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Path, Summary]:
     """Run `cases` (or what is left of them, --resume) into the results folder with a
     progress bar: the finished results file and the summary of the whole run. `moecert
-    certify` runs its suite through this too."""
+    certify` runs its suite through this too. Interrupted (SIGTERM, Ctrl-C), it stops its
+    workers, keeps the journal, says how far it got and how to resume on stderr, and raises
+    RunInterrupted."""
     writable_folder(args.results)
-    journal, earlier = _journal(args, _label(args))
+    journal, earlier = _journal(args, _label(args), cases)
     done = {rows[0]["case_id"] for rows in earlier}
     todo = [c for c in cases if c.case_id not in done]
     run = run_id_of(journal.path)
@@ -191,41 +222,60 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
         bar.set_postfix(failed=summary.failed_cases, refresh=False)
         bar.update()
 
-    too_big = memory_note(todo, config)
     try:
-        if args.in_process:
-            shared = SharedSteps()
-            for case, need, room in too_big:
-                on_case(case, _record(journal, xfail, [oversize_row(case, config, need,
-                                                                    room)]))
-            skipped = {c.case_id for c, _, _ in too_big}
-            with triton_for(device), checkpoint_cache.turned(config.cache):
-                for case in by_problem(c for c in todo if c.case_id not in skipped):
-                    on_case(case, _record(journal, xfail, run_case(
-                        case, device, config.checks, run, shared=shared)))
-        else:
-            run_isolated(todo, config, journal, on_case)
-    finally:
-        bar.close()
+        with interruptible():
+            too_big = memory_note(todo, config)
+            try:
+                if args.in_process:
+                    shared = SharedSteps()
+                    for case, need, room in too_big:
+                        on_case(case, _record(journal, xfail, [oversize_row(case, config, need,
+                                                                            room)]))
+                    skipped = {c.case_id for c, _, _ in too_big}
+                    with triton_for(device), checkpoint_cache.turned(config.cache):
+                        for case in by_problem(c for c in todo if c.case_id not in skipped):
+                            on_case(case, _record(journal, xfail, run_case(
+                                case, device, config.checks, run, shared=shared)))
+                else:
+                    run_isolated(todo, config, journal, on_case)
+            finally:
+                bar.close()
+    except Interrupted as signal_:
+        journal.close()
+        completion = Completion(len(cases), len(summary.case_ids), False)
+        failed = f", {summary.failed_cases} failed so far" if summary.failed_cases else ""
+        print(f"moecert: interrupted by {signal_.name} after {completion.done} of "
+              f"{completion.planned} cases{failed}; every finished case is kept in "
+              f"{journal.path}\nresume with: {journal.plan['resume']}", file=sys.stderr,
+              flush=True)
+        raise RunInterrupted(journal.path, summary.verdict(completion),
+                             signal_.exit_code) from None
     path = journal.finish()
+    summary.completion = Completion(len(cases), len(summary.case_ids), True)
     return path, summary
 
 
 def memory_note(cases: list[Case], config: RunConfig) -> list:
     """The cases too large for this machine's memory (schedule.oversize), said up front in
-    one line; the runner records them as "oversize" without running them."""
+    one line, the claimed ones (not run: status oversize) apart from those the backend does
+    not claim (unsupported, with its reason); the runner records them without running them."""
     from ..harness.runner import visible_devices
     from ..harness.schedule import budgets, oversize
 
     visible = visible_devices() if config.device.startswith("cuda") else []
     too_big = oversize(cases, config.device, budgets(config.device, visible,
                                                      max(1, config.workers)))
-    if too_big:
-        case, need, room = max(too_big, key=lambda t: t[1])
-        print(f"{len(too_big)} case(s) need more memory than this machine has, and will not "
-              f"run (status oversize); the largest, {case.case_id}, "
+    claimed = [t for t in too_big if claim_here(t[0], config.device)[0] is not False]
+    if claimed:
+        case, need, room = max(claimed, key=lambda t: t[1])
+        print(f"{len(claimed)} claimed case(s) need more memory than this machine has, and "
+              f"will not run (status oversize); the largest, {case.case_id}, "
               f"{oversize_words(config.device, need, room).removeprefix('not run: ')}",
               file=sys.stderr)
+    if len(too_big) > len(claimed):
+        print(f"{len(too_big) - len(claimed)} case(s) the backend does not claim would need "
+              "more memory than this machine has: recorded as unsupported with the backend's "
+              "reason, their claims check not run", file=sys.stderr)
     return too_big
 
 
@@ -332,9 +382,22 @@ def _label(args) -> str:
     return args.suite + (f".shard{args.shard[0]}of{args.shard[1]}" if args.shard else "")
 
 
-def _journal(args, label: str) -> tuple[Journal, list[list[dict]]]:
-    """The run's journal and the rows of each case it already holds (resumed), or a new one."""
+def resume_command(args, run: str) -> str:
+    """The command that resumes this run: the command line as given (`args.argv`, set by
+    the `moecert` entry point), with --resume and the run's id."""
+    argv = list(getattr(args, "argv", None) or ["run"])
+    if "--resume" not in argv:
+        argv.append("--resume")
+    if not any(a == "--run-id" or a.startswith("--run-id=") for a in argv):
+        argv += ["--run-id", run]
+    return shlex.join(["moecert", *argv])
+
+
+def _journal(args, label: str, cases: list[Case]) -> tuple[Journal, list[list[dict]]]:
+    """The run's journal, its plan recorded (the cases, the command that resumes it), and
+    the rows of each case it already holds (resumed), or a new one."""
     folder = Path(args.results)
+    ids = [c.case_id for c in cases]
 
     def ours(path: Path) -> bool:
         return (path.name == f"{run_id_of(path)}.{label}{path.suffix}"
@@ -343,8 +406,16 @@ def _journal(args, label: str) -> tuple[Journal, list[list[dict]]]:
     if args.resume:
         unfinished = [p for p in unfinished_journals(folder) if ours(p)]
         if unfinished:
+            run = run_id_of(unfinished[0])
+            plan = plan_of(ids, resume_command(args, run))
+            recorded = journal_plan(unfinished[0])
+            if recorded and recorded["case_ids_sha256"] != plan["case_ids_sha256"]:
+                raise UsageError(
+                    f"--resume: run {run} ({label}) in {folder} planned {recorded['cases']} "
+                    f"other cases than these {len(ids)}; resume it with the options it was "
+                    f"started with: {recorded.get('resume') or '(not recorded)'}")
             journal = Journal(folder, unfinished[0].stem, args.suite,  # cuts a torn tail
-                              args.imports)
+                              args.imports, plan)
             return journal, journal_cases(journal.path)
         finished = sorted((p for p in folder.glob("*.parquet") if ours(p)),
                           key=lambda p: p.stat().st_mtime, reverse=True)
@@ -357,7 +428,8 @@ def _journal(args, label: str) -> tuple[Journal, list[list[dict]]]:
     if any((folder / (name + suffix)).exists() for suffix in (".jsonl", ".parquet")):
         raise UsageError(f"run {run} already has {label} results in {folder}: --resume "
                          "continues an unfinished one; or pass another --run-id")
-    return Journal(folder, name, args.suite, args.imports), []
+    return Journal(folder, name, args.suite, args.imports,
+                   plan_of(ids, resume_command(args, run))), []
 
 
 class PlainProgress:
@@ -404,6 +476,8 @@ class Summary:
         self.skipped_checks: Counter = Counter()
         self.failures: list[dict] = []
         self.failed_cases = 0
+        self.case_ids: set[str] = set()
+        self.completion: Completion | None = None  # set when the run ends (execute)
 
     @property
     def claimed(self) -> Counter:
@@ -414,6 +488,7 @@ class Summary:
         if not rows:
             return
         backend = rows[0]["backend"]
+        self.case_ids.add(rows[0]["case_id"])
         claimed = any(r.get("claimed") is True for r in rows)
         status = case_status(r["status"] for r in rows)
         if not claimed and status in ("pass", "skip"):
@@ -426,9 +501,10 @@ class Summary:
             self.failed_cases += 1
             self.failures.extend(bad)
 
-    def verdict(self) -> Verdict:
-        """The run's verdict (reports/verdict.py): its exit code and its line."""
-        return verdict(self.tallies)
+    def verdict(self, completion: Completion | None = None) -> Verdict:
+        """The run's verdict (reports/verdict.py): its exit code and its line; `completion`
+        (default: as the run ended) says whether it ran every case it planned."""
+        return verdict(self.tallies, completion or self.completion)
 
     def render(self, rerun: str = "moecert run", xfail: XfailList | None = None,
                limit: int = 20) -> str:
@@ -443,12 +519,22 @@ class Summary:
                          + "".join(f"{counts.get(s, 0):>12}" for s in cases)
                          + f"{self.skipped_checks[name]:>16}")
         if self.failures:
-            lines.append(f"\n{self.failed_cases} case(s) failed; first rows:")
-            for r in self.failures[:limit]:
-                first = r["message"].splitlines()[0] if r["message"] else ""
-                lines.append(f"  {r['status']:<8} {r['check']:<14} {r['case_id']}\n"
-                             f"           {first[:300]}\n"
-                             f"           rerun: {rerun} --case {shlex.quote(r['case_json'])}")
+            # one line per bug, as `moecert report` prints them (reports/groups.py), then
+            # each group's first case with its rerun command
+            groups = failure_groups(rows_frame(self.failures))
+            lines.append(f"\n{self.failed_cases} failing case(s) in {len(groups)} group(s), "
+                         "one line per bug (backend, check, how it failed):")
+            for g in groups[:limit]:
+                r = g["rows"][0]
+                first = (r["message"].splitlines() or [""])[0] if isinstance(
+                    r["message"], str) else ""
+                lines.append(f"  {g['headline']}\n"
+                             f"    e.g. {r['status']} {r['check']} {r['case_id']}\n"
+                             f"         {first[:300]}\n"
+                             f"         rerun: {rerun} --case {shlex.quote(r['case_json'])}")
+            if len(groups) > limit:
+                lines.append(f"  and {len(groups) - limit} more group(s): moecert report "
+                             "lists every failing case")
         for entry in (xfail.unused(reached_only=True) if xfail else []):
             lines.append(f"error: xfail entry matched none of this run's rows it covers "
                          f"(stale, or shadowed by an earlier entry): {entry}")

@@ -145,6 +145,9 @@ def read_inputs(path: str, K: int | None = None) -> torch.Tensor:
     if x.dim() != 2 or not x.is_floating_point():
         raise ModelInputError(f"{where}: tensor {name!r} expected floating-point [M, K] rows, "
                               f"found {x.dtype} {list(x.shape)}")
+    if x.shape[0] == 0:  # every case would route no token to any expert: it tests nothing
+        raise ModelInputError(f"{where}: tensor {name!r} has no rows ({list(x.shape)}); "
+                              "expected at least one row of hidden states [M, K]")
     if K is not None and x.shape[1] != K:
         raise ModelInputError(f"{where}: tensor {name!r} has {x.shape[1]} columns, the "
                               f"layer's hidden size K is {K}")

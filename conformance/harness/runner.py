@@ -122,10 +122,14 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
     visible = visible_devices() if config.device.startswith("cuda") else []
     gpus = budgets(config.device, visible, max(1, config.workers))
     lock = threading.Lock()
+    stopping = threading.Event()  # interrupted: record nothing more, start nothing more
+    runners: list[CaseRunner] = []
 
     def record(case, rows):
         rows = config.xfail.apply(rows) if config.xfail else rows
         with lock:
+            if stopping.is_set():  # a case cut off by the interruption: it reruns on resume
+                return
             journal.append(rows)
             if on_case:
                 on_case(case, rows)
@@ -139,6 +143,7 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
 
     def serve(slot: int):
         runner, gpu = CaseRunner(config, slot), slot % len(pool.gpus)
+        runners.append(runner)
         while (taken := pool.take(gpu, slot)) is not None:
             group, need = taken
             retry = []
@@ -164,8 +169,18 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
                for i in range(max(1, config.workers))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:  # SIGTERM or Ctrl-C (run_command.interruptible): stop cleanly
+        with lock:
+            stopping.set()
+        pool.stop()
+        for runner in list(runners):
+            runner.abort()
+        for t in threads:
+            t.join(timeout=10)
+        raise
 
 
 # An error row whose message has one of these ran out of the device's memory (torch's
@@ -198,24 +213,32 @@ def retried(rows: list[dict], first: list[dict], place: str) -> list[dict]:
 
 
 def oversize_row(case: Case, config: RunConfig, need: int, room: int) -> dict:
-    """The one row of a case not run because it needs more memory than the machine has."""
-    row = result_row(case, config.device, config.run_id, "setup",
-                     Outcome("oversize", oversize_words(config.device, need, room)), None, 0.0)
-    row["claimed"] = claimed_here(case, config.device)
+    """The one row of a case not run because it needs more memory than the machine has:
+    status "oversize" where the backend claims it (or cannot say), else "unsupported" with
+    the backend's reason: only a claimed case can be oversize; an unclaimed one is
+    unsupported whatever its size (its claims check, which would build the layer, not run)."""
+    claimed, reason = claim_here(case, config.device)
+    words = oversize_words(config.device, need, room)
+    outcome = (Outcome("oversize", words) if claimed is not False else Outcome(
+        "unsupported", f"not claimed: {reason} (its claims check not run: it "
+                       f"{words.removeprefix('not run: ')})"))
+    row = result_row(case, config.device, config.run_id, "setup", outcome, None, 0.0)
+    row["claimed"] = claimed
     return row
 
 
-def claimed_here(case: Case, device: str) -> bool | None:
-    """Whether the backend claims a case it was not run on (oversize): its answer on this
-    device, so that a case it claims but the machine cannot hold reads as claimed, not as
-    unclaimed; None where asking fails."""
+def claim_here(case: Case, device: str) -> tuple[bool | None, str | None]:
+    """Whether the backend claims a case it was not run on (oversize), and its reason if not:
+    its answer on this device, so that a case it claims but the machine cannot hold reads as
+    claimed and one it does not claim as unclaimed; (None, None) where asking fails."""
     from .context import CaseRun
 
     try:
         with triton_for(device):
-            return CaseRun(case, device).claim is None
+            reason = CaseRun(case, device).claim
     except Exception:  # an import or a folder that cannot be read: unknown, as before
-        return None
+        return None, None
+    return reason is None, reason
 
 
 def oversize_words(device: str, need: int, room: int) -> str:
@@ -234,8 +257,18 @@ class CaseRunner:
     def __init__(self, config: RunConfig, slot: int = 0):
         self.config, self.slot = config, slot
         self.worker: Worker | None = None
+        self.aborted = False
+
+    def abort(self) -> None:
+        """Kill the worker and start no other (the run was interrupted)."""
+        self.aborted = True
+        worker = self.worker
+        if worker is not None:
+            worker.kill()
 
     def run(self, case: Case) -> list[dict]:
+        if self.aborted:
+            return []
         self.worker = self.worker or Worker(self.config, self.slot)
         rows, alive = _run_one(self.worker, case, self.config)
         if not alive or (self.config.device != "cpu" and _any_error(rows)):
@@ -265,7 +298,8 @@ def _run_one(worker: Worker, case: Case, config: RunConfig) -> tuple[list[dict],
         except queue.Empty:
             worker.kill()
             rows.append(_lost(case, config, "timeout", in_flight, worker,
-                              f"no result after {config.timeout_s:.0f} s; worker killed"))
+                              f"no result after {config.timeout_s:g} s (--timeout); worker "
+                              "killed"))
             return rows, False
         if message is None:
             code = worker.proc.wait()
@@ -306,7 +340,8 @@ def visible_devices() -> list[str]:
         return []
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "out_of_memory", "oversize_row",
+__all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "claim_here", "out_of_memory",
+           "oversize_row",
            "oversize_words", "retried", "run_isolated"]
 
 

@@ -193,12 +193,21 @@ class WorkPool:
         self.small = SpecializationQueue([g for g in groups if not model_size(g[0])])
         self.gpus = gpus
         self._cond = threading.Condition()
+        self.stopped = False
+
+    def stop(self) -> None:
+        """Hand out nothing more (an interrupted run): every `take` returns None."""
+        with self._cond:
+            self.stopped = True
+            self._cond.notify_all()
 
     def take(self, gpu: int, worker: int = 0) -> tuple[list[Case], int] | None:
         """The next problem for `worker` on `gpu` and its budgeted bytes; `release` them."""
         budget = self.gpus[gpu]
         with self._cond:
             while True:
+                if self.stopped:
+                    return None
                 group = next((g for g in self.big if budget.fits(self.need(g[0]))), None)
                 # a layer that needs the whole GPU stops small problems from starting on it
                 # until it has run, or it would wait for the end of the run
@@ -230,10 +239,10 @@ class WorkPool:
         case starts on the GPU from the moment this is asked."""
         budget = self.gpus[gpu]
         with self._cond:
-            while budget.alone:
+            while budget.alone and not self.stopped:
                 self._cond.wait()
             budget.alone = True
-            while budget.running:
+            while budget.running and not self.stopped:
                 self._cond.wait()
             budget.running = 1
 

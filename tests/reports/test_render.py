@@ -56,7 +56,7 @@ def test_junit_parses_back_one_testcase_per_case_and_check(tmp_path, synthetic):
     assert len(cases) == len(frame) + 1 == 9
     verdict = cases[-1]
     assert verdict.get("classname") == "moecert.verdict"
-    assert verdict.get("name") == "not green: 1 case(s) failed"
+    assert verdict.get("name") == "not green: 1 case(s) failed: 1 fail"
     cases = cases[:-1]
     by_name = {(c.get("classname"), c.get("name")): c for c in cases}
     bad = by_name["torch.fp16", "fp16/bad/s0::accuracy"]

@@ -77,12 +77,37 @@ def checks_for(run: CaseRun, only=None) -> list[str]:
     return names
 
 
+def routes_nothing(run: CaseRun) -> str | None:
+    """Why a model folder's case tests nothing, or None: its inputs route no token to any
+    expert of the layer held here (no rows, or every routed expert outside the expert_map).
+    A synthesized suite's M = 0 case tests that a kernel takes an empty batch; a case on a
+    real layer is there to judge its experts, and one that reaches none must not pass."""
+    if run.case.source is None or run.problem.activation_format != "standard":
+        return None
+    ids = run.inputs.topk_ids
+    local = run.problem.expert_map
+    if ids is not None and ids.numel():
+        if local is None:
+            return None
+        import torch
+
+        held = torch.as_tensor(local, device=ids.device)[ids.long()] >= 0
+        if bool(held.any()):
+            return None
+    src = run.case.source
+    return (f"the inputs route no token to any expert of layer {src.layer} of {src.model} "
+            f"(M = {run.problem.M}): the case tests nothing")
+
+
 def run_check(name: str, run: CaseRun) -> Outcome:
     """One check; an unclaimed case is "unsupported" except for the claims checks, and any
     exception a backend raises is an "error" outcome, never the end of the run."""
     if run.claim is not None and name not in _RUN_ANYWAY:
         return Outcome("unsupported", run.claim)
     try:
+        idle = name not in _RUN_ANYWAY and routes_nothing(run)
+        if idle:
+            return Outcome("fail", idle)
         return CHECKS[name](run)
     except StepFailed as e:
         return Outcome("error", str(e))
@@ -90,4 +115,5 @@ def run_check(name: str, run: CaseRun) -> Outcome:
         return Outcome("error", f"{type(e).__name__}: {e}")
 
 
-__all__ = ["CHECKS", "FULL", "LIGHT", "Outcome", "checks_for", "depth_checks", "run_check"]
+__all__ = ["CHECKS", "FULL", "LIGHT", "Outcome", "checks_for", "depth_checks", "routes_nothing",
+           "run_check"]

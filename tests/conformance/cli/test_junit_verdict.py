@@ -61,8 +61,8 @@ def test_a_run_whose_cases_are_all_oversize_fails_in_junit(tmp_path, monkeypatch
     assert code == 1
     root = ET.parse(tmp_path / "run.xml").getroot()
     assert root.get("skipped") == "1"  # the case's one oversize row, as the store has it
-    _failing_verdict(tmp_path / "run.xml", "not green: 1 case(s) not run: they need more "
-                                           "memory than this machine has")
+    _failing_verdict(tmp_path / "run.xml", "not green: 1 claimed case(s) not run: they need "
+                                           "more memory than this machine has")
     out = capsys.readouterr().out
     # oversize is not unclaimed: torch claims the case the machine cannot hold
     assert out.strip().splitlines()[-1].endswith("(backend torch 1 of 1 claimed, 1 oversize)")

@@ -63,10 +63,10 @@ def test_a_case_larger_than_the_machine_is_not_run(tmp_path, monkeypatch, capsys
                      str(tmp_path), "--device", "cpu", *(["--in-process"] if in_process else [])])
     out, err = capsys.readouterr()
     assert code == 1
-    assert ("1 case(s) need more memory than this machine has, and will not run (status "
-            "oversize)") in err and "needs about 2.4 GiB of host memory" in err
+    assert ("1 claimed case(s) need more memory than this machine has, and will not run "
+            "(status oversize)") in err and "needs about 2.4 GiB of host memory" in err
     assert out.strip().splitlines()[-1].startswith(
-        "not green: 1 case(s) not run: they need more memory than this machine has")
+        "not green: 1 claimed case(s) not run: they need more memory than this machine has")
     rows = load(tmp_path)
     status = dict(zip(rows["case_id"], rows["status"].astype(str), strict=True))
     assert sorted(status.values()) == ["oversize", "pass"]

@@ -234,3 +234,31 @@ def test_certify_checkpoint_names_the_model(models, tmp_path):
     # --verify needs no model folder: the shard record holds the model's cases
     moved = _cli(["certify", "--verify", "b"], tmp_path)
     assert "4 of 4 cases present" in moved.stdout, moved.stdout + moved.stderr
+
+
+# --- a case that tests nothing never passes (issue 40) -----------------------------------------
+
+def test_inputs_without_rows_is_a_usage_error(models, tmp_path):
+    save_file({"hidden_states": torch.zeros(0, K).bfloat16()}, str(tmp_path / "empty.st"))
+    proc = _cli(["run", "--checkpoint", str(models["w4afp8"]), "--inputs", "empty.st",
+                 "--backend", "torch", "--results", "out"], tmp_path)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()[-1:]
+    assert line.startswith("moecert run: error: --inputs empty.st: ") and "no rows" in line
+    assert "[M, K]" in line and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_case_that_routes_no_token_fails(models):
+    from dataclasses import replace
+
+    from moecert.conformance.harness.execute import run_case
+
+    (case,) = [c for c in build_model_suite("smoke", str(models["w4afp8"]), [1], ["torch"])
+               if c.problem.M == 1 and not c.strided]
+    empty = replace(case, problem=replace(case.problem, M=0))
+    rows = run_case(empty, "cpu", ["claims", "accuracy", "determinism"])
+    status = {r["check"]: r["status"] for r in rows}
+    assert status == {"claims": "pass", "accuracy": "fail", "determinism": "fail"}, rows
+    assert all("route no token to any expert of layer 1" in r["message"]
+               for r in rows if r["check"] != "claims")

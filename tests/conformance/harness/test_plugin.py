@@ -165,7 +165,8 @@ def test_a_hanging_backend_costs_its_case(session):
     result = session("--moecert-backend", "t-hangs", "--moecert-scheme", "bf16", "-k",
                      ONE_SHAPE, "--moecert-timeout", "5")
     result.assert_outcomes(failed=2)  # the case, and the session's verdict (moecert::verdict)
-    result.stdout.fnmatch_lines(["timeout accuracy: no result after 5 s; worker killed*"])
+    result.stdout.fnmatch_lines(
+        ["timeout accuracy: no result after 5 s (--timeout); worker killed*"])
 
 
 def test_a_backend_that_kills_its_process_costs_its_case(session):
@@ -188,8 +189,10 @@ def test_the_verdict_counts_claimed_cases_per_backend():
               "b 1 of 1 claimed)")
     assert session_verdict(Counter({("a", False, False, False): 1,
                                     ("a", None, True, False): 1})) == (
-        False, "moecert: not green: 1 case(s) failed (backend a 0 of 2 claimed)")
+        False, "moecert: not green: 1 case(s) failed (backend a 0 of 2 claimed, 1 with its "
+               "claim unknown)")
     assert session_verdict(Counter({("a", True, False, False): 1,
                                     ("a", None, False, True): 1})) == (
-        False, "moecert: not green: 1 case(s) not run: they need more memory than this "
-               "machine has (backend a 1 of 2 claimed, 1 oversize)")
+        False, "moecert: not green: 1 claimed case(s) not run: they need more memory than "
+               "this machine has (backend a 1 of 2 claimed, 1 oversize, 1 with its claim "
+               "unknown)")

@@ -44,6 +44,16 @@ class ReturnsNaN(_Base):
         out[0, 0] = float("nan")
 
 
+class Slow(_Base):
+    """Correct, and slow while MOECERT_TEST_SLOW_S is set (seconds per call): a run of it
+    is still going when a test interrupts it, and its resume (unset) is quick."""
+    name = "test-slow"
+
+    def forward(self, layer, x, *args):
+        time.sleep(float(os.environ.get("MOECERT_TEST_SLOW_S", "0")))
+        return super().forward(layer, x, *args)
+
+
 class OutOfMemoryOnce(_Base):
     """Runs out of device memory on its first call of the run (a file in
     MOECERT_TEST_OOM_DIR marks it), as a case beside too many others does, and not again."""
@@ -70,6 +80,6 @@ class OutOfMemoryAlways(_Base):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
 
-for backend in (Dies(), Hangs(), Raises(), ReturnsNaN(), OutOfMemoryOnce(),
+for backend in (Dies(), Hangs(), Raises(), ReturnsNaN(), Slow(), OutOfMemoryOnce(),
                 OutOfMemoryAlways()):
     register_backend(backend)
