@@ -88,7 +88,12 @@ def failure_groups(rows: pd.DataFrame) -> list[dict]:
     was worst in), "schemes" (the distinct schemes), "headline" (one line: backend, check,
     metric, how many cases and schemes)}."""
     bad = rows[rows["status"].isin(FAILING)]
-    checks_of = bad.groupby("case_id")["check"].agg(lambda s: set(map(str, s))).to_dict()
+    # plain Python, not groupby().agg(set): pandas 2 casts the sets back to the categorical
+    # `check` column and raises (seen on the GPU machines' pandas)
+    checks_of: dict[str, set[str]] = {}
+    for case_id, check in zip(bad["case_id"].astype(str), bad["check"].astype(str),
+                              strict=True):
+        checks_of.setdefault(case_id, set()).add(check)
     groups: dict[tuple, list[dict]] = {}
     for row in primary_rows(rows):
         sig = signature(row)
