@@ -88,9 +88,8 @@ def failure_groups(rows: pd.DataFrame) -> list[dict]:
     was worst in), "schemes" (the distinct schemes), "headline" (one line: backend, check,
     metric, how many cases and schemes)}."""
     bad = rows[rows["status"].isin(FAILING)]
-    # plain Python, not groupby().agg(set): pandas 3.0 (3.0.6 on the GPU machines; not 3.1)
-    # casts the sets back to the categorical
-    # `check` column and raises (seen on the GPU machines' pandas)
+    # plain Python, not groupby().agg(set): pandas 3.0.6 (the GPU machines'; not 3.1) casts
+    # the sets back to the categorical `check` column and raises
     checks_of: dict[str, set[str]] = {}
     for case_id, check in zip(bad["case_id"].astype(str), bad["check"].astype(str),
                               strict=True):
