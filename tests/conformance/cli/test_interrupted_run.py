@@ -48,20 +48,28 @@ def _verdict_case(path: Path):
     return root, cases
 
 
-def test_a_killed_run_is_not_green_until_resumed(tmp_path):
-    planned = int(_cli([*RUN, "--list-cases"], tmp_path).stderr.split()[-2])
-    assert planned > 3
+def _interrupted(tmp_path, after_cases: int, sig):
+    """A slow `moecert run` started, sent `sig` once `after_cases` cases are in its journal;
+    (returncode, stdout, stderr, journal)."""
     journal = tmp_path / "out" / "killed.smoke.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "moecert.conformance.cli", *RUN],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=tmp_path, env=_env(MOECERT_TEST_SLOW_S="0.5"))
     deadline = time.monotonic() + 300
-    while _cases_in(journal) < 2 and proc.poll() is None and time.monotonic() < deadline:
+    while (_cases_in(journal) < after_cases and proc.poll() is None
+           and time.monotonic() < deadline):
         time.sleep(0.05)
     assert proc.poll() is None, "the run ended before it could be interrupted"
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143, out + err
+    return proc.returncode, out, err, journal
+
+
+def test_a_killed_run_is_not_green_until_resumed(tmp_path):
+    planned = int(_cli([*RUN, "--list-cases"], tmp_path).stderr.split()[-2])
+    assert planned > 3
+    rc, out, err, journal = _interrupted(tmp_path, 2, signal.SIGTERM)
+    assert rc == 143, out + err
     assert "Traceback" not in err + out
     done = _cases_in(journal)
     assert 2 <= done < planned
@@ -104,16 +112,8 @@ def test_a_killed_run_is_not_green_until_resumed(tmp_path):
 
 
 def test_resume_with_another_selection_is_refused(tmp_path):
-    journal = tmp_path / "out" / "killed.smoke.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "moecert.conformance.cli", *RUN],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path, env=_env(MOECERT_TEST_SLOW_S="0.5"))
-    deadline = time.monotonic() + 300
-    while _cases_in(journal) < 1 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)  # Ctrl-C
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "interrupted by SIGINT" in err, out + err
+    rc, out, err, _ = _interrupted(tmp_path, 1, signal.SIGINT)  # Ctrl-C
+    assert rc == 130 and "interrupted by SIGINT" in err, out + err
     assert "Traceback" not in err
     other = _cli([*RUN, "-k", "M1.", "--resume"], tmp_path)
     assert other.returncode == 2, other.stderr
