@@ -72,8 +72,12 @@ def _vllm():
     import vllm
     from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
-    from vllm.model_executor.layers.fused_moe import FusedMoEFactory
+    from vllm.model_executor.layers.fused_moe import layer as fused_moe_layer
     from vllm.model_executor.layers.quantization import get_quantization_config
+
+    # the function that builds a MoE layer (router, experts, runner): `FusedMoEFactory` since
+    # vLLM 0.27, `FusedMoE` in 0.25 (the GPU gate's version); same arguments
+    factory = getattr(fused_moe_layer, "FusedMoEFactory", None) or fused_moe_layer.FusedMoE
 
     config = VllmConfig()
     with set_current_vllm_config(config):
@@ -83,7 +87,7 @@ def _vllm():
             distributed_init_method=f"file://{tempfile.mkdtemp(prefix='moecert-vllm-')}/init")
         initialize_model_parallel(1, 1)
     return {"version": vllm.__version__, "config": config, "set_config": set_current_vllm_config,
-            "factory": FusedMoEFactory, "quant_config": get_quantization_config,
+            "factory": factory, "quant_config": get_quantization_config,
             "verify_quantization": ModelConfig._verify_quantization}
 
 
@@ -292,9 +296,10 @@ class VllmBackend:
         if layer.kernel_method is None:  # one token through the layer, to see the call
             P = layer.problem
             g = torch.Generator().manual_seed(0)
-            x = torch.randn(1, P.K, generator=g).to(P.torch_dtype)
-            ids = torch.arange(P.topk, dtype=torch.int32)[None]
-            w = torch.full((1, P.topk), 1.0 / P.topk)
+            device = _engine_device()
+            x = torch.randn(1, P.K, generator=g).to(device, P.torch_dtype)
+            ids = torch.arange(P.topk, dtype=torch.int32, device=device)[None]
+            w = torch.full((1, P.topk), 1.0 / P.topk, device=device)
             try:
                 self.apply(layer, x, w, ids)
             except Exception:  # the case's own apply reports it
@@ -354,7 +359,8 @@ class VllmBackend:
         """vLLM's current config, and (forced mode) the AMX gate answered True, for the
         duration of one call into vLLM."""
         v = _vllm()
-        with _lock, v["set_config"](v["config"]):
+        # vLLM's model loader builds and processes its layers under the platform's device
+        with _lock, v["set_config"](v["config"]), torch.device(_engine_device()):
             if not self.forced_amx:
                 yield
                 return
@@ -463,6 +469,13 @@ def _refusal(e: Exception) -> str:
         text = (f"at {os.path.basename(tb.filename)}:{tb.lineno} "
                 f"({(tb.line or '').strip()})")
     return f"{type(e).__name__}: {text}"
+
+
+def _engine_device() -> torch.device:
+    """The device vLLM runs its layers on here: the accelerator where there is one (vLLM
+    has one platform per process), else the CPU."""
+    kind = Platform.current().kind
+    return torch.device("cuda" if kind in ("cuda", "rocm") else kind)
 
 
 def _amx_supported() -> bool:

@@ -1,0 +1,121 @@
+#!/bin/bash
+# The engines' GPU gate: vLLM's or transformers' own MoE layers on the GPU, through the same
+# adapters as on the CPU (kernels/vllm_backend.py, kernels/transformers_engine/), on the
+# engine versions tools/engine_carry.py brought there (docs/gpu-ci.md, "The engines on a GPU").
+#
+#   bash tools/gpu_engines.sh vllm|transformers [SUITE] [-- extra moecert run arguments]
+#
+# On the GPU machine, from the repository root, after `tools/engine_carry.py receive` of every
+# part. Runs SUITE (default smoke) on the engine's backends on cuda, then every real producer
+# folder under tests/fixtures/checkpoints through the engine (six at a time, one process
+# each), with the engine's GPU list of expected failures where it exists
+# (conformance/harness/xfail-<engine>-cuda.toml). Writes to $OUT: the record (device, versions,
+# claimed counts per scheme and kernel, verdicts, wall time), the failing rows (CSV) and the
+# results (one tar). GPU_ENGINES_S bounds each step's wall time (default 260 s); a step cut
+# short is recorded as such, never as passed. Exit 1 when anything failed.
+set -u
+cd "$(dirname "$0")/.."
+engine=${1:?usage: gpu_engines.sh vllm|transformers [SUITE]}
+suite=${2:-smoke}
+shift $(( $# >= 2 ? 2 : 1 )); [ "${1:-}" = "--" ] && shift
+OUT=${OUT:-/tmp/gpu-engines}; mkdir -p "$OUT"
+mkdir -p /tmp/shim/moecert
+for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" /tmp/shim/moecert/$d; done
+export PYTHONPATH=/tmp/shim:$(python3 tools/engine_carry.py env "$engine")
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_LOGGING_LEVEL=WARNING
+unset TRITON_INTERPRET
+case $engine in
+    vllm) backends=(--backend vllm) ;;
+    transformers) backends=(--backend transformers --backend transformers-grouped_mm
+                            --backend transformers-batched_mm) ;;
+    *) echo "gpu_engines.sh: engine must be vllm or transformers, got '$engine'" >&2; exit 2 ;;
+esac
+xfail=()
+list=conformance/harness/xfail-$engine-cuda.toml
+[ -f "$list" ] && xfail=(--xfail "$list")
+limit=${GPU_ENGINES_S:-260}
+device_kind=${GPU_ENGINES_DEVICE:-cuda}  # cpu: the same steps on a CPU (the script's own test)
+results=$OUT/results-$engine
+record=$OUT/gpu-engines-$engine.md
+start=$(date +%s)
+
+versions=$(python3 - "$engine" <<'EOF'
+import sys, torch, triton
+engine = sys.argv[1]
+mod = __import__("vllm" if engine == "vllm" else "transformers")
+extra = ""
+if engine == "vllm":
+    from vllm.platforms import current_platform
+    extra = f", vLLM platform {type(current_platform).__name__}"
+import compressed_tensors
+print(f"python {sys.version.split()[0]}, torch {torch.__version__}, triton {triton.__version__}, "
+      f"{engine} {mod.__version__}, compressed-tensors {compressed_tensors.__version__}{extra}")
+EOF
+) || { echo "gpu_engines.sh: $engine does not import here (tools/engine_carry.py receive first)" >&2; exit 1; }
+device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+{
+    echo ""
+    echo "### $(date -u +%Y-%m-%d\ %H:%M) UTC: $engine on $device_kind"
+    echo ""
+    echo "Device: $device; $versions. Command: \`bash tools/gpu_engines.sh $engine $suite\`"
+    echo "(expected-failure list: ${xfail[*]:-none})."
+    echo ""
+    echo "| step | verdict | wall (s) |"
+    echo "|---|---|---|"
+} > "$record"
+
+failed=0
+step() {  # step NAME LOGFILE -- command...
+    local name=$1 log=$2; shift 3
+    local t0=$(date +%s)
+    timeout "$limit" "$@" > "$log" 2>&1
+    local rc=$?
+    local verdict
+    verdict=$(grep -E "^(green|not green|NOT)" "$log" | tail -1)
+    [ $rc -eq 124 ] && verdict="cut short at ${limit} s (not a verdict)"
+    [ $rc -ne 0 ] && failed=1
+    echo "| $name | ${verdict:-exit $rc} | $(( $(date +%s) - t0 )) |" >> "$record"
+    echo "$name: ${verdict:-exit $rc} ($(( $(date +%s) - t0 )) s)"
+}
+
+step "$suite suite" "$OUT/$engine-$suite.log" -- python3 -m moecert.conformance.cli run \
+    --suite "$suite" "${backends[@]}" --device "$device_kind" -n "${GPU_ENGINES_WORKERS:-8}" --results "$results" "${xfail[@]}" "$@"
+
+# every real producer folder, six processes at a time
+run_folder() {
+    local f=$1 n
+    n=$(basename "$f")
+    timeout "$limit" python3 -m moecert.conformance.cli run --suite smoke --checkpoint "$f" \
+        "${backends[@]}" --device "$device_kind" -n 1 --results "$results-folders/$n" \
+        "${xfail[@]}" > "$OUT/folder-$n.log" 2>&1
+    echo "$n: exit $? $(grep -E '^(green|not green)' "$OUT/folder-$n.log" | tail -1)" \
+        >> "$OUT/folders-$engine.txt"
+}
+t0=$(date +%s)
+: > "$OUT/folders-$engine.txt"
+for f in tests/fixtures/checkpoints/*/; do
+    while [ "$(jobs -rp | wc -l)" -ge 6 ]; do wait -n; done
+    run_folder "$f" &
+done
+wait
+sort -o "$OUT/folders-$engine.txt" "$OUT/folders-$engine.txt"
+bad=$(grep -vc ": exit 0 " "$OUT/folders-$engine.txt")
+[ "$bad" -ne 0 ] && failed=1
+echo "| $(wc -l < "$OUT/folders-$engine.txt") producer folders | $bad not green | $(( $(date +%s) - t0 )) |" >> "$record"
+cat "$OUT/folders-$engine.txt"
+
+{
+    echo ""
+    echo "Claimed cases per scheme and the kernel the engine ran (the results' backend_detail),"
+    echo "by case status:"
+    echo ""
+    python3 tools/engine_gpu_summary.py "$results" "$results"-folders/* \
+        --failures "$OUT/failures-$engine.csv"
+    echo ""
+    echo "Total wall: $(( $(date +%s) - start )) s."
+} >> "$record" 2>&1
+tar -czf "$OUT/results-$engine.tgz" -C "$OUT" "results-$engine" "results-$engine-folders" \
+    $(cd "$OUT" && ls *.log folders-*.txt 2>/dev/null) 2>/dev/null
+rm -rf "$results" "$results"-folders "$OUT"/*.log
+cat "$record"
+exit $failed
