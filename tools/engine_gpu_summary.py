@@ -42,7 +42,10 @@ def claimed_markdown(cases: pd.DataFrame) -> str:
     claimed = cases[cases["claimed"].fillna(False).astype(bool)]
     if claimed.empty:
         return "no claimed case\n"
-    table = (claimed.assign(kernel=claimed["backend_detail"].replace("", "-"))
+    # the kernel: the detail's first two parts (vLLM: "BACKEND (ExpertsClass)"; transformers:
+    # the experts implementation and the quantizer), not what was loaded
+    kernel = claimed["backend_detail"].map(lambda d: "; ".join(d.split("; ")[:2]) or "-")
+    table = (claimed.assign(kernel=kernel)
              .groupby(["backend", "scheme", "kernel", "status"], observed=True).size()
              .unstack("status", fill_value=0))
     table = table.loc[:, (table != 0).any()]
