@@ -74,6 +74,7 @@ def _vllm():
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
     from vllm.model_executor.layers.fused_moe import layer as fused_moe_layer
     from vllm.model_executor.layers.quantization import get_quantization_config
+    from vllm.platforms import current_platform
 
     # the function that builds a MoE layer (router, experts, runner): `FusedMoEFactory` since
     # vLLM 0.27, `FusedMoE` in 0.25 (the GPU gate's version); same arguments
@@ -86,6 +87,11 @@ def _vllm():
             world_size=1, rank=0, local_rank=0, backend="gloo",
             distributed_init_method=f"file://{tempfile.mkdtemp(prefix='moecert-vllm-')}/init")
         initialize_model_parallel(1, 1)
+        if current_platform.is_cuda_alike():
+            # vLLM's GPU worker makes the workspace its kernels draw from before any layer
+            # runs (v1/worker/gpu_worker.py); the CPU worker makes none
+            from vllm.v1.worker.workspace import init_workspace_manager
+            init_workspace_manager(torch.device("cuda"))
     return {"version": vllm.__version__, "config": config, "set_config": set_current_vllm_config,
             "factory": factory, "quant_config": get_quantization_config,
             "verify_quantization": ModelConfig._verify_quantization}
@@ -250,7 +256,8 @@ class VllmBackend:
                     raise UnsupportedError(self.name, f"vLLM {_vllm()['version']}'s model "
                                            f"loader refuses the file: {e}") from None
                 return
-            weights = expert_tensors(quant, checkpoint.tensors, layer.problem.N)
+            weights = expert_tensors(quant, checkpoint.tensors, layer.problem.N,
+                                     gated=layer.problem.gated)
             list(layer.runner.load_weights(weights))
 
     def process_weights_after_loading(self, layer: VllmLayer) -> None:

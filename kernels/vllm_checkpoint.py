@@ -282,10 +282,12 @@ def quantization_config(quant: QuantConfig) -> dict | None:
     return file_config(quant).config(quant)
 
 
-def expert_tensors(quant: QuantConfig, tensors: dict[str, torch.Tensor], N: int
-                   ) -> Iterator[tuple[str, torch.Tensor]]:
+def expert_tensors(quant: QuantConfig, tensors: dict[str, torch.Tensor], N: int,
+                   gated: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """(vLLM per-expert checkpoint name, tensor) for every tensor of a moecert checkpoint;
-    `N` is the intermediate size (w13 holds gate rows 0..N-1 and up rows N..2N-1)."""
+    `N` is the intermediate size (w13 holds gate rows 0..N-1 and up rows N..2N-1). A
+    non-gated activation's w13 is one projection: the model file's gate_proj alone (vLLM
+    0.25 loads an up_proj of a non-gated layer past the end of its w13)."""
     pack = 32 // quant.bits
     row = file_config(quant)
     rename = dict(row.names)
@@ -301,6 +303,9 @@ def expert_tensors(quant: QuantConfig, tensors: dict[str, torch.Tensor], N: int
             one = t[e].reshape(-1) if flat and roles[name] == "scale" else t[e]
             if linear == "w2":
                 yield f"{e}.down_proj.{vname}", one
+                continue
+            if not gated:
+                yield f"{e}.gate_proj.{vname}", one
                 continue
             for proj, half in (("gate_proj", 0), ("up_proj", 1)):
                 yield f"{e}.{proj}.{vname}", _half(one, half, axis, per, N, pack)

@@ -53,7 +53,7 @@ COMMON = (
     "pydantic_core==2.50.5", "typing-inspection==0.4.5", "annotated-types==0.8.0",
     "typing_extensions==4.16.0", "msgspec==0.22.0", "cachetools==8.0.2", "cbor2==6.3.0",
     "pyzmq==27.3.0", "openai==3.57.0", "openai-harmony==0.0.8", "jiter", "distro",
-    "pybase64==1.5.1", "loguru==0.7.3",
+    "pybase64==1.5.1", "loguru==0.7.3", "truststore==0.10.5",  # httpcore2 imports it
 )
 SITES = {  # site -> its own packages, beside COMMON
     "vllm": ("compressed-tensors==0.17.0",),  # vLLM 0.25.1's pin
@@ -62,8 +62,11 @@ SITES = {  # site -> its own packages, beside COMMON
 # Left out of vLLM's wheel: never loaded by a MoE layer (attention and serving), measured
 # from the wheel's own file list. Anything a MoE kernel path imports stays.
 SLIMMED = {
+    # flash-attention 3 stays: vllm_flash_attn's __init__ raises unless FA2 or FA3 loads, and
+    # vLLM's quantization methods import it (seen on an H200 with both left out: every
+    # quantized scheme refused with "vllm.vllm_flash_attn requires the CUDA flash attention
+    # extensions"); FA3 is the Hopper one
     "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so": "flash-attention 2 (attention only), 191 MB",
-    "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so": "flash-attention 3 (attention only), 153 MB",
     "vllm/vllm-rs": "the Rust serving frontend binary, 38 MB",
     "vllm/third_party/fmha_sm100/": "Blackwell attention sources (sm100), 30 MB",
 }
@@ -110,7 +113,7 @@ def pack(out: Path, part_mib: int) -> None:
         for site, specs in SITES.items():
             download(specs, tmp / site)
         stream = tmp / "engines.tar.gz"
-        with tarfile.open(stream, "w:gz", compresslevel=9) as tar:
+        with tarfile.open(stream, "w:gz", compresslevel=6) as tar:
             dropped = slim_vllm(next((tmp / "engine").glob("vllm-*.whl")), tar)
             for folder in ("common", *SITES):
                 for whl in sorted((tmp / folder).glob("*.whl")):

@@ -21,6 +21,17 @@ shift $(( $# >= 2 ? 2 : 1 )); [ "${1:-}" = "--" ] && shift
 OUT=${OUT:-/tmp/gpu-engines}; mkdir -p "$OUT"
 mkdir -p /tmp/shim/moecert
 for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" /tmp/shim/moecert/$d; done
+# the engines' backends register through the package's entry points (pyproject.toml): the
+# shim carries them in a dist-info of its own, as an install would
+python3 -c '
+import pathlib, tomllib
+project = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
+info = pathlib.Path("/tmp/shim/moecert-0.0.dist-info")
+info.mkdir(exist_ok=True)
+(info / "METADATA").write_text("Metadata-Version: 2.1\nName: moecert\nVersion: 0.0\n")
+(info / "entry_points.txt").write_text("".join(
+    f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n"
+    for group, eps in project["entry-points"].items()))'
 export PYTHONPATH=/tmp/shim:$(python3 tools/engine_carry.py env "$engine")
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_LOGGING_LEVEL=WARNING
 unset TRITON_INTERPRET
