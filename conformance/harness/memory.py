@@ -114,6 +114,10 @@ def oom_kills() -> int | None:
     return None
 
 
+# How death_words begins for a worker killed for memory (the runner retries its case alone).
+OOM_DEATH = "out of memory"
+
+
 def death_words(code: int, oom_before: int | None) -> str:
     """Why a worker process died, from its exit code: a SIGKILL the runner did not send is
     the kernel's OOM killer (confirmed where its kill count went up)."""
@@ -121,11 +125,11 @@ def death_words(code: int, oom_before: int | None) -> str:
         return f"the worker process died (exit code {code})"
     now = oom_kills()
     if oom_before is not None and now is not None and now > oom_before:
-        return ("out of memory: the kernel's OOM killer killed the worker process (exit code "
+        return (f"{OOM_DEATH}: the kernel's OOM killer killed the worker process (exit code "
                 f"{code})")
-    return (f"out of memory, most likely: the worker process was killed (exit code {code}, "
+    return (f"{OOM_DEATH}, most likely: the worker process was killed (exit code {code}, "
             "SIGKILL), as the kernel's OOM killer does")
 
 
-__all__ = ["HOST_MEMORY_VARIABLE", "death_words", "gb", "host_memory_override", "host_need",
+__all__ = ["HOST_MEMORY_VARIABLE", "OOM_DEATH", "death_words", "gb", "host_memory_override", "host_need",
            "host_total_bytes", "oom_kills", "parse_size", "weights"]
