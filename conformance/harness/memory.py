@@ -131,5 +131,5 @@ def death_words(code: int, oom_before: int | None) -> str:
             "SIGKILL), as the kernel's OOM killer does")
 
 
-__all__ = ["HOST_MEMORY_VARIABLE", "OOM_DEATH", "death_words", "gb", "host_memory_override", "host_need",
-           "host_total_bytes", "oom_kills", "parse_size", "weights"]
+__all__ = ["HOST_MEMORY_VARIABLE", "OOM_DEATH", "death_words", "gb", "host_memory_override",
+           "host_need", "host_total_bytes", "oom_kills", "parse_size", "weights"]

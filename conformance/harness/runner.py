@@ -57,6 +57,8 @@ class RunConfig:
     run_id: str = ""
     xfail: XfailList | None = None
     cache: bool = False  # synthesized checkpoints through the cache (checkpoint_cache.py)
+    # {case id: seconds} of an earlier run (--shard-costs): the pool's order (schedule.py)
+    costs: dict[str, float] | None = None
 
 
 class Worker:
@@ -140,7 +142,7 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
         record(case, [oversize_row(case, config, need, room)])
     skipped = {c.case_id for c, _, _ in too_big}
     pool = WorkPool([c for c in cases if c.case_id not in skipped], gpus,
-                    need=lambda case: case_need(case, config.device))
+                    need=lambda case: case_need(case, config.device), costs=config.costs)
 
     def serve(slot: int):
         runner, gpu = CaseRunner(config, slot), slot % len(pool.gpus)
