@@ -8,6 +8,8 @@
 # at the end one row per selection of issue 43's table (host, GPUs, workers, wall, speed-up
 # against this call's one-GPU selection) goes to stdout and $OUT/hosts-table.md.
 # Issue 43 on one H200 in one call (under 9 minutes): tools/gpu_hosts.sh certify 400 0
+# COSTS=RESULTS orders every run by those measured costs (--shard-costs: the longest problems
+# first), e.g. in a later call on the same machine: COSTS=/tmp/results-0 tools/gpu_hosts.sh ...
 # No install on the GPU machine: a PYTHONPATH shim to this checkout.
 set -u
 suite=${1:?usage: tools/gpu_hosts.sh SUITE LIMIT_S SELECTION...}; limit=$2; shift 2
@@ -19,7 +21,10 @@ nvidia-smi --query-gpu=index,name,memory.total,memory.free --format=csv,noheader
 echo "cores $(nproc); git $(git rev-parse --short HEAD 2>/dev/null)"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 host="$(nvidia-smi -L | wc -l)x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cores"
-rows=()
+rows=(); costs=()
+if [[ -n ${COSTS:-} ]]; then  # copied: the runs below clear their own results folders
+  rm -rf /tmp/costs-prev && cp -r "$COSTS" /tmp/costs-prev && costs=(--shard-costs /tmp/costs-prev)
+fi
 for arg in "$@"; do
   sel=${arg%%:*}; own=$limit; [[ $arg == *:* ]] && own=${arg##*:}
   tag=${sel//,/-}
@@ -27,7 +32,7 @@ for arg in "$@"; do
   rm -rf "$TRITON_CACHE_DIR" "$MOECERT_CACHE_DIR" "/tmp/results-$tag"
   start=$(date +%s)
   CUDA_VISIBLE_DEVICES=$sel timeout "$own" python -m moecert.conformance.cli run \
-      --suite "$suite" --device cuda -n auto --results "/tmp/results-$tag" \
+      --suite "$suite" --device cuda -n auto --results "/tmp/results-$tag" "${costs[@]}" \
       > "$OUT/run-$tag.txt" 2> "$OUT/run-$tag.err"
   rc=$?
   wall=$(( $(date +%s) - start ))
