@@ -16,8 +16,8 @@ weight grows with the bits per weight: 1.33 + 0.87 x bits fits both. A DeepSeek-
 gptq-int4 comes to about 55 GB, which agrees with what a certify run on the 24 GB machine
 saw before this estimate existed: one such case reached 23.8 GB and was killed for memory.
 Re-measured per case (2026-11-29, `tools/host_peaks.py`: each case alone in a fresh process,
-peak resident set; M=16, K=2048, N=1536, E 32 and 64, torch, grouped and xpu; docs/speed.md,
-issue 43): every case at 0.42-0.72 of this estimate, so the constants stand.
+peak resident set; M 16 and 256, K=2048, N=1536, E 32 and 64, torch, grouped and xpu;
+docs/speed.md, issue 43): every case at 0.42-0.72 of this estimate, so the constants stand.
 
 A case estimated above what the machine has in all is not run: its one row has status
 "oversize" and says how much it needs, and the run says so up front. A worker the kernel
