@@ -18,6 +18,11 @@ every reason that holds:
         (backend torch 6 of 6 claimed, 2 oversize)
     not green: no claimed case ran a check (backend xpu 0 of 19 claimed)
     not green: not finished: 59 of 648 cases (backend torch 59 of 59 claimed)
+    green: all 3 claimed case(s) passed (backend torch 3 of 3 claimed, 1 retried alone
+        after running out of memory)
+
+A case that ran out of memory beside others and passed alone (its rows' `retried` column,
+conformance/harness/runner.py) is counted per backend, never as a failure.
 
 An unclaimed case (the backend does not claim it, and says so) never counts as passed; a
 claimed case on which every check was skipped did not run a check. Only a claimed case can be
@@ -50,9 +55,10 @@ class Tally:
     failed: int = 0  # cases with a crash, timeout, error or fail row
     failures: Counter = field(default_factory=Counter)  # failed cases by their worst status
     oversize: int = 0  # claimed cases not run: more memory than the machine has
+    retried: int = 0  # cases run a second time, alone, after running out of memory
 
     def add(self, claimed: bool | None, ran: bool, failed: bool | str,
-            oversize: bool = False) -> None:
+            oversize: bool = False, retried: bool = False) -> None:
         """One case. `claimed` None: no row knows (the case was lost before its claim was
         asked); `failed` a failing status, or True where which one is not known."""
         self.cases += 1
@@ -63,11 +69,15 @@ class Tally:
         if isinstance(failed, str):
             self.failures[failed] += 1
         self.oversize += bool(oversize and claimed is not False)
+        self.retried += bool(retried)
 
     def words(self, backend: str) -> str:
-        """`torch 18 of 19 claimed, 2 oversize, 1 with its claim unknown`."""
+        """`torch 18 of 19 claimed, 2 oversize, 1 retried alone after running out of memory,
+        1 with its claim unknown`."""
         return (f"{backend} {self.claimed} of {self.cases} claimed"
                 + (f", {self.oversize} oversize" if self.oversize else "")
+                + (f", {self.retried} retried alone after running out of memory"
+                   if self.retried else "")
                 + (f", {self.unknown} with its claim unknown" if self.unknown
                    else ""))
 
@@ -136,7 +146,8 @@ def tally_rows(tallies: dict[str, Tally], rows: Iterable[dict]) -> None:
     tallies.setdefault(str(rows[0]["backend"]), Tally()).add(
         _claim([r.get("claimed") for r in rows]),
         any(s not in NOT_EXECUTED for s in statuses),
-        status if status in FAILING else False, "oversize" in statuses)
+        status if status in FAILING else False, "oversize" in statuses,
+        any(r.get("retried") for r in rows))
 
 
 def tally_frame(frame) -> dict[str, Tally]:
@@ -148,16 +159,25 @@ def tally_frame(frame) -> dict[str, Tally]:
     claimed = frame["claimed"]
     flags = frame.assign(_true=claimed.fillna(False).astype(bool), _known=claimed.notna(),
                          _ran=~status.isin(NOT_EXECUTED), _rank=status.map(STATUSES.index),
-                         _oversize=status.eq("oversize"))
+                         _oversize=status.eq("oversize"), _retried=_retried(frame))
     per_case = flags.groupby("case_id", sort=False).agg(
         backend=("backend", "first"), true=("_true", "any"), known=("_known", "any"),
-        ran=("_ran", "any"), rank=("_rank", "min"), oversize=("_oversize", "any"))
+        ran=("_ran", "any"), rank=("_rank", "min"), oversize=("_oversize", "any"),
+        retried=("_retried", "any"))
     for row in per_case.itertuples(index=False):
         worst = STATUSES[int(row.rank)]
         tallies.setdefault(str(row.backend), Tally()).add(
             True if row.true else (False if row.known else None), row.ran,
-            worst if worst in FAILING else False, row.oversize)
+            worst if worst in FAILING else False, row.oversize, row.retried)
     return tallies
+
+
+def _retried(frame):
+    """Per row: whether its case was retried (the `retried` column says why; absent in
+    results older than schema 7)."""
+    if "retried" not in frame:
+        return False
+    return frame["retried"].fillna("").astype(str).ne("")
 
 
 def verdict(tallies: dict[str, Tally], completion: Completion | None = None) -> Verdict:

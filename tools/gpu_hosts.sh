@@ -4,7 +4,12 @@
 #   tools/gpu_hosts.sh SUITE LIMIT_S SELECTION[:LIMIT_S]...
 #   e.g. tools/gpu_hosts.sh certify 330 0,1,2,3:200 0
 # A SELECTION is a CUDA_VISIBLE_DEVICES value; its own LIMIT_S overrides the first. Per selection: wall, the -n auto line, the
-# verdict, and tools/run_breakdown.py's summary go to stdout and $OUT/hosts-<selection>.txt.
+# verdict, and tools/run_breakdown.py's summary go to stdout and $OUT/hosts-<selection>.txt;
+# at the end one row per selection of issue 43's table (host, GPUs, workers, wall, speed-up
+# against this call's one-GPU selection) goes to stdout and $OUT/hosts-table.md.
+# Issue 43 on one H200 in one call (under 9 minutes): tools/gpu_hosts.sh certify 400 0
+# COSTS=RESULTS orders every run by those measured costs (--shard-costs: the longest problems
+# first), e.g. in a later call on the same machine: COSTS=/tmp/results-0 tools/gpu_hosts.sh ...
 # No install on the GPU machine: a PYTHONPATH shim to this checkout.
 set -u
 suite=${1:?usage: tools/gpu_hosts.sh SUITE LIMIT_S SELECTION...}; limit=$2; shift 2
@@ -15,6 +20,11 @@ export PYTHONPATH=/tmp/shim
 nvidia-smi --query-gpu=index,name,memory.total,memory.free --format=csv,noheader
 echo "cores $(nproc); git $(git rev-parse --short HEAD 2>/dev/null)"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+host="$(nvidia-smi -L | wc -l)x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cores"
+rows=(); costs=()
+if [[ -n ${COSTS:-} ]]; then  # copied: the runs below clear their own results folders
+  rm -rf /tmp/costs-prev && cp -r "$COSTS" /tmp/costs-prev && costs=(--shard-costs /tmp/costs-prev)
+fi
 for arg in "$@"; do
   sel=${arg%%:*}; own=$limit; [[ $arg == *:* ]] && own=${arg##*:}
   tag=${sel//,/-}
@@ -22,9 +32,14 @@ for arg in "$@"; do
   rm -rf "$TRITON_CACHE_DIR" "$MOECERT_CACHE_DIR" "/tmp/results-$tag"
   start=$(date +%s)
   CUDA_VISIBLE_DEVICES=$sel timeout "$own" python -m moecert.conformance.cli run \
-      --suite "$suite" --device cuda -n auto --results "/tmp/results-$tag" \
+      --suite "$suite" --device cuda -n auto --results "/tmp/results-$tag" "${costs[@]}" \
       > "$OUT/run-$tag.txt" 2> "$OUT/run-$tag.err"
   rc=$?
+  wall=$(( $(date +%s) - start ))
+  workers=$(grep -m1 -o -- "-n auto: [0-9]*" "$OUT/run-$tag.err" | grep -o "[0-9]*$")
+  gpus=$(tr ',' '\n' <<< "$sel" | wc -l)
+  [[ $gpus == 1 && -z ${one:-} ]] && one=$wall
+  rows+=("$gpus ${workers:-?} $wall $rc")
   {
     echo "== GPUs $sel: rc=$rc wall $(( $(date +%s) - start )) s"
     grep -m1 -- "-n auto" "$OUT/run-$tag.err"
@@ -42,3 +57,12 @@ for _, r in retried.drop_duplicates("case_id").head(5).iterrows():
 PY
   } 2>&1 | tee "$OUT/hosts-$tag.txt"
 done
+{
+  echo "| host | GPUs | workers | wall | speed-up | rc |"
+  echo "|---|---|---|---|---|---|"
+  for row in "${rows[@]}"; do
+    read -r gpus workers wall rc <<< "$row"
+    speed=$([[ -n ${one:-} ]] && python -c "print(f'{$one / $wall:.2f}x')" || echo "-")
+    echo "| $host | $gpus | $workers | $wall s | $speed | $rc |"
+  done
+} | tee "$OUT/hosts-table.md"

@@ -7,7 +7,7 @@ check's start to last row), the check time summed over rows by check and backend
 cases were running at once over time (the workers' use), the model-size problems' share,
 the tail (what still ran in the last quarter of the wall), and each model-size layer's GPU
 memory high-water mark per scheme (`device_peak_bytes`), from which the runner's memory
-budget is sized (conformance/harness/schedule.py).
+budget is sized (conformance/harness/schedule.py), and that budget beside it per layer.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import argparse
 
 import numpy as np
 import pandas as pd
-from moecert.conformance.harness.schedule import MODEL_SIZE_WEIGHTS
+from moecert.conformance.harness.cases import Case
+from moecert.conformance.harness.schedule import MODEL_SIZE_WEIGHTS, device_need
 from moecert.reports.store import ResultsError, load
 
 STEP_S = 0.5
@@ -68,7 +69,26 @@ def main(argv=None) -> int:
             "device_peak_bytes"].max().dropna() / 2**30
         print("\nmodel-size layers, GPU memory high-water mark (GiB), the worst check:")
         print(peak.unstack("backend").round(1).to_string())
+        budget_against_peaks(sized)
     return 0
+
+
+def budget_against_peaks(sized: pd.DataFrame) -> None:
+    """The memory model beside what was measured: each model-size problem's budget
+    (schedule.device_need, what the runner reserves on its GPU) against the highest peak of
+    its cases, per model layer and scheme; a ratio above 1 means the model under-budgets."""
+    first = sized.dropna(subset=["device_peak_bytes"]).groupby(
+        ["E", "K", "N", "scheme"], observed=True)
+    table = first.agg(peak=("device_peak_bytes", "max"), case_json=("case_json", "first"))
+    if table.empty:
+        return
+    table["need"] = [device_need(Case.from_json(j)) for j in table["case_json"]]
+    table["peak / need"] = table["peak"] / table["need"]
+    gib = table[["need", "peak"]] / 2**30
+    print("\nmemory model (schedule.device_need, GiB) beside the measured peak, per layer:")
+    print(gib.assign(**{"peak / need": table["peak / need"]}).round(2).to_string())
+    print(f"highest peak / need: {table['peak / need'].max():.2f} "
+          f"(median {table['peak / need'].median():.2f})")
 
 
 def tail(cases: pd.DataFrame, wall: float, share: float = 0.25) -> None:

@@ -67,8 +67,9 @@ def add_shard(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shard", type=shard_spec, default=None, metavar="I/N",
                    help="run shard I of N (0-based), split by case id")
     p.add_argument("--shard-costs", default=None, metavar="RESULTS",
-                   help="with --shard: balance the shards by each case's check time in these "
-                        "earlier results (a file or folder; the same on every shard)")
+                   help="each case's check time in these earlier results (a file or "
+                        "folder; the same on every shard): with --shard it balances the "
+                        "shards, and it orders the run's problems, the longest first")
 
 
 def add_models(p: argparse.ArgumentParser, help: str) -> None:

@@ -205,7 +205,8 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
     run = run_id_of(journal.path)
     workers = workers_for(args.workers, device, todo)
     config = RunConfig(device, workers, args.timeout, args.check or None, args.imports,
-                       run, xfail, cache=not getattr(args, "no_cache", False))
+                       run, xfail, cache=not getattr(args, "no_cache", False),
+                       costs=shard_costs(args))  # the measured costs order the run too
     print(f"moecert run {run}: {len(todo)} cases ({len(done)} already done) on {device}, "
           f"{workers} worker(s), backend {backend_list(cases)} -> {journal.path}",
           file=sys.stderr)
@@ -334,12 +335,10 @@ def select_cases(args, device: str) -> list[Case]:
         if not cases:
             raise UsageError(f"-k {args.keyword!r} matches no case in {where} "
                              "(--list-cases lists them)")
+    costs = shard_costs(args)  # read here first: a bad file is a usage error before anything
     if args.shard:
-        costs = shard_costs(args)
         cases = (shard(cases, *args.shard) if costs is None
                  else balanced_shard(cases, *args.shard, costs))
-    elif getattr(args, "shard_costs", None):
-        raise UsageError("--shard-costs balances shards: it needs --shard I/N")
     return cases
 
 

@@ -15,6 +15,9 @@ backend): bf16 E=16 1.32 GB, E=48 3.62 GB (15.2 bytes per weight); gptq-int4 g12
 weight grows with the bits per weight: 1.33 + 0.87 x bits fits both. A DeepSeek-V3 layer in
 gptq-int4 comes to about 55 GB, which agrees with what a certify run on the 24 GB machine
 saw before this estimate existed: one such case reached 23.8 GB and was killed for memory.
+Re-measured per case (2026-11-29, `tools/host_peaks.py`: each case alone in a fresh process,
+peak resident set; M 16 and 256, K=2048, N=1536, E 32 and 64, torch, grouped and xpu;
+docs/speed.md, issue 43): every case at 0.42-0.72 of this estimate, so the constants stand.
 
 A case estimated above what the machine has in all is not run: its one row has status
 "oversize" and says how much it needs, and the run says so up front. A worker the kernel
@@ -114,6 +117,10 @@ def oom_kills() -> int | None:
     return None
 
 
+# How death_words begins for a worker killed for memory (the runner retries its case alone).
+OOM_DEATH = "out of memory"
+
+
 def death_words(code: int, oom_before: int | None) -> str:
     """Why a worker process died, from its exit code: a SIGKILL the runner did not send is
     the kernel's OOM killer (confirmed where its kill count went up)."""
@@ -121,11 +128,11 @@ def death_words(code: int, oom_before: int | None) -> str:
         return f"the worker process died (exit code {code})"
     now = oom_kills()
     if oom_before is not None and now is not None and now > oom_before:
-        return ("out of memory: the kernel's OOM killer killed the worker process (exit code "
+        return (f"{OOM_DEATH}: the kernel's OOM killer killed the worker process (exit code "
                 f"{code})")
-    return (f"out of memory, most likely: the worker process was killed (exit code {code}, "
+    return (f"{OOM_DEATH}, most likely: the worker process was killed (exit code {code}, "
             "SIGKILL), as the kernel's OOM killer does")
 
 
-__all__ = ["HOST_MEMORY_VARIABLE", "death_words", "gb", "host_memory_override", "host_need",
-           "host_total_bytes", "oom_kills", "parse_size", "weights"]
+__all__ = ["HOST_MEMORY_VARIABLE", "OOM_DEATH", "death_words", "gb", "host_memory_override",
+           "host_need", "host_total_bytes", "oom_kills", "parse_size", "weights"]

@@ -6,8 +6,9 @@ against a memory budget per GPU; small ones by kernel specialization, with affin
 that raises or returns NaN costs its own rows (the worker catches it); one that kills the
 process, hangs past the timeout, or leaves a CUDA error behind costs that case: the parent
 records "crash" or "timeout" on the check in flight, starts a fresh worker, and goes on. A case
-that runs out of device memory (torch's OutOfMemoryError in an error row) is run once more,
-alone on its GPU, before its rows count; they say so in the `retried` column. On
+that runs out of memory (torch's OutOfMemoryError or CUDA's out-of-memory error in an error
+row, or its worker killed for memory) is run once more, alone on its GPU (on a CPU alone on
+the host), before its rows count; they say so in the `retried` column. On
 several GPUs worker i is pinned to visible device i (mod count) through CUDA_VISIBLE_DEVICES
 before it starts, so it never initializes another device.
 """
@@ -32,7 +33,7 @@ from moecert.reports.store import Journal
 from .cases import Case
 from .checks import Outcome
 from .execute import result_row, triton_for
-from .memory import death_words, gb, oom_kills
+from .memory import OOM_DEATH, death_words, gb, oom_kills
 from .schedule import WorkPool, budgets, case_need, oversize
 from .xfail import XfailList
 
@@ -56,6 +57,8 @@ class RunConfig:
     run_id: str = ""
     xfail: XfailList | None = None
     cache: bool = False  # synthesized checkpoints through the cache (checkpoint_cache.py)
+    # {case id: seconds} of an earlier run (--shard-costs): the pool's order (schedule.py)
+    costs: dict[str, float] | None = None
 
 
 class Worker:
@@ -139,7 +142,7 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
         record(case, [oversize_row(case, config, need, room)])
     skipped = {c.case_id for c, _, _ in too_big}
     pool = WorkPool([c for c in cases if c.case_id not in skipped], gpus,
-                    need=lambda case: case_need(case, config.device))
+                    need=lambda case: case_need(case, config.device), costs=config.costs)
 
     def serve(slot: int):
         runner, gpu = CaseRunner(config, slot), slot % len(pool.gpus)
@@ -183,15 +186,27 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
         raise
 
 
-# An error row whose message has one of these ran out of the device's memory (torch's
-# OutOfMemoryError, its "CUDA out of memory" text); a crash or a host's OOM kill is not one.
-OUT_OF_MEMORY = ("OutOfMemoryError", "out of memory. Tried to allocate")
+# A row ran out of memory where it is an error whose message has one of these (torch's
+# OutOfMemoryError, its "CUDA out of memory" text, and the driver's "CUDA error: out of
+# memory" that a failed launch or cuBLAS workspace raises instead), or a crash whose worker
+# was killed for memory (memory.death_words: the kernel's OOM killer, or a SIGKILL the runner
+# did not send). Either costs one retry alone, never a red correct case; any other crash
+# (a segfault, an exit) is the backend's.
+OUT_OF_MEMORY = ("OutOfMemoryError", "out of memory. Tried to allocate",
+                 "CUDA error: out of memory")
+
+
+def oom_row(row: dict) -> bool:
+    """Whether one row says its case ran out of memory (OUT_OF_MEMORY)."""
+    message = row["message"] or ""
+    if row["status"] == "crash":
+        return message.startswith(OOM_DEATH)
+    return row["status"] == "error" and any(m in message for m in OUT_OF_MEMORY)
 
 
 def out_of_memory(rows: list[dict]) -> bool:
-    """Whether a case's rows say it ran out of device memory (retried once alone)."""
-    return any(r["status"] == "error" and any(m in (r["message"] or "") for m in OUT_OF_MEMORY)
-               for r in rows)
+    """Whether a case's rows say it ran out of memory (retried once alone)."""
+    return any(map(oom_row, rows))
 
 
 def where(device: str, visible: list[str], slot: int) -> str:
@@ -203,9 +218,8 @@ def where(device: str, visible: list[str], slot: int) -> str:
 
 def retried(rows: list[dict], first: list[dict], place: str) -> list[dict]:
     """A retried case's rows (the second try's: they are its verdict), each saying why in the
-    `retried` column: the first try's out-of-memory error."""
-    error = next(r for r in first if r["status"] == "error" and any(
-        m in (r["message"] or "") for m in OUT_OF_MEMORY))
+    `retried` column: the first try's out-of-memory error or kill."""
+    error = next(filter(oom_row, first))
     said = (error["message"] or "").splitlines()[0][:300]
     note = (f"ran out of memory beside other cases (check {error['check']}: {said}); "
             f"retried once alone on {place}")

@@ -3,15 +3,19 @@
 A problem's cases (one per backend) go to one worker, one after another: they share its
 checkpoint, reference and exact structure (context.SharedSteps). Across problems:
 
-- Model-size problems first, largest first, each as soon as its GPU has room for it: they are
-  the longest, and started late they would be the run's tail. Room is a memory budget per GPU
+- Model-size problems first, longest first, each as soon as its GPU has room for it: they are
+  the longest, and started late they would be the run's tail. "Longest" is the problem's
+  measured check time where the run was given an earlier run's costs (`costs`: {case id:
+  seconds}, the table `--shard-costs` reads, shard_costs.read_costs), else its memory need
+  (weights: the same order for the layers of one run). Room is a memory budget per GPU
   (`GpuBudget`), not exclusivity: small problems keep the other workers busy beside a model
   layer, and on an H200 two int4 DeepSeek-V3 layers run side by side. A worker whose GPU has no
   room for any waiting model-size problem takes a small one instead.
 - Small problems by kernel specialization (`specialization`), with affinity: a worker goes on
   with a specialization it has run while that one has problems left, else starts the one nobody
-  has started with the most work (`work`), else helps with the one that has most work left;
-  within a specialization the largest problem goes first. A Triton kernel specialization
+  has started with the most work (`work`: measured seconds where costs were given, else the
+  weight estimate), else helps with the one that has most work left; within a
+  specialization the largest problem goes first. A Triton kernel specialization
   costs each process that calls it a compile (cold cache) or a load (warm) on its first call;
   with affinity each is paid by about one worker instead of all of them, and concurrent
   workers do not compile the same kernel at once. Measured before affinity (certify, two
@@ -34,6 +38,7 @@ from moecert.reference.schemes import get_scheme
 from .cases import Case
 from .execute import problem_groups
 from .memory import gb, host_need, host_total_bytes
+from .shard_costs import case_cost
 
 # Problems with more weights than this are model-size: scheduled first, against a GPU's budget
 # (Qwen3-30B-A3B's layer is 6e8).
@@ -118,6 +123,15 @@ def work(group: list[Case]) -> int:
     return weights(group[0]) * len(group)
 
 
+def measured(costs: dict[str, float] | None):
+    """A problem's measured check time under `costs` (summed over its cases; a case the table
+    lacks costs the median of those it has), or None without costs: `work` orders then."""
+    if not costs:
+        return None
+    cost = case_cost(costs)
+    return lambda group: sum(map(cost, group))
+
+
 class SpecializationQueue:
     """Small problems by kernel specialization, handed out with affinity to the worker that
     asks; the most work first: within a specialization the largest problem first, and a worker
@@ -125,11 +139,13 @@ class SpecializationQueue:
     not end on a long specialization that few workers hold (the FP4 ones on triton were such a
     tail: docs/speed.md)."""
 
-    def __init__(self, groups: list[list[Case]]):
+    def __init__(self, groups: list[list[Case]], cost=None):
+        """`cost(group)`: a problem's work (default `work`, the weight estimate)."""
+        self.work = cost or work
         self.queues: dict[tuple, deque] = {}
-        for group in sorted(groups, key=work, reverse=True):
+        for group in sorted(groups, key=self.work, reverse=True):
             self.queues.setdefault(specialization(group[0]), deque()).append(group)
-        self.left = {f: sum(map(work, q)) for f, q in self.queues.items()}
+        self.left = {f: sum(map(self.work, q)) for f, q in self.queues.items()}
         self.started: set[tuple] = set()
         self.seen: dict[int, set[tuple]] = {}
 
@@ -146,7 +162,7 @@ class SpecializationQueue:
         mine.add(pick)
         self.started.add(pick)
         group = self.queues[pick].popleft()
-        self.left[pick] -= work(group)
+        self.left[pick] -= self.work(group)
         return group
 
 
@@ -184,13 +200,17 @@ class GpuBudget:
 class WorkPool:
     """The run's problems; `take(gpu)` blocks until one fits that GPU or none is left."""
 
-    def __init__(self, cases, gpus: list[GpuBudget], need=device_need):
-        """`need(case)`: the bytes a case is budgeted at (default: a GPU's, device_need)."""
+    def __init__(self, cases, gpus: list[GpuBudget], need=device_need,
+                 costs: dict[str, float] | None = None):
+        """`need(case)`: the bytes a case is budgeted at (default: a GPU's, device_need);
+        `costs`: {case id: seconds} of an earlier run, which order the problems (module
+        docstring), or None."""
         groups = problem_groups(cases)
         big = [g for g in groups if model_size(g[0])]
+        cost = measured(costs)
         self.need = need
-        self.big = sorted(big, key=lambda g: -need(g[0]))
-        self.small = SpecializationQueue([g for g in groups if not model_size(g[0])])
+        self.big = sorted(big, key=lambda g: (-cost(g) if cost else 0.0, -need(g[0])))
+        self.small = SpecializationQueue([g for g in groups if not model_size(g[0])], cost)
         self.gpus = gpus
         self._cond = threading.Condition()
         self.stopped = False
@@ -201,8 +221,11 @@ class WorkPool:
             self.stopped = True
             self._cond.notify_all()
 
-    def take(self, gpu: int, worker: int = 0) -> tuple[list[Case], int] | None:
-        """The next problem for `worker` on `gpu` and its budgeted bytes; `release` them."""
+    def take(self, gpu: int, worker: int = 0, wait: bool = True
+             ) -> tuple[list[Case], int] | bool | None:
+        """The next problem for `worker` on `gpu` and its budgeted bytes; `release` them.
+        None: nothing is left. With `wait` False, False where it would wait (a replay of
+        the schedule on a clock of its own, tests/conformance/harness/test_schedule.py)."""
         budget = self.gpus[gpu]
         with self._cond:
             while True:
@@ -219,6 +242,8 @@ class WorkPool:
                     group = self.small.pop(worker)
                 elif not self.big and not self.small:
                     return None
+                elif not wait:
+                    return False
                 else:
                     self._cond.wait()
                     continue
@@ -348,6 +373,7 @@ __all__ = [
     "default_workers",
     "device_need",
     "gpu_memory",
+    "measured",
     "model_size",
     "oversize",
     "plan_workers",

@@ -42,17 +42,22 @@ def costs_sha256(costs: dict[str, float]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def case_cost(costs: dict[str, float]):
+    """A case's cost under `costs`: its seconds there, else the median of those the table has
+    (1 s for a table without any)."""
+    known = [v for v in costs.values() if v > 0]
+    default = statistics.median(known) if known else 1.0
+    return lambda case: costs.get(case.case_id, default)
+
+
 def balanced_shard(cases: list[Case], index: int, count: int,
                    costs: dict[str, float]) -> list[Case]:
     """Shard `index` of `count` (0-based) of `cases`, balanced by `costs` (module docstring);
     the cases in their given order."""
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} outside 0..{count - 1}")
-    known = [v for v in costs.values() if v > 0]
-    default = statistics.median(known) if known else 1.0
-    groups = problem_groups(cases)
-    weight = {problem_id(g[0].case_id): sum(costs.get(c.case_id, default) for c in g)
-              for g in groups}
+    cost = case_cost(costs)
+    weight = {problem_id(g[0].case_id): sum(map(cost, g)) for g in problem_groups(cases)}
     load = [0.0] * count
     mine: set[str] = set()
     for problem in sorted(weight, key=lambda p: (-weight[p], p)):
@@ -65,9 +70,8 @@ def balanced_shard(cases: list[Case], index: int, count: int,
 
 def shard_loads(cases: list[Case], count: int, costs: dict[str, float]) -> list[float]:
     """Each shard's summed cost under `costs` (for a test, or to see the balance)."""
-    default = statistics.median([v for v in costs.values() if v > 0] or [1.0])
-    return [sum(costs.get(c.case_id, default) for c in balanced_shard(cases, i, count, costs))
-            for i in range(count)]
+    cost = case_cost(costs)
+    return [sum(map(cost, balanced_shard(cases, i, count, costs))) for i in range(count)]
 
 
-__all__ = ["balanced_shard", "costs_sha256", "read_costs", "shard_loads"]
+__all__ = ["balanced_shard", "case_cost", "costs_sha256", "read_costs", "shard_loads"]

@@ -195,3 +195,109 @@ def test_every_problem_is_taken_exactly_once(workers):
     for t in threads:
         t.join(10)
     assert sorted(c.case_id for c in taken) == sorted(c.case_id for c in cases)
+
+
+# --- measured costs order the pool (issue 43, item 2) ----------------------------------------
+
+def _replay(pool: WorkPool, workers: int, costs: dict[str, float]) -> float:
+    """The pool's schedule on a clock of its own: each problem takes its cases' measured
+    seconds; returns the wall (the last problem's end)."""
+    import heapq
+
+    now, free, running = 0.0, list(range(workers)), []
+    while True:
+        waiting = []
+        for w in free:
+            got = pool.take(0, w, wait=False)
+            if got is False:
+                waiting.append(w)
+            elif got is not None:
+                group, need = got
+                heapq.heappush(running, (now + sum(costs[c.case_id] for c in group), w, need))
+        free = waiting
+        if not running:
+            return now
+        now, w, need = heapq.heappop(running)
+        pool.release(0, need)
+        free.append(w)
+
+
+def _costed_run():
+    """Two short DeepSeek-V3 problems that need more memory than a long Mixtral one, and
+    small problems enough to keep the other workers busy meanwhile; what an earlier run
+    measured for each case."""
+    deepseek = [c for s in (0, 1) for c in _cases(DEEPSEEK, "gptq-int8", seed=s)]
+    mixtral = _cases(MIXTRAL, "gptq-int4")
+    small = [c for s in range(50) for c in _cases(SMALL, seed=s)]
+    costs = {**{c.case_id: 5.0 for c in deepseek}, **{c.case_id: 30.0 for c in mixtral},
+             **{c.case_id: 1.5 for c in small}}
+    return [*small, *deepseek, *mixtral], costs
+
+
+def _needs(case):
+    return (34 if case.problem.E == 256 else 30) * GIB if model_size(case) else 0
+
+
+def test_measured_costs_start_the_longest_model_size_problem_first():
+    cases, costs = _costed_run()
+    first = WorkPool(cases, [GpuBudget(_total(70 * GIB), 1)], need=_needs, costs=costs)
+    group, _ = first.take(0)
+    assert group[0].problem == MIXTRAL  # 60 s measured, though it needs the least memory
+    # without costs the memory need orders them, as before
+    plain = WorkPool(cases, [GpuBudget(_total(70 * GIB), 1)], need=_needs)
+    assert plain.take(0)[0][0].problem == DEEPSEEK
+
+
+def test_measured_costs_leave_no_lone_model_size_tail():
+    """Eight workers, one GPU that holds two model-size problems at once: ordered by measured
+    cost the run ends when its longest problem must (no problem left to start late and run
+    alone at the end); ordered by memory alone the long Mixtral problem starts after the
+    DeepSeek ones and is the run's lone tail."""
+    cases, costs = _costed_run()
+    workers = 8
+    bound = max(max(sum(costs[c.case_id] for c in g) for g in problem_groups(cases)),
+                sum(costs.values()) / workers)
+    from moecert.conformance.harness.schedule import WORKER_RESERVE_BYTES
+
+    def gpu():  # 70 GiB for model-size cases beside the other workers' reserves
+        return [GpuBudget(_total(70 * GIB + (workers - 1) * WORKER_RESERVE_BYTES), workers)]
+    by_cost = _replay(WorkPool(cases, gpu(), need=_needs, costs=costs), workers, costs)
+    by_need = _replay(WorkPool(cases, gpu(), need=_needs), workers, costs)
+    assert by_cost <= 1.05 * bound, (by_cost, bound)
+    assert by_need > 1.1 * bound  # the tail the costs remove
+
+
+def test_measured_costs_order_small_specializations_too():
+    """A specialization whose problems are larger by the weight estimate but measured
+    shorter goes after one measured longer."""
+    big_est = [c for s in range(3) for c in _cases(MoEProblem(M=5, K=256, N=128, E=8, topk=2),
+                                                    "bf16", seed=s)]
+    small_est = [c for s in range(3) for c in _cases(SMALL, "gptq-int4", seed=s)]
+    costs = {**{c.case_id: 0.1 for c in big_est}, **{c.case_id: 2.0 for c in small_est}}
+    groups = problem_groups([*big_est, *small_est])
+    assert SpecializationQueue(groups).pop(0)[0].scheme == "bf16"  # the weight estimate
+    from moecert.conformance.harness.schedule import measured
+
+    assert SpecializationQueue(groups, measured(costs)).pop(0)[0].scheme == "gptq-int4"
+
+
+def test_run_orders_one_host_by_the_costs_of_an_earlier_run(tmp_path, monkeypatch):
+    """`moecert run --shard-costs RESULTS` without --shard (a usage error before issue 43):
+    the earlier run's costs reach the pool."""
+    from moecert.conformance.cli import app as cli
+    from moecert.conformance.cli import run_command
+
+    case = Case("torch", "bf16", SMALL, depth="light").to_json()
+    common = ["run", "--case", case, "--check", "claims", "--device", "cpu", "-n", "1"]
+    assert cli.main([*common, "--results", str(tmp_path / "first")]) == 0
+    given = []
+
+    def keep(cases, config, *args, **kwargs):
+        given.append(config.costs)
+        return real(cases, config, *args, **kwargs)
+    real = run_command.run_isolated
+    monkeypatch.setattr(run_command, "run_isolated", keep)
+    assert cli.main([*common, "--results", str(tmp_path / "second"),
+                     "--shard-costs", str(tmp_path / "first")]) == 0
+    (costs,) = given
+    assert list(costs) == [Case.from_json(case).case_id] and costs[Case.from_json(case).case_id] > 0

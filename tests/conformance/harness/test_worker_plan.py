@@ -157,3 +157,30 @@ def test_more_workers_than_the_memory_holds_are_run_with_a_warning(monkeypatch, 
         capsys.readouterr().err)
     assert run_command.workers_for(planned, "cuda", _suite()) == planned
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("backend, first", [
+    ("test-oom-killed-once", "out of memory, most likely: the worker process was killed"),
+    ("test-cuda-oom-once", "CUDA error: out of memory"),
+])
+def test_a_worker_killed_for_memory_costs_one_retry_counted_in_the_verdict(
+        tmp_path, oom_backends, backend, first):
+    """Issue 43: a worker killed for memory (the kernel's OOM killer's SIGKILL), or the
+    driver's out-of-memory error that is not torch's OutOfMemoryError, costs one retried case,
+    never a red correct case, and the verdict line counts the retry."""
+    from moecert.reports.verdict import tally_frame, verdict
+
+    cases = [Case(b, "bf16", SMALL, seed=0, depth="light") for b in ("torch", backend)]
+    journal = Journal(tmp_path, "run.smoke")
+    config = RunConfig("cpu", 2, 60.0, None, ["misbehaving_backends"], "run", XfailList([]))
+    run_isolated(cases, config, journal)
+    journal.finish()
+    rows = load(tmp_path)
+    mine = rows[rows["backend"] == backend]
+    assert set(mine["status"]) == {"pass"}, mine[["check", "status", "message"]]
+    assert mine["retried"].str.contains(first).all()
+    assert mine["retried"].str.contains("retried once alone on the CPU").all()
+    line = verdict(tally_frame(rows)).line
+    assert line.startswith("green: all 2 claimed case(s) passed")
+    assert f"{backend} 1 of 1 claimed, 1 retried alone after running out of memory" in line
+    assert "torch 1 of 1 claimed)" in line or "torch 1 of 1 claimed," in line

@@ -80,6 +80,40 @@ class OutOfMemoryAlways(_Base):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
 
+class KilledForMemoryOnce(_Base):
+    """Its worker is killed with SIGKILL on its first call of the run (a file in
+    MOECERT_TEST_OOM_DIR marks it), as the kernel's OOM killer kills a worker beside too many
+    others, and not again."""
+    name = "test-oom-killed-once"
+
+    def forward(self, layer, x, *args):
+        import signal
+
+        mark = os.path.join(os.environ["MOECERT_TEST_OOM_DIR"], "killed")
+        try:
+            with open(mark, "x"):
+                pass
+        except FileExistsError:
+            return super().forward(layer, x, *args)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class CudaErrorOutOfMemoryOnce(_Base):
+    """The driver's out-of-memory error (not torch's OutOfMemoryError: a launch or a cuBLAS
+    workspace that fails to allocate) on its first call of the run, and not again."""
+    name = "test-cuda-oom-once"
+
+    def forward(self, layer, x, *args):
+        mark = os.path.join(os.environ["MOECERT_TEST_OOM_DIR"], "cuda-error")
+        try:
+            with open(mark, "x"):
+                pass
+        except FileExistsError:
+            return super().forward(layer, x, *args)
+        raise RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be "
+                           "asynchronously reported at some other API call")
+
+
 for backend in (Dies(), Hangs(), Raises(), ReturnsNaN(), Slow(), OutOfMemoryOnce(),
-                OutOfMemoryAlways()):
+                OutOfMemoryAlways(), KilledForMemoryOnce(), CudaErrorOutOfMemoryOnce()):
     register_backend(backend)
