@@ -62,6 +62,20 @@ def test_expert_tensors_split_gate_and_up_per_expert(scheme, attrs):
         assert torch.equal(torch.cat([got[f"{e}.gate_proj.bias"], got[f"{e}.up_proj.bias"]]), b)
 
 
+@pytest.mark.parametrize("scheme", ["bf16", "gptq-int4"])
+def test_expert_tensors_of_a_non_gated_layer_are_one_projection(scheme):
+    # relu2 (no up projection): w13 holds N rows, all of them the file's gate_proj; an
+    # up_proj would land past the end of vLLM's w13 (seen with vLLM 0.25.1 on an H200)
+    P = MoEProblem(M=1, K=256, N=128, E=2, topk=1, activation="relu2")
+    ckpt = synthesize(scheme, P, seed=5)
+    quant = QuantConfig.of(ckpt)
+    got = dict(expert_tensors(quant, ckpt.tensors, P.N, gated=P.gated))
+    assert not [n for n in got if ".up_proj." in n]
+    weight = "qweight" if quant.layout == "gptq" else "weight"
+    for e in range(P.E):
+        assert torch.equal(got[f"{e}.gate_proj.{weight}"], ckpt.tensors[f"w13_{weight}"][e])
+
+
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
 
