@@ -56,7 +56,6 @@ from moecert.reference.schemes.elements import ELEMENTS, MxScaleRule
 from .codecs import pow2
 
 
-
 def swigluoai(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     g = gate.clamp(max=SWIGLUOAI_LIMIT)
     u = up.clamp(-SWIGLUOAI_LIMIT, SWIGLUOAI_LIMIT)

@@ -48,12 +48,12 @@ def test_reading_equals_a_plain_torch_reading_of_the_file(name):
     assert (ml.checkpoint.scheme, ml.checkpoint.activation) == ("mxfp4", "mxfp4")
     w, n = dequantize(ml.checkpoint), ml.N
     for e in range(ml.E):
-        def plain(proj):
-            return _plain(t[f"{EXPERTS}.{e}.{proj}.{suffix}"],
-                          t[f"{EXPERTS}.{e}.{proj}.weight_scale"])
-        assert torch.equal(w["w13"][e, :n], plain("gate_proj")), (e, "gate")
-        assert torch.equal(w["w13"][e, n:], plain("up_proj")), (e, "up")
-        assert torch.equal(w["w2"][e], plain("down_proj")), (e, "down")
+        plain = {proj: _plain(t[f"{EXPERTS}.{e}.{proj}.{suffix}"],
+                              t[f"{EXPERTS}.{e}.{proj}.weight_scale"])
+                 for proj in ("gate_proj", "up_proj", "down_proj")}
+        assert torch.equal(w["w13"][e, :n], plain["gate_proj"]), (e, "gate")
+        assert torch.equal(w["w13"][e, n:], plain["up_proj"]), (e, "up")
+        assert torch.equal(w["w2"][e], plain["down_proj"]), (e, "down")
 
 
 @pytest.mark.parametrize("name", sorted(FOLDERS))

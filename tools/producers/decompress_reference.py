@@ -21,7 +21,8 @@ Decompressors (the `decompressor` metadata field names the one used):
   its torch kernel module's `dequantize_weight` after its loader's v1 -> v2 zero conversion;
   output fp16 (the scales' dtype).
 - Quark OCP MX fixtures (run in its environment, `tox -e producers-quark`): Quark's own fp6
-  (and fp4: the MXFP4 W4A4 fixture) unpacking `create_pack_method(None, dtype).unpack` and `dequantize_fp4_fp6_per_group` with
+  (and fp4: the MXFP4 W4A4 fixture) unpacking `create_pack_method(None, dtype).unpack` and
+  `dequantize_fp4_fp6_per_group` with
   2^(scale - 127), the two calls vLLM's `dequant_mxfp6` makes; output fp32 (exact: an fp6
   value times 2^k in range).
 - ModelOpt, Quark int8, GPTQModel's AWQ: none used (ModelOpt and Quark's int8 path have no
