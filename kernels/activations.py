@@ -18,6 +18,7 @@ Quantize-dequantize modes, on float32 [rows, cols], to the scheme's activation e
     static-tensor   s given (one scale for every expert)
     mxfp8           per 32 columns an E8M0 scale 2^e (rule floor / even / ceil / rceil), E4M3
                     elements rounded to nearest even, saturating at 448
+    mxfp4           the same with E2M1 elements (emax 2), saturating at 6
     nvfp4           the quantizer's global scale g and the GEMM's multiplier alpha (convert.py
                     reads both from the input scales by the record's convention): per 16
                     columns an e4m3 block scale bs = e4m3(g * (amax * (1/6))) (saturating
@@ -36,7 +37,6 @@ from moecert.reference.schemes import (
     ACT_DYNAMIC_TOKEN,
     ACT_ELEMENT_MAX,
     ACT_GROUP,
-    ACT_MXFP8,
     ACT_NONE,
     ACT_NVFP4,
     ACT_STATIC_TENSOR,
@@ -45,6 +45,7 @@ from moecert.reference.schemes import (
     F8E4M3_MAX,
     INT8_MAX,
     INT8_MIN,
+    MX_ACTIVATION_ELEMENTS,
     MX_BLOCK,
     NVFP4_BLOCK,
     SWIGLUOAI_ALPHA,
@@ -53,9 +54,6 @@ from moecert.reference.schemes import (
 from moecert.reference.schemes.elements import ELEMENTS, MxScaleRule
 
 from .codecs import pow2
-
-# E4M3 (the element record): largest normal 1.75 * 2^8, 3 mantissa bits
-_E4M3 = ELEMENTS["e4m3"]  # MXFP8 activations' element
 
 
 def swigluoai(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -144,35 +142,51 @@ def _ceil_log2(a: torch.Tensor) -> torch.Tensor:
     return torch.where(mantissa == 0.5, exp - 1, exp)
 
 
-def mx_exponent(amax: torch.Tensor, rule: str) -> torch.Tensor:
-    """Unbiased E8M0 exponent (int32) of blocks with absolute maximum amax (float32 >= 0).
+def mx_exponent(amax: torch.Tensor, rule: str, element: str = "e4m3") -> torch.Tensor:
+    """Unbiased E8M0 exponent (int32) of blocks with absolute maximum amax (float32 >= 0)
+    for MX elements of `element` (largest value max = 1.x * 2^emax: e4m3 448 = 1.75 * 2^8,
+    e2m1 6 = 1.5 * 2^2).
 
-    floor: floor(log2 amax) - 8 (OCP);  even: amax rounded to 3 mantissa bits first;
-    ceil: ceil(log2 amax) - 8;  rceil: ceil(log2(amax / 448)), from the rule's declared
-    fields (`schemes.elements.MxScaleRule`). amax = 0 gives -127; clamped to [-127, 127].
+    floor: floor(log2 amax) - emax (OCP);  even: amax rounded to the element's mantissa bits
+    first;  ceil: ceil(log2 amax) - emax;  rceil: ceil(log2(amax / max)), from the rule's
+    declared fields (`schemes.elements.MxScaleRule`). amax = 0 gives -127; clamped to
+    [-127, 127].
     """
-    rule = MxScaleRule.of(rule)
+    rule, el = MxScaleRule.of(rule), ELEMENTS[element]
     safe = torch.where(amax > 0, amax, torch.ones_like(amax))
     if rule.rounds_to_mantissa:
-        ulp = pow2(_floor_log2(safe) - _E4M3.mantissa_bits)
+        ulp = pow2(_floor_log2(safe) - el.mantissa_bits)
         safe = torch.round(safe / ulp) * ulp
     log2 = _ceil_log2 if rule.ceil else _floor_log2
-    exp = log2(safe / _E4M3.max) if rule.of_max else log2(safe) - _E4M3.emax
+    exp = log2(safe / el.max) if rule.of_max else log2(safe) - el.emax
     exp = torch.where(amax > 0, exp, torch.full_like(exp, -E8M0_BIAS))
     return exp.clamp(-E8M0_BIAS, E8M0_BIAS)
 
 
-def qdq_mxfp8(t: torch.Tensor, rule: str) -> torch.Tensor:
-    """MXFP8 quantize-dequantize along the last dimension (a multiple of 32)."""
+def _round_mx_element(v: torch.Tensor, element: str) -> torch.Tensor:
+    """v rounded to nearest even on `element`'s grid, saturating at its largest value: e4m3
+    through torch's cast (which rounds to nearest even), e2m1 by `round_e2m1`."""
+    if element == "e2m1":
+        return round_e2m1(v)
+    return v.clamp(-F8E4M3_MAX, F8E4M3_MAX).to(torch.float8_e4m3fn).to(torch.float32)
+
+
+def qdq_mx(t: torch.Tensor, rule: str, element: str) -> torch.Tensor:
+    """MX quantize-dequantize along the last dimension (a multiple of 32): MXFP8 (element
+    e4m3) or MXFP4 (e2m1) activations."""
     blocks = t.unflatten(-1, (-1, MX_BLOCK))
     amax = blocks.abs().amax(-1, keepdim=True)
-    scale = pow2(mx_exponent(torch.nan_to_num(amax, nan=0.0, posinf=0.0), rule))
-    # the cast rounds to nearest even; values past 448 saturate, as the OCP conversion does
-    elems = (blocks / scale).clamp(-F8E4M3_MAX, F8E4M3_MAX).to(torch.float8_e4m3fn)
-    out = elems.to(torch.float32) * scale
+    scale = pow2(mx_exponent(torch.nan_to_num(amax, nan=0.0, posinf=0.0), rule, element))
+    # values past the element's largest saturate, as the OCP conversion does
+    out = _round_mx_element(blocks / scale, element) * scale
     # a non-finite block maximum makes the scale NaN (E8M0 0xFF): the whole block is NaN
     out = torch.where(torch.isfinite(amax), out, torch.full_like(out, torch.nan))
     return out.flatten(-2)
+
+
+def qdq_mxfp8(t: torch.Tensor, rule: str) -> torch.Tensor:
+    """MXFP8 quantize-dequantize along the last dimension (a multiple of 32)."""
+    return qdq_mx(t, rule, "e4m3")
 
 
 def round_e2m1(v: torch.Tensor) -> torch.Tensor:
@@ -226,8 +240,8 @@ def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor |
         if t.numel() == 0:
             return t
         return qdq_scaled(t, t.abs().amax(), element, ACT_ELEMENT_MAX[element])
-    if mode == ACT_MXFP8:
-        return qdq_mxfp8(t, mx_rule)
+    if mode in MX_ACTIVATION_ELEMENTS:
+        return qdq_mx(t, mx_rule, MX_ACTIVATION_ELEMENTS[mode])
     if mode == ACT_NVFP4:
         if global_scale is None:
             raise ValueError("NVFP4 activations need the quantizer's global scale")
@@ -235,6 +249,6 @@ def quantize_activation(t: torch.Tensor, mode: str, static_scale: torch.Tensor |
     raise ValueError(f"unknown activation quantization mode {mode!r}")
 
 
-__all__ = ["apply_activation", "mx_exponent", "qdq_groups", "qdq_mxfp8", "qdq_nvfp4",
+__all__ = ["apply_activation", "mx_exponent", "qdq_groups", "qdq_mx", "qdq_mxfp8", "qdq_nvfp4",
            "qdq_scaled", "quantize_activation", "quantize_nvfp4", "quantize_rows",
            "quantize_scaled", "round_e2m1"]

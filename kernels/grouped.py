@@ -195,7 +195,7 @@ def scaled_claims(quant: QuantConfig, problem, platform: Platform) -> str | None
     element = quant.info.activation_element
     if element != "e4m3":
         what = ("no int8 grouped GEMM" if element == "int8" else
-                "its MXFP8 / NVFP4 block-scaled recipes are not done")
+                "its MX / NVFP4 block-scaled recipes are not done")
         return (f"activation quantization {mode} not supported: the grouped backend's scaled "
                 f"GEMM is torch._scaled_grouped_mm's FP8 e4m3 row-wise one ({what})")
     if mode not in ROWWISE_ACTIVATIONS:

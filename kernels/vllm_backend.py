@@ -34,6 +34,7 @@ from moecert.reference.schemes import (
     ACT_DYNAMIC_GROUP,
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
+    ACT_MXFP4,
     ACT_MXFP8,
     ACT_NONE,
     ACT_NVFP4,
@@ -420,7 +421,7 @@ def _folder_origin(checkpoint, problem) -> tuple[str, int] | None:
 
 # vLLM's FusedMoEQuantConfig.quant_dtype names its block-scaled activation formats by strings
 # of its own (a torch dtype otherwise): the ones that are an activation mode here
-VLLM_QUANT_DTYPE_MODES = {"mxfp8": ACT_MXFP8, "nvfp4": ACT_NVFP4}
+VLLM_QUANT_DTYPE_MODES = {"mxfp8": ACT_MXFP8, "mxfp4": ACT_MXFP4, "nvfp4": ACT_NVFP4}
 
 
 def _quant_config_activation(qc) -> str | None:

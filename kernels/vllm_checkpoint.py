@@ -24,6 +24,7 @@ from moecert.reference.schemes import (
     ACT_DYNAMIC_GROUP,
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
+    ACT_MXFP4,
     ACT_MXFP8,
     ACT_NONE,
     ACT_STATIC_TENSOR,
@@ -124,11 +125,16 @@ def _ct_dense(type_: str) -> Callable[[QuantConfig], dict]:
     return config
 
 
-def _ct_mx(q: QuantConfig) -> dict:  # llm-compressor MXFP8 / MXFP4
+# the element bits of compressed-tensors' MX input activations per activation mode
+_CT_MX_INPUT_BITS = {ACT_MXFP8: 8, ACT_MXFP4: 4}
+
+
+def _ct_mx(q: QuantConfig) -> dict:  # llm-compressor MXFP8 / MXFP4 (A16, MXFP8 or W4A4)
     bits = q.bits
     weights = _ct_args(bits, "float", "group", group_size=MX_BLOCK, scale_dtype="torch.uint8")
     inputs = None if q.activation == ACT_NONE else _ct_args(
-        8, "float", "group", group_size=MX_BLOCK, dynamic=True, scale_dtype="torch.uint8")
+        _CT_MX_INPUT_BITS[q.activation], "float", "group", group_size=MX_BLOCK, dynamic=True,
+        scale_dtype="torch.uint8")
     return _ct("mxfp8-quantized" if bits == 8 else "mxfp4-pack-quantized", weights, inputs)
 
 
@@ -259,6 +265,9 @@ VARIANT_CONFIGS: tuple[VllmFileConfig, ...] = (
     VllmFileConfig("nvfp4", "NVIDIA ModelOpt NVFP4", _modelopt("NVFP4", NVFP4_BLOCK),
                    formats=("modelopt",)),
     VllmFileConfig("nvfp4", "llm-compressor NVFP4", _ct_nvfp4, formats=("ct",)),
+    # llm-compressor's MXFP4 preset (W4A4): vLLM's CompressedTensorsW4A4Mxfp4MoEMethod and
+    # its oracle decide, and the adapter declares the activations vLLM's quant config states
+    VllmFileConfig("mxfp4", "llm-compressor MXFP4 (W4A4)", _ct_mx, activation=(ACT_MXFP4,)),
     VllmFileConfig("mxfp4", _GPT_OSS, _mxfp4),
     # vLLM takes Quark OCP MX fp6 weights only with OCP MX inputs (W6A6): it refuses this
     # weight-only file (OCP_MX_Scheme.from_quant_dtype), its own verdict (docs/mxfp6.md)

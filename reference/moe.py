@@ -32,7 +32,7 @@ from .problem import MoEProblem
 from .quantize import (
     NVFP4_RANGE,
     nvfp4_activation_scales,
-    qdq_mxfp8,
+    qdq_mx,
     qdq_nvfp4,
     qdq_per_group,
     qdq_per_tensor,
@@ -43,10 +43,10 @@ from .schemes import (
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
     ACT_ELEMENT_MAX,
-    ACT_MXFP8,
     ACT_NONE,
     ACT_NVFP4,
     ACT_STATIC_TENSOR,
+    MX_ACTIVATION_ELEMENTS,
     STATIC_INPUT_MODES,
 )
 
@@ -81,8 +81,8 @@ def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.
         return qdq_per_tensor(t, None, element)
     if mode == ACT_STATIC_TENSOR:
         return qdq_per_tensor(t, read_input_scale(ckpt, which).max(), element)
-    if mode == ACT_MXFP8:
-        return qdq_mxfp8(t, ckpt.mx_scale_rule)
+    if mode in MX_ACTIVATION_ELEMENTS:  # MXFP8, MXFP4: E8M0 per 32 by the declared rule
+        return qdq_mx(t, ckpt.mx_scale_rule, MX_ACTIVATION_ELEMENTS[mode])
     if mode == ACT_NVFP4:
         g, alpha = nvfp4_activation_scales(read_input_scale(ckpt, which),
                                            ckpt.record.global_scale)

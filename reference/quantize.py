@@ -235,11 +235,19 @@ def qdq_per_tensor(x: torch.Tensor, scale: torch.Tensor | float | None = None,
     return qdq_scaled(x, torch.as_tensor(scale, dtype=x.dtype).to(x.device), element)
 
 
+def qdq_mx(x: torch.Tensor, rule: str, element: str) -> torch.Tensor:
+    """MX activations (MXFP8: element e4m3, MXFP4: e2m1): per 32 along the last dimension an
+    E8M0 scale 2^e by `rule` from the block's amax and the element's emax (OCP MX v1.0
+    section 6.3 for "floor"), elements x / 2^e rounded to nearest even, saturating at the
+    element's largest value (e4m3 448, e2m1 6: section 5.3 conversions saturate)."""
+    blocks = x.unflatten(-1, (-1, MX_BLOCK))
+    scale = mx_scale(mx_scale_exponent(blocks.abs().amax(-1, keepdim=True), rule, element))
+    return (round_to(blocks / scale, element, "rne") * scale).flatten(-2)
+
+
 def qdq_mxfp8(x: torch.Tensor, rule: str) -> torch.Tensor:
     """MXFP8 activations: per 32 along the last dimension, E8M0 scale by `rule`, E4M3 RNE."""
-    blocks = x.unflatten(-1, (-1, MX_BLOCK))
-    scale = mx_scale(mx_scale_exponent(blocks.abs().amax(-1, keepdim=True), rule))
-    return (round_to_e4m3(blocks / scale) * scale).flatten(-2)
+    return qdq_mx(x, rule, "e4m3")
 
 
 def _fl32(t: torch.Tensor) -> torch.Tensor:

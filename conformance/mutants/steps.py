@@ -24,6 +24,7 @@ from moecert.reference.schemes import (
     ACT_DYNAMIC_GROUP,
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
+    ACT_MXFP4,
     ACT_MXFP8,
     ACT_NVFP4,
     ACT_STATIC_TENSOR,
@@ -136,6 +137,19 @@ class MxScaleRuleWrong(TorchBackend):
         if layer.quant.activation == ACT_MXFP8:
             rule = "ceil" if layer.quant.mx_scale_rule != "ceil" else "floor"
             return quantize_activation(t, ACT_MXFP8, None, rule)
+        return super().quantize(layer, t, which, static)
+
+
+class Mxfp4ActivationsAsMxfp8(TorchBackend):
+    """MXFP4 W4A4 run with MXFP8 activations: the engine (or its loader, as moecert's did
+    before issue 42) takes the file's MXFP4 weights and quantizes its inputs with the MXFP8
+    quantizer it has, e4m3 elements where the file declares e2m1."""
+
+    name = "mutant-mxfp4-act-as-mxfp8"
+
+    def quantize(self, layer, t, which, static):
+        if layer.quant.activation == ACT_MXFP4:
+            return quantize_activation(t, ACT_MXFP8, None, layer.quant.mx_scale_rule)
         return super().quantize(layer, t, which, static)
 
 

@@ -18,10 +18,10 @@ from moecert.reference.schemes import (
     ACT_DYNAMIC_TENSOR,
     ACT_DYNAMIC_TOKEN,
     ACT_GROUP,
-    ACT_MXFP8,
     ACT_NONE,
     ACT_NVFP4,
     ACT_STATIC_TENSOR,
+    MX_ACTIVATION_ELEMENTS,
 )
 
 from ..base import BaseBackend
@@ -181,8 +181,8 @@ def _tile_fp4(layer: MoELayer) -> None:
 
     scale_kind = (kinds.S_E4M3 if layer.quant.info.scale_encoding == "e4m3"
                   else kinds.S_E8M0)
-    # MXFP8 activations take their E8M0 scale per 32-column tile (A_MX): the tile stays 32
-    mx_act = layer.quant.activation == ACT_MXFP8
+    # MX activations take their E8M0 scale per 32-column tile (A_MX): the tile stays 32
+    mx_act = layer.quant.activation in MX_ACTIVATION_ELEMENTS
     for p in PREFIXES:
         q = layer.get(f"{p}_w")
         K = 2 * q.shape[2]
@@ -336,8 +336,9 @@ def _quantize(layer: MoELayer, plan: dict, quant, t: torch.Tensor, which: str,
     mode = layer.quant.activation
     if mode == ACT_NONE:
         return t, None, None, kinds.A16
-    if mode == ACT_MXFP8:
-        values, scales = quant.quantize_mxfp8(t, layer.quant.mx_scale_rule)
+    if mode in MX_ACTIVATION_ELEMENTS:  # MXFP8 / MXFP4: element values and E8M0 per 32
+        values, scales = quant.quantize_mx(t, layer.quant.mx_scale_rule,
+                                           MX_ACTIVATION_ELEMENTS[mode])
         return values, scales, None, kinds.A_MX
     static = plan["a13_scale" if which == "w13" else "a2_scale"]
     if mode == ACT_NVFP4:

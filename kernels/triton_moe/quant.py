@@ -3,9 +3,10 @@
     int8:   x [rows, K] bf16/fp16 -> codes int8 [rows, K], scale fp32 [rows]
             q = clamp(round_half_even(x / s), -128, 127); s = amax(|row|) / 127 (dynamic
             per token) or one given scale for every row (static or dynamic per tensor)
-    mxfp8:  x [rows, K] -> e4m3 values held in x's dtype [rows, K], E8M0 bytes [rows, K/32]
-            per 32 columns: s = 2^exp (exp by the floor / even / ceil / rceil rule),
-            value = e4m3_rne(x / s) saturating at 448
+    mx:     x [rows, K] -> MX element values (e4m3 for MXFP8, e2m1 for MXFP4) held in x's
+            dtype [rows, K], E8M0 bytes [rows, K/32] per 32 columns: s = 2^exp (exp by the
+            floor / even / ceil / rceil rule and the element's emax), value =
+            element_rne(x / s) saturating at the element's largest (448, 6)
     fp8:    x [rows, K] -> codes float8_e4m3fn [rows, K], scales fp32 [rows, units]
             value = e4m3_rne(x / s) saturating at 448; s = amax / 448 of the unit (a row per
             token, or 128 columns of a row per 1x128 group) or one given scale (static)
@@ -40,9 +41,6 @@ E4M3_MAX = tl.constexpr(_E4M3.max)  # 448.0
 E4M3_EMAX = tl.constexpr(_E4M3.emax)  # 8
 E4M3_MIN_EXP = tl.constexpr(_E4M3.min_normal_exp)  # -6
 E4M3_MBITS = tl.constexpr(_E4M3.mantissa_bits)  # 3
-# fp32 bits below e4m3's mantissa, and the round-half-to-even increment at that position
-_E4M3_DROP = tl.constexpr(23 - _E4M3.mantissa_bits)  # 20
-_E4M3_HALF = tl.constexpr((1 << (22 - _E4M3.mantissa_bits)) - 1)  # 0x7FFFF
 INT8_MIN = tl.constexpr(float(_INT8.min_code))  # -128.0
 INT8_MAX = tl.constexpr(_INT8.max)  # 127.0
 E8M0_BIAS = tl.constexpr(_E8M0.exp_bias)  # 127
@@ -78,14 +76,21 @@ def _floor_log2(v):
 
 
 @triton.jit
-def _round_e4m3(v):
-    """v rounded to the e4m3 grid (ties to even), saturating at +-448, still fp32: the spacing
-    around |v| is 2^(max(floor(log2|v|), -6) - 3)."""
-    mag = tl.minimum(tl.abs(v), E4M3_MAX)
-    ea = tl.maximum(_floor_log2(tl.maximum(mag, TINY)), E4M3_MIN_EXP)
-    ulp = _pow2(ea - E4M3_MBITS)
-    r = tl.minimum(_rne(tl.math.div_rn(mag, ulp)) * ulp, E4M3_MAX)
+def _round_float(v, MAX: tl.constexpr, MIN_EXP: tl.constexpr, MBITS: tl.constexpr):
+    """v rounded to a float element's grid (ties to even), saturating at +-MAX, still fp32:
+    the spacing around |v| is 2^(max(floor(log2|v|), MIN_EXP) - MBITS) (e4m3: -6 and 3,
+    e2m1: 0 and 1)."""
+    mag = tl.minimum(tl.abs(v), MAX)
+    ea = tl.maximum(_floor_log2(tl.maximum(mag, TINY)), MIN_EXP)
+    ulp = _pow2(ea - MBITS)
+    r = tl.minimum(_rne(tl.math.div_rn(mag, ulp)) * ulp, MAX)
     return tl.where(v < 0, -r, r)
+
+
+@triton.jit
+def _round_e4m3(v):
+    """v rounded to the e4m3 grid (ties to even), saturating at +-448."""
+    return _round_float(v, E4M3_MAX, E4M3_MIN_EXP, E4M3_MBITS)
 
 
 @triton.jit
@@ -131,8 +136,14 @@ def int8_quant_kernel(x_ptr, q_ptr, scale_ptr, given_ptr, K, stride_x, stride_q,
 
 
 @triton.jit
-def mxfp8_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_x, stride_q, stride_s,
-                       RULE: tl.constexpr, BLOCKS: tl.constexpr):
+def mx_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_x, stride_q, stride_s,
+                    RULE: tl.constexpr, BLOCKS: tl.constexpr, EL_MAX: tl.constexpr,
+                    EL_EMAX: tl.constexpr, EL_MIN_EXP: tl.constexpr, EL_MBITS: tl.constexpr):
+    """MX blocks of 32 columns of an element with largest value EL_MAX = 1.x * 2^EL_EMAX,
+    smallest normal exponent EL_MIN_EXP and EL_MBITS mantissa bits (`_mx_element`)."""
+    # fp32 bits below the element's mantissa, and the round-half-to-even increment there
+    DROP: tl.constexpr = 23 - EL_MBITS
+    HALF: tl.constexpr = (1 << (22 - EL_MBITS)) - 1
     row = tl.program_id(0).to(tl.int64)
     offs_b = tl.program_id(1) * BLOCKS + tl.arange(0, BLOCKS)
     offs = offs_b[:, None] * MX_COLS + tl.arange(0, MX_COLS)[None, :]
@@ -142,19 +153,19 @@ def mxfp8_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_x, stride_q, stride_s,
     bits = amax.to(tl.int32, bitcast=True)
     e = ((bits >> 23) & 0xFF) - 127
     inexact = (bits & 0x7FFFFF) != 0
-    if RULE == 0:  # floor(log2 amax) - emax (OCP; e4m3 emax 8)
-        exp = e - E4M3_EMAX
-    elif RULE == 1:  # amax rounded to e4m3's mantissa bits (ties to even), then floor
-        rounded = bits + _E4M3_HALF + ((bits >> _E4M3_DROP) & 1)
-        exp = ((rounded >> 23) & 0xFF) - 127 - E4M3_EMAX
+    if RULE == 0:  # floor(log2 amax) - emax (OCP; e4m3 emax 8, e2m1 2)
+        exp = e - EL_EMAX
+    elif RULE == 1:  # amax rounded to the element's mantissa bits (ties to even), then floor
+        rounded = bits + HALF + ((bits >> DROP) & 1)
+        exp = ((rounded >> 23) & 0xFF) - 127 - EL_EMAX
     elif RULE == 2:  # ceil(log2 amax) - emax
-        exp = e + inexact.to(tl.int32) - E4M3_EMAX
-    else:  # ceil(log2(amax / 448))
-        qb = tl.math.div_rn(amax, E4M3_MAX).to(tl.int32, bitcast=True)
+        exp = e + inexact.to(tl.int32) - EL_EMAX
+    else:  # ceil(log2(amax / max))
+        qb = tl.math.div_rn(amax, EL_MAX).to(tl.int32, bitcast=True)
         exp = ((qb >> 23) & 0xFF) - 127 + ((qb & 0x7FFFFF) != 0).to(tl.int32)
     exp = tl.where(amax == 0, -E8M0_BIAS, exp)
     exp = tl.minimum(tl.maximum(exp, -E8M0_BIAS), E8M0_BIAS)
-    r = _round_e4m3(tl.math.div_rn(x, _pow2(exp)[:, None]))
+    r = _round_float(tl.math.div_rn(x, _pow2(exp)[:, None]), EL_MAX, EL_MIN_EXP, EL_MBITS)
     tl.store(q_ptr + row * stride_q + offs, r.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(scale_ptr + row * stride_s + offs_b, (exp + E8M0_BIAS).to(tl.uint8),
              mask=offs_b * MX_COLS < K)
@@ -269,16 +280,25 @@ def quantize_int8(x: torch.Tensor, mode: str, given: torch.Tensor | None = None,
     return codes, scales
 
 
-def quantize_mxfp8(x: torch.Tensor, rule: str):
-    """(e4m3 values in x's dtype [rows, K], E8M0 bytes uint8 [rows, K/32])."""
+def _mx_element(element: str) -> dict:
+    """The element record's fields `mx_quant_kernel` takes as constexprs."""
+    el = ELEMENTS[element]
+    return {"EL_MAX": float(el.max), "EL_EMAX": el.emax, "EL_MIN_EXP": el.min_normal_exp,
+            "EL_MBITS": el.mantissa_bits}
+
+
+def quantize_mx(x: torch.Tensor, rule: str, element: str):
+    """(MX `element` values (e4m3: MXFP8, e2m1: MXFP4) in x's dtype [rows, K], E8M0 bytes
+    uint8 [rows, K/32]); every element value is exact in bf16 and fp16."""
     assert x.dim() == 2 and x.is_contiguous() and x.shape[1] % MX_BLOCK == 0
     rows, K = x.shape
     values = torch.empty_like(x)
     scales = torch.empty(rows, K // MX_BLOCK, dtype=torch.uint8, device=x.device)
     blocks = min(32, triton.next_power_of_2(K // MX_BLOCK))
     grid = (rows, triton.cdiv(K // MX_BLOCK, blocks))
-    mxfp8_quant_kernel[grid](x, values, scales, K, x.stride(0), values.stride(0),
-                             scales.stride(0), RULE=MX_RULES[rule], BLOCKS=blocks)
+    mx_quant_kernel[grid](x, values, scales, K, x.stride(0), values.stride(0),
+                          scales.stride(0), RULE=MX_RULES[rule], BLOCKS=blocks,
+                          **_mx_element(element))
     return values, scales
 
 

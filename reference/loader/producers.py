@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from ..errors import CheckpointError
 from ..schemes import (
     ACT_DYNAMIC_GROUP,
+    ACT_MXFP4,
     ACT_MXFP8,
     ACT_NONE,
     ACT_NVFP4,
@@ -112,6 +113,11 @@ _QUARK_MX = {"quant_method": "quark", "weights.qscheme": "per_group",
              "weights.group_size": MX_BLOCK, "weights.scale_format": "e8m0",
              "weights.is_dynamic": _STATIC_WEIGHTS}
 
+# Quark's OCP MX input spec, dynamic (the engine quantizes each call: no input scales stored)
+_QUARK_IN_MX = {"input.qscheme": "per_group", "input.ch_axis": OneOf((-1, 1)),
+                "input.group_size": MX_BLOCK, "input.scale_format": "e8m0",
+                "input.is_dynamic": True}
+
 RULES: tuple[Rule, ...] = (
     _r("llm-compressor", "ct-int4", {**_W4A16, "weights.num_bits": 4},
        {"group_size": "<group_size>", "sym": "<weights.symmetric>",
@@ -144,12 +150,10 @@ RULES: tuple[Rule, ...] = (
     _r("llm-compressor", "mxfp4", {**_CT_MXFP4, **_CT_IN_MX, "input.num_bits": 8},
        {"activation": ACT_MXFP8}),
     # llm-compressor's MXFP4 preset (compressed-tensors 0.19 `MXFP4`) is W4A4: MXFP4
-    # activations, E8M0 per 32, dynamic. moecert has no MXFP4 activation mode (a reference
-    # rule, two backends, tolerances and mutants): refused, never read as W4A8 or W4A16
-    _r("llm-compressor", "mxfp4-w4a4", {**_CT_MXFP4, "input.num_bits": 4},
-       unsupported="MXFP4 activations (llm-compressor's MXFP4 preset, W4A4: input "
-                   "activations e2m1 with an E8M0 scale per 32); moecert reads MXFP4 weights "
-                   "with 16-bit or MXFP8 activations only", key="input.num_bits"),
+    # activations, E8M0 per 32, dynamic (the engine quantizes them; the rule is the variant's
+    # mx_scale_rule, OCP's floor, docs/checkpoints.md)
+    _r("llm-compressor", "mxfp4", {**_CT_MXFP4, **_CT_IN_MX, "input.num_bits": 4},
+       {"activation": ACT_MXFP4}),
     _r("llm-compressor", "mxfp8", {**_CT_MXFP8, "input": ABSENT}, {"activation": ACT_NONE}),
     _r("llm-compressor", "mxfp8", {**_CT_MXFP8, **_CT_IN_MX, "input.num_bits": 8},
        {"activation": ACT_MXFP8}),
@@ -190,6 +194,11 @@ RULES: tuple[Rule, ...] = (
          unsupported="MXFP6 weights with quantized activations (vLLM's W6A6: MXFP6 "
                      "activations of the same element)", key="input")
       for el in ("e2m3", "e3m2")),
+    # Quark OCP MXFP4 W4A4 (OCP_MXFP4Spec on weights and inputs, what AMD's MI355 MoE
+    # releases ship): fp4 weights per 32 along in with E8M0 scales, inputs the same spec,
+    # dynamic
+    _r("quark", "mxfp4", {**_QUARK_MX, "weights.dtype": "fp4", **_QUARK_IN_MX,
+                          "input.dtype": "fp4"}, {"activation": ACT_MXFP4}),
     # gpt-oss release: MXFP4 experts, 16-bit activations
     _r("gpt-oss", "mxfp4", {"quant_method": "mxfp4"}, {"activation": ACT_NONE}),
     # DeepSeek-V3 / Qwen3 FP8 releases: 128x128 blocks, dynamic 1x128 activation groups

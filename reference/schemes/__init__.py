@@ -63,10 +63,15 @@ ACT_STATIC_TENSOR = "static-tensor"  # checkpoint input_scale (max over experts)
 ACT_DYNAMIC_TENSOR = "dynamic-tensor"  # one scale for the whole GEMM input
 ACT_DYNAMIC_GROUP = "dynamic-group"  # one scale per token per ACT_GROUP columns along K
 ACT_MXFP8 = "mxfp8"  # e4m3 elements, E8M0 scale per 32 along K
+ACT_MXFP4 = "mxfp4"  # e2m1 elements, E8M0 scale per 32 along K (W4A4; OCP MX v1.0)
 ACT_NVFP4 = "nvfp4"  # e2m1 elements, e4m3 scale per 16 along K, global scale 1/input_scale
 # modes whose checkpoint carries static per-expert input scales ({p}_input_scale or its name
 # in the format: `SchemeFormat.names`)
 STATIC_INPUT_MODES = (ACT_STATIC_TENSOR, ACT_NVFP4)
+# the MX activation modes and the element each rounds to (per 32 along K, an E8M0 scale by
+# the variant's `mx_scale_rule`, OCP's floor unless told): read by the reference's q1 / q2,
+# the kernels' quantizers and the exact tier alike
+MX_ACTIVATION_ELEMENTS = {ACT_MXFP8: "e4m3", ACT_MXFP4: "e2m1"}
 # DeepSeek's 1 x 128 activation groups (one per weight block column); a last group of K %
 # 128 columns, where K is no multiple of 128, holds those columns
 ACT_GROUP = FP8_BLOCK
@@ -304,9 +309,11 @@ SCHEMES: dict[str, Scheme] = {
         Scheme("nvfp4", "nvfp4", 4, "e2m1", "e4m3", _NVFP4_FORMATS, (STRATEGY_GROUP,),
                (ACT_NONE, ACT_NVFP4), group_sizes=(NVFP4_BLOCK,), scale_block=NVFP4_BLOCK,
                global_scale="tensor"),
+        # W4A16, W4A8 (MXFP8 activations) and W4A4 (MXFP4 activations: llm-compressor's
+        # MXFP4 preset, Quark's OCP MXFP4 W4A4, what AMD's MI355 MoE releases ship)
         Scheme("mxfp4", "mxfp4", 4, "e2m1", "e8m0",
                (SchemeFormat(None, "dense", "mxfp4-e2m1@ocp-mx-1.0"),),
-               (STRATEGY_GROUP,), (ACT_NONE, ACT_MXFP8), group_sizes=(MX_BLOCK,),
+               (STRATEGY_GROUP,), (ACT_NONE, ACT_MXFP8, ACT_MXFP4), group_sizes=(MX_BLOCK,),
                scale_block=MX_BLOCK),
         # OCP MX v1.0 FP6, as AMD Quark exports it (OCP_MXFP6E2M3Spec / OCP_MXFP6E3M2Spec,
         # weight-only) and AMD's MI355 runs it; 16-bit activations (vLLM takes MXFP6 weights

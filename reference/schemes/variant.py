@@ -54,7 +54,7 @@ class Variant:
       act_order          g_idx tensors present (GPTQ desc_act, compressed-tensors actorder)
       weight_strategy    "tensor", "channel", "group" or "block" scales (None: 16-bit)
       activation         activation quantization mode, see `schemes.ACT_*`
-      mx_scale_rule      E8M0 rule for MXFP8 activations: a `MxScaleRule` value
+      mx_scale_rule      E8M0 rule for MX activations (MXFP8, MXFP4): a `MxScaleRule` value
     """
 
     scheme: str

@@ -317,3 +317,29 @@ def test_e4m3_activation_quantizers_known_answers():
     for mode in ("dynamic-group", "dynamic-token"):
         q = quantize_activation(tie, mode, element="e4m3")
         assert q[0, 1].item() == pytest.approx(160 * (61 / 64) / 448, rel=1e-6)
+
+
+# MXFP4 activations (W4A4) by hand: e2m1 0, 0.5, 1, 1.5, 2, 3, 4, 6, ties to the even
+# mantissa, saturating at 6, the exponent by the rule with e2m1's emax 2 (the numbers are
+# derived in tests/kernels/test_triton_backend.py's MXFP4_KNOWN comment)
+_MXFP4_BLOCKS = ([7.0, 5.0, 0.75, 0.25, 1.25, 2.5], [5.0, 1.5], [-12.5, -1.0])
+_MXFP4_KNOWN = {
+    "floor": ([6.0, 4.0, 1.0, 0.0, 1.0, 2.0], [4.0, 1.5], [-12.0, -1.0]),
+    "even": ([8.0, 4.0, 1.0, 0.0, 1.0, 2.0], [4.0, 1.5], [-12.0, -1.0]),
+    "ceil": ([8.0, 4.0, 1.0, 0.0, 1.0, 2.0], [4.0, 2.0], [-12.0, 0.0]),
+    "rceil": ([8.0, 4.0, 1.0, 0.0, 1.0, 2.0], [4.0, 1.5], [-12.0, 0.0]),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(_MXFP4_KNOWN))
+def test_mxfp4_activation_quantizer_known_answers(rule):
+    from moecert.kernels.activations import quantize_activation
+
+    x = torch.zeros(1, 96)
+    for b, values in enumerate(_MXFP4_BLOCKS):
+        x[0, 32 * b:32 * b + len(values)] = torch.tensor(values)
+    got = quantize_activation(x, "mxfp4", mx_rule=rule)
+    for b, want in enumerate(_MXFP4_KNOWN[rule]):
+        block = got[0, 32 * b:32 * (b + 1)]
+        assert block[:len(want)].tolist() == want, (rule, b)
+        assert not block[len(want):].any()

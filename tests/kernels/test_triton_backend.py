@@ -112,6 +112,13 @@ SCHEME_CASES = [
     ("mxfp8-rceil", "mxfp8", {"activation": "mxfp8", "mx_scale_rule": "rceil"}, {}),
     ("mxfp4-a16", "mxfp4", {"activation": "none"}, {"activation": "swigluoai", "bias": True}),
     ("mxfp4-mxfp8-fp16", "mxfp4", {"activation": "mxfp8"}, {"dtype": "fp16"}),
+    # W4A4: MXFP4 activations, every E8M0 rule (issue 42)
+    ("mxfp4-a4-floor", "mxfp4", {"activation": "mxfp4"}, {"activation": "swigluoai",
+                                                          "bias": True}),
+    ("mxfp4-a4-even-fp16", "mxfp4", {"activation": "mxfp4", "mx_scale_rule": "even"},
+     {"dtype": "fp16"}),
+    ("mxfp4-a4-ceil", "mxfp4", {"activation": "mxfp4", "mx_scale_rule": "ceil"}, {}),
+    ("mxfp4-a4-rceil", "mxfp4", {"activation": "mxfp4", "mx_scale_rule": "rceil"}, {}),
     # K = 80: the last 64-column tile is partial (5 e4m3 blocks per row)
     ("nvfp4-modelopt-a16", "nvfp4", {}, {"K": 80}),
     ("nvfp4-ct-a16-fp16", "nvfp4", {"checkpoint_format": "ct"}, {"dtype": "fp16"}),
@@ -167,7 +174,7 @@ def _check_output(scheme, attrs, problem):
     assert out.dtype == problem.torch_dtype and torch.isfinite(out).all()
     err = ((out.double() - ref).norm() / ref.norm()).item()
     bound = UNIT_ROUNDOFF[problem.dtype]
-    if QuantConfig.of(ckpt).activation not in ("none", "mxfp8", "nvfp4"):
+    if QuantConfig.of(ckpt).activation not in ("none", "mxfp8", "mxfp4", "nvfp4"):
         # int8 activations: one code step of the row's (or tensor's) scale, as the torch
         # backend's tests allow. Measured: with N = 128 (was 64, which held no group-128
         # checkpoint) fp16 swigluoai + bias, int8 dynamic-tensor, seed 2, interpreted on the
@@ -496,3 +503,37 @@ def test_fp8_activation_quantizer_known_answers():
     for mode in ("group", "token"):
         codes, _ = quant.quantize_fp8(tie.to(torch.bfloat16), mode, 128)
         assert codes.float()[0, 1] == 160.0
+
+
+# MXFP4 activations by hand (OCP MX v1.0: e2m1 0, 0.5, 1, 1.5, 2, 3, 4, 6, ties to the even
+# mantissa, saturating at 6; the exponent floor(log2 amax) - 2 (floor), of amax rounded to one
+# mantissa bit (even), ceil(log2 amax) - 2 (ceil), ceil(log2(amax / 6)) (rceil)): block A
+# [7, 5, 0.75, 0.25, 1.25, 2.5] takes exponent 0 under floor only (7 saturates to 6), 1 under
+# the others (7 / 2 = 3.5 -> 4); block B [5, 1.5]: ceil alone takes 1 (1.5 / 2 -> 1 -> 2);
+# block C [-12.5, -1]: ceil and rceil take 2 (-1 / 4 = -0.25, a tie, -> 0), floor and even 1.
+MXFP4_BLOCKS = ([7.0, 5.0, 0.75, 0.25, 1.25, 2.5], [5.0, 1.5], [-12.5, -1.0])
+MXFP4_KNOWN = {  # rule: (E8M0 bytes of A, B, C), each block's values
+    "floor": ((127, 127, 128), ([6.0, 4.0, 1.0, 0.0, 1.0, 2.0], [4.0, 1.5], [-12.0, -1.0])),
+    "even": ((128, 127, 128), ([8.0, 4.0, 1.0, 0.0, 1.0, 2.0], [4.0, 1.5], [-12.0, -1.0])),
+    "ceil": ((128, 128, 129), ([8.0, 4.0, 1.0, 0.0, 1.0, 2.0], [4.0, 2.0], [-12.0, 0.0])),
+    "rceil": ((128, 127, 129), ([8.0, 4.0, 1.0, 0.0, 1.0, 2.0], [4.0, 1.5], [-12.0, 0.0])),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(MXFP4_KNOWN))
+def test_mxfp4_activation_quantizer_known_answers(rule):
+    """quant.quantize_mx with e2m1 (W4A4): the E8M0 bytes and e2m1 values * 2^(b - 127)."""
+    from moecert.kernels.triton_moe import quant
+
+    x = torch.zeros(1, 96)
+    for b, values in enumerate(MXFP4_BLOCKS):
+        x[0, 32 * b:32 * b + len(values)] = torch.tensor(values)
+    values, scales = quant.quantize_mx(x.to(torch.bfloat16), rule, "e2m1")
+    want_bytes, want_values = MXFP4_KNOWN[rule]
+    assert scales.tolist() == [list(want_bytes)]
+    got = values.float() * torch.pow(2.0, scales.float() - 127).repeat_interleave(32, dim=1)
+    for b, want in enumerate(want_values):
+        block = got[0, 32 * b:32 * (b + 1)]
+        assert block[:len(want)].tolist() == want, (rule, b)
+        assert not block[len(want):].any()
+

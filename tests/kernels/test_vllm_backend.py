@@ -297,6 +297,7 @@ def test_llm_compressor_mixtral_names_map_through_vllms_mixtral_loader(vllm):
 @pytest.mark.parametrize("fields,mode", [
     ({"quant_dtype": None}, "none"),
     ({"quant_dtype": "mxfp8"}, "mxfp8"),
+    ({"quant_dtype": "mxfp4"}, "mxfp4"),  # vLLM's MXFP4 W4A4 (ocp_mx / mxfp4 quant config)
     ({"quant_dtype": "nvfp4"}, "nvfp4"),
     ({"quant_dtype": torch.float8_e4m3fn, "block_shape": [128, 128]}, "dynamic-group"),
     ({"quant_dtype": torch.float8_e4m3fn, "a1_scale": torch.ones(1)}, "static-tensor"),
@@ -311,3 +312,21 @@ def test_the_activation_mode_a_vllm_quant_config_states(fields, mode):
                             "per_act_token_quant": False, **fields})
     assert vllm_backend._quant_config_activation(qc) == mode
     assert vllm_backend._quant_config_activation(None) is None
+
+
+def test_the_w4a4_row_states_the_llm_compressor_mxfp4_preset_as_the_tool_writes_it():
+    """The file vLLM is handed for mxfp4 with MXFP4 activations is llm-compressor's `MXFP4`
+    preset: every key vLLM's compressed-tensors config reads, as the real tool wrote it
+    (tests/fixtures/checkpoints/ct-mxfp4-w4a4-qwen3moe, llm-compressor 0.14.0.1)."""
+    import json
+
+    real = json.loads((FIXTURES / "ct-mxfp4-w4a4-qwen3moe" / "config.json").read_text())
+    real = real["quantization_config"]
+    ours = quantization_config(QuantConfig("mxfp4", activation="mxfp4"))
+    assert ours["quant_method"] == real["quant_method"] and ours["format"] == real["format"]
+    keys = ("num_bits", "type", "strategy", "group_size", "dynamic", "symmetric")
+    for part in ("weights", "input_activations"):
+        want = {k: real["config_groups"]["group_0"][part][k] for k in keys}
+        got = {k: ours["config_groups"]["group_0"][part][k] for k in keys}
+        assert got == want, part
+

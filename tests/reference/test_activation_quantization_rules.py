@@ -4,6 +4,8 @@ inputs on which the wrong rule gives another answer.
 - MXFP8 activations (OCP MX v1.0 §6.3 and the rules the checkpoint's `mx_scale_rule` names):
   the shared exponent of a block of 32 follows the checkpoint's rule, e4m3 elements RNE and
   saturating at 448.
+- MXFP4 activations (W4A4: OCP MX v1.0 §6.3 with e2m1's emax 2, and the other rules): e2m1
+  elements RNE (ties to the even mantissa) and saturating at 6 (§5.3.3).
 - A dynamic per-tensor scale (vLLM's `scaled_int8_quant` / `scaled_fp8_quant` without a scale:
   one amax over the whole GEMM input) spans every expert's rows of q2's input, not one expert's.
 - NVFP4 activations in the engines' float32 arithmetic (vLLM / FlashInfer `scaled_fp4_quant`):
@@ -48,6 +50,44 @@ def test_mxfp8_activations_follow_the_checkpoints_scale_rule(rule):
     assert [got[0, 0].item(), got[0, 1].item()] == a
     assert [got[0, 32].item(), got[0, 33].item()] == b
     assert not got[0, 2:32].any() and not got[0, 34:].any()
+
+
+# --- MXFP4 (W4A4) ----------------------------------------------------------------------------
+# e2m1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6 (emax 2: 6 = 1.5 * 2^2); a tie goes to the value with
+# mantissa bit 0 (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 2.5 -> 2, 3.5 -> 4, 5 -> 4).
+# Block A holds 7, 5, 0.75, 0.25, 1.25, 2.5: floor (OCP): floor(log2 7) - 2 = 0, scale 1, 7
+# saturates to 6; even: 7 = 1.75 * 4 to one mantissa bit is a tie, to 8: exponent 1; ceil:
+# ceil(log2 7) - 2 = 1; rceil: ceil(log2(7 / 6)) = 1; at scale 2 7 -> 3.5 -> 4 -> 8.
+# Block B holds 5 and 1.5: floor, even (5 = 1.25 * 4 ties down to 4) and rceil (ceil(log2(5 /
+# 6)) = 0) keep scale 1, 1.5 stays; ceil (ceil(log2 5) - 2 = 1): 1.5 / 2 = 0.75 -> 1 -> 2.
+# Block C holds 12.5 and 1: floor (floor(log2 12.5) - 2 = 1) and even (12.5 = 1.5625 * 8 to
+# 1.5 * 8, exponent 1) scale 2: 1 -> 0.5 stays 0.5 -> 1; ceil (ceil(log2 12.5) - 2 = 2) and
+# rceil (ceil(log2(12.5 / 6)) = 2) scale 4: 1 -> 0.25, a tie, -> 0; 12.5 -> 12 either way.
+MXFP4_BLOCKS = ([7.0, 5.0, 0.75, 0.25, 1.25, 2.5], [5.0, 1.5], [12.5, 1.0])
+MXFP4_KNOWN = {  # rule: each block's values after q
+    "floor": ([6.0, 4.0, 1.0, 0.0, 1.0, 2.0], [4.0, 1.5], [12.0, 1.0]),
+    "even": ([8.0, 4.0, 1.0, 0.0, 1.0, 2.0], [4.0, 1.5], [12.0, 1.0]),
+    "ceil": ([8.0, 4.0, 1.0, 0.0, 1.0, 2.0], [4.0, 2.0], [12.0, 0.0]),
+    "rceil": ([8.0, 4.0, 1.0, 0.0, 1.0, 2.0], [4.0, 1.5], [12.0, 0.0]),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(MXFP4_KNOWN))
+def test_mxfp4_activations_follow_the_scale_rule_with_e2m1s_emax(rule):
+    """W4A4: q1 rounds to e2m1 per 32 (signs kept: block C negated), the exponent from the
+    variant's rule; MXFP8's emax (8) or e4m3 elements give other numbers on every block."""
+    P = MoEProblem(M=1, K=96, N=32, E=1, topk=1)
+    ckpt = synthesize("mxfp4", P, seed=0, activation="mxfp4", mx_scale_rule=rule)
+    x = torch.zeros(1, 96, dtype=torch.float64)
+    for b, values in enumerate(MXFP4_BLOCKS):
+        sign = -1.0 if b == 2 else 1.0
+        x[0, 32 * b:32 * b + len(values)] = sign * torch.tensor(values, dtype=torch.float64)
+    got = quantize_activation(ckpt, x, "w13")
+    for b, want in enumerate(MXFP4_KNOWN[rule]):
+        sign = -1.0 if b == 2 else 1.0
+        block = got[0, 32 * b:32 * (b + 1)]
+        assert block[:len(want)].tolist() == [sign * v + 0.0 for v in want], (rule, b)
+        assert not block[len(want):].any()
 
 
 # --- q2's dynamic per-tensor scale -------------------------------------------------------------

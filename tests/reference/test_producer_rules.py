@@ -41,8 +41,6 @@ def _edit(qc: dict, **paths) -> dict:
 
 _G = "config_groups__group_0__"
 _MX8_INPUT = _qc("ct-mxfp8-qwen3moe")["config_groups"]["group_0"]["input_activations"]
-# compressed-tensors 0.19 preset_scheme MXFP4 (llm-compressor's "MXFP4"): W4A4
-_MXFP4_W4A4_INPUT = {**_MX8_INPUT, "num_bits": 4}
 _QUARK_FP8 = {"dtype": "fp8_e4m3"}
 
 # id -> (the config as the tool writes it, (scheme, variant) it reads as, or the key a refusal
@@ -67,9 +65,8 @@ BASES = {
     "ct-mxfp4-a16": (_qc("ct-mxfp4-qwen3moe"), "mxfp4"),
     "ct-mxfp4-mxfp8": (_edit(_qc("ct-mxfp4-qwen3moe"), **{_G + "input_activations": _MX8_INPUT}),
                        "mxfp4"),
-    "ct-mxfp4-w4a4": (_edit(_qc("ct-mxfp4-qwen3moe"),
-                            **{_G + "input_activations": _MXFP4_W4A4_INPUT}),
-                      "config_groups.group_0.input_activations.num_bits"),
+    # compressed-tensors 0.19 preset_scheme MXFP4 (llm-compressor's "MXFP4"): W4A4
+    "ct-mxfp4-w4a4": (_qc("ct-mxfp4-w4a4-qwen3moe"), "mxfp4"),
     "ct-mxfp8-a16": (_edit(_qc("ct-mxfp8-qwen3moe"), **{_G + "input_activations": None}),
                      "mxfp8"),
     "ct-mxfp8": (_qc("ct-mxfp8-qwen3moe"), "mxfp8"),
@@ -92,6 +89,7 @@ BASES = {
     "quark-fp8": (_edit(_qc("quark-int8-tensor-qwen3moe"),
                         global_quant_config__weight__dtype="fp8_e4m3",
                         global_quant_config__input_tensors__dtype="fp8_e4m3"), "fp8-w8a8"),
+    "quark-mxfp4-w4a4": (_qc("quark-mxfp4-w4a4-qwen3moe"), "mxfp4"),
     "quark-mxfp6-e2m3": (_qc("quark-mxfp6-e2m3-qwen3moe"), "mxfp6-e2m3"),
     "quark-mxfp6-e3m2": (_qc("quark-mxfp6-e3m2-qwen3moe"), "mxfp6-e3m2"),
     **{f"quark-mxfp6-{el}-w6a6": (_edit(
@@ -190,12 +188,12 @@ def test_each_config_key_changes_the_reading_or_is_refused_or_declared_not_read(
         "neither refused nor declared not read"
 
 
-def test_llmcompressor_mxfp4_preset_is_refused_not_read_as_mxfp8_activations():
-    """Issue 30 item 3: the W4A4 preset was read as MXFP4 weights with MXFP8 activations."""
-    qc, key = BASES["ct-mxfp4-w4a4"]
-    with pytest.raises(CheckpointError) as info:
-        _read(qc)
-    msg = str(info.value)
-    assert key in msg and "MXFP4 activations" in msg and "not supported yet" in msg
-    assert "\n" not in msg
+@pytest.mark.parametrize("name", ["ct-mxfp4-w4a4", "quark-mxfp4-w4a4"])
+def test_mxfp4_w4a4_files_read_as_mxfp4_activations_not_mxfp8_nor_16_bit(name):
+    """Issue 30 item 3 and issue 42 item 4: llm-compressor's MXFP4 preset was read as MXFP4
+    weights with MXFP8 activations, then refused; it and Quark's OCP MXFP4 W4A4 (the real
+    tools' files) are W4A4: e2m1 activations per 32, dynamic."""
+    d = _read(BASES[name][0])
+    assert (d.scheme, d.attrs) == ("mxfp4", {"activation": "mxfp4"})
     assert _read(BASES["ct-mxfp4-mxfp8"][0]).attrs == {"activation": "mxfp8"}
+    assert _read(BASES["ct-mxfp4-a16"][0]).attrs == {"activation": "none"}

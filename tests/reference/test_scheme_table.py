@@ -12,11 +12,11 @@ from moecert.reference import RECORDS, Checkpoint
 from moecert.reference.schemes import (
     ACT_ELEMENT_MAX,
     ACT_ELEMENTS,
-    ACT_MXFP8,
     ACT_NONE,
     ACT_NVFP4,
     GLOBAL_SCALES,
     LAYOUTS,
+    MX_ACTIVATION_ELEMENTS,
     SCALE_ENCODINGS,
     SCHEMES,
     get_scheme,
@@ -32,7 +32,7 @@ def test_every_record_names_what_exists(name):
     assert s.global_scale in GLOBAL_SCALES
     assert s.activation_element in ACT_ELEMENTS
     # scale = amax / element max (MX and NVFP4 activations carry their own block scales)
-    scaled = set(s.activation_modes) - {ACT_NONE, ACT_MXFP8, ACT_NVFP4}
+    scaled = set(s.activation_modes) - {ACT_NONE, ACT_NVFP4, *MX_ACTIVATION_ELEMENTS}
     assert (s.activation_element in ACT_ELEMENT_MAX) == bool(scaled), s.activation_element
     for f in s.formats:
         assert f.record in RECORDS, f.record

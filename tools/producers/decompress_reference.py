@@ -21,7 +21,8 @@ Decompressors (the `decompressor` metadata field names the one used):
   its torch kernel module's `dequantize_weight` after its loader's v1 -> v2 zero conversion;
   output fp16 (the scales' dtype).
 - Quark OCP MX fixtures (run in its environment, `tox -e producers-quark`): Quark's own fp6
-  unpacking `create_pack_method(None, dtype).unpack` and `dequantize_fp4_fp6_per_group` with
+  (and fp4: the MXFP4 W4A4 fixture) unpacking `create_pack_method(None, dtype).unpack` and
+  `dequantize_fp4_fp6_per_group` with
   2^(scale - 127), the two calls vLLM's `dequant_mxfp6` makes; output fp32 (exact: an fp6
   value times 2^k in range).
 - ModelOpt, Quark int8, GPTQModel's AWQ: none used (ModelOpt and Quark's int8 path have no
@@ -188,7 +189,8 @@ def gptq_decompress(folder: Folder, config: dict, layer: int) -> tuple[dict, lis
 
 def quark_mx_decompress(folder: Folder, config: dict, layer: int
                         ) -> tuple[dict, list[int], str]:
-    """Quark's own OCP MX fp6 dequantization of its exported weight bytes and E8M0 scales."""
+    """Quark's own OCP MX fp6 / fp4 dequantization of its exported weight bytes and E8M0
+    scales."""
     from quark.torch.kernel.hw_emulation.hw_emulation_interface import (
         dequantize_fp4_fp6_per_group,
     )
@@ -198,7 +200,9 @@ def quark_mx_decompress(folder: Folder, config: dict, layer: int
     dtype, group = weight["dtype"], weight["group_size"]
     unpack = create_pack_method(None, dtype=dtype).unpack
     prefix, experts, projs = _experts(folder, layer)
-    per_expert = sum(folder.get(f"{prefix}0.{p}.weight").numel() * 4 * 4 // 3 for p in projs)
+    per_byte = 2 if dtype == "fp4" else 4 / 3  # elements per stored byte (fp6: 4 in 3)
+    per_expert = sum(int(folder.get(f"{prefix}0.{p}.weight").numel() * per_byte) * 4
+                     for p in projs)
     keep = _keep(len(experts), per_expert)
     tensors = {}
     for e in keep:

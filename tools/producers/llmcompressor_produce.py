@@ -80,6 +80,13 @@ JOBS: dict[str, Job] = {
         "qwen3moe-small", "rtn", "MXFP4A16", "mxfp4",
         {"group_size": 32, "activation": "none"},
         notes="MXFP4 on a silu model with no biases (not the gpt-oss layout)"),
+    # issue 42: the MXFP4 preset is W4A4 (input_activations fp4 e2m1, group 32, E8M0,
+    # dynamic): the same weights as MXFP4A16, the activations the engine's to quantize
+    "ct-mxfp4-w4a4-qwen3moe": Job(
+        "qwen3moe-small", "rtn", "MXFP4", "mxfp4",
+        {"group_size": 32, "activation": "mxfp4"},
+        notes="llm-compressor's MXFP4 preset: W4A4, input_activations num_bits 4, type float, "
+              "strategy group, group_size 32, dynamic (no input scales stored)"),
     "ct-mxfp8-qwen3moe": Job(
         "qwen3moe-small", "rtn", "MXFP8", "mxfp8",
         {"group_size": 32, "activation": "mxfp8"}),

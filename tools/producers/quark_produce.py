@@ -17,6 +17,8 @@ and its own `export_safetensors` (real_quantized, the default).
   rule), no input quantization (weight-only: the activations moecert holds for MXFP6 are
   16-bit; vLLM's Quark OCP MX MoE takes MXFP6 weights only with MXFP6 or FP8 inputs).
   Quark's fp6 export packs 4 codes in 3 bytes (docs/mxfp6.md).
+- MXFP4 W4A4 (issue 42): Quark's `OCP_MXFP4Spec` on the weights (static) and on the inputs
+  (dynamic): fp4 e2m1 per 32 along in, E8M0 scales, the format AMD's MI355 MoE releases ship.
 """
 
 from __future__ import annotations
@@ -65,6 +67,10 @@ JOBS: dict[str, Job] = {
     "quark-mxfp6-e3m2-qwen3moe": Job(
         "qwen3moe-small", "mxfp6-e3m2", "mxfp6-e3m2", {"activation": "none"},
         notes="as quark-mxfp6-e2m3-qwen3moe, E3M2 elements"),
+    "quark-mxfp4-w4a4-qwen3moe": Job(
+        "qwen3moe-small", "mxfp4-w4a4", "mxfp4", {"group_size": 32, "activation": "mxfp4"},
+        notes="weight uint8 [N, K/2] (two e2m1 codes per byte), weight_scale uint8 E8M0 "
+              "[N, K/32]; input_tensors OCP_MXFP4Spec dynamic: no input scales stored"),
 }
 
 
@@ -80,6 +86,9 @@ def _specs(spec: str):
                                     scale_type="float", round_method="half_even",
                                     is_dynamic=False)
         return both, both
+    if spec == "mxfp4-w4a4":
+        return (qc.OCP_MXFP4Spec(ch_axis=-1, is_dynamic=False),
+                qc.OCP_MXFP4Spec(ch_axis=-1, is_dynamic=True))
     mx = {"mxfp6-e2m3": qc.OCP_MXFP6E2M3Spec, "mxfp6-e3m2": qc.OCP_MXFP6E3M2Spec}[spec]
     return mx(ch_axis=-1, is_dynamic=False), None
 

@@ -126,6 +126,7 @@ MUTANT_NAMES = frozenset("mutant-" + n for n in (
     "input-mutated",
     "int8-weight-sign",
     "last-row-unwritten",
+    "mxfp4-act-as-mxfp8",
     "mxfp8-scale-rule",
     "nondeterministic-sum",
     "nvfp4-a2-gscale-from-a1",
