@@ -159,7 +159,7 @@ def _convert_int_linear(layer: MoELayer, p: str) -> tuple[dict[str, torch.Tensor
     if in_major(q, p, "scale"):  # [E, G, out] (GPTQ, AWQ)
         scales = scales.transpose(1, 2)
     scales = scales.to(torch.float32).contiguous()
-    _check_scales(names["scale"], scales)
+    check_scales(names["scale"], scales, rec.scale_sign)
 
     out = {f"{p}_q": codes, f"{p}_s": scales}
     meta = {f"{p}_group_cols": group_cols(layer, p), "bits": bits}
@@ -241,10 +241,14 @@ def _check_weight_shape(layer: MoELayer, name: str, n_out: int, n_in: int) -> No
                            str(shape.unique(dim=0).tolist()))
 
 
-def _check_scales(name: str, s: torch.Tensor) -> None:
-    bad = ~torch.isfinite(s) | (s <= 0)
+def check_scales(name: str, s: torch.Tensor, sign: str = "positive") -> None:
+    """Finite non-zero scales, > 0 unless `sign` (the format record's `scale_sign`) is
+    "any"."""
+    signed = sign == "any"
+    bad = ~torch.isfinite(s) | ((s == 0) if signed else (s <= 0))
     if bool(bad.any()):
-        raise BackendError(name, "finite scales > 0", f"{int(bad.sum())} bad entries")
+        raise BackendError(name, "finite non-zero scales" if signed else "finite scales > 0",
+                           f"{int(bad.sum())} bad entries")
 
 
 def _export_int(layer: MoELayer, p: str, get) -> ExportedLinear:
@@ -300,7 +304,7 @@ def _convert_dense_linear(layer: MoELayer, p: str):
     else:
         scales, block = s.view(E, 1, 1), (n_out, n_in)
     scales = scales.to(torch.float32).contiguous()
-    _check_scales(name, scales)
+    check_scales(name, scales)
     return {f"{p}_w": w, f"{p}_s": scales}, {f"{p}_block": block}
 
 
@@ -322,7 +326,7 @@ def _global_multipliers(layer: MoELayer, p: str) -> torch.Tensor:
     n_out = linear_dims(layer, p)[0]
     gname = tensor_name(q, p, "global_scale")
     g = layer.get(gname).to(torch.float64)
-    _check_scales(gname, g)
+    check_scales(gname, g)
     if g.dim() == 2 and n_out % 2:
         raise BackendError(gname, "an even w13 row count for w1/w3 shard scales",
                            f"{n_out} rows")
@@ -377,7 +381,7 @@ def _convert_input_scales(layer: MoELayer) -> dict[str, torch.Tensor]:
     for p, a in (("w13", "a13"), ("w2", "a2")):
         name = input_scale_name(q, p)
         s = layer.get(name).to(torch.float32)
-        _check_scales(name, s)
+        check_scales(name, s)
         # engines collapse per-expert (and per-shard) static scales to one at load time
         if nvfp4 and scheme_format(q).global_scale == "divide":
             # compressed-tensors input_global_scale g: the quantizer takes min g as stored,

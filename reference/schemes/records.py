@@ -47,10 +47,13 @@ def non_positive_codes(role: str, element: str) -> tuple[Rejected, ...]:
                  for v in (0.0, -0.0, -1.0))
 
 
-def bad_numbers(role: str) -> tuple[Rejected, ...]:
-    """NaN, zero and a negative value, for float scales that must be finite and > 0."""
+def bad_numbers(role: str, sign: str = "positive") -> tuple[Rejected, ...]:
+    """NaN, zero and (for `sign` "positive") a negative value: the float scales a format
+    rejects. `sign` is the record's `scale_sign`: "any" keeps negative scales readable."""
+    bad = (("NaN", math.nan), ("zero", 0.0), *((("negative", -1.0),) if sign == "positive"
+                                              else ()))
     return tuple(Rejected(role, f"a {what} {role.replace('_', ' ')}", value=v)
-                 for what, v in (("NaN", math.nan), ("zero", 0.0), ("negative", -1.0)))
+                 for what, v in bad)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,11 @@ class FormatRecord:
     # MX formats: the producing tool's E8M0 rule (a `MxScaleRule` value) that synthesize uses
     # for the weights; None: the checkpoint's mx_scale_rule attribute
     mx_rule: str | None = None
+    # the sign a float weight scale may take: "positive" (> 0) or "any" (the format's
+    # arithmetic (q - z) * s has no sign rule and a tool writes negative scales: AutoRound's
+    # symmetric rule maps each group's largest magnitude to the code -2^(b-1), so half of its
+    # scales are negative). Readers, kernels' conversions and `rejected` all read this field
+    scale_sign: str = "positive"
 
     @property
     def stored_zero_offset(self) -> int:
@@ -89,17 +97,21 @@ class FormatRecord:
 
 
 def _int_record(name, version, bits, **kw) -> FormatRecord:
+    sign = kw.get("scale_sign", "positive")
     base = dict(name=name, version=version, bit_order="lsb-first", interleave=None,
                 code_offset=1 << (bits - 1), global_scale="none", element_rounding="rne",
-                nonfinite="rejected: scales must be finite and > 0",
-                rejected=bad_numbers("scale"))
+                nonfinite="rejected: scales must be finite and " + (
+                    "> 0" if sign == "positive" else "non-zero (any sign)"),
+                rejected=bad_numbers("scale", sign))
     base.update(kw)
     return FormatRecord(**base)
 
 
 def _gptq(version: str, bits: int) -> FormatRecord:
+    # (q - z) * s: no sign rule. GPTQModel, AutoGPTQ's kernels and AutoRound's own read a
+    # negative scale as signed, and AutoRound's symmetric export writes them (issue 42)
     return _int_record(
-        f"gptq-{version}-int{bits}", version, bits,
+        f"gptq-{version}-int{bits}", version, bits, scale_sign="any",
         weight_layout=f"qweight int32 [E, in*{bits}/32, out]", pack_dim="in", packing="padded",
         zero_domain="unsigned-minus-one" if version == "v1" else "unsigned", zero_pack_dim="out",
         scale_layout="scales [E, in/g, out]", scale_dtype="fp16",
