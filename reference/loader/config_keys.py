@@ -187,6 +187,28 @@ CONFIG_KEYS: dict[str, dict[str, Key]] = {
         "modules_to_not_convert": _ignored(_UNQUANTIZED),
     },
 }
+# AutoRound's keys (its default export and, beside GPTQ's own, its auto_gptq export)
+_AUTOROUND_RUN = {k: _GPTQ_RUN for k in (
+    "autoround_version", "iters", "nsamples", "seqlen", "batch_size", "lr", "minmax_lr",
+    "enable_quanted_input", "enable_minmax_tuning", "scale_dtype", "amp", "low_gpu_mem_usage",
+    "gradient_accumulate_steps", "to_quant_block_names", "block_name_to_quantize",
+    "modules_in_block_to_quantize", "enable_norm_bias_tuning", "super_bits",
+    "super_group_size", "act_bits", "act_group_size", "act_sym", "act_dynamic",
+    "act_data_type")}
+_AUTOROUND = {
+    "data_type": _only("integer weights (AutoRound's int data type)", "int"),
+    "provider": _read("the tool (AutoRound's GPTQ and AWQ exports say auto-round)"),
+    "extra_config": _ignored("per-module overrides (AutoRound keeps the router and some "
+                             "attention projections 16-bit); " + _UNQUANTIZED),
+    **_AUTOROUND_RUN,
+}
+CONFIG_KEYS["gptq"].update(_AUTOROUND)
+CONFIG_KEYS["auto-round"] = {
+    "quant_method": _read("the producer"), "bits": _read("the element: the scheme"),
+    "group_size": _read("elements per scale"), "sym": _read("zero points (the sym attribute)"),
+    "packing_format": _read("the integer layout (auto_round:auto_gptq: GPTQ v1)"),
+    **_AUTOROUND,
+}
 _AWQ_KEYS = {k: v for k, v in CONFIG_KEYS["gptq"].items() if k not in ("sym", "method")}
 CONFIG_KEYS["awq"] = {
     **_AWQ_KEYS, "method": _only("restates quant_method", "awq"),
@@ -206,10 +228,10 @@ DERIVED: dict[str, tuple[str, ...]] = {
     "weights.qscheme": ("weights.qscheme", "weights.ch_axis"),
     "ct_version": ("version",),
     "act_order": ("weights.actorder", "desc_act"),
-    "gptq_format": ("checkpoint_format", "format"),
+    "gptq_format": ("checkpoint_format", "format", "packing_format"),
     "awq_version": ("version", "format", "checkpoint_format"),
     "awq_sym": ("zero_point",),
-    "tool": ("meta.quantizer",),
+    "tool": ("meta.quantizer", "provider"),
 }
 UNUSED = "a key the rules read, but not the rule of this scheme"
 # fields every rule of a producer reads (the structure the fields come from)

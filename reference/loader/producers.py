@@ -160,6 +160,11 @@ RULES: tuple[Rule, ...] = (
     _r("<tool>", "gptq-int8", {"quant_method": "gptq", "bits": 8},
        {"group_size": "<group_size>", "sym": "<sym>", "checkpoint_format": "<gptq_format>",
         "act_order": "<act_order>"}),
+    # AutoRound's default export: GPTQ-style packing (`packing_format`), no g_idx; signed
+    # scales, which the GPTQ format records allow (`scale_sign`)
+    *(_r("auto-round", f"gptq-int{b}", {"quant_method": "auto-round", "bits": b},
+         {"group_size": "<group_size>", "sym": "<sym>", "checkpoint_format": "<gptq_format>",
+          "act_order": "<act_order>"}) for b in (4, 8)),
     # AutoAWQ / GPTQModel's awq: GEMM layout only, no act order
     _r("<tool>", "awq-int4", {"quant_method": "awq", "bits": 4, "awq_version": "gemm",
                               "act_order": False},
@@ -202,6 +207,7 @@ RULES: tuple[Rule, ...] = (
 # Producer -> the quant_method values it writes.
 PRODUCERS: dict[str, tuple[str, ...]] = {
     "llm-compressor": ("compressed-tensors",), "gptqmodel": ("gptq", "awq"),
+    "auto-round": ("auto-round", "gptq", "awq"),
     "autogptq": ("gptq",), "autoawq": ("awq",), "modelopt": ("modelopt",), "quark": ("quark",),
     "gpt-oss": ("mxfp4",), "fp8-release": ("fp8",), "unquantized": (),
 }

@@ -34,7 +34,8 @@ MAX_EXPECTED_BYTES = 400_000
 MAX_TOTAL_BYTES = 14_500_000
 
 PRODUCERS = {"llm-compressor": "llmcompressor", "modelopt": "nvidia-modelopt",
-             "quark": "amd-quark", "gptqmodel": "gptqmodel", "moecert": None}
+             "quark": "amd-quark", "gptqmodel": "gptqmodel", "auto-round": "auto-round",
+             "moecert": None}
 # scheme names a fixture may carry before moecert has the scheme (issue 22: W4AFP8)
 PENDING_SCHEMES = {"w4afp8"}
 FIELDS = {"producer": str, "how": str, "versions": dict, "scheme": str, "variant": dict,

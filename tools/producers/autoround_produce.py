@@ -34,7 +34,7 @@ from fixture_io import finish, producer_main
 from tiny_models import calibration_ids, make_model
 
 # a few tuning steps: the fixture needs AutoRound's rule and layout, not its best accuracy
-ITERS = 20
+ITERS = 4
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,10 @@ class Job:
 JOBS: dict[str, Job] = {
     "autoround-default-qwen3moe": Job(
         "qwen3moe-tiny", "auto_round", "gptq-int4",
-        {"group_size": 32, "sym": True, "act_order": False},
-        notes="quant_method auto-round (AutoRound's default export): qweight int32 [K/8, N], "
-              "qzeros, scales fp16 [K/g, N], no g_idx; signed scales"),
+        {"checkpoint_format": "gptq", "group_size": 32, "sym": True, "act_order": False},
+        notes="quant_method auto-round (AutoRound's default export), packing_format "
+              "auto_round:auto_gptq: qweight int32 [K/8, N], qzeros v1 (zero - 1 stored: "
+              "0x77777777), scales fp16 [K/g, N], no g_idx; signed scales (half negative)"),
     "autoround-gptq-qwen3moe": Job(
         "qwen3moe-tiny", "auto_gptq", "gptq-int4",
         {"checkpoint_format": "gptq", "group_size": 32, "sym": True, "act_order": False},
@@ -83,6 +84,8 @@ def produce(name: str, out_root: Path) -> float:
         out = Path(tmp) / "out"
         ar.quantize_and_save(str(out), format=job.format)
         seconds = time.perf_counter() - t0
+        # AutoRound writes into a subfolder named after the model and scheme
+        out = next(p.parent for p in out.rglob("config.json"))
         finish(out_root, name, out, producer="auto-round", env="autoround",
                packages=("auto-round",), scheme=job.scheme, variant=job.variant,
                model=job.model, how=f"quantized by AutoRound (iters={ITERS}, sym, group 32), "

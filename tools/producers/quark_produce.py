@@ -1,4 +1,5 @@
-"""Fixtures written by AMD Quark (int8 W8A8, OCP MXFP6 W6A16), on the CPU, offline.
+"""Fixtures written by AMD Quark (int8 W8A8, int4 W4A16, OCP MXFP6 W6A16), on the CPU,
+offline.
 
     python tools/producers/quark_produce.py [--out DIR] [--only NAME ...]
 
@@ -17,6 +18,8 @@ and its own `export_safetensors` (real_quantized, the default).
   rule), no input quantization (weight-only: the activations moecert holds for MXFP6 are
   16-bit; vLLM's Quark OCP MX MoE takes MXFP6 weights only with MXFP6 or FP8 inputs).
   Quark's fp6 export packs 4 codes in 3 bytes (docs/mxfp6.md).
+- int4 per group (`int4_wo_32`, LLMTemplate's Int4WeightOnlyScheme): symmetric signed int4
+  weights, groups of 32 along in, no input quantization (issue 42).
 """
 
 from __future__ import annotations
@@ -65,6 +68,12 @@ JOBS: dict[str, Job] = {
     "quark-mxfp6-e3m2-qwen3moe": Job(
         "qwen3moe-small", "mxfp6-e3m2", "mxfp6-e3m2", {"activation": "none"},
         notes="as quark-mxfp6-e2m3-qwen3moe, E3M2 elements"),
+    "quark-int4-wo32-qwen3moe": Job(
+        "qwen3moe-tiny", "int4-wo-32", "quark-int4", {"group_size": 32, "sym": True},
+        notes="Quark's int4_wo_32 template (Int4PerGroupSpec, symmetric, group 32 along in): "
+              "signed int4 codes, weight int32 [K, N/8] (transposed) in the nibble order "
+              "0,2,4,6,1,3,5,7 (export pack_method reorder), weight_zero_point packed the "
+              "same way"),
 }
 
 
@@ -75,6 +84,9 @@ def _specs(spec: str):
     if spec == "int8-channel":
         return (qc.Int8PerChannelSpec(ch_axis=0, symmetric=True, is_dynamic=False),
                 qc.Int8PerChannelSpec(ch_axis=1, symmetric=True, is_dynamic=True))
+    if spec == "int4-wo-32":  # LLMTemplate's Int4WeightOnlyScheme(group_size=32)
+        return qc.Int4PerGroupSpec(ch_axis=-1, is_dynamic=False, scale_type="float",
+                                   group_size=32), None
     if spec == "int8-tensor":
         both = qc.Int8PerTensorSpec(observer_method="min_max", symmetric=True,
                                     scale_type="float", round_method="half_even",
