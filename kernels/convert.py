@@ -146,13 +146,15 @@ def _convert_int_linear(layer: MoELayer, p: str) -> tuple[dict[str, torch.Tensor
             u = words[lo:hi].to(torch.int32) + half - rec.code_offset
         elif in_major_weight and rec.pack_dim == "in":  # [E, in/per, out] (GPTQ)
             u = unpack_words(words[lo:hi], bits, n_in, dim=1).transpose(1, 2)
-        elif rec.pack_dim == "out":  # [E, in, out/8] packed along out (AWQ)
+        elif rec.pack_dim == "out":  # [E, in, out/8] packed along out (AWQ, Quark)
             u = unpack_words(words[lo:hi], bits, n_out, dim=2)
             if rec.interleave:
                 u = undo_interleave(u, rec.interleave, 2)
             u = u.transpose(1, 2)
         else:  # [E, out, words] packed along in
             u = unpack_words(words[lo:hi], bits, n_in, dim=2)
+        if rec.twos_complement and rec.packing is not None:  # two's complement fields
+            u = u ^ half
         codes[lo:hi] = pack_nibbles(u) if bits == 4 else u.to(torch.uint8)
 
     scales = layer.get(names["scale"])
@@ -193,6 +195,8 @@ def _read_zero_points(layer: MoELayer, p: str, name: str, n_out: int, G: int
         if rec.interleave:
             z = undo_interleave(z, rec.interleave, 2)
         z = z.transpose(1, 2)
+    if rec.twos_complement:  # two's complement fields -> offset (unsigned) zero points
+        z = z ^ (1 << (bits - 1))
     if rec.stored_zero_offset:
         # GPTQ v1 stores z - 1; a stored 2^b - 1 would mean z = 2^b, which no code can reach
         top = (1 << bits) - 1 + rec.stored_zero_offset
@@ -419,7 +423,7 @@ _PACKED = LinearConverter(_convert_int_linear, _export_int)
 # integer converter reads; "dense" covers every unpacked weight (16-bit, int8, fp8, MX and
 # NVFP4's global scales, by the scheme's scale encoding and global_scale).
 CONVERTERS: dict[str, LinearConverter] = {
-    "gptq": _PACKED, "awq": _PACKED, "ct": _PACKED, "ct-int": _PACKED,
+    "gptq": _PACKED, "awq": _PACKED, "ct": _PACKED, "ct-int": _PACKED, "quark-int": _PACKED,
     "dense": LinearConverter(_convert_dense_linear, _export_dense),
 }
 

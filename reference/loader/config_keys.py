@@ -79,7 +79,8 @@ _QUARK_ARGS = {
     "group_size": _read("elements per scale (per_group)"),
     "is_dynamic": _read("dynamic or static (stored) scales"),
     "scale_format": _read("E8M0 scales of the OCP MX formats"),
-    "symmetric": _only("zero points are not held for Quark formats", True, None),
+    "symmetric": _only("symmetric Quark formats only (int4's zero points are read and must "
+                       "be 0)", True, None),
     "scale_type": _only("float scales", "float"),
     "mx_element_dtype": _only("the MX element is the dtype", None),
     "block_size": _only("no 2-D blocks", None),
@@ -132,7 +133,9 @@ CONFIG_KEYS: dict[str, dict[str, Key]] = {
         "layer_type_quant_config": _only("no per-layer-type specs", None, {}),
         "export.weight_format": _only("real quantized weights (fake_quantized holds 16-bit "
                                       "weights)", "real_quantized"),
-        "export.pack_method": _ignored("the int4 packing order; moecert reads no Quark int4"),
+        "export.pack_method": _only("the int4 nibble order: reorder is 0,2,4,6,1,3,5,7 (the "
+                                    "quark-int4 record's); int8 and MX exports write it too",
+                                    "reorder"),
         "export.weight_merge_groups": _ignored("scale sharing across projections; gate and "
                                                "up scales are read as stored"),
         "export.kv_cache_group": _ignored("KV cache: " + _NOT_MOE),

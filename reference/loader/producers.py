@@ -195,6 +195,11 @@ RULES: tuple[Rule, ...] = (
          unsupported="MXFP6 weights with quantized activations (vLLM's W6A6: MXFP6 "
                      "activations of the same element)", key="input")
       for el in ("e2m3", "e3m2")),
+    # Quark int4 per group (int4_wo_32 / _64 / _128): signed int4, symmetric, no inputs
+    _r("quark", "quark-int4", {"quant_method": "quark", "weights.dtype": "int4",
+                               "weights.qscheme": "per_group", "weights.scale_format": ABSENT,
+                               "weights.is_dynamic": _STATIC_WEIGHTS, "input": ABSENT},
+       {"group_size": "<weights.group_size>", "sym": True}),
     # gpt-oss release: MXFP4 experts, 16-bit activations
     _r("gpt-oss", "mxfp4", {"quant_method": "mxfp4"}, {"activation": ACT_NONE}),
     # DeepSeek-V3 / Qwen3 FP8 releases: 128x128 blocks, dynamic 1x128 activation groups

@@ -85,6 +85,10 @@ class FormatRecord:
     # symmetric rule maps each group's largest magnitude to the code -2^(b-1), so half of its
     # scales are negative). Readers, kernels' conversions and `rejected` all read this field
     scale_sign: str = "positive"
+    # codes and zero points stored as two's complement fields (Quark's int4: -3 is 0xD), not
+    # offset: the field is (code + code_offset) XOR 2^(b-1), so readers flip that bit and
+    # read on as for an offset format
+    twos_complement: bool = False
 
     @property
     def stored_zero_offset(self) -> int:
@@ -159,6 +163,15 @@ RECORDS: dict[str, FormatRecord] = {
             interleave=AWQ_PACK_ORDER, zero_domain="unsigned", zero_pack_dim="out",
             scale_layout="scales [E, in/g, out]", scale_dtype="fp16",
             scale_rule="s=max(max-min,1e-5)/15, z=clamp(-round(min/s),0,15) (no clip to 0)"),
+        # AMD Quark 0.13's int4 per-group export (`Pack_4_bits`, pack_method "reorder"): the
+        # [out, in] codes transposed to [in, out], eight signed nibbles per int32 along out
+        # in AWQ's order, zero points the same way; scales [in/g, out] in the model's dtype
+        _int_record(
+            "quark-int4", "0.13", 4, weight_layout="weight int32 [E, in, out/8]",
+            pack_dim="out", packing="padded", interleave=AWQ_PACK_ORDER, twos_complement=True,
+            zero_domain="signed", zero_pack_dim="out", scale_layout="weight_scale [E, in/g, out]",
+            scale_dtype="model",
+            scale_rule="sym: amax/((qmax-qmin)/2) (Quark PerGroupMinMaxObserver), z = 0"),
         _ct("0.17", 4), _ct("0.18", 4), _ct("0.17", 8), _ct("0.18", 8),
         # compressed-tensors int-quantized (W4AFP8): codes as signed int8 values, no packing;
         # symmetric only (the preset's), scales in the model's dtype

@@ -1,4 +1,5 @@
-"""Fixtures written by NVIDIA ModelOpt (FP8, NVFP4, MXFP8), on the CPU, offline.
+"""Fixtures written by NVIDIA ModelOpt (FP8, NVFP4, MXFP8, INT4 AWQ W4A16 and W4A8), on the
+CPU, offline.
 
     python tools/producers/modelopt_produce.py [--out DIR] [--only NAME ...]
 
@@ -64,6 +65,15 @@ JOBS: dict[str, Job] = {
         notes="MoE inputs scaled by 1/20 during calibration: input scales 1/20 of the "
               "usual, so hidden states of the usual size saturate the block scales",
         calib_scale=0.05),
+    # issue 42: ModelOpt's INT4 AWQ presets. moecert does not hold their pre_quant_scale yet
+    # (scheme names of the manifest: what reading them will take), so they are refused
+    "modelopt-int4-awq-qwen3moe": Job(
+        "qwen3moe-tiny-n128", "INT4_AWQ_CFG", "modelopt-w4a16-awq", {"group_size": 128},
+        notes="quant_algo W4A16_AWQ: weight uint8 [N/2, K] (two signed nibbles), "
+              "weight_scale [N, K/128], pre_quant_scale bf16 [K] per expert linear"),
+    "modelopt-w4a8-awq-qwen3moe": Job(
+        "qwen3moe-tiny-n128", "W4A8_AWQ_BETA_CFG", "modelopt-w4a8-awq", {"group_size": 128},
+        notes="quant_algo W4A8_AWQ: as W4A16_AWQ plus fp8 input scales"),
     "modelopt-mxfp8-qwen3moe": Job(
         "qwen3moe-small", "MXFP8_DEFAULT_CFG", "mxfp8",
         {"group_size": 32, "activation": "mxfp8"}),
