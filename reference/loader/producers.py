@@ -318,9 +318,12 @@ def _refuse(f: Fields, source: str, method) -> None:
         k in ("format", "quant_algo", "bits") for k, _ in misses(r)),
         any(k == "input" for k, _ in misses(r))))
     k = misses(nearest)[0][0]
+    # what the rules as near as the nearest want of k, those that k fails only: a rule the
+    # found value satisfies would make the message contradict itself ("expected None / 32,
+    # found 32", issue 42)
     wanted = " / ".join(dict.fromkeys(
         repr(dict(r.match)[k]) for r in rules if len(misses(r)) == len(misses(nearest))
-        and k in dict(r.match)))
+        and k in dict(misses(r))))
     raise CheckpointError(f"{source}.{_field_path(f, k)}", f"{wanted} (the nearest {method} "
                           f"scheme moecert reads is {nearest.scheme}; {known()})",
                           _found(f, k))

@@ -95,6 +95,7 @@ BASES = {
     "quark-fp8": (_edit(_qc("quark-int8-tensor-qwen3moe"),
                         global_quant_config__weight__dtype="fp8_e4m3",
                         global_quant_config__input_tensors__dtype="fp8_e4m3"), "fp8-w8a8"),
+    "quark-int4-wo32": (_qc("quark-int4-wo32-qwen3moe"), "quark-int4"),
     "quark-mxfp6-e2m3": (_qc("quark-mxfp6-e2m3-qwen3moe"), "mxfp6-e2m3"),
     "quark-mxfp6-e3m2": (_qc("quark-mxfp6-e3m2-qwen3moe"), "mxfp6-e3m2"),
     **{f"quark-mxfp6-{el}-w6a6": (_edit(
@@ -202,3 +203,21 @@ def test_llmcompressor_mxfp4_preset_is_refused_not_read_as_mxfp8_activations():
     assert key in msg and "MXFP4 activations" in msg and "not supported yet" in msg
     assert "\n" not in msg
     assert _read(BASES["ct-mxfp4-mxfp8"][0]).attrs == {"activation": "mxfp8"}
+
+
+def _expected_and_found(message: str) -> tuple[set[str], str]:
+    """The values a refusal says it expected (`expected A / B (...)`) and the one it found."""
+    expected = message.split(": expected ", 1)[1].split(" (", 1)[0]
+    return set(expected.split(" / ")), message.rsplit(", found ", 1)[1]
+
+
+@pytest.mark.parametrize(("key", "value"), [("dtype", "fp6_e2m3"), ("scale_format", "e8m0"),
+                                            ("dtype", "uint4"), ("qscheme", "per_channel")])
+def test_a_refusal_never_expects_what_it_found(key, value):
+    """Issue 42: Quark's int4_wo_32 was refused with "weight.group_size: expected None / 32
+    ..., found 32". A refusal names only what the nearest rules want and the file fails."""
+    qc = _edit(_qc("quark-int4-wo32-qwen3moe"), **{f"global_quant_config__weight__{key}": value})
+    with pytest.raises(CheckpointError) as err:
+        _read(qc)
+    expected, found = _expected_and_found(str(err.value))
+    assert found not in expected, str(err.value)

@@ -30,11 +30,11 @@ def _negate_first_group(ckpt):
 def test_a_negative_gptq_scale_is_read_signed(fmt, sym):
     ckpt = random_checkpoint("gptq-int4", _PROBLEM, seed=3, group_size=32, sym=sym,
                              checkpoint_format=fmt)
+    signed = _negate_first_group(ckpt)
+    want, got = dequantize(ckpt)["w13"], dequantize(signed)["w13"]
     assert format_record(ckpt).scale_sign == "any"
     assert not any(r.role == "scale" and r.value is not None and r.value < 0
                    for r in format_record(ckpt).rejected)
-    signed = _negate_first_group(ckpt)
-    want, got = dequantize(ckpt)["w13"], dequantize(signed)["w13"]
     # (q - z) * s: the group's 32 weights of output row 0 change sign, nothing else moves
     assert torch.equal(got[0, 0, :32], -want[0, 0, :32])
     assert torch.equal(got[0, 0, 32:], want[0, 0, 32:]) and torch.equal(got[1:], want[1:])
