@@ -179,6 +179,17 @@ RULES: tuple[Rule, ...] = (
     _r("modelopt", "mxfp8", {"quant_method": "modelopt", "quant_algo": "MXFP8",
                              "group_size": OneOf((MX_BLOCK, ABSENT))},
        {"activation": ACT_MXFP8}),
+    # ModelOpt INT4 AWQ: int4 weights (two signed nibbles a byte along out, group scales) and
+    # a pre_quant_scale per input channel the layer applies to its input, W4A8 with fp8
+    # inputs on top. moecert holds no pre-quant scale yet (the reference's q1 / q2 and both
+    # backends would apply it): refused, never read as another scheme (issue 42)
+    *(_r("modelopt", f"modelopt-{name}", {"quant_method": "modelopt", "quant_algo": algo},
+         unsupported=f"ModelOpt INT4 AWQ ({algo}): int4 weights whose layer multiplies its "
+                     "input by a pre_quant_scale per input channel ((q * s) * "
+                     f"pre_quant_scale[k]){extra}; moecert holds no pre-quant scale yet",
+         key="quant_algo")
+      for name, algo, extra in (("w4a16-awq", "W4A16_AWQ", ""),
+                                ("w4a8-awq", "W4A8_AWQ", ", fp8 activations on top"))),
     # AMD Quark: global_quant_config.{weight, input_tensors}
     _r("quark", "int8-w8a8", {**_QUARK, "weights.dtype": "int8", "input.dtype": "int8"},
        {"weight_strategy": "<weights.qscheme>", "activation": "<activation>"}),

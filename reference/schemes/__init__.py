@@ -394,6 +394,9 @@ def checkpoint_shape_issue(quant, problem) -> ShapeIssue | None:
         if layout in ("gptq", "awq") and n_out % per:
             return ShapeIssue(f"{p}_qzeros", f"an output dimension divisible by {per}",
                               str(n_out), p)
+        if layout == "quark-int" and n_out % per:  # codes packed along out
+            return ShapeIssue(f"{p}_weight", f"an output dimension divisible by {per}",
+                              str(n_out), p)
         el = info.weight_element
         if n_in % el.per_unit:
             units = "byte" if el.units == 1 else f"{el.units} bytes"
