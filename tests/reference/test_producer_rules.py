@@ -44,6 +44,7 @@ _MX8_INPUT = _qc("ct-mxfp8-qwen3moe")["config_groups"]["group_0"]["input_activat
 # compressed-tensors 0.19 preset_scheme MXFP4 (llm-compressor's "MXFP4"): W4A4
 _MXFP4_W4A4_INPUT = {**_MX8_INPUT, "num_bits": 4}
 _QUARK_FP8 = {"dtype": "fp8_e4m3"}
+_ALGO = "quantization_config.quant_algo"  # the key ModelOpt INT4 AWQ's refusal names
 
 # id -> (the config as the tool writes it, (scheme, variant) it reads as, or the key a refusal
 # names)
@@ -86,6 +87,13 @@ BASES = {
     "modelopt-mxfp8": (_qc("modelopt-mxfp8-qwen3moe"), "mxfp8"),
     "modelopt-nvfp4-hf-quant": ({"quant_method": "modelopt", **_qc(
         "modelopt-nvfp4-qwen3moe", "hf_quant_config.json")["quantization"]}, "nvfp4"),
+    # ModelOpt INT4 AWQ (refused: pre_quant_scale); W4A8's quant_algo on the same file (the
+    # W4A8 preset's export fails in ModelOpt 0.47 here, tools/producers/README.md)
+    "modelopt-w4a16-awq": (_qc("modelopt-int4-awq-qwen3moe"), _ALGO),
+    "modelopt-w4a16-awq-hf-quant": ({"quant_method": "modelopt", **_qc(
+        "modelopt-int4-awq-qwen3moe", "hf_quant_config.json")["quantization"]}, _ALGO),
+    "modelopt-w4a8-awq": (_edit(_qc("modelopt-int4-awq-qwen3moe"), quant_algo="W4A8_AWQ"),
+                          _ALGO),
     "modelopt-mxfp8-hf-quant": ({"quant_method": "modelopt", **_qc(
         "modelopt-mxfp8-qwen3moe", "hf_quant_config.json")["quantization"]}, "mxfp8"),
     "quark-int8-channel": (_qc("quark-int8-channel-qwen3moe"), "int8-w8a8"),

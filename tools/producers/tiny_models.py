@@ -77,10 +77,12 @@ MODELS: dict[str, TinyModel] = {
                                 config={"num_hidden_layers": 1}),
     "mixtral-small": TinyModel("mixtral", E=4, K=128, N=64, topk=2),
     # one decoder layer, 4 experts, 16-wide heads: the int4 producers of issue 42 (AutoRound,
-    # Quark int4, ModelOpt INT4 AWQ), a few tens of KB each; N = 128 where a preset's groups
-    # of 128 must fit w2's input (ModelOpt's AWQ)
+    # Quark int4, ModelOpt INT4 AWQ), a few tens of KB each; N = 128 and o_proj's input 128
+    # where a preset's groups of 128 must fit every linear's input (ModelOpt's AWQ export
+    # refuses partial blocks)
     "qwen3moe-tiny": TinyModel("qwen3_moe", E=4, K=128, N=64, topk=2, config=_TINY),
-    "qwen3moe-tiny-n128": TinyModel("qwen3_moe", E=4, K=128, N=128, topk=2, config=_TINY),
+    "qwen3moe-tiny-n128": TinyModel("qwen3_moe", E=4, K=128, N=128, topk=2,
+                                    config={**_TINY, "head_dim": 64}),
     # gpt-oss: biases on every expert linear, swigluoai; its attention has sinks
     "gptoss-small": TinyModel("gpt_oss", E=4, K=128, N=128, topk=2,
                               config={"layer_types": ["sliding_attention", "full_attention"],
