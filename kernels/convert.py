@@ -146,20 +146,22 @@ def _convert_int_linear(layer: MoELayer, p: str) -> tuple[dict[str, torch.Tensor
             u = words[lo:hi].to(torch.int32) + half - rec.code_offset
         elif in_major_weight and rec.pack_dim == "in":  # [E, in/per, out] (GPTQ)
             u = unpack_words(words[lo:hi], bits, n_in, dim=1).transpose(1, 2)
-        elif rec.pack_dim == "out":  # [E, in, out/8] packed along out (AWQ)
+        elif rec.pack_dim == "out":  # [E, in, out/8] packed along out (AWQ, Quark)
             u = unpack_words(words[lo:hi], bits, n_out, dim=2)
             if rec.interleave:
                 u = undo_interleave(u, rec.interleave, 2)
             u = u.transpose(1, 2)
         else:  # [E, out, words] packed along in
             u = unpack_words(words[lo:hi], bits, n_in, dim=2)
+        if rec.twos_complement and rec.packing is not None:  # two's complement fields
+            u = u ^ half
         codes[lo:hi] = pack_nibbles(u) if bits == 4 else u.to(torch.uint8)
 
     scales = layer.get(names["scale"])
     if in_major(q, p, "scale"):  # [E, G, out] (GPTQ, AWQ)
         scales = scales.transpose(1, 2)
     scales = scales.to(torch.float32).contiguous()
-    _check_scales(names["scale"], scales)
+    check_scales(names["scale"], scales, rec.scale_sign)
 
     out = {f"{p}_q": codes, f"{p}_s": scales}
     meta = {f"{p}_group_cols": group_cols(layer, p), "bits": bits}
@@ -193,6 +195,8 @@ def _read_zero_points(layer: MoELayer, p: str, name: str, n_out: int, G: int
         if rec.interleave:
             z = undo_interleave(z, rec.interleave, 2)
         z = z.transpose(1, 2)
+    if rec.twos_complement:  # two's complement fields -> offset (unsigned) zero points
+        z = z ^ (1 << (bits - 1))
     if rec.stored_zero_offset:
         # GPTQ v1 stores z - 1; a stored 2^b - 1 would mean z = 2^b, which no code can reach
         top = (1 << bits) - 1 + rec.stored_zero_offset
@@ -241,10 +245,14 @@ def _check_weight_shape(layer: MoELayer, name: str, n_out: int, n_in: int) -> No
                            str(shape.unique(dim=0).tolist()))
 
 
-def _check_scales(name: str, s: torch.Tensor) -> None:
-    bad = ~torch.isfinite(s) | (s <= 0)
+def check_scales(name: str, s: torch.Tensor, sign: str = "positive") -> None:
+    """Finite non-zero scales, > 0 unless `sign` (the format record's `scale_sign`) is
+    "any"."""
+    signed = sign == "any"
+    bad = ~torch.isfinite(s) | ((s == 0) if signed else (s <= 0))
     if bool(bad.any()):
-        raise BackendError(name, "finite scales > 0", f"{int(bad.sum())} bad entries")
+        raise BackendError(name, "finite non-zero scales" if signed else "finite scales > 0",
+                           f"{int(bad.sum())} bad entries")
 
 
 def _export_int(layer: MoELayer, p: str, get) -> ExportedLinear:
@@ -300,7 +308,7 @@ def _convert_dense_linear(layer: MoELayer, p: str):
     else:
         scales, block = s.view(E, 1, 1), (n_out, n_in)
     scales = scales.to(torch.float32).contiguous()
-    _check_scales(name, scales)
+    check_scales(name, scales)
     return {f"{p}_w": w, f"{p}_s": scales}, {f"{p}_block": block}
 
 
@@ -322,7 +330,7 @@ def _global_multipliers(layer: MoELayer, p: str) -> torch.Tensor:
     n_out = linear_dims(layer, p)[0]
     gname = tensor_name(q, p, "global_scale")
     g = layer.get(gname).to(torch.float64)
-    _check_scales(gname, g)
+    check_scales(gname, g)
     if g.dim() == 2 and n_out % 2:
         raise BackendError(gname, "an even w13 row count for w1/w3 shard scales",
                            f"{n_out} rows")
@@ -377,7 +385,7 @@ def _convert_input_scales(layer: MoELayer) -> dict[str, torch.Tensor]:
     for p, a in (("w13", "a13"), ("w2", "a2")):
         name = input_scale_name(q, p)
         s = layer.get(name).to(torch.float32)
-        _check_scales(name, s)
+        check_scales(name, s)
         # engines collapse per-expert (and per-shard) static scales to one at load time
         if nvfp4 and scheme_format(q).global_scale == "divide":
             # compressed-tensors input_global_scale g: the quantizer takes min g as stored,
@@ -415,7 +423,7 @@ _PACKED = LinearConverter(_convert_int_linear, _export_int)
 # integer converter reads; "dense" covers every unpacked weight (16-bit, int8, fp8, MX and
 # NVFP4's global scales, by the scheme's scale encoding and global_scale).
 CONVERTERS: dict[str, LinearConverter] = {
-    "gptq": _PACKED, "awq": _PACKED, "ct": _PACKED, "ct-int": _PACKED,
+    "gptq": _PACKED, "awq": _PACKED, "ct": _PACKED, "ct-int": _PACKED, "quark-int": _PACKED,
     "dense": LinearConverter(_convert_dense_linear, _export_dense),
 }
 

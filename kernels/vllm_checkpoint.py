@@ -61,6 +61,8 @@ _PACKED_SPLITS = {
     "gptq": {"weight": (-1, 1), "scale": (-1, 1), "zeros": (-1, "pack"), "g_idx": (None, None)},
     # AWQ: [K, 2N/pack] packed along N
     "awq": {"weight": (-1, "pack"), "scale": (-1, 1), "zeros": (-1, "pack")},
+    # Quark int4: AWQ's shapes under Quark's names
+    "quark-int": {"weight": (-1, "pack"), "scale": (-1, 1), "zeros": (-1, "pack")},
     # compressed-tensors: [2N, K/pack], scales [2N, G], zeros [2N/pack, G]
     "ct": {"weight": (0, 1), "scale": (0, 1), "zeros": (0, "pack"), "g_idx": (None, None),
            "shape": ("shape", None)},
@@ -188,6 +190,17 @@ def _quark_mx(q: QuantConfig) -> dict:  # AMD Quark OCP MX, weight-only (OCP_MXF
             "export": {"kv_cache_group": [], "pack_method": "reorder"}}
 
 
+def _quark_int4(q: QuantConfig) -> dict:  # AMD Quark int4_wo_<g> (Int4PerGroupSpec)
+    spec = {"dtype": "int4", "qscheme": "per_group", "group_size": q.group_size,
+            "ch_axis": -1, "is_dynamic": False, "symmetric": True,
+            "round_method": "half_even", "scale_type": "float",
+            "observer_cls": "PerGroupMinMaxObserver"}
+    return {"quant_method": "quark", "global_quant_config": {
+                "weight": spec, "input_tensors": None, "output_tensors": None, "bias": None},
+            "layer_quant_config": {}, "layer_type_quant_config": {}, "exclude": [],
+            "export": {"kv_cache_group": [], "pack_method": "reorder"}}
+
+
 def _modelopt(algo: str, group_size: int | None = None) -> Callable[[QuantConfig], dict]:
     def config(q: QuantConfig) -> dict:  # config.json of an NVIDIA ModelOpt export
         d = {"quant_method": "modelopt", "quant_algo": algo, "kv_cache_quant_algo": None,
@@ -247,6 +260,7 @@ VARIANT_CONFIGS: tuple[VllmFileConfig, ...] = (
     VllmFileConfig("w4a8-int8", "GPTQModel", _gptq, formats=("gptq", "gptq_v2")),
     VllmFileConfig("int8-w8a16", "llm-compressor int8 W8A16 (int-quantized)", _ct_dense("int")),
     VllmFileConfig("int8-w8a8", "AMD Quark int8", _quark, channel_scale_1d=True),
+    VllmFileConfig("quark-int4", "AMD Quark int4 (int4_wo)", _quark_int4),
     # vLLM's own fp8: DeepSeek-V3 (128x128 blocks, weight_scale_inv) and per-tensor files
     VllmFileConfig("fp8-w8a16", "DeepSeek-V3 fp8 (activations chosen by the kernel)", _fp8,
                    strategy=(STRATEGY_BLOCK,), names=(("weight_scale", "weight_scale_inv"),)),

@@ -26,6 +26,7 @@ from moecert.reference.schemes import SCHEMES as ALL_SCHEMES
 from moecert.reference.schemes.elements import INT
 from moecert.reference.schemes.tensors import in_major, role_names
 
+from .convert import check_scales
 from .errors import BackendError
 from .layer import MoELayer
 from .native import TorchBackend
@@ -144,9 +145,7 @@ def _convert_linear(layer: MoELayer, p: str, n_out: int, n_in: int) -> dict[str,
         _check_symmetric(zeros, layer.get(zeros), rec.code_offset + rec.stored_zero_offset)
     if g_idx and layer.has(g_idx):
         _check_trivial_g_idx(g_idx, layer.get(g_idx), n_in, scales.shape[2])
-    bad = ~torch.isfinite(scales) | (scales <= 0)
-    if bool(bad.any()):
-        raise BackendError(scale_name, "finite scales > 0", f"{int(bad.sum())} bad entries")
+    check_scales(scale_name, scales, q.record.scale_sign)
     return {f"{p}_xpu": codes, f"{p}_xpu_scale": scales}
 
 

@@ -113,8 +113,10 @@ class _Draw:
     def zeros(self, d, shape):
         rec, bits = self.ckpt.record, self.info.weight_bits
         v1 = -rec.stored_zero_offset  # 1: GPTQ v1 stores z - 1
-        if self.ckpt.sym:  # the symmetric zero 2^(b-1) (stored minus one in v1)
-            return torch.full(shape, _repeat_code(rec.code_offset - v1, bits),
+        if self.ckpt.sym:  # the symmetric zero 2^(b-1) (stored minus one in v1; a two's
+            # complement field holds it as 0)
+            stored = 0 if rec.twos_complement else rec.code_offset - v1
+            return torch.full(shape, _repeat_code(stored, bits),
                               dtype=torch.int32, device=self.device)
         z = self._words(shape)
         if v1:  # a stored 2^b - 1 would mean a true zero of 2^b: clear one bit of each field

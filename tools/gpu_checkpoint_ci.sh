@@ -39,6 +39,10 @@ status=0
 for folder in tests/fixtures/checkpoints/*/ "$MODELS"/*/; do
   [ -f "$folder/config.json" ] || continue
   name=$(basename "$folder")
+  # a fixture of a scheme moecert refuses (its manifest says which: ModelOpt INT4 AWQ) is
+  # tested to be refused on the CPU, not run here
+  held=$(python -c "import json, sys; from moecert.reference import SCHEMES; m = json.load(open('tests/fixtures/checkpoints/MANIFEST.json'))['fixtures']; print(m.get(sys.argv[1], {}).get('scheme', 'bf16') in SCHEMES)" "$name")
+  if [ "$held" != True ]; then echo "$name: refused by moecert (scheme not held), not run" | tee -a "$OUT/summary.txt"; continue; fi
   start=$(date +%s)
   python -m moecert.conformance.cli run --suite ci --checkpoint "$folder" --layer all \
       --device cuda --backend triton --backend torch --backend grouped -n "$WORKERS" \

@@ -14,9 +14,9 @@ from .dense import read_dense, write_dense
 from .gptq import read_gptq, write_gptq
 
 _READERS = {"gptq": read_gptq, "awq": read_awq, "ct": read_ct, "ct-int": read_ct_int,
-            "dense": read_dense}
+            "quark-int": read_awq, "dense": read_dense}
 _WRITERS = {"gptq": write_gptq, "awq": write_awq, "ct": write_ct, "ct-int": write_ct_int,
-            "dense": write_dense}
+            "quark-int": write_awq, "dense": write_dense}
 
 
 def read_linear(ckpt: Checkpoint, prefix: str) -> CanonicalLinear:

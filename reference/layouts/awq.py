@@ -1,8 +1,12 @@
-"""AutoAWQ GEMM checkpoints (int4).
+"""AutoAWQ GEMM checkpoints (int4), and AMD Quark's int4 per group ("quark-int": the same
+packing under the names weight / weight_zero_point / weight_scale, signed nibbles).
 
     {p}_qweight int32 [E, in, out/8]   packed along out in AWQ order [0,2,4,6,1,3,5,7]
     {p}_qzeros  int32 [E, G, out/8]    same packing and order; true (unsigned) zeros
     {p}_scales        [E, G, out]
+
+A format record with `twos_complement` (Quark) stores each field as a two's complement
+nibble: flipping its top bit gives the offset code (code + 8) the rest reads.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from .common import (
 _BITS = 4
 
 
-def _unpack_columns(t: torch.Tensor, n_out: int, packing: str) -> torch.Tensor:
-    """AWQ words -> unsigned codes in logical column order (unpack, then undo the interleave)."""
-    return awq_undo_interleave(unpack_int32(t, _BITS, n_out, dim=2, packing=packing), dim=2)
+def _unpack_columns(t: torch.Tensor, n_out: int, rec) -> torch.Tensor:
+    """AWQ words -> unsigned (offset) codes in logical column order (unpack, undo the
+    interleave, and for two's complement fields flip the top bit)."""
+    u = awq_undo_interleave(unpack_int32(t, _BITS, n_out, dim=2, packing=rec.packing), dim=2)
+    return u ^ (1 << (_BITS - 1)) if rec.twos_complement else u
 
 
 def read_awq(ckpt: Checkpoint, p: str) -> CanonicalLinear:
@@ -34,12 +40,12 @@ def read_awq(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     qweight = ckpt.tensor(n["weight"])
     _, n_in, words = qweight.shape
     n_out = words * 8
-    codes = (_unpack_columns(qweight, n_out, rec.packing) - rec.code_offset).transpose(1, 2)
+    codes = (_unpack_columns(qweight, n_out, rec) - rec.code_offset).transpose(1, 2)
     scales = scales_float64(ckpt, n["scale"])
     zeros = None
     if not ckpt.sym or n.get("zeros") in ckpt.tensors:
         qzeros = ckpt.tensor(n["zeros"])
-        zeros = (_unpack_columns(qzeros, n_out, rec.packing) - rec.code_offset).transpose(1, 2)
+        zeros = (_unpack_columns(qzeros, n_out, rec) - rec.code_offset).transpose(1, 2)
         zeros = zeros.contiguous()
         if ckpt.sym:
             check_symmetric_zeros(n["zeros"], zeros, rec.code_offset)
@@ -54,10 +60,14 @@ def write_awq(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,
     rec = ckpt_attrs.record
 
     def pack_columns(unsigned):  # [E, X, out] -> interleave, then pack along out
-        return pack_int32(awq_interleave(unsigned, dim=2), _BITS, dim=2, packing=rec.packing)
+        fields = unsigned ^ (1 << (_BITS - 1)) if rec.twos_complement else unsigned
+        return pack_int32(awq_interleave(fields, dim=2), _BITS, dim=2, packing=rec.packing)
 
     out = {n["weight"]: pack_columns((c.codes + rec.code_offset).transpose(1, 2)),
            n["scale"]: c.scales.transpose(1, 2).to(scale_dtype(rec.scale_dtype, model_dtype))}
-    if c.zeros is not None:
-        out[n["zeros"]] = pack_columns((c.zeros + rec.code_offset).transpose(1, 2))
+    zeros = c.zeros
+    if zeros is None and ckpt_attrs.record.twos_complement:  # Quark writes zero zero points
+        zeros = torch.zeros_like(c.scales, dtype=torch.int32)
+    if zeros is not None:
+        out[n["zeros"]] = pack_columns((zeros + rec.code_offset).transpose(1, 2))
     return out

@@ -34,12 +34,15 @@ def group_cols(ckpt: Checkpoint, n_in: int) -> int:
 
 
 def scales_float64(ckpt: Checkpoint, name: str) -> torch.Tensor:
-    """float64 copy of a scale tensor, which must be finite and strictly positive."""
+    """float64 copy of a scale tensor, which must be finite and non-zero, and > 0 unless
+    the format record's `scale_sign` is "any"."""
     s = ckpt.tensor(name).to(torch.float64)
-    bad = ~torch.isfinite(s) | (s <= 0)
+    signed = ckpt.record.scale_sign == "any"
+    bad = ~torch.isfinite(s) | ((s == 0) if signed else (s <= 0))
     if bad.any():
         idx = tuple(int(i) for i in bad.nonzero()[0])
-        raise CheckpointError(name, "finite scales > 0", f"{s[idx].item()} at index "
+        raise CheckpointError(name, "finite non-zero scales" if signed else
+                              "finite scales > 0", f"{s[idx].item()} at index "
                               f"{_layer_index(ckpt, idx)} ({int(bad.sum())} bad)")
     return s
 

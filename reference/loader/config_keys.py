@@ -79,7 +79,8 @@ _QUARK_ARGS = {
     "group_size": _read("elements per scale (per_group)"),
     "is_dynamic": _read("dynamic or static (stored) scales"),
     "scale_format": _read("E8M0 scales of the OCP MX formats"),
-    "symmetric": _only("zero points are not held for Quark formats", True, None),
+    "symmetric": _only("symmetric Quark formats only (int4's zero points are read and must "
+                       "be 0)", True, None),
     "scale_type": _only("float scales", "float"),
     "mx_element_dtype": _only("the MX element is the dtype", None),
     "block_size": _only("no 2-D blocks", None),
@@ -136,7 +137,9 @@ CONFIG_KEYS: dict[str, dict[str, Key]] = {
         "layer_type_quant_config": _only("no per-layer-type specs", None, {}),
         "export.weight_format": _only("real quantized weights (fake_quantized holds 16-bit "
                                       "weights)", "real_quantized"),
-        "export.pack_method": _ignored("the int4 packing order; moecert reads no Quark int4"),
+        "export.pack_method": _only("the int4 nibble order: reorder is 0,2,4,6,1,3,5,7 (the "
+                                    "quark-int4 record's); int8 and MX exports write it too",
+                                    "reorder"),
         "export.weight_merge_groups": _ignored("scale sharing across projections; gate and "
                                                "up scales are read as stored"),
         "export.kv_cache_group": _ignored("KV cache: " + _NOT_MOE),
@@ -191,6 +194,28 @@ CONFIG_KEYS: dict[str, dict[str, Key]] = {
         "modules_to_not_convert": _ignored(_UNQUANTIZED),
     },
 }
+# AutoRound's keys (its default export and, beside GPTQ's own, its auto_gptq export)
+_AUTOROUND_RUN = {k: _GPTQ_RUN for k in (
+    "autoround_version", "iters", "nsamples", "seqlen", "batch_size", "lr", "minmax_lr",
+    "enable_quanted_input", "enable_minmax_tuning", "scale_dtype", "amp", "low_gpu_mem_usage",
+    "gradient_accumulate_steps", "to_quant_block_names", "block_name_to_quantize",
+    "modules_in_block_to_quantize", "enable_norm_bias_tuning", "super_bits",
+    "super_group_size", "act_bits", "act_group_size", "act_sym", "act_dynamic",
+    "act_data_type")}
+_AUTOROUND = {
+    "data_type": _only("integer weights (AutoRound's int data type)", "int"),
+    "provider": _read("the tool (AutoRound's GPTQ and AWQ exports say auto-round)"),
+    "extra_config": _ignored("per-module overrides (AutoRound keeps the router and some "
+                             "attention projections 16-bit); " + _UNQUANTIZED),
+    **_AUTOROUND_RUN,
+}
+CONFIG_KEYS["gptq"].update(_AUTOROUND)
+CONFIG_KEYS["auto-round"] = {
+    "quant_method": _read("the producer"), "bits": _read("the element: the scheme"),
+    "group_size": _read("elements per scale"), "sym": _read("zero points (the sym attribute)"),
+    "packing_format": _read("the integer layout (auto_round:auto_gptq: GPTQ v1)"),
+    **_AUTOROUND,
+}
 _AWQ_KEYS = {k: v for k, v in CONFIG_KEYS["gptq"].items() if k not in ("sym", "method")}
 CONFIG_KEYS["awq"] = {
     **_AWQ_KEYS, "method": _only("restates quant_method", "awq"),
@@ -210,10 +235,10 @@ DERIVED: dict[str, tuple[str, ...]] = {
     "weights.qscheme": ("weights.qscheme", "weights.ch_axis"),
     "ct_version": ("version",),
     "act_order": ("weights.actorder", "desc_act"),
-    "gptq_format": ("checkpoint_format", "format"),
+    "gptq_format": ("checkpoint_format", "format", "packing_format"),
     "awq_version": ("version", "format", "checkpoint_format"),
     "awq_sym": ("zero_point",),
-    "tool": ("meta.quantizer",),
+    "tool": ("meta.quantizer", "provider"),
 }
 UNUSED = "a key the rules read, but not the rule of this scheme"
 # fields every rule of a producer reads (the structure the fields come from)

@@ -77,7 +77,28 @@ def flatten(qc: dict, source: str) -> Fields:
         _flatten_quark(qc, source, f)
     elif method in ("gptq", "awq"):
         _flatten_gptq(qc, source, f)
+    elif method == "auto-round":
+        _flatten_autoround(qc, source, f)
     return f
+
+
+# AutoRound's default export (`quant_method: "auto-round"`): `packing_format` names the
+# layout it packed the integer weights in -> the GPTQ checkpoint format it is (auto_gptq
+# packing is GPTQ v1: zero - 1 stored, symmetric qzeros 0x77777777; no g_idx)
+AUTOROUND_PACKING = {"auto_round:auto_gptq": "gptq"}
+
+
+def _flatten_autoround(qc: dict, source: str, f: Fields) -> None:
+    packing = qc.get("packing_format")
+    if packing not in AUTOROUND_PACKING:
+        raise CheckpointError(f"{source}.packing_format", " or ".join(
+            map(repr, AUTOROUND_PACKING)) + " (the AutoRound packings moecert reads)",
+            repr(packing))
+    v = f.values
+    v["gptq_format"] = AUTOROUND_PACKING[packing]
+    v["act_order"] = False  # no g_idx: groups follow k // g
+    v["sym"] = qc.get("sym", True)
+    v["group_size"] = qc.get("group_size", -1)
 
 
 def _flatten_gptq(qc: dict, source: str, f: Fields) -> None:
@@ -114,7 +135,9 @@ def _flatten_gptq(qc: dict, source: str, f: Fields) -> None:
     for k, val in meta.items():
         f.raw(f"meta.{k}", f"meta.{k}", val)
     quantizer = " ".join(meta.get("quantizer") or [])
-    v["tool"] = "gptqmodel" if "gptqmodel" in quantizer else \
+    # AutoRound's auto_gptq / auto_awq exports name it in `provider`
+    v["tool"] = "auto-round" if qc.get("provider") == "auto-round" else \
+        "gptqmodel" if "gptqmodel" in quantizer else \
         "autogptq" if method == "gptq" else "autoawq"
 
 

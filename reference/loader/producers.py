@@ -164,6 +164,11 @@ RULES: tuple[Rule, ...] = (
     _r("<tool>", "gptq-int8", {"quant_method": "gptq", "bits": 8},
        {"group_size": "<group_size>", "sym": "<sym>", "checkpoint_format": "<gptq_format>",
         "act_order": "<act_order>"}),
+    # AutoRound's default export: GPTQ-style packing (`packing_format`), no g_idx; signed
+    # scales, which the GPTQ format records allow (`scale_sign`)
+    *(_r("auto-round", f"gptq-int{b}", {"quant_method": "auto-round", "bits": b},
+         {"group_size": "<group_size>", "sym": "<sym>", "checkpoint_format": "<gptq_format>",
+          "act_order": "<act_order>"}) for b in (4, 8)),
     # AutoAWQ / GPTQModel's awq: GEMM layout only, no act order
     _r("<tool>", "awq-int4", {"quant_method": "awq", "bits": 4, "awq_version": "gemm",
                               "act_order": False},
@@ -178,6 +183,17 @@ RULES: tuple[Rule, ...] = (
     _r("modelopt", "mxfp8", {"quant_method": "modelopt", "quant_algo": "MXFP8",
                              "group_size": OneOf((MX_BLOCK, ABSENT))},
        {"activation": ACT_MXFP8}),
+    # ModelOpt INT4 AWQ: int4 weights (two signed nibbles a byte along out, group scales) and
+    # a pre_quant_scale per input channel the layer applies to its input, W4A8 with fp8
+    # inputs on top. moecert holds no pre-quant scale yet (the reference's q1 / q2 and both
+    # backends would apply it): refused, never read as another scheme (issue 42)
+    *(_r("modelopt", f"modelopt-{name}", {"quant_method": "modelopt", "quant_algo": algo},
+         unsupported=f"ModelOpt INT4 AWQ ({algo}): int4 weights whose layer multiplies its "
+                     "input by a pre_quant_scale per input channel ((q * s) * "
+                     f"pre_quant_scale[k]){extra}; moecert holds no pre-quant scale yet",
+         key="quant_algo")
+      for name, algo, extra in (("w4a16-awq", "W4A16_AWQ", ""),
+                                ("w4a8-awq", "W4A8_AWQ", ", fp8 activations on top"))),
     # AMD Quark: global_quant_config.{weight, input_tensors}
     _r("quark", "int8-w8a8", {**_QUARK, "weights.dtype": "int8", "input.dtype": "int8"},
        {"weight_strategy": "<weights.qscheme>", "activation": "<activation>"}),
@@ -199,6 +215,11 @@ RULES: tuple[Rule, ...] = (
     # dynamic
     _r("quark", "mxfp4", {**_QUARK_MX, "weights.dtype": "fp4", **_QUARK_IN_MX,
                           "input.dtype": "fp4"}, {"activation": ACT_MXFP4}),
+    # Quark int4 per group (int4_wo_32 / _64 / _128): signed int4, symmetric, no inputs
+    _r("quark", "quark-int4", {"quant_method": "quark", "weights.dtype": "int4",
+                               "weights.qscheme": "per_group", "weights.scale_format": ABSENT,
+                               "weights.is_dynamic": _STATIC_WEIGHTS, "input": ABSENT},
+       {"group_size": "<weights.group_size>", "sym": True}),
     # gpt-oss release: MXFP4 experts, 16-bit activations
     _r("gpt-oss", "mxfp4", {"quant_method": "mxfp4"}, {"activation": ACT_NONE}),
     # DeepSeek-V3 / Qwen3 FP8 releases: 128x128 blocks, dynamic 1x128 activation groups
@@ -211,6 +232,7 @@ RULES: tuple[Rule, ...] = (
 # Producer -> the quant_method values it writes.
 PRODUCERS: dict[str, tuple[str, ...]] = {
     "llm-compressor": ("compressed-tensors",), "gptqmodel": ("gptq", "awq"),
+    "auto-round": ("auto-round", "gptq", "awq"),
     "autogptq": ("gptq",), "autoawq": ("awq",), "modelopt": ("modelopt",), "quark": ("quark",),
     "gpt-oss": ("mxfp4",), "fp8-release": ("fp8",), "unquantized": (),
 }
@@ -316,9 +338,12 @@ def _refuse(f: Fields, source: str, method) -> None:
         k in ("format", "quant_algo", "bits") for k, _ in misses(r)),
         any(k == "input" for k, _ in misses(r))))
     k = misses(nearest)[0][0]
+    # what the rules as near as the nearest want of k, those that k fails only: a rule the
+    # found value satisfies would make the message contradict itself ("expected None / 32,
+    # found 32", issue 42)
     wanted = " / ".join(dict.fromkeys(
         repr(dict(r.match)[k]) for r in rules if len(misses(r)) == len(misses(nearest))
-        and k in dict(r.match)))
+        and k in dict(misses(r))))
     raise CheckpointError(f"{source}.{_field_path(f, k)}", f"{wanted} (the nearest {method} "
                           f"scheme moecert reads is {nearest.scheme}; {known()})",
                           _found(f, k))

@@ -47,10 +47,13 @@ def non_positive_codes(role: str, element: str) -> tuple[Rejected, ...]:
                  for v in (0.0, -0.0, -1.0))
 
 
-def bad_numbers(role: str) -> tuple[Rejected, ...]:
-    """NaN, zero and a negative value, for float scales that must be finite and > 0."""
+def bad_numbers(role: str, sign: str = "positive") -> tuple[Rejected, ...]:
+    """NaN, zero and (for `sign` "positive") a negative value: the float scales a format
+    rejects. `sign` is the record's `scale_sign`: "any" keeps negative scales readable."""
+    bad = (("NaN", math.nan), ("zero", 0.0), *((("negative", -1.0),) if sign == "positive"
+                                              else ()))
     return tuple(Rejected(role, f"a {what} {role.replace('_', ' ')}", value=v)
-                 for what, v in (("NaN", math.nan), ("zero", 0.0), ("negative", -1.0)))
+                 for what, v in bad)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,15 @@ class FormatRecord:
     # MX formats: the producing tool's E8M0 rule (a `MxScaleRule` value) that synthesize uses
     # for the weights; None: the checkpoint's mx_scale_rule attribute
     mx_rule: str | None = None
+    # the sign a float weight scale may take: "positive" (> 0) or "any" (the format's
+    # arithmetic (q - z) * s has no sign rule and a tool writes negative scales: AutoRound's
+    # symmetric rule maps each group's largest magnitude to the code -2^(b-1), so half of its
+    # scales are negative). Readers, kernels' conversions and `rejected` all read this field
+    scale_sign: str = "positive"
+    # codes and zero points stored as two's complement fields (Quark's int4: -3 is 0xD), not
+    # offset: the field is (code + code_offset) XOR 2^(b-1), so readers flip that bit and
+    # read on as for an offset format
+    twos_complement: bool = False
 
     @property
     def stored_zero_offset(self) -> int:
@@ -89,17 +101,21 @@ class FormatRecord:
 
 
 def _int_record(name, version, bits, **kw) -> FormatRecord:
+    sign = kw.get("scale_sign", "positive")
     base = dict(name=name, version=version, bit_order="lsb-first", interleave=None,
                 code_offset=1 << (bits - 1), global_scale="none", element_rounding="rne",
-                nonfinite="rejected: scales must be finite and > 0",
-                rejected=bad_numbers("scale"))
+                nonfinite="rejected: scales must be finite and " + (
+                    "> 0" if sign == "positive" else "non-zero (any sign)"),
+                rejected=bad_numbers("scale", sign))
     base.update(kw)
     return FormatRecord(**base)
 
 
 def _gptq(version: str, bits: int) -> FormatRecord:
+    # (q - z) * s: no sign rule. GPTQModel, AutoGPTQ's kernels and AutoRound's own read a
+    # negative scale as signed, and AutoRound's symmetric export writes them (issue 42)
     return _int_record(
-        f"gptq-{version}-int{bits}", version, bits,
+        f"gptq-{version}-int{bits}", version, bits, scale_sign="any",
         weight_layout=f"qweight int32 [E, in*{bits}/32, out]", pack_dim="in", packing="padded",
         zero_domain="unsigned-minus-one" if version == "v1" else "unsigned", zero_pack_dim="out",
         scale_layout="scales [E, in/g, out]", scale_dtype="fp16",
@@ -147,6 +163,15 @@ RECORDS: dict[str, FormatRecord] = {
             interleave=AWQ_PACK_ORDER, zero_domain="unsigned", zero_pack_dim="out",
             scale_layout="scales [E, in/g, out]", scale_dtype="fp16",
             scale_rule="s=max(max-min,1e-5)/15, z=clamp(-round(min/s),0,15) (no clip to 0)"),
+        # AMD Quark 0.13's int4 per-group export (`Pack_4_bits`, pack_method "reorder"): the
+        # [out, in] codes transposed to [in, out], eight signed nibbles per int32 along out
+        # in AWQ's order, zero points the same way; scales [in/g, out] in the model's dtype
+        _int_record(
+            "quark-int4", "0.13", 4, weight_layout="weight int32 [E, in, out/8]",
+            pack_dim="out", packing="padded", interleave=AWQ_PACK_ORDER, twos_complement=True,
+            zero_domain="signed", zero_pack_dim="out", scale_layout="weight_scale [E, in/g, out]",
+            scale_dtype="model",
+            scale_rule="sym: amax/((qmax-qmin)/2) (Quark PerGroupMinMaxObserver), z = 0"),
         _ct("0.17", 4), _ct("0.18", 4), _ct("0.17", 8), _ct("0.18", 8),
         # compressed-tensors int-quantized (W4AFP8): codes as signed int8 values, no packing;
         # symmetric only (the preset's), scales in the model's dtype

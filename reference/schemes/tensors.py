@@ -97,6 +97,14 @@ PACKED_TENSORS = {
         _linear("weight_g_idx", "g_idx", INDEX, ("E", "in"), presence=IF_ACT_ORDER),
         _linear("weight_shape", "shape", (torch.int64,), ("E", "2"), presence=OPTIONAL),
     ),
+    # AMD Quark int4 per group: AWQ's shapes and packing under Quark's names; it writes the
+    # (zero) zero points of symmetric files too
+    "quark-int": (
+        _linear("weight", "weight", INT32, ("E", "in", "out/pack")),
+        _linear("weight_scale", "scale", FLOAT, ("E", "groups", "out")),
+        _linear("weight_zero_point", "zeros", INT32, ("E", "groups", "out/pack"),
+                presence=IF_ASYM, written_when_sym=True),
+    ),
     # compressed-tensors int-quantized (W4AFP8): one signed code per int8, symmetric
     "ct-int": (
         _linear("weight", "weight", (torch.int8,), ("E", "out", "in")),

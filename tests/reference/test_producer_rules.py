@@ -42,6 +42,7 @@ def _edit(qc: dict, **paths) -> dict:
 _G = "config_groups__group_0__"
 _MX8_INPUT = _qc("ct-mxfp8-qwen3moe")["config_groups"]["group_0"]["input_activations"]
 _QUARK_FP8 = {"dtype": "fp8_e4m3"}
+_ALGO = "quantization_config.quant_algo"  # the key ModelOpt INT4 AWQ's refusal names
 
 # id -> (the config as the tool writes it, (scheme, variant) it reads as, or the key a refusal
 # names)
@@ -75,11 +76,21 @@ BASES = {
     "gptqmodel-gptq-v2": (_qc("gptqmodel-gptq-v2-qwen3moe"), "gptq-int4"),
     "gptqmodel-gptq-int8": (_edit(_qc("gptqmodel-gptq-asym-qwen3moe"), bits=8), "gptq-int8"),
     "gptqmodel-awq": (_qc("gptqmodel-awq-gemm-qwen3moe"), "awq-int4"),
+    "autoround-default": (_qc("autoround-default-qwen3moe"), "gptq-int4"),
+    "autoround-default-int8": (_edit(_qc("autoround-default-qwen3moe"), bits=8), "gptq-int8"),
+    "autoround-gptq": (_qc("autoround-gptq-qwen3moe"), "gptq-int4"),
     "modelopt-fp8": (_qc("modelopt-fp8-qwen3moe"), "fp8-w8a8"),
     "modelopt-nvfp4": (_qc("modelopt-nvfp4-qwen3moe"), "nvfp4"),
     "modelopt-mxfp8": (_qc("modelopt-mxfp8-qwen3moe"), "mxfp8"),
     "modelopt-nvfp4-hf-quant": ({"quant_method": "modelopt", **_qc(
         "modelopt-nvfp4-qwen3moe", "hf_quant_config.json")["quantization"]}, "nvfp4"),
+    # ModelOpt INT4 AWQ (refused: pre_quant_scale); W4A8's quant_algo on the same file (the
+    # W4A8 preset's export fails in ModelOpt 0.47 here, tools/producers/README.md)
+    "modelopt-w4a16-awq": (_qc("modelopt-int4-awq-qwen3moe"), _ALGO),
+    "modelopt-w4a16-awq-hf-quant": ({"quant_method": "modelopt", **_qc(
+        "modelopt-int4-awq-qwen3moe", "hf_quant_config.json")["quantization"]}, _ALGO),
+    "modelopt-w4a8-awq": (_edit(_qc("modelopt-int4-awq-qwen3moe"), quant_algo="W4A8_AWQ"),
+                          _ALGO),
     "modelopt-mxfp8-hf-quant": ({"quant_method": "modelopt", **_qc(
         "modelopt-mxfp8-qwen3moe", "hf_quant_config.json")["quantization"]}, "mxfp8"),
     "quark-int8-channel": (_qc("quark-int8-channel-qwen3moe"), "int8-w8a8"),
@@ -90,6 +101,7 @@ BASES = {
                         global_quant_config__weight__dtype="fp8_e4m3",
                         global_quant_config__input_tensors__dtype="fp8_e4m3"), "fp8-w8a8"),
     "quark-mxfp4-w4a4": (_qc("quark-mxfp4-w4a4-qwen3moe"), "mxfp4"),
+    "quark-int4-wo32": (_qc("quark-int4-wo32-qwen3moe"), "quark-int4"),
     "quark-mxfp6-e2m3": (_qc("quark-mxfp6-e2m3-qwen3moe"), "mxfp6-e2m3"),
     "quark-mxfp6-e3m2": (_qc("quark-mxfp6-e3m2-qwen3moe"), "mxfp6-e3m2"),
     **{f"quark-mxfp6-{el}-w6a6": (_edit(
@@ -197,3 +209,21 @@ def test_mxfp4_w4a4_files_read_as_mxfp4_activations_not_mxfp8_nor_16_bit(name):
     assert (d.scheme, d.attrs) == ("mxfp4", {"activation": "mxfp4"})
     assert _read(BASES["ct-mxfp4-mxfp8"][0]).attrs == {"activation": "mxfp8"}
     assert _read(BASES["ct-mxfp4-a16"][0]).attrs == {"activation": "none"}
+
+
+def _expected_and_found(message: str) -> tuple[set[str], str]:
+    """The values a refusal says it expected (`expected A / B (...)`) and the one it found."""
+    expected = message.split(": expected ", 1)[1].split(" (", 1)[0]
+    return set(expected.split(" / ")), message.rsplit(", found ", 1)[1]
+
+
+@pytest.mark.parametrize(("key", "value"), [("dtype", "fp6_e2m3"), ("scale_format", "e8m0"),
+                                            ("dtype", "uint4"), ("qscheme", "per_channel")])
+def test_a_refusal_never_expects_what_it_found(key, value):
+    """Issue 42: Quark's int4_wo_32 was refused with "weight.group_size: expected None / 32
+    ..., found 32". A refusal names only what the nearest rules want and the file fails."""
+    qc = _edit(_qc("quark-int4-wo32-qwen3moe"), **{f"global_quant_config__weight__{key}": value})
+    with pytest.raises(CheckpointError) as err:
+        _read(qc)
+    expected, found = _expected_and_found(str(err.value))
+    assert found not in expected, str(err.value)

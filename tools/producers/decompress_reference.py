@@ -20,6 +20,8 @@ Decompressors (the `decompressor` metadata field names the one used):
 - GPTQModel gptq / gptq_v2 fixtures (run in its environment, `tox -e producers-gptqmodel`):
   its torch kernel module's `dequantize_weight` after its loader's v1 -> v2 zero conversion;
   output fp16 (the scales' dtype).
+- Quark int4 fixtures (`tox -e producers-quark`): Quark's own `Pack_4_bits.unpack` of the
+  weight and zero points, then (q - z) * s.
 - Quark OCP MX fixtures (run in its environment, `tox -e producers-quark`): Quark's own fp6
   (and fp4: the MXFP4 W4A4 fixture) unpacking `create_pack_method(None, dtype).unpack` and
   `dequantize_fp4_fp6_per_group` with
@@ -216,6 +218,30 @@ def quark_mx_decompress(folder: Folder, config: dict, layer: int
                            "dequantize_fp4_fp6_per_group (vLLM dequant_mxfp6's calls)")
 
 
+def quark_int4_decompress(folder: Folder, config: dict, layer: int
+                          ) -> tuple[dict, list[int], str]:
+    """Quark's own unpacking of its int4 per-group export (`Pack_4_bits.unpack`, reorder and
+    transpose back to [out, in], sign extension), then (q - z) * s per group of `group_size`
+    along in (exact in float32: 4-bit integers times bf16 scales)."""
+    from quark.torch.utils.pack import create_pack_method
+
+    group = config["quantization_config"]["global_quant_config"]["weight"]["group_size"]
+    unpack = create_pack_method("per_group", dtype="int4").unpack
+    prefix, experts, projs = _experts(folder, layer)
+    keep = [experts[-1]]  # one expert in fp32 (about 100 KB): the fixtures' size budget
+    tensors = {}
+    for e in keep:
+        for p in projs:
+            t = folder.local(f"{prefix}{e}.{p}.")
+            q = unpack(t["weight"], reorder=True).to(torch.float32)  # [out, in]
+            z = unpack(t["weight_zero_point"], reorder=True).to(torch.float32)  # [out, G]
+            s = t["weight_scale"].to(torch.float32).t()  # [G, out] -> [out, G]
+            w = (q - z.repeat_interleave(group, dim=1)) * s.repeat_interleave(group, dim=1)
+            tensors[f"layers.{layer}.experts.{e}.{p}.weight"] = w.contiguous()
+    return tensors, keep, ("quark create_pack_method('per_group', 'int4').unpack(reorder=True) "
+                           "of weight and weight_zero_point, then (q - z) * s")
+
+
 def _importable(module: str) -> bool:
     import importlib.util
 
@@ -237,6 +263,8 @@ def decompressor(entry: dict, config: dict):
         return gptq_decompress
     if entry["producer"] == "quark" and _quark_mx(config) and _importable("quark"):
         return quark_mx_decompress
+    if entry["producer"] == "quark" and entry["scheme"] == "quark-int4" and _importable("quark"):
+        return quark_int4_decompress
     if entry["producer"] == "moecert" and entry["family"] == "gpt_oss":
         return gptoss_decompress
     if entry["producer"] == "moecert" and entry["family"] == "deepseek_v3":

@@ -1,4 +1,5 @@
-"""Fixtures written by AMD Quark (int8 W8A8, OCP MXFP6 W6A16), on the CPU, offline.
+"""Fixtures written by AMD Quark (int8 W8A8, int4 W4A16, OCP MXFP6 W6A16), on the CPU,
+offline.
 
     python tools/producers/quark_produce.py [--out DIR] [--only NAME ...]
 
@@ -19,6 +20,8 @@ and its own `export_safetensors` (real_quantized, the default).
   Quark's fp6 export packs 4 codes in 3 bytes (docs/mxfp6.md).
 - MXFP4 W4A4 (issue 42): Quark's `OCP_MXFP4Spec` on the weights (static) and on the inputs
   (dynamic): fp4 e2m1 per 32 along in, E8M0 scales, the format AMD's MI355 MoE releases ship.
+- int4 per group (`int4_wo_32`, LLMTemplate's Int4WeightOnlyScheme): symmetric signed int4
+  weights, groups of 32 along in, no input quantization (issue 42).
 """
 
 from __future__ import annotations
@@ -71,6 +74,12 @@ JOBS: dict[str, Job] = {
         "qwen3moe-small", "mxfp4-w4a4", "mxfp4", {"group_size": 32, "activation": "mxfp4"},
         notes="weight uint8 [N, K/2] (two e2m1 codes per byte), weight_scale uint8 E8M0 "
               "[N, K/32]; input_tensors OCP_MXFP4Spec dynamic: no input scales stored"),
+    "quark-int4-wo32-qwen3moe": Job(
+        "qwen3moe-tiny", "int4-wo-32", "quark-int4", {"group_size": 32, "sym": True},
+        notes="Quark's int4_wo_32 template (Int4PerGroupSpec, symmetric, group 32 along in): "
+              "signed int4 codes, weight int32 [K, N/8] (transposed) in the nibble order "
+              "0,2,4,6,1,3,5,7 (export pack_method reorder), weight_zero_point packed the "
+              "same way"),
 }
 
 
@@ -81,6 +90,9 @@ def _specs(spec: str):
     if spec == "int8-channel":
         return (qc.Int8PerChannelSpec(ch_axis=0, symmetric=True, is_dynamic=False),
                 qc.Int8PerChannelSpec(ch_axis=1, symmetric=True, is_dynamic=True))
+    if spec == "int4-wo-32":  # LLMTemplate's Int4WeightOnlyScheme(group_size=32)
+        return qc.Int4PerGroupSpec(ch_axis=-1, is_dynamic=False, scale_type="float",
+                                   group_size=32), None
     if spec == "int8-tensor":
         both = qc.Int8PerTensorSpec(observer_method="min_max", symmetric=True,
                                     scale_type="float", round_method="half_even",

@@ -43,6 +43,8 @@ class TinyModel:
 
 
 _ATTN = {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32}
+_TINY = {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+         "num_hidden_layers": 1}
 
 MODELS: dict[str, TinyModel] = {
     # 8 experts at K = 128: the default for formats whose bytes grow with the element width
@@ -74,6 +76,13 @@ MODELS: dict[str, TinyModel] = {
     "mixtral-1layer": TinyModel("mixtral", E=4, K=128, N=64, topk=2,
                                 config={"num_hidden_layers": 1}),
     "mixtral-small": TinyModel("mixtral", E=4, K=128, N=64, topk=2),
+    # one decoder layer, 4 experts, 16-wide heads: the int4 producers of issue 42 (AutoRound,
+    # Quark int4, ModelOpt INT4 AWQ), a few tens of KB each; N = 128 and o_proj's input 128
+    # where a preset's groups of 128 must fit every linear's input (ModelOpt's AWQ export
+    # refuses partial blocks)
+    "qwen3moe-tiny": TinyModel("qwen3_moe", E=4, K=128, N=64, topk=2, config=_TINY),
+    "qwen3moe-tiny-n128": TinyModel("qwen3_moe", E=4, K=128, N=128, topk=2,
+                                    config={**_TINY, "head_dim": 64}),
     # gpt-oss: biases on every expert linear, swigluoai; its attention has sinks
     "gptoss-small": TinyModel("gpt_oss", E=4, K=128, N=128, topk=2,
                               config={"layer_types": ["sliding_attention", "full_attention"],

@@ -25,7 +25,7 @@ from moecert.kernels.errors import BackendError
 from moecert.kernels.registry import get_backend
 from moecert.reference import Checkpoint, MoEProblem, dequantize, make_inputs, moe, synthesize
 from moecert.reference.errors import CheckpointError
-from moecert.reference.schemes import VARIANT_FIELDS, VariantError
+from moecert.reference.schemes import VARIANT_FIELDS, VariantError, format_record
 from moecert.reference.schemes.tensors import INT32, declared_tensors
 
 P = MoEProblem(M=4, K=64, N=32, E=2, topk=2)
@@ -119,6 +119,9 @@ def _value_corruptions(ckpt: Checkpoint, name: str, role: str, t: torch.Tensor):
         for kind, v in (("nan", math.nan), ("inf", math.inf), ("zero", 0.0), ("negative", -0.5)):
             if kind == "inf" and t.dtype == torch.float8_e4m3fn:
                 continue  # e4m3fn has no infinity: writing one saturates to 448, a valid scale
+            if kind == "negative" and role == "scale" and \
+                    format_record(ckpt).scale_sign == "any":
+                continue  # GPTQ's (q - z) * s reads a negative scale signed (issue 42)
             yield f"scale-{kind}", _edited(t, first, v)
     elif role == "scale":  # E8M0 exponents
         yield "e8m0-0xff", _edited(t, first, 0xFF)

@@ -20,7 +20,7 @@ import torch
 from moecert.conformance.harness.cases import Case
 from moecert.conformance.harness.model_layers import LayerSource, model_name
 from moecert.conformance.harness.suites import build_model_suite
-from moecert.reference import MoEProblem, load_checkpoint, synthesize
+from moecert.reference import SCHEMES, MoEProblem, load_checkpoint, synthesize
 from moecert.reports import load
 from safetensors.torch import save_file
 
@@ -28,7 +28,12 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "reference"))
 import model_folders as mf
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "checkpoints"
-REAL = sorted(p.parent for p in FIXTURES.glob("*/config.json"))
+# the fixtures of schemes moecert holds (a fixture of a refused one, ModelOpt's INT4 AWQ,
+# is tested to be refused in tests/reference/test_loader_fixtures.py)
+_MANIFEST = json.loads((FIXTURES / "MANIFEST.json").read_text())["fixtures"] \
+    if (FIXTURES / "MANIFEST.json").exists() else {}
+REAL = sorted(p.parent for p in FIXTURES.glob("*/config.json")
+              if _MANIFEST.get(p.parent.name, {}).get("scheme", "bf16") in SCHEMES)
 E, K, N, TOPK = 4, 128, 64, 2
 W4AFP8_INPUTS = {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True,
                  "symmetric": True}
