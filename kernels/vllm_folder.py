@@ -113,8 +113,13 @@ def _mapper(arch: str, quant_config):
     mapper = getattr(cls, "hf_to_vllm_mapper", None) or WeightsMapper()
     if quant_config is not None:
         mapper |= quant_config.get_cache_scale_mapper()
-        mapper |= quant_config.get_checkpoint_weight_mapper()
-    return mapper | AutoWeightsLoader.REMOVE_UNUSED_ROTARY_EMBEDS_MAPPER
+        # the checkpoint-weight mapper (g_idx dropped) and the rotary one exist since vLLM
+        # 0.27; vLLM 0.25 (the GPU gate's) composes neither: its loader applies what it has
+        checkpoint = getattr(quant_config, "get_checkpoint_weight_mapper", None)
+        if checkpoint is not None:
+            mapper |= checkpoint()
+    rotary = getattr(AutoWeightsLoader, "REMOVE_UNUSED_ROTARY_EMBEDS_MAPPER", None)
+    return mapper if rotary is None else mapper | rotary
 
 
 def load(runner, folder: str, layer: int, num_experts: int) -> list[str]:
