@@ -1,14 +1,37 @@
 """What an engine adapter (kernels/vllm_backend.py, kernels/transformers_engine/) checks before
 it hands a case's inputs to its engine, the same for every engine: no apply options (the
 standard activation format only), hidden states of the layer's dtype and shape, the output
-tensor to write, and a checkpoint's tensors named and shaped as its variant holds them."""
+tensor to write, and a checkpoint's tensors named and shaped as its variant holds them; where
+a checkpoint came from (a model folder's layer, unchanged), and the one machine an engine is
+asked about."""
 
 from __future__ import annotations
 
 import torch
 
 from .errors import BackendError
+from .platform import Platform
 from .quant_config import QuantConfig, check_tensor, checkpoint_spec
+
+
+def folder_origin(checkpoint) -> tuple[str, int] | None:
+    """(folder, layer) where the checkpoint holds a model folder's whole layer unchanged
+    (the loader's `origin`: cleared by whoever changes the tensors), else None."""
+    origin = getattr(checkpoint, "origin", None)
+    if origin is None or getattr(checkpoint, "first_expert", 0) != 0:
+        return None
+    return str(origin[0]), int(origin[1])
+
+
+def not_this_machine(engine: str, platform: Platform | None) -> str | None:
+    """Why an engine cannot answer for `platform`: an engine runs on the machine it is
+    installed on, so a simulated platform other than this machine's gets a reason."""
+    platform = platform or Platform.current()
+    current = Platform.current()
+    if platform.simulated and platform != Platform(current.kind, current.capability,
+                                                   current.arch):
+        return f"{engine} is asked on the machine it runs on only ({current})"
+    return None
 
 
 def engine_output(problem, hidden_states: torch.Tensor, opts: dict,

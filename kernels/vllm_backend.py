@@ -42,7 +42,13 @@ from moecert.reference.schemes import (
 )
 
 from . import vllm_folder
-from .engine_inputs import check_engine_checkpoint, engine_output, origin_text
+from .engine_inputs import (
+    check_engine_checkpoint,
+    engine_output,
+    folder_origin,
+    not_this_machine,
+    origin_text,
+)
 from .errors import BackendError, UnsupportedError, check_layer
 from .platform import Platform
 from .quant_config import QuantConfig
@@ -152,10 +158,7 @@ class VllmBackend:
 
     # --- claims --------------------------------------------------------------------------
     def supports(self, scheme, problem, *, platform: Platform | None = None) -> str | None:
-        platform = platform or Platform.current()
-        if platform.simulated and platform != _current_simulated():
-            return f"vLLM is asked on the machine it runs on only ({Platform.current()})"
-        why = self.available()
+        why = not_this_machine("vLLM", platform) or self.available()
         if why:
             return why
         return self._claim(QuantConfig.of(scheme), _shape_key(problem), problem)
@@ -212,7 +215,7 @@ class VllmBackend:
     # --- the layer -----------------------------------------------------------------------
     def create_layer(self, checkpoint, problem) -> VllmLayer:
         quant = QuantConfig.of(checkpoint)
-        origin = _folder_origin(checkpoint, problem)
+        origin = folder_origin(checkpoint)
         why = self.supports(quant, problem) if origin is None else \
             self.supports_model_layer(*origin, quant, problem)
         if why:
@@ -245,7 +248,7 @@ class VllmBackend:
             # kernel-format tensors
             raise BackendError("layer", "an unprocessed vLLM layer (the adapter does not "
                                "drive vLLM's layerwise reload)", "a processed layer")
-        origin = _folder_origin(checkpoint, layer.problem)
+        origin = folder_origin(checkpoint)
         if origin != layer.origin:
             raise BackendError("checkpoint", f"tensors of the same kind as the layer was made "
                                f"from ({origin_text(layer.origin)})", origin_text(origin))
@@ -410,14 +413,6 @@ def _recording(layer: VllmLayer):
         setattr(module, CPU_KERNEL_ENTRY, entry)
 
 
-def _folder_origin(checkpoint, problem) -> tuple[str, int] | None:
-    """(folder, layer) where the checkpoint holds a model folder's whole layer unchanged
-    (the loader's `origin`: cleared by whoever changes the tensors), else None."""
-    origin = getattr(checkpoint, "origin", None)
-    if origin is None or getattr(checkpoint, "first_expert", 0) != 0:
-        return None
-    return str(origin[0]), int(origin[1])
-
 
 # vLLM's FusedMoEQuantConfig.quant_dtype names its block-scaled activation formats by strings
 # of its own (a torch dtype otherwise): the ones that are an activation mode here
@@ -489,10 +484,6 @@ def _engine_device() -> torch.device:
 def _amx_supported() -> bool:
     return True
 
-
-def _current_simulated() -> Platform:
-    current = Platform.current()
-    return Platform(current.kind, current.capability, current.arch)
 
 
 def _shape_key(problem) -> tuple:

@@ -32,7 +32,6 @@ import argparse
 import hashlib
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys

@@ -48,7 +48,13 @@ from pathlib import Path
 import torch
 from moecert.reference.schemes import ACT_NONE, FP8_BLOCK, STRATEGY_BLOCK
 
-from ..engine_inputs import check_engine_checkpoint, engine_output, origin_text
+from ..engine_inputs import (
+    check_engine_checkpoint,
+    engine_output,
+    folder_origin,
+    not_this_machine,
+    origin_text,
+)
 from ..errors import BackendError, UnsupportedError, check_layer
 from ..platform import Platform
 from ..quant_config import QuantConfig
@@ -123,10 +129,7 @@ class TransformersBackend:
 
     # --- claims ----------------------------------------------------------------------------
     def supports(self, scheme, problem, *, platform: Platform | None = None) -> str | None:
-        platform = platform or Platform.current()
-        if platform.simulated and platform != _current_simulated():
-            return f"transformers is asked on the machine it runs on only ({Platform.current()})"
-        why = self.available()
+        why = not_this_machine("transformers", platform) or self.available()
         if why:
             return why
         quant = QuantConfig.of(scheme)
@@ -155,7 +158,7 @@ class TransformersBackend:
     # --- the layer -------------------------------------------------------------------------
     def create_layer(self, checkpoint, problem) -> TransformersLayer:
         quant = QuantConfig.of(checkpoint)
-        origin = _folder_origin(checkpoint)
+        origin = folder_origin(checkpoint)
         why = self.supports(quant, problem) if origin is None else \
             self.supports_model_layer(*origin, quant, problem)
         if why:
@@ -175,7 +178,7 @@ class TransformersBackend:
         if quant != layer.quant:
             raise BackendError("checkpoint", f"the layer's quantization {layer.quant}",
                                str(quant))
-        origin = _folder_origin(checkpoint)
+        origin = folder_origin(checkpoint)
         if origin != layer.origin:
             raise BackendError("checkpoint", f"tensors of the same kind as the layer was made "
                                f"from ({origin_text(layer.origin)})", origin_text(origin))
@@ -198,7 +201,7 @@ class TransformersBackend:
         the folder's tensors with the experts rotated) are not a folder transformers can read;
         the adapter writes folders for synthesized checkpoints only."""
         check_layer(layer, TransformersLayer, self.name)
-        origin = _folder_origin(checkpoint)
+        origin = folder_origin(checkpoint)
         if layer.origin is None or origin == layer.origin:
             return None
         return (f"the layer was read by transformers from {origin_text(layer.origin)}, and "
@@ -465,12 +468,6 @@ def _adapter_limit(quant: QuantConfig, problem, table: bool = True) -> str | Non
     return None
 
 
-def _folder_origin(checkpoint) -> tuple[str, int] | None:
-    origin = getattr(checkpoint, "origin", None)
-    if origin is None or getattr(checkpoint, "first_expert", 0) != 0:
-        return None
-    return str(origin[0]), int(origin[1])
-
 
 def _device_of(checkpoint) -> torch.device:
     t = next(iter(checkpoint.tensors.values()), None)
@@ -485,10 +482,6 @@ def _refusal(e: Exception) -> str:
 def _few(items: list, n: int = 3) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
-
-def _current_simulated() -> Platform:
-    current = Platform.current()
-    return Platform(current.kind, current.capability, current.arch)
 
 
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
