@@ -3,7 +3,7 @@ package registry, in parts small enough for the device tool's carry (docs/gpu-ci
 
 Here (with a registry), once:
 
-    python tools/engine_carry.py pack [--out .gpu-carry] [--part-mib 46]
+    python tools/engine_carry.py pack [--out .gpu-carry] [--part-mib 44]
 
 downloads vLLM's wheel and the packages its MoE path imports that the GPU image lacks (or
 holds at a version vLLM or transformers refuses), leaves out of vLLM what a MoE layer never
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="verb", required=True)
     p = sub.add_parser("pack", help="here: download and cut into parts")
     p.add_argument("--out", type=Path, default=Path(".gpu-carry"))
-    p.add_argument("--part-mib", type=int, default=46)
+    p.add_argument("--part-mib", type=int, default=44)
     r = sub.add_parser("receive", help="there: keep one part; install once all are there")
     r.add_argument("part", type=Path)
     e = sub.add_parser("env", help="the PYTHONPATH of one engine's site")

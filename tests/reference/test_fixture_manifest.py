@@ -29,10 +29,13 @@ MANIFEST = json.loads((CHECKPOINTS / "MANIFEST.json").read_text())["fixtures"]
 # 2026-11-28, issue 30's DeepSeek-V3 sharded and GPTQModel per-channel fixtures and its three
 # one-layer ModelOpt NVFP4 fixtures (440 KB): about 13.5 MB. The whole repository travels to
 # the GPU machine under 64 MiB: 14.5 MB of fixtures leaves room; 2026-11-29, issue 42's four
-# int4 producer fixtures (96-168 KB each) and the Quark int4 expectation (99 KB): 14.27 MB)
+# int4 producer fixtures (96-168 KB each) and the Quark int4 expectation (99 KB): 14.27 MB;
+# with issue 42's two MXFP4 W4A4 fixtures (190 KB each) and their expectations (99 + 198 KB):
+# 14.79 MB. The engines' carry (tools/engine_carry.py) cuts parts of 44 MiB beside the tree:
+# 15 MB of fixtures keeps the tree (18.1 MB, 2026-11-29) plus one part under the 64 MiB of one call)
 MAX_FIXTURE_BYTES = 800_000
 MAX_EXPECTED_BYTES = 400_000
-MAX_TOTAL_BYTES = 14_500_000
+MAX_TOTAL_BYTES = 15_000_000
 
 PRODUCERS = {"llm-compressor": "llmcompressor", "modelopt": "nvidia-modelopt",
              "quark": "amd-quark", "gptqmodel": "gptqmodel", "auto-round": "auto-round",
