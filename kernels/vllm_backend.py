@@ -333,6 +333,13 @@ class VllmBackend:
         # In vLLM the routing tensors are its router's own outputs, which its prepare step
         # scales in place (router weight on input): hand it copies, as its router would.
         with self._running(), _recording(layer), torch.inference_mode():
+            # vLLM's runner makes the quant method's kernel config before every forward
+            # (runner/moe_runner.py: `routed_experts._ensure_moe_quant_config_init()`); the
+            # adapter enters the experts below the runner, so it makes it as the runner does.
+            # Without it a method that makes none in processing ran unquantized: MoeWNA16,
+            # vLLM's fallback where Marlin refuses an int4 layer, fed packed int4 weights to
+            # unquantized Triton ("Hidden size mismatch 128 != 64" on an H200).
+            layer.experts._ensure_moe_quant_config_init()
             y = layer.experts.forward_modular(
                 x=hidden_states.contiguous(),
                 topk_weights=topk_weights.to(torch.float32, copy=True).contiguous(),

@@ -330,3 +330,32 @@ def test_the_w4a4_row_states_the_llm_compressor_mxfp4_preset_as_the_tool_writes_
         got = {k: ours["config_groups"]["group_0"][part][k] for k in keys}
         assert got == want, part
 
+
+
+def test_apply_makes_the_kernel_config_as_vllms_runner_does(monkeypatch):
+    """vLLM's runner makes the quant method's kernel config before the experts run; the
+    adapter, entering below the runner, must too (vLLM-free: a stand-in for the experts)."""
+    import contextlib
+
+    class Experts:
+        quant_config = None
+
+        def _ensure_moe_quant_config_init(self):
+            if self.quant_config is None:
+                self.quant_config = "made"
+
+        def forward_modular(self, x, topk_weights, topk_ids):
+            assert self.quant_config == "made", "the experts ran before their config was made"
+            return torch.zeros_like(x)
+
+    class Runner:
+        routed_experts = Experts()
+
+    monkeypatch.setattr(VllmBackend, "_running", lambda self: contextlib.nullcontext())
+    P = MoEProblem(M=2, K=128, N=64, E=3, topk=2)
+    layer = vllm_backend.VllmLayer("vllm", Runner(), QuantConfig.of("bf16"), P)
+    x = torch.randn(P.M, P.K, dtype=P.torch_dtype)
+    ids = torch.tensor([[0, 1], [1, 2]], dtype=torch.int32)
+    out = VllmBackend().apply(layer, x, torch.full((P.M, P.topk), 0.5), ids)
+    assert torch.equal(out, torch.zeros_like(x))
+    assert Runner.routed_experts.quant_config == "made"

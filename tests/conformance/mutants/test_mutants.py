@@ -296,3 +296,21 @@ def test_each_planted_bug_is_one_failure_group():
                                         f"{g['metric']} {g['direction']} its threshold")
     scale = groups[0] if groups[0]["signature"]["backend"] == GROUPED[0] else groups[1]
     assert (scale["metric"], scale["direction"]) == ("norm_ratio", "above")  # output too big
+
+
+# --- one check's change of the layer is not the next check's input -----------------------------
+
+def test_a_layer_processed_twice_is_judged_only_by_process_twice():
+    """process_twice leaves the layer it processed a second time to no later check: on the
+    backend whose second processing swaps gate and up again, process_twice fails and the
+    checks after it (token_order, which applies the layer again) still pass. Before, they
+    ran on the twice-processed layer and failed too: on a GPU every vLLM Marlin case failed
+    token_order with "Hidden size mismatch" after Marlin repacked its weights again."""
+    name = "mutant-process-not-idempotent"
+    register_mutants([name])
+    rows = _smoke_rows(name, MUTANTS[name].targets)
+    by_check: dict[str, set] = {}
+    for r in rows:
+        by_check.setdefault(r["check"], set()).add(r["status"])
+    assert "fail" in by_check["process_twice"], by_check["process_twice"]
+    assert by_check["token_order"] <= {"pass", "skip"}, by_check["token_order"]
