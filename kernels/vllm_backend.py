@@ -202,6 +202,13 @@ class VllmBackend:
             return e.reason, ""
         except Exception as e:
             return f"vLLM {_vllm()['version']} refuses it: {_refusal(e)}", ""
+        if problem.bias and not hasattr(runner.routed_experts, "w13_bias"):
+            # vLLM took has_bias but its quant method made no bias parameters: its loader
+            # fails on the first expert bias ("no attribute 'w13_bias'", 0.25.1's quantized
+            # methods on a GPU), so a biased layer of this scheme does not load in vLLM
+            method = type(runner.routed_experts.quant_method).__name__
+            return (f"vLLM {_vllm()['version']}'s {method} makes no expert bias parameters "
+                    "(a biased layer does not load)"), ""
         choice, isa = _choice(runner.routed_experts.quant_method)
         if choice.startswith(NO_KERNEL):
             # vLLM's fp8 oracle answers NONE off CUDA/ROCm instead of raising; the layer is

@@ -3,6 +3,7 @@ vLLM's own layer where vLLM is importable (CI has none: those tests skip there).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -359,3 +360,27 @@ def test_apply_makes_the_kernel_config_as_vllms_runner_does(monkeypatch):
     out = VllmBackend().apply(layer, x, torch.full((P.M, P.topk), 0.5), ids)
     assert torch.equal(out, torch.zeros_like(x))
     assert Runner.routed_experts.quant_config == "made"
+
+
+def test_a_biased_layer_whose_method_makes_no_bias_parameters_is_not_claimed(monkeypatch):
+    """vLLM built the layer with has_bias, but its quant method made no w13_bias: its loader
+    fails on the first bias, so the adapter does not claim the case (vLLM-free stand-in)."""
+    import contextlib
+
+    class Method:
+        pass
+
+    class Experts:
+        quant_method = Method()
+
+    class Runner:
+        routed_experts = Experts()
+
+    monkeypatch.setattr(VllmBackend, "_running", lambda self: contextlib.nullcontext())
+    monkeypatch.setattr(VllmBackend, "_runner", lambda self, quant, problem, origin=None: Runner())
+    monkeypatch.setattr(vllm_backend, "_vllm", lambda: {"version": "0.25.1"})
+    biased = MoEProblem(M=2, K=128, N=64, E=3, topk=2, bias=True)
+    why, _ = VllmBackend()._select(QuantConfig.of("gptq-int4"), biased)
+    assert why == "vLLM 0.25.1's Method makes no expert bias parameters (a biased layer does not load)"
+    why, _ = VllmBackend()._select(QuantConfig.of("gptq-int4"), replace(biased, bias=False))
+    assert why is None or "bias" not in why
