@@ -1,0 +1,31 @@
+"""tools/reading_sweep.py: the reading a backend computes stands out from the others."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from moecert.conformance.harness.suites import build_suite
+
+TOOL = Path(__file__).resolve().parents[3] / "tools" / "reading_sweep.py"
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("reading_sweep", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_sweep_finds_the_reading_the_backend_computes():
+    case = next(c for c in build_suite("smoke", backends=["torch"])
+                if c.case_id.startswith("torch/fp8-w8a8[channel,a-dynamic-token]/"))
+    rows = {r["reading"]: r for r in _tool().sweep(case, "cpu")}
+    declared = rows["declared -"]["rel_fro"]
+    assert declared < 4e-3  # the output rounding: the torch backend computes this reading
+    assert rows["activation=dynamic-token"]["rel_fro"] == declared
+    # another quantization of the same activations, or none: an e4m3 rounding apart (at
+    # K = 128 a 1x128 group is the token's row: dynamic-group is the same reading)
+    assert rows["activation=dynamic-group"]["rel_fro"] == declared
+    for other in ("activation=none", "activation=dynamic-tensor"):
+        assert rows[other]["rel_fro"] > 5 * declared, (other, rows[other])

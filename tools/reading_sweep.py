@@ -1,0 +1,117 @@
+"""Which reading of the checkpoint does a failing case's output match? For each case id (of a
+suite), the backend's output once, then its rel_fro against the float64 reference of every
+candidate reading: the case's declared one, each activation mode the scheme table offers
+for the same weights, and weight scales rounded to bf16 / fp16. A failing case whose output
+sits at the rounding level of one other reading is a declaration to fix (the kernel computes
+that reading); one that matches none is a defect to reduce to a reproduction.
+
+    python tools/reading_sweep.py --suite smoke --device cuda --backend vllm \\
+        'vllm/fp8-w8a8/M17.K128.N128.E4.k2/bf16.silu/s0' ...
+
+Prints one table per case (and writes them as CSV with --out). The sweep is a triage aid:
+its readings are the harness's own (conformance/harness/numerics.py), so it says nothing
+about a reading the harness does not hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+import torch
+
+
+def _readings(run) -> list[tuple[str, dict]]:
+    from moecert.reference.schemes import SCHEMES, get_scheme
+
+    info = get_scheme(run.quant.scheme)
+    modes = {"none", run.quant.activation}
+    for s in SCHEMES.values():  # every activation mode of a scheme storing the same weights
+        if (s.element, s.weight_bits, s.packed) == (info.element, info.weight_bits, info.packed):
+            modes.update(s.activation_modes)
+    out = [("declared " + (", ".join(f"{k}={v}" for k, v in run.numerics.items()) or "-"),
+            dict(run.numerics))]
+    for mode in sorted(modes):
+        for scale_dtype in (None, "bfloat16", "float16"):
+            n = {k: v for k, v in run.numerics.items()
+                 if k not in ("activation", "weight_scale_dtype")}
+            n["activation"] = mode
+            if scale_dtype:
+                n["weight_scale_dtype"] = scale_dtype
+            out.append((f"activation={mode}" + (f", scales {scale_dtype}" if scale_dtype
+                                                else ""), n))
+    return out
+
+
+def sweep(case, device: str) -> list[dict]:
+    from moecert.conformance.harness.context import CaseRun
+    from moecert.conformance.harness.metrics import error_metrics
+    from moecert.conformance.harness.numerics import reading
+    from moecert.reference import moe
+
+    run = CaseRun(case, device)
+    output = run.output.to(torch.float64)  # the backend's, as the accuracy check takes it
+    x, w, ids, counts = run.inputs.tensors()
+    kept = run._kept_checkpoint()  # the pristine draw, before the backend saw a copy
+    raw = run.laid_out_checkpoint(kept if kept is not None
+                                  else run._draw_checkpoint(run.case.seed))
+    rows = []
+    for name, numerics in _readings(run):
+        try:
+            ckpt = reading(raw, numerics)
+            ref = moe(ckpt, x, w, ids, run.problem, expert_num_tokens=counts)
+            m = error_metrics(output, ref)
+            rows.append({"case_id": case.case_id, "reading": name,
+                         "rel_fro": float(m["rel_fro"]), "cosine": float(m["cosine"]),
+                         "norm_ratio": float(m["norm_ratio"])})
+        except Exception as e:  # a reading the scheme table does not hold for this case
+            rows.append({"case_id": case.case_id, "reading": name, "error":
+                         f"{type(e).__name__}: {str(e)[:100]}"})
+    qc = getattr(getattr(getattr(run.layer, "experts", None), "quant_method", None),
+                 "moe_quant_config", None)
+    if qc is not None:  # an engine's own statement of what its kernel quantizes (vLLM)
+        fields = {k: getattr(qc, k, "?") for k in ("quant_dtype", "block_shape",
+                                                  "per_act_token_quant", "per_out_ch_quant")}
+        a1 = getattr(qc, "a1_scale", None)
+        fields["a1_scale"] = None if a1 is None else tuple(a1.shape)
+        print(f"{case.case_id}: {run.backend_detail}; engine quant config {fields}")
+    return rows
+
+
+def main(argv=None) -> int:
+    from moecert.conformance.harness.suites import build_suite
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("case_ids", nargs="+")
+    p.add_argument("--suite", default="smoke")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", help="write every row as CSV")
+    a = p.parse_args(argv)
+    backends = sorted({c.split("/", 1)[0] for c in a.case_ids})
+    by_id = {c.case_id: c for c in build_suite(a.suite, backends=backends)}
+    unknown = [c for c in a.case_ids if c not in by_id]
+    if unknown:
+        print(f"reading_sweep: not case ids of suite {a.suite}: {', '.join(unknown)}",
+              file=sys.stderr)
+        return 2
+    import pandas as pd
+
+    rows = []
+    for cid in a.case_ids:
+        try:
+            got = sweep(by_id[cid], a.device)
+        except Exception as e:
+            traceback.print_exc()
+            got = [{"case_id": cid, "reading": "-", "error": f"{type(e).__name__}: {e}"}]
+        rows += got
+        print(pd.DataFrame(got).drop(columns="case_id").to_string(index=False,
+                                                                    float_format="%.3g"))
+        print(f"^ {cid}\n", flush=True)
+    if a.out:
+        pd.DataFrame(rows).to_csv(a.out, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
