@@ -8,7 +8,10 @@ that reading); one that matches none is a defect to reduce to a reproduction.
     python tools/reading_sweep.py --suite smoke --device cuda --backend vllm \\
         'vllm/fp8-w8a8/M17.K128.N128.E4.k2/bf16.silu/s0' ...
 
-Prints one table per case (and writes them as CSV with --out). The sweep is a triage aid:
+    python tools/reading_sweep.py --failures failures-vllm.csv --limit 40 --device cuda
+
+(--failures: the case ids of a failures CSV, tools/engine_gpu_summary.py's, whose accuracy
+check failed.) Prints one table per case (and writes them as CSV with --out). The sweep is a triage aid:
 its readings are the harness's own (conformance/harness/numerics.py), so it says nothing
 about a reading the harness does not hold.
 """
@@ -83,22 +86,35 @@ def main(argv=None) -> int:
     from moecert.conformance.harness.suites import build_suite
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("case_ids", nargs="+")
+    p.add_argument("case_ids", nargs="*")
+    p.add_argument("--failures", help="also the accuracy failures of this CSV")
+    p.add_argument("--limit", type=int, default=0, help="at most this many case ids")
     p.add_argument("--suite", default="smoke")
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", help="write every row as CSV")
     a = p.parse_args(argv)
+    import pandas as pd
+
+    if a.failures:
+        f = pd.read_csv(a.failures)
+        f = f[(f["check"] == "accuracy") & (f["status"] == "fail")]
+        a.case_ids += [c for c in dict.fromkeys(f["case_id"]) if c not in a.case_ids]
+    if a.limit:
+        a.case_ids = a.case_ids[:a.limit]
+    if not a.case_ids:
+        print("reading_sweep: no case ids (give some, or --failures with accuracy failures)",
+              file=sys.stderr)
+        return 2
     backends = sorted({c.split("/", 1)[0] for c in a.case_ids})
     by_id = {c.case_id: c for c in build_suite(a.suite, backends=backends)}
     unknown = [c for c in a.case_ids if c not in by_id]
     if unknown:
-        print(f"reading_sweep: not case ids of suite {a.suite}: {', '.join(unknown)}",
-              file=sys.stderr)
-        return 2
-    import pandas as pd
-
+        print(f"reading_sweep: not case ids of suite {a.suite} (skipped): "
+              f"{', '.join(unknown)}", file=sys.stderr)
+        if len(unknown) == len(a.case_ids):
+            return 2
     rows = []
-    for cid in a.case_ids:
+    for cid in (c for c in a.case_ids if c in by_id):
         try:
             got = sweep(by_id[cid], a.device)
         except Exception as e:
