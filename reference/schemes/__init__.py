@@ -14,7 +14,8 @@ meaning.
     tensors.py   the tensors each layout holds, named by role, with dtypes and shapes
     table.py     `Scheme`: its formats (`SchemeFormat` -> a record), element, scale encoding,
                  variants and activation modes; the constants read off the element records
-    shapes.py    `checkpoint_shape_issue`: which problem shapes a checkpoint of a variant holds
+    shapes.py    `checkpoint_shape_issue`: which problem shapes a checkpoint of a variant
+                 holds; `weight_scale_block`: the (rows, cols) one weight scale covers
     variant.py   `Variant`: one scheme variant (group size, zero points, checkpoint format,
                  ...) resolved from the scheme's defaults and checked; what a `Checkpoint`
                  holds, a backend's `supports` receives (`QuantConfig`) and the suites
@@ -31,6 +32,7 @@ from __future__ import annotations
 # shape rules that read it (each imports `table` directly, so the order here is no rule).
 from .shapes import ShapeIssue as ShapeIssue
 from .shapes import checkpoint_shape_issue as checkpoint_shape_issue
+from .shapes import weight_scale_block as weight_scale_block
 from .table import *  # noqa: F403
 from .variant import VARIANT_FIELDS as VARIANT_FIELDS
 from .variant import Variant as Variant

@@ -1,11 +1,51 @@
-"""Which problem shapes a checkpoint of a variant can hold: integer arithmetic on the scheme
-table, read by the reference's writers and the kernels alike."""
+"""Shapes, by integer arithmetic on the scheme table, read by the reference and the kernels
+alike: which problem shapes a checkpoint of a variant can hold (`checkpoint_shape_issue`), and
+the one granularity rule, how many weights one scale covers (`weight_scale_block`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .table import get_scheme, scheme_format
+from .table import (
+    FP8_BLOCK,
+    STRATEGY_BLOCK,
+    STRATEGY_CHANNEL,
+    STRATEGY_TENSOR,
+    get_scheme,
+    scheme_format,
+)
+
+
+def weight_scale_block(quant, linear: str, n_out: int, n_in: int,
+                       shards: int | None = None) -> tuple[int, int]:
+    """The (rows, cols) block of weight [n_out, n_in] of `linear` ("w13", "w2") that one
+    scale covers, as torchao's `block_size`: W[o, k] = code * s[o // rows, k // cols]. The one
+    statement of granularity, from the variant's fields (`quant`: a `Variant` or a
+    Checkpoint): 16-bit weights one block; a block fixed by the format (MX 32, NVFP4 16) or an
+    integer group (`group_size`, -1 all of in) along in; else the weight strategy's ("block"
+    128 x 128, "channel" a row, "tensor" the linear or each of its `shards`).
+
+    `shards` (per-tensor scales only): how many the stored scale holds for the linear, [E] 1,
+    [E, 2] 2 (w1 rows, w3 rows); None: as the producers write it, one per w1 / w3 shard of an
+    fp8 w13 with an even row count (llm-compressor), one per linear otherwise."""
+    info = get_scheme(quant.scheme)
+    if not info.quantized:
+        return (n_out, n_in)
+    if info.scale_block:
+        return (1, info.scale_block)
+    if info.packed:
+        return (1, n_in if quant.group_size == -1 else quant.group_size)
+    strategy = quant.weight_strategy
+    if strategy == STRATEGY_BLOCK:
+        return (FP8_BLOCK, FP8_BLOCK)
+    if strategy == STRATEGY_CHANNEL:
+        return (1, n_in)
+    if strategy != STRATEGY_TENSOR:
+        raise ValueError(f"weight_strategy: expected tensor, channel or block, found "
+                         f"{strategy!r}")
+    if shards is None:
+        shards = 2 if info.element == "e4m3" and linear == "w13" and n_out % 2 == 0 else 1
+    return (n_out // shards, n_in)
 
 
 @dataclass(frozen=True)
