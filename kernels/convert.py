@@ -47,11 +47,11 @@ from typing import NamedTuple
 import torch
 from moecert.reference.schemes import (
     ACT_NVFP4,
-    FP8_BLOCK,
     STATIC_INPUT_MODES,
     STRATEGY_BLOCK,
     STRATEGY_CHANNEL,
     scheme_format,
+    weight_scale_block,
 )
 from moecert.reference.schemes.elements import Element
 from moecert.reference.schemes.tensors import (
@@ -295,18 +295,18 @@ def _convert_dense_linear(layer: MoELayer, p: str):
         else:  # e4m3 under a global scale (NVFP4): positive numbers
             _check_positive_codes(name, s, info.scale_element)
             tensors[f"{p}_gs"] = _global_multipliers(layer, p)
-        return tensors, {f"{p}_block": (1, info.scale_block)}
+        return tensors, {f"{p}_block": weight_scale_block(q, p, n_out, n_in)}
     if q.weight_strategy == STRATEGY_CHANNEL:
-        scales, block = s.view(E, n_out, 1), (1, n_in)
+        scales, block = s.view(E, n_out, 1), weight_scale_block(q, p, n_out, n_in)
     elif q.weight_strategy == STRATEGY_BLOCK:
-        scales, block = s, (FP8_BLOCK, FP8_BLOCK)
+        scales, block = s, weight_scale_block(q, p, n_out, n_in)
     elif s.dim() == 2:  # per-tensor w1 / w3 shard scales [E, 2]
         if n_out % 2:
             raise BackendError(name, "an even w13 row count for w1/w3 shard scales",
                                f"{n_out} rows")
-        scales, block = s.view(E, 2, 1), (n_out // 2, n_in)
+        scales, block = s.view(E, 2, 1), weight_scale_block(q, p, n_out, n_in, shards=2)
     else:
-        scales, block = s.view(E, 1, 1), (n_out, n_in)
+        scales, block = s.view(E, 1, 1), weight_scale_block(q, p, n_out, n_in, shards=1)
     scales = scales.to(torch.float32).contiguous()
     check_scales(name, scales)
     return {f"{p}_w": w, f"{p}_s": scales}, {f"{p}_block": block}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from moecert.reference.schemes import weight_scale_block
 
 from .errors import BackendError
 from .quant_config import QuantConfig, check_tensor, checkpoint_spec
@@ -94,6 +95,4 @@ def linear_dims(layer: MoELayer, p: str) -> tuple[int, int]:
 
 def group_cols(layer: MoELayer, p: str) -> int:
     """Input columns per scale group of linear `p` (all of them for group_size -1)."""
-    n_in = linear_dims(layer, p)[1]
-    g = layer.quant.group_size
-    return n_in if g == -1 else g
+    return weight_scale_block(layer.quant, p, *linear_dims(layer, p))[1]

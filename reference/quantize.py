@@ -23,12 +23,8 @@ from .schemes import (
     ACT_GROUP,
     F4E2M1_MAX,
     F8E4M3_MAX,
-    FP8_BLOCK,
     MX_BLOCK,
     NVFP4_BLOCK,
-    STRATEGY_BLOCK,
-    STRATEGY_CHANNEL,
-    STRATEGY_TENSOR,
 )
 from .schemes.elements import INT, get_element
 
@@ -173,22 +169,6 @@ def quantize_nvfp4(w: torch.Tensor, shards: int, convention: str) -> CanonicalLi
     step = (bs * g_rows.unsqueeze(-1)).repeat_interleave(NVFP4_BLOCK, dim=2)
     codes = round_to_e2m1(w / step)
     return CanonicalLinear(codes=codes, scales=bs, block=(1, NVFP4_BLOCK), global_scale=g_rows)
-
-
-def weight_scale_block(ckpt, prefix: str, n_out: int, n_in: int) -> tuple[int, int]:
-    """The (rows, cols) scale block of linear `prefix` [n_out, n_in] of a checkpoint with one
-    scale per block (per tensor, channel, 128 x 128 block, or `scale_block` columns): fp8
-    producers (llm-compressor) write one per-tensor scale per w1 / w3 shard of w13."""
-    info, strategy = ckpt.info, ckpt.weight_strategy
-    if info.scale_block:
-        return (1, info.scale_block)
-    if strategy == STRATEGY_BLOCK:
-        return (FP8_BLOCK, FP8_BLOCK)
-    if strategy == STRATEGY_CHANNEL:
-        return (1, n_in)
-    shards = (info.element == "e4m3" and prefix == "w13" and strategy == STRATEGY_TENSOR
-              and n_out % 2 == 0)
-    return (n_out // 2, n_in) if shards else (n_out, n_in)
 
 
 # --- activation quantize-dequantize (q1, q2) --------------------------------------------------

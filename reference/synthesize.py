@@ -25,7 +25,6 @@ from .quantize import (
     quantize_mx,
     quantize_nvfp4,
     quantize_scaled,
-    weight_scale_block,
 )
 from .schemes import (
     ACT_ELEMENT_MAX,
@@ -33,6 +32,7 @@ from .schemes import (
     STATIC_INPUT_MODES,
     checkpoint_shape_issue,
     layout_of,
+    weight_scale_block,
 )
 from .schemes.tensors import input_scale_name, weight_dtype
 

@@ -115,6 +115,40 @@ def test_importing_every_kernel_module_loads_none_of_the_reference_math():
     assert not outside, f"kernels loaded reference modules beyond the facts: {sorted(outside)}"
 
 
+def _module_name(path: Path) -> str:
+    parts = ["moecert", *path.relative_to(ROOT).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of `graph` (module -> modules it imports), or [] if there is none."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node, path):
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = 2
+        return []
+
+    return next((c for n in sorted(graph) if n not in state and (c := visit(n, [n]))), [])
+
+
+def test_the_format_facts_import_one_another_without_a_cycle():
+    """Each module of `reference/schemes/` imports the modules it reads (the scheme table is
+    `table.py`), never its own package: a cycle through the package's `__init__` holds only
+    while an import stays at the file's end (issue 45)."""
+    files = sorted((ROOT / "reference" / "schemes").glob("*.py"))
+    names = {_module_name(f) for f in files}
+    graph = {_module_name(f): set(_imports(f, "")) & names - {_module_name(f)} for f in files}
+    assert len(graph) == len(files) >= 7
+    assert not _cycle(graph), f"import cycle in the format facts: {' -> '.join(_cycle(graph))}"
+    assert _cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]  # the finder finds one
+
+
 def test_the_reference_package_still_offers_its_public_names():
     """The lazy package (PEP 562) gives the functions, also after their submodules (which
     share their names: moe, dequantize, synthesize) are imported."""

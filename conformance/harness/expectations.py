@@ -3,10 +3,18 @@ waivers (`moecert certify --waivers`, certification/waivers.py): which rows an e
 why.
 
     [[xfail]]                              # [[waiver]] in a waiver file
-    backend = "vendor-x"                   # exact name; absent or "*": every backend
-    case_id = "vendor-x/awq-int4*"         # fnmatch pattern on the case id; absent: "*"
+    backend = "vendor-x"                   # a name or a list of names; absent or "*": every
+    scheme = "awq-int4"                    # backend; then the case's fields it covers
+    variant = { sym = false }              # (harness/case_fields.py: scheme, variant.*,
+    problem = { M = { min = 1 } }          # problem.*, routing, seed, strided, model, folder)
     checks = ["accuracy", "exact"]         # check names; absent or ["*"]: every check
     reason = "AWQ with zero points: tracked in vendor-x#123"
+
+An entry covers the rows whose case has every field it names (a value, any of a list, or
+within `{ min, max }`), so it says what it covers and a new case is covered only where its
+fields are. A waiver names its case by id instead (`case_id`: the id, or an fnmatch pattern);
+`case_id` is read in an expected-failure list too, the form before issue 45, which the lists
+of this repository no longer use (tests/conformance/harness/test_xfail_fields.py).
 
 An expected failure (not a waiver) also names what it expects, so that a different failure of
 the same rows is not hidden by it (a crash where a wrong value was expected, a new message):
@@ -41,7 +49,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .case_fields import CASE_FIELDS, TABLES, case_fields, describe, field_matches, parse_fields
+
 KEYS = ("backend", "case_id", "checks", "reason")
+FIELD_KEYS = (*CASE_FIELDS[1:], *TABLES)  # an expected failure's case fields (case_fields.py)
 EXPECT_KEYS = ("status", "message", "metrics", "requires")  # an expected failure's own keys
 EVERY = "*"
 NOT_RUN = ("unsupported", "skip", "oversize")  # rows whose check did not run
@@ -64,11 +75,19 @@ class Expectation:
     # packages (pip names) an environment needs for a run to reach the entry's rows: a list
     # serves environments with and without them, and coverage is checked per environment
     requires: tuple[str, ...] = ()
+    # the case fields it covers (case_fields.py): (name, wanted)
+    fields: tuple[tuple[str, object], ...] = ()
 
     def matches(self, row: dict) -> bool:
-        return (self.backend in (EVERY, str(row["backend"]))
+        if not (self.backend in (EVERY, str(row["backend"]))
                 and fnmatch.fnmatchcase(str(row["case_id"]), self.case_id)
-                and (EVERY in self.checks or str(row["check"]) in self.checks))
+                and (EVERY in self.checks or str(row["check"]) in self.checks)):
+            return False
+        if not self.fields:
+            return True
+        values = case_fields(row)
+        return values is not None and all(field_matches(name, wanted, values[name])
+                                          for name, wanted in self.fields)
 
     def unexpected(self, row: dict) -> str | None:
         """None when the failing `row` is the failure this entry expects; else what differs
@@ -94,8 +113,9 @@ class Expectation:
         return ", ".join(parts)
 
     def __str__(self) -> str:
-        return (f"backend {self.backend}, case_id {self.case_id}, checks "
-                f"{', '.join(self.checks)}: {self.reason}")
+        covers = describe(self.fields) if self.fields else f"case_id {self.case_id}"
+        return (f"backend {self.backend}, {covers}, checks {', '.join(self.checks)}: "
+                f"{self.reason}")
 
 
 def parse_expectations(text: str, where: str, table: str, required: tuple[str, ...],
@@ -116,7 +136,7 @@ def parse_expectations(text: str, where: str, table: str, required: tuple[str, .
     entries = []
     for i, raw in enumerate(data.get(table, [])):
         entry = f"{where}: {table} entry {i}"
-        keys = KEYS + EXPECT_KEYS if expects else KEYS
+        keys = KEYS + FIELD_KEYS + EXPECT_KEYS if expects else KEYS
         for key in sorted(set(raw) - set(keys)):
             close = difflib.get_close_matches(key, keys, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -143,8 +163,12 @@ def parse_expectations(text: str, where: str, table: str, required: tuple[str, .
                              f'requires = ["amd-quark"]')
         if requires:
             expected["requires"] = tuple(requires)
-        entries.append(Expectation(str(raw.get("backend", EVERY)), str(raw.get("case_id", EVERY)),
-                                   tuple(checks), reason, **expected))
+        if expects:
+            expected["fields"] = parse_fields(raw, entry)
+        backend = raw.get("backend", EVERY)
+        entries.append(Expectation(backend if isinstance(backend, str) else EVERY,
+                                   str(raw.get("case_id", EVERY)), tuple(checks), reason,
+                                   **expected))
     return entries
 
 

@@ -7,8 +7,10 @@ at all, or a check of it that no row reached, is an error of the run (`unused`),
 entries do not pile up. The entries are the expectation record (harness/expectations.py):
 
     [[xfail]]
-    backend = "vendor-x"                   # exact name (required)
-    case_id = "*/awq-int4*/*"              # fnmatch pattern on the case id ("*" if absent)
+    backend = "vendor-x"                   # a name or a list of names (required)
+    scheme = "awq-int4"                    # the case fields it covers (harness/case_fields.py):
+    variant = { sym = false }              # scheme, variant.*, problem.*, routing, seed,
+                                           # strided, model, folder (every case if none)
     checks = ["accuracy"]                  # check names (every check if absent)
     status = ["fail"]                      # the failing statuses expected (required)
     message = "rel_fro"                    # regular expression in the row's message, and/or

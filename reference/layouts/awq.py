@@ -16,10 +16,10 @@ import torch
 from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
 from ..packing import awq_interleave, awq_undo_interleave, pack_int32, unpack_int32
+from ..schemes import weight_scale_block
 from ..schemes.tensors import role_names
 from .common import (
     check_symmetric_zeros,
-    group_cols,
     scale_dtype,
     scales_float64,
 )
@@ -51,7 +51,7 @@ def read_awq(ckpt: Checkpoint, p: str) -> CanonicalLinear:
             check_symmetric_zeros(n["zeros"], zeros, rec.code_offset)
             zeros = None
     return CanonicalLinear(codes=codes, scales=scales.transpose(1, 2),
-                           block=(1, group_cols(ckpt, n_in)), zeros=zeros)
+                           block=weight_scale_block(ckpt, p, n_out, n_in), zeros=zeros)
 
 
 def write_awq(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,

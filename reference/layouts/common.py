@@ -29,10 +29,6 @@ def num_groups(ckpt: Checkpoint, name: str, n_in: int) -> int:
     return n_in // g
 
 
-def group_cols(ckpt: Checkpoint, n_in: int) -> int:
-    return n_in if ckpt.group_size == -1 else ckpt.group_size
-
-
 def scales_float64(ckpt: Checkpoint, name: str) -> torch.Tensor:
     """float64 copy of a scale tensor, which must be finite and non-zero, and > 0 unless
     the format record's `scale_sign` is "any"."""

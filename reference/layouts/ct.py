@@ -15,10 +15,10 @@ from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
 from ..errors import CheckpointError
 from ..packing import pack_int32, packed_length, unpack_int32
+from ..schemes import weight_scale_block
 from ..schemes.tensors import role_names
 from .common import (
     check_symmetric_zeros,
-    group_cols,
     linear_format,
     num_groups,
     read_g_idx,
@@ -42,8 +42,8 @@ def read_ct(ckpt: Checkpoint, p: str) -> CanonicalLinear:
         if ckpt.sym:
             check_symmetric_zeros(n["zeros"], zeros, rec.code_offset)
             zeros = None
-    return CanonicalLinear(codes=codes, scales=scales, block=(1, group_cols(ckpt, n_in)),
-                           zeros=zeros,
+    return CanonicalLinear(codes=codes, scales=scales,
+                           block=weight_scale_block(ckpt, p, n_out, n_in), zeros=zeros,
                            g_idx=read_g_idx(ckpt, n["g_idx"], n_in, groups))
 
 

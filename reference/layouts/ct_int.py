@@ -12,8 +12,9 @@ import torch
 
 from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
+from ..schemes import weight_scale_block
 from ..schemes.tensors import role_names
-from .common import check_range, group_cols, num_groups, scale_dtype, scales_float64
+from .common import check_range, num_groups, scale_dtype, scales_float64
 
 
 def read_ct_int(ckpt: Checkpoint, p: str) -> CanonicalLinear:
@@ -28,7 +29,7 @@ def read_ct_int(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     # an int8 tensor holds any 8-bit value: a file that declares 4 bits must keep to int4
     check_range(ckpt, name, codes, -half, half - 1, f"int{bits} codes")
     return CanonicalLinear(codes=codes, scales=scales_float64(ckpt, n["scale"]),
-                           block=(1, group_cols(ckpt, n_in)))
+                           block=weight_scale_block(ckpt, p, w.shape[1], n_in))
 
 
 def write_ct_int(c: CanonicalLinear, p: str, ckpt_attrs: Checkpoint,

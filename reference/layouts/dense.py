@@ -33,10 +33,10 @@ from ..elements import (
 from ..errors import CheckpointError
 from ..quantize import nvfp4_multiplier
 from ..schemes import (
-    FP8_BLOCK,
     STRATEGY_BLOCK,
     STRATEGY_CHANNEL,
     STRATEGY_TENSOR,
+    weight_scale_block,
 )
 from ..schemes.elements import INT
 from ..schemes.tensors import role_names, weight_dtype
@@ -57,9 +57,10 @@ def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
                                                  device=w.device), block=(n_out, n_in))
     codes = _decode_weight(name, w, info.weight_element)
     if info.scale_encoding == "e8m0":
-        scales, block = _read_e8m0(ckpt, p, E, n_out, n_in), (1, info.scale_block)
+        scales, block = _read_e8m0(ckpt, p, E, n_out, n_in), weight_scale_block(
+            ckpt, p, n_out, n_in)
     elif info.scale_encoding == "e4m3":
-        scales, block = _read_e4m3_blocks(ckpt, p), (1, info.scale_block)
+        scales, block = _read_e4m3_blocks(ckpt, p), weight_scale_block(ckpt, p, n_out, n_in)
     else:
         scales, block = _read_scale(ckpt, p, E, n_out, n_in)
         zero_point = n.get("zeros")
@@ -128,12 +129,12 @@ def _read_scale(ckpt, p, E, n_out, n_in):
             if n_out % 2:
                 raise CheckpointError(name, "an even w13 row count for w1/w3 shard scales",
                                       f"{n_out} rows")
-            return scales_float64(ckpt, name).view(E, 2, 1), (n_out // 2, n_in)
-        return scales_float64(ckpt, name).view(E, 1, 1), (n_out, n_in)
-    if strategy == STRATEGY_CHANNEL:
-        return scales_float64(ckpt, name), (1, n_in)
-    if strategy == STRATEGY_BLOCK:
-        return scales_float64(ckpt, name), (FP8_BLOCK, FP8_BLOCK)
+            return (scales_float64(ckpt, name).view(E, 2, 1),
+                    weight_scale_block(ckpt, p, n_out, n_in, shards=2))
+        return (scales_float64(ckpt, name).view(E, 1, 1),
+                weight_scale_block(ckpt, p, n_out, n_in, shards=1))
+    if strategy in (STRATEGY_CHANNEL, STRATEGY_BLOCK):
+        return scales_float64(ckpt, name), weight_scale_block(ckpt, p, n_out, n_in)
     raise CheckpointError("checkpoint.weight_strategy", "tensor, channel or block", strategy)
 
 

@@ -14,11 +14,11 @@ from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
 from ..errors import CheckpointError
 from ..packing import codes_per_word, pack_int32, unpack_int32
+from ..schemes import weight_scale_block
 from ..schemes.tensors import role_names
 from .common import (
     check_range,
     check_symmetric_zeros,
-    group_cols,
     linear_format,
     num_groups,
     read_g_idx,
@@ -44,7 +44,7 @@ def read_gptq(ckpt: Checkpoint, p: str) -> CanonicalLinear:
     scales = scales_float64(ckpt, n["scale"])
     zeros = _read_zeros(ckpt, p, E, groups, n_out, bits)
     return CanonicalLinear(codes=codes, scales=scales.transpose(1, 2),
-                           block=(1, group_cols(ckpt, n_in)), zeros=zeros,
+                           block=weight_scale_block(ckpt, p, n_out, n_in), zeros=zeros,
                            g_idx=read_g_idx(ckpt, n["g_idx"], n_in, groups))
 
 

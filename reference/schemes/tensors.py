@@ -24,7 +24,7 @@ from fractions import Fraction
 
 import torch
 
-from . import (
+from .table import (
     FP8_BLOCK,
     STATIC_INPUT_MODES,
     STRATEGY_BLOCK,

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from . import (
+from .elements import MX_SCALE_RULES, MxScaleRule
+from .table import (
     PACKED_LAYOUTS,
     SCHEMES,
     STRATEGY_GROUP,
@@ -29,7 +30,6 @@ from . import (
     get_scheme,
     scheme_format,
 )
-from .elements import MX_SCALE_RULES, MxScaleRule
 
 
 class VariantError(ValueError):

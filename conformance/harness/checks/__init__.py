@@ -1,29 +1,13 @@
-"""The checks: each a function of a `CaseRun` returning an `Outcome`, each its own result row.
-
-    claims         a claimed case runs; an unclaimed one, forced, raises a clear error
-    oracle         the oracle's choice for this case's scheme and shape claims support, and no
-                   claiming backend ahead of it in the priority list was passed over
-    accuracy       output against the float64 reference, under the case's tolerance entry
-    fully_written  no NaN left in the output buffer, which was poisoned with NaN
-    no_mutation    inputs and checkpoint tensors bitwise unchanged by load, process, apply
-    canonical      the processed weights, read back in canonical form, bit for bit
-    determinism    a second apply is bitwise equal to the first
-    process_twice  a second process_weights_after_loading changes no state and no output
-    token_order    permuted tokens give the permuted output (within the tolerance entry)
-    reload         a second checkpoint loaded into a processed layer equals a fresh load
-    exact          structured inputs whose output is exactly representable, bit for bit
-    malformed      the checkpoint with one value its format rejects is refused, the error
-                   naming the tensor: every rejected value of the case's format record in
-                   turn (NaN codes, E8M0 0xFF, non-positive or NaN scales), one at a time
-    saturation     a model layer with static input scales: hidden states 4x beyond GEMM1's
-                   calibrated range (inputs.py, regime "saturated"), judged against the
-                   reference under the tolerance entries of that regime (skip on a layer
-                   without static scales; not run on a synthesized checkpoint)
+"""The checks: each a function of a `CaseRun` returning an `Outcome`, each its own result row,
+and each declared once, as a `Check` record in `CHECK_TABLE` (its name, function, depth, whether
+it runs on a case the backend does not claim, whether it needs a model layer, what it catches).
+`CHECKS`, `LIGHT`, `FULL`, `depth_checks` and `run_check` derive from the table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..context import CaseRun, StepFailed
 from .outcome import Outcome
@@ -44,29 +28,72 @@ from .state import (
 )
 from .values import check_exact, check_malformed
 
-LIGHT = ("claims", "oracle", "accuracy", "fully_written", "no_mutation")
-FULL = (*LIGHT, "canonical", "determinism", "process_twice", "token_order", "reload", "exact",
-        "malformed", "saturation")
-# Checks that judge the case without running it on an unclaimed combination.
-_RUN_ANYWAY = ("claims", "oracle")
+DEPTHS = ("light", "full")  # a case's depth (suites.py): "full" runs the light checks too
 
-CHECKS: dict[str, Callable[[CaseRun], Outcome]] = {
-    "claims": check_claims, "oracle": check_oracle, "accuracy": check_accuracy,
-    "fully_written": check_fully_written, "no_mutation": check_no_mutation,
-    "canonical": check_canonical, "determinism": check_determinism,
-    "process_twice": check_process_twice, "token_order": check_token_order,
-    "reload": check_reload, "exact": check_exact, "malformed": check_malformed,
-    "saturation": check_saturation,
-}
-assert tuple(CHECKS) == FULL
+
+@dataclass(frozen=True)
+class Check:
+    name: str  # the result rows' `check` column and `--check`'s value
+    function: Callable[[CaseRun], Outcome]
+    depth: str  # DEPTHS: the least depth whose cases run it
+    catches: str  # what it asserts: a failure says this does not hold
+    # it judges the claim itself, so it runs on a case the backend does not claim (every
+    # other check is "unsupported" there)
+    unclaimed: bool = False
+    # it needs a model layer (its calibrated range): not run on a synthesized checkpoint
+    model_layer: bool = False
+
+
+CHECK_TABLE: tuple[Check, ...] = (
+    Check("claims", check_claims, "light", unclaimed=True,
+          catches="a claimed case runs; an unclaimed one, forced, raises a clear error"),
+    Check("oracle", check_oracle, "light", unclaimed=True,
+          catches="the oracle's choice for this case's scheme and shape claims support, and no "
+                  "claiming backend ahead of it in the priority list was passed over"),
+    Check("accuracy", check_accuracy, "light",
+          catches="output against the float64 reference, under the case's tolerance entry"),
+    Check("fully_written", check_fully_written, "light",
+          catches="no NaN left in the output buffer, which was poisoned with NaN"),
+    Check("no_mutation", check_no_mutation, "light",
+          catches="inputs and checkpoint tensors bitwise unchanged by load, process, apply"),
+    Check("canonical", check_canonical, "full",
+          catches="the processed weights, read back in canonical form, bit for bit"),
+    Check("determinism", check_determinism, "full",
+          catches="a second apply is bitwise equal to the first"),
+    Check("process_twice", check_process_twice, "full",
+          catches="a second process_weights_after_loading changes no state and no output"),
+    Check("token_order", check_token_order, "full",
+          catches="permuted tokens give the permuted output (within the tolerance entry)"),
+    Check("reload", check_reload, "full",
+          catches="a second checkpoint loaded into a processed layer equals a fresh load"),
+    Check("exact", check_exact, "full",
+          catches="structured inputs whose output is exactly representable, bit for bit"),
+    Check("malformed", check_malformed, "full",
+          catches="the checkpoint with one value its format rejects is refused, the error "
+                  "naming the tensor: every rejected value of the case's format record in turn "
+                  "(NaN codes, E8M0 0xFF, non-positive or NaN scales), one at a time"),
+    Check("saturation", check_saturation, "full", model_layer=True,
+          catches="a model layer with static input scales: hidden states 4x beyond GEMM1's "
+                  "calibrated range (inputs.py, regime \"saturated\"), judged against the "
+                  "reference under the tolerance entries of that regime (skip on a layer "
+                  "without static scales)"),
+)
+
+CHECKS: dict[str, Callable[[CaseRun], Outcome]] = {c.name: c.function for c in CHECK_TABLE}
+BY_NAME: dict[str, Check] = {c.name: c for c in CHECK_TABLE}
+LIGHT = tuple(c.name for c in CHECK_TABLE if c.depth == "light")
+FULL = tuple(c.name for c in CHECK_TABLE)  # every depth's, the light ones first
+assert len(BY_NAME) == len(CHECK_TABLE) and all(c.depth in DEPTHS for c in CHECK_TABLE)
+assert FULL[:len(LIGHT)] == LIGHT, "CHECK_TABLE lists the light checks first"
 
 
 def depth_checks(case) -> list[str]:
     """Every check a case of its depth runs (what certify counts as a complete case): the
-    depth's list, less `saturation` on a synthesized checkpoint (no calibrated range)."""
+    depth's list, less the checks that need a model layer on a synthesized checkpoint
+    (`saturation`: no calibrated range)."""
     names = list(FULL if case.depth == "full" else LIGHT)
     if case.source is None:
-        names = [n for n in names if n != "saturation"]
+        names = [n for n in names if not BY_NAME[n].model_layer]
     return names
 
 
@@ -100,12 +127,14 @@ def routes_nothing(run: CaseRun) -> str | None:
 
 
 def run_check(name: str, run: CaseRun) -> Outcome:
-    """One check; an unclaimed case is "unsupported" except for the claims checks, and any
+    """One check; an unclaimed case is "unsupported" except for the checks that judge the
+    claim itself (`Check.unclaimed`: claims, oracle), and any
     exception a backend raises is an "error" outcome, never the end of the run."""
-    if run.claim is not None and name not in _RUN_ANYWAY:
+    unclaimed = name in BY_NAME and BY_NAME[name].unclaimed
+    if run.claim is not None and not unclaimed:
         return Outcome("unsupported", run.claim)
     try:
-        idle = name not in _RUN_ANYWAY and routes_nothing(run)
+        idle = not unclaimed and routes_nothing(run)
         if idle:
             return Outcome("fail", idle)
         return CHECKS[name](run)
@@ -115,5 +144,5 @@ def run_check(name: str, run: CaseRun) -> Outcome:
         return Outcome("error", f"{type(e).__name__}: {e}")
 
 
-__all__ = ["CHECKS", "FULL", "LIGHT", "Outcome", "checks_for", "depth_checks", "routes_nothing",
-           "run_check"]
+__all__ = ["BY_NAME", "CHECKS", "CHECK_TABLE", "FULL", "LIGHT", "Check", "Outcome", "checks_for",
+           "depth_checks", "routes_nothing", "run_check"]

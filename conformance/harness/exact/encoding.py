@@ -13,7 +13,7 @@ import torch
 from moecert.reference import CanonicalLinear, Checkpoint, MoEProblem
 from moecert.reference.elements import pow2, round_to
 from moecert.reference.layouts import write_linear
-from moecert.reference.quantize import weight_scale_block
+from moecert.reference.schemes import weight_scale_block
 from moecert.reference.schemes.elements import ELEMENTS, INT
 from moecert.reference.synthesize import random_g_idx
 
@@ -42,10 +42,7 @@ def _encode(gen, V: torch.Tensor, attrs: Checkpoint, prefix: str) -> CanonicalLi
                                block=(n_out, n_in))
     if info.packed:
         return _encode_int_groups(gen, V, attrs)
-    if info.scale_block:
-        block = (1, info.scale_block)
-    else:
-        block = weight_scale_block(attrs, prefix, n_out, n_in)
+    block = weight_scale_block(attrs, prefix, n_out, n_in)
     element = info.element
     codes, scales = _encode_blocks(gen, V, block, element)
     return CanonicalLinear(codes=codes, scales=scales, block=block)

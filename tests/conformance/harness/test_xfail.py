@@ -201,7 +201,7 @@ def test_the_vllm_list_holds_one_entry_per_finding():
     from moecert.conformance.harness.option_values import xfail_list
 
     entries = xfail_list("vllm").entries
-    keys = [(e.backend, e.case_id, e.reason) for e in entries]
+    keys = [(e.backend, e.case_id, e.fields, e.reason) for e in entries]
     assert not [a for a, b in itertools.pairwise(keys) if a == b]
 
 
