@@ -355,10 +355,12 @@ def _quantize(layer: MoELayer, plan: dict, quant, t: torch.Tensor, which: str,
         if mode == ACT_DYNAMIC_GROUP:
             codes, scales = quant.quantize_fp8(t, "group", ACT_GROUP)
             return codes.view(torch.uint8), scales, None, kinds.A_FP8_G
-        if mode not in (ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR):
+        kind = {ACT_DYNAMIC_TOKEN: "token", ACT_STATIC_TENSOR: "static",
+                ACT_DYNAMIC_TENSOR: "tensor"}.get(mode)
+        if kind is None:
             raise ValueError(f"e4m3 activation quantization {mode!r}")
-        kind = "token" if mode == ACT_DYNAMIC_TOKEN else "static"
-        codes, scales = quant.quantize_fp8(t, kind, ACT_GROUP, given=static)
+        codes, scales = quant.quantize_fp8(t, kind, ACT_GROUP, given=static,
+                                           valid_rows=valid_rows)
         return codes.view(torch.uint8), scales, None, kinds.A_FP8
     gscale = plan["a1_gscale" if which == "w13" else "a2_gscale"]
     if mode == ACT_DYNAMIC_TOKEN:

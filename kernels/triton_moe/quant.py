@@ -173,11 +173,13 @@ def mx_quant_kernel(x_ptr, q_ptr, scale_ptr, K, stride_x, stride_q, stride_s,
 
 @triton.jit
 def fp8_quant_kernel(x_ptr, q_ptr, scale_ptr, given_ptr, K, SPAN, stride_x, stride_q,
-                     stride_s, DYNAMIC: tl.constexpr, BLOCK_K: tl.constexpr):
+                     stride_s, DYNAMIC: tl.constexpr, GIVEN_AMAX: tl.constexpr,
+                     BLOCK_K: tl.constexpr):
     """Program (row, u) quantizes columns [u * SPAN, (u + 1) * SPAN) of the row, one unit
-    (SPAN = K: the whole row; 128: a 1x128 group): s = amax / 448 of the unit (DYNAMIC) or
-    the given scale; codes e4m3_rne(x * 448 / amax) (one rounding of the exact ratio: the tie
-    x = 3/8 amax goes to even) or e4m3_rne(x / s), 0 where s = 0."""
+    (SPAN = K: the whole row; 128: a 1x128 group): s = amax / 448 of the unit (DYNAMIC), of
+    the given amax (GIVEN_AMAX: the whole tensor's), or the given scale; codes
+    e4m3_rne(x * 448 / amax) (one rounding of the exact ratio: the tie x = 3/8 amax goes to
+    even) or e4m3_rne(x / s), 0 where s = 0."""
     row = tl.program_id(0).to(tl.int64)
     unit = tl.program_id(1)
     start = unit * SPAN
@@ -189,6 +191,8 @@ def fp8_quant_kernel(x_ptr, q_ptr, scale_ptr, given_ptr, K, SPAN, stride_x, stri
             x = tl.load(x_ptr + row * stride_x + k0 + offs, mask=k0 + offs < end, other=0.0)
             amax = tl.maximum(amax, tl.abs(x.to(tl.float32)))
         num, den = E4M3_MAX, tl.max(amax, axis=0)
+    elif GIVEN_AMAX:
+        num, den = E4M3_MAX, tl.load(given_ptr)
     else:
         num, den = 1.0, tl.load(given_ptr)
     s = tl.math.div_rn(den, num)
@@ -257,6 +261,18 @@ def fix_bf16(dtype: torch.dtype) -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1" and dtype == torch.bfloat16
 
 
+def tensor_amax(x: torch.Tensor, valid_rows: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 [1]: amax(|x|) over the rows marked in `valid_rows` (all if None)."""
+    rows, K = x.shape
+    amax = torch.zeros(max(rows, 1), dtype=torch.float32, device=x.device)
+    if rows:
+        row_amax_kernel[(rows,)](x, amax, K, x.stride(0),
+                                 BLOCK_K=min(1024, triton.next_power_of_2(max(K, 16))))
+    if valid_rows is not None and rows:
+        amax = torch.where(valid_rows, amax, 0.0)
+    return amax.amax().reshape(1)
+
+
 def quantize_int8(x: torch.Tensor, mode: str, given: torch.Tensor | None = None,
                   valid_rows: torch.Tensor | None = None):
     """(codes int8 [rows, K], scales fp32 [rows]). mode: "token" (amax per row), "static"
@@ -267,11 +283,7 @@ def quantize_int8(x: torch.Tensor, mode: str, given: torch.Tensor | None = None,
     scales = torch.empty(rows, dtype=torch.float32, device=x.device)
     bk = min(1024, triton.next_power_of_2(max(K, 16)))
     if mode == "tensor":
-        amax = torch.empty(rows, dtype=torch.float32, device=x.device)
-        row_amax_kernel[(rows,)](x, amax, K, x.stride(0), BLOCK_K=bk)
-        if valid_rows is not None:
-            amax = torch.where(valid_rows, amax, 0.0)
-        given = amax.amax().reshape(1)
+        given = tensor_amax(x, valid_rows)
     elif mode == "static":
         assert given is not None and given.numel() == 1
     int8_quant_kernel[(rows,)](x, codes, scales, given if given is not None else scales, K,
@@ -302,10 +314,12 @@ def quantize_mx(x: torch.Tensor, rule: str, element: str):
     return values, scales
 
 
-def quantize_fp8(x: torch.Tensor, mode: str, group: int, given: torch.Tensor | None = None):
+def quantize_fp8(x: torch.Tensor, mode: str, group: int, given: torch.Tensor | None = None,
+                 valid_rows: torch.Tensor | None = None):
     """(codes float8_e4m3fn [rows, K], scales fp32 [rows] or [rows, ceil(K / group)]).
-    mode: "token" (amax per row), "group" (amax per row and `group` columns) or "static"
-    (`given` [1] for every row)."""
+    mode: "token" (amax per row), "group" (amax per row and `group` columns), "tensor" (one
+    amax over the rows marked in `valid_rows`, all if None) or "static" (`given` [1] for
+    every row)."""
     assert x.dim() == 2 and x.is_contiguous()
     rows, K = x.shape
     span = group if mode == "group" else K
@@ -314,10 +328,13 @@ def quantize_fp8(x: torch.Tensor, mode: str, group: int, given: torch.Tensor | N
     scales = torch.empty(rows, units, dtype=torch.float32, device=x.device)
     if mode == "static":
         assert given is not None and given.numel() == 1
+    elif mode == "tensor":
+        given = tensor_amax(x, valid_rows)
     if rows:
         fp8_quant_kernel[(rows, units)](
             x, codes, scales, given if given is not None else scales, K, span, x.stride(0),
-            codes.stride(0), scales.stride(0), DYNAMIC=mode != "static",
+            codes.stride(0), scales.stride(0), DYNAMIC=mode in ("token", "group"),
+            GIVEN_AMAX=mode == "tensor",
             BLOCK_K=min(1024, triton.next_power_of_2(max(min(span, K), 16))))
     return codes, scales if mode == "group" else scales.view(rows)
 

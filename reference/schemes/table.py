@@ -273,11 +273,13 @@ SCHEMES: dict[str, Scheme] = {
                (ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR, ACT_DYNAMIC_TENSOR),
                activation_element="int8"),
         # DeepSeek-V3/R1, Qwen3 FP8: 128x128 weight blocks with 1x128 activation groups (the
-        # default); llm-compressor FP8_DYNAMIC: channel + token; FP8 static: tensor + static
+        # default); llm-compressor FP8_DYNAMIC: channel + token; FP8 static: tensor + static;
+        # one dynamic scale for the whole input: vLLM's fp8 MoE on Hopper runs per-tensor
+        # weights so (its Fp8Config "dynamic" activations, and fp8 W8A16 files there)
         Scheme("fp8-w8a8", "fp8", 8, "e4m3", "float",
                (SchemeFormat(None, "dense", "fp8-e4m3fn@ocp-1.0"),),
                (STRATEGY_BLOCK, STRATEGY_TENSOR, STRATEGY_CHANNEL),
-               (ACT_DYNAMIC_GROUP, ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR),
+               (ACT_DYNAMIC_GROUP, ACT_DYNAMIC_TOKEN, ACT_STATIC_TENSOR, ACT_DYNAMIC_TENSOR),
                activation_element="e4m3",
                # llm-compressor's FP8_DYNAMIC (channel weights, dynamic per-token
                # activations) and FP8 (tensor weights, static tensor activations)
