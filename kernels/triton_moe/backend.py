@@ -10,6 +10,7 @@ fix the mode before a test (or a user) chooses it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 import torch
@@ -73,6 +74,9 @@ class TritonBackend(BaseBackend):
         _tile_weights(layer)
         layer.meta["triton_plan"] = _build_plan(layer)
 
+    def describe(self, layer: MoELayer) -> str:
+        return describe(layer)
+
     def canonical_weights(self, layer: MoELayer) -> dict[str, ExportedLinear]:
         from ..convert import PREFIXES, export_canonical
 
@@ -120,10 +124,13 @@ class TritonBackend(BaseBackend):
         input_rows_valid = kept if mode == align.BATCHED else None
         a1, a1_scale, g1, act1 = _quantize(layer, plan, quant, a_in, "w13",
                                            input_rows_valid)
+        # the FP4 prefill dispatch: both linears decoded per call, the W16 tile on them
+        dense = plan["dense_bytes"] is not None and heuristics.dequantizes(n, E)
+        w13 = _dense(plan, "w13", x.device) if dense else plan["w13"]
         # both GEMMs quantize their input the same way: act1 is GEMM2's kind too
-        config1, config2 = heuristics.pick_configs(n, E, plan["w13"]["kind"], act1,
+        config1, config2 = heuristics.pick_configs(n, E, w13["kind"], act1,
                                                   (P.w13_rows, K), (K, P.N),
-                                                  heuristics.weight_key(plan["w13"]))
+                                                  heuristics.weight_key(w13))
         block_m = config1["BLOCK_M"]
         assert config2["BLOCK_M"] == block_m, "both GEMMs share the row alignment"
         sorted_ids, block_expert, num_padded = align.align_assignments(
@@ -132,19 +139,63 @@ class TritonBackend(BaseBackend):
         # dropped rows are never written by GEMM1: zeros keep the activation finite there
         h = (torch.zeros if may_drop else torch.empty)(n, P.w13_rows, dtype=x.dtype,
                                                        device=x.device)
-        fused_moe.moe_gemm(a1, a1_scale, g1, plan["w13"], h, sorted_ids, block_expert,
+        fused_moe.moe_gemm(a1, a1_scale, g1, w13, h, sorted_ids, block_expert,
                            num_padded, None, a_row_div=row_div, act=act1, config=config1)
         inter = quant.activation(h, P.activation, P.N)
         a2, a2_scale, g2, act2 = _quantize(layer, plan, quant, inter, "w2", kept)
         y = (torch.zeros if may_drop else torch.empty)(n, K, dtype=torch.float32,
                                                        device=x.device)
-        fused_moe.moe_gemm(a2, a2_scale, g2, plan["w2"], y, sorted_ids, block_expert,
+        # (w2 decoded over w13's workspace: GEMM1 has read it, one stream)
+        w2 = _dense(plan, "w2", x.device, w13["q"]) if dense else plan["w2"]
+        fused_moe.moe_gemm(a2, a2_scale, g2, w2, y, sorted_ids, block_expert,
                            num_padded, router, a_row_div=1, act=act2, config=config2)
         # the routed sum in fp32, cast once
         if n == rows_out:
             out.copy_(y.view(out.shape))
         else:
             quant.routed_sum(y, out, n // rows_out)
+
+
+def describe(layer: MoELayer) -> str:
+    """The result column `backend_detail`: the fused kernel, and where the layer takes the FP4
+    prefill dispatch, from how many rows per expert (heuristics.dequantizes)."""
+    from . import configs, heuristics
+
+    plan = _plan(layer)
+    fused = f"fused Triton MoE GEMM ({heuristics.weight_key(plan['w13'])})"
+    if plan["dense_bytes"] is None:
+        return fused
+    forced = configs.forced_dequant_rows()
+    rows = heuristics.DEQUANT_ROWS if forced is None else forced
+    dtype = str(layer.problem.torch_dtype).removeprefix("torch.")
+    return (f"{fused}; from {rows} rows per expert: weights dequantized per call to "
+            f"{dtype} (exact), W16 tile")
+
+
+def _dense(plan: dict, p: str, device: torch.device, workspace: torch.Tensor | None = None
+           ) -> dict:
+    """Linear `p` decoded into `workspace` (a new one of plan["dense_bytes"] when None): its
+    W16 description (dequant.dequantize)."""
+    from . import dequant, fused_moe
+
+    weights = plan[p]
+    if workspace is None:
+        workspace = torch.empty(plan["dense_bytes"] // weights["compute"].itemsize,
+                                dtype=weights["compute"], device=device)
+    return dequant.dequantize(weights, workspace, fused_moe.int4_pairs_run_on(device))
+
+
+def _dense_bytes(layer: MoELayer, w13: dict, w2: dict) -> int | None:
+    """The workspace the FP4 prefill dispatch needs for this layer (both linears decode
+    exactly, 16-bit activations, within heuristics.DEQUANT_WORKSPACE_BYTES), else None."""
+    from . import dequant, heuristics
+
+    if layer.quant.activation != ACT_NONE or not (dequant.exact_in(w13)
+                                                  and dequant.exact_in(w2)):
+        return None
+    elements = max(math.prod(dequant.dense_shape(w)) for w in (w13, w2))
+    size = elements * layer.problem.torch_dtype.itemsize
+    return size if size <= heuristics.DEQUANT_WORKSPACE_BYTES else None
 
 
 def _tile_weights(layer: MoELayer) -> None:
@@ -284,8 +335,9 @@ def _build_plan(layer: MoELayer) -> dict:
     if P.expert_map is not None:
         emap = torch.tensor(P.expert_map, dtype=torch.int32, device=layer.device)
     names = ("a1_gscale", "a2_gscale", "a13_scale", "a2_scale", "a13_global", "a2_global")
-    return {"w13": _weights(layer, "w13"), "w2": _weights(layer, "w2"),
-            "expert_map": emap,
+    w13, w2 = _weights(layer, "w13"), _weights(layer, "w2")
+    return {"w13": w13, "w2": w2, "expert_map": emap,
+            "dense_bytes": _dense_bytes(layer, w13, w2),
             **{name: layer.get(name) if layer.has(name) else None for name in names}}
 
 

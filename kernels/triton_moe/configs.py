@@ -39,6 +39,10 @@ MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not,
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
 MOECERT_TRITON_NIB_SPAN=128 stores every int4 linear it fits in nibble planes (`forced_nib_span`).
 MOECERT_TRITON_I4_PAIRS=0 turns the PTX int4 pair decode off (`int4_pairs_allowed`).
+MOECERT_TRITON_DEQUANT_ROWS=<rows per expert> or "off" moves the FP4 prefill dispatch's
+threshold (`forced_dequant_rows`, heuristics.DEQUANT_ROWS): 0 runs every eligible layer on the
+dequantized path (a correctness run), off none (the fused kernel, to time one against the
+other).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M")
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 I4_PAIRS_ENV = "MOECERT_TRITON_I4_PAIRS"
+DEQUANT_ROWS_ENV = "MOECERT_TRITON_DEQUANT_ROWS"
 
 
 class ConfigFileError(ValueError):
@@ -166,6 +171,21 @@ def int4_pairs_allowed(environ=os.environ) -> bool:
         raise ValueError(f"{I4_PAIRS_ENV}={raw!r}: expected 0 (the per-element int4 decode) "
                          "or 1 (the pair decode where it runs, the default)")
     return raw != "0"
+
+
+def forced_dequant_rows(environ=os.environ) -> float | None:
+    """The rows per expert from which MOECERT_TRITON_DEQUANT_ROWS sends eligible FP4 layers
+    to the dequantized prefill path (an integer >= 0; "off": never, as infinity), None when
+    unset or empty (heuristics.DEQUANT_ROWS decides)."""
+    raw = environ.get(DEQUANT_ROWS_ENV, "").strip()
+    if not raw:
+        return None
+    if raw == "off":
+        return float("inf")
+    if not raw.isdigit():
+        raise ValueError(f"{DEQUANT_ROWS_ENV}={raw!r}: expected rows per expert (an integer "
+                         ">= 0) or off")
+    return int(raw)
 
 
 def path_for(device: str, directory: Path | None = None) -> Path:
