@@ -85,6 +85,8 @@ class TritonBackend(BaseBackend):
                  if layer.has(f"{p}_q") and layer.get(f"{p}_q").dim() == 5}
         if layer.quant.info.element == "e2m1":
             plain = {f"{p}_w": _stored_fp4(layer, p) for p in PREFIXES}
+            plain.update({f"{p}_s": _stored_fp4_scales(layer, p) for p in PREFIXES
+                          if layer.get(f"{p}_s").dim() == 4})
         exported = export_canonical(layer, plain)
         if _scales_moved_to_activations(layer.quant.info):
             for p, gscale in (("w13", "a1_gscale"), ("w2", "a2_gscale")):
@@ -228,7 +230,7 @@ def _tile_fp4(layer: MoELayer) -> None:
     linear whose K is a multiple of it), in tiles where those divide: one fixed order, no
     tuning (the planes' decode is the fast one, docs/speed.md "Change 9")."""
     from ..convert import PREFIXES
-    from . import kinds, layout
+    from . import configs, kinds, layout
 
     scale_kind = (kinds.S_E4M3 if layer.quant.info.scale_encoding == "e4m3"
                   else kinds.S_E8M0)
@@ -248,9 +250,14 @@ def _tile_fp4(layer: MoELayer) -> None:
         layer.put(f"{p}_w", q if tile is None else layout.tile_weights(q, *tile))
         layer.meta[f"{p}_nib_span"] = span
         # the scales as an [E, N, K / block] view of [E, K / block, N] storage: a plane's
-        # scales for BLOCK_N rows are then one coalesced run, not BLOCK_N single bytes
+        # scales for BLOCK_N rows are then one coalesced run, not BLOCK_N single bytes; or
+        # (MOECERT_TRITON_FP4_SCALE_WORDS=1) a span's four plane scales in one word per row
         s = layer.get(f"{p}_s")
-        layer.put(f"{p}_s", s.transpose(1, 2).contiguous().transpose(1, 2))
+        if configs.fp4_scale_words():
+            layer.put(f"{p}_s", layout.scale_words(s.view(torch.uint8), cols))
+            layer.meta[f"{p}_scale_dtype"] = s.dtype
+        else:
+            layer.put(f"{p}_s", s.transpose(1, 2).contiguous().transpose(1, 2))
 
 
 def _stored_fp4(layer: MoELayer, p: str) -> torch.Tensor:
@@ -262,6 +269,14 @@ def _stored_fp4(layer: MoELayer, p: str) -> torch.Tensor:
         q = layout.untile_weights(q)
     span = layer.meta.get(f"{p}_nib_span", 0)
     return layout.unplane_nibbles(q, span) if span else q
+
+
+def _stored_fp4_scales(layer: MoELayer, p: str) -> torch.Tensor:
+    """Linear `p`'s block scales [E, N, K / block] out of their words (layout.scale_words)."""
+    from . import layout
+
+    s = layout.unscale_words(layer.get(f"{p}_s"), layer.meta[f"{p}_block"][1])
+    return s.view(layer.meta[f"{p}_scale_dtype"])
 
 
 def tuned_spans(layer: MoELayer) -> dict[str, int]:

@@ -43,6 +43,9 @@ MOECERT_TRITON_DEQUANT_ROWS=<rows per expert> or "off" moves the FP4 prefill dis
 threshold (`forced_dequant_rows`, heuristics.DEQUANT_ROWS): 0 runs every eligible layer on the
 dequantized path (a correctness run), off none (the fused kernel, to time one against the
 other).
+MOECERT_TRITON_FP4_SCALE_WORDS=1 stores e2m1 layers' plane scales as one 32-bit word per row and
+span (`fp4_scale_words`, layout.scale_words): issue 44's decode candidate, off by default until
+timed against the byte layout.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 I4_PAIRS_ENV = "MOECERT_TRITON_I4_PAIRS"
 DEQUANT_ROWS_ENV = "MOECERT_TRITON_DEQUANT_ROWS"
+FP4_SCALE_WORDS_ENV = "MOECERT_TRITON_FP4_SCALE_WORDS"
 
 
 class ConfigFileError(ValueError):
@@ -186,6 +190,16 @@ def forced_dequant_rows(environ=os.environ) -> float | None:
         raise ValueError(f"{DEQUANT_ROWS_ENV}={raw!r}: expected rows per expert (an integer "
                          ">= 0) or off")
     return int(raw)
+
+
+def fp4_scale_words(environ=os.environ) -> bool:
+    """True when MOECERT_TRITON_FP4_SCALE_WORDS=1 asks for e2m1 plane scales in 32-bit words
+    (read when a layer is processed); False when 0, unset or empty."""
+    raw = environ.get(FP4_SCALE_WORDS_ENV, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{FP4_SCALE_WORDS_ENV}={raw!r}: expected 1 (plane scales in 32-bit "
+                         "words) or 0 (one byte a block, the default)")
+    return raw == "1"
 
 
 def path_for(device: str, directory: Path | None = None) -> Path:

@@ -42,8 +42,16 @@ SPANS = 4
 
 
 @triton.jit
-def _plane_scales(s_rows, k, scale_cols, stride_sk, WSCALE: tl.constexpr):
-    b = tl.load(s_rows + (k // scale_cols) * stride_sk)
+def _plane_scales(s_rows, k, scale_cols, stride_sk, WSCALE: tl.constexpr,
+                  SCALE_WORDS: tl.constexpr, SPAN: tl.constexpr):
+    """Every row's scale of the plane at column k (a byte per block, or byte p of the
+    span's word: layout.scale_words)."""
+    if SCALE_WORDS:
+        word = tl.load((s_rows + (k // SPAN) * stride_sk).to(tl.pointer_type(tl.int32),
+                                                               bitcast=True))
+        b = (word >> (8 * ((k % SPAN) // (SPAN // 4)))) & 0xFF
+    else:
+        b = tl.load(s_rows + (k // scale_cols) * stride_sk)
     if WSCALE == _S_E4M3:
         return _decode_e4m3(b)
     return _decode_e8m0(b)
@@ -54,7 +62,8 @@ def fp4_dequant_kernel(q_ptr, s_ptr, out_ptr, N, num_spans, scale_rows, scale_co
                        stride_qe, stride_qn, stride_se, stride_sn, stride_sk, stride_oe,
                        stride_on, WSCALE: tl.constexpr, COMPUTE: tl.constexpr,
                        FAST: tl.constexpr, WT_N: tl.constexpr, WT_K: tl.constexpr,
-                       SPAN: tl.constexpr, SPANS: tl.constexpr, BLOCK_N: tl.constexpr):
+                       SCALE_WORDS: tl.constexpr, SPAN: tl.constexpr, SPANS: tl.constexpr,
+                       BLOCK_N: tl.constexpr):
     """out[e, n, k] = e2m1(code) * scale for rows [pid0 * BLOCK_N, +BLOCK_N) of expert pid2
     and spans [pid1 * SPANS, +SPANS) (the last program's extra spans masked)."""
     Q: tl.constexpr = SPAN // 4  # columns of a plane = words of a span per row
@@ -79,10 +88,14 @@ def fp4_dequant_kernel(q_ptr, s_ptr, out_ptr, N, num_spans, scale_rows, scale_co
         if WT_K != 0:  # WT_K / 2 words per tile row, WT_N tile rows per tile
             w = w // (WT_K // 2) * (WT_N * (WT_K // 2)) + w % (WT_K // 2)
         bq = tl.load(words[:, None] + w[None, :], mask=mask, other=0)
-        s0 = _plane_scales(s_rows, k0, scale_cols, stride_sk, WSCALE)
-        s1 = _plane_scales(s_rows, k0 + Q, scale_cols, stride_sk, WSCALE)
-        s2 = _plane_scales(s_rows, k0 + 2 * Q, scale_cols, stride_sk, WSCALE)
-        s3 = _plane_scales(s_rows, k0 + 3 * Q, scale_cols, stride_sk, WSCALE)
+        s0 = _plane_scales(s_rows, k0, scale_cols, stride_sk, WSCALE, SCALE_WORDS,
+                           SPAN)
+        s1 = _plane_scales(s_rows, k0 + Q, scale_cols, stride_sk, WSCALE, SCALE_WORDS,
+                           SPAN)
+        s2 = _plane_scales(s_rows, k0 + 2 * Q, scale_cols, stride_sk, WSCALE, SCALE_WORDS,
+                           SPAN)
+        s3 = _plane_scales(s_rows, k0 + 3 * Q, scale_cols, stride_sk, WSCALE, SCALE_WORDS,
+                           SPAN)
         if FAST:
             b0, b1, b2, b3 = _fp4_planes_scaled(
                 bq, tl.broadcast_to(s0.to(COMPUTE)[:, None], bq.shape),
@@ -136,7 +149,7 @@ def dequantize(weights: dict, out: torch.Tensor, fast: bool) -> dict:
         q, s, dense, N, spans, weights["scale_rows"], weights["scale_cols"],
         st[0], st[1], st[2], st[3], st[4], dense.stride(0), dense.stride(1),
         WSCALE=c["WSCALE"], COMPUTE=c["COMPUTE"], FAST=fast, WT_N=c["WT_N"], WT_K=c["WT_K"],
-        SPAN=FP4_SPAN, SPANS=SPANS, BLOCK_N=BLOCK_N, num_warps=4)
+        SCALE_WORDS=c["SCALE_WORDS"], SPAN=FP4_SPAN, SPANS=SPANS, BLOCK_N=BLOCK_N, num_warps=4)
     return describe_weights(W16, dense, weights["compute"],
                             bias=bias if c["HAS_BIAS"] else None,
                             gscale=gscale if c["HAS_WGSCALE"] else None)
