@@ -108,8 +108,7 @@ SCALE_WORD_PLANES = 4
 def scale_words(s: torch.Tensor, cols: int, span: int = FP4_SPAN) -> torch.Tensor:
     """Block scales s [E, N, K / cols] (one byte each) -> an [E, N, K / span, 4] view of
     [E, K / span, N, 4] storage, [..., p] the scale of plane p (span / 4 columns)."""
-    E, N, blocks = s.shape
-    spans = blocks * cols // span
+    spans = s.shape[2] * cols // span
     first = (torch.arange(spans)[:, None] * span
              + torch.arange(SCALE_WORD_PLANES)[None, :] * (span // SCALE_WORD_PLANES))
     packed = s[:, :, (first // cols).to(s.device)]  # [E, N, spans, 4]
