@@ -122,3 +122,27 @@ def test_the_prefill_dispatch_computes_the_reference_on_the_gpu(scheme, words, m
         err = ((outs[rows] - ref).norm() / ref.norm()).item()
         assert err <= 2.0**-8, f"{rows or 'default'}: relative error {err:.3e}"
     torch.testing.assert_close(outs[""], outs["off"], rtol=2.0**-7, atol=1e-2)
+
+
+def test_the_prefill_dispatch_replays_from_a_cuda_graph(monkeypatch):
+    """The bench times graph replay: the per-call workspace and decode must capture, and a
+    replay must give the eager call's bits."""
+    from moecert.conformance.performance.timing import graph_replays
+    from moecert.kernels.triton_moe import configs
+    from moecert.kernels.triton_moe.backend import TritonBackend
+    from moecert.reference import MoEProblem, make_inputs, synthesize
+
+    monkeypatch.setenv(configs.DEQUANT_ROWS_ENV, "0")
+    P = MoEProblem(M=256, K=512, N=256, E=8, topk=2)
+    backend = TritonBackend()
+    layer = backend.create_layer(synthesize("nvfp4", P, seed=3).to("cuda"), P)
+    backend.process_weights_after_loading(layer)
+    x, w, ids = (t.cuda() for t in make_inputs(P, seed=4))
+    eager = backend.apply(layer, x, w, ids)
+    out = torch.full_like(eager, float("nan"))
+    (replay,) = graph_replays([lambda: backend.forward(layer, x, w, ids, out, None)],
+                              x.device)
+    out.fill_(float("nan"))
+    replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
