@@ -40,7 +40,7 @@ done
 
 # 2. timing (the GPU to itself): decode bytes (with the peers) vs words, prefill base vs dispatch
 B=(--device cuda --mode graph --max-seconds 0.5 --repeats 50)
-timeout 55 $M bench "${B[@]}" "${FP4[@]}" --M 16,64 "${MARLIN[@]}" --results "$OUT/b-bytes" \
+timeout 55 $M bench "${B[@]}" "${FP4[@]}" --M 16,64 ${MARLIN[@]+"${MARLIN[@]}"} --results "$OUT/b-bytes" \
     --run-id bytes > "$OUT/b-bytes.txt" 2>&1
 MOECERT_TRITON_FP4_SCALE_WORDS=1 timeout 45 $M bench "${B[@]}" "${FP4[@]}" --M 16,64 \
     --results "$OUT/b-words" --run-id words > "$OUT/b-words.txt" 2>&1
