@@ -164,7 +164,8 @@ def describe(layer: MoELayer) -> str:
     from . import configs, heuristics
 
     plan = _plan(layer)
-    fused = f"fused Triton MoE GEMM ({heuristics.weight_key(plan['w13'])})"
+    words = "; plane scales in words" if plan["w13"]["constexprs"]["SCALE_WORDS"] else ""
+    fused = f"fused Triton MoE GEMM ({heuristics.weight_key(plan['w13'])}{words})"
     if plan["dense_bytes"] is None:
         return fused
     forced = configs.forced_dequant_rows()

@@ -104,6 +104,7 @@ def test_the_backend_stores_words_and_computes_and_exports_the_same(scheme, monk
         layer = backend.create_layer(ckpt, P)
         backend.process_weights_after_loading(layer)
         assert (layer.get("w13_s").dim() == 4) == (words == "1")
+        assert ("plane scales in words" in backend.describe(layer)) == (words == "1")
         outs[words] = backend.apply(layer, x, w, ids)
         exports[words] = backend.canonical_weights(layer)
         if words == "1":  # the prefill decode reads the words too
