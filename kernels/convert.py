@@ -363,7 +363,7 @@ def _export_dense(layer: MoELayer, p: str, get=None) -> ExportedLinear:
                               scales=torch.ones(E, 1, 1, dtype=torch.float64, device=w.device),
                               block=(n_out, n_in))
     codes = element_values(info.element, w, torch.float64)
-    s = layer.get(f"{p}_s")
+    s = (get or layer.get)(f"{p}_s")
     scales = (element_values(info.scale_encoding, s, torch.float64)
               if info.scale_element is not None else s.to(torch.float64))
     block = tuple(layer.meta[f"{p}_block"])

@@ -10,6 +10,7 @@ fix the mode before a test (or a user) chooses it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 import torch
@@ -73,6 +74,9 @@ class TritonBackend(BaseBackend):
         _tile_weights(layer)
         layer.meta["triton_plan"] = _build_plan(layer)
 
+    def describe(self, layer: MoELayer) -> str:
+        return describe(layer)
+
     def canonical_weights(self, layer: MoELayer) -> dict[str, ExportedLinear]:
         from ..convert import PREFIXES, export_canonical
 
@@ -81,6 +85,8 @@ class TritonBackend(BaseBackend):
                  if layer.has(f"{p}_q") and layer.get(f"{p}_q").dim() == 5}
         if layer.quant.info.element == "e2m1":
             plain = {f"{p}_w": _stored_fp4(layer, p) for p in PREFIXES}
+            plain.update({f"{p}_s": _stored_fp4_scales(layer, p) for p in PREFIXES
+                          if layer.get(f"{p}_s").dim() == 4})
         exported = export_canonical(layer, plain)
         if _scales_moved_to_activations(layer.quant.info):
             for p, gscale in (("w13", "a1_gscale"), ("w2", "a2_gscale")):
@@ -120,10 +126,13 @@ class TritonBackend(BaseBackend):
         input_rows_valid = kept if mode == align.BATCHED else None
         a1, a1_scale, g1, act1 = _quantize(layer, plan, quant, a_in, "w13",
                                            input_rows_valid)
+        # the FP4 prefill dispatch: both linears decoded per call, the W16 tile on them
+        dense = plan["dense_bytes"] is not None and heuristics.dequantizes(n, E)
+        w13 = _dense(plan, "w13", x.device) if dense else plan["w13"]
         # both GEMMs quantize their input the same way: act1 is GEMM2's kind too
-        config1, config2 = heuristics.pick_configs(n, E, plan["w13"]["kind"], act1,
+        config1, config2 = heuristics.pick_configs(n, E, w13["kind"], act1,
                                                   (P.w13_rows, K), (K, P.N),
-                                                  heuristics.weight_key(plan["w13"]))
+                                                  heuristics.weight_key(w13))
         block_m = config1["BLOCK_M"]
         assert config2["BLOCK_M"] == block_m, "both GEMMs share the row alignment"
         sorted_ids, block_expert, num_padded = align.align_assignments(
@@ -132,19 +141,64 @@ class TritonBackend(BaseBackend):
         # dropped rows are never written by GEMM1: zeros keep the activation finite there
         h = (torch.zeros if may_drop else torch.empty)(n, P.w13_rows, dtype=x.dtype,
                                                        device=x.device)
-        fused_moe.moe_gemm(a1, a1_scale, g1, plan["w13"], h, sorted_ids, block_expert,
+        fused_moe.moe_gemm(a1, a1_scale, g1, w13, h, sorted_ids, block_expert,
                            num_padded, None, a_row_div=row_div, act=act1, config=config1)
         inter = quant.activation(h, P.activation, P.N)
         a2, a2_scale, g2, act2 = _quantize(layer, plan, quant, inter, "w2", kept)
         y = (torch.zeros if may_drop else torch.empty)(n, K, dtype=torch.float32,
                                                        device=x.device)
-        fused_moe.moe_gemm(a2, a2_scale, g2, plan["w2"], y, sorted_ids, block_expert,
+        # (w2 decoded over w13's workspace: GEMM1 has read it, one stream)
+        w2 = _dense(plan, "w2", x.device, w13["q"]) if dense else plan["w2"]
+        fused_moe.moe_gemm(a2, a2_scale, g2, w2, y, sorted_ids, block_expert,
                            num_padded, router, a_row_div=1, act=act2, config=config2)
         # the routed sum in fp32, cast once
         if n == rows_out:
             out.copy_(y.view(out.shape))
         else:
             quant.routed_sum(y, out, n // rows_out)
+
+
+def describe(layer: MoELayer) -> str:
+    """The result column `backend_detail`: the fused kernel, and where the layer takes the FP4
+    prefill dispatch, from how many rows per expert (heuristics.dequantizes)."""
+    from . import configs, heuristics
+
+    plan = _plan(layer)
+    words = "; plane scales in words" if plan["w13"]["constexprs"]["SCALE_WORDS"] else ""
+    fused = f"fused Triton MoE GEMM ({heuristics.weight_key(plan['w13'])}{words})"
+    if plan["dense_bytes"] is None:
+        return fused
+    forced = configs.forced_dequant_rows()
+    rows = heuristics.DEQUANT_ROWS if forced is None else forced
+    dtype = str(layer.problem.torch_dtype).removeprefix("torch.")
+    return (f"{fused}; from {rows} rows per expert: weights dequantized per call to "
+            f"{dtype} (exact), W16 tile")
+
+
+def _dense(plan: dict, p: str, device: torch.device, workspace: torch.Tensor | None = None
+           ) -> dict:
+    """Linear `p` decoded into `workspace` (a new one of plan["dense_bytes"] when None): its
+    W16 description (dequant.dequantize)."""
+    from . import dequant, fused_moe
+
+    weights = plan[p]
+    if workspace is None:
+        workspace = torch.empty(plan["dense_bytes"] // weights["compute"].itemsize,
+                                dtype=weights["compute"], device=device)
+    return dequant.dequantize(weights, workspace, fused_moe.int4_pairs_run_on(device))
+
+
+def _dense_bytes(layer: MoELayer, w13: dict, w2: dict) -> int | None:
+    """The workspace the FP4 prefill dispatch needs for this layer (both linears decode
+    exactly, 16-bit activations, within heuristics.DEQUANT_WORKSPACE_BYTES), else None."""
+    from . import dequant, heuristics
+
+    if layer.quant.activation != ACT_NONE or not (dequant.exact_in(w13)
+                                                  and dequant.exact_in(w2)):
+        return None
+    elements = max(math.prod(dequant.dense_shape(w)) for w in (w13, w2))
+    size = elements * layer.problem.torch_dtype.itemsize
+    return size if size <= heuristics.DEQUANT_WORKSPACE_BYTES else None
 
 
 def _tile_weights(layer: MoELayer) -> None:
@@ -177,7 +231,7 @@ def _tile_fp4(layer: MoELayer) -> None:
     linear whose K is a multiple of it), in tiles where those divide: one fixed order, no
     tuning (the planes' decode is the fast one, docs/speed.md "Change 9")."""
     from ..convert import PREFIXES
-    from . import kinds, layout
+    from . import configs, kinds, layout
 
     scale_kind = (kinds.S_E4M3 if layer.quant.info.scale_encoding == "e4m3"
                   else kinds.S_E8M0)
@@ -197,9 +251,14 @@ def _tile_fp4(layer: MoELayer) -> None:
         layer.put(f"{p}_w", q if tile is None else layout.tile_weights(q, *tile))
         layer.meta[f"{p}_nib_span"] = span
         # the scales as an [E, N, K / block] view of [E, K / block, N] storage: a plane's
-        # scales for BLOCK_N rows are then one coalesced run, not BLOCK_N single bytes
+        # scales for BLOCK_N rows are then one coalesced run, not BLOCK_N single bytes; or
+        # (MOECERT_TRITON_FP4_SCALE_WORDS=1) a span's four plane scales in one word per row
         s = layer.get(f"{p}_s")
-        layer.put(f"{p}_s", s.transpose(1, 2).contiguous().transpose(1, 2))
+        if configs.fp4_scale_words():
+            layer.put(f"{p}_s", layout.scale_words(s.view(torch.uint8), cols))
+            layer.meta[f"{p}_scale_dtype"] = s.dtype
+        else:
+            layer.put(f"{p}_s", s.transpose(1, 2).contiguous().transpose(1, 2))
 
 
 def _stored_fp4(layer: MoELayer, p: str) -> torch.Tensor:
@@ -211,6 +270,14 @@ def _stored_fp4(layer: MoELayer, p: str) -> torch.Tensor:
         q = layout.untile_weights(q)
     span = layer.meta.get(f"{p}_nib_span", 0)
     return layout.unplane_nibbles(q, span) if span else q
+
+
+def _stored_fp4_scales(layer: MoELayer, p: str) -> torch.Tensor:
+    """Linear `p`'s block scales [E, N, K / block] out of their words (layout.scale_words)."""
+    from . import layout
+
+    s = layout.unscale_words(layer.get(f"{p}_s"), layer.meta[f"{p}_block"][1])
+    return s.view(layer.meta[f"{p}_scale_dtype"])
 
 
 def tuned_spans(layer: MoELayer) -> dict[str, int]:
@@ -284,8 +351,9 @@ def _build_plan(layer: MoELayer) -> dict:
     if P.expert_map is not None:
         emap = torch.tensor(P.expert_map, dtype=torch.int32, device=layer.device)
     names = ("a1_gscale", "a2_gscale", "a13_scale", "a2_scale", "a13_global", "a2_global")
-    return {"w13": _weights(layer, "w13"), "w2": _weights(layer, "w2"),
-            "expert_map": emap,
+    w13, w2 = _weights(layer, "w13"), _weights(layer, "w2")
+    return {"w13": w13, "w2": w2, "expert_map": emap,
+            "dense_bytes": _dense_bytes(layer, w13, w2),
             **{name: layer.get(name) if layer.has(name) else None for name in names}}
 
 

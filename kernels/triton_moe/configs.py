@@ -39,6 +39,13 @@ MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not,
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
 MOECERT_TRITON_NIB_SPAN=128 stores every int4 linear it fits in nibble planes (`forced_nib_span`).
 MOECERT_TRITON_I4_PAIRS=0 turns the PTX int4 pair decode off (`int4_pairs_allowed`).
+MOECERT_TRITON_DEQUANT_ROWS=<rows per expert> or "off" moves the FP4 prefill dispatch's
+threshold (`forced_dequant_rows`, heuristics.DEQUANT_ROWS): 0 runs every eligible layer on the
+dequantized path (a correctness run), off none (the fused kernel, to time one against the
+other).
+MOECERT_TRITON_FP4_SCALE_WORDS=1 stores e2m1 layers' plane scales as one 32-bit word per row and
+span (`fp4_scale_words`, layout.scale_words): issue 44's decode candidate, off by default until
+timed against the byte layout.
 """
 
 from __future__ import annotations
@@ -66,6 +73,8 @@ OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M")
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 I4_PAIRS_ENV = "MOECERT_TRITON_I4_PAIRS"
+DEQUANT_ROWS_ENV = "MOECERT_TRITON_DEQUANT_ROWS"
+FP4_SCALE_WORDS_ENV = "MOECERT_TRITON_FP4_SCALE_WORDS"
 
 
 class ConfigFileError(ValueError):
@@ -166,6 +175,31 @@ def int4_pairs_allowed(environ=os.environ) -> bool:
         raise ValueError(f"{I4_PAIRS_ENV}={raw!r}: expected 0 (the per-element int4 decode) "
                          "or 1 (the pair decode where it runs, the default)")
     return raw != "0"
+
+
+def forced_dequant_rows(environ=os.environ) -> float | None:
+    """The rows per expert from which MOECERT_TRITON_DEQUANT_ROWS sends eligible FP4 layers
+    to the dequantized prefill path (an integer >= 0; "off": never, as infinity), None when
+    unset or empty (heuristics.DEQUANT_ROWS decides)."""
+    raw = environ.get(DEQUANT_ROWS_ENV, "").strip()
+    if not raw:
+        return None
+    if raw == "off":
+        return float("inf")
+    if not raw.isdigit():
+        raise ValueError(f"{DEQUANT_ROWS_ENV}={raw!r}: expected rows per expert (an integer "
+                         ">= 0) or off")
+    return int(raw)
+
+
+def fp4_scale_words(environ=os.environ) -> bool:
+    """True when MOECERT_TRITON_FP4_SCALE_WORDS=1 asks for e2m1 plane scales in 32-bit words
+    (read when a layer is processed); False when 0, unset or empty."""
+    raw = environ.get(FP4_SCALE_WORDS_ENV, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{FP4_SCALE_WORDS_ENV}={raw!r}: expected 1 (plane scales in 32-bit "
+                         "words) or 0 (one byte a block, the default)")
+    return raw == "1"
 
 
 def path_for(device: str, directory: Path | None = None) -> Path:

@@ -70,13 +70,15 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     `gscale` fp32 [E, G]: global multipliers of G equal row blocks (w13 shards).
     q is [E, N, stored K], or tiled as `tile_weights` stores it ([E, N / rows, stored K /
     cols, rows, cols]); `s` may be any strided view. `nib_span`: int4 codes in planes by
-    `plane_nibbles` over spans of that many columns (0: adjacent columns share a byte)."""
+    `plane_nibbles` over spans of that many columns (0: adjacent columns share a byte).
+    A 4-D `s` holds e2m1 plane scales in words (`layout.scale_words`; nib_span FP4_SPAN)."""
     assert q.is_contiguous() and q.dim() in (3, 5)
     wt_n, wt_k = q.shape[3:] if q.dim() == 5 else (0, 0)
     n_rows = q.shape[1] * q.shape[3] if q.dim() == 5 else q.shape[1]
     assert scale_kind != S_E4M3 or (kind == W_FP4 and s.dtype == torch.uint8
                                     and scale_cols % 2 == 0)
     dummy = q
+    assert s is None or s.dim() < 4 or (kind == W_FP4 and s.dtype == torch.uint8 and nib_span)
     wscale = S_NONE if s is None or g_idx is not None else scale_kind
     k = 2 * (q.shape[2] * q.shape[4] if q.dim() == 5 else q.shape[2])
     if nib_span and not nib_span_fits(kind, k, scale_cols, g_idx is not None, nib_span,
@@ -106,6 +108,8 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                        "HAS_G_IDX": g_idx is not None, "HAS_BIAS": bias is not None,
                        "HAS_WGSCALE": gscale is not None, "WT_N": wt_n, "WT_K": wt_k,
                        "NIB_SPAN": nib_span,
+                       # e2m1 plane scales in words (layout.scale_words): [E, N, K / span, 4]
+                       "SCALE_WORDS": s is not None and s.dim() == 4,
                        "COMPUTE": _COMPUTE[compute]},
     }
 

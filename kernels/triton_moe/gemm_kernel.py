@@ -523,10 +523,21 @@ def _plane_scale(s_rows, k, scale_cols, stride_sk, K, EVEN_K: tl.constexpr):
 
 
 @triton.jit
+def _scale_word(s_rows, k0, stride_sk, K, EVEN_K: tl.constexpr, TILE_K: tl.constexpr):
+    """SCALE_WORDS: the 32-bit word of every weight row for the span at k0, byte p the scale
+    byte of plane p (one 4-byte load a row, which cp.async can stage, where four 1-byte
+    loads cannot be; `layout.scale_words`)."""
+    col = k0 // TILE_K
+    if not EVEN_K:
+        col = tl.minimum(col, (K - 1) // TILE_K)
+    return tl.load((s_rows + col * stride_sk).to(tl.pointer_type(tl.int32), bitcast=True))
+
+
+@triton.jit
 def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
                      WSCALE: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr,
                      COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
-                     FAST_I4: tl.constexpr, TILE_K: tl.constexpr):
+                     FAST_I4: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr):
     """The scaled product of an e2m1 tile in four planes (`plane_nibbles`, FP4_SPAN columns:
     plane p is the tile's columns [k0 + p Q, k0 + (p + 1) Q), Q = TILE_K / 4, inside one
     scale block: `nib_span_fits`). S_E4M3 (NVFP4): each plane's values times its block scale
@@ -538,19 +549,33 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
     fp32 partial sums to scale. With FAST_I4 (PTX, CUDA sm80+) the planes decode straight
     into the compute dtype (`_fp4_planes`), else through fp32 bit patterns (`_decode_e2m1`)."""
     Q: tl.constexpr = TILE_K // 4
+    SCALED: tl.constexpr = WSCALE == _S_E4M3 or WSCALE == _S_E8M0 or WSCALE == _S_E8M0_W
+    # the scale bytes of planes 0-3 (E8M0: planes 0-1 share a 32-column block, 2-3 the next)
+    if SCALED and SCALE_WORDS:  # one word a row, byte p for plane p
+        sw = _scale_word(s_rows, k0, stride_sk, K, EVEN_K, TILE_K)
+        p0 = sw & 0xFF
+        p1 = (sw >> 8) & 0xFF
+        p2 = (sw >> 16) & 0xFF
+        p3 = (sw >> 24) & 0xFF
+    elif SCALED:
+        p0 = _plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K)
+        p2 = _plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K, EVEN_K)
+        if WSCALE == _S_E4M3:
+            p1 = _plane_scale(s_rows, k0 + Q, scale_cols, stride_sk, K, EVEN_K)
+            p3 = _plane_scale(s_rows, k0 + 3 * Q, scale_cols, stride_sk, K, EVEN_K)
+        else:
+            p1 = p0
+            p3 = p2
     if WSCALE == _S_E4M3 or WSCALE == _S_E8M0_W:
         if WSCALE == _S_E4M3:
-            s0 = _decode_e4m3(_plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K))
-            s1 = _decode_e4m3(_plane_scale(s_rows, k0 + Q, scale_cols, stride_sk, K, EVEN_K))
-            s2 = _decode_e4m3(_plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K,
-                                           EVEN_K))
-            s3 = _decode_e4m3(_plane_scale(s_rows, k0 + 3 * Q, scale_cols, stride_sk, K,
-                                           EVEN_K))
-        else:  # E8M0 folded: planes 0-1 share a 32-column block, 2-3 the next
-            s0 = _decode_e8m0(_plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K))
+            s0 = _decode_e4m3(p0)
+            s1 = _decode_e4m3(p1)
+            s2 = _decode_e4m3(p2)
+            s3 = _decode_e4m3(p3)
+        else:  # E8M0 folded
+            s0 = _decode_e8m0(p0)
             s1 = s0
-            s2 = _decode_e8m0(_plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K,
-                                           EVEN_K))
+            s2 = _decode_e8m0(p2)
             s3 = s2
         if FAST_I4 == _I4_PAIRS:
             b0, b1, b2, b3 = _fp4_planes_scaled(
@@ -579,9 +604,8 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
         lo = _mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
         hi = _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB)
         if WSCALE == _S_E8M0:
-            s_lo = _decode_e8m0(_plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K))
-            s_hi = _decode_e8m0(_plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K,
-                                             EVEN_K))
+            s_lo = _decode_e8m0(p0)
+            s_hi = _decode_e8m0(p2)
             if SWAP_AB:
                 part = lo * s_lo[:, None] + hi * s_hi[:, None]
             else:
@@ -597,7 +621,7 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
                ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
                HAS_G_IDX: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
                EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
-               NIB_SPAN: tl.constexpr, TILE_K: tl.constexpr):
+               NIB_SPAN: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr):
     """The scaled fp32 product of one tile of TILE_K columns from k0, inside one scale
     column: a [BLOCK_M, TILE_K] activations (with NIB_SPAN: a, a2, a3, a4 the tile's four
     quarters, [BLOCK_M, TILE_K / 4] each), bq the weight tile as stored ([TILE_K / 2,
@@ -618,7 +642,7 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
             tl.static_assert(NIB_SPAN == TILE_K)
             part = _fp4_planes_part(a, a2, a3, a4, bq, k0, K, s_rows, scale_cols, stride_sk,
                                     WSCALE, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4,
-                                    TILE_K)
+                                    TILE_K, SCALE_WORDS)
         elif NIB_SPAN:  # word j holds columns j + p * TILE_K / 4, p = 0..3 (`plane_nibbles`)
             tl.static_assert(NIB_SPAN == TILE_K and WEIGHT == _W_INT4)
             part = _planes_part(a, a2, a3, a4, bq, k0, K, s_rows, z_rows, g_row, scale_cols,
@@ -673,6 +697,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
              COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
              FAST_I4: tl.constexpr, K_UNROLL: tl.constexpr, WT_N: tl.constexpr,
              WT_K: tl.constexpr, NIB_SPAN: tl.constexpr, ACC_DOT: tl.constexpr,
+             SCALE_WORDS: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
@@ -737,7 +762,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 acc += _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows,
                                   g_row, a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT,
                                   WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
-                                  EVEN_K, SWAP_AB, FAST_I4, NIB_SPAN, BLOCK_K)
+                                  EVEN_K, SWAP_AB, FAST_I4, NIB_SPAN, BLOCK_K, SCALE_WORDS)
     if SWAP_AB:
         acc = tl.trans(acc)
     return acc
@@ -776,7 +801,7 @@ def moe_gemm_kernel(
     DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
     K_UNROLL: tl.constexpr, WT_N: tl.constexpr, WT_K: tl.constexpr, NIB_SPAN: tl.constexpr,
-    ACC_DOT: tl.constexpr, GROUP_M: tl.constexpr,
+    ACC_DOT: tl.constexpr, GROUP_M: tl.constexpr, SCALE_WORDS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
@@ -839,7 +864,7 @@ def moe_gemm_kernel(
             a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
             K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
             SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N, WT_K,
-            NIB_SPAN, ACC_DOT, BLOCK_M, BLOCK_N, BLOCK_K)
+            NIB_SPAN, ACC_DOT, SCALE_WORDS, BLOCK_M, BLOCK_N, BLOCK_K)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)

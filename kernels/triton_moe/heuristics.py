@@ -43,6 +43,20 @@ PREFILL_TILE = {64: {"BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages"
 # BLOCK_N 64: gptq-int4 166, mxfp4 102, nvfp4 110 (two programs' registers fit an SM). Not
 # timed on a GPU.
 PREFILL_NIBBLE_N = 64
+# The FP4 prefill dispatch (dequant.py): from DEQUANT_ROWS rows per expert an e2m1 layer whose
+# decode is exact in its compute dtype (dequant.exact_in), with 16-bit activations, decodes
+# each linear per call into a workspace and runs the W16 prefill tile on it. Predicted from
+# the H200 of issue 44 (bf16 GEMM 683 TFLOP/s, copy 4.21 TB/s; not yet timed): the decode
+# costs 0.5 B read + 2 B written per weight and the W16 GEMM reads 1.5 B more than the FP4
+# one, ~4 B / 4.21 TB/s = 0.95 ps per weight; the FP4 tile at ~22% and the W16 tile at ~60%
+# of the GEMM rate cost 2r / 683 TFLOP/s x (1/0.22 - 1/0.6) = 8.4 fs per weight and row: even
+# at r = 113 rows per expert. Mixtral-8x7B (E 8, topk 2) takes it from M = 512, gpt-oss-120b
+# (E 128, topk 4) from M = 4096. MOECERT_TRITON_DEQUANT_ROWS moves it (configs).
+DEQUANT_ROWS = 128
+# The workspace (the larger linear, w13, in the compute dtype) may take at most this much:
+# gpt-oss-120b's w13 is 4.0 GiB in bf16, Mixtral-8x7B's 1.75 GiB; DeepSeek-V3's 14 GiB is
+# not taken (its prefill stays on the fused tile).
+DEQUANT_WORKSPACE_BYTES = 5 << 30
 
 
 def prefill_block_m(num_rows: int, num_experts: int | None) -> int | None:
@@ -53,6 +67,14 @@ def prefill_block_m(num_rows: int, num_experts: int | None) -> int | None:
     per_expert = num_rows / num_experts
     fits = [bm for least, bm in PREFILL_ROWS.items() if per_expert >= least]
     return max(fits) if fits else None
+
+
+def dequantizes(num_rows: int, num_experts: int) -> bool:
+    """Whether a layer eligible for the FP4 prefill dispatch takes it at this many
+    assignment rows (DEQUANT_ROWS rows per expert, or MOECERT_TRITON_DEQUANT_ROWS)."""
+    forced = configs.forced_dequant_rows()
+    least = DEQUANT_ROWS if forced is None else forced
+    return num_experts > 0 and num_rows > 0 and num_rows >= least * num_experts
 
 
 def pick_config(num_rows: int, num_experts: int | None = None,

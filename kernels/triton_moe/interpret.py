@@ -16,7 +16,8 @@ import sys
 # in import order (a module after those it binds names from): the kernels' jit functions and
 # the modules that read INTERPRET when they are defined (kinds, and heuristics and fused_moe,
 # which bind it from kinds)
-_MODULES = ("align", "quant", "kinds", "gemm_kernel", "layout", "heuristics", "fused_moe")
+_MODULES = ("align", "quant", "kinds", "gemm_kernel", "layout", "heuristics", "fused_moe",
+            "dequant")
 
 
 def _is_interpreted(module) -> bool:

@@ -94,3 +94,31 @@ def unplane_nibbles(q: torch.Tensor, span: int) -> torch.Tensor:
     low, high = words[..., 0], words[..., 1]
     cols = torch.stack([low & 0xF, low >> 4, high & 0xF, high >> 4], dim=-2).flatten(-3)
     return cols[..., 0::2] | (cols[..., 1::2] << 4)
+
+
+# e2m1 plane scales in one 32-bit word per weight row and span (issue 44's decode candidate):
+# byte p of the word is plane p's block scale (E8M0: planes 0-1 and 2-3 repeat their block's),
+# words of one span side by side over the rows. The kernel then loads a row's scales for a
+# tile with one 4-byte load, which cp.async can stage, where a byte per plane is four 1-byte
+# loads that it cannot (the 2-byte activation loads of docs/speed.md "Change 4" were the same
+# case). NVFP4 holds the same bytes; MXFP4 twice its scale bytes (+6% of its weight bytes).
+SCALE_WORD_PLANES = 4
+
+
+def scale_words(s: torch.Tensor, cols: int, span: int = FP4_SPAN) -> torch.Tensor:
+    """Block scales s [E, N, K / cols] (one byte each) -> an [E, N, K / span, 4] view of
+    [E, K / span, N, 4] storage, [..., p] the scale of plane p (span / 4 columns)."""
+    spans = s.shape[2] * cols // span
+    first = (torch.arange(spans)[:, None] * span
+             + torch.arange(SCALE_WORD_PLANES)[None, :] * (span // SCALE_WORD_PLANES))
+    packed = s[:, :, (first // cols).to(s.device)]  # [E, N, spans, 4]
+    return packed.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)
+
+
+def unscale_words(packed: torch.Tensor, cols: int, span: int = FP4_SPAN) -> torch.Tensor:
+    """Inverse of `scale_words`: [E, N, K / cols], contiguous."""
+    E, N, spans, planes = packed.shape
+    flat = packed.reshape(E, N, spans * planes)  # plane p of span j at j * 4 + p
+    plane = span // planes
+    first = torch.arange(spans * span // cols) * cols // plane  # a plane inside each block
+    return flat[:, :, first.to(packed.device)].contiguous()
