@@ -41,7 +41,7 @@ PRODUCERS = {"llm-compressor": "llmcompressor", "modelopt": "nvidia-modelopt",
              "quark": "amd-quark", "gptqmodel": "gptqmodel", "auto-round": "auto-round",
              "moecert": None}
 # scheme names a fixture may carry before moecert has the scheme (issue 22: W4AFP8)
-PENDING_SCHEMES = {"w4afp8", "modelopt-w4a16-awq"}
+PENDING_SCHEMES = {"w4afp8"}
 FIELDS = {"producer": str, "how": str, "versions": dict, "scheme": str, "variant": dict,
           "family": str, "base_model": str, "E": int, "K": int, "N": int, "topk": int,
           "layers": int, "moe_layers": list, "dense_layers": list, "sharded": bool,
