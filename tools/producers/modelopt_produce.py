@@ -28,6 +28,9 @@ from fixture_io import finish, producer_main, versions
 from tiny_models import calibration_ids, make_model
 
 
+FAKE_QUANT_DIR, FAKE_QUANT_SUFFIX = "expected_dequant", ".fakequant.safetensors"
+
+
 @dataclass(frozen=True)
 class Job:
     model: str  # tiny_models.MODELS key
@@ -41,8 +44,8 @@ class Job:
     # the tox environment (`producers-<env>`): ModelOpt 0.47's INT4 AWQ export needs
     # transformers 4's per-expert modules (tools/producers/README.md)
     env: str = "modelopt"
-    # also write ModelOpt's own dequantization of these (expert, projection) pairs of the
-    # first MoE layer to expected_dequant/ (`_own_dequantization`)
+    # also write ModelOpt's own fake quantization of these (expert, projection) pairs of the
+    # first MoE layer beside expected_dequant/ (`_own_dequantization`)
     expected: tuple[tuple[int, str], ...] = ()
 
 
@@ -81,8 +84,10 @@ JOBS: dict[str, Job] = {
         notes="quant_algo W4A16_AWQ: weight uint8 [N/2, K] (two signed nibbles per byte "
               "along out), weight_scale fp32 [N, K/128], pre_quant_scale bf16 [K] per expert "
               "linear (the export averages it over the experts: equal in every expert, gate "
-              "and up equal)", env="modelopt-awq",
-        expected=((3, "gate_proj"), (3, "down_proj"))),
+              "and up equal); ModelOpt's own fake quantization of expert 3's gate_proj in "
+              f"{FAKE_QUANT_DIR}/modelopt-int4-awq-qwen3moe{FAKE_QUANT_SUFFIX} (not "
+              "bit for bit with the file: docs/checkpoints.md)", env="modelopt-awq",
+        expected=((3, "gate_proj"),)),
     "modelopt-mxfp8-qwen3moe": Job(
         "qwen3moe-small", "MXFP8_DEFAULT_CFG", "mxfp8",
         {"group_size": 32, "activation": "mxfp8"}),
@@ -122,8 +127,9 @@ def produce(name: str, out_root: Path) -> float:
         with _own_dequantization(model, job.expected) as own:
             with torch.inference_mode():
                 export_hf_checkpoint(model, export_dir=out)
-        expected = _write_expected(out_root, name, own) if job.expected else None
-        finish(out_root, name, out, producer="modelopt", env=job.env, expected=expected,
+        if job.expected:
+            _write_fake_quant(out_root, name, own)
+        finish(out_root, name, out, producer="modelopt", env=job.env,
                packages=("nvidia-modelopt",), scheme=job.scheme, variant=job.variant,
                model=job.model, how=f"quantized by ModelOpt's mtq.quantize({job.config}), "
                "written by its export_hf_checkpoint" + (
@@ -168,13 +174,16 @@ def _own_dequantization(model, pairs):
         raise RuntimeError(f"ModelOpt's export never packed {missing}")
 
 
-def _write_expected(out_root: Path, name: str, own: dict) -> str:
-    """expected_dequant/<name>.safetensors (decompress_reference.py's naming and metadata)."""
+def _write_fake_quant(out_root: Path, name: str, own: dict) -> str:
+    """expected_dequant/<name>.fakequant.safetensors, decompress_reference.py's tensor names
+    and metadata. Not the manifest's `expected_dequant` (a bit-for-bit expectation): ModelOpt's
+    fake quantization and its export round a few codes differently (docs/checkpoints.md),
+    tests/reference/test_modelopt_int4_awq.py says how."""
     import json
 
     from safetensors.torch import save_file
 
-    path = out_root.parent / "expected_dequant" / f"{name}.safetensors"
+    path = out_root.parent / FAKE_QUANT_DIR / f"{name}{FAKE_QUANT_SUFFIX}"
     path.parent.mkdir(parents=True, exist_ok=True)
     # the model's per-expert names without "model." and the block ("layers.0.experts.3...")
     tensors = {k.removeprefix("model.").replace(".mlp.", "."): v.contiguous()
@@ -187,7 +196,7 @@ def _write_expected(out_root: Path, name: str, own: dict) -> str:
                         "input_quantizer.pre_quant_scale, taken inside export_hf_checkpoint "
                         "just before it packs the weight",
         "versions": json.dumps(versions("nvidia-modelopt"))})
-    return f"expected_dequant/{name}.safetensors"
+    return str(path)
 
 
 def main(argv: list[str] | None = None) -> int:
