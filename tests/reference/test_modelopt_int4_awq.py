@@ -177,3 +177,34 @@ def test_w4a8_awq_is_refused_naming_quant_algo(tmp_path, capsys):
         (folder / name).write_text(json.dumps(config))
     err = _inspect_error(folder, capsys)
     assert "quantization_config.quant_algo" in err and "W4A8_AWQ" in err
+
+
+# --- against ModelOpt's own fake quantization ---------------------------------------------
+
+FAKE_QUANT = FOLDER.parents[1] / "expected_dequant" / f"{FOLDER.name}.fakequant.safetensors"
+
+
+def test_modelopt_own_fake_quantization_agrees_but_at_rounding_ties():
+    """ModelOpt's own dequantization of expert 3's gate_proj (its weight quantizer applied to
+    the weight, taken inside the export just before packing: tools/producers/
+    modelopt_produce.py) and its pre_quant_scale, against moecert's reading of the file.
+    The pre-quant scale is equal; every weight is equal (in bf16, the fake quantization's
+    dtype) except where the fake quantization rounded an exact tie x.5 to the even code and
+    the export's division landed just below it: there the two codes differ by one, the fake
+    quantization's is even and the larger in magnitude (docs/checkpoints.md). The file wins."""
+    own = load_file(str(FAKE_QUANT))
+    ml = load_checkpoint(FOLDER, layer=0)
+    ckpt = ml.checkpoint
+    assert torch.equal(own["layers.0.experts.3.gate_proj.pre_quant_scale"],
+                       ckpt.tensors["w13_pre_quant_scale"][3])
+    mine = dequantize(ckpt)["w13"][3, :ml.N]
+    theirs = own["layers.0.experts.3.gate_proj.weight"]
+    differ = mine.to(theirs.dtype) != theirs
+    assert differ.sum() < mine.numel() // 1000, int(differ.sum())
+    scale = ckpt.tensors["w13_weight_scale"][3, :ml.N].to(torch.float64)  # one group along K
+    file_codes = (mine / scale)[differ]
+    fake_codes = (theirs.to(torch.float64) / scale)[differ].round()
+    assert torch.equal(file_codes, file_codes.round())
+    assert torch.equal((fake_codes - file_codes).abs(), torch.ones_like(file_codes))
+    assert torch.equal(fake_codes % 2, torch.zeros_like(fake_codes))
+    assert bool((fake_codes.abs() > file_codes.abs()).all())
