@@ -32,7 +32,8 @@ MANIFEST = json.loads((CHECKPOINTS / "MANIFEST.json").read_text())["fixtures"]
 # int4 producer fixtures (96-168 KB each) and the Quark int4 expectation (99 KB): 14.27 MB;
 # with issue 42's two MXFP4 W4A4 fixtures (190 KB each) and their expectations (99 + 198 KB):
 # 14.79 MB; with ModelOpt's own fake quantization of one INT4 AWQ expert linear (34 KB,
-# expected_dequant/*.fakequant.safetensors): 14.98 MB. The engines' carry (tools/engine_carry.py) cuts parts of 44 MiB beside the tree:
+# expected_dequant/*.fakequant.safetensors): 14.98 MB. The engines' carry
+# (tools/engine_carry.py) cuts parts of 44 MiB beside the tree:
 # 15 MB of fixtures keeps the tree (18.1 MB, 2026-11-29) plus one part under the 64 MiB of one call)
 MAX_FIXTURE_BYTES = 800_000
 MAX_EXPECTED_BYTES = 400_000

@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fixture_io import finish, producer_main, versions
 from tiny_models import calibration_ids, make_model
 
-
 FAKE_QUANT_DIR, FAKE_QUANT_SUFFIX = "expected_dequant", ".fakequant.safetensors"
 
 
