@@ -10,6 +10,9 @@ w2: out = K, in = N):
     {p}_zp     uint8 [E, out, G] unsigned true zero points, absent when symmetric
     {p}_s      float32 [E, out, G] group scales, exact copies of the file's values
     {p}_g_idx  int32 [E, in] (act order only)
+    {p}_pre    float32 [E, in] the GEMM input's multiplier per column (ModelOpt AWQ's
+               pre_quant_scale, exact: a bf16 / fp32 value), absent for other layouts:
+               y_e = (x * pre[e]) @ W[e]^T
     meta["{p}_group_cols"] = g (in when group_size == -1), meta["bits"]
     W[e, o, k] = (u[e, o, k] - zp[e, o, gk]) * s[e, o, gk]
   16-bit      {p}_w bf16/fp16 [E, out, in]
@@ -146,6 +149,9 @@ def _convert_int_linear(layer: MoELayer, p: str) -> tuple[dict[str, torch.Tensor
             u = words[lo:hi].to(torch.int32) + half - rec.code_offset
         elif in_major_weight and rec.pack_dim == "in":  # [E, in/per, out] (GPTQ)
             u = unpack_words(words[lo:hi], bits, n_in, dim=1).transpose(1, 2)
+        elif rec.packing == "bytes":  # [E, out/2, in] two codes a byte along out (ModelOpt)
+            pair = words[lo:hi]
+            u = torch.stack((pair & 0xF, pair >> 4), dim=2).to(torch.int32).flatten(1, 2)
         elif rec.pack_dim == "out":  # [E, in, out/8] packed along out (AWQ, Quark)
             u = unpack_words(words[lo:hi], bits, n_out, dim=2)
             if rec.interleave:
@@ -172,6 +178,10 @@ def _convert_int_linear(layer: MoELayer, p: str) -> tuple[dict[str, torch.Tensor
         g_idx = _read_g_idx(layer, names["g_idx"], n_in, G)
         if g_idx is not None:
             out[f"{p}_g_idx"] = g_idx
+    if "pre_quant_scale" in names:  # the GEMM input's multiplier per column (ModelOpt AWQ)
+        pre = layer.get(names["pre_quant_scale"]).to(torch.float32).contiguous()
+        check_scales(names["pre_quant_scale"], pre)
+        out[f"{p}_pre"] = pre
     return out, meta
 
 
@@ -424,6 +434,7 @@ _PACKED = LinearConverter(_convert_int_linear, _export_int)
 # NVFP4's global scales, by the scheme's scale encoding and global_scale).
 CONVERTERS: dict[str, LinearConverter] = {
     "gptq": _PACKED, "awq": _PACKED, "ct": _PACKED, "ct-int": _PACKED, "quark-int": _PACKED,
+    "modelopt-int": _PACKED,
     "dense": LinearConverter(_convert_dense_linear, _export_dense),
 }
 

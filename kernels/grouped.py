@@ -89,6 +89,7 @@ from moecert.reference.schemes import (
     STRATEGY_CHANNEL,
     STRATEGY_TENSOR,
 )
+from moecert.reference.schemes.tensors import tensor_name
 
 from .activations import apply_activation, quantize_rows
 from .base import BaseBackend
@@ -124,6 +125,8 @@ class GroupedBackend(BaseBackend):
         return None
 
     def claims(self, quant: QuantConfig, problem, platform: Platform) -> str | None:
+        if tensor_name(quant, "w13", "pre_quant_scale"):
+            return "pre_quant_scale (a multiplier per input column of each GEMM) not applied"
         if quant.activation == ACT_NONE:
             return None
         return scaled_claims(quant, problem, platform)

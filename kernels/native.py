@@ -7,8 +7,9 @@ float32 at once), gathers that expert's tokens and runs both GEMMs in float32, i
 the reference:
 
     x := round(x * r) (router weight on input)      q1 = quantize(x)
-    h = round(q1 @ W13_e^T + b13_e)                 a = round(act(h))
-    q2 = quantize(a over every assignment)          y = q2 @ W2_e^T + b2_e
+    h = round((q1 * p13_e) @ W13_e^T + b13_e)       a = round(act(h))
+    q2 = quantize(a over every assignment)          y = (q2 * p2_e) @ W2_e^T + b2_e
+    (p13_e, p2_e: a layout's pre_quant_scale per input column, ModelOpt AWQ; 1 elsewhere)
     out[t] = cast(sum over the token's experts of r * y)       round(): to the act dtype
 
 Each step is a method (`TorchBackend`), so a backend holding a different weight layout
@@ -99,15 +100,21 @@ class TorchBackend(BaseBackend):
         inter = torch.empty(token.numel(), P.N, dtype=dtype, device=x.device)
         for e in busy:
             lo, hi = starts[e], starts[e + 1]
-            h = self.gemm1(layer, xq, x32, token[lo:hi], self.expert_weight(layer, "w13", e),
-                           None if b13 is None else b13[e])
+            w13, b13e = self.expert_weight(layer, "w13", e), None if b13 is None else b13[e]
+            if layer.has("w13_pre"):  # this expert's rows, each column times its scale
+                rows = token[lo:hi]
+                h = self.gemm1(layer, self.pre_scale(layer, "w13", e, xq[rows]), x32[rows],
+                               torch.arange(hi - lo, device=x.device), w13, b13e)
+            else:
+                h = self.gemm1(layer, xq, x32, token[lo:hi], w13, b13e)
             h = h.to(dtype).to(torch.float32)  # kernels write h in the act dtype
             inter[lo:hi] = self.activation(layer, h).to(dtype)
         # after every expert's GEMM1: a per-tensor dynamic scale spans all assignments
         inter_q = self.quantize(layer, inter.to(torch.float32), "w2", a2)
         del inter
         parts = ((token[starts[e]:starts[e + 1]],
-                  self.gemm2(layer, inter_q[starts[e]:starts[e + 1]],
+                  self.gemm2(layer, self.pre_scale(layer, "w2", e,
+                                                   inter_q[starts[e]:starts[e + 1]]),
                              self.expert_weight(layer, "w2", e), None if b2 is None else b2[e],
                              weight[starts[e]:starts[e + 1]]))
                  for e in busy)  # one expert's rows at a time, as combine consumes them
@@ -141,6 +148,12 @@ class TorchBackend(BaseBackend):
         g = layer.get(f"{a}_global") if layer.has(f"{a}_global") else None
         return quantize_activation(t, quant.activation, static, quant.mx_scale_rule,
                                    quant.info.activation_element, global_scale=g)
+
+    def pre_scale(self, layer: MoELayer, p: str, e: int, t: torch.Tensor) -> torch.Tensor:
+        """float32 GEMM input `t` of linear `p` of local expert `e`, each column times the
+        layout's per-input-channel multiplier (ModelOpt AWQ's pre_quant_scale, `{p}_pre`);
+        `t` as is for layouts without one."""
+        return t * layer.get(f"{p}_pre")[e] if layer.has(f"{p}_pre") else t
 
     def gemm1(self, layer: MoELayer, xq: torch.Tensor, x: torch.Tensor, rows: torch.Tensor,
               w: torch.Tensor, b13: torch.Tensor | None) -> torch.Tensor:

@@ -63,6 +63,9 @@ _PACKED_SPLITS = {
     "awq": {"weight": (-1, "pack"), "scale": (-1, 1), "zeros": (-1, "pack")},
     # Quark int4: AWQ's shapes under Quark's names
     "quark-int": {"weight": (-1, "pack"), "scale": (-1, 1), "zeros": (-1, "pack")},
+    # ModelOpt INT4 AWQ: [2N/2, K] two rows a byte, scales [2N, G], pre_quant_scale [K] (one
+    # for gate and up)
+    "modelopt-int": {"weight": (0, 2), "scale": (0, 1), "pre_quant_scale": (None, None)},
     # compressed-tensors: [2N, K/pack], scales [2N, G], zeros [2N/pack, G]
     "ct": {"weight": (0, 1), "scale": (0, 1), "zeros": (0, "pack"), "g_idx": (None, None),
            "shape": ("shape", None)},
@@ -261,6 +264,10 @@ VARIANT_CONFIGS: tuple[VllmFileConfig, ...] = (
     VllmFileConfig("int8-w8a16", "llm-compressor int8 W8A16 (int-quantized)", _ct_dense("int")),
     VllmFileConfig("int8-w8a8", "AMD Quark int8", _quark, channel_scale_1d=True),
     VllmFileConfig("quark-int4", "AMD Quark int4 (int4_wo)", _quark_int4),
+    # vLLM 0.25.1 / 0.32.0 list no W4A16_AWQ in ModelOpt's QUANT_ALGOS: vLLM refuses it
+    VllmFileConfig("modelopt-int4-awq", "NVIDIA ModelOpt INT4 AWQ (W4A16_AWQ)",
+                   lambda q: {**_modelopt("W4A16_AWQ", q.group_size)(q),
+                              "has_zero_point": False, "pre_quant_scale": True}),
     # vLLM's own fp8: DeepSeek-V3 (128x128 blocks, weight_scale_inv) and per-tensor files
     VllmFileConfig("fp8-w8a16", "DeepSeek-V3 fp8 (activations chosen by the kernel)", _fp8,
                    strategy=(STRATEGY_BLOCK,), names=(("weight_scale", "weight_scale_inv"),)),

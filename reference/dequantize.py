@@ -11,7 +11,7 @@ from .layouts.check import check_tensors
 from .layouts.common import check_finite, scales_float64
 from .problem import MoEProblem
 from .schemes import STATIC_INPUT_MODES
-from .schemes.tensors import input_scale_name
+from .schemes.tensors import input_scale_name, pre_quant_scale_name
 
 
 def canonicalize(ckpt: Checkpoint, problem: MoEProblem | None = None
@@ -40,6 +40,14 @@ def read_input_scale(ckpt: Checkpoint, p: str) -> torch.Tensor:
     return scales_float64(ckpt, input_scale_name(ckpt, p))
 
 
+def read_pre_quant_scale(ckpt: Checkpoint, p: str) -> torch.Tensor | None:
+    """Linear `p`'s per-input-channel input multiplier [E, in] (ModelOpt AWQ's
+    `pre_quant_scale`: GEMM input column k of expert e is multiplied by it), float64,
+    finite and > 0; None for a layout without one."""
+    name = pre_quant_scale_name(ckpt, p)
+    return None if name is None else scales_float64(ckpt, name)
+
+
 def dequantize(ckpt: Checkpoint, problem: MoEProblem | None = None
                ) -> dict[str, torch.Tensor]:
     """float64 weights read only from the checkpoint's tensors (checked against `problem`'s
@@ -50,6 +58,8 @@ def dequantize(ckpt: Checkpoint, problem: MoEProblem | None = None
     broadcasting) live in `layouts/`, `packing.py`, `elements.py` and `canonical.py`.
     """
     lin = canonicalize(ckpt, problem)
+    for p in ("w13", "w2"):
+        read_pre_quant_scale(ckpt, p)  # not returned (it scales the input, not the weights)
     if ckpt.activation in STATIC_INPUT_MODES:
         for p in ("w13", "w2"):
             read_input_scale(ckpt, p)  # not returned; a bad one makes the checkpoint bad

@@ -24,7 +24,7 @@ import torch
 from .activations import apply_activation
 from .canonical import dequantize_canonical
 from .checkpoint import Checkpoint
-from .dequantize import read_biases, read_input_scale
+from .dequantize import read_biases, read_input_scale, read_pre_quant_scale
 from .errors import CheckpointError
 from .layouts import read_linear
 from .layouts.check import check_tensors
@@ -181,12 +181,13 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
     counts = torch.bincount(expert, minlength=problem.E).tolist()
     starts = [0, *itertools.accumulate(counts)]
     biases = read_biases(ckpt)
+    pre = {p: read_pre_quant_scale(ckpt, p) for p in ("w13", "w2")}
     # GEMM1 and the activation for every assignment, then q2 over all of them at once
     # (a dynamic per-tensor scale spans every expert's intermediate).
     inter = torch.empty(token.numel(), problem.N, dtype=torch.float64, device=xq.device)
     for e, w13 in _expert_weights(ckpt, "w13", counts, problem.w13_rows * problem.K):
         lo, hi = starts[e], starts[e + 1]
-        h = xq[token[lo:hi]] @ w13.T
+        h = _pre_scaled(xq[token[lo:hi]], pre["w13"], e) @ w13.T
         if "w13_bias" in biases:
             h = _biased(h, biases["w13_bias"][e], ckpt, problem)
         h = round_to_activation_dtype(h, problem)
@@ -197,7 +198,7 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
     out = torch.zeros(rows_out, problem.K, dtype=torch.float64, device=xq.device)
     for e, w2 in _expert_weights(ckpt, "w2", counts, problem.K * problem.N):
         lo, hi = starts[e], starts[e + 1]
-        y = inter[lo:hi] @ w2.T
+        y = _pre_scaled(inter[lo:hi], pre["w2"], e) @ w2.T
         if "w2_bias" in biases:
             y = _biased(y, biases["w2_bias"][e], ckpt, problem)
         if ckpt.sum_in_activation_dtype:
@@ -206,6 +207,11 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
             continue
         out.index_add_(0, token[lo:hi], weight[lo:hi].unsqueeze(1) * y)
     return out
+
+
+def _pre_scaled(t: torch.Tensor, pre: torch.Tensor | None, e: int) -> torch.Tensor:
+    """A GEMM input times expert e's pre-quant scale per column (none: as is)."""
+    return t if pre is None else t * pre[e]
 
 
 def _biased(product: torch.Tensor, bias: torch.Tensor, ckpt: Checkpoint,

@@ -147,6 +147,9 @@ class _Draw:
         """A global scale as the format stores it: the multiplier or its reciprocal."""
         return multiplier if self.ckpt.record.global_scale == "multiply" else 1 / multiplier
 
+    def pre_quant_scale(self, d, shape):  # AWQ smoothing factors: positive, around 1
+        return torch.exp2(2 * self._rand(*shape) - 1).to(d.dtypes[0])
+
     def bias(self, d, shape):
         return (0.1 * self._randn(*shape)).to(self.P.torch_dtype)
 

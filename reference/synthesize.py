@@ -34,7 +34,7 @@ from .schemes import (
     layout_of,
     weight_scale_block,
 )
-from .schemes.tensors import input_scale_name, weight_dtype
+from .schemes.tensors import input_scale_name, pre_quant_scale_name, weight_dtype
 
 
 def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Checkpoint:
@@ -65,6 +65,7 @@ def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Chec
         tensors["w2_bias"] = (0.1 * torch.randn(P.E, P.K, generator=gen)).to(P.torch_dtype)
     if ckpt.activation in STATIC_INPUT_MODES:
         tensors.update(calibrate_input_scales(ckpt, floats, tensors, P, gen))
+    tensors.update(pre_quant_scales(ckpt, P, gen))
     ckpt = replace(ckpt, tensors=tensors)
     return ckpt
 
@@ -113,6 +114,20 @@ def random_g_idx(gen: torch.Generator, E: int, n_in: int, group_size: int) -> to
     g_idx = torch.empty(E, n_in, dtype=torch.int64)
     g_idx.scatter_(1, perm, (torch.arange(n_in) // g).expand(E, -1))
     return g_idx
+
+
+def pre_quant_scales(ckpt: Checkpoint, P: MoEProblem, gen: torch.Generator
+                     ) -> dict[str, torch.Tensor]:
+    """The per-input-channel multipliers of a layout that holds them (ModelOpt AWQ's
+    pre_quant_scale [E, in], in the model's dtype as ModelOpt writes it), else none: AWQ's
+    smoothing factors are positive and spread around 1, here 2^U(-1, 1) per column."""
+    out = {}
+    for p, n_in in (("w13", P.K), ("w2", P.N)):
+        name = pre_quant_scale_name(ckpt, p)
+        if name is not None:
+            u = 2 * torch.rand(P.E, n_in, generator=gen, dtype=torch.float64) - 1
+            out[name] = torch.exp2(u).to(P.torch_dtype)
+    return out
 
 
 def calibrate_input_scales(ckpt: Checkpoint, floats, tensors, P: MoEProblem, gen

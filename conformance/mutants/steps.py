@@ -153,6 +153,17 @@ class Mxfp4ActivationsAsMxfp8(TorchBackend):
         return super().quantize(layer, t, which, static)
 
 
+class PreQuantScaleDropped(TorchBackend):
+    """ModelOpt AWQ's pre_quant_scale loaded but never applied: each GEMM takes its input
+    as is, as a reader that maps the file's weights and scales onto an ordinary int4 layer
+    and leaves the extra per-input-channel tensor behind would run it."""
+
+    name = "mutant-pre-quant-scale-dropped"
+
+    def pre_scale(self, layer, p, e, t):
+        return t
+
+
 # --- GEMM epilogues --------------------------------------------------------------------------
 
 class BiasScaledByActivationScale(TorchBackend):

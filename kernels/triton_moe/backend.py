@@ -124,6 +124,9 @@ class TritonBackend(BaseBackend):
         if may_drop and layer.quant.activation == ACT_DYNAMIC_TENSOR:
             kept = _kept(plan, P, source, mode, T)
         input_rows_valid = kept if mode == align.BATCHED else None
+        if plan["w13_pre"] is not None:  # one GEMM1 input row per assignment, pre-scaled
+            a_in = _pre_scaled(a_in, plan, "w13", source, mode, T, row_div)
+            row_div = 1
         a1, a1_scale, g1, act1 = _quantize(layer, plan, quant, a_in, "w13",
                                            input_rows_valid)
         # the FP4 prefill dispatch: both linears decoded per call, the W16 tile on them
@@ -144,6 +147,8 @@ class TritonBackend(BaseBackend):
         fused_moe.moe_gemm(a1, a1_scale, g1, w13, h, sorted_ids, block_expert,
                            num_padded, None, a_row_div=row_div, act=act1, config=config1)
         inter = quant.activation(h, P.activation, P.N)
+        if plan["w2_pre"] is not None:
+            inter = _pre_scaled(inter, plan, "w2", source, mode, T, 1)
         a2, a2_scale, g2, act2 = _quantize(layer, plan, quant, inter, "w2", kept)
         y = (torch.zeros if may_drop else torch.empty)(n, K, dtype=torch.float32,
                                                        device=x.device)
@@ -350,11 +355,33 @@ def _build_plan(layer: MoELayer) -> dict:
     emap = None
     if P.expert_map is not None:
         emap = torch.tensor(P.expert_map, dtype=torch.int32, device=layer.device)
-    names = ("a1_gscale", "a2_gscale", "a13_scale", "a2_scale", "a13_global", "a2_global")
+    names = ("a1_gscale", "a2_gscale", "a13_scale", "a2_scale", "a13_global", "a2_global",
+             "w13_pre", "w2_pre")
     w13, w2 = _weights(layer, "w13"), _weights(layer, "w2")
     return {"w13": w13, "w2": w2, "expert_map": emap,
             "dense_bytes": _dense_bytes(layer, w13, w2),
             **{name: layer.get(name) if layer.has(name) else None for name in names}}
+
+
+def _pre_scaled(t: torch.Tensor, plan: dict, p: str, source: torch.Tensor, mode, T: int,
+                row_div: int) -> torch.Tensor:
+    """GEMM input `t` of linear `p` with one row per assignment (row i // row_div of `t`
+    for assignment i), each row's columns times its expert's pre_quant_scale (ModelOpt AWQ;
+    convert.py's `{p}_pre`), multiplied in fp32 and rounded once to `t`'s dtype. Experts of
+    another rank (expert_map -1) take scale 1: their rows are never read."""
+    from . import align
+
+    pre = plan[f"{p}_pre"]
+    if mode == align.BATCHED:  # row i of the [E * T] rows belongs to expert i // T
+        experts = torch.arange(t.shape[0], device=t.device) // T
+    else:
+        experts = source.long()
+        if mode == align.MAPPED:
+            experts = plan["expert_map"][experts].long()
+    rows = t if row_div == 1 else t.repeat_interleave(row_div, dim=0)
+    scale = torch.where((experts >= 0).unsqueeze(1), pre[experts.clamp(min=0)],
+                        torch.ones((), dtype=pre.dtype, device=pre.device))
+    return (rows.to(torch.float32) * scale).to(t.dtype)
 
 
 def _kept(plan, P, source, mode, T) -> torch.Tensor:

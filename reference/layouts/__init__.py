@@ -12,11 +12,13 @@ from .ct import read_ct, write_ct
 from .ct_int import read_ct_int, write_ct_int
 from .dense import read_dense, write_dense
 from .gptq import read_gptq, write_gptq
+from .modelopt_int import read_modelopt_int, write_modelopt_int
 
 _READERS = {"gptq": read_gptq, "awq": read_awq, "ct": read_ct, "ct-int": read_ct_int,
-            "quark-int": read_awq, "dense": read_dense}
+            "quark-int": read_awq, "modelopt-int": read_modelopt_int, "dense": read_dense}
 _WRITERS = {"gptq": write_gptq, "awq": write_awq, "ct": write_ct, "ct-int": write_ct_int,
-            "quark-int": write_awq, "dense": write_dense}
+            "quark-int": write_awq, "modelopt-int": write_modelopt_int,
+            "dense": write_dense}
 
 
 def read_linear(ckpt: Checkpoint, prefix: str) -> CanonicalLinear:

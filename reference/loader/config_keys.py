@@ -176,6 +176,9 @@ CONFIG_KEYS: dict[str, dict[str, Key]] = {
     "modelopt": {
         "quant_method": _read("the producer"), "quant_algo": _read("the scheme"),
         "group_size": _read("elements per block scale"),
+        "has_zero_point": _only("INT4 AWQ: symmetric codes, no zero points", False),
+        "pre_quant_scale": _only("INT4 AWQ: the pre_quant_scale tensors the layout holds",
+                                 True),
         "config_groups": _ignored("restates quant_algo in compressed-tensors' words"),
         "kv_cache_quant_algo": _ignored("KV cache: " + _NOT_MOE),
         "exclude_modules": _ignored(_UNQUANTIZED), "ignore": _ignored(_UNQUANTIZED),

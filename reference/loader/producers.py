@@ -183,17 +183,18 @@ RULES: tuple[Rule, ...] = (
     _r("modelopt", "mxfp8", {"quant_method": "modelopt", "quant_algo": "MXFP8",
                              "group_size": OneOf((MX_BLOCK, ABSENT))},
        {"activation": ACT_MXFP8}),
-    # ModelOpt INT4 AWQ: int4 weights (two signed nibbles a byte along out, group scales) and
-    # a pre_quant_scale per input channel the layer applies to its input, W4A8 with fp8
-    # inputs on top. moecert holds no pre-quant scale yet (the reference's q1 / q2 and both
-    # backends would apply it): refused, never read as another scheme (issue 42)
-    *(_r("modelopt", f"modelopt-{name}", {"quant_method": "modelopt", "quant_algo": algo},
-         unsupported=f"ModelOpt INT4 AWQ ({algo}): int4 weights whose layer multiplies its "
-                     "input by a pre_quant_scale per input channel ((q * s) * "
-                     f"pre_quant_scale[k]){extra}; moecert holds no pre-quant scale yet",
-         key="quant_algo")
-      for name, algo, extra in (("w4a16-awq", "W4A16_AWQ", ""),
-                                ("w4a8-awq", "W4A8_AWQ", ", fp8 activations on top"))),
+    # ModelOpt INT4 AWQ (W4A16_AWQ): int4 weights, two signed nibbles a byte along out, fp32
+    # group scales, and the AWQ pre_quant_scale per input channel the layer multiplies its
+    # input by (the layout's tensors; the reference and the backends apply it)
+    _r("modelopt", "modelopt-int4-awq", {"quant_method": "modelopt", "quant_algo": "W4A16_AWQ",
+                                         "group_size": PRESENT},
+       {"group_size": "<group_size>", "sym": True, "activation": ACT_NONE}),
+    # W4A8_AWQ quantizes x * pre_quant_scale to fp8 on top (a static per-tensor input scale):
+    # not held yet, and ModelOpt 0.47's export of it fails here (docs/checkpoints.md)
+    _r("modelopt", "modelopt-int4-awq", {"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"},
+       unsupported="ModelOpt INT4 AWQ with fp8 activations (W4A8_AWQ: x * pre_quant_scale "
+                   "quantized to e4m3 with a static input scale); moecert holds its 16-bit "
+                   "activation form (W4A16_AWQ) only", key="quant_algo"),
     # AMD Quark: global_quant_config.{weight, input_tensors}
     _r("quark", "int8-w8a8", {**_QUARK, "weights.dtype": "int8", "input.dtype": "int8"},
        {"weight_strategy": "<weights.qscheme>", "activation": "<activation>"}),
@@ -284,6 +285,8 @@ def detect(config: dict, hf_quant: dict | None, quantize_config: dict | None,
     if qc is None and hf_quant is not None:
         qc, source = {"quant_method": "modelopt", **hf_quant.get("quantization", {})}, \
             "hf_quant_config.json: quantization"
+    elif isinstance(qc, dict) and qc.get("quant_method") == "modelopt" and hf_quant:
+        qc = _with_hf_quant(qc, hf_quant, source)
     if qc is None and quantize_config is not None:
         qc, source = quantize_config, "quantize_config.json"
     if qc is None:
@@ -312,6 +315,24 @@ def detect(config: dict, hf_quant: dict | None, quantize_config: dict | None,
             return Detected(_value(rule.producer, f, source), rule.scheme, attrs,
                             source.split(":")[0], qc, _not_read(f, rule, keys, source), rule)
     _refuse(f, source, method)
+
+
+def _with_hf_quant(qc: dict, hf_quant: dict, source: str) -> dict:
+    """ModelOpt's config.json restates `quant_algo` and leaves out what its
+    hf_quant_config.json says besides (the INT4 AWQ group size, `has_zero_point`,
+    `pre_quant_scale`): those keys are read from there; a key both files hold must agree."""
+    extra = hf_quant.get("quantization", {})
+    for k, v in extra.items():
+        if k in qc and qc[k] != v:
+            raise CheckpointError(f"{source}.{k}", f"{v!r} (as hf_quant_config.json: "
+                                  f"quantization.{k} says)", repr(qc[k]))
+    return {**{k: v for k, v in extra.items() if k in _HF_QUANT_ONLY}, **qc}
+
+
+# the keys of hf_quant_config.json's `quantization` that config.json does not restate and
+# a rule reads (the INT4 AWQ export's); the others (exclude_modules, kv_cache_quant_algo)
+# have their config.json counterparts
+_HF_QUANT_ONLY = ("group_size", "has_zero_point", "pre_quant_scale")
 
 
 def _one_of(value, allowed) -> bool:

@@ -64,7 +64,8 @@ class FormatRecord:
     version: str
     weight_layout: str  # tensor shape in the checkpoint, for people
     pack_dim: str | None  # "in", "out" or None (one element per storage unit)
-    packing: str | None  # "padded": floor(32/b) codes per int32; "dense": bitstream
+    packing: str | None  # "padded": floor(32/b) codes per int32; "dense": bitstream;
+    #                      "bytes": 8/b codes per uint8, lsb first
     bit_order: str | None  # "lsb-first": element i of a word sits at bits i*b .. i*b+b-1
     interleave: tuple[int, ...] | None  # slot i of a word holds element order[i]
     code_offset: int  # stored value = signed code + code_offset (2^(b-1) or 0)
@@ -172,6 +173,18 @@ RECORDS: dict[str, FormatRecord] = {
             zero_domain="signed", zero_pack_dim="out", scale_layout="weight_scale [E, in/g, out]",
             scale_dtype="model",
             scale_rule="sym: amax/((qmax-qmin)/2) (Quark PerGroupMinMaxObserver), z = 0"),
+        # NVIDIA ModelOpt 0.47's INT4 AWQ export (`pack_int4_in_uint8`): codes round(w / s)
+        # clamped to [-8, 7] as two's complement nibbles, rows 2i and 2i+1 of a column in
+        # the low and high nibble of one byte; fp32 scales amax / 7 per group along in; the
+        # AWQ smoothing factor `pre_quant_scale` [in] (bf16) multiplies the layer's input
+        _int_record(
+            "modelopt-int4-awq", "0.47", 4,
+            weight_layout="weight uint8 [E, out/2, in] (row 2i low nibble, 2i+1 high)",
+            pack_dim="out", packing="bytes", twos_complement=True, zero_domain=None,
+            zero_pack_dim=None, scale_layout="weight_scale fp32 [E, out, in/g]; "
+            "pre_quant_scale [E, in]", scale_dtype="fp32",
+            scale_rule="sym: amax/7 per group (ModelOpt INT4QTensor), codes clamped to [-8, 7]",
+            rejected=(*bad_numbers("scale"), *bad_numbers("pre_quant_scale"))),
         _ct("0.17", 4), _ct("0.18", 4), _ct("0.17", 8), _ct("0.18", 8),
         # compressed-tensors int-quantized (W4AFP8): codes as signed int8 values, no packing;
         # symmetric only (the preset's), scales in the model's dtype

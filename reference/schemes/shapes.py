@@ -92,6 +92,9 @@ def checkpoint_shape_issue(quant, problem) -> ShapeIssue | None:
         if layout == "quark-int" and n_out % per:  # codes packed along out
             return ShapeIssue(f"{p}_weight", f"an output dimension divisible by {per}",
                               str(n_out), p)
+        if layout == "modelopt-int" and n_out % 2:  # two codes a byte along out
+            return ShapeIssue(f"{p}_weight", "an even output dimension (two int4 codes a "
+                              "byte along out)", str(n_out), p)
         el = info.weight_element
         if n_in % el.per_unit:
             units = "byte" if el.units == 1 else f"{el.units} bytes"

@@ -71,9 +71,11 @@ STRATEGY_BLOCK = "block"  # [E, ceil(out/128), ceil(in/128)]
 # Tensor layouts (which tensors a linear has, `schemes.tensors`; which reader reads them):
 # the integer-code layouts with group scales (three packed in int32 words, and "ct-int":
 # compressed-tensors' int-quantized format, one code per int8, how llm-compressor writes
-# W4AFP8), "quark-int" (Quark's int4: AWQ's packing under Quark's tensor names), and "dense":
-# one unpacked weight tensor (+ its scale) per linear.
-PACKED_LAYOUTS = ("gptq", "awq", "ct", "ct-int", "quark-int")
+# W4AFP8), "quark-int" (Quark's int4: AWQ's packing under Quark's tensor names),
+# "modelopt-int" (ModelOpt's INT4 AWQ: two signed codes a byte along out, and a pre_quant_scale
+# per input channel that multiplies the GEMM's input), and "dense": one unpacked weight tensor
+# (+ its scale) per linear.
+PACKED_LAYOUTS = ("gptq", "awq", "ct", "ct-int", "quark-int", "modelopt-int")
 LAYOUTS = (*PACKED_LAYOUTS, "dense")
 
 # How weight scales are stored: none (16-bit weights), float (the tool's float dtype), or an
@@ -225,6 +227,10 @@ _CT_INT4 = SchemeFormat(None, "ct-int", "ct-int-quantized-int4@0.19")
 # AMD Quark's int4 per group (`int4_wo_32` / `_64` / `_128`): signed codes, symmetric (the
 # templates' Int4PerGroupSpec), zero points written anyway (all 0)
 _QUARK_INT4 = SchemeFormat(None, "quark-int", "quark-int4@0.13", sym=True)
+# NVIDIA ModelOpt's INT4 AWQ export (quant_algo W4A16_AWQ): symmetric int4 groups along in
+# and the AWQ smoothing factor kept as a tensor, pre_quant_scale [in], which the layer
+# multiplies its input by (AutoAWQ folds the same factor into the weights and the norm)
+_MODELOPT_INT4 = SchemeFormat(None, "modelopt-int", "modelopt-int4-awq@0.47", sym=True)
 # NVFP4 (w = e2m1 * e4m3 block scale per 16 * fp32 global scale, one per w1 / w3 shard): the
 # ModelOpt export (vLLM's ModelOptNvFp4FusedMoE names) and compressed-tensors'
 # nvfp4-pack-quantized, whose global scales are the reciprocals (w = e2m1 * scale / global).
@@ -259,6 +265,7 @@ SCHEMES: dict[str, Scheme] = {
         _int_scheme("gptq-int8", "gptq", 8, _gptq_formats(8), act_order=True),
         _int_scheme("awq-int4", "awq", 4, (_AWQ,)),
         _int_scheme("quark-int4", "quark", 4, (_QUARK_INT4,), asym=False),
+        _int_scheme("modelopt-int4-awq", "modelopt", 4, (_MODELOPT_INT4,), asym=False),
         _int_scheme("ct-int4", "ct", 4, _ct_formats(4), act_order=True),
         _int_scheme("ct-int8", "ct", 8, _ct_formats(8), act_order=True),
         Scheme("int8-w8a16", "int8", 8, "int8", "float",

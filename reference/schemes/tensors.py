@@ -58,7 +58,7 @@ class TensorDecl:
 
     name: str
     role: str  # "weight", "scale", "global_scale", "zeros", "g_idx", "shape", "bias",
-    #            "input_scale"
+    #            "input_scale", "pre_quant_scale" (multiplies the GEMM's input per column)
     dtypes: tuple[torch.dtype, ...]
     shapes: tuple[tuple[str, ...], ...]  # accepted shapes, the usual one first
     presence: str = ALWAYS
@@ -104,6 +104,14 @@ PACKED_TENSORS = {
         _linear("weight_scale", "scale", FLOAT, ("E", "groups", "out")),
         _linear("weight_zero_point", "zeros", INT32, ("E", "groups", "out/pack"),
                 presence=IF_ASYM, written_when_sym=True),
+    ),
+    # NVIDIA ModelOpt INT4 AWQ: two signed codes a byte along out, fp32 group scales, and the
+    # AWQ smoothing factor per input channel that multiplies the GEMM's input (gate and up
+    # share one input, so one pre_quant_scale: the export writes them equal)
+    "modelopt-int": (
+        _linear("weight", "weight", (torch.uint8,), ("E", "out/2", "in")),
+        _linear("weight_scale", "scale", FLOAT, ("E", "out", "groups")),
+        _linear("pre_quant_scale", "pre_quant_scale", FLOAT, ("E", "in")),
     ),
     # compressed-tensors int-quantized (W4AFP8): one signed code per int8, symmetric
     "ct-int": (
@@ -208,6 +216,13 @@ def in_major(attrs, p: str, role: str) -> bool:
     raise KeyError(f"{layout_of(attrs)} layout has no {role} tensor")
 
 
+def pre_quant_scale_name(attrs, p: str) -> str | None:
+    """The name of linear `p`'s per-input-channel input multiplier (ModelOpt's AWQ
+    `pre_quant_scale`) in `attrs`' layout, or None where the layout has none: what the
+    reference's GEMM inputs and every backend that claims the layout must apply."""
+    return tensor_name(attrs, p, "pre_quant_scale")
+
+
 def declared_tensors(attrs) -> dict[str, TensorDecl]:
     """Every tensor a checkpoint with `attrs`' scheme and attributes may hold, by name
     (`attrs`: a `Variant`, or a Checkpoint holding one)."""
@@ -271,5 +286,6 @@ def tensor_shapes(decl: TensorDecl, sizes: dict[str, int], attrs) -> tuple[tuple
 
 
 __all__ = ["LINEAR_SIZES", "PREFIXES", "TensorDecl", "declared_tensors", "dim_size",
-           "in_major", "input_scale_name", "layer_sizes", "parse_dim", "role_names", "tensor_name",
+           "in_major", "input_scale_name", "layer_sizes", "parse_dim", "pre_quant_scale_name",
+           "role_names", "tensor_name",
            "tensor_shapes", "weight_dtype"]

@@ -31,7 +31,9 @@ MANIFEST = json.loads((CHECKPOINTS / "MANIFEST.json").read_text())["fixtures"]
 # the GPU machine under 64 MiB: 14.5 MB of fixtures leaves room; 2026-11-29, issue 42's four
 # int4 producer fixtures (96-168 KB each) and the Quark int4 expectation (99 KB): 14.27 MB;
 # with issue 42's two MXFP4 W4A4 fixtures (190 KB each) and their expectations (99 + 198 KB):
-# 14.79 MB. The engines' carry (tools/engine_carry.py) cuts parts of 44 MiB beside the tree:
+# 14.79 MB; with ModelOpt's own fake quantization of one INT4 AWQ expert linear (34 KB,
+# expected_dequant/*.fakequant.safetensors): 14.98 MB. The engines' carry
+# (tools/engine_carry.py) cuts parts of 44 MiB beside the tree:
 # 15 MB of fixtures keeps the tree (18.1 MB, 2026-11-29) plus one part under the 64 MiB of one call)
 MAX_FIXTURE_BYTES = 800_000
 MAX_EXPECTED_BYTES = 400_000
@@ -41,7 +43,7 @@ PRODUCERS = {"llm-compressor": "llmcompressor", "modelopt": "nvidia-modelopt",
              "quark": "amd-quark", "gptqmodel": "gptqmodel", "auto-round": "auto-round",
              "moecert": None}
 # scheme names a fixture may carry before moecert has the scheme (issue 22: W4AFP8)
-PENDING_SCHEMES = {"w4afp8", "modelopt-w4a16-awq"}
+PENDING_SCHEMES = {"w4afp8"}
 FIELDS = {"producer": str, "how": str, "versions": dict, "scheme": str, "variant": dict,
           "family": str, "base_model": str, "E": int, "K": int, "N": int, "topk": int,
           "layers": int, "moe_layers": list, "dense_layers": list, "sharded": bool,

@@ -42,7 +42,7 @@ def _edit(qc: dict, **paths) -> dict:
 _G = "config_groups__group_0__"
 _MX8_INPUT = _qc("ct-mxfp8-qwen3moe")["config_groups"]["group_0"]["input_activations"]
 _QUARK_FP8 = {"dtype": "fp8_e4m3"}
-_ALGO = "quantization_config.quant_algo"  # the key ModelOpt INT4 AWQ's refusal names
+_ALGO = "quantization_config.quant_algo"  # the key ModelOpt W4A8 AWQ's refusal names
 
 # id -> (the config as the tool writes it, (scheme, variant) it reads as, or the key a refusal
 # names)
@@ -84,11 +84,14 @@ BASES = {
     "modelopt-mxfp8": (_qc("modelopt-mxfp8-qwen3moe"), "mxfp8"),
     "modelopt-nvfp4-hf-quant": ({"quant_method": "modelopt", **_qc(
         "modelopt-nvfp4-qwen3moe", "hf_quant_config.json")["quantization"]}, "nvfp4"),
-    # ModelOpt INT4 AWQ (refused: pre_quant_scale); W4A8's quant_algo on the same file (the
-    # W4A8 preset's export fails in ModelOpt 0.47 here, tools/producers/README.md)
-    "modelopt-w4a16-awq": (_qc("modelopt-int4-awq-qwen3moe"), _ALGO),
-    "modelopt-w4a16-awq-hf-quant": ({"quant_method": "modelopt", **_qc(
-        "modelopt-int4-awq-qwen3moe", "hf_quant_config.json")["quantization"]}, _ALGO),
+    # ModelOpt INT4 AWQ: config.json restates quant_algo only, the rest is in
+    # hf_quant_config.json (read from there); W4A8's quant_algo on the same file is refused
+    # (the W4A8 preset's export fails in ModelOpt 0.47 here, tools/producers/README.md)
+    "modelopt-int4-awq": ({**_qc("modelopt-int4-awq-qwen3moe", "hf_quant_config.json")[
+        "quantization"], **_qc("modelopt-int4-awq-qwen3moe")}, "modelopt-int4-awq"),
+    "modelopt-int4-awq-hf-quant": ({"quant_method": "modelopt", **_qc(
+        "modelopt-int4-awq-qwen3moe", "hf_quant_config.json")["quantization"]},
+        "modelopt-int4-awq"),
     "modelopt-w4a8-awq": (_edit(_qc("modelopt-int4-awq-qwen3moe"), quant_algo="W4A8_AWQ"),
                           _ALGO),
     "modelopt-mxfp8-hf-quant": ({"quant_method": "modelopt", **_qc(

@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +24,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fixture_io import finish, producer_main
+from fixture_io import finish, producer_main, versions
 from tiny_models import calibration_ids, make_model
+
+FAKE_QUANT_DIR, FAKE_QUANT_SUFFIX = "expected_dequant", ".fakequant.safetensors"
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ class Job:
     # the tox environment (`producers-<env>`): ModelOpt 0.47's INT4 AWQ export needs
     # transformers 4's per-expert modules (tools/producers/README.md)
     env: str = "modelopt"
+    # also write ModelOpt's own fake quantization of these (expert, projection) pairs of the
+    # first MoE layer beside expected_dequant/ (`_own_dequantization`)
+    expected: tuple[tuple[int, str], ...] = ()
 
 
 JOBS: dict[str, Job] = {
@@ -68,15 +74,19 @@ JOBS: dict[str, Job] = {
         notes="MoE inputs scaled by 1/20 during calibration: input scales 1/20 of the "
               "usual, so hidden states of the usual size saturate the block scales",
         calib_scale=0.05),
-    # issue 42: ModelOpt's INT4 AWQ preset. moecert does not hold its pre_quant_scale yet
-    # (the manifest's scheme name: what reading it will take), so it is refused. Its W4A8
-    # preset (W4A8_AWQ_BETA_CFG) fails in ModelOpt's export here (tools/producers/README.md)
+    # issue 42: ModelOpt's INT4 AWQ preset, read as modelopt-int4-awq (its pre_quant_scale
+    # multiplies each GEMM's input). Its W4A8 preset (W4A8_AWQ_BETA_CFG) fails in ModelOpt's
+    # export here (tools/producers/README.md)
     "modelopt-int4-awq-qwen3moe": Job(
-        "qwen3moe-tiny-n128", "INT4_AWQ_CFG", "modelopt-w4a16-awq", {"group_size": 128},
+        "qwen3moe-tiny-n128", "INT4_AWQ_CFG", "modelopt-int4-awq",
+        {"group_size": 128, "sym": True, "activation": "none"},
         notes="quant_algo W4A16_AWQ: weight uint8 [N/2, K] (two signed nibbles per byte "
               "along out), weight_scale fp32 [N, K/128], pre_quant_scale bf16 [K] per expert "
               "linear (the export averages it over the experts: equal in every expert, gate "
-              "and up equal)", env="modelopt-awq"),
+              "and up equal); ModelOpt's own fake quantization of expert 3's gate_proj in "
+              f"{FAKE_QUANT_DIR}/modelopt-int4-awq-qwen3moe{FAKE_QUANT_SUFFIX} (not "
+              "bit for bit with the file: docs/checkpoints.md)", env="modelopt-awq",
+        expected=((3, "gate_proj"),)),
     "modelopt-mxfp8-qwen3moe": Job(
         "qwen3moe-small", "MXFP8_DEFAULT_CFG", "mxfp8",
         {"group_size": 32, "activation": "mxfp8"}),
@@ -113,8 +123,11 @@ def produce(name: str, out_root: Path) -> float:
         model = mtq.quantize(model, getattr(mtq, job.config), forward_loop)
         seconds = time.perf_counter() - t0
         out = Path(tmp) / "out"
-        with torch.inference_mode():
-            export_hf_checkpoint(model, export_dir=out)
+        with _own_dequantization(model, job.expected) as own:
+            with torch.inference_mode():
+                export_hf_checkpoint(model, export_dir=out)
+        if job.expected:
+            _write_fake_quant(out_root, name, own)
         finish(out_root, name, out, producer="modelopt", env=job.env,
                packages=("nvidia-modelopt",), scheme=job.scheme, variant=job.variant,
                model=job.model, how=f"quantized by ModelOpt's mtq.quantize({job.config}), "
@@ -122,6 +135,67 @@ def produce(name: str, out_root: Path) -> float:
                    f"; calibrated with every MoE block's input times {job.calib_scale}"
                    if job.calib_scale != 1.0 else ""), notes=job.notes)
     return seconds
+
+
+@contextmanager
+def _own_dequantization(model, pairs):
+    """{tensor name: value}: ModelOpt's own fake-quantized weight (its `weight_quantizer`
+    applied to the weight, what its quantized layer multiplies with) and the input
+    quantizer's `pre_quant_scale` (what that layer multiplies its input by) of each (expert,
+    projection) in `pairs` of the first MoE layer, taken inside `export_hf_checkpoint` just
+    before it packs that weight, so after the export's own resmoothing (its
+    `requantize_resmooth_fused_llm_layers` averages the experts' pre_quant_scale): the state
+    the file holds."""
+    import modelopt.torch.export.unified_export_hf as unified
+    import torch
+
+    wanted = {f".experts.{e}.{proj}": (e, proj) for e, proj in pairs}
+    names = {id(m): n for n, m in model.named_modules()}
+    own: dict = {}
+    original = unified._export_quantized_weight
+
+    def capture(sub_module, dtype, weight_name="weight"):
+        name = names.get(id(sub_module), "")
+        if (weight_name == "weight" and any(name.endswith(k) for k in wanted)
+                and f"{name}.weight" not in own):
+            with torch.no_grad():
+                own[f"{name}.weight"] = sub_module.weight_quantizer(sub_module.weight).clone()
+            own[f"{name}.pre_quant_scale"] = sub_module.input_quantizer.pre_quant_scale.clone()
+        return original(sub_module, dtype, weight_name)
+
+    unified._export_quantized_weight = capture
+    try:
+        yield own
+    finally:
+        unified._export_quantized_weight = original
+    missing = [k for k in wanted if not any(n.endswith(f"{k}.weight") for n in own)]
+    if pairs and missing:
+        raise RuntimeError(f"ModelOpt's export never packed {missing}")
+
+
+def _write_fake_quant(out_root: Path, name: str, own: dict) -> str:
+    """expected_dequant/<name>.fakequant.safetensors, decompress_reference.py's tensor names
+    and metadata. Not the manifest's `expected_dequant` (a bit-for-bit expectation): ModelOpt's
+    fake quantization and its export round a few codes differently (docs/checkpoints.md),
+    tests/reference/test_modelopt_int4_awq.py says how."""
+    import json
+
+    from safetensors.torch import save_file
+
+    path = out_root.parent / FAKE_QUANT_DIR / f"{name}{FAKE_QUANT_SUFFIX}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # the model's per-expert names without "model." and the block ("layers.0.experts.3...")
+    tensors = {k.removeprefix("model.").replace(".mlp.", "."): v.contiguous()
+               for k, v in sorted(own.items())}
+    experts = sorted({int(k.split(".experts.")[1].split(".")[0]) for k in tensors})
+    save_file(tensors, str(path), metadata={
+        "fixture": name, "layer": tensors and next(iter(tensors)).split(".")[1],
+        "experts": json.dumps(experts),
+        "decompressor": "ModelOpt's own fake quantization weight_quantizer(weight) and "
+                        "input_quantizer.pre_quant_scale, taken inside export_hf_checkpoint "
+                        "just before it packs the weight",
+        "versions": json.dumps(versions("nvidia-modelopt"))})
+    return str(path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ from moecert.reference.elements import pow2, round_to
 from moecert.reference.layouts import write_linear
 from moecert.reference.schemes import weight_scale_block
 from moecert.reference.schemes.elements import ELEMENTS, INT
+from moecert.reference.schemes.tensors import pre_quant_scale_name
 from moecert.reference.synthesize import random_g_idx
 
 
@@ -26,6 +27,10 @@ def encode_checkpoint(gen, attrs: Checkpoint, P: MoEProblem, linears: dict,
     for prefix, values in linears.items():
         tensors.update(write_linear(_encode(gen, values, attrs, prefix), prefix, attrs,
                                     P.torch_dtype))
+        pre = pre_quant_scale_name(attrs, prefix)
+        if pre is not None:  # ModelOpt AWQ's input multiplier: 1 keeps the design exact (a
+            # per-column factor would take h off its designed grid); accuracy judges it
+            tensors[pre] = torch.ones(values.shape[0], values.shape[2], dtype=P.torch_dtype)
     for name, b in biases.items():
         tensors[name] = b.to(P.torch_dtype)
     return replace(attrs, tensors=tensors)

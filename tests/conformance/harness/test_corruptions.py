@@ -38,6 +38,7 @@ VARIANTS = {
     "gptq-int4-act": ("gptq-int4", dict(group_size=32, act_order=True), P),
     "gptq-int8": ("gptq-int8", dict(group_size=-1, sym=False, checkpoint_format="gptq_v2"), P),
     "awq-int4": ("awq-int4", dict(group_size=32), P_BIAS),
+    "modelopt-int4-awq": ("modelopt-int4-awq", dict(group_size=32), P),
     "ct-int4": ("ct-int4", dict(group_size=32, sym=False), P),
     "ct-int4-sym": ("ct-int4", dict(group_size=-1, checkpoint_format="ct-0.18"), P_BIAS),
     "ct-int8-act": ("ct-int8", dict(group_size=32, act_order=True), P),

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "reference"))
 import model_folders as mf
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "checkpoints"
-# the fixtures of schemes moecert holds (a fixture of a refused one, ModelOpt's INT4 AWQ,
-# is tested to be refused in tests/reference/test_loader_fixtures.py)
+# the fixtures of schemes moecert holds (a fixture of a scheme it refuses would be tested to
+# be refused in tests/reference/test_loader_fixtures.py)
 _MANIFEST = json.loads((FIXTURES / "MANIFEST.json").read_text())["fixtures"] \
     if (FIXTURES / "MANIFEST.json").exists() else {}
 REAL = sorted(p.parent for p in FIXTURES.glob("*/config.json")

@@ -134,6 +134,7 @@ MUTANT_NAMES = frozenset("mutant-" + n for n in (
     "nvfp4-shard-global-collapsed",
     "partial-block-dropped",
     "per-token-as-per-tensor",
+    "pre-quant-scale-dropped",
     "process-not-idempotent",
     "reload-ignored",
     "router-weight-twice",
