@@ -12,8 +12,8 @@ that reading); one that matches none is a defect to reduce to a reproduction.
 
 (--failures: the case ids of a failures CSV, tools/engine_gpu_summary.py's, whose accuracy
 check failed.) Prints one table per case (and writes them as CSV with --out). The sweep is
-a triage aid: its readings are the harness's own (conformance/harness/numerics.py), so it says nothing
-about a reading the harness does not hold.
+a triage aid: its readings are the harness's own (conformance/harness/numerics.py), so it
+says nothing about a reading the harness does not hold.
 """
 
 from __future__ import annotations
