@@ -169,9 +169,12 @@ def _has_float_scales(quant) -> bool:
 def _activation_scheme(scheme: str, mode: str):
     """The scheme that stores the same weights as `scheme` and reads activations as `mode`."""
     info = get_scheme(scheme)
+    if mode in info.activation_modes:  # the scheme itself reads it (mxfp8 with 16-bit
+        return info                    # activations is mxfp8's own, not fp8-w8a16's)
     for s in SCHEMES.values():
         if (mode in s.activation_modes and s.element == info.element
-                and s.weight_bits == info.weight_bits and s.packed == info.packed):
+                and s.weight_bits == info.weight_bits and s.packed == info.packed
+                and s.scale_encoding == info.scale_encoding):
             return s
     raise NumericsError(f"activation={mode}: no scheme reads {scheme}'s weights with "
                         f"{mode} activations")

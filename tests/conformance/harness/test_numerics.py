@@ -253,3 +253,19 @@ def test_planted_bugs_rebased_on_the_declared_twin_are_still_caught(mutant, regi
     # e.g. the all-scales x1.005 bug (half a percent, near the bf16 scale rounding the twin
     # declares) must still be caught by accuracy itself
     assert {r["check"] for r in caught} & set(checks)
+
+
+@pytest.mark.parametrize("scheme,attrs", [("mxfp8", {"activation": "mxfp8"}),
+                                          ("mxfp4", {"activation": "mxfp8"})])
+def test_a_scheme_run_with_16_bit_activations_is_read_as_itself(scheme, attrs):
+    """An MX checkpoint with MX activations that an engine runs with 16-bit activations is its
+    own scheme with activation "none", never another scheme storing e4m3 / e2m1 codes with
+    float scales (vLLM's Marlin on a GPU ran llm-compressor's MXFP8 folder so, and the reading
+    was taken as fp8-w8a16's: "weight_strategy ... found 'group'")."""
+    ckpt = synthesize(scheme, P, seed=2, **attrs)
+    numerics = {"activation": "none"}
+    assert reading_scheme(QuantConfig.of(ckpt), numerics) == (scheme, "none")
+    read = reading(ckpt, numerics)
+    assert (read.scheme, read.activation) == (scheme, "none")
+    for p in ("w13", "w2"):
+        assert torch.equal(dequantize(read)[p], dequantize(ckpt)[p])
