@@ -19,6 +19,9 @@ engine=${1:?usage: gpu_engines.sh vllm|transformers [SUITE]}
 suite=${2:-smoke}
 shift $(( $# >= 2 ? 2 : 1 )); [ "${1:-}" = "--" ] && shift
 OUT=${OUT:-/tmp/gpu-engines}; mkdir -p "$OUT"
+# per-step logs beside $OUT, tarred into it at the end: the device tool brings back at most
+# eight files from $OUT (a run of 30 folders left its record behind on 2026-11-29)
+logs=$(mktemp -d /tmp/gpu-engines-logs.XXXX)
 mkdir -p /tmp/shim/moecert
 for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" /tmp/shim/moecert/$d; done
 # the engines' backends register through the package's entry points (pyproject.toml): the
@@ -103,15 +106,24 @@ run_folder() {
     n=$(basename "$f")
     timeout "$limit" python3 -m moecert.conformance.cli run --suite smoke --checkpoint "$f" \
         "${backends[@]}" --device "$device_kind" -n 1 --results "$results-folders/$n" \
-        "${xfail[@]}" > "$OUT/folder-$n.log" 2>&1
-    echo "$n: exit $? $(grep -E '^(green|not green)' "$OUT/folder-$n.log" | tail -1)" \
+        "${xfail[@]}" > "$logs/folder-$n.log" 2>&1
+    echo "$n: exit $? $(grep -E '^(green|not green)' "$logs/folder-$n.log" | tail -1)" \
         >> "$OUT/folders-$engine.txt"
 }
 if [[ " $parts " == *" folders "* ]]; then
     t0=$(date +%s)
     : > "$OUT/folders-$engine.txt"
+    # GPU_ENGINES_FOLDERS_S: no folder starts after this many seconds of the part (the call's
+    # own limit would kill the script before its record and tar exist); the ones not started
+    # are listed as such
+    budget=${GPU_ENGINES_FOLDERS_S:-100000}
     for f in tests/fixtures/checkpoints/*/; do
-        while [ "$(jobs -rp | wc -l)" -ge 6 ]; do wait -n; done
+        while [ "$(jobs -rp | wc -l)" -ge "${GPU_ENGINES_FOLDER_JOBS:-6}" ]; do wait -n; done
+        if [ $(( $(date +%s) - t0 )) -ge "$budget" ]; then
+            echo "$(basename "$f"): not run (GPU_ENGINES_FOLDERS_S=$budget reached)" \
+                >> "$OUT/folders-$engine.txt"
+            continue
+        fi
         run_folder "$f" &
     done
     wait
@@ -132,8 +144,9 @@ fi
     echo ""
     echo "Total wall: $(( $(date +%s) - start )) s."
 } >> "$record" 2>&1
+cp "$OUT"/*.log "$logs"/ 2>/dev/null
 tar -czf "$OUT/results-$engine.tgz" -C "$OUT" $(cd "$OUT" && ls -d "results-$engine" "results-$engine-folders" 2>/dev/null) \
-    $(cd "$OUT" && ls *.log folders-*.txt 2>/dev/null) 2>/dev/null
-rm -rf "$results" "$results"-folders "$OUT"/*.log
+    $(cd "$OUT" && ls folders-*.txt 2>/dev/null) -C "$logs" . 2>/dev/null
+rm -rf "$results" "$results"-folders "$OUT"/*.log "$logs"
 cat "$record"
 exit $failed
