@@ -1,9 +1,12 @@
 """Which reading of the checkpoint does a failing case's output match? For each case id (of a
 suite), the backend's output once, then its rel_fro against the float64 reference of every
 candidate reading: the case's declared one, each activation mode the scheme table offers
-for the same weights, and weight scales rounded to bf16 / fp16. A failing case whose output
+for the same weights, and weight scales rounded to bf16 / fp16. Then its rel_fro against the
+output of every planted bug (conformance/mutants, the torch-based ones) whose targets hold
+the case's scheme: a known bug class, computed on the same case. A failing case whose output
 sits at the rounding level of one other reading is a declaration to fix (the kernel computes
-that reading); one that matches none is a defect to reduce to a reproduction.
+that reading); one at the level of a planted bug is that bug (a finding, named); one that
+matches none is a defect to reduce to a reproduction.
 
     python tools/reading_sweep.py --suite smoke --device cuda --backend vllm \\
         'vllm/fp8-w8a8/M17.K128.N128.E4.k2/bf16.silu/s0' ...
@@ -13,7 +16,7 @@ that reading); one that matches none is a defect to reduce to a reproduction.
 (--failures: the case ids of a failures CSV, tools/engine_gpu_summary.py's, whose accuracy
 check failed.) Prints one table per case (and writes them as CSV with --out). The sweep is
 a triage aid: its readings are the harness's own (conformance/harness/numerics.py), so it
-says nothing about a reading the harness does not hold.
+says nothing about a reading the harness does not hold, nor a bug it has not planted.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def sweep(case, device: str) -> list[dict]:
         except Exception as e:  # a reading the scheme table does not hold for this case
             rows.append({"case_id": case.case_id, "reading": name, "error":
                          f"{type(e).__name__}: {str(e)[:100]}"})
+    rows += _planted_bugs(case, output, device)
     qc = getattr(getattr(getattr(run.layer, "experts", None), "quant_method", None),
                  "moe_quant_config", None)
     if qc is not None:  # an engine's own statement of what its kernel quantizes (vLLM)
@@ -79,6 +83,33 @@ def sweep(case, device: str) -> list[dict]:
         a1 = getattr(qc, "a1_scale", None)
         fields["a1_scale"] = None if a1 is None else tuple(a1.shape)
         print(f"{case.case_id}: {run.backend_detail}; engine quant config {fields}")
+    return rows
+
+
+def _planted_bugs(case, output, device: str) -> list[dict]:
+    """The failing output against each torch-based planted bug's output on the same case
+    (same seed, so the same checkpoint and inputs)."""
+    from dataclasses import replace
+
+    from moecert.conformance.harness.context import CaseRun
+    from moecert.conformance.harness.metrics import error_metrics
+    from moecert.conformance.mutants import MUTANTS, register_mutants
+
+    rows = []
+    for m in MUTANTS.values():
+        if isinstance(m.factory, str) or case.scheme not in m.targets:
+            continue
+        name = f"planted bug {m.name}"
+        try:
+            register_mutants([m.name])
+            bugged = CaseRun(replace(case, backend=m.name), device).output
+            got = error_metrics(output, bugged.to(torch.float64))
+            rows.append({"case_id": case.case_id, "reading": name,
+                         "rel_fro": float(got["rel_fro"]), "cosine": float(got["cosine"]),
+                         "norm_ratio": float(got["norm_ratio"])})
+        except Exception as e:  # the bug's backend does not take this case
+            rows.append({"case_id": case.case_id, "reading": name,
+                         "error": f"{type(e).__name__}: {str(e)[:100]}"})
     return rows
 
 

@@ -29,3 +29,18 @@ def test_the_sweep_finds_the_reading_the_backend_computes():
     assert rows["activation=dynamic-group"]["rel_fro"] == declared
     for other in ("activation=none", "activation=dynamic-tensor"):
         assert rows[other]["rel_fro"] > 5 * declared, (other, rows[other])
+
+
+def test_the_sweep_names_the_planted_bug_a_backend_has():
+    from moecert.conformance.mutants import register_mutants
+
+    bug = "mutant-nvfp4-shard-global-collapsed"  # vLLM keeps one w13 global scale an expert
+    register_mutants([bug])
+    case = next(c for c in build_suite("smoke", backends=[bug]) if c.scheme == "nvfp4"
+                and c.problem.activation == "silu")
+    rows = {r["reading"]: r for r in _tool().sweep(case, "cpu")}
+    assert rows["declared -"]["rel_fro"] > 1e-2  # the bug fails the case
+    assert rows[f"planted bug {bug}"]["rel_fro"] == 0.0  # and is named: its own output
+    others = [r for name, r in rows.items() if name.startswith("planted bug")
+              and name != f"planted bug {bug}" and "rel_fro" in r]
+    assert others and all(r["rel_fro"] > 1e-2 for r in others), others
