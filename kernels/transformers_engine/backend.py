@@ -376,7 +376,29 @@ def _quantizer_verdict(quant: QuantConfig, problem, origin: str | None) -> str |
                                            weights_only=True)
     except Exception as e:
         return f"transformers {_version()} refuses it: {_refusal(e)}"
+    kernel = _hub_kernel_missing(quantizer)
+    if kernel:
+        return (f"transformers {_version()} runs it with {kernel}, a kernel it fetches from "
+                "the Hugging Face hub at first use (integrations/hub_kernels.py), which does "
+                "not load here (no hub, or no `kernels` package)")
     return None
+
+
+# Quantizers whose kept (not dequantized) path runs a kernel transformers loads from the hub
+# (its name in transformers' hub kernel mapping). On a GPU FineGrainedFP8 keeps fp8 weights
+# and needs `kernels-community/finegrained-fp8`; on a CPU it dequantizes and needs none.
+HUB_KERNELS = {"FineGrainedFP8HfQuantizer": "finegrained-fp8"}
+
+
+def _hub_kernel_missing(quantizer) -> str | None:
+    """The hub kernel the quantizer's path needs and cannot load here, or None."""
+    name = HUB_KERNELS.get(type(quantizer).__name__)
+    if name is None or getattr(quantizer.quantization_config, "dequantize", False):
+        return None
+    from transformers.integrations.hub_kernels import lazy_load_kernel
+
+    with _quiet():
+        return None if lazy_load_kernel(name) is not None else name
 
 
 class _Report(logging.Handler):

@@ -77,7 +77,11 @@ def model_config(quant: QuantConfig, problem) -> dict:
 NOT_EXPERTS = ("lm_head", "self_attn", "mlp.gate")
 _EXCLUSION_KEYS = {"compressed-tensors": ("ignore", lambda m: f"re:.*{m.replace('.', '[.]')}.*"
                                           if m != "mlp.gate" else "re:.*mlp[.]gate$"),
-                   "fp8": ("modules_to_not_convert", lambda m: m),
+                   # transformers >= 5 matches a name from the start of the module path, as
+                   # a regex, or as its suffix (`should_convert_module`): "self_attn" alone
+                   # no longer covers model.layers.0.self_attn.q_proj
+                   "fp8": ("modules_to_not_convert",
+                           lambda m: m if m == "lm_head" else f"model.layers.*.{m}"),
                    "quark": ("exclude", lambda m: f"*{m}*")}
 
 

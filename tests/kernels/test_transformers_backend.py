@@ -417,3 +417,31 @@ def test_a_folder_layer_loads_alone_and_as_from_the_whole_folder(monkeypatch, na
     assert any(".experts." in k for k in rec.read)
     for pname, p in experts.named_parameters():
         assert torch.equal(dict(layer.experts.named_parameters())[pname], p), pname
+
+
+@pytest.mark.parametrize("scheme", ["fp8-w8a8", "fp8-w8a16"])
+def test_fp8_folder_leaves_the_other_modules_unconverted_by_transformers_rule(scheme):
+    """On cuda FineGrainedFP8 keeps fp8 parameters, and a converted module the folder has no
+    tensors for is initialized by normal_, which cuda does not implement for fp8 (every fp8
+    case errored on the H200): the exclusion list must match by transformers' own rule."""
+    rule = pytest.importorskip("transformers.quantizers.quantizers_utils").should_convert_module
+    cfg = folder.model_config(QuantConfig.of(scheme), SMALL)["quantization_config"]
+    skip = cfg["modules_to_not_convert"]
+    for name in ("model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.o_proj",
+                 "model.layers.0.mlp.gate", "lm_head"):
+        assert not rule(name, skip), (name, skip)
+    assert rule("model.layers.0.mlp.experts", skip), skip
+
+
+def test_fp8_on_a_gpu_is_not_claimed_without_transformers_hub_kernel(monkeypatch):
+    """transformers keeps fp8 weights on a GPU and runs them with a kernel it fetches from
+    the hub; the GPU machines reach no hub: a reason, not an error in every case."""
+    pytest.importorskip("transformers")
+    hub = pytest.importorskip("transformers.integrations.hub_kernels")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on an H200
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0))
+    monkeypatch.setitem(hub._KERNEL_MODULE_MAPPING, "finegrained-fp8", None)
+    monkeypatch.setattr(hub, "is_kernels_available", lambda: False)
+    why = tb.TransformersBackend().supports(QuantConfig.of("fp8-w8a8"), SMALL)
+    assert why is not None and "finegrained-fp8" in why and "hub" in why
+    assert tb.TransformersBackend().supports(QuantConfig.of("bf16"), SMALL) is None
