@@ -92,7 +92,8 @@ step() {  # step NAME LOGFILE -- command...
     echo "$name: ${verdict:-exit $rc} ($(( $(date +%s) - t0 )) s)"
 }
 
-# GPU_ENGINES_PARTS: "suite", "folders" or both (default): one call of at most 600 s holds
+# GPU_ENGINES_PARTS: "suite", "folders", "triage" (after the summary, below) or suite and
+# folders (default): one call of at most 600 s holds
 # one of them on a machine whose /tmp already has the engine (the suite and 30 folders took
 # longer than one call on 2026-11-29)
 parts=${GPU_ENGINES_PARTS:-suite folders}
@@ -144,6 +145,26 @@ fi
     echo ""
     echo "Total wall: $(( $(date +%s) - start )) s."
 } >> "$record" 2>&1
+# GPU_ENGINES_PARTS "triage": each failing accuracy row (one per variant and layer shape, at
+# most GPU_ENGINES_TRIAGE_N) against every reading and planted bug the harness holds
+# (tools/reading_sweep.py), then the engine's one-file reductions (tools/<engine>_repro/gpu_*.py,
+# the engine and torch only), each under the step limit; into the tar
+if [[ " $parts " == *" triage "* ]]; then
+    t0=$(date +%s)
+    if [ -s "$OUT/failures-$engine.csv" ]; then
+        timeout "$limit" python3 tools/reading_sweep.py --failures "$OUT/failures-$engine.csv" \
+            --one-per-layer --limit "${GPU_ENGINES_TRIAGE_N:-40}" --device "$device_kind" \
+            --suite "$suite" --out "$logs/sweep-$engine.csv" > "$logs/sweep-$engine.txt" 2>&1
+        echo "| reading sweep of the failures | exit $? | $(( $(date +%s) - t0 )) |" >> "$record"
+    fi
+    for script in tools/${engine}_repro/gpu_*.py; do
+        [ -f "$script" ] || continue
+        t1=$(date +%s)
+        (cd "$(dirname "$script")" && timeout "$limit" python3 "$(basename "$script")") \
+            > "$logs/$(basename "$script" .py).txt" 2>&1
+        echo "| $(basename "$script") | exit $? | $(( $(date +%s) - t1 )) |" >> "$record"
+    done
+fi
 cp "$OUT"/*.log "$logs"/ 2>/dev/null
 tar -czf "$OUT/results-$engine.tgz" -C "$OUT" $(cd "$OUT" && ls -d "results-$engine" "results-$engine-folders" 2>/dev/null) \
     $(cd "$OUT" && ls folders-*.txt 2>/dev/null) -C "$logs" . 2>/dev/null

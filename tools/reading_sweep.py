@@ -22,6 +22,7 @@ says nothing about a reading the harness does not hold, nor a bug it has not pla
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import traceback
 
@@ -120,6 +121,8 @@ def main(argv=None) -> int:
     p.add_argument("case_ids", nargs="*")
     p.add_argument("--failures", help="also the accuracy failures of this CSV")
     p.add_argument("--limit", type=int, default=0, help="at most this many case ids")
+    p.add_argument("--one-per-layer", action="store_true",
+                   help="one case id per variant and layer shape (M and seed aside)")
     p.add_argument("--suite", default="smoke")
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", help="write every row as CSV")
@@ -130,6 +133,11 @@ def main(argv=None) -> int:
         f = pd.read_csv(a.failures)
         f = f[(f["check"] == "accuracy") & (f["status"] == "fail")]
         a.case_ids += [c for c in dict.fromkeys(f["case_id"]) if c not in a.case_ids]
+    if a.one_per_layer:  # one case per variant and layer shape: M and the seed dropped
+        seen = {}
+        for c in a.case_ids:
+            seen.setdefault(re.sub(r"/M\d+\.", "/", c).rsplit("/s", 1)[0], c)
+        a.case_ids = list(seen.values())
     if a.limit:
         a.case_ids = a.case_ids[:a.limit]
     if not a.case_ids:
