@@ -127,11 +127,20 @@ def rel(a, b):
     return float((a - b).norm() / b.norm())
 
 
-def fp8_groups(t, group=128):
-    """Per-token 1 x group e4m3 quantize-dequantize, s = amax / 448 (vLLM's dynamic rule)."""
+def fp8_groups(t, group=128, pow2=False):
+    """Per-token 1 x group e4m3 quantize-dequantize, s = amax / 448 (vLLM's dynamic rule);
+    pow2: s rounded up to a power of two (DeepGEMM's UE8M0 scales, which vLLM's
+    per_token_group_quant_fp8 uses wherever DeepGEMM loads and VLLM_USE_DEEP_GEMM_E8M0=1,
+    its default)."""
     v = t.view(t.shape[0], -1, group)
     s = v.abs().amax(-1, keepdim=True).clamp_min(1e-10) / 448
+    if pow2:
+        s = torch.exp2(torch.ceil(torch.log2(s)))
     return (e4m3(v / s).double() * s).view_as(t)
+
+
+def fp8_groups_pow2(t):
+    return fp8_groups(t, pow2=True)
 
 
 # --- fp8 block --------------------------------------------------------------------------
@@ -170,6 +179,8 @@ def fp8_block():
                 "fp8 groups, fp32 silu*up": reference(dense, x, w, ids, K, fp8_groups,
                                                       fp8_groups, fp32_silu=True),
                 "fp8 groups on GEMM1 only": reference(dense, x, w, ids, K, fp8_groups),
+                "fp8 groups, power-of-two scales": reference(dense, x, w, ids, K,
+                                                             fp8_groups_pow2, fp8_groups_pow2),
             }
             cells = "  ".join(f"{k}: {rel(out, r):.3e}" for k, r in readings.items())
             print(f"  K={K:5d} N={N:5d} M={M:3d} {kernel:22s} {cells}")
@@ -201,14 +212,18 @@ def ops_check():
             if s.shape != (M, N // 128):  # column-major scales come as [N/128, M] views
                 s = s.reshape(M, N // 128) if s.numel() == M * N // 128 else s
             v = src.view(M, -1, 128)
-            s_ref = v.abs().amax(-1) / 448
-            codes_ref = e4m3(v / s_ref.unsqueeze(-1)).view(M, N)
-            differ = int((q.float() != codes_ref.float()).sum())
-            ds = float(((s.double() - s_ref).abs() / s_ref).max())
             deq = (q.double().view(M, -1, 128) * s.double().unsqueeze(-1)).view(M, N)
-            print(f"  {name:30s} M={M:3d} N={N:5d} scales {tuple(s.shape)} stride "
-                  f"{s.stride()}: codes differing {differ} of {M * N}, scale max rel diff "
-                  f"{ds:.2e}, dequantized rel_fro vs the exact input {rel(deq, src):.3e}")
+            cells = []
+            for rule, pow2 in (("amax/448", False), ("amax/448 up to 2^k", True)):
+                s_ref = v.abs().amax(-1) / 448
+                if pow2:
+                    s_ref = torch.exp2(torch.ceil(torch.log2(s_ref)))
+                codes_ref = e4m3(v / s_ref.unsqueeze(-1)).view(M, N)
+                differ = int((q.float() != codes_ref.float()).sum())
+                ds = float(((s.double() - s_ref).abs() / s_ref).max())
+                cells.append(f"{rule}: codes differing {differ}, scales max rel diff {ds:.2e}")
+            print(f"  {name:30s} M={M:3d} N={N:5d} ({M * N} codes) {'; '.join(cells)}; "
+                  f"dequantized rel_fro vs the exact input {rel(deq, src):.3e}")
 
 
 # --- biases -----------------------------------------------------------------------------
