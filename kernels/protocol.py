@@ -127,8 +127,10 @@ class DescribesLayer(Protocol):
 #                       weighted in float32 and rounded again, and the routed sum accumulated
 #                       in the activation dtype expert by expert, in increasing expert id
 #                       (transformers' eager experts: `index_add_` into a bf16 buffer)
+#   activation_scale_pow2 True: dynamic 1 x 128 activation group scales rounded up to a power
+#                       of two (DeepGEMM's UE8M0 scales, vLLM's default where DeepGEMM loads)
 NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized", "weights_dequantized",
-                 "bias_after_rounding", "sum_in_activation_dtype")
+                 "bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2")
 
 
 @runtime_checkable

@@ -304,6 +304,8 @@ class VllmBackend:
         mode = self._kernel_activation(layer)
         if mode is not None:
             out["activation"] = mode
+        if mode == ACT_DYNAMIC_GROUP and _deep_gemm_e8m0():
+            out["activation_scale_pow2"] = True
         scale = getattr(layer.experts, "w13_weight_scale", None)
         if layer.shard_scales and isinstance(scale, torch.Tensor) \
                 and scale.numel() == layer.problem.E:
@@ -431,6 +433,18 @@ def _recording(layer: VllmLayer):
 # vLLM's FusedMoEQuantConfig.quant_dtype names its block-scaled activation formats by strings
 # of its own (a torch dtype otherwise): the ones that are an activation mode here
 VLLM_QUANT_DTYPE_MODES = {"mxfp8": ACT_MXFP8, "mxfp4": ACT_MXFP4, "nvfp4": ACT_NVFP4}
+
+
+def _deep_gemm_e8m0() -> bool:
+    """vLLM's own answer: whether its fp8 1 x 128 group quantizer (per_token_group_quant_fp8,
+    every block-fp8 kernel's activation quantizer) rounds the scales up to powers of two
+    (DeepGEMM's UE8M0; on where DeepGEMM loads, VLLM_USE_DEEP_GEMM_E8M0 on by default:
+    vLLM 0.25.1 on an H200 with its bundled DeepGEMM)."""
+    try:
+        from vllm.utils.deep_gemm import is_deep_gemm_e8m0_used
+    except ImportError:
+        return False
+    return bool(is_deep_gemm_e8m0_used())
 
 
 def _quant_config_activation(qc) -> str | None:

@@ -39,6 +39,10 @@ class Checkpoint:
                     an activation-dtype sum expert by expert in increasing expert id (the
                     eager per-expert loop of transformers' modeling code); False: the routed
                     sum exact, rounded once.
+      activation_scale_pow2
+                    likewise: True where dynamic 1 x 128 activation scales are rounded up to a
+                    power of two (DeepGEMM's UE8M0 scales; vLLM quantizes so wherever DeepGEMM
+                    loads, `VLLM_USE_DEEP_GEMM_E8M0` on by default); False: amax / 448.
 
     Built from a Variant, or from a scheme name and the variant's attributes (None: the
     scheme's default): `Checkpoint("gptq-int4", tensors, group_size=32)`. A variant attribute
@@ -52,11 +56,13 @@ class Checkpoint:
     origin: tuple[str, int] | None = None
     bias_after_rounding: bool = False
     sum_in_activation_dtype: bool = False
+    activation_scale_pow2: bool = False
 
     def __init__(self, scheme: str | Variant | None = None, tensors=None, *,
                  variant: Variant | None = None, first_expert: int = 0,
                  origin: tuple[str, int] | None = None, bias_after_rounding: bool = False,
-                 sum_in_activation_dtype: bool = False, **attrs):
+                 sum_in_activation_dtype: bool = False, activation_scale_pow2: bool = False,
+                 **attrs):
         if isinstance(scheme, Variant):
             scheme, variant = None, scheme
         try:
@@ -71,6 +77,7 @@ class Checkpoint:
         self.first_expert, self.origin = first_expert, origin
         self.bias_after_rounding = bias_after_rounding
         self.sum_in_activation_dtype = sum_in_activation_dtype
+        self.activation_scale_pow2 = activation_scale_pow2
 
     # the variant's attributes, read where a checkpoint is at hand
     scheme = property(lambda self: self.variant.scheme)

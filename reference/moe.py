@@ -76,7 +76,7 @@ def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.
     if mode == ACT_DYNAMIC_TOKEN:
         return qdq_per_token(t, element)
     if mode == ACT_DYNAMIC_GROUP:
-        return qdq_per_group(t, element)
+        return qdq_per_group(t, element, pow2=ckpt.activation_scale_pow2)
     if mode == ACT_DYNAMIC_TENSOR:
         return qdq_per_tensor(t, None, element)
     if mode == ACT_STATIC_TENSOR:

@@ -177,13 +177,18 @@ def quantize_nvfp4(w: torch.Tensor, shards: int, convention: str) -> CanonicalLi
 # s = amax / ACT_ELEMENT_MAX[element] (127 or 448) over the unit: a row, a 1 x 128 group of a
 # row, or the whole input.
 
-def qdq_scaled(x: torch.Tensor, den: torch.Tensor, element: str = "int8", num: float = 1.0
-               ) -> torch.Tensor:
+def qdq_scaled(x: torch.Tensor, den: torch.Tensor, element: str = "int8", num: float = 1.0,
+               pow2: bool = False) -> torch.Tensor:
     """The element's code of the ratio x * num / den, times the scale s = den / num; den = 0
     gives 0. Dynamic scales pass den = amax, num = 127 or 448, so that the code is one
     rounding of the exact ratio (x * num is exact for act-dtype inputs): x = 3/8 amax is the
-    e4m3 tie 168 and goes to even (160), where x / fl(amax / 448) lands on either side."""
+    e4m3 tie 168 and goes to even (160), where x / fl(amax / 448) lands on either side.
+    pow2: s rounded up to a power of two, 2^ceil(log2(den / num)) (DeepGEMM's UE8M0 scales),
+    the code the element's rounding of x / s (exact: s is a power of two)."""
     safe = torch.where(den > 0, den, torch.ones_like(den))
+    if pow2:
+        s = torch.exp2(torch.ceil(torch.log2(safe / num)))
+        return torch.where(den > 0, round_codes(x / s, element) * s, torch.zeros_like(x))
     q = round_codes(x * num / safe, element)
     return torch.where(den > 0, q * (safe / num), torch.zeros_like(x))
 
@@ -193,15 +198,17 @@ def qdq_per_token(x: torch.Tensor, element: str = "int8") -> torch.Tensor:
     return qdq_scaled(x, x.abs().amax(-1, keepdim=True), element, ACT_ELEMENT_MAX[element])
 
 
-def qdq_per_group(x: torch.Tensor, element: str, group: int = ACT_GROUP) -> torch.Tensor:
+def qdq_per_group(x: torch.Tensor, element: str, group: int = ACT_GROUP,
+                  pow2: bool = False) -> torch.Tensor:
     """Dynamic per token and group of `group` columns along the last dimension (DeepSeek's
-    1 x 128): s = max|x[row, group]| / (127 or 448); a last group of cols % group columns
-    holds those columns."""
+    1 x 128): s = max|x[row, group]| / (127 or 448) (pow2: rounded up to a power of two,
+    `qdq_scaled`); a last group of cols % group columns holds those columns."""
     cols = x.shape[-1]
     padded = torch.nn.functional.pad(x, (0, -cols % group))  # zeros leave each amax as is
     blocks = padded.unflatten(-1, (-1, group))
     amax = blocks.abs().amax(-1, keepdim=True)
-    return qdq_scaled(blocks, amax, element, ACT_ELEMENT_MAX[element]).flatten(-2)[..., :cols]
+    return qdq_scaled(blocks, amax, element, ACT_ELEMENT_MAX[element],
+                      pow2).flatten(-2)[..., :cols]
 
 
 def qdq_per_tensor(x: torch.Tensor, scale: torch.Tensor | float | None = None,

@@ -24,6 +24,9 @@ the same checkpoint the harness then judges the layer against.
                         the activation dtype in increasing expert id (transformers' eager
                         experts, every MoE model's modeling code: `index_add_` into a bf16
                         buffer): the reference accumulates so
+    activation_scale_pow2 True: dynamic 1 x 128 activation scales rounded up to a power of two
+                        (DeepGEMM's UE8M0; vLLM's per_token_group_quant_fp8 wherever DeepGEMM
+                        loads): only with the dynamic-group reading
 
 The reading is the checkpoint transformed as declared (scales rounded, shards requantized, the
 activation mode of the scheme that reads the same tensors with it); its reference and its
@@ -40,6 +43,7 @@ from moecert.kernels.protocol import NUMERICS_KEYS
 from moecert.reference import Checkpoint, canonicalize, dequantize
 from moecert.reference.layouts import write_linear
 from moecert.reference.schemes import (
+    ACT_DYNAMIC_GROUP,
     PACKED_LAYOUTS,
     SCHEMES,
     STRATEGY_TENSOR,
@@ -56,9 +60,10 @@ _DEQUANTIZED_SCHEMES = {"bfloat16": "bf16", "float16": "fp16"}
 # the same canonical codes, scales and zeros written in this format of the reading scheme
 _REWRITE_FORMAT = "gptq_v2"
 # keys whose value is True or False (False declares nothing)
-_BOOL_KEYS = ("w13_requantized", "bias_after_rounding", "sum_in_activation_dtype")
+_BOOL_KEYS = ("w13_requantized", "bias_after_rounding", "sum_in_activation_dtype",
+              "activation_scale_pow2")
 # the declared arithmetic the reference reads off the Checkpoint (reference/checkpoint.py)
-_ARITHMETIC_KEYS = ("bias_after_rounding", "sum_in_activation_dtype")
+_ARITHMETIC_KEYS = ("bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2")
 
 
 class NumericsError(ValueError):
@@ -95,6 +100,10 @@ def declared(backend, layer) -> dict:
         if got.get("activation", "none") != "none":
             raise NumericsError("numerics(layer): weights_dequantized runs the unquantized "
                                 f"layer; activation={got['activation']!r} contradicts it")
+    if got.get("activation_scale_pow2") and got.get("activation", ACT_DYNAMIC_GROUP) \
+            != ACT_DYNAMIC_GROUP:
+        raise NumericsError("numerics(layer): activation_scale_pow2 rounds dynamic 1 x 128 "
+                            f"group scales; activation={got['activation']!r} has none")
     return dict(got)
 
 

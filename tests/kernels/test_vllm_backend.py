@@ -384,3 +384,21 @@ def test_a_biased_layer_whose_method_makes_no_bias_parameters_is_not_claimed(mon
     assert why == "vLLM 0.25.1's Method makes no expert bias parameters (a biased layer does not load)"
     why, _ = VllmBackend()._select(QuantConfig.of("gptq-int4"), replace(biased, bias=False))
     assert why is None or "bias" not in why
+
+
+@pytest.mark.parametrize("e8m0", [True, False])
+def test_block_fp8_declares_power_of_two_group_scales_where_vllm_says_deep_gemm_uses_them(
+        monkeypatch, e8m0):
+    """vLLM 0.25.1 on an H200 quantizes block-fp8 activations with UE8M0 group scales (its
+    is_deep_gemm_e8m0_used(), on by default where DeepGEMM loads): the adapter asks vLLM and
+    declares that reading (vLLM-free: the answer and the kernel's mode stood in)."""
+    monkeypatch.setattr(vllm_backend, "_deep_gemm_e8m0", lambda: e8m0)
+    monkeypatch.setattr(VllmBackend, "_kernel_activation", lambda self, layer: "dynamic-group")
+    P = MoEProblem(M=2, K=256, N=256, E=3, topk=2)
+    class Runner:
+        routed_experts = torch.nn.Module()  # no processed scales to read
+
+    layer = vllm_backend.VllmLayer("vllm", Runner(), QuantConfig.of("fp8-w8a8"), P)
+    got = VllmBackend().numerics(layer)
+    assert got.get("activation_scale_pow2", False) is e8m0
+    assert got["activation"] == "dynamic-group"

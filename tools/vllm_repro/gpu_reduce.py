@@ -247,11 +247,17 @@ def bias():
                             dtype=dtype, bias=has_bias)
             x, w, ids = routing(9, K, dtype)
             out, kernel = forward(experts, x, w, ids)
-            with_b = reference(dense, x, w, ids, K, dtype=dtype)
-            without = reference(no_bias, x, w, ids, K, dtype=dtype)
-            print(f"  {dtype!s:15s} layer biases {has_bias!s:5s} {kernel:22s} "
-                  f"vs the reference with biases {rel(out, with_b):.3e}, without "
-                  f"{rel(out, without):.3e}")
+            loaded = {n: f"{float(getattr(experts, n).float().norm()):.3g}"
+                      for n in ("w13_bias", "w2_bias") if hasattr(experts, n)}
+            readings = {"with biases": dense, "without": no_bias,
+                        "w13's only": {k: v for k, v in dense.items()
+                                       if len(k) == 2 or k[1] != "down_proj"},
+                        "w2's only": {k: v for k, v in dense.items()
+                                      if len(k) == 2 or k[1] == "down_proj"}}
+            cells = ", ".join(f"{name} {rel(out, reference(d, x, w, ids, K, dtype=dtype)):.3e}"
+                              for name, d in readings.items())
+            print(f"  {dtype!s:15s} layer biases {has_bias!s:5s} {kernel:22s} bias norms in "
+                  f"the layer {loaded}; vs the reference {cells}")
 
 
 # --- nvfp4 ------------------------------------------------------------------------------

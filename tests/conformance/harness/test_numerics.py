@@ -269,3 +269,39 @@ def test_a_scheme_run_with_16_bit_activations_is_read_as_itself(scheme, attrs):
     assert (read.scheme, read.activation) == (scheme, "none")
     for p in ("w13", "w2"):
         assert torch.equal(dequantize(read)[p], dequantize(ckpt)[p])
+
+
+def test_activation_scale_pow2_quantizes_groups_with_scales_rounded_up_to_powers_of_two():
+    """vLLM's per_token_group_quant_fp8 with DeepGEMM's UE8M0 (an H200, vLLM 0.25.1): each
+    1 x 128 group's scale amax / 448 rounded up to a power of two. Known answer, computed here
+    apart from the reference: the exponent from frexp, the codes by torch's e4m3 cast (RNE;
+    |x / s| <= 448 needs no saturation)."""
+    from moecert.reference.quantize import qdq_per_group
+
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(5, 256, generator=g) * 3).to(torch.bfloat16).double()
+    x[0, :128] *= 7 / x[0, :128].abs().max()  # amax 7: amax / 448 = 2^-6 exactly
+    groups = x.view(5, 2, 128)
+    mant, exp = torch.frexp(groups.abs().amax(-1, keepdim=True) / 448)
+    s = torch.ldexp(torch.ones_like(mant), exp - (mant == 0.5).long())  # 2^ceil(log2)
+    want = ((groups / s).to(torch.float8_e4m3fn).double() * s).view(5, 256)
+    got = qdq_per_group(x, "e4m3", pow2=True)
+    assert torch.equal(got, want)
+    assert not torch.equal(got, qdq_per_group(x, "e4m3"))  # another reading than amax / 448
+    # as a declared reading of a block-fp8 checkpoint: the moe of it is the pow2 one
+    P2 = MoEProblem(M=6, K=256, N=256, E=3, topk=2)
+    ckpt = synthesize("fp8-w8a8", P2, seed=1)
+    assert ckpt.activation == "dynamic-group"
+    read = reading(ckpt, {"activation": "dynamic-group", "activation_scale_pow2": True})
+    assert read.activation_scale_pow2 and not ckpt.activation_scale_pow2
+    xs, w, ids = make_inputs(P2, seed=1)
+    assert not torch.equal(moe(read, xs, w, ids, P2), moe(ckpt, xs, w, ids, P2))
+
+
+def test_activation_scale_pow2_needs_group_scales():
+    class Backend:
+        def numerics(self, layer):
+            return {"activation": "dynamic-token", "activation_scale_pow2": True}
+
+    with pytest.raises(NumericsError, match="activation_scale_pow2"):
+        declared(Backend(), None)
