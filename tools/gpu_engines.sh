@@ -122,7 +122,11 @@ if [[ " $parts " == *" folders "* ]]; then
     # own limit would kill the script before its record and tar exist); the ones not started
     # are listed as such
     budget=${GPU_ENGINES_FOLDERS_S:-100000}
-    for f in tests/fixtures/checkpoints/*/; do
+    # GPU_ENGINES_FOLDERS: the folder names to run (default every one)
+    chosen=()
+    for n in ${GPU_ENGINES_FOLDERS:-}; do chosen+=("tests/fixtures/checkpoints/$n/"); done
+    [ ${#chosen[@]} -eq 0 ] && chosen=(tests/fixtures/checkpoints/*/)
+    for f in "${chosen[@]}"; do
         while [ "$(jobs -rp | wc -l)" -ge "${GPU_ENGINES_FOLDER_JOBS:-6}" ]; do wait -n; done
         if [ $(( $(date +%s) - t0 )) -ge "$budget" ]; then
             echo "$(basename "$f"): not run (GPU_ENGINES_FOLDERS_S=$budget reached)" \
