@@ -28,6 +28,7 @@ bandwidth measured here, as `moecert bench` defines it.
 from __future__ import annotations
 
 import argparse
+import functools
 
 import torch
 import triton
@@ -91,6 +92,18 @@ def mxfp4_weight(E: int, rows: int, K: int):
     return w, ws, (q.numel() + s.numel()) // E
 
 
+@functools.cache
+def layer_weights(E: int, K: int, N: int) -> tuple:
+    """Both linears' weights, scales, bytes per expert and biases, made once for every M
+    (gpt-oss-120b's are 2 GB to fill and convert)."""
+    torch.manual_seed(0)
+    w13, s13, bytes13 = mxfp4_weight(E, 2 * N, K)
+    w2, s2, bytes2 = mxfp4_weight(E, K, N)
+    b13 = torch.randn(E, 2 * N, device="cuda")
+    b2 = torch.randn(E, K, device="cuda")
+    return w13, s13, bytes13, w2, s2, bytes2, b13, b2
+
+
 def time_layer(E: int, K: int, N: int, topk: int, M: int, bandwidth: float) -> dict:
     import triton_kernels.swiglu
     from triton_kernels.matmul_ogs import (
@@ -103,11 +116,8 @@ def time_layer(E: int, K: int, N: int, topk: int, M: int, bandwidth: float) -> d
     from triton_kernels.numerics import InFlexData
     from triton_kernels.routing import routing
 
+    w13, s13, bytes13, w2, s2, bytes2, b13, b2 = layer_weights(E, K, N)
     torch.manual_seed(M)
-    w13, s13, bytes13 = mxfp4_weight(E, 2 * N, K)
-    w2, s2, bytes2 = mxfp4_weight(E, K, N)
-    b13 = torch.randn(E, 2 * N, device="cuda")
-    b2 = torch.randn(E, K, device="cuda")
     pc13 = PrecisionConfig(weight_scale=s13, flex_ctx=FlexCtx(rhs_data=InFlexData()))
     pc2 = PrecisionConfig(weight_scale=s2, flex_ctx=FlexCtx(rhs_data=InFlexData()))
     act = FusedActivation(FnSpecs("swiglu", triton_kernels.swiglu.swiglu_fn,
@@ -148,20 +158,20 @@ def main() -> None:
     except Exception as e:  # the reason kept in the log: the peer is then not measured
         print(f"ogs: not available: {type(e).__name__}: {e}")
         raise SystemExit(1) from None
-    print(f"ogs: {origin}")
+    print(f"ogs: {origin}", flush=True)
     bandwidth = copy_bandwidth()
     print(f"{torch.cuda.get_device_name()}: copy {bandwidth / 1e12:.2f} TB/s; torch "
           f"{torch.__version__}, triton {triton.__version__}; {args.model} E={E} K={K} N={N} "
-          f"topk={topk}")
+          f"topk={topk}", flush=True)
     for M in (int(m) for m in args.M.split(",")):
         try:
             r = time_layer(E, K, N, topk, M, bandwidth)
         except Exception as e:  # one M failing costs that row, not the others
-            print(f"ogs/mxfp4/{args.model}/M{M}: error: {type(e).__name__}: {e}")
+            print(f"ogs/mxfp4/{args.model}/M{M}: error: {type(e).__name__}: {e}", flush=True)
             continue
         print(f"ogs/mxfp4/{args.model}/M{M}: {r['us']:.1f} us (call {r['us_call']:.1f}, "
               f"graph {r['us_graph']:.1f}), {r['experts_touched']} experts, "
-              f"{r['memory_floor_pct']:.1f}% of the memory floor")
+              f"{r['memory_floor_pct']:.1f}% of the memory floor", flush=True)
 
 
 if __name__ == "__main__":

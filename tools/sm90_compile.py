@@ -77,6 +77,7 @@ def compile_one(args, kw, tag):
     m = re.search(r"REG:(\d+).*?STACK:(\d+)", res)
     tagf = re.sub(r"[^a-z0-9]+", "_", tag.lower())[:80]
     os.makedirs("/tmp/i34c", exist_ok=True); open(f"/tmp/i34c/{tagf}.ttgir", "w").write(ttgir)
+    open(f"/tmp/i34c/{tagf}.cubin", "wb").write(k.asm["cubin"])  # SASS: nvdisasm beside
     tag = f"{tag} WSCALE={kw['WSCALE']}"
     print(f"{tag}: wgmma {n_wgmma}, wgmma_wait {n_wait}, tt.dot {n_mma}, "
           f"regs/stack {m.groups() if m else res[-200:]}, shared {k.metadata.shared}", flush=True)
