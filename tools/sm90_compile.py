@@ -4,8 +4,8 @@ the Triton backend's launch path (every other Triton kernel is stubbed out: its 
 garbage, only the GEMM's argument types matter), the GEMM's launch is caught and compiled for
 sm90 with a prefill tile; printed per variant: Hopper MMAs (`warp_group_dot`) and their waits
 in the TTGIR, registers and stack bytes per thread (cuobjdump) and shared memory. The TTGIR
-and the cubin go to /tmp/i34c/ (`nvdisasm -c` of the cubin: the SASS). What spills or fails to build shows here before any device time is spent;
-timings need the GPU (tools/prefill_sweep.py).
+and the cubin go to /tmp/i34c/ (`nvdisasm -c` of the cubin: the SASS). What spills or fails
+to build shows here before any device time is spent; timings need the GPU (tools/prefill_sweep.py).
 
     python tools/sm90_compile.py bf16:both mxfp4:ptx mxfp4:ptx-n64 fp8-w8a8:ch-both
 
