@@ -79,7 +79,7 @@ FP4=(--backend triton --scheme mxfp4 --scheme nvfp4)
 # 1. correctness, side by side (75 s): the compiled tests of the words and LEAN paths, ci's
 # FP4 cases by default (words, the prefill dispatch) and with LEAN forced
 if [ "$DEV" = cuda ]; then
-    timeout 75 python -m pytest tests/kernels/test_fp4_prefill_cuda.py -k "words or lean" -q \
+    timeout 75 python -m pytest tests/kernels/test_fp4_prefill_cuda.py -k "scale_words or lean" -q \
         -p no:cacheprovider -rfE > "$W/tests.txt" 2>&1 &
     timeout 75 $M run --suite ci --device cuda "${FP4[@]}" -n 6 --results "$W/ci-default" \
         > "$W/ci-default.txt" 2>&1 &
