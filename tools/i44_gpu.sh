@@ -1,59 +1,130 @@
 #!/bin/bash
 # Issue 44 in one GPU call (< 300 s), from the repository root, no install (a PYTHONPATH shim):
-# the CUDA-only tests of the FP4 paths, the triton FP4 `ci` cases with each new path forced,
+# the CUDA-only tests of the FP4 words and LEAN paths and the triton FP4 `ci` cases (by default
+# and with LEAN forced),
 # then, the GPU to itself, base against candidates against the peers, graph replay:
-#   decode (M 16, 64): plane scales as bytes (base) and as words (MOECERT_TRITON_FP4_SCALE_WORDS=1)
-#   prefill (M 1024, 4096): the fused FP4 tile (base, MOECERT_TRITON_DEQUANT_ROWS=off), the
-#     dispatch at its default threshold, and the grouped backend (dequantized once at load)
-#   peers where carried: Marlin FP4 (.vllm/_moe_C_stable_libtorch.abi3.so, .vllm/marlin_anchor.py)
-#   and triton_kernels' matmul_ogs (.vllm/tk): docs/speed.md, "`moecert bench`" and "Issue 44".
-# Writes $OUT/i44-summary.md (and every step's log beside it). Exit 1 when a test or ci failed.
+#   decode (M 16, 64): plane scales as bytes (base, MOECERT_TRITON_FP4_SCALE_WORDS=0), as words
+#     (the default) with the Marlin FP4 peer beside it, and the LEAN step on words
+#     (MOECERT_TRITON_FP4_LEAN=1)
+#   prefill (M 1024, 4096, Mixtral): the FP4 dispatch at its default threshold, the grouped
+#     backend beside it
+#   triton_kernels' matmul_ogs on gpt-oss-120b (tools/ogs_peer.py)
+# The peers come from the vLLM that tools/engine_carry.py installed there (docs/gpu-ci.md,
+# "Bringing the engines there"): its Marlin library and its vendored triton_kernels; without
+# it, from .vllm/ (the library, optional marlin_anchor.py, tk/triton_kernels). Why a peer is
+# missing goes into the summary.
+# Writes $OUT/i44-summary.md and $OUT/i44-logs.tgz (every step's log and results; the device
+# tool returns at most eight files). Exit 1 when a test or ci failed.
+# I44_CPU=1: the same steps on this CPU at a tiny layer (interpreter, apply mode, no ci, no
+# CUDA tests): to check the command lines before a GPU call. I44_VLLM_SITE: the folder that
+# holds vllm/ (default: the first path of `engine_carry.py env vllm`).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/i44}; mkdir -p "$OUT"
+W=/tmp/i44-work; rm -rf "$W"; mkdir -p "$W"
 mkdir -p /tmp/shim/moecert
 for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" /tmp/shim/moecert/$d; done
 export PYTHONPATH=/tmp/shim TRITON_CACHE_DIR=/tmp/i44-triton-cache
-unset TRITON_INTERPRET MOECERT_TRITON_FP4_SCALE_WORDS MOECERT_TRITON_DEQUANT_ROWS
+unset TRITON_INTERPRET MOECERT_TRITON_FP4_SCALE_WORDS MOECERT_TRITON_FP4_LEAN \
+    MOECERT_TRITON_DEQUANT_ROWS MOECERT_MARLIN_ANCHOR
 M="python -m moecert.conformance.cli"
-S="$OUT/i44-summary.md"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$S"
-MARLIN=()
-[ -f .vllm/_moe_C_stable_libtorch.abi3.so ] && [ -f .vllm/marlin_anchor.py ] && \
-    MARLIN=(--marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so --marlin-anchor .vllm/marlin_anchor.py)
+S="$W/i44-summary.md"
+start=$SECONDS
+if [ "${I44_CPU:-0}" = 1 ]; then
+    export TRITON_INTERPRET=1
+    DEV=cpu; MODE=apply; DECODE=(--layer tiny=4,128,128,2); PREFILL=(--layer tiny=4,128,128,2)
+    DM=1,2; PM=8; echo "CPU check (I44_CPU=1): tiny layers, no ci, no CUDA tests" | tee "$S"
+else
+    DEV=cuda; MODE=graph; DECODE=(); PREFILL=(--model mixtral-8x7b); DM=16,64; PM=1024,4096
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$S"
+fi
+
+# 0. the peers: where they are, and whether they load (their reasons kept)
+SITE=${I44_VLLM_SITE:-$(python3 tools/engine_carry.py env vllm | cut -d: -f1)}
+VPKG=$(PYTHONPATH=$SITE python3 -c 'import importlib.util as u; s = u.find_spec("vllm")
+print(next(iter(s.submodule_search_locations)) if s else "")' 2>/dev/null)
+MARLIN=(); OGS_PATH=""
+if [ -n "$VPKG" ] && [ -f "$VPKG/_moe_C_stable_libtorch.abi3.so" ]; then
+    MARLIN=(--marlin-lib "$VPKG/_moe_C_stable_libtorch.abi3.so"); OGS_PATH=$SITE
+    echo "- peers: vLLM at $VPKG (its Marlin library, its third_party/triton_kernels)" | tee -a "$S"
+elif [ -f .vllm/_moe_C_stable_libtorch.abi3.so ]; then
+    MARLIN=(--marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so); OGS_PATH=.vllm/tk
+    [ -f .vllm/marlin_anchor.py ] && MARLIN+=(--marlin-anchor .vllm/marlin_anchor.py)
+    echo "- peers: .vllm/ (no vLLM importable from ${SITE:-?})" | tee -a "$S"
+else
+    echo "- peers: none (no vllm under ${SITE:-?}, no .vllm/_moe_C_stable_libtorch.abi3.so)" \
+        | tee -a "$S"
+fi
+# a load and one small FP4 call of each Marlin kind: the reason, where it fails, in the summary
+[ ${#MARLIN[@]} -gt 0 ] && timeout 25 python - "$DEV" "${MARLIN[@]}" > "$W/peer-marlin.txt" 2>&1 <<'EOF'
+import sys, torch
+from moecert.conformance.performance.marlin_peer import (MARLIN_E2M1, default_anchor,
+                                                         load_marlin, time_marlin_w4)
+dev, lib = sys.argv[1], sys.argv[3]
+anchor = sys.argv[5] if len(sys.argv) > 5 else default_anchor()
+peer, why = load_marlin(lib, anchor, torch.device(dev))
+if why:
+    sys.exit(print(f"marlin: not available: {why}"))
+for kind, quant in MARLIN_E2M1.items():
+    try:
+        us = time_marlin_w4(peer.ops, 8, 1024, 512, 2, 16, quant, False)
+        print(f"marlin: loaded; {kind} E8 K1024 N512 M16: {us:.1f} us")
+    except Exception as e:
+        print(f"marlin: {kind} failed: {type(e).__name__}: {e}")
+EOF
+[ -f "$W/peer-marlin.txt" ] && { grep -E "^marlin:" "$W/peer-marlin.txt" || tail -3 "$W/peer-marlin.txt"; } \
+    | sed 's/^/- /' | tee -a "$S"
 FP4=(--backend triton --scheme mxfp4 --scheme nvfp4)
 
-# 1. correctness, side by side (80 s): the compiled tests, ci's FP4 cases per forced path
-timeout 80 python -m pytest tests/kernels/test_fp4_prefill_cuda.py tests/kernels/test_fp4_planes.py \
-    -k "prefill or words or ptx" -q -p no:cacheprovider -rfE > "$OUT/tests.txt" 2>&1 &
-MOECERT_TRITON_FP4_SCALE_WORDS=1 timeout 80 $M run --suite ci --device cuda "${FP4[@]}" -n 6 \
-    --results "$OUT/ci-words" > "$OUT/ci-words.txt" 2>&1 &
-MOECERT_TRITON_DEQUANT_ROWS=0 timeout 80 $M run --suite ci --device cuda "${FP4[@]}" -n 6 \
-    --results "$OUT/ci-dense" > "$OUT/ci-dense.txt" 2>&1 &
-wait
+# 1. correctness, side by side (75 s): the compiled tests of the words and LEAN paths, ci's
+# FP4 cases by default (words, the prefill dispatch) and with LEAN forced
+if [ "$DEV" = cuda ]; then
+    timeout 75 python -m pytest tests/kernels/test_fp4_prefill_cuda.py -k "scale_words or lean" -q \
+        -p no:cacheprovider -rfE > "$W/tests.txt" 2>&1 &
+    timeout 75 $M run --suite ci --device cuda "${FP4[@]}" -n 6 --results "$W/ci-default" \
+        > "$W/ci-default.txt" 2>&1 &
+    MOECERT_TRITON_FP4_LEAN=1 timeout 75 $M run --suite ci --device cuda "${FP4[@]}" -n 6 \
+        --results "$W/ci-lean" > "$W/ci-lean.txt" 2>&1 &
+    wait
+fi
 failed=0
-for f in tests ci-words ci-dense; do
-    line=$(grep -E "passed|failed|^green|^not green" "$OUT/$f.txt" | tail -1)
-    echo "- $f: ${line:-no verdict (cut at 80 s?)}" | tee -a "$S"
+for f in tests ci-default ci-lean; do
+    [ -f "$W/$f.txt" ] || continue
+    line=$(grep -E "passed|failed|^green|^not green" "$W/$f.txt" | tail -1)
+    echo "- $f: ${line:-no verdict (cut at 75 s?)}" | tee -a "$S"
     echo "$line" | grep -qE "failed|not green|error" && failed=1; [ -z "$line" ] && failed=1
 done
+echo "- correctness phase: $((SECONDS - start)) s" | tee -a "$S"
 
-# 2. timing (the GPU to itself): decode bytes (with the peers) vs words, prefill base vs dispatch
-B=(--device cuda --mode graph --max-seconds 0.5 --repeats 50)
-timeout 55 $M bench "${B[@]}" "${FP4[@]}" --M 16,64 ${MARLIN[@]+"${MARLIN[@]}"} --results "$OUT/b-bytes" \
-    --run-id bytes > "$OUT/b-bytes.txt" 2>&1
-MOECERT_TRITON_FP4_SCALE_WORDS=1 timeout 45 $M bench "${B[@]}" "${FP4[@]}" --M 16,64 \
-    --results "$OUT/b-words" --run-id words > "$OUT/b-words.txt" 2>&1
-P=(--scheme mxfp4 --scheme nvfp4 --model mixtral-8x7b --M 1024,4096)
-MOECERT_TRITON_DEQUANT_ROWS=off timeout 40 $M bench "${B[@]}" --backend triton --backend grouped \
-    "${P[@]}" --results "$OUT/p-fused" --run-id fused > "$OUT/p-fused.txt" 2>&1
-timeout 25 $M bench "${B[@]}" --backend triton "${P[@]}" --results "$OUT/p-dense" \
-    --run-id dense > "$OUT/p-dense.txt" 2>&1
-[ -d .vllm/tk ] && PYTHONPATH=.vllm/tk:$PYTHONPATH timeout 20 python tools/ogs_peer.py \
-    --M 16,64 > "$OUT/ogs.txt" 2>&1
-for f in b-bytes b-words p-fused p-dense ogs; do
-    [ -f "$OUT/$f.txt" ] && { echo; echo "## $f"; echo '```'; grep -vE "^\s*$" "$OUT/$f.txt" | tail -40; echo '```'; } >> "$S"
+# 2. timing (the GPU to itself): decode bytes vs words (+ Marlin) vs lean; prefill; ogs
+B=(--device "$DEV" --mode "$MODE" --max-seconds 0.5 --repeats 50)
+MOECERT_TRITON_FP4_SCALE_WORDS=0 timeout 40 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} \
+    --M "$DM" --results "$W/b-bytes" --run-id bytes > "$W/b-bytes.txt" 2>&1
+timeout 55 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" ${MARLIN[@]+"${MARLIN[@]}"} \
+    --results "$W/b-words" --run-id words > "$W/b-words.txt" 2>&1
+MOECERT_TRITON_FP4_LEAN=1 timeout 40 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" \
+    --results "$W/b-lean" --run-id lean > "$W/b-lean.txt" 2>&1
+timeout 40 $M bench "${B[@]}" --backend triton --backend grouped --scheme mxfp4 --scheme nvfp4 \
+    "${PREFILL[@]}" --M "$PM" --results "$W/p-dense" --run-id dense > "$W/p-dense.txt" 2>&1
+if [ -n "$OGS_PATH" ] && [ "$DEV" = cuda ]; then
+    PYTHONPATH=$OGS_PATH:$PYTHONPATH timeout 25 python tools/ogs_peer.py --M 16,64 \
+        > "$W/ogs.txt" 2>&1
+elif [ -n "$OGS_PATH" ]; then  # CPU: where triton_kernels comes from, no timing
+    PYTHONPATH=$OGS_PATH:$PYTHONPATH timeout 60 python -c 'import sys
+sys.path.insert(0, "tools"); import ogs_peer; print("ogs:", ogs_peer.import_triton_kernels())
+import triton_kernels.matmul_ogs' > "$W/ogs.txt" 2>&1
+fi
+[ -f "$W/ogs.txt" ] && { grep -E "^ogs" "$W/ogs.txt" || tail -2 "$W/ogs.txt"; } | sed 's/^/- /' \
+    | tee -a "$S"
+grep -hE "ratio_to_marlin: not available|Marlin failed" "$W"/b-*.txt | sort | uniq -c \
+    | sed 's/^ */- /' | tee -a "$S"
+for f in b-bytes b-words b-lean p-dense ogs; do
+    [ -f "$W/$f.txt" ] && { echo; echo "## $f"; echo '```'; grep -vE "^\s*$" "$W/$f.txt" | tail -40; echo '```'; } >> "$S"
 done
-$M report "$OUT/b-words" --baseline "$OUT/b-bytes" --md "$OUT/decode-words-vs-bytes.md" > /dev/null 2>&1
+$M report "$W/b-words" --baseline "$W/b-bytes" --md "$W/decode-words-vs-bytes.md" > /dev/null 2>&1
+$M report "$W/b-lean" --baseline "$W/b-words" --md "$W/decode-lean-vs-words.md" > /dev/null 2>&1
+echo "- total: $((SECONDS - start)) s" | tee -a "$S"
+cp "$S" "$OUT/i44-summary.md"
+tar czf "$OUT/i44-logs.tgz" -C "$W" .
 cat "$S"
 exit $failed

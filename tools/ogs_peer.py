@@ -1,20 +1,26 @@
 """A measuring stick for MXFP4 W4A16 on Hopper: OpenAI's triton_kernels `matmul_ogs` MoE (what
 vLLM runs gpt-oss with on an H100), timed on a model layer's shape beside `moecert bench` in
-the same GPU call. Never a dependency of moecert: the package is the folder vendored in vLLM
-0.33.0's wheel (pure Python and Triton), unzipped here and carried to the GPU machine:
+the same GPU call. Never a dependency of moecert: the package is the one vLLM's wheel vendors
+(pure Python and Triton), taken from wherever it is importable (`import_triton_kernels`):
 
-    unzip -o vllm-0.33.0-*.whl 'vllm/third_party/triton_kernels/*' -d /tmp/vw
-    mkdir -p .vllm/tk && cp -r /tmp/vw/vllm/third_party/triton_kernels .vllm/tk/
-    PYTHONPATH=.vllm/tk:$PYTHONPATH python tools/ogs_peer.py --M 16,64   # on the GPU machine
+- a `triton_kernels` package on the path (e.g. unzipped from a wheel into .vllm/tk:
+  `PYTHONPATH=.vllm/tk:$PYTHONPATH python tools/ogs_peer.py`), else
+- the installed vLLM's `vllm/third_party/triton_kernels` (vLLM 0.25.1, carried to the GPU
+  machine by tools/engine_carry.py: `PYTHONPATH=$(python3 tools/engine_carry.py env vllm |
+  cut -d: -f1):$PYTHONPATH`), bound to the name `triton_kernels` as vLLM's own
+  `import_triton_kernels` binds it, without importing vllm itself (its own imports are
+  absolute, `triton_kernels.*`).
 
-UNTESTED: written on a CPU (triton_kernels does not run in Triton's interpreter); no GPU
-call has run it yet. The calls follow vLLM 0.33.0's gpt_oss_triton_kernels_moe.py and
-mxfp4_utils._swizzle_mxfp4 on sm90 (facts about the API; no code copied): the weights
-transposed to [E, K, N] with the E8M0 scales' group count padded to a multiple of 4, both in
-the library's default MXFP4 layouts, split-K off; GEMM1 with the fused SwiGLU (reduction 2),
-GEMM2 scattering with the router weights. Weights are random bytes (timing does not depend
-on values). The routing is made once, outside the timing, as moecert's bench gives its
-kernels the top-k ids.
+The first line printed says which (or why none). vLLM 0.25.1 bundles the v3.5.1 API (the
+`routing` module, FusedActivation's third field the reduction), the one used below.
+
+UNTESTED on a GPU: written on a CPU (triton_kernels does not run in Triton's interpreter).
+The calls follow vLLM's gpt_oss_triton_kernels_moe.py and mxfp4_utils._swizzle_mxfp4 on sm90
+(facts about the API; no code copied): the weights transposed to [E, K, N] with the E8M0
+scales' group count padded to a multiple of 4, both in the library's default MXFP4 layouts,
+split-K off; GEMM1 with the fused SwiGLU (reduction 2), GEMM2 scattering with the router
+weights. Weights are random bytes (timing does not depend on values). The routing is made
+once, outside the timing, as moecert's bench gives its kernels the top-k ids.
 Prints per M: us (CUDA-graph replay and do_bench, the faster), the bytes the call must move
 (the touched experts' codes and scales, x and out) and % of the memory floor at the copy
 bandwidth measured here, as `moecert bench` defines it.
@@ -22,12 +28,40 @@ bandwidth measured here, as `moecert bench` defines it.
 from __future__ import annotations
 
 import argparse
+import functools
 
 import torch
 import triton
 
 SHAPES = {"gpt-oss-120b": (128, 2880, 2880, 4)}  # (E, K hidden, N intermediate, topk)
 MX = 32  # columns per E8M0 scale
+VENDORED = ("third_party", "triton_kernels")  # where vLLM's package keeps it
+
+
+def import_triton_kernels() -> str:
+    """Make `import triton_kernels` work; returns where it came from. RuntimeError with
+    the reason when neither a `triton_kernels` package nor vLLM's copy is on the path."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if importlib.util.find_spec("triton_kernels") is not None:
+        import triton_kernels
+
+        return f"triton_kernels from {Path(triton_kernels.__file__).parent}"
+    vllm = importlib.util.find_spec("vllm")  # finds the folder, imports nothing
+    if vllm is None or not vllm.submodule_search_locations:
+        raise RuntimeError("neither triton_kernels nor vllm is importable (PYTHONPATH: "
+                           "`python3 tools/engine_carry.py env vllm`, or .vllm/tk)")
+    folder = Path(next(iter(vllm.submodule_search_locations))).joinpath(*VENDORED)
+    if not (folder / "__init__.py").is_file():
+        raise RuntimeError(f"vllm at {folder.parents[1]} vendors no triton_kernels ({folder})")
+    spec = importlib.util.spec_from_file_location(
+        "triton_kernels", folder / "__init__.py", submodule_search_locations=[str(folder)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["triton_kernels"] = module
+    spec.loader.exec_module(module)
+    return f"triton_kernels from vLLM's {folder}"
 
 
 def copy_bandwidth(gib: int = 2) -> float:
@@ -58,6 +92,18 @@ def mxfp4_weight(E: int, rows: int, K: int):
     return w, ws, (q.numel() + s.numel()) // E
 
 
+@functools.cache
+def layer_weights(E: int, K: int, N: int) -> tuple:
+    """Both linears' weights, scales, bytes per expert and biases, made once for every M
+    (gpt-oss-120b's are 2 GB to fill and convert)."""
+    torch.manual_seed(0)
+    w13, s13, bytes13 = mxfp4_weight(E, 2 * N, K)
+    w2, s2, bytes2 = mxfp4_weight(E, K, N)
+    b13 = torch.randn(E, 2 * N, device="cuda")
+    b2 = torch.randn(E, K, device="cuda")
+    return w13, s13, bytes13, w2, s2, bytes2, b13, b2
+
+
 def time_layer(E: int, K: int, N: int, topk: int, M: int, bandwidth: float) -> dict:
     import triton_kernels.swiglu
     from triton_kernels.matmul_ogs import (
@@ -70,11 +116,8 @@ def time_layer(E: int, K: int, N: int, topk: int, M: int, bandwidth: float) -> d
     from triton_kernels.numerics import InFlexData
     from triton_kernels.routing import routing
 
+    w13, s13, bytes13, w2, s2, bytes2, b13, b2 = layer_weights(E, K, N)
     torch.manual_seed(M)
-    w13, s13, bytes13 = mxfp4_weight(E, 2 * N, K)
-    w2, s2, bytes2 = mxfp4_weight(E, K, N)
-    b13 = torch.randn(E, 2 * N, device="cuda")
-    b2 = torch.randn(E, K, device="cuda")
     pc13 = PrecisionConfig(weight_scale=s13, flex_ctx=FlexCtx(rhs_data=InFlexData()))
     pc2 = PrecisionConfig(weight_scale=s2, flex_ctx=FlexCtx(rhs_data=InFlexData()))
     act = FusedActivation(FnSpecs("swiglu", triton_kernels.swiglu.swiglu_fn,
@@ -109,19 +152,26 @@ def main() -> None:
     p.add_argument("--M", default="1,16,64", help="tokens per call, comma-separated")
     args = p.parse_args()
     E, K, N, topk = SHAPES[args.model]
+    try:
+        origin = import_triton_kernels()
+        import triton_kernels.matmul_ogs  # noqa: F401  (what time_layer needs, loaded now)
+    except Exception as e:  # the reason kept in the log: the peer is then not measured
+        print(f"ogs: not available: {type(e).__name__}: {e}")
+        raise SystemExit(1) from None
+    print(f"ogs: {origin}", flush=True)
     bandwidth = copy_bandwidth()
     print(f"{torch.cuda.get_device_name()}: copy {bandwidth / 1e12:.2f} TB/s; torch "
           f"{torch.__version__}, triton {triton.__version__}; {args.model} E={E} K={K} N={N} "
-          f"topk={topk}")
+          f"topk={topk}", flush=True)
     for M in (int(m) for m in args.M.split(",")):
         try:
             r = time_layer(E, K, N, topk, M, bandwidth)
         except Exception as e:  # one M failing costs that row, not the others
-            print(f"ogs/mxfp4/{args.model}/M{M}: error: {type(e).__name__}: {e}")
+            print(f"ogs/mxfp4/{args.model}/M{M}: error: {type(e).__name__}: {e}", flush=True)
             continue
         print(f"ogs/mxfp4/{args.model}/M{M}: {r['us']:.1f} us (call {r['us_call']:.1f}, "
               f"graph {r['us_graph']:.1f}), {r['experts_touched']} experts, "
-              f"{r['memory_floor_pct']:.1f}% of the memory floor")
+              f"{r['memory_floor_pct']:.1f}% of the memory floor", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ the Triton backend's launch path (every other Triton kernel is stubbed out: its 
 garbage, only the GEMM's argument types matter), the GEMM's launch is caught and compiled for
 sm90 with a prefill tile; printed per variant: Hopper MMAs (`warp_group_dot`) and their waits
 in the TTGIR, registers and stack bytes per thread (cuobjdump) and shared memory. The TTGIR
-goes to /tmp/i34c/. What spills or fails to build shows here before any device time is spent;
-timings need the GPU (tools/prefill_sweep.py).
+and the cubin go to /tmp/i34c/ (`nvdisasm -c` of the cubin: the SASS). What spills or fails
+to build shows here before any device time is spent; timings need the GPU (tools/prefill_sweep.py).
 
     python tools/sm90_compile.py bf16:both mxfp4:ptx mxfp4:ptx-n64 fp8-w8a8:ch-both
 
@@ -77,6 +77,7 @@ def compile_one(args, kw, tag):
     m = re.search(r"REG:(\d+).*?STACK:(\d+)", res)
     tagf = re.sub(r"[^a-z0-9]+", "_", tag.lower())[:80]
     os.makedirs("/tmp/i34c", exist_ok=True); open(f"/tmp/i34c/{tagf}.ttgir", "w").write(ttgir)
+    open(f"/tmp/i34c/{tagf}.cubin", "wb").write(k.asm["cubin"])  # SASS: nvdisasm beside
     tag = f"{tag} WSCALE={kw['WSCALE']}"
     print(f"{tag}: wgmma {n_wgmma}, wgmma_wait {n_wait}, tt.dot {n_mma}, "
           f"regs/stack {m.groups() if m else res[-200:]}, shared {k.metadata.shared}", flush=True)

@@ -1,11 +1,18 @@
 """The peer `moecert bench --marlin-lib` times in the same run: vLLM's Marlin MoE, bf16
-activations, for GPTQ int4 (uint4b8, group 128) through the functions of `marlin_anchor.py`
-(kept outside moecert, in ../shared/tools/; imported here by path, nothing of it copied), and
-for FP4 weights (vLLM's `float4_e2m1f` codes with E8M0 scales per 32, MXFP4, or e4m3 scales
-per 16 and a global scale, NVFP4) by calling the same library op, `moe_wna16_marlin_gemm`,
-with those types (`time_marlin_e2m1`). Weights and scales are random bits in Marlin's shapes:
-timing does not depend on their values. Marlin needs CUDA and vLLM's
-`_moe_C_stable_libtorch.abi3.so`; anywhere else the peer says why it is not available.
+activations, for GPTQ int4 (uint4b8, group 128) and for FP4 weights (vLLM's `float4_e2m1f`
+codes with E8M0 scales per 32, MXFP4, or e4m3 scales per 16 and a global scale, NVFP4), by
+calling the library's op `moe_wna16_marlin_gemm` (`time_marlin_w4`). Weights and scales are
+random bits in Marlin's shapes: timing does not depend on their values. Marlin needs CUDA and
+vLLM's `_moe_C_stable_libtorch.abi3.so`; anywhere else the peer says why it is not available.
+
+The op's arguments are passed by the names of the library's own schema (`marlin_arguments`):
+vLLM 0.25.1 (the one that fits the GPU machines' torch) takes 29, among them `g_idx`, `perm`
+and `is_zp_float`, where the calls written for 0.33 (the anchor's, this module's before)
+passed 26 in order: in 0.25.1's order they bind the workspace to `g_idx`. The library is
+loaded and the tokens sorted by `marlin_anchor.py`'s `load` and `_align` where an anchor file
+is there (../shared/tools/, imported by path, nothing of it copied), else by the library's own
+ops (`LibraryOps`): on the GPU machine, where the checkout's neighbours do not travel,
+`--marlin-lib` alone is enough.
 """
 
 from __future__ import annotations
@@ -68,12 +75,74 @@ def marlin_runs(quant: QuantConfig, problem) -> bool:
     return marlin_kind(quant, problem) is not None
 
 
-def time_marlin_e2m1(anchor, E, K, N, topk, M, quant: QuantConfig, bias: bool) -> float:
-    """Median us of Marlin's GEMM1 + SiLU-mul + GEMM2 + top-k sum with the e2m1 weights of
-    `quant` (one of `MARLIN_E2M1`), as the anchor's `time_marlin` times int4: the same op and
-    alignment (`anchor._align`), random bits in Marlin's shapes (4-bit codes take int4's
-    [E, K / 16, 2 N * 16 / 8] words). The scheme record says the rest: its block (32 or 16),
-    its scale element (E8M0 codes or e4m3 floats) and whether a global scale multiplies."""
+# What the peer passes to `moe_wna16_marlin_gemm` besides the tensors and sizes, by the names
+# of vLLM 0.25.1's schema (read from its `_moe_C_stable_libtorch.abi3.so`), with the values
+# vLLM 0.25.1's fused_marlin_moe passes for a layer without act order; any other argument
+# the schema has must be optional (Tensor?) and gets None (act order, zero points, activation
+# scales: none here).
+MARLIN_FLAGS = {"is_full_k": True, "use_atomic_add": False, "use_fp32_reduce": True,
+                "is_zp_float": False, "thread_k": -1, "thread_n": -1, "blocks_per_sm": -1}
+
+
+def marlin_arguments(schema, values: dict) -> list:
+    """The positional arguments of an op with this schema (torch.FunctionSchema) from
+    `values` by argument name; an optional argument not in `values` is None. ValueError
+    naming the argument when the schema asks for one that is neither, or has no place for
+    a value given (another vLLM's op: its schema printed in the message)."""
+    names = [a.name for a in schema.arguments]
+    unplaced = sorted(k for k, v in values.items() if k not in names and v is not None)
+    if unplaced:
+        raise ValueError(f"{schema.name}: the library's schema has no argument "
+                         f"{', '.join(unplaced)} ({schema})")
+    args = []
+    for a in schema.arguments:
+        if a.name in values:
+            args.append(values[a.name])
+        elif a.type.kind() == "OptionalType":
+            args.append(None)
+        else:
+            raise ValueError(f"{schema.name}: the library's schema asks for {a.name} "
+                             f"({a.type}), which the peer does not fill ({schema})")
+    return args
+
+
+class LibraryOps:
+    """The anchor's two library calls, through the library itself: `load` it into torch and
+    `_align` the top-k ids into Marlin's sorted blocks (the library's moe_align_block_size:
+    sorted ids, each block's expert, the padded count)."""
+
+    @staticmethod
+    def load(path):
+        import torch
+
+        torch.ops.load_library(str(path))
+
+    @staticmethod
+    def _align(topk_ids, E, bs):
+        import torch
+
+        n = topk_ids.numel()
+        padded = n + E * (bs - 1) if n >= E else min(n * bs, n + E * (bs - 1))
+        dev = topk_ids.device
+        sorted_ids = torch.empty(padded, dtype=torch.int32, device=dev)
+        expert_ids = torch.empty(-(-padded // bs), dtype=torch.int32, device=dev)
+        ntp = torch.empty(1, dtype=torch.int32, device=dev)
+        torch.ops._moe_C.moe_align_block_size(topk_ids, E, bs, sorted_ids, expert_ids, ntp,
+                                              None)
+        return sorted_ids, expert_ids, ntp
+
+
+# vLLM ScalarType ids of the weight types the peer times (vllm/scalar_type.py; ../shared/NOTES.md)
+MARLIN_TYPE_IDS = {"uint4b8": 1125899907892224, "mxfp4": FLOAT4_E2M1F, "nvfp4": FLOAT4_E2M1F}
+
+
+def time_marlin_w4(ops, E, K, N, topk, M, quant: QuantConfig, bias: bool) -> float:
+    """Median us of Marlin's GEMM1 + SiLU-mul + GEMM2 + top-k sum with the 4-bit weights of
+    `quant` (`MARLIN_QUANT`'s int4 or one of `MARLIN_E2M1`): `ops` loaded the library and
+    sorts the tokens (`ops._align`: the anchor's or `LibraryOps`), random bits in Marlin's
+    shapes (4-bit codes as [E, K / 16, 2 N * 16 / 8] int32 words). The scheme record says
+    the rest: its block (128, 32 or 16), its scale element (bf16 values, E8M0 codes or e4m3
+    floats) and whether a global scale multiplies."""
     import torch
     import triton
 
@@ -84,15 +153,19 @@ def time_marlin_e2m1(anchor, E, K, N, topk, M, quant: QuantConfig, bias: bool) -
     dev = "cuda"
     w1 = torch.randint(-2**31, 2**31 - 1, (E, K // 16, 4 * N), dtype=torch.int32, device=dev)
     w2 = torch.randint(-2**31, 2**31 - 1, (E, N // 16, 2 * K), dtype=torch.int32, device=dev)
+    kind = "uint4b8" if quant == MARLIN_QUANT else next(
+        k for k, q in MARLIN_E2M1.items() if q == quant)
     info = quant.info
     group = info.scale_block
-    power_of_two = info.scale_element.kind == EXPONENT
 
     def scales(rows, cols):
-        if power_of_two:  # E8M0 codes 2^-9 .. 2^-1
-            return torch.randint(118, 127, (E, rows // group, cols), dtype=torch.uint8,
+        shape = (E, rows // group, cols)
+        if kind == "uint4b8":  # bf16 scales around 0.005
+            return (torch.rand(shape, device=dev) * 0.01 + 0.001).to(torch.bfloat16)
+        if info.scale_element.kind == EXPONENT:  # E8M0 codes 2^-9 .. 2^-1
+            return torch.randint(118, 127, shape, dtype=torch.uint8,
                                  device=dev).view(torch.float8_e8m0fnu)
-        return (torch.rand(E, rows // group, cols, device=dev) + 0.5).to(torch.float8_e4m3fn)
+        return (torch.rand(shape, device=dev) + 0.5).to(torch.float8_e4m3fn)
 
     s1, s2 = scales(K, 2 * N), scales(N, K)
     g1 = g2 = torch.ones(E, device=dev) if info.global_scale != "none" else None
@@ -103,21 +176,31 @@ def time_marlin_e2m1(anchor, E, K, N, topk, M, quant: QuantConfig, bias: bool) -
     tw, ti = (tw / tw.sum(-1, keepdim=True)).float(), ti.int()
     per_expert = M * topk / E
     bs = 8 if per_expert < 8 else 16 if per_expert < 16 else 32 if per_expert < 32 else 64
-    sid, eid, ntp = anchor._align(ti, E, bs)
+    sid, eid, ntp = ops._align(ti, E, bs)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     ws = torch.zeros(sms * 4, dtype=torch.int, device=dev)
     c1 = torch.empty(M * topk, 2 * N, device=dev, dtype=torch.bfloat16)
     c2 = torch.empty(M * topk, N, device=dev, dtype=torch.bfloat16)
     c3 = torch.empty(M * topk, K, device=dev, dtype=torch.bfloat16)
     gemm = torch.ops._moe_C.moe_wna16_marlin_gemm
+    schema = gemm.default._schema
+    common = {"workspace": ws, "sorted_token_ids": sid, "expert_ids": eid,
+              "num_tokens_past_padded": ntp, "topk_weights": tw, "moe_block_size": bs,
+              "b_type_id": MARLIN_TYPE_IDS[kind], **MARLIN_FLAGS}
+    gemm1 = marlin_arguments(schema, {
+        **common, "a": x, "c_or_none": c1, "b_q_weight": w1, "b_bias_or_none": b1,
+        "b_scales": s1, "global_scale": g1, "top_k": topk, "mul_topk_weights": False,
+        "size_m": M, "size_n": 2 * N, "size_k": K})
+    gemm2 = marlin_arguments(schema, {
+        **common, "a": c2, "c_or_none": c3, "b_q_weight": w2, "b_bias_or_none": b2,
+        "b_scales": s2, "global_scale": g2, "top_k": 1, "mul_topk_weights": True,
+        "size_m": M * topk, "size_n": K, "size_k": N})
 
     def step():
-        gemm(x, c1, w1, b1, s1, None, g1, None, ws, sid, eid, ntp, tw, bs, topk, False,
-             FLOAT4_E2M1F, M, 2 * N, K, False, True, False, -1, -1, -1)
+        gemm(*gemm1)
         g, u = c1.view(-1, 2 * N).chunk(2, -1)
         torch.mul(torch.nn.functional.silu(g), u, out=c2)
-        gemm(c2, c3, w2, b2, s2, None, g2, None, ws, sid, eid, ntp, tw, bs, 1, True,
-             FLOAT4_E2M1F, M * topk, K, N, False, True, False, -1, -1, -1)
+        gemm(*gemm2)
         return c3.view(M, topk, K).sum(1)
 
     step()
@@ -134,11 +217,11 @@ PEER_REPEATS = 3
 
 
 class MarlinPeer:
-    """Marlin's seconds per (shape, M): the fastest of `repeats` of the anchor's medians,
-    measured once per run."""
+    """Marlin's seconds per (shape, M): the fastest of `repeats` of `timer`'s medians
+    (`time_marlin_w4` through `ops`), measured once per run."""
 
-    def __init__(self, anchor, repeats: int = PEER_REPEATS):
-        self.anchor, self.repeats = anchor, repeats
+    def __init__(self, ops, repeats: int = PEER_REPEATS, timer=time_marlin_w4):
+        self.ops, self.repeats, self.timer = ops, repeats, timer
         self._seconds: dict[tuple, float] = {}
 
     def seconds(self, problem, quant: QuantConfig = MARLIN_QUANT) -> float:
@@ -147,13 +230,9 @@ class MarlinPeer:
         shape = (P.E, P.K, P.N, P.topk, P.M)
         key = (*shape, kind, bool(P.bias))
         if key not in self._seconds:
-            if kind == "uint4b8":
-                def once():
-                    return self.anchor.time_marlin(*shape)[0]
-            else:
-                def once():
-                    return time_marlin_e2m1(self.anchor, *shape, quant, bool(P.bias))
-            self._seconds[key] = min(once() for _ in range(self.repeats)) / 1e6
+            quant = MARLIN_QUANT if kind == "uint4b8" else quant
+            self._seconds[key] = min(self.timer(self.ops, *shape, quant, bool(P.bias))
+                                     for _ in range(self.repeats)) / 1e6
         return self._seconds[key]
 
 
@@ -163,13 +242,18 @@ def load_marlin(lib: str | os.PathLike, anchor: str | os.PathLike, device
     if device.type != "cuda":
         return None, f"Marlin runs on CUDA only, not on {device}"
     anchor = Path(anchor)
-    if not anchor.is_file():
-        return None, f"no marlin_anchor.py at {anchor} (give --marlin-anchor FILE)"
+    loader = anchor if anchor.is_file() else "torch.ops.load_library"
     try:
-        spec = importlib.util.spec_from_file_location("marlin_anchor", anchor)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        module.load(str(lib))
-    except Exception as e:  # a library built for another torch, no triton: the reason
-        return None, f"{anchor} did not load {lib}: {type(e).__name__}: {e}"
-    return MarlinPeer(module), None
+        if anchor.is_file():  # (a named anchor that is missing is a usage error before)
+            spec = importlib.util.spec_from_file_location("marlin_anchor", anchor)
+            ops = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(ops)
+        else:
+            ops = LibraryOps()
+        ops.load(str(lib))
+        import torch
+
+        _ = torch.ops._moe_C.moe_wna16_marlin_gemm.default  # the op this peer calls
+    except Exception as e:  # a library built for another torch or CUDA: the reason
+        return None, f"{loader} did not load {lib}: {type(e).__name__}: {e}"
+    return MarlinPeer(ops), None

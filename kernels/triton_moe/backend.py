@@ -169,7 +169,9 @@ def describe(layer: MoELayer) -> str:
     from . import configs, heuristics
 
     plan = _plan(layer)
-    words = "; plane scales in words" if plan["w13"]["constexprs"]["SCALE_WORDS"] else ""
+    c = plan["w13"]["constexprs"]
+    words = ("; plane scales in words" if c["SCALE_WORDS"] else "") + (
+        "; lean e2m1 step" if c["LEAN"] else "")
     fused = f"fused Triton MoE GEMM ({heuristics.weight_key(plan['w13'])}{words})"
     if plan["dense_bytes"] is None:
         return fused
@@ -256,8 +258,9 @@ def _tile_fp4(layer: MoELayer) -> None:
         layer.put(f"{p}_w", q if tile is None else layout.tile_weights(q, *tile))
         layer.meta[f"{p}_nib_span"] = span
         # the scales as an [E, N, K / block] view of [E, K / block, N] storage: a plane's
-        # scales for BLOCK_N rows are then one coalesced run, not BLOCK_N single bytes; or
-        # (MOECERT_TRITON_FP4_SCALE_WORDS=1) a span's four plane scales in one word per row
+        # scales for BLOCK_N rows are then one coalesced run, not BLOCK_N single bytes
+        # (MOECERT_TRITON_FP4_SCALE_WORDS=0); by default a span's four plane scales in one
+        # word per row (layout.scale_words)
         s = layer.get(f"{p}_s")
         if configs.fp4_scale_words():
             layer.put(f"{p}_s", layout.scale_words(s.view(torch.uint8), cols))

@@ -43,9 +43,13 @@ MOECERT_TRITON_DEQUANT_ROWS=<rows per expert> or "off" moves the FP4 prefill dis
 threshold (`forced_dequant_rows`, heuristics.DEQUANT_ROWS): 0 runs every eligible layer on the
 dequantized path (a correctness run), off none (the fused kernel, to time one against the
 other).
-MOECERT_TRITON_FP4_SCALE_WORDS=1 stores e2m1 layers' plane scales as one 32-bit word per row and
-span (`fp4_scale_words`, layout.scale_words): issue 44's decode candidate, off by default until
-timed against the byte layout.
+MOECERT_TRITON_FP4_SCALE_WORDS=0 stores e2m1 layers' plane scales as a byte per block instead
+of one 32-bit word per row and span (`fp4_scale_words`, layout.scale_words: the default since
+it timed 1.21-1.41x faster at decode, bit for bit the same, docs/speed.md "Issue 44").
+MOECERT_TRITON_FP4_LEAN=1 turns on issue 44's second decode candidate for e2m1 planes
+(`fp4_lean`, gemm_kernel's LEAN): no K masks on activation loads where every tile lies inside K,
+and NVFP4 in bf16 decoded with one packed multiply per pair (the scale carries the decode's
+power of two); off by default until timed.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 I4_PAIRS_ENV = "MOECERT_TRITON_I4_PAIRS"
 DEQUANT_ROWS_ENV = "MOECERT_TRITON_DEQUANT_ROWS"
 FP4_SCALE_WORDS_ENV = "MOECERT_TRITON_FP4_SCALE_WORDS"
+FP4_LEAN_ENV = "MOECERT_TRITON_FP4_LEAN"
 
 
 class ConfigFileError(ValueError):
@@ -193,12 +198,23 @@ def forced_dequant_rows(environ=os.environ) -> float | None:
 
 
 def fp4_scale_words(environ=os.environ) -> bool:
-    """True when MOECERT_TRITON_FP4_SCALE_WORDS=1 asks for e2m1 plane scales in 32-bit words
-    (read when a layer is processed); False when 0, unset or empty."""
+    """Whether e2m1 plane scales are stored in 32-bit words (read when a layer is
+    processed): True when MOECERT_TRITON_FP4_SCALE_WORDS is 1, unset or empty, False when 0
+    (one byte a block)."""
     raw = environ.get(FP4_SCALE_WORDS_ENV, "").strip()
     if raw not in ("", "0", "1"):
         raise ValueError(f"{FP4_SCALE_WORDS_ENV}={raw!r}: expected 1 (plane scales in 32-bit "
-                         "words) or 0 (one byte a block, the default)")
+                         "words, the default) or 0 (one byte a block)")
+    return raw != "0"
+
+
+def fp4_lean(environ=os.environ) -> bool:
+    """True when MOECERT_TRITON_FP4_LEAN=1 asks for the lean e2m1 decode step (gemm_kernel's
+    LEAN; read when a layer is processed); False when 0, unset or empty."""
+    raw = environ.get(FP4_LEAN_ENV, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{FP4_LEAN_ENV}={raw!r}: expected 1 (the lean e2m1 decode step) or "
+                         "0 (the default)")
     return raw == "1"
 
 

@@ -110,6 +110,8 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                        "NIB_SPAN": nib_span,
                        # e2m1 plane scales in words (layout.scale_words): [E, N, K / span, 4]
                        "SCALE_WORDS": s is not None and s.dim() == 4,
+                       # issue 44's lean e2m1 decode step (configs.fp4_lean)
+                       "LEAN": kind == W_FP4 and bool(nib_span) and configs.fp4_lean(),
                        "COMPUTE": _COMPUTE[compute]},
     }
 

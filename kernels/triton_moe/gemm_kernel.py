@@ -239,7 +239,8 @@ _I4_PLANES_Z_FP16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_FP16_MAGIC[:2]
                                            _FP16_MAGIC[3]))
 
 
-def _fp4_asm(mag_mask: int, mag_shift: int, mul: int, fma: str, scaled: bool) -> str:
+def _fp4_asm(mag_mask: int, mag_shift: int, mul: int, fma: str, scaled: bool,
+             folded: bool = False) -> str:
     """PTX that decodes the four e2m1 planes of two 16-bit words (`plane_nibbles`, nibble p
     at bits 4p and 16 + 4p of $4) into $0-$3, two values of the compute dtype each. Per
     plane: the magnitude bits EEM shifted onto the lowest exponent bits and the top mantissa
@@ -249,14 +250,16 @@ def _fp4_asm(mag_mask: int, mag_shift: int, mul: int, fma: str, scaled: bool) ->
     when `scaled`
     (NVFP4's e4m3 block scale: the product has <= 6 significant bits, exact); the sign bit
     is XORed in last (the value is sign-magnitude, so XOR with the sign negates it, also
-    after a negative scale). 5-6 instructions per two values."""
+    after a negative scale). 5-6 instructions per two values. `folded` (with `scaled`): no
+    multiply by `mul`, the scale operands carry it (`_fp4_planes_folded`): 4-5."""
     lines = []
     for p in range(4):
         shift = mag_shift - 4 * p  # nibble p's EEM at bits 4p..4p+2 -> the magnitude field
         op = f"shl.b32 t, $4, {shift};" if shift > 0 else f"shr.u32 t, $4, {-shift};"
         lines.append(op if shift else "mov.b32 t, $4;")
         lines.append(f"and.b32 t, t, 0x{mag_mask:08X};")
-        lines.append(f"{fma} t, t, mul, negz;")
+        if not folded:
+            lines.append(f"{fma} t, t, mul, negz;")
         if scaled:  # plane p's scales in operand 5 + p
             lines.append(f"{fma} t, t, ${5 + p}, negz;")
         sign = 12 - 4 * p  # nibble p's sign bit 4p + 3 -> bit 15 (and 31)
@@ -276,6 +279,18 @@ _FP4_PLANES_BF16 = tl.constexpr(_fp4_asm(*_FP4_BF16, scaled=False))
 _FP4_PLANES_FP16 = tl.constexpr(_fp4_asm(*_FP4_FP16, scaled=False))
 _FP4_PLANES_S_BF16 = tl.constexpr(_fp4_asm(*_FP4_BF16, scaled=True))
 _FP4_PLANES_S_FP16 = tl.constexpr(_fp4_asm(*_FP4_FP16, scaled=True))
+_FP4_PLANES_F_BF16 = tl.constexpr(_fp4_asm(*_FP4_BF16, scaled=True, folded=True))
+# LEAN (issue 44's second decode candidate), NVFP4 in bf16: the e2m1 bit pattern is the value
+# times 2^-126 (`_fp4_asm`); multiplied straight by the block scale times 2^(126 - LEAN_SHIFT)
+# it is the weight times 2^-LEAN_SHIFT, one packed multiply per pair instead of two. Exact:
+# the scale operand s * 2^119 <= 448 * 2^119 < 2^128 fits bf16, and the product, at least
+# 0.5 * 2^-9 * 2^-7 = 2^-17, is a normal bf16 of <= 6 significant bits; the epilogue
+# multiplies the fp32 sum by 2^LEAN_SHIFT (exact, as every sum of the products is scaled by
+# the same power of two while it stays inside fp32's normal range).
+LEAN_SHIFT = 7
+LEAN_FOLD = tl.constexpr(2.0 ** (126 - LEAN_SHIFT))  # into the scale operands
+LEAN_UNDO = tl.constexpr(2.0 ** -LEAN_SHIFT)  # the weights' factor, undone in the epilogue
+LEAN_REDO = tl.constexpr(2.0 ** LEAN_SHIFT)
 
 
 @triton.jit
@@ -308,6 +323,16 @@ def _fp4_planes_scaled(words, s0, s1, s2, s3, COMPUTE: tl.constexpr):
             asm=_FP4_PLANES_S_FP16, constraints="=r,=r,=r,=r,r,r,r,r,r",
             args=[words, s0, s1, s2, s3],
             dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
+
+
+@triton.jit
+def _fp4_planes_folded(words, s0, s1, s2, s3):
+    """`_fp4_planes_scaled` in bf16 with s<p> the block scale times 2^(126 - LEAN_SHIFT):
+    plane p's values times its scale times 2^-LEAN_SHIFT, exact (LEAN_SHIFT)."""
+    return tl.inline_asm_elementwise(
+        asm=_FP4_PLANES_F_BF16, constraints="=r,=r,=r,=r,r,r,r,r,r",
+        args=[words, s0, s1, s2, s3],
+        dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True, pack=2)
 
 
 @triton.jit
@@ -537,7 +562,8 @@ def _scale_word(s_rows, k0, stride_sk, K, EVEN_K: tl.constexpr, TILE_K: tl.const
 def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
                      WSCALE: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr,
                      COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
-                     FAST_I4: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr):
+                     FAST_I4: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr,
+                     LEAN: tl.constexpr):
     """The scaled product of an e2m1 tile in four planes (`plane_nibbles`, FP4_SPAN columns:
     plane p is the tile's columns [k0 + p Q, k0 + (p + 1) Q), Q = TILE_K / 4, inside one
     scale block: `nib_span_fits`). S_E4M3 (NVFP4): each plane's values times its block scale
@@ -547,7 +573,10 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
     into the plane's values before the dot as NVFP4's is, exact there (a power of two times
     an e2m1 value inside bf16's range), so the four products chain into one sum with no
     fp32 partial sums to scale. With FAST_I4 (PTX, CUDA sm80+) the planes decode straight
-    into the compute dtype (`_fp4_planes`), else through fp32 bit patterns (`_decode_e2m1`)."""
+    into the compute dtype (`_fp4_planes`), else through fp32 bit patterns (`_decode_e2m1`).
+    LEAN with S_E4M3 in bf16: the product times 2^-LEAN_SHIFT (the scale carries the
+    decode's 2^126, one multiply per pair fewer; the epilogue restores it). Not fp16 (its
+    range has no room for the fold) nor E8M0 scales (no fold fits every byte)."""
     Q: tl.constexpr = TILE_K // 4
     SCALED: tl.constexpr = WSCALE == _S_E4M3 or WSCALE == _S_E8M0 or WSCALE == _S_E8M0_W
     # the scale bytes of planes 0-3 (E8M0: planes 0-1 share a 32-column block, 2-3 the next)
@@ -577,7 +606,20 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
             s1 = s0
             s2 = _decode_e8m0(p2)
             s3 = s2
-        if FAST_I4 == _I4_PAIRS:
+        FOLD: tl.constexpr = LEAN and WSCALE == _S_E4M3 and COMPUTE == tl.bfloat16
+        if FOLD and FAST_I4 == _I4_PAIRS:  # the scales times 2^(126 - LEAN_SHIFT), exact
+            b0, b1, b2, b3 = _fp4_planes_folded(
+                bq, tl.broadcast_to((s0 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to((s1 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to((s2 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to((s3 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape))
+        elif FOLD:  # the same values through fp32: e2m1 * scale * 2^-LEAN_SHIFT, exact
+            raw = bq.to(tl.int32)
+            b0 = _decode_e2m1(raw & 0xF) * (s0 * LEAN_UNDO)[None, :]
+            b1 = _decode_e2m1((raw >> 4) & 0xF) * (s1 * LEAN_UNDO)[None, :]
+            b2 = _decode_e2m1((raw >> 8) & 0xF) * (s2 * LEAN_UNDO)[None, :]
+            b3 = _decode_e2m1((raw >> 12) & 0xF) * (s3 * LEAN_UNDO)[None, :]
+        elif FAST_I4 == _I4_PAIRS:
             b0, b1, b2, b3 = _fp4_planes_scaled(
                 bq, tl.broadcast_to(s0.to(COMPUTE)[None, :], bq.shape),
                 tl.broadcast_to(s1.to(COMPUTE)[None, :], bq.shape),
@@ -621,7 +663,8 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
                ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
                HAS_G_IDX: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
                EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
-               NIB_SPAN: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr):
+               NIB_SPAN: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr,
+               LEAN: tl.constexpr):
     """The scaled fp32 product of one tile of TILE_K columns from k0, inside one scale
     column: a [BLOCK_M, TILE_K] activations (with NIB_SPAN: a, a2, a3, a4 the tile's four
     quarters, [BLOCK_M, TILE_K / 4] each), bq the weight tile as stored ([TILE_K / 2,
@@ -642,7 +685,7 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
             tl.static_assert(NIB_SPAN == TILE_K)
             part = _fp4_planes_part(a, a2, a3, a4, bq, k0, K, s_rows, scale_cols, stride_sk,
                                     WSCALE, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4,
-                                    TILE_K, SCALE_WORDS)
+                                    TILE_K, SCALE_WORDS, LEAN)
         elif NIB_SPAN:  # word j holds columns j + p * TILE_K / 4, p = 0..3 (`plane_nibbles`)
             tl.static_assert(NIB_SPAN == TILE_K and WEIGHT == _W_INT4)
             part = _planes_part(a, a2, a3, a4, bq, k0, K, s_rows, z_rows, g_row, scale_cols,
@@ -697,7 +740,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
              COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
              FAST_I4: tl.constexpr, K_UNROLL: tl.constexpr, WT_N: tl.constexpr,
              WT_K: tl.constexpr, NIB_SPAN: tl.constexpr, ACC_DOT: tl.constexpr,
-             SCALE_WORDS: tl.constexpr,
+             SCALE_WORDS: tl.constexpr, LEAN: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
@@ -725,7 +768,13 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
     for k_step in range(k_lo, k_hi, BLOCK_K * K_UNROLL):
         for u in tl.static_range(K_UNROLL):
             k0 = k_step + u * BLOCK_K
-            if NIB_SPAN:  # the tile's quarters, each a dot operand as loaded
+            if NIB_SPAN and LEAN and EVEN_K:  # every tile inside the range: rows masked only
+                kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, Q4), Q4), Q4)
+                a = tl.load(a_base + kk[None, :], mask=a_mask, other=0)
+                a2 = tl.load(a_base + (kk + Q4)[None, :], mask=a_mask, other=0)
+                a3 = tl.load(a_base + (kk + 2 * Q4)[None, :], mask=a_mask, other=0)
+                a4 = tl.load(a_base + (kk + 3 * Q4)[None, :], mask=a_mask, other=0)
+            elif NIB_SPAN:  # the tile's quarters, each a dot operand as loaded
                 kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, Q4), Q4), Q4)
                 a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < k_hi)[None, :],
                             other=0)
@@ -762,7 +811,8 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 acc += _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows,
                                   g_row, a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT,
                                   WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
-                                  EVEN_K, SWAP_AB, FAST_I4, NIB_SPAN, BLOCK_K, SCALE_WORDS)
+                                  EVEN_K, SWAP_AB, FAST_I4, NIB_SPAN, BLOCK_K, SCALE_WORDS,
+                                  LEAN)
     if SWAP_AB:
         acc = tl.trans(acc)
     return acc
@@ -802,6 +852,7 @@ def moe_gemm_kernel(
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
     K_UNROLL: tl.constexpr, WT_N: tl.constexpr, WT_K: tl.constexpr, NIB_SPAN: tl.constexpr,
     ACC_DOT: tl.constexpr, GROUP_M: tl.constexpr, SCALE_WORDS: tl.constexpr,
+    LEAN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
@@ -864,13 +915,16 @@ def moe_gemm_kernel(
             a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
             K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
             SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N, WT_K,
-            NIB_SPAN, ACC_DOT, SCALE_WORDS, BLOCK_M, BLOCK_N, BLOCK_K)
+            NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, BLOCK_M, BLOCK_N, BLOCK_K)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)
     if PHASE == _PARTIAL:
         tl.store(ws_tile + tl.program_id(2).to(tl.int64) * stride_ws, acc, mask=ws_mask)
     else:
+        if (WEIGHT == _W_FP4 and NIB_SPAN and LEAN and WSCALE == _S_E4M3
+                and COMPUTE == tl.bfloat16):  # the products' 2^-LEAN_SHIFT, first (exact)
+            acc = acc * LEAN_REDO
         if ACC_DOT and (WSCALE == _S_FLOAT):  # one weight scale column: applied once here
             acc = acc * tl.load(s_rows)[None, :]
         if ACT == _A_INT8 or ACT == _A_FP8:

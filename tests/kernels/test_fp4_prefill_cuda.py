@@ -2,8 +2,9 @@
 side is test_fp4_prefill.py and test_fp4_scale_words.py, which this file must not share a
 process with: test_fp4_planes.py says why). The prefill decode's PTX (`_fp4_planes_scaled`)
 against its bit-field decode, bit for bit; the GEMM on plane scales in words against bytes,
-bit for bit, through the PTX decode; the FP4 prefill dispatch against the fused path and the
-float64 reference at a layer large enough for the W16 tile's wgmma."""
+bit for bit, through the PTX decode, and the LEAN step against the current one; the FP4
+prefill dispatch against the fused path and the float64 reference at a layer large enough
+for the W16 tile's wgmma."""
 
 from __future__ import annotations
 
@@ -93,6 +94,38 @@ def test_scale_words_give_the_byte_layouts_bits_compiled(scale, dtype, unroll):
         outs[words] = c
     assert torch.isfinite(outs[False]).all() and outs[False].abs().max() > 1
     assert torch.equal(outs[True].view(torch.int32), outs[False].view(torch.int32))
+
+
+@pytest.mark.parametrize(("scale", "dtype"), CASES, ids=["nvfp4-bf16", "nvfp4-fp16",
+                                                          "mxfp4-folded"])
+@pytest.mark.parametrize("unroll", [1, 2])
+def test_lean_gives_the_current_paths_bits_compiled(scale, dtype, unroll, monkeypatch):
+    """Issue 44's LEAN step through the PTX decode (`_fp4_planes_folded` for NVFP4 in bf16,
+    the unmasked activation loads where K is a whole number of steps: 2880 = 45 x 64, not of
+    two-tile steps) against the current path, on words: bit for bit."""
+    from moecert.kernels.triton_moe import configs, fused_moe, kinds
+    from moecert.kernels.triton_moe.align import align_assignments
+
+    kind = kinds.S_E8M0 if scale == "e8m0" else kinds.S_E4M3
+    N, K, M = 512, 2880, 37
+    gen = torch.Generator().manual_seed(13)
+    a = torch.randn(M, K, generator=gen).to(dtype).cuda()
+    ids = torch.stack([torch.randperm(E, generator=gen)[:TOPK] for _ in range(M)]).reshape(-1)
+    ids = ids.cuda()
+    config = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3,
+              "K_UNROLL": unroll}
+    sorted_ids, block_expert, num_padded = align_assignments(ids, E, 16, n=ids.numel())
+    outs = {}
+    for lean in ("0", "1"):
+        monkeypatch.setenv(configs.FP4_LEAN_ENV, lean)
+        w = _described(kind, dtype, N, K, True)
+        assert w["constexprs"]["LEAN"] == (lean == "1")
+        c = torch.empty(ids.numel(), N, dtype=torch.float32, device="cuda")
+        fused_moe.moe_gemm(a, None, None, w, c, sorted_ids, block_expert, num_padded, None,
+                           a_row_div=TOPK, act=kinds.A16, config=config)
+        outs[lean] = c
+    assert torch.isfinite(outs["0"]).all() and outs["0"].abs().max() > 1
+    assert torch.equal(outs["1"].view(torch.int32), outs["0"].view(torch.int32))
 
 
 @pytest.mark.parametrize("scheme", ["mxfp4", "nvfp4"])

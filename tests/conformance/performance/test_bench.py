@@ -219,15 +219,15 @@ def test_a_backend_that_raises_costs_its_rows_not_the_run(tmp_path, capsys, bad_
 def test_marlin_is_a_ratio_column_where_it_runs(tmp_path):
     calls = []
 
-    class Anchor:  # marlin_anchor's time_marlin: (us, touched experts), a noisy median
-        def time_marlin(self, E, K, N, topk, M):
-            calls.append(M)
-            return (70.0, 50.0, 90.0)[len(calls) % 3 - 1] * M, topk
+    def timer(ops, E, K, N, topk, M, quant, bias):  # time_marlin_w4's us, a noisy median
+        calls.append(M)
+        assert quant == QuantConfig.defaults("gptq-int4") and not bias
+        return (70.0, 50.0, 90.0)[len(calls) % 3 - 1] * M
 
     plan = bench.Plan("cpu", ("torch",), ("gptq-int4", "bf16"),
                       {"tiny": (4, 128, 128, 2)}, Ms=(1, 2), modes=("apply",), repeats=2,
                       warmup=1)
-    rows = bench.Bench(plan, marlin=MarlinPeer(Anchor()), echo=lambda s: None).run()
+    rows = bench.Bench(plan, marlin=MarlinPeer(None, timer=timer), echo=lambda s: None).run()
     marlin = {r["case_id"]: r["marlin_s"] for r in rows}
     assert marlin["torch/gptq-int4/tiny/M1/apply"] == 50e-6
     assert marlin["torch/gptq-int4/tiny/M2/apply"] == 100e-6
