@@ -47,6 +47,36 @@ REPRODUCTIONS = {
         "vllm-cpu-forced/int8-w8a8/M9.K160.N128.E4.k2/bf16.silu/s0", "accuracy", "error",
         r"CHECK_EQ\(packed_w1\.size\(2\), packed_K",
         "CPUExpertsInt8's prepack and its kernel disagree on the packed K: entry 26"),
+    # vLLM 0.25.1's CUDA build on the GPU machine (tools/engine_carry.py; run this with its
+    # PYTHONPATH, docs/gpu-ci.md): vLLM's oracle picks a kernel for a layer it then refuses,
+    # loudly (an error, not a wrong output): entries of xfail-vllm-cuda.toml
+    "gpu-k160-fp8-block": (
+        "vllm/fp8-w8a8/M9.K160.N128.E4.k2/bf16.silu/s0", "accuracy", "error",
+        r"the last dimension of `x` 160 must be divisible by `group_size` 128",
+        "block fp8 at hidden 160: TritonExperts' activation quantizer asserts on the group"),
+    "gpu-k160-nvfp4-marlin": (
+        "vllm/nvfp4/M9.K160.N128.E4.k2/bf16.silu/s0", "accuracy", "error",
+        r"hidden_size = 160 unsupported by Marlin tiles",
+        "NVFP4 at hidden 160: the oracle picks Marlin FP4, whose processing asserts"),
+    "gpu-k160-mxfp8-marlin": (
+        "vllm/mxfp8/M9.K160.N128.E4.k2/bf16.silu/s0", "accuracy", "error",
+        r"size_n = 160 is not divisible by tile_n_size = 64",
+        "MXFP8 at hidden 160: the oracle picks Marlin, whose repack raises"),
+    "gpu-relu2-int-marlin": (
+        "vllm/gptq-int4/M9.K128.N128.E4.k2/bf16.relu2/s0", "accuracy", "error",
+        r"moe_wna16_marlin_gemm.*size_n = 128, actual_size_n = 256",
+        "a non-gated (relu2) int4 layer: the oracle picks Marlin, whose GEMM reads w13 as "
+        "gated (twice N)"),
+    "gpu-relu2-fp-marlin": (
+        "vllm/nvfp4/M9.K128.N128.E4.k2/bf16.relu2/s0", "accuracy", "error",
+        r"shape '\[\]' is invalid for input of size 2",
+        "a non-gated NVFP4 / fp8 W8A16 layer: the Marlin FP path's processing fails on its "
+        "one-shard global scale"),
+    "gpu-fp8-block-dynamic-token": (
+        "vllm/fp8-w8a8[a-dynamic-token]/M17.K256.N256.E4.k2/bf16.silu/s0", "accuracy",
+        "error", r"AssertionError",
+        "block fp8 weights with per-token activations (a compressed-tensors file): vLLM "
+        "asserts while building the layer, with no message"),
 }
 
 
