@@ -129,8 +129,11 @@ class DescribesLayer(Protocol):
 #                       (transformers' eager experts: `index_add_` into a bf16 buffer)
 #   activation_scale_pow2 True: dynamic 1 x 128 activation group scales rounded up to a power
 #                       of two (DeepGEMM's UE8M0 scales, vLLM's default where DeepGEMM loads)
+#   router_weight_in_activation_dtype True: with the router weight applied to the input, the
+#                       weight cast to the activation dtype first (x * r.to(x.dtype))
 NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized", "weights_dequantized",
-                 "bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2")
+                 "bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2",
+                 "router_weight_in_activation_dtype")
 
 
 @runtime_checkable

@@ -306,6 +306,9 @@ class VllmBackend:
             out["activation"] = mode
         if mode == ACT_DYNAMIC_GROUP and _deep_gemm_e8m0():
             out["activation_scale_pow2"] = True
+        if layer.problem.apply_router_weight_on_input:
+            # every vLLM prepare step scales the input by `topk_weights.to(a1.dtype)`
+            out["router_weight_in_activation_dtype"] = True
         scale = getattr(layer.experts, "w13_weight_scale", None)
         if layer.shard_scales and isinstance(scale, torch.Tensor) \
                 and scale.numel() == layer.problem.E:

@@ -39,6 +39,10 @@ class Checkpoint:
                     an activation-dtype sum expert by expert in increasing expert id (the
                     eager per-expert loop of transformers' modeling code); False: the routed
                     sum exact, rounded once.
+      router_weight_in_activation_dtype
+                    likewise: True where, with the router weight applied to the input, the
+                    weight is first cast to the activation dtype (x * r.to(x.dtype), every
+                    vLLM prepare step); False: x * r rounded once.
       activation_scale_pow2
                     likewise: True where dynamic 1 x 128 activation scales are rounded up to a
                     power of two (DeepGEMM's UE8M0 scales; vLLM quantizes so wherever DeepGEMM
@@ -57,12 +61,13 @@ class Checkpoint:
     bias_after_rounding: bool = False
     sum_in_activation_dtype: bool = False
     activation_scale_pow2: bool = False
+    router_weight_in_activation_dtype: bool = False
 
     def __init__(self, scheme: str | Variant | None = None, tensors=None, *,
                  variant: Variant | None = None, first_expert: int = 0,
                  origin: tuple[str, int] | None = None, bias_after_rounding: bool = False,
                  sum_in_activation_dtype: bool = False, activation_scale_pow2: bool = False,
-                 **attrs):
+                 router_weight_in_activation_dtype: bool = False, **attrs):
         if isinstance(scheme, Variant):
             scheme, variant = None, scheme
         try:
@@ -78,6 +83,7 @@ class Checkpoint:
         self.bias_after_rounding = bias_after_rounding
         self.sum_in_activation_dtype = sum_in_activation_dtype
         self.activation_scale_pow2 = activation_scale_pow2
+        self.router_weight_in_activation_dtype = router_weight_in_activation_dtype
 
     # the variant's attributes, read where a checkpoint is at hand
     scheme = property(lambda self: self.variant.scheme)

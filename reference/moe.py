@@ -132,6 +132,8 @@ def moe(ckpt: Checkpoint, x: torch.Tensor, topk_weights: torch.Tensor | None,
     x64, r = x.to(device, torch.float64), topk_weights.to(device, torch.float64)
     ids = ids.to(device)
     if problem.apply_router_weight_on_input:
+        if ckpt.router_weight_in_activation_dtype:  # r cast to x's dtype, then x * r
+            r = round_to_activation_dtype(r, problem)
         x64, r = round_to_activation_dtype(x64 * r, problem), torch.ones_like(r)
     if problem.expert_map is not None:
         emap = torch.tensor(problem.expert_map, dtype=torch.int64, device=device)

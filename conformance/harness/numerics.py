@@ -27,6 +27,9 @@ the same checkpoint the harness then judges the layer against.
     activation_scale_pow2 True: dynamic 1 x 128 activation scales rounded up to a power of two
                         (DeepGEMM's UE8M0; vLLM's per_token_group_quant_fp8 wherever DeepGEMM
                         loads): only with the dynamic-group reading
+    router_weight_in_activation_dtype True: with the router weight applied to the input, the
+                        weight cast to the activation dtype before x * r (vLLM's prepare steps:
+                        `a1 * topk_weights.to(a1.dtype)`)
 
 The reading is the checkpoint transformed as declared (scales rounded, shards requantized, the
 activation mode of the scheme that reads the same tensors with it); its reference and its
@@ -61,9 +64,10 @@ _DEQUANTIZED_SCHEMES = {"bfloat16": "bf16", "float16": "fp16"}
 _REWRITE_FORMAT = "gptq_v2"
 # keys whose value is True or False (False declares nothing)
 _BOOL_KEYS = ("w13_requantized", "bias_after_rounding", "sum_in_activation_dtype",
-              "activation_scale_pow2")
+              "activation_scale_pow2", "router_weight_in_activation_dtype")
 # the declared arithmetic the reference reads off the Checkpoint (reference/checkpoint.py)
-_ARITHMETIC_KEYS = ("bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2")
+_ARITHMETIC_KEYS = ("bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2",
+                    "router_weight_in_activation_dtype")
 
 
 class NumericsError(ValueError):

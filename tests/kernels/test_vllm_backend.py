@@ -402,3 +402,19 @@ def test_block_fp8_declares_power_of_two_group_scales_where_vllm_says_deep_gemm_
     got = VllmBackend().numerics(layer)
     assert got.get("activation_scale_pow2", False) is e8m0
     assert got["activation"] == "dynamic-group"
+
+
+@pytest.mark.parametrize("on_input", [True, False])
+def test_router_weight_on_the_input_declares_vllms_cast_to_the_activation_dtype(
+        monkeypatch, on_input):
+    """Every vLLM prepare step scales the input by topk_weights.to(a1.dtype) (0.25.1 and 0.32,
+    no_dp_ep.py): the adapter declares that reading for such a layer, and only there."""
+    monkeypatch.setattr(VllmBackend, "_kernel_activation", lambda self, layer: "none")
+    P = MoEProblem(M=2, K=128, N=128, E=3, topk=1, apply_router_weight_on_input=on_input)
+
+    class Runner:
+        routed_experts = torch.nn.Module()
+
+    layer = vllm_backend.VllmLayer("vllm", Runner(), QuantConfig.of("bf16"), P)
+    got = VllmBackend().numerics(layer)
+    assert got.get("router_weight_in_activation_dtype", False) is on_input

@@ -305,3 +305,26 @@ def test_activation_scale_pow2_needs_group_scales():
 
     with pytest.raises(NumericsError, match="activation_scale_pow2"):
         declared(Backend(), None)
+
+
+def test_router_weight_in_activation_dtype_casts_the_weight_before_scaling_the_input():
+    """vLLM's prepare steps scale the input by topk_weights.to(a1.dtype): known answer, x = 3
+    and r = 0.3 (bf16 0.30078125): x * r.to(bf16) = 0.90234375 exactly, where 0.9 rounds to
+    0.8984375; one expert whose output is its input's first element squared."""
+    P1 = MoEProblem(M=1, K=32, N=32, E=2, topk=1, activation="relu2",
+                    apply_router_weight_on_input=True)
+    ckpt = synthesize("bf16", P1, seed=0)
+    for t in ckpt.tensors.values():
+        t.zero_()
+    ckpt.tensors["w13_weight"][:, 0, 0] = 1.0  # h0 = x0, relu2 -> x0^2
+    ckpt.tensors["w2_weight"][:, 0, 0] = 1.0
+    x = torch.zeros(1, 32, dtype=torch.bfloat16)
+    x[0, 0] = 3.0
+    w, ids = torch.tensor([[0.3]]), torch.tensor([[0]])
+    read = reading(ckpt, {"router_weight_in_activation_dtype": True})
+    assert read.router_weight_in_activation_dtype and not ckpt.router_weight_in_activation_dtype
+    cast = (x * w.to(torch.bfloat16)).double()  # what vLLM hands the experts
+    exact = (x.double() * w.double()).to(torch.bfloat16).double()
+    assert not torch.equal(cast, exact)  # the two readings differ on this input
+    assert float(moe(read, x, w, ids, P1)[0, 0]) == float((cast[0, 0] ** 2).to(torch.bfloat16))
+    assert float(moe(ckpt, x, w, ids, P1)[0, 0]) == float((exact[0, 0] ** 2).to(torch.bfloat16))
