@@ -43,7 +43,8 @@ class Checkpoint:
     Built from a Variant, or from a scheme name and the variant's attributes (None: the
     scheme's default): `Checkpoint("gptq-int4", tensors, group_size=32)`. A variant attribute
     the scheme does not take is a CheckpointError naming `checkpoint.<attribute>`.
-    `dataclasses.replace(ckpt, activation="none")` changes the variant's attribute.
+    `dataclasses.replace(ckpt, activation="none")` changes the variant's attribute
+    (`Variant.replace`: the attributes the variant took from the defaults resolved again).
     """
 
     variant: Variant
@@ -64,7 +65,7 @@ class Checkpoint:
                 variant = Variant(scheme, **attrs)
             elif scheme is not None or attrs:  # `replace(ckpt, scheme=..., sym=...)`
                 changes = attrs if scheme is None else {**attrs, "scheme": scheme}
-                variant = replace(variant, **changes)
+                variant = variant.replace(**changes)
         except VariantError as e:
             raise CheckpointError(f"checkpoint.{e.field}", e.expected, e.found) from None
         self.variant, self.tensors = variant, tensors

@@ -88,10 +88,10 @@ def claims(s) -> tuple[list[str], dict[str, str]]:
     """(backends that claim the layer, {backend: why not}) on this machine's platform."""
     from moecert.kernels import Platform, backend_names, get_backend
     from moecert.kernels.oracle import supports_reason
-    from moecert.kernels.quant_config import QuantConfig
+    from moecert.kernels.quant_config import Variant
 
     platform = Platform.current()
-    quant, problem = QuantConfig.of(s.quant()), s.problem(CLAIM_TOKENS)
+    quant, problem = Variant.of(s.quant()), s.problem(CLAIM_TOKENS)
     claimed, refused = [], {}
     for name in backend_names():
         backend = get_backend(name)

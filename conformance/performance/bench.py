@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import torch
-from moecert.kernels import QuantConfig, get_backend
+from moecert.kernels import Variant, get_backend
 from moecert.kernels.base import BaseBackend
 from moecert.kernels.oracle import supports_reason
 from moecert.kernels.platform import platform_of_device
@@ -213,7 +213,7 @@ class Bench:
         """Every claimed (backend, M, mode) of one layer in one scheme variant (`attrs`
         beyond its defaults): one checkpoint, one set of inputs per M, shared by the
         backends."""
-        quant = QuantConfig(scheme, **attrs)  # as random_checkpoint below builds it
+        quant = Variant(scheme, **attrs)  # as random_checkpoint below builds it
         platform = platform_of_device(self.device)
         problems = {}
         for M in self.plan.Ms:
@@ -324,7 +324,7 @@ def scheme_variants(scheme: str, variants: tuple[dict, ...]) -> list[dict]:
     default, or another's twin, would time the same rows under the same ids)."""
     out: list[dict] = []
     for variant in variants:
-        attrs = QuantConfig(scheme, **variant).overrides()
+        attrs = Variant(scheme, **variant).overrides()
         if attrs not in out:
             out.append(attrs)
     return out

@@ -19,7 +19,7 @@ from moecert.conformance.harness.execute import run_case
 from moecert.kernels import get_backend, grouped
 from moecert.kernels.layer import MoELayer
 from moecert.kernels.platform import Platform
-from moecert.kernels.quant_config import QuantConfig
+from moecert.kernels.quant_config import Variant
 from moecert.reference import MoEProblem, moe, random_checkpoint, synthesize
 
 BACKEND = get_backend("grouped")
@@ -75,15 +75,15 @@ def emulated(monkeypatch):
 
 
 def _q(strategy: str = "block", activation: str = "dynamic-group", scheme: str = "fp8-w8a8",
-       **kw) -> QuantConfig:
-    return QuantConfig(**{**QuantConfig.defaults(scheme).__dict__,
+       **kw) -> Variant:
+    return Variant(**{**Variant.defaults(scheme).__dict__,
                           "weight_strategy": strategy, "activation": activation, **kw})
 
 
 def _grouped_layer(ckpt, P: MoEProblem) -> MoELayer:
     """The backend's processed layer, built past create_layer's claims (which decline FP8 on
     a platform without the kernel: the emulation stands in for it)."""
-    layer = MoELayer(BACKEND.name, QuantConfig.of(ckpt), P, ckpt.tensors["w13_weight"].device)
+    layer = MoELayer(BACKEND.name, Variant.of(ckpt), P, ckpt.tensors["w13_weight"].device)
     BACKEND.load_weights(layer, ckpt)
     BACKEND.process_weights_after_loading(layer)
     return layer

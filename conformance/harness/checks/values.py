@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-from moecert.kernels import QuantConfig
+from moecert.kernels import Variant
 from moecert.kernels.oracle import supports_reason
 from moecert.kernels.platform import platform_of_device
 from moecert.reference import moe
@@ -60,7 +60,7 @@ def _structure_unclaimed(run: CaseRun, ckpt, problem) -> str | None:
     None. A synthesized case's structure is its own variant, claimed with the case."""
     if run.case.source is None:
         return None
-    why = supports_reason(run.backend, QuantConfig.of(ckpt), problem,
+    why = supports_reason(run.backend, Variant.of(ckpt), problem,
                           platform_of_device(run.device))
     if why:
         return (f"{run.backend.name} does not claim a synthesized checkpoint of the folder's "
