@@ -57,7 +57,7 @@ def cases(draw, backends=("torch",), schemes=SCHEME_NAMES, max_dim: int = 256) -
     problem = draw(problems(quant, max_dim))
     routing = "random" if problem.activation_format == "batched" else draw(
         st.sampled_from(DRAWN_ROUTINGS))
-    return Case(draw(st.sampled_from(tuple(backends))), scheme, problem, quant.overrides(),
+    return Case(draw(st.sampled_from(tuple(backends))), quant, problem,
                 seed=draw(st.integers(0, 2**16)), routing=routing, depth="light",
                 strided=draw(st.booleans()))
 

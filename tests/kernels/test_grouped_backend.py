@@ -31,7 +31,7 @@ def _attrs(q: Variant) -> dict:
 
 def _run(q: Variant, P: MoEProblem, seed: int, routing: str):
     """(structured inputs, the backend's output on them)."""
-    s = structured_inputs(Case("grouped", q.scheme, P, _attrs(q), seed=seed, routing=routing))
+    s = structured_inputs(Case("grouped", q, P, seed=seed, routing=routing))
     layer = BACKEND.create_layer(s.checkpoint, P)
     BACKEND.process_weights_after_loading(layer)
     opts = {} if s.expert_num_tokens is None else {"expert_num_tokens": s.expert_num_tokens}
@@ -145,7 +145,7 @@ def test_bias_parts_sum_to_the_bias(dtype):
 def test_harness_accuracy_on_random_inputs(scheme, options):
     """Random weights and inputs, judged by the harness's own accuracy check and table."""
     P = MoEProblem(**{"M": 17, "K": 128, "N": 128, "E": 4, "topk": 2, **options})
-    rows = run_case(Case("grouped", scheme, P, {}, seed=5), checks=["accuracy"])
+    rows = run_case(Case("grouped", scheme, P, seed=5), checks=["accuracy"])
     accuracy = [r for r in rows if r["check"] == "accuracy"]
     assert accuracy and all(r["status"] == "pass" for r in accuracy), accuracy
 

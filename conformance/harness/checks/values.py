@@ -105,11 +105,11 @@ def check_malformed(run: CaseRun) -> Outcome:
     tensor of its role at index 0, one checkpoint per value: each must be refused with an
     error naming the tensor. A backend that reads one as a number computes with it (E8M0
     0xFF, the NaN block scale and a padding value, taken as 2^128)."""
-    record = run.quant.record
-    tries = [(r, tensor_name(run.quant, "w13", r.role)) for r in record.rejected]
+    record = run.variant.record
+    tries = [(r, tensor_name(run.variant, "w13", r.role)) for r in record.rejected]
     tries = [(r, name) for r, name in tries if name in run.checkpoint.tensors]
     if not tries:
-        return Outcome("skip", f"no rejected value declared for {run.quant.scheme}'s storage "
+        return Outcome("skip", f"no rejected value declared for {run.variant.scheme}'s storage "
                        f"({record.key})")
     refused, faults = [], []
     for rejected, name in tries:

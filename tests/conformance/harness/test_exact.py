@@ -127,7 +127,7 @@ TORCH_CASES = [pytest.param(q, name, id=f"{variant_id(q)}-{name}")
 @pytest.mark.parametrize("q, option", TORCH_CASES)
 def test_torch_matches_bitwise(q, option):
     P = problem_for(q, **OPTIONS[option])
-    case = Case("torch", q.scheme, P, attrs_of(q), seed=len(option) + P.K)
+    case = Case("torch", q, P, seed=len(option) + P.K)
     why = expect_not_exact(q, P)
     if why:
         with pytest.raises(NotExact, match=why):
@@ -194,7 +194,7 @@ def test_triton_matches_bitwise(q, option, triton_runs_here):
     if expect_not_exact(q, P):
         P = replace(P, activation="silu")
     assert get_backend("triton").supports(q, P) is None
-    check_bitwise("triton", Case("triton", q.scheme, P, attrs_of(q), seed=3))
+    check_bitwise("triton", Case("triton", q, P, seed=3))
 
 
 # edge shapes: no token, one token, a row block and one more row, K and N off the tile
@@ -218,7 +218,7 @@ def test_edge_shapes_match_bitwise(scheme, attrs, shape, routing, backend, reque
     if backend == "triton":
         request.getfixturevalue("triton_runs_here")
     P = MoEProblem(**{"M": 9, "K": 64, "N": 32, "E": 4, "topk": 2, **shape})
-    check_bitwise(backend, Case(backend, scheme, P, attrs, seed=7, routing=routing))
+    check_bitwise(backend, Case(backend, Variant(scheme, **attrs), P, seed=7, routing=routing))
 
 
 XPU_CASES = [
@@ -235,7 +235,7 @@ XPU_CASES = [
 def test_xpu_matches_bitwise(q, option):
     P = problem_for(q, **OPTIONS[option])
     assert get_backend("xpu").supports(q, P) is None
-    check_bitwise("xpu", Case("xpu", q.scheme, P, attrs_of(q), seed=5))
+    check_bitwise("xpu", Case("xpu", q, P, seed=5))
 
 
 # --- the tier can fail ------------------------------------------------------------------------
@@ -308,7 +308,7 @@ def test_a_wrong_weight_scale_or_bias_fails_bitwise(q, mutation):
     """A backend that reads one code, the w1/w3 scales or the bias wrongly is caught: the
     backend runs the mutated checkpoint, the reference the true one."""
     P = problem_for(q, bias=True)
-    s = structured_inputs(Case("torch", q.scheme, P, attrs_of(q), seed=11))
+    s = structured_inputs(Case("torch", q, P, seed=11))
     want = reference(s, P)
     assert first_difference(run("torch", s, P), want) is None
     wrong = MUTATIONS[mutation](s, P)
@@ -332,7 +332,7 @@ def test_structure_is_observable(q, option):
     """Dense outputs, every x column and every intermediate column read by some weight row,
     every local expert receiving tokens and changing the output."""
     P = problem_for(q, **OPTIONS[option])
-    s = structured_inputs(Case("torch", q.scheme, P, attrs_of(q), seed=2))
+    s = structured_inputs(Case("torch", q, P, seed=2))
     want = reference(s, P)
     W = dequantize(s.checkpoint)
     assert (W["w13"] != 0).any(dim=1).all(), "an x column no w13 row reads"
@@ -360,7 +360,7 @@ def test_structure_is_observable(q, option):
 
 def test_same_seed_same_structure_other_seed_other_structure():
     P = problem_for(Variant.defaults("gptq-int4"), bias=True)
-    case = Case("torch", "gptq-int4", P, {"sym": False}, seed=4)
+    case = Case("torch", Variant("gptq-int4", sym=False), P, seed=4)
     a, b, c = (structured_inputs(replace(case, seed=s)) for s in (4, 4, 5))
     for name, t in a.checkpoint.tensors.items():
         assert torch.equal(t, b.checkpoint.tensors[name]), name
@@ -376,7 +376,7 @@ def test_checkpoint_is_in_the_formats_storage_layout(q):
     """The same tensor names, dtypes and shapes as the format's producer (synthesize) writes."""
     P = problem_for(q, bias=True)
     attrs = attrs_of(q)
-    s = structured_inputs(Case("torch", q.scheme, P, attrs, seed=0))
+    s = structured_inputs(Case("torch", Variant(q.scheme, **attrs), P, seed=0))
     real = synthesize(q.scheme, P, seed=0, **attrs)
     layout = {n: (t.dtype, tuple(t.shape)) for n, t in real.tensors.items()}
     assert {n: (t.dtype, tuple(t.shape)) for n, t in s.checkpoint.tensors.items()} == layout
@@ -395,7 +395,7 @@ def test_the_audit_flags_inexact_inputs():
     """exactness_violations is what structured_inputs promises; it must be able to say no."""
     q = _q("int8-w8a8", activation="dynamic-token")
     P = problem_for(q, bias=True)
-    s = structured_inputs(Case("torch", q.scheme, P, attrs_of(q), seed=1))
+    s = structured_inputs(Case("torch", q, P, seed=1))
     assert exactness_violations(s, P) == []
     # x scaled by 3/2: the int8 amax is no longer 127 * 2^p
     assert any("q1 input" in m for m in exactness_violations(replace(s, x=s.x * 1.5), P))
@@ -439,7 +439,7 @@ def test_rounding_each_expert_output_changes_nothing(q, activation, dtype, topk)
     relu2's squares and swigluoai's 7 (u + 1), where a weight 3 * 2^q or a bias would need
     more bits than bf16 holds)."""
     P = problem_for(q, activation=activation, dtype=dtype, topk=topk, bias=True, M=17)
-    s = structured_inputs(Case("torch", q.scheme, P, attrs_of(q), seed=topk))
+    s = structured_inputs(Case("torch", q, P, seed=topk))
     assert (s.checkpoint.tensors["w2_bias"] != 0).float().mean() > 0.5
     assert first_difference(rounded_before_top_k_sum(s, P), reference(s, P)) is None
 
@@ -450,7 +450,7 @@ def test_the_audit_flags_expert_outputs_the_dtype_cannot_hold(monkeypatch):
     structure built without fitting w2 to the dtype (as before)."""
     q = Variant.defaults("mxfp4")
     P = problem_for(q, activation="swigluoai", bias=True, topk=4, M=17)
-    case = Case("torch", q.scheme, P, attrs_of(q), seed=1)
+    case = Case("torch", q, P, seed=1)
     s = structured_inputs(case)
     assert exactness_violations(s, P) == []
     tensors = dict(s.checkpoint.tensors)
