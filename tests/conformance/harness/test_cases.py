@@ -81,3 +81,14 @@ def test_unknown_routing_is_refused():
 def test_strided_must_be_a_bool():
     with pytest.raises(ValueError, match="strided"):
         replace(BASE, strided="yes")
+
+
+def test_a_case_holds_its_variant_through_its_text():
+    # a GPTQ file of w4a8-int8 told sym=False: False is the scheme's default sym, but not this
+    # format's, so the case's text must carry it (it fell out of `attrs` before issue 45)
+    v = Variant("w4a8-int8", checkpoint_format="gptq", sym=False)
+    case = Case("torch", v, BASE.problem)
+    assert case.variant is v and case.scheme == "w4a8-int8"
+    again = Case.from_json(case.to_json())
+    assert again.variant == v and again.case_id == case.case_id
+    assert "asym" in case.case_id
