@@ -12,7 +12,7 @@ from moecert.reference.schemes import ACTIVATIONS, VariantError
 from .errors import BackendError, UnsupportedError, check_layer
 from .layer import PROCESSED, MoELayer
 from .platform import Platform, platform_of_device
-from .quant_config import QuantConfig
+from .quant_config import Variant
 
 
 class BaseBackend:
@@ -23,8 +23,8 @@ class BaseBackend:
     def available(self) -> str | None:
         return None
 
-    def claims(self, quant: QuantConfig, problem, platform: Platform) -> str | None:
-        """None if the backend runs (quant, problem) on `platform`, else exactly why not."""
+    def claims(self, variant: Variant, problem, platform: Platform) -> str | None:
+        """None if the backend runs (variant, problem) on `platform`, else exactly why not."""
         raise NotImplementedError
 
     def convert(self, layer: MoELayer) -> None:
@@ -37,19 +37,20 @@ class BaseBackend:
         raise NotImplementedError
 
     # --- the protocol ----------------------------------------------------------------------
-    def supports(self, scheme, problem, platform: Platform | None = None) -> str | None:
-        try:
-            quant = QuantConfig.of(scheme)
+    def supports(self, variant: Variant, problem, platform: Platform | None = None
+                 ) -> str | None:
+        try:  # a scheme name too, for callers outside the harness (its defaults)
+            variant = Variant.of(variant)
         except VariantError as e:
             return str(e)
         if problem.activation not in ACTIVATIONS:
             return f"activation {problem.activation} unknown"
         # Shapes no checkpoint can hold are refused before any backend is asked (the oracle,
         # the suites: schemes.checkpoint_shape_issue); loading one names the tensor.
-        return self.claims(quant, problem, platform or Platform.current())
+        return self.claims(variant, problem, platform or Platform.current())
 
     def create_layer(self, checkpoint, problem) -> MoELayer:
-        quant = QuantConfig.of(checkpoint)
+        quant = Variant.of(checkpoint)
         device = _checkpoint_device(checkpoint)
         why = self.available() if device.type != "cpu" else None
         why = why or self.claims(quant, problem, platform_of_device(device))
@@ -61,7 +62,7 @@ class BaseBackend:
 
     def load_weights(self, layer: MoELayer, checkpoint) -> None:
         check_layer(layer, MoELayer, self.name)
-        quant = QuantConfig.of(checkpoint)
+        quant = Variant.of(checkpoint)
         if quant != layer.quant:
             raise BackendError("checkpoint", f"the layer's quantization {layer.quant}",
                                str(quant))

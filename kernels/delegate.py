@@ -19,13 +19,13 @@ from .errors import UnsupportedError
 from .oracle import supports_reason
 from .platform import Platform, platform_of_device
 from .protocol import Backend, Checkpoint, Problem
-from .quant_config import QuantConfig
+from .quant_config import Variant
 from .registry import get_backend
 
 # Members a Backend may have (protocol.py): forwarded to the delegate when it has them.
 _OPTIONAL = ("canonical_weights", "describe", "numerics", "version")
 
-Where = Callable[[QuantConfig, Problem, Platform], str | None]
+Where = Callable[[Variant, Problem, Platform], str | None]
 
 
 class DelegatingBackend:
@@ -53,27 +53,27 @@ class DelegatingBackend:
             self._delegate = get_backend(self._delegate)
         return self._delegate
 
-    def narrow(self, quant: QuantConfig, problem: Problem, platform: Platform) -> str | None:
-        """None to keep the delegate's claim on (quant, problem, platform), else why this
+    def narrow(self, variant: Variant, problem: Problem, platform: Platform) -> str | None:
+        """None to keep the delegate's claim on (variant, problem, platform), else why this
         backend refuses it. The default applies `schemes` and `where`."""
-        if self.schemes is not None and quant.scheme not in self.schemes:
-            return (f"{quant.scheme} not claimed by {self.name} (it claims "
+        if self.schemes is not None and variant.scheme not in self.schemes:
+            return (f"{variant.scheme} not claimed by {self.name} (it claims "
                     f"{', '.join(sorted(self.schemes))})")
-        return self.where(quant, problem, platform) if self.where else None
+        return self.where(variant, problem, platform) if self.where else None
 
     # --- the protocol ------------------------------------------------------------------------
     def available(self) -> str | None:
         return self.delegate.available()
 
-    def supports(self, scheme: QuantConfig, problem: Problem, *,
+    def supports(self, variant: Variant, problem: Problem, *,
                  platform: Platform | None = None) -> str | None:
-        quant = QuantConfig.of(scheme)
+        variant = Variant.of(variant)
         platform = platform or Platform.current()
-        return (self.narrow(quant, problem, platform)
-                or supports_reason(self.delegate, quant, problem, platform))
+        return (self.narrow(variant, problem, platform)
+                or supports_reason(self.delegate, variant, problem, platform))
 
     def create_layer(self, checkpoint: Checkpoint, problem: Problem) -> torch.nn.Module:
-        why = self.narrow(QuantConfig.of(checkpoint), problem, _platform_of(checkpoint))
+        why = self.narrow(Variant.of(checkpoint), problem, _platform_of(checkpoint))
         if why:  # forced on a case it does not claim: refuse, as the claims check expects
             raise UnsupportedError(self.name, why)
         return self.delegate.create_layer(checkpoint, problem)

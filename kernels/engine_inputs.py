@@ -11,7 +11,7 @@ import torch
 
 from .errors import BackendError
 from .platform import Platform
-from .quant_config import QuantConfig, check_tensor, checkpoint_spec
+from .quant_config import Variant, check_tensor, checkpoint_spec
 
 
 def folder_origin(checkpoint) -> tuple[str, int] | None:
@@ -50,18 +50,18 @@ def engine_output(problem, hidden_states: torch.Tensor, opts: dict,
     return out
 
 
-def check_engine_checkpoint(quant: QuantConfig, checkpoint, problem) -> None:
+def check_engine_checkpoint(variant: Variant, checkpoint, problem) -> None:
     """Every tensor named and shaped as the variant's checkpoint holds it, before the engine's
     loader sees it (vLLM's would copy a wrong shape into a slice without a word; transformers
     would write it into a model file)."""
-    spec = checkpoint_spec(quant, problem)
+    spec = checkpoint_spec(variant, problem)
     tensors = getattr(checkpoint, "tensors", None)
     if not isinstance(tensors, dict):
         raise BackendError("checkpoint", "an object with a dict of tensors in .tensors",
                            type(checkpoint).__name__)
     for name, t in tensors.items():
         if name not in spec:
-            raise BackendError(name, f"a tensor of a {quant.describe()} checkpoint "
+            raise BackendError(name, f"a tensor of a {variant.describe()} checkpoint "
                                f"({', '.join(spec)})", "an unknown tensor")
         check_tensor(name, t, spec[name])
     for name, s in spec.items():

@@ -98,7 +98,7 @@ from .convert import PREFIXES, convert_to_kernel_format, export_canonical, linea
 from .errors import BackendError
 from .layer import MoELayer
 from .platform import Platform
-from .quant_config import QuantConfig
+from .quant_config import Variant
 from .routing import routing
 
 # torch._grouped_mm checks that every operand's leading stride is a multiple of 16 bytes
@@ -124,12 +124,12 @@ class GroupedBackend(BaseBackend):
             return f"torch {torch.__version__} has no torch._grouped_mm (torch >= 2.8 has)"
         return None
 
-    def claims(self, quant: QuantConfig, problem, platform: Platform) -> str | None:
-        if tensor_name(quant, "w13", "pre_quant_scale"):
+    def claims(self, variant: Variant, problem, platform: Platform) -> str | None:
+        if tensor_name(variant, "w13", "pre_quant_scale"):
             return "pre_quant_scale (a multiplier per input column of each GEMM) not applied"
-        if quant.activation == ACT_NONE:
+        if variant.activation == ACT_NONE:
             return None
-        return scaled_claims(quant, problem, platform)
+        return scaled_claims(variant, problem, platform)
 
     def convert(self, layer: MoELayer) -> None:
         convert_to_kernel_format(layer)
@@ -191,7 +191,7 @@ def scaled(layer: MoELayer) -> bool:
     return layer.quant.activation != ACT_NONE
 
 
-def scaled_claims(quant: QuantConfig, problem, platform: Platform) -> str | None:
+def scaled_claims(quant: Variant, problem, platform: Platform) -> str | None:
     """None where torch._scaled_grouped_mm's FP8 row-wise GEMM runs the layer, else why not
     (the module docstring says where each constraint comes from)."""
     mode = quant.activation

@@ -6,7 +6,7 @@ import torch
 from moecert.reference.schemes import weight_scale_block
 
 from .errors import BackendError
-from .quant_config import QuantConfig, check_tensor, checkpoint_spec
+from .quant_config import Variant, check_tensor, checkpoint_spec
 
 # vLLM's name for the guard: set once the weights are in kernel format.
 PROCESSED = "_already_called_process_weights_after_loading"
@@ -16,7 +16,7 @@ class MoELayer(torch.nn.Module):
     """Holds one MoE layer's tensors as buffers: checkpoint tensors after `load`, the backend's
     kernel-format tensors after processing. `meta` carries non-tensor kernel parameters."""
 
-    def __init__(self, backend: str, quant: QuantConfig, problem, device: torch.device):
+    def __init__(self, backend: str, quant: Variant, problem, device: torch.device):
         super().__init__()
         self.backend, self.quant, self.problem = backend, quant, problem
         self.device = torch.device(device)

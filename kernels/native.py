@@ -31,7 +31,7 @@ from .codecs import dequantize_expert
 from .convert import convert_to_kernel_format, export_canonical
 from .layer import MoELayer
 from .platform import Platform
-from .quant_config import QuantConfig
+from .quant_config import Variant
 from .routing import routing
 
 
@@ -48,7 +48,7 @@ class TorchBackend(BaseBackend):
     def available(self) -> str | None:
         return None
 
-    def claims(self, quant: QuantConfig, problem, platform: Platform) -> str | None:
+    def claims(self, variant: Variant, problem, platform: Platform) -> str | None:
         # Runs anywhere torch does, any shape a checkpoint can hold (an mxfp8 checkpoint's
         # K % 32 == 0 also covers MXFP8 activations).
         return None

@@ -16,7 +16,7 @@ from moecert.reference.schemes import checkpoint_shape_issue, scheme_variants
 from .errors import BackendError, NoBackendError
 from .platform import Platform
 from .protocol import Backend
-from .quant_config import QuantConfig
+from .quant_config import Variant
 from .registry import BUILTINS, backend_names, get_backend
 
 # Built-in priority per platform kind. Triton first where it runs (fused kernels); the XPU
@@ -29,8 +29,8 @@ PRIORITY: dict[str, tuple[str, ...]] = {
 }
 
 
-def priority(platform: Platform, quant: QuantConfig) -> tuple[str, ...]:
-    """Candidate backend names for `quant` on `platform`, best first."""
+def priority(platform: Platform, variant: Variant) -> tuple[str, ...]:
+    """Candidate backend names for `variant` on `platform`, best first."""
     builtin = PRIORITY[platform.kind]
     extra = tuple(n for n in backend_names() if n not in BUILTINS)
     return builtin + extra
@@ -40,7 +40,7 @@ def priority(platform: Platform, quant: QuantConfig) -> tuple[str, ...]:
 class Selection:
     backend: Backend
     platform: Platform
-    quant: QuantConfig
+    quant: Variant
     reasons: dict[str, str] = field(default_factory=dict)  # passed-over name -> why
 
     @property
@@ -48,25 +48,25 @@ class Selection:
         return self.backend.name
 
 
-def backend_reason(backend: Backend, quant: QuantConfig, problem, platform: Platform
+def backend_reason(backend: Backend, variant: Variant, problem, platform: Platform
                    ) -> str | None:
-    """Why `backend` cannot run `quant` x `problem` on `platform`, or None."""
+    """Why `backend` cannot run `variant` x `problem` on `platform`, or None."""
     if not platform.simulated:
         why = backend.available()
         if why:
             return f"unavailable: {why}"
-    return supports_reason(backend, quant, problem, platform)
+    return supports_reason(backend, variant, problem, platform)
 
 
-def supports_reason(backend: Backend, quant: QuantConfig, problem, platform: Platform | None
+def supports_reason(backend: Backend, variant: Variant, problem, platform: Platform | None
                     ) -> str | None:
-    """`backend.supports(quant, problem)`, with `platform=` where its signature has that
+    """`backend.supports(variant, problem)`, with `platform=` where its signature has that
     keyword (Backend.supports); a BackendError it raises is its reason."""
     try:
         if platform is not None and "platform" in inspect.signature(
                 backend.supports).parameters:
-            return backend.supports(quant, problem, platform=platform)
-        return backend.supports(quant, problem)
+            return backend.supports(variant, problem, platform=platform)
+        return backend.supports(variant, problem)
     except BackendError as e:
         return str(e)
 
@@ -75,7 +75,7 @@ def select_backend(scheme, problem, platform: Platform | None = None) -> Selecti
     """The backend the oracle picks; NoBackendError listing every candidate's reason if none.
     A problem no checkpoint of the scheme can hold is refused before any backend is asked."""
     platform = platform or Platform.current()
-    quant = QuantConfig.of(scheme)
+    quant = Variant.of(scheme)
     issue = checkpoint_shape_issue(quant, problem)
     if issue:
         raise NoBackendError(quant.describe(), platform, {}, no_checkpoint=str(issue))

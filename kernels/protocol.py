@@ -7,12 +7,12 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from moecert.reference.schemes.canonical import CanonicalLinear
 
-from .quant_config import QuantConfig
+from .quant_config import Variant
 
 # `moecert.reference.MoEProblem` and `moecert.reference.Checkpoint` (kernels may not import the
 # reference): the layer's shapes and options, and the checkpoint's tensors plus its variant
-# (`.variant`, a QuantConfig; .scheme, .group_size, .sym, ... read it;
-# `QuantConfig.of(checkpoint)` returns it).
+# (`.variant`, a Variant; .scheme, .group_size, .sym, ... read it;
+# `Variant.of(checkpoint)` returns it).
 Problem = Any
 Checkpoint = Any
 
@@ -42,7 +42,7 @@ class Backend(Protocol):
         into the processed `layer` at all (an engine that reads a model folder itself, handed
         other tensors), else None; the `reload` check then skips with that reason (a check
         the backend cannot run is declined, not an expected failure).
-      `supports_model_layer(folder, layer, quant, problem) -> str | None`: the claim for a
+      `supports_model_layer(folder, layer, variant, problem) -> str | None`: the claim for a
         case whose checkpoint is decoder layer `layer` of the model folder `folder` (an
         engine that reads the folder itself, with its own config and loader, may answer
         differently from `supports` for the variant); used instead of `supports` there.
@@ -53,14 +53,15 @@ class Backend(Protocol):
     def available(self) -> str | None:
         """None if the backend can run on this machine, else why not (a missing driver)."""
 
-    def supports(self, scheme: QuantConfig, problem: Problem) -> str | None:
+    def supports(self, variant: Variant, problem: Problem) -> str | None:
         """None if the backend claims this quantization on this problem, else exactly why not
         (the reason is shown to users, and unclaimed cases count as unsupported).
 
-        `scheme` is a `QuantConfig`, never a bare name: the name is `scheme.scheme`
-        ("gptq-int4", ...) and the variant is in `group_size`, `sym`, `act_order`,
-        `checkpoint_format`, `weight_strategy`, `activation`. Comparing the QuantConfig itself
-        with a string raises TypeError. Only shapes some checkpoint can hold are asked about
+        `variant` is the facts' `Variant`, never a bare name: the name is `variant.scheme`
+        ("gptq-int4", ...) and its attributes `group_size`, `sym`, `act_order`,
+        `checkpoint_format`, `weight_strategy`, `activation`, `mx_scale_rule`, each resolved
+        from the scheme's defaults. Comparing the Variant itself with a string raises
+        TypeError. Only shapes some checkpoint can hold are asked about
         (the harness and the oracle drop the others first: `schemes.checkpoint_shape_issue`).
 
         A backend whose claims depend on the platform declares a keyword parameter

@@ -1,11 +1,10 @@
-"""`QuantConfig`: what a backend knows about a layer's quantization before any weight exists
-(the engine's quant config), and `checkpoint_spec`: the tensors such a layer loads.
+"""`checkpoint_spec`: the tensors a layer of a variant loads, known before any weight exists.
 
-`QuantConfig` is the format facts' `Variant` (`reference/schemes/variant.py`) under the name
-backends know it by: a scheme and its variant attributes, resolved from the scheme's defaults,
-validated, compared as a value (and never with a bare scheme name: that raises TypeError).
-`QuantConfig.of` takes a QuantConfig, a scheme name or a Checkpoint; `QuantConfig(scheme,
-**attrs)` is the scheme's defaults with `attrs` changed.
+What a backend knows about a layer's quantization is the format facts' `Variant`
+(`reference/schemes/variant.py`), by that one name in the protocol, the backends and the
+harness: a scheme and its variant attributes, resolved from the scheme's defaults, validated,
+compared and hashed as a value (and never compared with a bare scheme name: that raises
+TypeError). `QuantConfig` stays as another name for it, for backends outside this tree.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from moecert.reference.schemes.tensors import declared_tensors, layer_sizes, ten
 
 from .errors import BackendError
 
+# the name backends knew the variant by before issue 45; in-tree code says Variant
 QuantConfig = Variant
 
 
@@ -32,7 +32,7 @@ class TensorSpec:
         return self.shapes[0]
 
 
-def checkpoint_spec(quant: QuantConfig, problem) -> dict[str, TensorSpec]:
+def checkpoint_spec(quant: Variant, problem) -> dict[str, TensorSpec]:
     """The checkpoint tensors a layer of `quant` and `problem` loads, by name: the scheme
     table's declarations (`schemes.tensors`) at the problem's sizes.
 
@@ -61,4 +61,4 @@ def check_tensor(name: str, t, spec: TensorSpec) -> None:
                            str(list(t.shape)))
 
 
-__all__ = ["QuantConfig", "TensorSpec", "check_tensor", "checkpoint_spec"]
+__all__ = ["QuantConfig", "TensorSpec", "Variant", "check_tensor", "checkpoint_spec"]

@@ -51,7 +51,7 @@ from .engine_inputs import (
 )
 from .errors import BackendError, UnsupportedError, check_layer
 from .platform import Platform
-from .quant_config import QuantConfig
+from .quant_config import Variant
 from .vllm_checkpoint import ACTIVATIONS, expert_tensors, file_config, quantization_config
 
 # The runner's prefix: a model's `layers.0.mlp.experts`; names passed to its load_weights are
@@ -116,7 +116,7 @@ def _import_error() -> str | None:
 class VllmLayer(torch.nn.Module):
     """One vLLM MoE layer (its MoERunner as `runner`) and what the adapter knows of it."""
 
-    def __init__(self, backend: str, runner, quant: QuantConfig, problem):
+    def __init__(self, backend: str, runner, quant: Variant, problem):
         super().__init__()
         self.runner = runner
         self.backend, self.quant, self.problem = backend, quant, problem
@@ -157,20 +157,22 @@ class VllmBackend:
         return None
 
     # --- claims --------------------------------------------------------------------------
-    def supports(self, scheme, problem, *, platform: Platform | None = None) -> str | None:
+    def supports(self, variant: Variant, problem, *, platform: Platform | None = None
+                 ) -> str | None:
         why = not_this_machine("vLLM", platform) or self.available()
         if why:
             return why
-        return self._claim(QuantConfig.of(scheme), _shape_key(problem), problem)
+        return self._claim(Variant.of(variant), _shape_key(problem), problem)
 
     def chosen(self, scheme, problem) -> str:
         """vLLM's oracle's choice for the case: "BACKEND (ExpertsClass)"."""
-        return self._selection(QuantConfig.of(scheme), _shape_key(problem), problem)[1]
+        return self._selection(Variant.of(scheme), _shape_key(problem), problem)[1]
 
     def _claim(self, quant, key, problem) -> str | None:
         return self._selection(quant, key, problem)[0]
 
-    def supports_model_layer(self, folder: str, layer: int, scheme, problem) -> str | None:
+    def supports_model_layer(self, folder: str, layer: int, variant: Variant, problem
+                             ) -> str | None:
         """The claim for decoder layer `layer` of the model folder `folder`: vLLM's oracle
         on the layer built from the folder's own config (vLLM's config path), not from the
         table's config for the variant."""
@@ -178,10 +180,10 @@ class VllmBackend:
         if why:
             return why
         origin = (str(folder), int(layer))
-        return self._selection(QuantConfig.of(scheme), _shape_key(problem), problem,
+        return self._selection(Variant.of(variant), _shape_key(problem), problem,
                                origin)[0]
 
-    def _selection(self, quant: QuantConfig, key: tuple, problem,
+    def _selection(self, quant: Variant, key: tuple, problem,
                    origin: tuple[str, int] | None = None) -> tuple[str | None, str]:
         """(why not, vLLM's choice), asked of vLLM once per (mode, variant or model layer,
         shape): the layer is built, which runs vLLM's oracle; M, the seed and routing do not
@@ -191,7 +193,7 @@ class VllmBackend:
             _selections[memo] = self._select(quant, problem, origin)
         return _selections[memo]
 
-    def _select(self, quant: QuantConfig, problem, origin=None) -> tuple[str | None, str]:
+    def _select(self, quant: Variant, problem, origin=None) -> tuple[str | None, str]:
         why = _adapter_limit(quant, problem, table=origin is None)
         if why:
             return why, ""
@@ -221,7 +223,7 @@ class VllmBackend:
 
     # --- the layer -----------------------------------------------------------------------
     def create_layer(self, checkpoint, problem) -> VllmLayer:
-        quant = QuantConfig.of(checkpoint)
+        quant = Variant.of(checkpoint)
         origin = folder_origin(checkpoint)
         why = self.supports(quant, problem) if origin is None else \
             self.supports_model_layer(*origin, quant, problem)
@@ -243,7 +245,7 @@ class VllmBackend:
         """Per-expert tensors through the runner's load_weights (each parameter's own
         weight_loader per expert and shard), as vLLM's model loader feeds a model file."""
         check_layer(layer, VllmLayer, self.name)
-        quant = QuantConfig.of(checkpoint)
+        quant = Variant.of(checkpoint)
         if quant != layer.quant:
             raise BackendError("checkpoint", f"the layer's quantization {layer.quant}",
                                str(quant))
@@ -360,7 +362,7 @@ class VllmBackend:
         return out
 
     # --- vLLM ----------------------------------------------------------------------------
-    def _runner(self, quant: QuantConfig, problem, origin: tuple[str, int] | None = None):
+    def _runner(self, quant: Variant, problem, origin: tuple[str, int] | None = None):
         """vLLM's MoE layer: its quant config from the table's file config, or (a model
         folder's layer) from the folder's own config through vLLM's config path, with the
         checkpoint projection names the folder's vLLM model class passes its FusedMoE."""
@@ -469,7 +471,7 @@ def _quant_config_activation(qc) -> str | None:
         return None
 
 
-def _scale_param_dtype(layer: VllmLayer, quant: QuantConfig) -> torch.dtype | None:
+def _scale_param_dtype(layer: VllmLayer, quant: Variant) -> torch.dtype | None:
     """The dtype vLLM's loader allocated for the w13 weight scales (a file's scales are
     copied into it), for schemes whose scales are stored as floats."""
     if quant.info.scale_encoding != "float":
@@ -523,7 +525,7 @@ def _shape_key(problem) -> tuple:
             problem.expert_map is None, problem.activation_format)
 
 
-def _adapter_limit(quant: QuantConfig, problem, table: bool = True) -> str | None:
+def _adapter_limit(quant: Variant, problem, table: bool = True) -> str | None:
     """What the single-process adapter cannot express to vLLM (not vLLM's refusal); `table`:
     the checkpoint goes to vLLM through the table's file config (not a model folder's)."""
     if problem.activation_format != "standard":

@@ -39,7 +39,7 @@ from moecert.reference.schemes import (
 )
 from moecert.reference.schemes.tensors import declared_tensors
 
-from .quant_config import QuantConfig
+from .quant_config import Variant
 
 # moecert activation -> (vLLM MoEActivation value, FusedMoEFactory keyword arguments).
 # swigluoai (gpt-oss, gate/up interleaved row by row) is absent: vLLM reads that interleave
@@ -79,13 +79,13 @@ _SCALE_SPLITS = {STRATEGY_TENSOR: ("tensor", None), STRATEGY_BLOCK: (0, FP8_BLOC
 
 # --- the producers' quantization_config dicts ------------------------------------------------
 
-def _gptq(q: QuantConfig) -> dict:  # GPTQModel / AutoGPTQ config.json
+def _gptq(q: Variant) -> dict:  # GPTQModel / AutoGPTQ config.json
     return {"quant_method": "gptq", "bits": q.bits, "group_size": q.group_size,
             "desc_act": q.act_order, "sym": q.sym, "checkpoint_format": q.checkpoint_format,
             "lm_head": False}
 
 
-def _awq(q: QuantConfig) -> dict:  # AutoAWQ / GPTQModel awq gemm
+def _awq(q: Variant) -> dict:  # AutoAWQ / GPTQModel awq gemm
     return {"quant_method": "awq", "bits": 4, "group_size": q.group_size,
             "zero_point": not q.sym, "version": "gemm"}
 
@@ -103,7 +103,7 @@ def _ct(fmt: str, weights: dict, inputs: dict | None) -> dict:  # llm-compressor
             "ignore": [], "quantization_status": "compressed"}
 
 
-def _ct_pack(q: QuantConfig) -> dict:
+def _ct_pack(q: Variant) -> dict:
     g = q.group_size
     return _ct("pack-quantized", _ct_args(q.bits, "int", "group" if g > 0 else "channel",
                                           group_size=g if g > 0 else None, symmetric=q.sym,
@@ -118,9 +118,9 @@ _CT_INPUTS = {ACT_DYNAMIC_TOKEN: {"strategy": "token", "dynamic": True},
               ACT_DYNAMIC_TENSOR: {"strategy": "tensor", "dynamic": True}}
 
 
-def _ct_dense(type_: str) -> Callable[[QuantConfig], dict]:
+def _ct_dense(type_: str) -> Callable[[Variant], dict]:
     """compressed-tensors `int-quantized` / `float-quantized` (8-bit weights, one per byte)."""
-    def config(q: QuantConfig) -> dict:
+    def config(q: Variant) -> dict:
         block = {"block_structure": [FP8_BLOCK, FP8_BLOCK]} \
             if q.weight_strategy == STRATEGY_BLOCK else {}
         weights = _ct_args(8, type_, q.weight_strategy, **block)
@@ -134,7 +134,7 @@ def _ct_dense(type_: str) -> Callable[[QuantConfig], dict]:
 _CT_MX_INPUT_BITS = {ACT_MXFP8: 8, ACT_MXFP4: 4}
 
 
-def _ct_mx(q: QuantConfig) -> dict:  # llm-compressor MXFP8 / MXFP4 (A16, MXFP8 or W4A4)
+def _ct_mx(q: Variant) -> dict:  # llm-compressor MXFP8 / MXFP4 (A16, MXFP8 or W4A4)
     bits = q.bits
     weights = _ct_args(bits, "float", "group", group_size=MX_BLOCK, scale_dtype="torch.uint8")
     inputs = None if q.activation == ACT_NONE else _ct_args(
@@ -143,13 +143,13 @@ def _ct_mx(q: QuantConfig) -> dict:  # llm-compressor MXFP8 / MXFP4 (A16, MXFP8 
     return _ct("mxfp8-quantized" if bits == 8 else "mxfp4-pack-quantized", weights, inputs)
 
 
-def _ct_nvfp4(q: QuantConfig) -> dict:  # llm-compressor NVFP4 / NVFP4A16
+def _ct_nvfp4(q: Variant) -> dict:  # llm-compressor NVFP4 / NVFP4A16
     args = _ct_args(4, "float", "tensor_group", group_size=NVFP4_BLOCK)
     inputs = None if q.activation == ACT_NONE else {**args, "dynamic": "local"}
     return _ct("nvfp4-pack-quantized", args, inputs)
 
 
-def _fp8(q: QuantConfig) -> dict:  # vLLM's own fp8 (DeepSeek-V3, AutoFP8, ModelOpt-style)
+def _fp8(q: Variant) -> dict:  # vLLM's own fp8 (DeepSeek-V3, AutoFP8, ModelOpt-style)
     d = {"quant_method": "fp8", "fmt": "e4m3",
          "activation_scheme": "static" if q.activation == ACT_STATIC_TENSOR else "dynamic"}
     if q.weight_strategy == STRATEGY_BLOCK:
@@ -170,7 +170,7 @@ def _quark_spec(qscheme: str, dynamic: bool, ch_axis: int | None) -> dict:
             if qscheme == "per_channel" else "PerTensorMinMaxObserver"}
 
 
-def _quark(q: QuantConfig) -> dict:  # AMD Quark int8 W8A8
+def _quark(q: Variant) -> dict:  # AMD Quark int8 W8A8
     wq = "per_channel" if q.weight_strategy == STRATEGY_CHANNEL else "per_tensor"
     iq, dynamic = _QUARK_INPUTS[q.activation]
     spec = {"weight": _quark_spec(wq, False, 0 if wq == "per_channel" else None),
@@ -181,7 +181,7 @@ def _quark(q: QuantConfig) -> dict:  # AMD Quark int8 W8A8
             "export": {"kv_cache_group": [], "pack_method": "reorder"}}
 
 
-def _quark_mx(q: QuantConfig) -> dict:  # AMD Quark OCP MX, weight-only (OCP_MXFP6*Spec)
+def _quark_mx(q: Variant) -> dict:  # AMD Quark OCP MX, weight-only (OCP_MXFP6*Spec)
     spec = {"dtype": f"fp{q.bits}_{q.info.element}", "qscheme": "per_group",
             "group_size": q.info.scale_block, "ch_axis": -1, "is_dynamic": False,
             "scale_format": "e8m0", "scale_calculation_mode": "even",
@@ -193,7 +193,7 @@ def _quark_mx(q: QuantConfig) -> dict:  # AMD Quark OCP MX, weight-only (OCP_MXF
             "export": {"kv_cache_group": [], "pack_method": "reorder"}}
 
 
-def _quark_int4(q: QuantConfig) -> dict:  # AMD Quark int4_wo_<g> (Int4PerGroupSpec)
+def _quark_int4(q: Variant) -> dict:  # AMD Quark int4_wo_<g> (Int4PerGroupSpec)
     spec = {"dtype": "int4", "qscheme": "per_group", "group_size": q.group_size,
             "ch_axis": -1, "is_dynamic": False, "symmetric": True,
             "round_method": "half_even", "scale_type": "float",
@@ -204,8 +204,8 @@ def _quark_int4(q: QuantConfig) -> dict:  # AMD Quark int4_wo_<g> (Int4PerGroupS
             "export": {"kv_cache_group": [], "pack_method": "reorder"}}
 
 
-def _modelopt(algo: str, group_size: int | None = None) -> Callable[[QuantConfig], dict]:
-    def config(q: QuantConfig) -> dict:  # config.json of an NVIDIA ModelOpt export
+def _modelopt(algo: str, group_size: int | None = None) -> Callable[[Variant], dict]:
+    def config(q: Variant) -> dict:  # config.json of an NVIDIA ModelOpt export
         d = {"quant_method": "modelopt", "quant_algo": algo, "kv_cache_quant_algo": None,
              "exclude_modules": []}
         if group_size:
@@ -214,7 +214,7 @@ def _modelopt(algo: str, group_size: int | None = None) -> Callable[[QuantConfig
     return config
 
 
-def _mxfp4(q: QuantConfig) -> dict:  # the gpt-oss release
+def _mxfp4(q: Variant) -> dict:  # the gpt-oss release
     return {"quant_method": "mxfp4", "modules_to_not_convert": []}
 
 
@@ -225,7 +225,7 @@ class VllmFileConfig:
 
     scheme: str
     producer: str
-    config: Callable[[QuantConfig], dict | None]
+    config: Callable[[Variant], dict | None]
     strategy: tuple[str, ...] | None = None
     activation: tuple[str, ...] | None = None
     formats: tuple[str, ...] | None = None
@@ -233,7 +233,7 @@ class VllmFileConfig:
     # the file stores a per-channel weight scale as [out] (Quark), not [out, 1]
     channel_scale_1d: bool = False
 
-    def matches(self, q: QuantConfig) -> bool:
+    def matches(self, q: Variant) -> bool:
         return (q.scheme == self.scheme
                 and (self.strategy is None or q.weight_strategy in self.strategy)
                 and (self.activation is None or q.activation in self.activation)
@@ -242,7 +242,7 @@ class VllmFileConfig:
 
 _CT_FP8 = _ct_dense("float")
 _GPT_OSS = "gpt-oss release (mxfp4)"
-def _ct_w4afp8(q: QuantConfig) -> dict:  # llm-compressor W4AFP8: int4 codes one per int8
+def _ct_w4afp8(q: Variant) -> dict:  # llm-compressor W4AFP8: int4 codes one per int8
     weights = _ct_args(4, "int", "group", group_size=q.group_size, symmetric=True)
     inputs = _ct_args(8, "float", **_CT_INPUTS[q.activation])
     return _ct("int-quantized", weights, inputs)
@@ -297,7 +297,7 @@ VARIANT_CONFIGS: tuple[VllmFileConfig, ...] = (
 )
 
 
-def file_config(quant: QuantConfig) -> VllmFileConfig:
+def file_config(quant: Variant) -> VllmFileConfig:
     """The table's row for `quant`; ValueError naming the variant where no row matches."""
     for row in VARIANT_CONFIGS:
         if row.matches(quant):
@@ -306,13 +306,13 @@ def file_config(quant: QuantConfig) -> VllmFileConfig:
                      "(kernels/vllm_checkpoint.py VARIANT_CONFIGS)")
 
 
-def quantization_config(quant: QuantConfig) -> dict | None:
+def quantization_config(quant: Variant) -> dict | None:
     """The `quantization_config` a model file of this variant carries (None: unquantized), or
     raises ValueError naming the variant no row of the table covers."""
     return file_config(quant).config(quant)
 
 
-def expert_tensors(quant: QuantConfig, tensors: dict[str, torch.Tensor], N: int,
+def expert_tensors(quant: Variant, tensors: dict[str, torch.Tensor], N: int,
                    gated: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """(vLLM per-expert checkpoint name, tensor) for every tensor of a moecert checkpoint;
     `N` is the intermediate size (w13 holds gate rows 0..N-1 and up rows N..2N-1). A
@@ -341,7 +341,7 @@ def expert_tensors(quant: QuantConfig, tensors: dict[str, torch.Tensor], N: int,
                 yield f"{e}.{proj}.{vname}", _half(one, half, axis, per, N, pack)
 
 
-def _split(quant: QuantConfig, role: str):
+def _split(quant: Variant, role: str):
     """(axis, rows per element) of one expert's w13 tensor, by layout and role."""
     rules = _PACKED_SPLITS.get(quant.layout)
     if rules is not None:

@@ -32,7 +32,7 @@ from .layer import MoELayer
 from .native import TorchBackend
 from .platform import Platform
 from .protocol import ExportedLinear
-from .quant_config import QuantConfig
+from .quant_config import Variant
 
 
 def vendor_reads(info: Scheme, fmt: SchemeFormat) -> bool:
@@ -65,19 +65,19 @@ class XpuBackend(TorchBackend):
     def available(self) -> str | None:
         return None  # the fallback runs anywhere; the vendor kernel is used where it loads
 
-    def claims(self, quant: QuantConfig, problem, platform: Platform) -> str | None:
-        if quant.scheme not in SCHEMES or not vendor_reads(
-                quant.info, quant.info.format(quant.checkpoint_format)):
-            return (f"scheme {quant.scheme} not supported (symmetric int4 GPTQ or "
+    def claims(self, variant: Variant, problem, platform: Platform) -> str | None:
+        if variant.scheme not in SCHEMES or not vendor_reads(
+                variant.info, variant.info.format(variant.checkpoint_format)):
+            return (f"scheme {variant.scheme} not supported (symmetric int4 GPTQ or "
                     "compressed-tensors only)")
-        if not quant.sym:
+        if not variant.sym:
             return "zero points not supported (symmetric int4 only)"
-        if quant.act_order:
+        if variant.act_order:
             return "act-order not supported"
         if problem.activation_format != "standard":
             return "batched activation format not supported"
-        if quant.group_size not in GROUP_SIZES:
-            return f"group size {quant.group_size} not supported (-1, 32, 64 or 128)"
+        if variant.group_size not in GROUP_SIZES:
+            return f"group size {variant.group_size} not supported (-1, 32, 64 or 128)"
         if problem.K % 8 or problem.N % 8:  # a compressed-tensors file pads words; no byte view
             return "int4 packing needs K % 8 == 0 and N % 8 == 0"
         if problem.activation not in ACTIVATIONS:

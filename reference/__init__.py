@@ -18,6 +18,7 @@ import types
 _EXPORTS = {
     "CanonicalLinear": "schemes.canonical",
     "Checkpoint": "checkpoint",
+    "checked_variant": "checkpoint",
     "canonicalize": "dequantize",
     "dequantize": "dequantize",
     "CheckpointError": "errors",

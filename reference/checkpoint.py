@@ -51,7 +51,8 @@ class Checkpoint:
     Built from a Variant, or from a scheme name and the variant's attributes (None: the
     scheme's default): `Checkpoint("gptq-int4", tensors, group_size=32)`. A variant attribute
     the scheme does not take is a CheckpointError naming `checkpoint.<attribute>`.
-    `dataclasses.replace(ckpt, activation="none")` changes the variant's attribute.
+    `dataclasses.replace(ckpt, activation="none")` changes the variant's attribute
+    (`Variant.replace`: the attributes the variant took from the defaults resolved again).
     """
 
     variant: Variant
@@ -70,14 +71,11 @@ class Checkpoint:
                  router_weight_in_activation_dtype: bool = False, **attrs):
         if isinstance(scheme, Variant):
             scheme, variant = None, scheme
-        try:
-            if variant is None:
-                variant = Variant(scheme, **attrs)
-            elif scheme is not None or attrs:  # `replace(ckpt, scheme=..., sym=...)`
-                changes = attrs if scheme is None else {**attrs, "scheme": scheme}
-                variant = replace(variant, **changes)
-        except VariantError as e:
-            raise CheckpointError(f"checkpoint.{e.field}", e.expected, e.found) from None
+        if variant is None:
+            variant = checked_variant(scheme, **attrs)
+        elif scheme is not None or attrs:  # `replace(ckpt, scheme=..., sym=...)`
+            changes = attrs if scheme is None else {**attrs, "scheme": scheme}
+            variant = checked_variant(variant, **changes)
         self.variant, self.tensors = variant, tensors
         self.first_expert, self.origin = first_expert, origin
         self.bias_after_rounding = bias_after_rounding
@@ -142,3 +140,14 @@ class Checkpoint:
     def to(self, device: torch.device | str) -> Checkpoint:
         return replace(self, tensors={n: t.to(device) for n, t in self.tensors.items()})
 
+
+def checked_variant(variant: Variant | str, **changes) -> Variant:
+    """`variant` (or a scheme name's defaults) with `changes` (`Variant.replace`), a value
+    the scheme does not take a CheckpointError naming `checkpoint.<attribute>`: how a
+    checkpoint, `synthesize` and the loader check a variant, without an empty Checkpoint."""
+    try:
+        if isinstance(variant, Variant):
+            return variant.replace(**changes) if changes else variant
+        return Variant(variant, **changes)
+    except VariantError as e:
+        raise CheckpointError(f"checkpoint.{e.field}", e.expected, e.found) from None

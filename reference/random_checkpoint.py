@@ -17,11 +17,11 @@ from dataclasses import replace
 
 import torch
 
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, checked_variant
 from .layouts.common import scale_dtype
 from .problem import MoEProblem
 from .quantize import NVFP4_RANGE
-from .schemes import ACT_ELEMENT_MAX
+from .schemes import ACT_ELEMENT_MAX, Variant
 from .schemes.tensors import INT32, declared_tensors, layer_sizes, tensor_shapes
 
 # NVFP4 block scales drawn about this e4m3 value; the global scale brings the product to the
@@ -29,9 +29,9 @@ from .schemes.tensors import INT32, declared_tensors, layer_sizes, tensor_shapes
 _E4M3_BLOCK_SCALE = 256.0
 
 
-def random_checkpoint(scheme: str, problem: MoEProblem, seed: int = 0, device="cpu",
-                      **attrs) -> Checkpoint:
-    ckpt = Checkpoint(scheme=scheme, tensors={}, **attrs)
+def random_checkpoint(variant: Variant | str, problem: MoEProblem, seed: int = 0,
+                      device="cpu", **attrs) -> Checkpoint:
+    ckpt = Checkpoint(checked_variant(variant, **attrs), {})
     draw = _Draw(ckpt, problem, torch.Generator(device=device).manual_seed(seed), device)
     sizes = layer_sizes(problem)
     tensors: dict[str, torch.Tensor] = {}

@@ -14,7 +14,7 @@ import torch
 
 from .activations import apply_activation
 from .canonical import CanonicalLinear
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, checked_variant
 from .errors import CheckpointError
 from .layouts import write_linear
 from .layouts.common import scale_dtype
@@ -30,6 +30,7 @@ from .schemes import (
     ACT_ELEMENT_MAX,
     ACT_NVFP4,
     STATIC_INPUT_MODES,
+    Variant,
     checkpoint_shape_issue,
     layout_of,
     weight_scale_block,
@@ -37,14 +38,15 @@ from .schemes import (
 from .schemes.tensors import input_scale_name, pre_quant_scale_name, weight_dtype
 
 
-def synthesize(scheme: str, problem: MoEProblem, seed: int = 0, **attrs) -> Checkpoint:
-    """A checkpoint of `scheme` for `problem`'s shapes, from fresh random weights.
+def synthesize(variant: Variant | str, problem: MoEProblem, seed: int = 0, **attrs
+               ) -> Checkpoint:
+    """A checkpoint of `variant` for `problem`'s shapes, from fresh random weights.
 
-    `attrs` are the Checkpoint attributes (group_size, sym, checkpoint_format, act_order,
-    weight_strategy, activation, mx_scale_rule); unspecified ones take the scheme's defaults.
+    `variant` is a `Variant`, or a scheme name whose defaults `attrs` change (group_size,
+    sym, checkpoint_format, act_order, weight_strategy, activation, mx_scale_rule).
     Biases are written when `problem.bias` is set.
     """
-    ckpt = Checkpoint(scheme=scheme, tensors={}, **attrs)
+    ckpt = Checkpoint(checked_variant(variant, **attrs), {})
     issue = checkpoint_shape_issue(ckpt, problem)
     if issue:  # no file of this scheme has these dimensions
         raise CheckpointError(issue.tensor, issue.expected, issue.found)

@@ -32,8 +32,8 @@ import torch
 def _readings(run) -> list[tuple[str, dict]]:
     from moecert.reference.schemes import SCHEMES, get_scheme
 
-    info = get_scheme(run.quant.scheme)
-    modes = {"none", run.quant.activation}
+    info = get_scheme(run.variant.scheme)
+    modes = {"none", run.variant.activation}
     for s in SCHEMES.values():  # every activation mode of a scheme storing the same weights
         if (s.element, s.weight_bits, s.packed) == (info.element, info.weight_bits, info.packed):
             modes.update(s.activation_modes)

@@ -25,7 +25,7 @@ from pathlib import Path
 CHILD = r"""
 import json, resource, sys, time, torch
 from moecert.kernels.transformers_engine import backend as tb
-from moecert.kernels import QuantConfig
+from moecert.kernels import Variant
 from moecert.reference import MoEProblem
 t = tb._transformers()
 folder, layer_index, one = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "one"
@@ -34,7 +34,7 @@ cfg = json.load(open(folder + "/config.json"))
 P = MoEProblem(M=1, K=cfg["hidden_size"], N=cfg.get("moe_intermediate_size", cfg.get("intermediate_size")),
                E=2, topk=1)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-layer = tb.TransformersLayer("transformers", QuantConfig.of("bf16"), P)
+layer = tb.TransformersLayer("transformers", Variant.of("bf16"), P)
 t = time.perf_counter()
 tb.TransformersBackend()._load(layer, folder, layer_index, torch.device("cpu"), one=one)
 dt = time.perf_counter() - t

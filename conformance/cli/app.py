@@ -124,7 +124,7 @@ def print_claims(name: str, suite: str, imports: list[str]) -> int:
     variants: dict[str, list] = {}  # describe() -> [claimed, total, {reason: count}]
     cases = build_suite(suite, [name])
     for case in cases:
-        quant = case.quant
+        quant = case.variant
         row = variants.setdefault(quant.describe(), [0, 0, {}])
         why = supports_reason(backend, quant, case.problem, platform)
         row[1] += 1

@@ -66,7 +66,7 @@ def decoder_layers(folder) -> set[int]:
 
 def describe(s) -> str:
     """One layer's scheme, variant, shapes, what is not read, and the claims."""
-    variant = " ".join(f"{k}={v}" for k, v in s.variant.items())
+    variant = " ".join(f"{k}={getattr(s.variant, k)}" for k in s.stated)
     lines = [f"{s.scheme}{' [' + variant + ']' if variant else ''}",
              f"  E={s.E} K={s.K} N={s.N} topk={s.topk} activation={s.activation} "
              f"dtype={s.dtype} bias={s.bias}"]
@@ -88,10 +88,9 @@ def claims(s) -> tuple[list[str], dict[str, str]]:
     """(backends that claim the layer, {backend: why not}) on this machine's platform."""
     from moecert.kernels import Platform, backend_names, get_backend
     from moecert.kernels.oracle import supports_reason
-    from moecert.kernels.quant_config import QuantConfig
 
     platform = Platform.current()
-    quant, problem = QuantConfig.of(s.quant()), s.problem(CLAIM_TOKENS)
+    quant, problem = s.variant, s.problem(CLAIM_TOKENS)
     claimed, refused = [], {}
     for name in backend_names():
         backend = get_backend(name)

@@ -46,7 +46,7 @@ def _fields(case_json: str) -> dict:
     from .cases import Case
 
     case = Case.from_json(case_json)
-    v = case.quant
+    v = case.variant
     out = {"scheme": case.scheme, "routing": case.routing, "seed": case.seed,
            "strided": case.strided, "model": case.model or "",
            "folder": case.source.model if case.source is not None else ""}

@@ -1,8 +1,8 @@
 """A conformance case and its stable, readable id.
 
-A case is (backend, scheme and its checkpoint options, problem shape and options, routing,
-seed). Its id is built from those fields alone, in a fixed order, so the same case has the
-same id in every run, on every host and in every shard:
+A case is (backend, the variant: the scheme and its checkpoint options (`Variant`), problem
+shape and options, routing, seed). Its id is built from those fields alone, in a fixed order,
+so the same case has the same id in every run, on every host and in every shard:
 
     triton/gptq-int4[act_order,g64,gptq_v2,asym]/M33.K256.N128.E8.k2/bf16.silu.bias.ep-3f2a9c1d/s0
 
@@ -23,6 +23,9 @@ hidden states' file by digest when they come from one; routed by the layer's own
 
     triton/qwen3-moe-w4a16@L1/ct-int4[g32]/M17.K256.N128.E8.k2/bf16.silu.route-router/s0
 
+The id's bracket and the JSON's `attrs` are the variant's `overrides()` (what differs from the
+scheme's defaults), so a variant and the case's text say one thing.
+
 `to_json` / `from_json` carry a case whole (the id names an expert map only by digest), so a
 failing case can be rerun from the command line.
 """
@@ -38,7 +41,7 @@ from moecert.reference.schemes import Variant
 
 from .model_layers import LayerSource, model_layer
 
-# Checkpoint attributes, in id order, and how each reads in an id.
+# The variant's attributes, in id order, and how each reads in an id.
 _ATTR_LABELS = {
     "checkpoint_format": lambda v: str(v),
     "group_size": lambda v: f"g{v}",
@@ -60,9 +63,8 @@ ROUTINGS = (*DRAWN_ROUTINGS, "router")
 @dataclass(frozen=True)
 class Case:
     backend: str
-    scheme: str
+    variant: Variant  # the scheme and its attributes; a scheme name is its defaults
     problem: MoEProblem
-    attrs: dict = field(default_factory=dict)  # Checkpoint attributes beyond the defaults
     seed: int = 0
     routing: str = "random"
     # Which checks run (conformance/harness/suites.py): not part of the case's identity.
@@ -77,12 +79,9 @@ class Case:
     model: str | None = None
 
     def __post_init__(self):
+        object.__setattr__(self, "variant", Variant.of(self.variant))
         if self.routing not in ROUTINGS:
             raise ValueError(f"unknown routing {self.routing!r}; known: {', '.join(ROUTINGS)}")
-        unknown = set(self.attrs) - set(_ATTR_LABELS)
-        if unknown:
-            raise ValueError(f"unknown checkpoint attributes {sorted(unknown)}; known: "
-                             f"{', '.join(_ATTR_LABELS)}")
         if not isinstance(self.strided, bool):
             raise ValueError(f"strided: expected true or false, found {self.strided!r}")
         if self.routing == "router" and self.source is None:
@@ -92,10 +91,19 @@ class Case:
         return hash(self.case_id)
 
     @property
+    def scheme(self) -> str:
+        return self.variant.scheme
+
+    @property
+    def attrs(self) -> dict:
+        """The variant's attributes beyond the scheme's defaults (the id's bracket, JSON)."""
+        return self.variant.overrides()
+
+    @property
     def scheme_label(self) -> str:
         """The scheme and its variant as ids read: `gptq-int4[act_order,g64]`."""
-        attrs = ",".join(_ATTR_LABELS[k](self.attrs[k]) for k in _ATTR_LABELS
-                         if k in self.attrs)
+        given = self.attrs
+        attrs = ",".join(_ATTR_LABELS[k](given[k]) for k in _ATTR_LABELS if k in given)
         return f"{self.scheme}[{attrs}]" if attrs else self.scheme
 
     @property
@@ -121,11 +129,6 @@ class Case:
         return (f"{self.backend}/{source}{scheme}/{model}{shape}/{'.'.join(options)}"
                 f"/s{self.seed}")
 
-    @property
-    def quant(self) -> Variant:
-        """The variant of the case's checkpoint: the scheme's defaults and `attrs`."""
-        return Variant(self.scheme, **self.attrs)
-
     def to_json(self) -> str:
         return json.dumps({"backend": self.backend, "scheme": self.scheme,
                            "problem": asdict(self.problem), "attrs": self.attrs,
@@ -138,10 +141,15 @@ class Case:
     @classmethod
     def from_json(cls, text: str) -> Case:
         d = json.loads(text)
+        attrs = d.get("attrs", {})
+        unknown = set(attrs) - set(_ATTR_LABELS)
+        if unknown:
+            raise ValueError(f"unknown checkpoint attributes {sorted(unknown)}; known: "
+                             f"{', '.join(_ATTR_LABELS)}")
         problem = dict(d["problem"])
         if problem.get("expert_map") is not None:
             problem["expert_map"] = tuple(problem["expert_map"])
-        return cls(d["backend"], d["scheme"], MoEProblem(**problem), d.get("attrs", {}),
+        return cls(d["backend"], Variant(d["scheme"], **attrs), MoEProblem(**problem),
                    d.get("seed", 0), d.get("routing", "random"), d.get("depth", "full"),
                    d.get("strided", False), LayerSource.from_dict(d.get("source")),
                    d.get("model"))
@@ -151,7 +159,7 @@ class Case:
         seed."""
         if self.source is not None:
             return model_layer(self.source.folder, self.source.layer).checkpoint
-        return synthesize(self.scheme, self.problem, seed=self.seed, **self.attrs)
+        return synthesize(self.variant, self.problem, seed=self.seed)
 
 
 def expert_map_digest(expert_map: tuple[int, ...]) -> str:

@@ -107,7 +107,7 @@ class CaseRun:
         self.problem = case.problem
         self.device = torch.device(device)
         self.backend = get_backend(case.backend)
-        self.quant = case.quant
+        self.variant = case.variant
         self.table = table or load_table()
         self.shared = shared
         self.key = problem_key(case, self.device)
@@ -124,18 +124,18 @@ class CaseRun:
     def claim(self) -> str | None:
         """None if the backend claims the case on this device, else its reason. A shape no
         checkpoint can hold is decided here, before the backend is asked."""
-        issue = checkpoint_shape_issue(self.quant, self.problem)
+        issue = checkpoint_shape_issue(self.variant, self.problem)
         if issue:
-            return f"no checkpoint of {self.quant.describe()} can hold this problem: {issue}"
+            return f"no checkpoint of {self.variant.describe()} can hold this problem: {issue}"
         hook = getattr(self.backend, "supports_model_layer", None)
         if self.case.source is not None and hook is not None:
             # an engine reading the folder itself claims from the folder's own config
             try:
-                return hook(self.case.source.folder, self.case.source.layer, self.quant,
+                return hook(self.case.source.folder, self.case.source.layer, self.variant,
                             self.problem)
             except BackendError as e:
                 return str(e)
-        return supports_reason(self.backend, self.quant, self.problem,
+        return supports_reason(self.backend, self.variant, self.problem,
                                platform_of_device(self.device))
 
     @property
@@ -145,7 +145,7 @@ class CaseRun:
 
     def tolerance_for(self, regime: str) -> Tolerance:
         """The entry of the reading judged, for inputs drawn in `regime` (inputs.py)."""
-        scheme, mode = reading_scheme(self.quant, self.numerics)
+        scheme, mode = reading_scheme(self.variant, self.numerics)
         return self.table.lookup(scheme, self.problem.dtype, self.case.backend,
                                  self.device.type, shape_class(self.problem),
                                  activation_mode=mode, regime=regime)
@@ -195,8 +195,7 @@ class CaseRun:
         limit = (SYNTHESIZE_MAX_WEIGHTS_CPU if self.device.type == "cpu"
                  else SYNTHESIZE_MAX_WEIGHTS_ACCELERATOR)
         if weights > limit:
-            ckpt = random_checkpoint(self.case.scheme, P, seed=seed, device=self.device,
-                                     **self.case.attrs)
+            ckpt = random_checkpoint(self.variant, P, seed=seed, device=self.device)
         else:
             seeded = replace(self.case, seed=seed)  # through the cache across runs
             ckpt = checkpoint_cache.synthesized(seeded, seeded.checkpoint).to(self.device)
@@ -208,11 +207,10 @@ class CaseRun:
         same tensors with the experts rotated by one, so every per-expert value differs from
         the first load but the names, dtypes and shapes are the file's."""
         ckpt = self.case.checkpoint()
-        read = ckpt.variant.overrides()
-        if ckpt.scheme != self.case.scheme or read != self.case.attrs:
-            raise ValueError(f"{self.case.source.label}: the layer reads as {ckpt.scheme} "
-                             f"{read}, the case was made for {self.case.scheme} "
-                             f"{self.case.attrs} (the folder changed since?)")
+        if ckpt.variant != self.variant:
+            raise ValueError(f"{self.case.source.label}: the layer reads as "
+                             f"{ckpt.variant.describe()}, the case was made for "
+                             f"{self.variant.describe()} (the folder changed since?)")
         E = ckpt.num_experts
         shift = 0 if seed == self.case.seed else 1
         tensors = {n: (t.roll(shift, dims=0) if shift and t.dim() and t.shape[0] == E
@@ -316,7 +314,7 @@ class CaseRun:
             self.reference  # noqa: B018 - shared with other backends: before this one writes
         layer = self.new_layer(self.checkpoint)
         self.backend_detail = describe(self.backend, layer)
-        self.numerics = effective(declared(self.backend, layer), self.quant)
+        self.numerics = effective(declared(self.backend, layer), self.variant)
         return layer
 
     def retire_layer(self) -> None:

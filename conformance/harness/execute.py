@@ -128,7 +128,7 @@ def result_row(case: Case, device: str, run_id: str, check: str, outcome: Outcom
            "finished_at": datetime.datetime.now(datetime.UTC).isoformat()}
     row["claimed"] = None  # unknown when the case could not be set up
     if run is not None:
-        row["config"] = run.quant.describe()
+        row["config"] = run.variant.describe()
         with contextlib.suppress(Exception):  # a supports() that raises is the claims row's error
             row["claimed"] = run.claim is None
     for key in METRICS:

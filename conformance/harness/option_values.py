@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import math
 import os
 import re
@@ -138,14 +139,14 @@ def _typed_value(text: str, key: str, value: str, annotation: str):
 def check_variant(scheme: str, attrs: dict, flag: str = "--variant") -> None:
     """UsageError unless `scheme` has the variant `attrs`: the variant's own attribute checks
     (which values each scheme takes), as a checkpoint names them."""
-    from moecert.reference import Checkpoint, CheckpointError
+    from moecert.reference import CheckpointError, checked_variant
 
     try:
-        ckpt = Checkpoint(scheme, {}, **attrs)
-        if "group_size" in attrs and not ckpt.info.group_sizes and ckpt.group_size != -1:
+        variant = checked_variant(scheme, **attrs)
+        if "group_size" in attrs and not variant.info.group_sizes and variant.group_size != -1:
             # a variant keeps a group size where the scheme has none, and nothing reads it
             raise CheckpointError("checkpoint.group_size", f"-1 for {scheme} (no groups)",
-                                  str(ckpt.group_size))
+                                  str(variant.group_size))
     except CheckpointError as e:
         text = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
                         for k, v in attrs.items())
@@ -245,10 +246,16 @@ def device_or_default(name: str | None) -> str:
 def case_json(text: str):
     """A case as `moecert run` prints it for a failure (its backend is checked later, after
     --import has registered any run-time backends)."""
+    from moecert.reference.schemes import VariantError
+
     from .cases import Case
 
     try:
         case = Case.from_json(text)
+    except VariantError as e:  # the JSON read, its scheme or attributes no variant
+        scheme_name(json.loads(text)["scheme"])  # a scheme name, with the closest names
+        raise UsageError(f"not a case: attrs.{e}; pass the JSON a failure's rerun line "
+                         "prints") from None
     except Exception as e:  # bad JSON, missing keys, a problem the reference rejects
         detail = f"missing key {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
         raise UsageError(f"not a case ({detail}); pass the JSON a failure's rerun line "
@@ -261,18 +268,13 @@ def case_json(text: str):
 
 
 def _check_case_variant(case) -> None:
-    """UsageError naming the field when the case's checkpoint attributes are no variant of its
-    scheme (the variant's own checks, `VariantError`), or a synthesized checkpoint of them
-    cannot hold its problem (a group size that does not divide K): the suites never make
-    such a case, so a --case that has one was edited, and would only be an error row."""
-    from moecert.reference.schemes import VariantError, checkpoint_shape_issue
+    """UsageError when a synthesized checkpoint of the case's variant cannot hold its problem
+    (a group size that does not divide K; a value the scheme does not take is refused as the
+    case is read, `case_json`): the suites never make such a case, so a --case that has one
+    was edited, and would only be an error row."""
+    from moecert.reference.schemes import checkpoint_shape_issue
 
-    try:
-        variant = case.quant
-    except VariantError as e:
-        raise UsageError(f"not a case: attrs.{e}; pass the JSON a failure's rerun line "
-                         "prints") from None
-    issue = None if case.source is not None else checkpoint_shape_issue(variant,
+    issue = None if case.source is not None else checkpoint_shape_issue(case.variant,
                                                                         case.problem)
     if issue is not None:
         raise UsageError(f"not a case: {issue}; pass the JSON a failure's rerun line "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from moecert.kernels import QuantConfig
+from moecert.kernels import Variant
 from moecert.reference import SCHEME_NAMES, MoEProblem
 from moecert.reference.schemes import ACTIVATIONS, scheme_variants
 
@@ -26,7 +26,7 @@ settings.register_profile("long", max_examples=500, deadline=None,
 
 
 @st.composite
-def problems(draw, quant: QuantConfig, max_dim: int = 256) -> MoEProblem:
+def problems(draw, quant: Variant, max_dim: int = 256) -> MoEProblem:
     """A problem whose shape every checkpoint of `quant` can hold."""
     unit = 32  # int4 packing, MX blocks and the group sizes below 128 all divide it
     if quant.packed and quant.group_size > 0:
@@ -57,7 +57,7 @@ def cases(draw, backends=("torch",), schemes=SCHEME_NAMES, max_dim: int = 256) -
     problem = draw(problems(quant, max_dim))
     routing = "random" if problem.activation_format == "batched" else draw(
         st.sampled_from(DRAWN_ROUTINGS))
-    return Case(draw(st.sampled_from(tuple(backends))), scheme, problem, quant.overrides(),
+    return Case(draw(st.sampled_from(tuple(backends))), quant, problem,
                 seed=draw(st.integers(0, 2**16)), routing=routing, depth="light",
                 strided=draw(st.booleans()))
 

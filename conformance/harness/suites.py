@@ -90,20 +90,19 @@ def build_suite(name: str, backends=None, schemes=None) -> list[Case]:
     def add(case: Case) -> None:
         # a shape no checkpoint of the variant can hold (group 128 at N = 64) is no case for
         # any backend: dropped here, once, before a backend is asked
-        if checkpoint_shape_issue(case.quant, case.problem) is None:
+        if checkpoint_shape_issue(case.variant, case.problem) is None:
             cases.setdefault(case.case_id, case)
 
     for seed in spec.seeds:
         for scheme in schemes:
-            for i, quant in enumerate(scheme_variants(scheme)):
-                attrs = quant.overrides()
-                base = _released(_variant_base(spec.base, quant), scheme)
+            for i, variant in enumerate(scheme_variants(scheme)):
+                base = _released(_variant_base(spec.base, variant), scheme)
                 for backend in backends:
-                    add(Case(backend, scheme, base, attrs, seed, depth="full"))
+                    add(Case(backend, variant, base, seed, depth="full"))
                     # every variant gets the options once; the later seeds repeat them on
                     # each scheme's default (certify fits 10 minutes on one GPU that way)
                     if i == 0 or (spec.options_everywhere and seed == spec.seeds[0]):
-                        for case in _edge_cases(spec, backend, scheme, quant, attrs, seed):
+                        for case in _edge_cases(spec, backend, variant, seed):
                             add(case)
                     if i == 0 and seed == spec.seeds[0]:
                         for case in _model_cases(spec, backend, scheme, seed):
@@ -127,7 +126,6 @@ def build_model_suite(name: str, folder: str, layers: list[int], backends,
     cases: dict[str, Case] = {}
     for layer in layers:
         summary = summaries[layer]
-        attrs = summary.quant().variant.overrides()
         source = LayerSource.of(folder, layer, inputs)
         routing = "router" if router_known(folder, layer) else "random"
         ms = list(spec.model_ms)
@@ -137,12 +135,12 @@ def build_model_suite(name: str, folder: str, layers: list[int], backends,
         for seed in spec.seeds:
             for backend in backends:
                 for M in ms:
-                    case = Case(backend, summary.scheme, summary.problem(M), attrs, seed,
+                    case = Case(backend, summary.variant, summary.problem(M), seed,
                                 routing, depth="full", source=source)
                     cases.setdefault(case.case_id, case)
                 if seed == spec.seeds[0]:
                     middle = ms[len(ms) // 2]
-                    case = Case(backend, summary.scheme, summary.problem(middle), attrs, seed,
+                    case = Case(backend, summary.variant, summary.problem(middle), seed,
                                 routing, depth="light", strided=True, source=source)
                     cases.setdefault(case.case_id, case)
     return list(cases.values())
@@ -173,15 +171,14 @@ def _released(P: MoEProblem, scheme: str) -> MoEProblem:
     return P
 
 
-def _edge_cases(spec: SuiteSpec, backend: str, scheme: str, quant: Variant, attrs: dict,
-                seed: int):
-    P = spec.edge_base
-    group = quant.group_size if quant.packed and quant.group_size > 0 else 32
+def _edge_cases(spec: SuiteSpec, backend: str, variant: Variant, seed: int):
+    P, scheme = spec.edge_base, variant.scheme
+    group = variant.group_size if variant.packed and variant.group_size > 0 else 32
     # a group that divides the edge shapes' K and N, so only the named dimension is odd
-    small = {**attrs, "group_size": 32} if quant.packed and group > 32 else attrs
+    small = variant.replace(group_size=32) if variant.packed and group > 32 else variant
 
-    def case(problem=P, routing="random", case_attrs=attrs):
-        return Case(backend, scheme, problem, case_attrs, seed, routing, depth="light")
+    def case(problem=P, routing="random", case_variant=variant):
+        return Case(backend, case_variant, problem, seed, routing, depth="light")
 
     for M in (0, 1, BLOCK_M - 1, BLOCK_M + 1):
         yield case(replace(P, M=M))
@@ -191,7 +188,7 @@ def _edge_cases(spec: SuiteSpec, backend: str, scheme: str, quant: Variant, attr
     for N in (group // 2, group, group + group // 2):
         if (N, K) != (P.N, P.K):
             yield case(replace(P, N=N, K=K))
-    yield case(replace(P, K=160), case_attrs=small)  # not a multiple of 64 or 128
+    yield case(replace(P, K=160), case_variant=small)  # not a multiple of 64 or 128
     yield case(routing="skewed")
     yield case(routing="sparse")
     # every tensor non-contiguous (conformance/harness/strides.py)
@@ -218,7 +215,7 @@ def _model_cases(spec: SuiteSpec, backend: str, scheme: str, seed: int):
     for model, M in spec.models:
         problem = model_problem(model, scheme, M)
         if problem is not None:
-            yield Case(backend, scheme, problem, {}, seed, depth="light", model=model)
+            yield Case(backend, scheme, problem, seed, depth="light", model=model)
 
 
 def model_problem(model: str, scheme: str, M: int) -> MoEProblem | None:

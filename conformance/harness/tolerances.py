@@ -160,7 +160,7 @@ class Table:
     def lookup(self, scheme: str, dtype: str, backend: str = ANY, device_kind: str = ANY,
                shape_class: str = ANY, activation_mode: str | None = None,
                regime: str = "") -> Tolerance:
-        """The most specific entry matching the case. `activation_mode` (QuantConfig's
+        """The most specific entry matching the case. `activation_mode` (Variant's
         `activation`) defaults to the scheme's default mode; `regime` is the inputs' regime
         (conformance/harness/inputs.py: "saturated" has entries of its own)."""
         if activation_mode is None:

@@ -80,5 +80,5 @@ class ClaimsAsymmetric(XpuBackend):
 
     name = "mutant-claims-asym"
 
-    def claims(self, quant, problem, platform):
-        return super().claims(dataclasses.replace(quant, sym=True), problem, platform)
+    def claims(self, variant, problem, platform):
+        return super().claims(dataclasses.replace(variant, sym=True), problem, platform)

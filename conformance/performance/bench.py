@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import torch
-from moecert.kernels import QuantConfig, get_backend
+from moecert.kernels import Variant, get_backend
 from moecert.kernels.base import BaseBackend
 from moecert.kernels.oracle import supports_reason
 from moecert.kernels.platform import platform_of_device
@@ -194,8 +194,8 @@ class Bench:
             self.echo(self.header())
             for name, shape in self.plan.layers.items():
                 for scheme in self.plan.schemes:
-                    for attrs in scheme_variants(scheme, self.plan.variants):
-                        self.layer(name, shape, scheme, attrs)
+                    for variant in scheme_variants(scheme, self.plan.variants):
+                        self.layer(name, shape, variant)
         return self.rows
 
     def header(self) -> str:
@@ -209,43 +209,39 @@ class Bench:
                 f"{'id':<58} {'status':<6} {'us':>9} {'GB/s':>8} {'%mem':>6} {'%flop':>6} "
                 f"{'xMarlin':>8}")
 
-    def layer(self, name: str, shape: ModelShape, scheme: str, attrs: dict) -> None:
-        """Every claimed (backend, M, mode) of one layer in one scheme variant (`attrs`
-        beyond its defaults): one checkpoint, one set of inputs per M, shared by the
-        backends."""
-        quant = QuantConfig(scheme, **attrs)  # as random_checkpoint below builds it
+    def layer(self, name: str, shape: ModelShape, variant: Variant) -> None:
+        """Every claimed (backend, M, mode) of one layer in one scheme variant: one
+        checkpoint, one set of inputs per M, shared by the backends."""
         platform = platform_of_device(self.device)
         problems = {}
         for M in self.plan.Ms:
-            P = layer_problem(name, shape, scheme, M)
-            if P is not None and checkpoint_shape_issue(quant, P) is None:
+            P = layer_problem(name, shape, variant.scheme, M)
+            if P is not None and checkpoint_shape_issue(variant, P) is None:
                 problems[M] = P
         claims = {(b, M) for b in self.plan.backends for M, P in problems.items()
-                  if supports_reason(get_backend(b), quant, P, platform) is None}
+                  if supports_reason(get_backend(b), variant, P, platform) is None}
         if not claims:
             return
         first = next(iter(problems.values()))
         try:
-            ckpt = random_checkpoint(scheme, first, seed=self.plan.seed,
-                                     device=self.device, **attrs)
+            ckpt = random_checkpoint(variant, first, seed=self.plan.seed, device=self.device)
             per_expert, shared = expert_bytes(ckpt, first.E)
             cache = cache_bytes(self.device)
             sets = {M: input_sets(P, per_expert, shared, self.device, cache,
                                   self.plan.seed + 1) for M, P in problems.items()}
         except Exception as e:  # the checkpoint or inputs of this layer: its rows, not the run
             for backend, M in sorted(claims):
-                self.error_rows(Case(backend, scheme, problems[M], attrs, self.plan.seed),
-                                name, e)
+                self.error_rows(Case(backend, variant, problems[M], self.plan.seed), name, e)
             return
         for backend_name in self.plan.backends:
             Ms = [M for M in problems if (backend_name, M) in claims]
             if Ms:
-                self.backend(backend_name, ckpt, name, scheme, attrs,
+                self.backend(backend_name, ckpt, name, variant,
                              {M: problems[M] for M in Ms}, sets)
         del ckpt, sets
         self.free()
 
-    def backend(self, backend_name, ckpt, name, scheme, attrs, problems, sets) -> None:
+    def backend(self, backend_name, ckpt, name, variant, problems, sets) -> None:
         backend = get_backend(backend_name)
         first = next(iter(problems.values()))
         try:
@@ -254,11 +250,11 @@ class Bench:
             detail = backend.describe(layer) if hasattr(backend, "describe") else ""
         except Exception as e:
             for P in problems.values():
-                self.error_rows(Case(backend_name, scheme, P, attrs, self.plan.seed), name, e)
+                self.error_rows(Case(backend_name, variant, P, self.plan.seed), name, e)
             self.free()
             return
         for M, P in problems.items():
-            case = Case(backend_name, scheme, P, attrs, self.plan.seed)
+            case = Case(backend_name, variant, P, self.plan.seed)
             for mode in self.plan.modes:
                 start = time.perf_counter()
                 try:
@@ -284,15 +280,15 @@ class Bench:
         if self.marlin is not None and status == "pass":
             from .marlin_peer import marlin_runs
 
-            if marlin_runs(case.quant, P):
+            if marlin_runs(case.variant, P):
                 try:
-                    marlin_s = self.marlin.seconds(P, case.quant)
+                    marlin_s = self.marlin.seconds(P, case.variant)
                 except Exception as e:
                     message += f"; Marlin failed: {_one_line(e)}"
         case_id = bench_id(case, name, mode)
         row = {"run_id": self.run_id, "suite": SUITE, "case_id": case_id,
                "problem_id": problem_id(case_id), "backend": case.backend,
-               "scheme": case.scheme, "config": case.quant.describe(),
+               "scheme": case.scheme, "config": case.variant.describe(),
                **problem_columns(case), **environment(self.plan.device, case.backend),
                "backend_detail": detail, "check": BENCH_CHECK, "status": status,
                "claimed": True, "message": message, "duration_s": duration,
@@ -319,15 +315,10 @@ class Bench:
             torch.cuda.empty_cache()
 
 
-def scheme_variants(scheme: str, variants: tuple[dict, ...]) -> list[dict]:
-    """Each variant's attributes beyond the scheme's defaults, once (a variant that is the
+def scheme_variants(scheme: str, variants: tuple[dict, ...]) -> list[Variant]:
+    """Each variant of `scheme` the `--variant` attributes give, once (a variant that is the
     default, or another's twin, would time the same rows under the same ids)."""
-    out: list[dict] = []
-    for variant in variants:
-        attrs = QuantConfig(scheme, **variant).overrides()
-        if attrs not in out:
-            out.append(attrs)
-    return out
+    return list(dict.fromkeys(Variant(scheme, **attrs) for attrs in variants))
 
 
 def bench_id(case: Case, name: str, mode: str) -> str:

@@ -21,14 +21,14 @@ import importlib.util
 import os
 from pathlib import Path
 
-from moecert.kernels import QuantConfig
+from moecert.kernels import Variant
 from moecert.reference.schemes.elements import EXPONENT
 
 # The anchor beside the checkout (../shared/tools/ of the repository root), unless
 # MOECERT_MARLIN_ANCHOR or --marlin-anchor names another (which must then exist).
 DEFAULT_ANCHOR = Path(__file__).resolve().parents[3] / "shared/tools/marlin_anchor.py"
 # The one configuration the anchor times: GPTQ int4, group 128, symmetric, no act-order.
-MARLIN_QUANT = QuantConfig("gptq-int4", group_size=128, sym=True, act_order=False)
+MARLIN_QUANT = Variant("gptq-int4", group_size=128, sym=True, act_order=False)
 
 
 ANCHOR_VARIABLE = "MOECERT_MARLIN_ANCHOR"
@@ -49,12 +49,12 @@ def named_anchor(flag_value: str | None) -> tuple[str, str] | None:
 
 
 # FP4 weights Marlin takes (scheme defaults: W4A16, bf16 or fp16 activations unquantized)
-MARLIN_E2M1 = {"mxfp4": QuantConfig.defaults("mxfp4"), "nvfp4": QuantConfig.defaults("nvfp4")}
+MARLIN_E2M1 = {"mxfp4": Variant.defaults("mxfp4"), "nvfp4": Variant.defaults("nvfp4")}
 FLOAT4_E2M1F = 562949953487106  # vLLM ScalarType id of float4_e2m1f (../shared/NOTES.md)
 MARLIN_PAD = 256
 
 
-def marlin_kind(quant: QuantConfig, problem) -> str | None:
+def marlin_kind(quant: Variant, problem) -> str | None:
     """Which Marlin computes this layer ("uint4b8", "mxfp4", "nvfp4"), None when none
     does: its quantization, bf16, every expert local. The int4 anchor times a plain SiLU
     layer; the FP4 timing also takes biases and times gpt-oss's SwiGLU variants as SiLU-mul
@@ -70,7 +70,7 @@ def marlin_kind(quant: QuantConfig, problem) -> str | None:
     return kind if problem.activation.startswith(("silu", "swiglu")) else None
 
 
-def marlin_runs(quant: QuantConfig, problem) -> bool:
+def marlin_runs(quant: Variant, problem) -> bool:
     """Whether a Marlin of the peer computes this layer (`marlin_kind`)."""
     return marlin_kind(quant, problem) is not None
 
@@ -136,7 +136,7 @@ class LibraryOps:
 MARLIN_TYPE_IDS = {"uint4b8": 1125899907892224, "mxfp4": FLOAT4_E2M1F, "nvfp4": FLOAT4_E2M1F}
 
 
-def time_marlin_w4(ops, E, K, N, topk, M, quant: QuantConfig, bias: bool) -> float:
+def time_marlin_w4(ops, E, K, N, topk, M, quant: Variant, bias: bool) -> float:
     """Median us of Marlin's GEMM1 + SiLU-mul + GEMM2 + top-k sum with the 4-bit weights of
     `quant` (`MARLIN_QUANT`'s int4 or one of `MARLIN_E2M1`): `ops` loaded the library and
     sorts the tokens (`ops._align`: the anchor's or `LibraryOps`), random bits in Marlin's
@@ -224,7 +224,7 @@ class MarlinPeer:
         self.ops, self.repeats, self.timer = ops, repeats, timer
         self._seconds: dict[tuple, float] = {}
 
-    def seconds(self, problem, quant: QuantConfig = MARLIN_QUANT) -> float:
+    def seconds(self, problem, quant: Variant = MARLIN_QUANT) -> float:
         P = problem
         kind = marlin_kind(quant, P) or "uint4b8"
         shape = (P.E, P.K, P.N, P.topk, P.M)

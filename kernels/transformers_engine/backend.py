@@ -57,7 +57,7 @@ from ..engine_inputs import (
 )
 from ..errors import BackendError, UnsupportedError, check_layer
 from ..platform import Platform
-from ..quant_config import QuantConfig
+from ..quant_config import Variant
 from ..vllm_checkpoint import quantization_config
 from . import folder, one_layer
 
@@ -101,7 +101,7 @@ class TransformersLayer(torch.nn.Module):
     model itself is not kept: its other weights are transformers' random initialization,
     never run), and what the adapter knows of the load."""
 
-    def __init__(self, backend: str, quant: QuantConfig, problem):
+    def __init__(self, backend: str, quant: Variant, problem):
         super().__init__()
         self.backend, self.quant, self.problem = backend, quant, problem
         self.experts: torch.nn.Module | None = None
@@ -128,28 +128,30 @@ class TransformersBackend:
         return _import_error()
 
     # --- claims ----------------------------------------------------------------------------
-    def supports(self, scheme, problem, *, platform: Platform | None = None) -> str | None:
+    def supports(self, variant: Variant, problem, *, platform: Platform | None = None
+                 ) -> str | None:
         why = not_this_machine("transformers", platform) or self.available()
         if why:
             return why
-        quant = QuantConfig.of(scheme)
+        quant = Variant.of(variant)
         why = _adapter_limit(quant, problem)
         if why:
             return why
         return self._claim(quant, problem, None)
 
-    def supports_model_layer(self, folder_path: str, layer: int, scheme, problem) -> str | None:
+    def supports_model_layer(self, folder_path: str, layer: int, variant: Variant, problem
+                             ) -> str | None:
         """The claim for decoder layer `layer` of a model folder: transformers' quantizer for
         the folder's own config.json."""
         why = self.available()
         if why:
             return why
-        why = _adapter_limit(QuantConfig.of(scheme), problem, table=False)
+        why = _adapter_limit(Variant.of(variant), problem, table=False)
         if why:
             return why
-        return self._claim(QuantConfig.of(scheme), problem, str(folder_path))
+        return self._claim(Variant.of(variant), problem, str(folder_path))
 
-    def _claim(self, quant: QuantConfig, problem, origin: str | None) -> str | None:
+    def _claim(self, quant: Variant, problem, origin: str | None) -> str | None:
         key = (quant, problem.torch_dtype, problem.activation, origin)
         if key not in _claims:
             _claims[key] = _quantizer_verdict(quant, problem, origin)
@@ -157,7 +159,7 @@ class TransformersBackend:
 
     # --- the layer -------------------------------------------------------------------------
     def create_layer(self, checkpoint, problem) -> TransformersLayer:
-        quant = QuantConfig.of(checkpoint)
+        quant = Variant.of(checkpoint)
         origin = folder_origin(checkpoint)
         why = self.supports(quant, problem) if origin is None else \
             self.supports_model_layer(*origin, quant, problem)
@@ -174,7 +176,7 @@ class TransformersBackend:
         loader, conversion mapping and quantizer make the experts, which replace the
         layer's. A reload is a new from_pretrained, as transformers reloads weights."""
         check_layer(layer, TransformersLayer, self.name)
-        quant = QuantConfig.of(checkpoint)
+        quant = Variant.of(checkpoint)
         if quant != layer.quant:
             raise BackendError("checkpoint", f"the layer's quantization {layer.quant}",
                                str(quant))
@@ -356,7 +358,7 @@ class TransformersBatchedMmBackend(TransformersBackend):
     implementation = "batched_mm"
 
 
-def _quantizer_verdict(quant: QuantConfig, problem, origin: str | None) -> str | None:
+def _quantizer_verdict(quant: Variant, problem, origin: str | None) -> str | None:
     """transformers' answer for the file's quantization_config on this machine: None where
     the quantizer it resolves accepts the environment, else its refusal."""
     t = _transformers()
@@ -442,7 +444,7 @@ def _report_errors(report: _Report) -> str:
     return "; ".join(dict.fromkeys(raised + where))[:600]
 
 
-def _adapter_limit(quant: QuantConfig, problem, table: bool = True) -> str | None:
+def _adapter_limit(quant: Variant, problem, table: bool = True) -> str | None:
     """What the adapter cannot hand transformers (not a quantizer's refusal). A synthesized
     case (`table`) is written as a Qwen3-MoE folder, which has no expert biases, no other
     activation; a model folder runs its own model class, which computes what its config

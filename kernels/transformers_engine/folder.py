@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from ..quant_config import QuantConfig
+from ..quant_config import Variant
 from ..vllm_checkpoint import expert_tensors, quantization_config
 
 # the experts' prefix in a Qwen3-MoE checkpoint (transformers' per-expert names, which its
@@ -50,7 +50,7 @@ def gpt_oss_format(qc: dict | None) -> bool:
     return qc is None or qc.get("quant_method") in GPT_OSS_METHODS
 
 
-def model_config(quant: QuantConfig, problem) -> dict:
+def model_config(quant: Variant, problem) -> dict:
     """config.json of a one-layer model of the case's shape (gpt-oss for swigluoai, else
     Qwen3-MoE) with the producer's quantization_config (absent for unquantized checkpoints)."""
     if is_gpt_oss(problem):
@@ -85,7 +85,7 @@ _EXCLUSION_KEYS = {"compressed-tensors": ("ignore", lambda m: f"re:.*{m.replace(
                    "quark": ("exclude", lambda m: f"*{m}*")}
 
 
-def _gpt_oss_config(quant: QuantConfig, problem) -> dict:
+def _gpt_oss_config(quant: Variant, problem) -> dict:
     cfg = {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"],
            "hidden_size": problem.K, "intermediate_size": problem.N,
            "num_local_experts": problem.E, "num_experts_per_tok": problem.topk,
@@ -108,7 +108,7 @@ def _experts_only(qc: dict) -> dict:
     return qc
 
 
-def write(path: Path, quant: QuantConfig, tensors: dict[str, torch.Tensor], problem) -> Path:
+def write(path: Path, quant: Variant, tensors: dict[str, torch.Tensor], problem) -> Path:
     """config.json and model.safetensors of the case's checkpoint under `path`."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(model_config(quant, problem), indent=1))
@@ -119,7 +119,7 @@ def write(path: Path, quant: QuantConfig, tensors: dict[str, torch.Tensor], prob
     return path
 
 
-def gpt_oss_tensors(quant: QuantConfig, tensors: dict[str, torch.Tensor], problem):
+def gpt_oss_tensors(quant: Variant, tensors: dict[str, torch.Tensor], problem):
     """(name, tensor) of the experts as a gpt-oss folder holds them: the release's MXFP4
     `{gate_up,down}_proj_blocks` [E, out, in/32, 16] (two E2M1 codes a byte, as moecert's
     packed rows) and `_scales` [E, out, in/32] (E8M0), or transformers' bf16 layout

@@ -29,7 +29,7 @@ from ..base import BaseBackend
 from ..layer import MoELayer
 from ..platform import Platform
 from ..protocol import ExportedLinear
-from ..quant_config import QuantConfig
+from ..quant_config import Variant
 
 # W4A8: each GEMM's group scales are divided by a power of two near max(scale) / 4096 and the
 # factor moves to the activation side (Marlin's a1/a2 global scales). A power of two keeps
@@ -56,8 +56,8 @@ class TritonBackend(BaseBackend):
             return None
         return "no CUDA or ROCm device (the CPU needs TRITON_INTERPRET=1)"
 
-    def claims(self, quant: QuantConfig, problem, platform: Platform) -> str | None:
-        return _platform_reason(quant, platform)
+    def claims(self, variant: Variant, problem, platform: Platform) -> str | None:
+        return _platform_reason(variant, platform)
 
     def convert(self, layer: MoELayer) -> None:
         from ..convert import convert_to_kernel_format
@@ -397,12 +397,12 @@ def _kept(plan, P, source, mode, T) -> torch.Tensor:
     return plan["expert_map"][source.long()] >= 0
 
 
-def _platform_reason(quant: QuantConfig, platform: Platform) -> str | None:
+def _platform_reason(variant: Variant, platform: Platform) -> str | None:
     # e4m3 weights, or e4m3 activations (an fp8 x fp8 dot; W4AFP8's int4 weights become e4m3)
     # e4m3 in the kernel format: e4m3 elements, or elements widened to e4m3 (convert.py: fp6)
-    el = quant.info.weight_element
+    el = variant.info.weight_element
     e4m3_w = el.storage == torch.float8_e4m3fn or el.units > 1
-    fp8 = e4m3_w or quant.info.activation_element == "e4m3"
+    fp8 = e4m3_w or variant.info.activation_element == "e4m3"
     what = "weights" if e4m3_w else "activations"
     if platform.kind == "xpu":
         return "platform cuda or rocm only"

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..checkpoint import Checkpoint
+from ..checkpoint import Checkpoint, checked_variant
 from ..errors import CheckpointError
 from ..layouts.check import check_tensors
 from ..problem import MoEProblem
 from ..routing import grouped_topk, sigmoid_topk, softmax_topk
-from ..schemes import GATED_ACTIVATIONS
+from ..schemes import GATED_ACTIVATIONS, Variant
 from ..schemes.tensors import declared_tensors
 from .assemble import Plan, assemble, expert_count, find_experts
 from .families import HIDDEN_ACT, SIZE_KEYS, classify, family
@@ -42,8 +42,7 @@ class LayerSummary:
     and the tensor names alone: no tensor data is read)."""
 
     layer: int
-    scheme: str
-    variant: dict  # the Checkpoint attributes read from the config (and act_order: g_idx)
+    variant: Variant  # the scheme and attributes read from the config (act_order: g_idx)
     producer: str
     E: int
     K: int
@@ -53,16 +52,16 @@ class LayerSummary:
     dtype: str
     bias: bool
     not_read: dict = field(default_factory=dict)  # as ModelLayer.not_read
+    stated: tuple[str, ...] = ()  # the variant's attributes the config states (inspect)
 
     def problem(self, M: int, **overrides) -> MoEProblem:
         fields = dict(M=M, K=self.K, N=self.N, E=self.E, topk=self.topk, dtype=self.dtype,
                       activation=self.activation, bias=self.bias)
         return MoEProblem(**{**fields, **overrides})
 
-    def quant(self) -> Checkpoint:
-        """A Checkpoint of this layer's scheme and attributes holding no tensors (what a
-        backend's `supports` reads)."""
-        return Checkpoint(self.scheme, {}, **self.variant)
+    @property
+    def scheme(self) -> str:
+        return self.variant.scheme
 
 
 @dataclass
@@ -203,6 +202,15 @@ def _variant(det, ex) -> dict:
     return dict(det.attrs)
 
 
+def _checked(det, attrs: dict) -> Variant:
+    """The variant the config states; one it cannot be is named by the config file."""
+    try:
+        return checked_variant(det.scheme, **attrs)
+    except CheckpointError as e:
+        raise CheckpointError(f"{det.config_file}: quantization_config ({e.tensor})",
+                              e.expected, e.found) from None
+
+
 def _summaries(folder: ModelFolder) -> list[LayerSummary]:
     layers = find_experts(folder.names())
     if not layers:
@@ -217,10 +225,12 @@ def _summaries(folder: ModelFolder) -> list[LayerSummary]:
         names = {n for ids in ex.per_expert.values() for n in ids.values()} | \
             set(ex.fused.values())
         E = _check_expert_count(folder, ex, L, sizes)
-        out.append(LayerSummary(L, det.scheme, _variant(det, ex), det.producer,
+        attrs = _variant(det, ex)
+        out.append(LayerSummary(L, _checked(det, attrs), det.producer,
                                 E, sizes["K"], sizes["N"], sizes["topk"],
                                 activation, dtype, "bias" in ex.suffixes,
-                                {**det.not_read, **_not_read(folder, names, L)}))
+                                {**det.not_read, **_not_read(folder, names, L)},
+                                tuple(attrs)))
     return out
 
 
@@ -266,11 +276,7 @@ def _load_layer(folder: ModelFolder, L: int, experts: range | None) -> ModelLaye
     if experts.step != 1 or not 0 <= experts.start < experts.stop <= E:
         raise CheckpointError("experts", f"a contiguous range within 0..{E - 1}", str(experts))
     attrs = _variant(det, ex)
-    try:
-        shell = Checkpoint(det.scheme, {}, **attrs)
-    except CheckpointError as e:
-        raise CheckpointError(f"{det.config_file}: quantization_config ({e.tensor})",
-                              e.expected, e.found) from None
+    shell = _checked(det, attrs)
     gated = activation in GATED_ACTIVATIONS
     R = 2 * sizes["N"] if gated else sizes["N"]
     sizes = {"E": len(experts), "R": R, "K": sizes["K"], "N": sizes["N"], "topk": sizes["topk"]}

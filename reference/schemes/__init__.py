@@ -18,7 +18,7 @@ meaning.
                  holds; `weight_scale_block`: the (rows, cols) one weight scale covers
     variant.py   `Variant`: one scheme variant (group size, zero points, checkpoint format,
                  ...) resolved from the scheme's defaults and checked; what a `Checkpoint`
-                 holds, a backend's `supports` receives (`QuantConfig`) and the suites
+                 holds, a backend's `supports` receives, a case holds and the suites
                  enumerate (`scheme_variants`)
 
 Readers, writers, `random_checkpoint`, the kernels' conversions and checkpoint spec and the

@@ -68,7 +68,7 @@ def checkpoint_shape_issue(quant, problem) -> ShapeIssue | None:
     dimension, a GPTQ / AWQ packed dimension that is no multiple of the codes per int32 word,
     an input dimension that does not fill whole bytes of elements packed several to a byte.
 
-    `quant` is a `Variant` (a kernels `QuantConfig` is one) or a reference `Checkpoint`
+    `quant` is a `Variant` (what a backend receives) or a reference `Checkpoint`
     (anything with `.scheme`, `.group_size` and `.checkpoint_format`); `problem` anything
     with `.K`, `.N` and `.w13_rows` (an `MoEProblem`). Integer arithmetic only, so kernels
     may read it too.

@@ -334,7 +334,7 @@ def get_scheme(name: str) -> Scheme:
 
 
 def scheme_format(attrs) -> SchemeFormat:
-    """The stored form of a `Variant` (a kernels QuantConfig is one) or a Checkpoint (which
+    """The stored form of a `Variant` (what a backend receives) or a Checkpoint (which
     holds one): anything with `.scheme` and `.checkpoint_format`."""
     return get_scheme(attrs.scheme).format(attrs.checkpoint_format)
 

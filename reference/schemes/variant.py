@@ -8,10 +8,12 @@ with beyond the scheme's name, each resolved from the scheme's defaults unless g
     scheme_variants("gptq-int4")                           the default and the variants the
                                                            suites and selection cover
     variant.overrides()                                    what differs from the defaults
+    variant.replace(group_size=32)                         changed, defaults resolved again
     variant.describe()                                     "gptq-int4 gptq g128 sym"
 
-A reference `Checkpoint` holds one (`checkpoint.variant`), a backend's `supports` receives one
-(the kernels' `QuantConfig` is this class), and the suites enumerate them. Facts only: no
+A reference `Checkpoint` holds one (`checkpoint.variant`), a backend's `supports` receives one,
+a conformance case holds one (its id and JSON are derived from `overrides()`), and the suites
+enumerate them. Compared and hashed as a value, all fields. Facts only: no
 tensor math, so both sides of the import wall read it.
 """
 
@@ -74,20 +76,16 @@ class Variant:
             object.__setattr__(self, name, value)
         _check(info, self)
 
-    # Comparing with a scheme name is a mistake a backend's `supports` makes silently (every
-    # answer False): it raises instead, and the hash is the scheme name's so that `quant in
-    # {"gptq-int4", ...}` reaches __eq__ too.
+    # Comparing with a scheme name is a mistake a vendor backend's `supports` makes silently
+    # (every answer False): it raises instead. The hash is the dataclass's, over every field.
     def __eq__(self, other) -> bool:
         if isinstance(other, str):
-            raise TypeError(f"a Variant (QuantConfig) is compared with the string {other!r}: "
-                            f"compare its scheme name, quant.scheme == {other!r} (supports() "
-                            "receives a QuantConfig, not a scheme name)")
+            raise TypeError(f"a Variant is compared with the string {other!r}: compare its "
+                            f"scheme name, variant.scheme == {other!r} (supports() receives a "
+                            "Variant, not a scheme name)")
         if other.__class__ is not self.__class__:
             return NotImplemented
         return self.__dict__ == other.__dict__
-
-    def __hash__(self) -> int:
-        return hash(self.scheme)
 
     @classmethod
     def of(cls, obj) -> Variant:
@@ -140,11 +138,24 @@ class Variant:
         return 1 if self.group_size == -1 else n_in // self.group_size
 
     def overrides(self) -> dict:
-        """The attributes that differ from the scheme's defaults (a case's `attrs`): the
-        variant is `Variant(scheme, **overrides())`."""
-        base = Variant(self.scheme)
-        return {f: getattr(self, f) for f in VARIANT_FIELDS
-                if getattr(self, f) != getattr(base, f)}
+        """The attributes that differ from what the scheme's defaults resolve to (a case's
+        `attrs`), in field order: the variant is `Variant(scheme, **overrides())`. Resolved
+        again after each round, since a given attribute changes another's default (a GPTQ
+        file of w4a8-int8 told `sym=False` needs both, though False is the scheme's sym)."""
+        out: dict = {}
+        while diff := {f: getattr(self, f) for f in VARIANT_FIELDS
+                       if getattr(self, f) != getattr(Variant(self.scheme, **out), f)}:
+            out.update(diff)
+        return {f: out[f] for f in VARIANT_FIELDS if f in out}
+
+    def replace(self, **changes) -> Variant:
+        """This variant with `changes`, the attributes it took from the defaults resolved
+        again (as `Variant(scheme, **changes)` would: w4a8-int8's AWQ zero points do not follow
+        it into a GPTQ file). A change of scheme keeps every other attribute as it is (the
+        same stored weights read by another scheme, harness/numerics.py)."""
+        if changes.get("scheme", self.scheme) != self.scheme:
+            return Variant(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
+        return Variant(self.scheme, **{**self.overrides(), **changes})
 
     def describe(self) -> str:
         """The variant as people read it: "gptq-int4 gptq_v2 g32 asym act-order"."""

@@ -15,7 +15,7 @@ from moecert.kernels.convert import (
 )
 from moecert.kernels.errors import BackendError
 from moecert.kernels.layer import MoELayer
-from moecert.kernels.quant_config import QuantConfig
+from moecert.kernels.quant_config import Variant
 from moecert.reference import MoEProblem, canonicalize, synthesize
 
 SHAPE = dict(M=4, K=256, N=128, E=2, topk=2)  # every group size divides K and N
@@ -56,7 +56,7 @@ def dense_cases():
 
 
 def make_layer(ckpt, problem) -> MoELayer:
-    layer = MoELayer("x", QuantConfig.of(ckpt), problem, "cpu")
+    layer = MoELayer("x", Variant.of(ckpt), problem, "cpu")
     layer.load(ckpt)
     return layer
 

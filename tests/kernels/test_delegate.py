@@ -12,8 +12,8 @@ from moecert.kernels import (
     DelegatingBackend,
     NoBackendError,
     Platform,
-    QuantConfig,
     UnsupportedError,
+    Variant,
     claim_subset,
     get_backend,
     register_backend,
@@ -44,7 +44,7 @@ def vendor(monkeypatch):
 
 
 def _quant(scheme, **kw):
-    return replace(QuantConfig.defaults(scheme), **kw)
+    return replace(Variant.defaults(scheme), **kw)
 
 
 def test_the_subset_is_claimed_and_the_rest_refused_with_a_reason(vendor):

@@ -10,7 +10,7 @@ from moecert.conformance.harness.cases import Case
 from moecert.conformance.harness.exact import structured_inputs
 from moecert.conformance.harness.execute import run_case
 from moecert.kernels import get_backend, grouped
-from moecert.kernels.quant_config import QuantConfig
+from moecert.kernels.quant_config import Variant
 from moecert.reference import MoEProblem, moe
 from moecert.reference.schemes import SCHEMES
 
@@ -21,17 +21,17 @@ BASE = {"M": 9, "K": 64, "N": 32, "E": 4, "topk": 2}
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _q(scheme: str, **kw) -> QuantConfig:
-    return QuantConfig(**{**QuantConfig.defaults(scheme).__dict__, **kw})
+def _q(scheme: str, **kw) -> Variant:
+    return Variant(**{**Variant.defaults(scheme).__dict__, **kw})
 
 
-def _attrs(q: QuantConfig) -> dict:
+def _attrs(q: Variant) -> dict:
     return {k: v for k, v in q.__dict__.items() if k != "scheme" and v is not None}
 
 
-def _run(q: QuantConfig, P: MoEProblem, seed: int, routing: str):
+def _run(q: Variant, P: MoEProblem, seed: int, routing: str):
     """(structured inputs, the backend's output on them)."""
-    s = structured_inputs(Case("grouped", q.scheme, P, _attrs(q), seed=seed, routing=routing))
+    s = structured_inputs(Case("grouped", q, P, seed=seed, routing=routing))
     layer = BACKEND.create_layer(s.checkpoint, P)
     BACKEND.process_weights_after_loading(layer)
     opts = {} if s.expert_num_tokens is None else {"expert_num_tokens": s.expert_num_tokens}
@@ -47,7 +47,7 @@ def _first_difference(out: torch.Tensor, want: torch.Tensor) -> str | None:
            f"expected {want[i].item()}"
 
 
-def _bit_difference(q: QuantConfig, P: MoEProblem, seed: int = 3, routing: str = "random"
+def _bit_difference(q: Variant, P: MoEProblem, seed: int = 3, routing: str = "random"
                     ) -> str | None:
     """Where the backend's output on structured inputs differs from the reference's, or None."""
     s, out = _run(q, P, seed, routing)
@@ -145,7 +145,7 @@ def test_bias_parts_sum_to_the_bias(dtype):
 def test_harness_accuracy_on_random_inputs(scheme, options):
     """Random weights and inputs, judged by the harness's own accuracy check and table."""
     P = MoEProblem(**{"M": 17, "K": 128, "N": 128, "E": 4, "topk": 2, **options})
-    rows = run_case(Case("grouped", scheme, P, {}, seed=5), checks=["accuracy"])
+    rows = run_case(Case("grouped", scheme, P, seed=5), checks=["accuracy"])
     accuracy = [r for r in rows if r["check"] == "accuracy"]
     assert accuracy and all(r["status"] == "pass" for r in accuracy), accuracy
 
@@ -169,7 +169,7 @@ def test_claims_every_16_bit_activation_variant():
     # but a format whose layer scales its GEMM input (ModelOpt INT4 AWQ's pre_quant_scale),
     # which this backend does not apply: declined, saying so
     pre_scaled = [s for s in SCHEMES if tensor_name(_q(s), "w13", "pre_quant_scale")]
-    assert claimed == [s for s in SCHEMES if QuantConfig.defaults(s).activation == "none"
+    assert claimed == [s for s in SCHEMES if Variant.defaults(s).activation == "none"
                        and s not in pre_scaled]
     for s in pre_scaled:
         assert "pre_quant_scale" in BACKEND.supports(_q(s), P)

@@ -15,7 +15,7 @@ import torch
 from moecert.conformance.performance.timing import graph_replays
 from moecert.kernels import get_backend
 from moecert.kernels.platform import platform_of_device
-from moecert.kernels.quant_config import QuantConfig
+from moecert.kernels.quant_config import Variant
 from moecert.reference import MoEProblem, make_inputs, random_checkpoint
 
 BACKEND = get_backend("grouped")
@@ -98,7 +98,7 @@ def test_the_guard_refuses_each_kind_of_host_read(host_sync_guard, call):
 def _capture_issue(scheme: str, P: MoEProblem, attrs: dict) -> str | None:
     if not torch.cuda.is_available():
         return "no CUDA device"
-    quant = QuantConfig(**{**QuantConfig.defaults(scheme).__dict__, **attrs})
+    quant = Variant(**{**Variant.defaults(scheme).__dict__, **attrs})
     why = BACKEND.supports(quant, P, platform_of_device(torch.device("cuda")))
     if why:
         return why

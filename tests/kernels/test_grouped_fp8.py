@@ -19,7 +19,7 @@ from moecert.conformance.harness.execute import run_case
 from moecert.kernels import get_backend, grouped
 from moecert.kernels.layer import MoELayer
 from moecert.kernels.platform import Platform
-from moecert.kernels.quant_config import QuantConfig
+from moecert.kernels.quant_config import Variant
 from moecert.reference import MoEProblem, moe, random_checkpoint, synthesize
 
 BACKEND = get_backend("grouped")
@@ -75,15 +75,15 @@ def emulated(monkeypatch):
 
 
 def _q(strategy: str = "block", activation: str = "dynamic-group", scheme: str = "fp8-w8a8",
-       **kw) -> QuantConfig:
-    return QuantConfig(**{**QuantConfig.defaults(scheme).__dict__,
+       **kw) -> Variant:
+    return Variant(**{**Variant.defaults(scheme).__dict__,
                           "weight_strategy": strategy, "activation": activation, **kw})
 
 
 def _grouped_layer(ckpt, P: MoEProblem) -> MoELayer:
     """The backend's processed layer, built past create_layer's claims (which decline FP8 on
     a platform without the kernel: the emulation stands in for it)."""
-    layer = MoELayer(BACKEND.name, QuantConfig.of(ckpt), P, ckpt.tensors["w13_weight"].device)
+    layer = MoELayer(BACKEND.name, Variant.of(ckpt), P, ckpt.tensors["w13_weight"].device)
     BACKEND.load_weights(layer, ckpt)
     BACKEND.process_weights_after_loading(layer)
     return layer
@@ -164,8 +164,8 @@ def test_structured_inputs_bit_for_bit(emulated, strategy):
     """The exact tier's structure (static-tensor e4m3: the one it builds) with power-of-two
     scales that differ between w1 and w3 rows: any scale in a wrong slot changes bits."""
     P = MoEProblem(M=9, K=64, N=32, E=4, topk=2)
-    case = Case("grouped", "fp8-w8a8", P, {"weight_strategy": strategy,
-                                          "activation": "static-tensor"}, seed=3)
+    case = Case("grouped", Variant("fp8-w8a8", weight_strategy=strategy,
+                                   activation="static-tensor"), P, seed=3)
     s = structured_inputs(case)
     out = BACKEND.apply(_grouped_layer(s.checkpoint, P), s.x, s.topk_weights, s.topk_ids)
     want = moe(s.checkpoint, s.x, s.topk_weights, s.topk_ids, P).to(P.torch_dtype)
@@ -183,8 +183,8 @@ def test_every_harness_check_under_emulation(emulated, monkeypatch, strategy, ac
     real = grouped.scaled_claims
     monkeypatch.setattr(grouped, "scaled_claims", lambda q, P, platform: real(q, P, SM90))
     P = MoEProblem(**{"M": 17, "K": 128, "N": 128, "E": 4, "topk": 2, **options})
-    rows = run_case(Case("grouped", "fp8-w8a8", P, {"weight_strategy": strategy,
-                                                    "activation": activation}, seed=5))
+    rows = run_case(Case("grouped", Variant("fp8-w8a8", weight_strategy=strategy,
+                                            activation=activation), P, seed=5))
     ran = {r["check"]: r["status"] for r in rows if r["status"] != "skip"}
     assert {"accuracy", "determinism", "canonical", "reload"} <= set(ran), ran
     assert set(ran.values()) == {"pass"}, rows

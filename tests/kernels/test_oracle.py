@@ -4,7 +4,7 @@ when nothing claims a scheme, and the built-in choice on every simulated platfor
 from __future__ import annotations
 
 import pytest
-from moecert.kernels import NoBackendError, Platform, QuantConfig, get_backend, select_backend
+from moecert.kernels import NoBackendError, Platform, Variant, get_backend, select_backend
 from moecert.kernels import oracle as oracle_module
 from moecert.kernels.platform import SIMULATED_PLATFORMS
 from moecert.kernels.registry import BUILTINS, register_backend, unregister_backend
@@ -26,7 +26,7 @@ class _Fake:
 
     def supports(self, scheme, problem, platform=None):
         self.seen_platforms.append(platform)
-        return self.refuse.get(QuantConfig.of(scheme).scheme)
+        return self.refuse.get(Variant.of(scheme).scheme)
 
     def create_layer(self, checkpoint, problem): ...
     def load_weights(self, layer, checkpoint): ...
@@ -97,7 +97,7 @@ def test_vendor_backends_come_after_the_builtins():
     try:
         for kind, builtin in oracle_module.PRIORITY.items():
             names = oracle_module.priority(Platform(kind, capability=(9, 0)),
-                                           QuantConfig.of("bf16"))
+                                           Variant.of("bf16"))
             # built-ins first, then entry-point backends, then those registered at run time
             assert names[:len(builtin)] == builtin and names[-1] == "vendor-x"
     finally:
@@ -135,7 +135,7 @@ def _problem(**kw):
 
 
 def _quant(scheme, **kw):
-    return QuantConfig(**{**QuantConfig.defaults(scheme).__dict__, **kw})
+    return Variant(**{**Variant.defaults(scheme).__dict__, **kw})
 
 
 # (platform, config, problem, selected backend, {passed-over backend: its exact reason})

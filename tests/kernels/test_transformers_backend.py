@@ -15,7 +15,7 @@ from moecert.conformance.harness import numerics as harness_numerics
 from moecert.conformance.harness.cases import Case
 from moecert.conformance.harness.execute import run_cases
 from moecert.conformance.harness.suites import build_model_suite, build_suite
-from moecert.kernels import QuantConfig
+from moecert.kernels import Variant
 from moecert.kernels.transformers_engine import backend as tb
 from moecert.kernels.transformers_engine import folder, one_layer
 from moecert.kernels.vllm_checkpoint import quantization_config
@@ -48,7 +48,7 @@ def no_transformers(monkeypatch):
 def test_without_transformers_available_and_supports_say_why(no_transformers, backend):
     why = backend.available()
     assert why is not None and "transformers is not importable" in why
-    assert backend.supports(QuantConfig.of("bf16"), SMALL) == why
+    assert backend.supports(Variant.of("bf16"), SMALL) == why
     assert backend.version.startswith("transformers - (")
 
 
@@ -63,7 +63,7 @@ def test_folder_holds_the_checkpoint_per_expert_with_the_producers_config(tmp_pa
                                                                          attrs):
     ckpt = synthesize(scheme, SMALL, seed=2, **attrs)
     before = {n: _bits(t).clone() for n, t in ckpt.tensors.items()}
-    quant = QuantConfig.of(ckpt)
+    quant = Variant.of(ckpt)
     folder.write(tmp_path, quant, ckpt.tensors, SMALL)
     config = json.loads((tmp_path / "config.json").read_text())
     assert (config["hidden_size"], config["moe_intermediate_size"], config["num_experts"],
@@ -170,21 +170,21 @@ def test_fp16_checkpoint_in_a_bf16_model_declares_the_cast():
 @needs_transformers
 def test_claims_are_transformers_refusals_or_the_adapters_limits():
     b = tb.TransformersBackend()
-    assert b.supports(QuantConfig.of("bf16"), SMALL) is None
-    awq = QuantConfig("awq-int4", group_size=128, sym=False, checkpoint_format="awq")
+    assert b.supports(Variant.of("bf16"), SMALL) is None
+    awq = Variant("awq-int4", group_size=128, sym=False, checkpoint_format="awq")
     why = b.supports(awq, SMALL)
     assert why.startswith("transformers 5.") and "refuses it" in why
     biased = MoEProblem(M=1, K=128, N=128, E=3, topk=2, bias=True)
-    assert "bias" in b.supports(QuantConfig.of("bf16"), biased)
+    assert "bias" in b.supports(Variant.of("bf16"), biased)
     # gpt-oss: swigluoai with biases, in its release's formats
     oss = MoEProblem(M=1, K=128, N=128, E=3, topk=2, bias=True, activation="swigluoai")
-    mxfp4 = QuantConfig.of(synthesize("mxfp4", oss, seed=0))
-    assert b.supports(mxfp4, oss) is None and b.supports(QuantConfig.of("bf16"), oss) is None
+    mxfp4 = Variant.of(synthesize("mxfp4", oss, seed=0))
+    assert b.supports(mxfp4, oss) is None and b.supports(Variant.of("bf16"), oss) is None
     assert "(GptOssExperts) always adds" in b.supports(mxfp4, replace(oss, bias=False))
     assert "a silu case has no such file" in b.supports(mxfp4, replace(oss, activation="silu",
                                                                         bias=False))
-    assert "formats of its release" in b.supports(QuantConfig.of("ct-int4"), oss)
-    block = QuantConfig("fp8-w8a8", weight_strategy="block", activation="dynamic-group")
+    assert "formats of its release" in b.supports(Variant.of("ct-int4"), oss)
+    block = Variant("fp8-w8a8", weight_strategy="block", activation="dynamic-group")
     assert "not a multiple of 128" in b.supports(block, MoEProblem(M=1, K=128, N=48, E=3,
                                                                    topk=2))
 
@@ -202,7 +202,7 @@ def test_gpt_oss_folder_reads_back_as_the_checkpoint(tmp_path, scheme):
     gpt-oss folders reads it back as the checkpoint, tensor for tensor (K = 2N: gate_up
     square, which only the layout, not the shape, orients)."""
     ckpt = synthesize(scheme, OSS, seed=2)
-    folder.write(tmp_path, QuantConfig.of(ckpt), ckpt.tensors, OSS)
+    folder.write(tmp_path, Variant.of(ckpt), ckpt.tensors, OSS)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == "gpt_oss" and config["num_local_experts"] == OSS.E
     assert ("quantization_config" in config) == (scheme == "mxfp4")
@@ -425,7 +425,7 @@ def test_fp8_folder_leaves_the_other_modules_unconverted_by_transformers_rule(sc
     tensors for is initialized by normal_, which cuda does not implement for fp8 (every fp8
     case errored on the H200): the exclusion list must match by transformers' own rule."""
     rule = pytest.importorskip("transformers.quantizers.quantizers_utils").should_convert_module
-    cfg = folder.model_config(QuantConfig.of(scheme), SMALL)["quantization_config"]
+    cfg = folder.model_config(Variant.of(scheme), SMALL)["quantization_config"]
     skip = cfg["modules_to_not_convert"]
     for name in ("model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.o_proj",
                  "model.layers.0.mlp.gate", "lm_head"):
@@ -442,6 +442,6 @@ def test_fp8_on_a_gpu_is_not_claimed_without_transformers_hub_kernel(monkeypatch
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0))
     monkeypatch.setitem(hub._KERNEL_MODULE_MAPPING, "finegrained-fp8", None)
     monkeypatch.setattr(hub, "is_kernels_available", lambda: False)
-    why = tb.TransformersBackend().supports(QuantConfig.of("fp8-w8a8"), SMALL)
+    why = tb.TransformersBackend().supports(Variant.of("fp8-w8a8"), SMALL)
     assert why is not None and "finegrained-fp8" in why and "hub" in why
-    assert tb.TransformersBackend().supports(QuantConfig.of("bf16"), SMALL) is None
+    assert tb.TransformersBackend().supports(Variant.of("bf16"), SMALL) is None

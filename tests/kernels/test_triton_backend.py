@@ -27,7 +27,7 @@ from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 load_interpreted_kernels()  # before the kernel modules are bound below
 
 from moecert.kernels import Platform  # noqa: E402
-from moecert.kernels.quant_config import QuantConfig  # noqa: E402
+from moecert.kernels.quant_config import Variant  # noqa: E402
 from moecert.kernels.triton_moe import align, fused_moe, heuristics, kinds, layout  # noqa: E402
 from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
 from moecert.reference import (  # noqa: E402
@@ -174,7 +174,7 @@ def _check_output(scheme, attrs, problem):
     assert out.dtype == problem.torch_dtype and torch.isfinite(out).all()
     err = ((out.double() - ref).norm() / ref.norm()).item()
     bound = UNIT_ROUNDOFF[problem.dtype]
-    if QuantConfig.of(ckpt).activation not in ("none", "mxfp8", "mxfp4", "nvfp4"):
+    if Variant.of(ckpt).activation not in ("none", "mxfp8", "mxfp4", "nvfp4"):
         # int8 activations: one code step of the row's (or tensor's) scale, as the torch
         # backend's tests allow. Measured: with N = 128 (was 64, which held no group-128
         # checkpoint) fp16 swigluoai + bias, int8 dynamic-tensor, seed 2, interpreted on the

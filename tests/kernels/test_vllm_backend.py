@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from moecert.kernels import QuantConfig, vllm_backend
+from moecert.kernels import Variant, vllm_backend
 from moecert.kernels.vllm_backend import VllmBackend, VllmCpuForcedBackend
 from moecert.kernels.vllm_checkpoint import expert_tensors, file_config, quantization_config
 from moecert.reference import SCHEME_NAMES, MoEProblem, moe, synthesize
@@ -32,7 +32,7 @@ def no_vllm(monkeypatch):
 def test_without_vllm_available_and_supports_say_why(no_vllm, backend):
     why = backend.available()
     assert why is not None and "vllm is not importable" in why and "No module" in why
-    assert backend.supports(QuantConfig.of("bf16"), SMALL) == why
+    assert backend.supports(Variant.of("bf16"), SMALL) == why
     assert backend.version == "vllm -" + (" (CPU AMX gate forced)" if backend.forced_amx else "")
 
 
@@ -44,7 +44,7 @@ def test_without_vllm_available_and_supports_say_why(no_vllm, backend):
 def test_expert_tensors_split_gate_and_up_per_expert(scheme, attrs):
     P = MoEProblem(M=1, K=256, N=256, E=2, topk=1, bias=True)
     ckpt = synthesize(scheme, P, seed=3, **attrs)
-    quant = QuantConfig.of(ckpt)
+    quant = Variant.of(ckpt)
     got = dict(expert_tensors(quant, ckpt.tensors, P.N))
     w13 = [n for n in ckpt.tensors if n.startswith("w13_")]
     assert len(got) == P.E * (2 * len(w13) + len(ckpt.tensors) - len(w13))
@@ -69,7 +69,7 @@ def test_expert_tensors_of_a_non_gated_layer_are_one_projection(scheme):
     # up_proj would land past the end of vLLM's w13 (seen with vLLM 0.25.1 on an H200)
     P = MoEProblem(M=1, K=256, N=128, E=2, topk=1, activation="relu2")
     ckpt = synthesize(scheme, P, seed=5)
-    quant = QuantConfig.of(ckpt)
+    quant = Variant.of(ckpt)
     got = dict(expert_tensors(quant, ckpt.tensors, P.N, gated=P.gated))
     assert not [n for n in got if ".up_proj." in n]
     weight = "qweight" if quant.layout == "gptq" else "weight"
@@ -82,11 +82,11 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def test_quantization_config_states_the_checkpoint():
-    gptq = quantization_config(QuantConfig("gptq-int4", group_size=64, sym=True,
+    gptq = quantization_config(Variant("gptq-int4", group_size=64, sym=True,
                                            checkpoint_format="gptq_v2"))
     assert (gptq["quant_method"], gptq["bits"], gptq["group_size"], gptq["checkpoint_format"]) \
         == ("gptq", 4, 64, "gptq_v2")
-    assert quantization_config(QuantConfig.of("bf16")) is None
+    assert quantization_config(Variant.of("bf16")) is None
 
 
 @pytest.mark.parametrize("scheme", SCHEME_NAMES)
@@ -111,19 +111,19 @@ _METHODS = ("gptq", "awq", "compressed-tensors", "fp8", "quark", "modelopt", "mx
 
 
 @pytest.mark.parametrize("quant,method,key,want", [
-    (QuantConfig("int8-w8a8", activation="static-tensor"), "quark",
+    (Variant("int8-w8a8", activation="static-tensor"), "quark",
      ("global_quant_config", "input_tensors", "qscheme"), "per_tensor"),
-    (QuantConfig("int8-w8a8"), "quark",
+    (Variant("int8-w8a8"), "quark",
      ("global_quant_config", "input_tensors", "is_dynamic"), True),
-    (QuantConfig("fp8-w8a8"), "fp8", ("weight_block_size",), [128, 128]),
-    (QuantConfig("fp8-w8a8", weight_strategy="channel", activation="dynamic-token"),
+    (Variant("fp8-w8a8"), "fp8", ("weight_block_size",), [128, 128]),
+    (Variant("fp8-w8a8", weight_strategy="channel", activation="dynamic-token"),
      "compressed-tensors", ("config_groups", "group_0", "input_activations", "strategy"),
      "token"),
-    (QuantConfig("nvfp4", checkpoint_format="ct"), "compressed-tensors", ("format",),
+    (Variant("nvfp4", checkpoint_format="ct"), "compressed-tensors", ("format",),
      "nvfp4-pack-quantized"),
-    (QuantConfig("nvfp4"), "modelopt", ("quant_algo",), "NVFP4"),
-    (QuantConfig("mxfp8", activation="mxfp8"), "modelopt", ("quant_algo",), "MXFP8"),
-    (QuantConfig("mxfp4"), "mxfp4", ("quant_method",), "mxfp4"),
+    (Variant("nvfp4"), "modelopt", ("quant_algo",), "NVFP4"),
+    (Variant("mxfp8", activation="mxfp8"), "modelopt", ("quant_algo",), "MXFP8"),
+    (Variant("mxfp4"), "mxfp4", ("quant_method",), "mxfp4"),
 ])
 def test_the_producers_keys(quant, method, key, want):
     d = quantization_config(quant)
@@ -135,7 +135,7 @@ def test_the_producers_keys(quant, method, key, want):
 
 def test_quark_per_channel_scales_are_one_dimensional_per_expert():
     P = MoEProblem(M=1, K=128, N=128, E=2, topk=1)
-    quant = QuantConfig("int8-w8a8")
+    quant = Variant("int8-w8a8")
     ckpt = synthesize("int8-w8a8", P, seed=0)
     names = dict(expert_tensors(quant, ckpt.tensors, P.N))
     assert names["0.gate_proj.weight_scale"].shape == (P.N,)
@@ -153,7 +153,7 @@ def vllm():
 
 def test_vllm_bf16_layer_matches_the_reference(vllm):
     b = VllmBackend()
-    assert b.supports(QuantConfig.of("bf16"), SMALL) is None
+    assert b.supports(Variant.of("bf16"), SMALL) is None
     ckpt = synthesize("bf16", SMALL, seed=1)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(SMALL.M, SMALL.K, generator=g).to(torch.bfloat16)
@@ -171,7 +171,7 @@ def test_vllm_bf16_layer_matches_the_reference(vllm):
 def test_forced_mode_refuses_an_amx_kernel(vllm):
     if torch.cpu._is_amx_tile_supported():
         pytest.skip("this CPU has AMX: the forced gate changes nothing")
-    why = VllmCpuForcedBackend().supports(QuantConfig.of("bf16"), SMALL)
+    why = VllmCpuForcedBackend().supports(Variant.of("bf16"), SMALL)
     assert why is not None and "SIGILL" in why
     assert torch.cpu._is_amx_tile_supported() is False  # the override ends with the call
 
@@ -186,7 +186,7 @@ def test_describe_names_the_experts_class_vllm_built(vllm):
 def test_describe_in_forced_mode_says_so(vllm):
     b = VllmCpuForcedBackend()
     P = MoEProblem(M=5, K=128, N=128, E=3, topk=2)
-    quant = QuantConfig("gptq-int4", group_size=32, sym=True, checkpoint_format="gptq")
+    quant = Variant("gptq-int4", group_size=32, sym=True, checkpoint_format="gptq")
     if b.supports(quant, P) is not None:
         pytest.skip(f"vLLM does not run gptq int4 here: {b.supports(quant, P)}")
     layer = b.create_layer(synthesize("gptq-int4", P, seed=1, group_size=32), P)
@@ -199,7 +199,7 @@ def test_numerics_are_read_from_the_kernel_call_vllm_makes(vllm):
     per token, declared; the scales are kept in the dtype vLLM's loader allocated."""
     b = VllmCpuForcedBackend()
     P = MoEProblem(M=5, K=128, N=128, E=3, topk=2, dtype="fp16")
-    quant = QuantConfig("gptq-int4", group_size=32, sym=True, checkpoint_format="gptq")
+    quant = Variant("gptq-int4", group_size=32, sym=True, checkpoint_format="gptq")
     if b.supports(quant, P) is not None:
         pytest.skip(f"vLLM does not run gptq int4 here: {b.supports(quant, P)}")
     layer = b.create_layer(synthesize("gptq-int4", P, seed=1, group_size=32), P)
@@ -211,7 +211,7 @@ def test_numerics_are_read_from_the_kernel_call_vllm_makes(vllm):
 def test_refusals_are_vllms_own(vllm):
     """A variant vLLM cannot build is refused with vLLM's exception, a bare assert with
     where it fired."""
-    why = VllmBackend().supports(QuantConfig("int8-w8a16"),
+    why = VllmBackend().supports(Variant("int8-w8a16"),
                                  MoEProblem(M=5, K=128, N=128, E=3, topk=2))
     assert why is not None and why.startswith(f"vLLM {vllm.__version__} refuses it: ")
     assert "compressed_tensors.py" in why or ":" in why.split("refuses it: ", 1)[1]
@@ -242,7 +242,7 @@ def test_a_model_folder_goes_to_vllm_as_its_loader_reads_it(vllm):
     loaded = load_checkpoint(folder, layer=1)
     P = loaded.problem(M=3)
     b = VllmCpuForcedBackend()
-    why = b.supports_model_layer(str(folder.resolve()), 1, QuantConfig.of(loaded.checkpoint), P)
+    why = b.supports_model_layer(str(folder.resolve()), 1, Variant.of(loaded.checkpoint), P)
     if why is not None:
         pytest.skip(f"vLLM does not take the folder here: {why}")
     layer = b.create_layer(loaded.checkpoint, P)
@@ -267,7 +267,7 @@ def test_a_folder_claim_is_vllms_on_the_folders_config(vllm):
     folder = FIXTURES / "gptqmodel-gptq-descact-qwen3moe"
     loaded = load_checkpoint(folder, layer=0)
     why = VllmBackend().supports_model_layer(str(folder.resolve()), 0,
-                                             QuantConfig.of(loaded.checkpoint),
+                                             Variant.of(loaded.checkpoint),
                                              loaded.problem(M=1))
     assert why is not None and "refuses the config of" in why and "desc_act" in why
 
@@ -323,7 +323,7 @@ def test_the_w4a4_row_states_the_llm_compressor_mxfp4_preset_as_the_tool_writes_
 
     real = json.loads((FIXTURES / "ct-mxfp4-w4a4-qwen3moe" / "config.json").read_text())
     real = real["quantization_config"]
-    ours = quantization_config(QuantConfig("mxfp4", activation="mxfp4"))
+    ours = quantization_config(Variant("mxfp4", activation="mxfp4"))
     assert ours["quant_method"] == real["quant_method"] and ours["format"] == real["format"]
     keys = ("num_bits", "type", "strategy", "group_size", "dynamic", "symmetric")
     for part in ("weights", "input_activations"):
@@ -354,7 +354,7 @@ def test_apply_makes_the_kernel_config_as_vllms_runner_does(monkeypatch):
 
     monkeypatch.setattr(VllmBackend, "_running", lambda self: contextlib.nullcontext())
     P = MoEProblem(M=2, K=128, N=64, E=3, topk=2)
-    layer = vllm_backend.VllmLayer("vllm", Runner(), QuantConfig.of("bf16"), P)
+    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("bf16"), P)
     x = torch.randn(P.M, P.K, dtype=P.torch_dtype)
     ids = torch.tensor([[0, 1], [1, 2]], dtype=torch.int32)
     out = VllmBackend().apply(layer, x, torch.full((P.M, P.topk), 0.5), ids)
@@ -380,9 +380,9 @@ def test_a_biased_layer_whose_method_makes_no_bias_parameters_is_not_claimed(mon
     monkeypatch.setattr(VllmBackend, "_runner", lambda self, quant, problem, origin=None: Runner())
     monkeypatch.setattr(vllm_backend, "_vllm", lambda: {"version": "0.25.1"})
     biased = MoEProblem(M=2, K=128, N=64, E=3, topk=2, bias=True)
-    why, _ = VllmBackend()._select(QuantConfig.of("gptq-int4"), biased)
+    why, _ = VllmBackend()._select(Variant.of("gptq-int4"), biased)
     assert why == "vLLM 0.25.1's Method makes no expert bias parameters (a biased layer does not load)"
-    why, _ = VllmBackend()._select(QuantConfig.of("gptq-int4"), replace(biased, bias=False))
+    why, _ = VllmBackend()._select(Variant.of("gptq-int4"), replace(biased, bias=False))
     assert why is None or "bias" not in why
 
 
@@ -398,7 +398,7 @@ def test_block_fp8_declares_power_of_two_group_scales_where_vllm_says_deep_gemm_
     class Runner:
         routed_experts = torch.nn.Module()  # no processed scales to read
 
-    layer = vllm_backend.VllmLayer("vllm", Runner(), QuantConfig.of("fp8-w8a8"), P)
+    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("fp8-w8a8"), P)
     got = VllmBackend().numerics(layer)
     assert got.get("activation_scale_pow2", False) is e8m0
     assert got["activation"] == "dynamic-group"
@@ -415,6 +415,6 @@ def test_router_weight_on_the_input_declares_vllms_cast_to_the_activation_dtype(
     class Runner:
         routed_experts = torch.nn.Module()
 
-    layer = vllm_backend.VllmLayer("vllm", Runner(), QuantConfig.of("bf16"), P)
+    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("bf16"), P)
     got = VllmBackend().numerics(layer)
     assert got.get("router_weight_in_activation_dtype", False) is on_input

@@ -15,7 +15,7 @@ import torch
 from moecert.kernels import xpu
 from moecert.kernels.errors import BackendError
 from moecert.kernels.platform import Platform
-from moecert.kernels.quant_config import QuantConfig
+from moecert.kernels.quant_config import Variant
 from moecert.kernels.xpu import XpuBackend
 from moecert.reference import MoEProblem, canonicalize, make_inputs, moe, synthesize
 from moecert.reference.packing import pack_int32
@@ -136,7 +136,7 @@ REASONS = [
 @pytest.mark.parametrize(("scheme", "attrs", "problem", "reason"), REASONS,
                          ids=[r[3] for r in REASONS])
 def test_claim_reasons(scheme, attrs, problem, reason):
-    quant = replace(QuantConfig.defaults(scheme), **attrs)
+    quant = replace(Variant.defaults(scheme), **attrs)
     assert BACKEND.supports(quant, problem, Platform.xpu()) == reason
 
 
@@ -145,7 +145,7 @@ def test_claims_what_the_vendor_kernel_runs():
         for g in (-1, 32, 64, 128):
             for activation in ("silu", "gelu", "swigluoai"):
                 for dtype in ("bf16", "fp16"):
-                    quant = replace(QuantConfig.defaults(scheme), group_size=g)
+                    quant = replace(Variant.defaults(scheme), group_size=g)
                     problem = P(dtype, activation, bias=True)
                     assert BACKEND.supports(quant, problem, Platform.xpu()) is None
     # the oracle decides where xpu is a candidate: claims do not depend on the platform

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from moecert.kernels.convert import convert_to_kernel_format, export_canonical
 from moecert.kernels.layer import MoELayer
-from moecert.kernels.quant_config import QuantConfig
 from moecert.reference import MoEProblem, canonicalize, synthesize
 from moecert.reference.schemes import SCHEMES, Variant, scheme_variants, weight_scale_block
 
@@ -56,7 +55,7 @@ EVERY_VARIANT = [pytest.param(v, id=v.describe().replace(" ", "-"))
 def test_the_reference_and_the_kernels_read_the_rule(variant):
     problem = MoEProblem(M=4, K=256, N=128, E=2, topk=2)
     ckpt = synthesize(variant.scheme, problem, seed=3, **variant.overrides())
-    layer = MoELayer("x", QuantConfig.of(ckpt), problem, "cpu")
+    layer = MoELayer("x", Variant.of(ckpt), problem, "cpu")
     layer.load(ckpt)
     convert_to_kernel_format(layer)
     read, exported = canonicalize(ckpt), export_canonical(layer)

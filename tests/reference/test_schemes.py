@@ -63,7 +63,7 @@ def test_shape_issues(scheme, attrs, problem, issue):
 
 
 def test_a_nonpositive_group_size_is_an_issue_not_a_division_by_zero():
-    # QuantConfig and Checkpoint refuse a group size of 0 themselves, but the rule takes
+    # Variant and Checkpoint refuse a group size of 0 themselves, but the rule takes
     # any object with their attributes (a vendor's config): it must not divide by it
     attrs = SimpleNamespace(scheme="gptq-int4", group_size=0, checkpoint_format="gptq")
     assert str(checkpoint_shape_issue(attrs, _problem())) == (

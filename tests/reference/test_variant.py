@@ -44,6 +44,32 @@ def test_sym_defaults_from_the_checkpoint_format_given(scheme, attrs, sym):
     assert Variant(scheme, **attrs).sym is sym
 
 
+# every variant the suites cover, and a GPTQ file of w4a8-int8 (whose default format is AWQ's,
+# with zero points): the case where a kept `sym` and a resolved one part
+CHANGES = [(s, o) for s in SCHEMES for o in SCHEMES[s].variant_overrides()] + [
+    ("w4a8-int8", {"checkpoint_format": "gptq"})]
+
+
+@pytest.mark.parametrize(("scheme", "changes"), CHANGES,
+                         ids=[f"{s}-{'-'.join(map(str, c.values()))}" for s, c in CHANGES])
+def test_a_change_resolves_the_defaults_as_construction_does(scheme, changes):
+    made = Variant(scheme, **changes)
+    assert Variant.defaults(scheme).replace(**changes) == made
+    # a checkpoint's variant changed by dataclasses.replace is the same variant
+    assert dataclasses.replace(Checkpoint(scheme, {}), **changes).variant == made
+
+
+@pytest.mark.parametrize("variant", [
+    Variant("w4a8-int8", checkpoint_format="gptq", sym=False),  # told: not the format's sym
+    Variant("w4a8-int8", checkpoint_format="gptq"),
+    Variant("gptq-int4", checkpoint_format="gptq_v2", group_size=32, sym=False, act_order=True),
+], ids=lambda v: v.describe())
+def test_the_overrides_give_the_variant_back(variant):
+    # a case carries a variant as its overrides (ids, JSON): they must rebuild it
+    assert Variant(variant.scheme, **variant.overrides()) == variant
+    assert variant.replace() == variant
+
+
 @pytest.mark.parametrize(("scheme", "attrs", "field", "expected", "found"), [
     ("gptq-int5", {}, "scheme", "one of bf16, fp16, gptq-int4", "'gptq-int5'"),
     ("gptq-int4", {"checkpoint_format": "foo"}, "checkpoint_format",
@@ -77,6 +103,12 @@ def test_a_value_the_scheme_does_not_take_is_named(scheme, attrs, field, expecte
 def test_an_unknown_attribute_is_a_type_error():
     with pytest.raises(TypeError, match="group"):
         Variant("gptq-int4", group=32)
+
+
+def test_the_hash_reads_every_field():
+    # variants of one scheme are distinct keys, not one bucket (the hash was the scheme's)
+    variants = scheme_variants("gptq-int4")
+    assert len({hash(v) for v in variants}) == len(variants)
 
 
 def test_frozen():

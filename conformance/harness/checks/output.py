@@ -50,16 +50,16 @@ def check_claims(run: CaseRun) -> Outcome:
 def check_oracle(run: CaseRun) -> Outcome:
     platform = platform_of_device(run.device)
     try:
-        chosen = select_backend(run.quant, run.problem, platform)
+        chosen = select_backend(run.variant, run.problem, platform)
     except NoBackendError as e:
-        if run.claim is None and run.case.backend in priority(platform, run.quant):
+        if run.claim is None and run.case.backend in priority(platform, run.variant):
             return failed(f"{run.case.backend} claims this case, but the oracle found "
                           f"nothing: {e}")
         return passed(f"no backend claims it here: {e}")
-    why = backend_reason(chosen.backend, run.quant, run.problem, platform)
+    why = backend_reason(chosen.backend, run.variant, run.problem, platform)
     if why is not None:
         return failed(f"the oracle chose {chosen.name}, which does not claim it: {why}")
-    order = priority(platform, run.quant)
+    order = priority(platform, run.variant)
     mine = run.case.backend
     if run.claim is None and mine in order and order.index(mine) < order.index(chosen.name):
         return failed(f"the oracle passed over {mine}, which claims it and ranks before "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-from moecert.kernels import QuantConfig
+from moecert.kernels import Variant
 from moecert.kernels.oracle import supports_reason
 from moecert.kernels.platform import platform_of_device
 from moecert.reference import moe
@@ -60,7 +60,7 @@ def _structure_unclaimed(run: CaseRun, ckpt, problem) -> str | None:
     None. A synthesized case's structure is its own variant, claimed with the case."""
     if run.case.source is None:
         return None
-    why = supports_reason(run.backend, QuantConfig.of(ckpt), problem,
+    why = supports_reason(run.backend, Variant.of(ckpt), problem,
                           platform_of_device(run.device))
     if why:
         return (f"{run.backend.name} does not claim a synthesized checkpoint of the folder's "
@@ -105,11 +105,11 @@ def check_malformed(run: CaseRun) -> Outcome:
     tensor of its role at index 0, one checkpoint per value: each must be refused with an
     error naming the tensor. A backend that reads one as a number computes with it (E8M0
     0xFF, the NaN block scale and a padding value, taken as 2^128)."""
-    record = run.quant.record
-    tries = [(r, tensor_name(run.quant, "w13", r.role)) for r in record.rejected]
+    record = run.variant.record
+    tries = [(r, tensor_name(run.variant, "w13", r.role)) for r in record.rejected]
     tries = [(r, name) for r, name in tries if name in run.checkpoint.tensors]
     if not tries:
-        return Outcome("skip", f"no rejected value declared for {run.quant.scheme}'s storage "
+        return Outcome("skip", f"no rejected value declared for {run.variant.scheme}'s storage "
                        f"({record.key})")
     refused, faults = [], []
     for rejected, name in tries:

@@ -51,7 +51,7 @@ def structured_inputs(case, audit_device: torch.device | str = "cpu") -> Structu
     dense float64 re-derivation, runs on `audit_device` (on a GPU: milliseconds instead of
     seconds of host time per problem, docs/speed.md)."""
     P = case.problem
-    attrs = Checkpoint(scheme=case.scheme, tensors={}, **case.attrs)
+    attrs = Checkpoint(case.variant, {})  # the case's variant; encode_checkpoint fills it
     _check_shape(attrs, P)
     why = why_not_exact(attrs, P)
     if why:

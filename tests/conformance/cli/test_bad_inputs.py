@@ -15,7 +15,7 @@ import pytest
 from moecert.conformance.cli import app as cli
 from moecert.conformance.harness import checkpoint_cache, memory
 from moecert.conformance.harness.option_values import UsageError
-from moecert.kernels import QuantConfig
+from moecert.kernels import Variant
 from moecert.kernels.native import TorchBackend
 from moecert.kernels.registry import register_backend, unregister_backend
 from moecert.kernels.triton_moe import configs
@@ -252,7 +252,7 @@ class _VariantRecorder(TorchBackend):
         return super().supports(quant, problem, **kw)
 
     def create_layer(self, ckpt, problem):
-        self.given.add(QuantConfig.of(ckpt))
+        self.given.add(Variant.of(ckpt))
         return super().create_layer(ckpt, problem)
 
 
@@ -270,7 +270,7 @@ def test_bench_claims_the_variant_its_checkpoint_has(tmp_path, capsys):
                                 "--run-id", "a"], capsys)
     finally:
         unregister_backend(recorder.name)
-    want = QuantConfig("w4a8-int8", checkpoint_format="gptq")
+    want = Variant("w4a8-int8", checkpoint_format="gptq")
     assert want.sym is True
     assert recorder.asked == {want}, recorder.asked
     assert recorder.given == {want} and code == 0, out + err

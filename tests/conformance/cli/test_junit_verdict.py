@@ -13,6 +13,7 @@ from moecert.conformance.cli import app as cli
 from moecert.conformance.harness import memory, suites
 from moecert.conformance.harness.cases import Case
 from moecert.reference import MoEProblem
+from moecert.reference.schemes import Variant
 
 from ..certification.test_certify import _cases, _patch_suite, _synthetic
 
@@ -54,7 +55,7 @@ def test_no_claimed_case_ran_a_check_fails_in_run_and_report_junit(tmp_path, cap
 def test_a_run_whose_cases_are_all_oversize_fails_in_junit(tmp_path, monkeypatch, capsys,
                                                            in_process):
     monkeypatch.setenv(memory.HOST_MEMORY_VARIABLE, "2G")
-    big = Case("torch", "gptq-int4", MID, attrs={"group_size": 128}).to_json()
+    big = Case("torch", Variant("gptq-int4", group_size=128), MID).to_json()
     code = cli.main(["run", "--case", big, "--results", str(tmp_path), "--device", "cpu",
                      "--junit", str(tmp_path / "run.xml"),
                      *(["--in-process"] if in_process else [])])

@@ -69,7 +69,7 @@ def describing_backends():
 
 def _rows(backend):
     P = MoEProblem(M=5, K=64, N=64, E=3, topk=2)
-    return run_case(Case(backend, "bf16", P, {}, 0), checks=("claims", "accuracy"))
+    return run_case(Case(backend, "bf16", P, 0), checks=("claims", "accuracy"))
 
 
 def test_every_row_of_a_case_carries_the_processed_layers_description(describing_backends):

@@ -223,7 +223,7 @@ def _run(entry: str, variant: str, tensors: dict, attrs: dict) -> None:
         return
     # backends take any object with a checkpoint's attributes (the reference's Checkpoint
     # would refuse some of these corruptions before a backend saw them; a backend's
-    # QuantConfig.of refuses a bad attribute with a VariantError naming it)
+    # Variant.of refuses a bad attribute with a VariantError naming it)
     ckpt = types.SimpleNamespace(scheme=scheme, tensors=tensors, **attrs)
     backend = get_backend(entry)
     with triton_for("cpu"):

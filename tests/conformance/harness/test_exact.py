@@ -18,7 +18,7 @@ import torch
 from moecert.conformance.harness.cases import Case
 from moecert.conformance.harness.exact import NotExact, exactness_violations, structured_inputs
 from moecert.kernels import get_backend
-from moecert.kernels.quant_config import QuantConfig
+from moecert.kernels.quant_config import Variant
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 from moecert.reference import (
     MoEProblem,
@@ -54,22 +54,22 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-def attrs_of(q: QuantConfig) -> dict:
+def attrs_of(q: Variant) -> dict:
     return {k: v for k, v in q.__dict__.items() if k != "scheme" and v is not None}
 
 
-def variant_id(q: QuantConfig) -> str:
+def variant_id(q: Variant) -> str:
     return q.describe().replace(" ", "-")
 
 
-def problem_for(q: QuantConfig, **options) -> MoEProblem:
+def problem_for(q: Variant, **options) -> MoEProblem:
     """M=9, K=64, N=32, E=4, top-2; K and N at least the group size (w2's input is N)."""
     g = q.group_size if q.packed else -1
     base = {"M": 9, "K": max(64, g), "N": max(32, g), "E": 4, "topk": 2}
     return MoEProblem(**{**base, **options})
 
 
-def expect_not_exact(q: QuantConfig, P: MoEProblem) -> str | None:
+def expect_not_exact(q: Variant, P: MoEProblem) -> str | None:
     """What the NotExact message says for the combinations without an exact structure, else
     None: swigluoai's outputs are never the 127 * 2^p amax that makes a dynamic int8 scale
     exact; dynamic e4m3 (fp8-w8a8) units would need 448 * 2^p anchors, not built yet; NVFP4
@@ -127,7 +127,7 @@ TORCH_CASES = [pytest.param(q, name, id=f"{variant_id(q)}-{name}")
 @pytest.mark.parametrize("q, option", TORCH_CASES)
 def test_torch_matches_bitwise(q, option):
     P = problem_for(q, **OPTIONS[option])
-    case = Case("torch", q.scheme, P, attrs_of(q), seed=len(option) + P.K)
+    case = Case("torch", q, P, seed=len(option) + P.K)
     why = expect_not_exact(q, P)
     if why:
         with pytest.raises(NotExact, match=why):
@@ -144,18 +144,18 @@ def triton_runs_here(monkeypatch):
         monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-def _q(scheme: str, **kw) -> QuantConfig:
-    return QuantConfig(**{**QuantConfig.defaults(scheme).__dict__, **kw})
+def _q(scheme: str, **kw) -> Variant:
+    return Variant(**{**Variant.defaults(scheme).__dict__, **kw})
 
 
 _OPTION_CYCLE = ["silu", "bias-relu2", "fp16-gelu-bias", "bias-swigluoai", "expert-map",
                  "router-on-input", "batched", "swigluoai-split-fp16"]
 
 
-def _exact_default(scheme: str) -> QuantConfig | None:
+def _exact_default(scheme: str) -> Variant | None:
     """The scheme's default, or its static variant where dynamic e4m3 has no structure; None
     for a scheme with dynamic e4m3 activations only (w4a8-fp8: no exact structure yet)."""
-    q = QuantConfig.defaults(scheme)
+    q = Variant.defaults(scheme)
     if q.info.activation_element == "e4m3" and q.activation != "static-tensor":
         if "static-tensor" not in q.info.activation_modes:
             return None
@@ -194,7 +194,7 @@ def test_triton_matches_bitwise(q, option, triton_runs_here):
     if expect_not_exact(q, P):
         P = replace(P, activation="silu")
     assert get_backend("triton").supports(q, P) is None
-    check_bitwise("triton", Case("triton", q.scheme, P, attrs_of(q), seed=3))
+    check_bitwise("triton", Case("triton", q, P, seed=3))
 
 
 # edge shapes: no token, one token, a row block and one more row, K and N off the tile
@@ -218,11 +218,11 @@ def test_edge_shapes_match_bitwise(scheme, attrs, shape, routing, backend, reque
     if backend == "triton":
         request.getfixturevalue("triton_runs_here")
     P = MoEProblem(**{"M": 9, "K": 64, "N": 32, "E": 4, "topk": 2, **shape})
-    check_bitwise(backend, Case(backend, scheme, P, attrs, seed=7, routing=routing))
+    check_bitwise(backend, Case(backend, Variant(scheme, **attrs), P, seed=7, routing=routing))
 
 
 XPU_CASES = [
-    (QuantConfig.defaults("gptq-int4"), "silu"),
+    (Variant.defaults("gptq-int4"), "silu"),
     (_q("gptq-int4", group_size=32, checkpoint_format="gptq_v2"), "bias-swigluoai"),
     (_q("gptq-int4", group_size=64), "router-on-input"),
     (_q("ct-int4", group_size=-1), "fp16-gelu-bias"),
@@ -235,7 +235,7 @@ XPU_CASES = [
 def test_xpu_matches_bitwise(q, option):
     P = problem_for(q, **OPTIONS[option])
     assert get_backend("xpu").supports(q, P) is None
-    check_bitwise("xpu", Case("xpu", q.scheme, P, attrs_of(q), seed=5))
+    check_bitwise("xpu", Case("xpu", q, P, seed=5))
 
 
 # --- the tier can fail ------------------------------------------------------------------------
@@ -293,12 +293,12 @@ def _busy_expert(s, P: MoEProblem) -> int:
 
 MUTATIONS = {"weight-code": _perturb_one_code, "w1-w3-scales-swapped": _swap_w1_w3_scales,
              "bias-dropped": _drop_bias}
-FAIL_SCHEMES = [QuantConfig.defaults("gptq-int4"), _q("gptq-int4", sym=False, group_size=32),
-                QuantConfig.defaults("awq-int4"), QuantConfig.defaults("fp8-w8a16"),
-                QuantConfig.defaults("int8-w8a8"), _q("mxfp8", activation="mxfp8"),
-                QuantConfig.defaults("mxfp4"),
+FAIL_SCHEMES = [Variant.defaults("gptq-int4"), _q("gptq-int4", sym=False, group_size=32),
+                Variant.defaults("awq-int4"), Variant.defaults("fp8-w8a16"),
+                Variant.defaults("int8-w8a8"), _q("mxfp8", activation="mxfp8"),
+                Variant.defaults("mxfp4"),
                 _q("fp8-w8a8", weight_strategy="tensor", activation="static-tensor"),
-                QuantConfig.defaults("bf16")]
+                Variant.defaults("bf16")]
 
 
 @pytest.mark.parametrize("q, mutation", [
@@ -308,7 +308,7 @@ def test_a_wrong_weight_scale_or_bias_fails_bitwise(q, mutation):
     """A backend that reads one code, the w1/w3 scales or the bias wrongly is caught: the
     backend runs the mutated checkpoint, the reference the true one."""
     P = problem_for(q, bias=True)
-    s = structured_inputs(Case("torch", q.scheme, P, attrs_of(q), seed=11))
+    s = structured_inputs(Case("torch", q, P, seed=11))
     want = reference(s, P)
     assert first_difference(run("torch", s, P), want) is None
     wrong = MUTATIONS[mutation](s, P)
@@ -317,13 +317,13 @@ def test_a_wrong_weight_scale_or_bias_fails_bitwise(q, mutation):
 
 # --- what the structure guarantees ------------------------------------------------------------
 
-OBSERVED = [(QuantConfig.defaults("gptq-int4"), "silu"), (_q("int8-w8a8"), "bias-relu2"),
+OBSERVED = [(Variant.defaults("gptq-int4"), "silu"), (_q("int8-w8a8"), "bias-relu2"),
             (_q("int8-w8a8", activation="dynamic-tensor"), "fp16-gelu-bias"),
-            (QuantConfig.defaults("fp8-w8a16"), "bias-swigluoai"),
+            (Variant.defaults("fp8-w8a16"), "bias-swigluoai"),
             (_q("mxfp8", activation="mxfp8"), "expert-map"),
             (_q("mxfp4", activation="mxfp8"), "bias-swigluoai"),
             (_q("ct-int4", act_order=True, group_size=32, sym=False), "batched"),
-            (QuantConfig.defaults("bf16"), "router-on-input")]
+            (Variant.defaults("bf16"), "router-on-input")]
 
 
 @pytest.mark.parametrize("q, option", [pytest.param(q, o, id=f"{variant_id(q)}-{o}")
@@ -332,7 +332,7 @@ def test_structure_is_observable(q, option):
     """Dense outputs, every x column and every intermediate column read by some weight row,
     every local expert receiving tokens and changing the output."""
     P = problem_for(q, **OPTIONS[option])
-    s = structured_inputs(Case("torch", q.scheme, P, attrs_of(q), seed=2))
+    s = structured_inputs(Case("torch", q, P, seed=2))
     want = reference(s, P)
     W = dequantize(s.checkpoint)
     assert (W["w13"] != 0).any(dim=1).all(), "an x column no w13 row reads"
@@ -359,8 +359,8 @@ def test_structure_is_observable(q, option):
 
 
 def test_same_seed_same_structure_other_seed_other_structure():
-    P = problem_for(QuantConfig.defaults("gptq-int4"), bias=True)
-    case = Case("torch", "gptq-int4", P, {"sym": False}, seed=4)
+    P = problem_for(Variant.defaults("gptq-int4"), bias=True)
+    case = Case("torch", Variant("gptq-int4", sym=False), P, seed=4)
     a, b, c = (structured_inputs(replace(case, seed=s)) for s in (4, 4, 5))
     for name, t in a.checkpoint.tensors.items():
         assert torch.equal(t, b.checkpoint.tensors[name]), name
@@ -376,7 +376,7 @@ def test_checkpoint_is_in_the_formats_storage_layout(q):
     """The same tensor names, dtypes and shapes as the format's producer (synthesize) writes."""
     P = problem_for(q, bias=True)
     attrs = attrs_of(q)
-    s = structured_inputs(Case("torch", q.scheme, P, attrs, seed=0))
+    s = structured_inputs(Case("torch", Variant(q.scheme, **attrs), P, seed=0))
     real = synthesize(q.scheme, P, seed=0, **attrs)
     layout = {n: (t.dtype, tuple(t.shape)) for n, t in real.tensors.items()}
     assert {n: (t.dtype, tuple(t.shape)) for n, t in s.checkpoint.tensors.items()} == layout
@@ -395,7 +395,7 @@ def test_the_audit_flags_inexact_inputs():
     """exactness_violations is what structured_inputs promises; it must be able to say no."""
     q = _q("int8-w8a8", activation="dynamic-token")
     P = problem_for(q, bias=True)
-    s = structured_inputs(Case("torch", q.scheme, P, attrs_of(q), seed=1))
+    s = structured_inputs(Case("torch", q, P, seed=1))
     assert exactness_violations(s, P) == []
     # x scaled by 3/2: the int8 amax is no longer 127 * 2^p
     assert any("q1 input" in m for m in exactness_violations(replace(s, x=s.x * 1.5), P))
@@ -403,7 +403,7 @@ def test_the_audit_flags_inexact_inputs():
     small = replace(s, x=s.x * 2.0**-6)
     assert any("gates outside" in m for m in exactness_violations(small, P))
     # a random checkpoint and random inputs are not exact
-    P16 = problem_for(QuantConfig.defaults("bf16"))
+    P16 = problem_for(Variant.defaults("bf16"))
     ckpt = synthesize("bf16", P16, seed=0)
     x, w, ids = make_inputs(P16, seed=0)
     assert exactness_violations(type(s)(ckpt, x, w, ids), P16)
@@ -425,7 +425,7 @@ def rounded_before_top_k_sum(s, P: MoEProblem) -> torch.Tensor:
 
 
 ROUNDING = [(q, activation, dtype, topk)
-            for q in (QuantConfig.defaults("bf16"), QuantConfig.defaults("mxfp4"),
+            for q in (Variant.defaults("bf16"), Variant.defaults("mxfp4"),
                       _q("gptq-int4", sym=False, group_size=32))
             for activation in ("swigluoai", "relu2")
             for dtype, topk in (("bf16", 2), ("fp16", 4))]
@@ -439,7 +439,7 @@ def test_rounding_each_expert_output_changes_nothing(q, activation, dtype, topk)
     relu2's squares and swigluoai's 7 (u + 1), where a weight 3 * 2^q or a bias would need
     more bits than bf16 holds)."""
     P = problem_for(q, activation=activation, dtype=dtype, topk=topk, bias=True, M=17)
-    s = structured_inputs(Case("torch", q.scheme, P, attrs_of(q), seed=topk))
+    s = structured_inputs(Case("torch", q, P, seed=topk))
     assert (s.checkpoint.tensors["w2_bias"] != 0).float().mean() > 0.5
     assert first_difference(rounded_before_top_k_sum(s, P), reference(s, P)) is None
 
@@ -448,9 +448,9 @@ def test_the_audit_flags_expert_outputs_the_dtype_cannot_hold(monkeypatch):
     """An expert output with bits below the activation dtype's mantissa is a violation, alone
     (every fp32 condition still holds): the w2 biases of a busy expert set to 2^-7, and the
     structure built without fitting w2 to the dtype (as before)."""
-    q = QuantConfig.defaults("mxfp4")
+    q = Variant.defaults("mxfp4")
     P = problem_for(q, activation="swigluoai", bias=True, topk=4, M=17)
-    case = Case("torch", q.scheme, P, attrs_of(q), seed=1)
+    case = Case("torch", q, P, seed=1)
     s = structured_inputs(case)
     assert exactness_violations(s, P) == []
     tensors = dict(s.checkpoint.tensors)

@@ -15,6 +15,7 @@ from moecert.conformance.harness.cases import Case
 from moecert.conformance.harness.checks import LIGHT
 from moecert.conformance.harness.schedule import case_need
 from moecert.reference import MoEProblem
+from moecert.reference.schemes import Variant
 from moecert.reports import load
 from moecert.reports.store import _frame
 
@@ -57,7 +58,7 @@ def test_an_oom_kill_counted_by_the_kernel_is_out_of_memory(monkeypatch):
 @pytest.mark.parametrize("in_process", [False, True], ids=["workers", "in-process"])
 def test_a_case_larger_than_the_machine_is_not_run(tmp_path, monkeypatch, capsys, in_process):
     monkeypatch.setenv(memory.HOST_MEMORY_VARIABLE, "2G")
-    big = Case("torch", "gptq-int4", MID, attrs={"group_size": 128}).to_json()
+    big = Case("torch", Variant("gptq-int4", group_size=128), MID).to_json()
     small = Case("torch", "bf16", MoEProblem(M=1, K=128, N=128, E=4, topk=2)).to_json()
     code = cli.main(["run", "--case", big, "--case", small, "--check", "claims", "--results",
                      str(tmp_path), "--device", "cpu", *(["--in-process"] if in_process else [])])

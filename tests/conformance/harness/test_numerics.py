@@ -21,7 +21,7 @@ from moecert.conformance.harness.numerics import (
 from moecert.conformance.harness.suites import build_suite
 from moecert.conformance.mutants import FLAGGED, MUTANTS, make_backend
 from moecert.conformance.mutants.legit import MarlinScalesTwin
-from moecert.kernels import QuantConfig, register_backend
+from moecert.kernels import Variant, register_backend
 from moecert.kernels.registry import unregister_backend
 from moecert.reference import MoEProblem, dequantize, make_inputs, moe, synthesize
 from moecert.reference.schemes import get_scheme
@@ -52,7 +52,7 @@ def test_a_declaration_the_harness_cannot_read_is_an_error_naming_it(value, matc
 
 def test_no_hook_declares_nothing_and_what_the_scheme_says_is_dropped():
     assert declared(object(), None) == {}
-    quant = QuantConfig.of("bf16")
+    quant = Variant.of("bf16")
     # bf16 has no float weight scales, and "none" is its own activation mode
     assert effective({"activation": "none", "weight_scale_dtype": "bfloat16"}, quant) == {}
     assert describe({"weight_scale_dtype": "bfloat16", "activation": "dynamic-token"}) == \
@@ -78,7 +78,7 @@ def test_weight_scale_dtype_rounds_the_scales_and_nothing_else():
 def test_int4_run_with_int8_activations_is_read_as_w4a8(scheme, attrs):
     ckpt = synthesize(scheme, P, seed=2, **attrs)
     numerics = {"activation": "dynamic-token"}
-    assert reading_scheme(QuantConfig.of(ckpt), numerics) == ("w4a8-int8", "dynamic-token")
+    assert reading_scheme(Variant.of(ckpt), numerics) == ("w4a8-int8", "dynamic-token")
     read = reading(ckpt, numerics)
     assert (read.scheme, read.activation) == ("w4a8-int8", "dynamic-token")
     # the same weights (compressed-tensors rewritten as gptq_v2 codes, scales, zeros, g_idx)
@@ -116,7 +116,7 @@ def test_bias_after_rounding_is_gpt_oss_definition_of_the_biased_linear():
     got = moe(read, x, w, ids, P1)
     assert float(got[0, 0]) == float(openai[0]) == 24.0
     assert float(moe(ckpt, x, w, ids, P1)[0, 0]) == 24.125  # one rounding: not gpt-oss's
-    assert describe(effective({"bias_after_rounding": True}, QuantConfig.of(ckpt))) == \
+    assert describe(effective({"bias_after_rounding": True}, Variant.of(ckpt))) == \
         "bias_after_rounding=True"
     # with the weights dequantized too (the transformers MXFP4 gpt-oss layer) it stays set
     assert reading(ckpt, {"bias_after_rounding": True,
@@ -264,7 +264,7 @@ def test_a_scheme_run_with_16_bit_activations_is_read_as_itself(scheme, attrs):
     was taken as fp8-w8a16's: "weight_strategy ... found 'group'")."""
     ckpt = synthesize(scheme, P, seed=2, **attrs)
     numerics = {"activation": "none"}
-    assert reading_scheme(QuantConfig.of(ckpt), numerics) == (scheme, "none")
+    assert reading_scheme(Variant.of(ckpt), numerics) == (scheme, "none")
     read = reading(ckpt, numerics)
     assert (read.scheme, read.activation) == (scheme, "none")
     for p in ("w13", "w2"):

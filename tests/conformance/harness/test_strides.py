@@ -12,6 +12,7 @@ from moecert.conformance.harness.context import CaseRun
 from moecert.conformance.harness.execute import run_case
 from moecert.conformance.harness.strides import restrided
 from moecert.reference import SCHEME_NAMES, MoEProblem
+from moecert.reference.schemes import Variant
 
 PROBLEM = MoEProblem(M=5, K=128, N=128, E=3, topk=2)
 # every scheme's default, and the variants that add tensors (zero points, g_idx, input scales)
@@ -40,14 +41,15 @@ def test_restrided_keeps_values_and_changes_the_layout(t):
 @pytest.mark.parametrize("scheme, attrs", VARIANTS,
                          ids=[s + "".join(f"-{k}" for k in a) for s, a in VARIANTS])
 def test_a_strided_case_hands_over_every_tensor_non_contiguous(scheme, attrs):
-    run = CaseRun(Case("torch", scheme, replace(PROBLEM, bias=True), attrs, strided=True))
+    run = CaseRun(Case("torch", Variant(scheme, **attrs), replace(PROBLEM, bias=True),
+                       strided=True))
     contiguous = [name for name, t in run.watched_tensors().items() if t.is_contiguous()]
     assert not contiguous
 
 
 def test_a_strided_case_holds_the_values_of_the_contiguous_one():
-    plain = CaseRun(Case("torch", "gptq-int4", replace(PROBLEM, bias=True),
-                         {"sym": False, "act_order": True}))
+    plain = CaseRun(Case("torch", Variant("gptq-int4", sym=False, act_order=True),
+                         replace(PROBLEM, bias=True)))
     strided = CaseRun(replace(plain.case, strided=True)).watched_tensors()
     assert strided.keys() == plain.watched_tensors().keys()
     for name, t in plain.watched_tensors().items():

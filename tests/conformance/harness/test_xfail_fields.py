@@ -11,6 +11,7 @@ import pytest
 from moecert.conformance.harness.cases import Case
 from moecert.conformance.harness.xfail import XfailList
 from moecert.reference import MoEProblem
+from moecert.reference.schemes import Variant
 
 HARNESS = Path(__file__).resolve().parents[3] / "conformance" / "harness"
 EXPECT = 'backend = "v"\nchecks = ["accuracy"]\nstatus = ["fail"]\nmessage = "m"\n'
@@ -28,7 +29,7 @@ def _list(tmp_path, fields: str) -> XfailList:
 
 
 def _case(scheme="gptq-int4", M=4, **attrs) -> Case:
-    return Case("v", scheme, MoEProblem(M=M, K=128, N=64, E=4, topk=2), attrs)
+    return Case("v", Variant(scheme, **attrs), MoEProblem(M=M, K=128, N=64, E=4, topk=2))
 
 
 def test_a_variant_field_matches_the_resolved_variant_not_the_id(tmp_path):

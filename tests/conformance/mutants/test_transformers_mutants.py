@@ -40,7 +40,7 @@ def _rows(backend: str, checks: tuple[str, ...] | None) -> tuple:
 
 def _case(row):
     case = Case.from_json(row["case_json"])
-    return case.quant, case.problem
+    return case.variant, case.problem
 
 
 def _key(row) -> tuple[str, str]:

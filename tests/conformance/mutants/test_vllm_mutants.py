@@ -38,7 +38,7 @@ def _rows(backend: str, schemes: tuple[str, ...], checks: tuple[str, ...] | None
 
 def _case(row):
     case = Case.from_json(row["case_json"])
-    return case.quant, case.problem
+    return case.variant, case.problem
 
 
 def _key(row) -> tuple[str, str]:

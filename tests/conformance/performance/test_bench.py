@@ -12,7 +12,7 @@ from moecert.conformance.cli.app import main
 from moecert.conformance.performance import bench
 from moecert.conformance.performance.marlin_peer import MarlinPeer, marlin_runs
 from moecert.conformance.performance.timing import Clock
-from moecert.kernels import QuantConfig
+from moecert.kernels import Variant
 from moecert.kernels.native import TorchBackend
 from moecert.kernels.registry import register_backend, unregister_backend
 from moecert.reference import MoEProblem, random_checkpoint
@@ -221,7 +221,7 @@ def test_marlin_is_a_ratio_column_where_it_runs(tmp_path):
 
     def timer(ops, E, K, N, topk, M, quant, bias):  # time_marlin_w4's us, a noisy median
         calls.append(M)
-        assert quant == QuantConfig.defaults("gptq-int4") and not bias
+        assert quant == Variant.defaults("gptq-int4") and not bias
         return (70.0, 50.0, 90.0)[len(calls) % 3 - 1] * M
 
     plan = bench.Plan("cpu", ("torch",), ("gptq-int4", "bf16"),
@@ -233,10 +233,10 @@ def test_marlin_is_a_ratio_column_where_it_runs(tmp_path):
     assert marlin["torch/gptq-int4/tiny/M2/apply"] == 100e-6
     assert math.isnan(marlin["torch/bf16/tiny/M1/apply"])
     assert calls == [1, 1, 1, 2, 2, 2]  # the fastest of three, once per shape and M
-    quant = QuantConfig.defaults("gptq-int4")
+    quant = Variant.defaults("gptq-int4")
     assert marlin_runs(quant, MoEProblem(M=1, K=256, N=256, E=4, topk=2))
     assert not marlin_runs(quant, MoEProblem(M=1, K=256, N=256, E=4, topk=2, dtype="fp16"))
-    assert not marlin_runs(QuantConfig.defaults("awq-int4"),
+    assert not marlin_runs(Variant.defaults("awq-int4"),
                            MoEProblem(M=1, K=256, N=256, E=4, topk=2))
 
 
