@@ -244,10 +244,14 @@ class LayerStage:
         stored = self.layer.get(f"{p}_w") if self.layer.has(f"{p}_w") else None
         planed = (self.layer.quant.info.element == "e2m1"
                   and self.layer.meta.get(f"{p}_nib_span", 0))
+        # and the plane scales out of their words (layout.scale_words, the default)
+        scales = self.layer.get(f"{p}_s") if planed else None
         if planed:
-            from .backend import _stored_fp4
+            from .backend import _stored_fp4, _stored_fp4_scales
 
             self.layer.put(f"{p}_w", _stored_fp4(self.layer, p))
+            if scales.dim() == 4:
+                self.layer.put(f"{p}_s", _stored_fp4_scales(self.layer, p))
         try:
             for e in torch.unique(self.ids).tolist():
                 rows = (self.ids == e).nonzero().flatten()
@@ -256,6 +260,7 @@ class LayerStage:
         finally:
             if planed:
                 self.layer.put(f"{p}_w", stored)
+                self.layer.put(f"{p}_s", scales)
         if gemm == 2:
             out *= self.router.to(torch.float64).abs()[:, None]
         return out

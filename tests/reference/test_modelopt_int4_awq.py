@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from moecert.conformance.cli.app import main
 from moecert.reference import CheckpointError, dequantize, load_checkpoint, moe
+from moecert.reference.schemes import Variant
 from safetensors.torch import load_file, save_file
 
 FOLDER = Path(__file__).parents[1] / "fixtures" / "checkpoints" / "modelopt-int4-awq-qwen3moe"
@@ -36,7 +37,8 @@ def _plain_weight(t: dict, base: str) -> torch.Tensor:
 def test_the_fixture_is_read_as_modelopt_int4_awq():
     (layer,) = load_checkpoint(FOLDER)
     assert (layer.scheme, layer.producer) == ("modelopt-int4-awq", "modelopt")
-    assert layer.variant == {"group_size": 128, "sym": True, "activation": "none"}
+    assert layer.variant == Variant("modelopt-int4-awq", group_size=128, sym=True,
+                                    activation="none")
 
 
 def test_moecert_reads_the_weights_and_pre_quant_scales_as_plain_torch_does():
