@@ -164,9 +164,9 @@ class VllmBackend:
             return why
         return self._claim(Variant.of(variant), _shape_key(problem), problem)
 
-    def chosen(self, scheme, problem) -> str:
+    def chosen(self, variant: Variant, problem) -> str:
         """vLLM's oracle's choice for the case: "BACKEND (ExpertsClass)"."""
-        return self._selection(Variant.of(scheme), _shape_key(problem), problem)[1]
+        return self._selection(Variant.of(variant), _shape_key(problem), problem)[1]
 
     def _claim(self, quant, key, problem) -> str | None:
         return self._selection(quant, key, problem)[0]

@@ -68,10 +68,7 @@ def sweep(case, device: str) -> list[dict]:
         try:
             ckpt = reading(raw, numerics)
             ref = moe(ckpt, x, w, ids, run.problem, expert_num_tokens=counts)
-            m = error_metrics(output, ref)
-            rows.append({"case_id": case.case_id, "reading": name,
-                         "rel_fro": float(m["rel_fro"]), "cosine": float(m["cosine"]),
-                         "norm_ratio": float(m["norm_ratio"])})
+            rows.append(_row(case, name, error_metrics(output, ref)))
         except Exception as e:  # a reading the scheme table does not hold for this case
             rows.append({"case_id": case.case_id, "reading": name, "error":
                          f"{type(e).__name__}: {str(e)[:100]}"})
@@ -85,6 +82,11 @@ def sweep(case, device: str) -> list[dict]:
         fields["a1_scale"] = None if a1 is None else tuple(a1.shape)
         print(f"{case.case_id}: {run.backend_detail}; engine quant config {fields}")
     return rows
+
+
+def _row(case, reading: str, metrics) -> dict:
+    return {"case_id": case.case_id, "reading": reading, "rel_fro": float(metrics["rel_fro"]),
+            "cosine": float(metrics["cosine"]), "norm_ratio": float(metrics["norm_ratio"])}
 
 
 def _planted_bugs(case, output, device: str) -> list[dict]:
@@ -104,10 +106,7 @@ def _planted_bugs(case, output, device: str) -> list[dict]:
         try:
             register_mutants([m.name])
             bugged = CaseRun(replace(case, backend=m.name), device).output
-            got = error_metrics(output, bugged.to(torch.float64))
-            rows.append({"case_id": case.case_id, "reading": name,
-                         "rel_fro": float(got["rel_fro"]), "cosine": float(got["cosine"]),
-                         "norm_ratio": float(got["norm_ratio"])})
+            rows.append(_row(case, name, error_metrics(output, bugged.to(torch.float64))))
         except Exception as e:  # the bug's backend does not take this case
             rows.append({"case_id": case.case_id, "reading": name,
                          "error": f"{type(e).__name__}: {str(e)[:100]}"})

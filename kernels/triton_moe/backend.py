@@ -84,9 +84,7 @@ class TritonBackend(BaseBackend):
         plain = {f"{p}_q": _stored_int4(layer, p) for p in PREFIXES
                  if layer.has(f"{p}_q") and layer.get(f"{p}_q").dim() == 5}
         if layer.quant.info.element == "e2m1":
-            plain = {f"{p}_w": _stored_fp4(layer, p) for p in PREFIXES}
-            plain.update({f"{p}_s": _stored_fp4_scales(layer, p) for p in PREFIXES
-                          if layer.get(f"{p}_s").dim() == 4})
+            plain = {k: t for p in PREFIXES for k, t in stored_fp4_tensors(layer, p).items()}
         exported = export_canonical(layer, plain)
         if _scales_moved_to_activations(layer.quant.info):
             for p, gscale in (("w13", "a1_gscale"), ("w2", "a2_gscale")):
@@ -278,6 +276,16 @@ def _stored_fp4(layer: MoELayer, p: str) -> torch.Tensor:
         q = layout.untile_weights(q)
     span = layer.meta.get(f"{p}_nib_span", 0)
     return layout.unplane_nibbles(q, span) if span else q
+
+
+def stored_fp4_tensors(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
+    """Linear `p`'s e2m1 codes, and its block scales where they are in words, in the
+    checkpoint's order: what reading the layer as the torch backend does needs in their place
+    (canonical_weights, the tuner's bound)."""
+    out = {f"{p}_w": _stored_fp4(layer, p)}
+    if layer.get(f"{p}_s").dim() == 4:  # layout.scale_words
+        out[f"{p}_s"] = _stored_fp4_scales(layer, p)
+    return out
 
 
 def _stored_fp4_scales(layer: MoELayer, p: str) -> torch.Tensor:

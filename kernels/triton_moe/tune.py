@@ -241,26 +241,23 @@ class LayerStage:
         out = torch.zeros(self.n, self.shape(gemm)[0], dtype=torch.float64, device=a.device)
         # e2m1 codes in the Triton backend's planes and tiles: the checkpoint's order for
         # the torch backend's dequantization, for the time of this bound
-        stored = self.layer.get(f"{p}_w") if self.layer.has(f"{p}_w") else None
         planed = (self.layer.quant.info.element == "e2m1"
                   and self.layer.meta.get(f"{p}_nib_span", 0))
-        # and the plane scales out of their words (layout.scale_words, the default)
-        scales = self.layer.get(f"{p}_s") if planed else None
+        kept = {}
         if planed:
-            from .backend import _stored_fp4, _stored_fp4_scales
+            from .backend import stored_fp4_tensors
 
-            self.layer.put(f"{p}_w", _stored_fp4(self.layer, p))
-            if scales.dim() == 4:
-                self.layer.put(f"{p}_s", _stored_fp4_scales(self.layer, p))
+            for name, t in stored_fp4_tensors(self.layer, p).items():
+                kept[name] = self.layer.get(name)
+                self.layer.put(name, t)
         try:
             for e in torch.unique(self.ids).tolist():
                 rows = (self.ids == e).nonzero().flatten()
                 w = dequantize_expert(self.layer, p, e).to(torch.float64).abs()
                 out[rows] = a[rows_a[rows]].abs() @ w.T
         finally:
-            if planed:
-                self.layer.put(f"{p}_w", stored)
-                self.layer.put(f"{p}_s", scales)
+            for name, t in kept.items():
+                self.layer.put(name, t)
         if gemm == 2:
             out *= self.router.to(torch.float64).abs()[:, None]
         return out

@@ -1,13 +1,19 @@
 """Fixtures for backend tests: the Triton backend on a CPU, through the interpreter; a guard
-that refuses host synchronization (the CPU stand-in for a CUDA graph capture)."""
+that refuses host synchronization (the CPU stand-in for a CUDA graph capture). The folder is
+put on sys.path, so that the test modules import what they share (`_gemm`: a helper module,
+no tests) by name."""
 
 from __future__ import annotations
 
 import contextlib
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,9 @@ from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
 
+from _gemm import run_moe_gemm  # noqa: E402
 from moecert.kernels.triton_moe import configs, gemm_kernel, kinds, layout  # noqa: E402
 from moecert.kernels.triton_moe import fused_moe as fm  # noqa: E402
-from moecert.kernels.triton_moe.align import align_assignments  # noqa: E402
 from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
 from moecert.reference import MoEProblem, make_inputs, synthesize  # noqa: E402
 
@@ -36,12 +36,7 @@ def _interpreter(monkeypatch):
 
 
 def _run(weights, a, ids, config):
-    sorted_ids, block_expert, num_padded = align_assignments(ids, E, config["BLOCK_M"],
-                                                             n=ids.numel())
-    c = torch.empty(ids.numel(), weights["N"], dtype=torch.float32)
-    fm.moe_gemm(a, None, None, weights, c, sorted_ids, block_expert, num_padded, None,
-                a_row_div=TOPK, act=kinds.A16, config=config)
-    return c
+    return run_moe_gemm(weights, a, ids, config, E, TOPK)
 
 
 @pytest.mark.parametrize(("scale", "dtype", "words"), [

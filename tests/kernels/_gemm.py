@@ -1,0 +1,21 @@
+"""What the kernel tests share (a helper module, no tests: tests/kernels/conftest.py puts this
+folder on sys.path)."""
+
+from __future__ import annotations
+
+
+def run_moe_gemm(weights, a, ids, config, experts: int, topk: int):
+    """One launch of the fused GEMM on `weights` (a `fused_moe` weight description) over the
+    rows of `a` routed by the flat expert ids `ids`, 16-bit activations: the float32 result
+    [len(ids), N]. fused_moe is imported here, at the call: the test module decided first
+    whether its kernels are interpreted."""
+    import torch
+    from moecert.kernels.triton_moe import fused_moe, kinds
+    from moecert.kernels.triton_moe.align import align_assignments
+
+    sorted_ids, block_expert, num_padded = align_assignments(ids, experts, config["BLOCK_M"],
+                                                             n=ids.numel())
+    c = torch.empty(ids.numel(), weights["N"], dtype=torch.float32)
+    fused_moe.moe_gemm(a, None, None, weights, c, sorted_ids, block_expert, num_padded, None,
+                       a_row_div=topk, act=kinds.A16, config=config)
+    return c
