@@ -3,7 +3,8 @@ the reductions of the failures moecert's GPU gate found on vLLM 0.25.1 (docs/gpu
 2026-11-29 11:32), each printed with the readings it is compared against so that a reader can
 tell a legitimate other reading from a defect.
 
-    python gpu_reduce.py [fp8-block] [bias] [nvfp4] [ops]     # on a CUDA machine with vLLM
+    python gpu_reduce.py [fp8-block] [bias] [nvfp4] [ops] [int8] [fp8-tensor] [router]
+                                                       # on a CUDA machine with vLLM
 
 Each layer is built as vLLM's model loader builds it: the quant config of a checkpoint's
 quantization_config, the MoE layer factory, per-expert tensors through the runner's
@@ -22,6 +23,12 @@ same stored tensors; gate/up and silu(gate) * up are rounded to the activation d
   and the scales' largest relative difference.
 - bias: unquantized experts with expert biases, bf16 and fp16 (moecert: every Triton scheme
   failed at fp16 with biases, rel_fro 0.17, where vLLM 0.32 on the CPU passes).
+- int8: Quark int8 W8A8 (weights per channel or per tensor, activations per token or one
+  static scale) through vLLM's fused_moe Triton kernel, against the file's scales and
+  against a kernel that reads the weight scales by the activations' granularity.
+- fp8-tensor: vLLM's fp8 with per-tensor weights and dynamic activations at N = 32 / 48 / 128.
+- router: the router weight on the input, top-1, on Marlin (MXFP8) and Triton (bf16), against
+  the weight applied once to the input and applied again to GEMM1's output.
 - nvfp4: a ModelOpt NVFP4 file on a GPU without FP4 tensor cores (Marlin, 16-bit
   activations), gate and up with equal and with different `weight_scale_2`, against both the
   per-shard reading and the one where up takes gate's global scale; and top-1 with the router
@@ -93,9 +100,12 @@ def routing(M, K, dtype=torch.bfloat16, topk=TOPK, seed=1):
 
 
 def reference(dense, x, w, ids, K, q1=None, q2=None, dtype=torch.bfloat16, fp32_silu=False,
-              router_on_input=False):
+              router_on_input=False, round_expert=False, router_twice=False):
     """dense[(e, proj)]: float64 [out, in]; dense[(e, proj, "b")]: a bias. q1 / q2: each
-    GEMM's input quantize-dequantize (None: unquantized)."""
+    GEMM's input quantize-dequantize (None: unquantized). round_expert: each weighted expert
+    output rounded to dtype before the sum (a GEMM2 epilogue that stores per assignment);
+    router_twice: with router_on_input, the weight applied to the input and again to GEMM1's
+    output."""
     q1, q2 = q1 or (lambda t: t), q2 or (lambda t: t)
 
     def rnd(t):
@@ -107,20 +117,40 @@ def reference(dense, x, w, ids, K, q1=None, q2=None, dtype=torch.bfloat16, fp32_
             e, wt = int(ids[t, j]), w[t, j].double()
             xt = x[t:t + 1].double()
             if router_on_input:
-                xt = rnd(xt * wt)
+                xt = rnd(xt * rnd(wt))
             xt = q1(xt)
             h = []
             for proj in ("gate_proj", "up_proj"):
                 o = xt @ dense[(e, proj)].T
                 if (e, proj, "b") in dense:
                     o = o + dense[(e, proj, "b")]
-                h.append(rnd(o))
+                h.append(rnd(o * wt if router_twice else o))
             a = torch.nn.functional.silu(h[0]) * h[1]
             a = q2(a if fp32_silu else rnd(a))
             o = a @ dense[(e, "down_proj")].T
             if (e, "down_proj", "b") in dense:
                 o = o + dense[(e, "down_proj", "b")]
-            y[t] += (1.0 if router_on_input else wt) * o[0]
+            o = (1.0 if router_on_input else wt) * o[0]
+            y[t] += rnd(o) if round_expert else o
+    return y
+
+
+def per_tensor_reference(dense, x, w, ids, K, quant, dtype=torch.bfloat16):
+    """As `reference`, with each GEMM's input quantized by one scale over the whole tensor:
+    x for GEMM1, every assignment's silu(gate) * up for GEMM2 (a dynamic per-tensor scale)."""
+    def rnd(t):
+        return t.to(dtype).double()
+    xq = quant(x.double())
+    pairs = [(t, j) for t in range(x.shape[0]) for j in range(ids.shape[1])]
+    inter = []
+    for t, j in pairs:
+        e = int(ids[t, j])
+        h = [rnd(xq[t:t + 1] @ dense[(e, p)].T) for p in ("gate_proj", "up_proj")]
+        inter.append(rnd(torch.nn.functional.silu(h[0]) * h[1]))
+    aq = quant(torch.cat(inter))
+    y = torch.zeros(x.shape[0], K, dtype=torch.float64)
+    for i, (t, j) in enumerate(pairs):
+        y[t] += w[t, j].double() * (aq[i:i + 1] @ dense[(int(ids[t, j]), "down_proj")].T)[0]
     return y
 
 
@@ -318,13 +348,212 @@ def nvfp4():
     experts = build(d, "modelopt_fp4", K, N, weights, topk=1, router_on_input=True)
     x, w, ids = routing(9, K, topk=1)
     out, kernel = forward(experts, x, w, ids)
-    print(f"  router weight on the input, top-1, M=9 {kernel:22s} vs applied to the input "
-          f"{rel(out, reference(dense, x, w, ids, K, router_on_input=True)):.3e}, vs to the "
-          f"output {rel(out, reference(dense, x, w, ids, K)):.3e}, vs not applied "
-          f"{rel(out, reference(dense, x, torch.ones_like(w), ids, K)):.3e}")
+    router_on_input_readings("nvfp4", experts, dense, K)
 
 
-STEPS = {"fp8-block": fp8_block, "ops": ops_check, "bias": bias, "nvfp4": nvfp4}
+def router_on_input_readings(label, experts, dense, K):
+    """Top-1 with the router weight on the input, against where the weight goes: the prepare
+    step's x * r (every vLLM modular prepare), and that with the weight applied again to
+    GEMM1's output (MarlinExperts passes apply_router_weight_on_input on to fused_marlin_moe,
+    whose GEMM1 then multiplies by topk_weights: `mul_topk_weights=apply_router_weight_on_input`)."""
+    for M in (1, 9):
+        x, w, ids = routing(M, K, topk=1)
+        out, kernel = forward(experts, x, w, ids)
+        readings = {
+            "applied to the input": reference(dense, x, w, ids, K, router_on_input=True),
+            "to the input and to GEMM1's output": reference(
+                dense, x, w, ids, K, router_on_input=True, router_twice=True),
+            "to the output": reference(dense, x, w, ids, K),
+            "not applied": reference(dense, x, torch.ones_like(w), ids, K)}
+        cells = ", ".join(f"{k} {rel(out, r):.3e}" for k, r in readings.items())
+        print(f"  {label}: router weight on the input, top-1, M={M} {kernel:22s} vs {cells}")
+
+
+def router():
+    """The router weight on the input on Marlin (NVFP4 above, MXFP8 here) and on Triton
+    (bf16, unquantized: the control)."""
+    print("router weight on the input, top-1")
+    K, N = 256, 256
+    g = torch.Generator().manual_seed(7)
+    weights, dense = {}, {}
+    for e in range(E):
+        for proj, (o, i) in shapes(K, N).items():
+            w = (torch.randn(o, i, generator=g) / i ** 0.5).to(torch.bfloat16)
+            weights[f"{e}.{proj}.weight"], dense[(e, proj)] = w, w.double()
+    router_on_input_readings("bf16 (Triton)", build(None, None, K, N, weights, topk=1,
+                                                     router_on_input=True), dense, K)
+    # ModelOpt MXFP8: weight e4m3 [out, in], weight_scale uint8 E8M0 [out, in / 32]
+    weights, dense = {}, {}
+    for e in range(E):
+        for proj, (o, i) in shapes(K, N).items():
+            w = torch.randn(o, i, generator=g, dtype=torch.float64) / i ** 0.5
+            blocks = w.view(o, i // 32, 32)
+            exp = torch.floor(torch.log2(blocks.abs().amax(-1))) - 8  # e4m3's emax 8
+            s = torch.exp2(exp)
+            codes = e4m3(blocks / s.unsqueeze(-1))
+            weights[f"{e}.{proj}.weight"] = codes.view(o, i)
+            weights[f"{e}.{proj}.weight_scale"] = (exp + 127).to(torch.uint8)
+            dense[(e, proj)] = (codes.double() * s.unsqueeze(-1)).view(o, i)
+    d = {"quant_method": "modelopt", "quant_algo": "MXFP8", "kv_cache_quant_algo": None,
+         "exclude_modules": []}
+    try:
+        experts = build(d, "modelopt_mxfp8", K, N, weights, topk=1, router_on_input=True)
+    except Exception as e:  # the method's registered name differs by version
+        print(f"  mxfp8: {type(e).__name__}: {str(e)[:160]}")
+        return
+    router_on_input_readings("mxfp8", experts, dense, K)
+
+
+# --- fp8 per tensor (vLLM's fp8, dynamic activations) -------------------------------------
+
+def fp8_tensor():
+    """vLLM's own fp8 file with per-tensor weight scales and dynamic activations (moecert's
+    fp8-w8a16 row at N = 32 failed at 0.038 where N >= 48 passed)."""
+    d = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic"}
+    print("vLLM fp8, per-tensor weights, dynamic activations")
+    K = 128
+    for N in (32, 48, 128):
+        g = torch.Generator().manual_seed(11)
+        weights, dense = {}, {}
+        for e in range(E):
+            s13 = None
+            for proj, (o, i) in shapes(K, N).items():
+                w = torch.randn(o, i, generator=g, dtype=torch.float64) / i ** 0.5
+                s = (w.abs().max() / 448).float().double()
+                codes = e4m3(w / s)
+                weights[f"{e}.{proj}.weight"] = codes
+                weights[f"{e}.{proj}.weight_scale"] = torch.tensor(float(s))
+                dense[(e, proj)] = codes.double() * s
+        def tensor_q(t):
+            s = t.abs().max().clamp_min(1e-10) / 448
+            return e4m3(t / s).double() * s
+        def token_q(t):
+            s = t.abs().amax(-1, keepdim=True).clamp_min(1e-10) / 448
+            return e4m3(t / s).double() * s
+        experts = build(d, "fp8", K, N, weights)
+        for M in (1, 9, 64):
+            x, w, ids = routing(M, K)
+            out, kernel = forward(experts, x, w, ids)
+            readings = {"unquantized": reference(dense, x, w, ids, K),
+                        "per-tensor dynamic, each GEMM": per_tensor_reference(
+                            dense, x, w, ids, K, tensor_q),
+                        "per-token dynamic": reference(dense, x, w, ids, K, token_q, token_q)}
+            cells = "  ".join(f"{k}: {rel(out, r):.3e}" for k, r in readings.items())
+            print(f"  N={N:4d} M={M:3d} {kernel:22s} {cells}")
+
+
+# --- int8 (Quark W8A8 INT8) -----------------------------------------------------------------
+
+def quark_int8_config(weights, inputs):
+    """Quark's quantization_config for int8: weights "per_channel" or "per_tensor"; inputs
+    "token" (Quark's per_channel + is_dynamic: per token), "static" (per_tensor, calibrated)."""
+    def spec(qscheme, dynamic, axis):
+        return {"dtype": "int8", "qscheme": qscheme, "ch_axis": axis, "is_dynamic": dynamic,
+                "symmetric": True, "group_size": None, "round_method": "half_even",
+                "scale_type": "float", "observer_cls": "PerChannelMinMaxObserver"}
+    inp = spec("per_channel", True, 1) if inputs == "token" else spec("per_tensor", False, None)
+    return {"quant_method": "quark", "global_quant_config": {
+        "weight": spec(weights, False, 0 if weights == "per_channel" else None),
+        "input_tensors": inp, "output_tensors": None, "bias": None},
+        "layer_quant_config": {}, "layer_type_quant_config": {}, "exclude": [],
+        "export": {"kv_cache_group": [], "pack_method": "reorder"}}
+
+
+def int8_weights(K, N, per_channel, seed=0):
+    """Quark's int8 tensors: weight int8 [out, in], weight_scale fp32 [out] (per channel) or
+    0-d (per tensor), input_scale fp32 0-d; every expert's and shard's scales differ."""
+    g = torch.Generator().manual_seed(seed)
+    out, scales, codes_of = {}, {}, {}
+    for e in range(E):
+        for proj, (o, i) in shapes(K, N).items():
+            w = torch.randn(o, i, generator=g, dtype=torch.float64) / i ** 0.5
+            w = w * (0.5 + 2 * torch.rand(o, 1, generator=g, dtype=torch.float64)) * (1 + e)
+            s = (w.abs().amax(1) if per_channel else w.abs().max()) / 127
+            s = s.float().double()
+            codes = torch.round(w / (s.unsqueeze(1) if per_channel else s)).clamp(-128, 127)
+            out[f"{e}.{proj}.weight"] = codes.to(torch.int8)
+            out[f"{e}.{proj}.weight_scale"] = s.float()
+            out[f"{e}.{proj}.input_scale"] = torch.tensor(3.0 / 127 if proj != "down_proj"
+                                                          else 1.0 / 127, dtype=torch.float32)
+            scales[(e, proj)], codes_of[(e, proj)] = s, codes
+    return out, scales, codes_of
+
+
+def int8_token(t):  # dynamic per token, s = amax / 127
+    s = t.abs().amax(-1, keepdim=True).clamp_min(1e-10) / 127
+    return torch.round(t / s).clamp(-128, 127) * s
+
+
+def int8_token_fp32(t):  # vLLM's _per_token_quant_int8: x * (127 / amax) in fp32, half away
+    f = t.float()
+    amax = f.abs().amax(-1, keepdim=True).clamp_min(1e-10)
+    q = f * (127 / amax)
+    q = torch.sign(q) * torch.floor(q.abs() + 0.5)
+    return q.clamp(-128, 127).double() * (amax / 127).double()
+
+
+def int8_static(scale):
+    return lambda t: torch.round(t / scale).clamp(-128, 127) * scale
+
+
+def int8():
+    """Quark int8 through vLLM's fused_moe Triton kernel: weight scales per channel or per
+    tensor, activations per token (dynamic) or one static scale. The kernel takes its
+    `per_channel_quant` flag from the activations' per_act_token_quant (fused_experts: 
+    per_channel_quant=quant_config.per_act_token_quant) and reads the weight scales by it,
+    so the readings include what a kernel reading the weight scales by the activations'
+    granularity computes."""
+    print("Quark int8 W8A8 (vLLM's fused_moe Triton kernel)")
+    K, N = 128, 128
+    for wq, aq in (("per_channel", "token"), ("per_tensor", "token"),
+                   ("per_channel", "static"), ("per_tensor", "static")):
+        per_channel = wq == "per_channel"
+        weights, scales, codes = int8_weights(K, N, per_channel)
+        # what the layer holds after processing: per-tensor w13 requantized to one scale per
+        # expert (the larger of gate's and up's), as QuarkW8A8Int8MoEMethod does
+        held = {}
+        for e in range(E):
+            s13 = torch.maximum(scales[(e, "gate_proj")], scales[(e, "up_proj")])
+            for proj in PROJS:
+                s = scales[(e, proj)]
+                dq = codes[(e, proj)] * (s.unsqueeze(1) if per_channel else s)
+                if not per_channel and proj != "down_proj":
+                    held[(e, proj)] = (torch.round(dq / s13).clamp(-128, 127), s13)
+                else:
+                    held[(e, proj)] = (codes[(e, proj)], s)
+        dense = {k: c * (s.unsqueeze(1) if s.dim() else s) for k, (c, s) in held.items()}
+        # the kernel reads one scale per expert at b_scale_ptr + e (per-channel scales:
+        # expert 0's channel e) or, with per-token flags and 1-D scales (strides 0),
+        # element 0 (expert 0's) for every expert and column
+        if per_channel:
+            flat = {k: c * held[(0, k[1])][1][k[0]] for k, (c, s) in held.items()}
+            wrong = {"weight scale read at [e] (expert 0's channel e)": flat}
+        else:
+            e0 = {k: c * held[(0, k[1])][1] for k, (c, s) in held.items()}
+            wrong = {"expert 0's weight scale for every expert": e0}
+        if aq == "token":
+            q1 = q2 = int8_token
+        else:
+            q1 = int8_static(3.0 / 127)
+            q2 = int8_static(1.0 / 127)
+        experts = build(quark_int8_config(wq, aq), "quark", K, N, weights)
+        for M in (1, 9, 17, 64):
+            x, w, ids = routing(M, K)
+            out, kernel = forward(experts, x, w, ids)
+            readings = {"the file's scales": reference(dense, x, w, ids, K, q1, q2)}
+            readings.update({k: reference(d, x, w, ids, K, q1, q2) for k, d in wrong.items()})
+            readings["activations unquantized (W8A16)"] = reference(dense, x, w, ids, K)
+            if aq == "token":
+                readings["vLLM's fp32 per-token rule"] = reference(
+                    dense, x, w, ids, K, int8_token_fp32, int8_token_fp32)
+                readings["+ each expert's output rounded"] = reference(
+                    dense, x, w, ids, K, int8_token_fp32, int8_token_fp32, round_expert=True)
+            cells = "  ".join(f"{k}: {rel(out, r):.3e}" for k, r in readings.items())
+            print(f"  weights {wq:11s} inputs {aq:6s} M={M:3d} {kernel:22s} {cells}")
+
+
+STEPS = {"fp8-block": fp8_block, "ops": ops_check, "bias": bias, "nvfp4": nvfp4,
+         "int8": int8, "fp8-tensor": fp8_tensor, "router": router}
 
 if __name__ == "__main__":
     import vllm
