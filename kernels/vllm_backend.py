@@ -311,6 +311,12 @@ class VllmBackend:
         if layer.problem.apply_router_weight_on_input:
             # every vLLM prepare step scales the input by `topk_weights.to(a1.dtype)`
             out["router_weight_in_activation_dtype"] = True
+        if layer.problem.activation in _ROUNDED_GATE_ACTIVATIONS \
+                and _engine_device().type == "cuda":
+            # the CUDA silu_and_mul / gelu_and_mul every GPU MoE kernel calls between its
+            # GEMMs (csrc/activation_kernels.cu): the activation returns the element type,
+            # then multiplies up; vLLM's CPU experts compute act * up in fp32
+            out["gate_activation_in_activation_dtype"] = True
         scale = getattr(layer.experts, "w13_weight_scale", None)
         if layer.shard_scales and isinstance(scale, torch.Tensor) \
                 and scale.numel() == layer.problem.E:
@@ -505,6 +511,11 @@ def _refusal(e: Exception) -> str:
         text = (f"at {os.path.basename(tb.filename)}:{tb.lineno} "
                 f"({(tb.line or '').strip()})")
     return f"{type(e).__name__}: {text}"
+
+
+# the gated activations whose CUDA kernel rounds act(gate) before the product (swigluoai has
+# a kernel of its own, relu2 no product)
+_ROUNDED_GATE_ACTIVATIONS = ("silu", "gelu")
 
 
 def _engine_device() -> torch.device:

@@ -33,8 +33,10 @@ def relu2(x: torch.Tensor) -> torch.Tensor:
     return torch.relu(x).square()
 
 
-def apply_activation(h: torch.Tensor, activation: str) -> torch.Tensor:
-    """act(h) for GEMM1's output h [..., rows].
+def apply_activation(h: torch.Tensor, activation: str, round_gate=None) -> torch.Tensor:
+    """act(h) for GEMM1's output h [..., rows]. round_gate, where given, rounds act(gate)
+    before it multiplies up (silu and gelu: a kernel whose activation returns the element
+    type, then multiplies).
 
     silu, gelu:       act(h[..., :N]) * h[..., N:]     (gate rows first, then up)
     swigluoai:        gate = h[..., 0::2], up = h[..., 1::2] (gpt-oss interleaved)
@@ -49,8 +51,7 @@ def apply_activation(h: torch.Tensor, activation: str) -> torch.Tensor:
     gate, up = h[..., :n], h[..., n:]
     if activation == "swigluoai-split":
         return swigluoai(gate, up)
-    if activation == "silu":
-        return silu(gate) * up
-    if activation == "gelu":
-        return gelu(gate) * up
+    if activation in ("silu", "gelu"):
+        act = silu(gate) if activation == "silu" else gelu(gate)
+        return (act if round_gate is None else round_gate(act)) * up
     raise ValueError(f"unknown activation {activation!r}")

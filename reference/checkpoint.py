@@ -47,6 +47,11 @@ class Checkpoint:
                     likewise: True where dynamic 1 x 128 activation scales are rounded up to a
                     power of two (DeepGEMM's UE8M0 scales; vLLM quantizes so wherever DeepGEMM
                     loads, `VLLM_USE_DEEP_GEMM_E8M0` on by default); False: amax / 448.
+      gate_activation_in_activation_dtype
+                    likewise: True where silu(gate) / gelu(gate) is rounded to the activation
+                    dtype before it multiplies up, the product rounded again (vLLM's CUDA
+                    `silu_and_mul`: its activation returns the element type; eager
+                    `F.silu(gate) * up` on 16-bit tensors); False: act(gate) * up rounded once.
 
     Built from a Variant, or from a scheme name and the variant's attributes (None: the
     scheme's default): `Checkpoint("gptq-int4", tensors, group_size=32)`. A variant attribute
@@ -63,12 +68,14 @@ class Checkpoint:
     sum_in_activation_dtype: bool = False
     activation_scale_pow2: bool = False
     router_weight_in_activation_dtype: bool = False
+    gate_activation_in_activation_dtype: bool = False
 
     def __init__(self, scheme: str | Variant | None = None, tensors=None, *,
                  variant: Variant | None = None, first_expert: int = 0,
                  origin: tuple[str, int] | None = None, bias_after_rounding: bool = False,
                  sum_in_activation_dtype: bool = False, activation_scale_pow2: bool = False,
-                 router_weight_in_activation_dtype: bool = False, **attrs):
+                 router_weight_in_activation_dtype: bool = False,
+                 gate_activation_in_activation_dtype: bool = False, **attrs):
         if isinstance(scheme, Variant):
             scheme, variant = None, scheme
         if variant is None:
@@ -82,6 +89,7 @@ class Checkpoint:
         self.sum_in_activation_dtype = sum_in_activation_dtype
         self.activation_scale_pow2 = activation_scale_pow2
         self.router_weight_in_activation_dtype = router_weight_in_activation_dtype
+        self.gate_activation_in_activation_dtype = gate_activation_in_activation_dtype
 
     # the variant's attributes, read where a checkpoint is at hand
     scheme = property(lambda self: self.variant.scheme)

@@ -187,14 +187,16 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
     # GEMM1 and the activation for every assignment, then q2 over all of them at once
     # (a dynamic per-tensor scale spans every expert's intermediate).
     inter = torch.empty(token.numel(), problem.N, dtype=torch.float64, device=xq.device)
+    round_gate = ((lambda t: round_to_activation_dtype(t, problem))
+                  if ckpt.gate_activation_in_activation_dtype else None)
     for e, w13 in _expert_weights(ckpt, "w13", counts, problem.w13_rows * problem.K):
         lo, hi = starts[e], starts[e + 1]
         h = _pre_scaled(xq[token[lo:hi]], pre["w13"], e) @ w13.T
         if "w13_bias" in biases:
             h = _biased(h, biases["w13_bias"][e], ckpt, problem)
         h = round_to_activation_dtype(h, problem)
-        inter[lo:hi] = round_to_activation_dtype(apply_activation(h, problem.activation),
-                                                 problem)
+        inter[lo:hi] = round_to_activation_dtype(
+            apply_activation(h, problem.activation, round_gate=round_gate), problem)
     _note(record, "w2", inter)
     inter = quantize_activation(ckpt, inter, "w2")
     out = torch.zeros(rows_out, problem.K, dtype=torch.float64, device=xq.device)

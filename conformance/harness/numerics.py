@@ -30,6 +30,9 @@ the same checkpoint the harness then judges the layer against.
     router_weight_in_activation_dtype True: with the router weight applied to the input, the
                         weight cast to the activation dtype before x * r (vLLM's prepare steps:
                         `a1 * topk_weights.to(a1.dtype)`)
+    gate_activation_in_activation_dtype True: silu(gate) / gelu(gate) rounded to the activation
+                        dtype before it multiplies up (vLLM's CUDA silu_and_mul / gelu_and_mul:
+                        csrc/activation_kernels.cu's activation returns the element type)
 
 The reading is the checkpoint transformed as declared (scales rounded, shards requantized, the
 activation mode of the scheme that reads the same tensors with it); its reference and its
@@ -62,12 +65,11 @@ _DEQUANTIZED_SCHEMES = {"bfloat16": "bf16", "float16": "fp16"}
 # an int layout the reading scheme does not store (compressed-tensors int4 read as W4A8):
 # the same canonical codes, scales and zeros written in this format of the reading scheme
 _REWRITE_FORMAT = "gptq_v2"
-# keys whose value is True or False (False declares nothing)
-_BOOL_KEYS = ("w13_requantized", "bias_after_rounding", "sum_in_activation_dtype",
-              "activation_scale_pow2", "router_weight_in_activation_dtype")
 # the declared arithmetic the reference reads off the Checkpoint (reference/checkpoint.py)
 _ARITHMETIC_KEYS = ("bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2",
-                    "router_weight_in_activation_dtype")
+                    "router_weight_in_activation_dtype", "gate_activation_in_activation_dtype")
+# keys whose value is True or False (False declares nothing)
+_BOOL_KEYS = ("w13_requantized", *_ARITHMETIC_KEYS)
 
 
 class NumericsError(ValueError):

@@ -418,3 +418,23 @@ def test_router_weight_on_the_input_declares_vllms_cast_to_the_activation_dtype(
     layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("bf16"), P)
     got = VllmBackend().numerics(layer)
     assert got.get("router_weight_in_activation_dtype", False) is on_input
+
+
+@pytest.mark.parametrize("device,activation,declared", [
+    ("cuda", "silu", True), ("cuda", "gelu", True), ("cuda", "relu2", False),
+    ("cuda", "swigluoai", False), ("cpu", "silu", False)])
+def test_the_cuda_gated_activation_declares_the_gate_rounded_before_the_product(
+        monkeypatch, device, activation, declared):
+    """vLLM's GPU MoE kernels call the CUDA silu_and_mul / gelu_and_mul, whose activation
+    returns the element type before it multiplies up (csrc/activation_kernels.cu); its CPU
+    experts compute act * up in fp32: declared on cuda for the gated silu / gelu only."""
+    monkeypatch.setattr(VllmBackend, "_kernel_activation", lambda self, layer: "none")
+    monkeypatch.setattr(vllm_backend, "_engine_device", lambda: torch.device(device))
+    P = MoEProblem(M=2, K=128, N=128, E=3, topk=2, activation=activation)
+
+    class Runner:
+        routed_experts = torch.nn.Module()
+
+    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("bf16"), P)
+    got = VllmBackend().numerics(layer)
+    assert got.get("gate_activation_in_activation_dtype", False) is declared

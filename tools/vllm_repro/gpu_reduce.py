@@ -458,7 +458,7 @@ def quark_int8_config(weights, inputs):
         "export": {"kv_cache_group": [], "pack_method": "reorder"}}
 
 
-def int8_weights(K, N, per_channel, seed=0):
+def int8_weights(K, N, per_channel, static, seed=0):
     """Quark's int8 tensors: weight int8 [out, in], weight_scale fp32 [out] (per channel) or
     0-d (per tensor), input_scale fp32 0-d; every expert's and shard's scales differ."""
     g = torch.Generator().manual_seed(seed)
@@ -472,8 +472,9 @@ def int8_weights(K, N, per_channel, seed=0):
             codes = torch.round(w / (s.unsqueeze(1) if per_channel else s)).clamp(-128, 127)
             out[f"{e}.{proj}.weight"] = codes.to(torch.int8)
             out[f"{e}.{proj}.weight_scale"] = s.float()
-            out[f"{e}.{proj}.input_scale"] = torch.tensor(3.0 / 127 if proj != "down_proj"
-                                                          else 1.0 / 127, dtype=torch.float32)
+            if static:  # a dynamic layer has no input_scale parameter to load into
+                out[f"{e}.{proj}.input_scale"] = torch.tensor(
+                    3.0 / 127 if proj != "down_proj" else 1.0 / 127, dtype=torch.float32)
             scales[(e, proj)], codes_of[(e, proj)] = s, codes
     return out, scales, codes_of
 
@@ -507,7 +508,7 @@ def int8():
     for wq, aq in (("per_channel", "token"), ("per_tensor", "token"),
                    ("per_channel", "static"), ("per_tensor", "static")):
         per_channel = wq == "per_channel"
-        weights, scales, codes = int8_weights(K, N, per_channel)
+        weights, scales, codes = int8_weights(K, N, per_channel, aq == "static")
         # what the layer holds after processing: per-tensor w13 requantized to one scale per
         # expert (the larger of gate's and up's), as QuarkW8A8Int8MoEMethod does
         held = {}
@@ -525,7 +526,10 @@ def int8():
         # expert 0's channel e) or, with per-token flags and 1-D scales (strides 0),
         # element 0 (expert 0's) for every expert and column
         if per_channel:
-            flat = {k: c * held[(0, k[1])][1][k[0]] for k, (c, s) in held.items()}
+            # w13's scales are [gate; up] of expert 0: index e < N is gate's channel e for
+            # both shards; w2's: down's channel e
+            flat = {k: c * held[(0, "down_proj" if k[1] == "down_proj" else "gate_proj")][1][k[0]]
+                    for k, (c, s) in held.items()}
             wrong = {"weight scale read at [e] (expert 0's channel e)": flat}
         else:
             e0 = {k: c * held[(0, k[1])][1] for k, (c, s) in held.items()}

@@ -328,3 +328,37 @@ def test_router_weight_in_activation_dtype_casts_the_weight_before_scaling_the_i
     assert not torch.equal(cast, exact)  # the two readings differ on this input
     assert float(moe(read, x, w, ids, P1)[0, 0]) == float((cast[0, 0] ** 2).to(torch.bfloat16))
     assert float(moe(ckpt, x, w, ids, P1)[0, 0]) == float((exact[0, 0] ** 2).to(torch.bfloat16))
+
+
+def test_gate_activation_in_activation_dtype_rounds_silu_before_the_product():
+    """vLLM's CUDA silu_and_mul returns silu(gate) in the element type, then multiplies up
+    (csrc/activation_kernels.cu): known answer on one expert whose gate is x0 and up x1,
+    against torch's own silu in float64, rounded to bf16 before (declared) or after the
+    product; the input pair is the first of a fixed list on which the two differ."""
+    P1 = MoEProblem(M=1, K=32, N=32, E=2, topk=1, activation="silu")
+    ckpt = synthesize("bf16", P1, seed=0)
+    for t in ckpt.tensors.values():
+        t.zero_()
+    ckpt.tensors["w13_weight"][:, 0, 0] = 1.0   # gate row 0 = x0
+    ckpt.tensors["w13_weight"][:, 32, 1] = 1.0  # up row 0 = x1
+    ckpt.tensors["w2_weight"][:, 0, 0] = 1.0    # output 0 = intermediate 0
+    read = reading(ckpt, {"gate_activation_in_activation_dtype": True})
+    assert read.gate_activation_in_activation_dtype and not ckpt.gate_activation_in_activation_dtype
+
+    def bf16(v):
+        return torch.tensor(v, dtype=torch.float64).to(torch.bfloat16).double()
+
+    w, ids = torch.tensor([[1.0]]), torch.tensor([[0]])
+    for g, u in ((1.3, 2.7), (0.7, -5.1), (2.1, 3.3), (-1.7, 9.5), (0.37, 7.9)):
+        g, u = float(bf16(g)), float(bf16(u))
+        silu = torch.nn.functional.silu(torch.tensor(g, dtype=torch.float64))
+        rounded_first = bf16(float(bf16(float(silu)) * u))
+        once = bf16(float(silu * u))
+        if rounded_first != once:
+            break
+    else:
+        raise AssertionError("no input pair separates the two readings")
+    x = torch.zeros(1, 32, dtype=torch.bfloat16)
+    x[0, 0], x[0, 1] = g, u
+    assert float(moe(read, x, w, ids, P1)[0, 0]) == float(rounded_first)
+    assert float(moe(ckpt, x, w, ids, P1)[0, 0]) == float(once)
