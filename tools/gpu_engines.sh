@@ -22,20 +22,24 @@ OUT=${OUT:-/tmp/gpu-engines}; mkdir -p "$OUT"
 # per-step logs beside $OUT, tarred into it at the end: the device tool brings back at most
 # eight files from $OUT (a run of 30 folders left its record behind on 2026-11-29)
 logs=$(mktemp -d /tmp/gpu-engines-logs.XXXX)
-mkdir -p /tmp/shim/moecert
-for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" /tmp/shim/moecert/$d; done
+# a shim of its own: its dist-info registers the engines' backends, which the other GPU
+# scripts' /tmp/shim must not (on 2026-11-29 a certify run after this script on the same
+# machine picked the transformers backends up from a shared shim, doubling its cases)
+shim=/tmp/shim-engines
+mkdir -p $shim/moecert
+for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" $shim/moecert/$d; done
 # the engines' backends register through the package's entry points (pyproject.toml): the
 # shim carries them in a dist-info of its own, as an install would
 python3 -c '
 import pathlib, tomllib
 project = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
-info = pathlib.Path("/tmp/shim/moecert-0.0.dist-info")
+info = pathlib.Path("/tmp/shim-engines/moecert-0.0.dist-info")
 info.mkdir(exist_ok=True)
 (info / "METADATA").write_text("Metadata-Version: 2.1\nName: moecert\nVersion: 0.0\n")
 (info / "entry_points.txt").write_text("".join(
     f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n"
     for group, eps in project["entry-points"].items()))'
-export PYTHONPATH=/tmp/shim:$(python3 tools/engine_carry.py env "$engine")
+export PYTHONPATH=$shim:$(python3 tools/engine_carry.py env "$engine")
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_LOGGING_LEVEL=WARNING
 unset TRITON_INTERPRET
 case $engine in
