@@ -1,26 +1,28 @@
 #!/bin/bash
 # Issue 41 on a two-GPU machine in one call, after `tools/engine_carry.py receive` of every
 # part: GPU 0 runs vLLM's smoke suite (tools/gpu_engines.sh, the GPU list); GPU 1 runs the
-# one-file reductions of the rows the last smoke run left open (tools/vllm_repro/gpu_reduce.py
-# int8 router fp8-tensor nvfp4), then the producer folders that have not run through vLLM on
-# cuda. Everything lands in one tar in $OUT (the device tool brings back eight files).
+# one-file reductions (tools/vllm_repro/gpu_reduce.py), then producer folders through vLLM.
+# Everything lands in one tar in $OUT (the device tool brings back eight files).
+#   I41_REDUCE   the reduction steps (default: int8 fp8-tensor router, the rows the
+#                2026-11-29 17:34 run left open or newly declared)
+#   I41_FOLDERS  the folders (default: the two real Quark int8 folders, whose rows wait for
+#                the gate-rounding reading's first GPU run)
 #   I41_SUITE_S (330): the suite's limit; I41_FOLDERS_S (200): no folder starts after this.
+# 2026-11-29 17:34 (every folder but the nine of 14:29): suite 215 s, reductions 153 s,
+# folders 490 s into the call.
 set -u
 cd "$(dirname "$0")/.."
 final=${OUT:-/tmp/out}; mkdir -p "$final"
 work=/tmp/i41; rm -rf "$work"; mkdir -p "$work"
-# the nine folders that finished on 2026-11-29 14:29 (docs/gpu-ci.md) are left out
-done_before="ct-fp8-block-qwen3moe deepseekv3-fp8-release ct-fp8-channel-qwen3moe
-ct-w8a8-int8-qwen3moe modelopt-fp8-qwen3moe ct-nvfp4-qwen3moe modelopt-nvfp4-qwen3moe
-modelopt-nvfp4-mixtral modelopt-nvfp4-qwen3moe-e16"
-folders=$(ls tests/fixtures/checkpoints | grep -v MANIFEST | grep -vxF -f <(tr ' ' '\n' <<< "$done_before"))
+folders=${I41_FOLDERS:-quark-int8-channel-qwen3moe quark-int8-tensor-qwen3moe}
 start=$(date +%s)
 ( CUDA_VISIBLE_DEVICES=0 OUT=$work/suite GPU_ENGINES_S=${I41_SUITE_S:-330} GPU_ENGINES_WORKERS=16 \
     GPU_ENGINES_PARTS=suite bash tools/gpu_engines.sh vllm smoke > "$work/suite.txt" 2>&1
   echo "suite exit $? at $(( $(date +%s) - start )) s" >> "$work/times.txt" ) &
 ( export CUDA_VISIBLE_DEVICES=1
+  # shellcheck disable=SC2086
   (cd tools/vllm_repro && PYTHONPATH=$(python3 ../engine_carry.py env vllm) timeout 200 \
-      python3 gpu_reduce.py int8 router fp8-tensor nvfp4 > "$work/reduce.txt" 2>&1)
+      python3 gpu_reduce.py ${I41_REDUCE:-int8 fp8-tensor router} > "$work/reduce.txt" 2>&1)
   echo "reduce exit $? at $(( $(date +%s) - start )) s" >> "$work/times.txt"
   OUT=$work/folders GPU_ENGINES_S=160 GPU_ENGINES_PARTS=folders GPU_ENGINES_FOLDER_JOBS=8 \
       GPU_ENGINES_FOLDERS_S=${I41_FOLDERS_S:-200} GPU_ENGINES_FOLDERS="$folders" \
@@ -28,5 +30,6 @@ start=$(date +%s)
   echo "folders exit $? at $(( $(date +%s) - start )) s" >> "$work/times.txt" ) &
 wait
 tar -czf "$final/i41.tgz" -C /tmp i41
-cat "$work/times.txt" "$work/reduce.txt"
-tail -5 "$work/suite.txt" "$work/folders.txt"
+cat "$work/times.txt"
+grep -v -E "^(INFO|WARNING)" "$work/reduce.txt"
+tail -n 5 "$work/suite.txt" "$work/folders.txt"

@@ -99,12 +99,13 @@ def routing(M, K, dtype=torch.bfloat16, topk=TOPK, seed=1):
 
 
 def reference(dense, x, w, ids, K, q1=None, q2=None, dtype=torch.bfloat16, fp32_silu=False,
-              router_on_input=False, round_expert=False, router_twice=False):
+              router_on_input=False, round_expert=False, router_twice=False, gate_rounded=False):
     """dense[(e, proj)]: float64 [out, in]; dense[(e, proj, "b")]: a bias. q1 / q2: each
     GEMM's input quantize-dequantize (None: unquantized). round_expert: each weighted expert
     output rounded to dtype before the sum (a GEMM2 epilogue that stores per assignment);
     router_twice: with router_on_input, the weight applied to the input and again to GEMM1's
-    output."""
+    output; gate_rounded: silu(gate) rounded to dtype before it multiplies up (vLLM's CUDA
+    silu_and_mul: its activation returns the element type)."""
     q1, q2 = q1 or (lambda t: t), q2 or (lambda t: t)
 
     def rnd(t):
@@ -124,7 +125,8 @@ def reference(dense, x, w, ids, K, q1=None, q2=None, dtype=torch.bfloat16, fp32_
                 if (e, proj, "b") in dense:
                     o = o + dense[(e, proj, "b")]
                 h.append(rnd(o * wt if router_twice else o))
-            a = torch.nn.functional.silu(h[0]) * h[1]
+            act = torch.nn.functional.silu(h[0])
+            a = (rnd(act) if gate_rounded else act) * h[1]
             a = q2(a if fp32_silu else rnd(a))
             o = a @ dense[(e, "down_proj")].T
             if (e, "down_proj", "b") in dense:
@@ -134,7 +136,7 @@ def reference(dense, x, w, ids, K, q1=None, q2=None, dtype=torch.bfloat16, fp32_
     return y
 
 
-def per_tensor_reference(dense, x, w, ids, K, quant, dtype=torch.bfloat16):
+def per_tensor_reference(dense, x, w, ids, K, quant, dtype=torch.bfloat16, gate_rounded=False):
     """As `reference`, with each GEMM's input quantized by one scale over the whole tensor:
     x for GEMM1, every assignment's silu(gate) * up for GEMM2 (a dynamic per-tensor scale)."""
     def rnd(t):
@@ -145,7 +147,8 @@ def per_tensor_reference(dense, x, w, ids, K, quant, dtype=torch.bfloat16):
     for t, j in pairs:
         e = int(ids[t, j])
         h = [rnd(xq[t:t + 1] @ dense[(e, p)].T) for p in ("gate_proj", "up_proj")]
-        inter.append(rnd(torch.nn.functional.silu(h[0]) * h[1]))
+        act = torch.nn.functional.silu(h[0])
+        inter.append(rnd((rnd(act) if gate_rounded else act) * h[1]))
     aq = quant(torch.cat(inter))
     y = torch.zeros(x.shape[0], K, dtype=torch.float64)
     for i, (t, j) in enumerate(pairs):
@@ -413,9 +416,9 @@ def fp8_tensor():
     K = 128
     for N in (32, 48, 128):
         g = torch.Generator().manual_seed(11)
-        weights, dense = {}, {}
+        weights, dense, requant = {}, {}, {}
         for e in range(E):
-            s13 = None
+            scales = {}
             for proj, (o, i) in shapes(K, N).items():
                 w = torch.randn(o, i, generator=g, dtype=torch.float64) / i ** 0.5
                 s = (w.abs().max() / 448).float().double()
@@ -423,6 +426,12 @@ def fp8_tensor():
                 weights[f"{e}.{proj}.weight"] = codes
                 weights[f"{e}.{proj}.weight_scale"] = torch.tensor(float(s))
                 dense[(e, proj)] = codes.double() * s
+                scales[proj] = s
+            # vLLM's fp8 processing: w1 and w3 requantized to the larger of their two scales
+            s13 = max(scales["gate_proj"], scales["up_proj"])
+            for proj in ("gate_proj", "up_proj"):
+                requant[(e, proj)] = e4m3(dense[(e, proj)] / s13).double() * s13
+            requant[(e, "down_proj")] = dense[(e, "down_proj")]
         def tensor_q(t):
             s = t.abs().max().clamp_min(1e-10) / 448
             return e4m3(t / s).double() * s
@@ -436,6 +445,10 @@ def fp8_tensor():
             readings = {"unquantized": reference(dense, x, w, ids, K),
                         "per-tensor dynamic, each GEMM": per_tensor_reference(
                             dense, x, w, ids, K, tensor_q),
+                        "per-tensor dynamic, w13 requantized": per_tensor_reference(
+                            requant, x, w, ids, K, tensor_q),
+                        "+ silu(gate) rounded first": per_tensor_reference(
+                            requant, x, w, ids, K, tensor_q, gate_rounded=True),
                         "per-token dynamic": reference(dense, x, w, ids, K, token_q, token_q)}
             cells = "  ".join(f"{k}: {rel(out, r):.3e}" for k, r in readings.items())
             print(f"  N={N:4d} M={M:3d} {kernel:22s} {cells}")
@@ -545,6 +558,8 @@ def int8():
             out, kernel = forward(experts, x, w, ids)
             readings = {"the file's scales": reference(dense, x, w, ids, K, q1, q2)}
             readings.update({k: reference(d, x, w, ids, K, q1, q2) for k, d in wrong.items()})
+            readings["the file's scales, silu(gate) rounded first"] = reference(
+                dense, x, w, ids, K, q1, q2, gate_rounded=True)
             readings["activations unquantized (W8A16)"] = reference(dense, x, w, ids, K)
             if aq == "token":
                 readings["vLLM's fp32 per-token rule"] = reference(
