@@ -386,6 +386,16 @@ def test_a_biased_layer_whose_method_makes_no_bias_parameters_is_not_claimed(mon
     assert why is None or "bias" not in why
 
 
+def _declared(problem, scheme="bf16") -> dict:
+    """The adapter's numerics for a layer of `problem` with no processed scales to read
+    (vLLM-free: a stand-in runner; the tests stand in the kernel's activation mode)."""
+    class Runner:
+        routed_experts = torch.nn.Module()
+
+    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of(scheme), problem)
+    return VllmBackend().numerics(layer)
+
+
 @pytest.mark.parametrize("e8m0", [True, False])
 def test_block_fp8_declares_power_of_two_group_scales_where_vllm_says_deep_gemm_uses_them(
         monkeypatch, e8m0):
@@ -394,12 +404,7 @@ def test_block_fp8_declares_power_of_two_group_scales_where_vllm_says_deep_gemm_
     declares that reading (vLLM-free: the answer and the kernel's mode stood in)."""
     monkeypatch.setattr(vllm_backend, "_deep_gemm_e8m0", lambda: e8m0)
     monkeypatch.setattr(VllmBackend, "_kernel_activation", lambda self, layer: "dynamic-group")
-    P = MoEProblem(M=2, K=256, N=256, E=3, topk=2)
-    class Runner:
-        routed_experts = torch.nn.Module()  # no processed scales to read
-
-    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("fp8-w8a8"), P)
-    got = VllmBackend().numerics(layer)
+    got = _declared(MoEProblem(M=2, K=256, N=256, E=3, topk=2), "fp8-w8a8")
     assert got.get("activation_scale_pow2", False) is e8m0
     assert got["activation"] == "dynamic-group"
 
@@ -410,13 +415,8 @@ def test_router_weight_on_the_input_declares_vllms_cast_to_the_activation_dtype(
     """Every vLLM prepare step scales the input by topk_weights.to(a1.dtype) (0.25.1 and 0.32,
     no_dp_ep.py): the adapter declares that reading for such a layer, and only there."""
     monkeypatch.setattr(VllmBackend, "_kernel_activation", lambda self, layer: "none")
-    P = MoEProblem(M=2, K=128, N=128, E=3, topk=1, apply_router_weight_on_input=on_input)
-
-    class Runner:
-        routed_experts = torch.nn.Module()
-
-    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("bf16"), P)
-    got = VllmBackend().numerics(layer)
+    got = _declared(MoEProblem(M=2, K=128, N=128, E=3, topk=1,
+                               apply_router_weight_on_input=on_input))
     assert got.get("router_weight_in_activation_dtype", False) is on_input
 
 
@@ -430,11 +430,5 @@ def test_the_cuda_gated_activation_declares_the_gate_rounded_before_the_product(
     experts compute act * up in fp32: declared on cuda for the gated silu / gelu only."""
     monkeypatch.setattr(VllmBackend, "_kernel_activation", lambda self, layer: "none")
     monkeypatch.setattr(vllm_backend, "_engine_device", lambda: torch.device(device))
-    P = MoEProblem(M=2, K=128, N=128, E=3, topk=2, activation=activation)
-
-    class Runner:
-        routed_experts = torch.nn.Module()
-
-    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("bf16"), P)
-    got = VllmBackend().numerics(layer)
+    got = _declared(MoEProblem(M=2, K=128, N=128, E=3, topk=2, activation=activation))
     assert got.get("gate_activation_in_activation_dtype", False) is declared
