@@ -1,7 +1,8 @@
 """Which reading of the checkpoint does a failing case's output match? For each case id (of a
 suite), the backend's output once, then its rel_fro against the float64 reference of every
-candidate reading: the case's declared one, each activation mode the scheme table offers
-for the same weights, and weight scales rounded to bf16 / fp16. Then its rel_fro against the
+candidate reading: the case's declared one, that one with silu(gate) rounded before the
+product toggled, each activation mode the scheme table offers for the same weights, and
+weight scales rounded to bf16 / fp16. Then its rel_fro against the
 output of every planted bug (conformance/mutants, the torch-based ones) whose targets hold
 the case's scheme: a known bug class, computed on the same case. A failing case whose output
 sits at the rounding level of one other reading is a declaration to fix (the kernel computes
@@ -39,6 +40,12 @@ def _readings(run) -> list[tuple[str, dict]]:
             modes.update(s.activation_modes)
     out = [("declared " + (", ".join(f"{k}={v}" for k, v in run.numerics.items()) or "-"),
             dict(run.numerics))]
+    # the declared reading with act(gate) rounded before the product toggled: a per-token or
+    # per-tensor scale re-rounds a row where that rounding moves its amax (vLLM's CUDA
+    # silu_and_mul rounds it; an fp32 epilogue does not)
+    gate = "gate_activation_in_activation_dtype"
+    toggled = {**run.numerics, gate: not run.numerics.get(gate, False)}
+    out.append((f"declared, {gate}={toggled[gate]}", toggled))
     for mode in sorted(modes):
         for scale_dtype in (None, "bfloat16", "float16"):
             n = {k: v for k, v in run.numerics.items()
