@@ -8,6 +8,12 @@
 set -u
 suite=${1:?usage: tools/gpu_before_after.sh SUITE [WORKERS] [TIMEOUT_S]}
 workers=${2:-8}; limit=${3:-270}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# the earlier tree travels only when the call's carry names it (.bench/ is ignored): say so
+# before any run (2026-11-29: without it the "after" run took its 123 s for nothing)
+if [ ! -f .bench/before/tools/behaviour_snapshot.py ]; then
+  echo "gpu_before_after.sh: .bench/before holds no tree here: name \".bench/before\" in the call's carry" >&2
+  exit 2
+fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 run() {  # TREE LABEL
