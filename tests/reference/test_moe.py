@@ -192,17 +192,13 @@ def test_gate_activation_rounding_reads_act_gate_rounded_before_the_product():
     returns the element type); without it, silu(gate) * up rounded once. Known answer from
     torch's own silu in float64 on a pair of bf16 values where the two differ."""
     g, u = -1.703125, 9.5  # bf16 values (-1.7 rounded and 9.5)
-    silu = float(torch.nn.functional.silu(torch.tensor(g, dtype=torch.float64)))
-
-    def bf16(v):
-        return float(torch.tensor(v, dtype=torch.float64).to(torch.bfloat16))
-
+    silu = torch.nn.functional.silu(torch.tensor(g, dtype=torch.float64))
+    rounded_first, once = _bf16(_bf16(silu) * u), _bf16(silu * u)
+    assert rounded_first != once  # the pair separates the readings
     h = torch.tensor([[g, u]], dtype=torch.float64)
-    rounded_first = apply_activation(h, "silu", round_gate=bf16_tensor)[0, 0]
-    assert bf16(float(rounded_first)) == bf16(bf16(silu) * u)
-    assert bf16(float(apply_activation(h, "silu")[0, 0])) == bf16(silu * u)
-    assert bf16(bf16(silu) * u) != bf16(silu * u)  # the pair separates the readings
+    assert _bf16(apply_activation(h, "silu", round_gate=_bf16)[0, 0]) == rounded_first
+    assert _bf16(apply_activation(h, "silu")[0, 0]) == once
 
 
-def bf16_tensor(t: torch.Tensor) -> torch.Tensor:
+def _bf16(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.bfloat16).to(torch.float64)

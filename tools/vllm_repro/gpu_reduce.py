@@ -471,6 +471,10 @@ def quark_int8_config(weights, inputs):
         "export": {"kv_cache_group": [], "pack_method": "reorder"}}
 
 
+# the static input scales the int8 files carry (amax 3 into GEMM1, 1 into GEMM2)
+INT8_INPUT_SCALES = {"gate_proj": 3.0 / 127, "up_proj": 3.0 / 127, "down_proj": 1.0 / 127}
+
+
 def int8_weights(K, N, per_channel, static, seed=0):
     """Quark's int8 tensors: weight int8 [out, in], weight_scale fp32 [out] (per channel) or
     0-d (per tensor), input_scale fp32 0-d; every expert's and shard's scales differ."""
@@ -486,8 +490,8 @@ def int8_weights(K, N, per_channel, static, seed=0):
             out[f"{e}.{proj}.weight"] = codes.to(torch.int8)
             out[f"{e}.{proj}.weight_scale"] = s.float()
             if static:  # a dynamic layer has no input_scale parameter to load into
-                out[f"{e}.{proj}.input_scale"] = torch.tensor(
-                    3.0 / 127 if proj != "down_proj" else 1.0 / 127, dtype=torch.float32)
+                out[f"{e}.{proj}.input_scale"] = torch.tensor(INT8_INPUT_SCALES[proj],
+                                                              dtype=torch.float32)
             scales[(e, proj)], codes_of[(e, proj)] = s, codes
     return out, scales, codes_of
 
@@ -541,23 +545,23 @@ def int8():
         if per_channel:
             # w13's scales are [gate; up] of expert 0: index e < N is gate's channel e for
             # both shards; w2's: down's channel e
-            flat = {k: c * held[(0, "down_proj" if k[1] == "down_proj" else "gate_proj")][1][k[0]]
-                    for k, (c, s) in held.items()}
-            wrong = {"weight scale read at [e] (expert 0's channel e)": flat}
+            misread = ("weight scale read at [e] (expert 0's channel e)", {
+                k: c * held[(0, "down_proj" if k[1] == "down_proj" else "gate_proj")][1][k[0]]
+                for k, (c, s) in held.items()})
         else:
-            e0 = {k: c * held[(0, k[1])][1] for k, (c, s) in held.items()}
-            wrong = {"expert 0's weight scale for every expert": e0}
+            misread = ("expert 0's weight scale for every expert",
+                       {k: c * held[(0, k[1])][1] for k, (c, s) in held.items()})
         if aq == "token":
             q1 = q2 = int8_token
         else:
-            q1 = int8_static(3.0 / 127)
-            q2 = int8_static(1.0 / 127)
+            q1 = int8_static(INT8_INPUT_SCALES["gate_proj"])
+            q2 = int8_static(INT8_INPUT_SCALES["down_proj"])
         experts = build(quark_int8_config(wq, aq), "quark", K, N, weights)
         for M in (1, 9, 17, 64):
             x, w, ids = routing(M, K)
             out, kernel = forward(experts, x, w, ids)
-            readings = {"the file's scales": reference(dense, x, w, ids, K, q1, q2)}
-            readings.update({k: reference(d, x, w, ids, K, q1, q2) for k, d in wrong.items()})
+            readings = {"the file's scales": reference(dense, x, w, ids, K, q1, q2),
+                        misread[0]: reference(misread[1], x, w, ids, K, q1, q2)}
             readings["the file's scales, silu(gate) rounded first"] = reference(
                 dense, x, w, ids, K, q1, q2, gate_rounded=True)
             readings["activations unquantized (W8A16)"] = reference(dense, x, w, ids, K)

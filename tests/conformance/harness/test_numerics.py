@@ -334,7 +334,7 @@ def test_gate_activation_in_activation_dtype_rounds_silu_before_the_product():
     """vLLM's CUDA silu_and_mul returns silu(gate) in the element type, then multiplies up
     (csrc/activation_kernels.cu): known answer on one expert whose gate is x0 and up x1,
     against torch's own silu in float64, rounded to bf16 before (declared) or after the
-    product; the input pair is the first of a fixed list on which the two differ."""
+    product, on a pair of bf16 values where the two differ."""
     P1 = MoEProblem(M=1, K=32, N=32, E=2, topk=1, activation="silu")
     ckpt = synthesize("bf16", P1, seed=0)
     for t in ckpt.tensors.values():
@@ -345,19 +345,14 @@ def test_gate_activation_in_activation_dtype_rounds_silu_before_the_product():
     read = reading(ckpt, {"gate_activation_in_activation_dtype": True})
     assert read.gate_activation_in_activation_dtype and not ckpt.gate_activation_in_activation_dtype
 
-    def bf16(v):
-        return torch.tensor(v, dtype=torch.float64).to(torch.bfloat16).double()
+    def bf16(t):
+        return t.to(torch.bfloat16).double()
 
+    g, u = -1.703125, 9.5  # bf16 values (-1.7 rounded and 9.5)
+    silu = torch.nn.functional.silu(torch.tensor(g, dtype=torch.float64))
+    rounded_first, once = bf16(bf16(silu) * u), bf16(silu * u)
+    assert rounded_first != once  # the pair separates the readings
     w, ids = torch.tensor([[1.0]]), torch.tensor([[0]])
-    for g, u in ((1.3, 2.7), (0.7, -5.1), (2.1, 3.3), (-1.7, 9.5), (0.37, 7.9)):
-        g, u = float(bf16(g)), float(bf16(u))
-        silu = torch.nn.functional.silu(torch.tensor(g, dtype=torch.float64))
-        rounded_first = bf16(float(bf16(float(silu)) * u))
-        once = bf16(float(silu * u))
-        if rounded_first != once:
-            break
-    else:
-        raise AssertionError("no input pair separates the two readings")
     x = torch.zeros(1, 32, dtype=torch.bfloat16)
     x[0, 0], x[0, 1] = g, u
     assert float(moe(read, x, w, ids, P1)[0, 0]) == float(rounded_first)
