@@ -291,6 +291,8 @@ class VllmBackend:
         experts = getattr(getattr(kernel, "impl", None), "fused_experts", None)
         if experts is not None:  # the class that runs, where processing built the kernel
             backend = f"{backend.split(' (')[0]} ({type(experts).__name__})"
+        elif backend == "? (?)":  # no oracle choice, no modular kernel: the method's own call
+            backend = f"{type(layer.quant_method).__name__} (no modular kernel)"
         return backend + ("; CPU AMX gate forced" if self.forced_amx else "")
 
     def numerics(self, layer: VllmLayer) -> dict:
@@ -308,8 +310,10 @@ class VllmBackend:
             out["activation"] = mode
         if mode == ACT_DYNAMIC_GROUP and _deep_gemm_e8m0():
             out["activation_scale_pow2"] = True
-        if layer.problem.apply_router_weight_on_input:
-            # every vLLM prepare step scales the input by `topk_weights.to(a1.dtype)`
+        if layer.problem.apply_router_weight_on_input and self._runs_prepare_step(layer):
+            # every vLLM prepare step scales the input by `topk_weights.to(a1.dtype)`; a
+            # method that calls fused_experts itself (0.25.1's Quark int8) has its Triton
+            # kernel multiply GEMM1's float32 output by the weight: the exact reading
             out["router_weight_in_activation_dtype"] = True
         if layer.problem.activation in _ROUNDED_GATE_ACTIVATIONS \
                 and _engine_device().type == "cuda":
@@ -339,6 +343,12 @@ class VllmBackend:
             return CPU_METHOD_ACTIVATIONS.get(layer.kernel_method)
         return _quant_config_activation(getattr(self._experts_class(layer), "quant_config",
                                                 None))
+
+    def _runs_prepare_step(self, layer: VllmLayer) -> bool:
+        """Whether the layer runs through a modular kernel's prepare step (the CPU experts'
+        compiled entry, or the experts class processing built), rather than a quant method
+        calling fused_experts itself."""
+        return layer.kernel_method is not None or self._experts_class(layer) is not None
 
     def _experts_class(self, layer: VllmLayer):
         kernel = getattr(layer.quant_method, "moe_kernel", None)

@@ -8,6 +8,7 @@
 #   I41_FOLDERS  the folders (default: the two real Quark int8 folders, whose rows wait for
 #                the gate-rounding reading's first GPU run)
 #   I41_SUITE_S (330): the suite's limit; I41_FOLDERS_S (200): no folder starts after this.
+#   I41_SUITE_ARGS: more `moecert run` arguments for the suite (e.g. "--scheme int8-w8a8")
 # 2026-11-29 17:34 (every folder but the nine of 14:29): suite 215 s, reductions 153 s,
 # folders 490 s into the call.
 set -u
@@ -17,7 +18,8 @@ work=/tmp/i41; rm -rf "$work"; mkdir -p "$work"
 folders=${I41_FOLDERS:-quark-int8-channel-qwen3moe quark-int8-tensor-qwen3moe}
 start=$(date +%s)
 ( CUDA_VISIBLE_DEVICES=0 OUT=$work/suite GPU_ENGINES_S=${I41_SUITE_S:-330} GPU_ENGINES_WORKERS=16 \
-    GPU_ENGINES_PARTS=suite bash tools/gpu_engines.sh vllm smoke > "$work/suite.txt" 2>&1
+    GPU_ENGINES_PARTS=suite bash tools/gpu_engines.sh vllm smoke ${I41_SUITE_ARGS:-} \
+    > "$work/suite.txt" 2>&1
   echo "suite exit $? at $(( $(date +%s) - start )) s" >> "$work/times.txt" ) &
 ( export CUDA_VISIBLE_DEVICES=1
   # shellcheck disable=SC2086

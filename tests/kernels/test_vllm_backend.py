@@ -386,6 +386,23 @@ def test_a_biased_layer_whose_method_makes_no_bias_parameters_is_not_claimed(mon
     assert why is None or "bias" not in why
 
 
+def test_describe_names_a_method_that_calls_its_kernel_itself():
+    """A quant method with no oracle choice and no modular kernel (0.25.1's Quark int8 calls
+    fused_experts in its apply): the row names the method, not "? (?)"."""
+    class QuarkW8A8Int8MoEMethod:
+        pass
+
+    class Experts:
+        quant_method = QuarkW8A8Int8MoEMethod()
+
+    class Runner:
+        routed_experts = Experts()
+
+    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("int8-w8a8"),
+                                   MoEProblem(M=2, K=128, N=128, E=3, topk=2))
+    assert VllmBackend().describe(layer) == "QuarkW8A8Int8MoEMethod (no modular kernel)"
+
+
 def _declared(problem, scheme="bf16") -> dict:
     """The adapter's numerics for a layer of `problem` with no processed scales to read
     (vLLM-free: a stand-in runner; the tests stand in the kernel's activation mode)."""
@@ -409,15 +426,19 @@ def test_block_fp8_declares_power_of_two_group_scales_where_vllm_says_deep_gemm_
     assert got["activation"] == "dynamic-group"
 
 
-@pytest.mark.parametrize("on_input", [True, False])
+@pytest.mark.parametrize("on_input,modular", [(True, True), (False, True), (True, False)])
 def test_router_weight_on_the_input_declares_vllms_cast_to_the_activation_dtype(
-        monkeypatch, on_input):
+        monkeypatch, on_input, modular):
     """Every vLLM prepare step scales the input by topk_weights.to(a1.dtype) (0.25.1 and 0.32,
-    no_dp_ep.py): the adapter declares that reading for such a layer, and only there."""
+    no_dp_ep.py): the adapter declares that reading for a layer that runs one, and only there.
+    A quant method that calls fused_experts itself (0.25.1's Quark int8) runs no prepare step:
+    its Triton kernel multiplies GEMM1's float32 output by the weight, the exact reading."""
     monkeypatch.setattr(VllmBackend, "_kernel_activation", lambda self, layer: "none")
+    monkeypatch.setattr(VllmBackend, "_experts_class",
+                        lambda self, layer: object() if modular else None)
     got = _declared(MoEProblem(M=2, K=128, N=128, E=3, topk=1,
                                apply_router_weight_on_input=on_input))
-    assert got.get("router_weight_in_activation_dtype", False) is on_input
+    assert got.get("router_weight_in_activation_dtype", False) is (on_input and modular)
 
 
 @pytest.mark.parametrize("device,activation,declared", [

@@ -267,6 +267,31 @@ def test_measured_costs_leave_no_lone_model_size_tail():
     assert by_need > 1.1 * bound  # the tail the costs remove
 
 
+def test_idle_workers_retire_so_the_last_model_size_problems_run_side_by_side():
+    """Certify on one GPU of a 64-core host (2026-11-29): 48 workers' reserves left room for
+    one DeepSeek-V3 layer at a time, and the run's last 180 s finished them one by one while
+    47 workers waited. Once no small problem is left, the waiting workers beyond what the
+    model-size problems could use retire and their reserves come back: two such layers run
+    side by side, and the run ends in about half the serial time of its layers."""
+    from moecert.conformance.harness.schedule import WORKER_RESERVE_BYTES
+
+    workers = 48
+    layers = [c for s in range(6) for c in _cases(DEEPSEEK, "gptq-int8", seed=s)]
+    small = [c for s in range(200) for c in _cases(SMALL, seed=s)]
+    costs = {**{c.case_id: 10.0 for c in layers}, **{c.case_id: 0.5 for c in small}}
+    need = 60 * GIB
+    # one layer fits beside every worker's reserve, two only once most workers are gone
+    room = need + (workers - 1) * WORKER_RESERVE_BYTES + 2 * GIB
+    budget = GpuBudget(_total(room), workers)
+    assert need <= budget.limit < 2 * need
+    pool = WorkPool([*small, *layers], [budget],
+                    need=lambda c: need if model_size(c) else 0)
+    wall = _replay(pool, workers, costs)
+    serial = sum(costs[c.case_id] for c in layers)  # 120 s: one layer at a time
+    assert wall <= 0.6 * serial, wall
+    assert budget.live < workers and budget.held == 0 and budget.running == 0
+
+
 def test_measured_costs_order_small_specializations_too():
     """A specialization whose problems are larger by the weight estimate but measured
     shorter goes after one measured longer."""
