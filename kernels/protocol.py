@@ -116,7 +116,9 @@ class DescribesLayer(Protocol):
 #                       "dynamic-token", judged as w4a8-int8)
 #   weight_scale_dtype  the torch dtype name the kernel keeps the weight scales in ("bfloat16")
 #   w13_requantized     True: per-tensor w1/w3 shard scales collapsed to their maximum and
-#                       the fp8 weights requantized to it
+#                       the fp8 / int8 weights requantized to it; a float dtype name
+#                       ("float16"): each shard dequantized in that dtype first, its scale
+#                       cast to it (vLLM's per_tensor_dequantize on CUDA)
 #   weights_dequantized a 16-bit float dtype name ("bfloat16", "float16"): the engine
 #                       dequantized the checkpoint's weights to it at load and runs the
 #                       unquantized layer (transformers' FineGrainedFP8 without an fp8 GPU)

@@ -324,7 +324,7 @@ class VllmBackend:
         scale = getattr(layer.experts, "w13_weight_scale", None)
         if layer.shard_scales and isinstance(scale, torch.Tensor) \
                 and scale.numel() == layer.problem.E:
-            out["w13_requantized"] = True
+            out["w13_requantized"] = _requantized_via()
         return out
 
     def _kernel_activation(self, layer: VllmLayer) -> str | None:
@@ -454,6 +454,22 @@ def _recording(layer: VllmLayer):
 # vLLM's FusedMoEQuantConfig.quant_dtype names its block-scaled activation formats by strings
 # of its own (a torch dtype otherwise): the ones that are an activation mode here
 VLLM_QUANT_DTYPE_MODES = {"mxfp8": ACT_MXFP8, "mxfp4": ACT_MXFP4, "nvfp4": ACT_NVFP4}
+
+
+def _requantized_via() -> str | bool:
+    """How vLLM requantizes per-tensor w1 / w3 to one scale (fp8_utils / Quark's int8
+    method): each shard through per_tensor_dequantize, `codes.to(float16) * scale`, then
+    quantized by the larger scale. On CUDA the binary op casts the 0-d float32 scale to the
+    float16 common dtype first; that reading matched the processed codes of a Quark int8
+    layer on the H200 exactly (tools/vllm_repro/gpu_reduce.py int8-layer: 1066 codes of 3
+    shards one off the exact requantization, each reproduced). The dtype is vLLM's own
+    answer; on a CPU (scale not cast) the exact reading, as the CPU gate measured."""
+    if _engine_device().type != "cuda":
+        return True
+    from vllm.model_executor.layers.quantization.utils.w8a8_utils import per_tensor_dequantize
+
+    held = per_tensor_dequantize(torch.ones(1, dtype=torch.int8), torch.tensor(1.0)).dtype
+    return str(held).removeprefix("torch.") if held != torch.float32 else True
 
 
 def _deep_gemm_e8m0() -> bool:

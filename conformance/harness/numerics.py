@@ -8,7 +8,10 @@ the same checkpoint the harness then judges the layer against.
     weight_scale_dtype  a torch float dtype name ("bfloat16"): the kernel keeps the
                         checkpoint's weight scales rounded to it
     w13_requantized     True: per-tensor w1 / w3 shard scales collapsed to their maximum and
-                        both shards' fp8 weights requantized to it (vLLM's fp8 MoE processing)
+                        both shards' fp8 / int8 weights requantized to it (vLLM's fp8 and
+                        Quark int8 MoE processing); a float dtype name ("float16"): the same,
+                        the shard dequantized in that dtype first, its scale cast to it (vLLM's
+                        per_tensor_dequantize on CUDA)
     weights_dequantized "bfloat16" / "float16": the engine dequantized the weights to that
                         dtype at load and runs the unquantized layer (transformers'
                         FineGrainedFP8 quantizer without an fp8 GPU; an fp16 checkpoint loaded
@@ -94,7 +97,11 @@ def declared(backend, layer) -> dict:
     if "weight_scale_dtype" in got and got["weight_scale_dtype"] not in _SCALE_DTYPES:
         raise NumericsError(f"numerics(layer)['weight_scale_dtype']: expected one of "
                             f"{', '.join(_SCALE_DTYPES)}, found {got['weight_scale_dtype']!r}")
-    for key in _BOOL_KEYS:
+    if "w13_requantized" in got and not isinstance(got["w13_requantized"], bool) \
+            and got["w13_requantized"] not in _SCALE_DTYPES:
+        raise NumericsError(f"numerics(layer)['w13_requantized']: expected a bool or one of "
+                            f"{', '.join(_SCALE_DTYPES)}, found {got['w13_requantized']!r}")
+    for key in _ARITHMETIC_KEYS:
         if key in got and not isinstance(got[key], bool):
             raise NumericsError(f"numerics(layer)[{key!r}]: expected a bool, found "
                                 f"{got[key]!r}")
@@ -122,7 +129,7 @@ def effective(numerics: dict, quant) -> dict:
         out["weight_scale_dtype"] = numerics["weight_scale_dtype"]
     for key in _BOOL_KEYS:
         if numerics.get(key):
-            out[key] = True
+            out[key] = numerics[key] if key == "w13_requantized" else True
     if "weights_dequantized" in numerics and \
             _DEQUANTIZED_SCHEMES.get(numerics["weights_dequantized"]) != quant.scheme:
         out["weights_dequantized"] = numerics["weights_dequantized"]
@@ -151,7 +158,7 @@ def reading(ckpt, numerics: dict):
         return ckpt
     out = replace(ckpt, tensors=dict(ckpt.tensors))
     if numerics.get("w13_requantized"):
-        out = _requantized_w13(out)
+        out = _requantized_w13(out, numerics["w13_requantized"])
     if "weight_scale_dtype" in numerics:
         dtype = getattr(torch, numerics["weight_scale_dtype"])
         for name, d in declared_tensors(out).items():
@@ -220,9 +227,11 @@ def _with_activation(ckpt, mode: str):
     return out
 
 
-def _requantized_w13(ckpt):
-    """Per-tensor fp8 w13 with [E, 2] shard scales: both shards requantized to the larger
-    scale (w' = e4m3(w * s_shard / s_max), RNE), one scale per expert."""
+def _requantized_w13(ckpt, via: str | bool = True):
+    """Per-tensor w13 with [E, 2] shard scales: both shards requantized to the larger scale,
+    one scale per expert: codes' = Q(w / s_max) with w = codes * s_shard, Q the element's own
+    rounding (fp8: e4m3 RNE; int8: round half to even, clamped), `via` the float dtype name the
+    processing holds w in (its scale cast to that dtype first), or True for exact w."""
     scale = ckpt.tensors.get("w13_weight_scale")
     if (ckpt.weight_strategy == STRATEGY_TENSOR and scale is not None and scale.dim() == 1
             and scheme_format(ckpt).layout not in PACKED_LAYOUTS):
@@ -238,12 +247,30 @@ def _requantized_w13(ckpt):
     s = scale.to(torch.float64)
     s_max = s.max(dim=1).values
     n = w.shape[1] // 2
-    ratio = torch.cat([(s[:, 0] / s_max)[:, None].expand(-1, n),
-                       (s[:, 1] / s_max)[:, None].expand(-1, n)], dim=1)
-    requant = (w.to(torch.float64) * ratio[:, :, None]).to(w.dtype)
-    ckpt.tensors["w13_weight"] = requant
+    shards = []
+    for j in range(2):
+        codes = w[:, j * n:(j + 1) * n].to(torch.float64)
+        if via is True:
+            q = codes * (s[:, j] / s_max)[:, None, None]
+        else:  # held in `via`: w rounded to it, the scale rounded first; then / s_max in fp32
+            dtype = getattr(torch, via)
+            held = (codes * s[:, j].to(dtype).to(torch.float64)[:, None, None]).to(dtype)
+            q = (held.to(torch.float32) / s_max.to(torch.float32)[:, None, None]).to(
+                torch.float64)
+        shards.append(_element_codes(q, w.dtype))
+    ckpt.tensors["w13_weight"] = torch.cat(shards, dim=1)
     ckpt.tensors["w13_weight_scale"] = s_max.to(scale.dtype)
     return ckpt
+
+
+def _element_codes(q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`q` stored as `dtype` codes by that element's rounding: an integer rounded half to
+    even and clamped (a cast would truncate), a float rounded to nearest even within range."""
+    if dtype.is_floating_point:
+        top = torch.finfo(dtype).max
+        return q.clamp(-top, top).to(dtype)
+    info = torch.iinfo(dtype)
+    return torch.round(q).clamp(info.min, info.max).to(dtype)
 
 
 __all__ = ["NumericsError", "declared", "describe", "effective", "reading", "reading_scheme"]

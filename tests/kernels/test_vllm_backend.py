@@ -403,6 +403,26 @@ def test_describe_names_a_method_that_calls_its_kernel_itself():
     assert VllmBackend().describe(layer) == "QuarkW8A8Int8MoEMethod (no modular kernel)"
 
 
+@pytest.mark.parametrize("device,held,declared", [
+    ("cuda", torch.float16, "float16"), ("cuda", torch.float32, True),
+    ("cpu", torch.float16, True)])
+def test_w13_requantization_is_declared_in_the_dtype_vllm_dequantizes_to(
+        monkeypatch, device, held, declared):
+    """vLLM requantizes per-tensor w1 / w3 through per_tensor_dequantize, whose float16 result
+    (on CUDA, the scale cast to it first) moves codes near a half by one: the adapter asks
+    that function for its dtype on cuda; on a CPU the exact reading stands (vLLM-free: the
+    function stood in)."""
+    import sys
+    import types
+
+    name = "vllm.model_executor.layers.quantization.utils.w8a8_utils"
+    fake = types.ModuleType(name)
+    fake.per_tensor_dequantize = lambda t, s: (t.to(held) * s).to(held)
+    monkeypatch.setitem(sys.modules, name, fake)
+    monkeypatch.setattr(vllm_backend, "_engine_device", lambda: torch.device(device))
+    assert vllm_backend._requantized_via() == declared
+
+
 def _declared(problem, scheme="bf16") -> dict:
     """The adapter's numerics for a layer of `problem` with no processed scales to read
     (vLLM-free: a stand-in runner; the tests stand in the kernel's activation mode)."""

@@ -607,9 +607,18 @@ def int8_layer():
             for j, proj in enumerate(("gate_proj", "up_proj")):
                 want = torch.round(codes[(e, proj)] * scales[(e, proj)] / top).clamp(-128, 127)
                 got = w13[e, j * N:(j + 1) * N]
+                # vLLM's per_tensor_dequantize: codes.to(float16) * scale, the 0-d float32
+                # scale cast to float16 first (a CUDA binary op's common dtype)
+                half = (codes[(e, proj)].half().cuda() * scales[(e, proj)].float().cuda())
+                want16 = torch.round(half.float() / top.float().cuda()).clamp(-128, 127)
+                print(f"    expert {e} {proj}: through float16, codes differing from held: "
+                      f"{int((want16.cpu().double() != got).sum())}")
                 print(f"    expert {e} {proj}: scale ratio to the larger "
                       f"{float(scales[(e, proj)] / top):.4f}; codes differing from the "
-                      f"requantized {int((got != want).sum())} of {want.numel()}, from the "
+                      f"requantized {int((got != want).sum())} of {want.numel()} (by at most "
+                      f"{int((got - want).abs().max())}; where they differ the file's "
+                      f"code x ratio is {(codes[(e, proj)] * scales[(e, proj)] / top)[got != want][:3].tolist()}"
+                      f", held {got[got != want][:3].tolist()}), from the "
                       f"file's {int((got != codes[(e, proj)]).sum())}; held scale "
                       f"{float(s13[e]):.6e} vs the larger {float(top):.6e}")
                 own[(e, proj)] = got * s13[e]

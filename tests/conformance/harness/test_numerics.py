@@ -42,6 +42,7 @@ class _Declares:
     ({"activation": "int8"}, "activation"),
     ({"weight_scale_dtype": "bf16"}, "weight_scale_dtype"),
     ({"w13_requantized": "yes"}, "w13_requantized"),
+    ({"w13_requantized": 1}, "w13_requantized"),
     ({"bias_after_rounding": 1}, "bias_after_rounding"),
     (["activation"], "expected a dict"),
 ])
@@ -164,6 +165,48 @@ def test_w13_requantized_collapses_the_shard_scales_and_requantizes():
     with pytest.raises(NumericsError, match="w13_requantized"):
         reading(synthesize("fp8-w8a16", P, seed=4, weight_strategy="channel"),
                 {"w13_requantized": True})
+
+
+def _int8_shards(up_codes, up_scale, gate_scale=1.0):
+    """An int8 per-tensor checkpoint whose expert 0 has the given gate scale (the larger),
+    up codes (column 0, the rest 0) and up scale: a known requantization by hand."""
+    ckpt = synthesize("int8-w8a8", P, seed=5, weight_strategy="tensor",
+                      activation="static-tensor")
+    w = torch.zeros_like(ckpt.tensors["w13_weight"])
+    n = w.shape[1] // 2
+    w[0, n:n + len(up_codes), 0] = torch.tensor(up_codes, dtype=w.dtype)
+    s = torch.ones(P.E, 2, dtype=torch.float32)
+    s[0] = torch.tensor([gate_scale, up_scale])
+    return replace(ckpt, tensors={**ckpt.tensors, "w13_weight": w, "w13_weight_scale": s}), n
+
+
+def test_w13_requantized_rounds_int8_codes_to_nearest_even_not_toward_zero():
+    """vLLM's Quark int8 requantization (scaled_int8_quant: round to nearest even, clamped).
+    The reading truncated before 2026-11-29 (a cast to int8): 26% of the real
+    quark-int8-tensor folder's w13 codes one off, its vLLM rows red on the H200."""
+    ckpt, n = _int8_shards([33, 35, -3, 127], 0.5)
+    read = reading(ckpt, {"w13_requantized": True})
+    assert read.tensors["w13_weight"][0, n:n + 4, 0].tolist() == [16, 18, -2, 64]
+    ckpt, n = _int8_shards([-3, 7], 0.9)  # -2.7 and 6.3: truncation would give -2 and 6
+    read = reading(ckpt, {"w13_requantized": True})
+    assert read.tensors["w13_weight"][0, n:n + 2, 0].tolist() == [-3, 6]
+
+
+def test_w13_requantized_through_float16_rounds_the_scale_and_the_shard_first():
+    """vLLM on CUDA holds each dequantized shard in float16, the float32 scale cast to it
+    first (per_tensor_dequantize), then divides by the larger scale in float32: code 17 at
+    up scale 6.04835e-3 beside gate's 6.63432e-3 is 15.4985 exactly (15), 15.5018 through
+    float16 (16): the H200's processed Quark int8 codes moved so (gpu_reduce.py int8-layer);
+    the gate shard (the larger scale) is unchanged either way."""
+    gate, up = 6.634322e-03, 0.006048345472663641
+    ckpt, n = _int8_shards([17], up, gate)
+    exact = reading(ckpt, {"w13_requantized": True})
+    half = reading(ckpt, {"w13_requantized": "float16"})
+    assert exact.tensors["w13_weight"][0, n, 0] == 15
+    assert half.tensors["w13_weight"][0, n, 0] == 16
+    assert torch.equal(half.tensors["w13_weight"][:, :n], ckpt.tensors["w13_weight"][:, :n])
+    with pytest.raises(NumericsError, match="w13_requantized"):
+        declared(_Declares({"w13_requantized": "float8"}), None)
 
 
 def test_w13_requantized_leaves_one_scale_per_expert_as_it_is():
