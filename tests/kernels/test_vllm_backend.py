@@ -381,7 +381,8 @@ def test_a_biased_layer_whose_method_makes_no_bias_parameters_is_not_claimed(mon
     monkeypatch.setattr(vllm_backend, "_vllm", lambda: {"version": "0.25.1"})
     biased = MoEProblem(M=2, K=128, N=64, E=3, topk=2, bias=True)
     why, _ = VllmBackend()._select(Variant.of("gptq-int4"), biased)
-    assert why == "vLLM 0.25.1's Method makes no expert bias parameters (a biased layer does not load)"
+    assert why == ("vLLM 0.25.1's Method makes no expert bias parameters (a biased layer does "
+                   "not load)")
     why, _ = VllmBackend()._select(Variant.of("gptq-int4"), replace(biased, bias=False))
     assert why is None or "bias" not in why
 
