@@ -134,11 +134,15 @@ class DescribesLayer(Protocol):
 #                       of two (DeepGEMM's UE8M0 scales, vLLM's default where DeepGEMM loads)
 #   router_weight_in_activation_dtype True: with the router weight applied to the input, the
 #                       weight cast to the activation dtype first (x * r.to(x.dtype))
+#   router_weight_on_gemm1_output True: with the router weight applied to the input, the weight
+#                       multiplies GEMM1's output before rounding, the input unscaled
+#                       (vLLM's fused_experts kernel: MUL_ROUTED_WEIGHT on GEMM1)
 #   gate_activation_in_activation_dtype True: act(gate) rounded to the activation dtype before
 #                       it multiplies up (vLLM's CUDA silu_and_mul)
 NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized", "weights_dequantized",
                  "bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2",
-                 "router_weight_in_activation_dtype", "gate_activation_in_activation_dtype")
+                 "router_weight_in_activation_dtype", "router_weight_on_gemm1_output",
+                 "gate_activation_in_activation_dtype")
 
 
 @runtime_checkable

@@ -311,10 +311,14 @@ class VllmBackend:
         if mode == ACT_DYNAMIC_GROUP and _deep_gemm_e8m0():
             out["activation_scale_pow2"] = True
         if layer.problem.apply_router_weight_on_input and self._runs_prepare_step(layer):
-            # every vLLM prepare step scales the input by `topk_weights.to(a1.dtype)`; a
-            # method that calls fused_experts itself (0.25.1's Quark int8) has its Triton
-            # kernel multiply GEMM1's float32 output by the weight: the exact reading
+            # every vLLM prepare step scales the input by `topk_weights.to(a1.dtype)`
             out["router_weight_in_activation_dtype"] = True
+        elif layer.problem.apply_router_weight_on_input:
+            # a method that calls fused_experts itself (0.25.1's Quark int8): its Triton
+            # kernel multiplies GEMM1's float32 output by the weight (MUL_ROUTED_WEIGHT); on
+            # the H200, 1.5e-3 to 1.7e-3 from that reading, 1.6e-2 to 2.1e-2 from x * r
+            # (tools/vllm_repro/gpu_reduce.py int8-router)
+            out["router_weight_on_gemm1_output"] = True
         if layer.problem.activation in _ROUNDED_GATE_ACTIVATIONS \
                 and _engine_device().type == "cuda":
             # the CUDA silu_and_mul / gelu_and_mul every GPU MoE kernel calls between its

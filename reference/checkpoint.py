@@ -43,6 +43,14 @@ class Checkpoint:
                     likewise: True where, with the router weight applied to the input, the
                     weight is first cast to the activation dtype (x * r.to(x.dtype), every
                     vLLM prepare step); False: x * r rounded once.
+      router_weight_on_gemm1_output
+                    likewise: True where, with the router weight applied to the input, the
+                    weight instead multiplies GEMM1's product (before its bias and rounding)
+                    and the input is neither scaled nor rounded (vLLM's fused_experts Triton
+                    kernel: GEMM1's MUL_ROUTED_WEIGHT epilogue, in float32): (r x) W + b in
+                    exact arithmetic, not once the input is quantized or rounded. vLLM's
+                    kernel scales GEMM1's bias too, which this reading does not: a biased
+                    layer shows it as a failure.
       activation_scale_pow2
                     likewise: True where dynamic 1 x 128 activation scales are rounded up to a
                     power of two (DeepGEMM's UE8M0 scales; vLLM quantizes so wherever DeepGEMM
@@ -68,6 +76,7 @@ class Checkpoint:
     sum_in_activation_dtype: bool = False
     activation_scale_pow2: bool = False
     router_weight_in_activation_dtype: bool = False
+    router_weight_on_gemm1_output: bool = False
     gate_activation_in_activation_dtype: bool = False
 
     def __init__(self, scheme: str | Variant | None = None, tensors=None, *,
@@ -75,6 +84,7 @@ class Checkpoint:
                  origin: tuple[str, int] | None = None, bias_after_rounding: bool = False,
                  sum_in_activation_dtype: bool = False, activation_scale_pow2: bool = False,
                  router_weight_in_activation_dtype: bool = False,
+                 router_weight_on_gemm1_output: bool = False,
                  gate_activation_in_activation_dtype: bool = False, **attrs):
         if isinstance(scheme, Variant):
             scheme, variant = None, scheme
@@ -89,6 +99,7 @@ class Checkpoint:
         self.sum_in_activation_dtype = sum_in_activation_dtype
         self.activation_scale_pow2 = activation_scale_pow2
         self.router_weight_in_activation_dtype = router_weight_in_activation_dtype
+        self.router_weight_on_gemm1_output = router_weight_on_gemm1_output
         self.gate_activation_in_activation_dtype = gate_activation_in_activation_dtype
 
     # the variant's attributes, read where a checkpoint is at hand

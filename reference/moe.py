@@ -8,8 +8,10 @@ the w2 bias sits inside the routed sum (a reading with `bias_after_rounding`, gp
 definition, rounds each product before its bias is added and the sum again; one with
 `sum_in_activation_dtype` accumulates the routed sum in the activation dtype, expert by
 expert); with apply_router_weight_on_input x is scaled by r (and rounded to the activation
-dtype) before q1 and the output is not weighted; experts that expert_map sends to -1
-contribute nothing.
+dtype) before q1 and the output is not weighted (a reading with
+`router_weight_on_gemm1_output` multiplies GEMM1's product by r instead, before its bias and
+rounding: equal to (r x) W + b in exact arithmetic); experts that
+expert_map sends to -1 contribute nothing.
 
 Vectorized over tokens; the only Python loop is over experts, which are dequantized in
 chunks so that a DeepSeek-V3-sized layer fits in memory.
@@ -131,7 +133,10 @@ def moe(ckpt: Checkpoint, x: torch.Tensor, topk_weights: torch.Tensor | None,
     device = _device(ckpt)
     x64, r = x.to(device, torch.float64), topk_weights.to(device, torch.float64)
     ids = ids.to(device)
-    if problem.apply_router_weight_on_input:
+    gemm1_weight = None
+    if problem.apply_router_weight_on_input and ckpt.router_weight_on_gemm1_output:
+        gemm1_weight, r = r, torch.ones_like(r)  # h * r before h is rounded; x as it is
+    elif problem.apply_router_weight_on_input:
         if ckpt.router_weight_in_activation_dtype:  # r cast to x's dtype, then x * r
             r = round_to_activation_dtype(r, problem)
         x64, r = round_to_activation_dtype(x64 * r, problem), torch.ones_like(r)
@@ -143,7 +148,8 @@ def moe(ckpt: Checkpoint, x: torch.Tensor, topk_weights: torch.Tensor | None,
     keep = local >= 0
     _note(record, "w13", x64)
     return _routed(ckpt, quantize_activation(ckpt, x64, "w13"), token[keep], local[keep],
-                   weight[keep], problem, rows_out=M, record=record)
+                   weight[keep], problem, rows_out=M, record=record,
+                   gemm1_weight=None if gemm1_weight is None else gemm1_weight.flatten()[keep])
 
 
 def _note(record: dict | None, which: str, t: torch.Tensor) -> None:
@@ -176,10 +182,15 @@ def _moe_batched(ckpt, x, expert_num_tokens, problem, record=None):
 
 def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: torch.Tensor,
             weight: torch.Tensor, problem: MoEProblem, rows_out: int,
-            record: dict | None = None) -> torch.Tensor:
-    """Sum over assignments (token[i], expert[i], weight[i]) of weight * expert output."""
+            record: dict | None = None, gemm1_weight: torch.Tensor | None = None
+            ) -> torch.Tensor:
+    """Sum over assignments (token[i], expert[i], weight[i]) of weight * expert output;
+    `gemm1_weight[i]`, where given, multiplies assignment i's GEMM1 product (before its bias
+    and rounding)."""
     order = torch.argsort(expert, stable=True)
     token, expert, weight = token[order], expert[order], weight[order]
+    if gemm1_weight is not None:
+        gemm1_weight = gemm1_weight[order]
     counts = torch.bincount(expert, minlength=problem.E).tolist()
     starts = [0, *itertools.accumulate(counts)]
     biases = read_biases(ckpt)
@@ -192,6 +203,8 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
     for e, w13 in _expert_weights(ckpt, "w13", counts, problem.w13_rows * problem.K):
         lo, hi = starts[e], starts[e + 1]
         h = _pre_scaled(xq[token[lo:hi]], pre["w13"], e) @ w13.T
+        if gemm1_weight is not None:  # the product scaled, the bias not: (r x) W + b
+            h = h * gemm1_weight[lo:hi].unsqueeze(1)
         if "w13_bias" in biases:
             h = _biased(h, biases["w13_bias"][e], ckpt, problem)
         h = round_to_activation_dtype(h, problem)

@@ -3,10 +3,10 @@
 # part: GPU 0 runs vLLM's smoke suite (tools/gpu_engines.sh, the GPU list); GPU 1 runs the
 # one-file reductions (tools/vllm_repro/gpu_reduce.py), then producer folders through vLLM.
 # Everything lands in one tar in $OUT (the device tool brings back eight files).
-#   I41_REDUCE   the reduction steps (default: int8 fp8-tensor router, the rows the
-#                2026-11-29 17:34 run left open or newly declared)
-#   I41_FOLDERS  the folders (default: the two real Quark int8 folders, whose rows wait for
-#                the gate-rounding reading's first GPU run)
+#   I41_REDUCE   the reduction steps (default: int8-layer int8-router fp8-tensor, the
+#                readings of 2026-11-29 21:40 that have not run on a GPU)
+#   I41_FOLDERS  the folders (default: the two real Quark int8 folders: the tensor one's
+#                rows wait for the int8 requantization reading's first GPU run)
 #   I41_SUITE_S (330): the suite's limit; I41_FOLDERS_S (200): no folder starts after this.
 #   I41_SUITE_ARGS: more `moecert run` arguments for the suite (e.g. "--scheme int8-w8a8")
 # 2026-11-29 17:34 (every folder but the nine of 14:29): suite 215 s, reductions 153 s,
@@ -24,7 +24,7 @@ start=$(date +%s)
 ( export CUDA_VISIBLE_DEVICES=1
   # shellcheck disable=SC2086
   (cd tools/vllm_repro && PYTHONPATH=$(python3 ../engine_carry.py env vllm) timeout 200 \
-      python3 gpu_reduce.py ${I41_REDUCE:-int8 fp8-tensor router} > "$work/reduce.txt" 2>&1)
+      python3 gpu_reduce.py ${I41_REDUCE:-int8-layer int8-router fp8-tensor} > "$work/reduce.txt" 2>&1)
   echo "reduce exit $? at $(( $(date +%s) - start )) s" >> "$work/times.txt"
   OUT=$work/folders GPU_ENGINES_S=160 GPU_ENGINES_PARTS=folders GPU_ENGINES_FOLDER_JOBS=8 \
       GPU_ENGINES_FOLDERS_S=${I41_FOLDERS_S:-200} GPU_ENGINES_FOLDERS="$folders" \

@@ -33,6 +33,10 @@ the same checkpoint the harness then judges the layer against.
     router_weight_in_activation_dtype True: with the router weight applied to the input, the
                         weight cast to the activation dtype before x * r (vLLM's prepare steps:
                         `a1 * topk_weights.to(a1.dtype)`)
+    router_weight_on_gemm1_output True: with the router weight applied to the input, the weight
+                        multiplies GEMM1's product (before its bias and rounding) and the
+                        input stays as it is (vLLM's fused_experts: GEMM1's MUL_ROUTED_WEIGHT
+                        epilogue, float32), where a prepare step scales the input
     gate_activation_in_activation_dtype True: silu(gate) / gelu(gate) rounded to the activation
                         dtype before it multiplies up (vLLM's CUDA silu_and_mul / gelu_and_mul:
                         csrc/activation_kernels.cu's activation returns the element type)
@@ -70,7 +74,8 @@ _DEQUANTIZED_SCHEMES = {"bfloat16": "bf16", "float16": "fp16"}
 _REWRITE_FORMAT = "gptq_v2"
 # the declared arithmetic the reference reads off the Checkpoint (reference/checkpoint.py)
 _ARITHMETIC_KEYS = ("bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2",
-                    "router_weight_in_activation_dtype", "gate_activation_in_activation_dtype")
+                    "router_weight_in_activation_dtype", "router_weight_on_gemm1_output",
+                    "gate_activation_in_activation_dtype")
 # keys whose value is True or False (False declares nothing)
 _BOOL_KEYS = ("w13_requantized", *_ARITHMETIC_KEYS)
 

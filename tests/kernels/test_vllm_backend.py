@@ -453,13 +453,14 @@ def test_router_weight_on_the_input_declares_vllms_cast_to_the_activation_dtype(
     """Every vLLM prepare step scales the input by topk_weights.to(a1.dtype) (0.25.1 and 0.32,
     no_dp_ep.py): the adapter declares that reading for a layer that runs one, and only there.
     A quant method that calls fused_experts itself (0.25.1's Quark int8) runs no prepare step:
-    its Triton kernel multiplies GEMM1's float32 output by the weight, the exact reading."""
+    its Triton kernel multiplies GEMM1's float32 output by the weight, declared so."""
     monkeypatch.setattr(VllmBackend, "_kernel_activation", lambda self, layer: "none")
     monkeypatch.setattr(VllmBackend, "_experts_class",
                         lambda self, layer: object() if modular else None)
     got = _declared(MoEProblem(M=2, K=128, N=128, E=3, topk=1,
                                apply_router_weight_on_input=on_input))
     assert got.get("router_weight_in_activation_dtype", False) is (on_input and modular)
+    assert got.get("router_weight_on_gemm1_output", False) is (on_input and not modular)
 
 
 @pytest.mark.parametrize("device,activation,declared", [

@@ -99,6 +99,25 @@ def test_router_weight_on_input_equals_prescaling(scheme, kw):
     assert not torch.allclose(moe(ckpt, x, w, ids, plain), expected)
 
 
+def test_router_weight_on_gemm1_output_scales_the_product_before_bias_and_rounding():
+    """`router_weight_on_gemm1_output` (vLLM's fused_experts: GEMM1's MUL_ROUTED_WEIGHT
+    epilogue): h = (x W13^T) r + b13 rounded, x itself neither scaled nor rounded, the output
+    unweighted. Known answer written out for one expert route; it differs from x * r rounded
+    first (the default reading of the router weight on the input)."""
+    P = _problem(topk=1, apply_router_weight_on_input=True)
+    ckpt = synthesize("bf16", P, seed=7)
+    x, _, _ = make_inputs(P, seed=8)
+    ids = torch.full((P.M, 1), 2, dtype=torch.int32)
+    r = torch.rand(P.M, 1, generator=torch.Generator().manual_seed(1)) + 0.25
+    w = dequantize(ckpt)
+    h = ((x.double() @ w["w13"][2].T) * r.double() + w["w13_bias"][2]).to(P.torch_dtype)
+    a = apply_activation(h.double(), P.activation).to(P.torch_dtype).double()
+    dense = a @ w["w2"][2].T + w["w2_bias"][2]
+    read = dataclasses.replace(ckpt, router_weight_on_gemm1_output=True)
+    torch.testing.assert_close(moe(read, x, r, ids, P), dense, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(moe(ckpt, x, r, ids, P), dense, rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("scheme,kw", [s for s in SCHEMES if "dynamic-tensor" not in str(s)],
                          ids=[i for i in IDS if "dynamic-tensor" not in i])
 def test_token_permutation_permutes_output(scheme, kw):
