@@ -70,9 +70,9 @@ from ..harness.runner import (
     run_isolated,
     write_junit,
 )
-from ..harness.schedule import plan_workers
 from ..harness.shard_costs import balanced_shard, read_costs
 from ..harness.suites import build_model_suite, build_suite, shard
+from ..harness.worker_plan import plan_workers
 from ..harness.xfail import XfailList
 from .arguments import (
     add_backends,
@@ -176,7 +176,7 @@ def layers_covered(args) -> str:
 
 def workers_for(requested: int | str, device: str, cases=()) -> int:
     """`-n`: the number given, or for auto what the host's GPUs, their memory and its cores
-    hold for these cases (schedule.plan_workers), said on stderr."""
+    hold for these cases (worker_plan.plan_workers), said on stderr."""
     from ..harness.runner import visible_devices
 
     if requested != "auto" and not device.startswith("cuda"):

@@ -184,7 +184,7 @@ def shard_spec(text: str) -> tuple[int, int]:
 
 
 def worker_count(text: str) -> int | str:
-    """`-n`: a whole number of workers, or "auto" (conformance/harness/schedule.py
+    """`-n`: a whole number of workers, or "auto" (conformance/harness/worker_plan.py
     `plan_workers`)."""
     return "auto" if text == "auto" else positive_int(text)
 

@@ -27,17 +27,15 @@ On several GPUs each worker is pinned to one (runner.Worker) and draws on that G
 
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 from collections import deque
-from dataclasses import dataclass
 
 from moecert.reference.schemes import get_scheme
 
 from .cases import Case
 from .execute import problem_groups
-from .memory import gb, host_need, host_total_bytes
+from .memory import host_need, host_total_bytes
 from .shard_costs import case_cost
 
 # Problems with more weights than this are model-size: scheduled first, against a GPU's budget
@@ -60,11 +58,6 @@ CASE_BASE_BYTES = 3584 << 20
 # and `-n auto` gives a GPU no more workers than its memory holds with every reserve counted.
 WORKER_RESERVE_BYTES = 1536 << 20
 USABLE_FRACTION = 0.97
-# `-n auto` on a GPU host: at most three workers per four cores (plan_workers).
-WORKERS_PER_CORE = 0.75
-# ... and per GPU whose memory nvidia-smi cannot read: the count that ran certify green on an
-# 80 GB H100 (docs/speed.md).
-UNKNOWN_MEMORY_WORKERS_PER_GPU = 12
 
 
 def weights(case: Case) -> int:
@@ -351,75 +344,17 @@ def budgets(device: str, visible: list[str], workers: int, memory=gpu_memory
     return budgets
 
 
-@dataclass(frozen=True)
-class WorkerPlan:
-    """`-n auto`: how many workers, and why (one line for the run's first message)."""
-    workers: int
-    why: str
-
-
-def plan_workers(device: str, cases=(), visible: list[str] | None = None,
-                 cores: int | None = None, memory=gpu_memory) -> WorkerPlan:
-    """`-n auto`. On a CPU one worker per core. On a GPU host the smallest of:
-
-    - the cores: WORKERS_PER_CORE of them (each worker also draws checkpoints and exact-tier
-      structures on the host), over all visible GPUs;
-    - each GPU's memory: every worker holds its CUDA context and its allocator's cache
-      (WORKER_RESERVE_BYTES) all run long, and the largest model-size case of the run that
-      fits the GPU must still fit beside the others' reserves, so a GPU of F free bytes holds
-      1 + (F x USABLE_FRACTION - largest case) / reserve workers (F / reserve with no
-      model-size case); with its memory unknown, UNKNOWN_MEMORY_WORKERS_PER_GPU.
-
-    Workers are pinned to the visible GPUs in turn (runner.Worker), so each GPU gets the
-    total / count, rounded: the total is at most count x the smallest GPU's share."""
-    cores = cores or os.cpu_count() or 1
-    if not device.startswith("cuda"):
-        return WorkerPlan(cores, f"{cores} cores")
-    visible = visible or ["0"]
-    by_cores = max(1, int(cores * WORKERS_PER_CORE))
-    needs = [device_need(c) for c in cases if model_size(c)]
-    shares, free_words = [], []
-    for name in visible:
-        total, free = memory(name)
-        room = free if free is not None else total
-        if room is None:
-            shares.append(UNKNOWN_MEMORY_WORKERS_PER_GPU)
-            free_words.append("memory unknown")
-            continue
-        usable = int(room * USABLE_FRACTION)
-        largest = max((n for n in needs if n <= usable), default=0)
-        share = (1 + (usable - largest) // WORKER_RESERVE_BYTES if largest
-                 else usable // WORKER_RESERVE_BYTES)
-        shares.append(max(1, share))
-        free_words.append(f"{gb(room)} free" + (f", largest case {gb(largest)}"
-                                                 if largest else ""))
-    by_memory = len(visible) * min(shares)
-    workers = max(1, min(by_cores, by_memory))
-    limit = "the cores" if by_cores <= by_memory else "GPU memory"
-    why = (f"{len(visible)} GPU(s) ({'; '.join(dict.fromkeys(free_words))}), {cores} cores: "
-           f"{min(shares)} per GPU fit its memory, {by_cores} the cores; set by {limit}")
-    return WorkerPlan(workers, why)
-
-
-def default_workers(device: str, cases=(), visible: list[str] | None = None) -> int:
-    """`-n auto`'s count (plan_workers)."""
-    return plan_workers(device, cases, visible).workers
-
-
 __all__ = [
     "GpuBudget",
     "SpecializationQueue",
     "WorkPool",
-    "WorkerPlan",
     "budgets",
     "case_need",
-    "default_workers",
     "device_need",
     "gpu_memory",
     "measured",
     "model_size",
     "oversize",
-    "plan_workers",
     "specialization",
     "work",
 ]

@@ -11,14 +11,13 @@ import pytest
 from moecert.conformance.harness.cases import Case
 from moecert.conformance.harness.runner import RunConfig, run_isolated
 from moecert.conformance.harness.schedule import (
-    UNKNOWN_MEMORY_WORKERS_PER_GPU,
     WORKER_RESERVE_BYTES,
     GpuBudget,
     WorkPool,
     budgets,
     device_need,
-    plan_workers,
 )
+from moecert.conformance.harness.worker_plan import UNKNOWN_MEMORY_WORKERS_PER_GPU, plan_workers
 from moecert.conformance.harness.xfail import XfailList
 from moecert.reference import MoEProblem
 from moecert.reports import load
@@ -143,12 +142,12 @@ def test_a_case_out_of_memory_is_retried_once_alone_and_says_so(tmp_path, oom_ba
 
 def test_more_workers_than_the_memory_holds_are_run_with_a_warning(monkeypatch, capsys):
     from moecert.conformance.cli import run_command
-    from moecert.conformance.harness import runner, schedule
+    from moecert.conformance.harness import runner, worker_plan
 
     small_gpu = _gpus(gpu0=(40 * GIB, 39 * GIB))
     monkeypatch.setattr(runner, "visible_devices", lambda: ["0"])
     monkeypatch.setattr(run_command, "plan_workers", lambda device, cases, visible:
-                        schedule.plan_workers(device, cases, visible, cores=64,
+                        worker_plan.plan_workers(device, cases, visible, cores=64,
                                               memory=small_gpu))
     planned = run_command.workers_for("auto", "cuda", _suite())
     assert f"-n auto: {planned} worker(s)" in capsys.readouterr().err
