@@ -6,7 +6,8 @@
 # A SELECTION is a CUDA_VISIBLE_DEVICES value; its own LIMIT_S overrides the first. Per selection: wall, the -n auto line, the
 # verdict, and tools/run_breakdown.py's summary go to stdout and $OUT/hosts-<selection>.txt;
 # at the end one row per selection of issue 43's table (host, GPUs, workers, wall, speed-up
-# against this call's one-GPU selection) goes to stdout and $OUT/hosts-table.md.
+# against this call's one-GPU selection) goes to stdout and $OUT/hosts-table.md, and the
+# logs with every selection's results folder to $OUT/hosts.tgz.
 # Issue 43 on one H200 in one call (under 9 minutes): tools/gpu_hosts.sh certify 400 0
 # COSTS=RESULTS orders every run by those measured costs (--shard-costs: the longest problems
 # first), e.g. in a later call on the same machine: COSTS=/tmp/results-0 tools/gpu_hosts.sh ...
@@ -66,3 +67,9 @@ done
     echo "| $host | $gpus | $workers | $wall s | $speed | $rc |"
   done
 } | tee "$OUT/hosts-table.md"
+# the results themselves travel back too (per-case peaks and durations for the memory model:
+# schedule.device_need against `device_peak_bytes`): one tar with the logs, as the device
+# tool returns at most eight files
+tags=(); for arg in "$@"; do sel=${arg%%:*}; tags+=("results-${sel//,/-}"); done
+tar -czf "$OUT/hosts.tgz" -C /tmp "${tags[@]}" -C "$OUT" $(cd "$OUT" && ls run-*.txt run-*.err hosts-*.txt) \
+    && (cd "$OUT" && rm -f run-*.txt run-*.err hosts-[0-9]*.txt)
