@@ -76,7 +76,7 @@ _REWRITE_FORMAT = "gptq_v2"
 _ARITHMETIC_KEYS = ("bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2",
                     "router_weight_in_activation_dtype", "router_weight_on_gemm1_output",
                     "gate_activation_in_activation_dtype")
-# keys whose value is True or False (False declares nothing)
+# keys that declare nothing when False (w13_requantized may name a dtype instead of True)
 _BOOL_KEYS = ("w13_requantized", *_ARITHMETIC_KEYS)
 
 
@@ -134,7 +134,7 @@ def effective(numerics: dict, quant) -> dict:
         out["weight_scale_dtype"] = numerics["weight_scale_dtype"]
     for key in _BOOL_KEYS:
         if numerics.get(key):
-            out[key] = numerics[key] if key == "w13_requantized" else True
+            out[key] = numerics[key]
     if "weights_dequantized" in numerics and \
             _DEQUANTIZED_SCHEMES.get(numerics["weights_dequantized"]) != quant.scheme:
         out["weights_dequantized"] = numerics["weights_dequantized"]

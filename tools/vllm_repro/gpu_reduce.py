@@ -28,8 +28,8 @@ same stored tensors; gate/up and silu(gate) * up are rounded to the activation d
   against a kernel that reads the weight scales by the activations' granularity.
 - int8-layer: per-tensor Quark int8 (the real quark-int8-tensor folder's scheme): the layer
   vLLM processed read back against what the method should hold (w1 / w3 requantized to the
-  larger scale), and the kernel judged on the layer's own tensors: processing and kernel told
-  apart.
+  larger scale, exactly and through float16 as per_tensor_dequantize holds it on CUDA), and
+  the kernel judged on the layer's own tensors: processing and kernel told apart.
 - int8-router: Quark int8 per token, top-1, the router weight on the input: fused_experts'
   GEMM1 epilogue multiplies by it, against the modular prepare step's x * r.
 - fp8-tensor: vLLM's fp8 with per-tensor weights and dynamic activations at N = 32 / 48 / 128.
@@ -605,20 +605,20 @@ def int8_layer():
         for e in range(E):
             top = torch.maximum(scales[(e, "gate_proj")], scales[(e, "up_proj")])
             for j, proj in enumerate(("gate_proj", "up_proj")):
-                want = torch.round(codes[(e, proj)] * scales[(e, proj)] / top).clamp(-128, 127)
+                exact = codes[(e, proj)] * scales[(e, proj)] / top
+                want = torch.round(exact).clamp(-128, 127)
                 got = w13[e, j * N:(j + 1) * N]
-                # vLLM's per_tensor_dequantize: codes.to(float16) * scale, the 0-d float32
-                # scale cast to float16 first (a CUDA binary op's common dtype)
-                half = (codes[(e, proj)].half().cuda() * scales[(e, proj)].float().cuda())
-                want16 = torch.round(half.float() / top.float().cuda()).clamp(-128, 127)
-                print(f"    expert {e} {proj}: through float16, codes differing from held: "
-                      f"{int((want16.cpu().double() != got).sum())}")
+                # vLLM's per_tensor_dequantize on CUDA: codes.to(float16) * scale, the 0-d
+                # float32 scale cast to float16 first (the binary op's common dtype)
+                half = codes[(e, proj)].half().cuda() * scales[(e, proj)].float().cuda()
+                via16 = torch.round(half.float() / top.float().cuda()).clamp(-128, 127)
+                off = got != want
                 print(f"    expert {e} {proj}: scale ratio to the larger "
-                      f"{float(scales[(e, proj)] / top):.4f}; codes differing from the "
-                      f"requantized {int((got != want).sum())} of {want.numel()} (by at most "
-                      f"{int((got - want).abs().max())}; where they differ the file's "
-                      f"code x ratio is {(codes[(e, proj)] * scales[(e, proj)] / top)[got != want][:3].tolist()}"
-                      f", held {got[got != want][:3].tolist()}), from the "
+                      f"{float(scales[(e, proj)] / top):.4f}; held codes off the exact "
+                      f"requantization {int(off.sum())} of {want.numel()} (by at most "
+                      f"{int((got - want).abs().max())}; exact values there "
+                      f"{exact[off][:3].tolist()}, held {got[off][:3].tolist()}), off the "
+                      f"float16 rule {int((via16.cpu().double() != got).sum())}, off the "
                       f"file's {int((got != codes[(e, proj)]).sum())}; held scale "
                       f"{float(s13[e]):.6e} vs the larger {float(top):.6e}")
                 own[(e, proj)] = got * s13[e]

@@ -4,7 +4,7 @@ the reductions of the failures moecert's GPU gate found on vLLM 0.25.1 (docs/gpu
 tell a legitimate other reading from a defect.
 
     python gpu_reduce.py [fp8-block] [bias] [nvfp4] [ops] [int8] [fp8-tensor] [router]
-                                                       # on a CUDA machine with vLLM
+                         [int8-layer] [int8-router]    # on a CUDA machine with vLLM
 
 Each layer is built as vLLM's model loader builds it: the quant config of a checkpoint's
 quantization_config, the MoE layer factory, per-expert tensors through the runner's
@@ -26,6 +26,12 @@ same stored tensors; gate/up and silu(gate) * up are rounded to the activation d
 - int8: Quark int8 W8A8 (weights per channel or per tensor, activations per token or one
   static scale) through vLLM's fused_moe Triton kernel, against the file's scales and
   against a kernel that reads the weight scales by the activations' granularity.
+- int8-layer: per-tensor Quark int8 (the real quark-int8-tensor folder's scheme): the layer
+  vLLM processed read back against what the method should hold (w1 / w3 requantized to the
+  larger scale, exactly and through float16 as per_tensor_dequantize holds it on CUDA), and
+  the kernel judged on the layer's own tensors: processing and kernel told apart.
+- int8-router: Quark int8 per token, top-1, the router weight on the input: fused_experts'
+  GEMM1 epilogue multiplies by it, against the modular prepare step's x * r.
 - fp8-tensor: vLLM's fp8 with per-tensor weights and dynamic activations at N = 32 / 48 / 128.
 - router: the router weight on the input, top-1, on Marlin (MXFP8) and Triton (bf16), against
   the weight applied once to the input and applied again to GEMM1's output.
@@ -100,13 +106,17 @@ def routing(M, K, dtype=torch.bfloat16, topk=TOPK, seed=1):
 
 
 def reference(dense, x, w, ids, K, q1=None, q2=None, dtype=torch.bfloat16, fp32_silu=False,
-              router_on_input=False, round_expert=False, router_twice=False, gate_rounded=False):
+              router_on_input=False, round_expert=False, router_twice=False, gate_rounded=False,
+              router_on_gemm1=False):
     """dense[(e, proj)]: float64 [out, in]; dense[(e, proj, "b")]: a bias. q1 / q2: each
     GEMM's input quantize-dequantize (None: unquantized). round_expert: each weighted expert
     output rounded to dtype before the sum (a GEMM2 epilogue that stores per assignment);
     router_twice: with router_on_input, the weight applied to the input and again to GEMM1's
     output; gate_rounded: silu(gate) rounded to dtype before it multiplies up (vLLM's CUDA
-    silu_and_mul: its activation returns the element type)."""
+    silu_and_mul: its activation returns the element type); router_on_gemm1: the router weight
+    multiplies GEMM1's output in float32 before it is rounded, the input and the output
+    unweighted (fused_experts' own kernel with apply_router_weight_on_input: GEMM1's
+    MUL_ROUTED_WEIGHT epilogue)."""
     q1, q2 = q1 or (lambda t: t), q2 or (lambda t: t)
 
     def rnd(t):
@@ -125,14 +135,14 @@ def reference(dense, x, w, ids, K, q1=None, q2=None, dtype=torch.bfloat16, fp32_
                 o = xt @ dense[(e, proj)].T
                 if (e, proj, "b") in dense:
                     o = o + dense[(e, proj, "b")]
-                h.append(rnd(o * wt if router_twice else o))
+                h.append(rnd(o * wt if router_twice or router_on_gemm1 else o))
             act = torch.nn.functional.silu(h[0])
             a = (rnd(act) if gate_rounded else act) * h[1]
             a = q2(a if fp32_silu else rnd(a))
             o = a @ dense[(e, "down_proj")].T
             if (e, "down_proj", "b") in dense:
                 o = o + dense[(e, "down_proj", "b")]
-            o = (1.0 if router_on_input else wt) * o[0]
+            o = (1.0 if router_on_input or router_on_gemm1 else wt) * o[0]
             y[t] += rnd(o) if round_expert else o
     return y
 
@@ -358,7 +368,8 @@ def router_on_input_readings(label, experts, dense, K):
     """Top-1 with the router weight on the input, against where the weight goes: the prepare
     step's x * r (every vLLM modular prepare), and that with the weight applied again to
     GEMM1's output (MarlinExperts passes apply_router_weight_on_input on to fused_marlin_moe,
-    whose GEMM1 then multiplies by topk_weights: `mul_topk_weights=apply_router_weight_on_input`)."""
+    whose GEMM1 then multiplies by topk_weights:
+    `mul_topk_weights=apply_router_weight_on_input`)."""
     for M in (1, 9):
         x, w, ids = routing(M, K, topk=1)
         out, kernel = forward(experts, x, w, ids)
@@ -517,7 +528,7 @@ def int8_static(scale):
 def int8():
     """Quark int8 through vLLM's fused_moe Triton kernel: weight scales per channel or per
     tensor, activations per token (dynamic) or one static scale. The kernel takes its
-    `per_channel_quant` flag from the activations' per_act_token_quant (fused_experts: 
+    `per_channel_quant` flag from the activations' per_act_token_quant (fused_experts:
     per_channel_quant=quant_config.per_act_token_quant) and reads the weight scales by it,
     so the readings include what a kernel reading the weight scales by the activations'
     granularity computes."""
@@ -575,8 +586,99 @@ def int8():
             print(f"  weights {wq:11s} inputs {aq:6s} M={M:3d} {kernel:22s} {cells}")
 
 
+def int8_layer():
+    """Per-tensor Quark int8 (the real quark-int8-tensor folder's scheme): the layer vLLM
+    processed, read back, against what QuarkW8A8Int8MoEMethod should hold (w1 / w3 requantized
+    to the larger of their two scales, the input scales' maximum), and the kernel run on the
+    layer's own tensors: processing and kernel told apart."""
+    print("Quark int8, per-tensor weights: the processed layer read back")
+    K, N = 128, 128
+    for aq in ("static", "token"):
+        weights, scales, codes = int8_weights(K, N, False, aq == "static")
+        experts = build(quark_int8_config("per_tensor", aq), "quark", K, N, weights)
+        w13, w2 = experts.w13_weight.cpu().double(), experts.w2_weight.cpu().double()
+        s13, s2 = experts.w13_weight_scale.cpu().double(), experts.w2_weight_scale.cpu().double()
+        print(f"  inputs {aq}: w13 {tuple(w13.shape)}, w13_weight_scale {tuple(s13.shape)}, "
+              f"w2_weight_scale {tuple(s2.shape)}, w13_input_scale "
+              f"{getattr(experts, 'w13_input_scale', None)}, w2_input_scale "
+              f"{getattr(experts, 'w2_input_scale', None)}")
+        own, file = {}, {}
+        for e in range(E):
+            top = torch.maximum(scales[(e, "gate_proj")], scales[(e, "up_proj")])
+            for j, proj in enumerate(("gate_proj", "up_proj")):
+                exact = codes[(e, proj)] * scales[(e, proj)] / top
+                want = torch.round(exact).clamp(-128, 127)
+                got = w13[e, j * N:(j + 1) * N]
+                # vLLM's per_tensor_dequantize on CUDA: codes.to(float16) * scale, the 0-d
+                # float32 scale cast to float16 first (the binary op's common dtype)
+                half = codes[(e, proj)].half().cuda() * scales[(e, proj)].float().cuda()
+                via16 = torch.round(half.float() / top.float().cuda()).clamp(-128, 127)
+                off = got != want
+                print(f"    expert {e} {proj}: scale ratio to the larger "
+                      f"{float(scales[(e, proj)] / top):.4f}; held codes off the exact "
+                      f"requantization {int(off.sum())} of {want.numel()} (by at most "
+                      f"{int((got - want).abs().max())}; exact values there "
+                      f"{exact[off][:3].tolist()}, held {got[off][:3].tolist()}), off the "
+                      f"float16 rule {int((via16.cpu().double() != got).sum())}, off the "
+                      f"file's {int((got != codes[(e, proj)]).sum())}; held scale "
+                      f"{float(s13[e]):.6e} vs the larger {float(top):.6e}")
+                own[(e, proj)] = got * s13[e]
+                file[(e, proj)] = want * top
+            got = w2[e]
+            print(f"    expert {e} down_proj: codes differing from the file's "
+                  f"{int((got != codes[(e, 'down_proj')]).sum())}; held scale "
+                  f"{float(s2[e]):.6e} vs the file's {float(scales[(e, 'down_proj')]):.6e}")
+            own[(e, "down_proj")] = got * s2[e]
+            file[(e, "down_proj")] = codes[(e, "down_proj")] * scales[(e, "down_proj")]
+        if aq == "token":
+            q1 = q2 = int8_token
+        else:
+            q1 = int8_static(INT8_INPUT_SCALES["gate_proj"])
+            q2 = int8_static(INT8_INPUT_SCALES["down_proj"])
+        for M in (1, 9, 64):
+            x, w, ids = routing(M, K)
+            out, kernel = forward(experts, x, w, ids)
+            readings = {"requantized as the method says": reference(file, x, w, ids, K, q1, q2),
+                        "+ silu(gate) rounded": reference(file, x, w, ids, K, q1, q2,
+                                                         gate_rounded=True),
+                        "the layer's own tensors": reference(own, x, w, ids, K, q1, q2),
+                        "own + silu(gate) rounded": reference(own, x, w, ids, K, q1, q2,
+                                                             gate_rounded=True)}
+            cells = "  ".join(f"{k}: {rel(out, r):.3e}" for k, r in readings.items())
+            print(f"  inputs {aq:6s} M={M:3d} {kernel:14s} {cells}")
+
+
+def int8_router():
+    """Quark int8 per token, top-1, the router weight on the input: QuarkW8A8Int8MoEMethod
+    calls fused_experts itself, whose GEMM1 multiplies its output by the weight
+    (MUL_ROUTED_WEIGHT), where the modular kernels' prepare step multiplies the input."""
+    print("Quark int8 per channel, per-token inputs, router weight on the input, top-1")
+    K, N = 128, 128
+    weights, scales, codes = int8_weights(K, N, True, False)
+    dense = {k: codes[k] * scales[k].unsqueeze(1) for k in codes}
+    experts = build(quark_int8_config("per_channel", "token"), "quark", K, N, weights, topk=1,
+                    router_on_input=True)
+    for M in (1, 9, 64):
+        x, w, ids = routing(M, K, topk=1)
+        out, kernel = forward(experts, x, w, ids)
+        q = int8_token
+        readings = {
+            "x * r rounded, then quantized": reference(dense, x, w, ids, K, q, q,
+                                                       router_on_input=True),
+            "+ silu(gate) rounded": reference(dense, x, w, ids, K, q, q, router_on_input=True,
+                                              gate_rounded=True),
+            "r on GEMM1's output (fp32)": reference(dense, x, w, ids, K, q, q,
+                                                    router_on_gemm1=True),
+            "+ silu(gate) rounded ": reference(dense, x, w, ids, K, q, q, router_on_gemm1=True,
+                                               gate_rounded=True),
+            "r on the output": reference(dense, x, w, ids, K, q, q, gate_rounded=True)}
+        cells = "  ".join(f"{k}: {rel(out, r):.3e}" for k, r in readings.items())
+        print(f"  M={M:3d} {kernel:14s} {cells}")
+
+
 STEPS = {"fp8-block": fp8_block, "ops": ops_check, "bias": bias, "nvfp4": nvfp4,
-         "int8": int8, "fp8-tensor": fp8_tensor, "router": router}
+         "int8": int8, "fp8-tensor": fp8_tensor, "router": router,
+         "int8-layer": int8_layer, "int8-router": int8_router}
 
 if __name__ == "__main__":
     import vllm
