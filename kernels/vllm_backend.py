@@ -230,7 +230,7 @@ class VllmBackend:
         if why:
             raise UnsupportedError(self.name, why)
         check_engine_checkpoint(quant, checkpoint, problem)
-        with self._running():
+        with self._running(), _uninitialized_memory_filled():
             runner = self._runner(quant, problem, origin)
         layer = VllmLayer(self.name, runner, quant, problem)
         layer.origin = origin
@@ -429,6 +429,26 @@ class VllmCpuForcedBackend(VllmBackend):
 
     name = "vllm-cpu-forced"
     forced_amx = True
+
+
+@contextlib.contextmanager
+def _uninitialized_memory_filled():
+    """torch's deterministic fill of new memory (NaN for floats, the largest value for
+    integers) while vLLM makes the layer's parameters: a kernel that reads a row its loader
+    never wrote gives the same wrong answer on every run, not whatever the allocator held.
+    vLLM 0.25.1's Quark int8 method makes a relu2 layer's w13 with twice the rows it loads
+    (`torch.empty`); its H200 rows read 1.0, 0.105 and 2.6e-3 on three runs before this.
+    warn_only: an op without a deterministic kernel warns instead of raising."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 @contextlib.contextmanager

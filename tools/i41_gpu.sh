@@ -9,6 +9,8 @@
 #                rows wait for the int8 requantization reading's first GPU run)
 #   I41_SUITE_S (330): the suite's limit; I41_FOLDERS_S (200): no folder starts after this.
 #   I41_SUITE_ARGS: more `moecert run` arguments for the suite (e.g. "--scheme int8-w8a8")
+#   I41_INSIDE   after the suite, tools/vllm_repro/inside_outside.py on GPU 0 with vLLM's own
+#                oracle ("default") and with FP8 Marlin forced ("marlin"); "" skips it
 # 2026-11-29 17:34 (every folder but the nine of 14:29): suite 215 s, reductions 153 s,
 # folders 490 s into the call.
 set -u
@@ -20,7 +22,15 @@ start=$(date +%s)
 ( CUDA_VISIBLE_DEVICES=0 OUT=$work/suite GPU_ENGINES_S=${I41_SUITE_S:-330} GPU_ENGINES_WORKERS=16 \
     GPU_ENGINES_PARTS=suite bash tools/gpu_engines.sh vllm smoke ${I41_SUITE_ARGS:-} \
     > "$work/suite.txt" 2>&1
-  echo "suite exit $? at $(( $(date +%s) - start )) s" >> "$work/times.txt" ) &
+  echo "suite exit $? at $(( $(date +%s) - start )) s" >> "$work/times.txt"
+  # item 6: the harness's flow against a plain create / process / apply, same inputs
+  for mode in ${I41_INSIDE-default marlin}; do
+    flag=(); [ "$mode" = marlin ] && flag=(--force-marlin)
+    CUDA_VISIBLE_DEVICES=0 PYTHONPATH=/tmp/shim-engines:$(python3 tools/engine_carry.py env vllm) \
+        VLLM_LOGGING_LEVEL=WARNING timeout 120 python3 tools/vllm_repro/inside_outside.py \
+        "${flag[@]}" > "$work/inside-$mode.txt" 2>&1
+    echo "inside-outside $mode exit $? at $(( $(date +%s) - start )) s" >> "$work/times.txt"
+  done ) &
 ( export CUDA_VISIBLE_DEVICES=1
   # shellcheck disable=SC2086
   (cd tools/vllm_repro && PYTHONPATH=$(python3 ../engine_carry.py env vllm) timeout 200 \
@@ -35,3 +45,4 @@ tar -czf "$final/i41.tgz" -C /tmp i41
 cat "$work/times.txt"
 grep -v -E "^(INFO|WARNING)" "$work/reduce.txt"
 tail -n 5 "$work/suite.txt" "$work/folders.txt"
+for f in "$work"/inside-*.txt; do [ -e "$f" ] && grep -v -E "^(INFO|WARNING)" "$f" | tail -n 20; done

@@ -475,3 +475,34 @@ def test_the_cuda_gated_activation_declares_the_gate_rounded_before_the_product(
     monkeypatch.setattr(vllm_backend, "_engine_device", lambda: torch.device(device))
     got = _declared(MoEProblem(M=2, K=128, N=128, E=3, topk=2, activation=activation))
     assert got.get("gate_activation_in_activation_dtype", False) is declared
+
+
+def test_the_layers_parameters_are_made_in_filled_memory(monkeypatch):
+    """A parameter vLLM makes with torch.empty and never loads reads the same on every run
+    (NaN, the integer maximum), so a kernel reading it fails the same way each time; the
+    process's deterministic settings are as they were afterwards (vLLM-free stand-in)."""
+    import contextlib
+    import types
+
+    made = {}
+
+    def runner(self, quant, problem, origin=None):
+        made["w13"] = torch.empty(4, 8, dtype=torch.int8)
+        made["scale"] = torch.empty(4, dtype=torch.float32)
+        return types.SimpleNamespace(routed_experts=types.SimpleNamespace(quant_method=None))
+
+    monkeypatch.setattr(VllmBackend, "_running", lambda self: contextlib.nullcontext())
+    monkeypatch.setattr(VllmBackend, "_runner", runner)
+    monkeypatch.setattr(VllmBackend, "supports", lambda self, quant, problem: None)
+    monkeypatch.setattr(VllmBackend, "load_weights", lambda self, layer, ckpt: None)
+    monkeypatch.setattr(vllm_backend, "check_engine_checkpoint", lambda *a: None)
+    monkeypatch.setattr(vllm_backend, "_scale_param_dtype", lambda layer, quant: None)
+    ckpt = types.SimpleNamespace(scheme="int8-w8a8", attrs={}, tensors={}, origin=None)
+    int8 = Variant.of("int8-w8a8")
+    monkeypatch.setattr(vllm_backend.Variant, "of", staticmethod(lambda c: int8))
+    monkeypatch.setattr(vllm_backend, "folder_origin", lambda c: None)
+    before = torch.are_deterministic_algorithms_enabled()
+    VllmBackend().create_layer(ckpt, MoEProblem(M=2, K=128, N=64, E=3, topk=2))
+    assert torch.equal(made["w13"], torch.full((4, 8), 127, dtype=torch.int8))
+    assert made["scale"].isnan().all()
+    assert torch.are_deterministic_algorithms_enabled() == before
