@@ -44,12 +44,16 @@ from .quant_config import Variant
 # moecert activation -> (vLLM MoEActivation value, FusedMoEFactory keyword arguments).
 # swigluoai (gpt-oss, gate/up interleaved row by row) is absent: vLLM reads that interleave
 # only from a fused gate_up tensor, and the per-expert gate/up loaders place the shards as
-# two halves.
+# two halves. swigluoai-split passes what a model with that activation passes its FusedMoE
+# (vLLM's MiniMax-M3 config: alpha 1.702, limit 7, beta 1.0, "the (up + 1) bias"): vLLM's
+# activation computes gate * sigmoid(alpha * gate) * (up + beta) and defaults beta to 0.
+SWIGLUOAI_UP_BIAS = 1.0
 ACTIVATIONS = {
     "silu": ("silu", {}),
     "gelu": ("gelu", {}),
     "swigluoai-split": ("swigluoai_uninterleave", {"swiglu_alpha": SWIGLUOAI_ALPHA,
-                                                   "swiglu_limit": SWIGLUOAI_LIMIT}),
+                                                   "swiglu_limit": SWIGLUOAI_LIMIT,
+                                                   "swiglu_beta": SWIGLUOAI_UP_BIAS}),
     "relu2": ("relu2_no_mul", {}),
 }
 

@@ -67,6 +67,20 @@ REPRODUCTIONS = {
         r"moe_wna16_marlin_gemm.*size_n = 128, actual_size_n = 256",
         "a non-gated (relu2) int4 layer: the oracle picks Marlin, whose GEMM reads w13 as "
         "gated (twice N)"),
+    "gpu-relu2-int-marlin-n256": (
+        "vllm/gptq-int4/M33.K512.N256.E8.k2/bf16.relu2/s0", "accuracy", "error",
+        r"moe_wna16_marlin_gemm.*size_n = 256, actual_size_n = 512",
+        "the same at N = 256 (the ci suite): the GEMM's size_n is N, w13 is read as 2N"),
+    "gpu-swigluoai-int-marlin": (
+        "vllm/gptq-int4/M64.K1024.N512.E16.k4/bf16.swigluoai-split/s0", "accuracy", "error",
+        r"SWIGLUOAI_UNINTERLEAVE requires clamp_limit",
+        "a swigluoai-split int4 layer with the limit passed to FusedMoE: the Marlin method's "
+        "quant config carries no gemm1_clamp_limit, and the activation asserts"),
+    "gpu-w4a8-fp8-w13-weight": (
+        "vllm/w4a8-fp8/M17.K512.N256.E8.k2/bf16.silu/s0", "accuracy", "error",
+        r"object has no attribute 'w13_weight'",
+        "W4A8 (int4 weights, fp8 activations) at a hidden size CUTLASS takes: the layer's "
+        "parameters are w13_weight_packed, and building it reads w13_weight"),
     "gpu-relu2-fp-marlin": (
         "vllm/nvfp4/M9.K128.N128.E4.k2/bf16.relu2/s0", "accuracy", "error",
         r"shape '\[\]' is invalid for input of size 2",
