@@ -2,9 +2,9 @@
 smoke suite's base shape (what `supports` asked vLLM; run in a venv with vLLM)."""
 
 from moecert.conformance.harness.suites import SPECS, _variant_base
-from moecert.reference.schemes import scheme_variants
 from moecert.kernels.vllm_backend import VllmBackend, VllmCpuForcedBackend
 from moecert.reference import SCHEME_NAMES
+from moecert.reference.schemes import scheme_variants
 
 native, forced = VllmBackend(), VllmCpuForcedBackend()
 print("| variant | vllm | vllm-cpu-forced |\n|---|---|---|")
