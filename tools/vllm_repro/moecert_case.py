@@ -99,7 +99,8 @@ def reproduce(name: str) -> bool:
     backend = case_id.split("/", 1)[0]
     with tempfile.TemporaryDirectory() as results:
         done = subprocess.run(
-            [sys.executable, "-m", "moecert.conformance.cli", "run", "--suite", "smoke",
+            [sys.executable, "-m", "moecert.conformance.cli", "run", "--suite",
+             suite_of(case_id, backend),
              "--backend", backend, "--case-id", case_id, "--check", check, "--results",
              results, "-n", "1"], capture_output=True, text=True)
         from moecert.reports import load
@@ -114,6 +115,16 @@ def reproduce(name: str) -> bool:
     if row is None:
         print(done.stdout[-2000:], done.stderr[-2000:])
     return shown
+
+
+def suite_of(case_id: str, backend: str) -> str:
+    """The first suite that holds the case (the smoke suite's, else the ci suite's ...)."""
+    from moecert.conformance.harness.suites import build_suite
+
+    for suite in ("smoke", "ci", "certify"):
+        if any(c.case_id == case_id for c in build_suite(suite, backends=[backend])):
+            return suite
+    return "smoke"  # `moecert run` says the case is in none
 
 
 def main(names: list[str]) -> int:
