@@ -135,9 +135,11 @@ def outside(args, folder: Path) -> int:
         try:
             layer = backend.create_layer(ckpt, case.problem)
             backend.process_weights_after_loading(layer)
-        except UnsupportedError as e:  # not claimed: the harness made no call either
-            print(f"{case.case_id}: not claimed outside ({e}); {len(record['calls'])} calls "
-                  "inside")
+        except Exception as e:  # noqa: BLE001 - not claimed, or vLLM's layer fails to build:
+            # the harness then made no call either, else that is a difference
+            kind = "not claimed" if isinstance(e, UnsupportedError) else "no layer"
+            print(f"{case.case_id}: {kind} outside ({type(e).__name__}: {e}); "
+                  f"{len(record['calls'])} calls inside")
             differ += len(record["calls"])
             judged += len(record["calls"])
             continue
