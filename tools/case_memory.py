@@ -135,9 +135,7 @@ def main(argv=None) -> int:
     with triton_for("cpu"):
         for backend in args.backend.split(","):
             case = Case(backend, args.scheme, problem, depth=args.depth)
-            runs = []
-            gen = iter_case(case, "cpu", shared=shared,
-                            on_start=lambda name: (reset_peak(), runs.append(name)))
+            gen = iter_case(case, "cpu", shared=shared, on_start=lambda name: reset_peak())
             for row in gen:
                 run = gen.gi_frame.f_locals.get("run") if gen.gi_frame else None
                 peak = _status("VmHWM")
