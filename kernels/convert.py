@@ -324,13 +324,15 @@ def _convert_dense_linear(layer: MoELayer, p: str):
 
 def _check_positive_codes(name: str, s: torch.Tensor, el: Element) -> None:
     """Block scales that must be positive numbers: no sign bit, no NaN code, no zero."""
-    bits = s.view(torch.uint8).to(torch.int32)
-    bad = ((bits & el.sign_bit) != 0) | ((bits & (el.sign_bit - 1)) == 0)
-    for nan in el.nan_codes:
-        bad |= bits == nan
-    if bool(bad.any()):
-        raise BackendError(name, f"finite {el.name} block scales > 0",
-                           f"{int(bad.sum())} bad entries")
+    found = 0
+    for part in _expert_slices(s):
+        bits = part.view(torch.uint8).to(torch.int32)
+        bad = ((bits & el.sign_bit) != 0) | ((bits & (el.sign_bit - 1)) == 0)
+        for nan in el.nan_codes:
+            bad |= bits == nan
+        found += int(bad.sum())
+    if found:
+        raise BackendError(name, f"finite {el.name} block scales > 0", f"{found} bad entries")
 
 
 def _global_multipliers(layer: MoELayer, p: str) -> torch.Tensor:

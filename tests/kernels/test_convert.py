@@ -226,12 +226,14 @@ def test_one_converter_per_layout():
     assert sorted(CONVERTERS) == sorted(LAYOUTS)
 
 
-@pytest.mark.parametrize(("scheme", "name", "bits"), [
-    ("fp8-w8a16", "w13_weight", 0x7F), ("mxfp8", "w2_weight_scale", 0xFF)])
-def test_nan_codes_found_in_every_chunk(monkeypatch, scheme, name, bits):
-    """The NaN-code check runs over chunks of experts (issue 43: bool temporaries of a whole
-    layer): codes planted in the first and the last expert, each in a chunk of its own, are
-    both found and counted."""
+@pytest.mark.parametrize(("scheme", "name", "bits", "found"), [
+    ("fp8-w8a16", "w13_weight", 0x7F, "2 NaN codes"),
+    ("mxfp8", "w2_weight_scale", 0xFF, "2 NaN codes"),
+    ("nvfp4", "w2_weight_scale", 0x80, "2 bad entries")])  # -0: not a positive scale
+def test_bad_codes_found_in_every_chunk(monkeypatch, scheme, name, bits, found):
+    """The code checks run over chunks of experts (issue 43: temporaries of a whole layer
+    otherwise): codes planted in the first and the last expert, each in a chunk of its own,
+    are both found and counted."""
     import moecert.kernels.convert as convert
 
     problem = MoEProblem(**{**SHAPE, "E": 3})
@@ -241,7 +243,7 @@ def test_nan_codes_found_in_every_chunk(monkeypatch, scheme, name, bits):
     t.view(torch.uint8)[0, 0, 0] = bits
     t.view(torch.uint8)[-1, -1, -1] = bits
     ckpt = replace(ckpt, tensors={**ckpt.tensors, name: t})
-    with pytest.raises(BackendError, match=f"{name}.*2 NaN codes"):
+    with pytest.raises(BackendError, match=f"{name}.*{found}"):
         convert_to_kernel_format(make_layer(ckpt, problem))
 
 
