@@ -9,7 +9,8 @@ runner's worker does (context.SharedSteps). Per check: the peak resident set dur
 (VmHWM, reset before the check through /proc/self/clear_refs) and the bytes of live tensors at
 its end, by owner (the case's checkpoint, its processed layer, the problem's shared steps,
 anything else). With --steps, the resident set before and after each step of the case
-(checkpoint draw, reference, layer creation, processing, apply). Sizes in MiB and in bytes
+(checkpoint draw, reference, layer creation, processing, apply; each resets the peak, so a
+check's peak then covers what ran after its last step). Sizes in MiB and in bytes
 per weight (E*K*N*3), which is what extrapolates to a larger E.
 """
 

@@ -216,3 +216,16 @@ def test_releasing_the_cache_touches_a_gpu_only(monkeypatch):
     assert emptied == []
     context.release_cached(torch.device("cuda", 0))
     assert emptied == [True]
+
+
+def test_a_fingerprint_does_not_depend_on_its_chunk_size(monkeypatch):
+    """keepsakes hashes big tensors a chunk at a time (issue 43: int64 temporaries of 8x the
+    chunk); the position weights run on across chunks, so a swap across a chunk boundary
+    still shows."""
+    t = torch.randint(0, 256, (1000,), dtype=torch.int32).to(torch.uint8)
+    whole = fingerprint(t)
+    monkeypatch.setattr(keepsakes, "_FINGERPRINT_CHUNK", 64)
+    assert fingerprint(t) == whole
+    swapped = t.clone()
+    swapped[63], swapped[64] = t[64] + 0, t[63] + 0
+    assert t[63] == t[64] or fingerprint(swapped) != whole
