@@ -217,5 +217,5 @@ def _dequantize_int(layer: MoELayer, p: str, e: int) -> torch.Tensor:
 
 
 __all__ = ["CHUNK_ELEMENTS", "WIDEN_CHUNK_ELEMENTS", "decode_e2m1", "decode_e4m3", "decode_e8m0",
-           "dequantize_expert", "element_values", "pack_nibbles", "pow2", "undo_interleave", "unpack_nibbles",
-           "unpack_units", "unpack_words", "widen_to_e4m3"]
+           "dequantize_expert", "element_values", "pack_nibbles", "pow2", "undo_interleave",
+           "unpack_nibbles", "unpack_units", "unpack_words", "widen_to_e4m3"]

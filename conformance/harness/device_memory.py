@@ -11,8 +11,8 @@ checkpoint are freed and the cache emptied before the next: worker.release_devic
 The layer loads a copy of C, converts it to the common kernel format (kernels/convert.py)
 and builds the backend's own operands. In bytes, W = E x K x N x 3 weights:
 
-    declined on every CUDA platform:  C                                     + temps
-    claimed:                          2 C + conversion + backend operands  + temps
+    declined on every CUDA platform:  C                                     + base
+    claimed:                          2 C + conversion + backend operands  + base + temps
 
     C            the checkpoint's tensors as its format declares them (`checkpoint_bytes`)
     conversion   packed integer codes: unpacked codes beside the load (C at most); fp6:
@@ -20,22 +20,24 @@ and builds the backend's own operands. In bytes, W = E x K x N x 3 weights:
                  6 bits, one reason four grouped MXFP6 Qwen3-30B-A3B cases exceeded it)
     operands     grouped: its GEMM operand in 16 bits (2 W), or e4m3 with FP8 activations
                  (W); triton: 4-bit codes put into nibble planes, then tiles, two more copies
-                 during processing (W)
-    temps        the process's base, fixed-size chunks (fingerprints, unpacking), one
-                 expert's larger linear in float64 in the reference (the problem's first case
-                 computes it) or float32 in a backend, and what the measured code's
-                 validation and fp6 widening held at once (below)
+                 of w13's codes during processing
+    base         the process (context, inputs, outputs, fixed-size chunks: fingerprints,
+                 unpacking), the old model's 3.5 GiB
+    temps        one expert's larger linear in float64 in the reference (the problem's first
+                 claimed case computes it) or float32 in a backend, and what the measured
+                 code's validation, fp6 widening and nibble planes held at once (below)
 
 Measured against: certify on two H200s, 2026-11-29, tree 665c1e5: every model-size case's
 peak (tests/conformance/harness/data/model_size_peaks.csv, the largest over its checks and
 both M), each at or below this bound (tests/conformance/harness/test_device_memory.py).
-CHUNK_TEMP_BYTES and EXPERT_TEMP_BYTES_PER_ELEMENT are fitted there: the largest residual,
-at DeepSeek-V3 (triton MXFP4, 0.99 of the bound) and Mixtral (triton NVFP4, 0.96); they
-hold for the shapes measured, not proven for others. That code validated e4m3 codes, block
-scales and 16-bit weights over a whole linear at once and widened fp6 over 64M-element
-chunks; commits 742023b and 356530c chunk them, and context.release_cached empties the cache
-before a large layer is built (a6e0cb9). Not yet measured on a GPU: the terms of the
-measured code stay until a run measures the changed one (issue 43).
+EXPERT_TEMP_BYTES_PER_ELEMENT is fitted there (the residual of Mixtral-8x7B's triton cases,
+whose float64 expert is the largest); it holds for the shapes measured, not proven for
+others. That code validated e4m3 codes, block scales and 16-bit weights over a whole linear
+at once, widened fp6 over 64M-element chunks and made triton's nibble planes of a whole
+linear: commits 742023b, 356530c and 4055d80 chunk them, 1a7c06b the fingerprints, and
+context.release_cached empties the allocator's cache before a large layer is built
+(a6e0cb9). None is measured on a GPU yet: the measured code's terms stay until a run
+measures the changed code (issue 43; tools/model_size_peaks.py makes the data file anew).
 """
 
 from __future__ import annotations
@@ -51,17 +53,17 @@ from .cases import Case
 from .memory import weights
 
 CASE_BASE_BYTES = 3584 << 20  # the process's context, inputs, outputs (the old model's)
-# Fixed-size chunks: the snapshot's fingerprints (keepsakes: int64 temporaries of 64 MiB of
-# bytes, five at once), unpacking (codecs.CHUNK_ELEMENTS of int32), and what the allocator
-# keeps of them: fitted below the smallest layer's residual (see the test's data)
-CHUNK_TEMP_BYTES = 3 << 30
-# One expert's larger linear in float64 in the reference (its chunk is at least one expert:
-# the buffer, the codes, the scales spread over their blocks, the product, the index, 8 bytes
-# each) or in float32 in a backend's per-expert dequantization
-EXPERT_TEMP_BYTES_PER_ELEMENT = 40
+# One expert's larger linear in float64 in the reference (its chunk is at least one expert;
+# the problem's first case computes it): the buffer, the codes, the scales spread over their
+# blocks, the product, indices, at most 8 float64 values per element. The residual of the
+# measured run it must cover, Mixtral-8x7B's triton cases (the first of their problems),
+# came to 57.6 bytes per element above the base
+EXPERT_TEMP_BYTES_PER_ELEMENT = 64
 GROUPED_OPERAND_BYTES_PER_WEIGHT = 2  # its 16-bit GEMM operand
 GROUPED_SCALED_OPERAND_BYTES_PER_WEIGHT = 1  # its padded e4m3 operand (FP8 activations)
-TRITON_FOUR_BIT_EXTRA_COPIES = 2  # nibble planes, then tiles, beside the codes
+# triton's 4-bit codes put into nibble planes, then tiles, beside the codes: two more copies
+# of the larger linear's (w13's) codes, half a byte per element each
+TRITON_FOUR_BIT_BYTES_PER_W13_ELEMENT = 1
 # What the measured code's validation held at once per w13 element (the bools of the NaN
 # code check of e4m3 weights; isfinite of 16-bit weights) and per coded block scale, and the
 # fp6 widening's temporaries: chunked in the code since 742023b and 356530c, kept here until
@@ -70,6 +72,9 @@ E4M3_CHECK_BYTES_PER_W13_ELEMENT = 2
 SIXTEEN_BIT_CHECK_BYTES_PER_W13_ELEMENT = 5
 FP6_WIDEN_TEMP_BYTES = 4 << 30
 SCALE_CHECK_BYTES_PER_SCALE = 7  # int32 and bools per coded block scale
+# triton's plane_nibbles over a whole linear: four times its codes at once, two beyond the
+# copies above (chunked since 4055d80)
+TRITON_PLANE_TEMP_BYTES_PER_W13_ELEMENT = 1
 
 
 def checkpoint_bytes(case: Case) -> int:
@@ -111,10 +116,10 @@ def case_device_need(case: Case) -> int:
     variant = case.variant
     checkpoint = checkpoint_bytes(case)
     expert_linear = max(P.w13_rows * P.K, P.K * P.N)  # one expert's larger linear
-    temps = (CASE_BASE_BYTES + CHUNK_TEMP_BYTES + EXPERT_TEMP_BYTES_PER_ELEMENT * expert_linear
+    if declined_everywhere(case):  # refused before the layer's load: no reference either
+        return checkpoint + CASE_BASE_BYTES
+    temps = (CASE_BASE_BYTES + EXPERT_TEMP_BYTES_PER_ELEMENT * expert_linear
              + _validation_temps(case, w))
-    if declined_everywhere(case):
-        return checkpoint + temps
     conversion = 0
     if variant.packed:
         conversion = checkpoint
@@ -125,7 +130,8 @@ def case_device_need(case: Case) -> int:
         operands = w * (GROUPED_OPERAND_BYTES_PER_WEIGHT if variant.activation == ACT_NONE
                         else GROUPED_SCALED_OPERAND_BYTES_PER_WEIGHT)
     elif case.backend == "triton" and variant.info.weight_bits == 4:
-        operands = TRITON_FOUR_BIT_EXTRA_COPIES * w // 2
+        operands = (TRITON_FOUR_BIT_BYTES_PER_W13_ELEMENT + TRITON_PLANE_TEMP_BYTES_PER_W13_ELEMENT
+                    ) * _w13_elements(P)
     return 2 * checkpoint + conversion + operands + temps
 
 
@@ -133,7 +139,7 @@ def _validation_temps(case: Case, w: int) -> int:
     """What the measured code's validation and fp6 widening held at once (the module
     docstring: chunked since, kept until measured)."""
     P, info = case.problem, case.variant.info
-    w13_elements = P.E * P.w13_rows * P.K
+    w13_elements = _w13_elements(P)
     if not info.quantized:
         return SIXTEEN_BIT_CHECK_BYTES_PER_W13_ELEMENT * w13_elements
     temps = 0
@@ -144,6 +150,10 @@ def _validation_temps(case: Case, w: int) -> int:
     if info.scale_element is not None:  # block scales coded as elements, one per block
         temps += SCALE_CHECK_BYTES_PER_SCALE * w // case.variant.info.scale_block
     return temps
+
+
+def _w13_elements(P) -> int:
+    return P.E * P.w13_rows * P.K
 
 
 __all__ = ["case_device_need", "checkpoint_bytes", "declined_everywhere"]

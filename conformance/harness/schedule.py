@@ -44,13 +44,14 @@ MODEL_SIZE_WEIGHTS = 1 << 28
 # and weight format, an upper bound of every model-size case's reserved peak of certify on two
 # H200s (2026-11-29, tree 665c1e5; the test holds it to each:
 # tests/conformance/harness/data/model_size_peaks.csv). Largest peak per backend on
-# DeepSeek-V3 there: grouped 52.4 GiB (model 66.5), torch 38.4 (45.5), triton 38.4 (50.6), xpu
-# 18.3 (34.7); the model before it budgeted every backend at 60.1 and was exceeded by four
-# grouped MXFP6 Qwen3-30B-A3B cases (7.4 GiB against 6.3: the fp6 codes widened to a byte
-# each and the widening's 4 GiB of temporaries, which it did not count). Commits 742023b,
-# 356530c and a6e0cb9 cut what those cases held (validation and widening over chunks, the
-# allocator's cache emptied before a large layer is built); not yet measured on a GPU, so the
-# model keeps the measured code's terms (device_memory.py) until a run measures them.
+# DeepSeek-V3 there, and the model's: grouped 52.4 GiB (64.2), torch 38.4 (43.2), triton 38.4
+# (51.7), xpu 18.3 (22.1); the model before it budgeted every backend at 60.1 and was
+# exceeded by four grouped MXFP6 Qwen3-30B-A3B cases (7.4 GiB against 6.3: it counted the fp6
+# codes at 6 bits, where the kernel format widens them to a byte, and not the widening's 4
+# GiB of temporaries). Commits 742023b, 356530c, 4055d80, 1a7c06b and a6e0cb9 cut what those
+# cases held at once; not yet measured on a GPU, so the model keeps the measured code's terms
+# (device_memory.py) until a run measures them. A problem is budgeted at its worst case
+# (`problem_need`).
 # A worker running small cases holds its CUDA context and a small cache (measured: 1.4 GiB
 # each beside a model layer); every worker but the model layer's own is reserved for that,
 # and `-n auto` gives a GPU no more workers than its memory holds with every reserve counted.
