@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from moecert.conformance.harness.cases import Case
 from moecert.conformance.harness.device_memory import (
+    CASE_BASE_BYTES,
     case_device_need,
     checkpoint_bytes,
     declined_everywhere,
@@ -69,8 +70,10 @@ def test_a_case_its_backend_declines_holds_its_checkpoint_only():
     declined = Case("xpu", "fp8-w8a16", DEEPSEEK)  # xpu: symmetric int4 only
     claimed = Case("torch", "fp8-w8a16", DEEPSEEK)
     assert declined_everywhere(declined) and not declined_everywhere(claimed)
+    # refused before the layer loads a copy: no layer, no reference, no temporaries of them
+    assert device_need(declined) == checkpoint_bytes(declined) + CASE_BASE_BYTES
     # the claimed one holds the layer's copy of it too (fp8 codes are kept as loaded)
-    assert device_need(claimed) - device_need(declined) == checkpoint_bytes(claimed)
+    assert device_need(claimed) - device_need(declined) > checkpoint_bytes(claimed)
 
 
 def test_grouped_is_budgeted_its_16_bit_operand():
