@@ -6,7 +6,8 @@ allocator's reserved peak, the `device_peak_bytes` of the case's checks (execute
 What a case holds (read from the code, the parts measured on the CPU with
 tools/case_memory.py): it draws its checkpoint C and keeps it to its end (no_mutation compares
 it after load, process and apply); where its backend claims it, it builds one processed layer
-beside it (light checks: one layer per case; the previous backend's case, layer and
+beside it (light checks: one layer per case; full depth adds the reload check's second
+checkpoint and layers, FULL_DEPTH_EXTRA_LAYERS; the previous backend's case, layer and
 checkpoint are freed and the cache emptied before the next: worker.release_device_memory).
 The layer loads a copy of C, converts it to the common kernel format (kernels/convert.py)
 and builds the backend's own operands. In bytes, W = E x K x N x 3 weights:
@@ -64,6 +65,7 @@ GROUPED_SCALED_OPERAND_BYTES_PER_WEIGHT = 1  # its padded e4m3 operand (FP8 acti
 # triton's 4-bit codes put into nibble planes, then tiles, beside the codes: two more copies
 # of the larger linear's (w13's) codes, half a byte per element each
 TRITON_FOUR_BIT_BYTES_PER_W13_ELEMENT = 1
+FULL_DEPTH_EXTRA_LAYERS = 4  # the reload check's layers and state clones beyond the case's
 # What the measured code's validation held at once per w13 element (the bools of the NaN
 # code check of e4m3 weights; isfinite of 16-bit weights) and per coded block scale, and the
 # fp6 widening's temporaries: chunked in the code since 742023b and 356530c, kept here until
@@ -132,7 +134,14 @@ def case_device_need(case: Case) -> int:
     elif case.backend == "triton" and variant.info.weight_bits == 4:
         operands = (TRITON_FOUR_BIT_BYTES_PER_W13_ELEMENT + TRITON_PLANE_TEMP_BYTES_PER_W13_ELEMENT
                     ) * _w13_elements(P)
-    return 2 * checkpoint + conversion + operands + temps
+    need = 2 * checkpoint + conversion + operands + temps
+    if case.depth == "full":  # reload: the second checkpoint, and beside the case's layer a
+        # reloaded one, a fresh one of the second checkpoint and a clone of each one's state
+        # (checks/state.py); read from the code, never measured: certify's model-size cases
+        # are light
+        layer = (conversion or checkpoint) + operands
+        need += checkpoint + FULL_DEPTH_EXTRA_LAYERS * layer
+    return need
 
 
 def _validation_temps(case: Case, w: int) -> int:

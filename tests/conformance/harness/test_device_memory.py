@@ -104,3 +104,11 @@ def test_a_problem_is_budgeted_at_its_worst_case():
 def test_a_small_case_needs_no_budget():
     assert case_device_need(Case("torch", "bf16", DEEPSEEK)) > 0
     assert device_need(Case("torch", "bf16", MoEProblem(M=1, K=64, N=64, E=4, topk=2))) == 0
+
+
+def test_a_full_depth_case_is_budgeted_its_reload_layers():
+    """The reload check holds a second checkpoint and three more layers (and two state
+    clones) beside the case's: a full-depth model-size case needs more than a light one."""
+    light = Case("grouped", "gptq-int4", DEEPSEEK)
+    full = Case("grouped", "gptq-int4", DEEPSEEK, depth="full")
+    assert device_need(full) - device_need(light) > 4 * 2 * DEEPSEEK.E * DEEPSEEK.K * DEEPSEEK.N * 3
