@@ -32,7 +32,9 @@ def _measured():
             problem = MoEProblem(M=1, K=int(row["K"]), N=int(row["N"]), E=int(row["E"]),
                                  topk=int(row["topk"]), bias=row["bias"] == "1",
                                  activation=row["activation"])
-            yield Case(row["backend"], row["scheme"], problem), int(row["peak_bytes"]), row
+            # certify runs its model-size cases at the light depth
+            yield (Case(row["backend"], row["scheme"], problem, depth="light"),
+                   int(row["peak_bytes"]), row)
 
 
 MEASURED = list(_measured())
@@ -77,7 +79,7 @@ def test_a_case_its_backend_declines_holds_its_checkpoint_only():
 
 
 def test_grouped_is_budgeted_its_16_bit_operand():
-    torch_need, grouped_need = (device_need(Case(b, "gptq-int4", DEEPSEEK))
+    torch_need, grouped_need = (device_need(Case(b, "gptq-int4", DEEPSEEK, depth="light"))
                                 for b in ("torch", "grouped"))
     assert grouped_need - torch_need == 2 * DEEPSEEK.E * DEEPSEEK.K * DEEPSEEK.N * 3
 
@@ -109,6 +111,6 @@ def test_a_small_case_needs_no_budget():
 def test_a_full_depth_case_is_budgeted_its_reload_layers():
     """The reload check holds a second checkpoint and three more layers (and two state
     clones) beside the case's: a full-depth model-size case needs more than a light one."""
-    light = Case("grouped", "gptq-int4", DEEPSEEK)
+    light = Case("grouped", "gptq-int4", DEEPSEEK, depth="light")
     full = Case("grouped", "gptq-int4", DEEPSEEK, depth="full")
     assert device_need(full) - device_need(light) > 4 * 2 * DEEPSEEK.E * DEEPSEEK.K * DEEPSEEK.N * 3
