@@ -25,6 +25,11 @@ from .layer import MoELayer, linear_dims
 # int32 codes unpacked per chunk of experts (256 MiB of int32): a DeepSeek-V3-sized layer
 # unpacked at once would need tens of GiB
 CHUNK_ELEMENTS = 1 << 26
+# Float codes widened per chunk of this many output elements (`widen_to_e4m3`): the bit-field
+# decode holds about 60 bytes of int32 / float32 temporaries per element, so a chunk of
+# CHUNK_ELEMENTS held 4 GiB (measured on the CPU, issue 43: a Qwen3-30B-A3B MXFP6 layer's
+# processing peaked 4 GiB above its tensors; on an H200 it ran over the memory model)
+WIDEN_CHUNK_ELEMENTS = 1 << 22
 
 
 # --- packed integer codes ---------------------------------------------------------------------
@@ -78,9 +83,12 @@ def widen_to_e4m3(w: torch.Tensor, el) -> torch.Tensor:
     out = torch.empty(*w.shape[:-1], w.shape[-1] * el.per_unit // el.units,
                       dtype=torch.float8_e4m3fn, device=w.device)
     mask, m_mask = (1 << el.bits) - 1, (1 << el.mantissa_bits) - 1
-    step = max(1, CHUNK_ELEMENTS // max(out[0].numel(), 1))
-    for lo in range(0, w.shape[0], step):
-        groups = w[lo:lo + step].to(torch.int32).unflatten(-1, (-1, el.units))
+    # rows of the last dimension, a chunk of them at a time (elementwise: the chunking does
+    # not change a value)
+    rows, flat = w.reshape(-1, w.shape[-1]), out.view(-1, out.shape[-1])
+    step = max(1, WIDEN_CHUNK_ELEMENTS // max(flat.shape[-1], 1))
+    for lo in range(0, rows.shape[0], step):
+        groups = rows[lo:lo + step].to(torch.int32).unflatten(-1, (-1, el.units))
         word = groups[..., 0]
         for i in range(1, el.units):
             word = word | (groups[..., i] << (8 * i))
@@ -90,7 +98,7 @@ def widen_to_e4m3(w: torch.Tensor, el) -> torch.Tensor:
         mag = torch.where(e > 0, ((m_mask + 1) + m) * pow2(e + step_exp - 1), m * pow2(
             torch.full_like(e, step_exp)))
         value = torch.where(c & (1 << (el.bits - 1)) != 0, -mag, mag)
-        out[lo:lo + step] = value.to(torch.float8_e4m3fn)
+        flat[lo:lo + step] = value.to(torch.float8_e4m3fn)
     return out
 
 
@@ -208,6 +216,6 @@ def _dequantize_int(layer: MoELayer, p: str, e: int) -> torch.Tensor:
     return ((u - zero) * s.unsqueeze(-1)).view(n_out, n_in)
 
 
-__all__ = ["CHUNK_ELEMENTS", "decode_e2m1", "decode_e4m3", "decode_e8m0", "dequantize_expert",
-           "element_values", "pack_nibbles", "pow2", "undo_interleave", "unpack_nibbles",
-           "unpack_units", "unpack_words", "widen_to_e4m3"]
+__all__ = ["CHUNK_ELEMENTS", "WIDEN_CHUNK_ELEMENTS", "decode_e2m1", "decode_e4m3", "decode_e8m0",
+           "dequantize_expert", "element_values", "pack_nibbles", "pow2", "undo_interleave",
+           "unpack_nibbles", "unpack_units", "unpack_words", "widen_to_e4m3"]

@@ -86,7 +86,8 @@ def budget_against_peaks(sized: pd.DataFrame) -> None:
     table["peak / need"] = table["peak"] / table["need"]
     gib = table[["need", "peak"]] / 2**30
     print("\nmemory model (schedule.device_need, GiB) beside the measured peak, per layer:")
-    print(gib.assign(**{"peak / need": table["peak / need"]}).round(2).to_string())
+    print(gib.assign(**{"peak / need": table["peak / need"]}).to_string(
+        float_format=lambda v: f"{v:.2f}"))  # 50.20, not 50.2: two decimals always
     print(f"highest peak / need: {table['peak / need'].max():.2f} "
           f"(median {table['peak / need'].median():.2f})")
 

@@ -312,6 +312,8 @@ class CaseRun:
         self.snapshot  # noqa: B018 - taken before the backend touches anything
         if self.shared is not None and self._kept_checkpoint() is None:
             self.reference  # noqa: B018 - shared with other backends: before this one writes
+        if checkpoint_bytes(self.checkpoint) > SHARE_MAX_BYTES:
+            release_cached(self.device)
         layer = self.new_layer(self.checkpoint)
         self.backend_detail = describe(self.backend, layer)
         self.numerics = effective(declared(self.backend, layer), self.variant)
@@ -353,6 +355,15 @@ class CaseRun:
         if ids is None or self.problem.activation_format == "batched":
             return {}
         return {"expert_ids": ids}
+
+
+def release_cached(device: torch.device) -> None:
+    """Hand the caching allocator's free blocks back to the GPU before a large layer is
+    built: what the draw, the snapshot's fingerprints and the float64 reference left cached
+    (blocks of their chunk sizes, which the layer's tensors of gigabytes cannot reuse) would
+    otherwise stay reserved beside it, in the case's peak and against the other workers."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def describe(backend, layer) -> str:

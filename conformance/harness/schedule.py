@@ -31,9 +31,8 @@ import subprocess
 import threading
 from collections import deque
 
-from moecert.reference.schemes import get_scheme
-
 from .cases import Case
+from .device_memory import case_device_need
 from .execute import problem_groups
 from .memory import host_need, host_total_bytes
 from .shard_costs import case_cost
@@ -41,20 +40,18 @@ from .shard_costs import case_cost
 # Problems with more weights than this are model-size: scheduled first, against a GPU's budget
 # (Qwen3-30B-A3B's layer is 6e8).
 MODEL_SIZE_WEIGHTS = 1 << 28
-# What a model-size case holds on its GPU at most (the caching allocator's reserved peak, the
-# `device_peak_bytes` column), bounded by: three copies of the checkpoint (the backend's, its
-# processed layer, transients of processing), a 16-bit copy of the weights (the grouped
-# backend dequantizes to bf16), per-expert float temporaries of dequantization (bytes per
-# weight of one expert), and the process's own base. Measured on one H100 (certify, 368
-# model-size cases x 4 backends, tools/run_breakdown.py): every case's peak is below this
-# bound, the closest DeepSeek-V3 mxfp8 on grouped at 56.5 GiB (bound 60.1 GiB, 1.06x); the
-# median case is at 0.6 of it. Not since MXFP6: on an H200 (2026-11-29, docs/gpu-ci.md) four
-# grouped MXFP6 Qwen3-30B-A3B cases peaked at 1.14-1.16x of it (7.4 GiB against 6.3); no
-# case ran out of memory there, and the model's re-measure is issue 43's.
-CHECKPOINT_COPIES = 3
-DEQUANTIZED_BYTES_PER_WEIGHT = 2
-EXPERT_TEMP_BYTES_PER_WEIGHT = 100
-CASE_BASE_BYTES = 3584 << 20
+# What a model-size case holds on its GPU at most: device_memory.case_device_need, per backend
+# and weight format, an upper bound of every model-size case's reserved peak of certify on two
+# H200s (2026-11-29, tree 665c1e5; the test holds it to each:
+# tests/conformance/harness/data/model_size_peaks.csv). Largest peak per backend on
+# DeepSeek-V3 there, and the model's: grouped 52.4 GiB (64.2), torch 38.4 (43.2), triton 38.4
+# (51.7), xpu 18.3 (22.1); the model before it budgeted every backend at 60.1 and was
+# exceeded by four grouped MXFP6 Qwen3-30B-A3B cases (7.4 GiB against 6.3: it counted the fp6
+# codes at 6 bits, where the kernel format widens them to a byte, and not the widening's 4
+# GiB of temporaries). Commits 742023b, 356530c, 4055d80, 1a7c06b and a6e0cb9 cut what those
+# cases held at once; not yet measured on a GPU, so the model keeps the measured code's terms
+# (device_memory.py) until a run measures them. A problem is budgeted at its worst case
+# (`problem_need`).
 # A worker running small cases holds its CUDA context and a small cache (measured: 1.4 GiB
 # each beside a model layer); every worker but the model layer's own is reserved for that,
 # and `-n auto` gives a GPU no more workers than its memory holds with every reserve counted.
@@ -74,12 +71,14 @@ def model_size(case: Case) -> bool:
 def device_need(case: Case) -> int:
     """Bytes of GPU memory a model-size case is budgeted at (0 for a small one: the workers'
     reserve covers it)."""
-    if not model_size(case):
-        return 0
-    w = weights(case)
-    checkpoint = w * get_scheme(case.scheme).weight_bits // 8
-    return (CHECKPOINT_COPIES * checkpoint + DEQUANTIZED_BYTES_PER_WEIGHT * w
-            + EXPERT_TEMP_BYTES_PER_WEIGHT * w // case.problem.E + CASE_BASE_BYTES)
+    return case_device_need(case) if model_size(case) else 0
+
+
+def problem_need(group: list[Case], need=None) -> int:
+    """A problem's budget: what its worst case needs (its cases run one after another on
+    one worker, and each frees its layer before the next: worker.release_device_memory)."""
+    need = need or device_need
+    return max(need(c) for c in group)
 
 
 def case_need(case: Case, device: str) -> int:
@@ -238,8 +237,8 @@ class WorkPool:
         groups = problem_groups(cases)
         big = [g for g in groups if model_size(g[0])]
         cost = measured(costs)
-        self.need = need
-        self.big = sorted(big, key=lambda g: (-cost(g) if cost else 0.0, -need(g[0])))
+        self.need = lambda group: problem_need(group, need)
+        self.big = sorted(big, key=lambda g: (-cost(g) if cost else 0.0, -self.need(g)))
         self.small = SpecializationQueue([g for g in groups if not model_size(g[0])], cost)
         self.gpus = gpus
         self._cond = threading.Condition()
@@ -261,10 +260,10 @@ class WorkPool:
             while True:
                 if self.stopped:
                     return None
-                group = next((g for g in self.big if budget.fits(self.need(g[0]))), None)
+                group = next((g for g in self.big if budget.fits(self.need(g))), None)
                 # a layer that needs the whole GPU stops small problems from starting on it
                 # until it has run, or it would wait for the end of the run
-                draining = group is None and any(budget.oversize(self.need(g[0]))
+                draining = group is None and any(budget.oversize(self.need(g))
                                                  for g in self.big)
                 if group is not None:
                     self.big.remove(group)
@@ -275,7 +274,7 @@ class WorkPool:
                     return None
                 else:
                     budget.waiting.add(worker)
-                    if not self.small and budget.surplus([self.need(g[0]) for g in self.big]):
+                    if not self.small and budget.surplus([self.need(g) for g in self.big]):
                         budget.waiting.discard(worker)  # retires: its reserve comes back
                         budget.live -= 1
                         self._cond.notify_all()
@@ -285,7 +284,7 @@ class WorkPool:
                     self._cond.wait()
                     continue
                 budget.waiting.discard(worker)
-                need = self.need(group[0])
+                need = self.need(group)
                 budget.held += need
                 budget.running += 1
                 return group, need
@@ -357,6 +356,7 @@ __all__ = [
     "measured",
     "model_size",
     "oversize",
+    "problem_need",
     "specialization",
     "work",
 ]

@@ -77,10 +77,28 @@ def nib_span_fits(kind: int, k: int, scale_cols: int | None, act_order: bool,
     return scale_cols is None or scale_cols % unit == 0
 
 
+# Bytes of codes put into planes at once (`plane_nibbles`): its temporaries are four times
+# the codes (measured, issue 43: a DeepSeek-V3 layer's w13 at once held ~1.3 bytes per weight
+# of the layer above its tensors on the CPU)
+PLANE_CHUNK_BYTES = 1 << 26
+
+
 def plane_nibbles(q: torch.Tensor, span: int) -> torch.Tensor:
     """Int4 codes [..., K / 2] with columns 2j, 2j + 1 in byte j (low, high nibble) ->
     each span of `span` columns as span / 4 little-endian 16-bit words, word j holding
-    columns j + p * span / 4 in nibble p = 0..3 (bytes 2j: planes 0 and 1, 2j + 1: 2 and 3)."""
+    columns j + p * span / 4 in nibble p = 0..3 (bytes 2j: planes 0 and 1, 2j + 1: 2 and 3).
+    Rows a chunk at a time (each row's bytes are its own: the chunking changes none)."""
+    if q.dim() < 2 or q.numel() <= PLANE_CHUNK_BYTES:
+        return _plane_rows(q, span)
+    rows, out = q.reshape(-1, q.shape[-1]), torch.empty_like(q)
+    flat = out.view(-1, q.shape[-1])
+    step = max(1, PLANE_CHUNK_BYTES // max(q.shape[-1], 1))
+    for lo in range(0, rows.shape[0], step):
+        flat[lo:lo + step] = _plane_rows(rows[lo:lo + step], span)
+    return out
+
+
+def _plane_rows(q: torch.Tensor, span: int) -> torch.Tensor:
     cols = torch.stack([q & 0xF, q >> 4], dim=-1).flatten(-2)  # one code per column
     planes = cols.unflatten(-1, (-1, 4, span // 4))
     low = planes[..., 0, :] | (planes[..., 1, :] << 4)

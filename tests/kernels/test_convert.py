@@ -224,3 +224,37 @@ def test_one_converter_per_layout():
     from moecert.reference.schemes import LAYOUTS
 
     assert sorted(CONVERTERS) == sorted(LAYOUTS)
+
+
+@pytest.mark.parametrize(("scheme", "name", "bits", "found"), [
+    ("fp8-w8a16", "w13_weight", 0x7F, "2 NaN codes"),
+    ("mxfp8", "w2_weight_scale", 0xFF, "2 NaN codes"),
+    ("nvfp4", "w2_weight_scale", 0x80, "2 bad entries")])  # -0: not a positive scale
+def test_bad_codes_found_in_every_chunk(monkeypatch, scheme, name, bits, found):
+    """The code checks run over chunks of experts (issue 43: temporaries of a whole layer
+    otherwise): codes planted in the first and the last expert, each in a chunk of its own,
+    are both found and counted."""
+    import moecert.kernels.convert as convert
+
+    problem = MoEProblem(**{**SHAPE, "E": 3})
+    ckpt = synthesize(scheme, problem)
+    t = ckpt.tensors[name].clone()
+    monkeypatch.setattr(convert, "CHUNK_ELEMENTS", t[0].numel())  # one expert a chunk
+    t.view(torch.uint8)[0, 0, 0] = bits
+    t.view(torch.uint8)[-1, -1, -1] = bits
+    ckpt = replace(ckpt, tensors={**ckpt.tensors, name: t})
+    with pytest.raises(BackendError, match=f"{name}.*{found}"):
+        convert_to_kernel_format(make_layer(ckpt, problem))
+
+
+def test_non_finite_16_bit_weight_found_in_the_last_chunk(monkeypatch):
+    import moecert.kernels.convert as convert
+
+    problem = MoEProblem(**{**SHAPE, "E": 3})
+    ckpt = synthesize("bf16", problem)
+    w = ckpt.tensors["w2_weight"].clone()
+    monkeypatch.setattr(convert, "CHUNK_ELEMENTS", w[0].numel())
+    w[-1, -1, -1] = float("inf")
+    ckpt = replace(ckpt, tensors={**ckpt.tensors, "w2_weight": w})
+    with pytest.raises(BackendError, match="w2_weight.*non-finite"):
+        convert_to_kernel_format(make_layer(ckpt, problem))

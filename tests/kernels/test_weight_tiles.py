@@ -221,3 +221,14 @@ def test_forced_nib_span_stores_planes_that_compute_the_reference(scheme, attrs,
     ref = moe(synthesize(scheme, P, seed=1, **attrs), x, w, ids, P)  # _layer's checkpoint
     err = ((out.double() - ref).norm() / ref.norm()).item()
     assert err <= 2.0**-8, f"relative error {err:.3e}"
+
+
+def test_planes_in_chunks_are_the_planes_at_once(monkeypatch):
+    """plane_nibbles runs over chunks of rows (issue 43: temporaries four times the codes);
+    a chunk that splits an expert's rows gives the bytes of one pass, and they read back."""
+    q = torch.randint(0, 256, (3, 5, 64), dtype=torch.int32).to(torch.uint8)
+    whole = layout.plane_nibbles(q, 32)
+    monkeypatch.setattr(layout, "PLANE_CHUNK_BYTES", 2 * 64)  # two rows a chunk
+    chunked = layout.plane_nibbles(q, 32)
+    assert chunked.shape == q.shape and torch.equal(chunked, whole)
+    assert torch.equal(layout.unplane_nibbles(chunked, 32), q)

@@ -97,3 +97,19 @@ def test_shape_rule_needs_whole_groups_of_four():
     issue = checkpoint_shape_issue(quant, MoEProblem(M=1, K=130, N=64, E=2, topk=1))
     assert issue.tensor == "w13_weight" and "4 e2m3 elements per 3 bytes" in issue.expected
     assert get_scheme("mxfp6-e3m2").elements_per_byte == pytest.approx(4 / 3)
+
+
+@pytest.mark.parametrize("name", list(OCP_FP6))
+def test_widening_in_chunks_is_the_widening_at_once(monkeypatch, name):
+    """widen_to_e4m3 runs over chunks of rows (issue 43: its temporaries are ~60 bytes per
+    element); a chunk that splits an expert's rows gives the bytes of one pass over all."""
+    import moecert.kernels.codecs as codecs
+
+    el = ELEMENTS[name]
+    stored = torch.randint(0, 256, (3, 5, 24), generator=torch.Generator().manual_seed(4),
+                           dtype=torch.int32).to(torch.uint8)
+    whole = widen_to_e4m3(stored, el)
+    monkeypatch.setattr(codecs, "WIDEN_CHUNK_ELEMENTS", 2 * 32)  # two rows of 32 a chunk
+    chunked = widen_to_e4m3(stored, el)
+    assert whole.shape == chunked.shape == (3, 5, 32)
+    assert torch.equal(whole.view(torch.uint8), chunked.view(torch.uint8))

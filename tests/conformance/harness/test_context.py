@@ -188,3 +188,44 @@ def test_a_backend_writing_into_its_checkpoint_leaks_nothing_into_the_next(
     assert {r["status"] for r in after} == {"pass"}
     accuracy = [next(r for r in rows if r["check"] == "accuracy") for rows in (after, alone)]
     assert accuracy[0]["max_abs"] == accuracy[1]["max_abs"] > 0
+
+
+@pytest.mark.parametrize(("limit", "released"), [(0, True), (1 << 40, False)])
+def test_a_large_layer_is_built_on_an_emptied_allocator_cache(monkeypatch, references_made,
+                                                              limit, released):
+    """Issue 43: what the draw, the snapshot and the reference left in the GPU allocator's
+    cache is handed back before a checkpoint too large to keep is built into a layer; a small
+    one keeps its cache (an empty_cache per case costs every small case its allocations
+    again)."""
+    monkeypatch.setattr(context, "SHARE_MAX_BYTES", limit)
+    order = []
+    monkeypatch.setattr(context, "release_cached", lambda device: order.append("released"))
+    new_layer = context.CaseRun.new_layer
+    monkeypatch.setattr(context.CaseRun, "new_layer",
+                        lambda run, ckpt: (order.append("layer"), new_layer(run, ckpt))[1])
+    rows = run_case(Case("torch", "bf16", SHARED_PROBLEM), checks=("accuracy",),
+                    shared=SharedSteps())
+    assert rows[0]["status"] == "pass" and references_made == ["torch"]
+    assert order == (["released", "layer"] if released else ["layer"])
+
+
+def test_releasing_the_cache_touches_a_gpu_only(monkeypatch):
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    context.release_cached(torch.device("cpu"))
+    assert emptied == []
+    context.release_cached(torch.device("cuda", 0))
+    assert emptied == [True]
+
+
+def test_a_fingerprint_does_not_depend_on_its_chunk_size(monkeypatch):
+    """keepsakes hashes big tensors a chunk at a time (issue 43: int64 temporaries of 8x the
+    chunk); the position weights run on across chunks, so a swap across a chunk boundary
+    still shows."""
+    t = torch.randint(0, 256, (1000,), dtype=torch.int32).to(torch.uint8)
+    whole = fingerprint(t)
+    monkeypatch.setattr(keepsakes, "_FINGERPRINT_CHUNK", 64)
+    assert fingerprint(t) == whole
+    swapped = t.clone()
+    swapped[63], swapped[64] = t[64] + 0, t[63] + 0
+    assert t[63] == t[64] or fingerprint(swapped) != whole
