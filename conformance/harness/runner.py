@@ -151,12 +151,14 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
             group, need = taken
             retry = []
             try:
-                for case in group:
+                for case, keep in zip(group, pool.kept_after(group), strict=True):
                     rows = runner.run(case)
                     if out_of_memory(rows):
                         retry.append((case, rows))
                     else:
                         record(case, rows)
+                    pool.shrink(gpu, need - keep)
+                    need = min(need, keep)
             finally:
                 pool.release(gpu, need)
             for case, first in retry:  # once, alone on this GPU: what it ran out of beside

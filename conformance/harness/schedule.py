@@ -41,17 +41,15 @@ from .shard_costs import case_cost
 # (Qwen3-30B-A3B's layer is 6e8).
 MODEL_SIZE_WEIGHTS = 1 << 28
 # What a model-size case holds on its GPU at most: device_memory.case_device_need, per backend
-# and weight format, an upper bound of every model-size case's reserved peak of certify on two
-# H200s (2026-11-29, tree 665c1e5; the test holds it to each:
-# tests/conformance/harness/data/model_size_peaks.csv). Largest peak per backend on
-# DeepSeek-V3 there, and the model's: grouped 52.4 GiB (64.2), torch 38.4 (43.2), triton 38.4
-# (51.7), xpu 18.3 (22.1); the model before it budgeted every backend at 60.1 and was
-# exceeded by four grouped MXFP6 Qwen3-30B-A3B cases (7.4 GiB against 6.3: it counted the fp6
-# codes at 6 bits, where the kernel format widens them to a byte, and not the widening's 4
-# GiB of temporaries). Commits 742023b, 356530c, 4055d80, 1a7c06b and a6e0cb9 cut what those
-# cases held at once; not yet measured on a GPU, so the model keeps the measured code's terms
-# (device_memory.py) until a run measures them. A problem is budgeted at its worst case
-# (`problem_need`).
+# and weight format, an upper bound of every model-size case's reserved peak (the test holds
+# it to each: tests/conformance/harness/data/model_size_peaks.csv, certify on two H200s,
+# 2026-11-30 00:10, tree 1d30ecf). Largest peak per backend on DeepSeek-V3 there, and the
+# model's: grouped 49.1 GiB (59.0), torch 33.4 (38.0), triton 33.4 (51.7), xpu 17.1 (22.1).
+# Before 742023b, 356530c, 4055d80, 1a7c06b and a6e0cb9 cut what a case holds at once, the
+# same run on 665c1e5 peaked at 52.4 / 38.4 / 38.4 / 18.3, and four grouped MXFP6
+# Qwen3-30B-A3B cases at 7.4 GiB (3.8 since) above the model of then (6.3: it counted fp6
+# codes at 6 bits, where the kernel format widens them to a byte, and not the widening's
+# 4 GiB of temporaries). A problem is budgeted at its worst case (`problem_need`).
 # A worker running small cases holds its CUDA context and a small cache (measured: 1.4 GiB
 # each beside a model layer); every worker but the model layer's own is reserved for that,
 # and `-n auto` gives a GPU no more workers than its memory holds with every reserve counted.
@@ -238,6 +236,7 @@ class WorkPool:
         big = [g for g in groups if model_size(g[0])]
         cost = measured(costs)
         self.need = lambda group: problem_need(group, need)
+        self.case_need = need
         self.big = sorted(big, key=lambda g: (-cost(g) if cost else 0.0, -self.need(g)))
         self.small = SpecializationQueue([g for g in groups if not model_size(g[0])], cost)
         self.gpus = gpus
@@ -287,7 +286,25 @@ class WorkPool:
                 need = self.need(group)
                 budget.held += need
                 budget.running += 1
-                return group, need
+                # the largest case first: the worker's hold shrinks as the problem goes on
+                return sorted(group, key=self.case_need, reverse=True), need
+
+    def kept_after(self, group: list[Case]) -> list[int]:
+        """The bytes a problem's worker still needs after each of its cases (in the order
+        `take` gave them): the largest need of the cases left, 0 after the last."""
+        needs = [self.case_need(c) for c in group]
+        return [max(needs[i + 1:], default=0) for i in range(len(needs))]
+
+    def shrink(self, gpu: int, by: int) -> None:
+        """A running problem hands back `by` of its bytes (its largest cases have run: each
+        case frees its layer before the next, worker.release_device_memory); measured on an
+        H200 (2026-11-30), DeepSeek-V3's grouped case peaks at 49 GiB, its torch case at 33,
+        its xpu case at 17, and the problem held its largest budget until its last case."""
+        if by <= 0:
+            return
+        with self._cond:
+            self.gpus[gpu].held -= by
+            self._cond.notify_all()
 
     def release(self, gpu: int, need: int) -> None:
         with self._cond:

@@ -18,7 +18,8 @@ from moecert.conformance.harness.device_memory import (
 from moecert.conformance.harness.schedule import GpuBudget, WorkPool, device_need, problem_need
 from moecert.reference import MoEProblem, random_checkpoint
 
-# certify on two H200s, 2026-11-29, tree 665c1e5: each model-size case's largest
+# certify on two H200s, 2026-11-30 00:10, tree 1d30ecf (tools/model_size_peaks.py --write;
+# the run before, 2026-11-29 on 665c1e5, peaked higher): each model-size case's largest
 # device_peak_bytes over its checks and both M (the expert map of the DeepSeek-V3 E=32 rows,
 # 1 local expert in 8, is left out: the bound does not read it)
 PEAKS = Path(__file__).parent / "data" / "model_size_peaks.csv"

@@ -326,3 +326,73 @@ def test_run_orders_one_host_by_the_costs_of_an_earlier_run(tmp_path, monkeypatc
                      "--shard-costs", str(tmp_path / "first")]) == 0
     (costs,) = given
     assert list(costs) == [Case.from_json(case).case_id] and costs[Case.from_json(case).case_id] > 0
+
+
+def _replay_cases(pool: WorkPool, workers: int, costs: dict[str, float], shrink: bool
+                  ) -> float:
+    """As `_replay`, one case at a time: a worker runs its problem's cases in the order
+    `take` gives them and (with `shrink`) hands back what the cases left do not need, as the
+    runner does (runner.serve)."""
+    import heapq
+
+    now, free, running = 0.0, list(range(workers)), []
+    while True:
+        waiting = []
+        for w in free:
+            got = pool.take(0, w, wait=False)
+            if got is False:
+                waiting.append(w)
+            elif got is not None:
+                group, need = got
+                keeps = pool.kept_after(group) if shrink else [None] * len(group)
+                heapq.heappush(running, (now + costs[group[0].case_id], w, need,
+                                         list(zip(group, keeps))[1:], keeps[0]))
+        free = waiting
+        if not running:
+            return now
+        now, w, need, rest, keep = heapq.heappop(running)
+        if shrink:
+            pool.shrink(0, need - keep)
+            need = keep
+        if rest:
+            (case, next_keep), *rest = rest
+            heapq.heappush(running, (now + costs[case.case_id], w, need, rest, next_keep))
+        else:
+            pool.release(0, need)
+            free.append(w)
+
+
+def test_a_problem_hands_back_memory_as_its_largest_cases_finish():
+    """Measured on an H200 (2026-11-30): a DeepSeek-V3 problem's grouped case peaks at
+    49 GiB, its torch case at 33 and its xpu case at 17, and the problem held its largest
+    budget to its end, so two such problems never ran side by side in 101 GiB. Run largest
+    first and shrinking, the next problem starts once the first is down to its small cases."""
+    backends = ("grouped", "triton", "torch", "xpu")
+    sizes = {"grouped": 59, "triton": 45, "torch": 38, "xpu": 22}
+    layers = [c for s in range(8) for c in _cases(DEEPSEEK, "fp8-w8a8", s, backends)]
+    costs = {c.case_id: 3.0 for c in layers}
+
+    def need(case):
+        return sizes[case.backend] * GIB
+
+    def wall(shrink):
+        budget = GpuBudget(_total(101 * GIB), 1)
+        pool = WorkPool(list(reversed(layers)), [budget], need=need)
+        got = _replay_cases(pool, 4, costs, shrink)
+        assert budget.held == 0 and budget.running == 0
+        return got
+
+    held_to_the_end = wall(shrink=False)
+    assert held_to_the_end == pytest.approx(8 * 4 * 3.0)  # one problem at a time
+    assert wall(shrink=True) <= 0.75 * held_to_the_end
+
+
+def test_take_gives_a_problems_largest_case_first():
+    group = _cases(DEEPSEEK, "fp8-w8a8", 0, ("xpu", "torch", "grouped"))
+    sizes = {"grouped": 59, "torch": 38, "xpu": 22}
+    pool = WorkPool(group, [GpuBudget(_total(101 * GIB), 1)],
+                    need=lambda c: sizes[c.backend] * GIB)
+    taken, held = pool.take(0, 0, wait=False)
+    assert [c.backend for c in taken] == ["grouped", "torch", "xpu"]
+    assert held == 59 * GIB
+    assert pool.kept_after(taken) == [38 * GIB, 22 * GIB, 0]
