@@ -346,7 +346,7 @@ def _replay_cases(pool: WorkPool, workers: int, costs: dict[str, float], shrink:
                 group, need = got
                 keeps = pool.kept_after(group) if shrink else [None] * len(group)
                 heapq.heappush(running, (now + costs[group[0].case_id], w, need,
-                                         list(zip(group, keeps))[1:], keeps[0]))
+                                         list(zip(group, keeps, strict=True))[1:], keeps[0]))
         free = waiting
         if not running:
             return now
