@@ -201,25 +201,8 @@ def test_every_problem_is_taken_exactly_once(workers):
 
 def _replay(pool: WorkPool, workers: int, costs: dict[str, float]) -> float:
     """The pool's schedule on a clock of its own: each problem takes its cases' measured
-    seconds; returns the wall (the last problem's end)."""
-    import heapq
-
-    now, free, running = 0.0, list(range(workers)), []
-    while True:
-        waiting = []
-        for w in free:
-            got = pool.take(0, w, wait=False)
-            if got is False:
-                waiting.append(w)
-            elif got is not None:
-                group, need = got
-                heapq.heappush(running, (now + sum(costs[c.case_id] for c in group), w, need))
-        free = waiting
-        if not running:
-            return now
-        now, w, need = heapq.heappop(running)
-        pool.release(0, need)
-        free.append(w)
+    seconds and holds its budget to its end; returns the wall (the last problem's end)."""
+    return _replay_cases(pool, workers, costs, shrink=False)
 
 
 def _costed_run():
