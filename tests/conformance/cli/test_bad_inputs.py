@@ -192,7 +192,14 @@ def test_a_named_marlin_anchor_must_exist(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize("argv", [["run", "--backend", "mutant-awq-order", "--list-cases"],
                                   ["list", "--backend", "mutant-awq-order"]])
-def test_an_unregistered_mutant_names_the_module_that_registers_it(argv, capsys):
+def test_an_unregistered_mutant_names_the_module_that_registers_it(argv, capsys, monkeypatch):
+    from moecert.kernels import registry
+
+    # a test before this one in the same process may have registered the mutants (the
+    # registry is the process's): this one is about a process that has not
+    registry.backend_names()  # loaded, so that the entries below are the whole registry
+    monkeypatch.setattr(registry, "_registry", {
+        name: b for name, b in registry._registry.items() if not name.startswith("mutant-")})
     _one_usage_line(*_main(argv, capsys), argv[0],
                     "unknown backend 'mutant-awq-order': a planted-bug backend of "
                     "moecert's, registered by --import moecert.conformance.mutants.all")
