@@ -290,7 +290,7 @@ def _convert_dense_linear(layer: MoELayer, p: str):
     wname = tensor_name(q, p, "weight")
     w = layer.get(wname)
     if not info.quantized:
-        if not all(bool(torch.isfinite(part).all()) for part in _expert_slices(w)):
+        if _count_over_experts(w, lambda part: ~torch.isfinite(part)):
             raise BackendError(wname, "finite weights", "non-finite entries")
         return {f"{p}_w": w}, {}
     _check_codes(wname, w, info.weight_element)
@@ -324,13 +324,14 @@ def _convert_dense_linear(layer: MoELayer, p: str):
 
 def _check_positive_codes(name: str, s: torch.Tensor, el: Element) -> None:
     """Block scales that must be positive numbers: no sign bit, no NaN code, no zero."""
-    found = 0
-    for part in _expert_slices(s):
+    def bad(part):
         bits = part.view(torch.uint8).to(torch.int32)
-        bad = ((bits & el.sign_bit) != 0) | ((bits & (el.sign_bit - 1)) == 0)
+        found = ((bits & el.sign_bit) != 0) | ((bits & (el.sign_bit - 1)) == 0)
         for nan in el.nan_codes:
-            bad |= bits == nan
-        found += int(bad.sum())
+            found |= bits == nan
+        return found
+
+    found = _count_over_experts(s, bad)
     if found:
         raise BackendError(name, f"finite {el.name} block scales > 0", f"{found} bad entries")
 
@@ -356,28 +357,31 @@ def _check_codes(name: str, t: torch.Tensor, el: Element) -> None:
     """No stored element of `t` is one of the element record's NaN codes."""
     if not el.nan_codes:
         return
-    found = 0
-    for part in _expert_slices(t):
+    def nan(part):
         codes = part.view(torch.uint8) if part.element_size() == 1 else part
-        nan = torch.zeros_like(codes, dtype=torch.bool)
+        found = torch.zeros_like(codes, dtype=torch.bool)
         for c in el.nan_codes:
-            nan |= codes == c
-        found += int(nan.sum())
+            found |= codes == c
+        return found
+
+    found = _count_over_experts(t, nan)
     if found:
         listed = ", ".join(f"0x{c:02X}" for c in el.nan_codes)
         raise BackendError(name, f"{el.name} codes other than its NaN codes ({listed})",
                            f"{found} NaN codes")
 
 
-def _expert_slices(t: torch.Tensor):
-    """`t` [E, ...] in views of whole experts, about CHUNK_ELEMENTS each: a check over a
-    whole layer at once holds bool temporaries of its size (measured, issue 43: two of them,
-    14 GiB for a DeepSeek-V3 fp8 w13, beside the layer on its GPU)."""
+def _count_over_experts(t: torch.Tensor, flags) -> int:
+    """How many entries of `t` [E, ...] `flags(part)` marks, over views of whole experts of
+    about CHUNK_ELEMENTS each: a check over a whole layer at once holds bool temporaries of
+    its size (measured, issue 43: two of them, 14 GiB for a DeepSeek-V3 fp8 w13, beside the
+    layer on its GPU). Counted on the tensor's device and read once, not once a chunk."""
     if t.dim() == 0:
-        yield t
-        return
+        return int(flags(t).sum())
+    count = torch.zeros((), dtype=torch.int64, device=t.device)
     for lo, hi in _expert_chunks(t.shape[0], t[0].numel() if t.shape[0] else 1):
-        yield t[lo:hi]
+        count += flags(t[lo:hi]).sum()
+    return int(count)
 
 
 def _export_dense(layer: MoELayer, p: str, get=None) -> ExportedLinear:
