@@ -129,11 +129,7 @@ class DescribesLayer(Protocol):
 #   sum_in_activation_dtype True: each expert's output rounded to the activation dtype,
 #                       weighted in float32 and rounded again, and the routed sum accumulated
 #                       in the activation dtype expert by expert, in increasing expert id
-#                       (transformers' eager experts: `index_add_` into a bf16 buffer);
-#                       "topk_slots": each assignment's output weighted in float32, rounded
-#                       once, a token's top-k terms accumulated in the activation dtype in
-#                       slot order (vLLM's moe_sum, top-k 2 to 4); "topk_float32": those terms
-#                       summed in float32, rounded once (its at::sum_out otherwise)
+#                       (transformers' eager experts: `index_add_` into a bf16 buffer)
 #   activation_scale_pow2 True: dynamic 1 x 128 activation group scales rounded up to a power
 #                       of two (DeepGEMM's UE8M0 scales, vLLM's default where DeepGEMM loads)
 #   router_weight_in_activation_dtype True: with the router weight applied to the input, the
@@ -143,10 +139,6 @@ class DescribesLayer(Protocol):
 #                       (vLLM's fused_experts kernel: MUL_ROUTED_WEIGHT on GEMM1)
 #   gate_activation_in_activation_dtype True: act(gate) rounded to the activation dtype before
 #                       it multiplies up (vLLM's CUDA silu_and_mul)
-# the rules `sum_in_activation_dtype` may name besides True (reference/moe.py TOPK_SUMS reads
-# the same names: the reference imports nothing of the kernels)
-SUM_TOPK_SLOTS = "topk_slots"
-SUM_TOPK_FLOAT32 = "topk_float32"
 NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized", "weights_dequantized",
                  "bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2",
                  "router_weight_in_activation_dtype", "router_weight_on_gemm1_output",

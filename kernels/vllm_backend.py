@@ -51,7 +51,6 @@ from .engine_inputs import (
 )
 from .errors import BackendError, UnsupportedError, check_layer
 from .platform import Platform
-from .protocol import SUM_TOPK_FLOAT32, SUM_TOPK_SLOTS
 from .quant_config import Variant
 from .vllm_checkpoint import ACTIVATIONS, expert_tensors, file_config, quantization_config
 
@@ -326,9 +325,6 @@ class VllmBackend:
             # GEMMs (csrc/activation_kernels.cu): the activation returns the element type,
             # then multiplies up; vLLM's CPU experts compute act * up in fp32
             out["gate_activation_in_activation_dtype"] = True
-        rule = self._topk_sum(layer)
-        if rule is not None:
-            out["sum_in_activation_dtype"] = rule
         scale = getattr(layer.experts, "w13_weight_scale", None)
         if layer.shard_scales and isinstance(scale, torch.Tensor) \
                 and scale.numel() == layer.problem.E:
@@ -358,27 +354,8 @@ class VllmBackend:
         calling fused_experts itself."""
         return layer.kernel_method is not None or self._experts_class(layer) is not None
 
-    def _topk_sum(self, layer: VllmLayer) -> str | None:
-        """How a GPU kernel that ends in vLLM's `ops.moe_sum` sums a token's top-k terms
-        (each written in the activation dtype by GEMM2's float32 epilogue, router weight
-        included): csrc/moe/moe_align_sum_kernels.cu accumulates them in the element type in
-        slot order for top-k 2 to 4 and calls at::sum_out (float32, one rounding) otherwise.
-        The Triton and Marlin experts call it (experts/triton_moe.py, marlin_moe.py), and so
-        does fused_experts, which the methods without a modular kernel call. None where
-        another kernel runs, or on the CPU."""
-        if _engine_device().type != "cuda":
-            return None
-        experts = self._experts_class(layer)
-        if experts is None:
-            method = getattr(layer.experts, "quant_method", None)
-            if type(method).__name__ not in _FUSED_EXPERTS_METHODS:
-                return None
-        elif not {c.__name__ for c in type(experts).__mro__} & set(_MOE_SUM_EXPERTS):
-            return None
-        return SUM_TOPK_SLOTS if layer.problem.topk in _MOE_SUM_ELEMENT_TOPK else SUM_TOPK_FLOAT32
-
     def _experts_class(self, layer: VllmLayer):
-        kernel = getattr(getattr(layer.experts, "quant_method", None), "moe_kernel", None)
+        kernel = getattr(layer.quant_method, "moe_kernel", None)
         return getattr(getattr(kernel, "impl", None), "fused_experts", None)
 
     def apply(self, layer: VllmLayer, hidden_states, topk_weights, topk_ids, *, out=None,
@@ -589,13 +566,6 @@ def _refusal(e: Exception) -> str:
 # the gated activations whose CUDA kernel rounds act(gate) before the product (swigluoai has
 # a kernel of its own, relu2 no product)
 _ROUNDED_GATE_ACTIVATIONS = ("silu", "gelu")
-# vLLM's experts classes whose apply ends in ops.moe_sum, and the quant methods without a
-# modular kernel whose apply calls fused_experts (which ends in it), read from 0.25.1
-_MOE_SUM_EXPERTS = ("TritonExperts", "MarlinExperts")
-_FUSED_EXPERTS_METHODS = ("QuarkW8A8Int8MoEMethod", "MoeWNA16Method",
-                          "CompressedTensorsWNA16MoEMethod")
-# the top-k moe_sum's own kernel accumulates in the element type (at::sum_out otherwise)
-_MOE_SUM_ELEMENT_TOPK = (2, 3, 4)
 
 
 def _engine_device() -> torch.device:

@@ -37,13 +37,8 @@ class Checkpoint:
                     likewise a declared reading's: True where each expert's output is rounded
                     to the activation dtype, weighted in float32, rounded again and added to
                     an activation-dtype sum expert by expert in increasing expert id (the
-                    eager per-expert loop of transformers' modeling code); "topk_slots"
-                    (moe.SUM_TOPK_SLOTS) where each assignment's output is weighted in
-                    float32 and rounded once, and a token's top-k terms are accumulated in
-                    the activation dtype in slot order (vLLM's moe_sum for top-k 2 to 4);
-                    "topk_float32" where those terms are summed in float32 and rounded once
-                    (vLLM's at::sum_out for any other top-k); False: the routed sum exact,
-                    rounded once.
+                    eager per-expert loop of transformers' modeling code); False: the routed
+                    sum exact, rounded once.
       router_weight_in_activation_dtype
                     likewise: True where, with the router weight applied to the input, the
                     weight is first cast to the activation dtype (x * r.to(x.dtype), every
@@ -78,7 +73,7 @@ class Checkpoint:
     first_expert: int = 0
     origin: tuple[str, int] | None = None
     bias_after_rounding: bool = False
-    sum_in_activation_dtype: bool | str = False
+    sum_in_activation_dtype: bool = False
     activation_scale_pow2: bool = False
     router_weight_in_activation_dtype: bool = False
     router_weight_on_gemm1_output: bool = False
@@ -87,7 +82,7 @@ class Checkpoint:
     def __init__(self, scheme: str | Variant | None = None, tensors=None, *,
                  variant: Variant | None = None, first_expert: int = 0,
                  origin: tuple[str, int] | None = None, bias_after_rounding: bool = False,
-                 sum_in_activation_dtype: bool | str = False, activation_scale_pow2: bool = False,
+                 sum_in_activation_dtype: bool = False, activation_scale_pow2: bool = False,
                  router_weight_in_activation_dtype: bool = False,
                  router_weight_on_gemm1_output: bool = False,
                  gate_activation_in_activation_dtype: bool = False, **attrs):

@@ -7,10 +7,10 @@ h and a are rounded to the activation dtype (a kernel writes both in bf16/fp16) 
 the w2 bias sits inside the routed sum (a reading with `bias_after_rounding`, gpt-oss's own
 definition, rounds each product before its bias is added and the sum again; one with
 `sum_in_activation_dtype` accumulates the routed sum in the activation dtype, expert by
-expert, or by one of the top-k rules, TOPK_SUMS); with apply_router_weight_on_input x is
-scaled by r (and rounded to the activation dtype) before q1 and the output is not weighted
-(a reading with `router_weight_on_gemm1_output` multiplies GEMM1's product by r instead,
-before its bias and rounding: equal to (r x) W + b in exact arithmetic); experts that
+expert); with apply_router_weight_on_input x is scaled by r (and rounded to the activation
+dtype) before q1 and the output is not weighted (a reading with
+`router_weight_on_gemm1_output` multiplies GEMM1's product by r instead, before its bias and
+rounding: equal to (r x) W + b in exact arithmetic); experts that
 expert_map sends to -1 contribute nothing.
 
 Vectorized over tokens; the only Python loop is over experts, which are dequantized in
@@ -55,16 +55,6 @@ from .schemes import (
 # float64 weights dequantized at once; 64 MiB measured fastest on the CPU (2 cores: Qwen3-30B
 # layer 2.8 s, against 3.5 s at 256 MiB and 5.5 s at 1 GiB), the buffer staying in reuse.
 CHUNK_BYTES = 1 << 26
-
-# `sum_in_activation_dtype`'s rules besides True (each expert's output rounded, weighted,
-# rounded again, added expert by expert in increasing id; the names are kernels/protocol.py's,
-# the reference importing nothing of the kernels): each assignment's output weighted
-# in float32 and rounded once to the activation dtype, then a token's top-k terms
-# accumulated in the activation dtype in slot order (SUM_TOPK_SLOTS), or summed in float32
-# and rounded once (SUM_TOPK_FLOAT32)
-SUM_TOPK_SLOTS = "topk_slots"
-SUM_TOPK_FLOAT32 = "topk_float32"
-TOPK_SUMS = (SUM_TOPK_SLOTS, SUM_TOPK_FLOAT32)
 
 
 def round_to_activation_dtype(t: torch.Tensor, problem: MoEProblem) -> torch.Tensor:
@@ -198,7 +188,6 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
     `gemm1_weight[i]`, where given, multiplies assignment i's GEMM1 product (before its bias
     and rounding)."""
     order = torch.argsort(expert, stable=True)
-    given_token = token  # token-major, top-k slots in order (the caller's flattening)
     token, expert, weight = token[order], expert[order], weight[order]
     if gemm1_weight is not None:
         gemm1_weight = gemm1_weight[order]
@@ -224,27 +213,16 @@ def _routed(ckpt: Checkpoint, xq: torch.Tensor, token: torch.Tensor, expert: tor
     _note(record, "w2", inter)
     inter = quantize_activation(ckpt, inter, "w2")
     out = torch.zeros(rows_out, problem.K, dtype=torch.float64, device=xq.device)
-    rule = ckpt.sum_in_activation_dtype
-    # top-k terms kept per assignment, in the caller's order (float32: each is rounded there)
-    terms = (torch.empty(token.numel(), problem.K, dtype=torch.float32, device=xq.device)
-             if rule in TOPK_SUMS else None)
     for e, w2 in _expert_weights(ckpt, "w2", counts, problem.K * problem.N):
         lo, hi = starts[e], starts[e + 1]
         y = _pre_scaled(inter[lo:hi], pre["w2"], e) @ w2.T
         if "w2_bias" in biases:
             y = _biased(y, biases["w2_bias"][e], ckpt, problem)
-        if terms is not None:  # weighted in float32, as a GEMM epilogue does
-            terms[order[lo:hi]] = (weight[lo:hi].unsqueeze(1) * y).to(torch.float32)
-        elif rule:
+        if ckpt.sum_in_activation_dtype:
             _add_rounded(out, token[lo:hi], weight[lo:hi].unsqueeze(1) * round_to_activation_dtype(
                 y, problem), problem)
-        else:
-            out.index_add_(0, token[lo:hi], weight[lo:hi].unsqueeze(1) * y)
-    if rule == SUM_TOPK_SLOTS:
-        _add_rounded(out, given_token, terms, problem)
-    elif rule == SUM_TOPK_FLOAT32:
-        out.index_add_(0, given_token, round_to_activation_dtype(terms.to(torch.float64), problem))
-        out = round_to_activation_dtype(out.to(torch.float32).to(torch.float64), problem)
+            continue
+        out.index_add_(0, token[lo:hi], weight[lo:hi].unsqueeze(1) * y)
     return out
 
 

@@ -26,11 +26,7 @@ the same checkpoint the harness then judges the layer against.
                         weighted in float32 and rounded again, the routed sum accumulated in
                         the activation dtype in increasing expert id (transformers' eager
                         experts, every MoE model's modeling code: `index_add_` into a bf16
-                        buffer): the reference accumulates so. "topk_slots": each
-                        assignment's output weighted in float32 and rounded once, a token's
-                        top-k terms accumulated in the activation dtype in slot order (vLLM's
-                        `moe_sum` for top-k 2 to 4); "topk_float32": the same terms summed in
-                        float32, rounded once (its `at::sum_out` for any other top-k)
+                        buffer): the reference accumulates so
     activation_scale_pow2 True: dynamic 1 x 128 activation scales rounded up to a power of two
                         (DeepGEMM's UE8M0; vLLM's per_token_group_quant_fp8 wherever DeepGEMM
                         loads): only with the dynamic-group reading
@@ -56,7 +52,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-from moecert.kernels.protocol import NUMERICS_KEYS, SUM_TOPK_FLOAT32, SUM_TOPK_SLOTS
+from moecert.kernels.protocol import NUMERICS_KEYS
 from moecert.reference import Checkpoint, canonicalize, dequantize
 from moecert.reference.layouts import write_linear
 from moecert.reference.schemes import (
@@ -80,8 +76,6 @@ _REWRITE_FORMAT = "gptq_v2"
 _ARITHMETIC_KEYS = ("bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2",
                     "router_weight_in_activation_dtype", "router_weight_on_gemm1_output",
                     "gate_activation_in_activation_dtype")
-# an arithmetic key that names a rule besides True (reference/moe.py reads it)
-_ARITHMETIC_RULES = {"sum_in_activation_dtype": (SUM_TOPK_SLOTS, SUM_TOPK_FLOAT32)}
 # keys that declare nothing when False (w13_requantized may name a dtype instead of True)
 _BOOL_KEYS = ("w13_requantized", *_ARITHMETIC_KEYS)
 
@@ -113,10 +107,8 @@ def declared(backend, layer) -> dict:
         raise NumericsError(f"numerics(layer)['w13_requantized']: expected a bool or one of "
                             f"{', '.join(_SCALE_DTYPES)}, found {got['w13_requantized']!r}")
     for key in _ARITHMETIC_KEYS:
-        allowed = _ARITHMETIC_RULES.get(key, ())
-        if key in got and not isinstance(got[key], bool) and got[key] not in allowed:
-            expected = " or ".join(["a bool", *map(repr, allowed)])
-            raise NumericsError(f"numerics(layer)[{key!r}]: expected {expected}, found "
+        if key in got and not isinstance(got[key], bool):
+            raise NumericsError(f"numerics(layer)[{key!r}]: expected a bool, found "
                                 f"{got[key]!r}")
     if "weights_dequantized" in got:
         if got["weights_dequantized"] not in _DEQUANTIZED_SCHEMES:
@@ -181,7 +173,7 @@ def reading(ckpt, numerics: dict):
         out = _dequantized(out, numerics["weights_dequantized"])
     elif "activation" in numerics:
         out = _with_activation(out, numerics["activation"])
-    arithmetic = {k: numerics[k] for k in _ARITHMETIC_KEYS if numerics.get(k)}
+    arithmetic = {k: True for k in _ARITHMETIC_KEYS if numerics.get(k)}
     return replace(out, **arithmetic) if arithmetic else out
 
 

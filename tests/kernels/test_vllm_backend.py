@@ -506,34 +506,3 @@ def test_the_layers_parameters_are_made_in_filled_memory(monkeypatch):
     assert torch.equal(made["w13"], torch.full((4, 8), 127, dtype=torch.int8))
     assert made["scale"].isnan().all()
     assert torch.are_deterministic_algorithms_enabled() == before
-
-
-@pytest.mark.parametrize("device,experts,method,topk,rule", [
-    ("cuda", "TritonExperts", None, 2, "topk_slots"),
-    ("cuda", "MarlinExperts", None, 4, "topk_slots"),
-    ("cuda", "TritonExperts", None, 8, "topk_float32"),
-    ("cuda", "TritonExperts", None, 1, "topk_float32"),
-    ("cuda", None, "QuarkW8A8Int8MoEMethod", 3, "topk_slots"),
-    ("cuda", None, "SomeOtherMethod", 2, None),
-    ("cuda", "TritonOrCutlassExperts", None, 2, None),
-    ("cpu", "TritonExperts", None, 2, None)])
-def test_kernels_ending_in_moe_sum_declare_its_top_k_sum(monkeypatch, device, experts, method,
-                                                         topk, rule):
-    """vLLM's Triton and Marlin experts, and fused_experts (called by the methods without a
-    modular kernel), end in ops.moe_sum: for top-k 2 to 4 its kernel accumulates the bf16
-    terms in the element type in slot order, otherwise at::sum_out sums them in float32
-    (csrc/moe/moe_align_sum_kernels.cu). The adapter declares the rule there only: another
-    kernel, or vLLM's CPU experts, declare none (vLLM-free stand-ins)."""
-    monkeypatch.setattr(VllmBackend, "_kernel_activation", lambda self, layer: "none")
-    monkeypatch.setattr(vllm_backend, "_engine_device", lambda: torch.device(device))
-    monkeypatch.setattr(VllmBackend, "_experts_class", lambda self, layer: (
-        None if experts is None else type(experts, (), {})()))
-
-    class Runner:
-        routed_experts = torch.nn.Module()
-
-    if method is not None:
-        Runner.routed_experts.quant_method = type(method, (), {})()
-    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("bf16"),
-                                   MoEProblem(M=2, K=128, N=128, E=8, topk=topk))
-    assert VllmBackend().numerics(layer).get("sum_in_activation_dtype") == rule

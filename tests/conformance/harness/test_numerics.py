@@ -153,46 +153,6 @@ def test_sum_in_activation_dtype_accumulates_expert_by_expert_in_bf16():
     assert float(moe(ckpt, x, w, twice, P3)[0, 0]) == 1.0 + 2.0 ** -7
 
 
-@pytest.mark.parametrize("ids,slots,float32", [
-    ([[0, 1, 2]], 1.0, 1.0 + 2.0 ** -7),
-    ([[1, 2, 0]], 1.0 + 2.0 ** -7, 1.0 + 2.0 ** -7)])
-def test_the_top_k_sums_round_each_term_and_add_in_slot_order_or_in_float32(ids, slots, float32):
-    """vLLM's moe_sum: each assignment's output written in bf16, then a token's terms added in
-    the element type in slot order (top-k 2 to 4) or in float32 and rounded once. Known
-    answer: expert outputs 1, 2^-8, 2^-8 (weights 1). In slot order 1 + 2^-8 is a bf16 tie
-    and stays 1, twice; 2^-8 + 2^-8 first is exact, then 1 + 2^-7 is a bf16 value. In float32
-    the sum is 1 + 2^-7 either way."""
-    P3 = MoEProblem(M=1, K=32, N=32, E=3, topk=3, activation="relu2")
-    ckpt = synthesize("bf16", P3, seed=0)
-    for t in ckpt.tensors.values():
-        t.zero_()
-    ckpt.tensors["w13_weight"][:, 0, 0] = 1.0
-    ckpt.tensors["w2_weight"][:, 0, 0] = torch.tensor([1.0, 2.0 ** -8, 2.0 ** -8])
-    x = torch.zeros(1, 32, dtype=torch.bfloat16)
-    x[0, 0] = 1.0
-    w, ids = torch.ones(1, 3), torch.tensor(ids)
-    by_slot = reading(ckpt, {"sum_in_activation_dtype": "topk_slots"})
-    in_float32 = reading(ckpt, {"sum_in_activation_dtype": "topk_float32"})
-    assert by_slot.sum_in_activation_dtype == "topk_slots"
-    assert float(moe(by_slot, x, w, ids, P3)[0, 0]) == slots
-    assert float(moe(in_float32, x, w, ids, P3)[0, 0]) == float32
-    # each term weighted in float32 and rounded once: 1 * 1.01 is not a bf16 value
-    w = torch.tensor([[1.01, 1.0, 1.0]])
-    one = torch.tensor([[0, 1, 2]])
-    term = float(torch.tensor(1.01, dtype=torch.float32).to(torch.bfloat16))
-    got = float(moe(in_float32, x, w, one, P3)[0, 0])
-    assert got == float(torch.tensor(term + 2.0 ** -7, dtype=torch.float32).to(torch.bfloat16))
-
-
-def test_an_unknown_sum_rule_is_refused_by_name():
-    class Backend:
-        def numerics(self, layer):
-            return {"sum_in_activation_dtype": "slots"}
-
-    with pytest.raises(NumericsError, match="sum_in_activation_dtype.*topk_slots"):
-        declared(Backend(), None)
-
-
 def test_w13_requantized_collapses_the_shard_scales_and_requantizes():
     ckpt = synthesize("fp8-w8a8", P, seed=4, weight_strategy="tensor", activation="static-tensor")
     s = ckpt.tensors["w13_weight_scale"]
@@ -440,12 +400,3 @@ def test_gate_activation_in_activation_dtype_rounds_silu_before_the_product():
     x[0, 0], x[0, 1] = g, u
     assert float(moe(read, x, w, ids, P1)[0, 0]) == float(rounded_first)
     assert float(moe(ckpt, x, w, ids, P1)[0, 0]) == float(once)
-
-
-def test_the_reference_reads_the_sum_rules_the_protocol_declares():
-    """The reference imports nothing of the kernels: its names for the top-k sums are its own
-    and must be the protocol's."""
-    from moecert.kernels.protocol import SUM_TOPK_FLOAT32, SUM_TOPK_SLOTS
-    from moecert.reference.moe import TOPK_SUMS
-
-    assert TOPK_SUMS == (SUM_TOPK_SLOTS, SUM_TOPK_FLOAT32)
