@@ -139,10 +139,13 @@ class DescribesLayer(Protocol):
 #                       (vLLM's fused_experts kernel: MUL_ROUTED_WEIGHT on GEMM1)
 #   gate_activation_in_activation_dtype True: act(gate) rounded to the activation dtype before
 #                       it multiplies up (vLLM's CUDA silu_and_mul)
+#   activation_round_half_away True: dynamic per-token int8 activation codes computed as
+#                       x * (127 / amax) in float32, rounded half away from zero (vLLM's
+#                       per_token_quant_int8 on CUDA)
 NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized", "weights_dequantized",
                  "bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2",
                  "router_weight_in_activation_dtype", "router_weight_on_gemm1_output",
-                 "gate_activation_in_activation_dtype")
+                 "gate_activation_in_activation_dtype", "activation_round_half_away")
 
 
 @runtime_checkable

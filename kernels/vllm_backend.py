@@ -325,6 +325,8 @@ class VllmBackend:
             # GEMMs (csrc/activation_kernels.cu): the activation returns the element type,
             # then multiplies up; vLLM's CPU experts compute act * up in fp32
             out["gate_activation_in_activation_dtype"] = True
+        if self._rounds_int8_tokens_half_away(layer, mode):
+            out["activation_round_half_away"] = True
         scale = getattr(layer.experts, "w13_weight_scale", None)
         if layer.shard_scales and isinstance(scale, torch.Tensor) \
                 and scale.numel() == layer.problem.E:
@@ -354,8 +356,22 @@ class VllmBackend:
         calling fused_experts itself."""
         return layer.kernel_method is not None or self._experts_class(layer) is not None
 
+    def _rounds_int8_tokens_half_away(self, layer: VllmLayer, mode: str | None) -> bool:
+        """Whether the layer's dynamic per-token int8 activations go through vLLM's
+        per_token_quant_int8 (quantization/utils/int8_utils.py: x * (127 / amax) in float32,
+        libdevice round, half away from zero): fused_experts and the Triton experts quantize
+        with it on CUDA (fused_moe/utils.py _int8_quantize); other kernels are not read."""
+        if _engine_device().type != "cuda" or (mode or layer.quant.activation) \
+                != ACT_DYNAMIC_TOKEN or layer.quant.info.activation_element != "int8":
+            return False
+        experts = self._experts_class(layer)
+        if experts is None:
+            method = getattr(layer.experts, "quant_method", None)
+            return type(method).__name__ in _FUSED_EXPERTS_METHODS
+        return any(c.__name__ == "TritonExperts" for c in type(experts).__mro__)
+
     def _experts_class(self, layer: VllmLayer):
-        kernel = getattr(layer.quant_method, "moe_kernel", None)
+        kernel = getattr(getattr(layer.experts, "quant_method", None), "moe_kernel", None)
         return getattr(getattr(kernel, "impl", None), "fused_experts", None)
 
     def apply(self, layer: VllmLayer, hidden_states, topk_weights, topk_ids, *, out=None,
@@ -566,6 +582,9 @@ def _refusal(e: Exception) -> str:
 # the gated activations whose CUDA kernel rounds act(gate) before the product (swigluoai has
 # a kernel of its own, relu2 no product)
 _ROUNDED_GATE_ACTIVATIONS = ("silu", "gelu")
+# the quant methods without a modular kernel whose apply calls fused_experts, read from 0.25.1
+_FUSED_EXPERTS_METHODS = ("QuarkW8A8Int8MoEMethod", "MoeWNA16Method",
+                          "CompressedTensorsWNA16MoEMethod")
 
 
 def _engine_device() -> torch.device:

@@ -60,6 +60,11 @@ class Checkpoint:
                     dtype before it multiplies up, the product rounded again (vLLM's CUDA
                     `silu_and_mul`: its activation returns the element type; eager
                     `F.silu(gate) * up` on 16-bit tensors); False: act(gate) * up rounded once.
+      activation_round_half_away
+                    likewise: True where dynamic per-token int8 activation codes are computed
+                    as x * (127 / amax) in float32 and rounded half away from zero (vLLM's
+                    per_token_quant_int8, the Triton MoE path's quantizer on CUDA); False:
+                    the exact ratio rounded half to even.
 
     Built from a Variant, or from a scheme name and the variant's attributes (None: the
     scheme's default): `Checkpoint("gptq-int4", tensors, group_size=32)`. A variant attribute
@@ -78,6 +83,7 @@ class Checkpoint:
     router_weight_in_activation_dtype: bool = False
     router_weight_on_gemm1_output: bool = False
     gate_activation_in_activation_dtype: bool = False
+    activation_round_half_away: bool = False
 
     def __init__(self, scheme: str | Variant | None = None, tensors=None, *,
                  variant: Variant | None = None, first_expert: int = 0,
@@ -85,7 +91,8 @@ class Checkpoint:
                  sum_in_activation_dtype: bool = False, activation_scale_pow2: bool = False,
                  router_weight_in_activation_dtype: bool = False,
                  router_weight_on_gemm1_output: bool = False,
-                 gate_activation_in_activation_dtype: bool = False, **attrs):
+                 gate_activation_in_activation_dtype: bool = False,
+                 activation_round_half_away: bool = False, **attrs):
         if isinstance(scheme, Variant):
             scheme, variant = None, scheme
         if variant is None:
@@ -101,6 +108,7 @@ class Checkpoint:
         self.router_weight_in_activation_dtype = router_weight_in_activation_dtype
         self.router_weight_on_gemm1_output = router_weight_on_gemm1_output
         self.gate_activation_in_activation_dtype = gate_activation_in_activation_dtype
+        self.activation_round_half_away = activation_round_half_away
 
     # the variant's attributes, read where a checkpoint is at hand
     scheme = property(lambda self: self.variant.scheme)

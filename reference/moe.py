@@ -76,7 +76,7 @@ def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.
     if mode == ACT_NONE:
         return t
     if mode == ACT_DYNAMIC_TOKEN:
-        return qdq_per_token(t, element)
+        return qdq_per_token(t, element, half_away=ckpt.activation_round_half_away)
     if mode == ACT_DYNAMIC_GROUP:
         return qdq_per_group(t, element, pow2=ckpt.activation_scale_pow2)
     if mode == ACT_DYNAMIC_TENSOR:

@@ -193,9 +193,20 @@ def qdq_scaled(x: torch.Tensor, den: torch.Tensor, element: str = "int8", num: f
     return torch.where(den > 0, q * (safe / num), torch.zeros_like(x))
 
 
-def qdq_per_token(x: torch.Tensor, element: str = "int8") -> torch.Tensor:
-    """Dynamic per token: s = max|x_row| / (127 or 448)."""
-    return qdq_scaled(x, x.abs().amax(-1, keepdim=True), element, ACT_ELEMENT_MAX[element])
+def qdq_per_token(x: torch.Tensor, element: str = "int8", half_away: bool = False
+                  ) -> torch.Tensor:
+    """Dynamic per token: s = max|x_row| / (127 or 448). half_away (int8): the code computed
+    as a float32 kernel does, x * fl(127 / amax) in float32, rounded half away from zero,
+    where the exact ratio rounds half to even (the two differ at the ratio's exact ties, which
+    16-bit inputs make common)."""
+    amax = x.abs().amax(-1, keepdim=True)
+    if not (half_away and element == "int8"):
+        return qdq_scaled(x, amax, element, ACT_ELEMENT_MAX[element])
+    num = ACT_ELEMENT_MAX[element]
+    safe = torch.where(amax > 0, amax, torch.ones_like(amax))
+    ratio = x.to(torch.float32) * (num / safe.to(torch.float32))
+    codes = (torch.sign(ratio) * torch.floor(ratio.abs() + 0.5)).clamp(-128, 127)
+    return torch.where(amax > 0, codes.to(torch.float64) * (safe / num), torch.zeros_like(x))
 
 
 def qdq_per_group(x: torch.Tensor, element: str, group: int = ACT_GROUP,

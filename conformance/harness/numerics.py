@@ -40,6 +40,9 @@ the same checkpoint the harness then judges the layer against.
     gate_activation_in_activation_dtype True: silu(gate) / gelu(gate) rounded to the activation
                         dtype before it multiplies up (vLLM's CUDA silu_and_mul / gelu_and_mul:
                         csrc/activation_kernels.cu's activation returns the element type)
+    activation_round_half_away True: dynamic per-token int8 codes computed as x * (127 / amax)
+                        in float32, rounded half away from zero (vLLM's per_token_quant_int8,
+                        which its Triton MoE path calls on CUDA)
 
 The reading is the checkpoint transformed as declared (scales rounded, shards requantized, the
 activation mode of the scheme that reads the same tensors with it); its reference and its
@@ -75,7 +78,7 @@ _REWRITE_FORMAT = "gptq_v2"
 # the declared arithmetic the reference reads off the Checkpoint (reference/checkpoint.py)
 _ARITHMETIC_KEYS = ("bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2",
                     "router_weight_in_activation_dtype", "router_weight_on_gemm1_output",
-                    "gate_activation_in_activation_dtype")
+                    "gate_activation_in_activation_dtype", "activation_round_half_away")
 # keys that declare nothing when False (w13_requantized may name a dtype instead of True)
 _BOOL_KEYS = ("w13_requantized", *_ARITHMETIC_KEYS)
 

@@ -506,3 +506,34 @@ def test_the_layers_parameters_are_made_in_filled_memory(monkeypatch):
     assert torch.equal(made["w13"], torch.full((4, 8), 127, dtype=torch.int8))
     assert made["scale"].isnan().all()
     assert torch.are_deterministic_algorithms_enabled() == before
+
+
+@pytest.mark.parametrize("device,scheme,experts,method,declared", [
+    ("cuda", "int8-w8a8", None, "QuarkW8A8Int8MoEMethod", True),
+    ("cuda", "int8-w8a8", "TritonExperts", None, True),
+    ("cuda", "int8-w8a8", "MarlinExperts", None, False),
+    ("cuda", "int8-w8a8", None, "SomeOtherMethod", False),
+    ("cuda", "fp8-w8a8[a-dynamic-token]", "TritonExperts", None, False),
+    ("cpu", "int8-w8a8", None, "QuarkW8A8Int8MoEMethod", False)])
+def test_per_token_int8_on_the_triton_path_declares_vllms_half_away_rounding(
+        monkeypatch, device, scheme, experts, method, declared):
+    """vLLM's fused_experts and Triton experts quantize dynamic per-token int8 activations
+    with per_token_quant_int8 (x * (127 / amax) in float32, rounded half away from zero):
+    declared there on CUDA only; fp8 tokens, Marlin and the CPU experts declare nothing
+    (vLLM-free stand-ins)."""
+    monkeypatch.setattr(VllmBackend, "_kernel_activation", lambda self, layer: None)
+    monkeypatch.setattr(vllm_backend, "_engine_device", lambda: torch.device(device))
+    monkeypatch.setattr(VllmBackend, "_experts_class", lambda self, layer: (
+        None if experts is None else type(experts, (), {})()))
+
+    class Runner:
+        routed_experts = torch.nn.Module()
+
+    if method is not None:
+        Runner.routed_experts.quant_method = type(method, (), {})()
+    quant = (Variant.of("fp8-w8a8").replace(activation="dynamic-token") if scheme.startswith("fp8")
+             else Variant.of(scheme))
+    layer = vllm_backend.VllmLayer("vllm", Runner(), quant,
+                                   MoEProblem(M=2, K=128, N=128, E=4, topk=2))
+    got = VllmBackend().numerics(layer)
+    assert got.get("activation_round_half_away", False) is declared

@@ -400,3 +400,21 @@ def test_gate_activation_in_activation_dtype_rounds_silu_before_the_product():
     x[0, 0], x[0, 1] = g, u
     assert float(moe(read, x, w, ids, P1)[0, 0]) == float(rounded_first)
     assert float(moe(ckpt, x, w, ids, P1)[0, 0]) == float(once)
+
+
+def test_activation_round_half_away_codes_int8_tokens_as_vllms_quantizer():
+    """vLLM's per_token_quant_int8 computes x * (127 / amax) in float32 and rounds half away
+    from zero. Known answer: amax 254 makes the scale 2 and x = 1, 5, -1 exact ties 0.5, 2.5,
+    -0.5 (half to even: 0, 2, 0; half away: 1, 3, -1)."""
+    from moecert.reference.moe import quantize_activation
+    from moecert.reference.quantize import qdq_per_token
+
+    t = torch.tensor([[254.0, 1.0, 5.0, -1.0, 3.0]], dtype=torch.float64)
+    assert qdq_per_token(t).tolist() == [[254.0, 0.0, 4.0, 0.0, 4.0]]
+    assert qdq_per_token(t, half_away=True).tolist() == [[254.0, 2.0, 6.0, -2.0, 4.0]]
+    assert qdq_per_token(t, "e4m3", half_away=True).equal(qdq_per_token(t, "e4m3"))
+    ckpt = synthesize("int8-w8a8", P, seed=6)
+    read = reading(ckpt, {"activation_round_half_away": True})
+    assert read.activation_round_half_away and not ckpt.activation_round_half_away
+    assert quantize_activation(read, t, "w13").equal(qdq_per_token(t, half_away=True))
+    assert quantize_activation(ckpt, t, "w13").equal(qdq_per_token(t))
