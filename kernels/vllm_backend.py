@@ -17,6 +17,11 @@ A checkpoint read unchanged from a model folder (its `origin`, `moecert run --ch
 goes to vLLM as the folder itself: vLLM's config path on the folder's own config, the
 file's tensors under the file's names through vLLM's own expert mapping
 (kernels/vllm_folder.py); no moecert slicing.
+
+Each vLLM runner registers itself in vLLM's forward context (its compilation config), which
+vLLM never empties; the adapter takes it out when the harness lets go of the layer (a
+finalizer on VllmLayer), and at once for a runner built only to answer a claim, so that a
+worker process does not keep every layer's parameters it ever built (`_registration`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import tempfile
 import threading
 import traceback
 import types
+import weakref
 
 import torch
 from moecert.reference.schemes import (
@@ -114,7 +120,8 @@ def _import_error() -> str | None:
 
 
 class VllmLayer(torch.nn.Module):
-    """One vLLM MoE layer (its MoERunner as `runner`) and what the adapter knows of it."""
+    """One vLLM MoE layer (its MoERunner as `runner`) and what the adapter knows of it; once
+    it is garbage, its runner's registration leaves vLLM's forward context (create_layer)."""
 
     def __init__(self, backend: str, runner, quant: Variant, problem):
         super().__init__()
@@ -204,6 +211,17 @@ class VllmBackend:
             return e.reason, ""
         except Exception as e:
             return f"vLLM {_vllm()['version']} refuses it: {_refusal(e)}", ""
+        # built to ask vLLM's oracle only: out of vLLM's forward context once read (that
+        # entry would hold its parameters, on the GPU, as long as the process)
+        registration = _registration(runner)
+        try:
+            return self._selected(runner, problem)
+        finally:
+            if registration is not None:
+                _forget(*registration)
+
+    def _selected(self, runner, problem) -> tuple[str | None, str]:
+        """(why not, vLLM's choice) read off the runner vLLM built for the claim."""
         if problem.bias and not hasattr(runner.routed_experts, "w13_bias"):
             # vLLM took has_bias but its quant method made no bias parameters: its loader
             # fails on the first expert bias ("no attribute 'w13_bias'", 0.25.1's quantized
@@ -233,6 +251,12 @@ class VllmBackend:
         with self._running(), _uninitialized_memory_filled():
             runner = self._runner(quant, problem, origin)
         layer = VllmLayer(self.name, runner, quant, problem)
+        registration = _registration(runner)
+        if registration is not None:
+            # vLLM's forward context holds the runner (and its parameters) until the adapter
+            # takes it out: when the harness lets go of the layer (the case's end, a retired
+            # layer), not at the process's end
+            weakref.finalize(layer, _forget, *registration)
         layer.origin = origin
         layer.scale_dtype = _scale_param_dtype(layer, quant)
         scale = checkpoint.tensors.get("w13_weight_scale")
@@ -415,12 +439,17 @@ class VllmBackend:
                 raise UnsupportedError(self.name, f"vLLM {v['version']} refuses the config "
                                        f"of {origin[0]}: {_refusal(e)}") from None
         act, act_kwargs = ACTIVATIONS[problem.activation]
-        return v["factory"](
-            problem.E, problem.topk, problem.K, problem.N, params_dtype=problem.torch_dtype,
-            quant_config=qc, prefix=PREFIX.format(next(_layer_ids)), activation=act,
-            has_bias=bool(problem.bias),
-            apply_router_weight_on_input=bool(problem.apply_router_weight_on_input),
-            **names, **act_kwargs)
+        prefix = PREFIX.format(next(_layer_ids))
+        try:
+            return v["factory"](
+                problem.E, problem.topk, problem.K, problem.N, params_dtype=problem.torch_dtype,
+                quant_config=qc, prefix=prefix, activation=act, has_bias=bool(problem.bias),
+                apply_router_weight_on_input=bool(problem.apply_router_weight_on_input),
+                **names, **act_kwargs)
+        except BaseException:
+            # a layer vLLM refused after its runner registered: nothing else would remove it
+            _forget(getattr(v.get("config"), "compilation_config", None), prefix)
+            raise
 
     @contextlib.contextmanager
     def _running(self):
@@ -445,6 +474,43 @@ class VllmCpuForcedBackend(VllmBackend):
 
     name = "vllm-cpu-forced"
     forced_amx = True
+
+
+def _registration(runner) -> tuple[object, str] | None:
+    """(vLLM's compilation config, name) where `runner` registered itself for vLLM's MoE
+    custom op, None where it did not (a stand-in, a vLLM that registers nothing).
+
+    vLLM's MoERunner puts itself into `compilation_config.static_forward_context` under its
+    layer name (the prefix the adapter gave it) and appends the name to
+    `static_all_moe_layers` (fused_moe/runner/moe_runner.py,
+    `register_layer_for_moe_forward_op`, in 0.25.1 and 0.32 alike); vLLM never removes it (a
+    model's layers live as long as its worker). Each layer the adapter builds, and each built
+    only to answer a claim, stayed there with its parameters: on an H200 (vLLM 0.25.1) a
+    worker's model-size cases held the parameters of every layer before them."""
+    name = getattr(runner, "layer_name", None)
+    if not isinstance(name, str):
+        return None
+    try:
+        config = _vllm().get("config")
+    except Exception:  # no vLLM here: nothing of it registered anything
+        return None
+    compilation = getattr(config, "compilation_config", None)
+    context = getattr(compilation, "static_forward_context", None)
+    if not isinstance(context, dict) or context.get(name) is not runner:
+        return None
+    return compilation, name
+
+
+def _forget(compilation, name: str) -> None:
+    """Remove layer `name`'s registration from vLLM's compilation config (`_registration`);
+    the names are the adapter's own (a counter), so no other layer's entry goes."""
+    context = getattr(compilation, "static_forward_context", None)
+    if isinstance(context, dict):
+        context.pop(name, None)
+    names = getattr(compilation, "static_all_moe_layers", None)
+    if isinstance(names, list):
+        while name in names:
+            names.remove(name)
 
 
 @contextlib.contextmanager

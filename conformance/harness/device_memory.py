@@ -39,6 +39,18 @@ linear: commits 742023b, 356530c and 4055d80 chunk them, 1a7c06b the fingerprint
 context.release_cached empties the allocator's cache before a large layer is built
 (a6e0cb9). None is measured on a GPU yet: the measured code's terms stay until a run
 measures the changed code (issue 43; tools/model_size_peaks.py makes the data file anew).
+
+The vLLM adapter's model-size cases (an H200, vLLM 0.25.1) peaked far above what vLLM's layer
+holds, from two causes outside this model: the declared reading (numerics.py) built its
+transformed checkpoint over the whole layer in float64 (fp8-w8a16 Qwen3-30B-A3B held 4.8 GiB
+through `claims` and 56.4 GiB after `accuracy`, Mixtral-8x7B 13.7 -> 100.8 GiB, DeepSeek-V3 ran
+out of memory allocating 28 GiB, one float64 half of its w13; W4A8-int8 rewritten as another
+scheme likewise), and every vLLM runner the adapter built, for a case or only to answer a
+claim, stayed registered in vLLM's forward context with its parameters for the worker's
+life. Both are fixed (the reading runs over expert chunks within the reference's
+CHUNK_BYTES; the adapter removes a runner's registration once the layer is let go of, and a
+claim's at once), neither re-measured on a GPU: those peaks are not evidence for or against
+this model's terms.
 """
 
 from __future__ import annotations

@@ -48,20 +48,34 @@ The reading is the checkpoint transformed as declared (scales rounded, shards re
 activation mode of the scheme that reads the same tensors with it); its reference and its
 tolerance entry are what an exact implementation of that reading earns, so a 0.5% scale error
 stays caught. An empty declaration is the checkpoint itself.
+
+The transformations of the weights (shards requantized, weights dequantized, a layout
+rewritten for another scheme) run over chunks of experts, as the reference's `moe` reads
+them: each chunk's float64 (or unpacked integer) copy within the reference's CHUNK_BYTES, one
+expert at least, written into the reading's own tensors; the same bits as over the whole
+layer at once (tests/conformance/harness/test_numerics_chunks.py). Until then each made a
+float64 copy of a whole linear across every expert: DeepSeek-V3's accuracy check ran out of
+memory on an H200 allocating one float64 half of its w13 (28 GiB).
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator
 from dataclasses import replace
 
 import torch
 from moecert.kernels.protocol import NUMERICS_KEYS
-from moecert.reference import Checkpoint, canonicalize, dequantize
-from moecert.reference.layouts import write_linear
+from moecert.reference import Checkpoint
+from moecert.reference.canonical import dequantize_canonical
+from moecert.reference.dequantize import read_biases, read_input_scale, read_pre_quant_scale
+from moecert.reference.layouts import read_linear, write_linear
+from moecert.reference.layouts.check import check_tensors
 from moecert.reference.schemes import (
     ACT_DYNAMIC_GROUP,
     PACKED_LAYOUTS,
     SCHEMES,
+    STATIC_INPUT_MODES,
     STRATEGY_TENSOR,
     get_scheme,
     scheme_format,
@@ -81,6 +95,10 @@ _ARITHMETIC_KEYS = ("bias_after_rounding", "sum_in_activation_dtype", "activatio
                     "gate_activation_in_activation_dtype", "activation_round_half_away")
 # keys that declare nothing when False (w13_requantized may name a dtype instead of True)
 _BOOL_KEYS = ("w13_requantized", *_ARITHMETIC_KEYS)
+# the reference's module, whose CHUNK_BYTES bounds the float64 weights the transformations
+# below hold at once (read at each call: a test may lower it); the name `moe` on the package
+# is the function
+_REFERENCE_MOE = importlib.import_module("moecert.reference.moe")
 
 
 class NumericsError(ValueError):
@@ -182,14 +200,71 @@ def reading(ckpt, numerics: dict):
 
 def _dequantized(ckpt, dtype_name: str):
     """The unquantized checkpoint of the weights `ckpt` dequantizes to, rounded to
-    `dtype_name` (biases kept as stored)."""
+    `dtype_name` (biases kept as stored): `dequantize`'s checks and values, each linear
+    dequantized a chunk of experts at a time (`_linear_chunks`) into the rounded result."""
     dtype = getattr(torch, dtype_name)
-    w = dequantize(ckpt)
-    tensors = {"w13_weight": w["w13"].to(dtype), "w2_weight": w["w2"].to(dtype)}
+    check_tensors(ckpt)  # what `dequantize` checks beyond the linears themselves
+    for p in ("w13", "w2"):
+        read_pre_quant_scale(ckpt, p)
+        if ckpt.activation in STATIC_INPUT_MODES:
+            read_input_scale(ckpt, p)
+    read_biases(ckpt)
+    tensors = {}
+    for p in ("w13", "w2"):
+        out = buffer = None
+        for lo, hi, linear, step in _linear_chunks(ckpt, p):
+            E, n_out, n_in = ckpt.num_experts, *linear.codes.shape[1:]
+            if out is None:
+                out = torch.empty(E, n_out, n_in, dtype=dtype, device=linear.codes.device)
+            elif buffer is None:  # after expert 0 alone: the chunks' reused float64 buffer
+                buffer = torch.empty(step * n_out * n_in, dtype=torch.float64,
+                                     device=linear.codes.device)
+            out[lo:hi] = dequantize_canonical(linear, out=buffer)
+        tensors[f"{p}_weight"] = out
     for name in ("w13_bias", "w2_bias"):
         if name in ckpt.tensors:
             tensors[name] = ckpt.tensors[name]
     return Checkpoint(_DEQUANTIZED_SCHEMES[dtype_name], tensors)
+
+
+def _chunk_bytes() -> int:
+    return _REFERENCE_MOE.CHUNK_BYTES
+
+
+def _expert_ranges(experts: int, elements: int) -> Iterator[tuple[int, int]]:
+    """(lo, hi) ranges over `experts` experts, as many at once as a float64 copy of
+    `elements` values per expert fits in the reference's CHUNK_BYTES (one at least)."""
+    step = max(1, _chunk_bytes() // (8 * max(elements, 1)))
+    for lo in range(0, experts, step):
+        yield lo, min(lo + step, experts)
+
+
+def _linear_chunks(ckpt, p: str):
+    """(lo, hi, canonical form of linear `p` of experts lo..hi-1, the chunk size in experts)
+    over every expert: expert 0 alone first (its size sets the step), then as many experts
+    at once as their float64 weights fit in the reference's CHUNK_BYTES (one at least), as
+    the reference's own `moe` reads them (`read_linear` of `slice_experts`, positions in
+    errors those of the whole layer). The canonical codes of fp8 / fp4 formats are float64
+    themselves: no reader ever sees more than a chunk."""
+    E = ckpt.num_experts
+    lo, step = 0, 1
+    while lo < E:
+        hi = min(lo + step, E)
+        linear = read_linear(ckpt.slice_experts(lo, hi), p)
+        if lo == 0:
+            step = max(1, _chunk_bytes() // (8 * max(linear.codes[0].numel(), 1)))
+        yield lo, hi, linear, step
+        lo = hi
+
+
+def _stacked(parts: dict[str, torch.Tensor], into: dict[str, torch.Tensor], experts: int,
+             lo: int, hi: int) -> None:
+    """Copy a chunk's tensors (experts lo..hi-1) into `into`'s whole-layer tensors, made
+    (empty, `experts` long, each tensor's dtype and device) at the first chunk."""
+    for name, t in parts.items():
+        if name not in into:
+            into[name] = torch.empty(experts, *t.shape[1:], dtype=t.dtype, device=t.device)
+        into[name][lo:hi] = t
 
 
 def _has_float_scales(quant) -> bool:
@@ -222,13 +297,15 @@ def _with_activation(ckpt, mode: str):
         return replace(ckpt, scheme=target.name, activation=mode)
     # the reading scheme has no such layout: the same codes, scales, zeros and g_idx in one
     # it has (scales kept in their stored dtype)
-    canon = canonicalize(ckpt)
+    # (a chunk of experts at a time: `_linear_chunks`; `canonicalize`'s check first)
+    check_tensors(ckpt)
     out = replace(ckpt, scheme=target.name, activation=mode, checkpoint_format=_REWRITE_FORMAT,
                   tensors={})
     for p in ("w13", "w2"):
         dtype = next(t.dtype for n, t in ckpt.tensors.items()
                      if n.startswith(p) and declared_tensors(ckpt)[n].role == "scale")
-        out.tensors.update(write_linear(canon[p], p, out, dtype))
+        for lo, hi, linear, _ in _linear_chunks(ckpt, p):
+            _stacked(write_linear(linear, p, out, dtype), out.tensors, ckpt.num_experts, lo, hi)
     for name in ("w13_bias", "w2_bias"):
         if name in ckpt.tensors:
             out.tensors[name] = ckpt.tensors[name]
@@ -255,20 +332,30 @@ def _requantized_w13(ckpt, via: str | bool = True):
     s = scale.to(torch.float64)
     s_max = s.max(dim=1).values
     n = w.shape[1] // 2
-    shards = []
-    for j in range(2):
-        codes = w[:, j * n:(j + 1) * n].to(torch.float64)
-        if via is True:
-            q = codes * (s[:, j] / s_max)[:, None, None]
-        else:  # held in `via`: w rounded to it, the scale rounded first; then / s_max in fp32
-            dtype = getattr(torch, via)
-            held = (codes * s[:, j].to(dtype).to(torch.float64)[:, None, None]).to(dtype)
-            q = (held.to(torch.float32) / s_max.to(torch.float32)[:, None, None]).to(
-                torch.float64)
-        shards.append(_element_codes(q, w.dtype))
-    ckpt.tensors["w13_weight"] = torch.cat(shards, dim=1)
+    requantized = torch.empty_like(w)
+    # a chunk of experts at a time, each shard's float64 copies within CHUNK_BYTES
+    for lo, hi in _expert_ranges(w.shape[0], n * w.shape[2]):
+        for j in range(2):
+            rows = slice(j * n, (j + 1) * n)
+            requantized[lo:hi, rows] = _requantized_shard(w[lo:hi, rows], s[lo:hi, j],
+                                                          s_max[lo:hi], via)
+    ckpt.tensors["w13_weight"] = requantized
     ckpt.tensors["w13_weight_scale"] = s_max.to(scale.dtype)
     return ckpt
+
+
+def _requantized_shard(codes: torch.Tensor, s: torch.Tensor, s_max: torch.Tensor,
+                       via: str | bool) -> torch.Tensor:
+    """One shard's codes [e, n, K] of scales `s` [e] requantized to `s_max` [e] (float64),
+    held as `_requantized_w13` says."""
+    values = codes.to(torch.float64)
+    if via is True:
+        q = values * (s / s_max)[:, None, None]
+    else:  # held in `via`: w rounded to it, the scale rounded first; then / s_max in fp32
+        dtype = getattr(torch, via)
+        held = (values * s.to(dtype).to(torch.float64)[:, None, None]).to(dtype)
+        q = (held.to(torch.float32) / s_max.to(torch.float32)[:, None, None]).to(torch.float64)
+    return _element_codes(q, codes.dtype)
 
 
 def _element_codes(q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

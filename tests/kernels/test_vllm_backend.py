@@ -537,3 +537,133 @@ def test_per_token_int8_on_the_triton_path_declares_vllms_half_away_rounding(
                                    MoEProblem(M=2, K=128, N=128, E=4, topk=2))
     got = VllmBackend().numerics(layer)
     assert got.get("activation_round_half_away", False) is declared
+
+
+# --- vLLM's forward context ---------------------------------------------------------------
+
+class _Compilation:
+    """vLLM's compilation config as its MoERunner registers into it."""
+
+    def __init__(self):
+        self.static_forward_context = {"model.layers.0.self_attn.attn": object()}
+        self.static_all_moe_layers = []
+
+
+def _registering_runner(compilation):
+    """A stand-in factory: a runner that registers itself as vLLM's MoERunner does
+    (`register_layer_for_moe_forward_op`: its layer name into static_forward_context and
+    static_all_moe_layers), with a parameter to free."""
+    import types
+
+    def factory(*args, prefix, **kwargs):
+        runner = torch.nn.Module()
+        runner.layer_name = prefix
+        runner.weight = torch.nn.Parameter(torch.zeros(4))
+        runner.routed_experts = types.SimpleNamespace(quant_method=types.SimpleNamespace())
+        compilation.static_forward_context[prefix] = runner
+        compilation.static_all_moe_layers.append(prefix)
+        return runner
+    return factory
+
+
+@pytest.fixture
+def forward_context(monkeypatch):
+    """The adapter on a stand-in of vLLM (vLLM-free): its config's compilation config, and
+    a factory whose runners register there."""
+    import contextlib
+    import types
+
+    compilation = _Compilation()
+    config = types.SimpleNamespace(compilation_config=compilation)
+    monkeypatch.setattr(vllm_backend, "_vllm", lambda: {
+        "version": "0.25.1", "config": config, "factory": _registering_runner(compilation),
+        "quant_config": None})
+    monkeypatch.setattr(VllmBackend, "_running", lambda self: contextlib.nullcontext())
+    return compilation
+
+
+def _moe_entries(compilation) -> list[str]:
+    return [n for n in compilation.static_forward_context if n.endswith(".mlp.experts")]
+
+
+def test_a_released_layer_leaves_vllms_forward_context(forward_context, monkeypatch):
+    """vLLM's runner registers itself in the compilation config and vLLM never removes it: the
+    adapter does once the harness lets go of the layer, so that its parameters are freed
+    (before, every layer of a worker's process stayed there: on an H200 a model-size case
+    held the parameters of the ones before it)."""
+    import gc
+    import types
+    import weakref
+
+    monkeypatch.setattr(VllmBackend, "supports", lambda self, quant, problem: None)
+    monkeypatch.setattr(VllmBackend, "load_weights", lambda self, layer, ckpt: None)
+    monkeypatch.setattr(vllm_backend, "check_engine_checkpoint", lambda *a: None)
+    monkeypatch.setattr(vllm_backend, "_scale_param_dtype", lambda layer, quant: None)
+    monkeypatch.setattr(vllm_backend, "folder_origin", lambda c: None)
+    ckpt = types.SimpleNamespace(scheme="bf16", attrs={}, tensors={}, origin=None)
+    monkeypatch.setattr(vllm_backend.Variant, "of", staticmethod(lambda c: Variant("bf16")))
+    layers = [VllmBackend().create_layer(ckpt, SMALL) for _ in range(2)]
+    names = [layer.runner.layer_name for layer in layers]
+    assert _moe_entries(forward_context) == names == forward_context.static_all_moe_layers
+    runner = weakref.ref(layers[0].runner)
+    del layers[0]
+    gc.collect()
+    assert _moe_entries(forward_context) == names[1:] == forward_context.static_all_moe_layers
+    assert runner() is None  # its parameters went with it
+    assert "model.layers.0.self_attn.attn" in forward_context.static_forward_context
+    layers.clear()
+    gc.collect()
+    assert _moe_entries(forward_context) == [] == forward_context.static_all_moe_layers
+
+
+def test_a_layer_built_to_answer_a_claim_leaves_vllms_forward_context(forward_context):
+    """The claim builds vLLM's layer to read its oracle's choice: out of the forward context
+    once read, whatever the answer."""
+    vllm_backend._selections.clear()
+    quant = Variant.of("bf16")
+    why, choice = VllmBackend()._select(quant, SMALL)
+    assert (why, choice) == (None, "? (?)")
+    why, _ = VllmBackend()._select(quant, replace(SMALL, bias=True))  # refused after the build
+    assert "bias" in why
+    assert _moe_entries(forward_context) == [] == forward_context.static_all_moe_layers
+
+
+def test_a_layer_vllm_refuses_after_registering_leaves_its_forward_context(forward_context,
+                                                                          monkeypatch):
+    factory = vllm_backend._vllm()["factory"]
+
+    def refusing(*args, **kwargs):
+        factory(*args, **kwargs)
+        raise ValueError("refused after the runner registered")
+    config = vllm_backend._vllm()["config"]
+    monkeypatch.setattr(vllm_backend, "_vllm", lambda: {
+        "version": "0.25.1", "config": config, "factory": refusing, "quant_config": None})
+    with pytest.raises(ValueError, match="refused"):
+        VllmBackend()._runner(Variant.of("bf16"), SMALL)
+    assert _moe_entries(forward_context) == [] == forward_context.static_all_moe_layers
+
+
+def test_vllms_own_registration_goes_with_the_layer(vllm):
+    """With vLLM itself: its runner's registration is where the adapter looks, and goes, and
+    its parameters with it. (The claim above imports vLLM first: vLLM 0.32's CPU build keeps
+    an import exception, `_torchcodec_import_exc`, whose frames pin the locals of whatever
+    call first imported vLLM, create_layer's layer included.)"""
+    import gc
+    import weakref
+
+    compilation = vllm_backend._vllm()["config"].compilation_config
+    before = set(compilation.static_forward_context)
+    b = VllmBackend()
+    assert b.supports(Variant.of("bf16"), replace(SMALL, N=128)) is None  # a claim's layer
+    assert set(compilation.static_forward_context) == before
+    layer = b.create_layer(synthesize("bf16", SMALL, seed=1), SMALL)
+    name = layer.runner.layer_name
+    assert compilation.static_forward_context[name] is layer.runner
+    assert name in compilation.static_all_moe_layers
+    weight = weakref.ref(layer.runner.routed_experts.w13_weight)
+    del layer
+    gc.collect()
+    gc.collect()  # the runner is cyclic: garbage once the finalizer took it out (worker.py)
+    assert set(compilation.static_forward_context) == before
+    assert name not in compilation.static_all_moe_layers
+    assert weight() is None
