@@ -8,6 +8,7 @@ import csv
 from pathlib import Path
 
 import pytest
+from moecert.conformance.harness import device_memory
 from moecert.conformance.harness.cases import Case
 from moecert.conformance.harness.device_memory import (
     CASE_BASE_BYTES,
@@ -15,7 +16,14 @@ from moecert.conformance.harness.device_memory import (
     checkpoint_bytes,
     declined_everywhere,
 )
-from moecert.conformance.harness.schedule import GpuBudget, WorkPool, device_need, problem_need
+from moecert.conformance.harness.schedule import (
+    USABLE_FRACTION,
+    GpuBudget,
+    WorkPool,
+    device_need,
+    oversize,
+    problem_need,
+)
 from moecert.reference import MoEProblem, random_checkpoint
 
 # certify on two H200s, 2026-11-30 00:10, tree 1d30ecf (tools/model_size_peaks.py --write;
@@ -23,12 +31,17 @@ from moecert.reference import MoEProblem, random_checkpoint
 # device_peak_bytes over its checks and both M (the expert map of the DeepSeek-V3 E=32 rows,
 # 1 local expert in 8, is left out: the bound does not read it)
 PEAKS = Path(__file__).parent / "data" / "model_size_peaks.csv"
+# vLLM 0.25.1's ci suite on two H200s, 24 workers, run 20261129-233037-c1bed1 (tree about
+# 3edc0fc; tools/model_size_peaks.py --write): each vllm model-size case's largest
+# device_peak_bytes over its checks; `oom` 1 where a check ran out of memory (a lower bound)
+ENGINE_PEAKS = Path(__file__).parent / "data" / "vllm_model_size_peaks.csv"
 DEEPSEEK = MoEProblem(M=16, K=7168, N=2048, E=256, topk=8)
 GIB = 1 << 30
+H200 = int(139.8 * GIB)
 
 
-def _measured():
-    with PEAKS.open() as f:
+def _measured(path=PEAKS):
+    with path.open() as f:
         for row in csv.DictReader(f):
             problem = MoEProblem(M=1, K=int(row["K"]), N=int(row["N"]), E=int(row["E"]),
                                  topk=int(row["topk"]), bias=row["bias"] == "1",
@@ -39,6 +52,7 @@ def _measured():
 
 
 MEASURED = list(_measured())
+ENGINE_MEASURED = list(_measured(ENGINE_PEAKS))
 
 
 def test_the_measured_run_is_all_there():
@@ -115,3 +129,81 @@ def test_a_full_depth_case_is_budgeted_its_reload_layers():
     light = Case("grouped", "gptq-int4", DEEPSEEK, depth="light")
     full = Case("grouped", "gptq-int4", DEEPSEEK, depth="full")
     assert device_need(full) - device_need(light) > 4 * 2 * DEEPSEEK.E * DEEPSEEK.K * DEEPSEEK.N * 3
+
+
+PRE_FIX_RUN = "20261129-233037-c1bed1"  # before the chunked reading and the deregistration
+POST_FIX_RUN = "20261130-032637-9fc75c"  # fp8-w8a16 and w4a8-int8 after both (tree fa88056)
+
+
+def test_the_measured_vllm_runs_are_all_there():
+    """vLLM on every scheme of the ci suite's model layers (61 cases, three of them out of
+    memory: fp8-w8a16 DeepSeek-V3 and Mixtral-8x7B, w4a8-int8 DeepSeek-V3), then the two
+    schemes whose declared reading was rewritten over expert chunks (6 cases, none out of
+    memory)."""
+    runs = {}
+    for _, _, r in ENGINE_MEASURED:
+        runs.setdefault(r["run"], []).append(r)
+    assert {k: len(v) for k, v in runs.items()} == {PRE_FIX_RUN: 61, POST_FIX_RUN: 6}
+    assert {r["backend"] for _, _, r in ENGINE_MEASURED} == {"vllm"}
+    assert {r["model"] for r in runs[PRE_FIX_RUN]} == {"deepseek-v3", "qwen3-30b-a3b",
+                                                        "mixtral-8x7b", "gpt-oss-120b"}
+    assert sorted((r["scheme"], r["model"]) for r in runs[PRE_FIX_RUN]
+                  if r["oom"] == "1") == [("fp8-w8a16", "deepseek-v3"),
+                                          ("fp8-w8a16", "mixtral-8x7b"),
+                                          ("w4a8-int8", "deepseek-v3")]
+    assert {r["scheme"] for r in runs[POST_FIX_RUN]} == {"fp8-w8a16", "w4a8-int8"}
+    assert not any(r["oom"] == "1" for r in runs[POST_FIX_RUN])
+
+
+@pytest.mark.parametrize(("case", "peak"), [pytest.param(c, p, id=f"{c.case_id}-{r['run']}")
+                                            for c, p, r in ENGINE_MEASURED if r["oom"] != "1"])
+def test_every_measured_vllm_case_is_within_its_budget(case, peak):
+    """vLLM's peak at or below the bound with vLLM's term (device_memory.engine_term). The
+    out-of-memory rows are left out: lower bounds of what the code before the fixes needed
+    (its whole-layer reading), which the same cases' post-fix rows replace."""
+    need = device_need(case)
+    assert peak <= need, (f"{case.case_id}: measured {peak / GIB:.2f} GiB on an H200, "
+                          f"budgeted {need / GIB:.2f} GiB")
+
+
+def test_the_vllm_term_is_what_holds_the_measured_peaks(monkeypatch):
+    """Without the engine's term the bound is the harness's parts alone, and vLLM's peaks
+    exceed it, after the fixes too (the test above can fail)."""
+    monkeypatch.setattr(device_memory, "engine_term", lambda case: 0)
+    above = {(r["scheme"], r["model"], r["run"]) for c, peak, r in ENGINE_MEASURED
+             if peak > device_need(c) and r["oom"] != "1"}
+    assert len(above) >= 10
+    assert {("fp8-w8a16", "deepseek-v3", POST_FIX_RUN), ("fp8-w8a16", "mixtral-8x7b",
+            POST_FIX_RUN), ("fp8-w8a8", "deepseek-v3", PRE_FIX_RUN)} <= above
+
+
+def test_vllm_deepseek_fp8_w8a16_runs_since_its_reading_is_chunked():
+    """The case that ran out of memory on the H200 before the declared reading went over
+    expert chunks (vLLM's layer and the reading held 106 GiB and asked for 28 more) peaked at
+    63.0 GiB after it: budgeted above that, within one 139.8 GiB GPU (not refused), and too
+    large to share the GPU with eleven workers' reserves."""
+    case = Case("vllm", "fp8-w8a16", DEEPSEEK)
+    need = device_need(case)
+    assert 63.0 * GIB <= need <= H200 * USABLE_FRACTION
+    gpus = [GpuBudget(H200, 12)]
+    assert oversize([case], "cuda", gpus) == []
+
+
+def test_a_vllm_case_that_fits_only_alone_is_given_the_gpu_alone():
+    """A vLLM case above a GPU's room for shared work (its reserves for the other workers)
+    but within the GPU: small problems stop starting there until it has run, and it runs
+    with nothing else on the GPU."""
+    case = Case("vllm", "fp8-w8a8", DEEPSEEK)
+    need = device_need(case)
+    small = Case("torch", "bf16", MoEProblem(M=1, K=64, N=64, E=4, topk=2))
+    # the room of a GPU on which this case fits alone, not beside 11 workers' reserves
+    total = int((need + 5 * GIB) / USABLE_FRACTION)
+    gpu = GpuBudget(total, 12)
+    assert gpu.oversize(need) and not oversize([case], "cuda", [gpu])
+    pool = WorkPool([case, small], [gpu])
+    gpu.running = 1  # another worker's small problem is running
+    assert pool.take(0, worker=1, wait=False) is False  # nothing starts beside it
+    gpu.running = 0
+    taken, held = pool.take(0, worker=1, wait=False)
+    assert taken == [case] and held == need
+    assert not gpu.fits(0)  # the small problem waits until it is released
