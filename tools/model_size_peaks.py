@@ -36,13 +36,13 @@ def peaks(rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     oom = rows["message"].astype(str).str.contains("OutOfMemoryError|out of memory")
     grouped = rows.assign(oom=oom).groupby("case_json", observed=True)
-    for (case_json, peak), ran_out in zip(grouped["device_peak_bytes"].max().items(),
-                                          grouped["oom"].any(), strict=True):
+    for (case_json, peak), ran_out, run in zip(grouped["device_peak_bytes"].max().items(),
+                                               grouped["oom"].any(), grouped["run_id"].first(),
+                                               strict=True):
         case = Case.from_json(case_json)
         if not model_size(case) or pd.isna(peak):
             continue
         P, c = case.problem, json.loads(case_json)
-        run = rows.loc[rows["case_json"] == case_json, "run_id"].iloc[0]
         out.append(dict(backend=case.backend, scheme=case.scheme, model=c.get("model", ""),
                         E=P.E, K=P.K, N=P.N, topk=P.topk, bias=int(P.bias),
                         activation=P.activation, peak_bytes=int(peak),

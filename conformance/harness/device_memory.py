@@ -43,7 +43,7 @@ measures the changed code (issue 43; tools/model_size_peaks.py makes the data fi
 An external engine (`vllm`: vLLM's own MoE layer, kernels/vllm_backend.py) is budgeted by the
 same parts less the conversion and our operands, plus its own term (`engine_term`):
 
-    vllm:  2 C + processing + reading + residue + base + temps
+    vllm:  2 C + processing + residue + base + temps
 
     C, the second   vLLM's create_weights allocates the layer's parameters in the file's
                     format (fp8.py Fp8MoEMethod, gptq_marlin.py, quark_moe.py, ...: codes,
@@ -53,9 +53,9 @@ same parts less the conversion and our operands, plus its own term (`engine_term
                     scales, gptq_marlin_moe_repack), DeepGEMM's UE8M0 requantization of block
                     fp8: one more C (per-tensor fp8 and Quark int8 requantize w13 one expert
                     at a time in place: fp8_utils.process_fp8_weight_tensor_strategy_moe)
-    reading         what the harness holds to read the checkpoint as the processed layer
-                    declares (numerics.reading): 0 since the reading runs over expert chunks
-                    (c63bb18); before, it built float64 copies of the whole layer
+    (no term for the harness's reading of what the processed layer declares,
+    numerics.reading: it runs over expert chunks since c63bb18; before, it built float64
+    copies of the whole layer)
     residue         the vLLM layers the worker built before this case: every MoERunner the
                     adapter made (each claim's probe, each case's layer) stayed registered
                     in vLLM's forward context with its parameters for the worker's life

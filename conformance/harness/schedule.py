@@ -51,7 +51,7 @@ MODEL_SIZE_WEIGHTS = 1 << 28
 # codes at 6 bits, where the kernel format widens them to a byte, and not the widening's
 # 4 GiB of temporaries). A problem is budgeted at its worst case (`problem_need`). The
 # external engine vllm has a term of its own (device_memory.engine_term, held to vLLM's peaks:
-# data/vllm_model_size_peaks.csv): its fp8-w8a16 DeepSeek-V3 case runs alone on an H200.
+# data/vllm_model_size_peaks.csv): its fp8-w8a16 DeepSeek-V3 case, 88.8 GiB, fits an H200.
 # A worker running small cases holds its CUDA context and a small cache (measured: 1.4 GiB
 # each beside a model layer); every worker but the model layer's own is reserved for that,
 # and `-n auto` gives a GPU no more workers than its memory holds with every reserve counted.

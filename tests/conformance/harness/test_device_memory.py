@@ -180,8 +180,7 @@ def test_the_vllm_term_is_what_holds_the_measured_peaks(monkeypatch):
 def test_vllm_deepseek_fp8_w8a16_runs_since_its_reading_is_chunked():
     """The case that ran out of memory on the H200 before the declared reading went over
     expert chunks (vLLM's layer and the reading held 106 GiB and asked for 28 more) peaked at
-    63.0 GiB after it: budgeted above that, within one 139.8 GiB GPU (not refused), and too
-    large to share the GPU with eleven workers' reserves."""
+    63.0 GiB after it: budgeted above that, within one 139.8 GiB GPU (not refused)."""
     case = Case("vllm", "fp8-w8a16", DEEPSEEK)
     need = device_need(case)
     assert 63.0 * GIB <= need <= H200 * USABLE_FRACTION
