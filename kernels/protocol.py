@@ -142,10 +142,14 @@ class DescribesLayer(Protocol):
 #   activation_round_half_away True: dynamic per-token int8 activation codes computed as
 #                       x * (127 / amax) in float32, rounded half away from zero (vLLM's
 #                       per_token_quant_int8 on CUDA)
+#   activation_fp8_float32 True: E4M3 activation codes computed in float32 from a float32
+#                       scale (per tensor x * fl(1 / s), per token x / s; a dynamic
+#                       s = fl(amax / 448)): vLLM's CUDA scaled_fp8_quant kernels
 NUMERICS_KEYS = ("activation", "weight_scale_dtype", "w13_requantized", "weights_dequantized",
                  "bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2",
                  "router_weight_in_activation_dtype", "router_weight_on_gemm1_output",
-                 "gate_activation_in_activation_dtype", "activation_round_half_away")
+                 "gate_activation_in_activation_dtype", "activation_round_half_away",
+                 "activation_fp8_float32")
 
 
 @runtime_checkable

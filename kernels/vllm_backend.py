@@ -351,6 +351,8 @@ class VllmBackend:
             out["gate_activation_in_activation_dtype"] = True
         if self._rounds_int8_tokens_half_away(layer, mode):
             out["activation_round_half_away"] = True
+        if self._quantizes_fp8_in_float32(layer, mode):
+            out["activation_fp8_float32"] = True
         scale = getattr(layer.experts, "w13_weight_scale", None)
         if layer.shard_scales and isinstance(scale, torch.Tensor) \
                 and scale.numel() == layer.problem.E:
@@ -393,6 +395,17 @@ class VllmBackend:
             method = getattr(layer.experts, "quant_method", None)
             return type(method).__name__ in _FUSED_EXPERTS_METHODS
         return any(c.__name__ == "TritonExperts" for c in type(experts).__mro__)
+
+    def _quantizes_fp8_in_float32(self, layer: VllmLayer, mode: str | None) -> bool:
+        """Whether the layer's per-tensor or per-token fp8 activations go through vLLM's CUDA
+        scaled_fp8_quant (csrc/quantization/w8a8/fp8/common.cu: a dynamic scale
+        fl(amax / 448); per tensor x * fl(1 / s), per token x / s, in float32): every
+        modular kernel's prepare step quantizes non-block fp8 so (fused_moe/utils.py
+        _fp8_quantize), the experts' quant config saying float8_e4m3fn."""
+        if _engine_device().type != "cuda" or mode not in _FP8_FLOAT32_MODES:
+            return False
+        qc = getattr(self._experts_class(layer), "quant_config", None)
+        return getattr(qc, "quant_dtype", None) == torch.float8_e4m3fn
 
     def _experts_class(self, layer: VllmLayer):
         kernel = getattr(getattr(layer.experts, "quant_method", None), "moe_kernel", None)
@@ -649,6 +662,9 @@ def _refusal(e: Exception) -> str:
 # a kernel of its own, relu2 no product)
 _ROUNDED_GATE_ACTIVATIONS = ("silu", "gelu")
 # the quant methods without a modular kernel whose apply calls fused_experts, read from 0.25.1
+# the activation modes vLLM's scaled_fp8_quant computes (block scales go through
+# per_token_group_quant_fp8 instead)
+_FP8_FLOAT32_MODES = (ACT_DYNAMIC_TENSOR, ACT_STATIC_TENSOR, ACT_DYNAMIC_TOKEN)
 _FUSED_EXPERTS_METHODS = ("QuarkW8A8Int8MoEMethod", "MoeWNA16Method",
                           "CompressedTensorsWNA16MoEMethod")
 

@@ -60,6 +60,11 @@ class Checkpoint:
                     dtype before it multiplies up, the product rounded again (vLLM's CUDA
                     `silu_and_mul`: its activation returns the element type; eager
                     `F.silu(gate) * up` on 16-bit tensors); False: act(gate) * up rounded once.
+      activation_fp8_float32
+                    likewise: True where E4M3 activation codes are computed in float32 from a
+                    float32 scale as vLLM's CUDA quantizers do (per tensor x * fl(1 / s), per
+                    token x / s, a dynamic s = fl(amax / 448): `qdq_e4m3_float32`); False:
+                    the exact ratio rounded.
       activation_round_half_away
                     likewise: True where dynamic per-token int8 activation codes are computed
                     as x * (127 / amax) in float32 and rounded half away from zero (vLLM's
@@ -84,6 +89,7 @@ class Checkpoint:
     router_weight_on_gemm1_output: bool = False
     gate_activation_in_activation_dtype: bool = False
     activation_round_half_away: bool = False
+    activation_fp8_float32: bool = False
 
     def __init__(self, scheme: str | Variant | None = None, tensors=None, *,
                  variant: Variant | None = None, first_expert: int = 0,
@@ -92,7 +98,8 @@ class Checkpoint:
                  router_weight_in_activation_dtype: bool = False,
                  router_weight_on_gemm1_output: bool = False,
                  gate_activation_in_activation_dtype: bool = False,
-                 activation_round_half_away: bool = False, **attrs):
+                 activation_round_half_away: bool = False,
+                 activation_fp8_float32: bool = False, **attrs):
         if isinstance(scheme, Variant):
             scheme, variant = None, scheme
         if variant is None:
@@ -109,6 +116,7 @@ class Checkpoint:
         self.router_weight_on_gemm1_output = router_weight_on_gemm1_output
         self.gate_activation_in_activation_dtype = gate_activation_in_activation_dtype
         self.activation_round_half_away = activation_round_half_away
+        self.activation_fp8_float32 = activation_fp8_float32
 
     # the variant's attributes, read where a checkpoint is at hand
     scheme = property(lambda self: self.variant.scheme)

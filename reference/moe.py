@@ -76,13 +76,15 @@ def quantize_activation(ckpt: Checkpoint, t: torch.Tensor, which: str) -> torch.
     if mode == ACT_NONE:
         return t
     if mode == ACT_DYNAMIC_TOKEN:
-        return qdq_per_token(t, element, half_away=ckpt.activation_round_half_away)
+        return qdq_per_token(t, element, half_away=ckpt.activation_round_half_away,
+                             fp8_float32=ckpt.activation_fp8_float32)
     if mode == ACT_DYNAMIC_GROUP:
         return qdq_per_group(t, element, pow2=ckpt.activation_scale_pow2)
     if mode == ACT_DYNAMIC_TENSOR:
-        return qdq_per_tensor(t, None, element)
+        return qdq_per_tensor(t, None, element, fp8_float32=ckpt.activation_fp8_float32)
     if mode == ACT_STATIC_TENSOR:
-        return qdq_per_tensor(t, read_input_scale(ckpt, which).max(), element)
+        return qdq_per_tensor(t, read_input_scale(ckpt, which).max(), element,
+                              fp8_float32=ckpt.activation_fp8_float32)
     if mode in MX_ACTIVATION_ELEMENTS:  # MXFP8, MXFP4: E8M0 per 32 by the declared rule
         return qdq_mx(t, ckpt.mx_scale_rule, MX_ACTIVATION_ELEMENTS[mode])
     if mode == ACT_NVFP4:

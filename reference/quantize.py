@@ -193,13 +193,17 @@ def qdq_scaled(x: torch.Tensor, den: torch.Tensor, element: str = "int8", num: f
     return torch.where(den > 0, q * (safe / num), torch.zeros_like(x))
 
 
-def qdq_per_token(x: torch.Tensor, element: str = "int8", half_away: bool = False
-                  ) -> torch.Tensor:
+def qdq_per_token(x: torch.Tensor, element: str = "int8", half_away: bool = False,
+                  fp8_float32: bool = False) -> torch.Tensor:
     """Dynamic per token: s = max|x_row| / (127 or 448). half_away (int8): the code computed
     as a float32 kernel does, x * fl(127 / amax) in float32, rounded half away from zero,
     where the exact ratio rounds half to even (the two differ at the ratio's exact ties, which
-    16-bit inputs make common)."""
+    16-bit inputs make common). fp8_float32 (e4m3): the code of x / s in float32 with
+    s = fl(amax / 448), at least E4M3_TOKEN_SCALE_FLOOR (`qdq_e4m3_float32`)."""
     amax = x.abs().amax(-1, keepdim=True)
+    if fp8_float32 and element == "e4m3":
+        s = torch.clamp(_fl32(amax / ACT_ELEMENT_MAX[element]), min=E4M3_TOKEN_SCALE_FLOOR)
+        return qdq_e4m3_float32(x, s, reciprocal=False)
     if not (half_away and element == "int8"):
         return qdq_scaled(x, amax, element, ACT_ELEMENT_MAX[element])
     num = ACT_ELEMENT_MAX[element]
@@ -223,14 +227,39 @@ def qdq_per_group(x: torch.Tensor, element: str, group: int = ACT_GROUP,
 
 
 def qdq_per_tensor(x: torch.Tensor, scale: torch.Tensor | float | None = None,
-                   element: str = "int8") -> torch.Tensor:
+                   element: str = "int8", fp8_float32: bool = False) -> torch.Tensor:
     """Static (given scale) or dynamic (s = max|x| / (127 or 448) over the whole input) per
-    tensor."""
+    tensor. fp8_float32 (e4m3): the code of x * fl(1 / s) in float32, a dynamic
+    s = fl(amax / 448) (`qdq_e4m3_float32`)."""
     if x.numel() == 0:
         return x  # no tokens: nothing to scale (and amax of nothing is undefined)
+    if fp8_float32 and element == "e4m3":
+        s = (_fl32(x.abs().amax() / ACT_ELEMENT_MAX[element]) if scale is None
+             else torch.as_tensor(scale, dtype=torch.float64).to(x.device))
+        return qdq_e4m3_float32(x, s, reciprocal=True)
     if scale is None:
         return qdq_scaled(x, x.abs().amax(), element, ACT_ELEMENT_MAX[element])
     return qdq_scaled(x, torch.as_tensor(scale, dtype=x.dtype).to(x.device), element)
+
+
+# vLLM's per-token fp8 quantizer floors its scale (csrc/quantization/w8a8/fp8/common.cu,
+# min_scaling_factor of e4m3): 1 / (448 * 512)
+E4M3_TOKEN_SCALE_FLOOR = 1.0 / (448.0 * 512.0)
+
+
+def qdq_e4m3_float32(x: torch.Tensor, s: torch.Tensor, reciprocal: bool) -> torch.Tensor:
+    """E4M3 activations as vLLM's CUDA quantizers compute them from a float32 scale s (a
+    float32 value, held in float64): the ratio in float32, x * fl(1 / s) (reciprocal: its
+    per-tensor kernels, dynamic and static) or x / s (its per-token kernel), clamped to
+    +-448 and rounded to the nearest E4M3 (ties to even); the code times s. The exact ratio
+    x * 448 / amax lands on a tie (3/8 amax is 168, between 160 and 176) where the float32
+    one may land on either side. s = 0 (a zero input) gives 0."""
+    s32 = s.to(torch.float32)
+    safe = torch.where(s32 > 0, s32, torch.ones_like(s32))
+    x32 = x.to(torch.float32)  # exact: the inputs are 16-bit values
+    ratio = x32 * (1.0 / safe) if reciprocal else x32 / safe
+    codes = round_to_e4m3(ratio.to(torch.float64).clamp(-F8E4M3_MAX, F8E4M3_MAX))
+    return torch.where(s32 > 0, codes * safe.to(torch.float64), torch.zeros_like(x))
 
 
 def qdq_mx(x: torch.Tensor, rule: str, element: str) -> torch.Tensor:

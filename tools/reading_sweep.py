@@ -29,6 +29,9 @@ import traceback
 
 import torch
 
+TOGGLED_KEYS = ("gate_activation_in_activation_dtype", "activation_round_half_away",
+                "activation_fp8_float32")
+
 
 def _readings(run) -> list[tuple[str, dict]]:
     from moecert.reference.schemes import SCHEMES, get_scheme
@@ -40,12 +43,13 @@ def _readings(run) -> list[tuple[str, dict]]:
             modes.update(s.activation_modes)
     out = [("declared " + (", ".join(f"{k}={v}" for k, v in run.numerics.items()) or "-"),
             dict(run.numerics))]
-    # the declared reading with act(gate) rounded before the product toggled: a per-token or
-    # per-tensor scale re-rounds a row where that rounding moves its amax (vLLM's CUDA
-    # silu_and_mul rounds it; an fp32 epilogue does not)
-    gate = "gate_activation_in_activation_dtype"
-    toggled = {**run.numerics, gate: not run.numerics.get(gate, False)}
-    out.append((f"declared, {gate}={toggled[gate]}", toggled))
+    # the declared reading with one arithmetic key toggled: act(gate) rounded before the
+    # product (a per-token or per-tensor scale re-rounds a row where that rounding moves its
+    # amax: vLLM's CUDA silu_and_mul rounds it, an fp32 epilogue does not), and the
+    # activation quantizers' float32 arithmetic (ties of the exact ratio land either side)
+    for key in TOGGLED_KEYS:
+        toggled = {**run.numerics, key: not run.numerics.get(key, False)}
+        out.append((f"declared, {key}={toggled[key]}", toggled))
     for mode in sorted(modes):
         for scale_dtype in (None, "bfloat16", "float16"):
             n = {k: v for k, v in run.numerics.items()

@@ -43,6 +43,11 @@ the same checkpoint the harness then judges the layer against.
     activation_round_half_away True: dynamic per-token int8 codes computed as x * (127 / amax)
                         in float32, rounded half away from zero (vLLM's per_token_quant_int8,
                         which its Triton MoE path calls on CUDA)
+    activation_fp8_float32 True: E4M3 activation codes computed in float32 from a float32
+                        scale: per tensor x * fl(1 / s), per token x / s, a dynamic
+                        s = fl(amax / 448) (vLLM's CUDA scaled_fp8_quant kernels,
+                        csrc/quantization/w8a8/fp8/common.cu, which every fp8 MoE kernel's
+                        prepare step calls for non-block activations)
 
 The reading is the checkpoint transformed as declared (scales rounded, shards requantized, the
 activation mode of the scheme that reads the same tensors with it); its reference and its
@@ -92,7 +97,8 @@ _REWRITE_FORMAT = "gptq_v2"
 # the declared arithmetic the reference reads off the Checkpoint (reference/checkpoint.py)
 _ARITHMETIC_KEYS = ("bias_after_rounding", "sum_in_activation_dtype", "activation_scale_pow2",
                     "router_weight_in_activation_dtype", "router_weight_on_gemm1_output",
-                    "gate_activation_in_activation_dtype", "activation_round_half_away")
+                    "gate_activation_in_activation_dtype", "activation_round_half_away",
+                    "activation_fp8_float32")
 # keys that declare nothing when False (w13_requantized may name a dtype instead of True)
 _BOOL_KEYS = ("w13_requantized", *_ARITHMETIC_KEYS)
 # the reference's module, whose CHUNK_BYTES bounds the float64 weights the transformations

@@ -3,6 +3,7 @@ vLLM's own layer where vLLM is importable (CI has none: those tests skip there).
 
 from __future__ import annotations
 
+import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -537,6 +538,35 @@ def test_per_token_int8_on_the_triton_path_declares_vllms_half_away_rounding(
                                    MoEProblem(M=2, K=128, N=128, E=4, topk=2))
     got = VllmBackend().numerics(layer)
     assert got.get("activation_round_half_away", False) is declared
+
+
+@pytest.mark.parametrize("device,mode,quant_dtype,declared", [
+    ("cuda", "dynamic-tensor", torch.float8_e4m3fn, True),
+    ("cuda", "static-tensor", torch.float8_e4m3fn, True),
+    ("cuda", "dynamic-token", torch.float8_e4m3fn, True),
+    ("cuda", "dynamic-group", torch.float8_e4m3fn, False),
+    ("cuda", "dynamic-token", torch.int8, False),
+    ("cuda", "dynamic-tensor", None, False),
+    ("cpu", "dynamic-tensor", torch.float8_e4m3fn, False)])
+def test_fp8_activations_through_scaled_fp8_quant_declare_its_float32_arithmetic(
+        monkeypatch, device, mode, quant_dtype, declared):
+    """vLLM's modular kernels quantize non-block fp8 activations with its CUDA
+    scaled_fp8_quant (float32 ratio from a float32 scale): declared on CUDA where the experts'
+    quant config says float8_e4m3fn and the mode is per tensor or per token; block scales,
+    int8 and the CPU declare nothing (vLLM-free stand-ins)."""
+    monkeypatch.setattr(VllmBackend, "_kernel_activation", lambda self, layer: mode)
+    monkeypatch.setattr(vllm_backend, "_engine_device", lambda: torch.device(device))
+    experts = type("TritonExperts", (), {
+        "quant_config": types.SimpleNamespace(quant_dtype=quant_dtype)})()
+    monkeypatch.setattr(VllmBackend, "_experts_class", lambda self, layer: experts)
+
+    class Runner:
+        routed_experts = torch.nn.Module()
+
+    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("fp8-w8a8"),
+                                   MoEProblem(M=2, K=128, N=128, E=4, topk=2))
+    got = VllmBackend().numerics(layer)
+    assert got.get("activation_fp8_float32", False) is declared
 
 
 # --- vLLM's forward context ---------------------------------------------------------------

@@ -402,6 +402,37 @@ def test_gate_activation_in_activation_dtype_rounds_silu_before_the_product():
     assert float(moe(ckpt, x, w, ids, P1)[0, 0]) == float(once)
 
 
+def test_activation_fp8_float32_codes_e4m3_as_vllms_cuda_quantizers():
+    """vLLM's scaled_fp8_quant computes the ratio in float32 from s = fl(amax / 448): per
+    tensor x * fl(1 / s), per token x / s. Known answers where the exact ratio is the e4m3
+    tie 168 (160 or 176) or 84 (80 or 88) and goes to even: amax 4.75, x = 3/8 amax lands
+    above the tie by the reciprocal (176) and on it by the quotient (160); amax 7.75,
+    x = 1.453125 lands above it by the quotient (88)."""
+    from moecert.reference.moe import quantize_activation
+    from moecert.reference.quantize import qdq_per_tensor, qdq_per_token
+
+    def codes(q, amax):
+        return (q / (torch.tensor(amax, dtype=torch.float32) / 448).double()).round().tolist()
+
+    t = torch.tensor([[4.75, 1.78125, -1.78125]], dtype=torch.float64)
+    assert (qdq_per_tensor(t, None, "e4m3") * 448 / 4.75).round().tolist() == [[448, 160, -160]]
+    assert codes(qdq_per_tensor(t, None, "e4m3", fp8_float32=True), 4.75) == [[448, 176, -176]]
+    assert codes(qdq_per_token(t, "e4m3", fp8_float32=True), 4.75) == [[448, 160, -160]]
+    u = torch.tensor([[7.75, 1.453125]], dtype=torch.float64)
+    assert (qdq_per_token(u, "e4m3") * 448 / 7.75).round().tolist() == [[448, 80]]
+    assert codes(qdq_per_token(u, "e4m3", fp8_float32=True), 7.75) == [[448, 88]]
+    assert qdq_per_token(u, fp8_float32=True).equal(qdq_per_token(u))  # int8: not this rule
+    zero = torch.zeros(2, 3, dtype=torch.float64)
+    assert not qdq_per_tensor(zero, None, "e4m3", fp8_float32=True).any()
+    assert not qdq_per_token(zero, "e4m3", fp8_float32=True).any()
+    ckpt = synthesize("fp8-w8a8", P, seed=6, activation="dynamic-tensor")
+    read = reading(ckpt, {"activation_fp8_float32": True})
+    assert read.activation_fp8_float32 and not ckpt.activation_fp8_float32
+    assert quantize_activation(read, t, "w13").equal(
+        qdq_per_tensor(t, None, "e4m3", fp8_float32=True))
+    assert quantize_activation(ckpt, t, "w13").equal(qdq_per_tensor(t, None, "e4m3"))
+
+
 def test_activation_round_half_away_codes_int8_tokens_as_vllms_quantizer():
     """vLLM's per_token_quant_int8 computes x * (127 / amax) in float32 and rounds half away
     from zero. Known answer: amax 254 makes the scale 2 and x = 1, 5, -1 exact ties 0.5, 2.5,
