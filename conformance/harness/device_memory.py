@@ -56,21 +56,22 @@ same parts less the conversion and our operands, plus its own term (`engine_term
     (no term for the harness's reading of what the processed layer declares,
     numerics.reading: it runs over expert chunks since c63bb18; before, it built float64
     copies of the whole layer)
-    residue         the vLLM layers the worker built before this case: every MoERunner the
-                    adapter made (each claim's probe, each case's layer) stayed registered
-                    in vLLM's forward context with its parameters for the worker's life
-                    (fused_moe/runner/moe_runner.py register_layer_for_moe_forward_op).
-                    The adapter removes the registration since 9ca0f4d; the constant is the
-                    largest residual of the run before that, kept until a run of every
-                    scheme measures the fixed code
+    residue         what vLLM's processing does not explain, the largest residual of the
+                    first run of every scheme after the fixes below (28 GiB). Before them
+                    (52 GiB) it was mostly the worker's earlier layers: every MoERunner the
+                    adapter made (each claim's probe, each case's layer) stayed registered in
+                    vLLM's forward context for the worker's life (fused_moe/runner/
+                    moe_runner.py register_layer_for_moe_forward_op); the adapter removes the
+                    registration since 9ca0f4d
 
 Measured against, 2x H200, vLLM 0.25.1 (tests/conformance/harness/data/vllm_model_size_peaks.csv,
-column `run`): the ci suite's 61 model-size cases of run 20261129-233037-c1bed1 (before both
-fixes; its three out-of-memory rows are lower bounds, left out of the check, and every other
-peak is at least what the fixed code holds), and the fp8-w8a16 and w4a8-int8 cases of run
-20261130-032637-9fc75c (tree fa88056, both fixes): fp8-w8a16 Qwen3-30B-A3B 56.4 -> 5.0 GiB,
+column `run`): the ci suite's 61 model-size cases of run 20261130-060800-695d00 (tree 4de5dcb,
+every scheme after both fixes, none out of memory, largest peak / budget 0.975: fp8-w8a16
+DeepSeek-V3 63.1 GiB) and the fp8-w8a16 and w4a8-int8 cases of run 20261130-032637-9fc75c
+(tree fa88056, the first after both fixes): fp8-w8a16 Qwen3-30B-A3B 56.4 -> 5.0 GiB,
 Mixtral-8x7B out of memory at 100.8 -> 21.0, DeepSeek-V3 out of memory at 105.5 -> 63.0;
 w4a8-int8 25.0 -> 1.9, 60.8 -> 6.9, out of memory at 52.4 -> 23.2 (every case now judged).
+The run before both fixes (20261129-233037-c1bed1) is no longer in the data.
 """
 
 from __future__ import annotations
@@ -118,14 +119,12 @@ TRITON_PLANE_TEMP_BYTES_PER_W13_ELEMENT = 1
 ENGINE_BACKENDS = ("vllm",)
 # process_weights_after_loading's operands beside the loaded parameters, in checkpoints
 VLLM_PROCESSING_CHECKPOINTS = 1
-# The worker's earlier vLLM layers (the module docstring; their registration removed since
-# 9ca0f4d, not yet measured for every scheme), and what else the run before that held beside
-# a case that vLLM's processing code does not explain: its largest residual above the rest of
-# this bound, 50.4 GiB (fp8-w8a8 DeepSeek-V3, 76.7 GiB already in its claims
-# check; DeepGEMM's UE8M0 requantization, fp8_utils.requant_weight_ue8m0_inplace, works one
-# expert at a time). Next: int8-w8a8 DeepSeek-V3 29.0, nvfp4 DeepSeek-V3 18.1, a declined
-# mxfp4 Mixtral-8x7B case (its probe's parameters and the worker's history) 14.8
-VLLM_RESIDUE_BYTES = 52 << 30
+# What a vLLM case held beyond its processing that vLLM's processing code does not explain:
+# the largest residual above the rest of this bound in the first run of every scheme after the
+# chunked reading and the layers' deregistration (2026-11-30, 61 cases on a 2x H200), 26.4 GiB
+# (fp8-w8a16 DeepSeek-V3; next nvfp4 DeepSeek-V3 20.7, mxfp8 DeepSeek-V3 12.9, fp8-w8a16
+# Mixtral-8x7B 6.6), rounded up. The run before the fixes needed 52 GiB (leaked layers).
+VLLM_RESIDUE_BYTES = 28 << 30
 
 
 def checkpoint_bytes(case: Case) -> int:

@@ -131,28 +131,24 @@ def test_a_full_depth_case_is_budgeted_its_reload_layers():
     assert device_need(full) - device_need(light) > 4 * 2 * DEEPSEEK.E * DEEPSEEK.K * DEEPSEEK.N * 3
 
 
-PRE_FIX_RUN = "20261129-233037-c1bed1"  # before the chunked reading and the deregistration
 POST_FIX_RUN = "20261130-032637-9fc75c"  # fp8-w8a16 and w4a8-int8 after both (tree fa88056)
+FULL_RUN = "20261130-060800-695d00"  # every scheme after both fixes (tree 4de5dcb, 2x H200)
 
 
 def test_the_measured_vllm_runs_are_all_there():
-    """vLLM on every scheme of the ci suite's model layers (61 cases, three of them out of
-    memory: fp8-w8a16 DeepSeek-V3 and Mixtral-8x7B, w4a8-int8 DeepSeek-V3), then the two
-    schemes whose declared reading was rewritten over expert chunks (6 cases, none out of
-    memory)."""
+    """vLLM on every scheme of the ci suite's model layers after the chunked reading and the
+    layers' deregistration (61 cases, none out of memory), and the two schemes first measured
+    after them (6 cases). The run before the fixes (61 cases, three out of memory) is no
+    longer the model's data: its residue was the leaked layers."""
     runs = {}
     for _, _, r in ENGINE_MEASURED:
         runs.setdefault(r["run"], []).append(r)
-    assert {k: len(v) for k, v in runs.items()} == {PRE_FIX_RUN: 61, POST_FIX_RUN: 6}
+    assert {k: len(v) for k, v in runs.items()} == {FULL_RUN: 61, POST_FIX_RUN: 6}
     assert {r["backend"] for _, _, r in ENGINE_MEASURED} == {"vllm"}
-    assert {r["model"] for r in runs[PRE_FIX_RUN]} == {"deepseek-v3", "qwen3-30b-a3b",
-                                                        "mixtral-8x7b", "gpt-oss-120b"}
-    assert sorted((r["scheme"], r["model"]) for r in runs[PRE_FIX_RUN]
-                  if r["oom"] == "1") == [("fp8-w8a16", "deepseek-v3"),
-                                          ("fp8-w8a16", "mixtral-8x7b"),
-                                          ("w4a8-int8", "deepseek-v3")]
+    assert {r["model"] for r in runs[FULL_RUN]} == {"deepseek-v3", "qwen3-30b-a3b",
+                                                     "mixtral-8x7b", "gpt-oss-120b"}
     assert {r["scheme"] for r in runs[POST_FIX_RUN]} == {"fp8-w8a16", "w4a8-int8"}
-    assert not any(r["oom"] == "1" for r in runs[POST_FIX_RUN])
+    assert not any(r["oom"] == "1" for _, _, r in ENGINE_MEASURED)
 
 
 @pytest.mark.parametrize(("case", "peak"), [pytest.param(c, p, id=f"{c.case_id}-{r['run']}")
@@ -174,7 +170,7 @@ def test_the_vllm_term_is_what_holds_the_measured_peaks(monkeypatch):
              if peak > device_need(c) and r["oom"] != "1"}
     assert len(above) >= 10
     assert {("fp8-w8a16", "deepseek-v3", POST_FIX_RUN), ("fp8-w8a16", "mixtral-8x7b",
-            POST_FIX_RUN), ("fp8-w8a8", "deepseek-v3", PRE_FIX_RUN)} <= above
+            POST_FIX_RUN), ("fp8-w8a8", "deepseek-v3", FULL_RUN)} <= above
 
 
 def test_vllm_deepseek_fp8_w8a16_runs_since_its_reading_is_chunked():
