@@ -1,14 +1,14 @@
 #!/bin/bash
-# Issue 44 in one GPU call (< 300 s), from the repository root, no install (a PYTHONPATH shim):
-# the CUDA-only tests of the FP4 words and LEAN paths and the triton FP4 `ci` cases (by default
-# and with LEAN forced),
-# then, the GPU to itself, base against candidates against the peers, graph replay:
-#   decode (M 16, 64): plane scales as bytes (base, MOECERT_TRITON_FP4_SCALE_WORDS=0), as words
-#     (the default) with the Marlin FP4 peer beside it, and the LEAN step on words
-#     (MOECERT_TRITON_FP4_LEAN=1)
-#   prefill (M 1024, 4096, Mixtral): the FP4 dispatch at its default threshold, the grouped
-#     backend beside it
+# Issue 44 in one GPU call (< 250 s: the steps' timeouts add up to 245 s), from the repository
+# root, no install (a PYTHONPATH shim). Round three (docs/speed.md, "Round three"): the
+# CUDA-only tests of the CARRY candidate (tests/kernels/test_fp4_carry_cuda.py: bit for bit
+# against the current path, with and without LEAN) and the triton FP4 `ci` cases with the
+# candidate as timed forced (MOECERT_TRITON_FP4_CARRY=1 MOECERT_TRITON_FP4_LEAN=1), then, the
+# GPU to itself, graph replay:
+#   decode (M 16, 64): the default (words) with the Marlin FP4 peer beside it, the LEAN step
+#     (MOECERT_TRITON_FP4_LEAN=1) and CARRY on top of it (MOECERT_TRITON_FP4_CARRY=1 as well)
 #   triton_kernels' matmul_ogs on gpt-oss-120b (tools/ogs_peer.py)
+# (Round two's bytes and prefill benches are left out for time: git log of this file.)
 # The peers come from the vLLM that tools/engine_carry.py installed there (docs/gpu-ci.md,
 # "Bringing the engines there"): its Marlin library and its vendored triton_kernels; without
 # it, from .vllm/ (the library, optional marlin_anchor.py, tk/triton_kernels). Why a peer is
@@ -22,20 +22,20 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/i44}; mkdir -p "$OUT"
 W=/tmp/i44-work; rm -rf "$W"; mkdir -p "$W"
-mkdir -p /tmp/shim/moecert
-for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" /tmp/shim/moecert/$d; done
-export PYTHONPATH=/tmp/shim TRITON_CACHE_DIR=/tmp/i44-triton-cache
+SHIM=${I44_SHIM:-/tmp/shim}; mkdir -p "$SHIM/moecert"  # (I44_SHIM: another folder for it)
+for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" "$SHIM/moecert/$d"; done
+export PYTHONPATH=$SHIM TRITON_CACHE_DIR=/tmp/i44-triton-cache
 unset TRITON_INTERPRET MOECERT_TRITON_FP4_SCALE_WORDS MOECERT_TRITON_FP4_LEAN \
-    MOECERT_TRITON_DEQUANT_ROWS MOECERT_MARLIN_ANCHOR
+    MOECERT_TRITON_FP4_CARRY MOECERT_TRITON_DEQUANT_ROWS MOECERT_MARLIN_ANCHOR
 M="python -m moecert.conformance.cli"
 S="$W/i44-summary.md"
 start=$SECONDS
 if [ "${I44_CPU:-0}" = 1 ]; then
     export TRITON_INTERPRET=1
-    DEV=cpu; MODE=apply; DECODE=(--layer tiny=4,128,128,2); PREFILL=(--layer tiny=4,128,128,2)
-    DM=1,2; PM=8; echo "CPU check (I44_CPU=1): tiny layers, no ci, no CUDA tests" | tee "$S"
+    DEV=cpu; MODE=apply; DECODE=(--layer tiny=4,128,128,2)
+    DM=1,2; echo "CPU check (I44_CPU=1): tiny layers, no ci, no CUDA tests" | tee "$S"
 else
-    DEV=cuda; MODE=graph; DECODE=(); PREFILL=(--model mixtral-8x7b); DM=16,64; PM=1024,4096
+    DEV=cuda; MODE=graph; DECODE=(); DM=16,64
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$S"
 fi
 
@@ -56,7 +56,7 @@ else
         | tee -a "$S"
 fi
 # a load and one small FP4 call of each Marlin kind: the reason, where it fails, in the summary
-[ ${#MARLIN[@]} -gt 0 ] && timeout 25 python - "$DEV" "${MARLIN[@]}" > "$W/peer-marlin.txt" 2>&1 <<'EOF'
+[ ${#MARLIN[@]} -gt 0 ] && timeout 15 python - "$DEV" "${MARLIN[@]}" > "$W/peer-marlin.txt" 2>&1 <<'EOF'
 import sys, torch
 from moecert.conformance.performance.marlin_peer import (MARLIN_E2M1, default_anchor,
                                                          load_marlin, time_marlin_w4)
@@ -76,36 +76,32 @@ EOF
     | sed 's/^/- /' | tee -a "$S"
 FP4=(--backend triton --scheme mxfp4 --scheme nvfp4)
 
-# 1. correctness, side by side (75 s): the compiled tests of the words and LEAN paths, ci's
-# FP4 cases by default (words, the prefill dispatch) and with LEAN forced
+# 1. correctness, side by side (70 s): the compiled tests of the CARRY candidate (4 workers:
+# 22 kernels to compile), ci's FP4 cases with CARRY and LEAN forced
 if [ "$DEV" = cuda ]; then
-    timeout 75 python -m pytest tests/kernels/test_fp4_prefill_cuda.py -k "scale_words or lean" -q \
+    timeout 70 python -m pytest tests/kernels/test_fp4_carry_cuda.py -q -n 4 \
         -p no:cacheprovider -rfE > "$W/tests.txt" 2>&1 &
-    timeout 75 $M run --suite ci --device cuda "${FP4[@]}" -n 6 --results "$W/ci-default" \
-        > "$W/ci-default.txt" 2>&1 &
-    MOECERT_TRITON_FP4_LEAN=1 timeout 75 $M run --suite ci --device cuda "${FP4[@]}" -n 6 \
-        --results "$W/ci-lean" > "$W/ci-lean.txt" 2>&1 &
+    MOECERT_TRITON_FP4_CARRY=1 MOECERT_TRITON_FP4_LEAN=1 timeout 70 $M run --suite ci --device cuda "${FP4[@]}" -n 6 \
+        --results "$W/ci-carry" > "$W/ci-carry.txt" 2>&1 &
     wait
 fi
 failed=0
-for f in tests ci-default ci-lean; do
+for f in tests ci-carry; do
     [ -f "$W/$f.txt" ] || continue
     line=$(grep -E "passed|failed|^green|^not green" "$W/$f.txt" | tail -1)
-    echo "- $f: ${line:-no verdict (cut at 75 s?)}" | tee -a "$S"
+    echo "- $f: ${line:-no verdict (cut at 70 s?)}" | tee -a "$S"
     echo "$line" | grep -qE "failed|not green|error" && failed=1; [ -z "$line" ] && failed=1
 done
 echo "- correctness phase: $((SECONDS - start)) s" | tee -a "$S"
 
-# 2. timing (the GPU to itself): decode bytes vs words (+ Marlin) vs lean; prefill; ogs
+# 2. timing (the GPU to itself): decode words (the default, + Marlin) vs lean vs carry; ogs
 B=(--device "$DEV" --mode "$MODE" --max-seconds 0.5 --repeats 50)
-MOECERT_TRITON_FP4_SCALE_WORDS=0 timeout 40 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} \
-    --M "$DM" --results "$W/b-bytes" --run-id bytes > "$W/b-bytes.txt" 2>&1
 timeout 55 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" ${MARLIN[@]+"${MARLIN[@]}"} \
     --results "$W/b-words" --run-id words > "$W/b-words.txt" 2>&1
 MOECERT_TRITON_FP4_LEAN=1 timeout 40 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" \
     --results "$W/b-lean" --run-id lean > "$W/b-lean.txt" 2>&1
-timeout 40 $M bench "${B[@]}" --backend triton --backend grouped --scheme mxfp4 --scheme nvfp4 \
-    "${PREFILL[@]}" --M "$PM" --results "$W/p-dense" --run-id dense > "$W/p-dense.txt" 2>&1
+MOECERT_TRITON_FP4_CARRY=1 MOECERT_TRITON_FP4_LEAN=1 timeout 40 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" \
+    --results "$W/b-carry" --run-id carry > "$W/b-carry.txt" 2>&1
 if [ -n "$OGS_PATH" ] && [ "$DEV" = cuda ]; then
     PYTHONPATH=$OGS_PATH:$PYTHONPATH timeout 25 python tools/ogs_peer.py --M 16,64 \
         > "$W/ogs.txt" 2>&1
@@ -118,11 +114,12 @@ fi
     | tee -a "$S"
 grep -hE "ratio_to_marlin: not available|Marlin failed" "$W"/b-*.txt | sort | uniq -c \
     | sed 's/^ */- /' | tee -a "$S"
-for f in b-bytes b-words b-lean p-dense ogs; do
+for f in b-words b-lean b-carry ogs; do
     [ -f "$W/$f.txt" ] && { echo; echo "## $f"; echo '```'; grep -vE "^\s*$" "$W/$f.txt" | tail -40; echo '```'; } >> "$S"
 done
-$M report "$W/b-words" --baseline "$W/b-bytes" --md "$W/decode-words-vs-bytes.md" > /dev/null 2>&1
 $M report "$W/b-lean" --baseline "$W/b-words" --md "$W/decode-lean-vs-words.md" > /dev/null 2>&1
+$M report "$W/b-carry" --baseline "$W/b-lean" --md "$W/decode-carry-vs-lean.md" > /dev/null 2>&1
+$M report "$W/b-carry" --baseline "$W/b-words" --md "$W/decode-carry-vs-words.md" > /dev/null 2>&1
 echo "- total: $((SECONDS - start)) s" | tee -a "$S"
 cp "$S" "$OUT/i44-summary.md"
 tar czf "$OUT/i44-logs.tgz" -C "$W" .

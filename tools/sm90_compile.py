@@ -12,7 +12,9 @@ to build shows here before any device time is spent; timings need the GPU (tools
 A variant is SCHEME:FLAGS; flags: both (ACC_DOT on and off), ptx (the PTX nibble decodes),
 g8 (GROUP_M 8), k128, n64, n256, m64, w4, s3 (the tile's fields), dec (the decode tile),
 ch (fp8-w8a8 per channel, dynamic per-token activations), pair (MXFP4's E8M0 scales on
-the pairs' partial sums, not folded into the weights).
+the pairs' partial sums, not folded into the weights), cvt (with MOECERT_TRITON_FP4_CARRY=1:
+NVFP4's scales by the hardware e4m3 conversion, as on sm89+).
+The K loop's SASS instructions per step: `python tools/sass_loop.py /tmp/i34c/*.cubin`.
 Triton's version here (3.9 on the development machine) is not the GPU machine's (3.6): the
 figures show what a tile asks of the registers, not what the GPU machine's build gives.
 """
@@ -128,6 +130,8 @@ for scheme, variant in cases:
         st.run(1, cfg)
         args, kw = captured[-1]
         if "ptx" in variant: kw = {**kw, "FAST_I4": kinds.I4_PAIRS}
+        if "cvt" in variant and kw.get("CARRY") and kw["WSCALE"] == kinds.S_E4M3:
+            kw = {**kw, "E4M3_CVT": True}  # what an sm89+ device gets (fused_moe.e4m3_cvt)
         if "pair" in variant and kw["WSCALE"] == kinds.S_E8M0_W:  # MXFP4 unfolded
             kw = {**kw, "WSCALE": kinds.S_E8M0}
         try:

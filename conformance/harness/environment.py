@@ -30,6 +30,7 @@ READERS: dict[str, Callable[[Mapping[str, str]], object]] = {
     configs.DEQUANT_ROWS_ENV: configs.forced_dequant_rows,
     configs.FP4_SCALE_WORDS_ENV: configs.fp4_scale_words,
     configs.FP4_LEAN_ENV: configs.fp4_lean,
+    configs.FP4_CARRY_ENV: configs.fp4_carry,
 }
 
 

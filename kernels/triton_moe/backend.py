@@ -169,7 +169,8 @@ def describe(layer: MoELayer) -> str:
     plan = _plan(layer)
     c = plan["w13"]["constexprs"]
     words = ("; plane scales in words" if c["SCALE_WORDS"] else "") + (
-        "; lean e2m1 step" if c["LEAN"] else "")
+        "; lean e2m1 step" if c["LEAN"] else "") + (
+        "; sign-carrying e2m1 words" if c["CARRY"] else "")
     fused = f"fused Triton MoE GEMM ({heuristics.weight_key(plan['w13'])}{words})"
     if plan["dense_bytes"] is None:
         return fused
@@ -252,6 +253,11 @@ def _tile_fp4(layer: MoELayer) -> None:
             layer.meta[f"{p}_nib_span"] = 0
             continue
         q = layout.plane_nibbles(q, span)
+        # issue 44's third candidate: each nibble's sign where the multiply carries it (bf16)
+        carry = configs.fp4_carry() and layer.problem.torch_dtype == torch.bfloat16
+        if carry:
+            q = layout.carry_bits(q)
+        layer.meta[f"{p}_carry"] = carry
         tile = layout.weight_tile(kinds.W_FP4, q)
         layer.put(f"{p}_w", q if tile is None else layout.tile_weights(q, *tile))
         layer.meta[f"{p}_nib_span"] = span
@@ -274,6 +280,8 @@ def _stored_fp4(layer: MoELayer, p: str) -> torch.Tensor:
     q = layer.get(f"{p}_w")
     if q.dim() == 5:
         q = layout.untile_weights(q)
+    if layer.meta.get(f"{p}_carry"):
+        q = layout.uncarry_bits(q)
     span = layer.meta.get(f"{p}_nib_span", 0)
     return layout.unplane_nibbles(q, span) if span else q
 
@@ -516,4 +524,5 @@ def _weights(layer: MoELayer, p: str, codes: torch.Tensor | None = None,
     rows, cols = layer.meta[f"{p}_block"]
     return fused_moe.describe_weights(kind, layer.get(f"{p}_w"), compute, s=s,
                                       scale_rows=rows, scale_cols=cols, scale_kind=scale_kind,
-                                      nib_span=layer.meta.get(f"{p}_nib_span", 0), **opt)
+                                      nib_span=layer.meta.get(f"{p}_nib_span", 0),
+                                      carry=layer.meta.get(f"{p}_carry", False), **opt)

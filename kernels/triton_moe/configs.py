@@ -51,6 +51,11 @@ MOECERT_TRITON_FP4_LEAN=1 turns on issue 44's second decode candidate for e2m1 p
 and NVFP4 in bf16 decoded with one packed multiply per pair (the scale carries the decode's
 power of two); off by default: timed 1.03-1.08x over words on one H200 (docs/speed.md),
 judged there on the FP4 `ci` cases only.
+MOECERT_TRITON_FP4_CARRY=1 turns on issue 44's third decode candidate for e2m1 planes in bf16
+layers (`fp4_carry`, read when a layer is processed): the plane words stored with each
+nibble's sign where the decode's multiply carries it (layout.carry_bits, gemm_kernel's CARRY)
+and NVFP4's scales by the hardware e4m3 conversion on sm89+ (E4M3_CVT); with or without
+LEAN; off by default until timed (docs/speed.md, "Round three").
 """
 
 from __future__ import annotations
@@ -81,6 +86,7 @@ I4_PAIRS_ENV = "MOECERT_TRITON_I4_PAIRS"
 DEQUANT_ROWS_ENV = "MOECERT_TRITON_DEQUANT_ROWS"
 FP4_SCALE_WORDS_ENV = "MOECERT_TRITON_FP4_SCALE_WORDS"
 FP4_LEAN_ENV = "MOECERT_TRITON_FP4_LEAN"
+FP4_CARRY_ENV = "MOECERT_TRITON_FP4_CARRY"
 
 
 class ConfigFileError(ValueError):
@@ -216,6 +222,16 @@ def fp4_lean(environ=os.environ) -> bool:
     if raw not in ("", "0", "1"):
         raise ValueError(f"{FP4_LEAN_ENV}={raw!r}: expected 1 (the lean e2m1 decode step) or "
                          "0 (the default)")
+    return raw == "1"
+
+
+def fp4_carry(environ=os.environ) -> bool:
+    """True when MOECERT_TRITON_FP4_CARRY=1 asks for the sign-carrying e2m1 words
+    (layout.carry_bits; read when a layer is processed); False when 0, unset or empty."""
+    raw = environ.get(FP4_CARRY_ENV, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{FP4_CARRY_ENV}={raw!r}: expected 1 (e2m1 words whose sign the "
+                         "multiply carries) or 0 (the default)")
     return raw == "1"
 
 

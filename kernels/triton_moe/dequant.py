@@ -16,7 +16,8 @@ in the epilogue in fp32, as in the fused kernel. Nothing else takes this path.
 The decode is the fused kernel's own (gemm_kernel's `_fp4_planes_scaled` in PTX on CUDA
 sm80+, else its bit-field `_decode_e2m1` / `_decode_e4m3` / `_decode_e8m0`), reading the
 weights in the layout the backend stores (`plane_nibbles` over FP4_SPAN columns, tiled
-FP4_TILE where it divides): word j of a span holds columns j + p * SPAN / 4 in nibble p.
+FP4_TILE where it divides): word j of a span holds columns j + p * SPAN / 4 in nibble p,
+or, CARRY, plane p's bits where `layout.carry_bits` puts them (`_fp4_carry`, `_nibble`).
 """
 
 from __future__ import annotations
@@ -26,10 +27,20 @@ import triton
 import triton.language as tl
 
 from .gemm_kernel import (
+    _CE0,
+    _CE1,
+    _CE2,
+    _CE3,
+    _CS0,
+    _CS1,
+    _CS2,
+    _CS3,
     _decode_e2m1,
     _decode_e4m3,
     _decode_e8m0,
+    _fp4_carry,
     _fp4_planes_scaled,
+    _nibble,
 )
 from .kinds import S_E4M3, S_E8M0, W16, W_FP4
 from .layout import FP4_SPAN
@@ -63,7 +74,7 @@ def fp4_dequant_kernel(q_ptr, s_ptr, out_ptr, N, num_spans, scale_rows, scale_co
                        stride_on, WSCALE: tl.constexpr, COMPUTE: tl.constexpr,
                        FAST: tl.constexpr, WT_N: tl.constexpr, WT_K: tl.constexpr,
                        SCALE_WORDS: tl.constexpr, SPAN: tl.constexpr, SPANS: tl.constexpr,
-                       BLOCK_N: tl.constexpr):
+                       BLOCK_N: tl.constexpr, CARRY: tl.constexpr):
     """out[e, n, k] = e2m1(code) * scale for rows [pid0 * BLOCK_N, +BLOCK_N) of expert pid2
     and spans [pid1 * SPANS, +SPANS) (the last program's extra spans masked)."""
     Q: tl.constexpr = SPAN // 4  # columns of a plane = words of a span per row
@@ -96,7 +107,13 @@ def fp4_dequant_kernel(q_ptr, s_ptr, out_ptr, N, num_spans, scale_rows, scale_co
                            SPAN)
         s3 = _plane_scales(s_rows, k0 + 3 * Q, scale_cols, stride_sk, WSCALE, SCALE_WORDS,
                            SPAN)
-        if FAST:
+        if FAST and CARRY:
+            b0, b1, b2, b3 = _fp4_carry(
+                bq, tl.broadcast_to(s0.to(COMPUTE)[:, None], bq.shape),
+                tl.broadcast_to(s1.to(COMPUTE)[:, None], bq.shape),
+                tl.broadcast_to(s2.to(COMPUTE)[:, None], bq.shape),
+                tl.broadcast_to(s3.to(COMPUTE)[:, None], bq.shape), False)
+        elif FAST:
             b0, b1, b2, b3 = _fp4_planes_scaled(
                 bq, tl.broadcast_to(s0.to(COMPUTE)[:, None], bq.shape),
                 tl.broadcast_to(s1.to(COMPUTE)[:, None], bq.shape),
@@ -104,10 +121,10 @@ def fp4_dequant_kernel(q_ptr, s_ptr, out_ptr, N, num_spans, scale_rows, scale_co
                 tl.broadcast_to(s3.to(COMPUTE)[:, None], bq.shape), COMPUTE)
         else:
             raw = bq.to(tl.int32)
-            b0 = (_decode_e2m1(raw & 0xF) * s0[:, None]).to(COMPUTE)
-            b1 = (_decode_e2m1((raw >> 4) & 0xF) * s1[:, None]).to(COMPUTE)
-            b2 = (_decode_e2m1((raw >> 8) & 0xF) * s2[:, None]).to(COMPUTE)
-            b3 = (_decode_e2m1((raw >> 12) & 0xF) * s3[:, None]).to(COMPUTE)
+            b0 = (_decode_e2m1(_nibble(raw, 0, _CE0, _CS0, CARRY)) * s0[:, None]).to(COMPUTE)
+            b1 = (_decode_e2m1(_nibble(raw, 1, _CE1, _CS1, CARRY)) * s1[:, None]).to(COMPUTE)
+            b2 = (_decode_e2m1(_nibble(raw, 2, _CE2, _CS2, CARRY)) * s2[:, None]).to(COMPUTE)
+            b3 = (_decode_e2m1(_nibble(raw, 3, _CE3, _CS3, CARRY)) * s3[:, None]).to(COMPUTE)
         cols = k0 + j
         tl.store(o_rows[:, None] + cols[None, :], b0, mask=mask)
         tl.store(o_rows[:, None] + (cols + Q)[None, :], b1, mask=mask)
@@ -149,7 +166,8 @@ def dequantize(weights: dict, out: torch.Tensor, fast: bool) -> dict:
         q, s, dense, N, spans, weights["scale_rows"], weights["scale_cols"],
         st[0], st[1], st[2], st[3], st[4], dense.stride(0), dense.stride(1),
         WSCALE=c["WSCALE"], COMPUTE=c["COMPUTE"], FAST=fast, WT_N=c["WT_N"], WT_K=c["WT_K"],
-        SCALE_WORDS=c["SCALE_WORDS"], SPAN=FP4_SPAN, SPANS=SPANS, BLOCK_N=BLOCK_N, num_warps=4)
+        SCALE_WORDS=c["SCALE_WORDS"], SPAN=FP4_SPAN, SPANS=SPANS, BLOCK_N=BLOCK_N,
+        CARRY=c["CARRY"], num_warps=4)
     return describe_weights(W16, dense, weights["compute"],
                             bias=bias if c["HAS_BIAS"] else None,
                             gscale=gscale if c["HAS_WGSCALE"] else None)

@@ -62,7 +62,7 @@ def dot_mode(kind: int, weight_dtype: torch.dtype, compute: torch.dtype, has_g_i
 def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None, zp=None,
                      g_idx=None, bias=None, scale_rows: int = 1, scale_cols: int | None = None,
                      sym_zero: int = 0, scale_kind: int = S_FLOAT, gscale=None,
-                     nib_span: int = 0) -> dict:
+                     nib_span: int = 0, carry: bool = False) -> dict:
     """A linear's kernel description, built once per layer: the weight-side launch
     arguments (placeholders for absent tensors are never read: constexpr-disabled).
     `scale_kind` says how `s` is stored (S_FLOAT, S_E8M0, S_E4M3 as uint8 bytes); with act
@@ -71,7 +71,9 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     q is [E, N, stored K], or tiled as `tile_weights` stores it ([E, N / rows, stored K /
     cols, rows, cols]); `s` may be any strided view. `nib_span`: int4 codes in planes by
     `plane_nibbles` over spans of that many columns (0: adjacent columns share a byte).
-    A 4-D `s` holds e2m1 plane scales in words (`layout.scale_words`; nib_span FP4_SPAN)."""
+    A 4-D `s` holds e2m1 plane scales in words (`layout.scale_words`; nib_span FP4_SPAN).
+    `carry`: e2m1 plane words in the sign-carrying order (`layout.carry_bits`; bf16 only)."""
+    assert not carry or (kind == W_FP4 and nib_span and compute == torch.bfloat16)
     assert q.is_contiguous() and q.dim() in (3, 5)
     wt_n, wt_k = q.shape[3:] if q.dim() == 5 else (0, 0)
     n_rows = q.shape[1] * q.shape[3] if q.dim() == 5 else q.shape[1]
@@ -112,6 +114,8 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                        "SCALE_WORDS": s is not None and s.dim() == 4,
                        # issue 44's lean e2m1 decode step (configs.fp4_lean)
                        "LEAN": kind == W_FP4 and bool(nib_span) and configs.fp4_lean(),
+                       # issue 44's third: sign-carrying words (layout.carry_bits)
+                       "CARRY": carry,
                        "COMPUTE": _COMPUTE[compute]},
     }
 
@@ -126,6 +130,13 @@ def int4_pairs_run_on(device: torch.device) -> bool:
     if not configs.int4_pairs_allowed():
         return False
     return torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+@functools.cache
+def e4m3_cvt_runs_on(device: torch.device) -> bool:
+    """Whether the hardware e4m3 -> f16 conversion compiles here: CUDA sm89+."""
+    return (not INTERPRET and device.type == "cuda" and torch.version.hip is None
+            and torch.cuda.get_device_capability(device) >= (8, 9))
 
 
 # The E8M0 bytes whose scale 2^(b - 127) times every e2m1 value (0.5 <= |v| <= 6, or 0) is a
@@ -195,6 +206,9 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
                    and int4_pairs_run_on(c.device) else I4_OFF)
     acc_dot = acc_dot_applies(weights, act, K)
     constexprs = weights["constexprs"]
+    # the CARRY candidate's NVFP4 scales by the hardware e4m3 conversion (sm89+)
+    e4m3_cvt = (constexprs["CARRY"] and constexprs["WSCALE"] == S_E4M3
+                and fast_i4 == I4_PAIRS and e4m3_cvt_runs_on(c.device))
     if weights.get("e8m0_fold") and act == A16 and weights["dot"] != DOT_TF32:
         constexprs = {**constexprs, "WSCALE": S_E8M0_W}
     grid = (sorted_ids.numel() // block_m, triton.cdiv(N, config["BLOCK_N"]))
@@ -217,7 +231,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             EVEN_K=K % (bk * unroll) == 0 and (splits == 1 or k_split % (bk * unroll) == 0),
             EVEN_N=N % config["BLOCK_N"] == 0,
             SWAP_AB=config.get("SWAP_AB", False), FAST_I4=fast_i4, K_UNROLL=unroll,
-            ACC_DOT=acc_dot, GROUP_M=config.get("GROUP_M", 1),
+            ACC_DOT=acc_dot, GROUP_M=config.get("GROUP_M", 1), E4M3_CVT=e4m3_cvt,
             BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], BLOCK_K=bk,
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **constexprs,

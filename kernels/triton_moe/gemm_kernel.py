@@ -104,6 +104,7 @@ from .kinds import (
     W_MXFP8,
     W_UINT8,
 )
+from .layout import CARRY_EEM, CARRY_SIGN
 from .quant import rne_bf16
 
 # the same values as constexpr globals, the only globals a jit function may read
@@ -291,6 +292,93 @@ LEAN_SHIFT = 7
 LEAN_FOLD = tl.constexpr(2.0 ** (126 - LEAN_SHIFT))  # into the scale operands
 LEAN_UNDO = tl.constexpr(2.0 ** -LEAN_SHIFT)  # the weights' factor, undone in the epilogue
 LEAN_REDO = tl.constexpr(2.0 ** LEAN_SHIFT)
+
+
+def _fp4_carry_asm(scaled: bool, folded: bool = False) -> str:
+    """`_fp4_asm` in bf16 for words in the carried order (layout.carry_bits: plane p's EEM
+    from bit CARRY_EEM[p], its sign at CARRY_SIGN[p]): one shift puts EEM on bits 6-8 and,
+    where the sign is 9 bits above it, the sign on bit 15; one mask keeps both (a sign-
+    magnitude bf16 pattern, the value times 2^-126), so the multiplies carry the sign and no
+    fix-up follows. A plane whose sign lies elsewhere takes the nibble order's fix-up (its
+    sign shifted to bit 15, XORed in last by a lop3). The same values as `_fp4_asm` on the
+    words before `carry_bits`, bit for bit: a product's magnitude does not depend on the
+    signs, and IEEE multiplication gives sign(a) XOR sign(b), also for zeros (x * s + -0
+    keeps the product's sign: -0 + -0 is -0 and +0 + -0 is +0 when rounding to nearest)."""
+    lines = []
+    for p, (eem, sign) in enumerate(zip(CARRY_EEM, CARRY_SIGN, strict=True)):
+        shift = 6 - eem  # EEM from bit eem to bits 6-8
+        carried = sign == eem + 9 and shift >= 0  # the same shift puts the sign on bit 15
+        mask = 0x01C001C0 | (0x80008000 if carried else 0)
+        if shift:
+            lines.append(f"shl.b32 t, $4, {shift};" if shift > 0 else
+                         f"shr.u32 t, $4, {-shift};")
+            lines.append(f"and.b32 t, t, 0x{mask:08X};")
+        else:
+            lines.append(f"and.b32 t, $4, 0x{mask:08X};")
+        muls = ([] if folded else ["mul"]) + ([f"${5 + p}"] if scaled else [])
+        assert muls, "a block multiplies at least once"
+        for i, m in enumerate(muls):
+            last = i == len(muls) - 1
+            lines.append(f"fma.rn.bf16x2 {f'${p}' if last and carried else 't'}, t, {m}, negz;")
+        if not carried:
+            up = 15 - sign  # the sign to bit 15 (and 31)
+            lines.append(f"shl.b32 u, $4, {up};" if up else "mov.b32 u, $4;")
+            lines.append(f"lop3.b32 ${p}, u, 0x80008000, t, 0x6A;")  # (u & sign) ^ t
+    body = "".join(f"\n            {line}" for line in lines)
+    return ("{\n            .reg .b32 t, u, mul, negz;"
+            "\n            mov.b32 mul, 0x7E807E80;"
+            f"\n            mov.b32 negz, 0x80008000;{body}\n            }}")
+
+
+_FP4_CARRY = tl.constexpr(_fp4_carry_asm(scaled=False))
+_FP4_CARRY_S = tl.constexpr(_fp4_carry_asm(scaled=True))
+_FP4_CARRY_F = tl.constexpr(_fp4_carry_asm(scaled=True, folded=True))
+# plane p's bit positions in the carried order, as constexprs for `_nibble`
+_CE0, _CE1, _CE2, _CE3 = (tl.constexpr(b) for b in CARRY_EEM)
+_CS0, _CS1, _CS2, _CS3 = (tl.constexpr(b) for b in CARRY_SIGN)
+
+
+@triton.jit
+def _nibble(raw, P: tl.constexpr, EEM: tl.constexpr, SIGN: tl.constexpr,
+            CARRY: tl.constexpr):
+    """Plane P's e2m1 code [0, 15] of each word (int32): nibble P, or with CARRY its bits
+    gathered from EEM and SIGN (layout.carry_bits) for the bit-field decode."""
+    if CARRY:
+        return ((raw >> EEM) & 7) | (((raw >> SIGN) & 1) << 3)
+    else:
+        return (raw >> (4 * P)) & 0xF
+
+
+@triton.jit
+def _fp4_carry(words, s0, s1, s2, s3, FOLDED: tl.constexpr):
+    """`_fp4_planes_scaled` in bf16 (FOLDED: `_fp4_planes_folded`) on carried words."""
+    if FOLDED:
+        return tl.inline_asm_elementwise(
+            asm=_FP4_CARRY_F, constraints="=r,=r,=r,=r,r,r,r,r,r",
+            args=[words, s0, s1, s2, s3],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True, pack=2)
+    else:
+        return tl.inline_asm_elementwise(
+            asm=_FP4_CARRY_S, constraints="=r,=r,=r,=r,r,r,r,r,r",
+            args=[words, s0, s1, s2, s3],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True, pack=2)
+
+
+@triton.jit
+def _fp4_carry_plain(words):
+    """`_fp4_planes` in bf16 on carried words."""
+    return tl.inline_asm_elementwise(
+        asm=_FP4_CARRY, constraints="=r,=r,=r,=r,r", args=[words],
+        dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True, pack=2)
+
+
+@triton.jit
+def _e4m3_cvt(byte):
+    """float8_e4m3fn bytes (int32) -> fp32 by the hardware conversion (cvt e4m3x2 -> f16x2,
+    sm89+; exact, e4m3 lies inside fp16): `_decode_e4m3`'s values in far fewer
+    instructions. On sm90 it also lets Triton decode the scales where the dot operand needs
+    them, without the shared-memory round trip (and its barriers) of each plane's scales."""
+    return byte.to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
 
 
 @triton.jit
@@ -563,7 +651,7 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
                      WSCALE: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr,
                      COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
                      FAST_I4: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr,
-                     LEAN: tl.constexpr):
+                     LEAN: tl.constexpr, CARRY: tl.constexpr, E4M3_CVT: tl.constexpr):
     """The scaled product of an e2m1 tile in four planes (`plane_nibbles`, FP4_SPAN columns:
     plane p is the tile's columns [k0 + p Q, k0 + (p + 1) Q), Q = TILE_K / 4, inside one
     scale block: `nib_span_fits`). S_E4M3 (NVFP4): each plane's values times its block scale
@@ -576,7 +664,11 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
     into the compute dtype (`_fp4_planes`), else through fp32 bit patterns (`_decode_e2m1`).
     LEAN with S_E4M3 in bf16: the product times 2^-LEAN_SHIFT (the scale carries the
     decode's 2^126, one multiply per pair fewer; the epilogue restores it). Not fp16 (its
-    range has no room for the fold) nor E8M0 scales (no fold fits every byte)."""
+    range has no room for the fold) nor E8M0 scales (no fold fits every byte).
+    CARRY (bf16 only): the words in the carried order (layout.carry_bits), decoded by
+    `_fp4_carry*` or gathered into nibbles (`_nibble`); E4M3_CVT (host: CUDA sm89+): the
+    e4m3 scales by the hardware conversion (`_e4m3_cvt`). The same values either way."""
+    tl.static_assert(not CARRY or COMPUTE == tl.bfloat16)
     Q: tl.constexpr = TILE_K // 4
     SCALED: tl.constexpr = WSCALE == _S_E4M3 or WSCALE == _S_E8M0 or WSCALE == _S_E8M0_W
     # the scale bytes of planes 0-3 (E8M0: planes 0-1 share a 32-column block, 2-3 the next)
@@ -596,7 +688,12 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
             p1 = p0
             p3 = p2
     if WSCALE == _S_E4M3 or WSCALE == _S_E8M0_W:
-        if WSCALE == _S_E4M3:
+        if WSCALE == _S_E4M3 and E4M3_CVT:
+            s0 = _e4m3_cvt(p0)
+            s1 = _e4m3_cvt(p1)
+            s2 = _e4m3_cvt(p2)
+            s3 = _e4m3_cvt(p3)
+        elif WSCALE == _S_E4M3:
             s0 = _decode_e4m3(p0)
             s1 = _decode_e4m3(p1)
             s2 = _decode_e4m3(p2)
@@ -607,7 +704,13 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
             s2 = _decode_e8m0(p2)
             s3 = s2
         FOLD: tl.constexpr = LEAN and WSCALE == _S_E4M3 and COMPUTE == tl.bfloat16
-        if FOLD and FAST_I4 == _I4_PAIRS:  # the scales times 2^(126 - LEAN_SHIFT), exact
+        if FOLD and FAST_I4 == _I4_PAIRS and CARRY:
+            b0, b1, b2, b3 = _fp4_carry(
+                bq, tl.broadcast_to((s0 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to((s1 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to((s2 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to((s3 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape), True)
+        elif FOLD and FAST_I4 == _I4_PAIRS:  # the scales times 2^(126 - LEAN_SHIFT), exact
             b0, b1, b2, b3 = _fp4_planes_folded(
                 bq, tl.broadcast_to((s0 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
                 tl.broadcast_to((s1 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
@@ -615,10 +718,16 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
                 tl.broadcast_to((s3 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape))
         elif FOLD:  # the same values through fp32: e2m1 * scale * 2^-LEAN_SHIFT, exact
             raw = bq.to(tl.int32)
-            b0 = _decode_e2m1(raw & 0xF) * (s0 * LEAN_UNDO)[None, :]
-            b1 = _decode_e2m1((raw >> 4) & 0xF) * (s1 * LEAN_UNDO)[None, :]
-            b2 = _decode_e2m1((raw >> 8) & 0xF) * (s2 * LEAN_UNDO)[None, :]
-            b3 = _decode_e2m1((raw >> 12) & 0xF) * (s3 * LEAN_UNDO)[None, :]
+            b0 = _decode_e2m1(_nibble(raw, 0, _CE0, _CS0, CARRY)) * (s0 * LEAN_UNDO)[None, :]
+            b1 = _decode_e2m1(_nibble(raw, 1, _CE1, _CS1, CARRY)) * (s1 * LEAN_UNDO)[None, :]
+            b2 = _decode_e2m1(_nibble(raw, 2, _CE2, _CS2, CARRY)) * (s2 * LEAN_UNDO)[None, :]
+            b3 = _decode_e2m1(_nibble(raw, 3, _CE3, _CS3, CARRY)) * (s3 * LEAN_UNDO)[None, :]
+        elif FAST_I4 == _I4_PAIRS and CARRY:
+            b0, b1, b2, b3 = _fp4_carry(
+                bq, tl.broadcast_to(s0.to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to(s1.to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to(s2.to(COMPUTE)[None, :], bq.shape),
+                tl.broadcast_to(s3.to(COMPUTE)[None, :], bq.shape), False)
         elif FAST_I4 == _I4_PAIRS:
             b0, b1, b2, b3 = _fp4_planes_scaled(
                 bq, tl.broadcast_to(s0.to(COMPUTE)[None, :], bq.shape),
@@ -627,22 +736,24 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
                 tl.broadcast_to(s3.to(COMPUTE)[None, :], bq.shape), COMPUTE)
         else:
             raw = bq.to(tl.int32)
-            b0 = _decode_e2m1(raw & 0xF) * s0[None, :]
-            b1 = _decode_e2m1((raw >> 4) & 0xF) * s1[None, :]
-            b2 = _decode_e2m1((raw >> 8) & 0xF) * s2[None, :]
-            b3 = _decode_e2m1((raw >> 12) & 0xF) * s3[None, :]
+            b0 = _decode_e2m1(_nibble(raw, 0, _CE0, _CS0, CARRY)) * s0[None, :]
+            b1 = _decode_e2m1(_nibble(raw, 1, _CE1, _CS1, CARRY)) * s1[None, :]
+            b2 = _decode_e2m1(_nibble(raw, 2, _CE2, _CS2, CARRY)) * s2[None, :]
+            b3 = _decode_e2m1(_nibble(raw, 3, _CE3, _CS3, CARRY)) * s3[None, :]
         part = (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
                 + _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
                 + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB))
     else:
-        if FAST_I4 == _I4_PAIRS:
+        if FAST_I4 == _I4_PAIRS and CARRY:
+            b0, b1, b2, b3 = _fp4_carry_plain(bq)
+        elif FAST_I4 == _I4_PAIRS:
             b0, b1, b2, b3 = _fp4_planes(bq, COMPUTE)
         else:
             raw = bq.to(tl.int32)
-            b0 = _decode_e2m1(raw & 0xF)
-            b1 = _decode_e2m1((raw >> 4) & 0xF)
-            b2 = _decode_e2m1((raw >> 8) & 0xF)
-            b3 = _decode_e2m1((raw >> 12) & 0xF)
+            b0 = _decode_e2m1(_nibble(raw, 0, _CE0, _CS0, CARRY))
+            b1 = _decode_e2m1(_nibble(raw, 1, _CE1, _CS1, CARRY))
+            b2 = _decode_e2m1(_nibble(raw, 2, _CE2, _CS2, CARRY))
+            b3 = _decode_e2m1(_nibble(raw, 3, _CE3, _CS3, CARRY))
         lo = _mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
         hi = _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB)
         if WSCALE == _S_E8M0:
@@ -664,7 +775,7 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
                HAS_G_IDX: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
                EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
                NIB_SPAN: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr,
-               LEAN: tl.constexpr):
+               LEAN: tl.constexpr, CARRY: tl.constexpr, E4M3_CVT: tl.constexpr):
     """The scaled fp32 product of one tile of TILE_K columns from k0, inside one scale
     column: a [BLOCK_M, TILE_K] activations (with NIB_SPAN: a, a2, a3, a4 the tile's four
     quarters, [BLOCK_M, TILE_K / 4] each), bq the weight tile as stored ([TILE_K / 2,
@@ -685,7 +796,7 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
             tl.static_assert(NIB_SPAN == TILE_K)
             part = _fp4_planes_part(a, a2, a3, a4, bq, k0, K, s_rows, scale_cols, stride_sk,
                                     WSCALE, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4,
-                                    TILE_K, SCALE_WORDS, LEAN)
+                                    TILE_K, SCALE_WORDS, LEAN, CARRY, E4M3_CVT)
         elif NIB_SPAN:  # word j holds columns j + p * TILE_K / 4, p = 0..3 (`plane_nibbles`)
             tl.static_assert(NIB_SPAN == TILE_K and WEIGHT == _W_INT4)
             part = _planes_part(a, a2, a3, a4, bq, k0, K, s_rows, z_rows, g_row, scale_cols,
@@ -740,7 +851,8 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
              COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
              FAST_I4: tl.constexpr, K_UNROLL: tl.constexpr, WT_N: tl.constexpr,
              WT_K: tl.constexpr, NIB_SPAN: tl.constexpr, ACC_DOT: tl.constexpr,
-             SCALE_WORDS: tl.constexpr, LEAN: tl.constexpr,
+             SCALE_WORDS: tl.constexpr, LEAN: tl.constexpr, CARRY: tl.constexpr,
+             E4M3_CVT: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
@@ -812,7 +924,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                                   g_row, a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT,
                                   WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
                                   EVEN_K, SWAP_AB, FAST_I4, NIB_SPAN, BLOCK_K, SCALE_WORDS,
-                                  LEAN)
+                                  LEAN, CARRY, E4M3_CVT)
     if SWAP_AB:
         acc = tl.trans(acc)
     return acc
@@ -854,6 +966,7 @@ def moe_gemm_kernel(
     ACC_DOT: tl.constexpr, GROUP_M: tl.constexpr, SCALE_WORDS: tl.constexpr,
     LEAN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    CARRY: tl.constexpr = False, E4M3_CVT: tl.constexpr = False,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -915,7 +1028,7 @@ def moe_gemm_kernel(
             a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
             K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
             SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N, WT_K,
-            NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, BLOCK_M, BLOCK_N, BLOCK_K)
+            NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, BLOCK_M, BLOCK_N, BLOCK_K)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)

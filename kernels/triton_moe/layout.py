@@ -140,3 +140,67 @@ def unscale_words(packed: torch.Tensor, cols: int, span: int = FP4_SPAN) -> torc
     plane = span // planes
     first = torch.arange(spans * span // cols) * cols // plane  # a plane inside each block
     return flat[:, :, first.to(packed.device)].contiguous()
+
+
+# e2m1 plane words with the sign where the decode's packed multiply carries it (issue 44's
+# third decode candidate, MOECERT_TRITON_FP4_CARRY=1; bf16 layers only): the four nibbles of
+# a `plane_nibbles` word rearranged so that plane p's magnitude bits EEM (mantissa, then the
+# two exponent bits) start at bit CARRY_EEM[p] and its sign sits at CARRY_SIGN[p]. The decode
+# moves EEM onto bf16's bits 6-8 with one shift; where the sign then lands on bit 15 (a
+# sign 9 bits above EEM: planes 0 and 2) the same mask keeps it, and the multiply that
+# scales the value carries it: 2-3 instructions per pair of weights where the nibble order
+# needs 5. 16 bits hold three such planes, not four (sign-EEM patterns {b, b+1, b+2, b+9}
+# overlap); the best found (a search over every placement, counting shifts, masks and sign
+# fix-ups) carries two and fixes the other two's sign with a shift and a lop3: 11
+# instructions per word besides the four multiplies, where the nibble order takes 15
+# (gemm_kernel's `_fp4_carry_asm`).
+CARRY_EEM = (0, 3, 6, 10)
+CARRY_SIGN = (9, 13, 15, 14)
+
+
+def carry_bits(q: torch.Tensor) -> torch.Tensor:
+    """`plane_nibbles` words (little-endian byte pairs, uint8 [..., 2m]) -> the same words
+    with nibble p's bits 0-2 at CARRY_EEM[p].. and its bit 3 at CARRY_SIGN[p]. Rows a chunk
+    at a time, as `plane_nibbles` (the temporaries are int32: 8 bytes per byte)."""
+    return _per_chunk(q, _carry_rows)
+
+
+def uncarry_bits(q: torch.Tensor) -> torch.Tensor:
+    """Inverse of `carry_bits`."""
+    return _per_chunk(q, _uncarry_rows)
+
+
+def _per_chunk(q: torch.Tensor, fn) -> torch.Tensor:
+    if q.dim() < 2 or q.numel() <= PLANE_CHUNK_BYTES // 4:
+        return fn(q)
+    rows, out = q.reshape(-1, q.shape[-1]), torch.empty_like(q)
+    flat = out.view(-1, q.shape[-1])
+    step = max(1, PLANE_CHUNK_BYTES // 4 // max(q.shape[-1], 1))
+    for lo in range(0, rows.shape[0], step):
+        flat[lo:lo + step] = fn(rows[lo:lo + step])
+    return out
+
+
+def _words(q: torch.Tensor) -> torch.Tensor:
+    return q[..., 0::2].to(torch.int32) | (q[..., 1::2].to(torch.int32) << 8)
+
+
+def _bytes(w: torch.Tensor) -> torch.Tensor:
+    return torch.stack([w & 0xFF, w >> 8], dim=-1).flatten(-2).to(torch.uint8)
+
+
+def _carry_rows(q: torch.Tensor) -> torch.Tensor:
+    w, out = _words(q), None
+    for p, (eem, sign) in enumerate(zip(CARRY_EEM, CARRY_SIGN, strict=True)):
+        nib = (w >> (4 * p)) & 0xF
+        part = ((nib & 7) << eem) | ((nib >> 3) << sign)
+        out = part if out is None else out | part
+    return _bytes(out)
+
+
+def _uncarry_rows(q: torch.Tensor) -> torch.Tensor:
+    w, out = _words(q), None
+    for p, (eem, sign) in enumerate(zip(CARRY_EEM, CARRY_SIGN, strict=True)):
+        part = ((((w >> eem) & 7) | (((w >> sign) & 1) << 3)) << (4 * p))
+        out = part if out is None else out | part
+    return _bytes(out)
