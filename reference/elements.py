@@ -127,7 +127,11 @@ def encode(values: torch.Tensor, element: str | Element) -> torch.Tensor:
     codes = ((torch.signbit(v).to(torch.int64) << (el.bits - 1))
              | (field << el.mantissa_bits) | man.to(torch.int64))
     ok = (steps == torch.round(steps)) & (field < (1 << el.exp_bits))
-    ok &= (decode(codes, el) == v) | ((v == 0) & (mag == 0))
+    # decoded back by look-up: a code outside [0, 2^bits) (NaN or infinite values) fails on
+    # its own, and every code the two conditions above pass is inside
+    top = (1 << el.bits) - 1
+    ok &= (codes >= 0) & (codes <= top)
+    ok &= (decode_codes(codes.clamp(0, top), el) == v) | ((v == 0) & (mag == 0))
     if not bool(ok.all()):
         raise ValueError(f"encode: values must be {el.name.upper()} values (round to "
                          f"{el.name} first)")
