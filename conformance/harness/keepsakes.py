@@ -40,7 +40,8 @@ def fingerprint(t: torch.Tensor) -> tuple:
     lead = data.storage_offset() % 2  # a 16-bit view starts at an even byte
     body = data[lead:]
     even = body.numel() - body.numel() % 2
-    words = body[:even].view(torch.int16)
+    words = (body[:even].view(torch.int16) if even  # an empty slice may sit at an odd byte
+             else torch.empty(0, dtype=torch.int16, device=data.device))
     loose = torch.cat([data[:lead], body[even:]]).tolist()  # at most two bytes
     columns = torch.zeros(_ROW_WORDS, dtype=torch.int64, device=data.device)
     full = words.numel() - words.numel() % _ROW_WORDS

@@ -285,3 +285,11 @@ def test_a_fingerprint_reads_each_dtype_as_its_bytes(monkeypatch, dtype):
     changed = t.clone()
     _bytes_of(changed)[-1] ^= 1
     assert fingerprint(changed) != kept
+
+
+def test_a_fingerprint_takes_empty_and_one_byte_tensors_at_any_offset():
+    """unchanged() fingerprints whatever tensor a backend left under a watched name: an
+    empty or one-byte slice at an odd byte must fingerprint too, not raise."""
+    b = torch.arange(10, dtype=torch.uint8)
+    prints = [fingerprint(t) for t in (b[:0], b[1:1], b[1:2], b[2:3], b[1:3])]
+    assert prints[0] == prints[1] and len({p[2:] for p in prints[2:]}) == 3
