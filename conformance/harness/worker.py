@@ -66,8 +66,9 @@ def main(argv=None) -> int:
 
 
 def settle_imports() -> None:
-    """Move everything the imports made (~215,000 objects: torch, triton, the backends) out
-    of the garbage collector's sight: they live as long as the process, and a full collection
+    """Import what the cases would import on first use (the backends, the exact tier), then
+    move everything the imports made (~215,000 objects: torch, triton, the backends) out of
+    the garbage collector's sight: they live as long as the process, and a full collection
     walks every tracked object. The two collections `release_device_memory` runs after each
     GPU case took 124-280 ms together on this project's CPU (a worker's imports and triton, no
     case state), about as long as a small case's checks, on each of the run's 8360 cases;
@@ -75,6 +76,11 @@ def settle_imports() -> None:
     included, is collected as before (tests/conformance/harness/test_worker_gc.py)."""
     import gc
 
+    from moecert.kernels import backend_names
+
+    from . import exact  # noqa: F401 - the exact tier's check imports it on its first call
+
+    backend_names()  # every registered backend's module (triton's kernels), as a first case
     gc.collect()
     gc.freeze()
 
