@@ -11,6 +11,7 @@
 # Issue 43 on one H200 in one call (under 9 minutes): tools/gpu_hosts.sh certify 400 0
 # COSTS=RESULTS orders every run by those measured costs (--shard-costs: the longest problems
 # first), e.g. in a later call on the same machine: COSTS=/tmp/results-0 tools/gpu_hosts.sh ...
+# Certify as shards, one process per GPU, then one assemble: tools/gpu_shards.sh.
 # No install on the GPU machine: a PYTHONPATH shim to this checkout.
 set -u
 suite=${1:?usage: tools/gpu_hosts.sh SUITE LIMIT_S SELECTION...}; limit=$2; shift 2

@@ -26,7 +26,7 @@ from .keepsakes import keepsake
 from .metrics import error_metrics, error_profile
 from .numerics import declared, effective, reading, reading_scheme
 from .strides import restrided
-from .tolerances import Tolerance, load_table, shape_class
+from .tolerances import Tolerance, default_table, shape_class
 
 # Above this many weights a layer's checkpoint is drawn directly in storage layout on the
 # device (reference.random_checkpoint): quantizing float weights with the tools' rules runs on
@@ -108,7 +108,7 @@ class CaseRun:
         self.device = torch.device(device)
         self.backend = get_backend(case.backend)
         self.variant = case.variant
-        self.table = table or load_table()
+        self.table = table or default_table()
         self.shared = shared
         self.key = problem_key(case, self.device)
         self._done: dict[str, tuple[bool, object]] = {}

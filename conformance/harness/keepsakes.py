@@ -8,10 +8,13 @@ import torch
 # Tensors above this many bytes are remembered by fingerprint, not copied: a DeepSeek-V3
 # bf16 checkpoint is 22 GB, and a copy of it beside the layer's own does not fit on one GPU.
 COPY_MAX_BYTES = 1 << 28
-# bytes hashed at once: five int64 temporaries of 8x that (measured on the CPU at 1 << 26,
-# issue 43: no_mutation peaked 2 GiB above what the case held); the sums are exact integers,
-# so the chunk size does not change a fingerprint
-_FINGERPRINT_CHUNK = 1 << 23
+# A fingerprint sums the bytes as 16-bit words, laid out in rows of _ROW_WORDS: a word's weight
+# is its column + 1, so the weighted sum is the column sums times 1..251, with no position
+# tensor. Rows are summed _CHUNK_ROWS at a time, one int64 temporary of 4x the chunk's bytes
+# (2^16 rows: 31 MiB of the tensor, 126 MiB of temporary); the sums are exact integers, so the
+# chunk size does not change a fingerprint.
+_ROW_WORDS = 251
+_CHUNK_ROWS = 1 << 16
 
 
 def keepsake(t: torch.Tensor):
@@ -22,21 +25,35 @@ def keepsake(t: torch.Tensor):
 
 
 def fingerprint(t: torch.Tensor) -> tuple:
-    """Shape, dtype, and two position-weighted sums of the bytes: any single changed byte
-    changes the first sum, and a swap of two bytes the second."""
+    """Shape, dtype, and two position-weighted sums of the bytes read as 16-bit words (a byte
+    at an odd start or end on its own): any single changed byte changes its word and so the
+    first sum, and a swap of two bytes changes the first sum unless both sit at the same
+    place in their words, then the second unless the words are a multiple of 251 apart.
+
+    Why words, column sums and no position tensor: the byte-wise version of this (every byte
+    widened to int64, a position tensor, its remainder and product) moved about 90 bytes of
+    memory per byte fingerprinted, ~1 TB for a DeepSeek-V3 fp8 checkpoint, twice per case
+    (the snapshot and no_mutation) on a GPU that 24 workers share; this moves about 9, in 3
+    kernel launches per 31 MiB instead of 9 per 8 MiB. int64 holds the sums exactly:
+    |word| <= 2^15, weight <= 251, 2^39 words: < 2^63."""
     data = _bytes(t)
-    # summed on the tensor's device and read once: reading each chunk's sums waited on the
-    # GPU twice a chunk (at 8 MiB chunks, ~1400 waits for a DeepSeek-V3 fp8 checkpoint; the
-    # H200 run of 2026-11-30 00:10 took twice as long in no_mutation as the one before the
-    # chunk shrank, not measured apart). int64 holds the sums: 255 x 251 x 2^40 bytes < 2^63
-    sums = torch.zeros(2, dtype=torch.int64, device=data.device)
-    for start in range(0, data.numel(), _FINGERPRINT_CHUNK):
-        b = data[start:start + _FINGERPRINT_CHUNK].to(torch.int64)
-        w = torch.arange(start, start + b.numel(), device=b.device, dtype=torch.int64) % 251
-        sums[0] += b.sum()
-        sums[1] += (b * (w + 1)).sum()
-    total, weighted = sums.tolist()
-    return (tuple(t.shape), t.dtype, total, weighted)
+    lead = data.storage_offset() % 2  # a 16-bit view starts at an even byte
+    body = data[lead:]
+    even = body.numel() - body.numel() % 2
+    words = (body[:even].view(torch.int16) if even  # an empty slice may sit at an odd byte
+             else torch.empty(0, dtype=torch.int16, device=data.device))
+    loose = torch.cat([data[:lead], body[even:]]).tolist()  # at most two bytes
+    columns = torch.zeros(_ROW_WORDS, dtype=torch.int64, device=data.device)
+    full = words.numel() - words.numel() % _ROW_WORDS
+    rows = words[:full].view(-1, _ROW_WORDS)
+    for start in range(0, rows.shape[0], _CHUNK_ROWS):
+        columns += rows[start:start + _CHUNK_ROWS].sum(0, dtype=torch.int64)
+    tail = words[full:]
+    columns[:tail.numel()] += tail.to(torch.int64)
+    weights = torch.arange(1, _ROW_WORDS + 1, dtype=torch.int64, device=data.device)
+    sums = torch.stack([columns.sum(), (columns * weights).sum()])
+    total, weighted = sums.tolist()  # the one wait on the device
+    return (tuple(t.shape), t.dtype, total, weighted, tuple(loose))
 
 
 def unchanged(kept, t: torch.Tensor | None) -> bool:

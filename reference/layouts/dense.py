@@ -24,6 +24,7 @@ from ..canonical import CanonicalLinear
 from ..checkpoint import Checkpoint
 from ..elements import (
     decode,
+    decode_codes,
     decode_e4m3,
     element_codes,
     encode_e4m3,
@@ -72,10 +73,11 @@ def read_dense(ckpt: Checkpoint, p: str) -> CanonicalLinear:
 
 def _decode_weight(name: str, w: torch.Tensor, el) -> torch.Tensor:
     """Canonical codes of a stored weight: integer codes as int32, float elements decoded
-    from their bits (`elements.decode`), none of them one of the element's NaN codes."""
+    from their bits (`elements.decode`, by its table), none of them one of the element's
+    NaN codes."""
     if el.kind == INT:
         return w.to(torch.int32)
-    codes = decode(element_codes(w, el), el)
+    codes = decode_codes(element_codes(w, el), el)
     if torch.isnan(codes).any():
         nan = ", ".join(f"0x{c:02X}" for c in el.nan_codes)
         raise CheckpointError(name, f"no NaN codes ({nan})",

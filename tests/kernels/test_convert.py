@@ -258,3 +258,25 @@ def test_non_finite_16_bit_weight_found_in_the_last_chunk(monkeypatch):
     ckpt = replace(ckpt, tensors={**ckpt.tensors, "w2_weight": w})
     with pytest.raises(BackendError, match="w2_weight.*non-finite"):
         convert_to_kernel_format(make_layer(ckpt, problem))
+
+
+def test_a_clean_layer_s_code_check_counts_nothing(monkeypatch):
+    """The code checks look for any bad code over the chunks, and count (an int64 sum of the
+    flags, 16 bytes of traffic per element: issue 43) only when one is there; the counts
+    themselves are test_bad_codes_found_in_every_chunk's."""
+    import moecert.kernels.convert as convert
+
+    problem = MoEProblem(**{**SHAPE, "E": 3})
+    ckpt = synthesize("fp8-w8a16", problem)
+    monkeypatch.setattr(convert, "CHUNK_ELEMENTS", ckpt.tensors["w13_weight"][0].numel())
+    sums = []
+    real_sum = torch.Tensor.sum
+
+    def counted(self, *args, **kwargs):
+        if self.dtype == torch.bool:
+            sums.append(tuple(self.shape))
+        return real_sum(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "sum", counted)
+    convert_to_kernel_format(make_layer(ckpt, problem))
+    assert sums == []

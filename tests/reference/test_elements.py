@@ -13,8 +13,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from moecert.reference.canonical import dequantize_canonical
-from moecert.reference.elements import decode_e4m3, decode_e8m0, mx_scale_exponent, round_to_e4m3
+from moecert.reference.elements import (
+    decode,
+    decode_codes,
+    decode_e4m3,
+    decode_e8m0,
+    mx_scale_exponent,
+    round_to_e4m3,
+)
 from moecert.reference.quantize import quantize_mxfp8
+from moecert.reference.schemes.elements import ELEMENTS, EXPONENT, FLOAT
 
 ALL_BYTES = torch.arange(256, dtype=torch.int64).to(torch.uint8)
 RULES = ("floor", "even", "ceil", "rceil")
@@ -240,3 +248,20 @@ def test_nonfinite_mx_block_is_nan_whole_block(rule):
     y = qdq_mxfp8(x, rule)
     assert torch.isnan(y[0, :32]).all() and torch.isnan(y[1, 32:]).all()
     assert torch.equal(y[0, 32:], x[0, 32:]) and torch.equal(y[2], x[2])
+
+
+@pytest.mark.parametrize("name", sorted(n for n, el in ELEMENTS.items()
+                                        if el.kind in (EXPONENT, FLOAT)))
+def test_the_decode_table_gives_decode_s_values(name):
+    """The reference decodes stored weights by look-up (`decode_codes`, issue 43: decode's
+    arithmetic was 65 of 71 s of a DeepSeek-shaped fp8 reference on the CPU): the same float64
+    values as `decode` on every code, bit for bit, NaN where decode has NaN, in the codes'
+    shape. A table off by one code, or built for the wrong element, fails here."""
+    el = ELEMENTS[name]
+    codes = torch.randint(0, 1 << el.bits, (3, 5, 1 << el.bits), dtype=torch.int64)
+    codes[0, 0] = torch.arange(1 << el.bits)  # every code once
+    want, got = decode(codes, el), decode_codes(codes, el)
+    assert got.shape == codes.shape and got.dtype == torch.float64
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    bits = [t.nan_to_num(7.0).view(torch.int64) for t in (got, want)]
+    assert torch.equal(*bits)

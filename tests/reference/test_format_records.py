@@ -55,6 +55,9 @@ def test_encode_inverts_decode_and_rounding_lands_on_codes(el):
     assert torch.equal(decode(encode(r, el), el), r)
     with pytest.raises(ValueError, match=el.name.upper()):
         encode(torch.tensor([el.max * 2]), el)
+    for bad in (math.nan, math.inf, -math.inf):  # codes outside the element's range
+        with pytest.raises(ValueError, match=el.name.upper()):
+            encode(torch.tensor([1.0, bad], dtype=torch.float64), el)
 
 
 def _stored_forms():

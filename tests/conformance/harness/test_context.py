@@ -219,13 +219,77 @@ def test_releasing_the_cache_touches_a_gpu_only(monkeypatch):
 
 
 def test_a_fingerprint_does_not_depend_on_its_chunk_size(monkeypatch):
-    """keepsakes hashes big tensors a chunk at a time (issue 43: int64 temporaries of 8x the
-    chunk); the position weights run on across chunks, so a swap across a chunk boundary
-    still shows."""
-    t = torch.randint(0, 256, (1000,), dtype=torch.int32).to(torch.uint8)
+    """keepsakes hashes big tensors a chunk of rows at a time (issue 43: one int64 temporary
+    of 4x the chunk); the column weights run on across chunks, so a swap across a chunk
+    boundary still shows."""
+    t = torch.randint(0, 256, (5000,), dtype=torch.int32).to(torch.uint8)
     whole = fingerprint(t)
-    monkeypatch.setattr(keepsakes, "_FINGERPRINT_CHUNK", 64)
+    monkeypatch.setattr(keepsakes, "_CHUNK_ROWS", 1)
     assert fingerprint(t) == whole
+    row = 2 * keepsakes._ROW_WORDS  # bytes per row: the boundary between rows 0 and 1
     swapped = t.clone()
-    swapped[63], swapped[64] = t[64] + 0, t[63] + 0
-    assert t[63] == t[64] or fingerprint(swapped) != whole
+    swapped[row - 1], swapped[row + 1] = t[row + 1] + 0, t[row - 1] + 0  # same lane
+    assert t[row - 1] == t[row + 1] or fingerprint(swapped) != whole
+
+
+def _bytes_of(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(-1).view(torch.uint8)
+
+
+@pytest.mark.parametrize("n, start", [(1103, 0), (1103, 1), (1104, 1), (2 * 251 * 3, 0)])
+def test_every_single_changed_byte_changes_the_fingerprint(monkeypatch, n, start):
+    """Every byte counts: the 16-bit words, a full row or a part row, and the loose bytes of
+    an odd start (a slice of a byte tensor) or an odd end. A fingerprint blind to any one of
+    them fails here."""
+    monkeypatch.setattr(keepsakes, "_CHUNK_ROWS", 2)
+    base = torch.randint(0, 256, (n + start,), dtype=torch.int32).to(torch.uint8)
+    t = base[start:]
+    kept = fingerprint(t)
+    for i in range(n):
+        for delta in (1, 128):
+            changed = base.clone()[start:]
+            changed[i] = (int(t[i]) + delta) % 256
+            assert fingerprint(changed) != kept, (i, delta)
+
+
+def test_a_swap_of_two_bytes_changes_the_fingerprint_unless_251_words_apart():
+    """Two bytes trade places: the plain sum sees it unless both sit at the same place in
+    their 16-bit words, the column weights then unless the words are a multiple of 251
+    apart (the byte-wise fingerprint's blind spot was any 251 bytes apart)."""
+    n = 2 * 251 + 40  # a full row of words and a part row
+    t = torch.randint(0, 256, (n,), dtype=torch.int32).to(torch.uint8)
+    kept = fingerprint(t)
+    blind = 0
+    firsts = {0, 1, 2, 3, 250, 251, 252, 253, 500, 501, 502, 503, n - 2, *range(7, n, 61)}
+    for i in sorted(firsts):  # every partner of these: about 16 x 542 swaps
+        for j in range(i + 1, n):
+            if t[i] == t[j]:
+                continue
+            swapped = t.clone()
+            swapped[i], swapped[j] = t[j] + 0, t[i] + 0
+            same = fingerprint(swapped) == kept
+            unseen = (i - j) % 2 == 0 and ((j - i) // 2) % 251 == 0
+            assert same == unseen, (i, j)
+            blind += same
+    assert blind  # the blind spot is where the docstring says, and is hit here
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16, torch.int32])
+def test_a_fingerprint_reads_each_dtype_as_its_bytes(monkeypatch, dtype):
+    """A checkpoint tensor of any dtype (fp8 codes, 16-bit weights, packed int32 words) is
+    read as bytes; a change to its last element, in the part row, shows."""
+    monkeypatch.setattr(keepsakes, "_CHUNK_ROWS", 1)
+    t = torch.randint(0, 100, (3, 7, 53)).to(dtype)
+    kept = fingerprint(t)
+    assert fingerprint(t.clone()) == kept
+    changed = t.clone()
+    _bytes_of(changed)[-1] ^= 1
+    assert fingerprint(changed) != kept
+
+
+def test_a_fingerprint_takes_empty_and_one_byte_tensors_at_any_offset():
+    """unchanged() fingerprints whatever tensor a backend left under a watched name: an
+    empty or one-byte slice at an odd byte must fingerprint too, not raise."""
+    b = torch.arange(10, dtype=torch.uint8)
+    prints = [fingerprint(t) for t in (b[:0], b[1:1], b[1:2], b[2:3], b[1:3])]
+    assert prints[0] == prints[1] and len({p[2:] for p in prints[2:]}) == 3
