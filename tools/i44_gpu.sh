@@ -94,11 +94,12 @@ for f in tests ci-carry; do
 done
 echo "- correctness phase: $((SECONDS - start)) s" | tee -a "$S"
 
-# 2. timing (the GPU to itself): decode words (the default, + Marlin) vs lean vs carry; ogs
+# 2. timing (the GPU to itself): decode words (+ Marlin) vs lean vs carry (the default since
+# 2026-11-30: CARRY + LEAN); ogs
 B=(--device "$DEV" --mode "$MODE" --max-seconds 0.5 --repeats 50)
-timeout 55 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" ${MARLIN[@]+"${MARLIN[@]}"} \
+MOECERT_TRITON_FP4_CARRY=0 MOECERT_TRITON_FP4_LEAN=0 timeout 55 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" ${MARLIN[@]+"${MARLIN[@]}"} \
     --results "$W/b-words" --run-id words > "$W/b-words.txt" 2>&1
-MOECERT_TRITON_FP4_LEAN=1 timeout 40 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" \
+MOECERT_TRITON_FP4_CARRY=0 MOECERT_TRITON_FP4_LEAN=1 timeout 40 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" \
     --results "$W/b-lean" --run-id lean > "$W/b-lean.txt" 2>&1
 MOECERT_TRITON_FP4_CARRY=1 MOECERT_TRITON_FP4_LEAN=1 timeout 40 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" \
     --results "$W/b-carry" --run-id carry > "$W/b-carry.txt" 2>&1

@@ -46,16 +46,15 @@ other).
 MOECERT_TRITON_FP4_SCALE_WORDS=0 stores e2m1 layers' plane scales as a byte per block instead
 of one 32-bit word per row and span (`fp4_scale_words`, layout.scale_words: the default since
 it timed 1.21-1.41x faster at decode, bit for bit the same, docs/speed.md "Issue 44").
-MOECERT_TRITON_FP4_LEAN=1 turns on issue 44's second decode candidate for e2m1 planes
+MOECERT_TRITON_FP4_LEAN=0 turns off issue 44's second decode step for e2m1 planes
 (`fp4_lean`, gemm_kernel's LEAN): no K masks on activation loads where every tile lies inside K,
 and NVFP4 in bf16 decoded with one packed multiply per pair (the scale carries the decode's
-power of two); off by default: timed 1.03-1.08x over words on one H200 (docs/speed.md),
-judged there on the FP4 `ci` cases only.
-MOECERT_TRITON_FP4_CARRY=1 turns on issue 44's third decode candidate for e2m1 planes in bf16
-layers (`fp4_carry`, read when a layer is processed): the plane words stored with each
-nibble's sign where the decode's multiply carries it (layout.carry_bits, gemm_kernel's CARRY)
-and NVFP4's scales by the hardware e4m3 conversion on sm89+ (E4M3_CVT); with or without
-LEAN; off by default until timed (docs/speed.md, "Round three").
+power of two). MOECERT_TRITON_FP4_CARRY=0 turns off the third (`fp4_carry`, read when a layer
+is processed; bf16 layers only): the plane words stored with each nibble's sign where the
+decode's multiply carries it (layout.carry_bits, gemm_kernel's CARRY) and NVFP4's scales by the
+hardware e4m3 conversion on sm89+ (E4M3_CVT). Both are the default since 2026-11-30: bit for bit
+the words path's output (the CUDA tests on an H200, the FP4 `ci` cases green with them), and
+CARRY + LEAN timed 1.10-1.95x faster than words at decode there (docs/speed.md, "Round three").
 """
 
 from __future__ import annotations
@@ -216,23 +215,24 @@ def fp4_scale_words(environ=os.environ) -> bool:
 
 
 def fp4_lean(environ=os.environ) -> bool:
-    """True when MOECERT_TRITON_FP4_LEAN=1 asks for the lean e2m1 decode step (gemm_kernel's
-    LEAN; read when a layer is processed); False when 0, unset or empty."""
+    """Whether the lean e2m1 decode step runs (gemm_kernel's LEAN; read when a layer is
+    processed): True when MOECERT_TRITON_FP4_LEAN is 1, unset or empty, False when 0."""
     raw = environ.get(FP4_LEAN_ENV, "").strip()
     if raw not in ("", "0", "1"):
-        raise ValueError(f"{FP4_LEAN_ENV}={raw!r}: expected 1 (the lean e2m1 decode step) or "
-                         "0 (the default)")
-    return raw == "1"
+        raise ValueError(f"{FP4_LEAN_ENV}={raw!r}: expected 1 (the lean e2m1 decode step, the "
+                         "default) or 0")
+    return raw != "0"
 
 
 def fp4_carry(environ=os.environ) -> bool:
-    """True when MOECERT_TRITON_FP4_CARRY=1 asks for the sign-carrying e2m1 words
-    (layout.carry_bits; read when a layer is processed); False when 0, unset or empty."""
+    """Whether e2m1 words carry their sign into the decode's multiply (layout.carry_bits;
+    read when a layer is processed): True when MOECERT_TRITON_FP4_CARRY is 1, unset or
+    empty, False when 0."""
     raw = environ.get(FP4_CARRY_ENV, "").strip()
     if raw not in ("", "0", "1"):
         raise ValueError(f"{FP4_CARRY_ENV}={raw!r}: expected 1 (e2m1 words whose sign the "
-                         "multiply carries) or 0 (the default)")
-    return raw == "1"
+                         "multiply carries, the default) or 0")
+    return raw != "0"
 
 
 def path_for(device: str, directory: Path | None = None) -> Path:

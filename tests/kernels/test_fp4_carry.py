@@ -203,7 +203,7 @@ def test_carry_is_for_bf16_only():
 
 
 def test_the_variable_reads_as_documented():
-    assert not configs.fp4_carry({}) and not configs.fp4_carry({configs.FP4_CARRY_ENV: "0"})
+    assert configs.fp4_carry({}) and not configs.fp4_carry({configs.FP4_CARRY_ENV: "0"})
     assert configs.fp4_carry({configs.FP4_CARRY_ENV: " 1 "})
     with pytest.raises(ValueError, match="MOECERT_TRITON_FP4_CARRY"):
         configs.fp4_carry({configs.FP4_CARRY_ENV: "yes"})
@@ -228,6 +228,7 @@ def test_the_backend_stores_carried_words_and_gives_the_same_output(scheme, dtyp
         monkeypatch.setenv(configs.DEQUANT_ROWS_ENV, "0")
     backend = TritonBackend()
     x, w, ids = make_inputs(P, seed=2)
+    monkeypatch.setenv(configs.FP4_LEAN_ENV, "0")  # LEAN is its own flag (on by default)
     outs, codes, stored = {}, {}, {}
     for carry in ("0", "1"):
         monkeypatch.setenv(configs.FP4_CARRY_ENV, carry)

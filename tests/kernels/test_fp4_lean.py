@@ -98,7 +98,8 @@ def test_scale_words_are_the_default_and_zero_turns_them_off(monkeypatch):
     assert configs.fp4_scale_words({}) and configs.fp4_scale_words({"X": "1"})
     assert configs.fp4_scale_words({configs.FP4_SCALE_WORDS_ENV: ""})
     assert not configs.fp4_scale_words({configs.FP4_SCALE_WORDS_ENV: "0"})
-    assert not configs.fp4_lean({}) and configs.fp4_lean({configs.FP4_LEAN_ENV: "1"})
+    assert configs.fp4_lean({}) and configs.fp4_lean({configs.FP4_LEAN_ENV: "1"})
+    assert not configs.fp4_lean({configs.FP4_LEAN_ENV: "0"})
 
 
 # --- the PTX, executed ---------------------------------------------------------------------
