@@ -71,7 +71,7 @@ BAD_ENVIRONMENT = [
     ("MOECERT_TRITON_DEQUANT_ROWS", "-1", "expected rows per expert (an integer >= 0) or off"),
     ("MOECERT_TRITON_FP4_SCALE_WORDS", "yes",
      "expected 1 (plane scales in 32-bit words, the default) or 0"),
-    ("MOECERT_TRITON_FP4_LEAN", "yes", "expected 1 (the lean e2m1 decode step) or 0"),
+    ("MOECERT_TRITON_FP4_LEAN", "yes", "expected 1 (the lean e2m1 decode step, the default) or 0"),
     ("MOECERT_TRITON_FP4_CARRY", "2", "expected 1 (e2m1 words whose sign the multiply"),
 ]
 
