@@ -242,8 +242,12 @@ class WorkPool:
         # every simulated platform (0.04 s a scan of certify's 122 on this project's CPU,
         # twice a take, and every waiting worker rescans on each release)
         known = {id(g): (g, problem_need(g, need)) for g in big}
-        self.need = lambda group: (known[id(group)][1] if known.get(id(group), (None,))[0]
-                                   is group else problem_need(group, need))
+
+        def budget(group):
+            hit = known.get(id(group))  # the group itself, not another that reused its id
+            return hit[1] if hit is not None and hit[0] is group else problem_need(group, need)
+
+        self.need = budget
         self.case_need = need
         self.big = sorted(big, key=lambda g: (-cost(g) if cost else 0.0, -self.need(g)))
         self.small = SpecializationQueue([g for g in groups if not model_size(g[0])], cost)

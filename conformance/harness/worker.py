@@ -16,6 +16,7 @@ stdout that nothing else writes to.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -58,8 +59,6 @@ def main(argv=None) -> int:
                 send({"row": row})
             release_device_memory(device)
             send({"done": case.case_id})
-    import gc
-
     gc.unfreeze()  # a clean shutdown: frozen objects left at exit make triton's bindings
     # print "nanobind: leaked ..." to stderr
     return 0
@@ -74,8 +73,6 @@ def settle_imports() -> None:
     case state), about as long as a small case's checks, on each of the run's 8360 cases;
     after this 0.001 ms: they walk only what the cases made. Garbage the cases make, cycles
     included, is collected as before (tests/conformance/harness/test_worker_gc.py)."""
-    import gc
-
     from moecert.kernels import backend_names
 
     from . import exact  # noqa: F401 - the exact tier's check imports it on its first call
@@ -90,9 +87,8 @@ def release_device_memory(device: str) -> None:
     worker idling on a model-size case's cache (measured: 69 GB on an H200) starves the
     next model-size case of another worker."""
     if device.startswith("cuda"):
-        import gc
-
         import torch
+
         gc.collect()
         # again: what the first pass's finalizers let go of (the vLLM adapter takes a layer's
         # runner out of vLLM's forward context when the layer is collected; the runner and its
