@@ -20,6 +20,12 @@ BUILTINS = {
     "grouped": "moecert.kernels.grouped:GroupedBackend",
 }
 
+# Backend groups an expected-failure entry may name where which backends show one behaviour
+# depends on the host: the group's function answers for this machine.
+GROUPS = {
+    "vllm-amx": "moecert.kernels.vllm_backend:amx_gate_backends",
+}
+
 _registry: dict[str, Backend] = {}
 _load_errors: dict[str, str] = {}
 _loaded = False
@@ -119,3 +125,10 @@ def reload_registry() -> None:
     _load_errors.clear()
     _loaded = False
     _load()
+
+
+def backend_group(name: str) -> tuple[str, ...] | None:
+    """The backends the group `name` stands for on this machine (GROUPS), None for a name
+    that is no group."""
+    target = GROUPS.get(name)
+    return None if target is None else tuple(_resolve(target))  # _resolve calls it

@@ -7,9 +7,13 @@
     vllm-cpu-forced  the same, with vLLM's one CPU capability gate (`torch.cpu.
                      _is_amx_tile_supported`, which every quantized CPU MoE kernel of vLLM 0.32
                      requires) answered True while vLLM runs, so that vLLM's quantized weight
-                     processing and CPU kernels run on a CPU without AMX. Kernels that execute
-                     AMX instructions (vLLM's `isa = "amx"` experts) are refused: they would
-                     die with SIGILL.
+                     processing and CPU kernels run on a CPU without AMX. There, kernels that
+                     execute AMX instructions (vLLM's `isa = "amx"` experts) are refused: they
+                     would die with SIGILL. On a CPU with AMX the gate already answers True:
+                     this backend runs what `vllm` runs (and says so in its backend detail).
+
+Which of the two sees the gate True depends on the host, so the expected-failure list names
+vLLM's AMX-gated behaviour once, as the backend group `vllm-amx` (`amx_gate_backends`).
 
 Nothing of vLLM is re-implemented here: the adapter turns a moecert checkpoint into what a
 model file holds (kernels/vllm_checkpoint.py), hands it to vLLM's loaders, and calls vLLM.
@@ -64,6 +68,8 @@ from .vllm_checkpoint import ACTIVATIONS, expert_tensors, file_config, quantizat
 # relative to it ("0.gate_proj.qweight"), as vLLM's AutoWeightsLoader passes them.
 PREFIX = "model.layers.{}.mlp.experts"
 AMX_ISA = "amx"
+# torch's answer before any forced call replaces it: whether this CPU executes AMX tiles
+NATIVE_AMX_GATE = torch.cpu._is_amx_tile_supported
 NO_KERNEL = "NONE"  # the backend enum value vLLM's oracles use for "nothing runs here"
 # vLLM's CPU experts call one compiled entry, `fused_experts_cpu(..., moe_comp_method, ...)`;
 # the method vLLM passes names the computation (its `CPUQuantMethod`), in moecert's
@@ -234,7 +240,7 @@ class VllmBackend:
             # vLLM's fp8 oracle answers NONE off CUDA/ROCm instead of raising; the layer is
             # built and only processing fails (a CUDA-only op): no claim
             return f"vLLM {_vllm()['version']}'s oracle chose no experts kernel ({choice})", choice
-        if self.forced_amx and isa == AMX_ISA:
+        if self.forced_amx and isa == AMX_ISA and not cpu_has_amx():
             return (f"vLLM chose {choice}, an AMX kernel: with the capability gate forced it "
                     "would execute AMX tile instructions this CPU lacks (SIGILL)"), choice
         return None, choice
@@ -317,7 +323,9 @@ class VllmBackend:
             backend = f"{backend.split(' (')[0]} ({type(experts).__name__})"
         elif backend == "? (?)":  # no oracle choice, no modular kernel: the method's own call
             backend = f"{type(layer.quant_method).__name__} (no modular kernel)"
-        return backend + ("; CPU AMX gate forced" if self.forced_amx else "")
+        if self.forced_amx:
+            backend += "; CPU AMX gate forced" + (" (this CPU has AMX)" if cpu_has_amx() else "")
+        return backend
 
     def numerics(self, layer: VllmLayer) -> dict:
         """What vLLM's processed layer computes, read from vLLM: the dtype its loader keeps
@@ -678,6 +686,20 @@ def _engine_device() -> torch.device:
 
 def _amx_supported() -> bool:
     return True
+
+
+def cpu_has_amx() -> bool:
+    """Whether vLLM's own CPU AMX gate answers True on this machine (a CPU platform whose CPU
+    executes AMX tiles): there vLLM runs its AMX-gated experts without forcing."""
+    return Platform.current().kind == "cpu" and bool(NATIVE_AMX_GATE())
+
+
+def amx_gate_backends() -> tuple[str, ...]:
+    """The backends that run vLLM with its CPU AMX gate answering True on this machine:
+    vllm-cpu-forced everywhere, and vllm itself on a CPU with AMX, where forcing changes
+    nothing. The expected-failure list names them as the group `vllm-amx`, so that one entry
+    states one behaviour of vLLM's AMX-gated kernels on every host."""
+    return (VllmCpuForcedBackend.name, *((VllmBackend.name,) if cpu_has_amx() else ()))
 
 
 

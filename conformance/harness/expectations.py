@@ -3,8 +3,9 @@ waivers (`moecert certify --waivers`, certification/waivers.py): which rows an e
 why.
 
     [[xfail]]                              # [[waiver]] in a waiver file
-    backend = "vendor-x"                   # a name or a list of names; absent or "*": every
-    scheme = "awq-int4"                    # backend; then the case's fields it covers
+    backend = "vendor-x"                   # a name, a list of names or a group (the host's
+                                           # answer: kernels/registry.py GROUPS); absent or
+    scheme = "awq-int4"                    # "*": every backend; then the case's fields
     variant = { sym = false }              # (harness/case_fields.py: scheme, variant.*,
     problem = { M = { min = 1 } }          # problem.*, routing, seed, strided, model, folder)
     checks = ["accuracy", "exact"]         # check names; absent or ["*"]: every check
@@ -77,6 +78,13 @@ class Expectation:
     requires: tuple[str, ...] = ()
     # the case fields it covers (case_fields.py): (name, wanted)
     fields: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The backend names the entry covers: its list or group's names (matched as the
+        backend field), else its one name (`*`: every backend)."""
+        named = dict(self.fields).get("backend")
+        return tuple(named) if named else (self.backend,)
 
     def matches(self, row: dict) -> bool:
         if not (self.backend in (EVERY, str(row["backend"]))
@@ -163,6 +171,7 @@ def parse_expectations(text: str, where: str, table: str, required: tuple[str, .
                              f'requires = ["amd-quark"]')
         if requires:
             expected["requires"] = tuple(requires)
+        raw = _expand_group(raw)
         if expects:
             expected["fields"] = parse_fields(raw, entry)
         backend = raw.get("backend", EVERY)
@@ -170,6 +179,16 @@ def parse_expectations(text: str, where: str, table: str, required: tuple[str, .
                                    str(raw.get("case_id", EVERY)), tuple(checks), reason,
                                    **expected))
     return entries
+
+
+def _expand_group(raw: dict) -> dict:
+    """`raw` with a backend group (kernels/registry.py GROUPS, e.g. `vllm-amx`) replaced by
+    the backends it stands for on this machine: a list, matched as the backend field."""
+    from moecert.kernels.registry import backend_group
+
+    names = raw.get("backend")
+    group = backend_group(names) if isinstance(names, str) else None
+    return raw if group is None else {**raw, "backend": list(group)}
 
 
 def _check_cited(reason: str, entry: str) -> None:

@@ -169,19 +169,48 @@ def test_vllm_bf16_layer_matches_the_reference(vllm):
     assert b.version.startswith(f"vllm {vllm.__version__}")
 
 
-def test_forced_mode_refuses_an_amx_kernel(vllm):
-    if torch.cpu._is_amx_tile_supported():
-        pytest.skip("this CPU has AMX: the forced gate changes nothing")
+@pytest.mark.parametrize("native", [False, True])
+def test_forced_mode_refuses_an_amx_kernel_only_where_the_cpu_lacks_amx(vllm, monkeypatch,
+                                                                        native):
+    """bf16 gets vLLM's AMX grouped GEMM whenever the gate answers True: the forced mode
+    refuses it on a CPU without AMX (SIGILL) and claims it on one with AMX. Only the claim
+    is asked (the refused kernel never runs), so both answers are testable on any CPU."""
+    vb = vllm_backend
+    monkeypatch.setattr(vb, "NATIVE_AMX_GATE", lambda: native)
+    monkeypatch.setattr(vb, "_selections", {})  # claims are kept per process: a host's answer
+    gate = torch.cpu._is_amx_tile_supported
     why = VllmCpuForcedBackend().supports(Variant.of("bf16"), SMALL)
-    assert why is not None and "SIGILL" in why
-    assert torch.cpu._is_amx_tile_supported() is False  # the override ends with the call
+    if native:
+        assert why is None
+    else:
+        assert why is not None and "SIGILL" in why
+    assert torch.cpu._is_amx_tile_supported is gate  # the override ends with the call
+    assert vb.amx_gate_backends() == (("vllm-cpu-forced", "vllm") if native
+                                      else ("vllm-cpu-forced",))
+
+
+def test_the_vllm_amx_group_expands_in_an_expected_failure_list(vllm, monkeypatch, tmp_path):
+    from moecert.conformance.harness.xfail import XfailList
+
+    text = ('[[xfail]]\nbackend = "vllm-amx"\nscheme = "bf16"\nstatus = ["fail"]\n'
+            'message = "x"\nreason = "r"\n')
+    path = tmp_path / "list.toml"
+    path.write_text(text)
+    for native, backends in ((False, ("vllm-cpu-forced",)),
+                             (True, ("vllm-cpu-forced", "vllm"))):
+        monkeypatch.setattr(vllm_backend, "NATIVE_AMX_GATE", lambda answer=native: answer)
+        (entry,) = XfailList.load(path).entries
+        assert dict(entry.fields)["backend"] == backends
 
 
 def test_describe_names_the_experts_class_vllm_built(vllm):
     b = VllmBackend()
     layer = b.create_layer(synthesize("bf16", SMALL, seed=1), SMALL)
     b.process_weights_after_loading(layer)
-    assert b.describe(layer) == "CPU (CPUUnquantizedExperts)"
+    # vLLM 0.32 picks its AMX grouped GEMM where the CPU has AMX, its vector one elsewhere
+    amx = torch.cpu._is_amx_tile_supported()
+    assert b.describe(layer) == ("CPU (X86CPUUnquantizedExperts)" if amx
+                                 else "CPU (CPUUnquantizedExperts)")
 
 
 def test_describe_in_forced_mode_says_so(vllm):
@@ -192,7 +221,8 @@ def test_describe_in_forced_mode_says_so(vllm):
         pytest.skip(f"vLLM does not run gptq int4 here: {b.supports(quant, P)}")
     layer = b.create_layer(synthesize("gptq-int4", P, seed=1, group_size=32), P)
     b.process_weights_after_loading(layer)
-    assert b.describe(layer) == "CPU (CPUExpertsInt4); CPU AMX gate forced"
+    host = " (this CPU has AMX)" if torch.cpu._is_amx_tile_supported() else ""
+    assert b.describe(layer) == f"CPU (CPUExpertsInt4); CPU AMX gate forced{host}"
 
 
 def test_numerics_are_read_from_the_kernel_call_vllm_makes(vllm):
