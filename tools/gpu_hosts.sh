@@ -12,6 +12,8 @@
 # COSTS=RESULTS orders every run by those measured costs (--shard-costs: the longest problems
 # first), e.g. in a later call on the same machine: COSTS=/tmp/results-0 tools/gpu_hosts.sh ...
 # Certify as shards, one process per GPU, then one assemble: tools/gpu_shards.sh.
+# A warm Triton cache beside the cold one (what a CI runner that persists its cache sees):
+#   tools/gpu_hosts.sh certify 300 0:240; WARM_TRITON=1 tools/gpu_hosts.sh certify 300 0:240
 # No install on the GPU machine: a PYTHONPATH shim to this checkout.
 set -u
 suite=${1:?usage: tools/gpu_hosts.sh SUITE LIMIT_S SELECTION...}; limit=$2; shift 2
@@ -31,7 +33,10 @@ for arg in "$@"; do
   sel=${arg%%:*}; own=$limit; [[ $arg == *:* ]] && own=${arg##*:}
   tag=${sel//,/-}
   export TRITON_CACHE_DIR=/tmp/triton-$tag MOECERT_CACHE_DIR=/tmp/ckpt-$tag
-  rm -rf "$TRITON_CACHE_DIR" "$MOECERT_CACHE_DIR" "/tmp/results-$tag"
+  rm -rf "$MOECERT_CACHE_DIR" "/tmp/results-$tag"
+  # WARM_TRITON=1 keeps the selection's Triton cache of an earlier run in this machine's /tmp
+  # (a CI runner that persists TRITON_CACHE_DIR): its compiles are then loads
+  [[ ${WARM_TRITON:-0} == 1 ]] || rm -rf "$TRITON_CACHE_DIR"
   start=$(date +%s)
   CUDA_VISIBLE_DEVICES=$sel timeout "$own" python -m moecert.conformance.cli run \
       --suite "$suite" --device cuda -n auto --results "/tmp/results-$tag" "${costs[@]}" \

@@ -5,7 +5,9 @@
 RESULTS: a results file or folder (`moecert run --results`). Prints the wall time (first
 check's start to last row), the check time summed over rows by check and backend, how many
 cases were running at once over time (the workers' use), the model-size problems' share,
-the tail (what still ran in the last quarter of the wall), and each model-size layer's GPU
+the tail (what still ran in the last quarter of the wall), the triton `claims` rows of compile
+size (a kernel's first call in a worker: over 1 s, against a median near 0.13 s on an H200
+host) per kernel family, and each model-size layer's GPU
 memory high-water mark per scheme (`device_peak_bytes`), from which the runner's memory
 budget is sized (conformance/harness/schedule.py), and that budget beside it per layer.
 """
@@ -63,6 +65,7 @@ def main(argv=None) -> int:
             print(f"  {w:4d}-{w + 30:<4d} s  running {busy[window].mean():5.1f}"
                   f"  model-size {layers[window].mean():4.2f}")
     tail(cases.assign(t0=cases["t0"] - start, t1=cases["t1"] - start, big=big), wall)
+    first_calls(rows)
     if "device_peak_bytes" in rows and rows["device_peak_bytes"].notna().any():
         sized = rows[rows["E"] * rows["K"] * rows["N"] * 3 > MODEL_SIZE_WEIGHTS]
         peak = sized.groupby(["E", "K", "N", "scheme", "backend"], observed=True)[
@@ -90,6 +93,31 @@ def budget_against_peaks(sized: pd.DataFrame) -> None:
         float_format=lambda v: f"{v:.2f}"))  # 50.20, not 50.2: two decimals always
     print(f"highest peak / need: {table['peak / need'].max():.2f} "
           f"(median {table['peak / need'].median():.2f})")
+
+
+# The case fields that choose a triton kernel's specialization: its constexpr flags follow
+# the scheme and variant (config), the dtype, activation, bias, router placement and format;
+# its tiles follow K and N (and M's bucket). Rows of one family share compiled kernels.
+FAMILY = ["scheme", "config", "dtype", "activation", "bias", "router_on_input",
+          "activation_format", "K", "N"]
+
+
+def first_calls(rows: pd.DataFrame, backend: str = "triton", compile_s: float = 1.0) -> None:
+    """How much of `backend`'s `claims` time is compile-sized first calls, and whether the
+    same family compiled more than once (two workers at once, before the shared Triton cache
+    held it): only that part would a compile-once-before-the-pool step remove."""
+    claims = rows[(rows["backend"] == backend) & (rows["check"] == "claims")
+                  & (rows["status"] != "unsupported")]
+    if claims.empty:
+        return
+    slow = claims[claims["duration_s"] > compile_s]
+    per_family = slow.groupby([c for c in FAMILY if c in slow], dropna=False,
+                              observed=True).size()
+    again = int((per_family - 1).sum())
+    print(f"\n{backend} claims: {len(claims)} rows, {claims['duration_s'].sum():.0f} s; "
+          f"{len(slow)} over {compile_s:g} s ({slow['duration_s'].sum():.0f} s) in "
+          f"{len(per_family)} kernel families; {again} of them a family's second or later "
+          f"(median claims row {claims['duration_s'].median():.2f} s)")
 
 
 def tail(cases: pd.DataFrame, wall: float, share: float = 0.25) -> None:
