@@ -7,7 +7,9 @@ at all, or a check of it that no row reached, is an error of the run (`unused`),
 entries do not pile up. The entries are the expectation record (harness/expectations.py):
 
     [[xfail]]
-    backend = "vendor-x"                   # a name or a list of names (required)
+    backend = "vendor-x"                   # a name, a list of names or a group whose names
+                                           # depend on the host (kernels/registry.py GROUPS,
+                                           # e.g. vllm-amx) (required)
     scheme = "awq-int4"                    # the case fields it covers (harness/case_fields.py):
     variant = { sym = false }              # scheme, variant.*, problem.*, routing, seed,
                                            # strided, model, folder (every case if none)
