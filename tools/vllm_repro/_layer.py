@@ -7,6 +7,8 @@ import tempfile
 import torch
 
 NATIVE_AMX = torch.cpu._is_amx_tile_supported
+if NATIVE_AMX():  # a served model's other layers ask Linux for AMX tiles first: ask here
+    torch.cpu._init_amx()
 torch.cpu._is_amx_tile_supported = lambda: True  # AMX gate forced
 from vllm.config import VllmConfig, set_current_vllm_config  # noqa: E402
 from vllm.distributed import (  # noqa: E402
