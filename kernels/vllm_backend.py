@@ -477,8 +477,7 @@ class VllmBackend:
         """vLLM's current config, and (forced mode) the AMX gate answered True, for the
         duration of one call into vLLM."""
         v = _vllm()
-        if cpu_has_amx():
-            _request_amx_tiles()
+        _request_amx_tiles()
         # vLLM's model loader builds and processes its layers under the platform's device
         with _lock, v["set_config"](v["config"]), torch.device(_engine_device()):
             if not self.forced_amx:
@@ -671,10 +670,10 @@ def _refusal(e: Exception) -> str:
 # the gated activations whose CUDA kernel rounds act(gate) before the product (swigluoai has
 # a kernel of its own, relu2 no product)
 _ROUNDED_GATE_ACTIVATIONS = ("silu", "gelu")
-# the quant methods without a modular kernel whose apply calls fused_experts, read from 0.25.1
 # the activation modes vLLM's scaled_fp8_quant computes (block scales go through
 # per_token_group_quant_fp8 instead)
 _FP8_FLOAT32_MODES = (ACT_DYNAMIC_TENSOR, ACT_STATIC_TENSOR, ACT_DYNAMIC_TOKEN)
+# the quant methods without a modular kernel whose apply calls fused_experts, read from 0.25.1
 _FUSED_EXPERTS_METHODS = ("QuarkW8A8Int8MoEMethod", "MoeWNA16Method",
                           "CompressedTensorsWNA16MoEMethod")
 
@@ -698,12 +697,12 @@ def cpu_has_amx() -> bool:
 
 @functools.cache
 def _request_amx_tiles() -> bool:
-    """Ask Linux for this process's AMX tile state (torch's `_init_amx`: arch_prctl
-    ARCH_REQ_XCOMP_PERM), once. In a served model the bf16 linear layers (oneDNN) ask before
-    any MoE layer runs; a lone MoE layer is the process's first AMX user, and vLLM's AMX
-    kernels (which do not ask) then die with SIGILL (seen 2026-11-30 on an Intel Xeon: a bf16
-    case first in a fresh process)."""
-    return bool(torch.cpu._init_amx())
+    """On a CPU with AMX, ask Linux for this process's AMX tile state (torch's `_init_amx`:
+    arch_prctl ARCH_REQ_XCOMP_PERM), once a process. In a served model the bf16 linear
+    layers (oneDNN) ask before any MoE layer runs; a lone MoE layer is the process's first
+    AMX user, and vLLM's AMX kernels (which do not ask) then die with SIGILL (seen 2026-11-30
+    on an Intel Xeon: a bf16 case first in a fresh process)."""
+    return cpu_has_amx() and bool(torch.cpu._init_amx())
 
 
 def amx_gate_backends() -> tuple[str, ...]:

@@ -203,36 +203,35 @@ def forced_dequant_rows(environ=os.environ) -> float | None:
     return int(raw)
 
 
+def _default_on(name: str, on: str, off: str, environ) -> bool:
+    """An on/off switch that is on unless `name` is 0 (1, unset or empty: on); another value
+    is a ValueError saying both (`on`, `off`: what each means)."""
+    raw = environ.get(name, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{name}={raw!r}: expected 1 ({on}, the default) or 0{off}")
+    return raw != "0"
+
+
 def fp4_scale_words(environ=os.environ) -> bool:
     """Whether e2m1 plane scales are stored in 32-bit words (read when a layer is
     processed): True when MOECERT_TRITON_FP4_SCALE_WORDS is 1, unset or empty, False when 0
     (one byte a block)."""
-    raw = environ.get(FP4_SCALE_WORDS_ENV, "").strip()
-    if raw not in ("", "0", "1"):
-        raise ValueError(f"{FP4_SCALE_WORDS_ENV}={raw!r}: expected 1 (plane scales in 32-bit "
-                         "words, the default) or 0 (one byte a block)")
-    return raw != "0"
+    return _default_on(FP4_SCALE_WORDS_ENV, "plane scales in 32-bit words",
+                       " (one byte a block)", environ)
 
 
 def fp4_lean(environ=os.environ) -> bool:
     """Whether the lean e2m1 decode step runs (gemm_kernel's LEAN; read when a layer is
     processed): True when MOECERT_TRITON_FP4_LEAN is 1, unset or empty, False when 0."""
-    raw = environ.get(FP4_LEAN_ENV, "").strip()
-    if raw not in ("", "0", "1"):
-        raise ValueError(f"{FP4_LEAN_ENV}={raw!r}: expected 1 (the lean e2m1 decode step, the "
-                         "default) or 0")
-    return raw != "0"
+    return _default_on(FP4_LEAN_ENV, "the lean e2m1 decode step", "", environ)
 
 
 def fp4_carry(environ=os.environ) -> bool:
     """Whether e2m1 words carry their sign into the decode's multiply (layout.carry_bits;
     read when a layer is processed): True when MOECERT_TRITON_FP4_CARRY is 1, unset or
     empty, False when 0."""
-    raw = environ.get(FP4_CARRY_ENV, "").strip()
-    if raw not in ("", "0", "1"):
-        raise ValueError(f"{FP4_CARRY_ENV}={raw!r}: expected 1 (e2m1 words whose sign the "
-                         "multiply carries, the default) or 0")
-    return raw != "0"
+    return _default_on(FP4_CARRY_ENV, "e2m1 words whose sign the multiply carries", "",
+                       environ)
 
 
 def path_for(device: str, directory: Path | None = None) -> Path:
