@@ -23,7 +23,7 @@ def load():
 def test_a_changed_output_is_caught_and_identical_calls_pass(tmp_path, capsys):
     io = load()
     args = argparse.Namespace(scheme="fp8-w8a16", shape=(4, 128, 32), seed=0, suite="smoke",
-                              device="cpu", backend="torch")
+                              device="cpu", backend="torch", repeat=1)
     io.inside(args, tmp_path)
     assert io.outside(args, tmp_path) == 0
     assert "bit-identical (0 on another layer" in capsys.readouterr().out
@@ -36,3 +36,32 @@ def test_a_changed_output_is_caught_and_identical_calls_pass(tmp_path, capsys):
     assert "CHANGES torch's result" in capsys.readouterr().out
     from moecert.kernels import get_backend
     assert type(get_backend("torch")).apply.__name__ == "apply", "the recording is undone"
+
+
+def test_an_output_that_changes_from_call_to_call_is_counted(tmp_path, capsys, monkeypatch):
+    """--repeat: the same input applied again must give the same bits; a backend whose output
+    drifts between calls (as vLLM's one w4a8-int8[g32] K160 row did between two GPU runs) is
+    caught, and a variant in --scheme picks that variant's case."""
+    io = load()
+    args = argparse.Namespace(scheme="w4a8-int8[g32]", shape=(4, 160, 128), seed=0,
+                              suite="smoke", device="cpu", backend="torch", repeat=3)
+    io.inside(args, tmp_path)
+    assert torch.load(tmp_path / "0.pt", weights_only=False)["case"].startswith(
+        "torch/w4a8-int8[g32]/M9.K160.N128.E4.k2/")
+    assert io.outside(args, tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "repeats: 0 of" in out
+    from moecert.kernels import get_backend
+    cls = type(get_backend("torch"))
+    apply, calls = cls.apply, []
+
+    def drifting(self, layer, x, w, ids, *, out=None, **opts):
+        y = apply(self, layer, x, w, ids, out=out, **opts)
+        calls.append(1)
+        if len(calls) % 3 == 0:  # every third call one element off
+            (y if out is None else out).view(-1)[0] += 1
+        return y
+    monkeypatch.setattr(cls, "apply", drifting)
+    assert io.outside(args, tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "repeat differs" in out and "repeats: 0 of" not in out

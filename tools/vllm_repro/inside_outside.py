@@ -18,8 +18,11 @@ where the plain layer has the same digest; the rest are counted, not judged.
         [--seed 0] [--suite certify] [--device cuda] [--force-marlin]
 
 --force-marlin sets VLLM_TEST_FORCE_FP8_MARLIN=1 for both runs (vLLM's FP8 Marlin MoE: the
-lead's port was of it). Prints one line per case and a verdict; exit 0 when every judged call
-is bit-identical, 1 when one differs, 2 on bad arguments.
+lead's port was of it). --repeat N applies each recorded input N times outside and counts the
+outputs that differ from the first (is the engine's own output the same from call to call?);
+a scheme may carry its variant (`--scheme "w4a8-int8[g32]"`). Prints one line per case and a
+verdict; exit 0 when every judged call is bit-identical (and every repeat equals its first
+output), 1 when one differs, 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def cases(args):
     E, K, N = args.shape
     shape = f".K{K}.N{N}.E{E}."
     picked = [c for c in build_suite(args.suite, backends=[args.backend],
-                                                    schemes=[args.scheme])
+                                     schemes=[args.scheme.split("[")[0]])
               if c.seed == args.seed and c.scheme_label == args.scheme and shape in c.case_id]
     if not picked:
         sys.exit(f"inside_outside: no {args.suite} case of {args.scheme} with {shape} and "
@@ -127,7 +130,7 @@ def outside(args, folder: Path) -> int:
     from moecert.kernels.errors import UnsupportedError
 
     backend = get_backend(args.backend)
-    judged = differ = skipped = 0
+    judged = differ = skipped = unstable = 0
     for i, case in enumerate(cases(args)):
         record = torch.load(folder / f"{i}.pt", weights_only=False)
         assert record["case"] == case.case_id, (record["case"], case.case_id)
@@ -160,6 +163,7 @@ def outside(args, folder: Path) -> int:
             if not equal:
                 worst = max(worst, (out.double() - call["y"].double()).abs().max().item())
                 print(f"  differs: check {call['check']}: max |outside - inside| {worst:.3e}")
+            unstable += repeats_differing(backend, layer, call, out, args.repeat)
         bad = [r for r in record["rows"] if r[1] not in ("pass", "unsupported", "skip")]
         print(f"{case.case_id}: {same} of {len(record['calls']) - skip} calls bit-identical "
               f"outside the harness ({skip} on another layer); inside rows not passing: "
@@ -167,11 +171,30 @@ def outside(args, folder: Path) -> int:
         judged += len(record["calls"]) - skip
         differ += len(record["calls"]) - skip - same
         skipped += skip
+    if args.repeat > 1:
+        print(f"repeats: {unstable} of {judged * (args.repeat - 1)} repeated applies differ "
+              f"from their call's first output outside ({args.repeat} applies per call)")
     print(f"verdict: {judged - differ} of {judged} judged calls bit-identical "
           f"({skipped} on another layer, not judged): the harness's flow "
           + (f"does not change {args.backend}'s result" if not differ
              else f"CHANGES {args.backend}'s result"))
-    return 1 if differ else 0
+    return 1 if differ or unstable else 0
+
+
+def repeats_differing(backend, layer, call, first, repeat: int) -> int:
+    """Apply one recorded input `repeat - 1` more times: how many outputs differ from the
+    first, bit for bit (a deterministic engine: none)."""
+    differing = 0
+    for _ in range(repeat - 1):
+        again = torch.full_like(call["y"], torch.nan)
+        backend.apply(layer, call["x"], call["w"], call["ids"], out=again, **call["opts"])
+        if not torch.equal(again.nan_to_num(), first.nan_to_num()):
+            differing += 1
+            d = (again.double() - first.double()).abs()
+            print(f"  repeat differs: check {call['check']}: max |again - first| "
+                  f"{d.max().item():.3e}, {int((d > 0).sum())} of {d.numel()} elements; "
+                  f"norm ratio again / first {again.double().norm() / first.double().norm():.6f}")
+    return differing
 
 
 def main(argv=None) -> int:
@@ -182,6 +205,7 @@ def main(argv=None) -> int:
     p.add_argument("--suite", default="certify")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--force-marlin", action="store_true")
+    p.add_argument("--repeat", type=int, default=1, help="applies per recorded input outside")
     p.add_argument("--backend", default="vllm", help="any backend (the script's own test "
                    "runs it on torch, on the CPU)")
     p.add_argument("--inside", type=Path, help=argparse.SUPPRESS)  # the child's folder
