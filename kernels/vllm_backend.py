@@ -368,21 +368,36 @@ class VllmBackend:
         return out
 
     def _kernel_activation(self, layer: VllmLayer) -> str | None:
-        if layer.kernel_method is None:  # one token through the layer, to see the call
-            P = layer.problem
-            g = torch.Generator().manual_seed(0)
-            device = _engine_device()
-            x = torch.randn(1, P.K, generator=g).to(device, P.torch_dtype)
-            ids = torch.arange(P.topk, dtype=torch.int32, device=device)[None]
-            w = torch.full((1, P.topk), 1.0 / P.topk, device=device)
-            try:
-                self.apply(layer, x, w, ids)
-            except Exception:  # the case's own apply reports it
-                return None
+        if layer.kernel_method is None and not self._one_token(layer):
+            return None
         if layer.kernel_method is not None:
             return CPU_METHOD_ACTIVATIONS.get(layer.kernel_method)
-        return _quant_config_activation(getattr(self._experts_class(layer), "quant_config",
-                                                None))
+        experts = self._experts_class(layer)
+        if experts is None:
+            # a method with no modular kernel calls fused_experts with its own quant config
+            # (made by `_ensure_moe_quant_config_init`, which apply calls): 0.25.1's
+            # MoeWNA16, where Marlin refuses a w4a8-int8 layer, passes int4_w4a16's (no
+            # activation quantization). Read as int8 tokens, its rows were 1.5e-2 to 2.0e-2
+            # from the reference and its norm ratio 0.990-1.005 on an H200 (repeat_rows.py)
+            method = getattr(layer.experts, "quant_method", None)
+            return _quant_config_activation(getattr(method, "moe_quant_config", None))
+        return _quant_config_activation(getattr(experts, "quant_config", None))
+
+    def _one_token(self, layer: VllmLayer) -> bool:
+        """One token through the layer, to see the call it makes (the CPU experts' compiled
+        method; a method's quant config): False when it fails (the case's own apply reports
+        it)."""
+        P = layer.problem
+        g = torch.Generator().manual_seed(0)
+        device = _engine_device()
+        x = torch.randn(1, P.K, generator=g).to(device, P.torch_dtype)
+        ids = torch.arange(P.topk, dtype=torch.int32, device=device)[None]
+        w = torch.full((1, P.topk), 1.0 / P.topk, device=device)
+        try:
+            self.apply(layer, x, w, ids)
+        except Exception:
+            return False
+        return True
 
     def _runs_prepare_step(self, layer: VllmLayer) -> bool:
         """Whether the layer runs through a modular kernel's prepare step (the CPU experts'

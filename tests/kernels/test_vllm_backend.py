@@ -755,3 +755,30 @@ def test_vllms_own_registration_goes_with_the_layer(vllm):
     assert set(compilation.static_forward_context) == before
     assert name not in compilation.static_all_moe_layers
     assert weight() is None
+
+
+@pytest.mark.parametrize("quant_dtype,mode", [(None, "none"), (torch.int8, "dynamic-token")])
+def test_a_method_without_modular_kernel_declares_its_own_quant_configs_activation(
+        monkeypatch, quant_dtype, mode):
+    """A quant method that calls fused_experts itself (no modular kernel: 0.25.1's MoeWNA16,
+    where Marlin refuses a w4a8-int8 layer) runs the activations its own moe_quant_config
+    states: MoeWNA16's int4_w4a16 config quantizes none, so a W4A8 file runs as W4A16 and is
+    declared so; Quark int8's states int8 per token (vLLM-free stand-ins)."""
+    monkeypatch.setattr(vllm_backend, "_engine_device", lambda: torch.device("cuda"))
+    monkeypatch.setattr(VllmBackend, "_experts_class", lambda self, layer: None)
+
+    class Runner:
+        routed_experts = torch.nn.Module()
+
+    Runner.routed_experts.quant_method = type("MoeWNA16Method", (), {
+        "moe_quant_config": types.SimpleNamespace(
+            quant_dtype=quant_dtype, block_shape=None, a1_scale=None,
+            per_act_token_quant=True)})()
+    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("w4a8-int8"),
+                                   MoEProblem(M=2, K=128, N=128, E=4, topk=2))
+    layer.kernel_method = None
+    monkeypatch.setattr(VllmBackend, "_one_token", lambda self, layer: True)
+    got = VllmBackend().numerics(layer)
+    assert got.get("activation", "dynamic-token") == mode
+    # the file's own int8 tokens are read with vLLM's rounding only where they are quantized
+    assert got.get("activation_round_half_away", False) is (mode == "dynamic-token")
