@@ -31,6 +31,7 @@ TILES = [
     ("nvfp4", 64, 4, False, 1, 4096, "Mixtral w13 at M <= 32"),
     ("nvfp4", 64, 3, True, 2, 7168, "Mixtral w2, DeepSeek-V3"),  # K even for two steps
     ("nvfp4", 128, 4, False, 1, 2880, "the default tile (untuned layers)"),
+    ("mxfp4", 128, 4, False, 1, 2880, "the default tile (untuned MXFP4 layers)"),
     ("mxfp4", 64, 3, True, 1, 2880, "gpt-oss-120b at M <= 4"),
     ("mxfp4", 256, 3, True, 1, 2880, "gpt-oss-120b w13 at M 64"),
     ("mxfp4", 128, 3, True, 1, 2880, "gpt-oss-120b w2 at M 64"),
