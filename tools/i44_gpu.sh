@@ -55,7 +55,7 @@ elif [ -f .vllm/_moe_C_stable_libtorch.abi3.so ]; then
     [ -f .vllm/marlin_anchor.py ] && MARLIN+=(--marlin-anchor .vllm/marlin_anchor.py)
     echo "- peers: .vllm/ (no vLLM importable from ${SITE:-?})" | tee -a "$S"
 else
-    echo "- peers: none (no vllm under ${SITE:-?}, no .vllm/_moe_C_stable_libtorch.abi3.so)" \
+    echo "- peers: none (no vllm with its _moe_C library under ${SITE:-?}, no .vllm/_moe_C_stable_libtorch.abi3.so)" \
         | tee -a "$S"
 fi
 # a load and one small FP4 call of each Marlin kind: the reason, where it fails, in the summary
