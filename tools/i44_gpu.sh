@@ -1,14 +1,16 @@
 #!/bin/bash
-# Issue 44 in one GPU call (< 250 s: the steps' timeouts add up to 245 s), from the repository
-# root, no install (a PYTHONPATH shim). Round three (docs/speed.md, "Round three"): the
-# CUDA-only tests of the CARRY candidate (tests/kernels/test_fp4_carry_cuda.py: bit for bit
-# against the current path, with and without LEAN) and the triton FP4 `ci` cases with the
-# candidate as timed forced (MOECERT_TRITON_FP4_CARRY=1 MOECERT_TRITON_FP4_LEAN=1), then, the
-# GPU to itself, graph replay:
-#   decode (M 16, 64): the default (words) with the Marlin FP4 peer beside it, the LEAN step
-#     (MOECERT_TRITON_FP4_LEAN=1) and CARRY on top of it (MOECERT_TRITON_FP4_CARRY=1 as well)
+# Issue 44 in one GPU call (< 250 s: the steps' timeouts add up to 15 + 90 + 55 + 45 + 25 =
+# 230 s), from the repository root, no install (a PYTHONPATH shim). Round four (docs/speed.md,
+# "Round four"): the CUDA-only tests of the SCALE_BF16 candidate
+# (tests/kernels/test_fp4_scale_bf16_cuda.py: bit for bit against the default path, CARRY and
+# LEAN on and off) and the triton FP4 `ci` cases with the candidate forced
+# (MOECERT_TRITON_FP4_SCALE_BF16=1, on top of the default CARRY + LEAN), then, the GPU to
+# itself, graph replay:
+#   decode (M 16, 64): the default (CARRY + LEAN, scale words) with the Marlin FP4 peer beside
+#     it, and the candidate (MOECERT_TRITON_FP4_SCALE_BF16=1)
 #   triton_kernels' matmul_ogs on gpt-oss-120b (tools/ogs_peer.py)
-# (Round two's bytes and prefill benches are left out for time: git log of this file.)
+# (Round three's words and LEAN-only benches and round two's bytes and prefill benches are left
+# out for time: git log of this file.)
 # The peers come from the vLLM that tools/engine_carry.py installed there (docs/gpu-ci.md,
 # "Bringing the engines there"): its Marlin library and its vendored triton_kernels; without
 # it, from .vllm/ (the library, optional marlin_anchor.py, tk/triton_kernels). Why a peer is
@@ -21,12 +23,13 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/i44}; mkdir -p "$OUT"
-W=/tmp/i44-work; rm -rf "$W"; mkdir -p "$W"
+W=${I44_WORK:-/tmp/i44-work}; rm -rf "$W"; mkdir -p "$W"  # (I44_WORK: another folder)
 SHIM=${I44_SHIM:-/tmp/shim}; mkdir -p "$SHIM/moecert"  # (I44_SHIM: another folder for it)
 for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" "$SHIM/moecert/$d"; done
 export PYTHONPATH=$SHIM TRITON_CACHE_DIR=/tmp/i44-triton-cache
 unset TRITON_INTERPRET MOECERT_TRITON_FP4_SCALE_WORDS MOECERT_TRITON_FP4_LEAN \
-    MOECERT_TRITON_FP4_CARRY MOECERT_TRITON_DEQUANT_ROWS MOECERT_MARLIN_ANCHOR
+    MOECERT_TRITON_FP4_CARRY MOECERT_TRITON_FP4_SCALE_BF16 MOECERT_TRITON_DEQUANT_ROWS \
+    MOECERT_MARLIN_ANCHOR
 M="python -m moecert.conformance.cli"
 S="$W/i44-summary.md"
 start=$SECONDS
@@ -52,7 +55,7 @@ elif [ -f .vllm/_moe_C_stable_libtorch.abi3.so ]; then
     [ -f .vllm/marlin_anchor.py ] && MARLIN+=(--marlin-anchor .vllm/marlin_anchor.py)
     echo "- peers: .vllm/ (no vLLM importable from ${SITE:-?})" | tee -a "$S"
 else
-    echo "- peers: none (no vllm under ${SITE:-?}, no .vllm/_moe_C_stable_libtorch.abi3.so)" \
+    echo "- peers: none (no vllm with its _moe_C library under ${SITE:-?}, no .vllm/_moe_C_stable_libtorch.abi3.so)" \
         | tee -a "$S"
 fi
 # a load and one small FP4 call of each Marlin kind: the reason, where it fails, in the summary
@@ -76,33 +79,32 @@ EOF
     | sed 's/^/- /' | tee -a "$S"
 FP4=(--backend triton --scheme mxfp4 --scheme nvfp4)
 
-# 1. correctness, side by side (70 s): the compiled tests of the CARRY candidate (4 workers:
-# 22 kernels to compile), ci's FP4 cases with CARRY and LEAN forced
+# 1. correctness, side by side (90 s): the compiled tests of the SCALE_BF16 candidate (4
+# workers: ~32 kernels to compile, where round three's 22 fit in 70 s), ci's FP4 cases with
+# the candidate forced (CARRY and LEAN are the default)
 if [ "$DEV" = cuda ]; then
-    timeout 70 python -m pytest tests/kernels/test_fp4_carry_cuda.py -q -n 4 \
+    timeout 90 python -m pytest tests/kernels/test_fp4_scale_bf16_cuda.py -q -n 4 \
         -p no:cacheprovider -rfE > "$W/tests.txt" 2>&1 &
-    MOECERT_TRITON_FP4_CARRY=1 MOECERT_TRITON_FP4_LEAN=1 timeout 70 $M run --suite ci --device cuda "${FP4[@]}" -n 6 \
-        --results "$W/ci-carry" > "$W/ci-carry.txt" 2>&1 &
+    MOECERT_TRITON_FP4_SCALE_BF16=1 timeout 90 $M run --suite ci --device cuda "${FP4[@]}" -n 6 \
+        --results "$W/ci-bf16" > "$W/ci-bf16.txt" 2>&1 &
     wait
 fi
 failed=0
-for f in tests ci-carry; do
+for f in tests ci-bf16; do
     [ -f "$W/$f.txt" ] || continue
     line=$(grep -E "passed|failed|^green|^not green" "$W/$f.txt" | tail -1)
-    echo "- $f: ${line:-no verdict (cut at 70 s?)}" | tee -a "$S"
+    echo "- $f: ${line:-no verdict (cut at 90 s?)}" | tee -a "$S"
     echo "$line" | grep -qE "failed|not green|error" && failed=1; [ -z "$line" ] && failed=1
 done
 echo "- correctness phase: $((SECONDS - start)) s" | tee -a "$S"
 
-# 2. timing (the GPU to itself): decode words (+ Marlin) vs lean vs carry (the default since
-# 2026-11-30: CARRY + LEAN); ogs
+# 2. timing (the GPU to itself): decode, the default (CARRY + LEAN, scale words; + Marlin) vs
+# the candidate (bf16 scales); ogs
 B=(--device "$DEV" --mode "$MODE" --max-seconds 0.5 --repeats 50)
-MOECERT_TRITON_FP4_CARRY=0 MOECERT_TRITON_FP4_LEAN=0 timeout 55 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" ${MARLIN[@]+"${MARLIN[@]}"} \
-    --results "$W/b-words" --run-id words > "$W/b-words.txt" 2>&1
-MOECERT_TRITON_FP4_CARRY=0 MOECERT_TRITON_FP4_LEAN=1 timeout 40 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" \
-    --results "$W/b-lean" --run-id lean > "$W/b-lean.txt" 2>&1
-MOECERT_TRITON_FP4_CARRY=1 MOECERT_TRITON_FP4_LEAN=1 timeout 40 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" \
-    --results "$W/b-carry" --run-id carry > "$W/b-carry.txt" 2>&1
+timeout 55 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" ${MARLIN[@]+"${MARLIN[@]}"} \
+    --results "$W/b-default" --run-id default > "$W/b-default.txt" 2>&1
+MOECERT_TRITON_FP4_SCALE_BF16=1 timeout 45 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" \
+    --results "$W/b-bf16" --run-id bf16 > "$W/b-bf16.txt" 2>&1
 if [ -n "$OGS_PATH" ] && [ "$DEV" = cuda ]; then
     PYTHONPATH=$OGS_PATH:$PYTHONPATH timeout 25 python tools/ogs_peer.py --M 16,64 \
         > "$W/ogs.txt" 2>&1
@@ -115,12 +117,10 @@ fi
     | tee -a "$S"
 grep -hE "ratio_to_marlin: not available|Marlin failed" "$W"/b-*.txt | sort | uniq -c \
     | sed 's/^ */- /' | tee -a "$S"
-for f in b-words b-lean b-carry ogs; do
+for f in b-default b-bf16 ogs; do
     [ -f "$W/$f.txt" ] && { echo; echo "## $f"; echo '```'; grep -vE "^\s*$" "$W/$f.txt" | tail -40; echo '```'; } >> "$S"
 done
-$M report "$W/b-lean" --baseline "$W/b-words" --md "$W/decode-lean-vs-words.md" > /dev/null 2>&1
-$M report "$W/b-carry" --baseline "$W/b-lean" --md "$W/decode-carry-vs-lean.md" > /dev/null 2>&1
-$M report "$W/b-carry" --baseline "$W/b-words" --md "$W/decode-carry-vs-words.md" > /dev/null 2>&1
+$M report "$W/b-bf16" --baseline "$W/b-default" --md "$W/decode-bf16-vs-default.md" > /dev/null 2>&1
 echo "- total: $((SECONDS - start)) s" | tee -a "$S"
 cp "$S" "$OUT/i44-summary.md"
 tar czf "$OUT/i44-logs.tgz" -C "$W" .

@@ -170,7 +170,8 @@ def describe(layer: MoELayer) -> str:
     c = plan["w13"]["constexprs"]
     words = ("; plane scales in words" if c["SCALE_WORDS"] else "") + (
         "; lean e2m1 step" if c["LEAN"] else "") + (
-        "; sign-carrying e2m1 words" if c["CARRY"] else "")
+        "; sign-carrying e2m1 words" if c["CARRY"] else "") + (
+        "; block scales pre-decoded to bf16 at load" if c["SCALE_BF16"] else "")
     fused = f"fused Triton MoE GEMM ({heuristics.weight_key(plan['w13'])}{words})"
     if plan["dense_bytes"] is None:
         return fused
@@ -266,11 +267,43 @@ def _tile_fp4(layer: MoELayer) -> None:
         # (MOECERT_TRITON_FP4_SCALE_WORDS=0); by default a span's four plane scales in one
         # word per row (layout.scale_words)
         s = layer.get(f"{p}_s")
-        if configs.fp4_scale_words():
+        if _scale_bf16_fits(layer, scale_kind, cols, span):
+            _store_scale_bf16(layer, p, scale_kind, cols)
+        elif configs.fp4_scale_words():
             layer.put(f"{p}_s", layout.scale_words(s.view(torch.uint8), cols))
             layer.meta[f"{p}_scale_dtype"] = s.dtype
         else:
             layer.put(f"{p}_s", s.transpose(1, 2).contiguous().transpose(1, 2))
+
+
+def _scale_bf16_fits(layer: MoELayer, scale_kind: int, cols: int, span: int) -> bool:
+    """Whether MOECERT_TRITON_FP4_SCALE_BF16 stores this linear's scales decoded into bf16
+    (issue 44's fourth candidate): MXFP4 in any layer (its fp32 pair sums and its bf16 fold
+    read the bf16 value alike), NVFP4 in bf16 layers (an fp16 layer's decode multiplies in
+    fp16: it would convert each scale again in the loop; not built); the kernel reads pairs
+    of a span's blocks, so two or four blocks per span (NVFP4 16 columns, MXFP4 32)."""
+    from . import configs, kinds
+
+    if not configs.fp4_scale_bf16():
+        return False
+    if scale_kind == kinds.S_E4M3 and layer.problem.torch_dtype != torch.bfloat16:
+        return False
+    return span // cols == (4 if scale_kind == kinds.S_E4M3 else 2)
+
+
+def _store_scale_bf16(layer: MoELayer, p: str, scale_kind: int, cols: int) -> None:
+    """Linear `p`'s block scales as bf16 values (layout.scale_bf16), NVFP4's times the LEAN
+    fold where the kernel's LEAN step will read them so (fused_moe.lean_scale_fold)."""
+    from . import configs, fused_moe, kinds, layout
+
+    s = layer.get(f"{p}_s")
+    fold = fused_moe.lean_scale_fold(scale_kind, layer.problem.torch_dtype,
+                                     configs.fp4_lean())
+    element = "e4m3" if scale_kind == kinds.S_E4M3 else "e8m0"
+    layer.put(f"{p}_s", layout.scale_bf16(s.view(torch.uint8), cols, element, fold))
+    layer.meta[f"{p}_scale_dtype"] = s.dtype
+    layer.meta[f"{p}_scale_fold"] = fold
+    layer.meta[f"{p}_scale_element"] = element
 
 
 def _stored_fp4(layer: MoELayer, p: str) -> torch.Tensor:
@@ -291,16 +324,22 @@ def stored_fp4_tensors(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
     checkpoint's order: what reading the layer as the torch backend does needs in their place
     (canonical_weights, the tuner's bound)."""
     out = {f"{p}_w": _stored_fp4(layer, p)}
-    if layer.get(f"{p}_s").dim() == 4:  # layout.scale_words
+    if layer.get(f"{p}_s").dim() == 4:  # layout.scale_words or scale_bf16
         out[f"{p}_s"] = _stored_fp4_scales(layer, p)
     return out
 
 
 def _stored_fp4_scales(layer: MoELayer, p: str) -> torch.Tensor:
-    """Linear `p`'s block scales [E, N, K / block] out of their words (layout.scale_words)."""
+    """Linear `p`'s block scales [E, N, K / block] out of their words (layout.scale_words) or
+    their bf16 values (layout.scale_bf16): the checkpoint's codes."""
     from . import layout
 
-    s = layout.unscale_words(layer.get(f"{p}_s"), layer.meta[f"{p}_block"][1])
+    packed, cols = layer.get(f"{p}_s"), layer.meta[f"{p}_block"][1]
+    if packed.dtype == torch.bfloat16:
+        s = layout.unscale_bf16(packed, cols, layer.meta[f"{p}_scale_element"],
+                                layer.meta[f"{p}_scale_fold"])
+    else:
+        s = layout.unscale_words(packed, cols)
     return s.view(layer.meta[f"{p}_scale_dtype"])
 
 
@@ -517,7 +556,7 @@ def _weights(layer: MoELayer, p: str, codes: torch.Tensor | None = None,
     kind = {torch.int8: kinds.W_INT8, torch.uint8: kinds.W_FP4}.get(
         w_dtype, kinds.W_MXFP8 if scale_kind == kinds.S_E8M0 else kinds.W_FP8)
     s = layer.get(f"{p}_s")
-    if scale_kind == kinds.S_E4M3:  # decoded from its bits in the kernel
+    if scale_kind == kinds.S_E4M3 and s.dtype != torch.bfloat16:  # decoded from its bits
         s = s.view(torch.uint8)
     if layer.has(f"{p}_gs"):  # the kernel's multiply is fp32 (one rounding of the factor)
         opt["gscale"] = layer.get(f"{p}_gs").to(torch.float32).contiguous()
@@ -525,4 +564,5 @@ def _weights(layer: MoELayer, p: str, codes: torch.Tensor | None = None,
     return fused_moe.describe_weights(kind, layer.get(f"{p}_w"), compute, s=s,
                                       scale_rows=rows, scale_cols=cols, scale_kind=scale_kind,
                                       nib_span=layer.meta.get(f"{p}_nib_span", 0),
-                                      carry=layer.meta.get(f"{p}_carry", False), **opt)
+                                      carry=layer.meta.get(f"{p}_carry", False),
+                                      scale_fold=layer.meta.get(f"{p}_scale_fold", 0), **opt)

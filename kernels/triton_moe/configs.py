@@ -55,6 +55,10 @@ decode's multiply carries it (layout.carry_bits, gemm_kernel's CARRY) and NVFP4'
 hardware e4m3 conversion on sm89+ (E4M3_CVT). Both are the default since 2026-11-30: bit for bit
 the words path's output (the CUDA tests on an H200, the FP4 `ci` cases green with them), and
 CARRY + LEAN timed 1.10-1.95x faster than words at decode there (docs/speed.md, "Round three").
+MOECERT_TRITON_FP4_SCALE_BF16=1 turns on issue 44's fourth, off by default until timed
+(`fp4_scale_bf16`, read when a layer is processed): the block scales decoded into bf16 once at
+load (layout.scale_bf16; NVFP4 in bf16 layers, MXFP4 in any), so the K loop loads them instead
+of decoding e4m3 or E8M0 bytes every step; bit for bit the default path's output.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ DEQUANT_ROWS_ENV = "MOECERT_TRITON_DEQUANT_ROWS"
 FP4_SCALE_WORDS_ENV = "MOECERT_TRITON_FP4_SCALE_WORDS"
 FP4_LEAN_ENV = "MOECERT_TRITON_FP4_LEAN"
 FP4_CARRY_ENV = "MOECERT_TRITON_FP4_CARRY"
+FP4_SCALE_BF16_ENV = "MOECERT_TRITON_FP4_SCALE_BF16"
 
 
 class ConfigFileError(ValueError):
@@ -212,6 +217,15 @@ def _default_on(name: str, on: str, off: str, environ) -> bool:
     return raw != "0"
 
 
+def _default_off(name: str, on: str, off: str, environ) -> bool:
+    """`_default_on`'s switch for a candidate not yet timed: on only when `name` is 1 (0,
+    unset or empty: off); another value is a ValueError saying both."""
+    raw = environ.get(name, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{name}={raw!r}: expected 1 ({on}) or 0{off}")
+    return raw == "1"
+
+
 def fp4_scale_words(environ=os.environ) -> bool:
     """Whether e2m1 plane scales are stored in 32-bit words (read when a layer is
     processed): True when MOECERT_TRITON_FP4_SCALE_WORDS is 1, unset or empty, False when 0
@@ -232,6 +246,14 @@ def fp4_carry(environ=os.environ) -> bool:
     empty, False when 0."""
     return _default_on(FP4_CARRY_ENV, "e2m1 words whose sign the multiply carries", "",
                        environ)
+
+
+def fp4_scale_bf16(environ=os.environ) -> bool:
+    """Whether e2m1 layers' block scales are stored decoded into bf16 (layout.scale_bf16;
+    read when a layer is processed): True when MOECERT_TRITON_FP4_SCALE_BF16 is 1, False
+    when 0, unset or empty."""
+    return _default_off(FP4_SCALE_BF16_ENV, "block scales decoded into bf16 at load",
+                        " (the scale bytes, decoded in the K loop: the default)", environ)
 
 
 def path_for(device: str, directory: Path | None = None) -> Path:

@@ -17,7 +17,8 @@ The decode is the fused kernel's own (gemm_kernel's `_fp4_planes_scaled` in PTX 
 sm80+, else its bit-field `_decode_e2m1` / `_decode_e4m3` / `_decode_e8m0`), reading the
 weights in the layout the backend stores (`plane_nibbles` over FP4_SPAN columns, tiled
 FP4_TILE where it divides): word j of a span holds columns j + p * SPAN / 4 in nibble p,
-or, CARRY, plane p's bits where `layout.carry_bits` puts them (`_fp4_carry`, `_nibble`).
+or, CARRY, plane p's bits where `layout.carry_bits` puts them (`_fp4_carry`, `_nibble`); the
+scales as bytes, words or, SCALE_BF16, the bf16 values stored at load (layout.scale_bf16).
 """
 
 from __future__ import annotations
@@ -54,9 +55,14 @@ SPANS = 4
 
 @triton.jit
 def _plane_scales(s_rows, k, scale_cols, stride_sk, WSCALE: tl.constexpr,
-                  SCALE_WORDS: tl.constexpr, SPAN: tl.constexpr):
+                  SCALE_WORDS: tl.constexpr, SPAN: tl.constexpr, SCALE_BF16: tl.constexpr,
+                  SCALE_UNDO: tl.constexpr):
     """Every row's scale of the plane at column k (a byte per block, or byte p of the
-    span's word: layout.scale_words)."""
+    span's word: layout.scale_words), fp32; SCALE_BF16: the bf16 stored at load for the
+    plane's block (layout.scale_bf16, its fold taken back off by SCALE_UNDO, exact)."""
+    if SCALE_BF16:
+        block = (k % SPAN) // scale_cols  # the span's block j: half j of the bf16 run
+        return tl.load(s_rows + (k // SPAN) * stride_sk + block).to(tl.float32) * SCALE_UNDO
     if SCALE_WORDS:
         word = tl.load((s_rows + (k // SPAN) * stride_sk).to(tl.pointer_type(tl.int32),
                                                                bitcast=True))
@@ -74,7 +80,8 @@ def fp4_dequant_kernel(q_ptr, s_ptr, out_ptr, N, num_spans, scale_rows, scale_co
                        stride_on, WSCALE: tl.constexpr, COMPUTE: tl.constexpr,
                        FAST: tl.constexpr, WT_N: tl.constexpr, WT_K: tl.constexpr,
                        SCALE_WORDS: tl.constexpr, SPAN: tl.constexpr, SPANS: tl.constexpr,
-                       BLOCK_N: tl.constexpr, CARRY: tl.constexpr):
+                       BLOCK_N: tl.constexpr, CARRY: tl.constexpr,
+                       SCALE_BF16: tl.constexpr = False, SCALE_UNDO: tl.constexpr = 1.0):
     """out[e, n, k] = e2m1(code) * scale for rows [pid0 * BLOCK_N, +BLOCK_N) of expert pid2
     and spans [pid1 * SPANS, +SPANS) (the last program's extra spans masked)."""
     Q: tl.constexpr = SPAN // 4  # columns of a plane = words of a span per row
@@ -100,13 +107,13 @@ def fp4_dequant_kernel(q_ptr, s_ptr, out_ptr, N, num_spans, scale_rows, scale_co
             w = w // (WT_K // 2) * (WT_N * (WT_K // 2)) + w % (WT_K // 2)
         bq = tl.load(words[:, None] + w[None, :], mask=mask, other=0)
         s0 = _plane_scales(s_rows, k0, scale_cols, stride_sk, WSCALE, SCALE_WORDS,
-                           SPAN)
+                           SPAN, SCALE_BF16, SCALE_UNDO)
         s1 = _plane_scales(s_rows, k0 + Q, scale_cols, stride_sk, WSCALE, SCALE_WORDS,
-                           SPAN)
+                           SPAN, SCALE_BF16, SCALE_UNDO)
         s2 = _plane_scales(s_rows, k0 + 2 * Q, scale_cols, stride_sk, WSCALE, SCALE_WORDS,
-                           SPAN)
+                           SPAN, SCALE_BF16, SCALE_UNDO)
         s3 = _plane_scales(s_rows, k0 + 3 * Q, scale_cols, stride_sk, WSCALE, SCALE_WORDS,
-                           SPAN)
+                           SPAN, SCALE_BF16, SCALE_UNDO)
         if FAST and CARRY:
             b0, b1, b2, b3 = _fp4_carry(
                 bq, tl.broadcast_to(s0.to(COMPUTE)[:, None], bq.shape),
@@ -167,7 +174,8 @@ def dequantize(weights: dict, out: torch.Tensor, fast: bool) -> dict:
         st[0], st[1], st[2], st[3], st[4], dense.stride(0), dense.stride(1),
         WSCALE=c["WSCALE"], COMPUTE=c["COMPUTE"], FAST=fast, WT_N=c["WT_N"], WT_K=c["WT_K"],
         SCALE_WORDS=c["SCALE_WORDS"], SPAN=FP4_SPAN, SPANS=SPANS, BLOCK_N=BLOCK_N,
-        CARRY=c["CARRY"], num_warps=4)
+        CARRY=c["CARRY"], SCALE_BF16=c["SCALE_BF16"],
+        SCALE_UNDO=2.0 ** -weights["scale_fold"], num_warps=4)
     return describe_weights(W16, dense, weights["compute"],
                             bias=bias if c["HAS_BIAS"] else None,
                             gscale=gscale if c["HAS_WGSCALE"] else None)

@@ -62,7 +62,7 @@ def dot_mode(kind: int, weight_dtype: torch.dtype, compute: torch.dtype, has_g_i
 def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None, zp=None,
                      g_idx=None, bias=None, scale_rows: int = 1, scale_cols: int | None = None,
                      sym_zero: int = 0, scale_kind: int = S_FLOAT, gscale=None,
-                     nib_span: int = 0, carry: bool = False) -> dict:
+                     nib_span: int = 0, carry: bool = False, scale_fold: int = 0) -> dict:
     """A linear's kernel description, built once per layer: the weight-side launch
     arguments (placeholders for absent tensors are never read: constexpr-disabled).
     `scale_kind` says how `s` is stored (S_FLOAT, S_E8M0, S_E4M3 as uint8 bytes); with act
@@ -72,15 +72,23 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     cols, rows, cols]); `s` may be any strided view. `nib_span`: int4 codes in planes by
     `plane_nibbles` over spans of that many columns (0: adjacent columns share a byte).
     A 4-D `s` holds e2m1 plane scales in words (`layout.scale_words`; nib_span FP4_SPAN).
-    `carry`: e2m1 plane words in the sign-carrying order (`layout.carry_bits`; bf16 only)."""
+    `carry`: e2m1 plane words in the sign-carrying order (`layout.carry_bits`; bf16 only).
+    A 4-D bf16 `s` holds them decoded at load (`layout.scale_bf16`), times 2^`scale_fold`:
+    NVFP4's fold where LEAN folds (bf16), else 0; checked against LEAN here, since the
+    kernel reads the stored values as folded exactly when LEAN folds."""
     assert not carry or (kind == W_FP4 and nib_span and compute == torch.bfloat16)
     assert q.is_contiguous() and q.dim() in (3, 5)
     wt_n, wt_k = q.shape[3:] if q.dim() == 5 else (0, 0)
     n_rows = q.shape[1] * q.shape[3] if q.dim() == 5 else q.shape[1]
-    assert scale_kind != S_E4M3 or (kind == W_FP4 and s.dtype == torch.uint8
+    scale_bf16 = s is not None and s.dim() == 4 and s.dtype == torch.bfloat16
+    assert scale_kind != S_E4M3 or (kind == W_FP4 and (s.dtype == torch.uint8 or scale_bf16)
                                     and scale_cols % 2 == 0)
     dummy = q
-    assert s is None or s.dim() < 4 or (kind == W_FP4 and s.dtype == torch.uint8 and nib_span)
+    assert s is None or s.dim() < 4 or (kind == W_FP4 and nib_span and (
+        s.dtype == torch.uint8 or scale_bf16))
+    lean = kind == W_FP4 and bool(nib_span) and configs.fp4_lean()
+    if scale_bf16:
+        _check_scale_fold(scale_kind, compute, lean, scale_fold)
     wscale = S_NONE if s is None or g_idx is not None else scale_kind
     k = 2 * (q.shape[2] * q.shape[4] if q.dim() == 5 else q.shape[2])
     if nib_span and not nib_span_fits(kind, k, scale_cols, g_idx is not None, nib_span,
@@ -111,13 +119,31 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                        "HAS_WGSCALE": gscale is not None, "WT_N": wt_n, "WT_K": wt_k,
                        "NIB_SPAN": nib_span,
                        # e2m1 plane scales in words (layout.scale_words): [E, N, K / span, 4]
-                       "SCALE_WORDS": s is not None and s.dim() == 4,
+                       "SCALE_WORDS": s is not None and s.dim() == 4 and not scale_bf16,
                        # issue 44's lean e2m1 decode step (configs.fp4_lean)
-                       "LEAN": kind == W_FP4 and bool(nib_span) and configs.fp4_lean(),
+                       "LEAN": lean,
                        # issue 44's third: sign-carrying words (layout.carry_bits)
                        "CARRY": carry,
+                       # issue 44's fourth: the scales decoded into bf16 at load
+                       "SCALE_BF16": scale_bf16,
                        "COMPUTE": _COMPUTE[compute]},
+        "scale_fold": scale_fold if scale_bf16 else 0,
     }
+
+
+def lean_scale_fold(scale_kind: int, compute: torch.dtype, lean: bool) -> int:
+    """The power of two `layout.scale_bf16` multiplies a linear's stored bf16 scales by: the
+    LEAN fold (gemm_kernel.SCALE_FOLD) for NVFP4 in bf16 with LEAN on, else 0."""
+    folds = lean and scale_kind == S_E4M3 and compute == torch.bfloat16
+    return gemm_kernel.SCALE_FOLD if folds else 0
+
+
+def _check_scale_fold(scale_kind: int, compute: torch.dtype, lean: bool, fold: int) -> None:
+    """The stored bf16 scales' fold must be the one this launch's LEAN reads them with."""
+    if fold != lean_scale_fold(scale_kind, compute, lean):
+        raise ValueError(f"bf16 scales stored times 2^{fold}, but LEAN is "
+                         f"{'on' if lean else 'off'} now ({configs.FP4_LEAN_ENV}): process "
+                         "the layer again after changing it")
 
 
 @functools.cache
@@ -150,11 +176,16 @@ E8M0_FOLD_MIN, E8M0_FOLD_MAX = 2, 252
 def e8m0_folds(s: torch.Tensor) -> bool:
     """Whether every E8M0 scale byte of `s` can be multiplied into bf16 e2m1 values exactly
     (E8M0_FOLD_MIN to E8M0_FOLD_MAX; 255, NaN, cannot): read once per layer, when its plan is
-    built; never inside a CUDA-graph capture (the read waits for the device): no fold then."""
-    if s is None or s.dtype != torch.uint8 or s.numel() == 0:
+    built; never inside a CUDA-graph capture (the read waits for the device): no fold then.
+    `s` may hold them decoded into bf16 (`layout.scale_bf16`): byte b is bf16's exponent
+    field there, the bit patterns b << 7 (0: 0x0040, 255: 0x7FC0) in the bytes' order."""
+    if s is None or s.dtype not in (torch.uint8, torch.bfloat16) or s.numel() == 0:
         return False
     if s.is_cuda and torch.cuda.is_current_stream_capturing():
         return False
+    if s.dtype == torch.bfloat16:
+        lo, hi = torch.aminmax(s.view(torch.int16))
+        return E8M0_FOLD_MIN << 7 <= int(lo) and int(hi) <= E8M0_FOLD_MAX << 7
     lo, hi = torch.aminmax(s)
     return E8M0_FOLD_MIN <= int(lo) and int(hi) <= E8M0_FOLD_MAX
 

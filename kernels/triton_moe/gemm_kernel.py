@@ -292,6 +292,10 @@ LEAN_SHIFT = 7
 LEAN_FOLD = tl.constexpr(2.0 ** (126 - LEAN_SHIFT))  # into the scale operands
 LEAN_UNDO = tl.constexpr(2.0 ** -LEAN_SHIFT)  # the weights' factor, undone in the epilogue
 LEAN_REDO = tl.constexpr(2.0 ** LEAN_SHIFT)
+# SCALE_BF16 stores NVFP4's scales times the fold where LEAN folds (layout.scale_bf16): the
+# bit-field decode's fp32 path takes it back off (exact, a power of two)
+SCALE_FOLD = 126 - LEAN_SHIFT
+SCALE_UNFOLD = tl.constexpr(2.0 ** -SCALE_FOLD)
 
 
 def _fp4_carry_asm(scaled: bool, folded: bool = False) -> str:
@@ -647,11 +651,59 @@ def _scale_word(s_rows, k0, stride_sk, K, EVEN_K: tl.constexpr, TILE_K: tl.const
 
 
 @triton.jit
+def _scale_bf16_words(s_rows, k0, stride_sk, K, EVEN_K: tl.constexpr, TILE_K: tl.constexpr,
+                      TWO: tl.constexpr):
+    """SCALE_BF16: the span's scales of every weight row as stored at load
+    (layout.scale_bf16: bf16 pairs, 4-byte words that cp.async stages): the first word (NVFP4
+    planes 0 and 1; MXFP4 the blocks of planes 0-1 and 2-3) and, TWO (NVFP4), the second
+    (planes 2 and 3); else the first again."""
+    col = k0 // TILE_K
+    if not EVEN_K:
+        col = tl.minimum(col, (K - 1) // TILE_K)
+    w = (s_rows + col * stride_sk).to(tl.pointer_type(tl.int32), bitcast=True)
+    lo = tl.load(w)
+    if TWO:
+        hi = tl.load(w + 1)
+    else:
+        hi = lo
+    return lo, hi
+
+
+@triton.jit
+def _bf16_value(w, HIGH: tl.constexpr):
+    """The bf16 in the low (HIGH: high) half of each word as fp32: its bits are fp32's top
+    half, so the value is exact, NaN and the subnormal 2^-127 included."""
+    if HIGH:
+        return (w & -65536).to(tl.float32, bitcast=True)
+    else:
+        return (w << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _scale_operand(s, w, HIGH: tl.constexpr, FOLD: tl.constexpr, SCALE_BF16: tl.constexpr,
+                   COMPUTE: tl.constexpr):
+    """A plane's scale as the PTX decode's operand, in the compute dtype: s (fp32), times
+    2^(126 - LEAN_SHIFT) with FOLD; SCALE_BF16: the stored bf16 itself, half HIGH of word w
+    (layout.scale_bf16 stored it folded where FOLD), no conversion in the loop."""
+    if SCALE_BF16:
+        if HIGH:
+            h = (w >> 16).to(tl.int16)
+        else:
+            h = w.to(tl.int16)
+        return h.to(tl.bfloat16, bitcast=True)
+    elif FOLD:
+        return (s * LEAN_FOLD).to(COMPUTE)
+    else:
+        return s.to(COMPUTE)
+
+
+@triton.jit
 def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
                      WSCALE: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr,
                      COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
                      FAST_I4: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr,
-                     LEAN: tl.constexpr, CARRY: tl.constexpr, E4M3_CVT: tl.constexpr):
+                     LEAN: tl.constexpr, CARRY: tl.constexpr, E4M3_CVT: tl.constexpr,
+                     SCALE_BF16: tl.constexpr):
     """The scaled product of an e2m1 tile in four planes (`plane_nibbles`, FP4_SPAN columns:
     plane p is the tile's columns [k0 + p Q, k0 + (p + 1) Q), Q = TILE_K / 4, inside one
     scale block: `nib_span_fits`). S_E4M3 (NVFP4): each plane's values times its block scale
@@ -667,18 +719,32 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
     range has no room for the fold) nor E8M0 scales (no fold fits every byte).
     CARRY (bf16 only): the words in the carried order (layout.carry_bits), decoded by
     `_fp4_carry*` or gathered into nibbles (`_nibble`); E4M3_CVT (host: CUDA sm89+): the
-    e4m3 scales by the hardware conversion (`_e4m3_cvt`). The same values either way."""
+    e4m3 scales by the hardware conversion (`_e4m3_cvt`). The same values either way.
+    SCALE_BF16: the scales decoded into bf16 at load (layout.scale_bf16; NVFP4 bf16 only,
+    folded by 2^(126 - LEAN_SHIFT) where LEAN folds): loaded, not decoded; the same values."""
     tl.static_assert(not CARRY or COMPUTE == tl.bfloat16)
+    tl.static_assert(not SCALE_BF16 or WSCALE != _S_E4M3 or COMPUTE == tl.bfloat16)
     Q: tl.constexpr = TILE_K // 4
     SCALED: tl.constexpr = WSCALE == _S_E4M3 or WSCALE == _S_E8M0 or WSCALE == _S_E8M0_W
+    FOLD: tl.constexpr = LEAN and WSCALE == _S_E4M3 and COMPUTE == tl.bfloat16
+    E4: tl.constexpr = WSCALE == _S_E4M3
+    # SCALE_BF16: plane p's bf16 is half H<p> of word w_lo / w_hi (E8M0: planes 0-1 the low
+    # half of the one word, 2-3 its high half; e4m3: one plane a half, two words)
+    H1: tl.constexpr = E4
+    H2: tl.constexpr = not E4
+    if SCALED and SCALE_BF16:
+        w_lo, w_hi = _scale_bf16_words(s_rows, k0, stride_sk, K, EVEN_K, TILE_K, E4)
+    else:  # (placeholders: read only with SCALE_BF16)
+        w_lo = k0
+        w_hi = k0
     # the scale bytes of planes 0-3 (E8M0: planes 0-1 share a 32-column block, 2-3 the next)
-    if SCALED and SCALE_WORDS:  # one word a row, byte p for plane p
+    if SCALED and SCALE_WORDS and not SCALE_BF16:  # one word a row, byte p for plane p
         sw = _scale_word(s_rows, k0, stride_sk, K, EVEN_K, TILE_K)
         p0 = sw & 0xFF
         p1 = (sw >> 8) & 0xFF
         p2 = (sw >> 16) & 0xFF
         p3 = (sw >> 24) & 0xFF
-    elif SCALED:
+    elif SCALED and not SCALE_BF16:
         p0 = _plane_scale(s_rows, k0, scale_cols, stride_sk, K, EVEN_K)
         p2 = _plane_scale(s_rows, k0 + 2 * Q, scale_cols, stride_sk, K, EVEN_K)
         if WSCALE == _S_E4M3:
@@ -688,7 +754,17 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
             p1 = p0
             p3 = p2
     if WSCALE == _S_E4M3 or WSCALE == _S_E8M0_W:
-        if WSCALE == _S_E4M3 and E4M3_CVT:
+        if SCALE_BF16:  # the stored values (fp32 for the bit-field decode; FOLD: unfolded)
+            s0 = _bf16_value(w_lo, False)
+            s1 = _bf16_value(w_lo, H1)
+            s2 = _bf16_value(w_hi, H2)
+            s3 = _bf16_value(w_hi, True)
+            if FOLD:
+                s0 = s0 * SCALE_UNFOLD
+                s1 = s1 * SCALE_UNFOLD
+                s2 = s2 * SCALE_UNFOLD
+                s3 = s3 * SCALE_UNFOLD
+        elif WSCALE == _S_E4M3 and E4M3_CVT:
             s0 = _e4m3_cvt(p0)
             s1 = _e4m3_cvt(p1)
             s2 = _e4m3_cvt(p2)
@@ -703,19 +779,19 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
             s1 = s0
             s2 = _decode_e8m0(p2)
             s3 = s2
-        FOLD: tl.constexpr = LEAN and WSCALE == _S_E4M3 and COMPUTE == tl.bfloat16
+        if FAST_I4 == _I4_PAIRS:  # the PTX decode's operands (FOLD: folded, exact)
+            o0 = tl.broadcast_to(_scale_operand(s0, w_lo, False, FOLD, SCALE_BF16, COMPUTE
+                                                )[None, :], bq.shape)
+            o1 = tl.broadcast_to(_scale_operand(s1, w_lo, H1, FOLD, SCALE_BF16, COMPUTE
+                                                )[None, :], bq.shape)
+            o2 = tl.broadcast_to(_scale_operand(s2, w_hi, H2, FOLD, SCALE_BF16, COMPUTE
+                                                )[None, :], bq.shape)
+            o3 = tl.broadcast_to(_scale_operand(s3, w_hi, True, FOLD, SCALE_BF16, COMPUTE
+                                                )[None, :], bq.shape)
         if FOLD and FAST_I4 == _I4_PAIRS and CARRY:
-            b0, b1, b2, b3 = _fp4_carry(
-                bq, tl.broadcast_to((s0 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
-                tl.broadcast_to((s1 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
-                tl.broadcast_to((s2 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
-                tl.broadcast_to((s3 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape), True)
-        elif FOLD and FAST_I4 == _I4_PAIRS:  # the scales times 2^(126 - LEAN_SHIFT), exact
-            b0, b1, b2, b3 = _fp4_planes_folded(
-                bq, tl.broadcast_to((s0 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
-                tl.broadcast_to((s1 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
-                tl.broadcast_to((s2 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape),
-                tl.broadcast_to((s3 * LEAN_FOLD).to(COMPUTE)[None, :], bq.shape))
+            b0, b1, b2, b3 = _fp4_carry(bq, o0, o1, o2, o3, True)
+        elif FOLD and FAST_I4 == _I4_PAIRS:
+            b0, b1, b2, b3 = _fp4_planes_folded(bq, o0, o1, o2, o3)
         elif FOLD:  # the same values through fp32: e2m1 * scale * 2^-LEAN_SHIFT, exact
             raw = bq.to(tl.int32)
             b0 = _decode_e2m1(_nibble(raw, 0, _CE0, _CS0, CARRY)) * (s0 * LEAN_UNDO)[None, :]
@@ -723,17 +799,9 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
             b2 = _decode_e2m1(_nibble(raw, 2, _CE2, _CS2, CARRY)) * (s2 * LEAN_UNDO)[None, :]
             b3 = _decode_e2m1(_nibble(raw, 3, _CE3, _CS3, CARRY)) * (s3 * LEAN_UNDO)[None, :]
         elif FAST_I4 == _I4_PAIRS and CARRY:
-            b0, b1, b2, b3 = _fp4_carry(
-                bq, tl.broadcast_to(s0.to(COMPUTE)[None, :], bq.shape),
-                tl.broadcast_to(s1.to(COMPUTE)[None, :], bq.shape),
-                tl.broadcast_to(s2.to(COMPUTE)[None, :], bq.shape),
-                tl.broadcast_to(s3.to(COMPUTE)[None, :], bq.shape), False)
+            b0, b1, b2, b3 = _fp4_carry(bq, o0, o1, o2, o3, False)
         elif FAST_I4 == _I4_PAIRS:
-            b0, b1, b2, b3 = _fp4_planes_scaled(
-                bq, tl.broadcast_to(s0.to(COMPUTE)[None, :], bq.shape),
-                tl.broadcast_to(s1.to(COMPUTE)[None, :], bq.shape),
-                tl.broadcast_to(s2.to(COMPUTE)[None, :], bq.shape),
-                tl.broadcast_to(s3.to(COMPUTE)[None, :], bq.shape), COMPUTE)
+            b0, b1, b2, b3 = _fp4_planes_scaled(bq, o0, o1, o2, o3, COMPUTE)
         else:
             raw = bq.to(tl.int32)
             b0 = _decode_e2m1(_nibble(raw, 0, _CE0, _CS0, CARRY)) * s0[None, :]
@@ -757,8 +825,12 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
         lo = _mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
         hi = _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB)
         if WSCALE == _S_E8M0:
-            s_lo = _decode_e8m0(p0)
-            s_hi = _decode_e8m0(p2)
+            if SCALE_BF16:  # E8M0 values in bf16: fp32 by a shift
+                s_lo = _bf16_value(w_lo, False)
+                s_hi = _bf16_value(w_lo, True)
+            else:
+                s_lo = _decode_e8m0(p0)
+                s_hi = _decode_e8m0(p2)
             if SWAP_AB:
                 part = lo * s_lo[:, None] + hi * s_hi[:, None]
             else:
@@ -775,7 +847,8 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
                HAS_G_IDX: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
                EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
                NIB_SPAN: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr,
-               LEAN: tl.constexpr, CARRY: tl.constexpr, E4M3_CVT: tl.constexpr):
+               LEAN: tl.constexpr, CARRY: tl.constexpr, E4M3_CVT: tl.constexpr,
+               SCALE_BF16: tl.constexpr):
     """The scaled fp32 product of one tile of TILE_K columns from k0, inside one scale
     column: a [BLOCK_M, TILE_K] activations (with NIB_SPAN: a, a2, a3, a4 the tile's four
     quarters, [BLOCK_M, TILE_K / 4] each), bq the weight tile as stored ([TILE_K / 2,
@@ -796,7 +869,7 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
             tl.static_assert(NIB_SPAN == TILE_K)
             part = _fp4_planes_part(a, a2, a3, a4, bq, k0, K, s_rows, scale_cols, stride_sk,
                                     WSCALE, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4,
-                                    TILE_K, SCALE_WORDS, LEAN, CARRY, E4M3_CVT)
+                                    TILE_K, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, SCALE_BF16)
         elif NIB_SPAN:  # word j holds columns j + p * TILE_K / 4, p = 0..3 (`plane_nibbles`)
             tl.static_assert(NIB_SPAN == TILE_K and WEIGHT == _W_INT4)
             part = _planes_part(a, a2, a3, a4, bq, k0, K, s_rows, z_rows, g_row, scale_cols,
@@ -852,7 +925,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
              FAST_I4: tl.constexpr, K_UNROLL: tl.constexpr, WT_N: tl.constexpr,
              WT_K: tl.constexpr, NIB_SPAN: tl.constexpr, ACC_DOT: tl.constexpr,
              SCALE_WORDS: tl.constexpr, LEAN: tl.constexpr, CARRY: tl.constexpr,
-             E4M3_CVT: tl.constexpr,
+             E4M3_CVT: tl.constexpr, SCALE_BF16: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
@@ -924,7 +997,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                                   g_row, a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT,
                                   WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
                                   EVEN_K, SWAP_AB, FAST_I4, NIB_SPAN, BLOCK_K, SCALE_WORDS,
-                                  LEAN, CARRY, E4M3_CVT)
+                                  LEAN, CARRY, E4M3_CVT, SCALE_BF16)
     if SWAP_AB:
         acc = tl.trans(acc)
     return acc
@@ -967,6 +1040,7 @@ def moe_gemm_kernel(
     LEAN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     CARRY: tl.constexpr = False, E4M3_CVT: tl.constexpr = False,
+    SCALE_BF16: tl.constexpr = False,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -1028,7 +1102,8 @@ def moe_gemm_kernel(
             a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
             K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
             SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N, WT_K,
-            NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, BLOCK_M, BLOCK_N, BLOCK_K)
+            NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, SCALE_BF16, BLOCK_M, BLOCK_N,
+            BLOCK_K)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)

@@ -4,7 +4,11 @@ planes (`plane_nibbles`), with their inverses, and which kinds and shapes take t
 
 from __future__ import annotations
 
+import functools
+import math
+
 import torch
+from moecert.reference.schemes import ELEMENTS
 
 from .kinds import S_E4M3, S_FLOAT, W_FP4, W_INT4
 
@@ -204,3 +208,97 @@ def _uncarry_rows(q: torch.Tensor) -> torch.Tensor:
         part = ((((w >> eem) & 7) | (((w >> sign) & 1) << 3)) << (4 * p))
         out = part if out is None else out | part
     return _bytes(out)
+
+
+# e2m1 block scales decoded into bf16 once at load (issue 44's fourth decode candidate,
+# MOECERT_TRITON_FP4_SCALE_BF16=1): the K loop then loads the value its multiply takes instead
+# of decoding an e4m3 or E8M0 byte every step (on the GPU's triton 3.6, ~15 instructions a
+# NVFP4 scale by the bit fields, several with the e4m3 conversion, in each of the four lanes
+# that hold a row; E8M0's compares and selects). Every code is exact in bf16: E8M0's byte is
+# bf16's exponent field (bias 127 both; byte 0, 2^-127, is a bf16 subnormal), e4m3 has <= 4
+# significant bits in [2^-9, 448], and so has e4m3 times LEAN's 2^119 (<= 448 * 2^119 <
+# 2^128); `scale_bf16_table` checks each code and refuses a table with one that is not. The
+# distinct scales of a span's planes (NVFP4 four, MXFP4 two: planes 0-1 and 2-3 share a
+# block) sit side by side per row, pairs of bf16 in one 32-bit word each, words of one span
+# side by side over the rows: NVFP4 8 bytes a row and span where `scale_words` holds 4 (+11%
+# of its weight bytes), MXFP4 4 (the same bytes as its words).
+def _bf16_bits(value: float, negative: bool) -> int | None:
+    """The bf16 bit pattern of `value` exactly (NaN: the quiet NaN of the sign), None where
+    bf16 has no such value. Integer arithmetic on frexp, no float conversion that could round
+    or flush."""
+    sign = 0x8000 if negative else 0
+    if math.isnan(value):
+        return sign | 0x7FC0
+    if value == 0:
+        return sign
+    m, e = math.frexp(abs(value))  # |value| = m * 2^e, 0.5 <= m < 1
+    biased = e + 126  # bf16's exponent field for 1.f * 2^(e - 1), bias 127
+    if biased >= 255:
+        return None
+    mant = math.ldexp(2 * m - 1, 7) if biased >= 1 else math.ldexp(abs(value), 133)
+    if mant != int(mant):
+        return None
+    return sign | (max(biased, 0) << 7) | int(mant)
+
+
+@functools.cache
+def scale_bf16_table(element: str, fold: int = 0) -> torch.Tensor:
+    """int16 [256]: the bf16 bit pattern of each `element` ("e4m3", "e8m0") code's value times
+    2^fold, from the format facts' code table (NaN codes: NaN of the code's sign, so export
+    gives every code back). ValueError naming the first code bf16 cannot hold exactly."""
+    el = ELEMENTS[element]
+    bits = []
+    for code, value in enumerate(el.values):
+        negative = (el.kind == "float" and bool(code & el.sign_bit)) or (
+            not math.isnan(value) and math.copysign(1.0, value) < 0)
+        b = _bf16_bits(value if math.isnan(value) else math.ldexp(value, fold), negative)
+        if b is None:
+            raise ValueError(f"{element} code 0x{code:02X} ({value}) times 2^{fold} is not "
+                             "exact in bf16: its scales cannot be stored decoded")
+        bits.append(b - 0x10000 if b >= 0x8000 else b)
+    return torch.tensor(bits, dtype=torch.int16)
+
+
+@functools.cache
+def _scale_bf16_codes(element: str, fold: int) -> torch.Tensor:
+    """int16 [65536]: the code of each bf16 bit pattern of `scale_bf16_table`, -1 elsewhere."""
+    table = scale_bf16_table(element, fold).to(torch.int64) & 0xFFFF
+    if len(torch.unique(table)) != len(table):
+        raise ValueError(f"{element} times 2^{fold}: two codes share a bf16 pattern")
+    inverse = torch.full((1 << 16,), -1, dtype=torch.int16)
+    inverse[table] = torch.arange(len(table), dtype=torch.int16)
+    return inverse
+
+
+def _lookup(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """table[index] (index uint8 or int16, read as unsigned) a chunk at a time: an int64
+    index of a whole tensor is 8 bytes per scale (DeepSeek-V3's w13 holds 470 M: 3.8 GB)."""
+    flat = index.reshape(-1)
+    out = torch.empty(flat.shape, dtype=table.dtype, device=index.device)
+    mask = (1 << (8 * index.element_size())) - 1
+    step = PLANE_CHUNK_BYTES // 8
+    for lo in range(0, flat.numel(), step):
+        out[lo:lo + step] = table[flat[lo:lo + step].to(torch.int64) & mask]
+    return out.view(index.shape)
+
+
+def scale_bf16(s: torch.Tensor, cols: int, element: str, fold: int = 0,
+               span: int = FP4_SPAN) -> torch.Tensor:
+    """Block scale codes s [E, N, K / cols] (uint8) -> their values times 2^fold in bf16, an
+    [E, N, K / span, span / cols] view of [E, K / span, N, span / cols] storage: [..., j] the
+    scale of the span's block j (NVFP4: plane j; MXFP4: planes 2j and 2j + 1)."""
+    per_span = span // cols
+    assert s.dtype == torch.uint8 and span % cols == 0 and per_span % 2 == 0
+    table = scale_bf16_table(element, fold).to(s.device)
+    values = _lookup(table, s).view(torch.bfloat16).unflatten(2, (-1, per_span))
+    return values.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)
+
+
+def unscale_bf16(packed: torch.Tensor, cols: int, element: str, fold: int = 0) -> torch.Tensor:
+    """Inverse of `scale_bf16`: the codes [E, N, K / cols] (uint8), contiguous; ValueError if
+    a value is no code's (the stored tensor was changed)."""
+    bits = packed.contiguous().view(torch.int16).flatten(2)
+    codes = _lookup(_scale_bf16_codes(element, fold).to(packed.device), bits)
+    if bool((codes < 0).any()):
+        raise ValueError(f"bf16 scales hold a value that is no {element} code times 2^{fold}")
+    return codes.to(torch.uint8)
