@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import tempfile
 import threading
 import traceback
@@ -140,6 +141,7 @@ class VllmLayer(torch.nn.Module):
         self.shard_scales = False  # the checkpoint's w13 had one per-tensor scale per shard
         self.kernel_method: str | None = None
         self.origin: tuple[str, int] | None = None  # the model folder and layer vLLM read
+        self.model_config = None  # vLLM's ModelConfig the layer was built under, if it asked
 
     @property
     def experts(self):
@@ -257,6 +259,7 @@ class VllmBackend:
         with self._running(), _uninitialized_memory_filled():
             runner = self._runner(quant, problem, origin)
         layer = VllmLayer(self.name, runner, quant, problem)
+        layer.model_config = getattr(runner, "moecert_model_config", None)
         registration = _registration(runner)
         if registration is not None:
             # vLLM's forward context holds the runner (and its parameters) until the adapter
@@ -291,7 +294,7 @@ class VllmBackend:
         if origin != layer.origin:
             raise BackendError("checkpoint", f"tensors of the same kind as the layer was made "
                                f"from ({origin_text(layer.origin)})", origin_text(origin))
-        with self._running():
+        with self._running(layer):
             if origin is not None:  # the folder's own files through vLLM's mapping
                 try:
                     vllm_folder.load(layer.runner, *origin, layer.problem.E)
@@ -308,7 +311,7 @@ class VllmBackend:
         loader calls it; no guard of the adapter's own (a second call is vLLM's business)."""
         check_layer(layer, VllmLayer, self.name)
         layer.processed = True
-        with self._running():
+        with self._running(layer):
             layer.quant_method.process_weights_after_loading(layer.experts)
 
     def describe(self, layer: VllmLayer) -> str:
@@ -442,7 +445,7 @@ class VllmBackend:
             return out
         # In vLLM the routing tensors are its router's own outputs, which its prepare step
         # scales in place (router weight on input): hand it copies, as its router would.
-        with self._running(), _recording(layer), torch.inference_mode():
+        with self._running(layer), _recording(layer), torch.inference_mode():
             # vLLM's runner makes the quant method's kernel config before every forward
             # (runner/moe_runner.py: `routed_experts._ensure_moe_quant_config_init()`); the
             # adapter enters the experts below the runner, so it makes it as the runner does.
@@ -475,26 +478,47 @@ class VllmBackend:
                 raise UnsupportedError(self.name, f"vLLM {v['version']} refuses the config "
                                        f"of {origin[0]}: {_refusal(e)}") from None
         act, act_kwargs = ACTIVATIONS[problem.activation]
-        prefix = PREFIX.format(next(_layer_ids))
+
+        def build():
+            prefix = PREFIX.format(next(_layer_ids))
+            try:
+                return v["factory"](
+                    problem.E, problem.topk, problem.K, problem.N,
+                    params_dtype=problem.torch_dtype, quant_config=qc, prefix=prefix,
+                    activation=act, has_bias=bool(problem.bias),
+                    apply_router_weight_on_input=bool(problem.apply_router_weight_on_input),
+                    **names, **act_kwargs)
+            except BaseException:
+                # a layer vLLM refused after its runner registered: nothing else would
+                # remove it
+                _forget(getattr(v.get("config"), "compilation_config", None), prefix)
+                raise
+
         try:
-            return v["factory"](
-                problem.E, problem.topk, problem.K, problem.N, params_dtype=problem.torch_dtype,
-                quant_config=qc, prefix=prefix, activation=act, has_bias=bool(problem.bias),
-                apply_router_weight_on_input=bool(problem.apply_router_weight_on_input),
-                **names, **act_kwargs)
-        except BaseException:
-            # a layer vLLM refused after its runner registered: nothing else would remove it
-            _forget(getattr(v.get("config"), "compilation_config", None), prefix)
-            raise
+            return build()
+        except AttributeError as e:
+            if getattr(v["config"], "model_config", None) is not None \
+                    or not _MODEL_CONFIG_ASKED.search(str(e)):
+                raise
+        # vLLM asked for the served model's config, which a lone layer has none of: build it
+        # again under one (the folder's, else a default Qwen3-MoE), kept for its later calls
+        model_config = _model_config(origin[0] if origin else None, problem.torch_dtype)
+        with _model_config_set(model_config):
+            runner = build()
+        runner.moecert_model_config = model_config
+        return runner
 
     @contextlib.contextmanager
-    def _running(self):
-        """vLLM's current config, and (forced mode) the AMX gate answered True, for the
-        duration of one call into vLLM."""
+    def _running(self, layer: VllmLayer | None = None):
+        """vLLM's current config (with the model config `layer` was built under, if any),
+        and (forced mode) the AMX gate answered True, for the duration of one call into
+        vLLM."""
         v = _vllm()
         _request_amx_tiles()
+        model_config = getattr(layer, "model_config", None)
         # vLLM's model loader builds and processes its layers under the platform's device
-        with _lock, v["set_config"](v["config"]), torch.device(_engine_device()):
+        with _lock, v["set_config"](v["config"]), torch.device(_engine_device()), \
+                _model_config_set(model_config):
             if not self.forced_amx:
                 yield
                 return
@@ -644,6 +668,52 @@ def _quant_config_activation(qc) -> str | None:
         return ACT_DYNAMIC_TOKEN if qc.per_act_token_quant else ACT_DYNAMIC_TENSOR
     except Exception:
         return None
+
+
+# vLLM's methods that read the served model's config while a layer is built (0.25.1 on a GPU:
+# the MXFP4 oracle reads model_config.quantization_config, oracle/mxfp4.py; Quark's OCP-MX
+# method model_config.hf_config.model_type, quark_moe.py): what they raise without one
+_MODEL_CONFIG_ASKED = re.compile(r"'NoneType' object has no attribute "
+                                 r"'(hf_config|quantization_config)'")
+# the model a table layer stands for, where vLLM asks (above): its gate and up are separate
+# per-expert tensors, as the adapter loads them; not gpt-oss, whose fused gate_up changes how
+# Quark's method lays out its w13 scales
+DEFAULT_MODEL_TYPE = "qwen3_moe"
+
+
+@functools.cache
+def _default_model_folder() -> str:
+    """A folder holding only transformers' default config of DEFAULT_MODEL_TYPE."""
+    import transformers
+
+    folder = tempfile.mkdtemp(prefix="moecert-vllm-model-")
+    transformers.AutoConfig.for_model(DEFAULT_MODEL_TYPE).save_pretrained(folder)
+    return folder
+
+
+@functools.cache
+def _model_config(folder: str | None, dtype: torch.dtype):
+    """vLLM's own ModelConfig of the model folder (None: of the default model), no tokenizer:
+    what a served model's layers find in the current config."""
+    from vllm.config import ModelConfig
+
+    folder = folder or _default_model_folder()
+    return ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True, dtype=dtype)
+
+
+@contextlib.contextmanager
+def _model_config_set(model_config):
+    """vLLM's current config with `model_config` (nothing changed for None)."""
+    if model_config is None:
+        yield
+        return
+    config = _vllm()["config"]
+    before = config.model_config
+    config.model_config = model_config
+    try:
+        yield
+    finally:
+        config.model_config = before
 
 
 def _scale_param_dtype(layer: VllmLayer, quant: Variant) -> torch.dtype | None:

@@ -411,7 +411,8 @@ def test_apply_makes_the_kernel_config_as_vllms_runner_does(monkeypatch):
     class Runner:
         routed_experts = Experts()
 
-    monkeypatch.setattr(VllmBackend, "_running", lambda self: contextlib.nullcontext())
+    monkeypatch.setattr(VllmBackend, "_running",
+                        lambda self, layer=None: contextlib.nullcontext())
     P = MoEProblem(M=2, K=128, N=64, E=3, topk=2)
     layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("bf16"), P)
     x = torch.randn(P.M, P.K, dtype=P.torch_dtype)
@@ -435,7 +436,8 @@ def test_a_biased_layer_whose_method_makes_no_bias_parameters_is_not_claimed(mon
     class Runner:
         routed_experts = Experts()
 
-    monkeypatch.setattr(VllmBackend, "_running", lambda self: contextlib.nullcontext())
+    monkeypatch.setattr(VllmBackend, "_running",
+                        lambda self, layer=None: contextlib.nullcontext())
     monkeypatch.setattr(VllmBackend, "_runner", lambda self, quant, problem, origin=None: Runner())
     monkeypatch.setattr(vllm_backend, "_vllm", lambda: {"version": "0.25.1"})
     biased = MoEProblem(M=2, K=128, N=64, E=3, topk=2, bias=True)
@@ -550,7 +552,8 @@ def test_the_layers_parameters_are_made_in_filled_memory(monkeypatch):
         made["scale"] = torch.empty(4, dtype=torch.float32)
         return types.SimpleNamespace(routed_experts=types.SimpleNamespace(quant_method=None))
 
-    monkeypatch.setattr(VllmBackend, "_running", lambda self: contextlib.nullcontext())
+    monkeypatch.setattr(VllmBackend, "_running",
+                        lambda self, layer=None: contextlib.nullcontext())
     monkeypatch.setattr(VllmBackend, "_runner", runner)
     monkeypatch.setattr(VllmBackend, "supports", lambda self, quant, problem: None)
     monkeypatch.setattr(VllmBackend, "load_weights", lambda self, layer, ckpt: None)
@@ -666,8 +669,55 @@ def forward_context(monkeypatch):
     monkeypatch.setattr(vllm_backend, "_vllm", lambda: {
         "version": "0.25.1", "config": config, "factory": _registering_runner(compilation),
         "quant_config": None})
-    monkeypatch.setattr(VllmBackend, "_running", lambda self: contextlib.nullcontext())
+    monkeypatch.setattr(VllmBackend, "_running",
+                        lambda self, layer=None: contextlib.nullcontext())
     return compilation
+
+
+def test_a_layer_vllm_builds_only_with_a_model_config_gets_one_and_keeps_it(
+        forward_context, monkeypatch):
+    """vLLM 0.25.1's MXFP4 oracle and Quark OCP-MX method read the served model's config
+    while the layer is built ("'NoneType' object has no attribute 'quantization_config'"
+    without one: every mxfp4 / mxfp6 case refused on the H200). The adapter builds such a
+    layer again under vLLM's ModelConfig of the layer's model (the folder's, else the
+    default Qwen3-MoE), keeps it for the layer's later calls and takes it off the current
+    config after each; a layer that does not ask gets none, and other AttributeErrors stay
+    refusals (vLLM-free stand-ins)."""
+    config = vllm_backend._vllm()["config"]
+    config.model_config = None
+    factory = vllm_backend._vllm()["factory"]
+    seen = []
+
+    def asking(*args, **kwargs):
+        seen.append(config.model_config)
+        if config.model_config is None:
+            raise AttributeError("'NoneType' object has no attribute 'quantization_config'")
+        return factory(*args, **kwargs)
+    monkeypatch.setattr(vllm_backend, "_vllm", lambda: {
+        "version": "0.25.1", "config": config, "factory": asking, "quant_config": None})
+    made = []
+    monkeypatch.setattr(vllm_backend, "_model_config",
+                        lambda folder, dtype: made.append((folder, dtype)) or "the model config")
+    runner = VllmBackend()._runner(Variant.of("bf16"), SMALL)
+    assert seen == [None, "the model config"] and made == [(None, SMALL.torch_dtype)]
+    assert runner.moecert_model_config == "the model config"
+    assert config.model_config is None  # taken off again
+    assert _moe_entries(forward_context) == [runner.layer_name]  # the failed build's is gone
+    with vllm_backend._model_config_set(runner.moecert_model_config):
+        assert config.model_config == "the model config"
+    assert config.model_config is None
+
+    def other(*args, **kwargs):
+        raise AttributeError("'NoneType' object has no attribute 'w13_weight'")
+    monkeypatch.setattr(vllm_backend, "_vllm", lambda: {
+        "version": "0.25.1", "config": config, "factory": other, "quant_config": None})
+    with pytest.raises(AttributeError, match="w13_weight"):
+        VllmBackend()._runner(Variant.of("bf16"), SMALL)
+    assert made == [(None, SMALL.torch_dtype)]
+    monkeypatch.setattr(vllm_backend, "_vllm", lambda: {
+        "version": "0.25.1", "config": config, "factory": factory, "quant_config": None})
+    assert not hasattr(VllmBackend()._runner(Variant.of("bf16"), SMALL),
+                       "moecert_model_config")
 
 
 def _moe_entries(compilation) -> list[str]:
@@ -782,3 +832,16 @@ def test_a_method_without_modular_kernel_declares_its_own_quant_configs_activati
     assert got.get("activation", "dynamic-token") == mode
     # the file's own int8 tokens are read with vLLM's rounding only where they are quantized
     assert got.get("activation_round_half_away", False) is (mode == "dynamic-token")
+
+
+def test_the_model_config_given_to_vllm_is_vllms_own_of_the_layers_model(vllm):
+    """With vLLM itself: `_model_config` is vLLM's ModelConfig of the layer's model folder
+    (its model type, the case's dtype, no quantization override), else of transformers'
+    default Qwen3-MoE config (the table layers' per-expert gate / up)."""
+    folder = vllm_backend._model_config(str(FIXTURES / "quark-mxfp4-w4a4-qwen3moe"),
+                                        torch.float16)
+    assert folder.hf_config.model_type == "qwen3_moe" and folder.dtype == torch.float16
+    table = vllm_backend._model_config(None, torch.bfloat16)
+    assert table.hf_config.model_type == vllm_backend.DEFAULT_MODEL_TYPE
+    assert table.dtype == torch.bfloat16
+    assert getattr(table, "quantization_config", None) is None

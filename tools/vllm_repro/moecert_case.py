@@ -91,6 +91,12 @@ REPRODUCTIONS = {
         "error", r"AssertionError",
         "block fp8 weights with per-token activations (a compressed-tensors file): vLLM "
         "asserts while building the layer, with no message"),
+    "quark-mxfp6-cpu-accelerator": (
+        "vllm/mxfp6-e2m3/M17.K128.N128.E4.k2/bf16.silu/s0", "accuracy", "error",
+        r"Cannot access accelerator device when none is available",
+        "a Quark OCP MX fp6 layer on the CPU, built under a model config as a served model's "
+        "is: vLLM builds, loads and processes it, then its forward asks for an accelerator "
+        "(RuntimeError); without a model config its build fails first"),
 }
 
 
