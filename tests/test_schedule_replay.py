@@ -35,6 +35,7 @@ def _rows(seconds: dict[str, float]) -> pd.DataFrame:
 
 
 def test_one_worker_takes_the_cases_one_after_another_and_two_share_them(tmp_path):
+    from moecert.conformance.harness.replay import replay
     from moecert.conformance.harness.schedule import GpuBudget, WorkPool
     from moecert.conformance.harness.suites import build_suite
 
@@ -49,7 +50,7 @@ def test_one_worker_takes_the_cases_one_after_another_and_two_share_them(tmp_pat
     cases = [Case.from_json(jsons[c]) for c in spans]
     for workers, expected in ((1, 6.0), (2, 3.0)):
         pool = WorkPool(cases, [GpuBudget(1 << 40, workers, 1 << 40)])
-        predicted, big = sr.replay(pool, workers, spans)
+        predicted, big = replay(pool, workers, spans)
         assert predicted == expected and big == []  # small problems only
     path = tmp_path / "run.parquet"
     rows.to_parquet(path)

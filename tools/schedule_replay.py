@@ -17,7 +17,6 @@ as measured. Exit 0, 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
-import heapq
 import sys
 from pathlib import Path
 
@@ -33,43 +32,6 @@ def case_spans(rows) -> tuple[dict, dict, float]:
     spans = (by_case["t1"] - by_case["t0"]).to_dict()
     return spans, by_case["case_json"].to_dict(), float(rows["t1"].max() - rows["t0"].min())
 
-
-def replay(pool, workers: int, seconds: dict[str, float]) -> tuple[float, list]:
-    """The wall of `pool`'s schedule on one GPU with `workers` workers, each case taking
-    `seconds[case id]`, its problem's memory handed back as its largest cases finish (the
-    runner's shrink); and (start, end, problem's first case id) of every model-size
-    problem."""
-    now, free, running, spans = 0.0, list(range(workers)), [], []
-    started = {}
-    while True:
-        waiting = []
-        for w in free:
-            got = pool.take(0, w, wait=False)
-            if got is False:
-                waiting.append(w)
-            elif got is not None:
-                group, need = got
-                keeps = pool.kept_after(group)
-                started[w] = (now, group[0].case_id, need > 0)
-                heapq.heappush(running, (now + seconds[group[0].case_id], w, need,
-                                         list(zip(group, keeps, strict=True))[1:], keeps[0]))
-        free = waiting
-        if not running:
-            return now, spans
-        now, w, need, rest, keep = heapq.heappop(running)
-        pool.shrink(0, need - keep)
-        need = keep
-        if rest:
-            (case, next_keep), *rest = rest
-            heapq.heappush(running, (now + seconds[case.case_id], w, need, rest, next_keep))
-        else:
-            pool.release(0, need)
-            t0, first, big = started.pop(w)
-            if big:
-                spans.append((t0, now, first))
-            free.append(w)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", type=Path)
@@ -84,6 +46,7 @@ def main(argv=None) -> int:
         p.error(f"results: no file {args.results}")
     import pandas as pd
     from moecert.conformance.harness.cases import Case
+    from moecert.conformance.harness.replay import replay
     from moecert.conformance.harness.schedule import GpuBudget, WorkPool
 
     spans, jsons, wall = case_spans(pd.read_parquet(args.results))

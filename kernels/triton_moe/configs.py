@@ -208,43 +208,36 @@ def forced_dequant_rows(environ=os.environ) -> float | None:
     return int(raw)
 
 
-def _default_on(name: str, on: str, off: str, environ) -> bool:
-    """An on/off switch that is on unless `name` is 0 (1, unset or empty: on); another value
-    is a ValueError saying both (`on`, `off`: what each means)."""
+def _switch(name: str, default: bool, on: str, off: str, environ) -> bool:
+    """An on/off switch: 1 on, 0 off, unset or empty `default` (on for the timed FP4 steps,
+    off for a candidate not yet timed); another value is a ValueError saying both (`on`,
+    `off`: what each means)."""
     raw = environ.get(name, "").strip()
     if raw not in ("", "0", "1"):
-        raise ValueError(f"{name}={raw!r}: expected 1 ({on}, the default) or 0{off}")
-    return raw != "0"
-
-
-def _default_off(name: str, on: str, off: str, environ) -> bool:
-    """`_default_on`'s switch for a candidate not yet timed: on only when `name` is 1 (0,
-    unset or empty: off); another value is a ValueError saying both."""
-    raw = environ.get(name, "").strip()
-    if raw not in ("", "0", "1"):
-        raise ValueError(f"{name}={raw!r}: expected 1 ({on}) or 0{off}")
-    return raw == "1"
+        raise ValueError(f"{name}={raw!r}: expected 1 ({on}{', the default' if default else ''})"
+                         f" or 0{off}")
+    return default if raw == "" else raw == "1"
 
 
 def fp4_scale_words(environ=os.environ) -> bool:
     """Whether e2m1 plane scales are stored in 32-bit words (read when a layer is
     processed): True when MOECERT_TRITON_FP4_SCALE_WORDS is 1, unset or empty, False when 0
     (one byte a block)."""
-    return _default_on(FP4_SCALE_WORDS_ENV, "plane scales in 32-bit words",
+    return _switch(FP4_SCALE_WORDS_ENV, True, "plane scales in 32-bit words",
                        " (one byte a block)", environ)
 
 
 def fp4_lean(environ=os.environ) -> bool:
     """Whether the lean e2m1 decode step runs (gemm_kernel's LEAN; read when a layer is
     processed): True when MOECERT_TRITON_FP4_LEAN is 1, unset or empty, False when 0."""
-    return _default_on(FP4_LEAN_ENV, "the lean e2m1 decode step", "", environ)
+    return _switch(FP4_LEAN_ENV, True, "the lean e2m1 decode step", "", environ)
 
 
 def fp4_carry(environ=os.environ) -> bool:
     """Whether e2m1 words carry their sign into the decode's multiply (layout.carry_bits;
     read when a layer is processed): True when MOECERT_TRITON_FP4_CARRY is 1, unset or
     empty, False when 0."""
-    return _default_on(FP4_CARRY_ENV, "e2m1 words whose sign the multiply carries", "",
+    return _switch(FP4_CARRY_ENV, True, "e2m1 words whose sign the multiply carries", "",
                        environ)
 
 
@@ -252,7 +245,7 @@ def fp4_scale_bf16(environ=os.environ) -> bool:
     """Whether e2m1 layers' block scales are stored decoded into bf16 (layout.scale_bf16;
     read when a layer is processed): True when MOECERT_TRITON_FP4_SCALE_BF16 is 1, False
     when 0, unset or empty."""
-    return _default_off(FP4_SCALE_BF16_ENV, "block scales decoded into bf16 at load",
+    return _switch(FP4_SCALE_BF16_ENV, False, "block scales decoded into bf16 at load",
                         " (the scale bytes, decoded in the K loop: the default)", environ)
 
 

@@ -9,6 +9,7 @@ import threading
 import pytest
 from moecert.conformance.harness.cases import Case
 from moecert.conformance.harness.execute import problem_groups
+from moecert.conformance.harness.replay import replay
 from moecert.conformance.harness.schedule import (
     MODEL_SIZE_WEIGHTS,
     USABLE_FRACTION,
@@ -315,35 +316,8 @@ def _replay_cases(pool: WorkPool, workers: int, costs: dict[str, float], shrink:
                   ) -> float:
     """As `_replay`, one case at a time: a worker runs its problem's cases in the order
     `take` gives them and (with `shrink`) hands back what the cases left do not need, as the
-    runner does (runner.serve)."""
-    import heapq
-
-    now, free, running = 0.0, list(range(workers)), []
-    while True:
-        waiting = []
-        for w in free:
-            got = pool.take(0, w, wait=False)
-            if got is False:
-                waiting.append(w)
-            elif got is not None:
-                group, need = got
-                keeps = pool.kept_after(group) if shrink else [None] * len(group)
-                heapq.heappush(running, (now + costs[group[0].case_id], w, need,
-                                         list(zip(group, keeps, strict=True))[1:], keeps[0]))
-        free = waiting
-        if not running:
-            return now
-        now, w, need, rest, keep = heapq.heappop(running)
-        if shrink:
-            pool.shrink(0, need - keep)
-            need = keep
-        if rest:
-            (case, next_keep), *rest = rest
-            heapq.heappush(running, (now + costs[case.case_id], w, need, rest, next_keep))
-        else:
-            pool.release(0, need)
-            free.append(w)
-
+    runner does (runner.serve): schedule.replay's wall."""
+    return replay(pool, workers, costs, shrink)[0]
 
 def test_a_problem_hands_back_memory_as_its_largest_cases_finish():
     """Measured on an H200 (2026-11-30): a DeepSeek-V3 problem's grouped case peaks at
