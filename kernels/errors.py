@@ -3,6 +3,9 @@ what was found, so a bad call is diagnosed from the message alone."""
 
 from __future__ import annotations
 
+import os
+import traceback
+
 
 class BackendError(ValueError):
     """Bad input to `create_layer`, `load_weights` or `apply` (checked before any kernel runs)."""
@@ -45,3 +48,15 @@ def check_layer(layer, cls: type, backend: str) -> None:
     if layer.backend != backend:
         raise BackendError("layer", f"a layer of backend {backend!r}",
                            f"a layer of backend {layer.backend!r}")
+
+
+def exception_text(e: BaseException) -> str:
+    """"Type: message" of an exception, for a result row or a refusal; a bare `assert` (no
+    message: vLLM 0.25.1's MXFP6 layer on an H200 read "AssertionError: " and nothing else)
+    says where it fired and what it asserts, from the innermost frame of its traceback."""
+    text = str(e).strip()
+    frames = traceback.extract_tb(e.__traceback__)
+    if not text and frames:
+        tb = frames[-1]
+        text = f"at {os.path.basename(tb.filename)}:{tb.lineno} ({(tb.line or '').strip()})"
+    return f"{type(e).__name__}: {text}"

@@ -36,7 +36,6 @@ import os
 import re
 import tempfile
 import threading
-import traceback
 import types
 import weakref
 
@@ -60,7 +59,7 @@ from .engine_inputs import (
     not_this_machine,
     origin_text,
 )
-from .errors import BackendError, UnsupportedError, check_layer
+from .errors import BackendError, UnsupportedError, check_layer, exception_text
 from .platform import Platform
 from .quant_config import Variant
 from .vllm_checkpoint import ACTIVATIONS, expert_tensors, file_config, quantization_config
@@ -218,7 +217,7 @@ class VllmBackend:
         except UnsupportedError as e:
             return e.reason, ""
         except Exception as e:
-            return f"vLLM {_vllm()['version']} refuses it: {_refusal(e)}", ""
+            return f"vLLM {_vllm()['version']} refuses it: {exception_text(e)}", ""
         # built to ask vLLM's oracle only: out of vLLM's forward context once read (that
         # entry would hold its parameters, on the GPU, as long as the process)
         registration = _registration(runner)
@@ -453,11 +452,16 @@ class VllmBackend:
             # vLLM's fallback where Marlin refuses an int4 layer, fed packed int4 weights to
             # unquantized Triton ("Hidden size mismatch 128 != 64" on an H200).
             layer.experts._ensure_moe_quant_config_init()
+            # The runner also pads the hidden states to the hidden size the quant method
+            # rounded the layer up to (Marlin MXFP4 at hidden 128 or 160: "Hidden size
+            # mismatch w1" on an H200 without it) and strips the padding from the output:
+            # its own step, called as its forward calls it
+            x, _, keep = layer.runner._maybe_pad_hidden_states(None, hidden_states.contiguous())
             y = layer.experts.forward_modular(
-                x=hidden_states.contiguous(),
+                x=x,
                 topk_weights=topk_weights.to(torch.float32, copy=True).contiguous(),
                 topk_ids=topk_ids.to(torch.int32, copy=True).contiguous())
-        out.copy_(y)
+        out.copy_(y if keep is None else y[..., :keep])
         return out
 
     # --- vLLM ----------------------------------------------------------------------------
@@ -476,7 +480,7 @@ class VllmBackend:
                 names = {"ckpt_names": vllm_folder.ckpt_names(origin[0])}
             except Exception as e:
                 raise UnsupportedError(self.name, f"vLLM {v['version']} refuses the config "
-                                       f"of {origin[0]}: {_refusal(e)}") from None
+                                       f"of {origin[0]}: {exception_text(e)}") from None
         act, act_kwargs = ACTIVATIONS[problem.activation]
 
         def build():
@@ -740,16 +744,6 @@ def _quantization_method(d: dict) -> str:
                 quantization_config=d))
     _vllm()["verify_quantization"](stub)
     return stub.quantization
-
-
-def _refusal(e: Exception) -> str:
-    """vLLM's exception as a reason; a bare assert says where it fired and what it asserts."""
-    text = str(e).strip()
-    if not text:
-        tb = traceback.extract_tb(e.__traceback__)[-1]
-        text = (f"at {os.path.basename(tb.filename)}:{tb.lineno} "
-                f"({(tb.line or '').strip()})")
-    return f"{type(e).__name__}: {text}"
 
 
 # the gated activations whose CUDA kernel rounds act(gate) before the product (swigluoai has

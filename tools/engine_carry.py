@@ -55,7 +55,13 @@ COMMON = (
     "pybase64==1.5.1", "loguru==0.7.3", "truststore==0.10.5",  # httpcore2 imports it
 )
 SITES = {  # site -> its own packages, beside COMMON
-    "vllm": ("compressed-tensors==0.17.0",),  # vLLM 0.25.1's pin
+    # vLLM 0.25.1's pin; amd-quark: vLLM's OCP MX path (Quark MXFP4 W4A4 and MXFP6, its
+    # emulation experts and dequantizers) imports quark.torch, which imports scipy, onnx,
+    # ml_dtypes and onnxslim (found as COMMON was; without it the Quark MX folders errored with
+    # vLLM's "The package `amd-quark` is required" on an H200, 2026-11-30 15:00); onnx at
+    # amd-quark's own bound (<= 1.22)
+    "vllm": ("compressed-tensors==0.17.0", "amd-quark==0.13", "scipy==1.18.1", "onnx==1.22.0",
+             "ml_dtypes==0.6.0", "onnxslim==0.1.98"),
     "hf": ("compressed-tensors==0.20.0",),    # tox -e transformers' pin
 }
 # Left out of vLLM's wheel: never loaded by a MoE layer (attention and serving), measured

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import torch
 from moecert.kernels import get_backend
-from moecert.kernels.errors import BackendError
+from moecert.kernels.errors import BackendError, exception_text
 from moecert.kernels.oracle import supports_reason
 from moecert.kernels.platform import platform_of_device
 from moecert.reference import moe, random_checkpoint
@@ -60,7 +60,7 @@ def _kept(fn):
         ok, value = self._done[key]
         if ok:
             return value
-        raise StepFailed(f"{key} failed: {type(value).__name__}: {value}") from value
+        raise StepFailed(f"{key} failed: {exception_text(value)}") from value
     return property(wrapper)
 
 

@@ -19,7 +19,7 @@ from moecert.reports.schema import METRICS, problem_id, threshold_columns
 
 from .cases import Case
 from .checks import Outcome, checks_for, run_check
-from .context import CaseRun, SharedSteps
+from .context import CaseRun, SharedSteps, exception_text
 from .model_layers import source_columns
 from .numerics import describe as describe_numerics
 from .provenance import environment, problem_columns
@@ -42,7 +42,7 @@ def iter_case(case: Case, device: str, checks=None, run_id: str = "", table=None
         names = checks_for(run, tuple(checks) if checks else None)
     except Exception as e:
         yield result_row(case, device, run_id, "setup",
-                         Outcome("error", f"{type(e).__name__}: {e}"), None, 0.0)
+                         Outcome("error", exception_text(e)), None, 0.0)
         return
     cuda = torch.device(device).type == "cuda"
     for name in names:

@@ -134,13 +134,15 @@ def _decode_e8m0(byte):
 def _decode_e4m3(byte):
     """float8_e4m3fn bytes -> fp32 from the bit fields (no fp8 conversion needed, so sm80 and
     ROCm without OCP fp8 decode it too): exponent bits 6-3 (bias 7), mantissa bits 2-0;
-    exponent 0 is the subnormal m * 2^-9; S.1111.111 is NaN."""
+    exponent 0 is the subnormal m * 2^-9; S.1111.111 is NaN. The sign goes in as a bit: a
+    select of -v compiled for an H200 gave +0 for the byte 0x80 (-0; tools/i44_prefill_diag.py,
+    2026-11-30: 3232 weights of the NVFP4 prefill test, only in a zero's sign)."""
     b = byte.to(tl.int32)
     e = (b >> 3) & 15
     m = b & 7
     v = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
     v = tl.where(e == 0, m.to(tl.float32) * 0.001953125, v)
-    v = tl.where((b & 0x80) != 0, -v, v)
+    v = (v.to(tl.int32, bitcast=True) | ((b & 0x80) << 24)).to(tl.float32, bitcast=True)
     nan = tl.full(b.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
     return tl.where((b & 0x7F) == 0x7F, nan, v)
 

@@ -411,6 +411,9 @@ def test_apply_makes_the_kernel_config_as_vllms_runner_does(monkeypatch):
     class Runner:
         routed_experts = Experts()
 
+        def _maybe_pad_hidden_states(self, shared, x):
+            return x, None, None
+
     monkeypatch.setattr(VllmBackend, "_running",
                         lambda self, layer=None: contextlib.nullcontext())
     P = MoEProblem(M=2, K=128, N=64, E=3, topk=2)
@@ -420,6 +423,40 @@ def test_apply_makes_the_kernel_config_as_vllms_runner_does(monkeypatch):
     out = VllmBackend().apply(layer, x, torch.full((P.M, P.topk), 0.5), ids)
     assert torch.equal(out, torch.zeros_like(x))
     assert Runner.routed_experts.quant_config == "made"
+
+
+@pytest.mark.parametrize("hidden_dim", [128, 256])
+def test_apply_pads_the_hidden_states_as_vllms_runner_does(monkeypatch, hidden_dim):
+    """Where the quant method rounded the layer's hidden size up (Marlin MXFP4 at hidden 128
+    or 160 on an H200), vLLM's runner pads the input to it and strips the output back; the
+    adapter, entering below the runner, calls that step (vLLM-free: a stand-in runner whose
+    step pads as 0.25.1's does; without the call the experts see 128 columns and assert)."""
+    import contextlib
+
+    class Experts:
+        def _ensure_moe_quant_config_init(self):
+            pass
+
+        def forward_modular(self, x, topk_weights, topk_ids):
+            assert x.shape[-1] == hidden_dim, "Hidden size mismatch w1"
+            return x * 2
+
+    class Runner:
+        routed_experts = Experts()
+
+        def _maybe_pad_hidden_states(self, shared, x):
+            if x.shape[-1] == hidden_dim:
+                return x, None, None
+            return torch.nn.functional.pad(x, (0, hidden_dim - x.shape[-1])), None, x.shape[-1]
+
+    monkeypatch.setattr(VllmBackend, "_running",
+                        lambda self, layer=None: contextlib.nullcontext())
+    P = MoEProblem(M=2, K=128, N=64, E=3, topk=2)
+    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("mxfp4"), P)
+    x = torch.randn(P.M, P.K, dtype=P.torch_dtype)
+    ids = torch.tensor([[0, 1], [1, 2]], dtype=torch.int32)
+    out = VllmBackend().apply(layer, x, torch.full((P.M, P.topk), 0.5), ids)
+    assert torch.equal(out, x * 2)
 
 
 def test_a_biased_layer_whose_method_makes_no_bias_parameters_is_not_claimed(monkeypatch):

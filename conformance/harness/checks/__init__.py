@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..context import CaseRun, StepFailed
+from ..context import CaseRun, StepFailed, exception_text
 from .outcome import Outcome
 from .output import (
     check_accuracy,
@@ -141,7 +141,7 @@ def run_check(name: str, run: CaseRun) -> Outcome:
     except StepFailed as e:
         return Outcome("error", str(e))
     except Exception as e:
-        return Outcome("error", f"{type(e).__name__}: {e}")
+        return Outcome("error", exception_text(e))
 
 
 __all__ = ["BY_NAME", "CHECKS", "CHECK_TABLE", "FULL", "LIGHT", "Check", "Outcome", "checks_for",
