@@ -241,8 +241,16 @@ def _gemm_weight(layer: MoELayer, p: str) -> torch.Tensor | None:
             return None
     E = layer.problem.E
     out = torch.zeros(E, n_out, cols, dtype=dtype, device=layer.device)
+    # whether every expert's values fit, kept on the device and read once: a read per expert
+    # (512 host syncs for DeepSeek-V3's two linears) waits each time for this process's turn
+    # on a GPU that certify's workers share (issue 43: grouped's claims 2-14 s a DeepSeek-V3
+    # case on one H200, 2026-11-30)
+    finite = torch.ones((), dtype=torch.bool, device=layer.device)
     for e in range(E):  # float32 one expert at a time: a DeepSeek-V3 layer never is at once
         out[e, :, :n_in] = dequantize_expert(layer, p, e)
+        finite &= torch.isfinite(out[e]).all()
+    if not bool(finite):
+        e = next(e for e in range(E) if not bool(torch.isfinite(out[e]).all()))
         _check_finite(f"{p} weights of expert {e}", out[e], dtype)
     if bias is not None:
         out[:, :, n_in:n_in + BIAS_PARTS] = split_bias(bias, dtype)
