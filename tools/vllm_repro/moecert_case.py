@@ -96,6 +96,11 @@ REPRODUCTIONS = {
         r"Invalid thread config: .*num_bits = 4, group_size = 32",
         "MXFP4 weights with fp16 activations: the oracle picks Marlin, which finds no thread "
         "config for the layer and raises (the ci suite, 2026-11-30 15:00)"),
+    "gpu-mxfp6-quant-dtype": (
+        "vllm/mxfp6-e2m3/M17.K128.N128.E4.k2/bf16.silu/s0", "accuracy", "error",
+        r"assert quant_dtype in OCP_MX_DTYPES",
+        "weight-only MXFP6 (Quark OCP MX, no input quantization) on vLLM 0.25.1 on cuda: the "
+        "method's kernel config takes its input dtype None as quant_dtype and asserts"),
     "gpu-fp8-block-dynamic-token": (
         "vllm/fp8-w8a8[a-dynamic-token]/M17.K256.N256.E4.k2/bf16.silu/s0", "accuracy",
         "error", r"AssertionError",
