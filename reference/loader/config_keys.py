@@ -126,10 +126,10 @@ CONFIG_KEYS: dict[str, dict[str, Key]] = {
         **{f"input.{k}": v for k, v in _QUARK_ARGS.items()},
         "input.round_method": _only("half to even, moecert's activation rounding",
                                     "half_even"),
-        "input.scale_calculation_mode": _ignored(
-            "the MX rule of Quark's own fake-quantization of dynamic inputs; the engine "
-            "quantizes them at run time, judged by the variant's mx_scale_rule (OCP's floor "
-            "unless a case names another: docs/checkpoints.md, MXFP4 W4A4)"),
+        "input.scale_calculation_mode": Key(
+            "the MX rule of dynamic MX inputs (the variant's mx_scale_rule): Quark's "
+            "quantization of them, which an engine runs with it (docs/checkpoints.md, MXFP4 "
+            "W4A4); other inputs take no MX scale", only_for=("mxfp4",)),
         "output_tensors": _only("outputs are not quantized", None),
         "bias": _only("biases are not quantized", None),
         "layer_quant_config": _only("no per-layer specs (the experts would be read as the "

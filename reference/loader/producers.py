@@ -214,8 +214,11 @@ RULES: tuple[Rule, ...] = (
     # Quark OCP MXFP4 W4A4 (OCP_MXFP4Spec on weights and inputs, what AMD's MI355 MoE
     # releases ship): fp4 weights per 32 along in with E8M0 scales, inputs the same spec,
     # dynamic
+    # dynamic: its scale_calculation_mode is the rule the engine's quantization of them
+    # follows (vLLM's OCP MX emulation passes it to Quark's qdq_mxfp4), "even" as Quark writes
     _r("quark", "mxfp4", {**_QUARK_MX, "weights.dtype": "fp4", **_QUARK_IN_MX,
-                          "input.dtype": "fp4"}, {"activation": ACT_MXFP4}),
+                          "input.dtype": "fp4"},
+       {"activation": ACT_MXFP4, "mx_scale_rule": "<input.scale_calculation_mode>"}),
     # Quark int4 per group (int4_wo_32 / _64 / _128): signed int4, symmetric, no inputs
     _r("quark", "quark-int4", {"quant_method": "quark", "weights.dtype": "int4",
                                "weights.qscheme": "per_group", "weights.scale_format": ABSENT,
@@ -398,9 +401,11 @@ def _not_read(f: Fields, rule: Rule, keys: dict[str, Key], source: str) -> dict[
             out[f"{source}.{path}"] = "a key this reader does not know: not read"
         elif not key.read:
             out[f"{source}.{path}"] = key.why
-        elif key.allowed is None and name not in reads and f.raws[name] is not None:
+        elif key.allowed is None and name not in reads and (f.raws[name] is not None
+                                                             or key.only_for):
             # a key a rule should read but does not is a gap of the rules (a test holds
-            # that none is left); one read for some schemes only says so
+            # that none is left); one read for some schemes only says so, null or not (a
+            # value there would not change this scheme's reading either)
             out[f"{source}.{path}"] = (f"{key.why}: read for {', '.join(key.only_for)} only"
                                        if key.only_for else f"{UNUSED}: {rule.scheme}")
     return out

@@ -61,7 +61,8 @@ def test_inspect_names_the_producer_and_the_w4a4_variant(name, capsys):
     assert main(["inspect", str(FIXTURES / name)]) == 0
     out = capsys.readouterr().out
     assert f"producer {FOLDERS[name][0]}" in out
-    assert "layer 1: mxfp4 [activation=mxfp4]" in out
+    rule = " mx_scale_rule=even" if name.startswith("quark") else ""  # the file's input rule
+    assert f"layer 1: mxfp4 [activation=mxfp4{rule}]" in out
 
 
 def _copy(tmp_path: Path, name: str) -> Path:
@@ -108,3 +109,26 @@ def test_a_config_disagreeing_with_the_tensors_is_refused(tmp_path, name):
     err = _one_line(folder)
     assert f"model.safetensors: {EXPERTS}.0.down_proj.{packed}: expected shape [128, 64]" in err
     assert "intermediate size 128 from config.json), found [128, 32]" in err
+
+
+@pytest.mark.parametrize(("name", "rule"), [("quark-mxfp4-w4a4-qwen3moe", "even"),
+                                            ("ct-mxfp4-w4a4-qwen3moe", "floor")])
+def test_the_activations_mx_rule_is_the_files(name, rule):
+    """Quark writes the rule its dynamic MX inputs are quantized by (input_tensors.
+    scale_calculation_mode, "even") and vLLM's OCP MX emulation runs with it; the harness once
+    ignored the key and judged the folder by OCP's floor (rel_fro 0.11 to 0.19 through vLLM on
+    an H200, 2026-11-30). llm-compressor's preset states none: OCP's floor."""
+    (summary,) = load_checkpoint(FIXTURES / name)
+    assert summary.variant.activation == "mxfp4"
+    assert summary.variant.mx_scale_rule == rule
+
+
+def test_a_quark_input_rule_moecert_does_not_know_is_refused_naming_it(tmp_path):
+    folder = tmp_path / "quark"
+    shutil.copytree(FIXTURES / "quark-mxfp4-w4a4-qwen3moe", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["global_quant_config"]["input_tensors"][
+        "scale_calculation_mode"] = "round"
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"config.json.*mx_scale_rule.*found 'round'"):
+        load_checkpoint(folder)
