@@ -198,6 +198,17 @@ class BiasDropped(TorchBackend):
         return None if name == "w13_bias" else super().bias(layer, name)
 
 
+class BiasesNotLoaded(TorchBackend):
+    """Both expert biases never loaded: the layer computes with the zeros it was created
+    with (vLLM 0.25.1's RoutedExperts.weight_loader, which has no branch for a bias; the GPU
+    list's bias entry), on any weight format."""
+
+    name = "mutant-biases-not-loaded"
+
+    def bias(self, layer, name):
+        return None
+
+
 class W2BiasAfterRouterWeight(TorchBackend):
     """GEMM2's epilogue weighs by the router weight before adding the bias: r*y + b2."""
 

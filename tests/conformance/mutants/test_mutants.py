@@ -111,6 +111,7 @@ MUTANT_NAMES = frozenset("mutant-" + n for n in (
     "batched-counts-ignored",
     "bias-dropped",
     "bias-in-scale-slot",
+    "biases-not-loaded",
     "claims-asym",
     "e8m0-0xff-as-scale",
     "e8m0-bias",
