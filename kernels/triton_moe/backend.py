@@ -284,7 +284,11 @@ def _scale_bf16_fits(layer: MoELayer, scale_kind: int, cols: int, span: int) -> 
     of a span's blocks, so two or four blocks per span (NVFP4 16 columns, MXFP4 32)."""
     from . import configs, kinds
 
-    if not configs.fp4_scale_bf16():
+    wanted = configs.fp4_scale_bf16()
+    if wanted is None:
+        wanted = configs.scale_bf16_by_default(scale_kind == kinds.S_E8M0,
+                                               layer.problem.torch_dtype == torch.bfloat16)
+    if not wanted:
         return False
     if scale_kind == kinds.S_E4M3 and layer.problem.torch_dtype != torch.bfloat16:
         return False

@@ -55,10 +55,15 @@ decode's multiply carries it (layout.carry_bits, gemm_kernel's CARRY) and NVFP4'
 hardware e4m3 conversion on sm89+ (E4M3_CVT). Both are the default since 2026-11-30: bit for bit
 the words path's output (the CUDA tests on an H200, the FP4 `ci` cases green with them), and
 CARRY + LEAN timed 1.10-1.95x faster than words at decode there (docs/speed.md, "Round three").
-MOECERT_TRITON_FP4_SCALE_BF16=1 turns on issue 44's fourth, off by default until timed
-(`fp4_scale_bf16`, read when a layer is processed): the block scales decoded into bf16 once at
-load (layout.scale_bf16; NVFP4 in bf16 layers, MXFP4 in any), so the K loop loads them instead
-of decoding e4m3 or E8M0 bytes every step; bit for bit the default path's output.
+MOECERT_TRITON_FP4_SCALE_BF16 switches issue 44's fourth (`fp4_scale_bf16`, read when a layer is
+processed): the block scales decoded into bf16 once at load (layout.scale_bf16; NVFP4 in bf16
+layers, MXFP4 in any), so the K loop loads them instead of decoding e4m3 or E8M0 bytes every
+step; bit for bit the scale bytes' output (the CUDA tests on an H200, 14 of 14 on 07d49e9; the
+FP4 `ci` cases green with it forced, 50 of 50 on 333ee90). 1 on for both, 0 off for both;
+unset, the default since 2026-11-30: on for MXFP4 in bf16 layers (timed 1.05-1.22x faster
+than the scale bytes on every MXFP4 layer and M measured, bf16 on an H200), off for NVFP4
+(1.02-1.08x, but 0.95x on Mixtral-8x7B at M = 64: its bytes are 11% more than e4m3's) and for
+fp16 layers (not timed): docs/speed.md, "Round four".
 """
 
 from __future__ import annotations
@@ -208,10 +213,10 @@ def forced_dequant_rows(environ=os.environ) -> float | None:
     return int(raw)
 
 
-def _switch(name: str, default: bool, on: str, off: str, environ) -> bool:
+def _switch(name: str, default: bool | None, on: str, off: str, environ) -> bool | None:
     """An on/off switch: 1 on, 0 off, unset or empty `default` (on for the timed FP4 steps,
-    off for a candidate not yet timed); another value is a ValueError saying both (`on`,
-    `off`: what each means)."""
+    off for a candidate not yet timed, None where the caller decides per case); another value
+    is a ValueError saying both (`on`, `off`: what each means)."""
     raw = environ.get(name, "").strip()
     if raw not in ("", "0", "1"):
         raise ValueError(f"{name}={raw!r}: expected 1 ({on}{', the default' if default else ''})"
@@ -241,12 +246,20 @@ def fp4_carry(environ=os.environ) -> bool:
                        environ)
 
 
-def fp4_scale_bf16(environ=os.environ) -> bool:
+def fp4_scale_bf16(environ=os.environ) -> bool | None:
     """Whether e2m1 layers' block scales are stored decoded into bf16 (layout.scale_bf16;
     read when a layer is processed): True when MOECERT_TRITON_FP4_SCALE_BF16 is 1, False
-    when 0, unset or empty."""
-    return _switch(FP4_SCALE_BF16_ENV, False, "block scales decoded into bf16 at load",
-                        " (the scale bytes, decoded in the K loop: the default)", environ)
+    when 0, None when unset or empty (the default: `scale_bf16_by_default` per scale kind)."""
+    return _switch(FP4_SCALE_BF16_ENV, None, "block scales decoded into bf16 at load",
+                   " (the scale bytes, decoded in the K loop); unset: MXFP4's decoded, "
+                   "NVFP4's bytes", environ)
+
+
+def scale_bf16_by_default(e8m0: bool, bf16: bool) -> bool:
+    """The default of `fp4_scale_bf16` (the module docstring: timed per format): on for
+    MXFP4's E8M0 scales in bf16 layers (the layers timed), off for NVFP4's e4m3 and for
+    fp16 layers."""
+    return e8m0 and bf16
 
 
 def path_for(device: str, directory: Path | None = None) -> Path:

@@ -84,6 +84,8 @@ def test_the_backend_takes_lean_from_the_variable_and_says_so(scheme, monkeypatc
     backend = TritonBackend()
     x, w, ids = make_inputs(P, seed=2)
     outs = {}
+    # the scale words' path (MXFP4's default since stores bf16 scales: test_fp4_scale_bf16)
+    monkeypatch.setenv(configs.FP4_SCALE_BF16_ENV, "0")
     for lean in ("0", "1"):
         monkeypatch.setenv(configs.FP4_LEAN_ENV, lean)
         layer = backend.create_layer(ckpt, P)

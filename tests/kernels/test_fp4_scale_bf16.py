@@ -225,13 +225,33 @@ def test_scales_stored_for_one_lean_are_refused_under_the_other(monkeypatch):
 
 def test_the_variable_reads_as_documented():
     read = configs.fp4_scale_bf16
-    assert not read({}) and not read({configs.FP4_SCALE_BF16_ENV: "0"})
+    assert read({}) is None and read({configs.FP4_SCALE_BF16_ENV: ""}) is None
+    assert read({configs.FP4_SCALE_BF16_ENV: "0"}) is False
     assert read({configs.FP4_SCALE_BF16_ENV: " 1 "})
     with pytest.raises(ValueError, match="MOECERT_TRITON_FP4_SCALE_BF16='yes': expected 1"):
         read({configs.FP4_SCALE_BF16_ENV: "yes"})
 
 
 # --- through the backend -----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("scheme", "dtype", "decoded"), [
+    ("mxfp4", "bf16", True), ("mxfp4", "fp16", False), ("nvfp4", "bf16", False)])
+def test_the_default_decodes_mxfp4_scales_at_load_in_bf16_layers_only(scheme, dtype, decoded,
+                                                                       monkeypatch):
+    """Unset, the variable means the timed choice per format (configs' docstring): MXFP4's
+    scales decoded into bf16 at load in bf16 layers, NVFP4's and fp16 layers' kept as bytes."""
+    from moecert.kernels.triton_moe.backend import TritonBackend
+    from moecert.reference import MoEProblem, synthesize
+
+    monkeypatch.delenv(configs.FP4_SCALE_BF16_ENV, raising=False)
+    P = MoEProblem(M=3, K=256, N=64, E=3, topk=2, dtype=dtype)
+    backend = TritonBackend()
+    layer = backend.create_layer(synthesize(scheme, P, seed=1), P)
+    backend.process_weights_after_loading(layer)
+    assert (layer.get("w13_s").dtype == torch.bfloat16) == decoded
+    assert ("pre-decoded to bf16" in backend.describe(layer)) == decoded
+
+
 
 @pytest.mark.parametrize(("scheme", "dtype", "dense", "lean"), [
     ("nvfp4", "bf16", False, "1"), ("nvfp4", "bf16", False, "0"), ("mxfp4", "bf16", False, "1"),

@@ -94,6 +94,8 @@ def test_the_backend_stores_words_and_computes_and_exports_the_same(scheme, monk
     backend = TritonBackend()
     outs, exports = {}, {}
     x, w, ids = make_inputs(P, seed=2)
+    # the words' path (MXFP4's default since stores bf16 scales: test_fp4_scale_bf16)
+    monkeypatch.setenv(configs.FP4_SCALE_BF16_ENV, "0")
     for words in ("0", "1"):
         monkeypatch.setenv(configs.FP4_SCALE_WORDS_ENV, words)
         layer = backend.create_layer(ckpt, P)
