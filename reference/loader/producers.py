@@ -213,9 +213,8 @@ RULES: tuple[Rule, ...] = (
       for el in ("e2m3", "e3m2")),
     # Quark OCP MXFP4 W4A4 (OCP_MXFP4Spec on weights and inputs, what AMD's MI355 MoE
     # releases ship): fp4 weights per 32 along in with E8M0 scales, inputs the same spec,
-    # dynamic
-    # dynamic: its scale_calculation_mode is the rule the engine's quantization of them
-    # follows (vLLM's OCP MX emulation passes it to Quark's qdq_mxfp4), "even" as Quark writes
+    # dynamic, their MX scale rule the input spec's scale_calculation_mode ("even" as Quark
+    # writes it; vLLM's OCP MX emulation quantizes with Quark's qdq_mxfp4, "even" too)
     _r("quark", "mxfp4", {**_QUARK_MX, "weights.dtype": "fp4", **_QUARK_IN_MX,
                           "input.dtype": "fp4"},
        {"activation": ACT_MXFP4, "mx_scale_rule": "<input.scale_calculation_mode>"}),

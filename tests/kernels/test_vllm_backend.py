@@ -392,10 +392,22 @@ def test_the_w4a4_row_states_the_llm_compressor_mxfp4_preset_as_the_tool_writes_
 
 
 
+def _apply_stand_in(monkeypatch, runner, scheme):
+    """The adapter's apply on a stand-in runner (vLLM-free): the input and the output."""
+    import contextlib
+
+    monkeypatch.setattr(VllmBackend, "_running",
+                        lambda self, layer=None: contextlib.nullcontext())
+    P = MoEProblem(M=2, K=128, N=64, E=3, topk=2)
+    layer = vllm_backend.VllmLayer("vllm", runner, Variant.of(scheme), P)
+    x = torch.randn(P.M, P.K, dtype=P.torch_dtype)
+    ids = torch.tensor([[0, 1], [1, 2]], dtype=torch.int32)
+    return x, VllmBackend().apply(layer, x, torch.full((P.M, P.topk), 0.5), ids)
+
+
 def test_apply_makes_the_kernel_config_as_vllms_runner_does(monkeypatch):
     """vLLM's runner makes the quant method's kernel config before the experts run; the
     adapter, entering below the runner, must too (vLLM-free: a stand-in for the experts)."""
-    import contextlib
 
     class Experts:
         quant_config = None
@@ -414,13 +426,7 @@ def test_apply_makes_the_kernel_config_as_vllms_runner_does(monkeypatch):
         def _maybe_pad_hidden_states(self, shared, x):
             return x, None, None
 
-    monkeypatch.setattr(VllmBackend, "_running",
-                        lambda self, layer=None: contextlib.nullcontext())
-    P = MoEProblem(M=2, K=128, N=64, E=3, topk=2)
-    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("bf16"), P)
-    x = torch.randn(P.M, P.K, dtype=P.torch_dtype)
-    ids = torch.tensor([[0, 1], [1, 2]], dtype=torch.int32)
-    out = VllmBackend().apply(layer, x, torch.full((P.M, P.topk), 0.5), ids)
+    x, out = _apply_stand_in(monkeypatch, Runner(), "bf16")
     assert torch.equal(out, torch.zeros_like(x))
     assert Runner.routed_experts.quant_config == "made"
 
@@ -431,7 +437,6 @@ def test_apply_pads_the_hidden_states_as_vllms_runner_does(monkeypatch, hidden_d
     or 160 on an H200), vLLM's runner pads the input to it and strips the output back; the
     adapter, entering below the runner, calls that step (vLLM-free: a stand-in runner whose
     step pads as 0.25.1's does; without the call the experts see 128 columns and assert)."""
-    import contextlib
 
     class Experts:
         def _ensure_moe_quant_config_init(self):
@@ -449,13 +454,7 @@ def test_apply_pads_the_hidden_states_as_vllms_runner_does(monkeypatch, hidden_d
                 return x, None, None
             return torch.nn.functional.pad(x, (0, hidden_dim - x.shape[-1])), None, x.shape[-1]
 
-    monkeypatch.setattr(VllmBackend, "_running",
-                        lambda self, layer=None: contextlib.nullcontext())
-    P = MoEProblem(M=2, K=128, N=64, E=3, topk=2)
-    layer = vllm_backend.VllmLayer("vllm", Runner(), Variant.of("mxfp4"), P)
-    x = torch.randn(P.M, P.K, dtype=P.torch_dtype)
-    ids = torch.tensor([[0, 1], [1, 2]], dtype=torch.int32)
-    out = VllmBackend().apply(layer, x, torch.full((P.M, P.topk), 0.5), ids)
+    x, out = _apply_stand_in(monkeypatch, Runner(), "mxfp4")
     assert torch.equal(out, x * 2)
 
 
