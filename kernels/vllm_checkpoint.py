@@ -185,14 +185,22 @@ def _quark(q: Variant) -> dict:  # AMD Quark int8 W8A8
             "export": {"kv_cache_group": [], "pack_method": "reorder"}}
 
 
-def _quark_mx(q: Variant) -> dict:  # AMD Quark OCP MX, weight-only (OCP_MXFP6*Spec)
-    spec = {"dtype": f"fp{q.bits}_{q.info.element}", "qscheme": "per_group",
-            "group_size": q.info.scale_block, "ch_axis": -1, "is_dynamic": False,
-            "scale_format": "e8m0", "scale_calculation_mode": "even",
+def _quark_mx_spec(dtype: str, block: int, dynamic: bool, rule: str) -> dict:
+    return {"dtype": dtype, "qscheme": "per_group", "group_size": block, "ch_axis": -1,
+            "is_dynamic": dynamic, "scale_format": "e8m0", "scale_calculation_mode": rule,
             "round_method": "half_even", "scale_type": "float", "symmetric": None,
             "observer_cls": "PerBlockMXObserver"}
+
+
+def _quark_mx(q: Variant) -> dict:  # AMD Quark OCP MX: OCP_MXFP6*Spec (weight-only), OCP_MXFP4Spec
+    # Quark names fp4 "fp4" and fp6 by its element ("fp6_e2m3"); an MX input spec is dynamic
+    # and states the rule of its scales (the variant's mx_scale_rule)
+    dtype = "fp4" if q.bits == 4 else f"fp{q.bits}_{q.info.element}"
+    weight = _quark_mx_spec(dtype, q.info.scale_block, False, "even")
+    inputs = (None if q.activation == ACT_NONE
+              else _quark_mx_spec(dtype, q.info.scale_block, True, q.mx_scale_rule))
     return {"quant_method": "quark", "global_quant_config": {
-                "weight": spec, "input_tensors": None, "output_tensors": None, "bias": None},
+                "weight": weight, "input_tensors": inputs, "output_tensors": None, "bias": None},
             "layer_quant_config": {}, "layer_type_quant_config": {}, "exclude": [],
             "export": {"kv_cache_group": [], "pack_method": "reorder"}}
 
@@ -233,6 +241,8 @@ class VllmFileConfig:
     strategy: tuple[str, ...] | None = None
     activation: tuple[str, ...] | None = None
     formats: tuple[str, ...] | None = None
+    # the MX rules of dynamic MX inputs the file can state (None: any, or no MX inputs)
+    mx_scale_rules: tuple[str, ...] | None = None
     names: tuple[tuple[str, str], ...] = ()  # (moecert suffix, the file's suffix)
     # the file stores a per-channel weight scale as [out] (Quark), not [out, 1]
     channel_scale_1d: bool = False
@@ -241,7 +251,8 @@ class VllmFileConfig:
         return (q.scheme == self.scheme
                 and (self.strategy is None or q.weight_strategy in self.strategy)
                 and (self.activation is None or q.activation in self.activation)
-                and (self.formats is None or q.checkpoint_format in self.formats))
+                and (self.formats is None or q.checkpoint_format in self.formats)
+                and (self.mx_scale_rules is None or q.mx_scale_rule in self.mx_scale_rules))
 
 
 _CT_FP8 = _ct_dense("float")
@@ -291,8 +302,16 @@ VARIANT_CONFIGS: tuple[VllmFileConfig, ...] = (
                    formats=("modelopt",)),
     VllmFileConfig("nvfp4", "llm-compressor NVFP4", _ct_nvfp4, formats=("ct",)),
     # llm-compressor's MXFP4 preset (W4A4): vLLM's CompressedTensorsW4A4Mxfp4MoEMethod and
-    # its oracle decide, and the adapter declares the activations vLLM's quant config states
-    VllmFileConfig("mxfp4", "llm-compressor MXFP4 (W4A4)", _ct_mx, activation=(ACT_MXFP4,)),
+    # its oracle decide, and the adapter declares the activations vLLM's quant config states.
+    # Its file names the codes weight_packed (tests/fixtures/checkpoints/ct-mxfp4-w4a4-*) and
+    # states no MX rule for its inputs: compressed-tensors' own, OCP's floor
+    VllmFileConfig("mxfp4", "llm-compressor MXFP4 (W4A4)", _ct_mx, activation=(ACT_MXFP4,),
+                   mx_scale_rules=("floor",), names=(("weight", "weight_packed"),)),
+    # AMD Quark's OCP MXFP4 W4A4 (tests/fixtures/checkpoints/quark-mxfp4-w4a4-*): its input
+    # spec states the rule ("even" as Quark writes it), which vLLM's OCP MX emulation runs
+    # (Quark's qdq_mxfp4 in its default even mode; it does not read the key)
+    VllmFileConfig("mxfp4", "AMD Quark OCP MXFP4 (W4A4)", _quark_mx, activation=(ACT_MXFP4,),
+                   mx_scale_rules=("even",)),
     VllmFileConfig("mxfp4", _GPT_OSS, _mxfp4),
     # vLLM takes Quark OCP MX fp6 weights only with OCP MX inputs (W6A6): it refuses this
     # weight-only file (OCP_MX_Scheme.from_quant_dtype), its own verdict (docs/mxfp6.md)

@@ -392,6 +392,53 @@ def test_the_w4a4_row_states_the_llm_compressor_mxfp4_preset_as_the_tool_writes_
 
 
 
+@pytest.mark.parametrize("folder,rule", [("ct-mxfp4-w4a4-qwen3moe", "floor"),
+                                         ("quark-mxfp4-w4a4-qwen3moe", "even")])
+def test_a_w4a4_mxfp4_file_is_the_producers_whose_file_states_its_input_rule(folder, rule):
+    """An MXFP4 W4A4 variant goes to vLLM as the file of the producer that can state its
+    inputs' MX rule, with that producer's tensor names and MX keys, as the real file has them:
+    on 2026-11-30 the exact tier of Quark's folder (rule "even") went as llm-compressor's
+    preset under moecert's names, and vLLM's loader found no parameter 'w13_weight'
+    (compressed-tensors' is w13_weight_packed) on the H200."""
+    import json
+
+    from safetensors import safe_open
+
+    quant = Variant("mxfp4", activation="mxfp4", mx_scale_rule=rule)
+    real = json.loads((FIXTURES / folder / "config.json").read_text())["quantization_config"]
+    ours = quantization_config(quant)
+    assert ours["quant_method"] == real["quant_method"]
+    if real["quant_method"] == "quark":
+        keys = ("dtype", "qscheme", "group_size", "is_dynamic", "scale_format",
+                "scale_calculation_mode")
+        for part in ("weight", "input_tensors"):
+            want = {k: real["global_quant_config"][part][k] for k in keys}
+            got = {k: ours["global_quant_config"][part][k] for k in keys}
+            assert got == want, part
+    held = set()
+    for f in (FIXTURES / folder).glob("*.safetensors"):
+        with safe_open(f, "pt") as s:
+            held |= {k.split(".experts.", 1)[1] for k in s.keys() if ".experts." in k}
+    P = MoEProblem(M=1, K=128, N=64, E=2, topk=1)
+    ckpt = synthesize("mxfp4", P, seed=0, activation="mxfp4")
+    names = set(dict(expert_tensors(quant, ckpt.tensors, P.N)))
+    assert names <= held, sorted(names - held)
+
+
+@pytest.mark.parametrize("rule", ["floor", "even", "ceil", "rceil"])
+def test_no_w4a4_file_states_an_input_rule_other_than_the_variants(rule):
+    """A rule no W4A4 producer's file states goes as the gpt-oss file, which states no
+    activations (vLLM's kernel chooses them and the adapter declares what it ran); never as a
+    file that states another rule."""
+    quant = Variant("mxfp4", activation="mxfp4", mx_scale_rule=rule)
+    row, d = file_config(quant), quantization_config(quant)
+    assert row.mx_scale_rules is None or rule in row.mx_scale_rules
+    inputs = (d.get("global_quant_config") or {}).get("input_tensors")
+    assert inputs is None or inputs["scale_calculation_mode"] == rule
+    if d["quant_method"] == "compressed-tensors":
+        assert rule == "floor"
+
+
 def _apply_stand_in(monkeypatch, runner, scheme):
     """The adapter's apply on a stand-in runner (vLLM-free): the input and the output."""
     import contextlib

@@ -4,7 +4,7 @@ the reductions of the failures moecert's GPU gate found on vLLM 0.25.1 (docs/gpu
 tell a legitimate other reading from a defect.
 
     python gpu_reduce.py [fp8-block] [bias] [nvfp4] [ops] [int8] [fp8-tensor] [router]
-                         [int8-layer] [int8-router]    # on a CUDA machine with vLLM
+                         [int8-layer] [int8-router] [mxfp4-rounded]   # CUDA, vLLM
 
 Each layer is built as vLLM's model loader builds it: the quant config of a checkpoint's
 quantization_config, the MoE layer factory, per-expert tensors through the runner's
@@ -35,6 +35,9 @@ same stored tensors; gate/up and silu(gate) * up are rounded to the activation d
 - fp8-tensor: vLLM's fp8 with per-tensor weights and dynamic activations at N = 32 / 48 / 128.
 - router: the router weight on the input, top-1, on Marlin (MXFP8) and Triton (bf16), against
   the weight applied once to the input and applied again to GEMM1's output.
+- mxfp4-rounded: the gpt-oss-format MXFP4 method on Marlin where it rounds the layer up
+  (hidden to 256, intermediate to 128), beside unrounded sizes and the same weights written
+  at hidden 256 by hand.
 - nvfp4: a ModelOpt NVFP4 file on a GPU without FP4 tensor cores (Marlin, 16-bit
   activations), gate and up with equal and with different `weight_scale_2`, against both the
   per-shard reading and the one where up takes gate's global scale; and top-1 with the router
@@ -675,9 +678,81 @@ def int8_router():
         print(f"  M={M:3d} {kernel:14s} {cells}")
 
 
+# --- mxfp4 on the rounded-up Marlin path ------------------------------------------------------
+
+def mxfp4_weights(K, N, seed=0, hidden_to=None):
+    """The gpt-oss release's MXFP4 tensors per expert: weight uint8 [out, in/2] (low nibble
+    first), weight_scale uint8 E8M0 [out, in/32], OCP's floor scale per block of 32.
+    hidden_to: the same layer written at a larger hidden size by hand, the extra inputs of
+    gate / up and the extra outputs of down zero codes under scale 1.0 (E8M0 127)."""
+    g = torch.Generator().manual_seed(seed)
+    out, dense = {}, {}
+    for e in range(E):
+        for proj, (o, i) in shapes(K, N).items():
+            w = torch.randn(o, i, generator=g, dtype=torch.float64) / i ** 0.5
+            blocks = w.view(o, i // 32, 32)
+            exp = torch.floor(torch.log2(blocks.abs().amax(-1))) - 2
+            code, val = e2m1_codes(blocks / (2.0 ** exp).unsqueeze(-1))
+            code, sbyte = code.view(o, i), (exp + 127).to(torch.uint8)
+            deq = (val * (2.0 ** exp).unsqueeze(-1)).view(o, i)
+            if hidden_to:
+                pad_in = (0, hidden_to - K) if proj != "down_proj" else (0, 0)
+                pad_out = (0, 0, 0, hidden_to - K) if proj == "down_proj" else (0, 0)
+                code = torch.nn.functional.pad(torch.nn.functional.pad(code, pad_in), pad_out)
+                deq = torch.nn.functional.pad(torch.nn.functional.pad(deq, pad_in), pad_out)
+                sbyte = torch.nn.functional.pad(torch.nn.functional.pad(
+                    sbyte, (0, code.shape[1] // 32 - sbyte.shape[1]), value=127),
+                    (0, 0, 0, code.shape[0] - sbyte.shape[0]), value=127)
+            out[f"{e}.{proj}.weight"] = (code[:, 0::2] | (code[:, 1::2] << 4)).to(torch.uint8)
+            out[f"{e}.{proj}.weight_scale"] = sbyte
+            dense[(e, proj)] = deq
+    return out, dense
+
+
+def mxfp4_rounded():
+    """vLLM's gpt-oss-format MXFP4 method (Mxfp4MoEMethod, the file config {"quant_method":
+    "mxfp4"}) on Marlin rounds the layer's hidden size up to 256 and its intermediate size to
+    128 (oracle/mxfp4.py, mxfp4_round_up_hidden_size_and_intermediate_size); the runner pads
+    the input with zeros (its _maybe_pad_hidden_states) and the output is cut back. moecert
+    read 3.0e-2 at hidden 160 (ci, 2026-11-30) where unrounded layers read 3e-3: here the same
+    layers without moecert, beside the same weights written at hidden 256 by hand (no
+    rounding), to tell vLLM's rounding path from the kernel at that size."""
+    import transformers
+    from vllm.config import ModelConfig
+
+    folder = tempfile.mkdtemp(prefix="mxfp4-model-")
+    transformers.AutoConfig.for_model("qwen3_moe").save_pretrained(folder)
+    before = CONFIG.model_config
+    CONFIG.model_config = ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True,
+                                      dtype=torch.bfloat16)
+    d = {"quant_method": "mxfp4", "modules_to_not_convert": []}
+    print("gpt-oss-format MXFP4 (Mxfp4MoEMethod), bf16, silu, M = 33, top-2")
+    try:
+        for K, N, hidden_to in ((512, 256, None), (256, 256, None), (128, 256, None),
+                                (160, 256, None), (160, 256, 256), (128, 128, None),
+                                (512, 64, None), (128, 64, None), (192, 256, None),
+                                (288, 256, None)):
+            weights, dense = mxfp4_weights(K, N, hidden_to=hidden_to)
+            Kl = hidden_to or K
+            experts = build(d, "mxfp4", Kl, N, weights)
+            x, w, ids = routing(33, K)
+            held = experts.moe_config.hidden_dim
+            xp = torch.nn.functional.pad(x, (0, held - K))  # as the runner pads
+            out, kernel = forward(experts, xp, w, ids)
+            out = out[:, :K]
+            ref = {k: v[:, :K] if k[1] != "down_proj" else v[:K] for k, v in dense.items()}
+            cells = "  ".join(
+                f"{name}: {rel(out, reference(ref, x, w, ids, K, gate_rounded=gr)):.3e}"
+                for name, gr in (("reference", False), ("silu(gate) rounded", True)))
+            label = f"K={K} written at {hidden_to}" if hidden_to else f"K={K}"
+            print(f"  {label:22s} N={N:3d} layer hidden {held} {kernel:14s} {cells}")
+    finally:
+        CONFIG.model_config = before
+
+
 STEPS = {"fp8-block": fp8_block, "ops": ops_check, "bias": bias, "nvfp4": nvfp4,
          "int8": int8, "fp8-tensor": fp8_tensor, "router": router,
-         "int8-layer": int8_layer, "int8-router": int8_router}
+         "int8-layer": int8_layer, "int8-router": int8_router, "mxfp4-rounded": mxfp4_rounded}
 
 if __name__ == "__main__":
     import vllm
