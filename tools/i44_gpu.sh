@@ -1,16 +1,16 @@
 #!/bin/bash
-# Issue 44 in one GPU call (< 250 s: the steps' timeouts add up to 15 + 90 + 55 + 45 + 25 =
-# 230 s), from the repository root, no install (a PYTHONPATH shim). Round four (docs/speed.md,
-# "Round four"): the CUDA-only tests of the SCALE_BF16 candidate
-# (tests/kernels/test_fp4_scale_bf16_cuda.py: bit for bit against the default path, CARRY and
-# LEAN on and off) and the triton FP4 `ci` cases with the candidate forced
-# (MOECERT_TRITON_FP4_SCALE_BF16=1, on top of the default CARRY + LEAN), then, the GPU to
-# itself, graph replay:
-#   decode (M 16, 64): the default (CARRY + LEAN, scale words) with the Marlin FP4 peer beside
-#     it, and the candidate (MOECERT_TRITON_FP4_SCALE_BF16=1)
-#   triton_kernels' matmul_ogs on gpt-oss-120b (tools/ogs_peer.py)
-# (Round three's words and LEAN-only benches and round two's bytes and prefill benches are left
-# out for time: git log of this file.)
+# Issue 44 in one GPU call, from the repository root, no install (a PYTHONPATH shim). Round
+# five (docs/speed.md): MXFP4's bf16 scales are the default in bf16 layers (870cdf2), so the
+# decode benches time the default against the scale bytes it replaced
+# (MOECERT_TRITON_FP4_SCALE_BF16=0) with the Marlin FP4 peer beside them, then triton_kernels'
+# matmul_ogs on gpt-oss-120b (tools/ogs_peer.py); graph replay, the GPU to itself.
+#   I44_TESTS=1: first the compiled tests of the bf16 scales (tests/kernels/
+#     test_fp4_scale_bf16_cuda.py, forced on and off) and ci's FP4 cases with the scale bytes
+#     forced (90 s; tools/gpu_ci.sh runs the same file and the ci suite on the default).
+#   I44_TABLE=1: then the issue's whole table: the other decode schemes at M 16 / 64 (memory
+#     floor; gptq-int4 against Marlin int4) and prefill at M 1024 / 4096 on Mixtral (triton
+#     and, for FP4, the grouped backend).
+# (Earlier rounds' candidates and benches: git log of this file.)
 # The peers come from the vLLM that tools/engine_carry.py installed there (docs/gpu-ci.md,
 # "Bringing the engines there"): its Marlin library and its vendored triton_kernels; without
 # it, from .vllm/ (the library, optional marlin_anchor.py, tk/triton_kernels). Why a peer is
@@ -82,15 +82,15 @@ FP4=(--backend triton --scheme mxfp4 --scheme nvfp4)
 # 1. correctness, side by side (90 s): the compiled tests of the SCALE_BF16 candidate (4
 # workers: ~32 kernels to compile, where round three's 22 fit in 70 s), ci's FP4 cases with
 # the candidate forced (CARRY and LEAN are the default)
-if [ "$DEV" = cuda ]; then
+if [ "$DEV" = cuda ] && [ "${I44_TESTS:-0}" = 1 ]; then
     timeout 90 python -m pytest tests/kernels/test_fp4_scale_bf16_cuda.py -q -n 4 \
         -p no:cacheprovider -rfE > "$W/tests.txt" 2>&1 &
-    MOECERT_TRITON_FP4_SCALE_BF16=1 timeout 90 $M run --suite ci --device cuda "${FP4[@]}" -n 6 \
-        --results "$W/ci-bf16" > "$W/ci-bf16.txt" 2>&1 &
+    MOECERT_TRITON_FP4_SCALE_BF16=0 timeout 90 $M run --suite ci --device cuda "${FP4[@]}" -n 6 \
+        --results "$W/ci-bytes" > "$W/ci-bytes.txt" 2>&1 &
     wait
 fi
 failed=0
-for f in tests ci-bf16; do
+for f in tests ci-bytes; do
     [ -f "$W/$f.txt" ] || continue
     line=$(grep -E "passed|failed|^green|^not green" "$W/$f.txt" | tail -1)
     echo "- $f: ${line:-no verdict (cut at 90 s?)}" | tee -a "$S"
@@ -98,13 +98,13 @@ for f in tests ci-bf16; do
 done
 echo "- correctness phase: $((SECONDS - start)) s" | tee -a "$S"
 
-# 2. timing (the GPU to itself): decode, the default (CARRY + LEAN, scale words; + Marlin) vs
-# the candidate (bf16 scales); ogs
+# 2. timing (the GPU to itself): decode, the default (MXFP4 in bf16 layers: bf16 scales; +
+# Marlin) vs the scale bytes it replaced; ogs
 B=(--device "$DEV" --mode "$MODE" --max-seconds 0.5 --repeats 50)
 timeout 55 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" ${MARLIN[@]+"${MARLIN[@]}"} \
     --results "$W/b-default" --run-id default > "$W/b-default.txt" 2>&1
-MOECERT_TRITON_FP4_SCALE_BF16=1 timeout 45 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" \
-    --results "$W/b-bf16" --run-id bf16 > "$W/b-bf16.txt" 2>&1
+MOECERT_TRITON_FP4_SCALE_BF16=0 timeout 45 $M bench "${B[@]}" "${FP4[@]}" ${DECODE[@]+"${DECODE[@]}"} --M "$DM" \
+    --results "$W/b-bytes" --run-id bytes > "$W/b-bytes.txt" 2>&1
 if [ -n "$OGS_PATH" ] && [ "$DEV" = cuda ]; then
     PYTHONPATH=$OGS_PATH:$PYTHONPATH timeout 25 python tools/ogs_peer.py --M 16,64 \
         > "$W/ogs.txt" 2>&1
@@ -115,12 +115,26 @@ import triton_kernels.matmul_ogs' > "$W/ogs.txt" 2>&1
 fi
 [ -f "$W/ogs.txt" ] && { grep -E "^ogs" "$W/ogs.txt" || tail -2 "$W/ogs.txt"; } | sed 's/^/- /' \
     | tee -a "$S"
+# 3. the issue's whole table (I44_TABLE=1): the other decode schemes, then prefill on Mixtral
+if [ "${I44_TABLE:-0}" = 1 ]; then
+    OTHER=(--scheme w4a8-int8 --scheme mxfp6-e2m3 --scheme mxfp8 --scheme awq-int4 --scheme gptq-int4)
+    timeout 90 $M bench "${B[@]}" --backend triton "${OTHER[@]}" ${DECODE[@]+"${DECODE[@]}"} \
+        --M "$DM" ${MARLIN[@]+"${MARLIN[@]}"} --results "$W/b-other" --run-id other \
+        > "$W/b-other.txt" 2>&1
+    if [ "$DEV" = cuda ]; then PM=1024,4096; PL=(--model mixtral-8x7b); else PM=64; PL=("${DECODE[@]}"); fi
+    timeout 90 $M bench "${B[@]}" --backend triton --scheme bf16 --scheme fp8-w8a8 \
+        --scheme gptq-int4 --scheme mxfp4 --scheme nvfp4 "${PL[@]}" --M "$PM" \
+        --results "$W/b-prefill" --run-id prefill > "$W/b-prefill.txt" 2>&1
+    timeout 60 $M bench "${B[@]}" --backend grouped --scheme mxfp4 --scheme nvfp4 "${PL[@]}" \
+        --M "$PM" --results "$W/b-prefill-grouped" --run-id prefill-grouped \
+        > "$W/b-prefill-grouped.txt" 2>&1
+fi
 grep -hE "ratio_to_marlin: not available|Marlin failed" "$W"/b-*.txt | sort | uniq -c \
     | sed 's/^ */- /' | tee -a "$S"
-for f in b-default b-bf16 ogs; do
+for f in b-default b-bytes ogs b-other b-prefill b-prefill-grouped; do
     [ -f "$W/$f.txt" ] && { echo; echo "## $f"; echo '```'; grep -vE "^\s*$" "$W/$f.txt" | tail -40; echo '```'; } >> "$S"
 done
-$M report "$W/b-bf16" --baseline "$W/b-default" --md "$W/decode-bf16-vs-default.md" > /dev/null 2>&1
+$M report "$W/b-default" --baseline "$W/b-bytes" --md "$W/decode-default-vs-bytes.md" > /dev/null 2>&1
 echo "- total: $((SECONDS - start)) s" | tee -a "$S"
 cp "$S" "$OUT/i44-summary.md"
 tar czf "$OUT/i44-logs.tgz" -C "$W" .
