@@ -721,7 +721,9 @@ def mxfp4_rounded():
     from vllm.config import ModelConfig
 
     folder = tempfile.mkdtemp(prefix="mxfp4-model-")
-    transformers.AutoConfig.for_model("qwen3_moe").save_pretrained(folder)
+    # architectures named: vLLM's ModelConfig refuses the base class a bare config implies
+    transformers.AutoConfig.for_model(
+        "qwen3_moe", architectures=["Qwen3MoeForCausalLM"]).save_pretrained(folder)
     before = CONFIG.model_config
     CONFIG.model_config = ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True,
                                       dtype=torch.bfloat16)
