@@ -19,7 +19,8 @@ stamp() { echo "$1 exit $2 at $(( $(date +%s) - start )) s" >> "$work/times.txt"
 folders=${I41_FOLDERS:-quark-mxfp4-w4a4-qwen3moe ct-mxfp4-qwen3moe ct-mxfp4-w4a4-qwen3moe}
 limit=${I41_SUITES_S:-400}
 pack() { tar -czf "$final/i41.tgz" -C /tmp i41b 2>/dev/null; }
-( sleep "${I41_TAR_AT:-560}"; echo "watchdog: tar at ${I41_TAR_AT:-560} s" >> "$work/times.txt"; pack ) &
+( sleep "${I41_TAR_AT:-560}"; echo "watchdog: tar at ${I41_TAR_AT:-560} s" >> "$work/times.txt"; pack ) \
+    < /dev/null > /dev/null 2>&1 &
 watchdog=$!
 (
   export CUDA_VISIBLE_DEVICES=0
@@ -43,7 +44,7 @@ gpu0=$!
 ) &
 gpu1=$!
 wait "$gpu0" "$gpu1"
-kill "$watchdog" 2>/dev/null
+pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null
 pack
 cat "$work/times.txt"; grep -vi warn "$work/reduce-mxfp4.txt" | tail -n 16
 for f in ci smoke folders; do
