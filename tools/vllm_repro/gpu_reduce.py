@@ -43,6 +43,7 @@ same stored tensors; gate/up and silu(gate) * up are rounded to the activation d
   per-shard reading and the one where up takes gate's global scale; and top-1 with the router
   weight applied to the input.
 """
+import contextlib
 import itertools
 import sys
 import tempfile
@@ -717,26 +718,14 @@ def mxfp4_rounded():
     read 3.0e-2 at hidden 160 (ci, 2026-11-30) where unrounded layers read 3e-3: here the same
     layers without moecert, beside the same weights written at hidden 256 by hand (no
     rounding), to tell vLLM's rounding path from the kernel at that size."""
-    import transformers
-    from vllm.config import ModelConfig
-
-    folder = tempfile.mkdtemp(prefix="mxfp4-model-")
-    # architectures named: vLLM's ModelConfig refuses the base class a bare config implies
-    transformers.AutoConfig.for_model(
-        "qwen3_moe", architectures=["Qwen3MoeForCausalLM"]).save_pretrained(folder)
-    before = CONFIG.model_config
-    CONFIG.model_config = ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True,
-                                      dtype=torch.bfloat16)
-    d = {"quant_method": "mxfp4", "modules_to_not_convert": []}
     print("gpt-oss-format MXFP4 (Mxfp4MoEMethod), bf16, silu, M = 33, top-2")
-    try:
-        for K, N, hidden_to in ((512, 256, None), (256, 256, None), (128, 256, None),
-                                (160, 256, None), (160, 256, 256), (128, 128, None),
-                                (512, 64, None), (128, 64, None), (192, 256, None),
-                                (288, 256, None)):
+    with served_model_config():
+        for K, N, hidden_to in ((160, 256, None), (128, 64, None), (512, 64, None),
+                                (128, 256, None), (512, 256, None), (160, 256, 256),
+                                (128, 128, None), (192, 256, None)):
             weights, dense = mxfp4_weights(K, N, hidden_to=hidden_to)
             Kl = hidden_to or K
-            experts = build(d, "mxfp4", Kl, N, weights)
+            experts = build(MXFP4_FILE, "mxfp4", Kl, N, weights)
             x, w, ids = routing(33, K)
             held = experts.moe_config.hidden_dim
             xp = torch.nn.functional.pad(x, (0, held - K))  # as the runner pads
@@ -747,7 +736,29 @@ def mxfp4_rounded():
                 f"{name}: {rel(out, reference(ref, x, w, ids, K, gate_rounded=gr)):.3e}"
                 for name, gr in (("reference", False), ("silu(gate) rounded", True)))
             label = f"K={K} written at {hidden_to}" if hidden_to else f"K={K}"
-            print(f"  {label:22s} N={N:3d} layer hidden {held} {kernel:14s} {cells}")
+            print(f"  {label:22s} N={N:3d} layer hidden {held} {kernel:14s} {cells}", flush=True)
+
+
+MXFP4_FILE = {"quant_method": "mxfp4", "modules_to_not_convert": []}
+
+
+@contextlib.contextmanager
+def served_model_config():
+    """vLLM's current config with a served model's ModelConfig (a Qwen3-MoE's default
+    config): vLLM 0.25.1's MXFP4 oracle reads model_config.quantization_config while the
+    layer is built."""
+    import transformers
+    from vllm.config import ModelConfig
+
+    folder = tempfile.mkdtemp(prefix="mxfp4-model-")
+    # architectures named: vLLM's ModelConfig refuses the base class a bare config implies
+    transformers.AutoConfig.for_model(
+        "qwen3_moe", architectures=["Qwen3MoeForCausalLM"]).save_pretrained(folder)
+    before = CONFIG.model_config
+    CONFIG.model_config = ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True,
+                                      dtype=torch.bfloat16)
+    try:
+        yield
     finally:
         CONFIG.model_config = before
 
