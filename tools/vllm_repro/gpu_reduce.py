@@ -681,17 +681,23 @@ def int8_router():
 
 # --- mxfp4 on the rounded-up Marlin path ------------------------------------------------------
 
-def mxfp4_weights(K, N, seed=0, hidden_to=None):
+def mxfp4_weights(K, N, seed=0, hidden_to=None, spread=0):
     """The gpt-oss release's MXFP4 tensors per expert: weight uint8 [out, in/2] (low nibble
     first), weight_scale uint8 E8M0 [out, in/32], OCP's floor scale per block of 32.
     hidden_to: the same layer written at a larger hidden size by hand, the extra inputs of
-    gate / up and the extra outputs of down zero codes under scale 1.0 (E8M0 127)."""
+    gate / up and the extra outputs of down zero codes under scale 1.0 (E8M0 127).
+    spread: each block's weights first multiplied by 2^j, j drawn in [-spread, spread], so
+    that neighbouring blocks' scales differ (randn weights give most blocks one exponent,
+    where a kernel reading a neighbour's scale would not show)."""
     g = torch.Generator().manual_seed(seed)
     out, dense = {}, {}
     for e in range(E):
         for proj, (o, i) in shapes(K, N).items():
             w = torch.randn(o, i, generator=g, dtype=torch.float64) / i ** 0.5
             blocks = w.view(o, i // 32, 32)
+            if spread:
+                blocks = blocks * 2.0 ** torch.randint(-spread, spread + 1, (o, i // 32, 1),
+                                                       generator=g)
             exp = torch.floor(torch.log2(blocks.abs().amax(-1))) - 2
             code, val = e2m1_codes(blocks / (2.0 ** exp).unsqueeze(-1))
             code, sbyte = code.view(o, i), (exp + 127).to(torch.uint8)
