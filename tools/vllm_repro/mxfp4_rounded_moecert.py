@@ -34,12 +34,13 @@ def harness_inputs(P, seed=0):
     return x, w, ids.long()
 
 
-def one(K, N, E, seed=0, M=33, topk=2):
+def one(K, N, E, seed=0, Ms=(1, 17, 33, 64), topk=2):
     """The layer from moecert's synthesized weights and from gpu_reduce.py's own, each on
-    gpu_reduce.py's inputs (top-k weights uniform, not renormalized) and on the harness's;
+    gpu_reduce.py's inputs (top-k weights uniform, not renormalized) and on the harness's, at
+    each of `Ms` tokens;
     each output against the float64 reference of its weights (silu(gate) rounded, as the
     declared reading), and a second call against the first (bit for bit?)."""
-    P = MoEProblem(M=M, K=K, N=N, E=E, topk=topk)
+    P = MoEProblem(M=max(Ms), K=K, N=N, E=E, topk=topk)
     ckpt = synthesize("mxfp4", P, seed=seed)
     deq = dequantize(ckpt, P)
     w13, w2 = deq["w13"].double().cpu(), deq["w2"].double().cpu()
@@ -51,16 +52,18 @@ def one(K, N, E, seed=0, M=33, topk=2):
     sources["gpu_reduce's weights"] = g.mxfp4_weights(K, N)
     # moecert's synthesized scales span E8M0 120..124 within a row; randn weights' mostly one
     sources["gpu_reduce's, spread 2"] = g.mxfp4_weights(K, N, spread=2)
-    inputs = {"gpu_reduce's inputs": g.routing(M, K), "harness inputs": harness_inputs(P)}
+    inputs = {(f"gpu_reduce's inputs M={M}", M): g.routing(M, K) for M in Ms}
+    inputs |= {(f"harness inputs M={M}", M): harness_inputs(
+        MoEProblem(M=M, K=K, N=N, E=E, topk=topk)) for M in Ms}
     for label, (weights, dense) in sources.items():
         experts = g.build(g.MXFP4_FILE, "mxfp4", K, N, weights)
         held = experts.moe_config.hidden_dim
-        for name, (x, w, ids) in inputs.items():
+        for (name, _), (x, w, ids) in inputs.items():
             xp = torch.nn.functional.pad(x, (0, held - K))
             out, kernel = g.forward(experts, xp, w, ids)
             again, _ = g.forward(experts, xp, w, ids)
             ref = g.reference(dense, x, w, ids, K, gate_rounded=True)
-            print(f"  K={K:4d} N={N:3d} E={E} {label:20s} {name:19s} {kernel:14s} "
+            print(f"  K={K:4d} N={N:3d} E={E} {label:22s} {name:26s} {kernel:14s} "
                   f"{g.rel(out[:, :K], ref):.3e}; second call bit for bit: "
                   f"{torch.equal(out, again)}", flush=True)
 
