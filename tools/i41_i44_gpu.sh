@@ -10,7 +10,9 @@
 # Everything lands in one tar, $OUT/i41-i44.tgz, and a summary on stdout (the device tool
 # brings back eight files). I41_SUITES_S (380): each vLLM suite's limit.
 # History: 2026-11-30 15:00 and 15:10 (twelfth session: the MX schemes, six folders, the
-# smoke suite cut at 330 s, the NVFP4 prefill diag): git log of this file.
+# smoke suite cut at 330 s, the NVFP4 prefill diag): git log of this file. Its 18:07 run (this
+# version) outran the call's 600 s and wrote no tar (gpu_ci.sh took 402 s beside the suites):
+# tools/i41_gpu2.sh has the watchdog; run gpu_ci.sh in a call of its own.
 set -u
 cd "$(dirname "$0")/.."
 final=${OUT:-/tmp/out}; mkdir -p "$final"
