@@ -306,9 +306,12 @@ class Bench:
         if row["status"] != "pass":
             return f"{row['case_id']:<58} {row['status']:<6} {row['message']}"
         ratio = m["ratio_to_marlin"]
+        # a peer that failed says so on its row, not only in the results' message column
+        failed = row["message"].partition("Marlin failed: ")[2]
         return (f"{row['case_id']:<58} {row['status']:<6} {m['us']:>9.1f} "
                 f"{m['achieved_GBps']:>8.1f} {m['memory_floor_pct']:>6.1f} "
-                f"{m['compute_floor_pct']:>6.1f} {'-' if math.isnan(ratio) else f'{ratio:.2f}':>8}")
+                f"{m['compute_floor_pct']:>6.1f} {'-' if math.isnan(ratio) else f'{ratio:.2f}':>8}"
+                + (f"  (Marlin failed: {failed})" if failed else ""))
 
     def free(self) -> None:
         if self.clock.cuda:

@@ -70,6 +70,14 @@ def marlin_kind(quant: Variant, problem) -> str | None:
     return kind if problem.activation.startswith(("silu", "swiglu")) else None
 
 
+def scale_group(quant: Variant) -> int:
+    """Rows of K one scale covers in the peer's weights: the scheme record's block (FP4: 32,
+    16), else the variant's group (int4: 128; its record's block is 0, groups being a variant
+    attribute). Reading the record's alone divided by zero for every int4 row from 2026-11-28
+    (issue 35's record read) until 2026-11-30, a 'Marlin failed' in each row's message."""
+    return quant.info.scale_block or quant.group_size
+
+
 def marlin_runs(quant: Variant, problem) -> bool:
     """Whether a Marlin of the peer computes this layer (`marlin_kind`)."""
     return marlin_kind(quant, problem) is not None
@@ -156,7 +164,7 @@ def time_marlin_w4(ops, E, K, N, topk, M, quant: Variant, bias: bool) -> float:
     kind = "uint4b8" if quant == MARLIN_QUANT else next(
         k for k, q in MARLIN_E2M1.items() if q == quant)
     info = quant.info
-    group = info.scale_block
+    group = scale_group(quant)
 
     def scales(rows, cols):
         shape = (E, rows // group, cols)

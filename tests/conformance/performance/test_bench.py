@@ -10,7 +10,7 @@ import pytest
 import torch
 from moecert.conformance.cli.app import main
 from moecert.conformance.performance import bench
-from moecert.conformance.performance.marlin_peer import MarlinPeer, marlin_runs
+from moecert.conformance.performance.marlin_peer import MarlinPeer, marlin_runs, scale_group
 from moecert.conformance.performance.timing import Clock
 from moecert.kernels import Variant
 from moecert.kernels.native import TorchBackend
@@ -238,6 +238,28 @@ def test_marlin_is_a_ratio_column_where_it_runs(tmp_path):
     assert not marlin_runs(quant, MoEProblem(M=1, K=256, N=256, E=4, topk=2, dtype="fp16"))
     assert not marlin_runs(Variant.defaults("awq-int4"),
                            MoEProblem(M=1, K=256, N=256, E=4, topk=2))
+
+
+@pytest.mark.parametrize("scheme,group", [("gptq-int4", 128), ("mxfp4", 32), ("nvfp4", 16)])
+def test_the_peers_scales_cover_the_schemes_group(scheme, group):
+    """The int4 record's block is 0 (a variant's group): the peer reading it alone divided by
+    zero on every gptq-int4 row of the H200 bench of 2026-11-30 ("Marlin failed:
+    ZeroDivisionError")."""
+    assert scale_group(Variant.defaults(scheme)) == group
+
+
+def test_a_peer_that_fails_says_so_on_its_printed_row(tmp_path):
+    def timer(ops, E, K, N, topk, M, quant, bias):
+        raise ZeroDivisionError("integer division or modulo by zero")
+
+    printed = []
+    plan = bench.Plan("cpu", ("torch",), ("gptq-int4",), {"tiny": (4, 128, 128, 2)}, Ms=(1,),
+                      modes=("apply",), repeats=2, warmup=1)
+    rows = bench.Bench(plan, marlin=MarlinPeer(None, timer=timer), echo=printed.append).run()
+    assert rows[0]["status"] == "pass" and math.isnan(rows[0]["marlin_s"])
+    assert any(line.startswith("torch/gptq-int4/tiny/M1/apply") and line.endswith(
+        "(Marlin failed: ZeroDivisionError: integer division or modulo by zero)")
+        for line in printed), printed
 
 
 def test_marlin_without_cuda_says_not_available_and_the_run_goes_on(tmp_path, capsys):
