@@ -4,7 +4,7 @@ the reductions of the failures moecert's GPU gate found on vLLM 0.25.1 (docs/gpu
 tell a legitimate other reading from a defect.
 
     python gpu_reduce.py [fp8-block] [bias] [nvfp4] [ops] [int8] [fp8-tensor] [router]
-                         [int8-layer] [int8-router] [mxfp4-rounded]   # CUDA, vLLM
+                         [int8-layer] [int8-router] [mxfp4-rounded] [mxfp4-spread]   # CUDA, vLLM
 
 Each layer is built as vLLM's model loader builds it: the quant config of a checkpoint's
 quantization_config, the MoE layer factory, per-expert tensors through the runner's
@@ -38,6 +38,8 @@ same stored tensors; gate/up and silu(gate) * up are rounded to the activation d
 - mxfp4-rounded: the gpt-oss-format MXFP4 method on Marlin where it rounds the layer up
   (hidden to 256, intermediate to 128), beside unrounded sizes and the same weights written
   at hidden 256 by hand.
+- mxfp4-spread: the same method with neighbouring block scales that differ, through each
+  MXFP4 backend vLLM offers here (Marlin, its emulation, triton_kernels), at several M.
 - nvfp4: a ModelOpt NVFP4 file on a GPU without FP4 tensor cores (Marlin, 16-bit
   activations), gate and up with equal and with different `weight_scale_2`, against both the
   per-shard reading and the one where up takes gate's global scale; and top-1 with the router
@@ -681,21 +683,22 @@ def int8_router():
 
 # --- mxfp4 on the rounded-up Marlin path ------------------------------------------------------
 
-def mxfp4_weights(K, N, seed=0, hidden_to=None, spread=0):
+def mxfp4_weights(K, N, seed=0, hidden_to=None, spread=0, spread_projs=PROJS):
     """The gpt-oss release's MXFP4 tensors per expert: weight uint8 [out, in/2] (low nibble
     first), weight_scale uint8 E8M0 [out, in/32], OCP's floor scale per block of 32.
     hidden_to: the same layer written at a larger hidden size by hand, the extra inputs of
     gate / up and the extra outputs of down zero codes under scale 1.0 (E8M0 127).
     spread: each block's weights first multiplied by 2^j, j drawn in [-spread, spread], so
     that neighbouring blocks' scales differ (randn weights give most blocks one exponent,
-    where a kernel reading a neighbour's scale would not show)."""
+    where a kernel reading a neighbour's scale would not show); spread_projs: the projections
+    spread (the others keep randn's scales)."""
     g = torch.Generator().manual_seed(seed)
     out, dense = {}, {}
     for e in range(E):
         for proj, (o, i) in shapes(K, N).items():
             w = torch.randn(o, i, generator=g, dtype=torch.float64) / i ** 0.5
             blocks = w.view(o, i // 32, 32)
-            if spread:
+            if spread and proj in spread_projs:
                 blocks = blocks * 2.0 ** torch.randint(-spread, spread + 1, (o, i // 32, 1),
                                                        generator=g)
             exp = torch.floor(torch.log2(blocks.abs().amax(-1))) - 2
@@ -748,6 +751,50 @@ def mxfp4_rounded():
 MXFP4_FILE = {"quant_method": "mxfp4", "modules_to_not_convert": []}
 
 
+def mxfp4_spread():
+    """The gpt-oss-format MXFP4 layer (K 512, N 256, E 4, top-2; no rounding) with randn
+    weights whose 32-wide blocks are scaled by 2^j, j in [-2, 2] (so neighbouring block scales
+    differ, as in any real checkpoint; plain randn gives most blocks one exponent), through
+    each MXFP4 backend vLLM 0.25.1 offers on this GPU (moe_backend: the oracle's own choice,
+    "marlin", "emulation", "triton"), at several M; then on Marlin the spread in gate / up
+    only, in down only and nowhere, and each token's error at M = 17 with its experts."""
+    K, N = 512, 256
+    print(f"gpt-oss-format MXFP4, bf16, silu, K {K}, N {N}, E {E}, top-{TOPK}; "
+          "rel_fro against float64 with silu(gate) rounded to bf16")
+    cases = [("auto", PROJS), ("marlin", PROJS), ("emulation", PROJS), ("triton", PROJS),
+             ("marlin", ("gate_proj", "up_proj")), ("marlin", ("down_proj",)), ("marlin", ())]
+    before = CONFIG.kernel_config.moe_backend
+    with served_model_config():
+        for backend, projs in cases:
+            weights, dense = mxfp4_weights(K, N, spread=2, spread_projs=projs)
+            CONFIG.kernel_config.moe_backend = backend
+            try:
+                experts = build(MXFP4_FILE, "mxfp4", K, N, weights)
+            except Exception as e:  # a backend this GPU or build does not offer
+                print(f"  moe_backend={backend:9s}: not built: {type(e).__name__}: "
+                      f"{str(e)[:160]}", flush=True)
+                continue
+            finally:
+                CONFIG.kernel_config.moe_backend = before
+            cells = []
+            for M in (1, 4, 17, 64):
+                x, w, ids = routing(M, K)
+                out, kernel = forward(experts, x, w, ids)
+                ref = reference(dense, x, w, ids, K, gate_rounded=True)
+                cells.append(f"M={M}: {rel(out, ref):.2e}")
+            spread = "+".join(p.split("_")[0] for p in projs) or "none"
+            print(f"  moe_backend={backend:9s} spread {spread:14s} {kernel:26s} "
+                  + "  ".join(cells), flush=True)
+            if backend == "marlin" and projs == PROJS:
+                x, w, ids = routing(17, K)
+                out, _ = forward(experts, x, w, ids)
+                ref = reference(dense, x, w, ids, K, gate_rounded=True)
+                for t in range(17):
+                    print(f"    token {t:2d} experts {ids[t].tolist()} weights "
+                          f"{[round(float(v), 3) for v in w[t]]} rel "
+                          f"{rel(out[t:t + 1], ref[t:t + 1]):.2e}")
+
+
 @contextlib.contextmanager
 def served_model_config():
     """vLLM's current config with a served model's ModelConfig (a Qwen3-MoE's default
@@ -771,7 +818,8 @@ def served_model_config():
 
 STEPS = {"fp8-block": fp8_block, "ops": ops_check, "bias": bias, "nvfp4": nvfp4,
          "int8": int8, "fp8-tensor": fp8_tensor, "router": router,
-         "int8-layer": int8_layer, "int8-router": int8_router, "mxfp4-rounded": mxfp4_rounded}
+         "int8-layer": int8_layer, "int8-router": int8_router, "mxfp4-rounded": mxfp4_rounded,
+         "mxfp4-spread": mxfp4_spread}
 
 if __name__ == "__main__":
     import vllm
