@@ -112,7 +112,7 @@ def routing(M, K, dtype=torch.bfloat16, topk=TOPK, seed=1):
 
 def reference(dense, x, w, ids, K, q1=None, q2=None, dtype=torch.bfloat16, fp32_silu=False,
               router_on_input=False, round_expert=False, router_twice=False, gate_rounded=False,
-              router_on_gemm1=False):
+              router_on_gemm1=False, clamp=None):
     """dense[(e, proj)]: float64 [out, in]; dense[(e, proj, "b")]: a bias. q1 / q2: each
     GEMM's input quantize-dequantize (None: unquantized). round_expert: each weighted expert
     output rounded to dtype before the sum (a GEMM2 epilogue that stores per assignment);
@@ -121,7 +121,8 @@ def reference(dense, x, w, ids, K, q1=None, q2=None, dtype=torch.bfloat16, fp32_
     silu_and_mul: its activation returns the element type); router_on_gemm1: the router weight
     multiplies GEMM1's output in float32 before it is rounded, the input and the output
     unweighted (fused_experts' own kernel with apply_router_weight_on_input: GEMM1's
-    MUL_ROUTED_WEIGHT epilogue)."""
+    MUL_ROUTED_WEIGHT epilogue); clamp: gate clamped above and up on both sides at this
+    limit before silu(gate) * up (vLLM's SILU with a clamp limit, silu_and_mul_with_clamp)."""
     q1, q2 = q1 or (lambda t: t), q2 or (lambda t: t)
 
     def rnd(t):
@@ -141,6 +142,8 @@ def reference(dense, x, w, ids, K, q1=None, q2=None, dtype=torch.bfloat16, fp32_
                 if (e, proj, "b") in dense:
                     o = o + dense[(e, proj, "b")]
                 h.append(rnd(o * wt if router_twice or router_on_gemm1 else o))
+            if clamp is not None:
+                h = [h[0].clamp(max=clamp), h[1].clamp(-clamp, clamp)]
             act = torch.nn.functional.silu(h[0])
             a = (rnd(act) if gate_rounded else act) * h[1]
             a = q2(a if fp32_silu else rnd(a))
@@ -757,7 +760,9 @@ def mxfp4_spread():
     differ, as in any real checkpoint; plain randn gives most blocks one exponent), through
     each MXFP4 backend vLLM 0.25.1 offers on this GPU (moe_backend: the oracle's own choice,
     "marlin", "emulation", "triton"), at several M; then on Marlin the spread in gate / up
-    only, in down only and nowhere, and each token's error at M = 17 with its experts."""
+    only, in down only and nowhere, and each token's error at M = 17 with its experts. Each
+    output also against the reading with gate / up clamped at 7 (the gpt-oss method's
+    swiglu_limit, which its quant config states for any activation)."""
     K, N = 512, 256
     print(f"gpt-oss-format MXFP4, bf16, silu, K {K}, N {N}, E {E}, top-{TOPK}; "
           "rel_fro against float64 with silu(gate) rounded to bf16")
@@ -781,7 +786,9 @@ def mxfp4_spread():
                 x, w, ids = routing(M, K)
                 out, kernel = forward(experts, x, w, ids)
                 ref = reference(dense, x, w, ids, K, gate_rounded=True)
-                cells.append(f"M={M}: {rel(out, ref):.2e}")
+                clamped = reference(dense, x, w, ids, K, gate_rounded=True, clamp=7.0)
+                cells.append(f"M={M}: {rel(out, ref):.2e} (clamped at 7: "
+                             f"{rel(out, clamped):.2e})")
             spread = "+".join(p.split("_")[0] for p in projs) or "none"
             print(f"  moe_backend={backend:9s} spread {spread:14s} {kernel:26s} "
                   + "  ".join(cells), flush=True)
