@@ -12,16 +12,10 @@
 set -u
 cd "$(dirname "$0")/.."
 repo=$PWD
-final=${OUT:-/tmp/out}; mkdir -p "$final"
-work=/tmp/i41b; rm -rf "$work"; mkdir -p "$work"
-start=$(date +%s)
-stamp() { echo "$1 exit $2 at $(( $(date +%s) - start )) s" >> "$work/times.txt"; }
+. tools/gpu_batch.sh
+batch_begin i41b "${I41_TAR_AT:-560}"
 folders=${I41_FOLDERS:-quark-mxfp4-w4a4-qwen3moe ct-mxfp4-qwen3moe ct-mxfp4-w4a4-qwen3moe}
 limit=${I41_SUITES_S:-400}
-pack() { tar -czf "$final/i41.tgz" -C /tmp i41b 2>/dev/null; }
-( sleep "${I41_TAR_AT:-560}"; echo "watchdog: tar at ${I41_TAR_AT:-560} s" >> "$work/times.txt"; pack ) \
-    < /dev/null > /dev/null 2>&1 &
-watchdog=$!
 (
   export CUDA_VISIBLE_DEVICES=0
   (cd /tmp && PYTHONPATH=$(cd "$repo" && python3 tools/engine_carry.py env vllm) timeout 90 \
@@ -44,9 +38,8 @@ gpu0=$!
 ) &
 gpu1=$!
 wait "$gpu0" "$gpu1"
-pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null
-pack
-cat "$work/times.txt"; grep -vi warn "$work/reduce-mxfp4.txt" | tail -n 16
+batch_end
+grep -vi warn "$work/reduce-mxfp4.txt" | tail -n 16
 for f in ci smoke folders; do
   [ -f "$work/$f.txt" ] && { echo "== $f"; grep -v '^|' "$work/$f.txt" | grep -E "case\(s\)|cut|green|wall" | tail -n 4; }
 done

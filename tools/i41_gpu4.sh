@@ -11,16 +11,10 @@
 set -u
 cd "$(dirname "$0")/.."
 repo=$PWD
-final=${OUT:-/tmp/out}; mkdir -p "$final"
-work=/tmp/i41d; rm -rf "$work"; mkdir -p "$work"
-start=$(date +%s)
-stamp() { echo "$1 exit $2 at $(( $(date +%s) - start )) s" >> "$work/times.txt"; }
+. tools/gpu_batch.sh
+batch_begin i41d "${I41_TAR_AT:-560}"
 folders=${I41_FOLDERS:-quark-mxfp4-w4a4-qwen3moe ct-mxfp4-qwen3moe}
 limit=${I41_SUITES_S:-430}
-pack() { tar -czf "$final/i41.tgz" -C /tmp i41d 2>/dev/null; }
-( sleep "${I41_TAR_AT:-560}"; echo "watchdog: tar at ${I41_TAR_AT:-560} s" >> "$work/times.txt"; pack ) \
-    < /dev/null > /dev/null 2>&1 &
-watchdog=$!
 mkdir -p /tmp/shim/moecert
 for d in reference kernels conformance reports; do ln -sfn "$repo/$d" /tmp/shim/moecert/$d; done
 E=$(python3 tools/engine_carry.py env vllm)
@@ -45,9 +39,7 @@ gpu0=$!
 ) &
 gpu1=$!
 wait "$gpu0" "$gpu1"
-pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null
-pack
-cat "$work/times.txt"
+batch_end
 grep -E "^  K=|^vLLM|Error" "$work/moecert-data.txt" | grep -v "ERROR.*registry" | tail -n 60
 for f in ci folders; do
   [ -f "$work/$f.txt" ] && { echo "== $f"; grep -v '^|' "$work/$f.txt" | grep -E "case\(s\)|cut|green|wall" | tail -n 4; }

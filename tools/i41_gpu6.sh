@@ -10,16 +10,10 @@
 set -u
 cd "$(dirname "$0")/.."
 repo=$PWD
-final=${OUT:-/tmp/out}; mkdir -p "$final"
-work=/tmp/i41f; rm -rf "$work"; mkdir -p "$work"
-start=$(date +%s)
-stamp() { echo "$1 exit $2 at $(( $(date +%s) - start )) s" >> "$work/times.txt"; }
+. tools/gpu_batch.sh
+batch_begin i41f "${I41_TAR_AT:-540}"
 folders=${I41_FOLDERS:-ct-mxfp4-qwen3moe ct-mxfp4-w4a4-qwen3moe quark-mxfp4-w4a4-qwen3moe gptoss-mxfp4-release}
 limit=${I41_SUITES_S:-300}
-pack() { tar -czf "$final/i41.tgz" -C /tmp i41f 2>/dev/null; }
-( sleep "${I41_TAR_AT:-540}"; echo "watchdog: tar at ${I41_TAR_AT:-540} s" >> "$work/times.txt"; pack ) \
-    < /dev/null > /dev/null 2>&1 &
-watchdog=$!
 E=$(python3 tools/engine_carry.py env vllm)
 (
   export CUDA_VISIBLE_DEVICES=0
@@ -43,9 +37,7 @@ gpu0=$!
 ) &
 gpu1=$!
 wait "$gpu0" "$gpu1"
-pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null
-pack
-cat "$work/times.txt"
+batch_end
 grep -E "^  moe_backend|^gpt-oss" "$work/spread.txt" | tail -n 12
 for f in ci smoke folders; do
   [ -f "$work/$f.txt" ] && { echo "== $f"; grep -v '^|' "$work/$f.txt" | grep -E "case\(s\)|cut|green|wall" | tail -n 6; }
