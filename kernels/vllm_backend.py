@@ -302,7 +302,8 @@ class VllmBackend:
                                            f"loader refuses the file: {e}") from None
                 return
             weights = expert_tensors(quant, checkpoint.tensors, layer.problem.N,
-                                     gated=layer.problem.gated)
+                                     gated=layer.problem.gated,
+                                     activation=layer.problem.activation)
             list(layer.runner.load_weights(weights))
 
     def process_weights_after_loading(self, layer: VllmLayer) -> None:
@@ -472,7 +473,7 @@ class VllmBackend:
         v = _vllm()
         names = {}
         if origin is None:
-            d = quantization_config(quant)
+            d = quantization_config(quant, problem.activation)
             qc = v["quant_config"](_quantization_method(d)).from_config(d) if d else None
         else:
             try:
@@ -725,7 +726,7 @@ def _scale_param_dtype(layer: VllmLayer, quant: Variant) -> torch.dtype | None:
     copied into it), for schemes whose scales are stored as floats."""
     if quant.info.scale_encoding != "float":
         return None
-    names = dict(file_config(quant).names)
+    names = dict(file_config(quant, layer.problem.activation).names)
     for suffix in ("scales", "weight_scale"):
         param = getattr(layer.experts, f"w13_{names.get(suffix, suffix)}", None)
         if isinstance(param, torch.Tensor):
@@ -814,7 +815,7 @@ def _adapter_limit(quant: Variant, problem, table: bool = True) -> str | None:
     if not table:
         return None
     try:
-        quantization_config(quant)
+        quantization_config(quant, problem.activation)
     except ValueError as e:
         return str(e)
     return None

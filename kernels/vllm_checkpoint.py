@@ -17,7 +17,7 @@ loaders, quant configs and weight processing do the rest. Data only, no vLLM imp
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from moecert.reference.schemes import (
@@ -147,6 +147,13 @@ def _ct_mx(q: Variant) -> dict:  # llm-compressor MXFP8 / MXFP4 (A16, MXFP8 or W
     return _ct("mxfp8-quantized" if bits == 8 else "mxfp4-pack-quantized", weights, inputs)
 
 
+def _ct_mxfp4a16(q: Variant) -> dict:
+    """llm-compressor's MXFP4A16 preset: weights only, whatever inputs the variant names (a
+    rule no W4A4 file states): vLLM's kernel then chooses them and the adapter declares what
+    it ran, as for the gpt-oss file."""
+    return _ct_mx(replace(q, activation=ACT_NONE))
+
+
 def _ct_nvfp4(q: Variant) -> dict:  # llm-compressor NVFP4 / NVFP4A16
     args = _ct_args(4, "float", "tensor_group", group_size=NVFP4_BLOCK)
     inputs = None if q.activation == ACT_NONE else {**args, "dynamic": "local"}
@@ -246,9 +253,14 @@ class VllmFileConfig:
     names: tuple[tuple[str, str], ...] = ()  # (moecert suffix, the file's suffix)
     # the file stores a per-channel weight scale as [out] (Quark), not [out, 1]
     channel_scale_1d: bool = False
+    # the MoE activations of the models whose files the producer writes (None: any); a
+    # caller that names no activation (transformers' table reads) is not restricted
+    activations: tuple[str, ...] | None = None
 
-    def matches(self, q: Variant) -> bool:
+    def matches(self, q: Variant, activation: str | None = None) -> bool:
         return (q.scheme == self.scheme
+                and (self.activations is None or activation is None
+                     or activation in self.activations)
                 and (self.strategy is None or q.weight_strategy in self.strategy)
                 and (self.activation is None or q.activation in self.activation)
                 and (self.formats is None or q.checkpoint_format in self.formats)
@@ -312,7 +324,17 @@ VARIANT_CONFIGS: tuple[VllmFileConfig, ...] = (
     # (Quark's qdq_mxfp4 in its default even mode; it does not read the key)
     VllmFileConfig("mxfp4", "AMD Quark OCP MXFP4 (W4A4)", _quark_mx, activation=(ACT_MXFP4,),
                    mx_scale_rules=("even",)),
-    VllmFileConfig("mxfp4", _GPT_OSS, _mxfp4),
+    # the gpt-oss release's format is the gpt-oss model's: vLLM's method for it
+    # (GptOssMxfp4MoEMethod.get_fused_moe_quant_config) states gpt-oss's swiglu limit 7.0
+    # for every layer, and on CUDA a SiLU layer runs silu(min(gate, 7)) * clamp(up, -7, 7)
+    # (fused_moe/activation.py, SILU with a clamp limit; the H200, 2026-11-30: moecert's
+    # K = 160 ci row and the llm-compressor MXFP4 folder's exact rows, and
+    # tools/vllm_repro/gpu_reduce.py mxfp4-spread). No producer writes another model's
+    # layers in it: other activations go to llm-compressor's MXFP4A16, the file
+    # tests/fixtures/checkpoints/ct-mxfp4-qwen3moe is
+    VllmFileConfig("mxfp4", _GPT_OSS, _mxfp4, activations=("swigluoai", "swigluoai-split")),
+    VllmFileConfig("mxfp4", "llm-compressor MXFP4A16", _ct_mxfp4a16,
+                   names=(("weight", "weight_packed"),)),
     # vLLM takes Quark OCP MX fp6 weights only with OCP MX inputs (W6A6): it refuses this
     # weight-only file (OCP_MX_Scheme.from_quant_dtype), its own verdict (docs/mxfp6.md)
     *(VllmFileConfig(f"mxfp6-{el}", "AMD Quark OCP MX fp6 (weight-only)", _quark_mx)
@@ -320,29 +342,31 @@ VARIANT_CONFIGS: tuple[VllmFileConfig, ...] = (
 )
 
 
-def file_config(quant: Variant) -> VllmFileConfig:
-    """The table's row for `quant`; ValueError naming the variant where no row matches."""
+def file_config(quant: Variant, activation: str | None = None) -> VllmFileConfig:
+    """The table's row for `quant` in a layer of `activation` (None: the first row for the
+    variant); ValueError naming the variant where no row matches."""
     for row in VARIANT_CONFIGS:
-        if row.matches(quant):
+        if row.matches(quant, activation):
             return row
     raise ValueError(f"{quant.describe()}: no vLLM checkpoint config states this variant "
                      "(kernels/vllm_checkpoint.py VARIANT_CONFIGS)")
 
 
-def quantization_config(quant: Variant) -> dict | None:
-    """The `quantization_config` a model file of this variant carries (None: unquantized), or
-    raises ValueError naming the variant no row of the table covers."""
-    return file_config(quant).config(quant)
+def quantization_config(quant: Variant, activation: str | None = None) -> dict | None:
+    """The `quantization_config` a model file of this variant (in a layer of `activation`)
+    carries (None: unquantized), or raises ValueError naming the variant no row covers."""
+    return file_config(quant, activation).config(quant)
 
 
 def expert_tensors(quant: Variant, tensors: dict[str, torch.Tensor], N: int,
-                   gated: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+                   gated: bool = True, activation: str | None = None
+                   ) -> Iterator[tuple[str, torch.Tensor]]:
     """(vLLM per-expert checkpoint name, tensor) for every tensor of a moecert checkpoint;
     `N` is the intermediate size (w13 holds gate rows 0..N-1 and up rows N..2N-1). A
     non-gated activation's w13 is one projection: the model file's gate_proj alone (vLLM
     0.25 loads an up_proj of a non-gated layer past the end of its w13)."""
     pack = 32 // quant.bits
-    row = file_config(quant)
+    row = file_config(quant, activation)
     rename = dict(row.names)
     flat = row.channel_scale_1d and quant.weight_strategy == STRATEGY_CHANNEL
     roles = {name: d.role for name, d in declared_tensors(quant).items()}

@@ -928,3 +928,56 @@ def test_the_model_config_given_to_vllm_is_vllms_own_of_the_layers_model(vllm):
     assert table.hf_config.model_type == vllm_backend.DEFAULT_MODEL_TYPE
     assert table.dtype == torch.bfloat16
     assert getattr(table, "quantization_config", None) is None
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu", "relu2"])
+def test_an_mxfp4a16_layer_of_another_model_goes_as_llm_compressors_file(activation):
+    """The gpt-oss release's format is the gpt-oss model's: vLLM's method for it applies
+    gpt-oss's swiglu limit (7.0) to a SiLU layer on CUDA, where moecert's K = 160 ci row and
+    the llm-compressor MXFP4 folder's exact rows read 3e-2 to 1.0 on the H200 (2026-11-30).
+    A layer of another activation goes as llm-compressor's MXFP4A16 file, keys and tensor
+    names as the real tool wrote them (tests/fixtures/checkpoints/ct-mxfp4-qwen3moe)."""
+    import json
+
+    from safetensors import safe_open
+
+    folder = FIXTURES / "ct-mxfp4-qwen3moe"
+    real = json.loads((folder / "config.json").read_text())["quantization_config"]
+    quant = Variant("mxfp4")
+    row, ours = file_config(quant, activation), quantization_config(quant, activation)
+    assert row.producer == "llm-compressor MXFP4A16"
+    assert ours["quant_method"] == real["quant_method"] and ours["format"] == real["format"]
+    keys = ("num_bits", "type", "strategy", "group_size", "symmetric")
+    want = {k: real["config_groups"]["group_0"]["weights"][k] for k in keys}
+    assert {k: ours["config_groups"]["group_0"]["weights"][k] for k in keys} == want
+    assert real["config_groups"]["group_0"].get("input_activations") is None
+    assert ours["config_groups"]["group_0"].get("input_activations") is None
+    held = set()
+    for f in folder.glob("*.safetensors"):
+        with safe_open(f, "pt") as s:
+            held |= {k.split(".experts.", 1)[1] for k in s.keys() if ".experts." in k}
+    P = MoEProblem(M=1, K=128, N=64, E=2, topk=1)
+    ckpt = synthesize("mxfp4", P, seed=0)
+    names = set(dict(expert_tensors(quant, ckpt.tensors, P.N, activation=activation)))
+    assert names <= held, sorted(names - held)
+
+
+@pytest.mark.parametrize("activation", ["swigluoai-split", None])
+def test_gpt_oss_layers_and_a_caller_naming_no_activation_get_the_gpt_oss_file(activation):
+    """gpt-oss's own activation keeps the gpt-oss release's file (its method's limit is the
+    model's), and a caller that names no activation (transformers' quantizers) the first
+    row, as before the rows knew activations."""
+    quant = Variant("mxfp4")
+    assert file_config(quant, activation).producer == "gpt-oss release (mxfp4)"
+    assert quantization_config(quant, activation) == {"quant_method": "mxfp4",
+                                                      "modules_to_not_convert": []}
+
+
+@pytest.mark.parametrize("rule", ["ceil", "rceil"])
+def test_a_w4a4_rule_no_file_states_goes_weights_only_in_a_silu_layer(rule):
+    """An MXFP4 W4A4 variant whose input rule no producer's file states goes, in a SiLU layer,
+    as llm-compressor's weights-only file (vLLM's kernel chooses the activations and the
+    adapter declares them), never as a file that states another rule."""
+    d = quantization_config(Variant("mxfp4", activation="mxfp4", mx_scale_rule=rule), "silu")
+    assert d["format"] == "mxfp4-pack-quantized"
+    assert d["config_groups"]["group_0"].get("input_activations") is None
