@@ -39,10 +39,6 @@ REPRODUCTIONS = {
         "vllm-cpu-forced/fp8-w8a8/M9.K128.N128.E4.k2/fp16.silu.bias/s0", "claims", "crash",
         r"worker process died \(exit code -6\)",
         "fp16 activations on vLLM's CPU fp8 MoE kernel without AMX: SIGABRT: entry 24"),
-    "fp16-forced-mxfp4-abort": (
-        "vllm-cpu-forced/mxfp4/M9.K128.N128.E4.k2/fp16.silu.bias/s0", "claims", "crash",
-        r"worker process died \(exit code -6\)",
-        "the same on the MXFP4 kernel: entry 25"),
     "int8-prepack-k": (
         "vllm-cpu-forced/int8-w8a8/M9.K160.N128.E4.k2/bf16.silu/s0", "accuracy", "error",
         r"CHECK_EQ\(packed_w1\.size\(2\), packed_K",
@@ -96,6 +92,15 @@ REPRODUCTIONS = {
         r"Invalid thread config: .*num_bits = 4, group_size = 32",
         "MXFP4 weights with fp16 activations: the oracle picks Marlin, which finds no thread "
         "config for the layer and raises (the ci suite, 2026-11-30 15:00)"),
+    "gpu-k160-mxfp4-ct-marlin": (
+        "vllm/mxfp4/M33.K160.N256.E8.k2/bf16.silu/s0", "accuracy", "error",
+        r"size_n = 160 is not divisible by tile_n_size = 64",
+        "a SiLU MXFP4 layer at hidden 160 as llm-compressor's MXFP4A16 file: its method "
+        "does not pad to Marlin's tiles, and Marlin's repack raises"),
+    "gpu-n32-mxfp4-ct-marlin": (
+        "vllm/mxfp4/M33.K512.N32.E8.k2/bf16.silu/s0", "accuracy", "error",
+        r"Invalid thread config: .*MKN = \[\d+, 32, \d+\]",
+        "the same file at intermediate 32: the Marlin GEMM finds no thread config"),
     "gpu-mxfp6-quant-dtype": (
         "vllm/mxfp6-e2m3/M17.K128.N128.E4.k2/bf16.silu/s0", "accuracy", "error",
         r"assert quant_dtype in OCP_MX_DTYPES",
