@@ -1,0 +1,41 @@
+#!/bin/bash
+# The engines' GPU gate (tools/gpu_engines.sh) on a one-GPU machine in two device calls of at
+# most 600 s each, after `tools/engine_carry.py receive` of every part (docs/gpu-ci.md):
+#   bash tools/engines_gate_1gpu.sh vllm-ci   vLLM's whole `ci` suite (one call: it took
+#                                             400-430 s of 12 workers on a shared host)
+#   bash tools/engines_gate_1gpu.sh rest      transformers' `smoke` suite and every producer
+#                                             folder through both engines, at once
+# Each part's records, failing rows and results come back in $OUT/i41.tgz, tarred by a
+# watchdog at GATE_TAR_AT (560 s) if the call's own limit would come first.
+set -u
+cd "$(dirname "$0")/.."
+part=${1:?usage: engines_gate_1gpu.sh vllm-ci|rest}
+. tools/gpu_batch.sh
+batch_begin "gate-$part" "${GATE_TAR_AT:-560}"
+limit=${GATE_STEP_S:-530}
+case $part in
+  vllm-ci)
+    OUT=$work/vllm-ci GPU_ENGINES_S=$limit GPU_ENGINES_WORKERS=${GATE_WORKERS:-13} \
+        GPU_ENGINES_PARTS=suite bash tools/gpu_engines.sh vllm ci > "$work/vllm-ci.txt" 2>&1
+    stamp "vllm ci" $? ;;
+  rest)
+    ( OUT=$work/tf-smoke GPU_ENGINES_S=$limit GPU_ENGINES_WORKERS=6 GPU_ENGINES_PARTS=suite \
+        bash tools/gpu_engines.sh transformers smoke > "$work/tf-smoke.txt" 2>&1
+      stamp "transformers smoke" $? ) &
+    ( OUT=$work/tf-folders GPU_ENGINES_S=$limit GPU_ENGINES_PARTS=folders \
+        GPU_ENGINES_FOLDER_JOBS=3 GPU_ENGINES_FOLDERS_S=400 \
+        bash tools/gpu_engines.sh transformers smoke > "$work/tf-folders.txt" 2>&1
+      stamp "transformers folders" $? ) &
+    ( OUT=$work/vllm-folders GPU_ENGINES_S=$limit GPU_ENGINES_PARTS=folders \
+        GPU_ENGINES_FOLDER_JOBS=4 GPU_ENGINES_FOLDERS_S=400 \
+        bash tools/gpu_engines.sh vllm smoke > "$work/vllm-folders.txt" 2>&1
+      stamp "vllm folders" $? ) &
+    wait ;;
+  *) echo "engines_gate_1gpu.sh: part must be vllm-ci or rest, got '$part'" >&2; exit 2 ;;
+esac
+batch_end
+for f in "$work"/*.txt; do
+  [ "$(basename "$f")" = times.txt ] && continue
+  echo "== $(basename "$f" .txt)"; grep -v '^|' "$f" | grep -E "case\(s\)|cut|green|wall|exit" | tail -n 12
+done
+for f in "$work"/*/failures-*.csv; do [ -f "$f" ] && { echo "== $f"; cut -d, -f2,4,5,6,8 "$f" | head -30; }; done
