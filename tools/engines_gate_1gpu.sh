@@ -4,12 +4,15 @@
 #   bash tools/engines_gate_1gpu.sh vllm-ci   vLLM's whole `ci` suite (one call: it took
 #                                             400-430 s of 12 workers on a shared host)
 #   bash tools/engines_gate_1gpu.sh rest      transformers' `smoke` suite and every producer
-#                                             folder through both engines, at once
+#                                             folder through both engines, at once (on
+#                                             2026-12-01 17 folders of 36 each fit the call)
+#   bash tools/engines_gate_1gpu.sh folders   the folders GATE_FOLDERS names (default every
+#                                             one) through both engines, at once
 # Each part's records, failing rows and results come back in $OUT/i41.tgz, tarred by a
 # watchdog at GATE_TAR_AT (560 s) if the call's own limit would come first.
 set -u
 cd "$(dirname "$0")/.."
-part=${1:?usage: engines_gate_1gpu.sh vllm-ci|rest}
+part=${1:?usage: engines_gate_1gpu.sh vllm-ci|rest|folders}
 . tools/gpu_batch.sh
 batch_begin "gate-$part" "${GATE_TAR_AT:-560}"
 limit=${GATE_STEP_S:-530}
@@ -31,7 +34,17 @@ case $part in
         bash tools/gpu_engines.sh vllm smoke > "$work/vllm-folders.txt" 2>&1
       stamp "vllm folders" $? ) &
     wait ;;
-  *) echo "engines_gate_1gpu.sh: part must be vllm-ci or rest, got '$part'" >&2; exit 2 ;;
+  folders)
+    ( OUT=$work/tf-folders GPU_ENGINES_S=$limit GPU_ENGINES_PARTS=folders \
+        GPU_ENGINES_FOLDER_JOBS=5 GPU_ENGINES_FOLDERS_S=420 GPU_ENGINES_FOLDERS="${GATE_FOLDERS:-}" \
+        bash tools/gpu_engines.sh transformers smoke > "$work/tf-folders.txt" 2>&1
+      stamp "transformers folders" $? ) &
+    ( OUT=$work/vllm-folders GPU_ENGINES_S=$limit GPU_ENGINES_PARTS=folders \
+        GPU_ENGINES_FOLDER_JOBS=7 GPU_ENGINES_FOLDERS_S=420 GPU_ENGINES_FOLDERS="${GATE_FOLDERS:-}" \
+        bash tools/gpu_engines.sh vllm smoke > "$work/vllm-folders.txt" 2>&1
+      stamp "vllm folders" $? ) &
+    wait ;;
+  *) echo "engines_gate_1gpu.sh: part must be vllm-ci, rest or folders, got '$part'" >&2; exit 2 ;;
 esac
 batch_end
 for f in "$work"/*.txt; do
