@@ -25,25 +25,34 @@ case $part in
     ( OUT=$work/tf-smoke GPU_ENGINES_S=$limit GPU_ENGINES_WORKERS=6 GPU_ENGINES_PARTS=suite \
         bash tools/gpu_engines.sh transformers smoke > "$work/tf-smoke.txt" 2>&1
       stamp "transformers smoke" $? ) &
+    jobs_=($!)
     ( OUT=$work/tf-folders GPU_ENGINES_S=$limit GPU_ENGINES_PARTS=folders \
         GPU_ENGINES_FOLDER_JOBS=3 GPU_ENGINES_FOLDERS_S=400 \
         bash tools/gpu_engines.sh transformers smoke > "$work/tf-folders.txt" 2>&1
       stamp "transformers folders" $? ) &
+    jobs_+=($!)
     ( OUT=$work/vllm-folders GPU_ENGINES_S=$limit GPU_ENGINES_PARTS=folders \
         GPU_ENGINES_FOLDER_JOBS=4 GPU_ENGINES_FOLDERS_S=400 \
         bash tools/gpu_engines.sh vllm smoke > "$work/vllm-folders.txt" 2>&1
       stamp "vllm folders" $? ) &
-    wait ;;
+    jobs_+=($!)
+    # these jobs only: a bare `wait` also waits for the watchdog (gpu_batch.sh), which cost
+    # two calls of 2026-12-01 their last 50 and 170 s
+    wait "${jobs_[@]}" ;;
   folders)
     ( OUT=$work/tf-folders GPU_ENGINES_S=$limit GPU_ENGINES_PARTS=folders \
         GPU_ENGINES_FOLDER_JOBS=5 GPU_ENGINES_FOLDERS_S=420 GPU_ENGINES_FOLDERS="${GATE_FOLDERS:-}" \
         bash tools/gpu_engines.sh transformers smoke > "$work/tf-folders.txt" 2>&1
       stamp "transformers folders" $? ) &
+    jobs_=($!)
     ( OUT=$work/vllm-folders GPU_ENGINES_S=$limit GPU_ENGINES_PARTS=folders \
         GPU_ENGINES_FOLDER_JOBS=7 GPU_ENGINES_FOLDERS_S=420 GPU_ENGINES_FOLDERS="${GATE_FOLDERS:-}" \
         bash tools/gpu_engines.sh vllm smoke > "$work/vllm-folders.txt" 2>&1
       stamp "vllm folders" $? ) &
-    wait ;;
+    jobs_+=($!)
+    # these jobs only: a bare `wait` also waits for the watchdog (gpu_batch.sh), which cost
+    # two calls of 2026-12-01 their last 50 and 170 s
+    wait "${jobs_[@]}" ;;
   *) echo "engines_gate_1gpu.sh: part must be vllm-ci, rest or folders, got '$part'" >&2; exit 2 ;;
 esac
 batch_end

@@ -14,7 +14,10 @@ batch_begin() {
 stamp() { echo "$1 exit $2 at $(( $(date +%s) - start )) s" >> "$work/times.txt"; }
 batch_pack() { tar -czf "$final/i41.tgz" -C /tmp "$batch_name" 2>/dev/null; }
 batch_end() {
-  pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null
+  # the watchdog shell first, then its sleep: killing the sleep first let the shell go on to
+  # write its line and tar (every batch's times.txt said "watchdog: tar" until 2026-12-01)
+  local sleeper; sleeper=$(pgrep -P "$watchdog")
+  kill "$watchdog" 2>/dev/null; [ -n "$sleeper" ] && kill $sleeper 2>/dev/null
   batch_pack
   cat "$work/times.txt"
 }
