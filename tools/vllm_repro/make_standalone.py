@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ("ct_mxfp4_marlin_on_cpu", "gptq_v2_sym", "int4_bias_dropped", "int4_router_on_input",
-           "int4_w4a8", "mxfp8_triton_on_cpu", "process_twice", "quark_int4_cpu",
-           "quark_int8_static",
+SCRIPTS = ("awq_moe_per_channel", "ct_mxfp4_marlin_on_cpu", "gptq_v2_sym", "int4_bias_dropped",
+           "int4_router_on_input", "int4_w4a8", "mxfp8_triton_on_cpu", "process_twice",
+           "quark_int4_cpu", "quark_int8_static",
            "unvalidated_values", "gpu_marlin_shapes", "gpu_reduce")
 
 if __name__ == "__main__":
