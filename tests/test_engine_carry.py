@@ -83,3 +83,20 @@ def test_receive_refuses_another_python(carry, tmp_path, monkeypatch, capsys):
     (out / "p1" / "manifest.json").write_text(json.dumps(manifest))
     assert carry.receive(out / "p1") == 2
     assert "the wheels are for python 2.7" in capsys.readouterr().err
+
+
+def test_receive_on_a_machine_installed_from_the_same_manifest_installs_nothing(
+        carry, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(carry, "RECEIVED", tmp_path / "received")
+    monkeypatch.setattr(carry, "SITE_ROOT", tmp_path / "site")
+    out = _parts(tmp_path, b"the stream" * 100, 2)
+    manifest = json.loads((out / "p1" / "manifest.json").read_text())
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / carry.INSTALLED).write_text(manifest["sha256"])
+    assert carry.receive(out / "p1") == 0
+    assert "already installed" in capsys.readouterr().out
+    assert not (tmp_path / "received").exists()
+    # another manifest's install: the part is kept, as on a fresh machine
+    (tmp_path / "site" / carry.INSTALLED).write_text("0" * 64)
+    assert carry.receive(out / "p1") == 0
+    assert "1 of 2 parts here" in capsys.readouterr().out

@@ -82,6 +82,7 @@ PLATFORMS = ("manylinux_2_39_x86_64", "manylinux_2_35_x86_64", "manylinux_2_34_x
              "manylinux1_x86_64")
 RECEIVED = Path("/tmp/engine-carry")
 SITE_ROOT = Path("/tmp/engine-site")
+INSTALLED = "installed.sha256"  # the manifest sha256 of the install under SITE_ROOT
 
 
 def download(specs, into: Path) -> None:
@@ -152,6 +153,13 @@ def receive(part: Path) -> int:
         print(f"engine_carry: the wheels are for python {manifest['python']}, this is "
               f"{sys.version.split()[0]}", file=sys.stderr)
         return 2
+    # a machine still held keeps /tmp: a part carried again to it installs nothing again (on
+    # 2026-12-01 five such calls reinstalled, 13-23 s of device time each)
+    if (SITE_ROOT / INSTALLED).exists() and \
+            (SITE_ROOT / INSTALLED).read_text() == manifest["sha256"]:
+        print(f"engine_carry: already installed under {SITE_ROOT} from this manifest; "
+              f"{part.name} not needed")
+        return 0
     RECEIVED.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(part / "chunk", RECEIVED / part.name)
     have = [p for p in manifest["parts"] if (RECEIVED / p["name"]).exists()]
@@ -174,6 +182,7 @@ def receive(part: Path) -> int:
     shutil.move(str(x / "vllm-tree" / "vllm"), str(SITE_ROOT / "vllm" / "vllm"))
     for info in (x / "vllm-tree").glob("vllm-*.dist-info"):
         shutil.move(str(info), str(SITE_ROOT / "vllm" / info.name))
+    (SITE_ROOT / INSTALLED).write_text(manifest["sha256"])  # last: only a whole install
     print(f"engine_carry: installed under {SITE_ROOT}")
     return 0
 
