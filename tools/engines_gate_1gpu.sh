@@ -16,6 +16,16 @@ part=${1:?usage: engines_gate_1gpu.sh vllm-ci|rest|folders}
 . tools/gpu_batch.sh
 batch_begin "gate-$part" "${GATE_TAR_AT:-560}"
 limit=${GATE_STEP_S:-530}
+jobs_=()
+# folders ENGINE JOBS BUDGET_S [NAMES]: the producer folders through ENGINE in the background
+# (NAMES empty: every one; none started after BUDGET_S), its pid added to jobs_
+folders() {
+  ( OUT=$work/${1/transformers/tf}-folders GPU_ENGINES_S=$limit GPU_ENGINES_PARTS=folders \
+      GPU_ENGINES_FOLDER_JOBS=$2 GPU_ENGINES_FOLDERS_S=$3 GPU_ENGINES_FOLDERS="${4:-}" \
+      bash tools/gpu_engines.sh "$1" smoke > "$work/${1/transformers/tf}-folders.txt" 2>&1
+    stamp "$1 folders" $? ) &
+  jobs_+=($!)
+}
 case $part in
   vllm-ci)
     OUT=$work/vllm-ci GPU_ENGINES_S=$limit GPU_ENGINES_WORKERS=${GATE_WORKERS:-13} \
@@ -25,36 +35,17 @@ case $part in
     ( OUT=$work/tf-smoke GPU_ENGINES_S=$limit GPU_ENGINES_WORKERS=6 GPU_ENGINES_PARTS=suite \
         bash tools/gpu_engines.sh transformers smoke > "$work/tf-smoke.txt" 2>&1
       stamp "transformers smoke" $? ) &
-    jobs_=($!)
-    ( OUT=$work/tf-folders GPU_ENGINES_S=$limit GPU_ENGINES_PARTS=folders \
-        GPU_ENGINES_FOLDER_JOBS=3 GPU_ENGINES_FOLDERS_S=400 \
-        bash tools/gpu_engines.sh transformers smoke > "$work/tf-folders.txt" 2>&1
-      stamp "transformers folders" $? ) &
     jobs_+=($!)
-    ( OUT=$work/vllm-folders GPU_ENGINES_S=$limit GPU_ENGINES_PARTS=folders \
-        GPU_ENGINES_FOLDER_JOBS=4 GPU_ENGINES_FOLDERS_S=400 \
-        bash tools/gpu_engines.sh vllm smoke > "$work/vllm-folders.txt" 2>&1
-      stamp "vllm folders" $? ) &
-    jobs_+=($!)
-    # these jobs only: a bare `wait` also waits for the watchdog (gpu_batch.sh), which cost
-    # two calls of 2026-12-01 their last 50 and 170 s
-    wait "${jobs_[@]}" ;;
+    folders transformers 3 400
+    folders vllm 4 400 ;;
   folders)
-    ( OUT=$work/tf-folders GPU_ENGINES_S=$limit GPU_ENGINES_PARTS=folders \
-        GPU_ENGINES_FOLDER_JOBS=5 GPU_ENGINES_FOLDERS_S=420 GPU_ENGINES_FOLDERS="${GATE_FOLDERS:-}" \
-        bash tools/gpu_engines.sh transformers smoke > "$work/tf-folders.txt" 2>&1
-      stamp "transformers folders" $? ) &
-    jobs_=($!)
-    ( OUT=$work/vllm-folders GPU_ENGINES_S=$limit GPU_ENGINES_PARTS=folders \
-        GPU_ENGINES_FOLDER_JOBS=7 GPU_ENGINES_FOLDERS_S=420 GPU_ENGINES_FOLDERS="${GATE_FOLDERS:-}" \
-        bash tools/gpu_engines.sh vllm smoke > "$work/vllm-folders.txt" 2>&1
-      stamp "vllm folders" $? ) &
-    jobs_+=($!)
-    # these jobs only: a bare `wait` also waits for the watchdog (gpu_batch.sh), which cost
-    # two calls of 2026-12-01 their last 50 and 170 s
-    wait "${jobs_[@]}" ;;
+    folders transformers 5 420 "${GATE_FOLDERS:-}"
+    folders vllm 7 420 "${GATE_FOLDERS:-}" ;;
   *) echo "engines_gate_1gpu.sh: part must be vllm-ci, rest or folders, got '$part'" >&2; exit 2 ;;
 esac
+# these jobs only: a bare `wait` also waits for the watchdog (gpu_batch.sh), which cost two
+# calls of 2026-12-01 their last 50 and 170 s
+[ ${#jobs_[@]} -gt 0 ] && wait "${jobs_[@]}"
 batch_end
 for f in "$work"/*.txt; do
   [ "$(basename "$f")" = times.txt ] && continue
