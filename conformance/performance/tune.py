@@ -47,8 +47,9 @@ def add_arguments(p) -> None:
                    help=f"random routings per M that each candidate is timed over, the mean "
                         f"(default {ROUTINGS}; fewer tune faster)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
-                   help="where the device's file goes (default: the installed package's own "
-                        "folder of tile configs, where the backend reads it)")
+                   help="where the device's file goes (default: the folder the backend "
+                        "reads, MOECERT_TRITON_CONFIG_DIR or the installed package's own; "
+                        "set that variable to DIR for the backend to read DIR)")
 
 
 def main(args) -> int:

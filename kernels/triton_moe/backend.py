@@ -348,18 +348,15 @@ def _stored_fp4_scales(layer: MoELayer, p: str) -> torch.Tensor:
 
 
 def tuned_spans(layer: MoELayer) -> dict[str, int]:
-    """The nibble span of each int4 linear in the device's tuned file ({} when it has none;
-    tuned for 16-bit activations, the path `moecert tune` measures), or the one
-    MOECERT_TRITON_NIB_SPAN forces."""
+    """The nibble span of each int4 linear in the device's tuned file, under the layer's
+    activation kind ({} when it has none), or the one MOECERT_TRITON_NIB_SPAN forces."""
     from . import configs, kinds
 
     P = layer.problem
     if (forced := configs.forced_nib_span()) is not None:
         return {p: forced for p in configs.LINEARS}
-    if layer.quant.activation != ACT_NONE:
-        return {}
     return configs.tuned_spans(configs.LayerKey(
-        kinds.WEIGHT_NAMES[kinds.W_INT4], kinds.ACT_NAMES[kinds.A16], P.E,
+        kinds.WEIGHT_NAMES[kinds.W_INT4], kinds.ACT_NAMES[activation_kind(layer.quant)], P.E,
         (P.w13_rows, P.K), (P.K, P.N)))
 
 
@@ -485,18 +482,32 @@ def _platform_reason(variant: Variant, platform: Platform) -> str | None:
     return None
 
 
+def activation_kind(quant) -> int:
+    """The kernel's activation kind (kinds.A*) of a layer's activation quantization: what
+    `_quantize` hands the GEMM, and the key of the layer's tuned entries."""
+    from . import kinds
+
+    mode = quant.activation
+    if mode in (ACT_NONE, ACT_NVFP4):  # NVFP4: e2m1 * e4m3 values in the 16-bit dtype
+        return kinds.A16
+    if mode in MX_ACTIVATION_ELEMENTS:
+        return kinds.A_MX
+    if quant.info.activation_element == "e4m3":
+        return kinds.A_FP8_G if mode == ACT_DYNAMIC_GROUP else kinds.A_FP8
+    return kinds.A_INT8
+
+
 def _quantize(layer: MoELayer, plan: dict, quant, t: torch.Tensor, which: str,
               valid_rows: torch.Tensor | None):
     """q1 / q2: (GEMM input, its scales, global factor or None, the activation kind)."""
-    from . import kinds
-
     mode = layer.quant.activation
+    kind = activation_kind(layer.quant)
     if mode == ACT_NONE:
-        return t, None, None, kinds.A16
+        return t, None, None, kind
     if mode in MX_ACTIVATION_ELEMENTS:  # MXFP8 / MXFP4: element values and E8M0 per 32
         values, scales = quant.quantize_mx(t, layer.quant.mx_scale_rule,
                                            MX_ACTIVATION_ELEMENTS[mode])
-        return values, scales, None, kinds.A_MX
+        return values, scales, None, kind
     static = plan["a13_scale" if which == "w13" else "a2_scale"]
     if mode == ACT_NVFP4:
         # torch ops (the torch backend's quantizer): per 16 columns e2m1 * e4m3 block scale,
@@ -507,18 +518,18 @@ def _quantize(layer: MoELayer, plan: dict, quant, t: torch.Tensor, which: str,
 
         q, bs = quantize_nvfp4(t.to(torch.float32),
                                plan["a13_global" if which == "w13" else "a2_global"])
-        return (q * bs).flatten(-2).to(t.dtype), None, static, kinds.A16
+        return (q * bs).flatten(-2).to(t.dtype), None, static, kind
     if layer.quant.info.activation_element == "e4m3":
         if mode == ACT_DYNAMIC_GROUP:
             codes, scales = quant.quantize_fp8(t, "group", ACT_GROUP)
-            return codes.view(torch.uint8), scales, None, kinds.A_FP8_G
-        kind = {ACT_DYNAMIC_TOKEN: "token", ACT_STATIC_TENSOR: "static",
-                ACT_DYNAMIC_TENSOR: "tensor"}.get(mode)
-        if kind is None:
+            return codes.view(torch.uint8), scales, None, kind
+        fp8_kind = {ACT_DYNAMIC_TOKEN: "token", ACT_STATIC_TENSOR: "static",
+                    ACT_DYNAMIC_TENSOR: "tensor"}.get(mode)
+        if fp8_kind is None:
             raise ValueError(f"e4m3 activation quantization {mode!r}")
-        codes, scales = quant.quantize_fp8(t, kind, ACT_GROUP, given=static,
+        codes, scales = quant.quantize_fp8(t, fp8_kind, ACT_GROUP, given=static,
                                            valid_rows=valid_rows)
-        return codes.view(torch.uint8), scales, None, kinds.A_FP8
+        return codes.view(torch.uint8), scales, None, kind
     gscale = plan["a1_gscale" if which == "w13" else "a2_gscale"]
     if mode == ACT_DYNAMIC_TOKEN:
         codes, scales = quant.quantize_int8(t, "token")
@@ -528,7 +539,7 @@ def _quantize(layer: MoELayer, plan: dict, quant, t: torch.Tensor, which: str,
         codes, scales = quant.quantize_int8(t, "tensor", valid_rows=valid_rows)
     else:
         raise ValueError(f"activation quantization {mode!r}")
-    return codes, scales, gscale, kinds.A_INT8
+    return codes, scales, gscale, kind
 
 
 def _weights(layer: MoELayer, p: str, codes: torch.Tensor | None = None,

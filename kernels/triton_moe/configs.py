@@ -2,7 +2,8 @@
 one per device, read by `heuristics.pick_configs`. Pure Python (no Triton): the lookup must
 not fix the interpreter mode, and it is tested on the CPU.
 
-One file per device, `configs/<device key>.json` (`device_key` of torch's device name):
+One file per device, `configs/<device key>.json` (`device_key` of torch's device name; the
+folder is MOECERT_TRITON_CONFIG_DIR's instead when that is set, `config_dir`):
 
     {"format": 1, "device": "h100-80gb-hbm3", "device_name": "NVIDIA H100 80GB HBM3",
      "versions": {"triton": "3.6.0", "torch": "2.11.0+cu130"},
@@ -22,7 +23,8 @@ belongs to the layer, not to a GEMM: both GEMMs read one row alignment (align.py
 Bucket: the number of assignment rows n (tokens x topk, or E x T batched) rounded up to a
 power of two; the tuner's M values give n = M * topk, powers of two for every model shape.
 A lookup between or beyond the tuned buckets takes the nearest one on the log scale (the
-smaller on a tie); at prefill sizes only one within a factor of two (heuristics.pick_configs:
+smaller on a tie; of two files with the layer, the nearer bucket, the device's own file on
+a tie: `tuned_configs`); at prefill sizes only one within a factor of two (heuristics.pick_configs:
 a decode bucket's tile is not a prefill tile). The Triton and torch versions are recorded,
 not matched: a config stays correct under any version, only its speed may move (re-run
 `moecert tune`).
@@ -79,6 +81,9 @@ from ..convert import PREFIXES as LINEARS  # the linears a layer's "nibble_spans
 
 FORMAT = 1
 CONFIG_DIR = Path(__file__).with_name("configs")
+# a folder of tuned files read (and written by `moecert tune`) instead of CONFIG_DIR: a tuning
+# kept outside the installed package, or two folders timed against each other
+CONFIG_DIR_ENV = "MOECERT_TRITON_CONFIG_DIR"
 # what each GEMM's entry holds, and the type of each value
 GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": int,
                "SWAP_AB": bool, "FAST_I4": bool, "SPLIT_K": int, "K_UNROLL": int,
@@ -262,8 +267,19 @@ def scale_bf16_by_default(e8m0: bool, bf16: bool) -> bool:
     return e8m0 and bf16
 
 
+def config_dir(environ=os.environ) -> Path:
+    """The folder of tuned files: MOECERT_TRITON_CONFIG_DIR when set, else the package's."""
+    raw = environ.get(CONFIG_DIR_ENV, "").strip()
+    if not raw:
+        return CONFIG_DIR
+    if not Path(raw).is_dir():
+        raise ValueError(f"{CONFIG_DIR_ENV}={raw!r}: expected a folder of tuned-config files "
+                         "(`moecert tune --out DIR` writes one)")
+    return Path(raw)
+
+
 def path_for(device: str, directory: Path | None = None) -> Path:
-    return (directory or CONFIG_DIR) / f"{device}.json"
+    return (directory or config_dir()) / f"{device}.json"
 
 
 @functools.cache
@@ -460,9 +476,9 @@ def tuned_spans(key: LayerKey, device: str | None = None,
     """The layer's nibble span per linear from this device's file ({} without a file, a
     CUDA device, or spans for the layer)."""
     for name in _config_devices(device, directory):
-        table = load_table(name, directory or CONFIG_DIR)
+        table = load_table(name, directory or config_dir())
         if table is not None and key in table:  # the first file with the layer
-            return dict(load_spans(name, directory or CONFIG_DIR).get(key, {}))
+            return dict(load_spans(name, directory or config_dir()).get(key, {}))
     return {}
 
 
@@ -473,8 +489,19 @@ def _config_devices(device: str | None, directory: Path | None) -> tuple[str, ..
         device = current_device_key()
         if device is None:
             return ()
-        return config_devices(device, directory or CONFIG_DIR, current_capability())
-    return config_devices(device, directory or CONFIG_DIR)
+        return config_devices(device, directory or config_dir(), current_capability())
+    return config_devices(device, directory or config_dir())
+
+
+def _nearest(table: Table, key: LayerKey, num_rows: int) -> tuple[int, int] | None:
+    """(powers of two between n's bucket and the layer's nearest tuned bucket, that bucket),
+    None when the layer was not tuned."""
+    buckets = table.get(key)
+    if not buckets:
+        return None
+    want = rows_bucket(num_rows).bit_length()
+    best = min(buckets, key=lambda b: (abs(b.bit_length() - want), b))
+    return abs(best.bit_length() - want), best
 
 
 def lookup(table: Table, key: LayerKey, num_rows: int, max_steps: int | None = None
@@ -482,28 +509,30 @@ def lookup(table: Table, key: LayerKey, num_rows: int, max_steps: int | None = N
     """The layer's configs for n rows: the tuned bucket nearest to n's on the log scale;
     None when the layer was not tuned, or when `max_steps` is given and the nearest bucket
     is more than that many powers of two from n's. Copies: callers may keep or change them."""
-    buckets = table.get(key)
-    if not buckets:
+    found = _nearest(table, key, num_rows)
+    if found is None or (max_steps is not None and found[0] > max_steps):
         return None
-    want = rows_bucket(num_rows).bit_length()
-    best = min(buckets, key=lambda b: (abs(b.bit_length() - want), b))
-    if max_steps is not None and abs(best.bit_length() - want) > max_steps:
-        return None
-    c1, c2 = buckets[best]
+    c1, c2 = table[key][found[1]]
     return dict(c1), dict(c2)
 
 
 def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
                   directory: Path | None = None, max_steps: int | None = None
                   ) -> tuple[dict, dict] | None:
-    """Configs for this device (default: the current one) from its file, None without a
-    file, a CUDA device, or an entry for the layer (within `max_steps`, see lookup)."""
+    """Configs for this device (default: the current one) from its files, None without a
+    file, a CUDA device, or an entry for the layer (within `max_steps`, see lookup). Of the
+    files that have the layer, the one whose bucket is nearest n's wins, the device's own on
+    a tie: an H200 file tuned at decode sizes leaves M = 256 to the H100's bucket there,
+    not to its own M = 64 one."""
+    best = None
     for name in _config_devices(device, directory):
-        table = load_table(name, directory or CONFIG_DIR)
-        found = None if table is None else lookup(table, key, num_rows, max_steps)
-        if found is not None:
-            return found
-    return None
+        table = load_table(name, directory or config_dir())
+        found = None if table is None else _nearest(table, key, num_rows)
+        if found is not None and (best is None or found[0] < best[0]):
+            best = (found[0], table)
+    if best is None:
+        return None
+    return lookup(best[1], key, num_rows, max_steps)
 
 
 # --- writing ---------------------------------------------------------------------------------

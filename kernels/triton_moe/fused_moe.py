@@ -16,6 +16,7 @@ from .heuristics import weights_block_k, weights_split_plan
 from .kinds import (
     A16,
     A_FP8,
+    A_INT8,
     DOT_IEEE,
     DOT_NATIVE,
     DOT_TF32,
@@ -228,9 +229,11 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
                and not c16["HAS_G_IDX"])
     fast_i4 = (I4_OFF if not fast_i4 else I4_PAIRS if int4_pairs_run_on(c.device)
                else I4_MAGIC)
-    if (weights["kind"] == W_INT4 and c16["NIB_SPAN"] and c16["HAS_ZERO"]
-            and config.get("FAST_I4", False) and act == A16 and weights["dot"] == DOT_NATIVE
-            and int4_pairs_run_on(c.device)):  # zero points in planes: `_int4_planes_zero`
+    if (weights["kind"] == W_INT4 and c16["NIB_SPAN"] and not c16["HAS_G_IDX"]
+            and config.get("FAST_I4", False) and act in (A16, A_INT8)
+            and weights["dot"] == DOT_NATIVE and int4_pairs_run_on(c.device)):
+        # planes (zero points: `_int4_planes_zero`); W4A8's int8 codes join the decoded
+        # weights in a 16-bit dot (`_planes_part`)
         fast_i4 = I4_PAIRS
     if weights["kind"] == W_FP4 and c16["NIB_SPAN"]:  # e2m1 planes: PTX decode or bit fields
         fast_i4 = (I4_PAIRS if act == A16 and weights["dot"] == DOT_NATIVE

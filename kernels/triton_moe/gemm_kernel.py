@@ -84,6 +84,7 @@ import triton.language as tl
 from moecert.reference.schemes import ACT_GROUP as SCHEME_ACT_GROUP
 
 from .kinds import (
+    A16,
     A_FP8,
     A_FP8_G,
     A_INT8,
@@ -112,7 +113,7 @@ _W16, _W_INT4, _W_UINT8 = tl.constexpr(W16), tl.constexpr(W_INT4), tl.constexpr(
 _W_FP8, _W_MXFP8, _W_FP4 = tl.constexpr(W_FP8), tl.constexpr(W_MXFP8), tl.constexpr(W_FP4)
 _S_FLOAT, _S_E8M0, _S_E4M3 = tl.constexpr(S_FLOAT), tl.constexpr(S_E8M0), tl.constexpr(S_E4M3)
 _S_E8M0_W = tl.constexpr(S_E8M0_W)
-_A_INT8, _A_MX = tl.constexpr(A_INT8), tl.constexpr(A_MX)
+_A16, _A_INT8, _A_MX = tl.constexpr(A16), tl.constexpr(A_INT8), tl.constexpr(A_MX)
 _A_FP8, _A_FP8_G = tl.constexpr(A_FP8), tl.constexpr(A_FP8_G)
 _DOT_TF32, _DOT_IEEE = tl.constexpr(DOT_TF32), tl.constexpr(DOT_IEEE)
 _I4_PAIRS = tl.constexpr(I4_PAIRS)
@@ -626,9 +627,20 @@ def _planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, z_rows, g_row, scale_cols, s
                           s_rows, z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
             b3 = _dequant((raw >> 12) & 0xF, tl.minimum(kq + 3 * Q, K - 1), k0, g_row,
                           s_rows, z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
-    return (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
-            + _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
-            + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB))
+    if FAST_I4 == _I4_PAIRS and ACT == _A_INT8:
+        # W4A8: the PTX decode gives the codes in the compute dtype, so the int8 activation
+        # codes join them there (|a| <= 128, exact in bf16 and fp16) for a 16-bit dot: the
+        # products (|a w| <= 128 * 15) and a quarter's sums (< 2^24) are the integer dot's
+        # exactly, with no per-element conversion of the weights back to int8
+        out = (_mma(a0.to(COMPUTE), b0, _A16, DOT, COMPUTE, SWAP_AB)
+               + _mma(a1.to(COMPUTE), b1, _A16, DOT, COMPUTE, SWAP_AB)
+               + _mma(a2.to(COMPUTE), b2, _A16, DOT, COMPUTE, SWAP_AB)
+               + _mma(a3.to(COMPUTE), b3, _A16, DOT, COMPUTE, SWAP_AB))
+    else:
+        out = (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
+               + _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
+               + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB))
+    return out
 
 
 @triton.jit

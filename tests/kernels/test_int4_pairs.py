@@ -68,3 +68,48 @@ def test_packed_decode_matches_the_per_element_one_bit_for_bit(compiled, monkeyp
         assert decodes and set(decodes) == {want}, decodes  # both GEMMs took that decode
     assert torch.isfinite(outs[True]).all()
     assert torch.equal(outs[True], outs[False])
+
+
+@pytest.mark.skipif(not _sm80(), reason="needs a CUDA sm80+ GPU, compiled Triton")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("M, K, N, E, topk", [
+    (1, 2048, 768, 128, 8),     # Qwen3-30B-A3B, decode: SWAP_AB tiles
+    (64, 4096, 1024, 8, 2),     # 16+ rows per expert
+])
+@pytest.mark.parametrize("fmt", ["awq", "gptq"])  # zero points in planes, and symmetric codes
+def test_w4a8_planes_take_the_packed_decode_with_the_same_bits(compiled, monkeypatch, dtype,
+                                                              M, K, N, E, topk, fmt):
+    """W4A8 (int4 weights, int8 activations) in nibble planes: the PTX decode hands the
+    weights over in the 16-bit dtype and the int8 codes join them there (`_planes_part`);
+    the per-element decode runs the int8 dot. Both sums are exact integers per quarter, so
+    the layer's output must be the same bits."""
+    from moecert.kernels.triton_moe import configs
+    from moecert.kernels.triton_moe.backend import TritonBackend
+
+    P = MoEProblem(M=M, K=K, N=N, E=E, topk=topk, dtype=dtype)
+    ckpt = random_checkpoint("w4a8-int8", P, seed=3, device="cuda", group_size=128,
+                             checkpoint_format=fmt)
+    monkeypatch.setenv(configs.NIB_SPAN_ENV, "128")
+    backend = TritonBackend()
+    layer = backend.create_layer(ckpt, P)
+    backend.process_weights_after_loading(layer)
+    assert layer.meta["w13_nib_span"] == 128 and layer.meta["w2_nib_span"] == 128
+    x, w, ids = (t.cuda() for t in make_inputs(P, seed=4))
+    kernel, decodes = gemm_kernel.moe_gemm_kernel, []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                decodes.append((kw["FAST_I4"], kw["ACT"]))
+                return kernel[grid](*args, **kw)
+            return launch
+    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
+    outs = {}
+    for pairs in (False, True):
+        monkeypatch.setattr(fused_moe, "int4_pairs_run_on", lambda device, on=pairs: on)
+        decodes.clear()
+        outs[pairs] = backend.apply(layer, x, w, ids, out=torch.empty_like(x))
+        want = kinds.I4_PAIRS if pairs else kinds.I4_OFF
+        assert decodes and set(decodes) == {(want, kinds.A_INT8)}, decodes
+    assert torch.isfinite(outs[True]).all() and outs[True].abs().max() > 0
+    assert torch.equal(outs[True], outs[False])

@@ -211,6 +211,26 @@ def test_a_device_without_a_file_reads_one_of_its_generation(compiled_lookup, tm
     assert _pick(compiled_lookup) == (tuned if reads_it else default)
 
 
+def test_of_two_files_the_nearer_bucket_wins_and_the_own_file_on_a_tie(compiled_lookup,
+                                                                         tmp_path,
+                                                                         monkeypatch):
+    """The device's own file tuned at decode sizes only, its generation's file at every
+    size: a size near the own file's buckets reads them; a size the other file has and the
+    own file is two powers of two from reads the other's (it once read the own file's
+    nearest bucket at any distance); a tie reads the own file."""
+    own = (_cfg(16, BLOCK_N=32), _cfg(16, BLOCK_N=32))
+    other_small = (_cfg(16, BLOCK_N=128), _cfg(16, BLOCK_N=128))
+    other_big = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_N=256))
+    configs.write_table(configs.path_for("other-gpu", tmp_path), "other-gpu", "Other", {},
+                        {KEY: {16: other_small, 256: other_big}}, capability=(9, 0))
+    _write(tmp_path, {KEY: {16: own}}, device="test-gpu")
+    monkeypatch.setattr(configs, "current_capability", lambda: (9, 0))
+    assert _pick(compiled_lookup, 16) == own  # a tie: the own file
+    assert _pick(compiled_lookup, 32) == own  # one step from both: the own file
+    assert _pick(compiled_lookup, 128) == other_big  # 3 steps from 16, 1 from 256
+    assert _pick(compiled_lookup, 256) == other_big
+
+
 def test_pick_configs_reads_the_device_file(compiled_lookup, tmp_path):
     tuned = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
     _write(tmp_path, {KEY: {16: tuned}}, device="test-gpu")
@@ -605,3 +625,21 @@ def test_a_tuned_entry_is_not_fitted(compiled_lookup, tmp_path, monkeypatch):
     _write(tmp_path, {KEY: {16: tuned}}, device="test-gpu")
     monkeypatch.setattr(configs, "current_shared_memory", lambda: MI300_SMEM)
     assert _pick(compiled_lookup) == tuned
+
+
+def test_the_config_folder_variable_points_the_lookup_there(compiled_lookup, tmp_path,
+                                                          monkeypatch):
+    """MOECERT_TRITON_CONFIG_DIR: the backend reads the tuned files of that folder (what
+    `moecert tune --out DIR` wrote), not the package's; a path that is no folder is refused
+    naming the variable."""
+    tuned = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
+    elsewhere = tmp_path / "tuned-here"
+    elsewhere.mkdir()
+    _write(elsewhere, {KEY: {16: tuned}}, device="test-gpu")
+    assert _pick(compiled_lookup) == compiled_lookup.default_configs(16)  # CONFIG_DIR: none
+    monkeypatch.setenv(configs.CONFIG_DIR_ENV, str(elsewhere))
+    configs.config_devices.cache_clear()
+    assert _pick(compiled_lookup) == tuned
+    monkeypatch.setenv(configs.CONFIG_DIR_ENV, str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="MOECERT_TRITON_CONFIG_DIR=.*missing.*folder"):
+        _pick(compiled_lookup)

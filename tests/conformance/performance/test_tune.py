@@ -102,13 +102,15 @@ def test_tuning_on_the_interpreter_writes_a_file_the_backend_reads(triton_runs_h
     assert got == table[key][16]
 
 
+@pytest.mark.parametrize("scheme", ["gptq-int4", "w4a8-int8"])
 @pytest.mark.parametrize("prefer", [128, 0], ids=["planes-faster", "adjacent-faster"])
 def test_tuning_picks_a_nibble_order_and_the_backend_stores_its_weights_so(
-        triton_runs_here, tmp_path, monkeypatch, prefer):
+        triton_runs_here, tmp_path, monkeypatch, prefer, scheme):
     """Group-128 int4 weights can be stored in nibble planes (layout.plane_nibbles): the
     tuner times both orders, writes the faster one per linear, and a layer converted
     afterwards on that device stores its codes so, computes what the checkpoint's order
-    computes and exports the checkpoint's codes."""
+    computes and exports the checkpoint's codes. W4A8's entries are keyed by its int8
+    activations, and its layers read their order there too (they once read none)."""
     from moecert.kernels.triton_moe import layout
     from moecert.kernels.triton_moe.backend import TritonBackend
     from moecert.reference import MoEProblem, make_inputs, random_checkpoint
@@ -118,9 +120,10 @@ def test_tuning_picks_a_nibble_order_and_the_backend_stores_its_weights_so(
 
     shape = ModelShape(E=4, K=128, N=128, topk=2)
     table, timings, spans, rows = tune_command.run_tuning(
-        {"tiny": shape}, ["gptq-int4"], [1, 8], DEVICE, timer, grid=TINY_GRID,
+        {"tiny": shape}, [scheme], [1, 8], DEVICE, timer, grid=TINY_GRID,
         group_size=128, log=lambda *a: None, routings=2)
     (key,) = table
+    assert key.act == ("A_INT8" if scheme == "w4a8-int8" else "A16")
     assert spans == {key: {"w13": prefer, "w2": prefer}}
     assert all(c.spans == (prefer, prefer) for *_, c in rows)
     path = configs.path_for("test-gpu", tmp_path)
@@ -132,7 +135,7 @@ def test_tuning_picks_a_nibble_order_and_the_backend_stores_its_weights_so(
     configs.load_spans.cache_clear()
     P = MoEProblem(M=5, K=128, N=128, E=4, topk=2)
     backend = TritonBackend()
-    ckpt = random_checkpoint("gptq-int4", P, seed=3, device=DEVICE, group_size=128)
+    ckpt = random_checkpoint(scheme, P, seed=3, device=DEVICE, group_size=128)
     try:
         tuned = backend.create_layer(ckpt, P)
         backend.process_weights_after_loading(tuned)
