@@ -22,6 +22,25 @@ def _sm80() -> bool:
             and torch.cuda.get_device_capability() >= (8, 0))
 
 
+def _with_and_without_pairs(monkeypatch, backend, layer, x, w, ids):
+    """The layer's output with the PTX decode allowed and not ({pairs: output}), and the
+    (FAST_I4, ACT) each launch compiled ({pairs: [...]})."""
+    kernel, decodes, outs = gemm_kernel.moe_gemm_kernel, {}, {}
+
+    class Spy:  # records the decode each launch compiled
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                decodes[pairs].append((kw["FAST_I4"], kw["ACT"]))
+                return kernel[grid](*args, **kw)
+            return launch
+    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
+    for pairs in (False, True):
+        monkeypatch.setattr(fused_moe, "int4_pairs_run_on", lambda device, on=pairs: on)
+        decodes[pairs] = []
+        outs[pairs] = backend.apply(layer, x, w, ids, out=torch.empty_like(x))
+    return outs, decodes
+
+
 @pytest.fixture
 def compiled():
     """The kernel modules defined compiled: a CPU harness run earlier in this process
@@ -50,22 +69,10 @@ def test_packed_decode_matches_the_per_element_one_bit_for_bit(compiled, monkeyp
     layer = backend.create_layer(ckpt, P)
     backend.process_weights_after_loading(layer)
     x, w, ids = (t.cuda() for t in make_inputs(P, seed=4))
-    kernel, decodes = gemm_kernel.moe_gemm_kernel, []
-
-    class Spy:  # records the decode each launch compiled
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                decodes.append(kw["FAST_I4"])
-                return kernel[grid](*args, **kw)
-            return launch
-    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
-    outs = {}
-    for pairs in (False, True):
-        monkeypatch.setattr(fused_moe, "int4_pairs_run_on", lambda device, on=pairs: on)
-        decodes.clear()
-        outs[pairs] = backend.apply(layer, x, w, ids, out=torch.empty_like(x))
-        want = kinds.I4_PAIRS if pairs else kinds.I4_MAGIC
-        assert decodes and set(decodes) == {want}, decodes  # both GEMMs took that decode
+    outs, decodes = _with_and_without_pairs(monkeypatch, backend, layer, x, w, ids)
+    for pairs, want in ((False, kinds.I4_MAGIC), (True, kinds.I4_PAIRS)):
+        # both GEMMs took that decode
+        assert decodes[pairs] and {d for d, _ in decodes[pairs]} == {want}, decodes
     assert torch.isfinite(outs[True]).all()
     assert torch.equal(outs[True], outs[False])
 
@@ -95,21 +102,8 @@ def test_w4a8_planes_take_the_packed_decode_with_the_same_bits(compiled, monkeyp
     backend.process_weights_after_loading(layer)
     assert layer.meta["w13_nib_span"] == 128 and layer.meta["w2_nib_span"] == 128
     x, w, ids = (t.cuda() for t in make_inputs(P, seed=4))
-    kernel, decodes = gemm_kernel.moe_gemm_kernel, []
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                decodes.append((kw["FAST_I4"], kw["ACT"]))
-                return kernel[grid](*args, **kw)
-            return launch
-    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
-    outs = {}
-    for pairs in (False, True):
-        monkeypatch.setattr(fused_moe, "int4_pairs_run_on", lambda device, on=pairs: on)
-        decodes.clear()
-        outs[pairs] = backend.apply(layer, x, w, ids, out=torch.empty_like(x))
-        want = kinds.I4_PAIRS if pairs else kinds.I4_OFF
-        assert decodes and set(decodes) == {(want, kinds.A_INT8)}, decodes
+    outs, decodes = _with_and_without_pairs(monkeypatch, backend, layer, x, w, ids)
+    for pairs, want in ((False, kinds.I4_OFF), (True, kinds.I4_PAIRS)):
+        assert decodes[pairs] and set(decodes[pairs]) == {(want, kinds.A_INT8)}, decodes
     assert torch.isfinite(outs[True]).all() and outs[True].abs().max() > 0
     assert torch.equal(outs[True], outs[False])
