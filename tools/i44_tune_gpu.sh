@@ -1,19 +1,26 @@
 #!/bin/bash
 # Issue 44, round six (docs/speed.md): the H200's own tuned entries for the decode layers that
 # had none there (W4A8 int8, now in nibble planes; MXFP4 on Mixtral-8x7B and DeepSeek-V3;
-# MXFP8, whose kernel MXFP6 runs too), timed against the tree before them. Two calls, from the
-# repository root, no install (a PYTHONPATH shim):
-#   tools/i44_tune_gpu.sh tune    the W4A8 planes' CUDA test (tests/kernels/test_int4_pairs.py),
-#       then `moecert tune --M 16,64 --routings 3` per scheme into a copy of the package's
-#       files (/tmp/i44-cand: the merge keeps every entry already there); the new h200.json
-#       comes back in the tar. Each step has its own limit; the tuner writes after every layer
-#       and M, so a step cut short keeps what it measured.
+# MXFP8, whose kernel MXFP6 runs too), timed against the tree before them. From the repository
+# root, no install (a PYTHONPATH shim), three calls:
+#   tools/i44_tune_gpu.sh tune-w4a8   the W4A8 planes' CUDA test (tests/kernels/test_int4_pairs.py),
+#       then `moecert tune --M 16,64 --routings 3` of W4A8 on the three layers (up to 520 s;
+#       Mixtral-8x7B at M 64 outran 90 s alone)
+#   tools/i44_tune_gpu.sh tune-fp     MXFP4 on Mixtral-8x7B and DeepSeek-V3, MXFP8 on the
+#       three layers (~250 s)
+#     Both write into the tree's own kernels/triton_moe/configs/ (the merge keeps every entry
+#     already there) and return h200.json in the tar: copy it back into the checkout before the
+#     next call (a machine idle for a minute is released with its /tmp: 2026-12-01, call 2).
+#     Each step has its own limit; the tuner writes after every layer and M, so a step cut
+#     short keeps what it measured.
 #   tools/i44_tune_gpu.sh bench   decode at M 16 / 64 with the Marlin FP4 peer, the files of
 #       .bench/base-configs (the tree before, carried) against the tree's own, in one process
 #       each; then the `ci` suite on cuda with the tree's files (verdicts; its wall on one GPU).
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
+# (2026-12-01 ran an earlier form: one `tune` call whose W4A8 and MXFP4 steps were cut at
+# 170 / 120 s, then those two steps again by hand; docs/gpu-ci.md, sixteenth session.)
 set -u
 cd "$(dirname "$0")/.."
 SHIM=/tmp/shim; mkdir -p "$SHIM/moecert"
@@ -21,29 +28,36 @@ for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" "$SHIM/moec
 export PYTHONPATH=$SHIM TRITON_CACHE_DIR=/tmp/i44-triton-cache
 unset TRITON_INTERPRET MOECERT_TRITON_CONFIG_DIR MOECERT_TRITON_NIB_SPAN MOECERT_TRITON_SPLIT_K
 M="python -m moecert.conformance.cli"
-L3=(--model qwen3-30b-a3b --model mixtral-8x7b --model deepseek-v3)
 . tools/gpu_batch.sh
 
-tune() {
-    batch_begin i44t 560
+tune() {  # tune NAME STEP...: STEP is "LIMIT_S MOECERT_TUNE_ARGS..." (one string)
+    batch_begin "i44t-$1" 560; shift
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$work/gpu.txt"
     python -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$work/gpu.txt"
-    CAND=/tmp/i44-cand; rm -rf "$CAND"; mkdir -p "$CAND"
-    cp kernels/triton_moe/configs/*.json "$CAND/"
-    timeout 110 python -m pytest tests/kernels/test_int4_pairs.py -q -n 8 -p no:cacheprovider \
-        -rfE > "$work/tests.txt" 2>&1
-    stamp tests $?
-    export MOECERT_TRITON_CONFIG_DIR=$CAND
-    T=(--out "$CAND" --M 16,64 --routings 3)
-    timeout 170 $M tune "${T[@]}" "${L3[@]}" --scheme w4a8-int8 > "$work/tune-w4a8.txt" 2>&1
-    stamp tune-w4a8 $?
-    timeout 120 $M tune "${T[@]}" --model mixtral-8x7b --model deepseek-v3 --scheme mxfp4 \
-        > "$work/tune-mxfp4.txt" 2>&1
-    stamp tune-mxfp4 $?
-    timeout 140 $M tune "${T[@]}" "${L3[@]}" --scheme mxfp8 > "$work/tune-mxfp8.txt" 2>&1
-    stamp tune-mxfp8 $?
-    cp "$CAND/h200.json" "$work/h200.json"
+    C=$PWD/kernels/triton_moe/configs
+    export MOECERT_TRITON_CONFIG_DIR=$C
+    local n=0 step
+    for step in "$@"; do
+        n=$((n + 1)); read -r -a args <<< "$step"
+        timeout "${args[0]}" $M tune --out "$C" --M 16,64 --routings 3 "${args[@]:1}" \
+            > "$work/tune-$n.txt" 2>&1
+        stamp "tune-$n (${args[*]:1})" $?
+        cp "$C/h200.json" "$work/h200.json"
+    done
     batch_end
+}
+
+tune_w4a8() {
+    timeout 110 python -m pytest tests/kernels/test_int4_pairs.py -q -n 8 -p no:cacheprovider \
+        -rfE > /tmp/i44-tests.txt 2>&1
+    echo "tests exit $?: $(tail -n 1 /tmp/i44-tests.txt)"
+    tune w4a8 "100 --model qwen3-30b-a3b --scheme w4a8-int8" \
+        "260 --model mixtral-8x7b --scheme w4a8-int8" "120 --model deepseek-v3 --scheme w4a8-int8"
+}
+
+tune_fp() {
+    tune fp "200 --model mixtral-8x7b --model deepseek-v3 --scheme mxfp4" \
+        "140 --model qwen3-30b-a3b --model mixtral-8x7b --model deepseek-v3 --scheme mxfp8"
 }
 
 bench() {
@@ -66,7 +80,8 @@ bench() {
 }
 
 case "${1:-}" in
-    tune) tune ;;
+    tune-w4a8) tune_w4a8 ;;
+    tune-fp) tune_fp ;;
     bench) bench ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune|bench" >&2; exit 2 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|bench" >&2; exit 2 ;;
 esac
