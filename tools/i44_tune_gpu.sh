@@ -16,6 +16,9 @@
 #   tools/i44_tune_gpu.sh bench   decode at M 16 / 64 with the Marlin FP4 peer, the files of
 #       .bench/base-configs (the tree before, carried) against the tree's own, in one process
 #       each; then the `ci` suite on cuda with the tree's files (verdicts; its wall on one GPU).
+#   tools/i44_tune_gpu.sh fold    the MXFP8 fold candidate (MOECERT_TRITON_MXFP8_FOLD=1): the
+#       `ci` suite's MXFP8 and MXFP6 cases on triton with it, then decode with and without it
+#       (~250 s; nothing carried).
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -79,9 +82,28 @@ bench() {
     batch_end
 }
 
+fold() {  # the MXFP8 fold (MOECERT_TRITON_MXFP8_FOLD=1): its ci cases, then decode timed
+    batch_begin i44f 560
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$work/gpu.txt"
+    MX=(--backend triton --scheme mxfp8 --scheme mxfp6-e2m3 --scheme mxfp6-e3m2)
+    MOECERT_TRITON_MXFP8_FOLD=1 timeout 150 $M run --suite ci --device cuda "${MX[@]}" -n 8 \
+        --results "$work/ci-fold" > "$work/ci-fold.txt" 2>&1
+    stamp ci-fold $?
+    B=(--device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
+       --scheme mxfp8 --scheme mxfp6-e2m3 --model qwen3-30b-a3b --model mixtral-8x7b
+       --model deepseek-v3)
+    timeout 80 $M bench "${B[@]}" --results "$work/b-tiles" --run-id tiles > "$work/b-tiles.txt" 2>&1
+    stamp bench-tiles $?
+    MOECERT_TRITON_MXFP8_FOLD=1 timeout 80 $M bench "${B[@]}" --results "$work/b-fold" \
+        --run-id fold > "$work/b-fold.txt" 2>&1
+    stamp bench-fold $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
     bench) bench ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|bench" >&2; exit 2 ;;
+    fold) fold ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|bench|fold" >&2; exit 2 ;;
 esac

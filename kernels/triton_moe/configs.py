@@ -101,6 +101,7 @@ FP4_SCALE_WORDS_ENV = "MOECERT_TRITON_FP4_SCALE_WORDS"
 FP4_LEAN_ENV = "MOECERT_TRITON_FP4_LEAN"
 FP4_CARRY_ENV = "MOECERT_TRITON_FP4_CARRY"
 FP4_SCALE_BF16_ENV = "MOECERT_TRITON_FP4_SCALE_BF16"
+MXFP8_FOLD_ENV = "MOECERT_TRITON_MXFP8_FOLD"
 
 
 class ConfigFileError(ValueError):
@@ -235,6 +236,15 @@ def fp4_scale_words(environ=os.environ) -> bool:
     (one byte a block)."""
     return _switch(FP4_SCALE_WORDS_ENV, True, "plane scales in 32-bit words",
                        " (one byte a block)", environ)
+
+
+def mxfp8_fold(environ=os.environ) -> bool:
+    """Whether MXFP8 (and MXFP6) layers in bf16 multiply their E8M0 scales into the decoded
+    weights and accumulate inside the dot (issue 44's candidate, not yet timed; read when a
+    layer's launch is described): True when MOECERT_TRITON_MXFP8_FOLD is 1, False when 0,
+    unset or empty."""
+    return _switch(MXFP8_FOLD_ENV, False, "E8M0 scales folded into the decoded weights",
+                   " (the scale per 32-column tile, the default)", environ)
 
 
 def fp4_lean(environ=os.environ) -> bool:

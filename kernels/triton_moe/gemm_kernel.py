@@ -50,7 +50,10 @@ ACC_DOT (host-chosen constexpr): tiles with no scale of their own (16-bit weight
 int8 weights whose scale has one column, the whole K) accumulate inside the dot,
 acc = dot(a, b, acc), with no product tile beside the accumulator; such a weight scale then
 multiplies the whole sum once, first in the epilogue (the same products, the scale's fp32
-rounding once instead of per tile).
+rounding once instead of per tile). MXFP8 in bf16 with MOECERT_TRITON_MXFP8_FOLD=1 and every
+E8M0 byte in fused_moe.E4M3_FOLD_BYTES (WSCALE S_E8M0_W, issue 44's untimed candidate): each
+32-column tile's weights times their scale before the same accumulating dot (exact: an e4m3
+value times a power of two inside bf16's normal range).
 GROUP_M (config, > 1): programs run GROUP_M row blocks at a time over every column block
 (the launch order remapped), so that at prefill sizes a wave reads few row blocks' activations.
 
@@ -855,6 +858,16 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
 
 
 @triton.jit
+def _tile_scale(s_rows, k0, K, scale_cols, stride_sk, EVEN_K: tl.constexpr):
+    """The scale of every weight row for the tile at column k0, inside one scale column (a
+    tile past K, zero activations, reads the last column)."""
+    col = k0 // scale_cols
+    if not EVEN_K:
+        col = tl.minimum(col, (K - 1) // scale_cols)
+    return tl.load(s_rows + col * stride_sk)
+
+
+@triton.jit
 def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_ptr,
                scale_cols, stride_sk, stride_asm, WEIGHT: tl.constexpr, WSCALE: tl.constexpr,
                ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
@@ -916,10 +929,7 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
             part = part * sa[:, None]
     FP4_PLANES: tl.constexpr = WEIGHT == _W_FP4 and NIB_SPAN != 0  # scaled per plane
     if (WSCALE == _S_FLOAT or WSCALE == _S_E8M0) and not FP4_PLANES:
-        col = k0 // scale_cols
-        if not EVEN_K:
-            col = tl.minimum(col, (K - 1) // scale_cols)
-        sw = tl.load(s_rows + col * stride_sk)
+        sw = _tile_scale(s_rows, k0, K, scale_cols, stride_sk, EVEN_K)
         if WSCALE == _S_E8M0:
             sw = _decode_e8m0(sw)
         if SWAP_AB:
@@ -1002,7 +1012,15 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 bq = tl.load(b_rows.to(tl.pointer_type(tl.uint16), bitcast=True) + kq[:, None])
             else:
                 bq = tl.load(b_rows + kq[:, None])
-            if ACC_DOT:  # no tile scale: the dot accumulates (the scale, if any, at the end)
+            if ACC_DOT and WEIGHT == _W_MXFP8:  # S_E8M0_W: the tile's scale in its weights
+                tl.static_assert(WSCALE == _S_E8M0_W and BLOCK_K == 32)
+                sw = _decode_e8m0(_tile_scale(s_rows, k0, K, scale_cols, stride_sk, EVEN_K))
+                if DOT == _DOT_IEEE or DOT == _DOT_TF32:  # (the interpreter) in fp32: exact
+                    bs = bq.to(tl.float32) * sw[None, :]
+                else:  # e4m3 times a power of two inside bf16's normal range: exact
+                    bs = bq.to(COMPUTE) * sw.to(COMPUTE)[None, :]
+                acc = _dot_acc(a, bs, acc, ACT, DOT, COMPUTE, SWAP_AB)
+            elif ACC_DOT:  # no tile scale: the dot accumulates (the scale, if any, at the end)
                 if ACT == _A_FP8:
                     a = a.to(tl.float8e4nv, bitcast=True)
                 acc = _dot_acc(a, bq, acc, ACT, DOT, COMPUTE, SWAP_AB)
