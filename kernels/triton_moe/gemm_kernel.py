@@ -929,11 +929,7 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
             part = part * sa[:, None]
     FP4_PLANES: tl.constexpr = WEIGHT == _W_FP4 and NIB_SPAN != 0  # scaled per plane
     if (WSCALE == _S_FLOAT or WSCALE == _S_E8M0) and not FP4_PLANES:
-        # (the ops of `_tile_scale`, written out: the default path as the H200 ran it)
-        col = k0 // scale_cols
-        if not EVEN_K:
-            col = tl.minimum(col, (K - 1) // scale_cols)
-        sw = tl.load(s_rows + col * stride_sk)
+        sw = _tile_scale(s_rows, k0, K, scale_cols, stride_sk, EVEN_K)
         if WSCALE == _S_E8M0:
             sw = _decode_e8m0(sw)
         if SWAP_AB:
