@@ -16,6 +16,15 @@
 #   tools/i44_tune_gpu.sh bench   decode at M 16 / 64 with the Marlin FP4 peer, the files of
 #       .bench/base-configs (the tree before, carried) against the tree's own, in one process
 #       each; then the `ci` suite on cuda with the tree's files (verdicts; its wall on one GPU).
+#   tools/i44_tune_gpu.sh tune-nvfp4   round seven: NVFP4 on Mixtral-8x7B and DeepSeek-V3 (whose
+#       H200 entries date from 2026-11-26, before rounds two to six changed the kernel), twice:
+#       with the scale bytes (NVFP4's default) into cfg-bytes, and with its scales decoded into
+#       bf16 at load (MOECERT_TRITON_FP4_SCALE_BF16=1) into cfg-bf16, each a copy of the tree's
+#       configs; both folders come back in the tar: put them at .bench/nvfp4-bytes and
+#       .bench/nvfp4-bf16 for `round7`
+#   tools/i44_tune_gpu.sh round7  NVFP4 decode (Marlin FP4 peer) with the tree's files, then each
+#       tuned folder; the MXFP8 fold against the tiles; prefill at M 1024 / 4096 on Mixtral
+#       (triton bf16 / fp8 / gptq-int4 / mxfp4 / nvfp4, grouped mxfp4 / nvfp4); one process each
 #   tools/i44_tune_gpu.sh fold    the MXFP8 fold candidate (MOECERT_TRITON_MXFP8_FOLD=1): the
 #       `ci` suite's MXFP8 and MXFP6 cases on triton with it, then decode with and without it
 #       (~250 s; nothing carried).
@@ -33,20 +42,79 @@ unset TRITON_INTERPRET MOECERT_TRITON_CONFIG_DIR MOECERT_TRITON_NIB_SPAN MOECERT
 M="python -m moecert.conformance.cli"
 . tools/gpu_batch.sh
 
-tune() {  # tune NAME STEP...: STEP is "LIMIT_S MOECERT_TUNE_ARGS..." (one string)
-    batch_begin "i44t-$1" 560; shift
+gpu_versions() {
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$work/gpu.txt"
     python -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$work/gpu.txt"
-    C=$PWD/kernels/triton_moe/configs
-    export MOECERT_TRITON_CONFIG_DIR=$C
-    local n=0 step
+}
+
+tune_into() {  # tune_into DIR TAG STEP...: STEP is "LIMIT_S MOECERT_TUNE_ARGS..." (one string)
+    local C=$1 tag=$2 n=0 step; shift 2
     for step in "$@"; do
         n=$((n + 1)); read -r -a args <<< "$step"
-        timeout "${args[0]}" $M tune --out "$C" --M 16,64 --routings 3 "${args[@]:1}" \
-            > "$work/tune-$n.txt" 2>&1
-        stamp "tune-$n (${args[*]:1})" $?
+        MOECERT_TRITON_CONFIG_DIR=$C timeout "${args[0]}" $M tune --out "$C" --M 16,64 \
+            --routings 3 "${args[@]:1}" > "$work/tune-$tag-$n.txt" 2>&1
+        stamp "tune-$tag-$n (${args[*]:1})" $?
+    done
+}
+
+tune() {  # tune NAME STEP...: into the tree's own configs, h200.json copied to the results
+    batch_begin "i44t-$1" 560; shift
+    gpu_versions
+    C=$PWD/kernels/triton_moe/configs
+    local n=0 step
+    for step in "$@"; do
+        n=$((n + 1)); tune_into "$C" "$n" "$step"
         cp "$C/h200.json" "$work/h200.json"
     done
+    batch_end
+}
+
+tune_nvfp4() {
+    batch_begin i44n 570
+    gpu_versions
+    local step="255 --model mixtral-8x7b --model deepseek-v3 --scheme nvfp4"
+    cp -r kernels/triton_moe/configs "$work/cfg-bytes"
+    cp -r kernels/triton_moe/configs "$work/cfg-bf16"
+    MOECERT_TRITON_FP4_SCALE_BF16=0 tune_into "$work/cfg-bytes" bytes "$step"
+    MOECERT_TRITON_FP4_SCALE_BF16=1 tune_into "$work/cfg-bf16" bf16 "$step"
+    batch_end
+}
+
+round7() {
+    batch_begin i44r7 570
+    gpu_versions
+    for d in .bench/nvfp4-bytes .bench/nvfp4-bf16; do
+        [ -f "$d/h200.json" ] || { echo "round7: $d/h200.json missing (tune-nvfp4's results)"; exit 2; }
+    done
+    B=(--device cuda --mode graph --max-seconds 0.5 --repeats 50)
+    N=("${B[@]}" --M 16,64 --backend triton --scheme nvfp4
+       --marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so)
+    MOECERT_TRITON_FP4_SCALE_BF16=0 timeout 60 $M bench "${N[@]}" --results "$work/n-base" \
+        --run-id base > "$work/n-base.txt" 2>&1
+    stamp n-base $?
+    MOECERT_TRITON_FP4_SCALE_BF16=0 MOECERT_TRITON_CONFIG_DIR=$PWD/.bench/nvfp4-bytes \
+        timeout 60 $M bench "${N[@]}" --results "$work/n-bytes" --run-id bytes \
+        > "$work/n-bytes.txt" 2>&1
+    stamp n-bytes $?
+    MOECERT_TRITON_FP4_SCALE_BF16=1 MOECERT_TRITON_CONFIG_DIR=$PWD/.bench/nvfp4-bf16 \
+        timeout 60 $M bench "${N[@]}" --results "$work/n-bf16" --run-id bf16 \
+        > "$work/n-bf16.txt" 2>&1
+    stamp n-bf16 $?
+    F=("${B[@]}" --M 16,64 --backend triton --scheme mxfp8 --scheme mxfp6-e2m3
+       --model qwen3-30b-a3b --model mixtral-8x7b --model deepseek-v3)
+    timeout 80 $M bench "${F[@]}" --results "$work/f-tiles" --run-id tiles > "$work/f-tiles.txt" 2>&1
+    stamp f-tiles $?
+    MOECERT_TRITON_MXFP8_FOLD=1 timeout 80 $M bench "${F[@]}" --results "$work/f-fold" \
+        --run-id fold > "$work/f-fold.txt" 2>&1
+    stamp f-fold $?
+    P=("${B[@]}" --model mixtral-8x7b --M 1024,4096)
+    timeout 90 $M bench "${P[@]}" --backend triton --scheme bf16 --scheme fp8-w8a8 \
+        --scheme gptq-int4 --scheme mxfp4 --scheme nvfp4 --results "$work/p-triton" \
+        --run-id prefill > "$work/p-triton.txt" 2>&1
+    stamp p-triton $?
+    timeout 60 $M bench "${P[@]}" --backend grouped --scheme mxfp4 --scheme nvfp4 \
+        --results "$work/p-grouped" --run-id prefill-grouped > "$work/p-grouped.txt" 2>&1
+    stamp p-grouped $?
     batch_end
 }
 
@@ -65,7 +133,7 @@ tune_fp() {
 
 bench() {
     batch_begin i44b 560
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$work/gpu.txt"
+    gpu_versions
     B=(--device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64
        --marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so --backend triton
        --scheme w4a8-int8 --scheme mxfp8 --scheme mxfp6-e2m3 --scheme mxfp4)
@@ -84,7 +152,7 @@ bench() {
 
 fold() {  # the MXFP8 fold (MOECERT_TRITON_MXFP8_FOLD=1): its ci cases, then decode timed
     batch_begin i44f 560
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$work/gpu.txt"
+    gpu_versions
     MX=(--backend triton --scheme mxfp8 --scheme mxfp6-e2m3 --scheme mxfp6-e3m2)
     MOECERT_TRITON_MXFP8_FOLD=1 timeout 150 $M run --suite ci --device cuda "${MX[@]}" -n 8 \
         --results "$work/ci-fold" > "$work/ci-fold.txt" 2>&1
@@ -103,7 +171,9 @@ fold() {  # the MXFP8 fold (MOECERT_TRITON_MXFP8_FOLD=1): its ci cases, then dec
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
+    tune-nvfp4) tune_nvfp4 ;;
+    round7) round7 ;;
     bench) bench ;;
     fold) fold ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|bench|fold" >&2; exit 2 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|bench|fold" >&2; exit 2 ;;
 esac
