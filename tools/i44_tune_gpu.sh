@@ -25,6 +25,8 @@
 #   tools/i44_tune_gpu.sh round7  NVFP4 decode (Marlin FP4 peer) with the tree's files, then each
 #       tuned folder; the MXFP8 fold against the tiles; prefill at M 1024 / 4096 on Mixtral
 #       (triton bf16 / fp8 / gptq-int4 / mxfp4 / nvfp4, grouped mxfp4 / nvfp4); one process each
+#   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
+#       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   tools/i44_tune_gpu.sh fold    the MXFP8 fold candidate (MOECERT_TRITON_MXFP8_FOLD=1): the
 #       `ci` suite's MXFP8 and MXFP6 cases on triton with it, then decode with and without it
 #       (~250 s; nothing carried).
@@ -173,7 +175,8 @@ case "${1:-}" in
     tune-fp) tune_fp ;;
     tune-nvfp4) tune_nvfp4 ;;
     round7) round7 ;;
+    tune-qwen) tune qwen "150 --model qwen3-30b-a3b --scheme nvfp4 --scheme mxfp4" ;;
     bench) bench ;;
     fold) fold ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|bench|fold" >&2; exit 2 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|tune-qwen|bench|fold" >&2; exit 2 ;;
 esac

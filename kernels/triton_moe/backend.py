@@ -286,8 +286,7 @@ def _scale_bf16_fits(layer: MoELayer, scale_kind: int, cols: int, span: int) -> 
 
     wanted = configs.fp4_scale_bf16()
     if wanted is None:
-        wanted = configs.scale_bf16_by_default(scale_kind == kinds.S_E8M0,
-                                               layer.problem.torch_dtype == torch.bfloat16)
+        wanted = configs.scale_bf16_by_default(layer.problem.torch_dtype == torch.bfloat16)
     if not wanted:
         return False
     if scale_kind == kinds.S_E4M3 and layer.problem.torch_dtype != torch.bfloat16:

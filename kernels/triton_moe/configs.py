@@ -62,10 +62,12 @@ processed): the block scales decoded into bf16 once at load (layout.scale_bf16; 
 layers, MXFP4 in any), so the K loop loads them instead of decoding e4m3 or E8M0 bytes every
 step; bit for bit the scale bytes' output (the CUDA tests on an H200, 14 of 14 on 07d49e9; the
 FP4 `ci` cases green with it forced, 50 of 50 on 333ee90). 1 on for both, 0 off for both;
-unset, the default since 2026-11-30: on for MXFP4 in bf16 layers (timed 1.05-1.22x faster
-than the scale bytes on every MXFP4 layer and M measured, bf16 on an H200), off for NVFP4
-(1.02-1.08x, but 0.95x on Mixtral-8x7B at M = 64: its bytes are 11% more than e4m3's) and for
-fp16 layers (not timed): docs/speed.md, "Round four".
+unset: on in bf16 layers, off in fp16 layers (not timed). MXFP4's since 2026-11-30 (timed
+1.05-1.22x faster than the scale bytes on every MXFP4 layer and M measured, bf16 on an H200:
+docs/speed.md, "Round four"); NVFP4's since 2026-12-01, once retuned for it on the H200
+(1.27-1.39x faster than the bytes with their old entries on Mixtral-8x7B and DeepSeek-V3,
+1.06-1.08x on Qwen3-30B-A3B untuned; with the bytes retuned too, bf16 still 1.06-1.18x:
+docs/speed.md, "Round seven").
 """
 
 from __future__ import annotations
@@ -266,15 +268,14 @@ def fp4_scale_bf16(environ=os.environ) -> bool | None:
     read when a layer is processed): True when MOECERT_TRITON_FP4_SCALE_BF16 is 1, False
     when 0, None when unset or empty (the default: `scale_bf16_by_default` per scale kind)."""
     return _switch(FP4_SCALE_BF16_ENV, None, "block scales decoded into bf16 at load",
-                   " (the scale bytes, decoded in the K loop); unset: MXFP4's decoded, "
-                   "NVFP4's bytes", environ)
+                   " (the scale bytes, decoded in the K loop); unset: decoded in bf16 "
+                   "layers", environ)
 
 
-def scale_bf16_by_default(e8m0: bool, bf16: bool) -> bool:
-    """The default of `fp4_scale_bf16` (the module docstring: timed per format): on for
-    MXFP4's E8M0 scales in bf16 layers (the layers timed), off for NVFP4's e4m3 and for
-    fp16 layers."""
-    return e8m0 and bf16
+def scale_bf16_by_default(bf16: bool) -> bool:
+    """The default of `fp4_scale_bf16` (the module docstring: timed per format): on for both
+    formats' block scales in bf16 layers, off for fp16 layers."""
+    return bf16
 
 
 def config_dir(environ=os.environ) -> Path:

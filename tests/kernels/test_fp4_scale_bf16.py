@@ -1,5 +1,5 @@
-"""Issue 44's fourth FP4 decode candidate, SCALE_BF16 (MOECERT_TRITON_FP4_SCALE_BF16=1, off by
-default): the block scales decoded into bf16 once at load (layout.scale_bf16: NVFP4's e4m3
+"""Issue 44's fourth FP4 decode candidate, SCALE_BF16 (MOECERT_TRITON_FP4_SCALE_BF16; the default
+in bf16 layers, MXFP4's since 2026-11-30, NVFP4's since 2026-12-01): the block scales decoded into bf16 once at load (layout.scale_bf16: NVFP4's e4m3
 codes in bf16 layers, times LEAN's 2^119 where LEAN folds; MXFP4's E8M0 codes in any layer),
 so the K loop loads the value its multiply takes. Every code must be exact in bf16 (checked
 here against the format facts' values and torch's own e4m3 conversion, subnormals and the
@@ -235,11 +235,12 @@ def test_the_variable_reads_as_documented():
 # --- through the backend -----------------------------------------------------------------------
 
 @pytest.mark.parametrize(("scheme", "dtype", "decoded"), [
-    ("mxfp4", "bf16", True), ("mxfp4", "fp16", False), ("nvfp4", "bf16", False)])
-def test_the_default_decodes_mxfp4_scales_at_load_in_bf16_layers_only(scheme, dtype, decoded,
-                                                                       monkeypatch):
-    """Unset, the variable means the timed choice per format (configs' docstring): MXFP4's
-    scales decoded into bf16 at load in bf16 layers, NVFP4's and fp16 layers' kept as bytes."""
+    ("mxfp4", "bf16", True), ("mxfp4", "fp16", False), ("nvfp4", "bf16", True),
+    ("nvfp4", "fp16", False)])
+def test_the_default_decodes_fp4_scales_at_load_in_bf16_layers_only(scheme, dtype, decoded,
+                                                                     monkeypatch):
+    """Unset, the variable means the timed choice (configs' docstring): both formats' scales
+    decoded into bf16 at load in bf16 layers, fp16 layers' kept as bytes."""
     from moecert.kernels.triton_moe.backend import TritonBackend
     from moecert.reference import MoEProblem, synthesize
 
