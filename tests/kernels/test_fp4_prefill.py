@@ -128,8 +128,8 @@ def test_the_result_column_declares_the_dispatch(monkeypatch):
     P = MoEProblem(M=3, K=256, N=64, E=3, topk=2)
     _, layer = _layer("nvfp4", P)
     assert BACKEND.describe(layer) == (
-        f"fused Triton MoE GEMM (W_FP4_E4M3; plane scales in words; lean e2m1 step; "
-        f"sign-carrying e2m1 words); from "
+        f"fused Triton MoE GEMM (W_FP4_E4M3; lean e2m1 step; sign-carrying e2m1 words; "
+        f"block scales pre-decoded to bf16 at load); from "
         f"{heuristics.DEQUANT_ROWS} rows per "
         "expert: weights dequantized per call to bfloat16 (exact), W16 tile")
     _, int4 = _layer("gptq-int4", P, group_size=32)
