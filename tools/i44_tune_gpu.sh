@@ -23,13 +23,12 @@
 #       configs; both folders come back in the tar: put them at .bench/nvfp4-bytes and
 #       .bench/nvfp4-bf16 for `round7`
 #   tools/i44_tune_gpu.sh round7  NVFP4 decode (Marlin FP4 peer) with the tree's files, then each
-#       tuned folder; the MXFP8 fold against the tiles; prefill at M 1024 / 4096 on Mixtral
+#       tuned folder; prefill at M 1024 / 4096 on Mixtral
 #       (triton bf16 / fp8 / gptq-int4 / mxfp4 / nvfp4, grouped mxfp4 / nvfp4); one process each
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
-#   tools/i44_tune_gpu.sh fold    the MXFP8 fold candidate (MOECERT_TRITON_MXFP8_FOLD=1): the
-#       `ci` suite's MXFP8 and MXFP6 cases on triton with it, then decode with and without it
-#       (~250 s; nothing carried).
+#   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
+#   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -102,13 +101,6 @@ round7() {
         timeout 60 $M bench "${N[@]}" --results "$work/n-bf16" --run-id bf16 \
         > "$work/n-bf16.txt" 2>&1
     stamp n-bf16 $?
-    F=("${B[@]}" --M 16,64 --backend triton --scheme mxfp8 --scheme mxfp6-e2m3
-       --model qwen3-30b-a3b --model mixtral-8x7b --model deepseek-v3)
-    timeout 80 $M bench "${F[@]}" --results "$work/f-tiles" --run-id tiles > "$work/f-tiles.txt" 2>&1
-    stamp f-tiles $?
-    MOECERT_TRITON_MXFP8_FOLD=1 timeout 80 $M bench "${F[@]}" --results "$work/f-fold" \
-        --run-id fold > "$work/f-fold.txt" 2>&1
-    stamp f-fold $?
     P=("${B[@]}" --model mixtral-8x7b --M 1024,4096)
     timeout 90 $M bench "${P[@]}" --backend triton --scheme bf16 --scheme fp8-w8a8 \
         --scheme gptq-int4 --scheme mxfp4 --scheme nvfp4 --results "$work/p-triton" \
@@ -152,24 +144,6 @@ bench() {
     batch_end
 }
 
-fold() {  # the MXFP8 fold (MOECERT_TRITON_MXFP8_FOLD=1): its ci cases, then decode timed
-    batch_begin i44f 560
-    gpu_versions
-    MX=(--backend triton --scheme mxfp8 --scheme mxfp6-e2m3 --scheme mxfp6-e3m2)
-    MOECERT_TRITON_MXFP8_FOLD=1 timeout 150 $M run --suite ci --device cuda "${MX[@]}" -n 8 \
-        --results "$work/ci-fold" > "$work/ci-fold.txt" 2>&1
-    stamp ci-fold $?
-    B=(--device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
-       --scheme mxfp8 --scheme mxfp6-e2m3 --model qwen3-30b-a3b --model mixtral-8x7b
-       --model deepseek-v3)
-    timeout 80 $M bench "${B[@]}" --results "$work/b-tiles" --run-id tiles > "$work/b-tiles.txt" 2>&1
-    stamp bench-tiles $?
-    MOECERT_TRITON_MXFP8_FOLD=1 timeout 80 $M bench "${B[@]}" --results "$work/b-fold" \
-        --run-id fold > "$work/b-fold.txt" 2>&1
-    stamp bench-fold $?
-    batch_end
-}
-
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -177,6 +151,5 @@ case "${1:-}" in
     round7) round7 ;;
     tune-qwen) tune qwen "150 --model qwen3-30b-a3b --scheme nvfp4 --scheme mxfp4" ;;
     bench) bench ;;
-    fold) fold ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|tune-qwen|bench|fold" >&2; exit 2 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|tune-qwen|bench" >&2; exit 2 ;;
 esac

@@ -33,7 +33,6 @@ READERS: dict[str, Callable[[Mapping[str, str]], object]] = {
     configs.FP4_CARRY_ENV: configs.fp4_carry,
     configs.FP4_SCALE_BF16_ENV: configs.fp4_scale_bf16,
     configs.CONFIG_DIR_ENV: configs.config_dir,
-    configs.MXFP8_FOLD_ENV: configs.mxfp8_fold,
 }
 
 

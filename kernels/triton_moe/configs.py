@@ -24,7 +24,8 @@ Bucket: the number of assignment rows n (tokens x topk, or E x T batched) rounde
 power of two; the tuner's M values give n = M * topk, powers of two for every model shape.
 A lookup between or beyond the tuned buckets takes the nearest one on the log scale (the
 smaller on a tie; of two files with the layer, the nearer bucket, the device's own file on
-a tie: `tuned_configs`); at prefill sizes only one within a factor of two (heuristics.pick_configs:
+a tie, but for int4 layers the file of their nibble order at every size: `tuned_configs`); at
+prefill sizes only one within a factor of two (heuristics.pick_configs:
 a decode bucket's tile is not a prefill tile). The Triton and torch versions are recorded,
 not matched: a config stays correct under any version, only its speed may move (re-run
 `moecert tune`).
@@ -103,7 +104,6 @@ FP4_SCALE_WORDS_ENV = "MOECERT_TRITON_FP4_SCALE_WORDS"
 FP4_LEAN_ENV = "MOECERT_TRITON_FP4_LEAN"
 FP4_CARRY_ENV = "MOECERT_TRITON_FP4_CARRY"
 FP4_SCALE_BF16_ENV = "MOECERT_TRITON_FP4_SCALE_BF16"
-MXFP8_FOLD_ENV = "MOECERT_TRITON_MXFP8_FOLD"
 
 
 class ConfigFileError(ValueError):
@@ -238,15 +238,6 @@ def fp4_scale_words(environ=os.environ) -> bool:
     (one byte a block)."""
     return _switch(FP4_SCALE_WORDS_ENV, True, "plane scales in 32-bit words",
                        " (one byte a block)", environ)
-
-
-def mxfp8_fold(environ=os.environ) -> bool:
-    """Whether MXFP8 (and MXFP6) layers in bf16 multiply their E8M0 scales into the decoded
-    weights and accumulate inside the dot (issue 44's candidate, not yet timed; read when a
-    layer's launch is described): True when MOECERT_TRITON_MXFP8_FOLD is 1, False when 0,
-    unset or empty."""
-    return _switch(MXFP8_FOLD_ENV, False, "E8M0 scales folded into the decoded weights",
-                   " (the scale per 32-column tile, the default)", environ)
 
 
 def fp4_lean(environ=os.environ) -> bool:
@@ -484,13 +475,23 @@ def load_spans(device: str, directory: Path) -> Spans:
 
 def tuned_spans(key: LayerKey, device: str | None = None,
                 directory: Path | None = None) -> dict[str, int]:
-    """The layer's nibble span per linear from this device's file ({} without a file, a
-    CUDA device, or spans for the layer)."""
+    """The layer's nibble span per linear from the file that answers for it (`layer_file`;
+    {} without a file, a CUDA device, or spans for the layer)."""
+    name = layer_file(key, device, directory)
+    if name is None:
+        return {}
+    return dict(load_spans(name, directory or config_dir()).get(key, {}))
+
+
+def layer_file(key: LayerKey, device: str | None = None,
+               directory: Path | None = None) -> str | None:
+    """The first of the device's files (its own, then its generation's) that has the layer:
+    the one whose nibble order the layer is stored in."""
     for name in _config_devices(device, directory):
         table = load_table(name, directory or config_dir())
-        if table is not None and key in table:  # the first file with the layer
-            return dict(load_spans(name, directory or config_dir()).get(key, {}))
-    return {}
+        if table is not None and table.get(key):
+            return name
+    return None
 
 
 def _config_devices(device: str | None, directory: Path | None) -> tuple[str, ...]:
@@ -528,13 +529,18 @@ def lookup(table: Table, key: LayerKey, num_rows: int, max_steps: int | None = N
 
 
 def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
-                  directory: Path | None = None, max_steps: int | None = None
-                  ) -> tuple[dict, dict] | None:
+                  directory: Path | None = None, max_steps: int | None = None,
+                  first_file: bool = False) -> tuple[dict, dict] | None:
     """Configs for this device (default: the current one) from its files, None without a
     file, a CUDA device, or an entry for the layer (within `max_steps`, see lookup). Of the
     files that have the layer, the one whose bucket is nearest n's wins, the device's own on
     a tie: an H200 file tuned at decode sizes leaves M = 256 to the H100's bucket there,
-    not to its own M = 64 one."""
+    not to its own M = 64 one. `first_file`: the first file with the layer answers at every
+    size (`layer_file`, the file of its nibble order; heuristics.TUNED_AT_EVERY_SIZE)."""
+    if first_file:
+        name = layer_file(key, device, directory)
+        return None if name is None else lookup(load_table(name, directory or config_dir()),
+                                                key, num_rows, max_steps)
     best = None
     for name in _config_devices(device, directory):
         table = load_table(name, directory or config_dir())

@@ -37,7 +37,6 @@ from .kinds import (
     W_FP8,
     W_INT4,
     W_INT8,
-    W_MXFP8,
 )
 from .layout import nib_span_fits
 from .quant import fix_bf16
@@ -100,9 +99,7 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     return {
         "kind": kind, "q": q, "N": n_rows, "compute": compute,
         "e8m0_fold": (kind == W_FP4 and wscale == S_E8M0 and bool(nib_span)
-                      and compute == torch.bfloat16 and e8m0_folds(s))
-                     or (kind == W_MXFP8 and wscale == S_E8M0 and compute == torch.bfloat16
-                         and configs.mxfp8_fold() and e8m0_folds(s, *E4M3_FOLD_BYTES)),
+                      and compute == torch.bfloat16 and e8m0_folds(s)),
         "scale_cols": scale_cols,  # None: no scale, or one per row (the whole K)
         "dot": dot_mode(kind, q.dtype, compute, g_idx is not None),
         "args": (q, s if s is not None else dummy, zp if zp is not None else dummy,
@@ -175,16 +172,11 @@ def e4m3_cvt_runs_on(device: torch.device) -> bool:
 # 1.5 * 2^127 is below its largest, 1.99 * 2^127, where 6 * 2^126 is not. Real checkpoints'
 # scales lie far inside; a layer with any byte outside keeps the per-pair fp32 scales.
 E8M0_FOLD_MIN, E8M0_FOLD_MAX = 2, 252
-# the same for e4m3 values (MXFP8, and MXFP6's e2m3 / e3m2 held as e4m3): 2^-9 * 2^(10 - 127)
-# = 2^-126, and 448 * 2^(246 - 127) = 1.75 * 2^127 (bytes 247 and up overflow)
-E4M3_FOLD_BYTES = (10, 246)
 
 
-def e8m0_folds(s: torch.Tensor, lo_byte: int = E8M0_FOLD_MIN,
-               hi_byte: int = E8M0_FOLD_MAX) -> bool:
+def e8m0_folds(s: torch.Tensor) -> bool:
     """Whether every E8M0 scale byte of `s` can be multiplied into bf16 e2m1 values exactly
-    (lo_byte to hi_byte, default E8M0_FOLD_MIN to E8M0_FOLD_MAX; e4m3 values:
-    E4M3_FOLD_BYTES; 255, NaN, cannot): read once per layer, when its plan is
+    (E8M0_FOLD_MIN to E8M0_FOLD_MAX; 255, NaN, cannot): read once per layer, when its plan is
     built; never inside a CUDA-graph capture (the read waits for the device): no fold then.
     `s` may hold them decoded into bf16 (`layout.scale_bf16`): byte b is bf16's exponent
     field there, the bit patterns b << 7 (0: 0x0040, 255: 0x7FC0) in the bytes' order."""
@@ -194,23 +186,20 @@ def e8m0_folds(s: torch.Tensor, lo_byte: int = E8M0_FOLD_MIN,
         return False
     if s.dtype == torch.bfloat16:
         lo, hi = torch.aminmax(s.view(torch.int16))
-        return lo_byte << 7 <= int(lo) and int(hi) <= hi_byte << 7
+        return E8M0_FOLD_MIN << 7 <= int(lo) and int(hi) <= E8M0_FOLD_MAX << 7
     lo, hi = torch.aminmax(s)
-    return lo_byte <= int(lo) and int(hi) <= hi_byte
+    return E8M0_FOLD_MIN <= int(lo) and int(hi) <= E8M0_FOLD_MAX
 
 
 def acc_dot_applies(weights: dict, act: int, K: int) -> bool:
     """Whether the kernel's tiles have no scale of their own, so the dot accumulates
     (gemm_kernel's ACC_DOT): 16-bit weights, or fp8 / int8 weights whose scale has one
     column (per channel or per tensor), with 16-bit activations (fp8 weights also with fp8
-    activations, whose row scale the epilogue applies anyway); MXFP8 whose E8M0 scales fold
-    into its bf16 weights (`e8m0_fold`: each 32-column tile scaled inside); no act order."""
+    activations, whose row scale the epilogue applies anyway); no act order."""
     c = weights["constexprs"]
     if c["HAS_G_IDX"] or c["HAS_ZERO"] or c["NIB_SPAN"]:
         return False
     kind = weights["kind"]
-    if kind == W_MXFP8:  # folded: each 32-column tile's scale is inside its weights
-        return act == A16 and weights["e8m0_fold"] and weights["dot"] != DOT_TF32
     if not ((act == A16 and kind in (W16, W_FP8, W_INT8)) or (act == A_FP8 and kind == W_FP8)):
         return False
     cols = weights["scale_cols"]

@@ -50,10 +50,7 @@ ACC_DOT (host-chosen constexpr): tiles with no scale of their own (16-bit weight
 int8 weights whose scale has one column, the whole K) accumulate inside the dot,
 acc = dot(a, b, acc), with no product tile beside the accumulator; such a weight scale then
 multiplies the whole sum once, first in the epilogue (the same products, the scale's fp32
-rounding once instead of per tile). MXFP8 in bf16 with MOECERT_TRITON_MXFP8_FOLD=1 and every
-E8M0 byte in fused_moe.E4M3_FOLD_BYTES (WSCALE S_E8M0_W, issue 44's untimed candidate): each
-32-column tile's weights times their scale before the same accumulating dot (exact: an e4m3
-value times a power of two inside bf16's normal range).
+rounding once instead of per tile).
 GROUP_M (config, > 1): programs run GROUP_M row blocks at a time over every column block
 (the launch order remapped), so that at prefill sizes a wave reads few row blocks' activations.
 
@@ -1012,15 +1009,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 bq = tl.load(b_rows.to(tl.pointer_type(tl.uint16), bitcast=True) + kq[:, None])
             else:
                 bq = tl.load(b_rows + kq[:, None])
-            if ACC_DOT and WEIGHT == _W_MXFP8:  # S_E8M0_W: the tile's scale in its weights
-                tl.static_assert(WSCALE == _S_E8M0_W and BLOCK_K == 32)
-                sw = _decode_e8m0(_tile_scale(s_rows, k0, K, scale_cols, stride_sk, EVEN_K))
-                if DOT == _DOT_IEEE or DOT == _DOT_TF32:  # (the interpreter) in fp32: exact
-                    bs = bq.to(tl.float32) * sw[None, :]
-                else:  # e4m3 times a power of two inside bf16's normal range: exact
-                    bs = bq.to(COMPUTE) * sw.to(COMPUTE)[None, :]
-                acc = _dot_acc(a, bs, acc, ACT, DOT, COMPUTE, SWAP_AB)
-            elif ACC_DOT:  # no tile scale: the dot accumulates (the scale, if any, at the end)
+            if ACC_DOT:  # no tile scale: the dot accumulates (the scale, if any, at the end)
                 if ACT == _A_FP8:
                     a = a.to(tl.float8e4nv, bitcast=True)
                 acc = _dot_acc(a, bq, acc, ACT, DOT, COMPUTE, SWAP_AB)

@@ -171,6 +171,10 @@ PREFILL_STEPS = 1  # see pick_configs
 # H200 (2026-11-28, `tools/i34_gpu.sh bench`, graph replay) gptq-int4 Mixtral at M = 1024 ran
 # 2365 us on its tuned 128-row bucket (a 32-row swapped tile) and 4561 us on the prefill tile,
 # DeepSeek-V3 at M = 4096 17041 against 21589 us: the int4 decode, not the MMA, bounds it.
+# Their entries come from the file of their nibble order at every size
+# (configs.tuned_configs' first_file), not from another device's nearer bucket: the H100's
+# 512-row bucket ran the same M = 1024 layer in 2640-2647 us on the H200 (2026-12-01, two
+# processes), its own 128-row bucket 2345-2384 us (three sessions; docs/speed.md, round seven).
 TUNED_AT_EVERY_SIZE = frozenset({W_INT4})
 
 
@@ -192,7 +196,8 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
         prefill = (prefill_block_m(num_rows, num_experts) is not None
                    and weight not in TUNED_AT_EVERY_SIZE)
         chosen = configs.tuned_configs(key, num_rows,
-                                       max_steps=PREFILL_STEPS if prefill else None)
+                                       max_steps=PREFILL_STEPS if prefill else None,
+                                       first_file=weight in TUNED_AT_EVERY_SIZE)
     if chosen is None:
         chosen = default_configs(num_rows, num_experts, weight)
         smem = None if INTERPRET else configs.current_shared_memory()

@@ -1,12 +1,12 @@
 """Issue 44's fourth FP4 decode candidate, SCALE_BF16 (MOECERT_TRITON_FP4_SCALE_BF16; the default
-in bf16 layers, MXFP4's since 2026-11-30, NVFP4's since 2026-12-01): the block scales decoded into bf16 once at load (layout.scale_bf16: NVFP4's e4m3
-codes in bf16 layers, times LEAN's 2^119 where LEAN folds; MXFP4's E8M0 codes in any layer),
-so the K loop loads the value its multiply takes. Every code must be exact in bf16 (checked
-here against the format facts' values and torch's own e4m3 conversion, subnormals and the
-E8M0 extremes included), the layout must invert to the checkpoint's codes, and under the
-interpreter the GEMM and the prefill decode must give the current path's output bit for bit
-(words of scale bytes, with and without CARRY and LEAN, every finite code in the scales). The
-compiled path: test_fp4_scale_bf16_cuda.py."""
+in bf16 layers, MXFP4's since 2026-11-30, NVFP4's since 2026-12-01): the block scales decoded
+into bf16 once at load (layout.scale_bf16: NVFP4's e4m3 codes in bf16 layers, times LEAN's 2^119
+where LEAN folds; MXFP4's E8M0 codes in any layer), so the K loop loads the value its multiply
+takes. Every code must be exact in bf16 (checked here against the format facts' values and
+torch's own e4m3 conversion, subnormals and the E8M0 extremes included), the layout must invert
+to the checkpoint's codes, and under the interpreter the GEMM and the prefill decode must give
+the current path's output bit for bit (words of scale bytes, with and without CARRY and LEAN,
+every finite code in the scales). The compiled path: test_fp4_scale_bf16_cuda.py."""
 
 from __future__ import annotations
 

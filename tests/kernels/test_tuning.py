@@ -211,24 +211,38 @@ def test_a_device_without_a_file_reads_one_of_its_generation(compiled_lookup, tm
     assert _pick(compiled_lookup) == (tuned if reads_it else default)
 
 
-def test_of_two_files_the_nearer_bucket_wins_and_the_own_file_on_a_tie(compiled_lookup,
-                                                                         tmp_path,
-                                                                         monkeypatch):
-    """The device's own file tuned at decode sizes only, its generation's file at every
-    size: a size near the own file's buckets reads them; a size the other file has and the
-    own file is two powers of two from reads the other's (it once read the own file's
-    nearest bucket at any distance); a tie reads the own file."""
+@pytest.mark.parametrize("weight", ["W_INT4", "W_MXFP8"])
+def test_of_two_files_the_nearer_bucket_wins_but_int4_reads_its_own(compiled_lookup, tmp_path,
+                                                                  monkeypatch, weight):
+    """The device's own file tuned at decode sizes only, its generation's file at every size.
+    MXFP8: a size near the own file's buckets reads them, a size the other file has and the
+    own file is two powers of two from reads the other's, a tie reads the own file. int4
+    (heuristics.TUNED_AT_EVERY_SIZE): the own file, the one of its nibble order, at every size
+    (the other device's nearer bucket was measured slower on the H200)."""
+    import dataclasses
+
+    from moecert.kernels.triton_moe import kinds
+
+    key = dataclasses.replace(KEY, weight=weight, experts=64)
     own = (_cfg(16, BLOCK_N=32), _cfg(16, BLOCK_N=32))
     other_small = (_cfg(16, BLOCK_N=128), _cfg(16, BLOCK_N=128))
     other_big = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_N=256))
     configs.write_table(configs.path_for("other-gpu", tmp_path), "other-gpu", "Other", {},
-                        {KEY: {16: other_small, 256: other_big}}, capability=(9, 0))
-    _write(tmp_path, {KEY: {16: own}}, device="test-gpu")
+                        {key: {16: other_small, 256: other_big}}, capability=(9, 0))
+    _write(tmp_path, {key: {16: own}}, device="test-gpu")
     monkeypatch.setattr(configs, "current_capability", lambda: (9, 0))
-    assert _pick(compiled_lookup, 16) == own  # a tie: the own file
-    assert _pick(compiled_lookup, 32) == own  # one step from both: the own file
-    assert _pick(compiled_lookup, 128) == other_big  # 3 steps from 16, 1 from 256
-    assert _pick(compiled_lookup, 256) == other_big
+    int4 = weight == "W_INT4"
+
+    def pick(n):
+        # decode-sized rows per expert only: no prefill limit on the distance
+        return compiled_lookup.pick_configs(n, key.experts, getattr(kinds, weight), kinds.A16,
+                                            key.gemm1, key.gemm2)
+
+    assert pick(16) == own  # a tie: the own file
+    assert pick(32) == own  # one step from both: the own file
+    assert pick(128) == (own if int4 else other_big)  # 3 steps from 16, 1 from 256
+    assert pick(256) == (own if int4 else other_big)
+    assert configs.layer_file(key, "test-gpu", tmp_path) == "test-gpu"
 
 
 def test_pick_configs_reads_the_device_file(compiled_lookup, tmp_path):
