@@ -25,6 +25,9 @@
 #   tools/i44_tune_gpu.sh round7  NVFP4 decode (Marlin FP4 peer) with the tree's files, then each
 #       tuned folder; prefill at M 1024 / 4096 on Mixtral
 #       (triton bf16 / fp8 / gptq-int4 / mxfp4 / nvfp4, grouped mxfp4 / nvfp4); one process each
+#   tools/i44_tune_gpu.sh int4-lookup   gptq-int4 on Mixtral-8x7B and DeepSeek-V3 at M 256 / 1024
+#       / 4096, the tree before 72fc57e (.bench/before, carried) against the tree: int4 layers
+#       reading their own file at every size against round six's nearest bucket across files
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -144,12 +147,30 @@ bench() {
     batch_end
 }
 
+int4_lookup() {  # 72fc57e's int4 lookup against round six's, prefill and M 256 (~150 s)
+    batch_begin i44l 560
+    gpu_versions
+    [ -d .bench/before/kernels ] || { echo "int4-lookup: .bench/before missing (git archive 4667f99 reference kernels conformance reports | tar -x -C .bench/before; carry it)"; exit 2; }
+    mkdir -p /tmp/shim-before/moecert
+    for d in reference kernels conformance reports; do ln -sfn "$PWD/.bench/before/$d" /tmp/shim-before/moecert/$d; done
+    L=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 30 --backend triton
+       --scheme gptq-int4 --model mixtral-8x7b --model deepseek-v3 --M 256,1024,4096)
+    PYTHONPATH=/tmp/shim-before timeout 200 python -m moecert.conformance.cli "${L[@]}" \
+        --results "$work/l-before" --run-id before > "$work/l-before.txt" 2>&1
+    stamp l-before $?
+    timeout 200 $M "${L[@]}" --results "$work/l-after" --run-id after > "$work/l-after.txt" 2>&1
+    stamp l-after $?
+    grep -h graph "$work"/l-*.txt >> "$work/times.txt"
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
     tune-nvfp4) tune_nvfp4 ;;
     round7) round7 ;;
+    int4-lookup) int4_lookup ;;
     tune-qwen) tune qwen "150 --model qwen3-30b-a3b --scheme nvfp4 --scheme mxfp4" ;;
     bench) bench ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|tune-qwen|bench" >&2; exit 2 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-qwen|bench" >&2; exit 2 ;;
 esac
