@@ -70,11 +70,13 @@ peer, why = load_marlin(lib, anchor, torch.device(dev))
 if why:
     sys.exit(print(f"marlin: not available: {why}"))
 for kind, quant in MARLIN_E2M1.items():
-    try:
-        us = time_marlin_w4(peer.ops, 8, 1024, 512, 2, 16, quant, False)
-        print(f"marlin: loaded; {kind} E8 K1024 N512 M16: {us:.1f} us")
-    except Exception as e:
-        print(f"marlin: {kind} failed: {type(e).__name__}: {e}")
+    for graph in (False, True):  # launched from Python (apply rows), a graph replay (graph rows)
+        how = "graph" if graph else "launched"
+        try:
+            us = time_marlin_w4(peer.ops, 8, 1024, 512, 2, 16, quant, False, graph=graph)
+            print(f"marlin: loaded; {kind} E8 K1024 N512 M16 {how}: {us:.1f} us")
+        except Exception as e:
+            print(f"marlin: {kind} {how} failed: {type(e).__name__}: {e}")
 EOF
 [ -f "$W/peer-marlin.txt" ] && { grep -E "^marlin:" "$W/peer-marlin.txt" || tail -3 "$W/peer-marlin.txt"; } \
     | sed 's/^/- /' | tee -a "$S"

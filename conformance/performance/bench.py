@@ -282,7 +282,7 @@ class Bench:
 
             if marlin_runs(case.variant, P):
                 try:
-                    marlin_s = self.marlin.seconds(P, case.variant)
+                    marlin_s = self.marlin.seconds(P, case.variant, graph=mode == "graph")
                 except Exception as e:
                     message += f"; Marlin failed: {_one_line(e)}"
         case_id = bench_id(case, name, mode)

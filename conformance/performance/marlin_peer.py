@@ -144,15 +144,20 @@ class LibraryOps:
 MARLIN_TYPE_IDS = {"uint4b8": 1125899907892224, "mxfp4": FLOAT4_E2M1F, "nvfp4": FLOAT4_E2M1F}
 
 
-def time_marlin_w4(ops, E, K, N, topk, M, quant: Variant, bias: bool) -> float:
+def time_marlin_w4(ops, E, K, N, topk, M, quant: Variant, bias: bool,
+                   graph: bool = False) -> float:
     """Median us of Marlin's GEMM1 + SiLU-mul + GEMM2 + top-k sum with the 4-bit weights of
     `quant` (`MARLIN_QUANT`'s int4 or one of `MARLIN_E2M1`): `ops` loaded the library and
     sorts the tokens (`ops._align`: the anchor's or `LibraryOps`), random bits in Marlin's
     shapes (4-bit codes as [E, K / 16, 2 N * 16 / 8] int32 words). The scheme record says
     the rest: its block (128, 32 or 16), its scale element (bf16 values, E8M0 codes or e4m3
-    floats) and whether a global scale multiplies."""
+    floats) and whether a global scale multiplies. `graph`: the step captured in a CUDA
+    graph and its replay timed, as the bench's graph rows time the backend (`graph_replays`);
+    else launched from Python."""
     import torch
     import triton
+
+    from .timing import graph_replays
 
     # Marlin's tiles need N and K in multiples of its thread tiles: pad as vLLM pads
     # gpt-oss-120b (2880 -> 3072) for Marlin, so the peer reads up to 7% more bytes
@@ -213,14 +218,17 @@ def time_marlin_w4(ops, E, K, N, topk, M, quant: Variant, bias: bool) -> float:
 
     step()
     torch.cuda.synchronize()
-    return triton.testing.do_bench(step, warmup=25, rep=200, return_mode="median") * 1e3
+    run = graph_replays([step], x.device)[0] if graph else step
+    return triton.testing.do_bench(run, warmup=25, rep=200, return_mode="median") * 1e3
 
 
-# The anchor's time per call is a median over calls launched from Python without a CUDA
-# graph: where the GPU work is short the host's launches set it, and it moved between runs
-# of the same code on an H100 (Qwen3-30B-A3B at M = 1: 43 to 158 us over eight runs, at
-# M = 16 122 to 336 us; within 3% from Mixtral's M = 16 on). The peer takes the fastest of
-# a few such medians: Marlin at its best observed, never flattering the ratio.
+# Launched from Python, where the GPU work is short the host's launches set the time, and
+# it moved between runs of the same code (an H100, Qwen3-30B-A3B at M = 1: 43 to 158 us
+# over eight runs, at M = 16 122 to 336 us; an H200 on 2026-12-01, M = 16: 129-131 us in
+# three processes, 187-202 us in two; within 3% from Mixtral's M = 16 on). So a graph row's
+# peer is timed as a graph replay too (`MarlinPeer.seconds(graph=True)`; before 2026-12-01
+# every row's peer was launched from Python, which flattered moecert's graph rows on small
+# layers), and the peer takes the fastest of a few medians: Marlin at its best observed.
 PEER_REPEATS = 3
 
 
@@ -232,14 +240,17 @@ class MarlinPeer:
         self.ops, self.repeats, self.timer = ops, repeats, timer
         self._seconds: dict[tuple, float] = {}
 
-    def seconds(self, problem, quant: Variant = MARLIN_QUANT) -> float:
+    def seconds(self, problem, quant: Variant = MARLIN_QUANT, graph: bool = False) -> float:
+        """`graph`: timed as a CUDA graph's replay (the bench's graph rows), else launched
+        from Python (its apply rows)."""
         P = problem
         kind = marlin_kind(quant, P) or "uint4b8"
         shape = (P.E, P.K, P.N, P.topk, P.M)
-        key = (*shape, kind, bool(P.bias))
+        key = (*shape, kind, bool(P.bias), graph)
         if key not in self._seconds:
             quant = MARLIN_QUANT if kind == "uint4b8" else quant
-            self._seconds[key] = min(self.timer(self.ops, *shape, quant, bool(P.bias))
+            self._seconds[key] = min(self.timer(self.ops, *shape, quant, bool(P.bias),
+                                                graph=graph)
                                      for _ in range(self.repeats)) / 1e6
         return self._seconds[key]
 

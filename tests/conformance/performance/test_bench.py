@@ -219,9 +219,9 @@ def test_a_backend_that_raises_costs_its_rows_not_the_run(tmp_path, capsys, bad_
 def test_marlin_is_a_ratio_column_where_it_runs(tmp_path):
     calls = []
 
-    def timer(ops, E, K, N, topk, M, quant, bias):  # time_marlin_w4's us, a noisy median
+    def timer(ops, E, K, N, topk, M, quant, bias, graph):  # time_marlin_w4's us, noisy
         calls.append(M)
-        assert quant == Variant.defaults("gptq-int4") and not bias
+        assert quant == Variant.defaults("gptq-int4") and not bias and not graph
         return (70.0, 50.0, 90.0)[len(calls) % 3 - 1] * M
 
     plan = bench.Plan("cpu", ("torch",), ("gptq-int4", "bf16"),
@@ -248,8 +248,27 @@ def test_the_peers_scales_cover_the_schemes_group(scheme, group):
     assert scale_group(Variant.defaults(scheme)) == group
 
 
+def test_a_graph_rows_peer_is_timed_as_a_graph_replay():
+    """The peer is timed the way its row is: launched from Python beside an apply row, a
+    CUDA graph's replay beside a graph row (on small layers the two differ by the host's
+    launches: 129-131 against 187-202 us for Marlin on Qwen3-30B-A3B at M = 16, H200)."""
+    asked = []
+
+    def timer(ops, E, K, N, topk, M, quant, bias, graph):
+        asked.append(graph)
+        return 40.0 if graph else 90.0
+
+    peer = MarlinPeer(None, repeats=1, timer=timer)
+    P = MoEProblem(M=2, K=256, N=256, E=4, topk=2)
+    quant = Variant.defaults("gptq-int4")
+    assert peer.seconds(P, quant, graph=True) == 40e-6
+    assert peer.seconds(P, quant) == 90e-6
+    assert peer.seconds(P, quant, graph=True) == 40e-6  # measured once per mode
+    assert asked == [True, False]
+
+
 def test_a_peer_that_fails_says_so_on_its_printed_row(tmp_path):
-    def timer(ops, E, K, N, topk, M, quant, bias):
+    def timer(ops, E, K, N, topk, M, quant, bias, graph):
         raise ZeroDivisionError("integer division or modulo by zero")
 
     printed = []
