@@ -1,8 +1,7 @@
 #!/bin/bash
-# Issue 44, round six (docs/speed.md): the H200's own tuned entries for the decode layers that
-# had none there (W4A8 int8, now in nibble planes; MXFP4 on Mixtral-8x7B and DeepSeek-V3;
-# MXFP8, whose kernel MXFP6 runs too), timed against the tree before them. From the repository
-# root, no install (a PYTHONPATH shim), three calls:
+# Issue 44, rounds six and seven (docs/speed.md): the H200's own tuned entries, timed against
+# the tree before them. From the repository root, no install (a PYTHONPATH shim), one phase a
+# GPU call:
 #   tools/i44_tune_gpu.sh tune-w4a8   the W4A8 planes' CUDA test (tests/kernels/test_int4_pairs.py),
 #       then `moecert tune --M 16,64 --routings 3` of W4A8 on the three layers (up to 520 s;
 #       Mixtral-8x7B at M 64 outran 90 s alone)

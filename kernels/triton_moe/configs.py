@@ -257,7 +257,7 @@ def fp4_carry(environ=os.environ) -> bool:
 def fp4_scale_bf16(environ=os.environ) -> bool | None:
     """Whether e2m1 layers' block scales are stored decoded into bf16 (layout.scale_bf16;
     read when a layer is processed): True when MOECERT_TRITON_FP4_SCALE_BF16 is 1, False
-    when 0, None when unset or empty (the default: `scale_bf16_by_default` per scale kind)."""
+    when 0, None when unset or empty (the default: `scale_bf16_by_default`)."""
     return _switch(FP4_SCALE_BF16_ENV, None, "block scales decoded into bf16 at load",
                    " (the scale bytes, decoded in the K loop); unset: decoded in bf16 "
                    "layers", environ)
@@ -265,7 +265,7 @@ def fp4_scale_bf16(environ=os.environ) -> bool | None:
 
 def scale_bf16_by_default(bf16: bool) -> bool:
     """The default of `fp4_scale_bf16` (the module docstring: timed per format): on for both
-    formats' block scales in bf16 layers, off for fp16 layers."""
+    formats' block scales in bf16 layers, off in fp16 layers (not timed)."""
     return bf16
 
 

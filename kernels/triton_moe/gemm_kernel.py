@@ -855,16 +855,6 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
 
 
 @triton.jit
-def _tile_scale(s_rows, k0, K, scale_cols, stride_sk, EVEN_K: tl.constexpr):
-    """The scale of every weight row for the tile at column k0, inside one scale column (a
-    tile past K, zero activations, reads the last column)."""
-    col = k0 // scale_cols
-    if not EVEN_K:
-        col = tl.minimum(col, (K - 1) // scale_cols)
-    return tl.load(s_rows + col * stride_sk)
-
-
-@triton.jit
 def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row, a_scale_ptr,
                scale_cols, stride_sk, stride_asm, WEIGHT: tl.constexpr, WSCALE: tl.constexpr,
                ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
@@ -926,7 +916,10 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
             part = part * sa[:, None]
     FP4_PLANES: tl.constexpr = WEIGHT == _W_FP4 and NIB_SPAN != 0  # scaled per plane
     if (WSCALE == _S_FLOAT or WSCALE == _S_E8M0) and not FP4_PLANES:
-        sw = _tile_scale(s_rows, k0, K, scale_cols, stride_sk, EVEN_K)
+        col = k0 // scale_cols
+        if not EVEN_K:
+            col = tl.minimum(col, (K - 1) // scale_cols)
+        sw = tl.load(s_rows + col * stride_sk)
         if WSCALE == _S_E8M0:
             sw = _decode_e8m0(sw)
         if SWAP_AB:
