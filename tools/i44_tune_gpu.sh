@@ -162,10 +162,10 @@ int4_lookup() {  # 72fc57e's int4 lookup against round six's, prefill and M 256 
     for d in reference kernels conformance reports; do ln -sfn "$PWD/.bench/before/$d" /tmp/shim-before/moecert/$d; done
     L=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 30 --backend triton
        --scheme gptq-int4 --model mixtral-8x7b --model deepseek-v3 --M 256,1024,4096)
-    PYTHONPATH=/tmp/shim-before timeout 200 python -m moecert.conformance.cli "${L[@]}" \
+    PYTHONPATH=/tmp/shim-before timeout 110 python -m moecert.conformance.cli "${L[@]}" \
         --results "$work/l-before" --run-id before > "$work/l-before.txt" 2>&1
     stamp l-before $?
-    timeout 200 $M "${L[@]}" --results "$work/l-after" --run-id after > "$work/l-after.txt" 2>&1
+    timeout 110 $M "${L[@]}" --results "$work/l-after" --run-id after > "$work/l-after.txt" 2>&1
     stamp l-after $?
     grep -h graph "$work"/l-*.txt >> "$work/times.txt"
     batch_end
