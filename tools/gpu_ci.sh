@@ -28,6 +28,7 @@ FILES=(
     tests/kernels/test_grouped_fp8.py       # torch._scaled_grouped_mm FP8 row-wise (sm90)
     tests/kernels/test_grouped_capture.py   # CUDA-graph capture of the grouped backend
     tests/reference/test_devices.py         # the float64 reference on cuda
+    tests/conformance/harness/test_mps_cuda.py  # --mps: the run's daemon, a real fault under it
 )
 
 record="$OUT/gpu-ci-record.md"

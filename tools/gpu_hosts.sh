@@ -14,6 +14,8 @@
 # Certify as shards, one process per GPU, then one assemble: tools/gpu_shards.sh.
 # A warm Triton cache beside the cold one (what a CI runner that persists its cache sees):
 #   tools/gpu_hosts.sh certify 300 0:240; WARM_TRITON=1 tools/gpu_hosts.sh certify 300 0:240
+# RUN_ARGS adds options to every run (e.g. RUN_ARGS=--mps: the workers share each GPU through
+# MPS), WORKERS replaces -n auto (e.g. WORKERS=16).
 # No install on the GPU machine: a PYTHONPATH shim to this checkout.
 set -u
 suite=${1:?usage: tools/gpu_hosts.sh SUITE LIMIT_S SELECTION...}; limit=$2; shift 2
@@ -39,11 +41,12 @@ for arg in "$@"; do
   [[ ${WARM_TRITON:-0} == 1 ]] || rm -rf "$TRITON_CACHE_DIR"
   start=$(date +%s)
   CUDA_VISIBLE_DEVICES=$sel timeout "$own" python -m moecert.conformance.cli run \
-      --suite "$suite" --device cuda -n auto --results "/tmp/results-$tag" "${costs[@]}" \
+      --suite "$suite" --device cuda -n "${WORKERS:-auto}" --results "/tmp/results-$tag" "${costs[@]}" ${RUN_ARGS:-} \
       > "$OUT/run-$tag.txt" 2> "$OUT/run-$tag.err"
   rc=$?
   wall=$(( $(date +%s) - start ))
   workers=$(grep -m1 -o -- "-n auto: [0-9]*" "$OUT/run-$tag.err" | grep -o "[0-9]*$")
+  workers=${workers:-${WORKERS:-}}
   gpus=$(tr ',' '\n' <<< "$sel" | wc -l)
   [[ $gpus == 1 && -z ${one:-} ]] && one=$wall
   rows+=("$gpus ${workers:-?} $wall $rc")

@@ -104,4 +104,9 @@ def add_execution_arguments(p: argparse.ArgumentParser) -> None:
                         "~/.cache/moecert/checkpoints)")
     p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
                    help="seconds per case before its worker is killed")
+    p.add_argument("--mps", action="store_true",
+                   help="with --device cuda: the workers share each GPU through CUDA MPS, a "
+                        "daemon of the run's own that it starts and quits (needs "
+                        "nvidia-cuda-mps-control); a case that fails on the GPU under it is "
+                        "run once more outside it before it counts")
     add_import(p)

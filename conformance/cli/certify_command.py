@@ -143,7 +143,8 @@ def certify(args) -> int:
         case=[], shard=args.shard, results=str(results), workers=args.workers, device=device,
         run_id=args.run_id, resume=args.resume, timeout=args.timeout, imports=args.imports,
         in_process=False, checkpoint=args.checkpoint, layer=args.layer, inputs=args.inputs,
-        shard_costs=args.shard_costs, no_cache=args.no_cache, model=args.model)
+        shard_costs=args.shard_costs, no_cache=args.no_cache, model=args.model,
+        mps=args.mps)
     cases = run_command.select_cases(run_args, device)
     workers = run_args.workers = run_command.workers_for(args.workers, device, cases)
     model = model_record(cases)

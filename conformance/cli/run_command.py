@@ -18,6 +18,8 @@ from __future__ import annotations
 import shlex
 import sys
 from collections import Counter
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 try:
@@ -48,6 +50,7 @@ from ..harness.context import SharedSteps
 from ..harness.execute import by_problem, new_run_id, run_case, triton_for
 from ..harness.imports import import_modules
 from ..harness.interrupt import Interrupted, interruptible
+from ..harness.mps import MpsDaemon, MpsError
 from ..harness.model_selection import model_selection
 from ..harness.option_values import (
     UsageError,
@@ -199,6 +202,7 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
     workers, keeps the journal, says how far it got and how to resume on stderr, and raises
     RunInterrupted."""
     writable_folder(args.results)
+    check_mps(args, device)
     journal, earlier = _journal(args, _label(args), cases)
     done = {rows[0]["case_id"] for rows in earlier}
     todo = [c for c in cases if c.case_id not in done]
@@ -207,8 +211,9 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
     config = RunConfig(device, workers, args.timeout, args.check or None, args.imports,
                        run, xfail, cache=not getattr(args, "no_cache", False),
                        costs=shard_costs(args))  # the measured costs order the run too
+    sharing = ", sharing each GPU through MPS" if getattr(args, "mps", False) else ""
     print(f"moecert run {run}: {len(todo)} cases ({len(done)} already done) on {device}, "
-          f"{workers} worker(s), backend {backend_list(cases)} -> {journal.path}",
+          f"{workers} worker(s){sharing}, backend {backend_list(cases)} -> {journal.path}",
           file=sys.stderr)
     summary = Summary()
     for rows in earlier:  # a resumed run is judged whole
@@ -238,7 +243,8 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
                             on_case(case, _record(journal, xfail, run_case(
                                 case, device, config.checks, run, shared=shared)))
                 else:
-                    run_isolated(todo, config, journal, on_case)
+                    with gpus_shared(args, config) as shared_config:
+                        run_isolated(todo, shared_config, journal, on_case)
             finally:
                 bar.close()
     except Interrupted as signal_:
@@ -254,6 +260,38 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
     path = journal.finish()
     summary.completion = Completion(len(cases), len(summary.case_ids), True)
     return path, summary
+
+
+def check_mps(args, device: str) -> None:
+    """--mps: a usage error where it cannot apply."""
+    if not getattr(args, "mps", False):
+        return
+    if not device.startswith("cuda"):
+        raise UsageError(f"--mps shares each GPU between the worker processes: it needs "
+                         f"--device cuda (this run is on {device})")
+    if getattr(args, "in_process", False):
+        raise UsageError("--mps shares each GPU between the worker processes: not with "
+                         "--in-process")
+
+
+@contextmanager
+def gpus_shared(args, config: RunConfig):
+    """The run's config, under --mps with its private MPS daemon running around the workers
+    (harness/mps.py); a daemon that cannot start is a usage error, one line."""
+    if not getattr(args, "mps", False):
+        yield config
+        return
+    try:
+        daemon = MpsDaemon.start()
+    except MpsError as e:
+        raise UsageError(str(e)) from None
+    try:
+        yield replace(config, mps_env=daemon.env)
+        if not daemon.server_ran():
+            print("warning: --mps: the MPS daemon started no server, so no worker joined it "
+                  "(their GPU work was time-sliced as without --mps)", file=sys.stderr)
+    finally:
+        daemon.stop()
 
 
 def memory_note(cases: list[Case], config: RunConfig) -> list:

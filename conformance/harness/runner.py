@@ -10,7 +10,9 @@ that runs out of memory (torch's OutOfMemoryError or CUDA's out-of-memory error 
 row, or its worker killed for memory) is run once more, alone on its GPU (on a CPU alone on
 the host), before its rows count; they say so in the `retried` column. On
 several GPUs worker i is pinned to visible device i (mod count) through CUDA_VISIBLE_DEVICES
-before it starts, so it never initializes another device.
+before it starts, so it never initializes another device. Under --mps (harness/mps.py) a case
+that failed on the GPU (a crash, a CUDA error) is run once more outside the run's MPS daemon at
+the end, as another client's fault would have failed it too; `retried` says so.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from moecert.kernels import backend_names, get_backend
@@ -34,6 +36,7 @@ from .cases import Case
 from .checks import Outcome
 from .execute import result_row, triton_for
 from .memory import OOM_DEATH, death_words, gb, oom_kills
+from .mps import gpu_fault
 from .schedule import WorkPool, budgets, case_need, oversize
 from .xfail import XfailList
 
@@ -59,6 +62,8 @@ class RunConfig:
     cache: bool = False  # synthesized checkpoints through the cache (checkpoint_cache.py)
     # {case id: seconds} of an earlier run (--shard-costs): the pool's order (schedule.py)
     costs: dict[str, float] | None = None
+    # --mps: the environment of the run's private MPS daemon (mps.MpsDaemon), else None
+    mps_env: dict[str, str] | None = None
 
 
 class Worker:
@@ -75,6 +80,7 @@ class Worker:
         visible = visible_devices() if config.device.startswith("cuda") else []
         if visible:
             env["CUDA_VISIBLE_DEVICES"] = visible[slot % len(visible)]
+        env.update(config.mps_env or {})  # --mps: the run's own daemon
         settings = {"device": config.device, "run_id": config.run_id,
                     "imports": list(config.imports), "cache": config.cache}
         cmd = [sys.executable, "-m", "moecert.conformance.harness.worker", json.dumps(settings)]
@@ -141,12 +147,14 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
     for case, need, room in too_big:
         record(case, [oversize_row(case, config, need, room)])
     skipped = {c.case_id for c, _, _ in too_big}
-    pool = WorkPool([c for c in cases if c.case_id not in skipped], gpus,
-                    need=lambda case: case_need(case, config.device), costs=config.costs)
+    faulted: dict[str, list[dict]] = {}  # under --mps: case id -> its rows there
+    pools: list[WorkPool] = []
+    threads: list[threading.Thread] = []
 
-    def serve(slot: int):
-        runner, gpu = CaseRunner(config, slot), slot % len(pool.gpus)
+    def serve(slot: int, pool: WorkPool, cfg: RunConfig):
+        runner, gpu = CaseRunner(cfg, slot), slot % len(pool.gpus)
         runners.append(runner)
+        place = where(cfg.device, visible, slot)
         while (taken := pool.take(gpu, slot)) is not None:
             group, need = taken
             retry = []
@@ -155,6 +163,11 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
                     rows = runner.run(case)
                     if out_of_memory(rows):
                         retry.append((case, rows))
+                    elif cfg.mps_env and any(map(gpu_fault, rows)):
+                        with lock:
+                            faulted[case.case_id] = rows
+                    elif case.case_id in faulted:  # the second pass, outside MPS
+                        record(case, retried_outside_mps(rows, faulted[case.case_id], place))
                     else:
                         record(case, rows)
                     pool.shrink(gpu, need - keep)
@@ -167,20 +180,33 @@ def run_isolated(cases: list[Case], config: RunConfig, journal: Journal,
                     rows = runner.run(case)
                 finally:
                     pool.release_alone(gpu)
-                record(case, retried(rows, first, where(config.device, visible, slot)))
+                record(case, retried(rows, first, place))
         runner.close()
 
-    threads = [threading.Thread(target=serve, args=(i,), daemon=True)
-               for i in range(max(1, config.workers))]
-    for t in threads:
-        t.start()
-    try:
-        for t in threads:
+    def run_pass(todo: list[Case], cfg: RunConfig) -> None:
+        pool = WorkPool(todo, gpus, need=lambda case: case_need(case, cfg.device),
+                        costs=cfg.costs)
+        pools.append(pool)
+        started = [threading.Thread(target=serve, args=(i, pool, cfg), daemon=True)
+                   for i in range(min(max(1, cfg.workers), max(1, len(todo))))]
+        threads.extend(started)
+        for t in started:
+            t.start()
+        for t in started:
             t.join()
+
+    try:
+        run_pass([c for c in cases if c.case_id not in skipped], config)
+        # Under MPS one client's fatal fault reaches every client of its GPU: each case that
+        # failed on the GPU is run once more outside the run's daemon, after every MPS worker
+        # has gone, so that a bystander's rows are its own again
+        if faulted:
+            run_pass([c for c in cases if c.case_id in faulted], replace(config, mps_env=None))
     except BaseException:  # SIGTERM or Ctrl-C (run_command.interruptible): stop cleanly
         with lock:
             stopping.set()
-        pool.stop()
+        for pool in pools:
+            pool.stop()
         for runner in list(runners):
             runner.abort()
         for t in threads:
@@ -225,6 +251,17 @@ def retried(rows: list[dict], first: list[dict], place: str) -> list[dict]:
     said = (error["message"] or "").splitlines()[0][:300]
     note = (f"ran out of memory beside other cases (check {error['check']}: {said}); "
             f"retried once alone on {place}")
+    return [{**r, "retried": note} for r in rows]
+
+
+def retried_outside_mps(rows: list[dict], first: list[dict], place: str) -> list[dict]:
+    """A case that failed on the GPU under --mps, run once more outside it: the second try's
+    rows (its verdict), each saying why in the `retried` column."""
+    error = next(filter(gpu_fault, first))
+    said = (error["message"] or "").splitlines()[0][:300]
+    note = (f"failed on the GPU under MPS, where one case's fault reaches every case on its "
+            f"GPU (check {error['check']}: {error['status']}: {said}); retried once outside "
+            f"the run's MPS daemon on {place}")
     return [{**r, "retried": note} for r in rows]
 
 
@@ -358,7 +395,7 @@ def visible_devices() -> list[str]:
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CaseRunner", "RunConfig", "claim_here", "out_of_memory",
            "oversize_row",
-           "oversize_words", "retried", "run_isolated"]
+           "oversize_words", "retried", "retried_outside_mps", "run_isolated"]
 
 
 # --- shared by `moecert run` and the pytest plugin ----------------------------------------

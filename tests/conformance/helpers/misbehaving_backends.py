@@ -114,6 +114,40 @@ class CudaErrorOutOfMemoryOnce(_Base):
                            "asynchronously reported at some other API call")
 
 
+class MpsBystander(_Base):
+    """Fails with a CUDA error while it runs under an MPS daemon (CUDA_MPS_PIPE_DIRECTORY
+    set), as every client on a GPU does when another client faults there; correct outside."""
+    name = "test-mps-bystander"
+
+    def forward(self, layer, x, *args):
+        if os.environ.get("CUDA_MPS_PIPE_DIRECTORY"):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return super().forward(layer, x, *args)
+
+
+class CudaFault(_Base):
+    """Fails with a CUDA error wherever it runs: its own fault."""
+    name = "test-cuda-fault"
+
+    def forward(self, layer, x, *args):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+class GpuFault(_Base):
+    """A real fatal fault on a GPU: a device-side assert (an index out of bounds), which
+    leaves the process's CUDA context unusable, and under MPS every client's on that GPU."""
+    name = "test-gpu-fault"
+
+    def forward(self, layer, x, *args):
+        import torch
+
+        probe = torch.zeros(4, device=x.device)
+        probe[torch.full((1,), 1 << 30, device=x.device)] += 1
+        torch.cuda.synchronize(x.device)
+        return super().forward(layer, x, *args)
+
+
 for backend in (Dies(), Hangs(), Raises(), ReturnsNaN(), Slow(), OutOfMemoryOnce(),
-                OutOfMemoryAlways(), KilledForMemoryOnce(), CudaErrorOutOfMemoryOnce()):
+                OutOfMemoryAlways(), KilledForMemoryOnce(), CudaErrorOutOfMemoryOnce(),
+                MpsBystander(), CudaFault(), GpuFault()):
     register_backend(backend)
