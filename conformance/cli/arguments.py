@@ -95,7 +95,7 @@ def add_execution_arguments(p: argparse.ArgumentParser) -> None:
     """The options of how cases run (`run` and `certify`)."""
     p.add_argument("-n", "--workers", type=worker_count, default=1,
                    help="worker processes, or auto (on a GPU host as many as its GPUs' memory "
-                        "and 3 per 4 cores hold, 1 per core "
+                        "and 3 per 4 cores hold (1 per core with --mps), 1 per core "
                         "on a CPU)")
     add_device(p)
     p.add_argument("--no-cache", action="store_true",

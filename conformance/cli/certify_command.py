@@ -146,7 +146,8 @@ def certify(args) -> int:
         shard_costs=args.shard_costs, no_cache=args.no_cache, model=args.model,
         mps=args.mps)
     cases = run_command.select_cases(run_args, device)
-    workers = run_args.workers = run_command.workers_for(args.workers, device, cases)
+    workers = run_args.workers = run_command.workers_for(args.workers, device, cases,
+                                                         mps=args.mps)
     model = model_record(cases)
     try:
         path, summary = run_command.execute(run_args, device, cases, XfailList([]))

@@ -177,14 +177,15 @@ def layers_covered(args) -> str:
             f"layers of {folder} (--layer all for every one)")
 
 
-def workers_for(requested: int | str, device: str, cases=()) -> int:
+def workers_for(requested: int | str, device: str, cases=(), mps: bool = False) -> int:
     """`-n`: the number given, or for auto what the host's GPUs, their memory and its cores
     hold for these cases (worker_plan.plan_workers), said on stderr."""
     from ..harness.runner import visible_devices
 
     if requested != "auto" and not device.startswith("cuda"):
         return requested
-    plan = plan_workers(device, cases, visible_devices() if device.startswith("cuda") else [])
+    visible = visible_devices() if device.startswith("cuda") else []
+    plan = plan_workers(device, cases, visible, mps=mps)
     if requested == "auto":
         print(f"-n auto: {plan.workers} worker(s): {plan.why}", file=sys.stderr)
         return plan.workers
@@ -207,7 +208,7 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
     done = {rows[0]["case_id"] for rows in earlier}
     todo = [c for c in cases if c.case_id not in done]
     run = run_id_of(journal.path)
-    workers = workers_for(args.workers, device, todo)
+    workers = workers_for(args.workers, device, todo, mps=getattr(args, "mps", False))
     config = RunConfig(device, workers, args.timeout, args.check or None, args.imports,
                        run, xfail, cache=not getattr(args, "no_cache", False),
                        costs=shard_costs(args))  # the measured costs order the run too

@@ -17,8 +17,13 @@ from .schedule import (
     model_size,
 )
 
-# `-n auto` on a GPU host: at most three workers per four cores (plan_workers).
+# `-n auto` on a GPU host: at most three workers per four cores (plan_workers) ...
 WORKERS_PER_CORE = 0.75
+# ... and one per core where they share each GPU through MPS (--mps): with the GPU no longer
+# handed to one worker at a time, the cores bound the run. On one H200 with 16 cores (2026-12-01,
+# cold caches, docs/speed.md "MPS") the `ci` suite's run took 50 s with 12 workers and 43 s
+# with 16.
+WORKERS_PER_CORE_MPS = 1.0
 # ... and per GPU whose memory nvidia-smi cannot read: the count that ran certify green on an
 # 80 GB H100 (docs/speed.md).
 UNKNOWN_MEMORY_WORKERS_PER_GPU = 12
@@ -32,11 +37,11 @@ class WorkerPlan:
 
 
 def plan_workers(device: str, cases=(), visible: list[str] | None = None,
-                 cores: int | None = None, memory=gpu_memory) -> WorkerPlan:
+                 cores: int | None = None, memory=gpu_memory, mps: bool = False) -> WorkerPlan:
     """`-n auto`. On a CPU one worker per core. On a GPU host the smallest of:
 
     - the cores: WORKERS_PER_CORE of them (each worker also draws checkpoints and exact-tier
-      structures on the host), over all visible GPUs;
+      structures on the host), WORKERS_PER_CORE_MPS under --mps, over all visible GPUs;
     - each GPU's memory: every worker holds its CUDA context and its allocator's cache
       (WORKER_RESERVE_BYTES) all run long, and the largest model-size case of the run that
       fits the GPU must still fit beside the others' reserves, so a GPU of F free bytes holds
@@ -49,7 +54,7 @@ def plan_workers(device: str, cases=(), visible: list[str] | None = None,
     if not device.startswith("cuda"):
         return WorkerPlan(cores, f"{cores} cores")
     visible = visible or ["0"]
-    by_cores = max(1, int(cores * WORKERS_PER_CORE))
+    by_cores = max(1, int(cores * (WORKERS_PER_CORE_MPS if mps else WORKERS_PER_CORE)))
     needs = [device_need(c) for c in cases if model_size(c)]
     shares, free_words = [], []
     for name in visible:
@@ -74,4 +79,4 @@ def plan_workers(device: str, cases=(), visible: list[str] | None = None,
     return WorkerPlan(workers, why)
 
 
-__all__ = ["UNKNOWN_MEMORY_WORKERS_PER_GPU", "WORKERS_PER_CORE", "WorkerPlan", "plan_workers"]
+__all__ = ["UNKNOWN_MEMORY_WORKERS_PER_GPU", "WORKERS_PER_CORE", "WORKERS_PER_CORE_MPS", "WorkerPlan", "plan_workers"]

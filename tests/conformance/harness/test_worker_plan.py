@@ -66,6 +66,16 @@ def test_four_large_gpus_on_the_same_host_are_decided_by_the_cores():
     assert one.workers * 4 >= 48
 
 
+def test_under_mps_the_cores_hold_one_worker_each():
+    big = (141 * GIB, 140 * GIB)
+    plain = plan_workers("cuda", _suite(), ["0"], cores=16, memory=_gpus(gpu0=big))
+    shared = plan_workers("cuda", _suite(), ["0"], cores=16, memory=_gpus(gpu0=big), mps=True)
+    assert (plain.workers, shared.workers) == (12, 16)
+    small = _gpus(gpu0=(40 * GIB, 39 * GIB))  # the memory bounds it all the same
+    assert (plan_workers("cuda", _suite(), ["0"], cores=64, memory=small, mps=True).workers
+            == plan_workers("cuda", _suite(), ["0"], cores=64, memory=small).workers)
+
+
 def test_the_smallest_gpu_bounds_each_gpus_share():
     plan = plan_workers("cuda", _suite(), ["0", "1"], cores=128,
                         memory=_gpus(gpu0=(80 * GIB, 79 * GIB), gpu1=(40 * GIB, 39 * GIB)))
@@ -146,9 +156,9 @@ def test_more_workers_than_the_memory_holds_are_run_with_a_warning(monkeypatch, 
 
     small_gpu = _gpus(gpu0=(40 * GIB, 39 * GIB))
     monkeypatch.setattr(runner, "visible_devices", lambda: ["0"])
-    monkeypatch.setattr(run_command, "plan_workers", lambda device, cases, visible:
+    monkeypatch.setattr(run_command, "plan_workers", lambda device, cases, visible, mps:
                         worker_plan.plan_workers(device, cases, visible, cores=64,
-                                              memory=small_gpu))
+                                              memory=small_gpu, mps=mps))
     planned = run_command.workers_for("auto", "cuda", _suite())
     assert f"-n auto: {planned} worker(s)" in capsys.readouterr().err
     assert run_command.workers_for(48, "cuda", _suite()) == 48  # as asked, but said
