@@ -50,8 +50,8 @@ from ..harness.context import SharedSteps
 from ..harness.execute import by_problem, new_run_id, run_case, triton_for
 from ..harness.imports import import_modules
 from ..harness.interrupt import Interrupted, interruptible
-from ..harness.mps import MpsDaemon, MpsError
 from ..harness.model_selection import model_selection
+from ..harness.mps import MpsDaemon, MpsError
 from ..harness.option_values import (
     UsageError,
     case_json,

@@ -79,4 +79,5 @@ def plan_workers(device: str, cases=(), visible: list[str] | None = None,
     return WorkerPlan(workers, why)
 
 
-__all__ = ["UNKNOWN_MEMORY_WORKERS_PER_GPU", "WORKERS_PER_CORE", "WORKERS_PER_CORE_MPS", "WorkerPlan", "plan_workers"]
+__all__ = ["UNKNOWN_MEMORY_WORKERS_PER_GPU", "WORKERS_PER_CORE", "WORKERS_PER_CORE_MPS",
+           "WorkerPlan", "plan_workers"]

@@ -33,7 +33,8 @@ def test_a_fault_under_mps_costs_only_the_faulting_cases(tmp_path):
          "--device", "cuda", "-n", "6", "--mps", "--import", "misbehaving_backends",
          "--backend", "torch", "--backend", "test-gpu-fault", "--scheme", "bf16",
          "--check", "accuracy", "--timeout", "120",
-         "-k", "not M0.",  # no rows: its forward is never called, so it cannot fault "--results", str(tmp_path / "out")],
+         "-k", "not M0.",  # no rows: its forward is never called, so it cannot fault
+         "--results", str(tmp_path / "out")],
         capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "sharing each GPU through MPS" in proc.stderr
