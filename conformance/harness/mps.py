@@ -103,9 +103,13 @@ class MpsDaemon:
 
 def _control(control: str, env: dict[str, str], args: list[str], stdin: str,
              timeout: float) -> None:
+    # The daemon sees every GPU: a server started under CUDA_VISIBLE_DEVICES numbers the
+    # devices it was given from 0 (NVIDIA's MPS documentation), and a worker pinned to GPU 1
+    # of "1" alone would then name a device the server does not have
+    outer = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     try:
         done = subprocess.run([control, *args], input=stdin, text=True, capture_output=True,
-                              env={**os.environ, **env}, timeout=timeout)
+                              env={**outer, **env}, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise MpsError(f"--mps: {CONTROL} {' '.join(args) or '(quit)'} gave no answer in "
                        f"{timeout:g} s") from None

@@ -24,6 +24,11 @@ WORKERS_PER_CORE = 0.75
 # cold caches, docs/speed.md "MPS") the `ci` suite's run took 50 s with 12 workers and 43 s
 # with 16.
 WORKERS_PER_CORE_MPS = 1.0
+# ... and at most this many per GPU under MPS: the client contexts one MPS server takes per
+# device (48 in NVIDIA's MPS documentation for Volta and later). A worker refused for it fails
+# its case with a CUDA error, which the runner runs again outside MPS (mps.gpu_fault): slower,
+# never wrong.
+MPS_CLIENTS_PER_GPU = 48
 # ... and per GPU whose memory nvidia-smi cannot read: the count that ran certify green on an
 # 80 GB H100 (docs/speed.md).
 UNKNOWN_MEMORY_WORKERS_PER_GPU = 12
@@ -46,7 +51,8 @@ def plan_workers(device: str, cases=(), visible: list[str] | None = None,
       (WORKER_RESERVE_BYTES) all run long, and the largest model-size case of the run that
       fits the GPU must still fit beside the others' reserves, so a GPU of F free bytes holds
       1 + (F x USABLE_FRACTION - largest case) / reserve workers (F / reserve with no
-      model-size case); with its memory unknown, UNKNOWN_MEMORY_WORKERS_PER_GPU.
+      model-size case), at most MPS_CLIENTS_PER_GPU under --mps; with its memory unknown,
+      UNKNOWN_MEMORY_WORKERS_PER_GPU.
 
     Workers are pinned to the visible GPUs in turn (runner.Worker), so each GPU gets the
     total / count, rounded: the total is at most count x the smallest GPU's share."""
@@ -68,7 +74,7 @@ def plan_workers(device: str, cases=(), visible: list[str] | None = None,
         largest = max((n for n in needs if n <= usable), default=0)
         share = (1 + (usable - largest) // WORKER_RESERVE_BYTES if largest
                  else usable // WORKER_RESERVE_BYTES)
-        shares.append(max(1, share))
+        shares.append(max(1, min(share, MPS_CLIENTS_PER_GPU) if mps else share))
         free_words.append(f"{gb(room)} free" + (f", largest case {gb(largest)}"
                                                  if largest else ""))
     by_memory = len(visible) * min(shares)
@@ -79,5 +85,5 @@ def plan_workers(device: str, cases=(), visible: list[str] | None = None,
     return WorkerPlan(workers, why)
 
 
-__all__ = ["UNKNOWN_MEMORY_WORKERS_PER_GPU", "WORKERS_PER_CORE", "WORKERS_PER_CORE_MPS",
-           "WorkerPlan", "plan_workers"]
+__all__ = ["MPS_CLIENTS_PER_GPU", "UNKNOWN_MEMORY_WORKERS_PER_GPU", "WORKERS_PER_CORE",
+           "WORKERS_PER_CORE_MPS", "WorkerPlan", "plan_workers"]

@@ -17,7 +17,11 @@ from moecert.conformance.harness.schedule import (
     budgets,
     device_need,
 )
-from moecert.conformance.harness.worker_plan import UNKNOWN_MEMORY_WORKERS_PER_GPU, plan_workers
+from moecert.conformance.harness.worker_plan import (
+    MPS_CLIENTS_PER_GPU,
+    UNKNOWN_MEMORY_WORKERS_PER_GPU,
+    plan_workers,
+)
 from moecert.conformance.harness.xfail import XfailList
 from moecert.reference import MoEProblem
 from moecert.reports import load
@@ -71,6 +75,10 @@ def test_under_mps_the_cores_hold_one_worker_each():
     plain = plan_workers("cuda", _suite(), ["0"], cores=16, memory=_gpus(gpu0=big))
     shared = plan_workers("cuda", _suite(), ["0"], cores=16, memory=_gpus(gpu0=big), mps=True)
     assert (plain.workers, shared.workers) == (12, 16)
+    small_cases = [Case("torch", "bf16", SMALL, seed=s) for s in range(100)]  # 90 would fit
+    many = plan_workers("cuda", small_cases, ["0"], cores=128, memory=_gpus(gpu0=big),
+                        mps=True)
+    assert many.workers == MPS_CLIENTS_PER_GPU  # an MPS server's clients per GPU
     small = _gpus(gpu0=(40 * GIB, 39 * GIB))  # the memory bounds it all the same
     assert (plan_workers("cuda", _suite(), ["0"], cores=64, memory=small, mps=True).workers
             == plan_workers("cuda", _suite(), ["0"], cores=64, memory=small).workers)
