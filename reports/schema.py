@@ -27,6 +27,12 @@ import pandas as pd
 # older versions MIGRATIONS names (their columns renamed) and refuses any other rather than
 # guessing.
 SCHEMA_VERSION = 7
+# `retried`'s reasons, the first words of its note: the runner writes them
+# (conformance/harness/runner.py), the verdict counts them apart (reports/verdict.py). A case
+# that ran out of memory beside others and ran again alone; a case that failed on the GPU
+# under --mps, where another worker's fault reaches it, and ran again outside MPS.
+RETRIED_OUT_OF_MEMORY = "ran out of memory beside other cases"
+RETRIED_UNDER_MPS = "failed on the GPU under MPS"
 # 7 (this release, from 6): `retried` (why a case was run a second time, alone on its GPU)
 # and `regime`, the regime the row's inputs were drawn in (conformance/harness/inputs.py);
 # a version 6 file reads with both empty.

@@ -21,8 +21,9 @@ every reason that holds:
     green: all 3 claimed case(s) passed (backend torch 3 of 3 claimed, 1 retried alone
         after running out of memory)
 
-A case that ran out of memory beside others and passed alone (its rows' `retried` column,
-conformance/harness/runner.py) is counted per backend, never as a failure.
+A case that ran out of memory beside others and passed alone, or (under --mps) failed on the
+GPU and passed outside MPS (its rows' `retried` column, conformance/harness/runner.py), is
+counted per backend, never as a failure.
 
 An unclaimed case (the backend does not claim it, and says so) never counts as passed; a
 claimed case on which every check was skipped did not run a check. Only a claimed case can be
@@ -37,7 +38,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .schema import FAILING, STATUSES, case_status
+from .schema import FAILING, RETRIED_UNDER_MPS, STATUSES, case_status
 
 GREEN, NOT_GREEN = 0, 1
 # A claimed case's rows of these statuses ran no check.
@@ -56,9 +57,10 @@ class Tally:
     failures: Counter = field(default_factory=Counter)  # failed cases by their worst status
     oversize: int = 0  # claimed cases not run: more memory than the machine has
     retried: int = 0  # cases run a second time, alone, after running out of memory
+    retried_mps: int = 0  # cases run a second time outside MPS after failing under it
 
     def add(self, claimed: bool | None, ran: bool, failed: bool | str,
-            oversize: bool = False, retried: bool = False) -> None:
+            oversize: bool = False, retried: bool = False, retried_mps: bool = False) -> None:
         """One case. `claimed` None: no row knows (the case was lost before its claim was
         asked); `failed` a failing status, or True where which one is not known."""
         self.cases += 1
@@ -70,6 +72,7 @@ class Tally:
             self.failures[failed] += 1
         self.oversize += bool(oversize and claimed is not False)
         self.retried += bool(retried)
+        self.retried_mps += bool(retried_mps)
 
     def words(self, backend: str) -> str:
         """`torch 18 of 19 claimed, 2 oversize, 1 retried alone after running out of memory,
@@ -78,6 +81,8 @@ class Tally:
                 + (f", {self.oversize} oversize" if self.oversize else "")
                 + (f", {self.retried} retried alone after running out of memory"
                    if self.retried else "")
+                + (f", {self.retried_mps} retried outside MPS after failing on the GPU under "
+                   "it" if self.retried_mps else "")
                 + (f", {self.unknown} with its claim unknown" if self.unknown
                    else ""))
 
@@ -147,7 +152,7 @@ def tally_rows(tallies: dict[str, Tally], rows: Iterable[dict]) -> None:
         _claim([r.get("claimed") for r in rows]),
         any(s not in NOT_EXECUTED for s in statuses),
         status if status in FAILING else False, "oversize" in statuses,
-        any(r.get("retried") for r in rows))
+        *_retry_kinds([r.get("retried") or "" for r in rows]))
 
 
 def tally_frame(frame) -> dict[str, Tally]:
@@ -159,25 +164,29 @@ def tally_frame(frame) -> dict[str, Tally]:
     claimed = frame["claimed"]
     flags = frame.assign(_true=claimed.fillna(False).astype(bool), _known=claimed.notna(),
                          _ran=~status.isin(NOT_EXECUTED), _rank=status.map(STATUSES.index),
-                         _oversize=status.eq("oversize"), _retried=_retried(frame))
+                         _oversize=status.eq("oversize"))
+    # no `retried` column before schema 7: no case was retried there
+    notes = (frame["retried"].fillna("").astype(str) if "retried" in frame
+             else status.map(lambda _: ""))
+    under_mps = notes.str.startswith(RETRIED_UNDER_MPS)
+    flags = flags.assign(_retried=notes.ne("") & ~under_mps, _retried_mps=under_mps)
     per_case = flags.groupby("case_id", sort=False).agg(
         backend=("backend", "first"), true=("_true", "any"), known=("_known", "any"),
         ran=("_ran", "any"), rank=("_rank", "min"), oversize=("_oversize", "any"),
-        retried=("_retried", "any"))
+        retried=("_retried", "any"), retried_mps=("_retried_mps", "any"))
     for row in per_case.itertuples(index=False):
         worst = STATUSES[int(row.rank)]
         tallies.setdefault(str(row.backend), Tally()).add(
             True if row.true else (False if row.known else None), row.ran,
-            worst if worst in FAILING else False, row.oversize, row.retried)
+            worst if worst in FAILING else False, row.oversize, row.retried, row.retried_mps)
     return tallies
 
 
-def _retried(frame):
-    """Per row: whether its case was retried (the `retried` column says why; absent in
-    results older than schema 7)."""
-    if "retried" not in frame:
-        return False
-    return frame["retried"].fillna("").astype(str).ne("")
+def _retry_kinds(notes: list[str]) -> tuple[bool, bool]:
+    """(retried alone after running out of memory, retried outside MPS) from a case's
+    `retried` notes (reports/schema.py: the first words say which)."""
+    under_mps = any(n.startswith(RETRIED_UNDER_MPS) for n in notes)
+    return any(n and not n.startswith(RETRIED_UNDER_MPS) for n in notes), under_mps
 
 
 def verdict(tallies: dict[str, Tally], completion: Completion | None = None) -> Verdict:

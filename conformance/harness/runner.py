@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from moecert.kernels import backend_names, get_backend
+from moecert.reports.schema import RETRIED_OUT_OF_MEMORY, RETRIED_UNDER_MPS
 from moecert.reports.store import Journal
 
 from .cases import Case
@@ -249,7 +250,7 @@ def retried(rows: list[dict], first: list[dict], place: str) -> list[dict]:
     `retried` column: the first try's out-of-memory error or kill."""
     error = next(filter(oom_row, first))
     said = (error["message"] or "").splitlines()[0][:300]
-    note = (f"ran out of memory beside other cases (check {error['check']}: {said}); "
+    note = (f"{RETRIED_OUT_OF_MEMORY} (check {error['check']}: {said}); "
             f"retried once alone on {place}")
     return [{**r, "retried": note} for r in rows]
 
@@ -259,9 +260,9 @@ def retried_outside_mps(rows: list[dict], first: list[dict], place: str) -> list
     rows (its verdict), each saying why in the `retried` column."""
     error = next(filter(gpu_fault, first))
     said = (error["message"] or "").splitlines()[0][:300]
-    note = (f"failed on the GPU under MPS, where one case's fault reaches every case on its "
-            f"GPU (check {error['check']}: {error['status']}: {said}); retried once outside "
-            f"the run's MPS daemon on {place}")
+    note = (f"{RETRIED_UNDER_MPS}, where one case's fault reaches every case on its GPU "
+            f"(check {error['check']}: {error['status']}: {said}); retried once outside the "
+            f"run's MPS daemon on {place}")
     return [{**r, "retried": note} for r in rows]
 
 

@@ -18,6 +18,7 @@ from moecert.conformance.harness.xfail import XfailList
 from moecert.reference import MoEProblem
 from moecert.reports import load
 from moecert.reports.store import Journal
+from moecert.reports.verdict import tally_frame
 
 HELPERS = Path(__file__).parents[1] / "helpers"
 SMALL = MoEProblem(M=5, K=64, N=32, E=4, topk=2)
@@ -87,7 +88,7 @@ def _run(tmp_path, backends, mps_env):
                        XfailList([]), mps_env=mps_env)
     run_isolated(cases, config, journal)
     journal.finish()
-    return load(tmp_path).groupby("backend", observed=True)
+    return load(tmp_path)
 
 
 @pytest.fixture
@@ -100,7 +101,8 @@ def helpers_importable(monkeypatch):
 def test_a_case_failed_under_mps_counts_as_it_runs_outside_it(tmp_path, helpers_importable):
     env = {"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe"),
            "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / "log")}
-    by = _run(tmp_path, ("torch", "test-mps-bystander", "test-cuda-fault"), env)
+    rows = _run(tmp_path, ("torch", "test-mps-bystander", "test-cuda-fault"), env)
+    by = rows.groupby("backend", observed=True)
     bystander = by.get_group("test-mps-bystander")
     assert set(bystander["status"]) == {"pass"}  # outside MPS it is correct: its verdict
     assert bystander["retried"].str.contains("failed on the GPU under MPS").all()
@@ -108,10 +110,14 @@ def test_a_case_failed_under_mps_counts_as_it_runs_outside_it(tmp_path, helpers_
     own = by.get_group("test-cuda-fault")  # its own fault fails it again outside
     assert set(own["status"]) == {"error"} and own["retried"].str.len().gt(0).all()
     assert (by.get_group("torch")["retried"].fillna("") == "").all()
+    tallies = tally_frame(rows)  # the verdict line counts them apart from memory retries
+    assert tallies["test-mps-bystander"].words("b") == (
+        "b 1 of 1 claimed, 1 retried outside MPS after failing on the GPU under it")
+    assert tallies["torch"].words("torch") == "torch 1 of 1 claimed"
 
 
 def test_without_mps_a_cuda_error_is_the_case_verdict_at_once(tmp_path, helpers_importable):
-    by = _run(tmp_path, ("test-cuda-fault",), None)
+    by = _run(tmp_path, ("test-cuda-fault",), None).groupby("backend", observed=True)
     own = by.get_group("test-cuda-fault")
     assert set(own["status"]) == {"error"}
     assert (own["retried"].fillna("") == "").all()
