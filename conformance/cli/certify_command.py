@@ -133,6 +133,7 @@ def certify(args) -> int:
     (backend,) = check_backends([args.backend])
     device = device_or_default(args.device)
     _check_available(backend, device)
+    run_command.check_mps(args, device)
     waivers = _waivers_text(args.waivers)
     out = writable_folder(args.out)
     results = writable_folder(out / "results")

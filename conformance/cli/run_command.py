@@ -202,8 +202,8 @@ def execute(args, device: str, cases: list[Case], xfail: XfailList) -> tuple[Pat
     certify` runs its suite through this too. Interrupted (SIGTERM, Ctrl-C), it stops its
     workers, keeps the journal, says how far it got and how to resume on stderr, and raises
     RunInterrupted."""
-    writable_folder(args.results)
     check_mps(args, device)
+    writable_folder(args.results)
     journal, earlier = _journal(args, _label(args), cases)
     done = {rows[0]["case_id"] for rows in earlier}
     todo = [c for c in cases if c.case_id not in done]

@@ -131,3 +131,31 @@ def test_mps_off_a_gpu_is_a_usage_error():
     assert proc.stderr.strip().splitlines() == [
         "moecert run: error: --mps shares each GPU between the worker processes: it needs "
         "--device cuda (this run is on cpu)"]
+
+
+def test_the_run_holds_the_daemon_around_its_workers_and_warns_when_none_joined(
+        fake_control, capsys):
+    from argparse import Namespace
+
+    from moecert.conformance.cli.run_command import gpus_shared
+
+    config = RunConfig("cuda", 2)
+    with gpus_shared(Namespace(mps=False), config) as same:
+        assert same is config  # without --mps nothing starts
+    with gpus_shared(Namespace(mps=True), config) as shared:
+        folder = Path(shared.mps_env["CUDA_MPS_PIPE_DIRECTORY"]).parent
+        assert folder.is_dir() and config.mps_env is None
+    assert not folder.exists()  # quit and removed at the end
+    # the stand-in never starts a server: as if no worker had reached the daemon
+    assert "warning: --mps: the MPS daemon started no server" in capsys.readouterr().err
+
+
+def test_certify_with_mps_off_a_gpu_is_a_usage_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "moecert.conformance.cli", "certify",
+                           "--backend", "torch", "--out", str(tmp_path / "bundle"), "--mps",
+                           "--device", "cpu"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "moecert certify: error: --mps shares each GPU between the worker processes: it needs "
+        "--device cuda (this run is on cpu)"]
+    assert not (tmp_path / "bundle").exists()  # said before anything is written
