@@ -21,3 +21,16 @@ batch_end() {
   batch_pack
   cat "$work/times.txt"
 }
+# No install on the GPU machine: moecert from this checkout through a PYTHONPATH shim, the
+# device's own Triton (not the interpreter) and tuned files; the machine and versions into
+# $work/gpu.txt (after batch_begin).
+use_checkout() {
+  mkdir -p /tmp/shim/moecert
+  for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" "/tmp/shim/moecert/$d"; done
+  export PYTHONPATH=/tmp/shim
+  unset TRITON_INTERPRET MOECERT_TRITON_CONFIG_DIR
+}
+record_machine() {
+  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
+    python -c "import torch, triton; print(torch.__version__, triton.__version__)"; } > "$work/gpu.txt"
+}

@@ -7,14 +7,10 @@
 # Results: $OUT/i41.tgz (the folder /tmp/i43m; gpu_hosts.sh's logs and results under it).
 set -u
 cd "$(dirname "$0")/.."
-SHIM=/tmp/shim; mkdir -p "$SHIM/moecert"
-for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" "$SHIM/moecert/$d"; done
-export PYTHONPATH=$SHIM
-unset TRITON_INTERPRET MOECERT_TRITON_CONFIG_DIR
 . tools/gpu_batch.sh
+use_checkout
 batch_begin i43m 565
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
-  python -c "import torch, triton; print(torch.__version__, triton.__version__)"; } > "$work/gpu.txt"
+record_machine
 OUT=$work/plain bash tools/gpu_hosts.sh ci 120 0 > "$work/ci-plain.txt" 2>&1
 stamp ci-plain $?
 OUT=$work/mps bash tools/gpu_mps.sh bash tools/gpu_hosts.sh ci 120 0 > "$work/ci-mps.txt" 2>&1

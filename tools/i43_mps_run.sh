@@ -9,15 +9,11 @@
 # Results: $OUT/i41.tgz (the folder /tmp/i43r).
 set -u
 cd "$(dirname "$0")/.."
-SHIM=/tmp/shim; mkdir -p "$SHIM/moecert"
-for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" "$SHIM/moecert/$d"; done
-export PYTHONPATH=$SHIM
-unset TRITON_INTERPRET MOECERT_TRITON_CONFIG_DIR
 . tools/gpu_batch.sh
+use_checkout
 batch_begin i43r 565
 left_over() { echo "$1: MPS processes left: $(pgrep -fc nvidia-cuda-mps)" >> "$work/times.txt"; }
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
-  python -c "import torch, triton; print(torch.__version__, triton.__version__)"; } > "$work/gpu.txt"
+record_machine
 timeout 240 python -m pytest tests/conformance/harness/test_mps_cuda.py -q -s -p no:cacheprovider \
     > "$work/test-mps-cuda.txt" 2>&1
 stamp "test_mps_cuda ($(tail -n 1 "$work/test-mps-cuda.txt"))" $?
