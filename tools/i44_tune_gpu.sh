@@ -34,7 +34,10 @@
 #       configs before). Every other entry's record is at or below this session's bench time
 #       of its layer (0-16% below: the bench times routing and activation too), as for a tile
 #       tuned on the kernel that runs now; this one is 1.47x above it.
-#       (Not awq-int4: AWQ reads gptq-int4's W_INT4 entries, and tuning it would overwrite them.)
+#   tools/i44_tune_gpu.sh tune-awq   awq-int4 on the three layers into the tree's configs: its
+#       own W_INT4_ZERO entries since 2026-12-01 (heuristics.KEY_FALLBACK: it read gptq-int4's
+#       W_INT4 entries, and tuning it under that key wrote over them); then `bench` with
+#       --scheme awq-int4 against .bench/base-configs (the configs before)
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -179,6 +182,8 @@ case "${1:-}" in
     int4-lookup) int4_lookup ;;
     tune-stale) tune stale "200 --model gpt-oss-120b --scheme mxfp4" ;;
     tune-qwen) tune qwen "150 --model qwen3-30b-a3b --scheme nvfp4 --scheme mxfp4" ;;
+    tune-awq) tune awq "150 --model qwen3-30b-a3b --model mixtral-8x7b --scheme awq-int4" \
+        "200 --model deepseek-v3 --scheme awq-int4" ;;
     bench) bench ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|bench" >&2; exit 2 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|bench" >&2; exit 2 ;;
 esac

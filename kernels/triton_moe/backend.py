@@ -348,15 +348,16 @@ def _stored_fp4_scales(layer: MoELayer, p: str) -> torch.Tensor:
 
 def tuned_spans(layer: MoELayer) -> dict[str, int]:
     """The nibble span of each int4 linear in the device's tuned file, under the layer's
-    activation kind ({} when it has none), or the one MOECERT_TRITON_NIB_SPAN forces."""
-    from . import configs, kinds
+    activation kind and the key whose tiles it reads (heuristics.tuned_key; {} when it has
+    none), or the one MOECERT_TRITON_NIB_SPAN forces."""
+    from . import configs, heuristics, kinds
 
     P = layer.problem
     if (forced := configs.forced_nib_span()) is not None:
         return {p: forced for p in configs.LINEARS}
-    return configs.tuned_spans(configs.LayerKey(
-        kinds.WEIGHT_NAMES[kinds.W_INT4], kinds.ACT_NAMES[activation_kind(layer.quant)], P.E,
-        (P.w13_rows, P.K), (P.K, P.N)))
+    return configs.tuned_spans(heuristics.tuned_key(configs.LayerKey(
+        heuristics.int4_weight_name(layer.has("w13_zp")),
+        kinds.ACT_NAMES[activation_kind(layer.quant)], P.E, (P.w13_rows, P.K), (P.K, P.N))))
 
 
 def span_fits(layer: MoELayer, p: str, span: int) -> bool:

@@ -3,6 +3,7 @@ else `pick_config`'s heuristics), the BLOCK_K a scale block allows, and the spli
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import triton
@@ -159,11 +160,38 @@ def weight_key(weights: dict) -> str:
     """The weight kind's name in a tuned-config file (`describe_weights`' kind): e2m1 codes
     with NVFP4's e4m3 block scales are keyed apart from MXFP4's (other scale loads per
     tile, other best tiles: an H100 ran MXFP4 DeepSeek-V3 at M = 16 in 1738 us with the
-    NVFP4 entry against 1509 us with the heuristics)."""
+    NVFP4 entry against 1509 us with the heuristics), int4 codes with zero points from
+    those without (`int4_weight_name`)."""
+    if weights["kind"] == W_INT4:
+        return int4_weight_name(weights["constexprs"]["HAS_ZERO"])
     name = WEIGHT_NAMES[weights["kind"]]
     if weights["kind"] == W_FP4 and weights["constexprs"]["WSCALE"] == S_E4M3:
         name += "_E4M3"
     return name
+
+
+def int4_weight_name(has_zero: bool) -> str:
+    """int4 codes' name in a tuned-config file: with zero points (AWQ, asymmetric GPTQ: one
+    more tensor read per group) W_INT4_ZERO, else W_INT4."""
+    return WEIGHT_NAMES[W_INT4] + ("_ZERO" if has_zero else "")
+
+
+# The key a layer reads while no file has entries of its own (`tuned_key`): int4 with zero
+# points read gptq-int4's entries until 2026-12-01, under one key, so that tuning awq-int4
+# wrote over them; keyed apart, it reads them still until it is tuned. (Only kinds whose
+# entries come from the file of their nibble order, TUNED_AT_EVERY_SIZE: `configs.layer_file`
+# says whether a file has the layer.)
+KEY_FALLBACK = {"W_INT4_ZERO": "W_INT4"}
+
+
+def tuned_key(key: configs.LayerKey, device: str | None = None,
+              directory=None) -> configs.LayerKey:
+    """`key`, or where no tuned file has that layer, the key of KEY_FALLBACK's kind: the one
+    whose entries (tiles and nibble spans alike) the layer reads."""
+    fallback = KEY_FALLBACK.get(key.weight)
+    if fallback is None or configs.layer_file(key, device, directory) is not None:
+        return key
+    return dataclasses.replace(key, weight=fallback)
 
 
 PREFILL_STEPS = 1  # see pick_configs
@@ -191,8 +219,8 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
     MOECERT_TRITON_SPLIT_K, when set, overrides both GEMMs' SPLIT_K (configs.forced_split_k)."""
     chosen = None
     if not INTERPRET:
-        key = configs.LayerKey(weight_name or WEIGHT_NAMES[weight], ACT_NAMES[act], num_experts,
-                               tuple(gemm1), tuple(gemm2))
+        key = tuned_key(configs.LayerKey(weight_name or WEIGHT_NAMES[weight], ACT_NAMES[act],
+                                         num_experts, tuple(gemm1), tuple(gemm2)))
         prefill = (prefill_block_m(num_rows, num_experts) is not None
                    and weight not in TUNED_AT_EVERY_SIZE)
         chosen = configs.tuned_configs(key, num_rows,

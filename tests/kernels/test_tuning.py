@@ -245,6 +245,37 @@ def test_of_two_files_the_nearer_bucket_wins_but_int4_reads_its_own(compiled_loo
     assert configs.layer_file(key, "test-gpu", tmp_path) == "test-gpu"
 
 
+def test_int4_with_zero_points_reads_its_own_entries_else_those_without(compiled_lookup,
+                                                                       tmp_path):
+    """AWQ's int4 (zero points) is keyed W_INT4_ZERO, apart from gptq-int4's W_INT4: tuning
+    one no longer writes over the other's entries; until a file has W_INT4_ZERO entries for
+    the layer it reads W_INT4's, tiles and nibble spans alike (heuristics.tuned_key)."""
+    import dataclasses
+
+    from moecert.kernels.triton_moe import kinds
+
+    heuristics = compiled_lookup
+    zero = dataclasses.replace(KEY, weight="W_INT4_ZERO")
+    assert heuristics.int4_weight_name(True) == "W_INT4_ZERO"
+    assert heuristics.int4_weight_name(False) == "W_INT4"
+    without = (_cfg(16, BLOCK_N=32), _cfg(16, BLOCK_N=32))
+    own = (_cfg(16, BLOCK_N=128), _cfg(16, BLOCK_N=128))
+
+    def pick():
+        return heuristics.pick_configs(16, KEY.experts, kinds.W_INT4, kinds.A16, KEY.gemm1,
+                                       KEY.gemm2, heuristics.int4_weight_name(True))
+
+    _write(tmp_path, {KEY: {16: without}}, device="test-gpu")
+    assert heuristics.tuned_key(zero) == KEY
+    assert pick() == without  # not tuned yet: gptq-int4's entries, as before the split
+    _write(tmp_path, {KEY: {16: without}, zero: {16: own}}, device="test-gpu")
+    configs.load_table.cache_clear()
+    assert heuristics.tuned_key(zero) == zero
+    assert pick() == own
+    assert _pick(heuristics) == without  # gptq-int4's entries are its own still
+    assert heuristics.tuned_key(KEY) == KEY  # a kind without a fallback is its own key
+
+
 def test_pick_configs_reads_the_device_file(compiled_lookup, tmp_path):
     tuned = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
     _write(tmp_path, {KEY: {16: tuned}}, device="test-gpu")
