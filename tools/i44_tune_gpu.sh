@@ -36,8 +36,8 @@
 #       tuned on the kernel that runs now; this one is 1.47x above it.
 #   tools/i44_tune_gpu.sh tune-awq   awq-int4 on the three layers into the tree's configs: its
 #       own W_INT4_ZERO entries since 2026-12-01 (heuristics.KEY_FALLBACK: it read gptq-int4's
-#       W_INT4 entries, and tuning it under that key wrote over them); then `bench` with
-#       --scheme awq-int4 against .bench/base-configs (the configs before)
+#       W_INT4 entries, and tuning it under that key wrote over them); then
+#       `I44_SCHEMES=awq-int4 tools/i44_tune_gpu.sh bench` against .bench/base-configs
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -142,8 +142,8 @@ bench() {
     batch_begin i44b 560
     gpu_versions
     B=(--device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64
-       --marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so --backend triton
-       --scheme w4a8-int8 --scheme mxfp8 --scheme mxfp6-e2m3 --scheme mxfp4)
+       --marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so --backend triton)
+    for scheme in ${I44_SCHEMES:-w4a8-int8 mxfp8 mxfp6-e2m3 mxfp4}; do B+=(--scheme "$scheme"); done
     MOECERT_TRITON_CONFIG_DIR=$PWD/.bench/base-configs timeout 110 $M bench "${B[@]}" \
         --results "$work/b-base" --run-id base > "$work/b-base.txt" 2>&1
     stamp bench-base $?
