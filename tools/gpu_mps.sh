@@ -7,6 +7,8 @@
 #   log folders under /tmp/mps, nothing of the card's settings touched: no compute mode), then
 #   the daemon quit; prints how many clients its server took (server.log) so a run that never
 #   reached MPS cannot pass for one that did.
+# `moecert run --mps` does this itself since 1f07375 (conformance/harness/mps.py); this
+# wrapper is what measured it first (tools/i43_mps_gpu.sh, 2026-12-01).
 # Under MPS a fatal fault of one client is raised in every client of that GPU (NVIDIA's MPS
 # documentation, "Error containment"): a measurement tool, not the runner's default.
 set -u
