@@ -152,7 +152,7 @@ def tally_rows(tallies: dict[str, Tally], rows: Iterable[dict]) -> None:
         _claim([r.get("claimed") for r in rows]),
         any(s not in NOT_EXECUTED for s in statuses),
         status if status in FAILING else False, "oversize" in statuses,
-        *_retry_kinds([r.get("retried") or "" for r in rows]))
+        *_retry_kinds([r.get("retried") for r in rows]))
 
 
 def tally_frame(frame) -> dict[str, Tally]:
@@ -182,11 +182,13 @@ def tally_frame(frame) -> dict[str, Tally]:
     return tallies
 
 
-def _retry_kinds(notes: list[str]) -> tuple[bool, bool]:
+def _retry_kinds(notes: list) -> tuple[bool, bool]:
     """(retried alone after running out of memory, retried outside MPS) from a case's
-    `retried` notes (reports/schema.py: the first words say which)."""
+    `retried` values (reports/schema.py: a note's first words say which; None, NaN or "" in
+    a row run once)."""
+    notes = [n for n in notes if isinstance(n, str) and n]
     under_mps = any(n.startswith(RETRIED_UNDER_MPS) for n in notes)
-    return any(n and not n.startswith(RETRIED_UNDER_MPS) for n in notes), under_mps
+    return any(not n.startswith(RETRIED_UNDER_MPS) for n in notes), under_mps
 
 
 def verdict(tallies: dict[str, Tally], completion: Completion | None = None) -> Verdict:

@@ -34,7 +34,7 @@ QUIT_S = 30.0
 
 # A row whose message has one of these failed on the GPU in a way a fault of another MPS
 # client of the same GPU also produces (torch's "CUDA error: ...", Triton's "Triton Error
-# [CUDA]: ...", the driver's MPS errors). Out of memory is runner.oom_row's.
+# [CUDA]: ...", the driver's MPS errors). Out of memory is retries.oom_row's.
 GPU_FAULT_WORDS = ("CUDA error", "Error [CUDA]", "cudaError", "CUDA driver error", "MPS")
 
 

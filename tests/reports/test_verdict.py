@@ -72,3 +72,16 @@ def test_merged_completion_sums_parts_and_keeps_resume_commands():
     assert Completion.merged([Completion(None, 2, True), Completion(4, 4, True)]).planned is None
     assert Completion.merged([]) is None
     assert Tally().words("t") == "t 0 of 0 claimed"
+
+
+def test_retries_are_counted_by_their_reason_and_an_empty_note_is_none():
+    from moecert.reports.schema import RETRIED_OUT_OF_MEMORY, RETRIED_UNDER_MPS
+
+    rows = [{**_row(case, "pass", True, "torch"), "retried": note} for case, note in [
+        ("a", f"{RETRIED_OUT_OF_MEMORY} (check accuracy: ...); retried once alone on GPU 0"),
+        ("b", f"{RETRIED_UNDER_MPS}, where ...; retried once outside the run's MPS daemon"),
+        ("c", float("nan")), ("d", None), ("e", "")]]  # as rows read back hold "run once"
+    for tallies in (tally_frame(pd.DataFrame(rows)), _by_rows(rows)):
+        assert tallies["torch"].words("torch") == (
+            "torch 5 of 5 claimed, 1 retried alone after running out of memory, 1 retried "
+            "outside MPS after failing on the GPU under it")
