@@ -36,21 +36,27 @@ def out_of_memory(rows: list[dict]) -> bool:
 def retried(rows: list[dict], first: list[dict], place: str) -> list[dict]:
     """A retried case's rows (the second try's: they are its verdict), each saying why in the
     `retried` column: the first try's out-of-memory error or kill."""
-    error = next(filter(oom_row, first))
-    said = (error["message"] or "").splitlines()[0][:300]
-    note = (f"{RETRIED_OUT_OF_MEMORY} (check {error['check']}: {said}); "
-            f"retried once alone on {place}")
-    return [{**r, "retried": note} for r in rows]
+    error, said = _first_failure(first, oom_row)
+    return _noted(rows, f"{RETRIED_OUT_OF_MEMORY} (check {error['check']}: {said}); "
+                        f"retried once alone on {place}")
 
 
 def retried_outside_mps(rows: list[dict], first: list[dict], place: str) -> list[dict]:
     """A case that failed on the GPU under --mps, run once more outside it: the second try's
     rows (its verdict), each saying why in the `retried` column."""
-    error = next(filter(gpu_fault, first))
-    said = (error["message"] or "").splitlines()[0][:300]
-    note = (f"{RETRIED_UNDER_MPS}, where one case's fault reaches every case on its GPU "
-            f"(check {error['check']}: {error['status']}: {said}); retried once outside the "
-            f"run's MPS daemon on {place}")
+    error, said = _first_failure(first, gpu_fault)
+    return _noted(rows, f"{RETRIED_UNDER_MPS}, where one case's fault reaches every case on "
+                        f"its GPU (check {error['check']}: {error['status']}: {said}); "
+                        f"retried once outside the run's MPS daemon on {place}")
+
+
+def _first_failure(first: list[dict], which) -> tuple[dict, str]:
+    """The first try's first row `which` matches, and its message's first line."""
+    error = next(filter(which, first))
+    return error, (error["message"] or "").splitlines()[0][:300]
+
+
+def _noted(rows: list[dict], note: str) -> list[dict]:
     return [{**r, "retried": note} for r in rows]
 
 
