@@ -38,6 +38,9 @@
 #       own W_INT4_ZERO entries since 2026-12-01 (heuristics.KEY_FALLBACK: it read gptq-int4's
 #       W_INT4 entries, and tuning it under that key wrote over them); then
 #       `I44_SCHEMES=awq-int4 tools/i44_tune_gpu.sh bench` against .bench/base-configs
+#   tools/i44_tune_gpu.sh stages-awq   tools/layer_stages.py on gpt-oss-120b MXFP4 at M 16 and 64,
+#       tools/ogs_peer.py (matmul_ogs with and without its routing() in the graph), then
+#       tune-awq's two steps (h200.json in the tar, as `tune`)
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -174,6 +177,24 @@ int4_lookup() {  # 72fc57e's int4 lookup against round six's, prefill and M 256 
     batch_end
 }
 
+stages_awq() {  # where gpt-oss's time goes, the peer with its routing, then tune-awq (~520 s)
+    batch_begin i44s 570
+    gpu_versions
+    for m in 16 64; do
+        timeout 60 python tools/layer_stages.py --model gpt-oss-120b --scheme mxfp4 --M $m \
+            > "$work/stages-$m.txt" 2>&1
+        stamp "stages M$m" $?
+    done
+    PYTHONPATH=.vllm/tk:$PYTHONPATH timeout 50 python tools/ogs_peer.py --M 16,64 \
+        > "$work/ogs.txt" 2>&1
+    stamp ogs $?
+    C=$PWD/kernels/triton_moe/configs
+    tune_into "$C" awq "150 --model qwen3-30b-a3b --model mixtral-8x7b --scheme awq-int4" \
+        "170 --model deepseek-v3 --scheme awq-int4"
+    cp "$C/h200.json" "$work/h200.json"
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -184,6 +205,7 @@ case "${1:-}" in
     tune-qwen) tune qwen "150 --model qwen3-30b-a3b --scheme nvfp4 --scheme mxfp4" ;;
     tune-awq) tune awq "150 --model qwen3-30b-a3b --model mixtral-8x7b --scheme awq-int4" \
         "200 --model deepseek-v3 --scheme awq-int4" ;;
+    stages-awq) stages_awq ;;
     bench) bench ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|bench" >&2; exit 2 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|bench" >&2; exit 2 ;;
 esac

@@ -20,7 +20,11 @@ The calls follow vLLM's gpt_oss_triton_kernels_moe.py and mxfp4_utils._swizzle_m
 scales' group count padded to a multiple of 4, both in the library's default MXFP4 layouts,
 split-K off; GEMM1 with the fused SwiGLU (reduction 2), GEMM2 scattering with the router
 weights. Weights are random bytes (timing does not depend on values). The routing is made
-once, outside the timing, as moecert's bench gives its kernels the top-k ids.
+once, outside the timing, as moecert's bench gives its kernels the top-k ids; a second time
+puts triton_kernels' fused `routing(logits, topk)` (softmax, top-k and the sorted metadata in
+one launch) in the graph, as vLLM 0.25.1's `triton_kernel_moe_forward` runs it every call
+without EP. moecert's layer sorts its top-k ids (align.py) inside its time, so the first
+number leaves out work the layer pays and the second adds the top-k selection it does not.
 Prints per M: us (CUDA-graph replay and do_bench, the faster), the bytes the call must move
 (the touched experts' codes and scales, x and out) and % of the memory floor at the copy
 bandwidth measured here, as `moecert bench` defines it.
@@ -128,21 +132,29 @@ def time_layer(E: int, K: int, N: int, topk: int, M: int, bandwidth: float) -> d
     inter = torch.empty(1, M * topk, N, dtype=torch.bfloat16, device="cuda")
     out = torch.empty(1, M, K, dtype=torch.bfloat16, device="cuda")
 
-    def forward():
+    def gemms(rdata, gather, scatter):
         matmul_ogs(x, w13, b13, rdata, gather_indx=gather, precision_config=pc13,
                    fused_activation=act, y=inter)
         matmul_ogs(inter.view(M * topk, N), w2, b2, rdata, scatter_indx=scatter,
                    precision_config=pc2, gammas=rdata.gate_scal, y=out)
 
+    def forward():
+        gemms(rdata, gather, scatter)
+
+    def routed():  # vLLM's gpt-oss forward without EP: the fused routing() every call
+        gemms(*routing(logits, topk))
+
     forward()
+    routed()
     torch.cuda.synchronize()
     ms_call = triton.testing.do_bench(forward, warmup=10, rep=200, return_mode="median")
     ms_graph = triton.testing.do_bench_cudagraph(forward, rep=200, return_mode="median")
+    ms_routed = triton.testing.do_bench_cudagraph(routed, rep=200, return_mode="median")
     touched = torch.topk(logits, topk, dim=-1).indices.unique().numel()
     moved = touched * (bytes13 + bytes2) + 2 * x.numel() * 2
     seconds = min(ms_call, ms_graph) * 1e-3
     return {"M": M, "experts_touched": touched, "us_call": ms_call * 1e3,
-            "us_graph": ms_graph * 1e3, "us": seconds * 1e6,
+            "us_graph": ms_graph * 1e3, "us": seconds * 1e6, "us_routed": ms_routed * 1e3,
             "memory_floor_pct": 100 * moved / bandwidth / seconds}
 
 
@@ -171,7 +183,8 @@ def main() -> None:
             continue
         print(f"ogs/mxfp4/{args.model}/M{M}: {r['us']:.1f} us (call {r['us_call']:.1f}, "
               f"graph {r['us_graph']:.1f}), {r['experts_touched']} experts, "
-              f"{r['memory_floor_pct']:.1f}% of the memory floor", flush=True)
+              f"{r['memory_floor_pct']:.1f}% of the memory floor; with routing() in the "
+              f"graph {r['us_routed']:.1f} us", flush=True)
 
 
 if __name__ == "__main__":
