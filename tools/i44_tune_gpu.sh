@@ -41,6 +41,8 @@
 #   tools/i44_tune_gpu.sh stages-awq   tools/layer_stages.py on gpt-oss-120b MXFP4 at M 16 and 64,
 #       tools/ogs_peer.py (matmul_ogs with and without its routing() in the graph), then
 #       tune-awq's two steps (h200.json in the tar, as `tune`)
+#   tools/i44_tune_gpu.sh tune-awq-m64   Mixtral-8x7B awq-int4 at M 64 alone (stages-awq's first
+#       step ran out of time after its M 16 on 2026-12-01)
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -206,6 +208,7 @@ case "${1:-}" in
     tune-awq) tune awq "150 --model qwen3-30b-a3b --model mixtral-8x7b --scheme awq-int4" \
         "200 --model deepseek-v3 --scheme awq-int4" ;;
     stages-awq) stages_awq ;;
+    tune-awq-m64) tune awq64 "130 --model mixtral-8x7b --scheme awq-int4 --M 64" ;;
     bench) bench ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|bench" >&2; exit 2 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench" >&2; exit 2 ;;
 esac
