@@ -43,6 +43,11 @@
 #       tune-awq's two steps (h200.json in the tar, as `tune`)
 #   tools/i44_tune_gpu.sh tune-awq-m64   Mixtral-8x7B awq-int4 at M 64 alone (stages-awq's first
 #       step ran out of time after its M 16 on 2026-12-01)
+#   tools/i44_tune_gpu.sh table   the issue's decode table in one call (round eight): FP4 with
+#       Marlin FP4, matmul_ogs, then W4A8 / MXFP6 / MXFP8 / AWQ / gptq-int4 (Marlin int4 beside
+#       gptq); last AWQ with .bench/base-configs (its entries before its own key). No prefill
+#       (unchanged since round seven but gptq-int4's lookup, timed then): the table's limits
+#       leave it no room in 600 s with a cold Triton cache
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -197,6 +202,27 @@ stages_awq() {  # where gpt-oss's time goes, the peer with its routing, then tun
     batch_end
 }
 
+table() {  # the issue's decode table from one call, the peers beside it; AWQ's files before (~540 s)
+    batch_begin i44table 575
+    gpu_versions
+    B=(--device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
+       --marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so)
+    timeout 160 $M bench "${B[@]}" --scheme mxfp4 --scheme nvfp4 --results "$work/fp4" \
+        --run-id fp4 > "$work/fp4.txt" 2>&1
+    stamp fp4 $?
+    PYTHONPATH=.vllm/tk:$PYTHONPATH timeout 40 python tools/ogs_peer.py --M 16,64 \
+        > "$work/ogs.txt" 2>&1
+    stamp ogs $?
+    timeout 280 $M bench "${B[@]}" --scheme w4a8-int8 --scheme mxfp6-e2m3 --scheme mxfp8 \
+        --scheme awq-int4 --scheme gptq-int4 --results "$work/other" --run-id other \
+        > "$work/other.txt" 2>&1
+    stamp other $?
+    MOECERT_TRITON_CONFIG_DIR=$PWD/.bench/base-configs timeout 70 $M bench "${B[@]}" \
+        --scheme awq-int4 --results "$work/awq-base" --run-id awq-base > "$work/awq-base.txt" 2>&1
+    stamp awq-base $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -210,5 +236,6 @@ case "${1:-}" in
     stages-awq) stages_awq ;;
     tune-awq-m64) tune awq64 "130 --model mixtral-8x7b --scheme awq-int4 --M 64" ;;
     bench) bench ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench" >&2; exit 2 ;;
+    table) table ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table" >&2; exit 2 ;;
 esac
