@@ -48,6 +48,9 @@
 #       gptq); last AWQ with .bench/base-configs (its entries before its own key). No prefill
 #       (unchanged since round seven but gptq-int4's lookup, timed then): the table's limits
 #       leave it no room in 600 s with a cold Triton cache
+#   tools/i44_tune_gpu.sh awq-m1   awq-int4's M 1 bucket on Qwen3-30B-A3B and DeepSeek-V3 (its own
+#       entries from stages-awq have none; W_INT4's, which it read before, do), then awq-int4 at
+#       M 1 / 16 / 64, the tree against .bench/base-configs
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -61,7 +64,7 @@ set -u
 cd "$(dirname "$0")/.."
 SHIM=/tmp/shim; mkdir -p "$SHIM/moecert"
 for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" "$SHIM/moecert/$d"; done
-export PYTHONPATH=$SHIM TRITON_CACHE_DIR=/tmp/i44-triton-cache
+export PYTHONPATH=$SHIM TRITON_CACHE_DIR=/tmp/i44-triton-cache PYTHONUNBUFFERED=1  # (a log cut by timeout keeps its lines)
 unset TRITON_INTERPRET MOECERT_TRITON_CONFIG_DIR MOECERT_TRITON_NIB_SPAN MOECERT_TRITON_SPLIT_K
 M="python -m moecert.conformance.cli"
 . tools/gpu_batch.sh
@@ -223,6 +226,24 @@ table() {  # the issue's decode table from one call, the peers beside it; AWQ's 
     batch_end
 }
 
+awq_m1() {  # AWQ's decode bucket of M 1 on Qwen3 / DeepSeek-V3 (W_INT4 had one, its own key not),
+    # then awq-int4 at M 1 / 16 / 64 against .bench/base-configs (its W_INT4 entries) (~250 s)
+    batch_begin i44m1 560
+    gpu_versions
+    C=$PWD/kernels/triton_moe/configs
+    tune_into "$C" awq1 "150 --model qwen3-30b-a3b --model deepseek-v3 --scheme awq-int4 --M 1"
+    cp "$C/h200.json" "$work/h200.json"
+    B=(--device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 1,16,64 --backend triton
+       --scheme awq-int4)
+    timeout 100 $M bench "${B[@]}" --results "$work/awq-tree" --run-id awq-tree \
+        > "$work/awq-tree.txt" 2>&1
+    stamp awq-tree $?
+    MOECERT_TRITON_CONFIG_DIR=$PWD/.bench/base-configs timeout 100 $M bench "${B[@]}" \
+        --results "$work/awq-base" --run-id awq-base > "$work/awq-base.txt" 2>&1
+    stamp awq-base $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -237,5 +258,6 @@ case "${1:-}" in
     tune-awq-m64) tune awq64 "130 --model mixtral-8x7b --scheme awq-int4 --M 64" ;;
     bench) bench ;;
     table) table ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table" >&2; exit 2 ;;
+    awq-m1) awq_m1 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1" >&2; exit 2 ;;
 esac
