@@ -51,6 +51,8 @@
 #   tools/i44_tune_gpu.sh awq-m1   awq-int4's M 1 bucket on Qwen3-30B-A3B and DeepSeek-V3 (its own
 #       entries from stages-awq have none; W_INT4's, which it read before, do), then awq-int4 at
 #       M 1 / 16 / 64, the tree against .bench/base-configs
+#   tools/i44_tune_gpu.sh peer-routing   gpt-oss-120b MXFP4 (bench) and matmul_ogs timed on the
+#       bench's own routings (tools/ogs_peer.py since 2026-12-01), one call
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -244,6 +246,19 @@ awq_m1() {  # AWQ's decode bucket of M 1 on Qwen3 / DeepSeek-V3 (W_INT4 had one,
     batch_end
 }
 
+peer_routing() {  # gpt-oss MXFP4 against matmul_ogs on the bench's own routings (~120 s)
+    batch_begin i44p 400
+    gpu_versions
+    timeout 90 $M bench --device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 \
+        --backend triton --scheme mxfp4 --model gpt-oss-120b --results "$work/oss" \
+        --run-id oss > "$work/oss.txt" 2>&1
+    stamp oss $?
+    PYTHONPATH=.vllm/tk:$PYTHONPATH timeout 60 python tools/ogs_peer.py --M 16,64 \
+        > "$work/ogs.txt" 2>&1
+    stamp ogs $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -259,5 +274,6 @@ case "${1:-}" in
     bench) bench ;;
     table) table ;;
     awq-m1) awq_m1 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1" >&2; exit 2 ;;
+    peer-routing) peer_routing ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing" >&2; exit 2 ;;
 esac

@@ -19,8 +19,11 @@ The calls follow vLLM's gpt_oss_triton_kernels_moe.py and mxfp4_utils._swizzle_m
 (facts about the API; no code copied): the weights transposed to [E, K, N] with the E8M0
 scales' group count padded to a multiple of 4, both in the library's default MXFP4 layouts,
 split-K off; GEMM1 with the fused SwiGLU (reduction 2), GEMM2 scattering with the router
-weights. Weights are random bytes (timing does not depend on values). The routing is made
-once, outside the timing, as moecert's bench gives its kernels the top-k ids; a second time
+weights. Weights are random bytes (timing does not depend on values). The routings are
+`moecert bench`'s own for this layer and M (`bench_routings`: its input sets' top-k ids, the
+same experts touched; the mean over them), made outside the timing as the bench gives its
+kernels the top-k ids (until 2026-12-01 one draw of its own: 47 experts at M 16 where the
+bench's routings touch more, so the peer moved ~10% fewer bytes); a second time
 puts triton_kernels' fused `routing(logits, topk)` (softmax, top-k and the sorted metadata in
 one launch) in the graph, as vLLM 0.25.1's `triton_kernel_moe_forward` runs it every call
 without EP. moecert's layer sorts its top-k ids (align.py) inside its time, so the first
@@ -108,7 +111,30 @@ def layer_weights(E: int, K: int, N: int) -> tuple:
     return w13, s13, bytes13, w2, s2, bytes2, b13, b2
 
 
-def time_layer(E: int, K: int, N: int, topk: int, M: int, bandwidth: float) -> dict:
+def bench_routings(M: int, model: str, device: str = "cuda") -> list[torch.Tensor]:
+    """The top-k ids `moecert bench` times this layer on at M (its input sets: the same
+    seeds, so the same routings and the same experts touched), int64 [M, topk] each. The
+    bench rotates over them; a peer timed on another draw moves other bytes (at M = 16 the
+    experts touched by 64 assignments over 128 vary by ~10% between draws)."""
+    from moecert.conformance.performance import bench
+    from moecert.reference.models import MODELS
+
+    problem = bench.layer_problem(model, MODELS[model], "mxfp4", M)
+    # cache 0: the two sets the bench takes when each moves more than the L2 (gpt-oss does)
+    sets = bench.input_sets(problem, 0.0, 0.0, torch.device(device), 0, bench.Plan(
+        device, (), (), {}).seed + 1)
+    return [s.ids.long() for s in sets]
+
+
+def forced_logits(ids: torch.Tensor, E: int) -> torch.Tensor:
+    """Router logits whose top-k is exactly `ids` (each row's chosen experts 10 above every
+    other logit), so that routing() selects them itself."""
+    logits = 0.1 * torch.randn(ids.shape[0], E, device=ids.device)
+    return logits.scatter_add_(1, ids, torch.full(ids.shape, 10.0, device=ids.device))
+
+
+def time_layer(E: int, K: int, N: int, topk: int, M: int, bandwidth: float,
+               model: str) -> dict:
     import triton_kernels.swiglu
     from triton_kernels.matmul_ogs import (
         FlexCtx,
@@ -127,8 +153,6 @@ def time_layer(E: int, K: int, N: int, topk: int, M: int, bandwidth: float) -> d
     act = FusedActivation(FnSpecs("swiglu", triton_kernels.swiglu.swiglu_fn,
                                   ("alpha", "limit")), (1.702, 7.0), 2)
     x = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
-    logits = torch.randn(M, E, device="cuda")
-    rdata, gather, scatter = routing(logits, topk)
     inter = torch.empty(1, M * topk, N, dtype=torch.bfloat16, device="cuda")
     out = torch.empty(1, M, K, dtype=torch.bfloat16, device="cuda")
 
@@ -138,24 +162,36 @@ def time_layer(E: int, K: int, N: int, topk: int, M: int, bandwidth: float) -> d
         matmul_ogs(inter.view(M * topk, N), w2, b2, rdata, scatter_indx=scatter,
                    precision_config=pc2, gammas=rdata.gate_scal, y=out)
 
-    def forward():
-        gemms(rdata, gather, scatter)
+    rows = []
+    for ids in bench_routings(M, model):
+        logits = forced_logits(ids, E)
+        made = routing(logits, topk)
+        chosen = made[0].expt_hist.nonzero().numel()  # experts with tokens: ids' own
+        touched = ids.unique().numel()
+        assert chosen == touched, f"routing() chose {chosen} experts, the ids {touched}"
 
-    def routed():  # vLLM's gpt-oss forward without EP: the fused routing() every call
-        gemms(*routing(logits, topk))
+        def forward(made=made):
+            gemms(*made)
 
-    forward()
-    routed()
-    torch.cuda.synchronize()
-    ms_call = triton.testing.do_bench(forward, warmup=10, rep=200, return_mode="median")
-    ms_graph = triton.testing.do_bench_cudagraph(forward, rep=200, return_mode="median")
-    ms_routed = triton.testing.do_bench_cudagraph(routed, rep=200, return_mode="median")
-    touched = torch.topk(logits, topk, dim=-1).indices.unique().numel()
-    moved = touched * (bytes13 + bytes2) + 2 * x.numel() * 2
-    seconds = min(ms_call, ms_graph) * 1e-3
-    return {"M": M, "experts_touched": touched, "us_call": ms_call * 1e3,
-            "us_graph": ms_graph * 1e3, "us": seconds * 1e6, "us_routed": ms_routed * 1e3,
-            "memory_floor_pct": 100 * moved / bandwidth / seconds}
+        def routed(logits=logits):  # vLLM's gpt-oss forward without EP: routing() each call
+            gemms(*routing(logits, topk))
+
+        forward()
+        routed()
+        torch.cuda.synchronize()
+        ms_call = triton.testing.do_bench(forward, warmup=10, rep=200, return_mode="median")
+        ms_graph = triton.testing.do_bench_cudagraph(forward, rep=200, return_mode="median")
+        ms_routed = triton.testing.do_bench_cudagraph(routed, rep=200, return_mode="median")
+        moved = touched * (bytes13 + bytes2) + 2 * x.numel() * 2
+        rows.append((min(ms_call, ms_graph) * 1e-3, ms_call, ms_graph, ms_routed, touched,
+                     moved))
+    n = len(rows)
+    seconds = sum(r[0] for r in rows) / n
+    return {"M": M, "experts_touched": "/".join(str(r[4]) for r in rows),
+            "us_call": sum(r[1] for r in rows) / n * 1e3,
+            "us_graph": sum(r[2] for r in rows) / n * 1e3, "us": seconds * 1e6,
+            "us_routed": sum(r[3] for r in rows) / n * 1e3,
+            "memory_floor_pct": 100 * sum(r[5] for r in rows) / n / bandwidth / seconds}
 
 
 def main() -> None:
@@ -177,7 +213,7 @@ def main() -> None:
           f"topk={topk}", flush=True)
     for M in (int(m) for m in args.M.split(",")):
         try:
-            r = time_layer(E, K, N, topk, M, bandwidth)
+            r = time_layer(E, K, N, topk, M, bandwidth, args.model)
         except Exception as e:  # one M failing costs that row, not the others
             print(f"ogs/mxfp4/{args.model}/M{M}: error: {type(e).__name__}: {e}", flush=True)
             continue
