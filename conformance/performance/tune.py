@@ -22,7 +22,13 @@ import torch
 from moecert.reference import SCHEMES, MoEProblem, make_inputs, random_checkpoint
 from moecert.reference.models import MODEL_TOKENS, MODELS, ModelShape
 
-from ..harness.option_values import UsageError, m_list, model_name, positive_int
+from ..harness.option_values import (
+    UsageError,
+    m_list,
+    model_name,
+    positive_int,
+    positive_seconds,
+)
 
 DEFAULT_SCHEMES = ("gptq-int4", "int8-w8a16", "fp8-w8a16", "mxfp8")
 GROUP_SIZE = 128  # of the packed integer schemes (GPTQ/AWQ g128, the common checkpoints)
@@ -46,6 +52,10 @@ def add_arguments(p) -> None:
     p.add_argument("--routings", type=positive_int, default=ROUTINGS, metavar="N",
                    help=f"random routings per M that each candidate is timed over, the mean "
                         f"(default {ROUTINGS}; fewer tune faster)")
+    p.add_argument("--max-seconds", type=positive_seconds, default=None, metavar="S",
+                   help="bound each layer's search at each M: past S seconds no further tile "
+                        "is tried and the fastest correct one timed so far is written, "
+                        "marked cut (default: every climb to its end)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="where the device's file goes (default: the folder the backend "
                         "reads, MOECERT_TRITON_CONFIG_DIR or the installed package's own; "
@@ -67,7 +77,7 @@ def main(args) -> int:
     # written after each layer and M, so that a run cut short keeps what it measured
     *_, rows = run_tuning(
         shapes, args.scheme or DEFAULT_SCHEMES, args.Ms, "cuda", do_bench_timer,
-        routings=args.routings,
+        routings=args.routings, max_seconds=args.max_seconds,
         save=lambda t, tm, sp: configs.write_table(
             path, device, name, _versions(), t, tm, sp,
             tuple(torch.cuda.get_device_capability(0))))
@@ -79,13 +89,17 @@ def main(args) -> int:
 
 def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
                grid: dict | None = None, group_size: int = GROUP_SIZE, log=print, save=None,
-               routings: int = ROUTINGS):
+               routings: int = ROUTINGS, max_seconds: float | None = None,
+               clock=time.monotonic):
     """(table for configs.write_table, its timings, the layers' nibble spans, printable
     rows) for every shape x scheme x M, `save(table, timings, spans)` called after each layer
     and M. Each int4 linear gets one nibble order for all its buckets (`best_spans`). On the
-    CPU it runs through the Triton interpreter (the tests)."""
+    CPU it runs through the Triton interpreter (the tests). `max_seconds`: each layer and
+    M's search bounded so (tune.Deadline on `clock`, from before its inputs are made); a
+    cut one is recorded with its bound ("cut_at_s" beside its timings)."""
     from moecert.kernels.triton_moe.backend import TritonBackend
     from moecert.kernels.triton_moe.tune import (
+        Deadline,
         LayerStage,
         RoutingStages,
         best_spans,
@@ -110,6 +124,7 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
             variants = weight_variants(layer)  # both nibble orders, once for every M
             tuned = {}  # this layer's {bucket: (M, LayerChoice)}
             for M in ms:
+                deadline = Deadline(max_seconds, clock)
                 stages = []
                 for r in range(routings):
                     x, w, ids = make_inputs(MoEProblem(M=M, K=K, N=N, E=E, topk=topk),
@@ -117,19 +132,22 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
                     stages.append(LayerStage(layer, x.to(device), w.to(device),
                                              ids.to(device), variants))
                 stage = RoutingStages(stages)
-                choice = tune_layer(stage, timer, grid)
+                choice = tune_layer(stage, timer, grid, deadline=deadline)
                 key = stage.key()
                 tuned[_bucket(stage.n)] = (M, choice, stage.defaults)
                 log(format_rows([(shape_name, scheme, M, choice)]).splitlines()[-1])
                 # one nibble order per linear for every bucket: each bucket re-settled in it
                 orders = best_spans([c.options for _, c, _ in tuned.values()])
                 for bucket, (m, c, defaults) in tuned.items():
+                    cut = c.cut
                     c = settle(c.options, orders, defaults, [g.default_us for g in c.gemms],
                                stage.stored)
+                    c.cut = cut
                     tuned[bucket] = (m, c, defaults)
                     table.setdefault(key, {})[bucket] = c.configs
                     timings[key, bucket] = {"default": round(c.default_us, 2),
-                                            "tuned": round(c.us, 2)}
+                                            "tuned": round(c.us, 2),
+                                            **({"cut_at_s": max_seconds} if cut else {})}
                 if len(stage.spans(1)) > 1 or len(stage.spans(2)) > 1:
                     spans[key] = dict(zip(("w13", "w2"), orders, strict=True))
                 if save:
@@ -167,7 +185,8 @@ def format_rows(rows) -> str:
         lines.append(f"{shape:<15} {scheme:<11} {M:>5} {c.default_us:>11.1f} {c.us:>9.1f} "
                      f"{c.default_us / c.us:>7.2f}  "
                      f"{describe(c.configs[0], c.spans[0])} / "
-                     f"{describe(c.configs[1], c.spans[1])}")
+                     f"{describe(c.configs[1], c.spans[1])}"
+                     f"{'  (search cut by --max-seconds)' if c.cut else ''}")
     return "\n".join(lines)
 
 

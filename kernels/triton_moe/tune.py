@@ -18,6 +18,13 @@ SPLIT_K > 1 only for a GEMM whose default grid has fewer programs than SMALL_GRI
 the device's SMs (too few to keep the GPU's memory system busy; more split the work and add
 a workspace round trip for nothing).
 
+A deadline (`Deadline`, `moecert tune --max-seconds`) bounds one layer's search at one row
+count: once it has passed, no further candidate is tried and the fastest correct one timed so
+far stands. Both defaults are timed first whatever the deadline, so a search cut at any point
+still gives a config no slower than the default; the choice says it was cut (`cut`).
+(Mixtral-8x7B at M = 64 outran 130-260 s of a device call more than once, and a cut process
+wrote nothing.)
+
 Correctness: every candidate's output is compared with the default configuration's on the same
 inputs and rejected unless each element is within what a different fp32 summation order can
 change (`reorder_bound`); a launch that fails (resources, compile) is rejected too. Split-K
@@ -29,6 +36,7 @@ timer) in the tests.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -320,6 +328,26 @@ def disagreement(candidate: torch.Tensor, reference: torch.Tensor,
 
 # --- the search --------------------------------------------------------------------------------
 
+class Deadline:
+    """A search's time limit: `expired()` once `seconds` have passed on `clock` since it was
+    made (never when seconds is None); `hit` records that it ended a search early (it is
+    asked only where a candidate would otherwise be tried)."""
+
+    def __init__(self, seconds: float | None, clock: Callable[[], float] = time.monotonic):
+        self.seconds, self.clock = seconds, clock
+        self.start = clock()
+        self.hit = False
+
+    def expired(self) -> bool:
+        if self.seconds is None or self.clock() - self.start < self.seconds:
+            return False
+        self.hit = True
+        return True
+
+
+NO_DEADLINE = Deadline(None)
+
+
 class StartRejected(RuntimeError):
     """A climb's start gave a wrong result or did not launch."""
 
@@ -348,6 +376,7 @@ class LayerChoice:
     spans: tuple[int, int] = (0, 0)  # each GEMM's nibble order (the weights' storage)
     # every climb's result, {(BLOCK_M, gemm, span): GemmChoice}: what `settle` picks from
     options: dict = field(default_factory=dict)
+    cut: bool = False  # the search's deadline ended it before every climb had finished
 
 
 def neighbours(config: dict, grid: dict) -> list[dict]:
@@ -396,14 +425,22 @@ def block_ms(rows_per_expert: float, default: int) -> list[int]:
 
 
 def climb(evaluate: Callable[[dict], float | None], start: dict, grid: dict,
-          rounds: int = MAX_ROUNDS) -> tuple[dict, float | None]:
+          rounds: int = MAX_ROUNDS, deadline: Deadline = NO_DEADLINE
+          ) -> tuple[dict, float | None]:
     """Hill climbing from `start`: (best config, its time), time None when even the start
-    was rejected. `evaluate` returns microseconds or None (rejected); it caches."""
+    was rejected. `evaluate` returns microseconds or None (rejected); it caches. The start
+    is evaluated whatever the deadline; past it, no neighbour is (the round's timed ones
+    still count)."""
     best, best_us = start, evaluate(start)
     if best_us is None:
         return best, None
     for _ in range(rounds):
-        timed = [(us, c) for c in neighbours(best, grid) if (us := evaluate(c)) is not None]
+        timed = []
+        for c in neighbours(best, grid):
+            if deadline.expired():
+                break
+            if (us := evaluate(c)) is not None:
+                timed.append((us, c))
         if not timed:
             break
         us, c = min(timed, key=lambda t: t[0])
@@ -414,8 +451,10 @@ def climb(evaluate: Callable[[dict], float | None], start: dict, grid: dict,
 
 
 def tune_gemm(stage: LayerStage, gemm: int, start: dict, timer: Timer, grid: dict,
-              reference: torch.Tensor, bound: torch.Tensor) -> GemmChoice:
-    """The fastest correct config of one GEMM reachable from `start` (its BLOCK_M fixed)."""
+              reference: torch.Tensor, bound: torch.Tensor,
+              deadline: Deadline = NO_DEADLINE) -> GemmChoice:
+    """The fastest correct config of one GEMM reachable from `start` (its BLOCK_M fixed);
+    past the deadline, the best of what was timed (at least the start)."""
     cache: dict[tuple, Tried] = {}
     tried: list[Tried] = []
 
@@ -427,12 +466,14 @@ def tune_gemm(stage: LayerStage, gemm: int, start: dict, timer: Timer, grid: dic
         return cache[key].us
 
     first, *others = climb_starts(start, grid)
-    best, us = climb(evaluate, first, grid)
+    best, us = climb(evaluate, first, grid, deadline=deadline)
     if us is None:
         raise StartRejected(f"GEMM{gemm}: the start config {start} was rejected: "
                             f"{cache[stage.effective(gemm, start)].why}")
     for other in others:
-        config, other_us = climb(evaluate, other, grid)
+        if deadline.expired():
+            break
+        config, other_us = climb(evaluate, other, grid, deadline=deadline)
         if other_us is not None and other_us < us:
             best, us = config, other_us
     return GemmChoice(best, us, default_us=float("nan"), tried=tried)
@@ -466,12 +507,14 @@ def _time(stage, gemm: int, config: dict, timer: Timer) -> float:
 
 
 def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
-               sm_count: int | None = None) -> LayerChoice:
+               sm_count: int | None = None, deadline: Deadline = NO_DEADLINE) -> LayerChoice:
     """Both GEMMs' configs for the stage's rows: per BLOCK_M candidate, each GEMM climbed
     from its default with that BLOCK_M; the BLOCK_M with the least total time wins. The
     defaults are timed as they are, so `default_us` is what the heuristics give. `grid`:
     GRID unless given (the tests' small grids); its SPLIT_K values only for a GEMM whose
-    start has a small grid (`split_k_grid`; sm_count: the device's unless given)."""
+    start has a small grid (`split_k_grid`; sm_count: the device's unless given).
+    Past `deadline` only the defaults' own BLOCK_M and nibble orders are still started
+    (each GEMM's climb from its default, so that `settle` has one width with both)."""
     sm_count = sm_count if sm_count is not None else device_sm_count()
     touched = torch.unique(stage.ids).numel()
     per_expert = stage.n / max(touched, 1)
@@ -486,18 +529,23 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
     for bm in block_ms(per_expert, defaults[0]["BLOCK_M"]):
         for g in (1, 2):
             for span in stage.spans(g):
+                as_default = bm == defaults[0]["BLOCK_M"] and span == stage.stored[g]
+                if not as_default and deadline.expired():
+                    continue
                 start = {**defaults[g - 1], "BLOCK_M": bm, "NIB_SPAN": span}
                 try:
                     choice = tune_gemm(stage, g, start, timer,
                                        _gemm_grid(stage, g, start, grid, sm_count),
-                                       references[g], bounds[g])
+                                       references[g], bounds[g], deadline)
                 except StartRejected:
                     if span == stage.stored[g]:  # the weights as stored: a real failure
                         raise
                     continue  # another order that does not run right is no option
                 choice.default_us = default_us[g - 1]
                 options[bm, g, span] = choice
-    return settle(options, best_spans([options]), defaults, default_us, stage.stored)
+    choice = settle(options, best_spans([options]), defaults, default_us, stage.stored)
+    choice.cut = deadline.hit
+    return choice
 
 
 def best_spans(all_options: list[dict]) -> tuple[int, int]:

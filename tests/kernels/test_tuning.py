@@ -688,3 +688,40 @@ def test_the_config_folder_variable_points_the_lookup_there(compiled_lookup, tmp
     monkeypatch.setenv(configs.CONFIG_DIR_ENV, str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="MOECERT_TRITON_CONFIG_DIR=.*missing.*folder"):
         _pick(compiled_lookup)
+
+
+def test_a_deadline_ends_the_search_with_the_fastest_timed_so_far():
+    """Each timing costs one second on a fake clock. Unbounded, the search finds BLOCK_N 128
+    with 8 warps at every BLOCK_M; a deadline of 0 s keeps both defaults (always timed, so a
+    cut search is never slower than the heuristics), one of a few seconds ends between: what
+    it chose was timed and is no slower than the default, and later BLOCK_Ms never start."""
+    ticks = [0.0]
+    prefer = fake_timer({"BLOCK_N": 128, "num_warps": 8})
+
+    def timer(run, config):
+        ticks[0] += 1.0
+        return prefer(run, config)
+
+    full_stage = FakeStage(rows_per_expert=64)
+    full = tune.tune_layer(full_stage, timer, GRID)
+    full_ticks = ticks[0]
+    assert not full.cut and full.configs[0]["BLOCK_N"] == 128
+    assert {c["BLOCK_M"] for _, c in full_stage.runs} == {16, 32, 64, 128}
+
+    ticks[0] = 0.0
+    stage = FakeStage(rows_per_expert=64)
+    at_once = tune.tune_layer(stage, timer, GRID, deadline=tune.Deadline(0, lambda: ticks[0]))
+    assert at_once.cut
+    assert at_once.configs == tuple(configs.complete(c) for c in stage.defaults)
+    assert at_once.us == at_once.default_us
+    assert {c["BLOCK_M"] for _, c in stage.runs} == {16}
+
+    ticks[0] = 0.0
+    stage = FakeStage(rows_per_expert=64)
+    some = tune.tune_layer(stage, timer, GRID, deadline=tune.Deadline(6, lambda: ticks[0]))
+    assert some.cut and some.us <= some.default_us
+    assert ticks[0] < full_ticks
+    for gemm in some.gemms:  # each chosen tile is one the search timed before its end
+        assert gemm.us in {t.us for t in gemm.tried if t.us is not None}
+    assert some.us < some.default_us  # six seconds reach a faster tile than the default
+    assert {c["BLOCK_M"] for _, c in stage.runs} == {16}

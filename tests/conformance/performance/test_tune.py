@@ -54,6 +54,14 @@ def test_tune_rejects_a_routing_count_below_one_in_one_line(capsys):
     assert len(err.strip().splitlines()) == 1 and "--routings" in err and "at least 1" in err
 
 
+def test_tune_rejects_a_max_seconds_that_is_not_positive_in_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--max-seconds", "0"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--max-seconds" in err
+
+
 # BLOCK_K 32 and 64 are one kernel for group-32 weights (block_k_for): tried once
 TINY_GRID = {"BLOCK_N": (32, 64, 128), "BLOCK_K": (32, 64), "num_warps": (4,), "num_stages": (1,),
              "SWAP_AB": (False, True)}
@@ -154,3 +162,29 @@ def test_tuning_picks_a_nibble_order_and_the_backend_stores_its_weights_so(
         a, b = backend.canonical_weights(tuned)[p], backend.canonical_weights(plain)[p]
         assert torch.equal(a.codes, b.codes) and torch.equal(a.scales, b.scales)
     assert layout.NIB_SPAN == 128
+
+
+def test_a_search_cut_by_max_seconds_is_recorded_so(triton_runs_here, tmp_path):
+    """--max-seconds 0 on the interpreter: every M keeps the defaults (timed, the real
+    kernels' outputs checked), the rows say the search was cut and the file records the bound
+    beside the timings; without it nothing says so."""
+    clock = iter(range(10**6)).__next__  # one second a reading: any bound is soon past
+
+    def timer(run, config):
+        return 10.0 + config["BLOCK_N"]
+
+    shape = ModelShape(E=4, K=128, N=64, topk=2)
+    table, timings, spans, rows = tune_command.run_tuning(
+        {"tiny": shape}, ["gptq-int4"], [1, 8], DEVICE, timer, grid=TINY_GRID, group_size=32,
+        log=lambda *a: None, routings=1, max_seconds=1, clock=clock)
+    assert all(choice.cut and choice.us == choice.default_us for *_, choice in rows)
+    assert all(t.get("cut_at_s") == 1 for t in timings.values()) and len(timings) == 2
+    assert tune_command.format_rows(rows).count("(search cut by --max-seconds)") == 2
+    path = configs.path_for("test-gpu", tmp_path)
+    configs.write_table(path, "test-gpu", "Test GPU", {}, table, timings)
+    assert configs.recorded_timings(path) == timings
+    _, whole, _, rows = tune_command.run_tuning(
+        {"tiny": shape}, ["gptq-int4"], [1], DEVICE, timer, grid=TINY_GRID, group_size=32,
+        log=lambda *a: None, routings=1)
+    assert not rows[0][3].cut and "cut_at_s" not in next(iter(whole.values()))
+    assert "cut" not in tune_command.format_rows(rows)
