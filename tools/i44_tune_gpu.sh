@@ -53,6 +53,8 @@
 #       M 1 / 16 / 64, the tree against .bench/base-configs
 #   tools/i44_tune_gpu.sh peer-routing   gpt-oss-120b MXFP4 (bench) and matmul_ogs timed on the
 #       bench's own routings (tools/ogs_peer.py since 2026-12-01), one call
+#   tools/i44_tune_gpu.sh w4a8-m64   w4a8-int8 on Mixtral-8x7B at M 64 (its entry holds only M 16's
+#       bucket) with `--max-seconds 80`, then M 16 / 64 against .bench/base-configs
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -259,6 +261,23 @@ peer_routing() {  # gpt-oss MXFP4 against matmul_ogs on the bench's own routings
     batch_end
 }
 
+w4a8_m64() {  # W4A8 Mixtral-8x7B's M 64 bucket with a bounded search, then M 16 / 64 against
+    # .bench/base-configs (~210 s; the budget's last call of 2026-12-01)
+    batch_begin i44w64 250
+    gpu_versions
+    C=$PWD/kernels/triton_moe/configs
+    tune_into "$C" w64 "150 --model mixtral-8x7b --scheme w4a8-int8 --M 64 --max-seconds 80"
+    cp "$C/h200.json" "$work/h200.json"
+    B=(--device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
+       --scheme w4a8-int8 --model mixtral-8x7b)
+    timeout 40 $M bench "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+    stamp tree $?
+    MOECERT_TRITON_CONFIG_DIR=$PWD/.bench/base-configs timeout 40 $M bench "${B[@]}" \
+        --results "$work/base" --run-id base > "$work/base.txt" 2>&1
+    stamp base $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -275,5 +294,6 @@ case "${1:-}" in
     table) table ;;
     awq-m1) awq_m1 ;;
     peer-routing) peer_routing ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing" >&2; exit 2 ;;
+    w4a8-m64) w4a8_m64 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64" >&2; exit 2 ;;
 esac
