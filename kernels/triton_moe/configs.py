@@ -528,6 +528,18 @@ def lookup(table: Table, key: LayerKey, num_rows: int, max_steps: int | None = N
     return dict(c1), dict(c2)
 
 
+def nearest_in_layer_file(key: LayerKey, num_rows: int, device: str | None = None,
+                          directory: Path | None = None) -> tuple[int, tuple[dict, dict]] | None:
+    """(powers of two between n's bucket and the nearest tuned one, its configs) from the
+    file of the layer's nibble order (`layer_file`), None when no file has the layer."""
+    name = layer_file(key, device, directory)
+    if name is None:
+        return None
+    table = load_table(name, directory or config_dir())
+    steps, _ = _nearest(table, key, num_rows)
+    return steps, lookup(table, key, num_rows)
+
+
 def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
                   directory: Path | None = None, max_steps: int | None = None,
                   first_file: bool = False) -> tuple[dict, dict] | None:

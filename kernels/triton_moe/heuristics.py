@@ -184,6 +184,28 @@ def int4_weight_name(has_zero: bool) -> str:
 KEY_FALLBACK = {"W_INT4_ZERO": "W_INT4"}
 
 
+def every_size_configs(key: configs.LayerKey, num_rows: int) -> tuple[dict, dict] | None:
+    """A TUNED_AT_EVERY_SIZE kind's configs: the nearest bucket of its own key's file; but
+    where its KEY_FALLBACK key has a strictly nearer bucket stored in the same nibble orders
+    (so the layer's weights, stored in its own key's orders, run either tile), that one. A
+    key tuned at some sizes only then keeps the fallback's tiles at the others: awq-int4's
+    Mixtral-8x7B entry tuned at M = 16 alone read its 32-row tile at M = 64 in 456.6 us, where
+    W_INT4's 128-row bucket runs 359.1; w4a8-int8's, tuned at M = 64 alone, made M = 16 414.1
+    us against 347.4 (2026-12-01, docs/speed.md round eight)."""
+    own = configs.nearest_in_layer_file(key, num_rows)
+    fallback = KEY_FALLBACK.get(key.weight)
+    if fallback is None:
+        return None if own is None else own[1]
+    other = dataclasses.replace(key, weight=fallback)
+    near = configs.nearest_in_layer_file(other, num_rows)
+    if own is None:
+        return None if near is None else near[1]
+    if (near is not None and near[0] < own[0]
+            and configs.tuned_spans(key) == configs.tuned_spans(other)):
+        return near[1]
+    return own[1]
+
+
 def tuned_key(key: configs.LayerKey, device: str | None = None,
               directory=None) -> configs.LayerKey:
     """`key`, or where no tuned file has that layer, the key of KEY_FALLBACK's kind: the one
@@ -219,13 +241,14 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
     MOECERT_TRITON_SPLIT_K, when set, overrides both GEMMs' SPLIT_K (configs.forced_split_k)."""
     chosen = None
     if not INTERPRET:
-        key = tuned_key(configs.LayerKey(weight_name or WEIGHT_NAMES[weight], ACT_NAMES[act],
-                                         num_experts, tuple(gemm1), tuple(gemm2)))
-        prefill = (prefill_block_m(num_rows, num_experts) is not None
-                   and weight not in TUNED_AT_EVERY_SIZE)
-        chosen = configs.tuned_configs(key, num_rows,
-                                       max_steps=PREFILL_STEPS if prefill else None,
-                                       first_file=weight in TUNED_AT_EVERY_SIZE)
+        key = configs.LayerKey(weight_name or WEIGHT_NAMES[weight], ACT_NAMES[act],
+                               num_experts, tuple(gemm1), tuple(gemm2))
+        if weight in TUNED_AT_EVERY_SIZE:
+            chosen = every_size_configs(key, num_rows)
+        else:
+            prefill = prefill_block_m(num_rows, num_experts) is not None
+            chosen = configs.tuned_configs(tuned_key(key), num_rows,
+                                           max_steps=PREFILL_STEPS if prefill else None)
     if chosen is None:
         chosen = default_configs(num_rows, num_experts, weight)
         smem = None if INTERPRET else configs.current_shared_memory()

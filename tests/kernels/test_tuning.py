@@ -276,6 +276,40 @@ def test_int4_with_zero_points_reads_its_own_entries_else_those_without(compiled
     assert heuristics.tuned_key(KEY) == KEY  # a kind without a fallback is its own key
 
 
+def test_a_key_tuned_at_some_sizes_keeps_its_fallbacks_tiles_at_the_others(compiled_lookup,
+                                                                          tmp_path):
+    """W_INT4_ZERO tuned at 16 rows only, W_INT4 at 16 and 128: 16 and 32 rows read the own
+    entry (nearer, or a tie), 64 and 128 W_INT4's strictly nearer bucket (awq-int4's Mixtral
+    entry at M = 16 alone ran M = 64 1.27x slower on its 32-row tile, 2026-12-01); unless the
+    two entries store the weights in other nibble orders: then the own entry at every size."""
+    import dataclasses
+
+    from moecert.kernels.triton_moe import kinds
+
+    heuristics = compiled_lookup
+    zero = dataclasses.replace(KEY, weight="W_INT4_ZERO")
+    without = {16: (_cfg(16, BLOCK_N=32), _cfg(16, BLOCK_N=32)),
+               128: (_cfg(32, BLOCK_N=64), _cfg(32, BLOCK_N=64))}
+    own = (_cfg(16, BLOCK_N=128), _cfg(16, BLOCK_N=128))
+    path = configs.path_for("test-gpu", tmp_path)
+
+    def pick(n):
+        return heuristics.pick_configs(n, KEY.experts, kinds.W_INT4, kinds.A16, KEY.gemm1,
+                                       KEY.gemm2, "W_INT4_ZERO")
+
+    spans = {KEY: {"w13": 128, "w2": 128}, zero: {"w13": 128, "w2": 128}}
+    configs.write_table(path, "test-gpu", "Test GPU", {}, {KEY: without, zero: {16: own}},
+                        spans=spans)
+    assert [pick(n) for n in (16, 32, 64, 128)] == [own, own, without[128], without[128]]
+    assert _pick(heuristics, 128) == without[128]  # gptq-int4 reads its own, as before
+    path.unlink()
+    configs.load_table.cache_clear()
+    configs.load_spans.cache_clear()
+    configs.write_table(path, "test-gpu", "Test GPU", {}, {KEY: without, zero: {16: own}},
+                        spans={KEY: {"w13": 128, "w2": 128}, zero: {"w13": 0, "w2": 128}})
+    assert [pick(n) for n in (16, 64, 128)] == [own, own, own]
+
+
 def test_pick_configs_reads_the_device_file(compiled_lookup, tmp_path):
     tuned = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
     _write(tmp_path, {KEY: {16: tuned}}, device="test-gpu")
