@@ -174,7 +174,7 @@ def test_a_search_cut_by_max_seconds_is_recorded_so(triton_runs_here, tmp_path):
         return 10.0 + config["BLOCK_N"]
 
     shape = ModelShape(E=4, K=128, N=64, topk=2)
-    table, timings, spans, rows = tune_command.run_tuning(
+    table, timings, _, rows = tune_command.run_tuning(
         {"tiny": shape}, ["gptq-int4"], [1, 8], DEVICE, timer, grid=TINY_GRID, group_size=32,
         log=lambda *a: None, routings=1, max_seconds=1, clock=clock)
     assert all(choice.cut and choice.us == choice.default_us for *_, choice in rows)
