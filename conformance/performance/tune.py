@@ -15,6 +15,7 @@ the next process start; the table printed says what each layer gained.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -139,14 +140,16 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
                 # one nibble order per linear for every bucket: each bucket re-settled in it
                 orders = best_spans([c.options for _, c, _ in tuned.values()])
                 for bucket, (m, c, defaults) in tuned.items():
-                    cut = c.cut
+                    cut, shipped_us = c.cut, c.shipped_us
                     c = settle(c.options, orders, defaults, [g.default_us for g in c.gemms],
                                stage.stored)
-                    c.cut = cut
+                    c.cut, c.shipped_us = cut, shipped_us
                     tuned[bucket] = (m, c, defaults)
                     table.setdefault(key, {})[bucket] = c.configs
                     timings[key, bucket] = {"default": round(c.default_us, 2),
                                             "tuned": round(c.us, 2),
+                                            **({"shipped": round(shipped_us, 2)}
+                                               if not math.isnan(shipped_us) else {}),
                                             **({"cut_at_s": max_seconds} if cut else {})}
                 if len(stage.spans(1)) > 1 or len(stage.spans(2)) > 1:
                     spans[key] = dict(zip(("w13", "w2"), orders, strict=True))
@@ -179,11 +182,13 @@ def describe(config: dict, span: int = 0) -> str:
 
 
 def format_rows(rows) -> str:
-    lines = [f"{'shape':<15} {'scheme':<11} {'M':>5} {'default us':>11} {'tuned us':>9} "
-             f"{'speedup':>7}  gemm1 / gemm2"]
+    lines = [f"{'shape':<15} {'scheme':<11} {'M':>5} {'default us':>11} {'shipped us':>11} "
+             f"{'tuned us':>9} {'speedup':>7}  gemm1 / gemm2"]
     for shape, scheme, M, c in rows:
-        lines.append(f"{shape:<15} {scheme:<11} {M:>5} {c.default_us:>11.1f} {c.us:>9.1f} "
-                     f"{c.default_us / c.us:>7.2f}  "
+        # shipped: the tiles the layer ran before, where a file's entry (not the defaults)
+        shipped = f"{'-':>11}" if math.isnan(c.shipped_us) else f"{c.shipped_us:>11.1f}"
+        lines.append(f"{shape:<15} {scheme:<11} {M:>5} {c.default_us:>11.1f} {shipped} "
+                     f"{c.us:>9.1f} {c.default_us / c.us:>7.2f}  "
                      f"{describe(c.configs[0], c.spans[0])} / "
                      f"{describe(c.configs[1], c.spans[1])}"
                      f"{'  (search cut by --max-seconds)' if c.cut else ''}")

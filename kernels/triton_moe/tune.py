@@ -152,6 +152,11 @@ class LayerStage:
             layer, self.plan, quant, x, "w13", None)
         # the heuristics, not a tuned file's entry: what `default_us` measures
         self.defaults = heuristics.default_configs(self.n, P.E, self.plan["w13"]["kind"])
+        # what the layer runs now (the files' entry, else the heuristics): one more climb
+        # start, so that a tuning never writes a tile slower than the one it replaces
+        self.shipped = heuristics.pick_configs(self.n, P.E, self.plan["w13"]["kind"],
+                                               self.act, self.shape(1), self.shape(2),
+                                               heuristics.weight_key(self.plan["w13"]))
         self._aligned: dict[int, tuple] = {}
         self._out = {1: torch.empty(self.n, P.w13_rows, dtype=x.dtype, device=x.device),
                      2: torch.empty(self.n, P.K, dtype=torch.float32, device=x.device)}
@@ -377,6 +382,8 @@ class LayerChoice:
     # every climb's result, {(BLOCK_M, gemm, span): GemmChoice}: what `settle` picks from
     options: dict = field(default_factory=dict)
     cut: bool = False  # the search's deadline ended it before every climb had finished
+    shipped_us: float = math.nan  # the tiles the layer ran before (a file's), when not the
+    # defaults: both GEMMs timed as they are (tune_layer)
 
 
 def neighbours(config: dict, grid: dict) -> list[dict]:
@@ -543,9 +550,42 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
                     continue  # another order that does not run right is no option
                 choice.default_us = default_us[g - 1]
                 options[bm, g, span] = choice
+    shipped_us = _climb_from_shipped(stage, timer, grid, sm_count, references, bounds,
+                                     default_us, options, deadline)
     choice = settle(options, best_spans([options]), defaults, default_us, stage.stored)
     choice.cut = deadline.hit
+    choice.shipped_us = shipped_us
     return choice
+
+
+def _climb_from_shipped(stage, timer: Timer, grid: dict, sm_count, references, bounds,
+                        default_us, options: dict, deadline: Deadline) -> float:
+    """Each GEMM climbed from the tiles the layer runs now (`stage.shipped`, in its stored
+    nibble order) when they are not the defaults, whatever the deadline (their start is
+    always timed): an option beside the others at their BLOCK_M, kept where faster. The
+    heuristics' default is not what a tuned layer runs: a search that beat it 1.09x wrote a
+    tile slower than the entry it replaced (w4a8-int8 Mixtral-8x7B at M = 64, 2026-12-01).
+    Returns the shipped tiles' own time (NaN when they are the defaults). A shipped tile whose
+    output disagrees with the default's is a kernel bug: StartRejected, named so."""
+    shipped = getattr(stage, "shipped", None)
+    if shipped is None or all(configs.complete(s) == configs.complete(d)
+                              for s, d in zip(shipped, stage.defaults, strict=True)):
+        return math.nan
+    total = 0.0
+    for g in (1, 2):
+        start = {**shipped[g - 1], "NIB_SPAN": stage.stored[g]}
+        try:
+            choice = tune_gemm(stage, g, start, timer,
+                               _gemm_grid(stage, g, start, grid, sm_count), references[g],
+                               bounds[g], deadline)
+        except StartRejected as e:
+            raise StartRejected(f"the tiles the layer runs now: {e}") from None
+        choice.default_us = default_us[g - 1]
+        total += choice.tried[0].us
+        key = (start["BLOCK_M"], g, stage.stored[g])
+        if key not in options or choice.us < options[key].us:
+            options[key] = choice
+    return total
 
 
 def best_spans(all_options: list[dict]) -> tuple[int, int]:

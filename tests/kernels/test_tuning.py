@@ -759,3 +759,33 @@ def test_a_deadline_ends_the_search_with_the_fastest_timed_so_far():
         assert gemm.us in {t.us for t in gemm.tried if t.us is not None}
     assert some.us < some.default_us  # six seconds reach a faster tile than the default
     assert {c["BLOCK_M"] for _, c in stage.runs} == {16}
+
+
+def test_the_tiles_the_layer_runs_now_are_a_climb_start_too():
+    """A shipped tile (a file's entry) faster than anything the climb from the heuristics
+    reaches: the tuning keeps it, and says what it ran in; one that is slower loses to the
+    climb; one whose output disagrees with the default's stops the tuning, named."""
+    shipped = (_cfg(32, BLOCK_N=128, num_warps=8), _cfg(32, BLOCK_N=128, num_warps=8))
+
+    def timer(run, config):  # a valley: every single step from the default is slower
+        run()
+        if config["BLOCK_M"] == 32 and config["BLOCK_N"] == 128 and config["num_warps"] == 8:
+            return 30.0
+        return 50.0 if (config["BLOCK_N"], config["num_warps"]) == (64, 4) else 60.0
+
+    assert tune.tune_layer(FakeStage(), timer, GRID).us == 100.0  # the defaults: 2 x 50
+    stage = FakeStage()
+    stage.shipped = shipped
+    choice = tune.tune_layer(stage, timer, GRID)
+    assert choice.configs == tuple(configs.complete(c) for c in shipped)
+    assert (choice.us, choice.shipped_us, choice.default_us) == (60.0, 60.0, 100.0)
+
+    slow = FakeStage()
+    slow.shipped = (_cfg(16, BLOCK_N=32), _cfg(16, BLOCK_N=32))
+    choice = tune.tune_layer(slow, fake_timer({"BLOCK_N": 128}), GRID)
+    assert choice.configs[0]["BLOCK_N"] == 128 and choice.shipped_us == 200.0
+
+    wrong = FakeStage(planted={"BLOCK_M": 32, "BLOCK_N": 128})
+    wrong.shipped = shipped
+    with pytest.raises(tune.StartRejected, match="the tiles the layer runs now"):
+        tune.tune_layer(wrong, timer, GRID)

@@ -188,3 +188,27 @@ def test_a_search_cut_by_max_seconds_is_recorded_so(triton_runs_here, tmp_path):
         log=lambda *a: None, routings=1)
     assert not rows[0][3].cut and "cut_at_s" not in next(iter(whole.values()))
     assert "cut" not in tune_command.format_rows(rows)
+
+
+def test_the_tiles_a_layer_runs_now_are_timed_and_recorded(triton_runs_here, monkeypatch):
+    """Where the layer reads a file's entry (here: a stand-in for pick_configs), the tuning
+    times those tiles as they are and records their time beside the default's."""
+    from moecert.kernels.triton_moe import heuristics
+
+    def entry(num_rows, num_experts, weight, *rest):
+        return tuple({**c, "BLOCK_N": 32} for c in heuristics.default_configs(
+            num_rows, num_experts, weight))
+
+    monkeypatch.setattr(heuristics, "pick_configs", entry)
+
+    def timer(run, config):
+        return 10.0 + config["BLOCK_N"]
+
+    shape = ModelShape(E=4, K=128, N=64, topk=2)
+    _, timings, _, rows = tune_command.run_tuning(
+        {"tiny": shape}, ["gptq-int4"], [1], DEVICE, timer, grid=TINY_GRID, group_size=32,
+        log=lambda *a: None, routings=1)
+    (choice,) = [r[3] for r in rows]
+    assert choice.shipped_us == 2 * 42.0 and choice.us <= choice.shipped_us
+    assert next(iter(timings.values()))["shipped"] == 84.0
+    assert "84.0" in tune_command.format_rows(rows)
