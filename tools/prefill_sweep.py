@@ -71,11 +71,10 @@ def gemm_rate(device: str) -> float:
 def main() -> None:
     from moecert.kernels.triton_moe import heuristics
     from moecert.kernels.triton_moe.backend import TritonBackend
-    from moecert.kernels.triton_moe.tune import (
+    from moecert.kernels.triton_moe.tune import _try, reorder_bound
+    from moecert.kernels.triton_moe.tune_stages import (
         LayerStage,
-        _try,
         do_bench_timer,
-        reorder_bound,
         weight_variants,
     )
     from moecert.reference import SCHEMES, MoEProblem, make_inputs, random_checkpoint

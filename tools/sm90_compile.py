@@ -25,7 +25,7 @@ import sys
 os.environ.pop("TRITON_INTERPRET", None)
 import torch
 import triton
-from moecert.kernels.triton_moe import fused_moe, gemm_kernel, kinds, tune
+from moecert.kernels.triton_moe import fused_moe, gemm_kernel, kinds, tune_stages
 from moecert.kernels.triton_moe.backend import TritonBackend
 from moecert.reference import MoEProblem, make_inputs, synthesize
 from triton.backends.compiler import GPUTarget
@@ -104,7 +104,7 @@ def stage_for(scheme, attrs, K=256, N=256, E=4, M=64):
     layer = BACKEND.create_layer(synthesize(scheme, P, seed=1, **attrs), P)
     BACKEND.process_weights_after_loading(layer)
     x, w, ids = make_inputs(P, seed=2)
-    return tune.LayerStage(layer, x, w, ids)
+    return tune_stages.LayerStage(layer, x, w, ids)
 
 PREFILL = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4,
            "FAST_I4": True}

@@ -33,7 +33,7 @@ from ..harness.option_values import (
 
 DEFAULT_SCHEMES = ("gptq-int4", "int8-w8a16", "fp8-w8a16", "mxfp8")
 GROUP_SIZE = 128  # of the packed integer schemes (GPTQ/AWQ g128, the common checkpoints)
-# random routings per M that each candidate is timed over (tune.RoutingStages says why); the
+# random routings per M that each candidate is timed over (tune_stages.RoutingStages says why); the
 # seeds M + ROUTING_SEED_STEP * r, so the first is the one a single-routing run used. Three
 # were too few on an H100: none of Mixtral-8x7B's three at M = 64 had 13 row blocks, where
 # 2 of 6 routings measured did (docs/speed.md, "Change 7")
@@ -68,7 +68,7 @@ def main(args) -> int:
         raise UsageError("needs a CUDA device: torch sees none here (it tunes the Triton "
                          "backend's tiles for the GPU it runs on)")
     from moecert.kernels.triton_moe import configs
-    from moecert.kernels.triton_moe.tune import do_bench_timer
+    from moecert.kernels.triton_moe.tune_stages import do_bench_timer
 
     name = torch.cuda.get_device_name(0)
     device = configs.device_key(name)
@@ -99,13 +99,10 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
     M's search bounded so (tune.Deadline on `clock`, from before its inputs are made); a
     cut one is recorded with its bound ("cut_at_s" beside its timings)."""
     from moecert.kernels.triton_moe.backend import TritonBackend
-    from moecert.kernels.triton_moe.tune import (
-        Deadline,
+    from moecert.kernels.triton_moe.tune import Deadline, best_spans, settle, tune_layer
+    from moecert.kernels.triton_moe.tune_stages import (
         LayerStage,
         RoutingStages,
-        best_spans,
-        settle,
-        tune_layer,
         weight_variants,
     )
 

@@ -17,7 +17,7 @@ from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
 
-from moecert.kernels.triton_moe import tune  # noqa: E402
+from moecert.kernels.triton_moe import tune_stages  # noqa: E402
 from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
 from moecert.reference import MoEProblem, make_inputs, synthesize  # noqa: E402
 
@@ -69,7 +69,7 @@ def test_unrolled_steps_give_the_same_bits(scheme, attrs, K, even_whole, even_sp
     layer = BACKEND.create_layer(synthesize(scheme, P, seed=1, **attrs), P)
     BACKEND.process_weights_after_loading(layer)
     x, w, ids = make_inputs(P, seed=2)
-    stage = tune.LayerStage(layer, x, w, ids)
+    stage = tune_stages.LayerStage(layer, x, w, ids)
     one = {**stage.defaults[0], "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": split_k}
     launches.seen.clear()
     once = _bits(stage.run(1, one).clone())

@@ -19,7 +19,7 @@ from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
 
-from moecert.kernels.triton_moe import fused_moe, gemm_kernel, tune  # noqa: E402
+from moecert.kernels.triton_moe import fused_moe, gemm_kernel, tune, tune_stages  # noqa: E402
 from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
 from moecert.reference import MoEProblem, make_inputs, synthesize  # noqa: E402
 
@@ -43,7 +43,7 @@ def _stage(scheme, attrs=None, M=13, K=64, N=96, E=3):
     layer = BACKEND.create_layer(synthesize(scheme, P, seed=1, **(attrs or {})), P)
     BACKEND.process_weights_after_loading(layer)
     x, w, ids = make_inputs(P, seed=2)
-    return tune.LayerStage(layer, x, w, ids)
+    return tune_stages.LayerStage(layer, x, w, ids)
 
 
 def _run(stage, gemm, config):
@@ -147,7 +147,7 @@ def test_mxfp4_scales_fold_into_bf16_weights(dtype, monkeypatch):
     layer = BACKEND.create_layer(synthesize("mxfp4", P, seed=3), P)
     BACKEND.process_weights_after_loading(layer)
     x, w, ids = make_inputs(P, seed=4)
-    stage = tune.LayerStage(layer, x, w, ids)
+    stage = tune_stages.LayerStage(layer, x, w, ids)
     for gemm in (1, 2):
         config = stage.defaults[gemm - 1]
         weights = stage.weights(gemm, config)

@@ -17,7 +17,13 @@ from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
 
-from moecert.kernels.triton_moe import configs, gemm_kernel, heuristics, tune  # noqa: E402
+from moecert.kernels.triton_moe import (  # noqa: E402
+    configs,
+    gemm_kernel,
+    heuristics,
+    tune,
+    tune_stages,
+)
 from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
 from moecert.reference import MoEProblem, make_inputs, moe, synthesize  # noqa: E402
 
@@ -57,14 +63,14 @@ def launches(monkeypatch):
     return spy
 
 
-def _stage(scheme, attrs, over, M=2) -> tune.LayerStage:
+def _stage(scheme, attrs, over, M=2) -> tune_stages.LayerStage:
     """The GEMMs' stage, its default configs with 128 x 128 weight tiles: the interpreter's
     time goes by tiles (BLOCK_K 128 still splits K = 384 at group 128 as 256 + 128)."""
     P = MoEProblem(**{"M": M, "E": 2, "topk": 2, **over})
     layer = BACKEND.create_layer(synthesize(scheme, P, seed=1, **attrs), P)
     BACKEND.process_weights_after_loading(layer)
     x, w, ids = make_inputs(P, seed=2)
-    stage = tune.LayerStage(layer, x, w, ids)
+    stage = tune_stages.LayerStage(layer, x, w, ids)
     stage.defaults = tuple({**c, "BLOCK_N": 128, "BLOCK_K": 128} for c in stage.defaults)
     return stage
 

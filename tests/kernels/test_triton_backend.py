@@ -294,12 +294,12 @@ def test_nvfp4_tuning_stage_sees_the_tile_width_and_the_global_factor():
     sees it carries the global factor 1 / g: the torch backend's NVFP4 qdq (its step bs / g
     is fp32: a few ulps apart)."""
     from moecert.kernels.activations import qdq_nvfp4
-    from moecert.kernels.triton_moe import tune
+    from moecert.kernels.triton_moe import tune_stages
 
     P = _problem(M=5)
     _, layer = _layer("nvfp4", {"activation": "nvfp4"}, P)
     x, w, ids = make_inputs(P, seed=2)
-    stage = tune.LayerStage(layer, x, w, ids)
+    stage = tune_stages.LayerStage(layer, x, w, ids)
     config = {**stage.defaults[0], "BLOCK_K": 128}
     assert layer.meta["w13_nib_span"] == layout.FP4_SPAN
     assert stage.effective(1, config)[2] == layout.FP4_SPAN

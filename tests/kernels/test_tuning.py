@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from moecert.kernels.triton_moe import configs, tune
+from moecert.kernels.triton_moe import configs, tune, tune_stages
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 
@@ -547,19 +547,19 @@ def test_tuning_over_routings_takes_the_mean_and_checks_each():
     second = CostedStage({32: 50.0, 64: 46.0, 128: 70.0}, meter)
     alone = tune.tune_layer(first, timer, grid)
     assert [c["BLOCK_N"] for c in alone.configs] == [128, 128]
-    both = tune.tune_layer(tune.RoutingStages([first, second]), timer, grid)
+    both = tune.tune_layer(tune_stages.RoutingStages([first, second]), timer, grid)
     assert [c["BLOCK_N"] for c in both.configs] == [64, 64]
     assert both.us == 2 * 45.0  # two GEMMs, each the mean of 44 and 46
     assert alone.default_us == 2 * 44.0  # the default (_cfg: BLOCK_N 64), timed the same way
     # BLOCK_N 32, now the fastest on both, computes a wrong output on the second routing
     fast = CostedStage({32: 30.0, 64: 44.0, 128: 40.0}, meter)
     wrong = CostedStage({32: 30.0, 64: 46.0, 128: 70.0}, meter, planted={"BLOCK_N": 32})
-    checked = tune.tune_layer(tune.RoutingStages([fast, wrong]), timer, grid)
+    checked = tune.tune_layer(tune_stages.RoutingStages([fast, wrong]), timer, grid)
     assert [c["BLOCK_N"] for c in checked.configs] == [64, 64]
     rejected = [t for g in checked.gemms for t in g.tried if t.us is None]
     assert rejected and all(t.config["BLOCK_N"] == 32 for t in rejected)
     with pytest.raises(ValueError, match="at least one stage"):
-        tune.RoutingStages([])
+        tune_stages.RoutingStages([])
 
 
 def test_tune_layer_rejects_a_planted_wrong_config():

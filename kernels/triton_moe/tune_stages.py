@@ -1,0 +1,246 @@
+"""The GEMMs' real inputs for `moecert tune`'s search (tune.py): a layer's two grouped GEMMs
+at one row count, launched alone with any tile configuration, over one random routing
+(LayerStage) or several seen as one (RoutingStages), and the timer the command times them
+with on a GPU (`do_bench_timer`). Split from tune.py on 2026-12-01 (it had grown past 600
+lines); the search, its correctness test and its deadline stay there."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from . import configs
+
+
+def do_bench_timer(run: Callable[[], object], config: dict) -> float:
+    """Median microseconds of `run` replayed from a CUDA graph, by triton.testing.do_bench
+    (warm-up, then repetitions filling ~50 ms; it flushes L2 between repetitions). The
+    graph takes the host out: launched from Python a small GEMM's time is the host's
+    (Qwen3-30B-A3B at M = 1 on an H100: both GEMMs timed 56-301 us where the whole layer
+    replays in 35 us), which charged every config of more launches (split-K's second one)
+    host time that the layer's graph never pays."""
+    import triton
+
+    run()  # compiled before the capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    return 1e3 * triton.testing.do_bench(graph.replay, warmup=10, rep=50,
+                                         return_mode="median")
+
+
+# --- the GEMMs' inputs -------------------------------------------------------------------------
+
+class RoutingStages:
+    """Several LayerStages of one layer and row count, each its own random routing, seen
+    as one stage: a candidate runs on every routing, must agree with the default's output
+    on each (`run` returns the outputs stacked) and is timed over all of them (`launch`,
+    `routings`). A config timed on one routing can lose on the next: Mixtral-8x7B's GEMM2
+    at M = 64 on an H100 took 396-416 us on routings of 11-12 row blocks with 3 programs
+    per SM, and 503-513 us on routings of 13 (416 programs, more than 396 slots), where a
+    4-per-SM tile took 455-458 (docs/speed.md, "Change 7"). What the others do not change
+    (weights, shapes, defaults, the row count) is the first stage's."""
+
+    def __init__(self, stages: list):
+        if not stages:
+            raise ValueError("RoutingStages needs at least one stage")
+        self.stages = stages
+        self.routings = len(stages)
+
+    def __getattr__(self, name):
+        return getattr(self.stages[0], name)
+
+    def launch(self, gemm: int, config: dict) -> None:
+        for stage in self.stages:
+            stage.run(gemm, config)
+
+    def run(self, gemm: int, config: dict) -> torch.Tensor:
+        return torch.cat([stage.run(gemm, config) for stage in self.stages])
+
+    def magnitudes(self, gemm: int) -> torch.Tensor:
+        return torch.cat([stage.magnitudes(gemm) for stage in self.stages])
+
+
+def weight_variants(layer) -> dict[int, dict[int, dict]]:
+    """{gemm: {nibble span: kernel description}} of a converted layer's two linears."""
+    from . import backend
+
+    return {1: backend.int4_variants(layer, "w13"), 2: backend.int4_variants(layer, "w2")}
+
+
+class LayerStage:
+    """One layer's two GEMMs on fixed inputs: GEMM1 on the (quantized) tokens, GEMM2 on the
+    activation of GEMM1's default-config output. Standard activation format, no expert map
+    (what the tuner builds). A bias is allowed (the split-K tests run it): it is added once,
+    after the sum over K, in every config, so it changes no summation order, and its one
+    fp32 rounding is within `reorder_bound`'s output-spacing term. Row alignments are made
+    per BLOCK_M on demand."""
+
+    def __init__(self, layer, x: torch.Tensor, topk_weights: torch.Tensor,
+                 topk_ids: torch.Tensor, variants: dict | None = None):
+        from . import backend, heuristics, quant
+
+        P = self.problem = layer.problem
+        if P.expert_map is not None or P.activation_format != "standard":
+            raise ValueError("tuning stages take plain layers: no expert map or batched "
+                             "format")
+        self.layer, self.plan = layer, backend._plan(layer)
+        # each linear in every nibble order it can be stored in ({span: description}); a
+        # config's NIB_SPAN picks one, the layer's own order when it has none. Built once
+        # per layer by the caller that tunes several M (`weight_variants`): a copy of the
+        # weights per order.
+        self.variants = variants or weight_variants(layer)
+        self.stored = {1: layer.meta.get("w13_nib_span", 0),
+                       2: layer.meta.get("w2_nib_span", 0)}
+        self.ids = topk_ids.reshape(-1)
+        self.router = topk_weights.reshape(-1)
+        self.n = self.ids.numel()
+        self.a1, self.s1, self.g1, self.act = backend._quantize(
+            layer, self.plan, quant, x, "w13", None)
+        # the heuristics, not a tuned file's entry: what `default_us` measures
+        self.defaults = heuristics.default_configs(self.n, P.E, self.plan["w13"]["kind"])
+        # what the layer runs now (the files' entry, else the heuristics): one more climb
+        # start, so that a tuning never writes a tile slower than the one it replaces
+        self.shipped = heuristics.pick_configs(self.n, P.E, self.plan["w13"]["kind"],
+                                               self.act, self.shape(1), self.shape(2),
+                                               heuristics.weight_key(self.plan["w13"]))
+        self._aligned: dict[int, tuple] = {}
+        self._out = {1: torch.empty(self.n, P.w13_rows, dtype=x.dtype, device=x.device),
+                     2: torch.empty(self.n, P.K, dtype=torch.float32, device=x.device)}
+        h = self.run(1, self.defaults[0]).clone()
+        inter = quant.activation(h, P.activation, P.N)
+        self.a2, self.s2, self.g2, act2 = backend._quantize(
+            layer, self.plan, quant, inter, "w2", None)
+        assert act2 == self.act
+
+    @property
+    def weight_kind(self) -> int:
+        return self.plan["w13"]["kind"]
+
+    def key(self):
+        """The layer's key in a tuned-config file."""
+        from . import heuristics, kinds
+
+        return configs.LayerKey(heuristics.weight_key(self.plan["w13"]),
+                                kinds.ACT_NAMES[self.act], self.problem.E, self.shape(1),
+                                self.shape(2))
+
+    def shape(self, gemm: int) -> tuple[int, int]:
+        """(N, K) of GEMM 1 or 2."""
+        P = self.problem
+        return (P.w13_rows, P.K) if gemm == 1 else (P.K, P.N)
+
+    def spans(self, gemm: int) -> tuple[int, ...]:
+        """The nibble orders GEMM `gemm`'s weights can be timed in."""
+        return tuple(sorted(self.variants[gemm]))
+
+    def weights(self, gemm: int, config: dict) -> dict:
+        return self.variants[gemm][config.get("NIB_SPAN", self.stored[gemm])]
+
+    def aligned(self, block_m: int) -> tuple:
+        from . import align
+
+        if block_m not in self._aligned:
+            self._aligned[block_m] = align.align_assignments(self.ids, self.problem.E,
+                                                             block_m, n=self.n)
+        return self._aligned[block_m]
+
+    routings = 1  # timed per launch (RoutingStages: several)
+
+    def launch(self, gemm: int, config: dict) -> None:
+        """What the timer times: GEMM 1 or 2 with `config`, once."""
+        self.run(gemm, config)
+
+    def run(self, gemm: int, config: dict) -> torch.Tensor:
+        """Launch GEMM 1 or 2 with `config` into its output buffer (returned, reused)."""
+        from . import fused_moe
+
+        sorted_ids, block_expert, num_padded = self.aligned(config["BLOCK_M"])
+        out = self._out[gemm]
+        weights = self.weights(gemm, config)
+        if gemm == 1:
+            fused_moe.moe_gemm(self.a1, self.s1, self.g1, weights, out, sorted_ids,
+                               block_expert, num_padded, None, a_row_div=self.problem.topk,
+                               act=self.act, config=config)
+        else:
+            fused_moe.moe_gemm(self.a2, self.s2, self.g2, weights, out, sorted_ids,
+                               block_expert, num_padded, self.router, a_row_div=1,
+                               act=self.act, config=config)
+        return out
+
+    def effective(self, gemm: int, config: dict) -> tuple:
+        """The configuration as the kernel will run it (BLOCK_K clamped to the scale block,
+        SPLIT_K to the splits K has room for, FAST_I4 and SWAP_AB as booleans): two configs
+        equal here run the same launches."""
+        from . import heuristics
+
+        K = self.shape(gemm)[1]
+        w = self.weights(gemm, config)
+        bk = heuristics.weights_block_k(w, config["BLOCK_K"], K, self.act)
+        splits, _ = heuristics.weights_split_plan(w, config, K, self.act)
+        return (config["BLOCK_M"], config["BLOCK_N"], bk, config["num_warps"],
+                config["num_stages"], bool(config.get("SWAP_AB")),
+                bool(config.get("FAST_I4")), splits, config.get("K_UNROLL", 1),
+                w["constexprs"]["NIB_SPAN"], config.get("GROUP_M", 1))
+
+    def programs(self, gemm: int, config: dict) -> int:
+        """The GEMM's grid for these rows: row blocks that hold rows x column blocks."""
+        _, _, num_padded = self.aligned(config["BLOCK_M"])
+        row_blocks = int(num_padded.item()) // config["BLOCK_M"]
+        return row_blocks * -(-self.shape(gemm)[0] // config["BLOCK_N"])
+
+    def magnitudes(self, gemm: int) -> torch.Tensor:
+        """float64 [n, N]: sum over k of |a[row, k] * W[expert, col, k]| with the scales
+        applied (and |router weight| for GEMM2): what bounds any summation order's error."""
+        from ..native import dequantize_expert
+
+        a = self._dequantized_input(gemm)
+        p = "w13" if gemm == 1 else "w2"
+        rows_a = torch.arange(self.n, device=a.device) // (self.problem.topk if gemm == 1
+                                                           else 1)
+        out = torch.zeros(self.n, self.shape(gemm)[0], dtype=torch.float64, device=a.device)
+        # e2m1 codes in the Triton backend's planes and tiles: the checkpoint's order for
+        # the torch backend's dequantization, for the time of this bound
+        planed = (self.layer.quant.info.element == "e2m1"
+                  and self.layer.meta.get(f"{p}_nib_span", 0))
+        kept = {}
+        if planed:
+            from .backend import stored_fp4_tensors
+
+            for name, t in stored_fp4_tensors(self.layer, p).items():
+                kept[name] = self.layer.get(name)
+                self.layer.put(name, t)
+        try:
+            for e in torch.unique(self.ids).tolist():
+                rows = (self.ids == e).nonzero().flatten()
+                w = dequantize_expert(self.layer, p, e).to(torch.float64).abs()
+                out[rows] = a[rows_a[rows]].abs() @ w.T
+        finally:
+            for name, t in kept.items():
+                self.layer.put(name, t)
+        if gemm == 2:
+            out *= self.router.to(torch.float64).abs()[:, None]
+        return out
+
+    def _dequantized_input(self, gemm: int) -> torch.Tensor:
+        """The GEMM's activation as the kernel's epilogue sees it, float64: codes times
+        their per-row scale or E8M0 column scales, and the global factor (int8, NVFP4)."""
+        from ..convert import decode_e8m0
+        from . import kinds
+
+        a, s, g = (self.a1, self.s1, self.g1) if gemm == 1 else (self.a2, self.s2, self.g2)
+        a = a.to(torch.float64)
+        if self.act == kinds.A_INT8:
+            a = a * s.to(torch.float64).reshape(-1, 1)
+        elif self.act == kinds.A_MX:
+            cols = kinds.MX_COLS
+            a = a * decode_e8m0(s, torch.float64).repeat_interleave(cols, 1)[:, :a.shape[1]]
+        if g is not None:
+            a = a * g.to(torch.float64)
+        return a
