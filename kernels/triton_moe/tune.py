@@ -22,7 +22,10 @@ a workspace round trip for nothing).
 A deadline (`Deadline`, `moecert tune --max-seconds`) bounds one layer's search at one row
 count: once it has passed, no further candidate is tried and the fastest correct one timed so
 far stands. Both defaults are timed first whatever the deadline, so a search cut at any point
-still gives a config no slower than the default; the choice says it was cut (`cut`).
+still gives a config no slower than the default; the choice says it was cut (`cut`). Every
+climb's start (each BLOCK_M and nibble order, and the tiles the layer runs now) is timed
+before any climb, and the climbs run from the fastest start on: a deadline cuts the least
+promising ones.
 (Mixtral-8x7B at M = 64 outran 130-260 s of a device call more than once, and a cut process
 wrote nothing.)
 
@@ -228,9 +231,10 @@ def climb(evaluate: Callable[[dict], float | None], start: dict, grid: dict,
 
 def tune_gemm(stage: LayerStage, gemm: int, start: dict, timer: Timer, grid: dict,
               reference: torch.Tensor, bound: torch.Tensor,
-              deadline: Deadline = NO_DEADLINE) -> GemmChoice:
+              deadline: Deadline = NO_DEADLINE, rounds: int = MAX_ROUNDS) -> GemmChoice:
     """The fastest correct config of one GEMM reachable from `start` (its BLOCK_M fixed);
-    past the deadline, the best of what was timed (at least the start)."""
+    past the deadline, the best of what was timed (at least the start). rounds=0: the start
+    alone."""
     cache: dict[tuple, Tried] = {}
     tried: list[Tried] = []
 
@@ -242,12 +246,12 @@ def tune_gemm(stage: LayerStage, gemm: int, start: dict, timer: Timer, grid: dic
         return cache[key].us
 
     first, *others = climb_starts(start, grid)
-    best, us = climb(evaluate, first, grid, deadline=deadline)
+    best, us = climb(evaluate, first, grid, rounds, deadline)
     if us is None:
         raise StartRejected(f"GEMM{gemm}: the start config {start} was rejected: "
                             f"{cache[stage.effective(gemm, start)].why}")
     for other in others:
-        if deadline.expired():
+        if rounds == 0 or deadline.expired():
             break
         config, other_us = climb(evaluate, other, grid, deadline=deadline)
         if other_us is not None and other_us < us:
@@ -285,12 +289,16 @@ def _time(stage, gemm: int, config: dict, timer: Timer) -> float:
 def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
                sm_count: int | None = None, deadline: Deadline = NO_DEADLINE) -> LayerChoice:
     """Both GEMMs' configs for the stage's rows: per BLOCK_M candidate, each GEMM climbed
-    from its default with that BLOCK_M; the BLOCK_M with the least total time wins. The
-    defaults are timed as they are, so `default_us` is what the heuristics give. `grid`:
-    GRID unless given (the tests' small grids); its SPLIT_K values only for a GEMM whose
-    start has a small grid (`split_k_grid`; sm_count: the device's unless given).
-    Past `deadline` only the defaults' own BLOCK_M and nibble orders are still started
-    (each GEMM's climb from its default, so that `settle` has one width with both)."""
+    from its default with that BLOCK_M, and from the tiles the layer runs now
+    (`_shipped_starts`); the BLOCK_M with the least total time wins. The defaults are timed
+    as they are, so `default_us` is what the heuristics give. `grid`: GRID unless given (the
+    tests' small grids); its SPLIT_K values only for a GEMM whose start has a small grid
+    (`split_k_grid`; sm_count: the device's unless given).
+    Breadth before depth: every start is timed first, then the climbs run from the fastest
+    start on, so that a deadline cuts the climbs least likely to win (at M = 64 a wider
+    BLOCK_M can beat every tile of the default's). Past the deadline only the required
+    starts are still timed: each GEMM's default (so that `settle` has one width with both)
+    and the shipped tiles."""
     sm_count = sm_count if sm_count is not None else device_sm_count()
     touched = torch.unique(stage.ids).numel()
     per_expert = stage.n / max(touched, 1)
@@ -301,60 +309,60 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
         references[g] = stage.run(g, defaults[g - 1]).clone()
         bounds[g] = reorder_bound(references[g], stage.magnitudes(g), stage.shape(g)[1])
     default_us = [_time(stage, g, defaults[g - 1], timer) for g in (1, 2)]
+    # (option key (BLOCK_M, gemm, span), start config, required, the weights as stored)
+    starts = [((bm, g, span), {**defaults[g - 1], "BLOCK_M": bm, "NIB_SPAN": span},
+               bm == defaults[0]["BLOCK_M"] and span == stage.stored[g], span == stage.stored[g])
+              for bm in block_ms(per_expert, defaults[0]["BLOCK_M"])
+              for g in (1, 2) for span in stage.spans(g)]
+    shipped = _shipped_starts(stage)
+    starts += shipped
+
+    def run(key, start, rounds):
+        return tune_gemm(stage, key[1], start, timer,
+                         _gemm_grid(stage, key[1], start, grid, sm_count), references[key[1]],
+                         bounds[key[1]], deadline, rounds)
+
+    timed = []  # (start's us, key, start, required)
+    for key, start, required, as_stored in starts:
+        if not required and deadline.expired():
+            continue
+        try:
+            timed.append((run(key, start, 0).us, key, start, required))
+        except StartRejected as e:
+            if start in [s for _, s, _, _ in shipped]:
+                raise StartRejected(f"the tiles the layer runs now: {e}") from None
+            if as_stored:  # the weights as stored: a real failure
+                raise
+            # another nibble order that does not run right is no option
     options: dict[tuple[int, int, int], GemmChoice] = {}
-    for bm in block_ms(per_expert, defaults[0]["BLOCK_M"]):
-        for g in (1, 2):
-            for span in stage.spans(g):
-                as_default = bm == defaults[0]["BLOCK_M"] and span == stage.stored[g]
-                if not as_default and deadline.expired():
-                    continue
-                start = {**defaults[g - 1], "BLOCK_M": bm, "NIB_SPAN": span}
-                try:
-                    choice = tune_gemm(stage, g, start, timer,
-                                       _gemm_grid(stage, g, start, grid, sm_count),
-                                       references[g], bounds[g], deadline)
-                except StartRejected:
-                    if span == stage.stored[g]:  # the weights as stored: a real failure
-                        raise
-                    continue  # another order that does not run right is no option
-                choice.default_us = default_us[g - 1]
-                options[bm, g, span] = choice
-    shipped_us = _climb_from_shipped(stage, timer, grid, sm_count, references, bounds,
-                                     default_us, options, deadline)
+    for start_us, key, start, required in sorted(timed, key=lambda t: t[0]):
+        if not required and deadline.expired():
+            choice = GemmChoice(start, start_us, default_us[key[1] - 1])
+        else:
+            choice = run(key, start, MAX_ROUNDS)
+        choice.default_us = default_us[key[1] - 1]
+        if key not in options or choice.us < options[key].us:
+            options[key] = choice
     choice = settle(options, best_spans([options]), defaults, default_us, stage.stored)
     choice.cut = deadline.hit
-    choice.shipped_us = shipped_us
+    shipped_times = [us for us, _, start, _ in timed if start in [s for _, s, _, _ in shipped]]
+    choice.shipped_us = sum(shipped_times) if len(shipped_times) == 2 else math.nan
     return choice
 
 
-def _climb_from_shipped(stage, timer: Timer, grid: dict, sm_count, references, bounds,
-                        default_us, options: dict, deadline: Deadline) -> float:
-    """Each GEMM climbed from the tiles the layer runs now (`stage.shipped`, in its stored
-    nibble order) when they are not the defaults, whatever the deadline (their start is
-    always timed): an option beside the others at their BLOCK_M, kept where faster. The
-    heuristics' default is not what a tuned layer runs: a search that beat it 1.09x wrote a
-    tile slower than the entry it replaced (w4a8-int8 Mixtral-8x7B at M = 64, 2026-12-01).
-    Returns the shipped tiles' own time (NaN when they are the defaults). A shipped tile whose
-    output disagrees with the default's is a kernel bug: StartRejected, named so."""
+def _shipped_starts(stage) -> list:
+    """Each GEMM's start from the tiles the layer runs now (`stage.shipped`, in its stored
+    nibble order), when they are not the defaults: required starts, timed whatever the
+    deadline. The heuristics' default is not what a tuned layer runs: a search that beat it
+    1.09x wrote a tile slower than the entry it replaced (w4a8-int8 Mixtral-8x7B at M = 64,
+    2026-12-01). A shipped tile whose output disagrees with the default's is a kernel bug:
+    StartRejected, named so."""
     shipped = getattr(stage, "shipped", None)
     if shipped is None or all(configs.complete(s) == configs.complete(d)
                               for s, d in zip(shipped, stage.defaults, strict=True)):
-        return math.nan
-    total = 0.0
-    for g in (1, 2):
-        start = {**shipped[g - 1], "NIB_SPAN": stage.stored[g]}
-        try:
-            choice = tune_gemm(stage, g, start, timer,
-                               _gemm_grid(stage, g, start, grid, sm_count), references[g],
-                               bounds[g], deadline)
-        except StartRejected as e:
-            raise StartRejected(f"the tiles the layer runs now: {e}") from None
-        choice.default_us = default_us[g - 1]
-        total += choice.tried[0].us
-        key = (start["BLOCK_M"], g, stage.stored[g])
-        if key not in options or choice.us < options[key].us:
-            options[key] = choice
-    return total
+        return []
+    return [((c["BLOCK_M"], g, stage.stored[g]), {**c, "NIB_SPAN": stage.stored[g]}, True, True)
+            for g, c in ((1, shipped[0]), (2, shipped[1]))]
 
 
 def best_spans(all_options: list[dict]) -> tuple[int, int]:

@@ -725,21 +725,23 @@ def test_the_config_folder_variable_points_the_lookup_there(compiled_lookup, tmp
 
 
 def test_a_deadline_ends_the_search_with_the_fastest_timed_so_far():
-    """Each timing costs one second on a fake clock. Unbounded, the search finds BLOCK_N 128
-    with 8 warps at every BLOCK_M; a deadline of 0 s keeps both defaults (always timed, so a
-    cut search is never slower than the heuristics), one of a few seconds ends between: what
-    it chose was timed and is no slower than the default, and later BLOCK_Ms never start."""
+    """Each timing costs one second on a fake clock. Unbounded, the search finds BLOCK_M 64
+    with BLOCK_N 128 and 8 warps; a deadline of 0 s keeps both defaults (always timed, so a
+    cut search is never slower than the heuristics); one of 10 s has timed every BLOCK_M's
+    start (breadth before depth) and no climb: it takes the wider BLOCK_M, a tile it timed,
+    where climbing the default's first would have spent the time on one BLOCK_M."""
     ticks = [0.0]
     prefer = fake_timer({"BLOCK_N": 128, "num_warps": 8})
 
     def timer(run, config):
         ticks[0] += 1.0
-        return prefer(run, config)
+        return prefer(run, config) - (40.0 if config["BLOCK_M"] == 64 else 0.0)
 
     full_stage = FakeStage(rows_per_expert=64)
     full = tune.tune_layer(full_stage, timer, GRID)
     full_ticks = ticks[0]
-    assert not full.cut and full.configs[0]["BLOCK_N"] == 128
+    assert not full.cut and full.us == 2 * 40.0
+    assert [c["BLOCK_M"] for c in full.configs] == [64, 64]
     assert {c["BLOCK_M"] for _, c in full_stage.runs} == {16, 32, 64, 128}
 
     ticks[0] = 0.0
@@ -752,13 +754,11 @@ def test_a_deadline_ends_the_search_with_the_fastest_timed_so_far():
 
     ticks[0] = 0.0
     stage = FakeStage(rows_per_expert=64)
-    some = tune.tune_layer(stage, timer, GRID, deadline=tune.Deadline(6, lambda: ticks[0]))
-    assert some.cut and some.us <= some.default_us
-    assert ticks[0] < full_ticks
-    for gemm in some.gemms:  # each chosen tile is one the search timed before its end
-        assert gemm.us in {t.us for t in gemm.tried if t.us is not None}
-    assert some.us < some.default_us  # six seconds reach a faster tile than the default
-    assert {c["BLOCK_M"] for _, c in stage.runs} == {16}
+    some = tune.tune_layer(stage, timer, GRID, deadline=tune.Deadline(10, lambda: ticks[0]))
+    assert some.cut and ticks[0] < full_ticks
+    assert [c["BLOCK_M"] for c in some.configs] == [64, 64]
+    assert some.us == 2 * 60.0 < some.default_us  # the start alone, no climb from it
+    assert {c["BLOCK_M"] for _, c in stage.runs} == {16, 32, 64, 128}
 
 
 def test_the_tiles_the_layer_runs_now_are_a_climb_start_too():
