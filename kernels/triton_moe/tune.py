@@ -309,33 +309,34 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
         references[g] = stage.run(g, defaults[g - 1]).clone()
         bounds[g] = reorder_bound(references[g], stage.magnitudes(g), stage.shape(g)[1])
     default_us = [_time(stage, g, defaults[g - 1], timer) for g in (1, 2)]
-    # (option key (BLOCK_M, gemm, span), start config, required, the weights as stored)
+    # (option key (BLOCK_M, gemm, span), start config, required, the weights as stored,
+    # the tiles the layer runs now)
     starts = [((bm, g, span), {**defaults[g - 1], "BLOCK_M": bm, "NIB_SPAN": span},
-               bm == defaults[0]["BLOCK_M"] and span == stage.stored[g], span == stage.stored[g])
+               bm == defaults[0]["BLOCK_M"] and span == stage.stored[g], span == stage.stored[g],
+               False)
               for bm in block_ms(per_expert, defaults[0]["BLOCK_M"])
               for g in (1, 2) for span in stage.spans(g)]
-    shipped = _shipped_starts(stage)
-    starts += shipped
+    starts += _shipped_starts(stage)
 
     def run(key, start, rounds):
         return tune_gemm(stage, key[1], start, timer,
                          _gemm_grid(stage, key[1], start, grid, sm_count), references[key[1]],
                          bounds[key[1]], deadline, rounds)
 
-    timed = []  # (start's us, key, start, required)
-    for key, start, required, as_stored in starts:
+    timed = []  # (start's us, key, start, required, shipped)
+    for key, start, required, as_stored, shipped in starts:
         if not required and deadline.expired():
             continue
         try:
-            timed.append((run(key, start, 0).us, key, start, required))
+            timed.append((run(key, start, 0).us, key, start, required, shipped))
         except StartRejected as e:
-            if start in [s for _, s, _, _ in shipped]:
+            if shipped:
                 raise StartRejected(f"the tiles the layer runs now: {e}") from None
             if as_stored:  # the weights as stored: a real failure
                 raise
             # another nibble order that does not run right is no option
     options: dict[tuple[int, int, int], GemmChoice] = {}
-    for start_us, key, start, required in sorted(timed, key=lambda t: t[0]):
+    for start_us, key, start, required, _ in sorted(timed, key=lambda t: t[0]):
         if not required and deadline.expired():
             choice = GemmChoice(start, start_us, default_us[key[1] - 1])
         else:
@@ -345,8 +346,8 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
             options[key] = choice
     choice = settle(options, best_spans([options]), defaults, default_us, stage.stored)
     choice.cut = deadline.hit
-    shipped_times = [us for us, _, start, _ in timed if start in [s for _, s, _, _ in shipped]]
-    choice.shipped_us = sum(shipped_times) if len(shipped_times) == 2 else math.nan
+    shipped_us = [us for us, *_, shipped in timed if shipped]
+    choice.shipped_us = sum(shipped_us) if shipped_us else math.nan
     return choice
 
 
@@ -361,8 +362,8 @@ def _shipped_starts(stage) -> list:
     if shipped is None or all(configs.complete(s) == configs.complete(d)
                               for s, d in zip(shipped, stage.defaults, strict=True)):
         return []
-    return [((c["BLOCK_M"], g, stage.stored[g]), {**c, "NIB_SPAN": stage.stored[g]}, True, True)
-            for g, c in ((1, shipped[0]), (2, shipped[1]))]
+    return [((c["BLOCK_M"], g, stage.stored[g]), {**c, "NIB_SPAN": stage.stored[g]}, True, True,
+             True) for g, c in ((1, shipped[0]), (2, shipped[1]))]
 
 
 def best_spans(all_options: list[dict]) -> tuple[int, int]:
