@@ -530,29 +530,26 @@ def lookup(table: Table, key: LayerKey, num_rows: int, max_steps: int | None = N
 
 def nearest_in_layer_file(key: LayerKey, num_rows: int, device: str | None = None,
                           directory: Path | None = None) -> tuple[int, tuple[dict, dict]] | None:
-    """(powers of two between n's bucket and the nearest tuned one, its configs) from the
-    file of the layer's nibble order (`layer_file`), None when no file has the layer."""
+    """(powers of two between n's bucket and the nearest tuned one, copies of its configs)
+    from the file of the layer's nibble order (`layer_file`), which answers at every size
+    (heuristics.TUNED_AT_EVERY_SIZE); None when no file has the layer."""
     name = layer_file(key, device, directory)
     if name is None:
         return None
     table = load_table(name, directory or config_dir())
-    steps, _ = _nearest(table, key, num_rows)
-    return steps, lookup(table, key, num_rows)
+    steps, bucket = _nearest(table, key, num_rows)
+    c1, c2 = table[key][bucket]
+    return steps, (dict(c1), dict(c2))
 
 
 def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
-                  directory: Path | None = None, max_steps: int | None = None,
-                  first_file: bool = False) -> tuple[dict, dict] | None:
+                  directory: Path | None = None, max_steps: int | None = None
+                  ) -> tuple[dict, dict] | None:
     """Configs for this device (default: the current one) from its files, None without a
     file, a CUDA device, or an entry for the layer (within `max_steps`, see lookup). Of the
     files that have the layer, the one whose bucket is nearest n's wins, the device's own on
     a tie: an H200 file tuned at decode sizes leaves M = 256 to the H100's bucket there,
-    not to its own M = 64 one. `first_file`: the first file with the layer answers at every
-    size (`layer_file`, the file of its nibble order; heuristics.TUNED_AT_EVERY_SIZE)."""
-    if first_file:
-        name = layer_file(key, device, directory)
-        return None if name is None else lookup(load_table(name, directory or config_dir()),
-                                                key, num_rows, max_steps)
+    not to its own M = 64 one."""
     best = None
     for name in _config_devices(device, directory):
         table = load_table(name, directory or config_dir())

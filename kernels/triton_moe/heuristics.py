@@ -194,7 +194,7 @@ def every_size_configs(key: configs.LayerKey, num_rows: int) -> tuple[dict, dict
     us against 347.4 (2026-12-01, docs/speed.md round eight)."""
     own = configs.nearest_in_layer_file(key, num_rows)
     fallback = KEY_FALLBACK.get(key.weight)
-    if fallback is None:
+    if fallback is None or (own is not None and own[0] == 0):  # none nearer than its own
         return None if own is None else own[1]
     other = dataclasses.replace(key, weight=fallback)
     near = configs.nearest_in_layer_file(other, num_rows)
@@ -222,7 +222,7 @@ PREFILL_STEPS = 1  # see pick_configs
 # 2365 us on its tuned 128-row bucket (a 32-row swapped tile) and 4561 us on the prefill tile,
 # DeepSeek-V3 at M = 4096 17041 against 21589 us: the int4 decode, not the MMA, bounds it.
 # Their entries come from the file of their nibble order at every size
-# (configs.tuned_configs' first_file), not from another device's nearer bucket: the H100's
+# (`every_size_configs`), not from another device's nearer bucket: the H100's
 # 512-row bucket ran the same M = 1024 layer in 2640-2647 us on the H200 (2026-12-01, two
 # processes), its own 128-row bucket 2345-2384 us (three sessions; docs/speed.md, round seven).
 TUNED_AT_EVERY_SIZE = frozenset({W_INT4})
@@ -247,7 +247,7 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
             chosen = every_size_configs(key, num_rows)
         else:
             prefill = prefill_block_m(num_rows, num_experts) is not None
-            chosen = configs.tuned_configs(tuned_key(key), num_rows,
+            chosen = configs.tuned_configs(key, num_rows,
                                            max_steps=PREFILL_STEPS if prefill else None)
     if chosen is None:
         chosen = default_configs(num_rows, num_experts, weight)

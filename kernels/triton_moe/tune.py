@@ -231,12 +231,14 @@ def climb(evaluate: Callable[[dict], float | None], start: dict, grid: dict,
 
 def tune_gemm(stage: LayerStage, gemm: int, start: dict, timer: Timer, grid: dict,
               reference: torch.Tensor, bound: torch.Tensor,
-              deadline: Deadline = NO_DEADLINE, rounds: int = MAX_ROUNDS) -> GemmChoice:
+              deadline: Deadline = NO_DEADLINE, rounds: int = MAX_ROUNDS,
+              tried: list[Tried] | None = None) -> GemmChoice:
     """The fastest correct config of one GEMM reachable from `start` (its BLOCK_M fixed);
     past the deadline, the best of what was timed (at least the start). rounds=0: the start
-    alone."""
-    cache: dict[tuple, Tried] = {}
-    tried: list[Tried] = []
+    alone. `tried`: this GEMM's earlier trials from the same start (an earlier call's
+    `GemmChoice.tried`), reused instead of launched and timed again."""
+    tried = list(tried or ())
+    cache = {stage.effective(gemm, t.config): t for t in tried}
 
     def evaluate(config: dict) -> float | None:
         key = stage.effective(gemm, config)
@@ -318,17 +320,17 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
               for g in (1, 2) for span in stage.spans(g)]
     starts += _shipped_starts(stage)
 
-    def run(key, start, rounds):
+    def run(key, start, rounds, tried=None):
         return tune_gemm(stage, key[1], start, timer,
                          _gemm_grid(stage, key[1], start, grid, sm_count), references[key[1]],
-                         bounds[key[1]], deadline, rounds)
+                         bounds[key[1]], deadline, rounds, tried)
 
-    timed = []  # (start's us, key, start, required, shipped)
+    timed = []  # (the start alone: a GemmChoice, key, start, required, shipped)
     for key, start, required, as_stored, shipped in starts:
         if not required and deadline.expired():
             continue
         try:
-            timed.append((run(key, start, 0).us, key, start, required, shipped))
+            timed.append((run(key, start, 0), key, start, required, shipped))
         except StartRejected as e:
             if shipped:
                 raise StartRejected(f"the tiles the layer runs now: {e}") from None
@@ -336,17 +338,17 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
                 raise
             # another nibble order that does not run right is no option
     options: dict[tuple[int, int, int], GemmChoice] = {}
-    for start_us, key, start, required, _ in sorted(timed, key=lambda t: t[0]):
+    for first, key, start, required, _ in sorted(timed, key=lambda t: t[0].us):
         if not required and deadline.expired():
-            choice = GemmChoice(start, start_us, default_us[key[1] - 1])
+            choice = first
         else:
-            choice = run(key, start, MAX_ROUNDS)
+            choice = run(key, start, MAX_ROUNDS, first.tried)
         choice.default_us = default_us[key[1] - 1]
         if key not in options or choice.us < options[key].us:
             options[key] = choice
     choice = settle(options, best_spans([options]), defaults, default_us, stage.stored)
     choice.cut = deadline.hit
-    shipped_us = [us for us, *_, shipped in timed if shipped]
+    shipped_us = [first.us for first, *_, shipped in timed if shipped]
     choice.shipped_us = sum(shipped_us) if shipped_us else math.nan
     return choice
 
