@@ -14,7 +14,8 @@ full grid is ~150 configurations per GEMM, each a JIT compile of about a second;
 ~10-25.
 Prior knowledge (pick_config's docstring, H100) prunes the grid: the default's BLOCK_M, and
 32, 64 or 128 too when an expert gets half that many rows on average, SWAP_AB only with
-<= 16 rows per expert, FAST_I4 always on (the kernel uses it only where it applies),
+<= 16 rows per expert, GROUP_M > 1 only at prefill sizes (issue 34's sweep on an H200:
+GROUP_M 8 ran Mixtral-8x7B's prefill tiles 0.92-1.24x as fast, a per-layer choice), FAST_I4 always on (the kernel uses it only where it applies),
 SPLIT_K > 1 only for a GEMM whose default grid has fewer programs than SMALL_GRID_WAVES x
 the device's SMs (too few to keep the GPU's memory system busy; more split the work and add
 a workspace round trip for nothing).
@@ -46,7 +47,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import configs
+from . import configs, heuristics
 from .tune_stages import LayerStage
 
 # a timing function: (run, config) -> microseconds; `run` launches the GEMM once
@@ -54,7 +55,7 @@ Timer = Callable[[Callable[[], object], dict], float]
 
 GRID = {"BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256), "num_warps": (4, 8),
         "num_stages": (2, 3, 4), "SWAP_AB": (False, True), "SPLIT_K": (1, 2, 4, 8),
-        "K_UNROLL": (1, 2, 4)}
+        "K_UNROLL": (1, 2, 4), "GROUP_M": (1, 4, 8, 16)}
 SMALL_GRID_WAVES = 2  # SPLIT_K is tried when a GEMM has fewer programs than this x SMs
 MAX_ROUNDS = 4
 WIDER_BLOCK_MS = (32, 64, 128)  # tried beside the default's (block_ms)
@@ -172,10 +173,14 @@ def neighbours(config: dict, grid: dict) -> list[dict]:
 
 
 def grid_for(rows_per_expert: float, grid: dict) -> dict:
-    """`grid` pruned for this load: SWAP_AB only for few rows per expert."""
+    """`grid` pruned for this load: SWAP_AB only for few rows per expert, GROUP_M only at
+    prefill sizes (`heuristics.PREFILL_ROWS`: below them a layer has a row block or two per
+    expert and the launch order reads each weight tile once already)."""
     grid = dict(grid)
     if rows_per_expert > SWAP_MAX_ROWS:
         grid["SWAP_AB"] = (False,)
+    if rows_per_expert < min(heuristics.PREFILL_ROWS):
+        grid["GROUP_M"] = (1,)
     return grid
 
 
@@ -337,8 +342,14 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
             if as_stored:  # the weights as stored: a real failure
                 raise
             # another nibble order that does not run right is no option
+    # each start ranked against its own GEMM's fastest, so that both GEMMs' best starts are
+    # climbed first (by plain time, all of the second GEMM's would come first: it has half
+    # the first's work in a gated layer, and a deadline would cut the first's climbs)
+    fastest = {g: max(min(t[0].us for t in timed if t[1][1] == g), 1e-9)
+               for g in {t[1][1] for t in timed}}
     options: dict[tuple[int, int, int], GemmChoice] = {}
-    for first, key, start, required, _ in sorted(timed, key=lambda t: t[0].us):
+    for first, key, start, required, _ in sorted(
+            timed, key=lambda t: (t[0].us / fastest[t[1][1]], t[1][1])):
         if not required and deadline.expired():
             choice = first
         else:

@@ -458,6 +458,19 @@ def test_neighbours_step_one_field_one_grid_value():
                    {"BLOCK_N": 64, "num_stages": 2}]
 
 
+
+@pytest.mark.parametrize("rows_per_expert, swap, group", [
+    (8, True, False), (16, True, False), (63, False, False), (64, False, True),
+    (1024, False, True)])
+def test_the_grid_drops_swaps_past_decode_and_row_groups_below_prefill(rows_per_expert, swap,
+                                                                       group):
+    grid = tune.grid_for(rows_per_expert, tune.GRID)
+    assert (len(grid["SWAP_AB"]) > 1) == swap
+    assert (len(grid["GROUP_M"]) > 1) == group
+    # a climb's start at the launch order (GROUP_M 1) steps to a row group where allowed
+    steps = tune.neighbours({"GROUP_M": 1}, {"GROUP_M": grid["GROUP_M"]})
+    assert steps == ([{"GROUP_M": 4}] if group else [])
+
 def test_climb_reaches_the_fastest_and_skips_rejected():
     grid = {"BLOCK_N": (32, 64, 128, 256)}
     times = {32: 9.0, 64: 5.0, 128: None, 256: 1.0}  # 256 is behind a rejected config
@@ -789,3 +802,31 @@ def test_the_tiles_the_layer_runs_now_are_a_climb_start_too():
     wrong.shipped = shipped
     with pytest.raises(tune.StartRejected, match="the tiles the layer runs now"):
         tune.tune_layer(wrong, timer, GRID)
+
+
+def test_each_gemms_fastest_start_is_climbed_before_either_gemms_second(monkeypatch):
+    """The second GEMM takes half the first's time at every tile (a gated layer's w2): ranked
+    by plain time all of its starts would be climbed before the first GEMM's fastest, and a
+    deadline would cut the first GEMM's climbs. Ranked against each GEMM's own fastest start,
+    BLOCK_M 64 of both GEMMs is climbed first."""
+    climbs = []
+    original = tune.tune_gemm
+
+    def recording(stage, gemm, start, timer, grid, reference, bound, deadline=tune.NO_DEADLINE,
+                  rounds=tune.MAX_ROUNDS, tried=None):
+        if rounds:
+            climbs.append((gemm, start["BLOCK_M"]))
+        return original(stage, gemm, start, timer, grid, reference, bound, deadline, rounds,
+                        tried)
+
+    monkeypatch.setattr(tune, "tune_gemm", recording)
+    stage = FakeStage(rows_per_expert=64)
+    prefer = fake_timer({"BLOCK_N": 128})
+
+    def timer(run, config):
+        us = prefer(run, config) - {64: 30.0, 128: 20.0}.get(config["BLOCK_M"], 0.0)
+        return us / 2 if stage.last_gemm == 2 else us
+
+    choice = tune.tune_layer(stage, timer, GRID)
+    assert sorted(climbs[:2]) == [(1, 64), (2, 64)]
+    assert [c["BLOCK_M"] for c in choice.configs] == [64, 64]
