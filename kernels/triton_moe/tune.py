@@ -15,7 +15,8 @@ full grid is ~150 configurations per GEMM, each a JIT compile of about a second;
 Prior knowledge (pick_config's docstring, H100) prunes the grid: the default's BLOCK_M, and
 32, 64 or 128 too when an expert gets half that many rows on average, SWAP_AB only with
 <= 16 rows per expert, GROUP_M > 1 only at prefill sizes (issue 34's sweep on an H200:
-GROUP_M 8 ran Mixtral-8x7B's prefill tiles 0.92-1.24x as fast, a per-layer choice), FAST_I4 always on (the kernel uses it only where it applies),
+GROUP_M 8 ran Mixtral-8x7B's prefill tiles 0.92-1.24x as fast, a per-layer choice),
+FAST_I4 always on (the kernel uses it only where it applies),
 SPLIT_K > 1 only for a GEMM whose default grid has fewer programs than SMALL_GRID_WAVES x
 the device's SMs (too few to keep the GPU's memory system busy; more split the work and add
 a workspace round trip for nothing).
