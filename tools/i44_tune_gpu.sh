@@ -55,6 +55,9 @@
 #       bench's own routings (tools/ogs_peer.py since 2026-12-01), one call
 #   tools/i44_tune_gpu.sh w4a8-m64   w4a8-int8 on Mixtral-8x7B at M 64 (its entry holds only M 16's
 #       bucket) with `--max-seconds 80`, then M 16 / 64 against .bench/base-configs
+#   tools/i44_tune_gpu.sh prefill   round nine: bf16 and fp8-w8a8 on Mixtral-8x7B tuned at M 1024 /
+#       4096 (70 s a size), then prefill (bf16, fp8, the FP4 dispatch) against
+#       .bench/base-configs, then tools/layer_stages.py on bf16 at M 4096 (~520 s)
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -278,6 +281,29 @@ w4a8_m64() {  # W4A8 Mixtral-8x7B's M 64 bucket with a bounded search, then M 16
     batch_end
 }
 
+prefill() {  # round nine: bf16 and fp8-w8a8 on Mixtral-8x7B tuned at prefill sizes (neither had
+    # an entry: the heuristics' prefill tile; the FP4 prefill dispatch runs the W16 tile, so
+    # reads bf16's), then prefill against .bench/base-configs, then where M 4096's time goes
+    batch_begin i44pf 575
+    gpu_versions
+    C=$PWD/kernels/triton_moe/configs
+    local T="--model mixtral-8x7b --M 1024,4096 --routings 2 --max-seconds 70"
+    tune_into "$C" pf "185 $T --scheme bf16" "185 $T --scheme fp8-w8a8"
+    cp "$C/h200.json" "$work/h200.json"
+    P=(--device cuda --mode graph --max-seconds 0.5 --repeats 30 --backend triton
+       --model mixtral-8x7b --M 1024,4096 --scheme bf16 --scheme fp8-w8a8 --scheme mxfp4
+       --scheme nvfp4)
+    timeout 70 $M bench "${P[@]}" --results "$work/p-tree" --run-id tree > "$work/p-tree.txt" 2>&1
+    stamp p-tree $?
+    MOECERT_TRITON_CONFIG_DIR=$PWD/.bench/base-configs timeout 70 $M bench "${P[@]}" \
+        --results "$work/p-base" --run-id base > "$work/p-base.txt" 2>&1
+    stamp p-base $?
+    timeout 40 python tools/layer_stages.py --model mixtral-8x7b --scheme bf16 --M 4096 \
+        > "$work/stages-bf16-4096.txt" 2>&1
+    stamp "stages bf16 M4096" $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -295,5 +321,6 @@ case "${1:-}" in
     awq-m1) awq_m1 ;;
     peer-routing) peer_routing ;;
     w4a8-m64) w4a8_m64 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64" >&2; exit 2 ;;
+    prefill) prefill ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill" >&2; exit 2 ;;
 esac
