@@ -58,6 +58,9 @@
 #   tools/i44_tune_gpu.sh prefill   round nine: bf16 and fp8-w8a8 on Mixtral-8x7B tuned at M 1024 /
 #       4096 (70 s a size), then prefill (bf16, fp8, the FP4 dispatch) against
 #       .bench/base-configs, then tools/layer_stages.py on bf16 at M 4096 (~520 s)
+#   tools/i44_tune_gpu.sh swap   prefill_sweep's swapped tiles (the weight tile as the MMA's first
+#       operand) for gptq-int4 / mxfp4 / nvfp4 on Mixtral-8x7B at M 1024 / 4096, then three
+#       W16 / fp8 prefill tiles on DeepSeek-V3 and Qwen3-30B-A3B at M 4096 (~400 s)
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -304,6 +307,20 @@ prefill() {  # round nine: bf16 and fp8-w8a8 on Mixtral-8x7B tuned at prefill si
     batch_end
 }
 
+swap() {  # round nine: the nibble schemes' prefill tiles with the weights as the MMA's first
+    # operand (prefill_sweep --set swapped; never timed), then the W16 / fp8 prefill tile
+    # candidates on the two other layers (the default against Mixtral's tuned shapes) (~400 s)
+    batch_begin i44sw 575
+    gpu_versions
+    timeout 260 python tools/prefill_sweep.py --model mixtral-8x7b --scheme gptq-int4 \
+        --scheme mxfp4 --scheme nvfp4 --M 1024,4096 --set swapped > "$work/swapped.txt" 2>&1
+    stamp swapped $?
+    timeout 150 python tools/prefill_sweep.py --model deepseek-v3 --model qwen3-30b-a3b \
+        --scheme bf16 --scheme fp8-w8a8 --M 4096 --candidates 1,3,5 > "$work/plain.txt" 2>&1
+    stamp plain $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -322,5 +339,6 @@ case "${1:-}" in
     peer-routing) peer_routing ;;
     w4a8-m64) w4a8_m64 ;;
     prefill) prefill ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill" >&2; exit 2 ;;
+    swap) swap ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap" >&2; exit 2 ;;
 esac

@@ -31,17 +31,31 @@ CANDIDATES = [
     (128, 256, 64, 8, 3, 8),
     (128, 128, 128, 8, 3, 1),
 ]
+# The same fields, the weight tile as the MMA's first operand (SWAP_AB): the one operand a
+# Hopper wgmma may take from registers, where the nibble weights are decoded; the tuner tries
+# swapped tiles only up to 16 rows per expert (tune.SWAP_MAX_ROWS), so no prefill tile with
+# it had been timed (2026-12-01: the FP4 prefill dispatch decodes into a workspace instead).
+# `--set swapped` runs these.
+SWAPPED = [
+    (64, 128, 128, 4, 4, 1),
+    (128, 64, 128, 4, 4, 1),
+    (128, 128, 64, 8, 3, 1),
+    (128, 128, 128, 8, 3, 1),
+    (128, 128, 128, 8, 4, 8),
+    (256, 128, 64, 8, 3, 1),
+]
 
 
-def config(bm, bn, bk, warps, stages, group_m) -> dict:
+def config(bm, bn, bk, warps, stages, group_m, swap=False) -> dict:
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps,
-            "num_stages": stages, "FAST_I4": True, "GROUP_M": group_m}
+            "num_stages": stages, "FAST_I4": True, "GROUP_M": group_m, "SWAP_AB": swap}
 
 
 def label(c: dict) -> str:
     group = c.get("GROUP_M", 1)
     return (f"m{c['BLOCK_M']}n{c['BLOCK_N']}k{c['BLOCK_K']}w{c['num_warps']}"
-            f"s{c['num_stages']}{f'g{group}' if group > 1 else ''}")
+            f"s{c['num_stages']}{f'g{group}' if group > 1 else ''}"
+            f"{'-swap' if c.get('SWAP_AB') else ''}")
 
 
 def wall_timer(run, config) -> float:
@@ -87,11 +101,16 @@ def main() -> None:
     p.add_argument("--device", default="cuda")
     p.add_argument("--scheme", action="append", required=True)
     p.add_argument("--M", default="1024,4096")
-    p.add_argument("--candidates", default="", help="indices into CANDIDATES (default all)")
+    p.add_argument("--set", choices=("plain", "swapped", "all"), default="plain",
+                   help="CANDIDATES (plain), SWAPPED, or both")
+    p.add_argument("--candidates", default="", help="indices into the set (default all)")
     args = p.parse_args()
     ms = [int(m) for m in args.M.split(",")]
-    cands = [CANDIDATES[int(i)] for i in args.candidates.split(",")] if args.candidates \
-        else CANDIDATES
+    pool = {"plain": [(*t, False) for t in CANDIDATES],
+            "swapped": [(*t, True) for t in SWAPPED]}
+    pool["all"] = pool["plain"] + pool["swapped"]
+    pool = pool[args.set]
+    cands = [pool[int(i)] for i in args.candidates.split(",")] if args.candidates else pool
     device = args.device
     timer = do_bench_timer if device == "cuda" else wall_timer
     rate = gemm_rate(device)
