@@ -37,6 +37,24 @@ from .kinds import (
 PREFILL_ROWS = {64: 64, 128: 128}  # {rows per expert at least: BLOCK_M}
 PREFILL_TILE = {64: {"BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4},
                 128: {"BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4}}
+# The 128-row tile by operand width (prefill_sweep on an H200, 2026-12-01, both GEMMs at M 4096,
+# % of the bf16 GEMM rate; docs/speed.md, round nine): 16-bit weights and activations
+# 128 x 256 x 64, 3 stages (DeepSeek-V3 46.6%, Qwen3-30B-A3B 51.4% against 38-44% with
+# PREFILL_TILE's; the tuner chose it on Mixtral-8x7B at M 1024 and 4096); 8-bit weights and
+# activations BLOCK_K 128, 3 stages (DeepSeek-V3 52.8%, Qwen3 52.6% against 36-37% at BLOCK_K
+# 64; 128 x 256 x 64 ran at 15-19%).
+PREFILL_TILE_WIDE = {16: {"BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
+                     8: {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8, "num_stages": 3}}
+EIGHT_BIT_WEIGHTS = frozenset({W_FP8, W_INT8, W_UINT8, W_MXFP8})
+EIGHT_BIT_ACTS = frozenset({A_INT8, A_FP8, A_FP8_G})
+# Nibble weights (int4, e2m1) with 16-bit activations at prefill sizes: the weight tile as the
+# MMA's first operand (SWAP_AB), 64 rows, at every prefill size (prefill_sweep --set swapped,
+# H200, Mixtral-8x7B, both GEMMs at M 1024 / 4096, % of the bf16 GEMM rate: gptq-int4 48.3 /
+# 51.2, mxfp4 39.7 / 41.3, nvfp4 38.7 / 40.4; the 128-row swapped tiles 36-45 at M 1024 and
+# equal at 4096; the unswapped 128 x 64 tile 22-31% in issue 34's sweep). The weight tile is
+# then the operand a Hopper wgmma may read from registers, where the nibbles are decoded.
+PREFILL_NIBBLE_TILE = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4,
+                       "num_stages": 4, "SWAP_AB": True}
 # Nibble weights (int4, e2m1) decode their tile into registers beside the accumulator(s). sm90
 # builds of the 128-row, 8-warp tile (tools/sm90_compile.py: triton 3.9 and its ptxas on the
 # CPU, registers / stack bytes per thread): BLOCK_N 128: gptq-int4 255 / 0, mxfp4 183 / 0
@@ -51,9 +69,13 @@ PREFILL_NIBBLE_N = 64
 # costs 0.5 B read + 2 B written per weight and the W16 GEMM reads 1.5 B more than the FP4
 # one, ~4 B / 4.21 TB/s = 0.95 ps per weight; the FP4 tile at ~22% and the W16 tile at ~60%
 # of the GEMM rate cost 2r / 683 TFLOP/s x (1/0.22 - 1/0.6) = 8.4 fs per weight and row: even
-# at r = 113 rows per expert. Mixtral-8x7B (E 8, topk 2) takes it from M = 512, gpt-oss-120b
-# (E 128, topk 4) from M = 4096. MOECERT_TRITON_DEQUANT_ROWS moves it (configs).
-DEQUANT_ROWS = 128
+# at r = 113 rows per expert. Against the swapped nibble tile (PREFILL_NIBBLE_TILE, ~40%
+# of the rate where the FP4 tile above ran ~22%) the same sum gives r = 377: on the H200
+# (2026-12-01, round nine) Mixtral-8x7B at M 1024 (256 rows per expert) ran both fused GEMMs
+# in 2279 us (mxfp4) / 2341 (nvfp4) where the dispatch's layer took 2629 / 2672, at M 4096
+# (1024 rows) 8650 / 8777 against 6175 / 6298. Mixtral-8x7B takes it from M = 2048,
+# gpt-oss-120b (E 128, topk 4) from M = 16384. MOECERT_TRITON_DEQUANT_ROWS moves it (configs).
+DEQUANT_ROWS = 512
 # The workspace (the larger linear, w13, in the compute dtype) may take at most this much:
 # gpt-oss-120b's w13 is 4.0 GiB in bf16, Mixtral-8x7B's 1.75 GiB; DeepSeek-V3's 14 GiB is
 # not taken (its prefill stays on the fused tile).
@@ -79,7 +101,7 @@ def dequantizes(num_rows: int, num_experts: int) -> bool:
 
 
 def pick_config(num_rows: int, num_experts: int | None = None,
-                weight: int | None = None) -> dict:
+                weight: int | None = None, act: int | None = None) -> dict:
     """Tile sizes from the GEMM's assignment rows alone (and, for the prefill tile, the
     layer's expert count, and its weight kind). BLOCK_M must not depend on (N, K): both
     GEMMs share one row alignment.
@@ -101,9 +123,15 @@ def pick_config(num_rows: int, num_experts: int | None = None,
         return {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 1}
     block_m = prefill_block_m(num_rows, num_experts)
     if block_m is not None:
+        if weight in (W_INT4, W_FP4) and act == A16:
+            return {**PREFILL_NIBBLE_TILE, "FAST_I4": True}
         tile = {"BLOCK_M": block_m, **PREFILL_TILE[block_m], "FAST_I4": True}
         if weight in (W_INT4, W_FP4):
             tile["BLOCK_N"] = min(tile["BLOCK_N"], PREFILL_NIBBLE_N)
+        elif block_m == 128 and weight == W16 and act == A16:
+            tile.update(PREFILL_TILE_WIDE[16])
+        elif block_m == 128 and weight in EIGHT_BIT_WEIGHTS and act in EIGHT_BIT_ACTS:
+            tile.update(PREFILL_TILE_WIDE[8])
         return tile
     if num_rows < 16:
         return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
@@ -113,11 +141,12 @@ def pick_config(num_rows: int, num_experts: int | None = None,
 
 
 def default_configs(num_rows: int, num_experts: int | None = None,
-                    weight: int | None = None) -> tuple[dict, dict]:
+                    weight: int | None = None, act: int | None = None) -> tuple[dict, dict]:
     """Both GEMMs' heuristic configs (`pick_config`), one tile per K step. (Two tiles per
     step gained int4 g128 up to 1.2x on the plain layout; on the tiled int4 layout one tile
     per step was faster for 9 of 10 GEMMs measured, up to 1.1x: docs/speed.md, "Change 5".)"""
-    return pick_config(num_rows, num_experts, weight), pick_config(num_rows, num_experts, weight)
+    return (pick_config(num_rows, num_experts, weight, act),
+            pick_config(num_rows, num_experts, weight, act))
 
 
 # Bytes one element takes in a shared-memory stage of the K loop, per weight and activation
@@ -184,20 +213,26 @@ def int4_weight_name(has_zero: bool) -> str:
 KEY_FALLBACK = {"W_INT4_ZERO": "W_INT4"}
 
 
-def every_size_configs(key: configs.LayerKey, num_rows: int) -> tuple[dict, dict] | None:
+def every_size_configs(key: configs.LayerKey, num_rows: int,
+                       max_steps: int | None = None) -> tuple[dict, dict] | None:
     """A TUNED_AT_EVERY_SIZE kind's configs: the nearest bucket of its own key's file; but
     where its KEY_FALLBACK key has a strictly nearer bucket stored in the same nibble orders
     (so the layer's weights, stored in its own key's orders, run either tile), that one. A
     key tuned at some sizes only then keeps the fallback's tiles at the others: awq-int4's
     Mixtral-8x7B entry tuned at M = 16 alone read its 32-row tile at M = 64 in 456.6 us, where
     W_INT4's 128-row bucket runs 359.1; w4a8-int8's, tuned at M = 64 alone, made M = 16 414.1
-    us against 347.4 (2026-12-01, docs/speed.md round eight)."""
-    own = configs.nearest_in_layer_file(key, num_rows)
+    us against 347.4 (2026-12-01, docs/speed.md round eight). `max_steps`: a bucket more
+    powers of two from the rows counts as none (pick_configs)."""
+    def within(found):
+        return None if found is None or (max_steps is not None and found[0] > max_steps) \
+            else found
+
+    own = within(configs.nearest_in_layer_file(key, num_rows))
     fallback = KEY_FALLBACK.get(key.weight)
     if fallback is None or (own is not None and own[0] == 0):  # none nearer than its own
         return None if own is None else own[1]
     other = dataclasses.replace(key, weight=fallback)
-    near = configs.nearest_in_layer_file(other, num_rows)
+    near = within(configs.nearest_in_layer_file(other, num_rows))
     if own is None:
         return None if near is None else near[1]
     if (near is not None and near[0] < own[0]
@@ -225,6 +260,10 @@ PREFILL_STEPS = 1  # see pick_configs
 # (`every_size_configs`), not from another device's nearer bucket: the H100's
 # 512-row bucket ran the same M = 1024 layer in 2640-2647 us on the H200 (2026-12-01, two
 # processes), its own 128-row bucket 2345-2384 us (three sessions; docs/speed.md, round seven).
+# With 16-bit activations, since the swapped prefill tile (PREFILL_NIBBLE_TILE), at prefill
+# sizes only within PREFILL_STEPS as the other kinds: that tile ran the same layer's two GEMMs
+# in 1875.6 us at M 1024 and 7081.3 at M 4096 (the layer on the 128-row bucket: 2646.9 and
+# 9538.3 us; 2026-12-01, round nine).
 TUNED_AT_EVERY_SIZE = frozenset({W_INT4})
 
 
@@ -237,20 +276,22 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
     (`fit_shared_memory`). Both share one BLOCK_M either way.
     At prefill sizes (`prefill_block_m`) a tuned bucket counts only within PREFILL_STEPS
     powers of two of the rows: the nearest bucket of a file tuned at decode sizes holds a
-    decode tile, a fifth of the GEMM rate there; but for TUNED_AT_EVERY_SIZE's kinds.
+    decode tile, a fifth of the GEMM rate there; TUNED_AT_EVERY_SIZE's kinds so only with
+    16-bit activations.
     MOECERT_TRITON_SPLIT_K, when set, overrides both GEMMs' SPLIT_K (configs.forced_split_k)."""
     chosen = None
     if not INTERPRET:
         key = configs.LayerKey(weight_name or WEIGHT_NAMES[weight], ACT_NAMES[act],
                                num_experts, tuple(gemm1), tuple(gemm2))
+        prefill = prefill_block_m(num_rows, num_experts) is not None
         if weight in TUNED_AT_EVERY_SIZE:
-            chosen = every_size_configs(key, num_rows)
+            chosen = every_size_configs(key, num_rows,
+                                        PREFILL_STEPS if prefill and act == A16 else None)
         else:
-            prefill = prefill_block_m(num_rows, num_experts) is not None
             chosen = configs.tuned_configs(key, num_rows,
                                            max_steps=PREFILL_STEPS if prefill else None)
     if chosen is None:
-        chosen = default_configs(num_rows, num_experts, weight)
+        chosen = default_configs(num_rows, num_experts, weight, act)
         smem = None if INTERPRET else configs.current_shared_memory()
         if smem is not None:
             chosen = tuple(fit_shared_memory(c, weight, act, smem) for c in chosen)

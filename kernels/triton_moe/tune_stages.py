@@ -104,7 +104,8 @@ class LayerStage:
         self.a1, self.s1, self.g1, self.act = backend._quantize(
             layer, self.plan, quant, x, "w13", None)
         # the heuristics, not a tuned file's entry: what `default_us` measures
-        self.defaults = heuristics.default_configs(self.n, P.E, self.plan["w13"]["kind"])
+        self.defaults = heuristics.default_configs(self.n, P.E, self.plan["w13"]["kind"],
+                                                   self.act)
         # what the layer runs now (the files' entry, else the heuristics): one more climb
         # start, so that a tuning never writes a tile slower than the one it replaces
         self.shipped = heuristics.pick_configs(self.n, P.E, self.plan["w13"]["kind"],

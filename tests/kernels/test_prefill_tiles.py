@@ -185,3 +185,26 @@ def test_only_scales_inside_bf16s_normal_range_fold():
         planted[0, 0, 0] = byte
         assert not fused_moe.e8m0_folds(planted)
     assert not fused_moe.e8m0_folds(s.to(torch.float32))  # decoded scales: not bytes
+
+
+@pytest.mark.parametrize(("scheme", "attrs"), [
+    ("bf16", {}), ("fp8-w8a8", {"weight_strategy": "channel", "activation": "dynamic-token"}),
+    ("gptq-int4", {"group_size": 32}), ("awq-int4", {"group_size": 32}), ("mxfp4", {}),
+    ("nvfp4", {})], ids=["bf16", "fp8-w8a8", "gptq-int4", "awq-int4", "mxfp4", "nvfp4"])
+def test_the_default_prefill_tiles_give_the_decode_tiles_sum(scheme, attrs):
+    """The prefill defaults a GPU launches (heuristics.pick_config with the layer's kinds:
+    the 128-row tiles by operand width, nibble weights swapped at 64 rows) against the
+    decode tile on the same inputs: another fp32 order of the same products at most."""
+    from moecert.kernels.triton_moe import heuristics
+
+    stage = _stage(scheme, attrs, M=40, K=128, N=96, E=2)  # 80 rows, 40 per expert
+    kind = stage.plan["w13"]["kind"]
+    prefill = heuristics.PREFILL_TILE_WIDE[16 if kind == heuristics.W16 else 8]
+    tile = ({**heuristics.PREFILL_NIBBLE_TILE} if kind in (heuristics.W_INT4, heuristics.W_FP4)
+            else {"BLOCK_M": 128, **prefill})
+    for gemm in (1, 2):
+        decode = _run(stage, gemm, stage.defaults[gemm - 1])
+        wide = _run(stage, gemm, {**stage.defaults[gemm - 1], **tile})
+        bound = tune.reorder_bound(decode, stage.magnitudes(gemm), stage.shape(gemm)[1])
+        assert not wide.isnan().any()
+        assert tune.disagreement(wide, decode, bound) is None

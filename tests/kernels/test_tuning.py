@@ -3,6 +3,7 @@ fallback, and the search (tune.py) with a fake timer and a fake stage on the CPU
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -331,7 +332,8 @@ def test_pick_configs_falls_back_without_a_file_or_an_entry(compiled_lookup, tmp
 def test_prefill_sizes_take_the_prefill_tile(compiled_lookup):
     """Rows per expert (n / E) decide: 32 (DeepSeek-V3 at M = 1024) keeps the decode tile,
     64 (Qwen3 at M = 1024) and 256 (Mixtral at M = 1024) take wider row blocks; without the
-    expert count the decode tile as before."""
+    expert count the decode tile as before. The 128-row tile by operand width, nibble weights
+    with 16-bit activations swapped (heuristics.PREFILL_TILE_WIDE, PREFILL_NIBBLE_TILE)."""
     h = compiled_lookup
     assert h.pick_config(8192, 256)["BLOCK_M"] == 16
     assert h.pick_config(8192, 128)["BLOCK_M"] == 64
@@ -340,16 +342,29 @@ def test_prefill_sizes_take_the_prefill_tile(compiled_lookup):
     for n, e in ((8192, 128), (2048, 8)):
         c = h.pick_config(n, e)
         assert c == {"BLOCK_M": c["BLOCK_M"], **h.PREFILL_TILE[c["BLOCK_M"]], "FAST_I4": True}
-    # nibble weights: a narrower weight tile (their decode's registers)
     from moecert.kernels.triton_moe import kinds
 
-    assert h.pick_config(2048, 8, kinds.W_INT4)["BLOCK_N"] == h.PREFILL_NIBBLE_N
-    assert h.pick_config(2048, 8, kinds.W_FP4)["BLOCK_N"] == h.PREFILL_NIBBLE_N
-    assert h.pick_config(2048, 8, kinds.W16)["BLOCK_N"] == 128
-    assert h.pick_config(64, 8, kinds.W_INT4)["BLOCK_N"] == 128  # decode: unchanged
-    # the layer's experts and kind reach the heuristics through pick_configs (KEY: 8
-    # experts, W_INT4)
-    assert [(c["BLOCK_M"], c["BLOCK_N"]) for c in _pick(h, 2048)] == [(128, 64)] * 2
+    # nibble weights with 16-bit activations: the weight tile as the MMA's first operand,
+    # 64 rows at every prefill size; with int8 activations (W4A8) the narrow unswapped tile
+    for n in (512, 2048, 8192):
+        for w in (kinds.W_INT4, kinds.W_FP4):
+            assert h.pick_config(n, 8, w, kinds.A16) == {**h.PREFILL_NIBBLE_TILE,
+                                                         "FAST_I4": True}
+    assert h.PREFILL_NIBBLE_TILE["SWAP_AB"] and h.PREFILL_NIBBLE_TILE["BLOCK_M"] == 64
+    w4a8 = h.pick_config(2048, 8, kinds.W_INT4, kinds.A_INT8)
+    assert (w4a8["BLOCK_M"], w4a8["BLOCK_N"]) == (128, h.PREFILL_NIBBLE_N)
+    assert not w4a8.get("SWAP_AB")
+    # 16-bit and 8-bit operands: the 128-row tile's width and depth; the 64-row tile as before
+    assert h.pick_config(2048, 8, kinds.W16, kinds.A16) == {
+        "BLOCK_M": 128, **h.PREFILL_TILE_WIDE[16], "FAST_I4": True}
+    assert h.pick_config(2048, 8, kinds.W_FP8, kinds.A_FP8_G) == {
+        "BLOCK_M": 128, **h.PREFILL_TILE_WIDE[8], "FAST_I4": True}
+    assert h.pick_config(2048, 8, kinds.W_FP8, kinds.A16) == h.pick_config(2048, 8)
+    assert h.pick_config(8192, 128, kinds.W16, kinds.A16) == h.pick_config(8192, 128)
+    assert h.pick_config(64, 8, kinds.W_INT4, kinds.A16)["BLOCK_N"] == 128  # decode: unchanged
+    # the layer's experts, kind and activations reach the heuristics through pick_configs
+    # (KEY: 8 experts, W_INT4, A16)
+    assert _pick(h, 2048) == (h.pick_config(2048, 8, kinds.W_INT4, kinds.A16),) * 2
 
 
 def _pick_kind(heuristics, weight, n):
@@ -374,26 +389,37 @@ def test_a_decode_bucket_is_not_a_prefill_tile(compiled_lookup, tmp_path):
     assert _pick_kind(h, kinds.W16, 1024)[1] == decode  # 128 rows per expert, one step
     # two steps: the prefill heuristics of the layer (8 experts, 16-bit weights)
     assert _pick_kind(h, kinds.W16, 2048)[1] == h.default_configs(2048, KEY.experts,
-                                                                   kinds.W16)
+                                                                   kinds.W16, kinds.A16)
     assert _pick_kind(h, kinds.W16, 2048)[1][0]["BLOCK_M"] == 128
     assert _pick_kind(h, kinds.W16, 16)[1] == decode  # decode: five steps, still the nearest
     assert configs.lookup(configs.read_table(configs.path_for("test-gpu", tmp_path)), key,
                           2048, max_steps=2) == decode
 
 
-def test_int4_tuned_buckets_count_at_every_size(compiled_lookup, tmp_path):
-    """int4 weights keep their tuned bucket at prefill sizes (TUNED_AT_EVERY_SIZE: measured
-    faster than the prefill tile on an H200); without one they take the prefill tile."""
+def test_int4_tuned_buckets_count_at_every_size_but_prefill_with_16_bit_activations(
+        compiled_lookup, tmp_path):
+    """int4 weights keep their tuned bucket however far at decode sizes, and at prefill sizes
+    with int8 activations (TUNED_AT_EVERY_SIZE); with 16-bit activations a prefill size
+    takes a bucket within PREFILL_STEPS, else the swapped prefill tile (measured faster than
+    the decode buckets on an H200, round nine)."""
     h = compiled_lookup
     from moecert.kernels.triton_moe import kinds
 
     assert kinds.W_INT4 in h.TUNED_AT_EVERY_SIZE
-    assert h.pick_configs(2048, KEY.experts, kinds.W_INT4, kinds.A16, KEY.gemm1,
-                          KEY.gemm2)[0]["BLOCK_M"] == 128  # no file: the prefill tile
+    prefill = h.default_configs(2048, KEY.experts, kinds.W_INT4, kinds.A16)
+    assert _pick(h, 2048) == prefill  # no file: the prefill tile
     decode = (_cfg(32, BLOCK_N=128, SWAP_AB=True), _cfg(32, SPLIT_K=2))
-    _write(tmp_path, {KEY: {128: decode}}, device="test-gpu")
-    assert _pick(h, 2048) == decode  # four steps away, taken
+    w4a8 = dataclasses.replace(KEY, act="A_INT8")
+    _write(tmp_path, {KEY: {128: decode}, w4a8: {128: decode}}, device="test-gpu")
     assert _pick(h, 16) == decode
+    assert _pick(h, 256) == decode  # 32 rows per expert: a decode size, three steps
+    assert _pick(h, 2048) == prefill  # four steps at a prefill size: not taken
+    assert h.pick_configs(2048, KEY.experts, kinds.W_INT4, kinds.A_INT8, KEY.gemm1,
+                          KEY.gemm2) == decode
+    tuned = (_cfg(64, BLOCK_N=128, SWAP_AB=True, GROUP_M=4), _cfg(64, BLOCK_N=128))
+    _write(tmp_path, {KEY: {128: decode, 2048: tuned}}, device="test-gpu")
+    assert _pick(h, 4096) == tuned  # one step
+    assert _pick(h, 16384) == prefill
 
 
 def test_pick_configs_ignores_the_file_under_the_interpreter(compiled_lookup, tmp_path,
