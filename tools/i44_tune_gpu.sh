@@ -61,6 +61,9 @@
 #   tools/i44_tune_gpu.sh swap   prefill_sweep's swapped tiles (the weight tile as the MMA's first
 #       operand) for gptq-int4 / mxfp4 / nvfp4 on Mixtral-8x7B at M 1024 / 4096, then three
 #       W16 / fp8 prefill tiles on DeepSeek-V3 and Qwen3-30B-A3B at M 4096 (~400 s)
+#   tools/i44_tune_gpu.sh round9   round nine's heuristics against the tree before them (.bench/before,
+#       carried): prefill rows of the four layers, one process each, then the FP4 dispatch
+#       forced at Mixtral-8x7B M 2048 (~450 s)
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -321,6 +324,37 @@ swap() {  # round nine: the nibble schemes' prefill tiles with the weights as th
     batch_end
 }
 
+round9() {  # round nine's heuristics (prefill tiles by operand width, the swapped nibble tile,
+    # DEQUANT_ROWS 512) against the tree before them (.bench/before, carried), one process each,
+    # per layer; then the FP4 dispatch forced at M 2048 (~450 s)
+    batch_begin i44r9 575
+    gpu_versions
+    [ -d .bench/before/kernels ] || { echo "round9: .bench/before missing (git archive of the tree before | tar -x -C .bench/before; carry it)"; exit 2; }
+    mkdir -p /tmp/shim-before/moecert
+    for d in reference kernels conformance reports; do ln -sfn "$PWD/.bench/before/$d" /tmp/shim-before/moecert/$d; done
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 20 --backend triton)
+    local groups=(
+        "mix --model mixtral-8x7b --M 1024,2048,4096 --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4 --scheme nvfp4"
+        "qwen --model qwen3-30b-a3b --M 1024,4096 --scheme gptq-int4 --scheme bf16 --scheme fp8-w8a8 --scheme mxfp4"
+        "ds --model deepseek-v3 --M 4096 --scheme gptq-int4 --scheme bf16 --scheme fp8-w8a8 --scheme mxfp4"
+        "oss --model gpt-oss-120b --M 4096 --scheme mxfp4")
+    local g name
+    for g in "${groups[@]}"; do
+        read -r -a a <<< "$g"; name=${a[0]}
+        timeout 110 $M "${B[@]}" "${a[@]:1}" --results "$work/$name-tree" --run-id tree \
+            > "$work/$name-tree.txt" 2>&1
+        stamp "$name-tree" $?
+        PYTHONPATH=/tmp/shim-before timeout 110 python -m moecert.conformance.cli "${B[@]}" \
+            "${a[@]:1}" --results "$work/$name-before" --run-id before > "$work/$name-before.txt" 2>&1
+        stamp "$name-before" $?
+    done
+    MOECERT_TRITON_DEQUANT_ROWS=128 timeout 60 $M "${B[@]}" --model mixtral-8x7b --M 2048 \
+        --scheme mxfp4 --scheme nvfp4 --results "$work/dense" --run-id dense > "$work/dense.txt" 2>&1
+    stamp dense-2048 $?
+    grep -h "/graph" "$work"/*.txt > "$work/rows.txt"
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -340,5 +374,6 @@ case "${1:-}" in
     w4a8-m64) w4a8_m64 ;;
     prefill) prefill ;;
     swap) swap ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap" >&2; exit 2 ;;
+    round9) round9 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9" >&2; exit 2 ;;
 esac
