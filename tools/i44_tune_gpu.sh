@@ -64,6 +64,8 @@
 #   tools/i44_tune_gpu.sh round9   round nine's heuristics against the tree before them (.bench/before,
 #       carried): prefill rows of the four layers, one process each, then the FP4 dispatch
 #       forced at Mixtral-8x7B M 2048 (~450 s)
+#   tools/i44_tune_gpu.sh verify   tools/gpu_ci.sh (suite cut at 200 s), the swapped default tile
+#       checked at model size on AWQ / gpt-oss, the prefill table with the grouped peer (~480 s)
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -355,6 +357,31 @@ round9() {  # round nine's heuristics (prefill tiles by operand width, the swapp
     batch_end
 }
 
+verify() {  # tools/gpu_ci.sh on the tree (suite cut at 200 s), the swapped default tile checked
+    # against the decode tile at model size where prefill_sweep had not (AWQ, gpt-oss), then
+    # the prefill table (Mixtral-8x7B, triton and the grouped peer) (~480 s)
+    GPU_CI_SUITE_S=200 timeout 400 bash tools/gpu_ci.sh > "${OUT:-/tmp/out}/gpu-ci.txt" 2>&1
+    echo "gpu_ci exit $?"
+    batch_begin i44v 170
+    gpu_versions
+    timeout 40 python tools/prefill_sweep.py --model mixtral-8x7b --scheme awq-int4 --M 1024 \
+        --set swapped --candidates 0 > "$work/check-awq.txt" 2>&1
+    stamp check-awq $?
+    timeout 40 python tools/prefill_sweep.py --model gpt-oss-120b --scheme mxfp4 --M 4096 \
+        --set swapped --candidates 0 > "$work/check-oss.txt" 2>&1
+    stamp check-oss $?
+    P=(--device cuda --mode graph --max-seconds 0.5 --repeats 30 --model mixtral-8x7b
+       --M 1024,4096)
+    timeout 60 $M bench "${P[@]}" --backend triton --scheme bf16 --scheme fp8-w8a8 \
+        --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4 --scheme nvfp4 \
+        --results "$work/p-triton" --run-id prefill > "$work/p-triton.txt" 2>&1
+    stamp p-triton $?
+    timeout 40 $M bench "${P[@]}" --backend grouped --scheme mxfp4 --scheme nvfp4 \
+        --results "$work/p-grouped" --run-id grouped > "$work/p-grouped.txt" 2>&1
+    stamp p-grouped $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -375,5 +402,6 @@ case "${1:-}" in
     prefill) prefill ;;
     swap) swap ;;
     round9) round9 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9" >&2; exit 2 ;;
+    verify) verify ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify" >&2; exit 2 ;;
 esac
