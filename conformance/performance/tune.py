@@ -134,8 +134,15 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
                 key = stage.key()
                 tuned[_bucket(stage.n)] = (M, choice, stage.defaults)
                 log(format_rows([(shape_name, scheme, M, choice)]).splitlines()[-1])
-                # one nibble order per linear for every bucket: each bucket re-settled in it
+                # one nibble order per linear for every bucket: each bucket re-settled in it;
+                # the stored order where the layer's file holds buckets this run leaves
+                # (their tiles run on the weights in that order)
                 orders = best_spans([c.options for _, c, _ in tuned.values()])
+                kept = held_buckets(key) - set(tuned)
+                if kept and orders != (stage.stored[1], stage.stored[2]):
+                    log(f"  {shape_name} {scheme}: the stored nibble order kept (its file "
+                        f"holds buckets {sorted(kept)}, not tuned here)")
+                    orders = (stage.stored[1], stage.stored[2])
                 for bucket, (m, c, defaults) in tuned.items():
                     cut, shipped_us = c.cut, c.shipped_us
                     c = settle(c.options, orders, defaults, [g.default_us for g in c.gemms],
@@ -190,6 +197,17 @@ def format_rows(rows) -> str:
                      f"{describe(c.configs[1], c.spans[1])}"
                      f"{'  (search cut by --max-seconds)' if c.cut else ''}")
     return "\n".join(lines)
+
+
+def held_buckets(key) -> set[int]:
+    """The row buckets of the entry the layer reads on this device (its own key's, else its
+    fallback's: heuristics.tuned_key), from the file of its nibble order."""
+    from moecert.kernels.triton_moe import configs, heuristics
+
+    read = heuristics.tuned_key(key)
+    name = configs.layer_file(read)
+    table = None if name is None else configs.load_table(name, configs.config_dir())
+    return set(table.get(read, {})) if table else set()
 
 
 def _versions() -> dict:

@@ -131,14 +131,16 @@ def test_lean_gives_the_current_paths_bits_compiled(scale, dtype, unroll, monkey
 @pytest.mark.parametrize("scheme", ["mxfp4", "nvfp4"])
 @pytest.mark.parametrize("words", ["0", "1"])
 def test_the_prefill_dispatch_computes_the_reference_on_the_gpu(scheme, words, monkeypatch):
-    """512 tokens, topk 2 over 8 experts: 128 rows per expert, the W16 prefill tile (wgmma on
-    sm90) at the default threshold, against the fused path (threshold off) and float64."""
+    """topk 2 over 8 experts, DEQUANT_ROWS rows per expert (512: 2048 tokens): the W16 prefill
+    tile (wgmma on sm90) at the default threshold, against the fused path (threshold off: the
+    swapped nibble prefill tile) and float64."""
     from moecert.kernels.triton_moe import configs, heuristics
     from moecert.kernels.triton_moe.backend import TritonBackend, _plan
     from moecert.reference import MoEProblem, make_inputs, moe, synthesize
 
     monkeypatch.setenv(configs.FP4_SCALE_WORDS_ENV, words)
-    P = MoEProblem(M=512, K=1024, N=512, E=8, topk=2, bias=scheme == "mxfp4")
+    P = MoEProblem(M=heuristics.DEQUANT_ROWS * 8 // 2, K=1024, N=512, E=8, topk=2,
+                   bias=scheme == "mxfp4")
     assert heuristics.dequantizes(P.M * P.topk, P.E)
     ckpt = synthesize(scheme, P, seed=3)
     backend = TritonBackend()

@@ -212,3 +212,40 @@ def test_the_tiles_a_layer_runs_now_are_timed_and_recorded(triton_runs_here, mon
     assert choice.shipped_us == 2 * 42.0 and choice.us <= choice.shipped_us
     assert next(iter(timings.values()))["shipped"] == 84.0
     assert "84.0" in tune_command.format_rows(rows)
+
+
+def test_tuning_some_buckets_keeps_the_nibble_order_the_others_were_tuned_in(
+        triton_runs_here, tmp_path, monkeypatch):
+    """A file whose int4 entry holds a bucket in nibble planes: tuning the layer at another M
+    only, where the adjacent order times faster, keeps the planes (the kept bucket's tiles run
+    on weights stored so), says so, and records the planes; with nothing kept it takes the
+    faster order (test_tuning_picks_a_nibble_order_and_the_backend_stores_its_weights_so)."""
+    from moecert.kernels.triton_moe import heuristics
+
+    def timer(run, config):
+        return 10.0 if config.get("NIB_SPAN", 0) == 0 else 20.0
+
+    shape = ModelShape(E=4, K=128, N=128, topk=2)
+    args = ({"tiny": shape}, ["gptq-int4"])
+    kw = dict(grid=TINY_GRID, group_size=128, routings=1)
+    table, timings, spans, _ = tune_command.run_tuning(
+        *args, [64], DEVICE, lambda run, c: 30.0 - timer(run, c), log=lambda *a: None, **kw)
+    (key,) = table
+    assert spans == {key: {"w13": 128, "w2": 128}}  # planes faster at that M
+    path = configs.path_for("test-gpu", tmp_path)
+    configs.write_table(path, "test-gpu", "Test GPU", {}, table, timings, spans)
+    monkeypatch.setattr(heuristics, "INTERPRET", False)
+    monkeypatch.setattr(configs, "CONFIG_DIR", tmp_path)
+    monkeypatch.setattr(configs, "current_device_key", lambda: "test-gpu")
+    configs.load_table.cache_clear()
+    configs.load_spans.cache_clear()
+    lines = []
+    try:
+        _, _, spans, rows = tune_command.run_tuning(*args, [1], DEVICE, timer, log=lines.append,
+                                                     **kw)
+    finally:
+        configs.load_table.cache_clear()
+        configs.load_spans.cache_clear()
+    assert spans == {key: {"w13": 128, "w2": 128}}
+    assert all(c.spans == (128, 128) for *_, c in rows)
+    assert any("stored nibble order kept" in line and "[128]" in line for line in lines)
