@@ -66,6 +66,9 @@
 #       forced at Mixtral-8x7B M 2048 (~450 s)
 #   tools/i44_tune_gpu.sh verify   tools/gpu_ci.sh (suite cut at 200 s), the swapped default tile
 #       checked at model size on AWQ / gpt-oss, the prefill table with the grouped peer (~480 s)
+#   tools/i44_tune_gpu.sh tune-prefill   the prefill CUDA test and the FP8 folders, then gptq-int4
+#       (M 1024 / 4096) and mxfp4 (M 1024, fused) on Mixtral-8x7B tuned at prefill sizes and
+#       benched against the configs before (~470 s)
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -382,6 +385,36 @@ verify() {  # tools/gpu_ci.sh on the tree (suite cut at 200 s), the swapped defa
     batch_end
 }
 
+tune_prefill() {  # the prefill CUDA test and the FP8 folders (cut in `verify`), then gptq-int4 on
+    # Mixtral-8x7B at M 1024 / 4096 and mxfp4 at M 1024 (the fused path) tuned into the tree's
+    # configs, benched against the configs before (~470 s)
+    batch_begin i44tp 575
+    gpu_versions
+    timeout 100 python -m pytest tests/kernels/test_fp4_prefill_cuda.py -q -p no:cacheprovider \
+        -rfE > "$work/prefill-cuda.txt" 2>&1
+    stamp "prefill cuda test: $(tail -n 1 "$work/prefill-cuda.txt")" $?
+    for folder in tests/fixtures/checkpoints/ct-fp8-static-qwen3moe \
+                  tests/fixtures/checkpoints/modelopt-fp8-qwen3moe; do
+        timeout 70 $M run --suite ci --checkpoint "$folder" --device cuda --backend grouped \
+            --backend triton --backend torch -n 4 --results "$work/folders" \
+            > "$work/folder-$(basename "$folder").txt" 2>&1
+        stamp "folder $(basename "$folder"): $(grep -E '^(green|not green)' "$work/folder-$(basename "$folder").txt" | tail -1)" $?
+    done
+    C=$PWD/kernels/triton_moe/configs
+    cp -r "$C" "$work/cfg-before"
+    tune_into "$C" tp "150 --model mixtral-8x7b --scheme gptq-int4 --M 1024,4096 --routings 2 --max-seconds 50" \
+        "85 --model mixtral-8x7b --scheme mxfp4 --M 1024 --routings 2 --max-seconds 50"
+    cp "$C/h200.json" "$work/h200.json"
+    P=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 30 --backend triton
+       --model mixtral-8x7b --M 1024,4096 --scheme gptq-int4 --scheme mxfp4)
+    timeout 40 $M "${P[@]}" --results "$work/tuned" --run-id tuned > "$work/tuned.txt" 2>&1
+    stamp tuned $?
+    MOECERT_TRITON_CONFIG_DIR=$work/cfg-before timeout 40 $M "${P[@]}" --results "$work/before" \
+        --run-id before > "$work/before.txt" 2>&1
+    stamp before $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -403,5 +436,6 @@ case "${1:-}" in
     swap) swap ;;
     round9) round9 ;;
     verify) verify ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify" >&2; exit 2 ;;
+    tune-prefill) tune_prefill ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill" >&2; exit 2 ;;
 esac
