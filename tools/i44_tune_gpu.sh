@@ -69,6 +69,8 @@
 #   tools/i44_tune_gpu.sh tune-prefill   the prefill CUDA test and the FP8 folders, then gptq-int4
 #       (M 1024 / 4096) and mxfp4 (M 1024, fused) on Mixtral-8x7B tuned at prefill sizes and
 #       benched against the configs before (~470 s)
+#   tools/i44_tune_gpu.sh edges   round nine's heuristics at 64-128 rows per expert (Mixtral M 256 /
+#       512, gpt-oss M 1024 / 2048) and Mixtral M 2048, against .bench/before (~90 s)
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -415,6 +417,30 @@ tune_prefill() {  # the prefill CUDA test and the FP8 folders (cut in `verify`),
     batch_end
 }
 
+edges() {  # round nine's heuristics at the sizes between decode and the timed prefill rows
+    # (64-128 rows per expert, and Mixtral M 2048 on the 8192-row gptq bucket), the tree
+    # against .bench/before (carried), one process each (~90 s)
+    batch_begin i44e 200
+    gpu_versions
+    mkdir -p /tmp/shim-before/moecert
+    for d in reference kernels conformance reports; do ln -sfn "$PWD/.bench/before/$d" /tmp/shim-before/moecert/$d; done
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 20 --backend triton)
+    local a=(--model mixtral-8x7b --M 256,512,2048 --scheme gptq-int4 --scheme awq-int4
+             --scheme mxfp4 --scheme nvfp4)
+    local o=(--model gpt-oss-120b --M 1024,2048 --scheme mxfp4)
+    timeout 60 $M "${B[@]}" "${a[@]}" --results "$work/mix-tree" --run-id tree > "$work/mix-tree.txt" 2>&1
+    stamp mix-tree $?
+    PYTHONPATH=/tmp/shim-before timeout 60 python -m moecert.conformance.cli "${B[@]}" "${a[@]}" \
+        --results "$work/mix-before" --run-id before > "$work/mix-before.txt" 2>&1
+    stamp mix-before $?
+    timeout 30 $M "${B[@]}" "${o[@]}" --results "$work/oss-tree" --run-id tree > "$work/oss-tree.txt" 2>&1
+    stamp oss-tree $?
+    PYTHONPATH=/tmp/shim-before timeout 30 python -m moecert.conformance.cli "${B[@]}" "${o[@]}" \
+        --results "$work/oss-before" --run-id before > "$work/oss-before.txt" 2>&1
+    stamp oss-before $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -437,5 +463,6 @@ case "${1:-}" in
     round9) round9 ;;
     verify) verify ;;
     tune-prefill) tune_prefill ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill" >&2; exit 2 ;;
+    edges) edges ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges" >&2; exit 2 ;;
 esac
