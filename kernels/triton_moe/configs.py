@@ -505,10 +505,10 @@ def _config_devices(device: str | None, directory: Path | None) -> tuple[str, ..
     return config_devices(device, directory or config_dir())
 
 
-def _nearest(table: Table, key: LayerKey, num_rows: int) -> tuple[int, int] | None:
+def _nearest(table: Table, key: LayerKey, num_rows: int, keep=None) -> tuple[int, int] | None:
     """(powers of two between n's bucket and the layer's nearest tuned bucket, that bucket),
-    None when the layer was not tuned."""
-    buckets = table.get(key)
+    None when the layer was not tuned (or has no bucket that `keep(bucket)` accepts)."""
+    buckets = [b for b in table.get(key) or () if keep is None or keep(b)]
     if not buckets:
         return None
     want = rows_bucket(num_rows).bit_length()
@@ -516,12 +516,13 @@ def _nearest(table: Table, key: LayerKey, num_rows: int) -> tuple[int, int] | No
     return abs(best.bit_length() - want), best
 
 
-def lookup(table: Table, key: LayerKey, num_rows: int, max_steps: int | None = None
-           ) -> tuple[dict, dict] | None:
-    """The layer's configs for n rows: the tuned bucket nearest to n's on the log scale;
-    None when the layer was not tuned, or when `max_steps` is given and the nearest bucket
-    is more than that many powers of two from n's. Copies: callers may keep or change them."""
-    found = _nearest(table, key, num_rows)
+def lookup(table: Table, key: LayerKey, num_rows: int, max_steps: int | None = None,
+           keep=None) -> tuple[dict, dict] | None:
+    """The layer's configs for n rows: the tuned bucket nearest to n's on the log scale among
+    those `keep(bucket)` accepts (default all); None when the layer was not tuned, or when
+    `max_steps` is given and the nearest bucket is more than that many powers of two from
+    n's. Copies: callers may keep or change them."""
+    found = _nearest(table, key, num_rows, keep)
     if found is None or (max_steps is not None and found[0] > max_steps):
         return None
     c1, c2 = table[key][found[1]]
@@ -529,7 +530,8 @@ def lookup(table: Table, key: LayerKey, num_rows: int, max_steps: int | None = N
 
 
 def nearest_in_layer_file(key: LayerKey, num_rows: int, device: str | None = None,
-                          directory: Path | None = None) -> tuple[int, tuple[dict, dict]] | None:
+                          directory: Path | None = None, keep=None
+                          ) -> tuple[int, tuple[dict, dict]] | None:
     """(powers of two between n's bucket and the nearest tuned one, copies of its configs)
     from the file of the layer's nibble order (`layer_file`), which answers at every size
     (heuristics.TUNED_AT_EVERY_SIZE); None when no file has the layer."""
@@ -537,13 +539,16 @@ def nearest_in_layer_file(key: LayerKey, num_rows: int, device: str | None = Non
     if name is None:
         return None
     table = load_table(name, directory or config_dir())
-    steps, bucket = _nearest(table, key, num_rows)
+    found = _nearest(table, key, num_rows, keep)
+    if found is None:
+        return None
+    steps, bucket = found
     c1, c2 = table[key][bucket]
     return steps, (dict(c1), dict(c2))
 
 
 def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
-                  directory: Path | None = None, max_steps: int | None = None
+                  directory: Path | None = None, max_steps: int | None = None, keep=None
                   ) -> tuple[dict, dict] | None:
     """Configs for this device (default: the current one) from its files, None without a
     file, a CUDA device, or an entry for the layer (within `max_steps`, see lookup). Of the
@@ -553,12 +558,12 @@ def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
     best = None
     for name in _config_devices(device, directory):
         table = load_table(name, directory or config_dir())
-        found = None if table is None else _nearest(table, key, num_rows)
+        found = None if table is None else _nearest(table, key, num_rows, keep)
         if found is not None and (best is None or found[0] < best[0]):
             best = (found[0], table)
     if best is None:
         return None
-    return lookup(best[1], key, num_rows, max_steps)
+    return lookup(best[1], key, num_rows, max_steps, keep)
 
 
 # --- writing ---------------------------------------------------------------------------------

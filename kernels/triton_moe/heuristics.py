@@ -213,8 +213,8 @@ def int4_weight_name(has_zero: bool) -> str:
 KEY_FALLBACK = {"W_INT4_ZERO": "W_INT4"}
 
 
-def every_size_configs(key: configs.LayerKey, num_rows: int,
-                       max_steps: int | None = None) -> tuple[dict, dict] | None:
+def every_size_configs(key: configs.LayerKey, num_rows: int, max_steps: int | None = None,
+                       keep=None) -> tuple[dict, dict] | None:
     """A TUNED_AT_EVERY_SIZE kind's configs: the nearest bucket of its own key's file; but
     where its KEY_FALLBACK key has a strictly nearer bucket stored in the same nibble orders
     (so the layer's weights, stored in its own key's orders, run either tile), that one. A
@@ -222,17 +222,17 @@ def every_size_configs(key: configs.LayerKey, num_rows: int,
     Mixtral-8x7B entry tuned at M = 16 alone read its 32-row tile at M = 64 in 456.6 us, where
     W_INT4's 128-row bucket runs 359.1; w4a8-int8's, tuned at M = 64 alone, made M = 16 414.1
     us against 347.4 (2026-12-01, docs/speed.md round eight). `max_steps`: a bucket more
-    powers of two from the rows counts as none (pick_configs)."""
+    powers of two from the rows counts as none, and one `keep` rejects (pick_configs)."""
     def within(found):
         return None if found is None or (max_steps is not None and found[0] > max_steps) \
             else found
 
-    own = within(configs.nearest_in_layer_file(key, num_rows))
+    own = within(configs.nearest_in_layer_file(key, num_rows, keep=keep))
     fallback = KEY_FALLBACK.get(key.weight)
     if fallback is None or (own is not None and own[0] == 0):  # none nearer than its own
         return None if own is None else own[1]
     other = dataclasses.replace(key, weight=fallback)
-    near = within(configs.nearest_in_layer_file(other, num_rows))
+    near = within(configs.nearest_in_layer_file(other, num_rows, keep=keep))
     if own is None:
         return None if near is None else near[1]
     if (near is not None and near[0] < own[0]
@@ -277,19 +277,25 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
     At prefill sizes (`prefill_block_m`) a tuned bucket counts only within PREFILL_STEPS
     powers of two of the rows: the nearest bucket of a file tuned at decode sizes holds a
     decode tile, a fifth of the GEMM rate there; TUNED_AT_EVERY_SIZE's kinds so only with
-    16-bit activations.
+    16-bit activations. A decode size reads decode buckets only (a bucket's rows per expert
+    below PREFILL_ROWS).
     MOECERT_TRITON_SPLIT_K, when set, overrides both GEMMs' SPLIT_K (configs.forced_split_k)."""
     chosen = None
     if not INTERPRET:
         key = configs.LayerKey(weight_name or WEIGHT_NAMES[weight], ACT_NAMES[act],
                                num_experts, tuple(gemm1), tuple(gemm2))
         prefill = prefill_block_m(num_rows, num_experts) is not None
+        # a decode size never reads a bucket tuned at prefill sizes, however near: the
+        # 128-row tiles of bf16 Mixtral-8x7B's 2048-row bucket at M 16 (2026-12-01)
+        keep = None if prefill else (
+            lambda bucket: prefill_block_m(bucket, num_experts) is None)
         if weight in TUNED_AT_EVERY_SIZE:
             chosen = every_size_configs(key, num_rows,
-                                        PREFILL_STEPS if prefill and act == A16 else None)
+                                        PREFILL_STEPS if prefill and act == A16 else None, keep)
         else:
             chosen = configs.tuned_configs(key, num_rows,
-                                           max_steps=PREFILL_STEPS if prefill else None)
+                                           max_steps=PREFILL_STEPS if prefill else None,
+                                           keep=keep)
     if chosen is None:
         chosen = default_configs(num_rows, num_experts, weight, act)
         smem = None if INTERPRET else configs.current_shared_memory()

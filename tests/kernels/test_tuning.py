@@ -383,17 +383,38 @@ def test_a_decode_bucket_is_not_a_prefill_tile(compiled_lookup, tmp_path):
     h = compiled_lookup
     from moecert.kernels.triton_moe import kinds
 
-    decode = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
+    decode = (_cfg(32, BLOCK_N=256), _cfg(32, BLOCK_K=64))
     key, _ = _pick_kind(h, kinds.W16, 16)
-    _write(tmp_path, {key: {512: decode}}, device="test-gpu")
-    assert _pick_kind(h, kinds.W16, 1024)[1] == decode  # 128 rows per expert, one step
+    _write(tmp_path, {key: {256: decode}}, device="test-gpu")  # 32 rows per expert
+    assert _pick_kind(h, kinds.W16, 512)[1] == decode  # 64 rows per expert, one step
     # two steps: the prefill heuristics of the layer (8 experts, 16-bit weights)
-    assert _pick_kind(h, kinds.W16, 2048)[1] == h.default_configs(2048, KEY.experts,
+    assert _pick_kind(h, kinds.W16, 1024)[1] == h.default_configs(1024, KEY.experts,
                                                                    kinds.W16, kinds.A16)
-    assert _pick_kind(h, kinds.W16, 2048)[1][0]["BLOCK_M"] == 128
-    assert _pick_kind(h, kinds.W16, 16)[1] == decode  # decode: five steps, still the nearest
+    assert _pick_kind(h, kinds.W16, 1024)[1][0]["BLOCK_M"] == 128
+    assert _pick_kind(h, kinds.W16, 2)[1] == decode  # decode: seven steps, still the nearest
     assert configs.lookup(configs.read_table(configs.path_for("test-gpu", tmp_path)), key,
-                          2048, max_steps=2) == decode
+                          1024, max_steps=2) == decode
+
+
+def test_a_prefill_bucket_is_not_a_decode_tile(compiled_lookup, tmp_path):
+    """A file tuned at prefill sizes only (bf16 Mixtral-8x7B's 2048- and 8192-row buckets,
+    2026-12-01): a decode size takes the heuristics' decode tile, not the nearest bucket's
+    128-row tile; int4 (read at every size) alike. A decode bucket still answers at decode."""
+    h = compiled_lookup
+    from moecert.kernels.triton_moe import kinds
+
+    prefill = (_cfg(128, BLOCK_N=256), _cfg(128, BLOCK_N=256))
+    key, _ = _pick_kind(h, kinds.W16, 16)
+    _write(tmp_path, {key: {2048: prefill}, KEY: {8192: prefill}}, device="test-gpu")
+    for n in (2, 16, 256):  # 32 rows per expert at most: decode sizes
+        assert _pick_kind(h, kinds.W16, n)[1] == h.default_configs(n, KEY.experts, kinds.W16,
+                                                                    kinds.A16)
+        assert _pick(h, n) == h.default_configs(n, KEY.experts, kinds.W_INT4, kinds.A16)
+    assert _pick_kind(h, kinds.W16, 2048)[1] == prefill
+    assert _pick(h, 8192) == prefill
+    decode = (_cfg(16, BLOCK_N=32), _cfg(16, BLOCK_N=32))
+    _write(tmp_path, {key: {2048: prefill, 32: decode}}, device="test-gpu")
+    assert _pick_kind(h, kinds.W16, 256)[1] == decode  # three steps, the decode bucket
 
 
 def test_int4_tuned_buckets_count_at_every_size_but_prefill_with_16_bit_activations(
