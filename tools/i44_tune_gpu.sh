@@ -71,6 +71,8 @@
 #       benched against the configs before (~470 s)
 #   tools/i44_tune_gpu.sh edges   round nine's heuristics at 64-128 rows per expert (Mixtral M 256 /
 #       512, gpt-oss M 1024 / 2048) and Mixtral M 2048, against .bench/before (~90 s)
+#   tools/i44_tune_gpu.sh decode-check   Mixtral-8x7B bf16 / fp8-w8a8 / gptq-int4 at M 1 / 16 / 64,
+#       the tree against the session's start (.bench/start, carried) (~60 s)
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
@@ -441,6 +443,22 @@ edges() {  # round nine's heuristics at the sizes between decode and the timed p
     batch_end
 }
 
+decode_check() {  # decode rows of the layers whose files gained prefill buckets this round,
+    # the tree against the session's start (.bench/start, carried), one process each (~60 s)
+    batch_begin i44d 150
+    gpu_versions
+    mkdir -p /tmp/shim-start/moecert
+    for d in reference kernels conformance reports; do ln -sfn "$PWD/.bench/start/$d" /tmp/shim-start/moecert/$d; done
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton
+       --model mixtral-8x7b --M 1,16,64 --scheme bf16 --scheme fp8-w8a8 --scheme gptq-int4)
+    timeout 50 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+    stamp tree $?
+    PYTHONPATH=/tmp/shim-start timeout 50 python -m moecert.conformance.cli "${B[@]}" \
+        --results "$work/start" --run-id start > "$work/start.txt" 2>&1
+    stamp start $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -464,5 +482,6 @@ case "${1:-}" in
     verify) verify ;;
     tune-prefill) tune_prefill ;;
     edges) edges ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges" >&2; exit 2 ;;
+    decode-check) decode_check ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check" >&2; exit 2 ;;
 esac
