@@ -96,6 +96,13 @@ gpu_versions() {
     python -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$work/gpu.txt"
 }
 
+tree_shim() {  # tree_shim .bench/NAME: /tmp/shim-NAME, a PYTHONPATH shim of that carried tree
+    mkdir -p "/tmp/shim-$(basename "$1")/moecert"
+    for d in reference kernels conformance reports; do
+        ln -sfn "$PWD/$1/$d" "/tmp/shim-$(basename "$1")/moecert/$d"
+    done
+}
+
 tune_into() {  # tune_into DIR TAG STEP...: STEP is "LIMIT_S MOECERT_TUNE_ARGS..." (one string)
     local C=$1 tag=$2 n=0 step; shift 2
     for step in "$@"; do
@@ -196,8 +203,7 @@ int4_lookup() {  # 72fc57e's int4 lookup against round six's, prefill and M 256 
     batch_begin i44l 560
     gpu_versions
     [ -d .bench/before/kernels ] || { echo "int4-lookup: .bench/before missing (git archive 4667f99 reference kernels conformance reports | tar -x -C .bench/before; carry it)"; exit 2; }
-    mkdir -p /tmp/shim-before/moecert
-    for d in reference kernels conformance reports; do ln -sfn "$PWD/.bench/before/$d" /tmp/shim-before/moecert/$d; done
+    tree_shim .bench/before
     L=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 30 --backend triton
        --scheme gptq-int4 --model mixtral-8x7b --model deepseek-v3 --M 256,1024,4096)
     PYTHONPATH=/tmp/shim-before timeout 110 python -m moecert.conformance.cli "${L[@]}" \
@@ -339,8 +345,7 @@ round9() {  # round nine's heuristics (prefill tiles by operand width, the swapp
     batch_begin i44r9 575
     gpu_versions
     [ -d .bench/before/kernels ] || { echo "round9: .bench/before missing (git archive of the tree before | tar -x -C .bench/before; carry it)"; exit 2; }
-    mkdir -p /tmp/shim-before/moecert
-    for d in reference kernels conformance reports; do ln -sfn "$PWD/.bench/before/$d" /tmp/shim-before/moecert/$d; done
+    tree_shim .bench/before
     B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 20 --backend triton)
     local groups=(
         "mix --model mixtral-8x7b --M 1024,2048,4096 --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4 --scheme nvfp4"
@@ -424,8 +429,7 @@ edges() {  # round nine's heuristics at the sizes between decode and the timed p
     # against .bench/before (carried), one process each (~90 s)
     batch_begin i44e 200
     gpu_versions
-    mkdir -p /tmp/shim-before/moecert
-    for d in reference kernels conformance reports; do ln -sfn "$PWD/.bench/before/$d" /tmp/shim-before/moecert/$d; done
+    tree_shim .bench/before
     B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 20 --backend triton)
     local a=(--model mixtral-8x7b --M 256,512,2048 --scheme gptq-int4 --scheme awq-int4
              --scheme mxfp4 --scheme nvfp4)
@@ -447,8 +451,7 @@ decode_check() {  # decode rows of the layers whose files gained prefill buckets
     # the tree against the session's start (.bench/start, carried), one process each (~60 s)
     batch_begin i44d 150
     gpu_versions
-    mkdir -p /tmp/shim-start/moecert
-    for d in reference kernels conformance reports; do ln -sfn "$PWD/.bench/start/$d" /tmp/shim-start/moecert/$d; done
+    tree_shim .bench/start
     B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton
        --model mixtral-8x7b --M 1,16,64 --scheme bf16 --scheme fp8-w8a8 --scheme gptq-int4)
     timeout 50 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
