@@ -116,7 +116,10 @@ def pick_config(num_rows: int, num_experts: int | None = None,
     SWAP_AB (weight tile as the MMA's M side) paid only for a single token (2 to 8 rows:
     ~5%, 64 x 128 tile) and lost 5-15% from 128 rows on.
     Prefill (`prefill_block_m`: PREFILL_ROWS rows per expert and more): PREFILL_TILE, the
-    MMA-bound tile (docs/speed.md, "Prefill tiles")."""
+    MMA-bound tile (docs/speed.md, "Prefill tiles"), its 128-row form by operand width
+    (PREFILL_TILE_WIDE); nibble weights with 16-bit activations PREFILL_NIBBLE_TILE, swapped
+    (the H100 decode measurement above predates the prefill tiles: at 256-1024 rows per expert
+    on an H200 the swapped nibble tile ran 1.6-2.1x the unswapped one, round nine)."""
     if INTERPRET:  # numpy per op: fewer, bigger tiles (the GPU's default N x K tile: 128 x 128
         # made the CPU smoke suite 95 -> 61 s against 64 x 64; masks and K loops still run on
         # every shape off the tile and every K above 128)
