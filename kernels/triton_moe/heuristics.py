@@ -119,7 +119,8 @@ def pick_config(num_rows: int, num_experts: int | None = None,
     MMA-bound tile (docs/speed.md, "Prefill tiles"), its 128-row form by operand width
     (PREFILL_TILE_WIDE); nibble weights with 16-bit activations PREFILL_NIBBLE_TILE, swapped
     (the H100 decode measurement above predates the prefill tiles: at 256-1024 rows per expert
-    on an H200 the swapped nibble tile ran 1.6-2.1x the unswapped one, round nine)."""
+    on an H200 the swapped nibble tile ran at 39-51% of the GEMM rate, round nine, where the
+    unswapped one had run at 22-31% in issue 34's sweep, on an older kernel)."""
     if INTERPRET:  # numpy per op: fewer, bigger tiles (the GPU's default N x K tile: 128 x 128
         # made the CPU smoke suite 95 -> 61 s against 64 x 64; masks and K loops still run on
         # every shape off the tile and every K above 128)
