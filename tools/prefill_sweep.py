@@ -7,6 +7,9 @@ order may change) before it is timed, as `moecert tune` does. Prints per GEMM an
 the same process; then per layer and M the best pair (one BLOCK_M for both GEMMs).
 
     python tools/prefill_sweep.py --model mixtral-8x7b --scheme bf16 --M 1024,4096
+    python tools/prefill_sweep.py --model mixtral-8x7b --scheme gptq-int4 --set swapped
+
+(`--set swapped`: the weight tile as the MMA's first operand, SWAPPED; `--set all` both.)
 
 A measuring tool for choosing `heuristics.pick_config`'s prefill tile (docs/speed.md, issue 34),
 not a tuner: `moecert tune` writes the device's file. `--device cpu --shape E,K,N,topk` with
