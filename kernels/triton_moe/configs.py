@@ -530,17 +530,18 @@ def lookup(table: Table, key: LayerKey, num_rows: int, max_steps: int | None = N
 
 
 def nearest_in_layer_file(key: LayerKey, num_rows: int, device: str | None = None,
-                          directory: Path | None = None, keep=None
-                          ) -> tuple[int, tuple[dict, dict]] | None:
+                          directory: Path | None = None, max_steps: int | None = None,
+                          keep=None) -> tuple[int, tuple[dict, dict]] | None:
     """(powers of two between n's bucket and the nearest tuned one, copies of its configs)
     from the file of the layer's nibble order (`layer_file`), which answers at every size
-    (heuristics.TUNED_AT_EVERY_SIZE); None when no file has the layer."""
+    (heuristics.TUNED_AT_EVERY_SIZE); None when no file has the layer, or no bucket that
+    `keep` accepts within `max_steps` (as lookup)."""
     name = layer_file(key, device, directory)
     if name is None:
         return None
     table = load_table(name, directory or config_dir())
     found = _nearest(table, key, num_rows, keep)
-    if found is None:
+    if found is None or (max_steps is not None and found[0] > max_steps):
         return None
     steps, bucket = found
     c1, c2 = table[key][bucket]

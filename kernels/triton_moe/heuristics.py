@@ -227,16 +227,12 @@ def every_size_configs(key: configs.LayerKey, num_rows: int, max_steps: int | No
     W_INT4's 128-row bucket runs 359.1; w4a8-int8's, tuned at M = 64 alone, made M = 16 414.1
     us against 347.4 (2026-12-01, docs/speed.md round eight). `max_steps`: a bucket more
     powers of two from the rows counts as none, and one `keep` rejects (pick_configs)."""
-    def within(found):
-        return None if found is None or (max_steps is not None and found[0] > max_steps) \
-            else found
-
-    own = within(configs.nearest_in_layer_file(key, num_rows, keep=keep))
+    own = configs.nearest_in_layer_file(key, num_rows, max_steps=max_steps, keep=keep)
     fallback = KEY_FALLBACK.get(key.weight)
     if fallback is None or (own is not None and own[0] == 0):  # none nearer than its own
         return None if own is None else own[1]
     other = dataclasses.replace(key, weight=fallback)
-    near = within(configs.nearest_in_layer_file(other, num_rows, keep=keep))
+    near = configs.nearest_in_layer_file(other, num_rows, max_steps=max_steps, keep=keep)
     if own is None:
         return None if near is None else near[1]
     if (near is not None and near[0] < own[0]
