@@ -75,6 +75,9 @@
 #       the tree against the session's start (.bench/start, carried) (~60 s)
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
+#   tools/i44_tune_gpu.sh fused   round ten: the activation in GEMM1's epilogue against the
+#       activation kernel (MOECERT_TRITON_FUSED_ACT 1 / 0, the same tree): its CUDA test, then
+#       prefill (Mixtral-8x7B M 1024 / 4096) and decode (three layers, M 16 / 64) (~330 s)
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
 #   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
@@ -462,6 +465,37 @@ decode_check() {  # decode rows of the layers whose files gained prefill buckets
     batch_end
 }
 
+fused() {  # round ten: the activation in GEMM1's epilogue (MOECERT_TRITON_FUSED_ACT) against
+    # the activation kernel, the same tree, one process each: its CUDA test first, then
+    # prefill on Mixtral-8x7B, decode on three layers, and where bf16 M 4096 goes (~330 s)
+    batch_begin i44f 575
+    gpu_versions
+    timeout 120 python -m pytest tests/kernels/test_fused_activation_cuda.py -q \
+        -p no:cacheprovider -rfE > "$work/fused-cuda.txt" 2>&1
+    stamp "fused cuda test: $(tail -n 1 "$work/fused-cuda.txt")" $?
+    P=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 30 --backend triton
+       --model mixtral-8x7b --M 1024,4096 --scheme bf16 --scheme fp8-w8a8 --scheme gptq-int4
+       --scheme awq-int4 --scheme mxfp4 --scheme nvfp4)
+    D=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton
+       --model mixtral-8x7b --model qwen3-30b-a3b --model gpt-oss-120b --M 16,64
+       --scheme bf16 --scheme gptq-int4 --scheme mxfp4 --scheme nvfp4)
+    local f
+    for f in 0 1; do
+        MOECERT_TRITON_FUSED_ACT=$f timeout 80 $M "${P[@]}" --results "$work/p-$f" \
+            --run-id "prefill-fused$f" > "$work/p-$f.txt" 2>&1
+        stamp "prefill fused=$f" $?
+    done
+    for f in 0 1; do
+        MOECERT_TRITON_FUSED_ACT=$f timeout 70 $M "${D[@]}" --results "$work/d-$f" \
+            --run-id "decode-fused$f" > "$work/d-$f.txt" 2>&1
+        stamp "decode fused=$f" $?
+    done
+    timeout 40 python tools/layer_stages.py --model mixtral-8x7b --scheme bf16 --M 4096 \
+        > "$work/stages-bf16-4096.txt" 2>&1
+    stamp stages $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -486,5 +520,6 @@ case "${1:-}" in
     tune-prefill) tune_prefill ;;
     edges) edges ;;
     decode-check) decode_check ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check" >&2; exit 2 ;;
+    fused) fused ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused" >&2; exit 2 ;;
 esac

@@ -95,7 +95,7 @@ class TritonBackend(BaseBackend):
 
     def forward(self, layer: MoELayer, x, topk_weights, topk_ids, out, expert_num_tokens
                 ) -> None:
-        from . import align, fused_moe, heuristics, quant
+        from . import align, configs, fused_moe, heuristics, quant
 
         plan = _plan(layer)
         P = layer.problem
@@ -140,11 +140,18 @@ class TritonBackend(BaseBackend):
             source, E, block_m, n=n, mode=mode, expert_map=plan["expert_map"],
             tokens_per_expert=T)
         # dropped rows are never written by GEMM1: zeros keep the activation finite there
-        h = (torch.zeros if may_drop else torch.empty)(n, P.w13_rows, dtype=x.dtype,
-                                                       device=x.device)
-        fused_moe.moe_gemm(a1, a1_scale, g1, w13, h, sorted_ids, block_expert,
-                           num_padded, None, a_row_div=row_div, act=act1, config=config1)
-        inter = quant.activation(h, P.activation, P.N)
+        # (act(0) = 0 for every activation, so a fused one's zeros are the same)
+        alloc = torch.zeros if may_drop else torch.empty
+        if configs.fused_activation():  # act(h) from GEMM1's epilogue, no h in memory
+            inter = alloc(n, P.N, dtype=x.dtype, device=x.device)
+            fused_moe.moe_gemm(a1, a1_scale, g1, w13, inter, sorted_ids, block_expert,
+                               num_padded, None, a_row_div=row_div, act=act1, config=config1,
+                               activation=P.activation)
+        else:
+            h = alloc(n, P.w13_rows, dtype=x.dtype, device=x.device)
+            fused_moe.moe_gemm(a1, a1_scale, g1, w13, h, sorted_ids, block_expert,
+                               num_padded, None, a_row_div=row_div, act=act1, config=config1)
+            inter = quant.activation(h, P.activation, P.N)
         if plan["w2_pre"] is not None:
             inter = _pre_scaled(inter, plan, "w2", source, mode, T, 1)
         a2, a2_scale, g2, act2 = _quantize(layer, plan, quant, inter, "w2", kept)

@@ -69,6 +69,9 @@ docs/speed.md, "Round four"); NVFP4's since 2026-12-01, once retuned for it on t
 (1.27-1.39x faster than the bytes with their old entries on Mixtral-8x7B and DeepSeek-V3,
 1.06-1.08x on Qwen3-30B-A3B untuned; with the bytes retuned too, bf16 still 1.06-1.18x:
 docs/speed.md, "Round seven").
+MOECERT_TRITON_FUSED_ACT=0 runs the activation as its own kernel after GEMM1 instead of in
+GEMM1's epilogue (`fused_activation`, read per forward; the same bits either way: to time one
+against the other, docs/speed.md "Round ten").
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ FP4_SCALE_WORDS_ENV = "MOECERT_TRITON_FP4_SCALE_WORDS"
 FP4_LEAN_ENV = "MOECERT_TRITON_FP4_LEAN"
 FP4_CARRY_ENV = "MOECERT_TRITON_FP4_CARRY"
 FP4_SCALE_BF16_ENV = "MOECERT_TRITON_FP4_SCALE_BF16"
+FUSED_ACT_ENV = "MOECERT_TRITON_FUSED_ACT"
 
 
 class ConfigFileError(ValueError):
@@ -261,6 +265,13 @@ def fp4_scale_bf16(environ=os.environ) -> bool | None:
     return _switch(FP4_SCALE_BF16_ENV, None, "block scales decoded into bf16 at load",
                    " (the scale bytes, decoded in the K loop); unset: decoded in bf16 "
                    "layers", environ)
+
+
+def fused_activation(environ=os.environ) -> bool:
+    """Whether GEMM1's epilogue applies the layer's activation (gemm_kernel's EPI_ACT):
+    True when MOECERT_TRITON_FUSED_ACT is 1, unset or empty, False when 0."""
+    return _switch(FUSED_ACT_ENV, True, "the activation in GEMM1's epilogue",
+                   " (the activation kernel after GEMM1)", environ)
 
 
 def scale_bf16_by_default(bf16: bool) -> bool:

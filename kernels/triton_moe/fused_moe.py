@@ -39,7 +39,7 @@ from .kinds import (
     W_INT8,
 )
 from .layout import nib_span_fits
-from .quant import fix_bf16
+from .quant import ACTIVATIONS, SWIGLU_ALPHA, SWIGLU_LIMIT, fix_bf16
 
 _COMPUTE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
@@ -208,15 +208,21 @@ def acc_dot_applies(weights: dict, act: int, K: int) -> bool:
 
 def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
              sorted_ids: torch.Tensor, block_expert: torch.Tensor, num_padded: torch.Tensor,
-             router: torch.Tensor | None, *, a_row_div: int, act: int, config: dict) -> None:
+             router: torch.Tensor | None, *, a_row_div: int, act: int, config: dict,
+             activation: str | None = None) -> None:
     """Launch the grouped GEMM for `weights` (describe_weights); c [num_rows, N] receives
     every listed row. With SPLIT_K > 1 (and K long enough to split): the PARTIAL launch into
-    an fp32 workspace, then the REDUCE launch into c."""
+    an fp32 workspace, then the REDUCE launch into c. `activation` (a name of
+    quant.ACTIVATIONS; GEMM1): c receives act(h) instead, [num_rows, N / 2] for a gated one
+    (gemm_kernel's EPI_ACT)."""
     N = weights["N"]
     K = a.shape[1]
     num_rows = c.shape[0]
+    epi_act = -1 if activation is None else ACTIVATIONS[activation]
+    gated = activation is not None and activation != "relu2"
     # shapes come from the layer's own conversion; these guard the launch
-    assert c.shape[1] == N and c.is_contiguous() and a.is_contiguous()
+    assert c.shape[1] == (N // 2 if gated else N) and c.is_contiguous() and a.is_contiguous()
+    assert not gated or (N % 2 == 0 and router is None)
     block_m = config["BLOCK_M"]
     assert sorted_ids.numel() % block_m == 0
     scale_cols = weights["scale_cols"] or K
@@ -246,7 +252,8 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     if weights.get("e8m0_fold") and act == A16 and weights["dot"] != DOT_TF32:
         constexprs = {**constexprs, "WSCALE": S_E8M0_W}
     grid = (sorted_ids.numel() // block_m, triton.cdiv(N, config["BLOCK_N"]))
-    # the workspace is never read with one split: c stands in for it
+    # the workspace is never read with one split: c stands in for it (with split-K it holds
+    # h's N columns, a fused activation's paired ones included)
     ws = c if splits == 1 else torch.empty(splits, num_rows, N, dtype=torch.float32,
                                            device=c.device)
 
@@ -267,6 +274,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             SWAP_AB=config.get("SWAP_AB", False), FAST_I4=fast_i4, K_UNROLL=unroll,
             ACC_DOT=acc_dot, GROUP_M=config.get("GROUP_M", 1), E4M3_CVT=e4m3_cvt,
             BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], BLOCK_K=bk,
+            EPI_ACT=epi_act, ALPHA=SWIGLU_ALPHA, LIMIT=SWIGLU_LIMIT,
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **constexprs,
         )

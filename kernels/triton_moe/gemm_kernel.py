@@ -57,6 +57,12 @@ GROUP_M (config, > 1): programs run GROUP_M row blocks at a time over every colu
 Epilogue order (the reference's): per-row activation scale (or the global factor), the
 weights' global multiplier, + bias, * router weight, store
 (the store rounds to c's dtype: bf16/fp16 for GEMM1's h, fp32 for GEMM2's y).
+EPI_ACT (GEMM1 only, quant.ACTIVATIONS' code; -1 none): the layer's activation fused into
+the epilogue. The tile's columns pair gate row j with up row j (w13 in halves: j and
+N/2 + j; gpt-oss's interleaved rows: as stored), h is rounded to c's dtype as the unfused
+store would, and `quant.act_values` of each pair is stored: c [rows, N / 2] (relu2: N),
+the activation kernel's bits without h's round trip through memory. Split-K's workspace
+holds the paired columns (a permutation of [0, N)); REDUCE runs the same epilogue.
 
 Split-K (config SPLIT_K > 1, for grids too small to fill the GPU): the kernel runs twice.
 PARTIAL: program (row block, column block, split s) sums its K range, in the same tile order
@@ -106,7 +112,7 @@ from .kinds import (
     W_UINT8,
 )
 from .layout import CARRY_EEM, CARRY_SIGN
-from .quant import rne_bf16
+from .quant import act_values, rne_bf16
 
 # the same values as constexpr globals, the only globals a jit function may read
 _W16, _W_INT4, _W_UINT8 = tl.constexpr(W16), tl.constexpr(W_INT4), tl.constexpr(W_UINT8)
@@ -1055,6 +1061,7 @@ def moe_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     CARRY: tl.constexpr = False, E4M3_CVT: tl.constexpr = False,
     SCALE_BF16: tl.constexpr = False,
+    EPI_ACT: tl.constexpr = -1, ALPHA: tl.constexpr = 0.0, LIMIT: tl.constexpr = 0.0,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -1085,14 +1092,29 @@ def moe_gemm_kernel(
     # --- pointers ---------------------------------------------------------------------------
     row_mask = row_ids < num_rows
     a_rows = (row_ids // A_ROW_DIV).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
-    if EVEN_N:
-        offs_bn = offs_n.to(tl.int64)
+    # EPI_ACT on gate / up halves (w1 rows, then w3 rows): tile column 2i is gate row
+    # `pair` i, column 2i + 1 its up row, so the epilogue holds both (gpt-oss's interleaved
+    # rows are in that order as stored)
+    HALVES: tl.constexpr = EPI_ACT == 0 or EPI_ACT == 1 or EPI_ACT == 3
+    if HALVES:
+        half = N // 2
+        pair = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N) // 2
+        up_rows = (tl.arange(0, BLOCK_N) % 2) * half
+        offs_n = pair + up_rows
+        n_mask = pair < half
+        if EVEN_N:
+            offs_bn = offs_n.to(tl.int64)
+        else:  # the clamp below, within each half
+            offs_bn = (tl.minimum(pair, half - 1) + up_rows).to(tl.int64)
     else:
-        # weight rows clamp into the matrix instead of masking: every weight load reads
-        # real (finite) values and columns past N are dropped at the store
-        offs_bn = tl.minimum(offs_n, N - 1).to(tl.int64)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < N
+        if EVEN_N:
+            offs_bn = offs_n.to(tl.int64)
+        else:
+            # weight rows clamp into the matrix instead of masking: every weight load reads
+            # real (finite) values and columns past N are dropped at the store
+            offs_bn = tl.minimum(offs_n, N - 1).to(tl.int64)
     a_base = a_ptr + a_rows[:, None] * stride_am
     a_mask = row_mask[:, None]
     if WT_K == 0:
@@ -1145,8 +1167,23 @@ def moe_gemm_kernel(
         if MUL_ROUTER:
             r = tl.load(router_ptr + row_ids, mask=row_mask, other=0.0)
             acc = acc * r[:, None]
+        offs_c = offs_n
+        c_mask = ws_mask
+        if EPI_ACT >= 0:
+            # h as the unfused GEMM1 stores it (rounded to c's dtype), then the activation
+            # kernel's own math on it: the same bits, with no h in memory
+            if FIX_BF16:
+                acc = rne_bf16(acc)
+            acc = acc.to(c_ptr.dtype.element_ty).to(tl.float32)
+            if EPI_ACT == 4:  # relu2: no gate, one output column per tile column
+                acc = act_values(acc, acc, EPI_ACT, ALPHA, LIMIT)
+            else:
+                gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))
+                acc = act_values(gate, up, EPI_ACT, ALPHA, LIMIT)
+                offs_c = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+                c_mask = row_mask[:, None] & (offs_c < N // 2)[None, :]
         if FIX_BF16:
             acc = rne_bf16(acc)
-        c_ptrs = c_ptr + row_ids.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=ws_mask)
+        c_ptrs = c_ptr + row_ids.to(tl.int64)[:, None] * stride_cm + offs_c[None, :]
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 

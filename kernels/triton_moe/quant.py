@@ -207,6 +207,25 @@ def fp8_quant_kernel(x_ptr, q_ptr, scale_ptr, given_ptr, K, SPAN, stride_x, stri
 
 
 @triton.jit
+def act_values(gate, up, ACT: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr):
+    """act(gate, up) in fp32 for ACTIVATIONS[name] = ACT; relu2 (4) reads `gate` only. One
+    definition for the activation kernel and GEMM1's fused epilogue (gemm_kernel's EPI_ACT),
+    so both give the same bits."""
+    if ACT == 4:  # relu2: no gate
+        y = tl.maximum(gate, 0.0)
+        y = y * y
+    elif ACT == 0:
+        y = gate / (1.0 + tl.exp(-gate)) * up
+    elif ACT == 1:
+        y = 0.5 * gate * (1.0 + tl.erf(gate * 0.7071067811865476)) * up
+    else:
+        g = tl.minimum(gate, LIMIT)
+        u = tl.minimum(tl.maximum(up, -LIMIT), LIMIT)
+        y = (u + 1.0) * g / (1.0 + tl.exp(-ALPHA * g))
+    return y
+
+
+@triton.jit
 def activation_kernel(h_ptr, out_ptr, N, stride_h, stride_o, ACT: tl.constexpr,
                       FIX_BF16: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr,
                       BLOCK_N: tl.constexpr):
@@ -215,24 +234,15 @@ def activation_kernel(h_ptr, out_ptr, N, stride_h, stride_o, ACT: tl.constexpr,
     mask = offs < N
     h_row = h_ptr + row * stride_h
     if ACT == 4:  # relu2: N rows, no gate
-        x = tl.load(h_row + offs, mask=mask, other=0.0).to(tl.float32)
-        y = tl.maximum(x, 0.0)
-        y = y * y
+        gate = tl.load(h_row + offs, mask=mask, other=0.0).to(tl.float32)
+        up = gate
+    elif ACT == 2:  # gpt-oss interleaved gate/up
+        gate = tl.load(h_row + 2 * offs, mask=mask, other=0.0).to(tl.float32)
+        up = tl.load(h_row + 2 * offs + 1, mask=mask, other=0.0).to(tl.float32)
     else:
-        if ACT == 2:  # gpt-oss interleaved gate/up
-            gate = tl.load(h_row + 2 * offs, mask=mask, other=0.0).to(tl.float32)
-            up = tl.load(h_row + 2 * offs + 1, mask=mask, other=0.0).to(tl.float32)
-        else:
-            gate = tl.load(h_row + offs, mask=mask, other=0.0).to(tl.float32)
-            up = tl.load(h_row + N + offs, mask=mask, other=0.0).to(tl.float32)
-        if ACT == 0:
-            y = gate / (1.0 + tl.exp(-gate)) * up
-        elif ACT == 1:
-            y = 0.5 * gate * (1.0 + tl.erf(gate * 0.7071067811865476)) * up
-        else:
-            g = tl.minimum(gate, LIMIT)
-            u = tl.minimum(tl.maximum(up, -LIMIT), LIMIT)
-            y = (u + 1.0) * g / (1.0 + tl.exp(-ALPHA * g))
+        gate = tl.load(h_row + offs, mask=mask, other=0.0).to(tl.float32)
+        up = tl.load(h_row + N + offs, mask=mask, other=0.0).to(tl.float32)
+    y = act_values(gate, up, ACT, ALPHA, LIMIT)
     if FIX_BF16:
         y = rne_bf16(y)
     tl.store(out_ptr + row * stride_o + offs, y.to(out_ptr.dtype.element_ty), mask=mask)

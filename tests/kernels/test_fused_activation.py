@@ -1,0 +1,129 @@
+"""GEMM1's activation in its epilogue (gemm_kernel's EPI_ACT) against GEMM1 then the
+activation kernel, under the Triton interpreter: the same bits, every activation, weight
+format, tile shape, split-K and routing format. The reference comparisons of every scheme
+(test_triton_backend.py) run the fused path, the default; these pin that it is the unfused
+path's arithmetic, so the fusion moves no verdict."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
+
+load_interpreted_kernels()  # before the kernel modules are bound below
+
+from moecert.kernels.triton_moe import align, configs, fused_moe, kinds, quant  # noqa: E402
+from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
+from moecert.reference import (  # noqa: E402
+    MoEProblem,
+    make_batched_inputs,
+    make_inputs,
+    synthesize,
+)
+
+BACKEND = TritonBackend()
+ACTIVATIONS = tuple(quant.ACTIVATIONS)
+
+
+@pytest.fixture(autouse=True)
+def _interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "moecert.kernels.triton_moe.fused_moe" in sys.modules
+
+
+def _run_layer(scheme, attrs, problem, fused: bool, monkeypatch):
+    monkeypatch.setenv(configs.FUSED_ACT_ENV, "1" if fused else "0")
+    ckpt = synthesize(scheme, problem, seed=1, **attrs)
+    layer = BACKEND.create_layer(ckpt, problem)
+    BACKEND.process_weights_after_loading(layer)
+    if problem.activation_format == "batched":
+        x, counts = make_batched_inputs(problem, seed=2)
+        return BACKEND.apply(layer, x, None, None, expert_num_tokens=counts)
+    x, w, ids = make_inputs(problem, seed=2)
+    return BACKEND.apply(layer, x, w, ids)
+
+
+SCHEMES = [
+    ("bf16", "bf16", {}),
+    ("gptq4-g64-asym", "gptq-int4", {"group_size": 64, "sym": False}),
+    ("fp8w8a8-group", "fp8-w8a8", {}),
+    ("int8w8a8-dyn-tensor", "int8-w8a8", {"activation": "dynamic-tensor"}),
+    ("mxfp4", "mxfp4", {}),
+    ("nvfp4-a4", "nvfp4", {"activation": "nvfp4"}),  # the w1 / w3 global multipliers
+]
+FORMATS = [
+    ("standard", {}),
+    ("expert-map", {"expert_map": (-1, 0, -1, 1, 2, -1, 3, -1), "topk": 3}),
+    ("batched", {"activation_format": "batched", "M": 5}),
+]
+
+
+@pytest.mark.parametrize(("scheme", "attrs"), [c[1:] for c in SCHEMES],
+                         ids=[c[0] for c in SCHEMES])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("over", [f[1] for f in FORMATS], ids=[f[0] for f in FORMATS])
+def test_the_layer_gives_the_unfused_bits(scheme, attrs, activation, over, monkeypatch):
+    problem = MoEProblem(**{"M": 7, "K": 128, "N": 192, "E": 4, "topk": 2, "bias": True,
+                            "activation": activation, **over})
+    fused = _run_layer(scheme, attrs, problem, True, monkeypatch)
+    unfused = _run_layer(scheme, attrs, problem, False, monkeypatch)
+    assert torch.isfinite(fused).all()
+    assert torch.equal(fused, unfused)
+
+
+def _gemm1(weights, a, ids, config, activation, out_cols):
+    sorted_ids, block_expert, num_padded = align.align_assignments(
+        ids, weights["q"].shape[0], config["BLOCK_M"], n=ids.numel())
+    c = torch.full((ids.numel(), out_cols), float("nan"), dtype=a.dtype)
+    fused_moe.moe_gemm(a, None, None, weights, c, sorted_ids, block_expert, num_padded, None,
+                       a_row_div=2, act=kinds.A16, config=config, activation=activation)
+    return c
+
+
+TILES = {
+    "plain": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32},
+    "swapped": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "SWAP_AB": True},
+    "split-k": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 2},
+    "wide": {"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 4},
+}
+
+
+@pytest.mark.parametrize("tile", TILES)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_the_kernel_pairs_each_gate_row_with_its_up_row(tile, activation):
+    """16-bit weights with a bias and a global multiplier per row half (so a row read at the
+    wrong place shows), N = 40 intermediate columns: no tile width divides the halves, so
+    the clamped, masked last tile is in every case."""
+    E, K, N, M, topk = 3, 96, 40, 9, 2
+    rows = N if activation == "relu2" else 2 * N
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(E, rows, K, generator=g).to(torch.bfloat16)
+    bias = torch.randn(E, rows, generator=g)
+    gscale = torch.rand(E, 2, generator=g) + 0.5
+    weights = fused_moe.describe_weights(kinds.W16, q, torch.bfloat16, bias=bias,
+                                         gscale=gscale)
+    a = torch.randn(M, K, generator=g).to(torch.bfloat16)
+    ids = torch.randint(0, E, (M * topk,), generator=g, dtype=torch.int32)
+    config = configs.complete({**TILES[tile], "num_warps": 4, "num_stages": 2})
+    h = _gemm1(weights, a, ids, config, None, rows)
+    want = quant.activation(h, activation, N)
+    got = _gemm1(weights, a, ids, config, activation, N)
+    assert torch.isfinite(got).all()
+    assert torch.equal(got, want)
+
+
+def test_a_swapped_pairing_is_seen():
+    """The comparison above can fail: the activation of the halves exchanged (what a kernel
+    pairing up row j with gate row j would store) differs from the fused output."""
+    E, K, N, M = 2, 64, 32, 4
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(E, 2 * N, K, generator=g).to(torch.bfloat16)
+    weights = fused_moe.describe_weights(kinds.W16, q, torch.bfloat16)
+    a = torch.randn(M, K, generator=g).to(torch.bfloat16)
+    ids = torch.randint(0, E, (2 * M,), generator=g, dtype=torch.int32)
+    config = configs.complete({**TILES["plain"], "num_warps": 4, "num_stages": 2})
+    h = _gemm1(weights, a, ids, config, None, 2 * N)
+    exchanged = quant.activation(torch.cat([h[:, N:], h[:, :N]], 1).contiguous(), "silu", N)
+    assert not torch.equal(_gemm1(weights, a, ids, config, "silu", N), exchanged)
