@@ -76,8 +76,9 @@
 #   tools/i44_tune_gpu.sh tune-qwen   NVFP4 (bf16 scales, the default since round seven) and
 #       MXFP4 on Qwen3-30B-A3B, which had no H200 entry for either, into the tree's configs
 #   tools/i44_tune_gpu.sh fused   round ten: the activation in GEMM1's epilogue against the
-#       activation kernel (MOECERT_TRITON_FUSED_ACT 1 / 0, the same tree): its CUDA test, then
-#       prefill (Mixtral-8x7B M 1024 / 4096) and decode (three layers, M 16 / 64) (~330 s)
+#       activation kernel (MOECERT_TRITON_FUSED_ACT 0 / halves / adjacent, the same tree): its
+#       CUDA test, then prefill (Mixtral-8x7B M 1024 / 4096; the unfused process twice) and
+#       decode (three layers, M 16 / 64) (~330 s)
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
 #   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
@@ -479,15 +480,16 @@ fused() {  # round ten: the activation in GEMM1's epilogue (MOECERT_TRITON_FUSED
     D=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton
        --model mixtral-8x7b --model qwen3-30b-a3b --model gpt-oss-120b --M 16,64
        --scheme bf16 --scheme gptq-int4 --scheme mxfp4 --scheme nvfp4)
-    local f
-    for f in 0 1; do
-        MOECERT_TRITON_FUSED_ACT=$f timeout 80 $M "${P[@]}" --results "$work/p-$f" \
-            --run-id "prefill-fused$f" > "$work/p-$f.txt" 2>&1
+    local f n=0
+    for f in 0 halves adjacent 0; do  # the unfused process again last: the run's drift
+        n=$((n + 1))
+        MOECERT_TRITON_FUSED_ACT=$f timeout 80 $M "${P[@]}" --results "$work/p$n-$f" \
+            --run-id "prefill$n-fused-$f" > "$work/p$n-$f.txt" 2>&1
         stamp "prefill fused=$f" $?
     done
-    for f in 0 1; do
+    for f in 0 halves adjacent; do
         MOECERT_TRITON_FUSED_ACT=$f timeout 70 $M "${D[@]}" --results "$work/d-$f" \
-            --run-id "decode-fused$f" > "$work/d-$f.txt" 2>&1
+            --run-id "decode-fused-$f" > "$work/d-$f.txt" 2>&1
         stamp "decode fused=$f" $?
     done
     timeout 40 python tools/layer_stages.py --model mixtral-8x7b --scheme bf16 --M 4096 \

@@ -142,11 +142,12 @@ class TritonBackend(BaseBackend):
         # dropped rows are never written by GEMM1: zeros keep the activation finite there
         # (act(0) = 0 for every activation, so a fused one's zeros are the same)
         alloc = torch.zeros if may_drop else torch.empty
-        if configs.fused_activation():  # act(h) from GEMM1's epilogue, no h in memory
+        pairs = configs.fused_activation()
+        if pairs:  # act(h) from GEMM1's epilogue, no h in memory
             inter = alloc(n, P.N, dtype=x.dtype, device=x.device)
             fused_moe.moe_gemm(a1, a1_scale, g1, w13, inter, sorted_ids, block_expert,
                                num_padded, None, a_row_div=row_div, act=act1, config=config1,
-                               activation=P.activation)
+                               activation=P.activation, pairs=pairs)
         else:
             h = alloc(n, P.w13_rows, dtype=x.dtype, device=x.device)
             fused_moe.moe_gemm(a1, a1_scale, g1, w13, h, sorted_ids, block_expert,

@@ -71,7 +71,8 @@ docs/speed.md, "Round four"); NVFP4's since 2026-12-01, once retuned for it on t
 docs/speed.md, "Round seven").
 MOECERT_TRITON_FUSED_ACT=0 runs the activation as its own kernel after GEMM1 instead of in
 GEMM1's epilogue (`fused_activation`, read per forward; the same bits either way: to time one
-against the other, docs/speed.md "Round ten").
+against the other, docs/speed.md "Round ten"); `halves` or `adjacent` names the order of a
+tile's gate and up columns (FUSED_ACT_ORDERS).
 """
 
 from __future__ import annotations
@@ -267,11 +268,25 @@ def fp4_scale_bf16(environ=os.environ) -> bool | None:
                    "layers", environ)
 
 
-def fused_activation(environ=os.environ) -> bool:
-    """Whether GEMM1's epilogue applies the layer's activation (gemm_kernel's EPI_ACT):
-    True when MOECERT_TRITON_FUSED_ACT is 1, unset or empty, False when 0."""
-    return _switch(FUSED_ACT_ENV, True, "the activation in GEMM1's epilogue",
-                   " (the activation kernel after GEMM1)", environ)
+FUSED_ACT_ORDERS = ("halves", "adjacent")  # gemm_kernel's PAIR_ADJACENT off / on
+
+
+def fused_activation(environ=os.environ) -> str | None:
+    """How GEMM1's epilogue applies the layer's activation (gemm_kernel's EPI_ACT): the
+    order of a tile's gate and up columns, FUSED_ACT_ORDERS[0] (the default) when
+    MOECERT_TRITON_FUSED_ACT is 1, unset or empty, or names one; None when 0 (the
+    activation kernel after GEMM1)."""
+    raw = environ.get(FUSED_ACT_ENV, "").strip()
+    if raw in ("", "1"):
+        return FUSED_ACT_ORDERS[0]
+    if raw == "0":
+        return None
+    if raw not in FUSED_ACT_ORDERS:
+        raise ValueError(f"{FUSED_ACT_ENV}={raw!r}: expected 1 (the activation in GEMM1's "
+                         f"epilogue, the default), 0 (the activation kernel after GEMM1) or "
+                         f"an order of the tile's gate and up columns: "
+                         f"{', '.join(FUSED_ACT_ORDERS)}")
+    return raw
 
 
 def scale_bf16_by_default(bf16: bool) -> bool:

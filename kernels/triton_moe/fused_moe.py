@@ -209,12 +209,13 @@ def acc_dot_applies(weights: dict, act: int, K: int) -> bool:
 def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
              sorted_ids: torch.Tensor, block_expert: torch.Tensor, num_padded: torch.Tensor,
              router: torch.Tensor | None, *, a_row_div: int, act: int, config: dict,
-             activation: str | None = None) -> None:
+             activation: str | None = None, pairs: str = "halves") -> None:
     """Launch the grouped GEMM for `weights` (describe_weights); c [num_rows, N] receives
     every listed row. With SPLIT_K > 1 (and K long enough to split): the PARTIAL launch into
     an fp32 workspace, then the REDUCE launch into c. `activation` (a name of
     quant.ACTIVATIONS; GEMM1): c receives act(h) instead, [num_rows, N / 2] for a gated one
-    (gemm_kernel's EPI_ACT)."""
+    (gemm_kernel's EPI_ACT), its gate and up columns in a tile in the order `pairs`
+    (configs.FUSED_ACT_ORDERS)."""
     N = weights["N"]
     K = a.shape[1]
     num_rows = c.shape[0]
@@ -275,6 +276,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             ACC_DOT=acc_dot, GROUP_M=config.get("GROUP_M", 1), E4M3_CVT=e4m3_cvt,
             BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], BLOCK_K=bk,
             EPI_ACT=epi_act, ALPHA=SWIGLU_ALPHA, LIMIT=SWIGLU_LIMIT,
+            PAIR_ADJACENT=pairs == "adjacent",
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **constexprs,
         )

@@ -59,7 +59,9 @@ weights' global multiplier, + bias, * router weight, store
 (the store rounds to c's dtype: bf16/fp16 for GEMM1's h, fp32 for GEMM2's y).
 EPI_ACT (GEMM1 only, quant.ACTIVATIONS' code; -1 none): the layer's activation fused into
 the epilogue. The tile's columns pair gate row j with up row j (w13 in halves: j and
-N/2 + j; gpt-oss's interleaved rows: as stored), h is rounded to c's dtype as the unfused
+N/2 + j, the tile's first half gate rows and its second the same up rows, or with
+PAIR_ADJACENT gate and up columns alternating; gpt-oss's interleaved rows: as stored),
+h is rounded to c's dtype as the unfused
 store would, and `quant.act_values` of each pair is stored: c [rows, N / 2] (relu2: N),
 the activation kernel's bits without h's round trip through memory. Split-K's workspace
 holds the paired columns (a permutation of [0, N)); REDUCE runs the same epilogue.
@@ -1062,6 +1064,7 @@ def moe_gemm_kernel(
     CARRY: tl.constexpr = False, E4M3_CVT: tl.constexpr = False,
     SCALE_BF16: tl.constexpr = False,
     EPI_ACT: tl.constexpr = -1, ALPHA: tl.constexpr = 0.0, LIMIT: tl.constexpr = 0.0,
+    PAIR_ADJACENT: tl.constexpr = False,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -1092,14 +1095,20 @@ def moe_gemm_kernel(
     # --- pointers ---------------------------------------------------------------------------
     row_mask = row_ids < num_rows
     a_rows = (row_ids // A_ROW_DIV).to(tl.int64)
-    # EPI_ACT on gate / up halves (w1 rows, then w3 rows): tile column 2i is gate row
-    # `pair` i, column 2i + 1 its up row, so the epilogue holds both (gpt-oss's interleaved
-    # rows are in that order as stored)
+    # EPI_ACT on gate / up halves (w1 rows, then w3 rows): the tile holds gate rows
+    # `pair` and the same up rows, so the epilogue holds both: the first BLOCK_N / 2 columns
+    # gate, the rest up (runs of rows as stored), or PAIR_ADJACENT column 2i gate, 2i + 1 up
+    # (gpt-oss's interleaved rows are in that order as stored)
     HALVES: tl.constexpr = EPI_ACT == 0 or EPI_ACT == 1 or EPI_ACT == 3
     if HALVES:
         half = N // 2
-        pair = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N) // 2
-        up_rows = (tl.arange(0, BLOCK_N) % 2) * half
+        cols = tl.arange(0, BLOCK_N)
+        if PAIR_ADJACENT:
+            pair = pid_n * (BLOCK_N // 2) + cols // 2
+            up_rows = (cols % 2) * half
+        else:
+            pair = pid_n * (BLOCK_N // 2) + cols % (BLOCK_N // 2)
+            up_rows = (cols // (BLOCK_N // 2)) * half
         offs_n = pair + up_rows
         n_mask = pair < half
         if EVEN_N:
@@ -1178,7 +1187,11 @@ def moe_gemm_kernel(
             if EPI_ACT == 4:  # relu2: no gate, one output column per tile column
                 acc = act_values(acc, acc, EPI_ACT, ALPHA, LIMIT)
             else:
-                gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))
+                if HALVES and not PAIR_ADJACENT:  # [gate | up] -> pairs
+                    acc = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+                else:
+                    acc = tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2))
+                gate, up = tl.split(acc)
                 acc = act_values(gate, up, EPI_ACT, ALPHA, LIMIT)
                 offs_c = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
                 c_mask = row_mask[:, None] & (offs_c < N // 2)[None, :]

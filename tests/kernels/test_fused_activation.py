@@ -33,8 +33,8 @@ def _interpreter(monkeypatch):
     assert "moecert.kernels.triton_moe.fused_moe" in sys.modules
 
 
-def _run_layer(scheme, attrs, problem, fused: bool, monkeypatch):
-    monkeypatch.setenv(configs.FUSED_ACT_ENV, "1" if fused else "0")
+def _run_layer(scheme, attrs, problem, fused: str, monkeypatch):
+    monkeypatch.setenv(configs.FUSED_ACT_ENV, fused)
     ckpt = synthesize(scheme, problem, seed=1, **attrs)
     layer = BACKEND.create_layer(ckpt, problem)
     BACKEND.process_weights_after_loading(layer)
@@ -67,18 +67,20 @@ FORMATS = [
 def test_the_layer_gives_the_unfused_bits(scheme, attrs, activation, over, monkeypatch):
     problem = MoEProblem(**{"M": 7, "K": 128, "N": 192, "E": 4, "topk": 2, "bias": True,
                             "activation": activation, **over})
-    fused = _run_layer(scheme, attrs, problem, True, monkeypatch)
-    unfused = _run_layer(scheme, attrs, problem, False, monkeypatch)
-    assert torch.isfinite(fused).all()
-    assert torch.equal(fused, unfused)
+    unfused = _run_layer(scheme, attrs, problem, "0", monkeypatch)
+    for order in configs.FUSED_ACT_ORDERS:
+        fused = _run_layer(scheme, attrs, problem, order, monkeypatch)
+        assert torch.isfinite(fused).all()
+        assert torch.equal(fused, unfused), order
 
 
-def _gemm1(weights, a, ids, config, activation, out_cols):
+def _gemm1(weights, a, ids, config, activation, out_cols, pairs="halves"):
     sorted_ids, block_expert, num_padded = align.align_assignments(
         ids, weights["q"].shape[0], config["BLOCK_M"], n=ids.numel())
     c = torch.full((ids.numel(), out_cols), float("nan"), dtype=a.dtype)
     fused_moe.moe_gemm(a, None, None, weights, c, sorted_ids, block_expert, num_padded, None,
-                       a_row_div=2, act=kinds.A16, config=config, activation=activation)
+                       a_row_div=2, act=kinds.A16, config=config, activation=activation,
+                       pairs=pairs)
     return c
 
 
@@ -90,9 +92,10 @@ TILES = {
 }
 
 
+@pytest.mark.parametrize("pairs", configs.FUSED_ACT_ORDERS)
 @pytest.mark.parametrize("tile", TILES)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
-def test_the_kernel_pairs_each_gate_row_with_its_up_row(tile, activation):
+def test_the_kernel_pairs_each_gate_row_with_its_up_row(tile, activation, pairs):
     """16-bit weights with a bias and a global multiplier per row half (so a row read at the
     wrong place shows), N = 40 intermediate columns: no tile width divides the halves, so
     the clamped, masked last tile is in every case."""
@@ -109,12 +112,13 @@ def test_the_kernel_pairs_each_gate_row_with_its_up_row(tile, activation):
     config = configs.complete({**TILES[tile], "num_warps": 4, "num_stages": 2})
     h = _gemm1(weights, a, ids, config, None, rows)
     want = quant.activation(h, activation, N)
-    got = _gemm1(weights, a, ids, config, activation, N)
+    got = _gemm1(weights, a, ids, config, activation, N, pairs)
     assert torch.isfinite(got).all()
     assert torch.equal(got, want)
 
 
-def test_a_swapped_pairing_is_seen():
+@pytest.mark.parametrize("pairs", configs.FUSED_ACT_ORDERS)
+def test_a_swapped_pairing_is_seen(pairs):
     """The comparison above can fail: the activation of the halves exchanged (what a kernel
     pairing up row j with gate row j would store) differs from the fused output."""
     E, K, N, M = 2, 64, 32, 4
@@ -126,4 +130,4 @@ def test_a_swapped_pairing_is_seen():
     config = configs.complete({**TILES["plain"], "num_warps": 4, "num_stages": 2})
     h = _gemm1(weights, a, ids, config, None, 2 * N)
     exchanged = quant.activation(torch.cat([h[:, N:], h[:, :N]], 1).contiguous(), "silu", N)
-    assert not torch.equal(_gemm1(weights, a, ids, config, "silu", N), exchanged)
+    assert not torch.equal(_gemm1(weights, a, ids, config, "silu", N, pairs), exchanged)

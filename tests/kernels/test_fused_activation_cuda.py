@@ -2,7 +2,8 @@
 elsewhere; the interpreter side is test_fused_activation.py): the whole layer with the
 activation in GEMM1's epilogue against GEMM1 then the activation kernel, bit for bit, at a
 decode size (the swapped and split tiles) and a prefill size (the 128-row tiles, wgmma on
-sm90, and the FP4 dispatch's W16 tile), for every weight kind the backend stores."""
+sm90, and the FP4 dispatch's W16 tile), for every weight kind the backend stores, in both
+orders of a tile's gate and up columns."""
 
 from __future__ import annotations
 
@@ -47,9 +48,10 @@ def test_the_fused_activation_gives_the_unfused_bits_on_the_gpu(scheme, attrs, a
     backend.process_weights_after_loading(layer)
     x, w, ids = (t.cuda() for t in make_inputs(P, seed=4))
     outs = {}
-    for fused in ("0", "1"):
+    for fused in ("0", *configs.FUSED_ACT_ORDERS):
         monkeypatch.setenv(configs.FUSED_ACT_ENV, fused)
         outs[fused] = backend.apply(layer, x, w, ids)
-    assert torch.isfinite(outs["1"]).all()
-    diff = (outs["1"].double() - outs["0"].double()).abs().max().item()
-    assert torch.equal(outs["1"], outs["0"]), f"largest difference {diff:.3e}"
+    for order in configs.FUSED_ACT_ORDERS:
+        assert torch.isfinite(outs[order]).all()
+        diff = (outs[order].double() - outs["0"].double()).abs().max().item()
+        assert torch.equal(outs[order], outs["0"]), f"{order}: largest difference {diff:.3e}"
