@@ -142,7 +142,8 @@ class TritonBackend(BaseBackend):
         # dropped rows are never written by GEMM1: zeros keep the activation finite there
         # (act(0) = 0 for every activation, so a fused one's zeros are the same)
         alloc = torch.zeros if may_drop else torch.empty
-        pairs = configs.fused_activation()
+        # the activation in GEMM1's epilogue unless the tile's entry says it times slower
+        pairs = configs.fused_activation() if config1.get("FUSED_ACT", True) else None
         if pairs:  # act(h) from GEMM1's epilogue, no h in memory
             inter = alloc(n, P.N, dtype=x.dtype, device=x.device)
             fused_moe.moe_gemm(a1, a1_scale, g1, w13, inter, sorted_ids, block_expert,

@@ -36,7 +36,10 @@ an order the tuner measured faster for that linear. Leaving it out means 0 for b
 SPLIT_K (gemm_kernel's split-K, a power of two), K_UNROLL (tiles per K-loop step, >= 1) and
 GROUP_M (row blocks a wave of programs runs together, >= 1; 1: all of them, the launch order)
 came after the first files: a GEMM entry without them reads as 1, the one-launch kernel
-with one tile per step in launch order.
+with one tile per step in launch order. FUSED_ACT (gemm1 only; default true): the layer's
+activation in GEMM1's epilogue (gemm_kernel's EPI_ACT); false runs the activation kernel
+after GEMM1, where that was timed faster (docs/speed.md, "Round ten"). The tuner keeps the
+shipped value and does not search it.
 
 MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not, under the
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
@@ -94,12 +97,14 @@ CONFIG_DIR_ENV = "MOECERT_TRITON_CONFIG_DIR"
 # what each GEMM's entry holds, and the type of each value
 GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": int,
                "SWAP_AB": bool, "FAST_I4": bool, "SPLIT_K": int, "K_UNROLL": int,
-               "GROUP_M": int}
-# the value of a field a config leaves out (a file may leave out only SPLIT_K, K_UNROLL and
-# GROUP_M, younger than the files); flags absent are False
+               "GROUP_M": int, "FUSED_ACT": bool}
+# the value of a field a config leaves out (a file may leave out only SPLIT_K, K_UNROLL,
+# GROUP_M and FUSED_ACT, younger than the files); flags absent are False but FUSED_ACT
 FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 1,
-                  "GROUP_M": 1}
-OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M")
+                  "GROUP_M": 1, "FUSED_ACT": True}
+OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M", "FUSED_ACT")
+# written only where a file's entry sets it (no tuner grid has it yet)
+WRITTEN_IF_SET = ("FUSED_ACT",)
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 I4_PAIRS_ENV = "MOECERT_TRITON_I4_PAIRS"
@@ -172,10 +177,12 @@ def kind_names(namespace: dict, prefix: str) -> dict[int, str]:
 
 
 def complete(config: dict) -> dict:
-    """A GEMM config with every field a file holds (absent ones: FIELD_DEFAULTS)."""
+    """A GEMM config with every field a file holds (absent ones: FIELD_DEFAULTS; those of
+    WRITTEN_IF_SET only where `config` has them)."""
     return {"BLOCK_M": config["BLOCK_M"],
             **{f: kind(config[f] if f in config else FIELD_DEFAULTS[f])
-               for f, kind in GEMM_FIELDS.items()}}
+               for f, kind in GEMM_FIELDS.items()
+               if f in config or f not in WRITTEN_IF_SET}}
 
 
 def forced_split_k(environ=os.environ) -> int | None:
@@ -464,9 +471,11 @@ def _configs(path, entry, where: str) -> tuple[dict, dict]:
         if extra:
             raise ConfigFileError(path, f"{where}.{gemm}", f"only {', '.join(GEMM_FIELDS)}",
                                   ", ".join(sorted(extra)))
-        cfg = {**{f: FIELD_DEFAULTS[f] for f in OPTIONAL_IN_FILE}, **cfg}
+        cfg = {**{f: FIELD_DEFAULTS[f] for f in OPTIONAL_IN_FILE if f not in WRITTEN_IF_SET},
+               **cfg}
         for name, kind in GEMM_FIELDS.items():
-            _field(path, cfg, name, kind, f"{where}.{gemm}")
+            if name in cfg or name not in WRITTEN_IF_SET:
+                _field(path, cfg, name, kind, f"{where}.{gemm}")
         for name in ("BLOCK_N", "BLOCK_K", "num_warps", "SPLIT_K"):
             _power_of_two(path, f"{where}.{gemm}.{name}", cfg[name])
         for name in ("num_stages", "K_UNROLL", "GROUP_M"):

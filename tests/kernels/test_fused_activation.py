@@ -131,3 +131,50 @@ def test_a_swapped_pairing_is_seen(pairs):
     h = _gemm1(weights, a, ids, config, None, 2 * N)
     exchanged = quant.activation(torch.cat([h[:, N:], h[:, :N]], 1).contiguous(), "silu", N)
     assert not torch.equal(_gemm1(weights, a, ids, config, "silu", N, pairs), exchanged)
+
+
+@pytest.mark.parametrize("entry", [None, True, False])
+def test_a_tiles_fused_act_field_picks_the_path(entry, monkeypatch):
+    """FUSED_ACT in GEMM1's config (a tuned file's entry) picks the path: absent or true the
+    epilogue, false the activation kernel after GEMM1; the output is the same either way."""
+    from moecert.kernels.triton_moe import heuristics
+
+    pick = heuristics.pick_configs
+
+    def picked(*a):
+        c1, c2 = pick(*a)
+        return ({**c1, "FUSED_ACT": entry} if entry is not None else c1), c2
+
+    monkeypatch.setattr(heuristics, "pick_configs", picked)
+    calls = []
+    kernel = quant.activation
+    monkeypatch.setattr(quant, "activation", lambda *a: calls.append(a) or kernel(*a))
+    problem = MoEProblem(M=7, K=128, N=192, E=4, topk=2)
+    out = _run_layer("bf16", {}, problem, "1", monkeypatch)
+    assert len(calls) == (1 if entry is False else 0)
+    monkeypatch.setattr(heuristics, "pick_configs", pick)
+    assert torch.equal(out, _run_layer("bf16", {}, problem, "0", monkeypatch))
+
+
+def test_the_fused_act_field_is_read_and_written_only_where_set(tmp_path):
+    """A file's FUSED_ACT is read as a bool (another type is an error naming it), a config
+    without it stays without it when completed for writing (the tuner's entries)."""
+    import json
+
+    base = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3, "SWAP_AB": False,
+            "FAST_I4": False}
+    layer = {"weight": "W16", "act": "A16", "experts": 4, "gemm1": [384, 128],
+             "gemm2": [128, 192],
+             "buckets": {"16": {"BLOCK_M": 16, "gemm1": {**base, "FUSED_ACT": False},
+                                "gemm2": base}}}
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps({"format": 1, "device": "dev", "layers": [layer]}))
+    ((key, buckets),) = configs.read_table(path).items()
+    c1, c2 = buckets[16]
+    assert c1["FUSED_ACT"] is False and "FUSED_ACT" not in c2
+    assert "FUSED_ACT" not in configs.complete({"BLOCK_M": 16, **base})
+    assert configs.complete(c1)["FUSED_ACT"] is False
+    layer["buckets"]["16"]["gemm1"]["FUSED_ACT"] = "no"
+    path.write_text(json.dumps({"format": 1, "device": "dev", "layers": [layer]}))
+    with pytest.raises(configs.ConfigFileError, match="FUSED_ACT"):
+        configs.read_table(path)
