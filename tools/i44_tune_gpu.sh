@@ -79,6 +79,9 @@
 #       activation kernel (MOECERT_TRITON_FUSED_ACT 0 / halves / adjacent, the same tree): its
 #       CUDA test, then prefill (Mixtral-8x7B M 1024 / 4096; the unfused process twice) and
 #       decode (three layers, M 16 / 64) (~330 s)
+#   tools/i44_tune_gpu.sh fused-verify   after `GPU_CI_SUITE_S=200 bash tools/gpu_ci.sh` (its
+#       own call): the two FP8 folders, the prefill table with the activation kernel and with
+#       the tree's default (FUSED_ACT entries), the grouped peer (~300 s)
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
 #   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
@@ -498,6 +501,34 @@ fused() {  # round ten: the activation in GEMM1's epilogue (MOECERT_TRITON_FUSED
     batch_end
 }
 
+fused_verify() {  # round ten after the FUSED_ACT opt-outs: the FP8 folders (gpu_ci.sh's last
+    # steps, cut in its own call), then the prefill table with the activation kernel and
+    # with the tree's default, and the grouped peer, one process each (~300 s)
+    batch_begin i44fv 575
+    gpu_versions
+    for folder in tests/fixtures/checkpoints/ct-fp8-static-qwen3moe \
+                  tests/fixtures/checkpoints/modelopt-fp8-qwen3moe; do
+        timeout 90 $M run --suite ci --checkpoint "$folder" --device cuda --backend grouped \
+            --backend triton --backend torch -n 4 --results "$work/folders" \
+            > "$work/folder-$(basename "$folder").txt" 2>&1
+        stamp "folder $(basename "$folder"): $(grep -E '^(green|not green)' "$work/folder-$(basename "$folder").txt" | tail -1)" $?
+    done
+    P=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 30 --model mixtral-8x7b
+       --M 1024,4096)
+    local f
+    for f in 0 1; do
+        MOECERT_TRITON_FUSED_ACT=$f timeout 80 $M "${P[@]}" --backend triton --scheme bf16 \
+            --scheme fp8-w8a8 --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4 \
+            --scheme nvfp4 --results "$work/p-$f" --run-id "prefill-fused-$f" \
+            > "$work/p-$f.txt" 2>&1
+        stamp "prefill fused=$f" $?
+    done
+    timeout 60 $M "${P[@]}" --backend grouped --scheme mxfp4 --scheme nvfp4 \
+        --results "$work/p-grouped" --run-id grouped > "$work/p-grouped.txt" 2>&1
+    stamp p-grouped $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -523,5 +554,6 @@ case "${1:-}" in
     edges) edges ;;
     decode-check) decode_check ;;
     fused) fused ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused" >&2; exit 2 ;;
+    fused-verify) fused_verify ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify" >&2; exit 2 ;;
 esac
