@@ -82,6 +82,8 @@
 #   tools/i44_tune_gpu.sh fused-verify   after `GPU_CI_SUITE_S=200 bash tools/gpu_ci.sh` (its
 #       own call): the two FP8 folders, the prefill table with the activation kernel and with
 #       the tree's default (FUSED_ACT entries), the grouped peer (~300 s)
+#   tools/i44_tune_gpu.sh tune-m64   W4A8 and AWQ on Mixtral-8x7B tuned at M 64 into a copy of
+#       the configs (cfg/ in the tar), M 16 / 64 benched with the tree's files and the copy (~470 s)
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
 #   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
@@ -529,6 +531,25 @@ fused_verify() {  # round ten after the FUSED_ACT opt-outs: the FP8 folders (gpu
     batch_end
 }
 
+tune_m64() {  # round ten: W4A8 and AWQ on Mixtral-8x7B at M 64 (31 / 48% of the floor, their
+    # earlier searches cut before the tuner timed every start first) into a copy of the
+    # tree's configs (back in the tar as cfg/), then M 16 / 64 with the tree's files and with
+    # the copy, one process each (~470 s)
+    batch_begin i44m64 565
+    gpu_versions
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" m64 "170 --model mixtral-8x7b --scheme w4a8-int8 --M 64 --max-seconds 110" \
+        "170 --model mixtral-8x7b --scheme awq-int4 --M 64 --max-seconds 110"
+    B=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
+       --scheme w4a8-int8 --scheme awq-int4 --model mixtral-8x7b)
+    timeout 50 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+    stamp tree $?
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 50 $M "${B[@]}" --results "$work/tuned" \
+        --run-id tuned > "$work/tuned.txt" 2>&1
+    stamp tuned $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -555,5 +576,6 @@ case "${1:-}" in
     decode-check) decode_check ;;
     fused) fused ;;
     fused-verify) fused_verify ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify" >&2; exit 2 ;;
+    tune-m64) tune_m64 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64" >&2; exit 2 ;;
 esac
