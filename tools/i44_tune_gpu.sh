@@ -84,6 +84,8 @@
 #       the tree's default (FUSED_ACT entries), the grouped peer (~300 s)
 #   tools/i44_tune_gpu.sh tune-m64   W4A8 and AWQ on Mixtral-8x7B tuned at M 64 into a copy of
 #       the configs (cfg/ in the tar), M 16 / 64 benched with the tree's files and the copy (~470 s)
+#   tools/i44_tune_gpu.sh m64-edges   the other sizes those entries answer, against the files
+#       before them (.bench/m64-before, carried) (~100 s)
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
 #   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
@@ -550,6 +552,20 @@ tune_m64() {  # round ten: W4A8 and AWQ on Mixtral-8x7B at M 64 (31 / 48% of the
     batch_end
 }
 
+m64_edges() {  # the sizes tune-m64's new entries also answer (W4A8 Mixtral M 32-4096, AWQ M 32 /
+    # 128), against the configs before them (.bench/m64-before, carried), one process each (~100 s)
+    batch_begin i44me 200
+    gpu_versions
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton
+       --model mixtral-8x7b --M 32,128,1024 --scheme w4a8-int8 --scheme awq-int4)
+    timeout 60 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+    stamp tree $?
+    MOECERT_TRITON_CONFIG_DIR=$PWD/.bench/m64-before timeout 60 $M "${B[@]}" \
+        --results "$work/before" --run-id before > "$work/before.txt" 2>&1
+    stamp before $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -577,5 +593,6 @@ case "${1:-}" in
     fused) fused ;;
     fused-verify) fused_verify ;;
     tune-m64) tune_m64 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64" >&2; exit 2 ;;
+    m64-edges) m64_edges ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges" >&2; exit 2 ;;
 esac
