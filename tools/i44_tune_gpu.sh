@@ -85,7 +85,7 @@
 #   tools/i44_tune_gpu.sh tune-m64   W4A8 and AWQ on Mixtral-8x7B tuned at M 64 into a copy of
 #       the configs (cfg/ in the tar), M 16 / 64 benched with the tree's files and the copy (~470 s)
 #   tools/i44_tune_gpu.sh m64-edges   the other sizes those entries answer, against the files
-#       before them (.bench/m64-before, carried) (~100 s)
+#       before them (.bench/m64-before, carried) (~100 s; I44_M, I44_SCHEME: other rows)
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
 #   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
@@ -557,7 +557,8 @@ m64_edges() {  # the sizes tune-m64's new entries also answer (W4A8 Mixtral M 32
     batch_begin i44me 200
     gpu_versions
     B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton
-       --model mixtral-8x7b --M 32,128,1024 --scheme w4a8-int8 --scheme awq-int4)
+       --model mixtral-8x7b --M "${I44_M:-32,128,1024}" --scheme "${I44_SCHEME:-w4a8-int8}"
+       --scheme awq-int4)
     timeout 60 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
     stamp tree $?
     MOECERT_TRITON_CONFIG_DIR=$PWD/.bench/m64-before timeout 60 $M "${B[@]}" \

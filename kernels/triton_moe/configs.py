@@ -566,11 +566,12 @@ def lookup(table: Table, key: LayerKey, num_rows: int, max_steps: int | None = N
 
 def nearest_in_layer_file(key: LayerKey, num_rows: int, device: str | None = None,
                           directory: Path | None = None, max_steps: int | None = None,
-                          keep=None) -> tuple[int, tuple[dict, dict]] | None:
-    """(powers of two between n's bucket and the nearest tuned one, copies of its configs)
-    from the file of the layer's nibble order (`layer_file`), which answers at every size
-    (heuristics.TUNED_AT_EVERY_SIZE); None when no file has the layer, or no bucket that
-    `keep` accepts within `max_steps` (as lookup)."""
+                          keep=None) -> tuple[tuple[int, int], tuple[dict, dict]] | None:
+    """((powers of two between n's bucket and the nearest tuned one, that bucket), copies of
+    its configs) from the file of the layer's nibble order (`layer_file`), which answers at
+    every size (heuristics.TUNED_AT_EVERY_SIZE); None when no file has the layer, or no
+    bucket that `keep` accepts within `max_steps` (as lookup). The first item orders two
+    answers as lookups do: the nearer bucket, the smaller on a tie."""
     name = layer_file(key, device, directory)
     if name is None:
         return None
@@ -578,9 +579,8 @@ def nearest_in_layer_file(key: LayerKey, num_rows: int, device: str | None = Non
     found = _nearest(table, key, num_rows, keep)
     if found is None or (max_steps is not None and found[0] > max_steps):
         return None
-    steps, bucket = found
-    c1, c2 = table[key][bucket]
-    return steps, (dict(c1), dict(c2))
+    c1, c2 = table[key][found[1]]
+    return found, (dict(c1), dict(c2))
 
 
 def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,

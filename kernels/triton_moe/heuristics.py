@@ -220,16 +220,20 @@ KEY_FALLBACK = {"W_INT4_ZERO": "W_INT4"}
 def every_size_configs(key: configs.LayerKey, num_rows: int, max_steps: int | None = None,
                        keep=None) -> tuple[dict, dict] | None:
     """A TUNED_AT_EVERY_SIZE kind's configs: the nearest bucket of its own key's file; but
-    where its KEY_FALLBACK key has a strictly nearer bucket stored in the same nibble orders
-    (so the layer's weights, stored in its own key's orders, run either tile), that one. A
+    where its KEY_FALLBACK key has a nearer bucket (or one as near and smaller, the lookups'
+    tie rule) stored in the same nibble orders (so the layer's weights, stored in its own
+    key's orders, run either tile), that one. A
     key tuned at some sizes only then keeps the fallback's tiles at the others: awq-int4's
     Mixtral-8x7B entry tuned at M = 16 alone read its 32-row tile at M = 64 in 456.6 us, where
     W_INT4's 128-row bucket runs 359.1; w4a8-int8's, tuned at M = 64 alone, made M = 16 414.1
-    us against 347.4 (2026-12-01, docs/speed.md round eight). `max_steps`: a bucket more
-    powers of two from the rows counts as none, and one `keep` rejects (pick_configs)."""
+    us against 347.4 (2026-12-01, docs/speed.md round eight). On a tie the smaller: the same
+    two kinds' 128-row buckets (tuned at M = 64) ran M = 32 (64 rows) in 437.9 / 346.6 us,
+    W_INT4's 32-row bucket in 355.1 / 291.3 (docs/speed.md, round ten). `max_steps`: a
+    bucket more powers of two from the rows counts as none, and one `keep` rejects
+    (pick_configs)."""
     own = configs.nearest_in_layer_file(key, num_rows, max_steps=max_steps, keep=keep)
     fallback = KEY_FALLBACK.get(key.weight)
-    if fallback is None or (own is not None and own[0] == 0):  # none nearer than its own
+    if fallback is None or (own is not None and own[0][0] == 0):  # none nearer than its own
         return None if own is None else own[1]
     other = dataclasses.replace(key, weight=fallback)
     near = configs.nearest_in_layer_file(other, num_rows, max_steps=max_steps, keep=keep)

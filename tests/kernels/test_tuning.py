@@ -311,6 +311,36 @@ def test_a_key_tuned_at_some_sizes_keeps_its_fallbacks_tiles_at_the_others(compi
     assert [pick(n) for n in (16, 64, 128)] == [own, own, own]
 
 
+def test_a_tie_between_a_keys_bucket_and_its_fallbacks_takes_the_smaller(compiled_lookup,
+                                                                          tmp_path):
+    """64 rows lie as near the 32-row bucket as the 128-row one: the smaller answers, the
+    fallback's or the own key's (the lookups' tie rule). W4A8's and AWQ's Mixtral-8x7B
+    entries tuned at M = 64 (128 rows) ran M = 32 in 437.9 / 346.6 us on their 128-row
+    tiles, 355.1 / 291.3 on W_INT4's 32-row bucket (2026-12-01, docs/speed.md round ten)."""
+    import dataclasses
+
+    from moecert.kernels.triton_moe import kinds
+
+    heuristics = compiled_lookup
+    zero = dataclasses.replace(KEY, weight="W_INT4_ZERO")
+    small = (_cfg(16, BLOCK_N=32), _cfg(16, BLOCK_N=32))
+    large = (_cfg(32, BLOCK_N=128), _cfg(32, BLOCK_N=64))
+    path = configs.path_for("test-gpu", tmp_path)
+    spans = {KEY: {"w13": 128, "w2": 128}, zero: {"w13": 128, "w2": 128}}
+
+    def pick(n):
+        return heuristics.pick_configs(n, KEY.experts, kinds.W_INT4, kinds.A16, KEY.gemm1,
+                                       KEY.gemm2, "W_INT4_ZERO")
+
+    for fallback, own in ((small, large), (large, small)):
+        configs.load_table.cache_clear()
+        configs.load_spans.cache_clear()
+        configs.write_table(path, "test-gpu", "Test GPU", {},
+                            {KEY: {32 if fallback is small else 128: fallback},
+                             zero: {128 if own is large else 32: own}}, spans=spans)
+        assert [pick(n) for n in (32, 64, 128)] == [small, small, large]
+
+
 def test_pick_configs_reads_the_device_file(compiled_lookup, tmp_path):
     tuned = (_cfg(64, BLOCK_N=256), _cfg(64, BLOCK_K=64))
     _write(tmp_path, {KEY: {16: tuned}}, device="test-gpu")
