@@ -359,10 +359,28 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
         if key not in options or choice.us < options[key].us:
             options[key] = choice
     choice = settle(options, best_spans([options]), defaults, default_us, stage.stored)
+    choice.configs = (fused_act_choice(stage, choice.configs[0], timer), choice.configs[1])
     choice.cut = deadline.hit
     shipped_us = [first.us for first, *_, shipped in timed if shipped]
     choice.shipped_us = sum(shipped_us) if shipped_us else math.nan
     return choice
+
+
+def fused_act_choice(stage, config: dict, timer: Timer) -> dict:
+    """GEMM1's config with FUSED_ACT: the activation in GEMM1's epilogue when that times no
+    slower than GEMM1 then the activation kernel (the fused epilogue ran fp8-w8a8
+    Mixtral-8x7B's 128-row tile at M = 4096 10% slower, and bf16's 4% faster: docs/speed.md,
+    round ten), and gives the same bits (gemm_kernel's EPI_ACT: the tests pin it; a
+    device that differs keeps the kernel). A stage without the activation (the tests' fake
+    ones) leaves the config as it is."""
+    if not all(hasattr(s, "run_activated") for s in getattr(stage, "stages", (stage,))):
+        return config
+    fused = stage.run_activated(config, True).clone()
+    if not torch.equal(fused, stage.run_activated(config, False)):
+        return {**config, "FUSED_ACT": False}
+    us = {f: timer(lambda f=f: stage.launch_activated(config, f), {**config, "FUSED_ACT": f})
+          for f in (True, False)}
+    return {**config, "FUSED_ACT": us[True] <= us[False]}
 
 
 def _shipped_starts(stage) -> list:

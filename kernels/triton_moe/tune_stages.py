@@ -63,6 +63,13 @@ class RoutingStages:
     def run(self, gemm: int, config: dict) -> torch.Tensor:
         return torch.cat([stage.run(gemm, config) for stage in self.stages])
 
+    def launch_activated(self, config: dict, fused: bool) -> None:
+        for stage in self.stages:
+            stage.run_activated(config, fused)
+
+    def run_activated(self, config: dict, fused: bool) -> torch.Tensor:
+        return torch.cat([stage.run_activated(config, fused) for stage in self.stages])
+
     def magnitudes(self, gemm: int) -> torch.Tensor:
         return torch.cat([stage.magnitudes(gemm) for stage in self.stages])
 
@@ -112,6 +119,7 @@ class LayerStage:
                                                self.act, self.shape(1), self.shape(2),
                                                heuristics.weight_key(self.plan["w13"]))
         self._aligned: dict[int, tuple] = {}
+        self._activated = None  # run_activated's output, made on first use
         self._out = {1: torch.empty(self.n, P.w13_rows, dtype=x.dtype, device=x.device),
                      2: torch.empty(self.n, P.K, dtype=torch.float32, device=x.device)}
         h = self.run(1, self.defaults[0]).clone()
@@ -174,6 +182,28 @@ class LayerStage:
                                block_expert, num_padded, self.router, a_row_div=1,
                                act=self.act, config=config)
         return out
+
+    def launch_activated(self, config: dict, fused: bool) -> None:
+        """What the timer times for GEMM1's FUSED_ACT: act(GEMM1) with `config`, once."""
+        self.run_activated(config, fused)
+
+    def run_activated(self, config: dict, fused: bool) -> torch.Tensor:
+        """The layer's activation of GEMM1 with `config`: in GEMM1's epilogue (`fused`), or
+        GEMM1 then the activation kernel, as the backend runs either (backend.forward)."""
+        from . import fused_moe, quant
+
+        P = self.problem
+        if not fused:
+            return quant.activation(self.run(1, config), P.activation, P.N)
+        if self._activated is None:
+            self._activated = torch.empty(self.n, P.N, dtype=self._out[1].dtype,
+                                          device=self._out[1].device)
+        sorted_ids, block_expert, num_padded = self.aligned(config["BLOCK_M"])
+        fused_moe.moe_gemm(self.a1, self.s1, self.g1, self.weights(1, config), self._activated,
+                           sorted_ids, block_expert, num_padded, None,
+                           a_row_div=self.problem.topk, act=self.act, config=config,
+                           activation=P.activation)
+        return self._activated
 
     def effective(self, gemm: int, config: dict) -> tuple:
         """The configuration as the kernel will run it (BLOCK_K clamped to the scale block,

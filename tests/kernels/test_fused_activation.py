@@ -169,7 +169,7 @@ def test_the_fused_act_field_is_read_and_written_only_where_set(tmp_path):
                                 "gemm2": base}}}
     path = tmp_path / "dev.json"
     path.write_text(json.dumps({"format": 1, "device": "dev", "layers": [layer]}))
-    ((key, buckets),) = configs.read_table(path).items()
+    ((_, buckets),) = configs.read_table(path).items()
     c1, c2 = buckets[16]
     assert c1["FUSED_ACT"] is False and "FUSED_ACT" not in c2
     assert "FUSED_ACT" not in configs.complete({"BLOCK_M": 16, **base})
@@ -178,3 +178,49 @@ def test_the_fused_act_field_is_read_and_written_only_where_set(tmp_path):
     path.write_text(json.dumps({"format": 1, "device": "dev", "layers": [layer]}))
     with pytest.raises(configs.ConfigFileError, match="FUSED_ACT"):
         configs.read_table(path)
+
+
+def _stage():
+    from moecert.kernels.triton_moe import tune_stages
+
+    problem = MoEProblem(M=7, K=128, N=192, E=4, topk=2)
+    layer = BACKEND.create_layer(synthesize("gptq-int4", problem, seed=1, group_size=64),
+                                 problem)
+    BACKEND.process_weights_after_loading(layer)
+    x, w, ids = make_inputs(problem, seed=2)
+    return tune_stages.LayerStage(layer, x, w, ids)
+
+
+@pytest.mark.parametrize(("fused_us", "want"), [(90.0, True), (100.0, True), (110.0, False)])
+def test_the_tuner_fuses_the_activation_where_it_times_no_slower(fused_us, want):
+    from moecert.kernels.triton_moe import tune
+
+    stage = _stage()
+    timed = []
+
+    def timer(run, config):
+        run()
+        timed.append(config["FUSED_ACT"])
+        return fused_us if config["FUSED_ACT"] else 100.0
+
+    config = stage.defaults[0]
+    assert tune.fused_act_choice(stage, config, timer) == {**config, "FUSED_ACT": want}
+    assert sorted(timed) == [False, True]
+
+
+def test_the_tuner_keeps_the_kernel_where_the_fused_bits_differ(monkeypatch):
+    from moecert.kernels.triton_moe import tune
+
+    stage = _stage()
+    run = stage.run_activated
+
+    def planted(config, fused):
+        out = run(config, fused).clone()
+        if fused:
+            out[0, 0] += 1.0
+        return out
+
+    monkeypatch.setattr(stage, "run_activated", planted)
+    config = stage.defaults[0]
+    choice = tune.fused_act_choice(stage, config, lambda run, c: 50.0 if c["FUSED_ACT"] else 100.0)
+    assert choice["FUSED_ACT"] is False
