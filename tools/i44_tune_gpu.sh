@@ -86,6 +86,9 @@
 #       the configs (cfg/ in the tar), M 16 / 64 benched with the tree's files and the copy (~470 s)
 #   tools/i44_tune_gpu.sh m64-edges   the other sizes those entries answer, against the files
 #       before them (.bench/m64-before, carried) (~100 s; I44_M, I44_SCHEME: other rows)
+#   tools/i44_tune_gpu.sh tune-fused   the tuner's FUSED_ACT choice where the bench timed the
+#       fused epilogue slower (fp8-w8a8 M 4096, mxfp4 M 1024) and faster (bf16 M 4096), cut
+#       searches into a copy (~230 s)
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
 #   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
@@ -567,6 +570,26 @@ m64_edges() {  # the sizes tune-m64's new entries also answer (W4A8 Mixtral M 32
     batch_end
 }
 
+tune_fused() {  # the tuner's FUSED_ACT choice on a GPU: fp8-w8a8 Mixtral-8x7B at M 4096 and
+    # mxfp4 at M 1024 (where the bench timed the fused epilogue slower) and bf16 at M 4096
+    # (faster), cut searches into a copy of the configs; prints each entry's FUSED_ACT (~230 s)
+    batch_begin i44tf 300
+    gpu_versions
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" tf "80 --model mixtral-8x7b --scheme fp8-w8a8 --M 4096 --routings 1 --max-seconds 30" \
+        "70 --model mixtral-8x7b --scheme mxfp4 --M 1024 --routings 1 --max-seconds 25" \
+        "80 --model mixtral-8x7b --scheme bf16 --M 4096 --routings 1 --max-seconds 30"
+    python - "$C/h200.json" > "$work/fused-act.txt" 2>&1 <<'PY'
+import json, sys
+for layer in json.load(open(sys.argv[1]))["layers"]:
+    if layer["experts"] == 8 and layer["gemm1"] == [28672, 4096]:
+        for bucket, entry in layer["buckets"].items():
+            print(layer["weight"], layer["act"], bucket, "FUSED_ACT", entry["gemm1"].get("FUSED_ACT"))
+PY
+    stamp fused-act $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -595,5 +618,6 @@ case "${1:-}" in
     fused-verify) fused_verify ;;
     tune-m64) tune_m64 ;;
     m64-edges) m64_edges ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges" >&2; exit 2 ;;
+    tune-fused) tune_fused ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused" >&2; exit 2 ;;
 esac
