@@ -99,7 +99,14 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
     M's search bounded so (tune.Deadline on `clock`, from before its inputs are made); a
     cut one is recorded with its bound ("cut_at_s" beside its timings)."""
     from moecert.kernels.triton_moe.backend import TritonBackend
-    from moecert.kernels.triton_moe.tune import Deadline, best_spans, settle, tune_layer
+    from moecert.kernels.triton_moe.tune import (
+        Deadline,
+        best_spans,
+        fused_act_choice,
+        same_tile,
+        settle,
+        tune_layer,
+    )
     from moecert.kernels.triton_moe.tune_stages import (
         LayerStage,
         RoutingStages,
@@ -144,10 +151,18 @@ def run_tuning(shapes: dict[str, ModelShape], schemes, ms, device: str, timer,
                         f"holds buckets {sorted(kept)}, not tuned here)")
                     orders = (stage.stored[1], stage.stored[2])
                 for bucket, (m, c, defaults) in tuned.items():
-                    cut, shipped_us = c.cut, c.shipped_us
+                    cut, shipped_us, before = c.cut, c.shipped_us, c.configs[0]
                     c = settle(c.options, orders, defaults, [g.default_us for g in c.gemms],
                                stage.stored)
                     c.cut, c.shipped_us = cut, shipped_us
+                    # GEMM1's FUSED_ACT timed on this M's stage; an earlier bucket keeps
+                    # the choice timed for its tile while the order leaves the tile alone
+                    if m == M:
+                        c.configs = (fused_act_choice(stage, c.configs[0], timer),
+                                     c.configs[1])
+                    elif "FUSED_ACT" in before and same_tile(before, c.configs[0]):
+                        c.configs = ({**c.configs[0], "FUSED_ACT": before["FUSED_ACT"]},
+                                     c.configs[1])
                     tuned[bucket] = (m, c, defaults)
                     table.setdefault(key, {})[bucket] = c.configs
                     timings[key, bucket] = {"default": round(c.default_us, 2),

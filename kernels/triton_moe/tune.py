@@ -359,15 +359,22 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
         if key not in options or choice.us < options[key].us:
             options[key] = choice
     choice = settle(options, best_spans([options]), defaults, default_us, stage.stored)
-    choice.configs = (fused_act_choice(stage, choice.configs[0], timer), choice.configs[1])
     choice.cut = deadline.hit
     shipped_us = [first.us for first, *_, shipped in timed if shipped]
     choice.shipped_us = sum(shipped_us) if shipped_us else math.nan
     return choice
 
 
+def same_tile(a: dict, b: dict) -> bool:
+    """Whether two GEMM configs are one tile, FUSED_ACT aside."""
+    def tile(c):
+        return {f: v for f, v in configs.complete(c).items() if f != "FUSED_ACT"}
+    return tile(a) == tile(b)
+
+
 def fused_act_choice(stage, config: dict, timer: Timer) -> dict:
-    """GEMM1's config with FUSED_ACT: the activation in GEMM1's epilogue when that times no
+    """GEMM1's config with FUSED_ACT, for the tiles the search settled on (the command's
+    last step per bucket: `moecert tune`): the activation in GEMM1's epilogue when that times no
     slower than GEMM1 then the activation kernel (the fused epilogue ran fp8-w8a8
     Mixtral-8x7B's 128-row tile at M = 4096 10% slower, and bf16's 4% faster: docs/speed.md,
     round ten), and gives the same bits (gemm_kernel's EPI_ACT: the tests pin it; a

@@ -110,6 +110,25 @@ def test_tuning_on_the_interpreter_writes_a_file_the_backend_reads(triton_runs_h
     assert got == table[key][16]
 
 
+@pytest.mark.parametrize("fused_cost", [-5.0, 5.0], ids=["fused-faster", "kernel-faster"])
+def test_tuning_times_gemm1s_fused_activation_per_bucket(triton_runs_here, fused_cost):
+    """Each bucket's GEMM1 entry says whether its activation runs in the epilogue
+    (FUSED_ACT), as timed against GEMM1 then the activation kernel, and keeps it when a
+    later M re-settles the bucket."""
+    def timer(run, config):
+        run()
+        return 10.0 + config["BLOCK_N"] + (fused_cost if config.get("FUSED_ACT") else 0.0)
+
+    shape = ModelShape(E=4, K=128, N=64, topk=2)
+    table, *_ = tune_command.run_tuning(
+        {"tiny": shape}, ["gptq-int4"], [1, 8], DEVICE, timer, grid=TINY_GRID, group_size=32,
+        log=lambda *a: None, routings=1)
+    ((_, buckets),) = table.items()
+    assert sorted(buckets) == [2, 16]
+    for c1, c2 in buckets.values():
+        assert c1["FUSED_ACT"] is (fused_cost < 0) and "FUSED_ACT" not in c2
+
+
 @pytest.mark.parametrize("scheme", ["gptq-int4", "w4a8-int8"])
 @pytest.mark.parametrize("prefer", [128, 0], ids=["planes-faster", "adjacent-faster"])
 def test_tuning_picks_a_nibble_order_and_the_backend_stores_its_weights_so(
