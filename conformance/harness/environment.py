@@ -32,6 +32,7 @@ READERS: dict[str, Callable[[Mapping[str, str]], object]] = {
     configs.FP4_LEAN_ENV: configs.fp4_lean,
     configs.FP4_CARRY_ENV: configs.fp4_carry,
     configs.FP4_SCALE_BF16_ENV: configs.fp4_scale_bf16,
+    configs.FUSED_ACT_ENV: configs.fused_activation,
     configs.CONFIG_DIR_ENV: configs.config_dir,
 }
 

@@ -75,6 +75,8 @@ BAD_ENVIRONMENT = [
     ("MOECERT_TRITON_FP4_CARRY", "2", "expected 1 (e2m1 words whose sign the multiply"),
     ("MOECERT_TRITON_FP4_SCALE_BF16", "on",
      "expected 1 (block scales decoded into bf16 at load) or 0 (the scale bytes"),
+    ("MOECERT_TRITON_FUSED_ACT", "yes",
+     "expected 1 (the activation in GEMM1's epilogue, the default), 0"),
     ("MOECERT_TRITON_CONFIG_DIR", "afile", "expected a folder of tuned-config files"),
 ]
 
@@ -103,13 +105,14 @@ def test_every_variable_read_is_declared_with_its_check():
                             configs.SPLIT_K_ENV, configs.NIB_SPAN_ENV, configs.I4_PAIRS_ENV,
                             configs.DEQUANT_ROWS_ENV, configs.FP4_SCALE_WORDS_ENV,
                             configs.FP4_LEAN_ENV, configs.FP4_CARRY_ENV,
-                            configs.FP4_SCALE_BF16_ENV, configs.CONFIG_DIR_ENV}
+                            configs.FP4_SCALE_BF16_ENV, configs.FUSED_ACT_ENV,
+                            configs.CONFIG_DIR_ENV}
     check_environment({})
     check_environment({memory.HOST_MEMORY_VARIABLE: "24G", configs.SPLIT_K_ENV: "4",
                        configs.NIB_SPAN_ENV: "128", configs.I4_PAIRS_ENV: "0",
                        configs.DEQUANT_ROWS_ENV: "off", configs.FP4_SCALE_WORDS_ENV: "1",
                        configs.FP4_LEAN_ENV: "1", configs.FP4_CARRY_ENV: "1",
-                       configs.FP4_SCALE_BF16_ENV: "1",
+                       configs.FP4_SCALE_BF16_ENV: "1", configs.FUSED_ACT_ENV: "adjacent",
                        configs.CONFIG_DIR_ENV: str(configs.CONFIG_DIR)})
     with pytest.raises(UsageError, match="MOECERT_HOST_MEMORY='lots'"):
         check_environment({memory.HOST_MEMORY_VARIABLE: "lots"})
