@@ -117,6 +117,17 @@ tree_shim() {  # tree_shim .bench/NAME: /tmp/shim-NAME, a PYTHONPATH shim of tha
     done
 }
 
+fp8_folders() {  # fp8_folders LIMIT_S: gpu_ci.sh's two real FP8 folders, each its own run
+    local folder
+    for folder in tests/fixtures/checkpoints/ct-fp8-static-qwen3moe \
+                  tests/fixtures/checkpoints/modelopt-fp8-qwen3moe; do
+        timeout "$1" $M run --suite ci --checkpoint "$folder" --device cuda --backend grouped \
+            --backend triton --backend torch -n 4 --results "$work/folders" \
+            > "$work/folder-$(basename "$folder").txt" 2>&1
+        stamp "folder $(basename "$folder"): $(grep -E '^(green|not green)' "$work/folder-$(basename "$folder").txt" | tail -1)" $?
+    done
+}
+
 tune_into() {  # tune_into DIR TAG STEP...: STEP is "LIMIT_S MOECERT_TUNE_ARGS..." (one string)
     local C=$1 tag=$2 n=0 step; shift 2
     for step in "$@"; do
@@ -416,13 +427,7 @@ tune_prefill() {  # the prefill CUDA test and the FP8 folders (cut in `verify`),
     timeout 100 python -m pytest tests/kernels/test_fp4_prefill_cuda.py -q -p no:cacheprovider \
         -rfE > "$work/prefill-cuda.txt" 2>&1
     stamp "prefill cuda test: $(tail -n 1 "$work/prefill-cuda.txt")" $?
-    for folder in tests/fixtures/checkpoints/ct-fp8-static-qwen3moe \
-                  tests/fixtures/checkpoints/modelopt-fp8-qwen3moe; do
-        timeout 70 $M run --suite ci --checkpoint "$folder" --device cuda --backend grouped \
-            --backend triton --backend torch -n 4 --results "$work/folders" \
-            > "$work/folder-$(basename "$folder").txt" 2>&1
-        stamp "folder $(basename "$folder"): $(grep -E '^(green|not green)' "$work/folder-$(basename "$folder").txt" | tail -1)" $?
-    done
+    fp8_folders 70
     C=$PWD/kernels/triton_moe/configs
     cp -r "$C" "$work/cfg-before"
     tune_into "$C" tp "150 --model mixtral-8x7b --scheme gptq-int4 --M 1024,4096 --routings 2 --max-seconds 50" \
@@ -513,13 +518,7 @@ fused_verify() {  # round ten after the FUSED_ACT opt-outs: the FP8 folders (gpu
     # with the tree's default, and the grouped peer, one process each (~300 s)
     batch_begin i44fv 575
     gpu_versions
-    for folder in tests/fixtures/checkpoints/ct-fp8-static-qwen3moe \
-                  tests/fixtures/checkpoints/modelopt-fp8-qwen3moe; do
-        timeout 90 $M run --suite ci --checkpoint "$folder" --device cuda --backend grouped \
-            --backend triton --backend torch -n 4 --results "$work/folders" \
-            > "$work/folder-$(basename "$folder").txt" 2>&1
-        stamp "folder $(basename "$folder"): $(grep -E '^(green|not green)' "$work/folder-$(basename "$folder").txt" | tail -1)" $?
-    done
+    fp8_folders 90
     P=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 30 --model mixtral-8x7b
        --M 1024,4096)
     local f
