@@ -13,7 +13,8 @@ A variant is SCHEME:FLAGS; flags: both (ACC_DOT on and off), ptx (the PTX nibble
 g8 (GROUP_M 8), k128, n64, n256, m64, w4, s3 (the tile's fields), dec (the decode tile),
 ch (fp8-w8a8 per channel, dynamic per-token activations), pair (MXFP4's E8M0 scales on
 the pairs' partial sums, not folded into the weights), cvt (with MOECERT_TRITON_FP4_CARRY=1:
-NVFP4's scales by the hardware e4m3 conversion, as on sm89+).
+NVFP4's scales by the hardware e4m3 conversion, as on sm89+), epi (each variant also with the
+silu activation in GEMM1's epilogue, gemm_kernel's EPI_ACT, in the default column order).
 The K loop's SASS instructions per step: `python tools/sass_loop.py /tmp/i34c/*.cubin`.
 Triton's version here (3.9 on the development machine) is not the GPU machine's (3.6): the
 figures show what a tile asks of the registers, not what the GPU machine's build gives.
@@ -134,7 +135,10 @@ for scheme, variant in cases:
             kw = {**kw, "E4M3_CVT": True}  # what an sm89+ device gets (fused_moe.e4m3_cvt)
         if "pair" in variant and kw["WSCALE"] == kinds.S_E8M0_W:  # MXFP4 unfolded
             kw = {**kw, "WSCALE": kinds.S_E8M0}
-        try:
-            compile_one(args, kw, f"{scheme} {variant} acc_dot={kw['ACC_DOT']} cfg={cfg}")
-        except Exception as e:
-            print(f"{scheme} {variant}: COMPILE FAILED {type(e).__name__}: {str(e)[:800]}")
+        for epi in ((-1, 0) if "epi" in variant else (-1,)):
+            kw = {**kw, "EPI_ACT": epi}
+            try:
+                compile_one(args, kw, f"{scheme} {variant} acc_dot={kw['ACC_DOT']} epi={epi} "
+                                      f"cfg={cfg}")
+            except Exception as e:
+                print(f"{scheme} {variant}: COMPILE FAILED {type(e).__name__}: {str(e)[:800]}")
