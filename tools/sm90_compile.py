@@ -10,7 +10,8 @@ to build shows here before any device time is spent; timings need the GPU (tools
     python tools/sm90_compile.py bf16:both mxfp4:ptx mxfp4:ptx-n64 fp8-w8a8:ch-both
 
 A variant is SCHEME:FLAGS; flags: both (ACC_DOT on and off), ptx (the PTX nibble decodes),
-g8 (GROUP_M 8), k128, n64, n256, m64, w4, s3 (the tile's fields), dec (the decode tile),
+g8 (GROUP_M 8), k128, n64, n256, m64, w4, s3, sw (SWAP_AB) (the tile's fields), dec (the
+decode tile),
 ch (fp8-w8a8 per channel, dynamic per-token activations), pair (MXFP4's E8M0 scales on
 the pairs' partial sums, not folded into the weights), cvt (with MOECERT_TRITON_FP4_CARRY=1:
 NVFP4's scales by the hardware e4m3 conversion, as on sm89+), epi (each variant also with the
@@ -123,6 +124,7 @@ for scheme, variant in cases:
     if "m64" in variant: cfg["BLOCK_M"] = 64
     if "w4" in variant: cfg["num_warps"] = 4
     if "s3" in variant: cfg["num_stages"] = 3
+    if "sw" in variant: cfg["SWAP_AB"] = True
     if "dec" in variant: cfg = {**st.defaults[0], "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
     for acc in ((True, False) if "both" in variant else (None,)):
         captured.clear()
@@ -136,7 +138,8 @@ for scheme, variant in cases:
         if "pair" in variant and kw["WSCALE"] == kinds.S_E8M0_W:  # MXFP4 unfolded
             kw = {**kw, "WSCALE": kinds.S_E8M0}
         for epi in ((-1, 0) if "epi" in variant else (-1,)):
-            kw = {**kw, "EPI_ACT": epi}
+            kw = {**kw, "EPI_ACT": epi, "SCALE_RUNS": epi == 0 and fused_moe.scale_runs(
+                st.weights(1, cfg), cfg["BLOCK_N"], "silu", "halves")}
             try:
                 compile_one(args, kw, f"{scheme} {variant} acc_dot={kw['ACC_DOT']} epi={epi} "
                                       f"cfg={cfg}")

@@ -39,7 +39,7 @@ from .kinds import (
     W_INT8,
 )
 from .layout import nib_span_fits
-from .quant import ACTIVATIONS, SWIGLU_ALPHA, SWIGLU_LIMIT, fix_bf16
+from .quant import ACTIVATIONS, GATE_UP_HALVES, SWIGLU_ALPHA, SWIGLU_LIMIT, fix_bf16
 
 _COMPUTE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
@@ -206,6 +206,16 @@ def acc_dot_applies(weights: dict, act: int, K: int) -> bool:
     return c["WSCALE"] == S_NONE or (c["WSCALE"] == S_FLOAT and (cols is None or cols >= K))
 
 
+def scale_runs(weights: dict, block_n: int, activation: str | None, pairs: str) -> bool:
+    """gemm_kernel's SCALE_RUNS: a fused activation on w13's halves, in the `halves` order,
+    whose tile halves each lie in one block of weight-scale rows (N a multiple of the tile,
+    the scale block a multiple of half of it): the kernel then reads each half's scale row
+    from its first row, which Triton's analysis sees is one value over the run."""
+    rows = weights["scale_rows"]
+    return (activation in GATE_UP_HALVES and pairs == "halves"
+            and weights["N"] % block_n == 0 and rows > 1 and rows % (block_n // 2) == 0)
+
+
 def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
              sorted_ids: torch.Tensor, block_expert: torch.Tensor, num_padded: torch.Tensor,
              router: torch.Tensor | None, *, a_row_div: int, act: int, config: dict,
@@ -277,6 +287,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             BLOCK_M=block_m, BLOCK_N=config["BLOCK_N"], BLOCK_K=bk,
             EPI_ACT=epi_act, ALPHA=SWIGLU_ALPHA, LIMIT=SWIGLU_LIMIT,
             PAIR_ADJACENT=pairs == "adjacent",
+            SCALE_RUNS=scale_runs(weights, config["BLOCK_N"], activation, pairs),
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **constexprs,
         )

@@ -114,7 +114,7 @@ from .kinds import (
     W_UINT8,
 )
 from .layout import CARRY_EEM, CARRY_SIGN
-from .quant import act_values, rne_bf16
+from .quant import ACTIVATIONS, GATE_UP_HALVES, act_values, rne_bf16
 
 # the same values as constexpr globals, the only globals a jit function may read
 _W16, _W_INT4, _W_UINT8 = tl.constexpr(W16), tl.constexpr(W_INT4), tl.constexpr(W_UINT8)
@@ -126,6 +126,7 @@ _A_FP8, _A_FP8_G = tl.constexpr(A_FP8), tl.constexpr(A_FP8_G)
 _DOT_TF32, _DOT_IEEE = tl.constexpr(DOT_TF32), tl.constexpr(DOT_IEEE)
 _I4_PAIRS = tl.constexpr(I4_PAIRS)
 _PARTIAL, _REDUCE = tl.constexpr(PARTIAL), tl.constexpr(REDUCE)
+_HALF_ACT0, _HALF_ACT1, _HALF_ACT2 = (tl.constexpr(ACTIVATIONS[a]) for a in GATE_UP_HALVES)
 ACT_GROUP = tl.constexpr(SCHEME_ACT_GROUP)  # columns per A_FP8_G activation scale
 
 
@@ -1064,7 +1065,7 @@ def moe_gemm_kernel(
     CARRY: tl.constexpr = False, E4M3_CVT: tl.constexpr = False,
     SCALE_BF16: tl.constexpr = False,
     EPI_ACT: tl.constexpr = -1, ALPHA: tl.constexpr = 0.0, LIMIT: tl.constexpr = 0.0,
-    PAIR_ADJACENT: tl.constexpr = False,
+    PAIR_ADJACENT: tl.constexpr = False, SCALE_RUNS: tl.constexpr = False,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -1099,7 +1100,8 @@ def moe_gemm_kernel(
     # `pair` and the same up rows, so the epilogue holds both: the first BLOCK_N / 2 columns
     # gate, the rest up (runs of rows as stored), or PAIR_ADJACENT column 2i gate, 2i + 1 up
     # (gpt-oss's interleaved rows are in that order as stored)
-    HALVES: tl.constexpr = EPI_ACT == 0 or EPI_ACT == 1 or EPI_ACT == 3
+    HALVES: tl.constexpr = (EPI_ACT == _HALF_ACT0 or EPI_ACT == _HALF_ACT1
+                            or EPI_ACT == _HALF_ACT2)
     if HALVES:
         half = N // 2
         cols = tl.arange(0, BLOCK_N)
@@ -1131,7 +1133,18 @@ def moe_gemm_kernel(
     else:  # stride_bn steps one tile of WT_N rows
         b_rows = (b_ptr + expert * stride_be + (offs_bn // WT_N)[None, :] * stride_bn
                   + (offs_bn % WT_N)[None, :] * WT_K)
-    s_rows = b_scale_ptr + expert * stride_se + (offs_bn // scale_rows) * stride_sn
+    if SCALE_RUNS:
+        # (the host's: halves, EVEN_N, scale_rows a multiple of BLOCK_N / 2) each half's
+        # run of rows lies in one block of scale rows: its first row's, constant over the
+        # run. The rows' own quotient is the same value, but Triton's axis analysis finds it
+        # constant only over a row index contiguous across the whole tile, which the halves
+        # are not: every thread then loaded all its columns' scales each K step (fp8-w8a8's
+        # 128-row tile: 279 -> 345 SASS instructions a step, 10% slower; docs/speed.md,
+        # round ten)
+        s_index = (pid_n * (BLOCK_N // 2) + up_rows) // scale_rows
+    else:
+        s_index = offs_bn // scale_rows
+    s_rows = b_scale_ptr + expert * stride_se + s_index.to(tl.int64) * stride_sn
     z_rows = b_zero_ptr + expert * stride_ze + offs_bn * stride_zn
     g_row = g_idx_ptr + expert * stride_ge
 

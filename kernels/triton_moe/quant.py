@@ -33,6 +33,9 @@ from moecert.reference.schemes.elements import ELEMENTS
 RNE_MAGIC = tl.constexpr(12582912.0)
 MX_RULES = {"floor": 0, "even": 1, "ceil": 2, "rceil": 3}
 ACTIVATIONS = {"silu": 0, "gelu": 1, "swigluoai": 2, "swigluoai-split": 3, "relu2": 4}
+# the gated activations whose gate and up rows are w13's two halves (swigluoai: interleaved
+# rows; relu2: no gate)
+GATE_UP_HALVES = ("silu", "gelu", "swigluoai-split")
 SWIGLU_ALPHA, SWIGLU_LIMIT = SWIGLUOAI_ALPHA, SWIGLUOAI_LIMIT  # passed as constexpr arguments
 TINY = tl.constexpr(2.0**-20)
 # constexpr mirrors of the element records (schemes/elements.py), values in the comments

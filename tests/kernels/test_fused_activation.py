@@ -224,3 +224,25 @@ def test_the_tuner_keeps_the_kernel_where_the_fused_bits_differ(monkeypatch):
     config = stage.defaults[0]
     choice = tune.fused_act_choice(stage, config, lambda run, c: 50.0 if c["FUSED_ACT"] else 100.0)
     assert choice["FUSED_ACT"] is False
+
+
+@pytest.mark.parametrize("block_n", [32, 64])
+def test_block_scaled_rows_read_per_half_give_the_unfused_bits(block_n):
+    """fp8 weights with 32 x 32 scale blocks: with the tile's halves each inside one block
+    of scale rows the kernel reads each half's scale row once (SCALE_RUNS); the output is
+    the unfused GEMM1's activation, bit for bit, in every tile of a 3-block-wide half."""
+    E, K, N, M = 2, 64, 96, 6
+    g = torch.Generator().manual_seed(7)
+    q = (torch.randn(E, 2 * N, K, generator=g) * 4).to(torch.float8_e4m3fn)
+    s = torch.rand(E, 2 * N // 32, K // 32, generator=g) + 0.25
+    weights = fused_moe.describe_weights(kinds.W_FP8, q, torch.bfloat16, s=s, scale_rows=32,
+                                         scale_cols=32)
+    a = torch.randn(M, K, generator=g).to(torch.bfloat16)
+    ids = torch.randint(0, E, (2 * M,), generator=g, dtype=torch.int32)
+    config = configs.complete({"BLOCK_M": 16, "BLOCK_N": block_n, "BLOCK_K": 32,
+                               "num_warps": 4, "num_stages": 2})
+    assert fused_moe.scale_runs(weights, block_n, "silu", "halves")
+    assert not fused_moe.scale_runs(weights, block_n, "silu", "adjacent")
+    h = _gemm1(weights, a, ids, config, None, 2 * N)
+    want = quant.activation(h, "silu", N)
+    assert torch.equal(_gemm1(weights, a, ids, config, "silu", N), want)
