@@ -65,6 +65,8 @@ h is rounded to c's dtype as the unfused
 store would, and `quant.act_values` of each pair is stored: c [rows, N / 2] (relu2: N),
 the activation kernel's bits without h's round trip through memory. Split-K's workspace
 holds the paired columns (a permutation of [0, N)); REDUCE runs the same epilogue.
+SCALE_RUNS (host-chosen, `fused_moe.scale_runs`): each half of such a tile lies in one block
+of weight-scale rows, whose row the kernel reads from the half's first row.
 
 Split-K (config SPLIT_K > 1, for grids too small to fill the GPU): the kernel runs twice.
 PARTIAL: program (row block, column block, split s) sums its K range, in the same tile order
