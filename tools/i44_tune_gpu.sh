@@ -89,6 +89,9 @@
 #   tools/i44_tune_gpu.sh tune-fused   the tuner's FUSED_ACT choice where the bench timed the
 #       fused epilogue slower (fp8-w8a8 M 4096, mxfp4 M 1024) and faster (bf16 M 4096), cut
 #       searches into a copy (~230 s)
+#   tools/i44_tune_gpu.sh fp8-fused   (not run yet: for the next GPU session) SCALE_RUNS' CUDA
+#       test, then fp8-w8a8 unfused / the tree's entries / fused everywhere, decode and prefill
+#       on Mixtral-8x7B and DeepSeek-V3 (~300 s)
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
 #   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
@@ -589,6 +592,30 @@ PY
     batch_end
 }
 
+fp8_fused() {  # after SCALE_RUNS (written without a GPU): its CUDA test, then fp8-w8a8 with the
+    # activation kernel, fused by the tree's entries, and fused everywhere (the M 4096
+    # entry's FUSED_ACT false overridden by a copy of the configs without it), decode and
+    # prefill on Mixtral-8x7B and DeepSeek-V3, one process each (~300 s)
+    batch_begin i44f8 560
+    gpu_versions
+    timeout 150 python -m pytest tests/kernels/test_fused_activation_cuda.py -q \
+        -p no:cacheprovider -rfE > "$work/fused-cuda.txt" 2>&1
+    stamp "fused cuda test: $(tail -n 1 "$work/fused-cuda.txt")" $?
+    C=$work/cfg-all-fused; cp -r kernels/triton_moe/configs "$C"
+    sed -i 's/"FUSED_ACT": false/"FUSED_ACT": true/' "$C"/*.json
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton
+       --scheme fp8-w8a8 --model mixtral-8x7b --model deepseek-v3 --M 16,64,1024,4096)
+    MOECERT_TRITON_FUSED_ACT=0 timeout 120 $M "${B[@]}" --results "$work/unfused" \
+        --run-id unfused > "$work/unfused.txt" 2>&1
+    stamp unfused $?
+    timeout 120 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+    stamp tree $?
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 120 $M "${B[@]}" --results "$work/all-fused" \
+        --run-id all-fused > "$work/all-fused.txt" 2>&1
+    stamp all-fused $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -618,5 +645,6 @@ case "${1:-}" in
     tune-m64) tune_m64 ;;
     m64-edges) m64_edges ;;
     tune-fused) tune_fused ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused" >&2; exit 2 ;;
+    fp8-fused) fp8_fused ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused" >&2; exit 2 ;;
 esac
