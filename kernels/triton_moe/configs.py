@@ -38,8 +38,8 @@ GROUP_M (row blocks a wave of programs runs together, >= 1; 1: all of them, the 
 came after the first files: a GEMM entry without them reads as 1, the one-launch kernel
 with one tile per step in launch order. FUSED_ACT (gemm1 only; default true): the layer's
 activation in GEMM1's epilogue (gemm_kernel's EPI_ACT); false runs the activation kernel
-after GEMM1, where that was timed faster (docs/speed.md, "Round ten"). The tuner keeps the
-shipped value and does not search it.
+after GEMM1, where that was timed faster (docs/speed.md, "Round ten"); `moecert tune` times
+both for each bucket it writes (tune.fused_act_choice).
 
 MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not, under the
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
@@ -103,7 +103,8 @@ GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": i
 FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 1,
                   "GROUP_M": 1, "FUSED_ACT": True}
 OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M", "FUSED_ACT")
-# written only where a file's entry sets it (no tuner grid has it yet)
+# written only where a config sets it (a file's entry, or the tuner's choice): absent, the
+# heuristics' tiles and older files read the default
 WRITTEN_IF_SET = ("FUSED_ACT",)
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
@@ -576,11 +577,8 @@ def nearest_in_layer_file(key: LayerKey, num_rows: int, device: str | None = Non
     if name is None:
         return None
     table = load_table(name, directory or config_dir())
-    found = _nearest(table, key, num_rows, keep)
-    if found is None or (max_steps is not None and found[0] > max_steps):
-        return None
-    c1, c2 = table[key][found[1]]
-    return found, (dict(c1), dict(c2))
+    chosen = lookup(table, key, num_rows, max_steps, keep)
+    return None if chosen is None else (_nearest(table, key, num_rows, keep), chosen)
 
 
 def tuned_configs(key: LayerKey, num_rows: int, device: str | None = None,
