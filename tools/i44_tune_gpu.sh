@@ -92,6 +92,10 @@
 #   tools/i44_tune_gpu.sh fp8-fused   (not run yet: for the next GPU session) SCALE_RUNS' CUDA
 #       test, then fp8-w8a8 unfused / the tree's entries / fused everywhere, decode and prefill
 #       on Mixtral-8x7B and DeepSeek-V3 (~300 s)
+#   tools/i44_tune_gpu.sh r11   round eleven: SCALE_COLS and E8M0_NORMAL against the tree before
+#       them (.bench/r11-base, carried: git archive f9aeeee), decode of MXFP8, MXFP6, gptq-int4,
+#       W4A8, fp8-w8a8 on the three layers; the `ci` suite on cuda; fp8-w8a8 Mixtral M 4096
+#       fused everywhere against the tree (SCALE_RUNS' first timing) (~500 s)
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
 #   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
@@ -592,6 +596,35 @@ PY
     batch_end
 }
 
+r11() {  # round eleven: SCALE_COLS + E8M0_NORMAL (gemm_kernel) against the tree before them
+    # (.bench/r11-base, carried), decode of the schemes whose K loop divided by the scale block,
+    # one process each; then fp8-w8a8 Mixtral M 4096 fused everywhere (SCALE_RUNS, first run on
+    # a GPU by gpu_ci on f9aeeee) against the tree's FUSED_ACT false, after the `ci` suite on
+    # cuda with the tree (verdicts) (~500 s)
+    batch_begin i44r11 580
+    gpu_versions
+    [ -d .bench/r11-base/kernels ] || { echo "r11: .bench/r11-base missing (git archive f9aeeee reference kernels conformance reports | tar -x -C .bench/r11-base; carry it)"; exit 2; }
+    tree_shim .bench/r11-base
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton --M 16,64
+       --scheme mxfp8 --scheme mxfp6-e2m3 --scheme gptq-int4 --scheme w4a8-int8 --scheme fp8-w8a8)
+    timeout 170 $M "${B[@]}" --results "$work/r11" --run-id r11 > "$work/r11.txt" 2>&1
+    stamp r11 $?
+    PYTHONPATH=/tmp/shim-r11-base timeout 170 python -m moecert.conformance.cli "${B[@]}" \
+        --results "$work/base" --run-id base > "$work/base.txt" 2>&1
+    stamp base $?
+    timeout 120 $M run --suite ci --device cuda -n auto --results "$work/ci" > "$work/ci.txt" 2>&1
+    stamp "ci suite: $(grep -E '^(green|not green)' "$work/ci.txt" | tail -1)" $?
+    C=$work/cfg-all-fused; cp -r kernels/triton_moe/configs "$C"
+    sed -i 's/"FUSED_ACT": false/"FUSED_ACT": true/' "$C"/*.json
+    F=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 20 --backend triton
+       --scheme fp8-w8a8 --model mixtral-8x7b --M 4096)
+    timeout 60 $M "${F[@]}" --results "$work/f8-tree" --run-id tree > "$work/f8-tree.txt" 2>&1
+    stamp f8-tree $?
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 60 $M "${F[@]}" --results "$work/f8-fused" \
+        --run-id all-fused > "$work/f8-fused.txt" 2>&1
+    stamp f8-fused $?
+    batch_end
+}
 fp8_fused() {  # after SCALE_RUNS (written without a GPU): its CUDA test, then fp8-w8a8 with the
     # activation kernel, fused by the tree's entries, and fused everywhere (the M 4096
     # entry's FUSED_ACT false overridden by a copy of the configs without it), decode and
@@ -646,5 +679,6 @@ case "${1:-}" in
     m64-edges) m64_edges ;;
     tune-fused) tune_fused ;;
     fp8-fused) fp8_fused ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused" >&2; exit 2 ;;
+    r11) r11 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11" >&2; exit 2 ;;
 esac

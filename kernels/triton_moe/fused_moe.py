@@ -100,6 +100,8 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
         "kind": kind, "q": q, "N": n_rows, "compute": compute,
         "e8m0_fold": (kind == W_FP4 and wscale == S_E8M0 and bool(nib_span)
                       and compute == torch.bfloat16 and e8m0_folds(s)),
+        # every E8M0 byte a normal scale (gemm_kernel's E8M0_NORMAL), read once per layer
+        "e8m0_normal": wscale == S_E8M0 and e8m0_normal(s),
         "scale_cols": scale_cols,  # None: no scale, or one per row (the whole K)
         "dot": dot_mode(kind, q.dtype, compute, g_idx is not None),
         "args": (q, s if s is not None else dummy, zp if zp is not None else dummy,
@@ -189,6 +191,31 @@ def e8m0_folds(s: torch.Tensor) -> bool:
         return E8M0_FOLD_MIN << 7 <= int(lo) and int(hi) <= E8M0_FOLD_MAX << 7
     lo, hi = torch.aminmax(s)
     return E8M0_FOLD_MIN <= int(lo) and int(hi) <= E8M0_FOLD_MAX
+
+
+# The E8M0 bytes whose scale 2^(b - 127) is a normal fp32: its bits are b << 23. Byte 0
+# (2^-127, a subnormal) and 255 (NaN) are not; a quantizer writes 0 for an all-zero block.
+E8M0_NORMAL_MIN, E8M0_NORMAL_MAX = 1, 254
+
+
+def e8m0_normal(s: torch.Tensor | None) -> bool:
+    """Whether every E8M0 byte of `s` (uint8) lies in E8M0_NORMAL_MIN..E8M0_NORMAL_MAX, so
+    the kernel may read a scale from its exponent field alone (gemm_kernel's E8M0_NORMAL):
+    read once per layer, never inside a CUDA-graph capture (False there: the full decode)."""
+    if s is None or s.dtype != torch.uint8 or s.numel() == 0:
+        return False
+    if s.is_cuda and torch.cuda.is_current_stream_capturing():
+        return False
+    lo, hi = torch.aminmax(s)
+    return E8M0_NORMAL_MIN <= int(lo) and int(hi) <= E8M0_NORMAL_MAX
+
+
+def scale_cols_constexpr(scale_cols: int, K: int) -> int:
+    """gemm_kernel's SCALE_COLS: the scale block's width where it is a power of two narrower
+    than K (group 32 / 64 / 128, MX 32, NVFP4 16), so the kernel divides by a constant (a
+    shift); 0 (a runtime value) otherwise, per channel included, so K never becomes a
+    compile-time constant of its own."""
+    return scale_cols if 0 < scale_cols < K and scale_cols & (scale_cols - 1) == 0 else 0
 
 
 def acc_dot_applies(weights: dict, act: int, K: int) -> bool:
@@ -288,6 +315,8 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             EPI_ACT=epi_act, ALPHA=SWIGLU_ALPHA, LIMIT=SWIGLU_LIMIT,
             PAIR_ADJACENT=pairs == "adjacent",
             SCALE_RUNS=scale_runs(weights, config["BLOCK_N"], activation, pairs),
+            SCALE_COLS=scale_cols_constexpr(scale_cols, K),
+            E8M0_NORMAL=weights.get("e8m0_normal", False) and constexprs["WSCALE"] == S_E8M0,
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **constexprs,
         )

@@ -53,6 +53,10 @@ multiplies the whole sum once, first in the epilogue (the same products, the sca
 rounding once instead of per tile).
 GROUP_M (config, > 1): programs run GROUP_M row blocks at a time over every column block
 (the launch order remapped), so that at prefill sizes a wave reads few row blocks' activations.
+SCALE_COLS (host-chosen, `fused_moe.scale_cols_constexpr`): scale_cols as a compile-time
+constant where it is a power of two narrower than K, so the K loop's scale-column index is a
+shift. E8M0_NORMAL (host-chosen, `fused_moe.e8m0_normal`): every E8M0 weight-scale byte of
+the layer lies in 1..254, so a scale is its exponent field (`_weight_e8m0`).
 
 Epilogue order (the reference's): per-row activation scale (or the global factor), the
 weights' global multiplier, + bias, * router weight, store
@@ -140,6 +144,17 @@ def _decode_e8m0(byte):
     v = tl.where(b == 0, tl.full(b.shape, 0x00400000, tl.int32).to(tl.float32, bitcast=True), v)
     nan = tl.full(b.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
     return tl.where(b == 255, nan, v)
+
+
+@triton.jit
+def _weight_e8m0(byte, E8M0_NORMAL: tl.constexpr):
+    """A weight's E8M0 scale as fp32: with E8M0_NORMAL (the host found every byte of the
+    layer in 1..254, `fused_moe.e8m0_normal`) the exponent field alone, which is exact there;
+    else `_decode_e8m0` (0 and 255 need a compare and select each: four of the six
+    instructions a scale took in MXFP8's K step, docs/speed.md, round eleven)."""
+    if E8M0_NORMAL:
+        return (byte.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    return _decode_e8m0(byte)
 
 
 @triton.jit
@@ -873,7 +888,7 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
                EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
                NIB_SPAN: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr,
                LEAN: tl.constexpr, CARRY: tl.constexpr, E4M3_CVT: tl.constexpr,
-               SCALE_BF16: tl.constexpr):
+               SCALE_BF16: tl.constexpr, E8M0_NORMAL: tl.constexpr):
     """The scaled fp32 product of one tile of TILE_K columns from k0, inside one scale
     column: a [BLOCK_M, TILE_K] activations (with NIB_SPAN: a, a2, a3, a4 the tile's four
     quarters, [BLOCK_M, TILE_K / 4] each), bq the weight tile as stored ([TILE_K / 2,
@@ -932,7 +947,7 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
             col = tl.minimum(col, (K - 1) // scale_cols)
         sw = tl.load(s_rows + col * stride_sk)
         if WSCALE == _S_E8M0:
-            sw = _decode_e8m0(sw)
+            sw = _weight_e8m0(sw, E8M0_NORMAL)
         if SWAP_AB:
             part = part * sw[:, None]
         else:
@@ -950,7 +965,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
              FAST_I4: tl.constexpr, K_UNROLL: tl.constexpr, WT_N: tl.constexpr,
              WT_K: tl.constexpr, NIB_SPAN: tl.constexpr, ACC_DOT: tl.constexpr,
              SCALE_WORDS: tl.constexpr, LEAN: tl.constexpr, CARRY: tl.constexpr,
-             E4M3_CVT: tl.constexpr, SCALE_BF16: tl.constexpr,
+             E4M3_CVT: tl.constexpr, SCALE_BF16: tl.constexpr, E8M0_NORMAL: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
@@ -1022,7 +1037,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                                   g_row, a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT,
                                   WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
                                   EVEN_K, SWAP_AB, FAST_I4, NIB_SPAN, BLOCK_K, SCALE_WORDS,
-                                  LEAN, CARRY, E4M3_CVT, SCALE_BF16)
+                                  LEAN, CARRY, E4M3_CVT, SCALE_BF16, E8M0_NORMAL)
     if SWAP_AB:
         acc = tl.trans(acc)
     return acc
@@ -1068,6 +1083,7 @@ def moe_gemm_kernel(
     SCALE_BF16: tl.constexpr = False,
     EPI_ACT: tl.constexpr = -1, ALPHA: tl.constexpr = 0.0, LIMIT: tl.constexpr = 0.0,
     PAIR_ADJACENT: tl.constexpr = False, SCALE_RUNS: tl.constexpr = False,
+    SCALE_COLS: tl.constexpr = 0, E8M0_NORMAL: tl.constexpr = False,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -1155,6 +1171,11 @@ def moe_gemm_kernel(
     ws_mask = row_mask[:, None] & n_mask[None, :]
 
     # --- the sum over K -----------------------------------------------------------------------
+    if SCALE_COLS:
+        # (the host's: scale_cols, a power of two) a constant: every `k // scale_cols` in
+        # the K loop is then a shift, not a division by a runtime value (about 15 SASS
+        # instructions a step: docs/speed.md, round eleven)
+        scale_cols = SCALE_COLS
     if PHASE == _REDUCE:
         acc = _sum_splits(ws_tile, ws_mask, num_splits, stride_ws, BLOCK_M, BLOCK_N)
     else:
@@ -1162,8 +1183,8 @@ def moe_gemm_kernel(
             a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
             K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
             SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N, WT_K,
-            NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, SCALE_BF16, BLOCK_M, BLOCK_N,
-            BLOCK_K)
+            NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, SCALE_BF16, E8M0_NORMAL,
+            BLOCK_M, BLOCK_N, BLOCK_K)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)
