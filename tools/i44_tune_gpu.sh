@@ -96,6 +96,8 @@
 #       them (.bench/r11-base, carried: git archive f9aeeee), decode of MXFP8, MXFP6, gptq-int4,
 #       W4A8, fp8-w8a8 on the three layers; the `ci` suite on cuda; fp8-w8a8 Mixtral M 4096
 #       fused everywhere against the tree (SCALE_RUNS' first timing) (~500 s)
+#   tools/i44_tune_gpu.sh r11b  Mixtral-8x7B MXFP8 M 16 / 64, the tree and .bench/r11-base twice
+#       each, and MXFP8 re-tuned there at M 64 (~230 s)
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
 #   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
@@ -625,6 +627,31 @@ r11() {  # round eleven: SCALE_COLS + E8M0_NORMAL (gemm_kernel) against the tree
     stamp f8-fused $?
     batch_end
 }
+r11b() {  # round eleven, second call: Mixtral-8x7B MXFP8 at M 64 ran 5% slower with the
+    # constants (r11) while every other MXFP8 row ran faster: the tree and .bench/r11-base
+    # twice each (noise), and the tree with MXFP8 re-tuned at M 64 into a copy (cfg/ in the
+    # tar), one process each (~230 s)
+    batch_begin i44r11b 420
+    gpu_versions
+    [ -d .bench/r11-base/kernels ] || { echo "r11b: .bench/r11-base missing (carry it)"; exit 2; }
+    tree_shim .bench/r11-base
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    B=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
+       --scheme mxfp8 --model mixtral-8x7b)
+    local n
+    for n in 1 2; do
+        timeout 50 $M "${B[@]}" --results "$work/tree$n" --run-id "tree$n" > "$work/tree$n.txt" 2>&1
+        stamp "tree$n" $?
+        PYTHONPATH=/tmp/shim-r11-base timeout 50 python -m moecert.conformance.cli "${B[@]}" \
+            --results "$work/base$n" --run-id "base$n" > "$work/base$n.txt" 2>&1
+        stamp "base$n" $?
+        [ $n = 1 ] && tune_into "$C" mx8 "150 --model mixtral-8x7b --scheme mxfp8 --M 64 --max-seconds 100"
+    done
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 50 $M "${B[@]}" --results "$work/tuned" \
+        --run-id tuned > "$work/tuned.txt" 2>&1
+    stamp tuned $?
+    batch_end
+}
 fp8_fused() {  # after SCALE_RUNS (written without a GPU): its CUDA test, then fp8-w8a8 with the
     # activation kernel, fused by the tree's entries, and fused everywhere (the M 4096
     # entry's FUSED_ACT false overridden by a copy of the configs without it), decode and
@@ -680,5 +707,6 @@ case "${1:-}" in
     tune-fused) tune_fused ;;
     fp8-fused) fp8_fused ;;
     r11) r11 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11" >&2; exit 2 ;;
+    r11b) r11b ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b" >&2; exit 2 ;;
 esac

@@ -117,15 +117,18 @@ for scheme, variant in cases:
         attrs = {"weight_strategy": "channel", "activation": "dynamic-token"}
     st = stage_for(scheme, attrs)
     cfg = dict(PREFILL)
+    if "dec" in variant:  # the decode tile; the flags below change it (dec-n64-sw)
+        cfg = {**st.defaults[0], "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4,
+               "num_stages": 4}
     if "g8" in variant: cfg["GROUP_M"] = 8
     if "k128" in variant: cfg["BLOCK_K"] = 128
     if "n64" in variant: cfg["BLOCK_N"] = 64
     if "n256" in variant: cfg["BLOCK_N"] = 256
     if "m64" in variant: cfg["BLOCK_M"] = 64
+    if "m32" in variant: cfg["BLOCK_M"] = 32
     if "w4" in variant: cfg["num_warps"] = 4
     if "s3" in variant: cfg["num_stages"] = 3
     if "sw" in variant: cfg["SWAP_AB"] = True
-    if "dec" in variant: cfg = {**st.defaults[0], "BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
     for acc in ((True, False) if "both" in variant else (None,)):
         captured.clear()
         if acc is not None:
