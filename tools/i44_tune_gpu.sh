@@ -98,6 +98,8 @@
 #       fused everywhere against the tree (SCALE_RUNS' first timing) (~500 s)
 #   tools/i44_tune_gpu.sh r11b  Mixtral-8x7B MXFP8 M 16 / 64, the tree and .bench/r11-base twice
 #       each, and MXFP8 re-tuned there at M 64 (~230 s)
+#   tools/i44_tune_gpu.sh table-r11   `table` without AWQ's files before, its watchdog at 300 s
+#       (carry .vllm's library and tk) (~230 s)
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
 #   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
@@ -652,6 +654,24 @@ r11b() {  # round eleven, second call: Mixtral-8x7B MXFP8 at M 64 ran 5% slower 
     stamp tuned $?
     batch_end
 }
+table_r11() {  # the decode table from one call with the peers (table's first three steps,
+    # without AWQ's files before), its watchdog early enough for a call of ~360 s (~230 s)
+    batch_begin i44table 300
+    gpu_versions
+    B=(--device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
+       --marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so)
+    timeout 110 $M bench "${B[@]}" --scheme mxfp4 --scheme nvfp4 --results "$work/fp4" \
+        --run-id fp4 > "$work/fp4.txt" 2>&1
+    stamp fp4 $?
+    PYTHONPATH=.vllm/tk:$PYTHONPATH timeout 40 python tools/ogs_peer.py --M 16,64 \
+        > "$work/ogs.txt" 2>&1
+    stamp ogs $?
+    timeout 150 $M bench "${B[@]}" --scheme w4a8-int8 --scheme mxfp6-e2m3 --scheme mxfp8 \
+        --scheme awq-int4 --scheme gptq-int4 --results "$work/other" --run-id other \
+        > "$work/other.txt" 2>&1
+    stamp other $?
+    batch_end
+}
 fp8_fused() {  # after SCALE_RUNS (written without a GPU): its CUDA test, then fp8-w8a8 with the
     # activation kernel, fused by the tree's entries, and fused everywhere (the M 4096
     # entry's FUSED_ACT false overridden by a copy of the configs without it), decode and
@@ -708,5 +728,6 @@ case "${1:-}" in
     fp8-fused) fp8_fused ;;
     r11) r11 ;;
     r11b) r11b ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b" >&2; exit 2 ;;
+    table-r11) table_r11 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11" >&2; exit 2 ;;
 esac
