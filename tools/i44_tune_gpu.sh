@@ -269,21 +269,26 @@ stages_awq() {  # where gpt-oss's time goes, the peer with its routing, then tun
     batch_end
 }
 
-table() {  # the decode table from one call, the peers beside it; AWQ's files before (~540 s)
-    batch_begin i44table 575
-    gpu_versions
+table_rows() {  # table_rows FP4_S OTHER_S: the decode table's rows, the peers beside them
+    # (FP4 with Marlin FP4, matmul_ogs on the bench's routings, then W4A8 / MXFP6 / MXFP8 / AWQ
+    # / gptq-int4 with Marlin int4 beside gptq), each step's limit given
     B=(--device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
        --marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so)
-    timeout 160 $M bench "${B[@]}" --scheme mxfp4 --scheme nvfp4 --results "$work/fp4" \
+    timeout "$1" $M bench "${B[@]}" --scheme mxfp4 --scheme nvfp4 --results "$work/fp4" \
         --run-id fp4 > "$work/fp4.txt" 2>&1
     stamp fp4 $?
     PYTHONPATH=.vllm/tk:$PYTHONPATH timeout 40 python tools/ogs_peer.py --M 16,64 \
         > "$work/ogs.txt" 2>&1
     stamp ogs $?
-    timeout 280 $M bench "${B[@]}" --scheme w4a8-int8 --scheme mxfp6-e2m3 --scheme mxfp8 \
+    timeout "$2" $M bench "${B[@]}" --scheme w4a8-int8 --scheme mxfp6-e2m3 --scheme mxfp8 \
         --scheme awq-int4 --scheme gptq-int4 --results "$work/other" --run-id other \
         > "$work/other.txt" 2>&1
     stamp other $?
+}
+table() {  # the decode table from one call, the peers beside it; AWQ's files before (~540 s)
+    batch_begin i44table 575
+    gpu_versions
+    table_rows 160 280
     MOECERT_TRITON_CONFIG_DIR=$PWD/.bench/base-configs timeout 70 $M bench "${B[@]}" \
         --scheme awq-int4 --results "$work/awq-base" --run-id awq-base > "$work/awq-base.txt" 2>&1
     stamp awq-base $?
@@ -654,22 +659,11 @@ r11b() {  # round eleven, second call: Mixtral-8x7B MXFP8 at M 64 ran 5% slower 
     stamp tuned $?
     batch_end
 }
-table_r11() {  # the decode table from one call with the peers (table's first three steps,
-    # without AWQ's files before), its watchdog early enough for a call of ~360 s (~230 s)
+table_r11() {  # the decode table from one call with the peers (`table` without AWQ's files
+    # before), its watchdog early enough for a call of ~360 s (~230 s)
     batch_begin i44table 300
     gpu_versions
-    B=(--device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
-       --marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so)
-    timeout 110 $M bench "${B[@]}" --scheme mxfp4 --scheme nvfp4 --results "$work/fp4" \
-        --run-id fp4 > "$work/fp4.txt" 2>&1
-    stamp fp4 $?
-    PYTHONPATH=.vllm/tk:$PYTHONPATH timeout 40 python tools/ogs_peer.py --M 16,64 \
-        > "$work/ogs.txt" 2>&1
-    stamp ogs $?
-    timeout 150 $M bench "${B[@]}" --scheme w4a8-int8 --scheme mxfp6-e2m3 --scheme mxfp8 \
-        --scheme awq-int4 --scheme gptq-int4 --results "$work/other" --run-id other \
-        > "$work/other.txt" 2>&1
-    stamp other $?
+    table_rows 110 150
     batch_end
 }
 fp8_fused() {  # after SCALE_RUNS (written without a GPU): its CUDA test, then fp8-w8a8 with the

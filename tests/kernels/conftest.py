@@ -26,6 +26,15 @@ def one_thread():
 
 
 @pytest.fixture
+def interpreted(monkeypatch):
+    """For a module that bound the interpreted kernels at import (`load_interpreted_kernels()`
+    above its kernel imports): the backend runs them (`pytestmark = pytest.mark.usefixtures(
+    "interpreted")`)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "moecert.kernels.triton_moe.fused_moe" in sys.modules
+
+
+@pytest.fixture
 def triton_runs_here(monkeypatch):
     """Make the triton backend runnable in this test: the GPU when there is one, else the
     interpreter (backend.available() and claims() read the variable at call time)."""

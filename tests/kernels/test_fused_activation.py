@@ -6,8 +6,6 @@ path's arithmetic, so the fusion moves no verdict."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
@@ -27,10 +25,7 @@ BACKEND = TritonBackend()
 ACTIVATIONS = tuple(quant.ACTIVATIONS)
 
 
-@pytest.fixture(autouse=True)
-def _interpreter(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert "moecert.kernels.triton_moe.fused_moe" in sys.modules
+pytestmark = pytest.mark.usefixtures("interpreted")
 
 
 def _run_layer(scheme, attrs, problem, fused: str, monkeypatch):

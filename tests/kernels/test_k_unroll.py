@@ -9,8 +9,6 @@ under split-K, where a step's second tile may lie in the next split's range.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
@@ -24,10 +22,7 @@ from moecert.reference import MoEProblem, make_inputs, synthesize  # noqa: E402
 BACKEND = TritonBackend()
 
 
-@pytest.fixture(autouse=True)
-def _interpreter(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert "moecert.kernels.triton_moe.fused_moe" in sys.modules
+pytestmark = pytest.mark.usefixtures("interpreted")
 
 
 @pytest.fixture

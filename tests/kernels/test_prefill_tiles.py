@@ -11,8 +11,6 @@ that the comparison catches).
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
@@ -26,10 +24,7 @@ from moecert.reference import MoEProblem, make_inputs, synthesize  # noqa: E402
 BACKEND = TritonBackend()
 
 
-@pytest.fixture(autouse=True)
-def _interpreter(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert "moecert.kernels.triton_moe.fused_moe" in sys.modules
+pytestmark = pytest.mark.usefixtures("interpreted")
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ that choose them are pinned on the bytes that must refuse them."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
@@ -22,10 +20,7 @@ from moecert.reference import MoEProblem, make_inputs, synthesize  # noqa: E402
 BACKEND = TritonBackend()
 
 
-@pytest.fixture(autouse=True)
-def _interpreter(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert "moecert.kernels.triton_moe.fused_moe" in sys.modules
+pytestmark = pytest.mark.usefixtures("interpreted")
 
 
 @pytest.mark.parametrize(("cols", "K", "constant"), [
@@ -63,7 +58,9 @@ SCHEMES = [
 ]
 
 
-def _layer_out(scheme, attrs, problem, constants: bool, monkeypatch):
+def _layer_out(scheme, attrs, problem, spy_launches, monkeypatch, constants: bool = True):
+    """The layer's output and each GEMM launch's (SCALE_COLS, E8M0_NORMAL), so a test fails
+    if neither constant applied; without `constants` the host chooses neither."""
     with monkeypatch.context() as m:
         if not constants:
             m.setattr(fused_moe, "scale_cols_constexpr", lambda cols, K: 0)
@@ -72,27 +69,19 @@ def _layer_out(scheme, attrs, problem, constants: bool, monkeypatch):
         layer = BACKEND.create_layer(ckpt, problem)
         BACKEND.process_weights_after_loading(layer)
         x, w, ids = make_inputs(problem, seed=4)
-        launched = []
-        real = fused_moe.gemm_kernel.moe_gemm_kernel
-
-        class Spy:  # the launches' constants, so the test fails if neither applied
-            def __getitem__(self, grid):
-                def launch(*args, **kw):
-                    launched.append((kw["SCALE_COLS"], kw["E8M0_NORMAL"]))
-                    return real[grid](*args, **kw)
-                return launch
-        m.setattr(fused_moe.gemm_kernel, "moe_gemm_kernel", Spy())
-        out = BACKEND.apply(layer, x, w, ids)
-    return out, launched
+        launches = spy_launches("SCALE_COLS", "E8M0_NORMAL")
+        return BACKEND.apply(layer, x, w, ids), list(launches.seen)
 
 
 @pytest.mark.parametrize(("scheme", "attrs", "normal"), [c[1:] for c in SCHEMES],
                          ids=[c[0] for c in SCHEMES])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_the_constants_give_the_runtime_reads_bits(scheme, attrs, normal, dtype, monkeypatch):
+def test_the_constants_give_the_runtime_reads_bits(scheme, attrs, normal, dtype, spy_launches,
+                                                   monkeypatch):
     problem = MoEProblem(M=9, K=256, N=256, E=4, topk=2, dtype=dtype)
-    out, launched = _layer_out(scheme, attrs, problem, True, monkeypatch)
-    base, base_launched = _layer_out(scheme, attrs, problem, False, monkeypatch)
+    out, launched = _layer_out(scheme, attrs, problem, spy_launches, monkeypatch)
+    base, base_launched = _layer_out(scheme, attrs, problem, spy_launches, monkeypatch,
+                                     constants=False)
     assert all(c == 0 and not n for c, n in base_launched)
     # a block narrower than K (256) is a constant
     assert any(c for c, _ in launched), launched
@@ -101,26 +90,16 @@ def test_the_constants_give_the_runtime_reads_bits(scheme, attrs, normal, dtype,
     assert torch.equal(out, base)
 
 
-def test_a_zero_block_keeps_the_full_decode(monkeypatch):
+def test_a_zero_block_keeps_the_full_decode(spy_launches, monkeypatch):
     """A quantizer writes E8M0 byte 0 for an all-zero block: the layer then reads its
-    scales with the compare and select, and still gives the bits."""
+    scales with the compare and select."""
     problem = MoEProblem(M=9, K=256, N=192, E=4, topk=2)
     ckpt = synthesize("mxfp8", problem, seed=3)
-    name = next(n for n, t in ckpt.tensors.items() if n.endswith("weight_scale")
-                and t.dtype == torch.uint8)
-    ckpt.tensors[name][0, 0, 0] = 0
+    ckpt.tensors["w13_weight_scale"][0, 0, 0] = 0
     layer = BACKEND.create_layer(ckpt, problem)
     BACKEND.process_weights_after_loading(layer)
     x, w, ids = make_inputs(problem, seed=4)
-    launched = []
-    real = fused_moe.gemm_kernel.moe_gemm_kernel
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                launched.append(kw["E8M0_NORMAL"])
-                return real[grid](*args, **kw)
-            return launch
-    monkeypatch.setattr(fused_moe.gemm_kernel, "moe_gemm_kernel", Spy())
+    launches = spy_launches("E8M0_NORMAL")
     out = BACKEND.apply(layer, x, w, ids)
-    assert False in launched and torch.isfinite(out).all()
+    assert (False,) in launches.seen and (True,) in launches.seen  # w13 full, w2 normal
+    assert torch.isfinite(out).all()

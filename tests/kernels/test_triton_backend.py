@@ -18,8 +18,6 @@ rounding error over a binade). Measured: 0.35-0.45 u for every scheme and option
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
@@ -43,10 +41,7 @@ BACKEND = TritonBackend()
 UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11}
 
 
-@pytest.fixture(autouse=True)
-def _interpreter(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert "moecert.kernels.triton_moe.fused_moe" in sys.modules
+pytestmark = pytest.mark.usefixtures("interpreted")
 
 
 def _problem(**kw) -> MoEProblem:
