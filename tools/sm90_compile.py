@@ -10,8 +10,9 @@ to build shows here before any device time is spent; timings need the GPU (tools
     python tools/sm90_compile.py bf16:both mxfp4:ptx mxfp4:ptx-n64 fp8-w8a8:ch-both
 
 A variant is SCHEME:FLAGS; flags: both (ACC_DOT on and off), ptx (the PTX nibble decodes),
-g8 (GROUP_M 8), k128, n64, n256, m64, w4, s3, sw (SWAP_AB) (the tile's fields), dec (the
-decode tile),
+g8 (GROUP_M 8), k128, n64, n256, m64, m32, w4, s3, sw (SWAP_AB) (the tile's fields), dec (the
+decode tile: BLOCK_M 16, BLOCK_N 128, BLOCK_K 128, 4 warps, 4 stages, which the other flags then
+change, as dec-m32-n256-s3-sw),
 ch (fp8-w8a8 per channel, dynamic per-token activations), pair (MXFP4's E8M0 scales on
 the pairs' partial sums, not folded into the weights), cvt (with MOECERT_TRITON_FP4_CARRY=1:
 NVFP4's scales by the hardware e4m3 conversion, as on sm89+), epi (each variant also with the
