@@ -39,7 +39,7 @@ from .kinds import (
     W_INT8,
 )
 from .layout import nib_span_fits
-from .quant import ACTIVATIONS, GATE_UP_HALVES, SWIGLU_ALPHA, SWIGLU_LIMIT, fix_bf16
+from .quant import ACTIVATIONS, GATE_UP_HALVES, RELU2, SWIGLU_ALPHA, SWIGLU_LIMIT, fix_bf16
 
 _COMPUTE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
@@ -176,21 +176,28 @@ def e4m3_cvt_runs_on(device: torch.device) -> bool:
 E8M0_FOLD_MIN, E8M0_FOLD_MAX = 2, 252
 
 
-def e8m0_folds(s: torch.Tensor) -> bool:
-    """Whether every E8M0 scale byte of `s` can be multiplied into bf16 e2m1 values exactly
-    (E8M0_FOLD_MIN to E8M0_FOLD_MAX; 255, NaN, cannot): read once per layer, when its plan is
-    built; never inside a CUDA-graph capture (the read waits for the device): no fold then.
-    `s` may hold them decoded into bf16 (`layout.scale_bf16`): byte b is bf16's exponent
-    field there, the bit patterns b << 7 (0: 0x0040, 255: 0x7FC0) in the bytes' order."""
-    if s is None or s.dtype not in (torch.uint8, torch.bfloat16) or s.numel() == 0:
+def _e8m0_bytes_within(s: torch.Tensor | None, lo: int, hi: int, dtypes) -> bool:
+    """Whether every E8M0 byte of `s` lies in lo..hi: `s` of one of `dtypes`, as uint8 bytes
+    or decoded into bf16 (`layout.scale_bf16`: byte b is bf16's exponent field there, the
+    bit patterns b << 7, 0: 0x0040, 255: 0x7FC0, in the bytes' order). Read once per layer,
+    when its plan is built; never inside a CUDA-graph capture (the read waits for the
+    device): False then, as for an empty or absent `s`."""
+    if s is None or s.dtype not in dtypes or s.numel() == 0:
         return False
     if s.is_cuda and torch.cuda.is_current_stream_capturing():
         return False
     if s.dtype == torch.bfloat16:
-        lo, hi = torch.aminmax(s.view(torch.int16))
-        return E8M0_FOLD_MIN << 7 <= int(lo) and int(hi) <= E8M0_FOLD_MAX << 7
-    lo, hi = torch.aminmax(s)
-    return E8M0_FOLD_MIN <= int(lo) and int(hi) <= E8M0_FOLD_MAX
+        s_lo, s_hi = torch.aminmax(s.view(torch.int16))
+        return lo << 7 <= int(s_lo) and int(s_hi) <= hi << 7
+    s_lo, s_hi = torch.aminmax(s)
+    return lo <= int(s_lo) and int(s_hi) <= hi
+
+
+def e8m0_folds(s: torch.Tensor) -> bool:
+    """Whether every E8M0 scale byte of `s` (bytes or bf16) can be multiplied into bf16 e2m1
+    values exactly (E8M0_FOLD_MIN to E8M0_FOLD_MAX; 255, NaN, cannot); no fold when this
+    cannot be read (`_e8m0_bytes_within`)."""
+    return _e8m0_bytes_within(s, E8M0_FOLD_MIN, E8M0_FOLD_MAX, (torch.uint8, torch.bfloat16))
 
 
 # The E8M0 bytes whose scale 2^(b - 127) is a normal fp32: its bits are b << 23. Byte 0
@@ -200,14 +207,9 @@ E8M0_NORMAL_MIN, E8M0_NORMAL_MAX = 1, 254
 
 def e8m0_normal(s: torch.Tensor | None) -> bool:
     """Whether every E8M0 byte of `s` (uint8) lies in E8M0_NORMAL_MIN..E8M0_NORMAL_MAX, so
-    the kernel may read a scale from its exponent field alone (gemm_kernel's E8M0_NORMAL):
-    read once per layer, never inside a CUDA-graph capture (False there: the full decode)."""
-    if s is None or s.dtype != torch.uint8 or s.numel() == 0:
-        return False
-    if s.is_cuda and torch.cuda.is_current_stream_capturing():
-        return False
-    lo, hi = torch.aminmax(s)
-    return E8M0_NORMAL_MIN <= int(lo) and int(hi) <= E8M0_NORMAL_MAX
+    the kernel may read a scale from its exponent field alone (gemm_kernel's E8M0_NORMAL);
+    False where this cannot be read (`_e8m0_bytes_within`): the full decode."""
+    return _e8m0_bytes_within(s, E8M0_NORMAL_MIN, E8M0_NORMAL_MAX, (torch.uint8,))
 
 
 def scale_cols_constexpr(scale_cols: int, K: int) -> int:
@@ -257,7 +259,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     K = a.shape[1]
     num_rows = c.shape[0]
     epi_act = -1 if activation is None else ACTIVATIONS[activation]
-    gated = activation is not None and activation != "relu2"
+    gated = activation is not None and ACTIVATIONS[activation] != RELU2.value
     # shapes come from the layer's own conversion; these guard the launch
     assert c.shape[1] == (N // 2 if gated else N) and c.is_contiguous() and a.is_contiguous()
     assert not gated or (N % 2 == 0 and router is None)
@@ -316,7 +318,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             PAIR_ADJACENT=pairs == "adjacent",
             SCALE_RUNS=scale_runs(weights, config["BLOCK_N"], activation, pairs),
             SCALE_COLS=scale_cols_constexpr(scale_cols, K),
-            E8M0_NORMAL=weights.get("e8m0_normal", False) and constexprs["WSCALE"] == S_E8M0,
+            E8M0_NORMAL=weights["e8m0_normal"] and constexprs["WSCALE"] == S_E8M0,
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **constexprs,
         )

@@ -120,7 +120,7 @@ from .kinds import (
     W_UINT8,
 )
 from .layout import CARRY_EEM, CARRY_SIGN
-from .quant import ACTIVATIONS, GATE_UP_HALVES, act_values, rne_bf16
+from .quant import ACTIVATIONS, GATE_UP_HALVES, RELU2, act_values, rne_bf16
 
 # the same values as constexpr globals, the only globals a jit function may read
 _W16, _W_INT4, _W_UINT8 = tl.constexpr(W16), tl.constexpr(W_INT4), tl.constexpr(W_UINT8)
@@ -1220,7 +1220,7 @@ def moe_gemm_kernel(
             if FIX_BF16:
                 acc = rne_bf16(acc)
             acc = acc.to(c_ptr.dtype.element_ty).to(tl.float32)
-            if EPI_ACT == 4:  # relu2: no gate, one output column per tile column
+            if EPI_ACT == RELU2:  # no gate, one output column per tile column
                 acc = act_values(acc, acc, EPI_ACT, ALPHA, LIMIT)
             else:
                 if HALVES and not PAIR_ADJACENT:  # [gate | up] -> pairs

@@ -36,6 +36,7 @@ ACTIVATIONS = {"silu": 0, "gelu": 1, "swigluoai": 2, "swigluoai-split": 3, "relu
 # the gated activations whose gate and up rows are w13's two halves (swigluoai: interleaved
 # rows; relu2: no gate)
 GATE_UP_HALVES = ("silu", "gelu", "swigluoai-split")
+RELU2 = tl.constexpr(ACTIVATIONS["relu2"])  # the one activation with no gate
 SWIGLU_ALPHA, SWIGLU_LIMIT = SWIGLUOAI_ALPHA, SWIGLUOAI_LIMIT  # passed as constexpr arguments
 TINY = tl.constexpr(2.0**-20)
 # constexpr mirrors of the element records (schemes/elements.py), values in the comments
@@ -211,10 +212,10 @@ def fp8_quant_kernel(x_ptr, q_ptr, scale_ptr, given_ptr, K, SPAN, stride_x, stri
 
 @triton.jit
 def act_values(gate, up, ACT: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr):
-    """act(gate, up) in fp32 for ACTIVATIONS[name] = ACT; relu2 (4) reads `gate` only. One
+    """act(gate, up) in fp32 for ACTIVATIONS[name] = ACT; relu2 reads `gate` only. One
     definition for the activation kernel and GEMM1's fused epilogue (gemm_kernel's EPI_ACT),
     so both give the same bits."""
-    if ACT == 4:  # relu2: no gate
+    if ACT == RELU2:  # relu2: no gate
         y = tl.maximum(gate, 0.0)
         y = y * y
     elif ACT == 0:
@@ -236,7 +237,7 @@ def activation_kernel(h_ptr, out_ptr, N, stride_h, stride_o, ACT: tl.constexpr,
     offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = offs < N
     h_row = h_ptr + row * stride_h
-    if ACT == 4:  # relu2: N rows, no gate
+    if ACT == RELU2:  # relu2: N rows, no gate
         gate = tl.load(h_row + offs, mask=mask, other=0.0).to(tl.float32)
         up = gate
     elif ACT == 2:  # gpt-oss interleaved gate/up
