@@ -9,7 +9,8 @@ to build shows here before any device time is spent; timings need the GPU (tools
 
     python tools/sm90_compile.py bf16:both mxfp4:ptx mxfp4:ptx-n64 fp8-w8a8:ch-both
 
-A variant is SCHEME:FLAGS; flags: both (ACC_DOT on and off), ptx (the PTX nibble decodes),
+A variant is SCHEME:FLAGS; flags: both (ACC_DOT on and off), ptx (the PTX nibble decodes, int4
+in nibble planes: a GPU's layer),
 g8 (GROUP_M 8), k128, n64, n256, m64, m32, w4, s3, sw (SWAP_AB) (the tile's fields), dec (the
 decode tile: BLOCK_M 16, BLOCK_N 128, BLOCK_K 128, 4 warps, 4 stages, which the other flags then
 change, as dec-m32-n256-s3-sw),
@@ -114,6 +115,13 @@ PREFILL = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_s
 cases = [a.split(":") for a in sys.argv[1:]]
 for scheme, variant in cases:
     attrs = {"group_size": 128} if scheme in ("gptq-int4", "awq-int4") else {}
+    if "ptx" in variant:  # what a CUDA sm80+ device gets: int4 in nibble planes, decoded by
+        # the PTX, and the plan's choices that follow (W4A8's codes in the compute dtype)
+        os.environ["MOECERT_TRITON_NIB_SPAN"] = "128"
+        fused_moe.int4_pairs_run_on = lambda device: True
+    else:
+        os.environ.pop("MOECERT_TRITON_NIB_SPAN", None)
+        fused_moe.int4_pairs_run_on = lambda device: False
     if scheme == "fp8-w8a8" and variant.startswith("ch"):
         attrs = {"weight_strategy": "channel", "activation": "dynamic-token"}
     st = stage_for(scheme, attrs)

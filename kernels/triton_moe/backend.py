@@ -231,6 +231,12 @@ def _tile_weights(layer: MoELayer) -> None:
         return
     spans = tuned_spans(layer)
     for p in PREFIXES:
+        if layer.has(f"{p}_zp"):
+            # zero points in 16 bits: an 8-bit tensor anywhere on the way to a dot operand
+            # makes Triton give both operands the 8-bit layout (kWidth 4), and the bf16
+            # activations then load without ldmatrix and are gathered by register moves
+            # (docs/speed.md, round twelve); the values are the checkpoint's
+            layer.put(f"{p}_zp", layer.get(f"{p}_zp").to(torch.int16))
         q = layer.get(f"{p}_q")
         tile = layout.weight_tile(kinds.W_INT4, q)
         if tile is None:
@@ -418,6 +424,7 @@ def _plan(layer: MoELayer) -> dict:
 
 
 def _build_plan(layer: MoELayer) -> dict:
+    from . import fused_moe
 
     P = layer.problem
     emap = None
@@ -426,7 +433,10 @@ def _build_plan(layer: MoELayer) -> dict:
     names = ("a1_gscale", "a2_gscale", "a13_scale", "a2_scale", "a13_global", "a2_global",
              "w13_pre", "w2_pre")
     w13, w2 = _weights(layer, "w13"), _weights(layer, "w2")
-    return {"w13": w13, "w2": w2, "expert_map": emap,
+    # the dtype each GEMM takes int8 activation codes in (W4A8: fused_moe.int8_codes_dtype)
+    codes = {f"{p}_codes": fused_moe.int8_codes_dtype(w, layer.device)
+             for p, w in (("w13", w13), ("w2", w2))}
+    return {"w13": w13, "w2": w2, "expert_map": emap, **codes,
             "dense_bytes": _dense_bytes(layer, w13, w2),
             **{name: layer.get(name) if layer.has(name) else None for name in names}}
 
@@ -540,12 +550,13 @@ def _quantize(layer: MoELayer, plan: dict, quant, t: torch.Tensor, which: str,
                                            valid_rows=valid_rows)
         return codes.view(torch.uint8), scales, None, kind
     gscale = plan["a1_gscale" if which == "w13" else "a2_gscale"]
+    dtype = plan[f"{which}_codes"]
     if mode == ACT_DYNAMIC_TOKEN:
-        codes, scales = quant.quantize_int8(t, "token")
+        codes, scales = quant.quantize_int8(t, "token", dtype=dtype)
     elif mode == ACT_STATIC_TENSOR:
-        codes, scales = quant.quantize_int8(t, "static", given=static)
+        codes, scales = quant.quantize_int8(t, "static", given=static, dtype=dtype)
     elif mode == ACT_DYNAMIC_TENSOR:
-        codes, scales = quant.quantize_int8(t, "tensor", valid_rows=valid_rows)
+        codes, scales = quant.quantize_int8(t, "tensor", valid_rows=valid_rows, dtype=dtype)
     else:
         raise ValueError(f"activation quantization {mode!r}")
     return codes, scales, gscale, kind

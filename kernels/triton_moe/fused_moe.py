@@ -161,6 +161,26 @@ def int4_pairs_run_on(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
+def int4_planes_decode(weights: dict, act: int, device: torch.device) -> bool:
+    """Whether int4 codes in nibble planes decode by the PTX (`_int4_planes`, with zero
+    points `_int4_planes_zero`) under a tile that asks for it (FAST_I4)."""
+    c16 = weights["constexprs"]
+    return (weights["kind"] == W_INT4 and bool(c16["NIB_SPAN"]) and not c16["HAS_G_IDX"]
+            and act in (A16, A_INT8) and weights["dot"] == DOT_NATIVE
+            and int4_pairs_run_on(device))
+
+
+def int8_codes_dtype(weights: dict, device: torch.device) -> torch.dtype:
+    """The dtype W4A8's int8 activation codes reach the GEMM in: the compute dtype where the
+    planes' PTX decode multiplies them there (`_planes_part`), so no 8-bit tensor reaches
+    the dot (Triton then gives both operands the 8-bit layout, kWidth 4, and gathers the
+    activation fragments by register moves: docs/speed.md, round twelve); int8 otherwise.
+    The codes are integers in [-128, 127], exact in bf16 and fp16."""
+    if int4_planes_decode(weights, A_INT8, device):
+        return weights["compute"]
+    return torch.int8
+
+
 @functools.cache
 def e4m3_cvt_runs_on(device: torch.device) -> bool:
     """Whether the hardware e4m3 -> f16 conversion compiles here: CUDA sm89+."""
@@ -275,12 +295,14 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
                and not c16["HAS_G_IDX"])
     fast_i4 = (I4_OFF if not fast_i4 else I4_PAIRS if int4_pairs_run_on(c.device)
                else I4_MAGIC)
-    if (weights["kind"] == W_INT4 and c16["NIB_SPAN"] and not c16["HAS_G_IDX"]
-            and config.get("FAST_I4", False) and act in (A16, A_INT8)
-            and weights["dot"] == DOT_NATIVE and int4_pairs_run_on(c.device)):
+    if config.get("FAST_I4", False) and int4_planes_decode(weights, act, c.device):
         # planes (zero points: `_int4_planes_zero`); W4A8's int8 codes join the decoded
         # weights in a 16-bit dot (`_planes_part`)
         fast_i4 = I4_PAIRS
+    if act == A_INT8:  # the codes in the dtype this launch multiplies them in
+        codes = int8_codes_dtype(weights, c.device) if fast_i4 == I4_PAIRS else torch.int8
+        if a.dtype != codes:
+            a = a.to(codes)  # exact: integers in [-128, 127]
     if weights["kind"] == W_FP4 and c16["NIB_SPAN"]:  # e2m1 planes: PTX decode or bit fields
         fast_i4 = (I4_PAIRS if act == A16 and weights["dot"] == DOT_NATIVE
                    and int4_pairs_run_on(c.device) else I4_OFF)

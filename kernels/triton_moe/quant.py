@@ -135,7 +135,7 @@ def int8_quant_kernel(x_ptr, q_ptr, scale_ptr, given_ptr, K, stride_x, stride_q,
         x = tl.load(x_ptr + row * stride_x + k0 + offs, mask=mask, other=0.0).to(tl.float32)
         v = tl.minimum(tl.maximum(tl.math.div_rn(x * num, safe), INT8_MIN), INT8_MAX)
         q = tl.where(den > 0, _rne(v), 0.0)
-        tl.store(q_ptr + row * stride_q + k0 + offs, q.to(tl.int8), mask=mask)
+        tl.store(q_ptr + row * stride_q + k0 + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(scale_ptr + row, s)
 
 
@@ -288,12 +288,14 @@ def tensor_amax(x: torch.Tensor, valid_rows: torch.Tensor | None = None) -> torc
 
 
 def quantize_int8(x: torch.Tensor, mode: str, given: torch.Tensor | None = None,
-                  valid_rows: torch.Tensor | None = None):
-    """(codes int8 [rows, K], scales fp32 [rows]). mode: "token" (amax per row), "static"
-    (`given` [1]) or "tensor" (amax over the rows marked in `valid_rows`, all if None)."""
+                  valid_rows: torch.Tensor | None = None, dtype: torch.dtype = torch.int8):
+    """(codes [rows, K] in `dtype`: int8, or a float dtype that holds them exactly, scales
+    fp32 [rows]). mode: "token" (amax per row), "static" (`given` [1]) or "tensor" (amax
+    over the rows marked in `valid_rows`, all if None)."""
     assert x.dim() == 2 and x.is_contiguous()
+    assert dtype in (torch.int8, torch.bfloat16, torch.float16, torch.float32), dtype
     rows, K = x.shape
-    codes = torch.empty(rows, K, dtype=torch.int8, device=x.device)
+    codes = torch.empty(rows, K, dtype=dtype, device=x.device)
     scales = torch.empty(rows, dtype=torch.float32, device=x.device)
     bk = min(1024, triton.next_power_of_2(max(K, 16)))
     if mode == "tensor":

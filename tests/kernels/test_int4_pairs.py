@@ -24,19 +24,21 @@ def _sm80() -> bool:
 
 def _with_and_without_pairs(monkeypatch, backend, layer, x, w, ids):
     """The layer's output with the PTX decode allowed and not ({pairs: output}), and the
-    (FAST_I4, ACT) each launch compiled ({pairs: [...]})."""
+    (FAST_I4, ACT, activations' dtype) of each launch ({pairs: [...]}); the layer's plan is
+    built again for each (it chooses the dtype W4A8's codes are quantized into)."""
     kernel, decodes, outs = gemm_kernel.moe_gemm_kernel, {}, {}
 
     class Spy:  # records the decode each launch compiled
         def __getitem__(self, grid):
             def launch(*args, **kw):
-                decodes[pairs].append((kw["FAST_I4"], kw["ACT"]))
+                decodes[pairs].append((kw["FAST_I4"], kw["ACT"], args[0].dtype))
                 return kernel[grid](*args, **kw)
             return launch
     monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
     for pairs in (False, True):
         monkeypatch.setattr(fused_moe, "int4_pairs_run_on", lambda device, on=pairs: on)
         decodes[pairs] = []
+        layer.meta.pop("triton_plan", None)
         outs[pairs] = backend.apply(layer, x, w, ids, out=torch.empty_like(x))
     return outs, decodes
 
@@ -72,7 +74,7 @@ def test_packed_decode_matches_the_per_element_one_bit_for_bit(compiled, monkeyp
     outs, decodes = _with_and_without_pairs(monkeypatch, backend, layer, x, w, ids)
     for pairs, want in ((False, kinds.I4_MAGIC), (True, kinds.I4_PAIRS)):
         # both GEMMs took that decode
-        assert decodes[pairs] and {d for d, _ in decodes[pairs]} == {want}, decodes
+        assert decodes[pairs] and {d for d, _, _ in decodes[pairs]} == {want}, decodes
     assert torch.isfinite(outs[True]).all()
     assert torch.equal(outs[True], outs[False])
 
@@ -103,7 +105,10 @@ def test_w4a8_planes_take_the_packed_decode_with_the_same_bits(compiled, monkeyp
     assert layer.meta["w13_nib_span"] == 128 and layer.meta["w2_nib_span"] == 128
     x, w, ids = (t.cuda() for t in make_inputs(P, seed=4))
     outs, decodes = _with_and_without_pairs(monkeypatch, backend, layer, x, w, ids)
-    for pairs, want in ((False, kinds.I4_OFF), (True, kinds.I4_PAIRS)):
-        assert decodes[pairs] and set(decodes[pairs]) == {(want, kinds.A_INT8)}, decodes
+    # the PTX decode multiplies the int8 codes in the compute dtype, which they are
+    # quantized into (fused_moe.int8_codes_dtype: no 8-bit tensor reaches the dot)
+    for pairs, want, codes in ((False, kinds.I4_OFF, torch.int8),
+                               (True, kinds.I4_PAIRS, P.torch_dtype)):
+        assert decodes[pairs] and set(decodes[pairs]) == {(want, kinds.A_INT8, codes)}, decodes
     assert torch.isfinite(outs[True]).all() and outs[True].abs().max() > 0
     assert torch.equal(outs[True], outs[False])

@@ -1,0 +1,123 @@
+"""No 8-bit tensor on the way to a 16-bit dot (issue 44, round twelve). Triton gives both
+operands of a dot the 8-bit register layout (kWidth 4) when any tensor feeding one of them
+has 8-bit elements, and the bf16 activations then load without ldmatrix and are gathered by
+register moves: AWQ's uint8 zero points and W4A8's int8 activation codes did that to the
+int4 planes' decode tile (433 and 470 SASS instructions a K step against gptq-int4's 325;
+docs/speed.md). The fixes keep the values and change the dtype they travel in: zero points
+in int16, W4A8's codes in the compute dtype where the planes' PTX decode multiplies them
+there. Checked here under the interpreter: the values, the host's choices, and that a launch
+handed codes in a dtype it does not multiply in converts them back with the same bits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
+
+load_interpreted_kernels()  # before the kernel modules are bound below
+
+from moecert.kernels.triton_moe import configs, fused_moe, kinds, quant  # noqa: E402
+from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
+from moecert.reference import MoEProblem, make_inputs, synthesize  # noqa: E402
+
+BACKEND = TritonBackend()
+
+pytestmark = pytest.mark.usefixtures("interpreted")
+
+
+def _layer(scheme: str, P: MoEProblem, **attrs):
+    layer = BACKEND.create_layer(synthesize(scheme, P, seed=5, **attrs), P)
+    BACKEND.process_weights_after_loading(layer)
+    return layer
+
+
+@pytest.mark.parametrize("mode", ["token", "tensor", "static"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_int8_codes_in_a_float_dtype_are_the_int8_codes(mode, dtype):
+    torch.manual_seed(0)
+    x = (torch.randn(5, 96) * 3).to(torch.bfloat16)
+    given = torch.tensor([0.05]) if mode == "static" else None
+    codes, scales = quant.quantize_int8(x, mode, given=given)
+    wide, wide_scales = quant.quantize_int8(x, mode, given=given, dtype=dtype)
+    assert codes.dtype == torch.int8 and wide.dtype == dtype
+    assert codes.abs().max() > 64  # the codes span the range, not a few small values
+    assert torch.equal(wide.to(torch.int8), codes) and torch.equal(wide_scales, scales)
+    assert torch.equal(wide.to(torch.float32), codes.to(torch.float32))
+
+
+def test_awq_zero_points_travel_in_16_bits_with_the_checkpoints_values():
+    from moecert.kernels.native import TorchBackend
+
+    P = MoEProblem(M=4, K=256, N=128, E=4, topk=2)
+    ckpt = synthesize("awq-int4", P, seed=5, group_size=64)
+    layer = BACKEND.create_layer(ckpt, P)
+    BACKEND.process_weights_after_loading(layer)
+    plain = TorchBackend()
+    other = plain.create_layer(ckpt, P)
+    plain.process_weights_after_loading(other)
+    for p in ("w13", "w2"):
+        z = other.get(f"{p}_zp")  # the common kernel format's uint8 zero points
+        assert z.dtype == torch.uint8 and z.to(torch.int32).unique().numel() > 4
+        assert layer.get(f"{p}_zp").dtype == torch.int16
+        assert torch.equal(layer.get(f"{p}_zp").to(torch.uint8), z)
+    want = plain.canonical_weights(other)
+    for p, lin in BACKEND.canonical_weights(layer).items():
+        assert torch.equal(lin.zeros, want[p].zeros) and torch.equal(lin.codes, want[p].codes)
+
+
+@pytest.mark.parametrize("span, pairs, want", [
+    (128, True, torch.bfloat16),  # a GPU's planes: the PTX decode multiplies in bf16
+    (0, True, torch.int8),  # the checkpoint's nibble order: the int8 dot
+    (128, False, torch.int8),  # no PTX decode here (MOECERT_TRITON_I4_PAIRS=0, a CPU)
+])
+def test_w4a8_codes_take_the_compute_dtype_only_where_the_planes_decode_runs(
+        monkeypatch, span, pairs, want):
+    from moecert.kernels.triton_moe import backend
+
+    P = MoEProblem(M=4, K=256, N=128, E=4, topk=2)
+    monkeypatch.setenv(configs.NIB_SPAN_ENV, str(span))
+    layer = _layer("w4a8-int8", P)
+    assert layer.meta["w13_nib_span"] == span
+    monkeypatch.setattr(fused_moe, "int4_pairs_run_on", lambda device: pairs)
+    for p in ("w13", "w2"):
+        # the interpreter multiplies in fp32 (fused_moe.dot_mode): a GPU's native dot here
+        w = {**backend._weights(layer, p), "dot": kinds.DOT_NATIVE}
+        assert fused_moe.int8_codes_dtype(w, layer.device) == want
+        assert fused_moe.int8_codes_dtype({**w, "kind": kinds.W_INT8}, layer.device) == torch.int8
+    # the plan asks the same function, once per linear
+    monkeypatch.setattr(fused_moe, "int8_codes_dtype", lambda w, device: torch.float16)
+    layer.meta.pop("triton_plan", None)
+    plan = backend._plan(layer)
+    assert plan["w13_codes"] == plan["w2_codes"] == torch.float16
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_codes_in_a_dtype_the_launch_does_not_multiply_in_are_converted_with_the_same_bits(
+        monkeypatch, dtype):
+    """The plan may say bf16 codes (a GPU's planes) while a tile without FAST_I4, or this
+    interpreter, multiplies int8 ones: moe_gemm converts them, and the output is the bits of
+    int8 codes from the start."""
+    from moecert.kernels.triton_moe import backend
+
+    P = MoEProblem(M=8, K=256, N=128, E=4, topk=2, dtype=dtype)
+    layer = _layer("w4a8-int8", P)
+    x, w, ids = make_inputs(P, seed=6)
+    from moecert.kernels.triton_moe import gemm_kernel
+
+    kernel, handed = gemm_kernel.moe_gemm_kernel, []
+
+    class Spy:  # the activations' dtype and the ACT kind of each launch
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                handed.append((args[0].dtype, kw["ACT"]))
+                return kernel[grid](*args, **kw)
+            return launch
+    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
+    want = BACKEND.apply(layer, x, w, ids, out=torch.empty_like(x))
+    plan = backend._plan(layer)
+    assert plan["w13_codes"] == torch.int8  # the interpreter multiplies int8 codes
+    plan["w13_codes"] = plan["w2_codes"] = P.torch_dtype
+    got = BACKEND.apply(layer, x, w, ids, out=torch.empty_like(x))
+    assert want.abs().max() > 0
+    assert len(handed) == 4 and set(handed) == {(torch.int8, kinds.A_INT8)}, handed
+    assert torch.equal(got, want)
