@@ -690,6 +690,38 @@ fp8_fused() {  # after SCALE_RUNS (written without a GPU): its CUDA test, then f
     batch_end
 }
 
+r12() {  # round twelve: no 8-bit tensor on the way to a 16-bit dot (AWQ's zero points in
+    # int16, W4A8's codes in the compute dtype) and W4A8's swapped prefill tile, against the
+    # tree before (.bench/r12-base = git archive 977fde3, carried): the two CUDA test files of
+    # the decodes it touches first, then decode of awq-int4 / w4a8-int8 / gptq-int4 (the
+    # control: unchanged) on the three layers, and W4A8 / AWQ prefill on Mixtral-8x7B, one
+    # process each, the tree first (~420 s)
+    batch_begin i44r12 570
+    gpu_versions
+    [ -d .bench/r12-base/kernels ] || { echo "r12: .bench/r12-base missing (git archive 977fde3 reference kernels conformance reports | tar -x -C .bench/r12-base; carry it)"; exit 2; }
+    tree_shim .bench/r12-base
+    local f
+    for f in tests/kernels/test_int4_pairs.py tests/kernels/test_fp4_planes.py; do
+        timeout 100 python -m pytest "$f" -q -p no:cacheprovider -rfE > "$work/$(basename "$f" .py).txt" 2>&1
+        stamp "$(basename "$f"): $(tail -n 1 "$work/$(basename "$f" .py).txt")" $?
+    done
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton --M 16,64
+       --scheme awq-int4 --scheme w4a8-int8 --scheme gptq-int4)
+    timeout 110 $M "${B[@]}" --results "$work/r12" --run-id r12 > "$work/r12.txt" 2>&1
+    stamp r12 $?
+    PYTHONPATH=/tmp/shim-r12-base timeout 110 python -m moecert.conformance.cli "${B[@]}" \
+        --results "$work/base" --run-id base > "$work/base.txt" 2>&1
+    stamp base $?
+    P=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 20 --backend triton
+       --scheme w4a8-int8 --scheme awq-int4 --model mixtral-8x7b --M 1024,4096)
+    timeout 70 $M "${P[@]}" --results "$work/p-r12" --run-id p-r12 > "$work/p-r12.txt" 2>&1
+    stamp p-r12 $?
+    PYTHONPATH=/tmp/shim-r12-base timeout 70 python -m moecert.conformance.cli "${P[@]}" \
+        --results "$work/p-base" --run-id p-base > "$work/p-base.txt" 2>&1
+    stamp p-base $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -723,5 +755,6 @@ case "${1:-}" in
     r11) r11 ;;
     r11b) r11b ;;
     table-r11) table_r11 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11" >&2; exit 2 ;;
+    r12) r12 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12" >&2; exit 2 ;;
 esac

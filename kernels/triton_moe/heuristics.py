@@ -55,6 +55,10 @@ EIGHT_BIT_ACTS = frozenset({A_INT8, A_FP8, A_FP8_G})
 # then the operand a Hopper wgmma may read from registers, where the nibbles are decoded.
 PREFILL_NIBBLE_TILE = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4,
                        "num_stages": 4, "SWAP_AB": True}
+# The activations that take it: 16-bit ones, and W4A8's int8 codes, which reach the planes'
+# PTX decode in the compute dtype and multiply there as W4A16's do (fused_moe.int8_codes_dtype,
+# round twelve; before, W4A8's prefill read its 32-row decode bucket).
+NIBBLE_PREFILL_ACTS = frozenset({A16, A_INT8})
 # Nibble weights (int4, e2m1) decode their tile into registers beside the accumulator(s). sm90
 # builds of the 128-row, 8-warp tile (tools/sm90_compile.py: triton 3.9 and its ptxas on the
 # CPU, registers / stack bytes per thread): BLOCK_N 128: gptq-int4 255 / 0, mxfp4 183 / 0
@@ -117,7 +121,7 @@ def pick_config(num_rows: int, num_experts: int | None = None,
     ~5%, 64 x 128 tile) and lost 5-15% from 128 rows on.
     Prefill (`prefill_block_m`: PREFILL_ROWS rows per expert and more): PREFILL_TILE, the
     MMA-bound tile (docs/speed.md, "Prefill tiles"), its 128-row form by operand width
-    (PREFILL_TILE_WIDE); nibble weights with 16-bit activations PREFILL_NIBBLE_TILE, swapped
+    (PREFILL_TILE_WIDE); nibble weights with NIBBLE_PREFILL_ACTS PREFILL_NIBBLE_TILE, swapped
     (the H100 decode measurement above predates the prefill tiles: at 256-1024 rows per expert
     on an H200 the swapped nibble tile ran at 39-51% of the GEMM rate, round nine, where the
     unswapped one had run at 22-31% in issue 34's sweep, on an older kernel)."""
@@ -127,7 +131,7 @@ def pick_config(num_rows: int, num_experts: int | None = None,
         return {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 1}
     block_m = prefill_block_m(num_rows, num_experts)
     if block_m is not None:
-        if weight in (W_INT4, W_FP4) and act == A16:
+        if weight in (W_INT4, W_FP4) and act in NIBBLE_PREFILL_ACTS:
             return {**PREFILL_NIBBLE_TILE, "FAST_I4": True}
         tile = {"BLOCK_M": block_m, **PREFILL_TILE[block_m], "FAST_I4": True}
         if weight in (W_INT4, W_FP4):
@@ -154,10 +158,12 @@ def default_configs(num_rows: int, num_experts: int | None = None,
 
 
 # Bytes one element takes in a shared-memory stage of the K loop, per weight and activation
-# kind (nibble codes are staged packed; MXFP8 activations are e4m3 values held in 16 bits).
+# kind (nibble codes are staged packed; MXFP8 activations are e4m3 values held in 16 bits;
+# int8 codes travel in the compute dtype to int4 planes decoded by the PTX:
+# fused_moe.int8_codes_dtype, so 2 bytes, the larger of their two forms).
 WEIGHT_STAGE_BYTES = {W16: 2, W_INT4: 0.5, W_UINT8: 1, W_INT8: 1, W_FP8: 1, W_MXFP8: 1,
                       W_FP4: 0.5}
-ACT_STAGE_BYTES = {A16: 2, A_INT8: 1, A_MX: 2, A_FP8: 1, A_FP8_G: 1}
+ACT_STAGE_BYTES = {A16: 2, A_INT8: 2, A_MX: 2, A_FP8: 1, A_FP8_G: 1}
 
 
 def shared_memory_bytes(config: dict, weight: int, act: int) -> int:
@@ -264,7 +270,7 @@ PREFILL_STEPS = 1  # see pick_configs
 # (`every_size_configs`), not from another device's nearer bucket: the H100's
 # 512-row bucket ran the same M = 1024 layer in 2640-2647 us on the H200 (2026-12-01, two
 # processes), its own 128-row bucket 2345-2384 us (three sessions; docs/speed.md, round seven).
-# With 16-bit activations, since the swapped prefill tile (PREFILL_NIBBLE_TILE), at prefill
+# With NIBBLE_PREFILL_ACTS, since the swapped prefill tile (PREFILL_NIBBLE_TILE), at prefill
 # sizes only within PREFILL_STEPS as the other kinds: that tile ran the same layer's two GEMMs
 # in 1875.6 us at M 1024 and 7081.3 at M 4096 (the layer on the 128-row bucket: 2646.9 and
 # 9538.3 us; 2026-12-01, round nine).
@@ -295,7 +301,8 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
             lambda bucket: prefill_block_m(bucket, num_experts) is None)
         if weight in TUNED_AT_EVERY_SIZE:
             chosen = every_size_configs(key, num_rows,
-                                        PREFILL_STEPS if prefill and act == A16 else None, keep)
+                                        PREFILL_STEPS if prefill and act in NIBBLE_PREFILL_ACTS
+                                        else None, keep)
         else:
             chosen = configs.tuned_configs(key, num_rows,
                                            max_steps=PREFILL_STEPS if prefill else None,

@@ -185,7 +185,8 @@ def test_only_scales_inside_bf16s_normal_range_fold():
 @pytest.mark.parametrize(("scheme", "attrs"), [
     ("bf16", {}), ("fp8-w8a8", {"weight_strategy": "channel", "activation": "dynamic-token"}),
     ("gptq-int4", {"group_size": 32}), ("awq-int4", {"group_size": 32}), ("mxfp4", {}),
-    ("nvfp4", {})], ids=["bf16", "fp8-w8a8", "gptq-int4", "awq-int4", "mxfp4", "nvfp4"])
+    ("nvfp4", {}), ("w4a8-int8", {"group_size": 32})],
+    ids=["bf16", "fp8-w8a8", "gptq-int4", "awq-int4", "mxfp4", "nvfp4", "w4a8-int8"])
 def test_the_default_prefill_tiles_give_the_decode_tiles_sum(scheme, attrs):
     """The prefill defaults a GPU launches (heuristics.pick_config with the layer's kinds:
     the 128-row tiles by operand width, nibble weights swapped at 64 rows) against the
