@@ -231,12 +231,6 @@ def _tile_weights(layer: MoELayer) -> None:
         return
     spans = tuned_spans(layer)
     for p in PREFIXES:
-        if layer.has(f"{p}_zp"):
-            # zero points in 16 bits: an 8-bit tensor anywhere on the way to a dot operand
-            # makes Triton give both operands the 8-bit layout (kWidth 4), and the bf16
-            # activations then load without ldmatrix and are gathered by register moves
-            # (docs/speed.md, round twelve); the values are the checkpoint's
-            layer.put(f"{p}_zp", layer.get(f"{p}_zp").to(torch.int16))
         q = layer.get(f"{p}_q")
         tile = layout.weight_tile(kinds.W_INT4, q)
         if tile is None:

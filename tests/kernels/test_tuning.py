@@ -374,16 +374,19 @@ def test_prefill_sizes_take_the_prefill_tile(compiled_lookup):
         assert c == {"BLOCK_M": c["BLOCK_M"], **h.PREFILL_TILE[c["BLOCK_M"]], "FAST_I4": True}
     from moecert.kernels.triton_moe import kinds
 
-    # nibble weights with 16-bit activations: the weight tile as the MMA's first operand,
-    # 64 rows at every prefill size; with int8 activations (W4A8) the narrow unswapped tile
+    # nibble weights with 16-bit activations, and W4A8's codes (multiplied in 16 bits on the
+    # planes): the weight tile as the MMA's first operand, 64 rows at every prefill size;
+    # with 8-bit activations of another kind, or 8-bit weights, not
     for n in (512, 2048, 8192):
         for w in (kinds.W_INT4, kinds.W_FP4):
-            assert h.pick_config(n, 8, w, kinds.A16) == {**h.PREFILL_NIBBLE_TILE,
-                                                         "FAST_I4": True}
+            for act in (kinds.A16, kinds.A_INT8):
+                assert h.pick_config(n, 8, w, act) == {**h.PREFILL_NIBBLE_TILE,
+                                                       "FAST_I4": True}
     assert h.PREFILL_NIBBLE_TILE["SWAP_AB"] and h.PREFILL_NIBBLE_TILE["BLOCK_M"] == 64
-    w4a8 = h.pick_config(2048, 8, kinds.W_INT4, kinds.A_INT8)
-    assert (w4a8["BLOCK_M"], w4a8["BLOCK_N"]) == (128, h.PREFILL_NIBBLE_N)
-    assert not w4a8.get("SWAP_AB")
+    w4afp8 = h.pick_config(2048, 8, kinds.W_INT4, kinds.A_FP8)
+    assert (w4afp8["BLOCK_M"], w4afp8["BLOCK_N"]) == (128, h.PREFILL_NIBBLE_N)
+    assert not w4afp8.get("SWAP_AB")
+    assert not h.pick_config(2048, 8, kinds.W_INT8, kinds.A_INT8).get("SWAP_AB")
     # 16-bit and 8-bit operands: the 128-row tile's width and depth; the 64-row tile as before
     assert h.pick_config(2048, 8, kinds.W16, kinds.A16) == {
         "BLOCK_M": 128, **h.PREFILL_TILE_WIDE[16], "FAST_I4": True}
@@ -449,10 +452,11 @@ def test_a_prefill_bucket_is_not_a_decode_tile(compiled_lookup, tmp_path):
 
 def test_int4_tuned_buckets_count_at_every_size_but_prefill_with_16_bit_activations(
         compiled_lookup, tmp_path):
-    """int4 weights keep their tuned bucket however far at decode sizes, and at prefill sizes
-    with int8 activations (TUNED_AT_EVERY_SIZE); with 16-bit activations a prefill size
-    takes a bucket within PREFILL_STEPS, else the swapped prefill tile (measured faster than
-    the decode buckets on an H200, round nine)."""
+    """int4 weights keep their tuned bucket however far at decode sizes (TUNED_AT_EVERY_SIZE);
+    with 16-bit activations or W4A8's int8 codes (NIBBLE_PREFILL_ACTS) a prefill size takes a
+    bucket within PREFILL_STEPS, else the swapped prefill tile (measured faster than the
+    decode buckets on an H200: round nine; W4A8 round twelve), and with fp8 activations the
+    nearest bucket at any distance."""
     h = compiled_lookup
     from moecert.kernels.triton_moe import kinds
 
@@ -466,6 +470,13 @@ def test_int4_tuned_buckets_count_at_every_size_but_prefill_with_16_bit_activati
     assert _pick(h, 256) == decode  # 32 rows per expert: a decode size, three steps
     assert _pick(h, 2048) == prefill  # four steps at a prefill size: not taken
     assert h.pick_configs(2048, KEY.experts, kinds.W_INT4, kinds.A_INT8, KEY.gemm1,
+                          KEY.gemm2) == h.default_configs(2048, KEY.experts, kinds.W_INT4,
+                                                          kinds.A_INT8)
+    assert h.pick_configs(256, KEY.experts, kinds.W_INT4, kinds.A_INT8, KEY.gemm1,
+                          KEY.gemm2) == decode
+    w4afp8 = dataclasses.replace(KEY, act="A_FP8")
+    _write(tmp_path, {KEY: {128: decode}, w4afp8: {128: decode}}, device="test-gpu")
+    assert h.pick_configs(2048, KEY.experts, kinds.W_INT4, kinds.A_FP8, KEY.gemm1,
                           KEY.gemm2) == decode
     tuned = (_cfg(64, BLOCK_N=128, SWAP_AB=True, GROUP_M=4), _cfg(64, BLOCK_N=128))
     _write(tmp_path, {KEY: {128: decode, 2048: tuned}}, device="test-gpu")
