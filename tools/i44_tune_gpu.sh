@@ -722,6 +722,25 @@ r12() {  # round twelve: no 8-bit tensor on the way to a 16-bit dot (AWQ's zero 
     batch_end
 }
 
+r12_tune() {  # round twelve, second call: W4A8's entries were tuned on the 8-bit operand
+    # layout (its swapped tiles 404 SASS a step, unswapped 470; now 366 / 344): re-tuned at
+    # M 16 / 64 on Qwen3-30B-A3B and Mixtral-8x7B into a copy (cfg/ in the tar), then the tree's
+    # files against the copy, one process each (~420 s)
+    batch_begin i44r12t 565
+    gpu_versions
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" w4a8 "140 --model qwen3-30b-a3b --scheme w4a8-int8 --max-seconds 50" \
+        "220 --model mixtral-8x7b --scheme w4a8-int8 --max-seconds 80"
+    B=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
+       --scheme w4a8-int8 --model qwen3-30b-a3b --model mixtral-8x7b)
+    timeout 50 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+    stamp tree $?
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 50 $M "${B[@]}" --results "$work/tuned" \
+        --run-id tuned > "$work/tuned.txt" 2>&1
+    stamp tuned $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -756,5 +775,6 @@ case "${1:-}" in
     r11b) r11b ;;
     table-r11) table_r11 ;;
     r12) r12 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12" >&2; exit 2 ;;
+    r12-tune) r12_tune ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune" >&2; exit 2 ;;
 esac
