@@ -741,6 +741,37 @@ r12_tune() {  # round twelve, second call: W4A8's entries were tuned on the 8-bi
     batch_end
 }
 
+r12_words() {  # round twelve, third call: MXFP8's weights as 16-bit words (E4M3_WORDS, written
+    # without a GPU): its CUDA test, then MXFP8 / MXFP6 decode with the words and with the fp8
+    # bytes (MOECERT_TRITON_E4M3_WORDS=0), one process each, bytes first and again last; then
+    # W4A8's re-tuned entries at the other sizes whose lookups moved, against the files before
+    # them (.bench/r12t-before, carried) (~380 s)
+    batch_begin i44r12w 565
+    gpu_versions
+    [ -f .bench/r12t-before/h200.json ] || { echo "r12-words: .bench/r12t-before missing (carry it)"; exit 2; }
+    timeout 150 python -m pytest tests/kernels/test_e4m3_words_cuda.py -q -p no:cacheprovider \
+        -rfE > "$work/words-cuda.txt" 2>&1
+    stamp "words cuda test: $(tail -n 1 "$work/words-cuda.txt")" $?
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton --M 16,64
+       --scheme mxfp8 --scheme mxfp6-e2m3)
+    MOECERT_TRITON_E4M3_WORDS=0 timeout 70 $M "${B[@]}" --results "$work/bytes" \
+        --run-id bytes > "$work/bytes.txt" 2>&1
+    stamp bytes $?
+    timeout 70 $M "${B[@]}" --results "$work/words" --run-id words > "$work/words.txt" 2>&1
+    stamp words $?
+    MOECERT_TRITON_E4M3_WORDS=0 timeout 70 $M "${B[@]}" --results "$work/bytes2" \
+        --run-id bytes2 > "$work/bytes2.txt" 2>&1
+    stamp bytes2 $?
+    E=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 20 --backend triton
+       --M 1,8,32,128 --scheme w4a8-int8 --model qwen3-30b-a3b --model mixtral-8x7b)
+    timeout 60 $M "${E[@]}" --results "$work/e-tree" --run-id e-tree > "$work/e-tree.txt" 2>&1
+    stamp e-tree $?
+    MOECERT_TRITON_CONFIG_DIR=$PWD/.bench/r12t-before timeout 60 $M "${E[@]}" \
+        --results "$work/e-before" --run-id e-before > "$work/e-before.txt" 2>&1
+    stamp e-before $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -776,5 +807,6 @@ case "${1:-}" in
     table-r11) table_r11 ;;
     r12) r12 ;;
     r12-tune) r12_tune ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune" >&2; exit 2 ;;
+    r12-words) r12_words ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words" >&2; exit 2 ;;
 esac

@@ -109,6 +109,7 @@ WRITTEN_IF_SET = ("FUSED_ACT",)
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 I4_PAIRS_ENV = "MOECERT_TRITON_I4_PAIRS"
+E4M3_WORDS_ENV = "MOECERT_TRITON_E4M3_WORDS"
 DEQUANT_ROWS_ENV = "MOECERT_TRITON_DEQUANT_ROWS"
 FP4_SCALE_WORDS_ENV = "MOECERT_TRITON_FP4_SCALE_WORDS"
 FP4_LEAN_ENV = "MOECERT_TRITON_FP4_LEAN"
@@ -216,6 +217,17 @@ def int4_pairs_allowed(environ=os.environ) -> bool:
     if raw not in ("", "0", "1"):
         raise ValueError(f"{I4_PAIRS_ENV}={raw!r}: expected 0 (the per-element int4 decode) "
                          "or 1 (the pair decode where it runs, the default)")
+    return raw != "0"
+
+
+def e4m3_words_allowed(environ=os.environ) -> bool:
+    """False when MOECERT_TRITON_E4M3_WORDS=0 asks for MXFP8's weights as fp8 bytes instead of
+    16-bit words (fused_moe.e4m3_words; to time one against the other), True when it is 1,
+    unset or empty."""
+    raw = environ.get(E4M3_WORDS_ENV, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{E4M3_WORDS_ENV}={raw!r}: expected 0 (fp8 bytes) or 1 (16-bit "
+                         "words where the conversion runs, the default)")
     return raw != "0"
 
 

@@ -37,6 +37,7 @@ from .kinds import (
     W_FP8,
     W_INT4,
     W_INT8,
+    W_MXFP8,
 )
 from .layout import nib_span_fits
 from .quant import ACTIVATIONS, GATE_UP_HALVES, RELU2, SWIGLU_ALPHA, SWIGLU_LIMIT, fix_bf16
@@ -186,6 +187,16 @@ def e4m3_cvt_runs_on(device: torch.device) -> bool:
     """Whether the hardware e4m3 -> f16 conversion compiles here: CUDA sm89+."""
     return (not INTERPRET and device.type == "cuda" and torch.version.hip is None
             and torch.cuda.get_device_capability(device) >= (8, 9))
+
+
+def e4m3_words(weights: dict, act: int, acc_dot: bool, device: torch.device) -> bool:
+    """gemm_kernel's E4M3_WORDS: MXFP8 weights (MXFP6's too, held as e4m3) with 16-bit
+    activations read as 16-bit words of two columns and converted by the hardware (sm89+),
+    so no 8-bit tensor reaches the bf16 dot (`_e4m3_words`); MOECERT_TRITON_E4M3_WORDS=0 keeps
+    the fp8 bytes."""
+    allowed = configs.e4m3_words_allowed()  # (a bad value is refused on any layer)
+    return (allowed and weights["kind"] == W_MXFP8 and act == A16
+            and weights["dot"] == DOT_NATIVE and not acc_dot and e4m3_cvt_runs_on(device))
 
 
 # The E8M0 bytes whose scale 2^(b - 127) times every e2m1 value (0.5 <= |v| <= 6, or 0) is a
@@ -341,6 +352,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             SCALE_RUNS=scale_runs(weights, config["BLOCK_N"], activation, pairs),
             SCALE_COLS=scale_cols_constexpr(scale_cols, K),
             E8M0_NORMAL=weights["e8m0_normal"] and constexprs["WSCALE"] == S_E8M0,
+            E4M3_WORDS=e4m3_words(weights, act, acc_dot, c.device),
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **constexprs,
         )

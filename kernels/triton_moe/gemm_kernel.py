@@ -56,7 +56,10 @@ GROUP_M (config, > 1): programs run GROUP_M row blocks at a time over every colu
 SCALE_COLS (host-chosen, `fused_moe.scale_cols_constexpr`): scale_cols as a compile-time
 constant where it is a power of two narrower than K, so the K loop's scale-column index is a
 shift. E8M0_NORMAL (host-chosen, `fused_moe.e8m0_normal`): every E8M0 weight-scale byte of
-the layer lies in 1..254, so a scale is its exponent field (`_weight_e8m0`).
+the layer lies in 1..254, so a scale is its exponent field (`_weight_e8m0`). E4M3_WORDS
+(host-chosen, `fused_moe.e4m3_words`): MXFP8 weights with 16-bit activations load as 16-bit
+words of two columns and convert by the hardware (`_e4m3_words`), so no 8-bit tensor reaches
+the bf16 dot.
 
 Epilogue order (the reference's): per-row activation scale (or the global factor), the
 weights' global multiplier, + bias, * router weight, store
@@ -412,6 +415,34 @@ def _e4m3_cvt(byte):
     instructions. On sm90 it also lets Triton decode the scales where the dot operand needs
     them, without the shared-memory round trip (and its barriers) of each plane's scales."""
     return byte.to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+
+
+# Two 16-bit words (two e4m3 bytes each: columns 2j and 2j + 1) per 32-bit register -> the
+# even columns' and the odd columns' values as f16 pairs: one hardware conversion per word
+# (cvt e4m3x2 -> f16x2, sm89+; exact: e4m3 lies inside fp16), one byte permute per output.
+_E4M3_WORDS_ASM = tl.constexpr("""{
+            .reg .b16 lo, hi;
+            .reg .b32 h0, h1;
+            mov.b32 {lo, hi}, $2;
+            cvt.rn.f16x2.e4m3x2 h0, lo;
+            cvt.rn.f16x2.e4m3x2 h1, hi;
+            prmt.b32 $0, h0, h1, 0x5410;
+            prmt.b32 $1, h0, h1, 0x7632;
+            }""")
+
+
+@triton.jit
+def _e4m3_words(words, COMPUTE: tl.constexpr):
+    """16-bit words of two float8_e4m3fn bytes (the weights as stored, read two columns at a
+    time) -> (the low bytes' values, the high bytes') in the compute dtype, exactly. The
+    words keep every tensor on the way to the dot 16 bits wide: fp8 bytes there make Triton
+    give both dot operands the 8-bit register layout (kWidth 4), whose bf16 activations load
+    without ldmatrix and are gathered by register moves (docs/speed.md, round twelve). PTX,
+    CUDA sm89+ (the host decides: E4M3_WORDS)."""
+    lo, hi = tl.inline_asm_elementwise(
+        asm=_E4M3_WORDS_ASM, constraints="=r,=r,r", args=[words],
+        dtype=(tl.float16, tl.float16), is_pure=True, pack=2)
+    return lo.to(COMPUTE), hi.to(COMPUTE)
 
 
 @triton.jit
@@ -888,7 +919,8 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
                EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
                NIB_SPAN: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr,
                LEAN: tl.constexpr, CARRY: tl.constexpr, E4M3_CVT: tl.constexpr,
-               SCALE_BF16: tl.constexpr, E8M0_NORMAL: tl.constexpr):
+               SCALE_BF16: tl.constexpr, E8M0_NORMAL: tl.constexpr,
+               E4M3_WORDS: tl.constexpr):
     """The scaled fp32 product of one tile of TILE_K columns from k0, inside one scale
     column: a [BLOCK_M, TILE_K] activations (with NIB_SPAN: a, a2, a3, a4 the tile's four
     quarters, [BLOCK_M, TILE_K / 4] each), bq the weight tile as stored ([TILE_K / 2,
@@ -919,6 +951,11 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
             part = _pairs_part(a, bq, k0, K, s_rows, z_rows, g_row, scale_cols, stride_sk,
                                WEIGHT, WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT,
                                COMPUTE, EVEN_K, SWAP_AB, FAST_I4, TILE_K)
+    elif E4M3_WORDS:  # bq: [TILE_K / 2, BLOCK_N] words, columns 2j and 2j + 1 in word j
+        a_even, a_odd = tl.split(tl.reshape(a, (a.shape[0], TILE_K // 2, 2)))
+        b_even, b_odd = _e4m3_words(bq, COMPUTE)
+        part = (_mma(a_even, b_even, ACT, DOT, COMPUTE, SWAP_AB)
+                + _mma(a_odd, b_odd, ACT, DOT, COMPUTE, SWAP_AB))
     else:
         b = bq
         if WEIGHT == _W_UINT8:
@@ -966,6 +1003,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
              WT_K: tl.constexpr, NIB_SPAN: tl.constexpr, ACC_DOT: tl.constexpr,
              SCALE_WORDS: tl.constexpr, LEAN: tl.constexpr, CARRY: tl.constexpr,
              E4M3_CVT: tl.constexpr, SCALE_BF16: tl.constexpr, E8M0_NORMAL: tl.constexpr,
+             E4M3_WORDS: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
@@ -987,7 +1025,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
     NIBBLES: tl.constexpr = WEIGHT == _W_INT4 or WEIGHT == _W_FP4
     Q4: tl.constexpr = BLOCK_K // 4  # columns of a plane (NIB_SPAN)
     # weight tile rows as stored: bytes, or 16-bit words (NIB_SPAN), per BLOCK_K columns
-    BQ_K: tl.constexpr = Q4 if NIB_SPAN else BLOCK_K // 2 if NIBBLES else BLOCK_K
+    BQ_K: tl.constexpr = Q4 if NIB_SPAN else BLOCK_K // 2 if NIBBLES or E4M3_WORDS else BLOCK_K
     WT_RUN: tl.constexpr = WT_K // 2 if NIB_SPAN else WT_K  # a tile row in those units
     RUN: tl.constexpr = min(BQ_K, WT_RUN) if WT_K else BQ_K  # contiguous stored units
     for k_step in range(k_lo, k_hi, BLOCK_K * K_UNROLL):
@@ -1024,7 +1062,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 kq = (kq // WT_RUN) * (WT_N * WT_RUN) + kq % WT_RUN
             if EVEN_K:  # (a clamped tile's offsets are neither aligned nor contiguous)
                 kq = tl.max_contiguous(tl.multiple_of(kq, RUN), RUN)
-            if NIB_SPAN:
+            if NIB_SPAN or E4M3_WORDS:
                 bq = tl.load(b_rows.to(tl.pointer_type(tl.uint16), bitcast=True) + kq[:, None])
             else:
                 bq = tl.load(b_rows + kq[:, None])
@@ -1037,7 +1075,8 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                                   g_row, a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT,
                                   WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
                                   EVEN_K, SWAP_AB, FAST_I4, NIB_SPAN, BLOCK_K, SCALE_WORDS,
-                                  LEAN, CARRY, E4M3_CVT, SCALE_BF16, E8M0_NORMAL)
+                                  LEAN, CARRY, E4M3_CVT, SCALE_BF16, E8M0_NORMAL,
+                                  E4M3_WORDS)
     if SWAP_AB:
         acc = tl.trans(acc)
     return acc
@@ -1084,6 +1123,7 @@ def moe_gemm_kernel(
     EPI_ACT: tl.constexpr = -1, ALPHA: tl.constexpr = 0.0, LIMIT: tl.constexpr = 0.0,
     PAIR_ADJACENT: tl.constexpr = False, SCALE_RUNS: tl.constexpr = False,
     SCALE_COLS: tl.constexpr = 0, E8M0_NORMAL: tl.constexpr = False,
+    E4M3_WORDS: tl.constexpr = False,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -1184,7 +1224,7 @@ def moe_gemm_kernel(
             K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
             SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N, WT_K,
             NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, SCALE_BF16, E8M0_NORMAL,
-            BLOCK_M, BLOCK_N, BLOCK_K)
+            E4M3_WORDS, BLOCK_M, BLOCK_N, BLOCK_K)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)

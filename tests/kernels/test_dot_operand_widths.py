@@ -102,3 +102,37 @@ def test_codes_in_a_dtype_the_launch_does_not_multiply_in_are_converted_with_the
     assert want.abs().max() > 0
     assert len(handed) == 4 and set(handed) == {(torch.int8, kinds.A_INT8)}, handed
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("scheme, attrs, words", [
+    ("mxfp8", {}, True),
+    ("mxfp6-e2m3", {}, True),  # held as e4m3 bytes: the same kernel
+    ("mxfp8", {"activation": "mxfp8"}, False),  # MX activations: the dot is not bf16 x bf16
+    ("fp8-w8a8", {}, False),
+])
+def test_e4m3_words_only_for_mxfp8_weights_with_16_bit_activations(monkeypatch, scheme, attrs,
+                                                                   words):
+    """gemm_kernel's E4M3_WORDS (MXFP8's weights read as 16-bit words of two columns and
+    converted by the hardware, `_e4m3_words`): where the conversion runs (sm89+), for a
+    native dot of 16-bit activations, unless MOECERT_TRITON_E4M3_WORDS=0."""
+    from moecert.kernels.triton_moe import backend
+
+    P = MoEProblem(M=4, K=256, N=128, E=4, topk=2)
+    layer = _layer(scheme, P, **attrs)
+    act = backend.activation_kind(layer.quant)
+    w = {**backend._weights(layer, "w13"), "dot": kinds.DOT_NATIVE}
+    device = layer.device
+    monkeypatch.setattr(fused_moe, "e4m3_cvt_runs_on", lambda device: True)
+    assert fused_moe.e4m3_words(w, act, False, device) is words
+    assert not fused_moe.e4m3_words(w, act, True, device)  # an accumulating dot: not these tiles
+    assert not fused_moe.e4m3_words({**w, "dot": kinds.DOT_IEEE}, act, False, device)
+    monkeypatch.setenv(configs.E4M3_WORDS_ENV, "0")
+    assert not fused_moe.e4m3_words(w, act, False, device)
+    monkeypatch.setenv(configs.E4M3_WORDS_ENV, "1")
+    assert fused_moe.e4m3_words(w, act, False, device) is words
+    monkeypatch.setenv(configs.E4M3_WORDS_ENV, "yes")
+    with pytest.raises(ValueError, match="MOECERT_TRITON_E4M3_WORDS"):
+        fused_moe.e4m3_words(w, act, False, device)
+    monkeypatch.delenv(configs.E4M3_WORDS_ENV)
+    monkeypatch.setattr(fused_moe, "e4m3_cvt_runs_on", lambda device: False)  # before sm89
+    assert not fused_moe.e4m3_words(w, act, False, device)
