@@ -100,6 +100,15 @@
 #       each, and MXFP8 re-tuned there at M 64 (~230 s)
 #   tools/i44_tune_gpu.sh table-r11   `table` without AWQ's files before, its watchdog at 300 s
 #       (carry .vllm's library and tk) (~230 s)
+#   tools/i44_tune_gpu.sh r12   round twelve: W4A8's codes in the compute dtype (and AWQ's
+#       zero points in int16, since reverted) against .bench/r12-base (git archive 977fde3,
+#       carried): two CUDA test files, decode of awq / w4a8 / gptq, prefill of W4A8 / AWQ (~160 s)
+#   tools/i44_tune_gpu.sh r12-tune   W4A8 re-tuned at M 16 / 64 on Qwen3 and Mixtral into a
+#       copy, then the tree against it (~260 s)
+#   tools/i44_tune_gpu.sh r12-words  E4M3_WORDS' CUDA test, MXFP8 / MXFP6 decode bytes / words /
+#       bytes; W4A8 at M 1-128 against .bench/r12t-before (the configs before r12-tune) (~110 s)
+#   tools/i44_tune_gpu.sh r12-m1   Mixtral W4A8 tuned at M 1, then M 1-4 before / tree / tuned
+#       (carry .bench/r12t-before) (~130 s)
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
 #   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
@@ -772,6 +781,29 @@ r12_words() {  # round twelve, third call: MXFP8's weights as 16-bit words (E4M3
     batch_end
 }
 
+r12_m1() {  # round twelve, last call: Mixtral-8x7B W4A8 at M 1 ran 4.4% slower on the new
+    # 32-row bucket than on the 128-row one before (r12-words): tuned at M 1 into a copy, then
+    # M 1 / 2 / 4 with the files before (.bench/r12t-before, carried), the tree's, the copy's,
+    # one process each (~130 s)
+    batch_begin i44r12m 300
+    gpu_versions
+    [ -f .bench/r12t-before/h200.json ] || { echo "r12-m1: .bench/r12t-before missing (carry it)"; exit 2; }
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" m1 "90 --model mixtral-8x7b --scheme w4a8-int8 --M 1 --max-seconds 40"
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton
+       --M 1,2,4 --scheme w4a8-int8 --model mixtral-8x7b)
+    local run dir
+    for run in before tree tuned; do
+        dir=$PWD/kernels/triton_moe/configs
+        [ $run = before ] && dir=$PWD/.bench/r12t-before
+        [ $run = tuned ] && dir=$C
+        MOECERT_TRITON_CONFIG_DIR=$dir timeout 40 $M "${B[@]}" --results "$work/$run" \
+            --run-id "$run" > "$work/$run.txt" 2>&1
+        stamp "$run" $?
+    done
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -808,5 +840,6 @@ case "${1:-}" in
     r12) r12 ;;
     r12-tune) r12_tune ;;
     r12-words) r12_words ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words" >&2; exit 2 ;;
+    r12-m1) r12_m1 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1" >&2; exit 2 ;;
 esac
