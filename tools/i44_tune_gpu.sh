@@ -785,11 +785,11 @@ r12_m1() {  # round twelve, last call: Mixtral-8x7B W4A8 at M 1 ran 4.4% slower 
     # 32-row bucket than on the 128-row one before (r12-words): tuned at M 1 into a copy, then
     # M 1 / 2 / 4 with the files before (.bench/r12t-before, carried), the tree's, the copy's,
     # one process each (~130 s)
-    batch_begin i44r12m 300
+    batch_begin i44r12m 185
     gpu_versions
     [ -f .bench/r12t-before/h200.json ] || { echo "r12-m1: .bench/r12t-before missing (carry it)"; exit 2; }
     C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
-    tune_into "$C" m1 "90 --model mixtral-8x7b --scheme w4a8-int8 --M 1 --max-seconds 40"
+    tune_into "$C" m1 "80 --model mixtral-8x7b --scheme w4a8-int8 --M 1 --max-seconds 30"
     B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton
        --M 1,2,4 --scheme w4a8-int8 --model mixtral-8x7b)
     local run dir
@@ -797,7 +797,7 @@ r12_m1() {  # round twelve, last call: Mixtral-8x7B W4A8 at M 1 ran 4.4% slower 
         dir=$PWD/kernels/triton_moe/configs
         [ $run = before ] && dir=$PWD/.bench/r12t-before
         [ $run = tuned ] && dir=$C
-        MOECERT_TRITON_CONFIG_DIR=$dir timeout 40 $M "${B[@]}" --results "$work/$run" \
+        MOECERT_TRITON_CONFIG_DIR=$dir timeout 30 $M "${B[@]}" --results "$work/$run" \
             --run-id "$run" > "$work/$run.txt" 2>&1
         stamp "$run" $?
     done
