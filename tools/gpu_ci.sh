@@ -43,7 +43,7 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo "unknown")
     echo "## $(date -u +%Y-%m-%d\ %H:%M) UTC, commit $commit"
     echo ""
     echo "Device: $device ($(nvidia-smi -L | wc -l) GPU(s)); $versions."
-    echo "Command: \`bash tools/gpu_ci.sh\`."
+    echo "Command: \`${GPU_CI_SUITE_S:+GPU_CI_SUITE_S=$GPU_CI_SUITE_S }bash tools/gpu_ci.sh\`."
     echo ""
     echo "| step | result | wall (s) |"
     echo "|---|---|---|"
