@@ -45,6 +45,9 @@ MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not,
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
 MOECERT_TRITON_NIB_SPAN=128 stores every int4 linear it fits in nibble planes (`forced_nib_span`).
 MOECERT_TRITON_I4_PAIRS=0 turns the PTX int4 pair decode off (`int4_pairs_allowed`).
+MOECERT_TRITON_E4M3_WORDS=0 reads MXFP8's weights as fp8 bytes instead of 16-bit words of two
+columns (`e4m3_words_allowed`, gemm_kernel's E4M3_WORDS: the default since it timed 0.2-2.1%
+faster on an H200, docs/speed.md "round twelve").
 MOECERT_TRITON_DEQUANT_ROWS=<rows per expert> or "off" moves the FP4 prefill dispatch's
 threshold (`forced_dequant_rows`, heuristics.DEQUANT_ROWS): 0 runs every eligible layer on the
 dequantized path (a correctness run), off none (the fused kernel, to time one against the
