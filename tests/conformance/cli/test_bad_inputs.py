@@ -104,8 +104,9 @@ def test_every_variable_read_is_declared_with_its_check():
 
     assert set(READERS) == {memory.HOST_MEMORY_VARIABLE, checkpoint_cache.CACHE_VARIABLE,
                             configs.SPLIT_K_ENV, configs.NIB_SPAN_ENV, configs.I4_PAIRS_ENV,
-                            configs.E4M3_WORDS_ENV, configs.DEQUANT_ROWS_ENV, configs.FP4_SCALE_WORDS_ENV,
-                            configs.FP4_LEAN_ENV, configs.FP4_CARRY_ENV,
+                            configs.E4M3_WORDS_ENV, configs.DEQUANT_ROWS_ENV,
+                            configs.FP4_SCALE_WORDS_ENV, configs.FP4_LEAN_ENV,
+                            configs.FP4_CARRY_ENV,
                             configs.FP4_SCALE_BF16_ENV, configs.FUSED_ACT_ENV,
                             configs.CONFIG_DIR_ENV}
     check_environment({})
