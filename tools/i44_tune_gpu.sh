@@ -148,6 +148,16 @@ fp8_folders() {  # fp8_folders LIMIT_S: gpu_ci.sh's two real FP8 folders, each i
     done
 }
 
+tree_and_copy() {  # tree_and_copy DIR BENCH_ARGS...: the bench with the tree's tuned files, then
+    # with the copy DIR a tune wrote into, one process each (tree/, tuned/ in the results)
+    local C=$1; shift
+    timeout 50 $M "$@" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+    stamp tree $?
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 50 $M "$@" --results "$work/tuned" \
+        --run-id tuned > "$work/tuned.txt" 2>&1
+    stamp tuned $?
+}
+
 tune_into() {  # tune_into DIR TAG STEP...: STEP is "LIMIT_S MOECERT_TUNE_ARGS..." (one string)
     local C=$1 tag=$2 n=0 step; shift 2
     for step in "$@"; do
@@ -571,11 +581,7 @@ tune_m64() {  # round ten: W4A8 and AWQ on Mixtral-8x7B at M 64 (31 / 48% of the
         "170 --model mixtral-8x7b --scheme awq-int4 --M 64 --max-seconds 110"
     B=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
        --scheme w4a8-int8 --scheme awq-int4 --model mixtral-8x7b)
-    timeout 50 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
-    stamp tree $?
-    MOECERT_TRITON_CONFIG_DIR=$C timeout 50 $M "${B[@]}" --results "$work/tuned" \
-        --run-id tuned > "$work/tuned.txt" 2>&1
-    stamp tuned $?
+    tree_and_copy "$C" "${B[@]}"
     batch_end
 }
 
@@ -742,11 +748,7 @@ r12_tune() {  # round twelve, second call: W4A8's entries were tuned on the 8-bi
         "220 --model mixtral-8x7b --scheme w4a8-int8 --max-seconds 80"
     B=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
        --scheme w4a8-int8 --model qwen3-30b-a3b --model mixtral-8x7b)
-    timeout 50 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
-    stamp tree $?
-    MOECERT_TRITON_CONFIG_DIR=$C timeout 50 $M "${B[@]}" --results "$work/tuned" \
-        --run-id tuned > "$work/tuned.txt" 2>&1
-    stamp tuned $?
+    tree_and_copy "$C" "${B[@]}"
     batch_end
 }
 

@@ -310,8 +310,9 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
         # planes (zero points: `_int4_planes_zero`); W4A8's int8 codes join the decoded
         # weights in a 16-bit dot (`_planes_part`)
         fast_i4 = I4_PAIRS
-    if act == A_INT8:  # the codes in the dtype this launch multiplies them in
-        codes = int8_codes_dtype(weights, c.device) if fast_i4 == I4_PAIRS else torch.int8
+    if act == A_INT8:  # the codes in the dtype this launch multiplies them in: the planes'
+        # PTX decode (int8_codes_dtype's case, taken where the tile asks for FAST_I4), else int8
+        codes = weights["compute"] if fast_i4 == I4_PAIRS else torch.int8
         if a.dtype != codes:
             a = a.to(codes)  # exact: integers in [-128, 127]
     if weights["kind"] == W_FP4 and c16["NIB_SPAN"]:  # e2m1 planes: PTX decode or bit fields
