@@ -28,6 +28,7 @@ READERS: dict[str, Callable[[Mapping[str, str]], object]] = {
     configs.NIB_SPAN_ENV: configs.forced_nib_span,
     configs.I4_PAIRS_ENV: configs.int4_pairs_allowed,
     configs.E4M3_WORDS_ENV: configs.e4m3_words_allowed,
+    configs.ZERO_SUMS_ENV: configs.zero_sums_allowed,
     configs.DEQUANT_ROWS_ENV: configs.forced_dequant_rows,
     configs.FP4_SCALE_WORDS_ENV: configs.fp4_scale_words,
     configs.FP4_LEAN_ENV: configs.fp4_lean,

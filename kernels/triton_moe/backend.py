@@ -560,7 +560,7 @@ def _weights(layer: MoELayer, p: str, codes: torch.Tensor | None = None,
              nib_span: int | None = None) -> dict:
     """The kernel's description of linear `p` in the layer's kernel format (int4 `codes`
     and their nibble span in place of the layer's: int4_variants)."""
-    from . import fused_moe, kinds
+    from . import configs, fused_moe, kinds
 
     q = layer.quant
     compute = layer.problem.torch_dtype
@@ -574,6 +574,7 @@ def _weights(layer: MoELayer, p: str, codes: torch.Tensor | None = None,
             compute, s=layer.get(f"{p}_s"), scale_cols=layer.meta[f"{p}_group_cols"],
             sym_zero=1 << (bits - 1),
             nib_span=layer.meta.get(f"{p}_nib_span", 0) if nib_span is None else nib_span,
+            zero_sums=(activation_kind(q) == kinds.A16 and configs.zero_sums_allowed()),
             **opt)
     if not q.info.quantized:
         return fused_moe.describe_weights(kinds.W16, layer.get(f"{p}_w"), compute, **opt)

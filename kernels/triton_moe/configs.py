@@ -48,6 +48,9 @@ MOECERT_TRITON_I4_PAIRS=0 turns the PTX int4 pair decode off (`int4_pairs_allowe
 MOECERT_TRITON_E4M3_WORDS=0 reads MXFP8's weights as fp8 bytes instead of 16-bit words of two
 columns (`e4m3_words_allowed`, gemm_kernel's E4M3_WORDS: the default since it timed 0.2-2.1%
 faster on an H200, docs/speed.md "round twelve").
+MOECERT_TRITON_ZERO_SUMS=0 takes int4 zero points (AWQ) inside the weights' decode instead of
+from each row's activation sums after the tile's dot (`zero_sums_allowed`, gemm_kernel's
+ZERO_SUMS; docs/speed.md "round thirteen").
 MOECERT_TRITON_DEQUANT_ROWS=<rows per expert> or "off" moves the FP4 prefill dispatch's
 threshold (`forced_dequant_rows`, heuristics.DEQUANT_ROWS): 0 runs every eligible layer on the
 dequantized path (a correctness run), off none (the fused kernel, to time one against the
@@ -113,6 +116,7 @@ SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 I4_PAIRS_ENV = "MOECERT_TRITON_I4_PAIRS"
 E4M3_WORDS_ENV = "MOECERT_TRITON_E4M3_WORDS"
+ZERO_SUMS_ENV = "MOECERT_TRITON_ZERO_SUMS"
 DEQUANT_ROWS_ENV = "MOECERT_TRITON_DEQUANT_ROWS"
 FP4_SCALE_WORDS_ENV = "MOECERT_TRITON_FP4_SCALE_WORDS"
 FP4_LEAN_ENV = "MOECERT_TRITON_FP4_LEAN"
@@ -258,6 +262,14 @@ def _switch(name: str, default: bool | None, on: str, off: str, environ) -> bool
         raise ValueError(f"{name}={raw!r}: expected 1 ({on}{', the default' if default else ''})"
                          f" or 0{off}")
     return default if raw == "" else raw == "1"
+
+
+def zero_sums_allowed(environ=os.environ) -> bool:
+    """Whether int4 zero points in nibble planes with 16-bit activations (AWQ) join each
+    tile's product through the rows' activation sums (fused_moe.describe_weights): True when
+    MOECERT_TRITON_ZERO_SUMS is 1, unset or empty, False when 0 (inside the decode)."""
+    return _switch(ZERO_SUMS_ENV, True, "zero points from the activation sums",
+                   " (zero points inside the weights' decode)", environ)
 
 
 def fp4_scale_words(environ=os.environ) -> bool:

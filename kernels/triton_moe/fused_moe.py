@@ -64,7 +64,8 @@ def dot_mode(kind: int, weight_dtype: torch.dtype, compute: torch.dtype, has_g_i
 def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None, zp=None,
                      g_idx=None, bias=None, scale_rows: int = 1, scale_cols: int | None = None,
                      sym_zero: int = 0, scale_kind: int = S_FLOAT, gscale=None,
-                     nib_span: int = 0, carry: bool = False, scale_fold: int = 0) -> dict:
+                     nib_span: int = 0, carry: bool = False, scale_fold: int = 0,
+                     zero_sums: bool = False) -> dict:
     """A linear's kernel description, built once per layer: the weight-side launch
     arguments (placeholders for absent tensors are never read: constexpr-disabled).
     `scale_kind` says how `s` is stored (S_FLOAT, S_E8M0, S_E4M3 as uint8 bytes); with act
@@ -77,7 +78,10 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     `carry`: e2m1 plane words in the sign-carrying order (`layout.carry_bits`; bf16 only).
     A 4-D bf16 `s` holds them decoded at load (`layout.scale_bf16`), times 2^`scale_fold`:
     NVFP4's fold where LEAN folds (bf16), else 0; checked against LEAN here, since the
-    kernel reads the stored values as folded exactly when LEAN folds."""
+    kernel reads the stored values as folded exactly when LEAN folds.
+    `zero_sums` (the layer's activations 16-bit): int4 zero points in planes join each tile's
+    product through the rows' activation sums, read from the scale words
+    (`zero_point_words`) where those can carry them (gemm_kernel's ZERO_SUMS)."""
     assert not carry or (kind == W_FP4 and nib_span and compute == torch.bfloat16)
     assert q.is_contiguous() and q.dim() in (3, 5)
     wt_n, wt_k = q.shape[3:] if q.dim() == 5 else (0, 0)
@@ -92,6 +96,11 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     if scale_bf16:
         _check_scale_fold(scale_kind, compute, lean, scale_fold)
     wscale = S_NONE if s is None or g_idx is not None else scale_kind
+    words = None
+    if (zero_sums and kind == W_INT4 and zp is not None and nib_span and g_idx is None
+            and s is not None):
+        words = zero_point_words(s, zp)
+        s = s if words is None else words
     k = 2 * (q.shape[2] * q.shape[4] if q.dim() == 5 else q.shape[2])
     if nib_span and not nib_span_fits(kind, k, scale_cols, g_idx is not None, nib_span,
                                       scale_kind):
@@ -130,6 +139,8 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                        "CARRY": carry,
                        # issue 44's fourth: the scales decoded into bf16 at load
                        "SCALE_BF16": scale_bf16,
+                       # issue 44's thirteenth: zero points from the activation sums
+                       "ZERO_SUMS": words is not None,
                        "COMPUTE": _COMPUTE[compute]},
         "scale_fold": scale_fold if scale_bf16 else 0,
     }
@@ -197,6 +208,30 @@ def e4m3_words(weights: dict, act: int, acc_dot: bool, device: torch.device) -> 
     allowed = configs.e4m3_words_allowed()  # (a bad value is refused on any layer)
     return (allowed and weights["kind"] == W_MXFP8 and act == A16
             and weights["dot"] == DOT_NATIVE and not acc_dot and e4m3_cvt_runs_on(device))
+
+
+def zero_point_words(s: torch.Tensor, zp: torch.Tensor) -> torch.Tensor | None:
+    """gemm_kernel's ZERO_SUMS scale words: int32 [E, N, groups], the fp32 scale's bits with
+    the zero point (0..15) in their 4 low mantissa bits, which a scale read from a 16-bit
+    checkpoint tensor (AWQ's fp16, a bf16 one) leaves zero, so the kernel reads both with
+    one load and masks the scale back exactly. None where that does not hold (fp32 scales
+    of their own, a zero point past 15, shapes that differ) or cannot be read: inside a
+    CUDA-graph capture (read once per layer, when its plan is built)."""
+    if (s.dtype != torch.float32 or zp.shape != s.shape or zp.dtype != torch.uint8
+            or s.numel() == 0 or (s.is_cuda and torch.cuda.is_current_stream_capturing())):
+        return None
+    bits = s.view(torch.int32)
+    if int((bits & 0xF).amax()) != 0 or int(zp.amax()) > 0xF:
+        return None
+    return bits | zp.to(torch.int32)
+
+
+def activation_sums(a: torch.Tensor, block_k: int) -> torch.Tensor:
+    """fp32 [rows, K / block_k]: each row's sum of its activations over each tile's columns
+    (ZERO_SUMS' a_sum; K a whole number of tiles, as nibble planes have it)."""
+    rows, K = a.shape
+    assert K % block_k == 0, (K, block_k)
+    return a.view(rows, K // block_k, block_k).sum(-1, dtype=torch.float32)
 
 
 # The E8M0 bytes whose scale 2^(b - 127) times every e2m1 value (0.5 <= |v| <= 6, or 0) is a
@@ -319,6 +354,9 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
         fast_i4 = (I4_PAIRS if act == A16 and weights["dot"] == DOT_NATIVE
                    and int4_pairs_run_on(c.device) else I4_OFF)
     acc_dot = acc_dot_applies(weights, act, K)
+    if c16["ZERO_SUMS"]:  # in the activation-scale slot, which 16-bit activations leave free
+        assert act == A16 and a_scale is None
+        a_scale = activation_sums(a, bk)
     constexprs = weights["constexprs"]
     # the CARRY candidate's NVFP4 scales by the hardware e4m3 conversion (sm89+)
     e4m3_cvt = (constexprs["CARRY"] and constexprs["WSCALE"] == S_E4M3

@@ -652,15 +652,19 @@ def _pairs_part(a, bq, k0, K, s_rows, z_rows, g_row, scale_cols, stride_sk,
 def _planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, z_rows, g_row, scale_cols, stride_sk,
                  ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
                  HAS_G_IDX: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
-                 SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr, TILE_K: tl.constexpr):
+                 SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr, TILE_K: tl.constexpr,
+                 ZERO_SUMS: tl.constexpr):
     """The product of an int4 tile in four planes (`plane_nibbles`): 16-bit word j holds
     columns j + p * TILE_K / 4 in nibble p, so plane p multiplies the tile's quarter p,
     each quarter a dot operand as loaded. Two words share a 32-bit register, so one lop3
     decodes a plane's pair of consecutive columns (`_int4_planes`), and both dot operands
     have the 16-bit layout (the byte tile of the other orders gives both operands the 8-bit
-    one, and the activation quarters then cost register copies: docs/speed.md, "Change 8")."""
+    one, and the activation quarters then cost register copies: docs/speed.md, "Change 8").
+    With ZERO_SUMS the codes decode as symmetric ones (codes - SYM_ZERO) whatever their zero
+    points: `_tile_part` takes the zero points' share off the product."""
     Q: tl.constexpr = TILE_K // 4
-    if FAST_I4 == _I4_PAIRS and HAS_ZERO:  # host: CUDA sm80+, no act order (planes)
+    DECODE_ZERO: tl.constexpr = HAS_ZERO and not ZERO_SUMS  # zero points in the decode
+    if FAST_I4 == _I4_PAIRS and DECODE_ZERO:  # host: CUDA sm80+, no act order (planes)
         z = tl.load(z_rows + k0 // scale_cols).to(tl.int32)
         b0, b1, b2, b3 = _int4_planes_zero(bq, tl.broadcast_to(z[None, :], bq.shape),
                                            COMPUTE)
@@ -677,13 +681,13 @@ def _planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, z_rows, g_row, scale_cols, s
         else:  # (no act order here: the host stores planes only without it)
             kq = k0 + tl.arange(0, Q)
             b0 = _dequant(raw & 0xF, tl.minimum(kq, K - 1), k0, g_row, s_rows, z_rows,
-                          scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+                          scale_cols, stride_sk, HAS_G_IDX, DECODE_ZERO, SYM_ZERO)
             b1 = _dequant((raw >> 4) & 0xF, tl.minimum(kq + Q, K - 1), k0, g_row, s_rows,
-                          z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+                          z_rows, scale_cols, stride_sk, HAS_G_IDX, DECODE_ZERO, SYM_ZERO)
             b2 = _dequant((raw >> 8) & 0xF, tl.minimum(kq + 2 * Q, K - 1), k0, g_row,
-                          s_rows, z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+                          s_rows, z_rows, scale_cols, stride_sk, HAS_G_IDX, DECODE_ZERO, SYM_ZERO)
             b3 = _dequant((raw >> 12) & 0xF, tl.minimum(kq + 3 * Q, K - 1), k0, g_row,
-                          s_rows, z_rows, scale_cols, stride_sk, HAS_G_IDX, HAS_ZERO, SYM_ZERO)
+                          s_rows, z_rows, scale_cols, stride_sk, HAS_G_IDX, DECODE_ZERO, SYM_ZERO)
     if FAST_I4 == _I4_PAIRS and ACT == _A_INT8:
         # W4A8: the PTX decode gives the codes in the compute dtype, so the int8 activation
         # codes join them there (|a| <= 128, exact in bf16 and fp16) for a 16-bit dot: the
@@ -920,14 +924,17 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
                NIB_SPAN: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr,
                LEAN: tl.constexpr, CARRY: tl.constexpr, E4M3_CVT: tl.constexpr,
                SCALE_BF16: tl.constexpr, E8M0_NORMAL: tl.constexpr,
-               E4M3_WORDS: tl.constexpr):
+               E4M3_WORDS: tl.constexpr, ZERO_SUMS: tl.constexpr, a_sum):
     """The scaled fp32 product of one tile of TILE_K columns from k0, inside one scale
     column: a [BLOCK_M, TILE_K] activations (with NIB_SPAN: a, a2, a3, a4 the tile's four
     quarters, [BLOCK_M, TILE_K / 4] each), bq the weight tile as stored ([TILE_K / 2,
     BLOCK_N] bytes for nibble weights, [TILE_K / 4, BLOCK_N] 16-bit words with NIB_SPAN,
     else [TILE_K, BLOCK_N]); [BLOCK_N, BLOCK_M] with
     SWAP_AB (rows of the product are weight columns). A tile past K (zero activations) reads
-    the last scale column, never past the scales."""
+    the last scale column, never past the scales. ZERO_SUMS (int4 planes with zero points,
+    16-bit activations; s_rows point at scale words that carry the zero points): `a_sum`
+    [BLOCK_M] is each row's sum of the tile's activations (fp32, the host's), 0 for a tile
+    past the range's end."""
     if ACT == _A_FP8 or ACT == _A_FP8_G:
         # e4m3 codes passed as their bytes: `other=0` is +0.0 (the interpreter
         # cannot fill an fp8 load)
@@ -946,7 +953,7 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
             tl.static_assert(NIB_SPAN == TILE_K and WEIGHT == _W_INT4)
             part = _planes_part(a, a2, a3, a4, bq, k0, K, s_rows, z_rows, g_row, scale_cols,
                                 stride_sk, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
-                                SWAP_AB, FAST_I4, TILE_K)
+                                SWAP_AB, FAST_I4, TILE_K, ZERO_SUMS)
         else:
             part = _pairs_part(a, bq, k0, K, s_rows, z_rows, g_row, scale_cols, stride_sk,
                                WEIGHT, WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT,
@@ -977,11 +984,30 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
             part = part * sa[None, :]
         else:
             part = part * sa[:, None]
+    col = k0 // scale_cols
+    if not EVEN_K:
+        col = tl.minimum(col, (K - 1) // scale_cols)
     FP4_PLANES: tl.constexpr = WEIGHT == _W_FP4 and NIB_SPAN != 0  # scaled per plane
-    if (WSCALE == _S_FLOAT or WSCALE == _S_E8M0) and not FP4_PLANES:
-        col = k0 // scale_cols
-        if not EVEN_K:
-            col = tl.minimum(col, (K - 1) // scale_cols)
+    if ZERO_SUMS:
+        # sum_k a_k (q_k - z) = sum_k a_k (q_k - SYM_ZERO) - (z - SYM_ZERO) sum_k a_k: the
+        # zero points join after the dot, per weight column as the scales do, not inside the
+        # decode, where the zero vector took a second load and a trip through shared memory
+        # (a barrier) each K step: AWQ ran 14-17% behind gptq-int4 (round twelve). Each scale
+        # word is the fp32 scale with the zero point in its 4 low mantissa bits, which a
+        # 16-bit scale leaves zero (`fused_moe.zero_point_words`): one load, one layout trip
+        word = tl.load(s_rows + col * stride_sk)
+        # the word broadcast to the tile before it is taken apart, so that Triton converts
+        # its layout once (taken apart first, the two halves took a layout trip each)
+        if SWAP_AB:
+            word = tl.broadcast_to(word[:, None], part.shape)
+            sums = tl.broadcast_to(a_sum[None, :], part.shape)
+        else:
+            word = tl.broadcast_to(word[None, :], part.shape)
+            sums = tl.broadcast_to(a_sum[:, None], part.shape)
+        zc = (word & 0xF).to(tl.float32) - SYM_ZERO
+        sw = (word & ~0xF).to(tl.float32, bitcast=True)
+        part = (part - zc * sums) * sw
+    elif (WSCALE == _S_FLOAT or WSCALE == _S_E8M0) and not FP4_PLANES:
         sw = tl.load(s_rows + col * stride_sk)
         if WSCALE == _S_E8M0:
             sw = _weight_e8m0(sw, E8M0_NORMAL)
@@ -1003,7 +1029,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
              WT_K: tl.constexpr, NIB_SPAN: tl.constexpr, ACC_DOT: tl.constexpr,
              SCALE_WORDS: tl.constexpr, LEAN: tl.constexpr, CARRY: tl.constexpr,
              E4M3_CVT: tl.constexpr, SCALE_BF16: tl.constexpr, E8M0_NORMAL: tl.constexpr,
-             E4M3_WORDS: tl.constexpr,
+             E4M3_WORDS: tl.constexpr, ZERO_SUMS: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
@@ -1066,6 +1092,13 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 bq = tl.load(b_rows.to(tl.pointer_type(tl.uint16), bitcast=True) + kq[:, None])
             else:
                 bq = tl.load(b_rows + kq[:, None])
+            if ZERO_SUMS:  # the rows' activation sums over this tile (a_scale_ptr: the
+                # host's [rows, K / BLOCK_K] fp32); a tile at or past the range's end adds 0
+                sum_mask = row_mask if EVEN_K else row_mask & (k0 < k_hi)
+                a_sum = tl.load(a_scale_ptr + a_rows * stride_asm + k0 // BLOCK_K,
+                                mask=sum_mask, other=0.0)
+            else:
+                a_sum = 0.0
             if ACC_DOT:  # no tile scale: the dot accumulates (the scale, if any, at the end)
                 if ACT == _A_FP8:
                     a = a.to(tl.float8e4nv, bitcast=True)
@@ -1076,7 +1109,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                                   WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
                                   EVEN_K, SWAP_AB, FAST_I4, NIB_SPAN, BLOCK_K, SCALE_WORDS,
                                   LEAN, CARRY, E4M3_CVT, SCALE_BF16, E8M0_NORMAL,
-                                  E4M3_WORDS)
+                                  E4M3_WORDS, ZERO_SUMS, a_sum)
     if SWAP_AB:
         acc = tl.trans(acc)
     return acc
@@ -1123,7 +1156,7 @@ def moe_gemm_kernel(
     EPI_ACT: tl.constexpr = -1, ALPHA: tl.constexpr = 0.0, LIMIT: tl.constexpr = 0.0,
     PAIR_ADJACENT: tl.constexpr = False, SCALE_RUNS: tl.constexpr = False,
     SCALE_COLS: tl.constexpr = 0, E8M0_NORMAL: tl.constexpr = False,
-    E4M3_WORDS: tl.constexpr = False,
+    E4M3_WORDS: tl.constexpr = False, ZERO_SUMS: tl.constexpr = False,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -1224,7 +1257,7 @@ def moe_gemm_kernel(
             K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
             SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N, WT_K,
             NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, SCALE_BF16, E8M0_NORMAL,
-            E4M3_WORDS, BLOCK_M, BLOCK_N, BLOCK_K)
+            E4M3_WORDS, ZERO_SUMS, BLOCK_M, BLOCK_N, BLOCK_K)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)

@@ -228,7 +228,10 @@ class LayerStage:
 
     def magnitudes(self, gemm: int) -> torch.Tensor:
         """float64 [n, N]: sum over k of |a[row, k] * W[expert, col, k]| with the scales
-        applied (and |router weight| for GEMM2): what bounds any summation order's error."""
+        applied (and |router weight| for GEMM2): what bounds any summation order's error.
+        Int4 zero points without act order add 2 |zero - SYM_ZERO| * scale to each |W|: the
+        kernel may sum a (q - SYM_ZERO) s and subtract (zero - SYM_ZERO) s sum(a) instead
+        (gemm_kernel's ZERO_SUMS), terms that |q - zero| s alone does not bound."""
         from ..native import dequantize_expert
 
         a = self._dequantized_input(gemm)
@@ -251,13 +254,26 @@ class LayerStage:
             for e in torch.unique(self.ids).tolist():
                 rows = (self.ids == e).nonzero().flatten()
                 w = dequantize_expert(self.layer, p, e).to(torch.float64).abs()
-                out[rows] = a[rows_a[rows]].abs() @ w.T
+                out[rows] = a[rows_a[rows]].abs() @ (w + self._zero_share(p, e, w.shape[1])).T
         finally:
             for name, t in kept.items():
                 self.layer.put(name, t)
         if gemm == 2:
             out *= self.router.to(torch.float64).abs()[:, None]
         return out
+
+    def _zero_share(self, p: str, e: int, K: int) -> torch.Tensor | float:
+        """2 |zero - SYM_ZERO| * scale per weight [N, K] of expert e's linear `p` where it has
+        int4 zero points and no act order (`magnitudes`), else 0."""
+        layer = self.layer
+        if (not (layer.quant.packed and layer.has(f"{p}_zp")) or layer.has(f"{p}_g_idx")
+                or layer.meta["bits"] != 4):
+            return 0.0
+        sym = 1 << 3
+        z = layer.get(f"{p}_zp")[e].to(torch.float64)
+        s = layer.get(f"{p}_s")[e].to(torch.float64)
+        share = 2 * (z - sym).abs() * s.abs()  # [N, groups]
+        return share.repeat_interleave(layer.meta[f"{p}_group_cols"], 1)[:, :K]
 
     def _dequantized_input(self, gemm: int) -> torch.Tensor:
         """The GEMM's activation as the kernel's epilogue sees it, float64: codes times

@@ -69,6 +69,8 @@ BAD_ENVIRONMENT = [
     (configs.NIB_SPAN_ENV, "1", "expected 0 or a power of two"),
     ("MOECERT_TRITON_I4_PAIRS", "off", "expected 0 (the per-element int4 decode) or 1"),
     ("MOECERT_TRITON_E4M3_WORDS", "yes", "expected 0 (fp8 bytes) or 1 (16-bit words"),
+    ("MOECERT_TRITON_ZERO_SUMS", "on",
+     "expected 1 (zero points from the activation sums, the default) or 0"),
     ("MOECERT_TRITON_DEQUANT_ROWS", "-1", "expected rows per expert (an integer >= 0) or off"),
     ("MOECERT_TRITON_FP4_SCALE_WORDS", "yes",
      "expected 1 (plane scales in 32-bit words, the default) or 0"),
@@ -104,7 +106,8 @@ def test_every_variable_read_is_declared_with_its_check():
 
     assert set(READERS) == {memory.HOST_MEMORY_VARIABLE, checkpoint_cache.CACHE_VARIABLE,
                             configs.SPLIT_K_ENV, configs.NIB_SPAN_ENV, configs.I4_PAIRS_ENV,
-                            configs.E4M3_WORDS_ENV, configs.DEQUANT_ROWS_ENV,
+                            configs.E4M3_WORDS_ENV, configs.ZERO_SUMS_ENV,
+                            configs.DEQUANT_ROWS_ENV,
                             configs.FP4_SCALE_WORDS_ENV, configs.FP4_LEAN_ENV,
                             configs.FP4_CARRY_ENV,
                             configs.FP4_SCALE_BF16_ENV, configs.FUSED_ACT_ENV,
@@ -112,7 +115,7 @@ def test_every_variable_read_is_declared_with_its_check():
     check_environment({})
     check_environment({memory.HOST_MEMORY_VARIABLE: "24G", configs.SPLIT_K_ENV: "4",
                        configs.NIB_SPAN_ENV: "128", configs.I4_PAIRS_ENV: "0",
-                       configs.E4M3_WORDS_ENV: "0",
+                       configs.E4M3_WORDS_ENV: "0", configs.ZERO_SUMS_ENV: "0",
                        configs.DEQUANT_ROWS_ENV: "off", configs.FP4_SCALE_WORDS_ENV: "1",
                        configs.FP4_LEAN_ENV: "1", configs.FP4_CARRY_ENV: "1",
                        configs.FP4_SCALE_BF16_ENV: "1", configs.FUSED_ACT_ENV: "adjacent",

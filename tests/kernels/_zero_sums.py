@@ -1,0 +1,64 @@
+"""Shared by test_zero_sums.py (the interpreter) and test_zero_sums_cuda.py (compiled): an
+AWQ layer's two GEMMs with the zero points from the activation sums (gemm_kernel's ZERO_SUMS)
+and inside the decode (MOECERT_TRITON_ZERO_SUMS=0), on the same inputs. The kernel modules are
+imported inside the functions: each test module binds its own (interpreted or compiled)."""
+
+from __future__ import annotations
+
+# tile shapes the tuned files run AWQ in at decode sizes (16 x 128 swapped, split-K, 32 rows)
+TILES = {
+    "decode": {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
+               "FAST_I4": True},
+    "swapped": {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4,
+                "num_stages": 3, "SWAP_AB": True, "FAST_I4": True},
+    "split": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3,
+              "SPLIT_K": 4, "SWAP_AB": True, "FAST_I4": True},
+    "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4,
+               "num_stages": 3, "SWAP_AB": True, "FAST_I4": True},
+}
+
+
+def stage(monkeypatch, P, sums: str, device: str):
+    """The layer's two GEMMs on fixed inputs (tune_stages.LayerStage), its plan built with
+    MOECERT_TRITON_ZERO_SUMS=`sums`, int4 codes in nibble planes."""
+    from moecert.kernels.triton_moe import configs, tune_stages
+    from moecert.kernels.triton_moe.backend import TritonBackend
+    from moecert.reference import make_inputs, synthesize
+
+    monkeypatch.setenv(configs.NIB_SPAN_ENV, "128")
+    monkeypatch.setenv(configs.ZERO_SUMS_ENV, sums)
+    backend = TritonBackend()
+    layer = backend.create_layer(synthesize("awq-int4", P, seed=3, group_size=128).to(device),
+                                 P)
+    backend.process_weights_after_loading(layer)
+    x, w, ids = (t.to(device) for t in make_inputs(P, seed=4))
+    return tune_stages.LayerStage(layer, x, w, ids)
+
+
+def both(monkeypatch, P, tile: str, device: str) -> dict:
+    """{gemm: (ZERO_SUMS' output, the decode's output, the tuner's reorder bound)}; each
+    launch's ZERO_SUMS spied, so a run that took neither path fails here."""
+    from moecert.kernels.triton_moe import gemm_kernel, tune
+
+    kernel, seen = gemm_kernel.moe_gemm_kernel, []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                seen.append(kw["ZERO_SUMS"])
+                return kernel[grid](*args, **kw)
+            return launch
+    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
+    stages = {sums: stage(monkeypatch, P, sums, device) for sums in ("1", "0")}
+    out = {}
+    for gemm in (1, 2):
+        config = {**stages["1"].defaults[gemm - 1], **TILES[tile]}
+        got = {}
+        for sums, st in stages.items():
+            seen.clear()
+            got[sums] = st.run(gemm, config).clone()
+            assert seen and set(seen) == {sums == "1"}, seen
+        bound = tune.reorder_bound(got["0"], stages["1"].magnitudes(gemm),
+                                   stages["1"].shape(gemm)[1])
+        out[gemm] = (got["1"], got["0"], bound)
+    return out
