@@ -111,6 +111,10 @@
 #       (carry .bench/r12t-before) (~130 s)
 #   (`fold`, the MXFP8 fold candidate's phase, and round7's two fold benches ran on 2026-12-01:
 #   1.02-1.31x slower than the tiles on every row; the candidate was removed: git log.)
+#   tools/i44_tune_gpu.sh r13   round thirteen: AWQ's zero points from the activation sums
+#       (ZERO_SUMS): its CUDA tests and the planes' tests, then AWQ decode on the three layers
+#       with the sums / in the decode / with the sums again (gptq-int4 the control in the first),
+#       AWQ prefill on Mixtral-8x7B both ways, one process each (~330 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -737,6 +741,36 @@ r12() {  # round twelve: no 8-bit tensor on the way to a 16-bit dot (AWQ's zero 
     batch_end
 }
 
+r13() {  # round thirteen: ZERO_SUMS (written without a GPU) against MOECERT_TRITON_ZERO_SUMS=0
+    # in the same tree: the CUDA tests first, then decode and prefill, one process each
+    batch_begin i44r13 570
+    gpu_versions
+    local f
+    for f in tests/kernels/test_zero_sums_cuda.py tests/kernels/test_fp4_planes.py \
+             tests/kernels/test_int4_pairs.py; do
+        timeout 120 python -m pytest "$f" -q -p no:cacheprovider -rfE > "$work/$(basename "$f" .py).txt" 2>&1
+        stamp "$(basename "$f"): $(tail -n 1 "$work/$(basename "$f" .py).txt")" $?
+    done
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton --M 16,64)
+    timeout 100 $M "${B[@]}" --scheme awq-int4 --scheme gptq-int4 --results "$work/sums" \
+        --run-id sums > "$work/sums.txt" 2>&1
+    stamp sums $?
+    MOECERT_TRITON_ZERO_SUMS=0 timeout 70 $M "${B[@]}" --scheme awq-int4 --results "$work/decode" \
+        --run-id decode > "$work/decode.txt" 2>&1
+    stamp decode $?
+    timeout 70 $M "${B[@]}" --scheme awq-int4 --results "$work/sums2" --run-id sums2 \
+        > "$work/sums2.txt" 2>&1
+    stamp sums2 $?
+    P=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 20 --backend triton
+       --scheme awq-int4 --model mixtral-8x7b --M 1024,4096)
+    timeout 50 $M "${P[@]}" --results "$work/p-sums" --run-id p-sums > "$work/p-sums.txt" 2>&1
+    stamp p-sums $?
+    MOECERT_TRITON_ZERO_SUMS=0 timeout 50 $M "${P[@]}" --results "$work/p-decode" \
+        --run-id p-decode > "$work/p-decode.txt" 2>&1
+    stamp p-decode $?
+    batch_end
+}
+
 r12_tune() {  # round twelve, second call: W4A8's entries were tuned on the 8-bit operand
     # layout (its swapped tiles 404 SASS a step, unswapped 470; now 366 / 344): re-tuned at
     # M 16 / 64 on Qwen3-30B-A3B and Mixtral-8x7B into a copy (cfg/ in the tar), then the tree's
@@ -843,5 +877,6 @@ case "${1:-}" in
     r12-tune) r12_tune ;;
     r12-words) r12_words ;;
     r12-m1) r12_m1 ;;
+    r13) r13 ;;
     *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1" >&2; exit 2 ;;
 esac

@@ -1004,7 +1004,9 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
         else:
             word = tl.broadcast_to(word[None, :], part.shape)
             sums = tl.broadcast_to(a_sum[:, None], part.shape)
-        zc = (word & 0xF).to(tl.float32) - SYM_ZERO
+        # zero - SYM_ZERO without an int-to-float conversion: the 4 bits ORed into 2^23's
+        # mantissa spell 2^23 + zero exactly (`_int4_magic`'s trick in fp32)
+        zc = ((word & 0xF) | 0x4B000000).to(tl.float32, bitcast=True) - (8388608.0 + SYM_ZERO)
         sw = (word & ~0xF).to(tl.float32, bitcast=True)
         part = (part - zc * sums) * sw
     elif (WSCALE == _S_FLOAT or WSCALE == _S_E8M0) and not FP4_PLANES:
@@ -1020,7 +1022,7 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
 
 @triton.jit
 def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
-             K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE: tl.constexpr,
+             sum_rows, K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE: tl.constexpr,
              WEIGHT: tl.constexpr,
              WSCALE: tl.constexpr, ACT: tl.constexpr, HAS_ZERO: tl.constexpr,
              SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr, DOT: tl.constexpr,
@@ -1092,11 +1094,10 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 bq = tl.load(b_rows.to(tl.pointer_type(tl.uint16), bitcast=True) + kq[:, None])
             else:
                 bq = tl.load(b_rows + kq[:, None])
-            if ZERO_SUMS:  # the rows' activation sums over this tile (a_scale_ptr: the
-                # host's [rows, K / BLOCK_K] fp32); a tile at or past the range's end adds 0
-                sum_mask = row_mask if EVEN_K else row_mask & (k0 < k_hi)
-                a_sum = tl.load(a_scale_ptr + a_rows * stride_asm + k0 // BLOCK_K,
-                                mask=sum_mask, other=0.0)
+            if ZERO_SUMS and EVEN_K:  # the rows' activation sums over this tile
+                a_sum = tl.load(sum_rows + k0 // BLOCK_K)
+            elif ZERO_SUMS:  # a tile at or past the range's end adds 0
+                a_sum = tl.load(sum_rows + k0 // BLOCK_K, mask=k0 < k_hi, other=0.0)
             else:
                 a_sum = 0.0
             if ACC_DOT:  # no tile scale: the dot accumulates (the scale, if any, at the end)
@@ -1238,6 +1239,13 @@ def moe_gemm_kernel(
     s_rows = b_scale_ptr + expert * stride_se + s_index.to(tl.int64) * stride_sn
     z_rows = b_zero_ptr + expert * stride_ze + offs_bn * stride_zn
     g_row = g_idx_ptr + expert * stride_ge
+    if ZERO_SUMS:
+        # each row's activation sums per tile (the host's [rows, K / BLOCK_K] fp32, in the
+        # activation-scale slot); padding rows read a real row's, unmasked: never stored
+        sum_rows = a_scale_ptr + (tl.minimum(row_ids, num_rows - 1)
+                                  // A_ROW_DIV).to(tl.int64) * stride_asm
+    else:
+        sum_rows = a_scale_ptr
 
     # split-K workspace [splits, num_rows, N]: this tile's place in split 0 (c's rows)
     ws_tile = ws_ptr + row_ids.to(tl.int64)[:, None] * N + offs_n[None, :]
@@ -1254,9 +1262,9 @@ def moe_gemm_kernel(
     else:
         acc = _k_range(
             a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
-            K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT, HAS_ZERO,
-            SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N, WT_K,
-            NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, SCALE_BF16, E8M0_NORMAL,
+            sum_rows, K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT,
+            HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N,
+            WT_K, NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, SCALE_BF16, E8M0_NORMAL,
             E4M3_WORDS, ZERO_SUMS, BLOCK_M, BLOCK_N, BLOCK_K)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
