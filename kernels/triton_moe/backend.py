@@ -180,7 +180,8 @@ def describe(layer: MoELayer) -> str:
     words = ("; plane scales in words" if c["SCALE_WORDS"] else "") + (
         "; lean e2m1 step" if c["LEAN"] else "") + (
         "; sign-carrying e2m1 words" if c["CARRY"] else "") + (
-        "; block scales pre-decoded to bf16 at load" if c["SCALE_BF16"] else "")
+        "; block scales pre-decoded to bf16 at load" if c["SCALE_BF16"] else "") + (
+        "; zero points in the scale words" if plan["w13"]["zero_words"] is not None else "")
     fused = f"fused Triton MoE GEMM ({heuristics.weight_key(plan['w13'])}{words})"
     if plan["dense_bytes"] is None:
         return fused

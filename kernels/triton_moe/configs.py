@@ -39,7 +39,10 @@ came after the first files: a GEMM entry without them reads as 1, the one-launch
 with one tile per step in launch order. FUSED_ACT (gemm1 only; default true): the layer's
 activation in GEMM1's epilogue (gemm_kernel's EPI_ACT); false runs the activation kernel
 after GEMM1, where that was timed faster (docs/speed.md, "Round ten"); `moecert tune` times
-both for each bucket it writes (tune.fused_act_choice).
+both for each bucket it writes (tune.fused_act_choice). ZERO_SUMS (default true): int4 zero
+points in planes (AWQ) from the rows' activation sums (gemm_kernel's ZERO_SUMS) where the
+layer's scales can carry them; false takes them inside the decode; the tuner's climb tries
+both where they differ (round thirteen timed each faster on some layers).
 
 MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not, under the
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
@@ -103,15 +106,16 @@ CONFIG_DIR_ENV = "MOECERT_TRITON_CONFIG_DIR"
 # what each GEMM's entry holds, and the type of each value
 GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": int,
                "SWAP_AB": bool, "FAST_I4": bool, "SPLIT_K": int, "K_UNROLL": int,
-               "GROUP_M": int, "FUSED_ACT": bool}
+               "GROUP_M": int, "FUSED_ACT": bool, "ZERO_SUMS": bool}
 # the value of a field a config leaves out (a file may leave out only SPLIT_K, K_UNROLL,
-# GROUP_M and FUSED_ACT, younger than the files); flags absent are False but FUSED_ACT
+# GROUP_M, FUSED_ACT and ZERO_SUMS, younger than the files); flags absent are False but
+# FUSED_ACT and ZERO_SUMS
 FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 1,
-                  "GROUP_M": 1, "FUSED_ACT": True}
-OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M", "FUSED_ACT")
+                  "GROUP_M": 1, "FUSED_ACT": True, "ZERO_SUMS": True}
+OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M", "FUSED_ACT", "ZERO_SUMS")
 # written only where a config sets it (a file's entry, or the tuner's choice): absent, the
 # heuristics' tiles and older files read the default
-WRITTEN_IF_SET = ("FUSED_ACT",)
+WRITTEN_IF_SET = ("FUSED_ACT", "ZERO_SUMS")
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 I4_PAIRS_ENV = "MOECERT_TRITON_I4_PAIRS"

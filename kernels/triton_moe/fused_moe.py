@@ -79,9 +79,10 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     A 4-D bf16 `s` holds them decoded at load (`layout.scale_bf16`), times 2^`scale_fold`:
     NVFP4's fold where LEAN folds (bf16), else 0; checked against LEAN here, since the
     kernel reads the stored values as folded exactly when LEAN folds.
-    `zero_sums` (the layer's activations 16-bit): int4 zero points in planes join each tile's
-    product through the rows' activation sums, read from the scale words
-    (`zero_point_words`) where those can carry them (gemm_kernel's ZERO_SUMS)."""
+    `zero_sums` (the layer's activations 16-bit): int4 zero points in planes may join each
+    tile's product through the rows' activation sums, read from scale words that carry them
+    ("zero_words": `zero_point_words`, None where they cannot), where a launch's config asks
+    (`zero_sums_run`)."""
     assert not carry or (kind == W_FP4 and nib_span and compute == torch.bfloat16)
     assert q.is_contiguous() and q.dim() in (3, 5)
     wt_n, wt_k = q.shape[3:] if q.dim() == 5 else (0, 0)
@@ -100,7 +101,6 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     if (zero_sums and kind == W_INT4 and zp is not None and nib_span and g_idx is None
             and s is not None):
         words = zero_point_words(s, zp)
-        s = s if words is None else words
     k = 2 * (q.shape[2] * q.shape[4] if q.dim() == 5 else q.shape[2])
     if nib_span and not nib_span_fits(kind, k, scale_cols, g_idx is not None, nib_span,
                                       scale_kind):
@@ -139,10 +139,11 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                        "CARRY": carry,
                        # issue 44's fourth: the scales decoded into bf16 at load
                        "SCALE_BF16": scale_bf16,
-                       # issue 44's thirteenth: zero points from the activation sums
-                       "ZERO_SUMS": words is not None,
                        "COMPUTE": _COMPUTE[compute]},
         "scale_fold": scale_fold if scale_bf16 else 0,
+        # issue 44's thirteenth: scale words that carry the zero points, in the scales'
+        # strides (`zero_sums_run`)
+        "zero_words": words,
     }
 
 
@@ -210,6 +211,14 @@ def e4m3_words(weights: dict, act: int, acc_dot: bool, device: torch.device) -> 
             and weights["dot"] == DOT_NATIVE and not acc_dot and e4m3_cvt_runs_on(device))
 
 
+def zero_sums_run(weights: dict, act: int, config: dict) -> bool:
+    """gemm_kernel's ZERO_SUMS for a launch: the layer's scale words carry its zero points
+    (describe_weights' "zero_words"), 16-bit activations, and the config's ZERO_SUMS (absent:
+    configs.FIELD_DEFAULTS)."""
+    return (weights.get("zero_words") is not None and act == A16
+            and bool(config.get("ZERO_SUMS", configs.FIELD_DEFAULTS["ZERO_SUMS"])))
+
+
 def zero_point_words(s: torch.Tensor, zp: torch.Tensor) -> torch.Tensor | None:
     """gemm_kernel's ZERO_SUMS scale words: int32 [E, N, groups], the fp32 scale's bits with
     the zero point (0..15) in their 4 low mantissa bits, which a scale read from a 16-bit
@@ -223,7 +232,9 @@ def zero_point_words(s: torch.Tensor, zp: torch.Tensor) -> torch.Tensor | None:
     bits = s.view(torch.int32)
     if int((bits & 0xF).amax()) != 0 or int(zp.amax()) > 0xF:
         return None
-    return bits | zp.to(torch.int32)
+    words = torch.empty_like(bits)  # the scales' strides: a launch reads either alike
+    torch.bitwise_or(bits, zp.to(torch.int32), out=words)
+    return words
 
 
 def activation_sums(a: torch.Tensor, block_k: int) -> torch.Tensor:
@@ -354,9 +365,13 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
         fast_i4 = (I4_PAIRS if act == A16 and weights["dot"] == DOT_NATIVE
                    and int4_pairs_run_on(c.device) else I4_OFF)
     acc_dot = acc_dot_applies(weights, act, K)
-    if c16["ZERO_SUMS"]:  # in the activation-scale slot, which 16-bit activations leave free
-        assert act == A16 and a_scale is None
+    args = weights["args"]
+    sums = zero_sums_run(weights, act, config)
+    if sums:  # in the activation-scale slot, which 16-bit activations leave free; the scale
+        # words in the scales'
+        assert a_scale is None and weights["zero_words"].stride() == args[1].stride()
         a_scale = activation_sums(a, bk)
+        args = (args[0], weights["zero_words"], *args[2:])
     constexprs = weights["constexprs"]
     # the CARRY candidate's NVFP4 scales by the hardware e4m3 conversion (sm89+)
     e4m3_cvt = (constexprs["CARRY"] and constexprs["WSCALE"] == S_E4M3
@@ -372,7 +387,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     def launch(grid, phase):
         gemm_kernel.moe_gemm_kernel[grid](
             a, a_scale if a_scale is not None else a, a_gscale if a_gscale is not None else a,
-            *weights["args"],
+            *args,
             c, sorted_ids, block_expert, num_padded, router if router is not None else c, ws,
             N, K, num_rows, weights["scale_rows"], scale_cols, weights["gscale_rows"],
             splits, k_split,
@@ -391,7 +406,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             SCALE_RUNS=scale_runs(weights, config["BLOCK_N"], activation, pairs),
             SCALE_COLS=scale_cols_constexpr(scale_cols, K),
             E8M0_NORMAL=weights["e8m0_normal"] and constexprs["WSCALE"] == S_E8M0,
-            E4M3_WORDS=e4m3_words(weights, act, acc_dot, c.device),
+            E4M3_WORDS=e4m3_words(weights, act, acc_dot, c.device), ZERO_SUMS=sums,
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **constexprs,
         )

@@ -16,7 +16,8 @@ Prior knowledge (pick_config's docstring, H100) prunes the grid: the default's B
 32, 64 or 128 too when an expert gets half that many rows on average, SWAP_AB only with
 <= 16 rows per expert, GROUP_M > 1 only at prefill sizes (issue 34's sweep on an H200:
 GROUP_M 8 ran Mixtral-8x7B's prefill tiles 0.92-1.24x as fast, a per-layer choice),
-FAST_I4 always on (the kernel uses it only where it applies),
+FAST_I4 always on (the kernel uses it only where it applies), ZERO_SUMS both ways only where a
+GEMM's weights carry their zero points in their scale words (AWQ in planes),
 SPLIT_K > 1 only for a GEMM whose default grid has fewer programs than SMALL_GRID_WAVES x
 the device's SMs (too few to keep the GPU's memory system busy; more split the work and add
 a workspace round trip for nothing).
@@ -57,6 +58,7 @@ Timer = Callable[[Callable[[], object], dict], float]
 GRID = {"BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256), "num_warps": (4, 8),
         "num_stages": (2, 3, 4), "SWAP_AB": (False, True), "SPLIT_K": (1, 2, 4, 8),
         "K_UNROLL": (1, 2, 4), "GROUP_M": (1, 4, 8, 16)}
+ZERO_SUMS_CHOICES = (False, True)  # where a GEMM's weights have both (`_gemm_grid`)
 SMALL_GRID_WAVES = 2  # SPLIT_K is tried when a GEMM has fewer programs than this x SMs
 MAX_ROUNDS = 4
 WIDER_BLOCK_MS = (32, 64, 128)  # tried beside the default's (block_ms)
@@ -445,6 +447,12 @@ def settle(options: dict, spans: tuple[int, int], defaults: tuple[dict, dict],
 
 
 def _gemm_grid(stage, gemm: int, start: dict, grid: dict, sm_count: int | None) -> dict:
+    from . import fused_moe
+
+    if fused_moe.zero_sums_run(stage.weights(gemm, start), stage.act, {"ZERO_SUMS": True}):
+        # the zero points from the activation sums, or inside the decode: each timed faster
+        # on some layers (docs/speed.md, round thirteen), a choice per GEMM and bucket
+        grid = {**grid, "ZERO_SUMS": ZERO_SUMS_CHOICES}
     if len(grid.get("SPLIT_K", (1,))) == 1:  # nothing to prune (and no grid to count)
         return grid
     return split_k_grid(grid, stage.programs(gemm, start), sm_count)

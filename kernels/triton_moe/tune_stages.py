@@ -207,9 +207,9 @@ class LayerStage:
 
     def effective(self, gemm: int, config: dict) -> tuple:
         """The configuration as the kernel will run it (BLOCK_K clamped to the scale block,
-        SPLIT_K to the splits K has room for, FAST_I4 and SWAP_AB as booleans): two configs
-        equal here run the same launches."""
-        from . import heuristics
+        SPLIT_K to the splits K has room for, FAST_I4 and SWAP_AB as booleans, ZERO_SUMS as it
+        runs: `fused_moe.zero_sums_run`): two configs equal here run the same launches."""
+        from . import fused_moe, heuristics
 
         K = self.shape(gemm)[1]
         w = self.weights(gemm, config)
@@ -218,7 +218,8 @@ class LayerStage:
         return (config["BLOCK_M"], config["BLOCK_N"], bk, config["num_warps"],
                 config["num_stages"], bool(config.get("SWAP_AB")),
                 bool(config.get("FAST_I4")), splits, config.get("K_UNROLL", 1),
-                w["constexprs"]["NIB_SPAN"], config.get("GROUP_M", 1))
+                w["constexprs"]["NIB_SPAN"], config.get("GROUP_M", 1),
+                fused_moe.zero_sums_run(w, self.act, config))
 
     def programs(self, gemm: int, config: dict) -> int:
         """The GEMM's grid for these rows: row blocks that hold rows x column blocks."""

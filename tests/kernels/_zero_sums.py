@@ -18,26 +18,28 @@ TILES = {
 }
 
 
-def stage(monkeypatch, P, sums: str, device: str):
-    """The layer's two GEMMs on fixed inputs (tune_stages.LayerStage), its plan built with
-    MOECERT_TRITON_ZERO_SUMS=`sums`, int4 codes in nibble planes."""
+def stage(monkeypatch, P, device: str):
+    """The layer's two GEMMs on fixed inputs (tune_stages.LayerStage), int4 codes in nibble
+    planes, its scale words carrying the zero points."""
     from moecert.kernels.triton_moe import configs, tune_stages
     from moecert.kernels.triton_moe.backend import TritonBackend
     from moecert.reference import make_inputs, synthesize
 
     monkeypatch.setenv(configs.NIB_SPAN_ENV, "128")
-    monkeypatch.setenv(configs.ZERO_SUMS_ENV, sums)
     backend = TritonBackend()
     layer = backend.create_layer(synthesize("awq-int4", P, seed=3, group_size=128).to(device),
                                  P)
     backend.process_weights_after_loading(layer)
     x, w, ids = (t.to(device) for t in make_inputs(P, seed=4))
-    return tune_stages.LayerStage(layer, x, w, ids)
+    st = tune_stages.LayerStage(layer, x, w, ids)
+    assert all(st.weights(g, {})["zero_words"] is not None for g in (1, 2))
+    return st
 
 
 def both(monkeypatch, P, tile: str, device: str) -> dict:
-    """{gemm: (ZERO_SUMS' output, the decode's output, the tuner's reorder bound)}; each
-    launch's ZERO_SUMS spied, so a run that took neither path fails here."""
+    """{gemm: (ZERO_SUMS' output, the decode's output, the tuner's reorder bound)}: the tile
+    with its config's ZERO_SUMS on and off; each launch's ZERO_SUMS spied, so a run that took
+    neither path fails here."""
     from moecert.kernels.triton_moe import gemm_kernel, tune
 
     kernel, seen = gemm_kernel.moe_gemm_kernel, []
@@ -49,16 +51,15 @@ def both(monkeypatch, P, tile: str, device: str) -> dict:
                 return kernel[grid](*args, **kw)
             return launch
     monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
-    stages = {sums: stage(monkeypatch, P, sums, device) for sums in ("1", "0")}
+    st = stage(monkeypatch, P, device)
     out = {}
     for gemm in (1, 2):
-        config = {**stages["1"].defaults[gemm - 1], **TILES[tile]}
         got = {}
-        for sums, st in stages.items():
+        for sums in (True, False):
             seen.clear()
+            config = {**st.defaults[gemm - 1], **TILES[tile], "ZERO_SUMS": sums}
             got[sums] = st.run(gemm, config).clone()
-            assert seen and set(seen) == {sums == "1"}, seen
-        bound = tune.reorder_bound(got["0"], stages["1"].magnitudes(gemm),
-                                   stages["1"].shape(gemm)[1])
-        out[gemm] = (got["1"], got["0"], bound)
+            assert seen and set(seen) == {sums}, seen
+        bound = tune.reorder_bound(got[False], st.magnitudes(gemm), st.shape(gemm)[1])
+        out[gemm] = (got[True], got[False], bound)
     return out

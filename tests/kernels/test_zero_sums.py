@@ -83,15 +83,20 @@ def test_zero_sums_only_for_int4_planes_with_zero_points_and_16_bit_activations(
     b = TritonBackend()
     layer = b.create_layer(synthesize(scheme, P, seed=5, **attrs), P)
     b.process_weights_after_loading(layer)
+    act = backend.activation_kind(layer.quant)
     for p in ("w13", "w2"):
         w = backend._weights(layer, p)
-        assert w["constexprs"]["ZERO_SUMS"] is want
-        assert (w["args"][1].dtype == torch.int32) is want  # the scale words in the scales' slot
+        assert (w["zero_words"] is not None) is want
+        if want:  # the scale words in the scales' strides
+            assert w["zero_words"].stride() == w["args"][1].stride()
+        for config, runs in (({}, want), ({"ZERO_SUMS": True}, want),
+                             ({"ZERO_SUMS": False}, False)):
+            assert fused_moe.zero_sums_run(w, act, config) is runs
         monkeypatch.setenv(configs.ZERO_SUMS_ENV, "0")
-        assert backend._weights(layer, p)["constexprs"]["ZERO_SUMS"] is False
+        assert backend._weights(layer, p)["zero_words"] is None
         monkeypatch.delenv(configs.ZERO_SUMS_ENV)
-        assert backend._weights(layer, p, nib_span=0)["constexprs"]["ZERO_SUMS"] is False
-    assert kinds.A16 == backend.activation_kind(layer.quant) or not want
+        assert backend._weights(layer, p, nib_span=0)["zero_words"] is None
+    assert act == kinds.A16 or not want
 
 
 def test_the_variable_refuses_other_values():

@@ -129,6 +129,33 @@ def test_tuning_times_gemm1s_fused_activation_per_bucket(triton_runs_here, fused
         assert c1["FUSED_ACT"] is (fused_cost < 0) and "FUSED_ACT" not in c2
 
 
+@pytest.mark.parametrize("sums_cost", [-5.0, 5.0], ids=["sums-faster", "decode-faster"])
+def test_tuning_chooses_awqs_zero_points_from_the_sums_or_the_decode(triton_runs_here,
+                                                                     sums_cost):
+    """AWQ in planes: the climb tries ZERO_SUMS both ways (a per-GEMM choice, round thirteen)
+    and writes false where the zero points inside the decode timed faster; the field stays
+    out where the default (on) won, and out of a layer without zero points (gptq)."""
+    def timer(run, config):
+        run()
+        sums = config.get("ZERO_SUMS", configs.FIELD_DEFAULTS["ZERO_SUMS"])
+        planes = config.get("NIB_SPAN", 0) == 128
+        return 10.0 + (0.0 if planes else 50.0) + (sums_cost if sums else 0.0)
+
+    shape = ModelShape(E=4, K=128, N=128, topk=2)
+    grid = {"BLOCK_N": (64,), "BLOCK_K": (128,), "num_warps": (4,), "num_stages": (1,)}
+    for scheme in ("awq-int4", "gptq-int4"):
+        table, _, spans, _ = tune_command.run_tuning(
+            {"tiny": shape}, [scheme], [8], DEVICE, timer, grid=grid, group_size=128,
+            log=lambda *a: None, routings=1)
+        ((key, buckets),) = table.items()
+        assert spans[key] == {"w13": 128, "w2": 128}
+        for gemm in buckets[16]:
+            if scheme == "awq-int4" and sums_cost > 0:
+                assert gemm["ZERO_SUMS"] is False
+            else:
+                assert "ZERO_SUMS" not in gemm
+
+
 @pytest.mark.parametrize("scheme", ["gptq-int4", "w4a8-int8"])
 @pytest.mark.parametrize("prefer", [128, 0], ids=["planes-faster", "adjacent-faster"])
 def test_tuning_picks_a_nibble_order_and_the_backend_stores_its_weights_so(
