@@ -115,6 +115,9 @@
 #       (ZERO_SUMS): its CUDA tests and the planes' tests, then AWQ decode on the three layers
 #       with the sums / in the decode / with the sums again (gptq-int4 the control in the first),
 #       AWQ prefill on Mixtral-8x7B both ways, one process each (~330 s)
+#   tools/i44_tune_gpu.sh r13-tune   AWQ re-tuned with ZERO_SUMS a per-GEMM choice (Qwen3 and
+#       Mixtral at M 16 / 64) and W4A8 on DeepSeek-V3 (its entries predate its codes in bf16),
+#       into a copy, then the tree's files against it (~480 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -771,6 +774,22 @@ r13() {  # round thirteen: ZERO_SUMS (written without a GPU) against MOECERT_TRI
     batch_end
 }
 
+r13_tune() {  # round thirteen, second call: the tuner chooses ZERO_SUMS per GEMM and bucket
+    # (r13 timed the sums slower on Qwen3 and Mixtral M 64 with the old tiles, faster on
+    # DeepSeek-V3 and Mixtral M 16); W4A8 on DeepSeek-V3 re-tuned; into a copy (cfg/ in the
+    # tar), then the tree's files against the copy, one process each
+    batch_begin i44r13t 565
+    gpu_versions
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" r13 "90 --model qwen3-30b-a3b --scheme awq-int4 --max-seconds 30" \
+        "150 --model mixtral-8x7b --scheme awq-int4 --max-seconds 55" \
+        "190 --model deepseek-v3 --scheme w4a8-int8 --max-seconds 60"
+    B=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
+       --scheme awq-int4 --scheme w4a8-int8)
+    tree_and_copy "$C" "${B[@]}"
+    batch_end
+}
+
 r12_tune() {  # round twelve, second call: W4A8's entries were tuned on the 8-bit operand
     # layout (its swapped tiles 404 SASS a step, unswapped 470; now 366 / 344): re-tuned at
     # M 16 / 64 on Qwen3-30B-A3B and Mixtral-8x7B into a copy (cfg/ in the tar), then the tree's
@@ -878,5 +897,6 @@ case "${1:-}" in
     r12-words) r12_words ;;
     r12-m1) r12_m1 ;;
     r13) r13 ;;
+    r13-tune) r13_tune ;;
     *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1" >&2; exit 2 ;;
 esac
