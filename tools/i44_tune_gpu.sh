@@ -118,6 +118,10 @@
 #   tools/i44_tune_gpu.sh r13-tune   AWQ re-tuned with ZERO_SUMS a per-GEMM choice (Qwen3 and
 #       Mixtral at M 16 / 64) and W4A8 on DeepSeek-V3 (its entries predate its codes in bf16),
 #       into a copy, then the tree's files against it (~480 s)
+#   tools/i44_tune_gpu.sh table-r13   ZERO_SUMS' CUDA test and the `ci` suite's AWQ cases on
+#       cuda with every int4 linear in planes (MOECERT_TRITON_NIB_SPAN=128: the sums path), then
+#       the decode table with the peers (carry .vllm's library and tk), then the lookups
+#       r13-tune's entries moved against .bench/r13-before (carried) (~420 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -774,6 +778,38 @@ r13() {  # round thirteen: ZERO_SUMS (written without a GPU) against MOECERT_TRI
     batch_end
 }
 
+table_r13() {  # round thirteen's correctness on cuda beside gpu_ci (the ci suite's small AWQ
+    # layers are stored in planes only when forced), then the issue's table
+    batch_begin i44table13 540
+    gpu_versions
+    timeout 100 python -m pytest tests/kernels/test_zero_sums_cuda.py -q -p no:cacheprovider \
+        -rfE > "$work/zero-sums-cuda.txt" 2>&1
+    stamp "zero sums cuda test: $(tail -n 1 "$work/zero-sums-cuda.txt")" $?
+    MOECERT_TRITON_NIB_SPAN=128 timeout 120 $M run --suite ci --device cuda --backend triton \
+        --scheme awq-int4 -n auto --results "$work/ci-awq-planes" > "$work/ci-awq-planes.txt" 2>&1
+    stamp "ci awq planes: $(grep -E '^(green|not green)' "$work/ci-awq-planes.txt" | tail -1)" $?
+    table_rows 110 150
+    # the lookups r13-tune's entries moved and no bench timed (tools/lookup_snapshot.py):
+    # Mixtral AWQ at M 1 / 8 / 32 / 128, DeepSeek-V3 W4A8 at M 1 / 4, against the files before
+    # them (.bench/r13-before, carried), one process each
+    local E=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton)
+    timeout 40 $M "${E[@]}" --model mixtral-8x7b --scheme awq-int4 --M 1,8,32,128 \
+        --results "$work/e-tree" --run-id e-tree > "$work/e-tree.txt" 2>&1
+    stamp e-tree $?
+    MOECERT_TRITON_CONFIG_DIR=$PWD/.bench/r13-before timeout 40 $M "${E[@]}" --model mixtral-8x7b \
+        --scheme awq-int4 --M 1,8,32,128 --results "$work/e-before" --run-id e-before \
+        > "$work/e-before.txt" 2>&1
+    stamp e-before $?
+    timeout 40 $M "${E[@]}" --model deepseek-v3 --scheme w4a8-int8 --M 1,4 \
+        --results "$work/d-tree" --run-id d-tree > "$work/d-tree.txt" 2>&1
+    stamp d-tree $?
+    MOECERT_TRITON_CONFIG_DIR=$PWD/.bench/r13-before timeout 40 $M "${E[@]}" --model deepseek-v3 \
+        --scheme w4a8-int8 --M 1,4 --results "$work/d-before" --run-id d-before \
+        > "$work/d-before.txt" 2>&1
+    stamp d-before $?
+    batch_end
+}
+
 r13_tune() {  # round thirteen, second call: the tuner chooses ZERO_SUMS per GEMM and bucket
     # (r13 timed the sums slower on Qwen3 and Mixtral M 64 with the old tiles, faster on
     # DeepSeek-V3 and Mixtral M 16); W4A8 on DeepSeek-V3 re-tuned; into a copy (cfg/ in the
@@ -898,5 +934,6 @@ case "${1:-}" in
     r12-m1) r12_m1 ;;
     r13) r13 ;;
     r13-tune) r13_tune ;;
+    table-r13) table_r13 ;;
     *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1" >&2; exit 2 ;;
 esac

@@ -58,7 +58,6 @@ Timer = Callable[[Callable[[], object], dict], float]
 GRID = {"BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256), "num_warps": (4, 8),
         "num_stages": (2, 3, 4), "SWAP_AB": (False, True), "SPLIT_K": (1, 2, 4, 8),
         "K_UNROLL": (1, 2, 4), "GROUP_M": (1, 4, 8, 16)}
-ZERO_SUMS_CHOICES = (False, True)  # where a GEMM's weights have both (`_gemm_grid`)
 SMALL_GRID_WAVES = 2  # SPLIT_K is tried when a GEMM has fewer programs than this x SMs
 MAX_ROUNDS = 4
 WIDER_BLOCK_MS = (32, 64, 128)  # tried beside the default's (block_ms)
@@ -447,12 +446,7 @@ def settle(options: dict, spans: tuple[int, int], defaults: tuple[dict, dict],
 
 
 def _gemm_grid(stage, gemm: int, start: dict, grid: dict, sm_count: int | None) -> dict:
-    from . import fused_moe
-
-    if fused_moe.zero_sums_run(stage.weights(gemm, start), stage.act, {"ZERO_SUMS": True}):
-        # the zero points from the activation sums, or inside the decode: each timed faster
-        # on some layers (docs/speed.md, round thirteen), a choice per GEMM and bucket
-        grid = {**grid, "ZERO_SUMS": ZERO_SUMS_CHOICES}
+    grid = {**grid, **stage.weight_choices(gemm, start)}
     if len(grid.get("SPLIT_K", (1,))) == 1:  # nothing to prune (and no grid to count)
         return grid
     return split_k_grid(grid, stage.programs(gemm, start), sm_count)

@@ -221,6 +221,17 @@ class LayerStage:
                 w["constexprs"]["NIB_SPAN"], config.get("GROUP_M", 1),
                 fused_moe.zero_sums_run(w, self.act, config))
 
+    def weight_choices(self, gemm: int, config: dict) -> dict:
+        """Grid fields of the GEMM's weights under `config` (its nibble order): ZERO_SUMS both
+        ways where its scale words carry the zero points (the zero points from the activation
+        sums or inside the decode: each timed faster on some layers, docs/speed.md round
+        thirteen)."""
+        from . import fused_moe
+
+        w = self.weights(gemm, config)
+        return ({"ZERO_SUMS": (False, True)}
+                if fused_moe.zero_sums_run(w, self.act, {"ZERO_SUMS": True}) else {})
+
     def programs(self, gemm: int, config: dict) -> int:
         """The GEMM's grid for these rows: row blocks that hold rows x column blocks."""
         _, _, num_padded = self.aligned(config["BLOCK_M"])

@@ -608,6 +608,9 @@ class FakeStage:
     def effective(self, g, config):
         return tuple(sorted(config.items()))
 
+    def weight_choices(self, g, config):
+        return {}
+
 
 def fake_timer(prefer: dict):
     """Each config field with the preferred value takes 10 us off 100 us; the call runs."""
