@@ -179,6 +179,18 @@ tune_into() {  # tune_into DIR TAG STEP...: STEP is "LIMIT_S MOECERT_TUNE_ARGS..
     done
 }
 
+tune_copy_compare() {  # tune_copy_compare BATCH TAG STEP...: (B, the bench's arguments, set by
+    # the caller) the steps tuned into a copy of the tree's configs (cfg/ in the tar), then the
+    # bench with the tree's files and with the copy, one process each
+    local batch=$1 tag=$2; shift 2
+    batch_begin "$batch" 565
+    gpu_versions
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" "$tag" "$@"
+    tree_and_copy "$C" "${B[@]}"
+    batch_end
+}
+
 tune() {  # tune NAME STEP...: into the tree's own configs, h200.json copied to the results
     batch_begin "i44t-$1" 560; shift
     gpu_versions
@@ -585,15 +597,10 @@ tune_m64() {  # round ten: W4A8 and AWQ on Mixtral-8x7B at M 64 (31 / 48% of the
     # earlier searches cut before the tuner timed every start first) into a copy of the
     # tree's configs (back in the tar as cfg/), then M 16 / 64 with the tree's files and with
     # the copy, one process each (~470 s)
-    batch_begin i44m64 565
-    gpu_versions
-    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
-    tune_into "$C" m64 "170 --model mixtral-8x7b --scheme w4a8-int8 --M 64 --max-seconds 110" \
-        "170 --model mixtral-8x7b --scheme awq-int4 --M 64 --max-seconds 110"
     B=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
        --scheme w4a8-int8 --scheme awq-int4 --model mixtral-8x7b)
-    tree_and_copy "$C" "${B[@]}"
-    batch_end
+    tune_copy_compare i44m64 m64 "170 --model mixtral-8x7b --scheme w4a8-int8 --M 64 --max-seconds 110" \
+        "170 --model mixtral-8x7b --scheme awq-int4 --M 64 --max-seconds 110"
 }
 
 m64_edges() {  # the sizes tune-m64's new entries also answer (W4A8 Mixtral M 32-4096, AWQ M 32 /
@@ -814,31 +821,21 @@ r13_tune() {  # round thirteen, second call: the tuner chooses ZERO_SUMS per GEM
     # (r13 timed the sums slower on Qwen3 and Mixtral M 64 with the old tiles, faster on
     # DeepSeek-V3 and Mixtral M 16); W4A8 on DeepSeek-V3 re-tuned; into a copy (cfg/ in the
     # tar), then the tree's files against the copy, one process each
-    batch_begin i44r13t 565
-    gpu_versions
-    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
-    tune_into "$C" r13 "90 --model qwen3-30b-a3b --scheme awq-int4 --max-seconds 30" \
-        "150 --model mixtral-8x7b --scheme awq-int4 --max-seconds 55" \
-        "190 --model deepseek-v3 --scheme w4a8-int8 --max-seconds 60"
     B=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
        --scheme awq-int4 --scheme w4a8-int8)
-    tree_and_copy "$C" "${B[@]}"
-    batch_end
+    tune_copy_compare i44r13t r13 "90 --model qwen3-30b-a3b --scheme awq-int4 --max-seconds 30" \
+        "150 --model mixtral-8x7b --scheme awq-int4 --max-seconds 55" \
+        "190 --model deepseek-v3 --scheme w4a8-int8 --max-seconds 60"
 }
 
 r12_tune() {  # round twelve, second call: W4A8's entries were tuned on the 8-bit operand
     # layout (its swapped tiles 404 SASS a step, unswapped 470; now 366 / 344): re-tuned at
     # M 16 / 64 on Qwen3-30B-A3B and Mixtral-8x7B into a copy (cfg/ in the tar), then the tree's
     # files against the copy, one process each (~420 s)
-    batch_begin i44r12t 565
-    gpu_versions
-    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
-    tune_into "$C" w4a8 "140 --model qwen3-30b-a3b --scheme w4a8-int8 --max-seconds 50" \
-        "220 --model mixtral-8x7b --scheme w4a8-int8 --max-seconds 80"
     B=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16,64 --backend triton
        --scheme w4a8-int8 --model qwen3-30b-a3b --model mixtral-8x7b)
-    tree_and_copy "$C" "${B[@]}"
-    batch_end
+    tune_copy_compare i44r12t w4a8 "140 --model qwen3-30b-a3b --scheme w4a8-int8 --max-seconds 50" \
+        "220 --model mixtral-8x7b --scheme w4a8-int8 --max-seconds 80"
 }
 
 r12_words() {  # round twelve, third call: MXFP8's weights as 16-bit words (E4M3_WORDS, written

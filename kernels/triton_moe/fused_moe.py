@@ -367,8 +367,8 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     acc_dot = acc_dot_applies(weights, act, K)
     args = weights["args"]
     sums = zero_sums_run(weights, act, config)
-    if sums:  # in the activation-scale slot, which 16-bit activations leave free; the scale
-        # words in the scales'
+    if sums:  # the sums in the activation-scale slot (16-bit activations leave it free),
+        # the scale words in the scales' slot
         assert a_scale is None and weights["zero_words"].stride() == args[1].stride()
         a_scale = activation_sums(a, bk)
         args = (args[0], weights["zero_words"], *args[2:])

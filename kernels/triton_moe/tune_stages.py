@@ -281,7 +281,7 @@ class LayerStage:
         if (not (layer.quant.packed and layer.has(f"{p}_zp")) or layer.has(f"{p}_g_idx")
                 or layer.meta["bits"] != 4):
             return 0.0
-        sym = 1 << 3
+        sym = 8  # int4's SYM_ZERO
         z = layer.get(f"{p}_zp")[e].to(torch.float64)
         s = layer.get(f"{p}_s")[e].to(torch.float64)
         share = 2 * (z - sym).abs() * s.abs()  # [N, groups]

@@ -5,6 +5,8 @@ imported inside the functions: each test module binds its own (interpreted or co
 
 from __future__ import annotations
 
+import torch
+
 # tile shapes the tuned files run AWQ in at decode sizes (16 x 128 swapped, split-K, 32 rows)
 TILES = {
     "decode": {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4,
@@ -63,3 +65,23 @@ def both(monkeypatch, P, tile: str, device: str) -> dict:
         bound = tune.reorder_bound(got[False], st.magnitudes(gemm), st.shape(gemm)[1])
         out[gemm] = (got[True], got[False], bound)
     return out
+
+
+def assert_agree(monkeypatch, P, tile: str, device: str) -> None:
+    """Both GEMMs' sums path within the reorder bound of the decode path, non-trivially."""
+    from moecert.kernels.triton_moe import tune
+
+    for gemm, (sums, decode, bound) in both(monkeypatch, P, tile, device).items():
+        assert torch.isfinite(sums).all() and sums.abs().max() > 0
+        assert tune.disagreement(sums, decode, bound) is None, (gemm, tile)
+
+
+def assert_doubled_sums_caught(monkeypatch, P, tile: str, device: str) -> None:
+    """The comparison of `assert_agree` can fail: each row's activation sums doubled
+    (`fused_moe.activation_sums` planted) move both GEMMs past the bound."""
+    from moecert.kernels.triton_moe import fused_moe, tune
+
+    real = fused_moe.activation_sums
+    monkeypatch.setattr(fused_moe, "activation_sums", lambda a, block_k: 2 * real(a, block_k))
+    for gemm, (sums, decode, bound) in both(monkeypatch, P, tile, device).items():
+        assert tune.disagreement(sums, decode, bound) is not None, gemm

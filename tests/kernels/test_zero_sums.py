@@ -15,8 +15,8 @@ from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
 
-from _zero_sums import both  # noqa: E402
-from moecert.kernels.triton_moe import configs, fused_moe, kinds, tune  # noqa: E402
+from _zero_sums import assert_agree, assert_doubled_sums_caught  # noqa: E402
+from moecert.kernels.triton_moe import configs, fused_moe, kinds  # noqa: E402
 from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
 from moecert.reference import MoEProblem, synthesize  # noqa: E402
 
@@ -26,20 +26,15 @@ pytestmark = pytest.mark.usefixtures("interpreted")
 @pytest.mark.parametrize("tile", ["decode", "split"])  # (the interpreter: minutes for more)
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_zero_sums_give_the_decodes_sum(monkeypatch, dtype, tile):
-    P = MoEProblem(M=24, K=512, N=384, E=4, topk=2, dtype=dtype)
-    for gemm, (sums, decode, bound) in both(monkeypatch, P, tile, "cpu").items():
-        assert torch.isfinite(sums).all() and sums.abs().max() > 0
-        assert tune.disagreement(sums, decode, bound) is None, (gemm, tile)
+    assert_agree(monkeypatch, MoEProblem(M=24, K=512, N=384, E=4, topk=2, dtype=dtype), tile,
+                 "cpu")
 
 
 def test_a_wrong_activation_sum_is_caught(monkeypatch):
     """The comparison above can fail: each row's activation sums doubled move GEMM1 and GEMM2
     past the bound."""
-    real = fused_moe.activation_sums
-    monkeypatch.setattr(fused_moe, "activation_sums", lambda a, block_k: 2 * real(a, block_k))
-    P = MoEProblem(M=8, K=256, N=256, E=4, topk=2)
-    for gemm, (sums, decode, bound) in both(monkeypatch, P, "decode", "cpu").items():
-        assert tune.disagreement(sums, decode, bound) is not None, gemm
+    assert_doubled_sums_caught(monkeypatch, MoEProblem(M=8, K=256, N=256, E=4, topk=2),
+                               "decode", "cpu")
 
 
 def test_zero_point_words_carry_both_exactly():

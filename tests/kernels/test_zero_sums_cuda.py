@@ -10,7 +10,7 @@ import os
 
 import pytest
 import torch
-from _zero_sums import TILES, both
+from _zero_sums import TILES, assert_agree, assert_doubled_sums_caught
 
 
 def _sm80() -> bool:
@@ -24,23 +24,17 @@ pytestmark = pytest.mark.skipif(not _sm80(), reason="needs a CUDA sm80+ GPU, com
 @pytest.mark.parametrize("tile", sorted(TILES))
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_zero_sums_give_the_decodes_sum(monkeypatch, dtype, tile):
-    from moecert.kernels.triton_moe import fused_moe, tune
+    from moecert.kernels.triton_moe import fused_moe
     from moecert.reference import MoEProblem
 
-    P = MoEProblem(M=40, K=1024, N=768, E=4, topk=2, dtype=dtype)
-    for gemm, (sums, decode, bound) in both(monkeypatch, P, tile, "cuda").items():
-        assert torch.isfinite(sums).all() and sums.abs().max() > 0
-        assert tune.disagreement(sums, decode, bound) is None, (gemm, tile)
+    assert_agree(monkeypatch, MoEProblem(M=40, K=1024, N=768, E=4, topk=2, dtype=dtype), tile,
+                 "cuda")
     assert fused_moe.int4_pairs_run_on(torch.device("cuda"))  # the PTX planes decode ran
 
 
 def test_a_wrong_activation_sum_is_caught(monkeypatch):
     """Sums doubled move both GEMMs past the bound: the comparison can fail here too."""
-    from moecert.kernels.triton_moe import fused_moe, tune
     from moecert.reference import MoEProblem
 
-    real = fused_moe.activation_sums
-    monkeypatch.setattr(fused_moe, "activation_sums", lambda a, block_k: 2 * real(a, block_k))
-    P = MoEProblem(M=8, K=512, N=256, E=4, topk=2)
-    for gemm, (sums, decode, bound) in both(monkeypatch, P, "swapped", "cuda").items():
-        assert tune.disagreement(sums, decode, bound) is not None, gemm
+    assert_doubled_sums_caught(monkeypatch, MoEProblem(M=8, K=512, N=256, E=4, topk=2),
+                               "swapped", "cuda")
