@@ -122,6 +122,10 @@
 #       cuda with every int4 linear in planes (MOECERT_TRITON_NIB_SPAN=128: the sums path), then
 #       the decode table with the peers (carry .vllm's library and tk), then the lookups
 #       r13-tune's entries moved against .bench/r13-before (carried) (~420 s)
+#   tools/i44_tune_gpu.sh r14   round fourteen: MXFP8's words from their bit fields times the
+#       tile's scale (E4M3_SCALED_WORDS): its CUDA test, then MXFP8 / MXFP6 decode, the tree /
+#       .bench/r14-base (git archive 637bd11, carried) / the tree, one process each, then the
+#       `ci` suite's MXFP8 / MXFP6 cases on cuda (~400 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -892,6 +896,33 @@ r12_m1() {  # round twelve, last call: Mixtral-8x7B W4A8 at M 1 ran 4.4% slower 
     batch_end
 }
 
+r14() {  # round fourteen: MXFP8's words decoded from their bit fields times the tile's scale
+    # (E4M3_SCALED_WORDS, written without a GPU): its CUDA test first, then MXFP8 / MXFP6
+    # decode against the tree before (.bench/r14-base = git archive 637bd11, carried), the
+    # tree, the base, the tree again, one process each; then the `ci` suite's MXFP8 / MXFP6
+    # cases on cuda (~400 s)
+    batch_begin i44r14 570
+    gpu_versions
+    [ -d .bench/r14-base/kernels ] || { echo "r14: .bench/r14-base missing (git archive 637bd11 reference kernels conformance reports | tar -x -C .bench/r14-base; carry it)"; exit 2; }
+    tree_shim .bench/r14-base
+    timeout 150 python -m pytest tests/kernels/test_e4m3_words_cuda.py -q -p no:cacheprovider \
+        -rfE > "$work/e4m3-words-cuda.txt" 2>&1
+    stamp "e4m3 words cuda test: $(tail -n 1 "$work/e4m3-words-cuda.txt")" $?
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton --M 16,64
+       --scheme mxfp8 --scheme mxfp6-e2m3)
+    timeout 100 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+    stamp tree $?
+    PYTHONPATH=/tmp/shim-r14-base timeout 100 python -m moecert.conformance.cli "${B[@]}" \
+        --results "$work/base" --run-id base > "$work/base.txt" 2>&1
+    stamp base $?
+    timeout 80 $M "${B[@]}" --results "$work/tree2" --run-id tree2 > "$work/tree2.txt" 2>&1
+    stamp tree2 $?
+    timeout 100 $M run --suite ci --device cuda --backend triton --scheme mxfp8 \
+        --scheme mxfp6-e2m3 -n auto --results "$work/ci-mx" > "$work/ci-mx.txt" 2>&1
+    stamp "ci mxfp8 / mxfp6: $(grep -E '^(green|not green)' "$work/ci-mx.txt" | tail -1)" $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -932,5 +963,6 @@ case "${1:-}" in
     r13) r13 ;;
     r13-tune) r13_tune ;;
     table-r13) table_r13 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1" >&2; exit 2 ;;
+    r14) r14 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14" >&2; exit 2 ;;
 esac

@@ -112,6 +112,8 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                       and compute == torch.bfloat16 and e8m0_folds(s)),
         # every E8M0 byte a normal scale (gemm_kernel's E8M0_NORMAL), read once per layer
         "e8m0_normal": wscale == S_E8M0 and e8m0_normal(s),
+        "e4m3_finite": kind == W_MXFP8 and e4m3_finite(q),  # (E4M3_SCALED_WORDS)
+        "e8m0_words": kind == W_MXFP8 and wscale == S_E8M0 and e8m0_words(s),
         "scale_cols": scale_cols,  # None: no scale, or one per row (the whole K)
         "dot": dot_mode(kind, q.dtype, compute, g_idx is not None),
         "args": (q, s if s is not None else dummy, zp if zp is not None else dummy,
@@ -201,14 +203,37 @@ def e4m3_cvt_runs_on(device: torch.device) -> bool:
             and torch.cuda.get_device_capability(device) >= (8, 9))
 
 
-def e4m3_words(weights: dict, act: int, acc_dot: bool, device: torch.device) -> bool:
+def e4m3_words(weights: dict, act: int, acc_dot: bool, device: torch.device) -> int:
     """gemm_kernel's E4M3_WORDS: MXFP8 weights (MXFP6's too, held as e4m3) with 16-bit
-    activations read as 16-bit words of two columns and converted by the hardware (sm89+),
-    so no 8-bit tensor reaches the bf16 dot (`_e4m3_words`); MOECERT_TRITON_E4M3_WORDS=0 keeps
-    the fp8 bytes."""
+    activations read as 16-bit words of two columns (CUDA sm89+), so no 8-bit tensor reaches
+    the 16-bit dot: in bf16 decoded from their bit fields times their scale where that is
+    exact (every byte of the layer finite, every E8M0 byte in E8M0_WORDS_MIN..MAX:
+    E4M3_SCALED_WORDS, the dot accumulates, `_e4m3_scaled_acc`), else converted by the
+    hardware and scaled per tile (E4M3_CVT_WORDS, `_e4m3_words`);
+    MOECERT_TRITON_E4M3_WORDS=0 keeps the fp8 bytes (E4M3_BYTES)."""
     allowed = configs.e4m3_words_allowed()  # (a bad value is refused on any layer)
-    return (allowed and weights["kind"] == W_MXFP8 and act == A16
-            and weights["dot"] == DOT_NATIVE and not acc_dot and e4m3_cvt_runs_on(device))
+    if not (allowed and weights["kind"] == W_MXFP8 and act == A16
+            and weights["dot"] == DOT_NATIVE and not acc_dot and e4m3_cvt_runs_on(device)):
+        return gemm_kernel.E4M3_BYTES
+    if (weights["compute"] == torch.bfloat16 and weights["e4m3_finite"]
+            and weights["e8m0_words"]):
+        return gemm_kernel.E4M3_SCALED_WORDS
+    return gemm_kernel.E4M3_CVT_WORDS
+
+
+def e4m3_finite(q: torch.Tensor) -> bool:
+    """Whether no byte of the float8_e4m3fn weights `q` is NaN (0x7F, 0xFF: e4m3fn has no
+    infinity), so gemm_kernel may build their bf16 values from the bit fields
+    (E4M3_SCALED_WORDS). Two reductions, no temporary the weights' size: 0x7F is the int8
+    view's largest byte, 0xFF the uint8 view's. Read once per layer, when its plan is
+    built; False inside a CUDA-graph capture (the read waits for the device) and where `q`
+    holds no bytes."""
+    if q.element_size() != 1 or q.numel() == 0:
+        return False
+    if q.is_cuda and torch.cuda.is_current_stream_capturing():
+        return False
+    return (int(q.view(torch.int8).amax()) < 0x7F
+            and int(q.view(torch.uint8).amax()) < 0xFF)
 
 
 def zero_sums_run(weights: dict, act: int, config: dict) -> bool:
@@ -287,6 +312,14 @@ def e8m0_normal(s: torch.Tensor | None) -> bool:
     the kernel may read a scale from its exponent field alone (gemm_kernel's E8M0_NORMAL);
     False where this cannot be read (`_e8m0_bytes_within`): the full decode."""
     return _e8m0_bytes_within(s, E8M0_NORMAL_MIN, E8M0_NORMAL_MAX, (torch.uint8,))
+
+
+def e8m0_words(s: torch.Tensor | None) -> bool:
+    """Whether every E8M0 byte of `s` (uint8) lies in gemm_kernel's E8M0_WORDS_MIN..MAX, so
+    MXFP8's bf16 decode may multiply the weights by their scale exactly
+    (E4M3_SCALED_WORDS); False where this cannot be read (`_e8m0_bytes_within`)."""
+    return _e8m0_bytes_within(s, gemm_kernel.E8M0_WORDS_MIN, gemm_kernel.E8M0_WORDS_MAX,
+                              (torch.uint8,))
 
 
 def scale_cols_constexpr(scale_cols: int, K: int) -> int:

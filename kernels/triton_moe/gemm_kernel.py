@@ -59,7 +59,9 @@ shift. E8M0_NORMAL (host-chosen, `fused_moe.e8m0_normal`): every E8M0 weight-sca
 the layer lies in 1..254, so a scale is its exponent field (`_weight_e8m0`). E4M3_WORDS
 (host-chosen, `fused_moe.e4m3_words`): MXFP8 weights with 16-bit activations load as 16-bit
 words of two columns and convert by the hardware (`_e4m3_words`), so no 8-bit tensor reaches
-the bf16 dot.
+the bf16 dot; E4M3_SCALED_WORDS (bf16, a layer of finite bytes, every E8M0 byte in
+E8M0_WORDS_MIN..MAX): decoded from their bit fields times their scale instead, so that the
+dot accumulates (`_e4m3_scaled_acc`).
 
 Epilogue order (the reference's): per-row activation scale (or the global factor), the
 weights' global multiplier, + bias, * router weight, store
@@ -431,6 +433,42 @@ _E4M3_WORDS_ASM = tl.constexpr("""{
             }""")
 
 
+def _e4m3_scaled_asm() -> str:
+    """PTX: the 16-bit words of two e4m3 bytes in $2 (two words, `_E4M3_WORDS_ASM`'s order)
+    -> the low bytes' and the high bytes' values times $3's bf16 pair (the tile's E8M0
+    scale times 2^120, 2^(E - 7): `_e4m3_scaled_words`), bf16 pairs in $0 and $1, for a
+    layer whose bytes are all finite (no 0x7F / 0xFF, NaN in e4m3fn:
+    `fused_moe.e4m3_finite`). One permute puts two bytes seeeemmm at bits 15-8 of the two
+    16-bit lanes (zeros below); shifted 4 right and masked to eeeemmm, the lane is the bf16
+    bit pattern 0 0000eeee mmm0000: the e4m3 magnitude times 2^-120, a bf16 subnormal where
+    the e4m3 value is one (e = 0); one packed fma by $3 (a power of two: exact while the
+    result is a normal bf16, E8M0_WORDS_MIN..MAX; the FP4 planes' fma takes bf16 subnormals
+    the same way), then the sign XORed in from bit 15, as `_fp4_asm` does (one mask cannot keep
+    bit 15 unshifted and clear the shifted sign at bit 11). 5 instructions per two values,
+    none on the conversion unit: the cvt route takes 6 (cvt, permutes, two f16 -> f32, a
+    pack to bf16; docs/speed.md, round fourteen)."""
+    lines = []
+    for out, sel in ((0, "0x2404"), (1, "0x3414")):
+        lines += [f"prmt.b32 t, $2, 0, {sel};", "shr.u32 u, t, 4;",
+                  "and.b32 u, u, 0x07F007F0;",
+                  "fma.rn.bf16x2 u, u, $3, negz;",
+                  f"lop3.b32 ${out}, t, 0x80008000, u, 0x6A;"]  # (t & sign) ^ u
+    body = "".join(f"\n            {line}" for line in lines)
+    return (f"{{\n            .reg .b32 t, u, negz;"
+            f"\n            mov.b32 negz, 0x80008000;{body}\n            }}")
+
+
+_E4M3_SCALED_BF16 = tl.constexpr(_e4m3_scaled_asm())
+# E4M3_WORDS' values: the weights as fp8 bytes, as words converted by cvt (scaled per tile),
+# or as words decoded from the bit fields times their scale, so that the dot accumulates
+# (bf16, finite bytes, every E8M0 byte in E8M0_WORDS_MIN..MAX: `fused_moe.e4m3_words`)
+E4M3_BYTES, E4M3_CVT_WORDS, E4M3_SCALED_WORDS = 0, 1, 2
+_E4M3_SCALED_WORDS = tl.constexpr(E4M3_SCALED_WORDS)
+# The scale bytes E whose 2^(E - 7) is a normal bf16 and makes every e4m3 value times it,
+# 2^-9 * 2^(E - 127) and up, a normal bf16 (so exact): 10..134
+E8M0_WORDS_MIN, E8M0_WORDS_MAX = 10, 134
+
+
 @triton.jit
 def _e4m3_words(words, COMPUTE: tl.constexpr):
     """16-bit words of two float8_e4m3fn bytes (the weights as stored, read two columns at a
@@ -443,6 +481,35 @@ def _e4m3_words(words, COMPUTE: tl.constexpr):
         asm=_E4M3_WORDS_ASM, constraints="=r,=r,r", args=[words],
         dtype=(tl.float16, tl.float16), is_pure=True, pack=2)
     return lo.to(COMPUTE), hi.to(COMPUTE)
+
+
+@triton.jit
+def _e4m3_scaled_words(words, e8m0):
+    """`_e4m3_words` in bf16 times each word's E8M0 scale byte (`e8m0`, its shape; every
+    byte of the layer in E8M0_WORDS_MIN..MAX, bytes finite): the weights' values, exact."""
+    mul = ((e8m0.to(tl.int32) + 120) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+    return tl.inline_asm_elementwise(  # mul: 2^(E - 7), the scale times 2^120
+        asm=_E4M3_SCALED_BF16, constraints="=r,=r,r,r", args=[words, mul],
+        dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=2)
+
+
+@triton.jit
+def _e4m3_scaled_acc(a, bq, acc, k0, K, s_rows, scale_cols, stride_sk, ACT: tl.constexpr,
+                     DOT: tl.constexpr, COMPUTE: tl.constexpr, EVEN_K: tl.constexpr,
+                     SWAP_AB: tl.constexpr, TILE_K: tl.constexpr):
+    """acc + the tile's product (E4M3_SCALED_WORDS): bq [TILE_K / 2, BLOCK_N] words of two
+    e4m3 columns inside one scale column, decoded times their E8M0 scale into the weights'
+    bf16 values (`_E4M3_SCALED_BF16`), so the dot accumulates: no fp32 product tile to
+    scale and add per 32 columns (16 FFMA a K step of the decode tile). The same exact
+    products as the tile-scaled path; only the fp32 sum's association differs."""
+    col = k0 // scale_cols
+    if not EVEN_K:
+        col = tl.minimum(col, (K - 1) // scale_cols)
+    e = tl.load(s_rows + col * stride_sk)
+    b_even, b_odd = _e4m3_scaled_words(bq, tl.broadcast_to(e[None, :], bq.shape))
+    a_even, a_odd = tl.split(tl.reshape(a, (a.shape[0], TILE_K // 2, 2)))
+    acc = _dot_acc(a_even, b_even, acc, ACT, DOT, COMPUTE, SWAP_AB)
+    return _dot_acc(a_odd, b_odd, acc, ACT, DOT, COMPUTE, SWAP_AB)
 
 
 @triton.jit
@@ -1104,6 +1171,9 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 if ACT == _A_FP8:
                     a = a.to(tl.float8e4nv, bitcast=True)
                 acc = _dot_acc(a, bq, acc, ACT, DOT, COMPUTE, SWAP_AB)
+            elif E4M3_WORDS == _E4M3_SCALED_WORDS:  # the scale inside the weights' decode
+                acc = _e4m3_scaled_acc(a, bq, acc, k0, K, s_rows, scale_cols, stride_sk, ACT,
+                                       DOT, COMPUTE, EVEN_K, SWAP_AB, BLOCK_K)
             else:
                 acc += _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows,
                                   g_row, a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT,
@@ -1157,7 +1227,7 @@ def moe_gemm_kernel(
     EPI_ACT: tl.constexpr = -1, ALPHA: tl.constexpr = 0.0, LIMIT: tl.constexpr = 0.0,
     PAIR_ADJACENT: tl.constexpr = False, SCALE_RUNS: tl.constexpr = False,
     SCALE_COLS: tl.constexpr = 0, E8M0_NORMAL: tl.constexpr = False,
-    E4M3_WORDS: tl.constexpr = False, ZERO_SUMS: tl.constexpr = False,
+    E4M3_WORDS: tl.constexpr = E4M3_BYTES, ZERO_SUMS: tl.constexpr = False,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at

@@ -123,16 +123,66 @@ def test_e4m3_words_only_for_mxfp8_weights_with_16_bit_activations(monkeypatch, 
     w = {**backend._weights(layer, "w13"), "dot": kinds.DOT_NATIVE}
     device = layer.device
     monkeypatch.setattr(fused_moe, "e4m3_cvt_runs_on", lambda device: True)
-    assert fused_moe.e4m3_words(w, act, False, device) is words
+    assert bool(fused_moe.e4m3_words(w, act, False, device)) is words
     assert not fused_moe.e4m3_words(w, act, True, device)  # an accumulating dot: not these tiles
     assert not fused_moe.e4m3_words({**w, "dot": kinds.DOT_IEEE}, act, False, device)
     monkeypatch.setenv(configs.E4M3_WORDS_ENV, "0")
     assert not fused_moe.e4m3_words(w, act, False, device)
     monkeypatch.setenv(configs.E4M3_WORDS_ENV, "1")
-    assert fused_moe.e4m3_words(w, act, False, device) is words
+    assert bool(fused_moe.e4m3_words(w, act, False, device)) is words
     monkeypatch.setenv(configs.E4M3_WORDS_ENV, "yes")
     with pytest.raises(ValueError, match="MOECERT_TRITON_E4M3_WORDS"):
         fused_moe.e4m3_words(w, act, False, device)
     monkeypatch.delenv(configs.E4M3_WORDS_ENV)
     monkeypatch.setattr(fused_moe, "e4m3_cvt_runs_on", lambda device: False)  # before sm89
     assert not fused_moe.e4m3_words(w, act, False, device)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_e4m3_words_decode_times_the_scale_only_where_that_is_exact(monkeypatch, dtype):
+    """Which E4M3_WORDS decode an MXFP8 layer's words get (round fourteen): from the bit
+    fields times each tile's E8M0 scale, so that the dot accumulates (E4M3_SCALED_WORDS), in
+    bf16 only, for a layer without a NaN byte and with every E8M0 byte inside
+    E8M0_WORDS_MIN..MAX; else the hardware conversion scaled per tile (E4M3_CVT_WORDS). The
+    decodes' values are checked on a GPU (test_e4m3_words_cuda.py): the PTX does not run
+    here."""
+    from moecert.kernels.triton_moe import backend, gemm_kernel
+
+    P = MoEProblem(M=4, K=256, N=128, E=4, topk=2, dtype=dtype)
+    layer = _layer("mxfp8", P)
+    act = backend.activation_kind(layer.quant)
+    monkeypatch.setattr(fused_moe, "e4m3_cvt_runs_on", lambda device: True)
+
+    def words():
+        w = {**backend._weights(layer, "w13"), "dot": kinds.DOT_NATIVE}
+        return fused_moe.e4m3_words(w, act, False, layer.device)
+
+    scaled = (gemm_kernel.E4M3_SCALED_WORDS if dtype == "bf16"
+              else gemm_kernel.E4M3_CVT_WORDS)
+    assert words() == scaled
+    q, s = layer.get("w13_w"), layer.get("w13_s")
+    for byte in (gemm_kernel.E8M0_WORDS_MAX + 1,  # 2^(E - 7) past bf16's range
+                 gemm_kernel.E8M0_WORDS_MIN - 1):  # a subnormal weight value
+        s.view(torch.uint8)[0, 0, 0] = byte
+        assert words() == gemm_kernel.E4M3_CVT_WORDS, byte
+    s.view(torch.uint8)[0, 0, 0] = gemm_kernel.E8M0_WORDS_MIN
+    assert words() == scaled
+    for nan in (0x7F, 0xFF):  # e4m3fn's NaNs: the bit fields would read 480 and -480
+        kept = int(q.view(torch.uint8)[1, 2, 3])
+        q.view(torch.uint8)[1, 2, 3] = nan
+        assert words() == gemm_kernel.E4M3_CVT_WORDS
+        q.view(torch.uint8)[1, 2, 3] = kept
+    assert words() == scaled
+
+
+def test_e4m3_finite_reads_every_nan_byte():
+    """`fused_moe.e4m3_finite`: 0x7F is the int8 view's largest byte and 0xFF the uint8
+    view's, so two reductions find either NaN anywhere; every other byte passes."""
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    finite = codes[(codes != 0x7F) & (codes != 0xFF)]
+    assert fused_moe.e4m3_finite(finite.view(torch.float8_e4m3fn))
+    for nan in (0x7F, 0xFF):
+        q = finite.clone()
+        q[17] = nan
+        assert not fused_moe.e4m3_finite(q.view(torch.float8_e4m3fn))
+    assert not fused_moe.e4m3_finite(torch.empty(0, dtype=torch.float8_e4m3fn))
