@@ -126,6 +126,9 @@
 #       tile's scale (E4M3_SCALED_WORDS): its CUDA test, then MXFP8 / MXFP6 decode, the tree /
 #       .bench/r14-base (git archive 637bd11, carried) / the tree, one process each, then the
 #       `ci` suite's MXFP8 / MXFP6 cases on cuda (~400 s)
+#   tools/i44_tune_gpu.sh r14b   the scaled words' tiles over any number of scale blocks: the
+#       CUDA test, MXFP8 decode tree / base / BLOCK_K 64, then MXFP8 re-tuned into a copy and
+#       timed (carry .bench/r14-base) (~480 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -923,6 +926,48 @@ r14() {  # round fourteen: MXFP8's words decoded from their bit fields times the
     batch_end
 }
 
+r14b() {  # round fourteen, second call: the scaled words' tile spans any number of scale
+    # blocks (BLOCK_K the config's, 128 in every tuned MXFP8 entry): the CUDA test, then MXFP8
+    # decode with the tree's files / .bench/r14-base's tree / the tree's files with MXFP8's
+    # BLOCK_K 64, one process each; then MXFP8 re-tuned at M 16 / 64 into a copy and the tree
+    # against it (~480 s)
+    batch_begin i44r14b 575
+    gpu_versions
+    [ -d .bench/r14-base/kernels ] || { echo "r14b: .bench/r14-base missing (carry it)"; exit 2; }
+    tree_shim .bench/r14-base
+    timeout 150 python -m pytest tests/kernels/test_e4m3_words_cuda.py -q -p no:cacheprovider \
+        -rfE > "$work/e4m3-words-cuda.txt" 2>&1
+    stamp "e4m3 words cuda test: $(tail -n 1 "$work/e4m3-words-cuda.txt")" $?
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton --M 16,64
+       --scheme mxfp8)
+    K64=$work/cfg-k64; cp -r kernels/triton_moe/configs "$K64"
+    python - "$K64/h200.json" <<'PY'
+import json, sys
+path = sys.argv[1]
+d = json.load(open(path))
+for layer in d["layers"]:
+    if layer["weight"] == "W_MXFP8":
+        for bucket in layer["buckets"].values():
+            bucket["gemm1"]["BLOCK_K"] = bucket["gemm2"]["BLOCK_K"] = 64
+json.dump(d, open(path, "w"), indent=1)
+PY
+    timeout 70 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+    stamp tree $?
+    PYTHONPATH=/tmp/shim-r14-base timeout 70 python -m moecert.conformance.cli "${B[@]}" \
+        --results "$work/base" --run-id base > "$work/base.txt" 2>&1
+    stamp base $?
+    MOECERT_TRITON_CONFIG_DIR=$K64 timeout 70 $M "${B[@]}" --results "$work/k64" --run-id k64 \
+        > "$work/k64.txt" 2>&1
+    stamp k64 $?
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" mx "130 --model qwen3-30b-a3b --model mixtral-8x7b --scheme mxfp8 --max-seconds 25" \
+        "110 --model deepseek-v3 --scheme mxfp8 --max-seconds 45"
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 60 $M "${B[@]}" --results "$work/tuned" \
+        --run-id tuned > "$work/tuned.txt" 2>&1
+    stamp tuned $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -964,5 +1009,6 @@ case "${1:-}" in
     r13-tune) r13_tune ;;
     table-r13) table_r13 ;;
     r14) r14 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14" >&2; exit 2 ;;
+    r14b) r14b ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b" >&2; exit 2 ;;
 esac

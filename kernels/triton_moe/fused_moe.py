@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from . import configs, gemm_kernel
-from .heuristics import weights_block_k, weights_split_plan
+from .heuristics import e4m3_scaled_runs, weights_block_k, weights_split_plan
 from .kinds import (
     A16,
     A_FP8,
@@ -112,8 +112,9 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                       and compute == torch.bfloat16 and e8m0_folds(s)),
         # every E8M0 byte a normal scale (gemm_kernel's E8M0_NORMAL), read once per layer
         "e8m0_normal": wscale == S_E8M0 and e8m0_normal(s),
-        "e4m3_finite": kind == W_MXFP8 and e4m3_finite(q),  # (E4M3_SCALED_WORDS)
-        "e8m0_words": kind == W_MXFP8 and wscale == S_E8M0 and e8m0_words(s),
+        # MXFP8's words decoded times their scales where that is exact (E4M3_SCALED_WORDS)
+        "e4m3_scaled": (kind == W_MXFP8 and wscale == S_E8M0 and compute == torch.bfloat16
+                        and e4m3_cvt_runs_on(q.device) and e8m0_words(s) and e4m3_finite(q)),
         "scale_cols": scale_cols,  # None: no scale, or one per row (the whole K)
         "dot": dot_mode(kind, q.dtype, compute, g_idx is not None),
         "args": (q, s if s is not None else dummy, zp if zp is not None else dummy,
@@ -206,17 +207,17 @@ def e4m3_cvt_runs_on(device: torch.device) -> bool:
 def e4m3_words(weights: dict, act: int, acc_dot: bool, device: torch.device) -> int:
     """gemm_kernel's E4M3_WORDS: MXFP8 weights (MXFP6's too, held as e4m3) with 16-bit
     activations read as 16-bit words of two columns (CUDA sm89+), so no 8-bit tensor reaches
-    the 16-bit dot: in bf16 decoded from their bit fields times their scale where that is
+    the 16-bit dot: in bf16 decoded from their bit fields times their scales where that is
     exact (every byte of the layer finite, every E8M0 byte in E8M0_WORDS_MIN..MAX:
-    E4M3_SCALED_WORDS, the dot accumulates, `_e4m3_scaled_acc`), else converted by the
-    hardware and scaled per tile (E4M3_CVT_WORDS, `_e4m3_words`);
-    MOECERT_TRITON_E4M3_WORDS=0 keeps the fp8 bytes (E4M3_BYTES)."""
+    E4M3_SCALED_WORDS, heuristics.e4m3_scaled_runs; a tile then spans any number of scale
+    blocks), else converted by the hardware and scaled per tile of one scale block
+    (E4M3_CVT_WORDS, `_e4m3_words`); MOECERT_TRITON_E4M3_WORDS=0 keeps the fp8 bytes
+    (E4M3_BYTES)."""
     allowed = configs.e4m3_words_allowed()  # (a bad value is refused on any layer)
     if not (allowed and weights["kind"] == W_MXFP8 and act == A16
             and weights["dot"] == DOT_NATIVE and not acc_dot and e4m3_cvt_runs_on(device)):
         return gemm_kernel.E4M3_BYTES
-    if (weights["compute"] == torch.bfloat16 and weights["e4m3_finite"]
-            and weights["e8m0_words"]):
+    if e4m3_scaled_runs(weights, act):
         return gemm_kernel.E4M3_SCALED_WORDS
     return gemm_kernel.E4M3_CVT_WORDS
 

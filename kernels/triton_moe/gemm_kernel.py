@@ -60,8 +60,9 @@ the layer lies in 1..254, so a scale is its exponent field (`_weight_e8m0`). E4M
 (host-chosen, `fused_moe.e4m3_words`): MXFP8 weights with 16-bit activations load as 16-bit
 words of two columns and convert by the hardware (`_e4m3_words`), so no 8-bit tensor reaches
 the bf16 dot; E4M3_SCALED_WORDS (bf16, a layer of finite bytes, every E8M0 byte in
-E8M0_WORDS_MIN..MAX): decoded from their bit fields times their scale instead, so that the
-dot accumulates (`_e4m3_scaled_acc`).
+E8M0_WORDS_MIN..MAX): decoded from their bit fields times their scale instead, so that a
+tile needs no scale of its own and spans any number of scale blocks (`_e4m3_scaled_part`;
+the host's BLOCK_K: heuristics.weights_block_k).
 
 Epilogue order (the reference's): per-row activation scale (or the global factor), the
 weights' global multiplier, + bias, * router weight, store
@@ -111,6 +112,7 @@ from .kinds import (
     DOT_IEEE,
     DOT_TF32,
     I4_PAIRS,
+    MX_COLS,
     PARTIAL,
     REDUCE,
     S_E4M3,
@@ -435,7 +437,7 @@ _E4M3_WORDS_ASM = tl.constexpr("""{
 
 def _e4m3_scaled_asm() -> str:
     """PTX: the 16-bit words of two e4m3 bytes in $2 (two words, `_E4M3_WORDS_ASM`'s order)
-    -> the low bytes' and the high bytes' values times $3's bf16 pair (the tile's E8M0
+    -> the low bytes' and the high bytes' values times $3's bf16 pair (the words' E8M0
     scale times 2^120, 2^(E - 7): `_e4m3_scaled_words`), bf16 pairs in $0 and $1, for a
     layer whose bytes are all finite (no 0x7F / 0xFF, NaN in e4m3fn:
     `fused_moe.e4m3_finite`). One permute puts two bytes seeeemmm at bits 15-8 of the two
@@ -460,10 +462,12 @@ def _e4m3_scaled_asm() -> str:
 
 _E4M3_SCALED_BF16 = tl.constexpr(_e4m3_scaled_asm())
 # E4M3_WORDS' values: the weights as fp8 bytes, as words converted by cvt (scaled per tile),
-# or as words decoded from the bit fields times their scale, so that the dot accumulates
-# (bf16, finite bytes, every E8M0 byte in E8M0_WORDS_MIN..MAX: `fused_moe.e4m3_words`)
+# or as words decoded from the bit fields times their scale, so that a tile spans any number
+# of scale blocks (bf16, finite bytes, every E8M0 byte in E8M0_WORDS_MIN..MAX:
+# `fused_moe.e4m3_words`)
 E4M3_BYTES, E4M3_CVT_WORDS, E4M3_SCALED_WORDS = 0, 1, 2
 _E4M3_SCALED_WORDS = tl.constexpr(E4M3_SCALED_WORDS)
+MX_COLS_K = tl.constexpr(MX_COLS)  # columns of one E8M0 weight scale
 # The scale bytes E whose 2^(E - 7) is a normal bf16 and makes every e4m3 value times it,
 # 2^-9 * 2^(E - 127) and up, a normal bf16 (so exact): 10..134
 E8M0_WORDS_MIN, E8M0_WORDS_MAX = 10, 134
@@ -494,22 +498,30 @@ def _e4m3_scaled_words(words, e8m0):
 
 
 @triton.jit
-def _e4m3_scaled_acc(a, bq, acc, k0, K, s_rows, scale_cols, stride_sk, ACT: tl.constexpr,
-                     DOT: tl.constexpr, COMPUTE: tl.constexpr, EVEN_K: tl.constexpr,
-                     SWAP_AB: tl.constexpr, TILE_K: tl.constexpr):
-    """acc + the tile's product (E4M3_SCALED_WORDS): bq [TILE_K / 2, BLOCK_N] words of two
-    e4m3 columns inside one scale column, decoded times their E8M0 scale into the weights'
-    bf16 values (`_E4M3_SCALED_BF16`), so the dot accumulates: no fp32 product tile to
-    scale and add per 32 columns (16 FFMA a K step of the decode tile). The same exact
-    products as the tile-scaled path; only the fp32 sum's association differs."""
-    col = k0 // scale_cols
+def _e4m3_scaled_part(a, bq, k0, K, s_rows, stride_sk, ACT: tl.constexpr, DOT: tl.constexpr,
+                      COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
+                      TILE_K: tl.constexpr):
+    """The product of one tile of TILE_K columns (E4M3_SCALED_WORDS; any multiple of the 32
+    columns of a scale block): bq [TILE_K / 2, BLOCK_N] words of two e4m3 columns, decoded
+    times their E8M0 scale into the weights' bf16 values (`_e4m3_scaled_words`; word j in
+    scale column (k0 + 2j) / 32), so the tile needs no scale of its own: it is not held to
+    one scale column, which kept MXFP8's tiles 32 columns wide (docs/speed.md, round
+    fourteen). The same exact products as the tile-scaled path; only the fp32 sum's
+    association differs. Returned, not accumulated: a dot chained into the accumulator
+    made the tuned K_UNROLL tiles 2-10% slower (round fourteen, first call)."""
+    BLOCKS: tl.constexpr = TILE_K // MX_COLS_K
+    BLOCK_N: tl.constexpr = bq.shape[1]
+    col = k0 // MX_COLS_K + tl.arange(0, BLOCKS)
     if not EVEN_K:
-        col = tl.minimum(col, (K - 1) // scale_cols)
-    e = tl.load(s_rows + col * stride_sk)
-    b_even, b_odd = _e4m3_scaled_words(bq, tl.broadcast_to(e[None, :], bq.shape))
+        col = tl.minimum(col, (K - 1) // MX_COLS_K)
+    e = tl.load(s_rows[None, :] + col[:, None] * stride_sk)  # [BLOCKS, BLOCK_N]
+    words = tl.reshape(bq, (BLOCKS, MX_COLS_K // 2, BLOCK_N))
+    lo, hi = _e4m3_scaled_words(words, tl.broadcast_to(e[:, None, :], words.shape))
+    b_even = tl.reshape(lo, (TILE_K // 2, BLOCK_N))
+    b_odd = tl.reshape(hi, (TILE_K // 2, BLOCK_N))
     a_even, a_odd = tl.split(tl.reshape(a, (a.shape[0], TILE_K // 2, 2)))
-    acc = _dot_acc(a_even, b_even, acc, ACT, DOT, COMPUTE, SWAP_AB)
-    return _dot_acc(a_odd, b_odd, acc, ACT, DOT, COMPUTE, SWAP_AB)
+    part = _mma(a_even, b_even, ACT, DOT, COMPUTE, SWAP_AB)
+    return _dot_acc(a_odd, b_odd, part, ACT, DOT, COMPUTE, SWAP_AB)
 
 
 @triton.jit
@@ -1171,9 +1183,9 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 if ACT == _A_FP8:
                     a = a.to(tl.float8e4nv, bitcast=True)
                 acc = _dot_acc(a, bq, acc, ACT, DOT, COMPUTE, SWAP_AB)
-            elif E4M3_WORDS == _E4M3_SCALED_WORDS:  # the scale inside the weights' decode
-                acc = _e4m3_scaled_acc(a, bq, acc, k0, K, s_rows, scale_cols, stride_sk, ACT,
-                                       DOT, COMPUTE, EVEN_K, SWAP_AB, BLOCK_K)
+            elif E4M3_WORDS == _E4M3_SCALED_WORDS:  # the scales inside the weights' decode
+                acc += _e4m3_scaled_part(a, bq, k0, K, s_rows, stride_sk, ACT, DOT, COMPUTE,
+                                         EVEN_K, SWAP_AB, BLOCK_K)
             else:
                 acc += _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows,
                                   g_row, a_scale_ptr, scale_cols, stride_sk, stride_asm, WEIGHT,

@@ -17,6 +17,7 @@ from .kinds import (
     A_INT8,
     A_MX,
     ACT_NAMES,
+    DOT_NATIVE,
     INTERPRET,
     MX_COLS,
     S_E4M3,
@@ -333,15 +334,25 @@ def block_k_for(config_k: int, K: int, scale_cols: int, weight: int, act: int) -
     return bk
 
 
+def e4m3_scaled_runs(weights: dict, act: int) -> bool:
+    """Whether a launch for `weights` (describe_weights) decodes MXFP8's words times their
+    E8M0 scales (gemm_kernel's E4M3_SCALED_WORDS): a layer that allows it exactly
+    (describe_weights' "e4m3_scaled"), 16-bit activations, a native dot, and the words not
+    refused by MOECERT_TRITON_E4M3_WORDS=0."""
+    return (bool(weights.get("e4m3_scaled")) and act == A16 and weights["dot"] == DOT_NATIVE
+            and configs.e4m3_words_allowed())
+
+
 def weights_block_k(weights: dict, config_k: int, K: int, act: int) -> int:
     """The BLOCK_K a launch for `weights` (describe_weights) runs with: block_k_for its scale
-    block, except that scales applied inside the tile (S_E4M3) leave the tile width free,
-    and nibbles in planes (`plane_nibbles`) fix it to their span."""
+    block, except that scales applied inside the tile (S_E4M3, MXFP8's scaled words:
+    `e4m3_scaled_runs`) leave the tile width free, and nibbles in planes (`plane_nibbles`)
+    fix it to their span."""
     span = weights["constexprs"]["NIB_SPAN"]
     if span:
         return span
     cols = weights["scale_cols"] or K
-    if weights["constexprs"]["WSCALE"] == S_E4M3:
+    if weights["constexprs"]["WSCALE"] == S_E4M3 or e4m3_scaled_runs(weights, act):
         cols = K
     return block_k_for(config_k, K, cols, weights["kind"], act)
 

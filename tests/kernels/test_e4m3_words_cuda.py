@@ -31,6 +31,9 @@ TILES = {
               "SPLIT_K": 4},
     "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4,
                "num_stages": 3},
+    # the decode tile on a K past the last 128-column tile by one scale block (the scaled
+    # words' tile spans four blocks: the last tile reads the last scale column for the rest)
+    "k-tail": {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
 }
 
 
@@ -42,7 +45,8 @@ def test_words_give_the_byte_tiles_sum(scheme, dtype, tile, monkeypatch):
     from moecert.kernels.triton_moe.backend import TritonBackend
     from moecert.reference import MoEProblem, make_inputs, synthesize
 
-    P = MoEProblem(M=24, K=1024, N=768, E=4, topk=2, dtype=dtype)
+    P = MoEProblem(M=24, K=1024 + (32 if tile == "k-tail" else 0), N=768, E=4, topk=2,
+                   dtype=dtype)
     backend = TritonBackend()
     layer = backend.create_layer(synthesize(scheme, P, seed=3).to("cuda"), P)
     backend.process_weights_after_loading(layer)
