@@ -129,6 +129,9 @@
 #   tools/i44_tune_gpu.sh r14b   the scaled words' tiles over any number of scale blocks: the
 #       CUDA test, MXFP8 decode tree / base / BLOCK_K 64, then MXFP8 re-tuned into a copy and
 #       timed (carry .bench/r14-base) (~480 s)
+#   tools/i44_tune_gpu.sh table-r14   MXFP6 decode and MXFP8 prefill against .bench/r14-base,
+#       the decode table with the peers, MXFP8 Mixtral M 64 tuned into a copy (carry .vllm and
+#       .bench/r14-base) (~450 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -968,6 +971,41 @@ PY
     batch_end
 }
 
+table_r14() {  # round fourteen, third call: what the scaled words' wider tiles did where the
+    # bench of r14b did not look (MXFP6 decode, MXFP8 prefill on Mixtral-8x7B: the tree against
+    # .bench/r14-base, one process each), the issue's decode table with the peers, then MXFP8
+    # on Mixtral-8x7B at M 64 (68.4% after r14b's 25 s) tuned for 60 s into a copy and timed
+    # against the tree (carry .vllm and .bench/r14-base) (~450 s)
+    batch_begin i44table14 575
+    gpu_versions
+    [ -d .bench/r14-base/kernels ] || { echo "table-r14: .bench/r14-base missing (carry it)"; exit 2; }
+    tree_shim .bench/r14-base
+    local X=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 20 --backend triton)
+    local run
+    for run in tree base; do
+        local py=$PYTHONPATH; [ $run = base ] && py=/tmp/shim-r14-base
+        PYTHONPATH=$py timeout 45 python -m moecert.conformance.cli "${X[@]}" --M 16,64 \
+            --scheme mxfp6-e2m3 --results "$work/mx6-$run" --run-id "mx6-$run" \
+            > "$work/mx6-$run.txt" 2>&1
+        stamp "mx6-$run" $?
+        PYTHONPATH=$py timeout 45 python -m moecert.conformance.cli "${X[@]}" --M 1024,4096 \
+            --scheme mxfp8 --model mixtral-8x7b --results "$work/pre-$run" \
+            --run-id "pre-$run" > "$work/pre-$run.txt" 2>&1
+        stamp "pre-$run" $?
+    done
+    table_rows 110 150
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" mx64 "90 --model mixtral-8x7b --scheme mxfp8 --M 64 --max-seconds 60"
+    local T=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton
+             --M 64 --scheme mxfp8 --model mixtral-8x7b)
+    timeout 30 $M "${T[@]}" --results "$work/m64-tree" --run-id m64-tree > "$work/m64-tree.txt" 2>&1
+    stamp m64-tree $?
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 30 $M "${T[@]}" --results "$work/m64-tuned" \
+        --run-id m64-tuned > "$work/m64-tuned.txt" 2>&1
+    stamp m64-tuned $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1010,5 +1048,6 @@ case "${1:-}" in
     table-r13) table_r13 ;;
     r14) r14 ;;
     r14b) r14b ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b" >&2; exit 2 ;;
+    table-r14) table_r14 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14" >&2; exit 2 ;;
 esac
