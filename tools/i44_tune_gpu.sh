@@ -131,7 +131,8 @@
 #       timed (carry .bench/r14-base) (~480 s)
 #   tools/i44_tune_gpu.sh table-r14   MXFP6 decode and MXFP8 prefill against .bench/r14-base,
 #       the decode table with the peers, MXFP8 Mixtral M 64 tuned into a copy (carry .vllm and
-#       .bench/r14-base) (~450 s)
+#       .bench/r14-base with its kernels/ only: the rest is unchanged since 637bd11, and the
+#       whole base put the call past 64 MiB) (~450 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -151,10 +152,14 @@ gpu_versions() {
     python -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$work/gpu.txt"
 }
 
-tree_shim() {  # tree_shim .bench/NAME: /tmp/shim-NAME, a PYTHONPATH shim of that carried tree
+tree_shim() {  # tree_shim .bench/NAME: /tmp/shim-NAME, a PYTHONPATH shim of that carried tree;
+    # a package the carried tree leaves out is the checkout's own (unchanged since that tree:
+    # carry only what differs, as the call's 64 MiB also holds .vllm)
     mkdir -p "/tmp/shim-$(basename "$1")/moecert"
+    local d src
     for d in reference kernels conformance reports; do
-        ln -sfn "$PWD/$1/$d" "/tmp/shim-$(basename "$1")/moecert/$d"
+        src=$PWD/$1/$d; [ -d "$src" ] || src=$PWD/$d
+        ln -sfn "$src" "/tmp/shim-$(basename "$1")/moecert/$d"
     done
 }
 
