@@ -907,18 +907,24 @@ r12_m1() {  # round twelve, last call: Mixtral-8x7B W4A8 at M 1 ran 4.4% slower 
     batch_end
 }
 
+r14_begin() {  # r14_begin NAME TAR_AT: the batch, the base tree's shim (.bench/r14-base: git
+    # archive 637bd11 kernels, carried; the other packages are unchanged since), the scaled
+    # words' CUDA test
+    batch_begin "$1" "$2"
+    gpu_versions
+    [ -d .bench/r14-base/kernels ] || { echo "$1: .bench/r14-base missing (git archive 637bd11 kernels | tar -x -C .bench/r14-base; carry it)"; exit 2; }
+    tree_shim .bench/r14-base
+    timeout 150 python -m pytest tests/kernels/test_e4m3_words_cuda.py -q -p no:cacheprovider \
+        -rfE > "$work/e4m3-words-cuda.txt" 2>&1
+    stamp "e4m3 words cuda test: $(tail -n 1 "$work/e4m3-words-cuda.txt")" $?
+}
+
 r14() {  # round fourteen: MXFP8's words decoded from their bit fields times the tile's scale
     # (E4M3_SCALED_WORDS, written without a GPU): its CUDA test first, then MXFP8 / MXFP6
     # decode against the tree before (.bench/r14-base = git archive 637bd11, carried), the
     # tree, the base, the tree again, one process each; then the `ci` suite's MXFP8 / MXFP6
     # cases on cuda (~400 s)
-    batch_begin i44r14 570
-    gpu_versions
-    [ -d .bench/r14-base/kernels ] || { echo "r14: .bench/r14-base missing (git archive 637bd11 reference kernels conformance reports | tar -x -C .bench/r14-base; carry it)"; exit 2; }
-    tree_shim .bench/r14-base
-    timeout 150 python -m pytest tests/kernels/test_e4m3_words_cuda.py -q -p no:cacheprovider \
-        -rfE > "$work/e4m3-words-cuda.txt" 2>&1
-    stamp "e4m3 words cuda test: $(tail -n 1 "$work/e4m3-words-cuda.txt")" $?
+    r14_begin i44r14 570
     B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton --M 16,64
        --scheme mxfp8 --scheme mxfp6-e2m3)
     timeout 100 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
@@ -939,13 +945,7 @@ r14b() {  # round fourteen, second call: the scaled words' tile spans any number
     # decode with the tree's files / .bench/r14-base's tree / the tree's files with MXFP8's
     # BLOCK_K 64, one process each; then MXFP8 re-tuned at M 16 / 64 into a copy and the tree
     # against it (~480 s)
-    batch_begin i44r14b 575
-    gpu_versions
-    [ -d .bench/r14-base/kernels ] || { echo "r14b: .bench/r14-base missing (carry it)"; exit 2; }
-    tree_shim .bench/r14-base
-    timeout 150 python -m pytest tests/kernels/test_e4m3_words_cuda.py -q -p no:cacheprovider \
-        -rfE > "$work/e4m3-words-cuda.txt" 2>&1
-    stamp "e4m3 words cuda test: $(tail -n 1 "$work/e4m3-words-cuda.txt")" $?
+    r14_begin i44r14b 575
     B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton --M 16,64
        --scheme mxfp8)
     K64=$work/cfg-k64; cp -r kernels/triton_moe/configs "$K64"
