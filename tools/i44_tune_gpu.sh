@@ -133,6 +133,8 @@
 #       the decode table with the peers, MXFP8 Mixtral M 64 tuned into a copy (carry .vllm and
 #       .bench/r14-base with its kernels/ only: the rest is unchanged since 637bd11, and the
 #       whole base put the call past 64 MiB) (~450 s)
+#   tools/i44_tune_gpu.sh gptq-m16   gptq-int4 Mixtral-8x7B M 16 tuned for 90 s into a copy, then
+#       the tree and the copy with Marlin int4 beside (carry .vllm) (~220 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -1011,6 +1013,20 @@ table_r14() {  # round fourteen, third call: what the scaled words' wider tiles 
     batch_end
 }
 
+gptq_m16() {  # round fourteen, last call: gptq-int4 on Mixtral-8x7B at M 16 (0.89x Marlin int4
+    # in table-r14, the goal 0.85x; its entry predates rounds eleven and twelve) tuned for 90 s
+    # into a copy, then the tree's files and the copy with Marlin int4 beside, one process
+    # each (carry .vllm) (~220 s)
+    batch_begin i44gptq16 300
+    gpu_versions
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" g16 "120 --model mixtral-8x7b --scheme gptq-int4 --M 16 --max-seconds 90"
+    B=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 50 --M 16 --backend triton
+       --scheme gptq-int4 --model mixtral-8x7b --marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so)
+    tree_and_copy "$C" "${B[@]}"
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1054,5 +1070,6 @@ case "${1:-}" in
     r14) r14 ;;
     r14b) r14b ;;
     table-r14) table_r14 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14" >&2; exit 2 ;;
+    gptq-m16) gptq_m16 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16" >&2; exit 2 ;;
 esac
