@@ -141,12 +141,13 @@ def test_e4m3_words_only_for_mxfp8_weights_with_16_bit_activations(monkeypatch, 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_e4m3_words_decode_times_the_scale_only_where_that_is_exact(monkeypatch, dtype):
     """Which E4M3_WORDS decode an MXFP8 layer's words get (round fourteen): from the bit
-    fields times each tile's E8M0 scale, so that the dot accumulates (E4M3_SCALED_WORDS), in
-    bf16 only, for a layer without a NaN byte and with every E8M0 byte inside
+    fields times their E8M0 scale, so that a tile spans several scale blocks
+    (E4M3_SCALED_WORDS: the config's BLOCK_K, not the 32 columns of one scale), in bf16
+    only, for a layer without a NaN byte and with every E8M0 byte inside
     E8M0_WORDS_MIN..MAX; else the hardware conversion scaled per tile (E4M3_CVT_WORDS). The
     decodes' values are checked on a GPU (test_e4m3_words_cuda.py): the PTX does not run
     here."""
-    from moecert.kernels.triton_moe import backend, gemm_kernel
+    from moecert.kernels.triton_moe import backend, gemm_kernel, heuristics
 
     P = MoEProblem(M=4, K=256, N=128, E=4, topk=2, dtype=dtype)
     layer = _layer("mxfp8", P)
@@ -155,7 +156,10 @@ def test_e4m3_words_decode_times_the_scale_only_where_that_is_exact(monkeypatch,
 
     def words():
         w = {**backend._weights(layer, "w13"), "dot": kinds.DOT_NATIVE}
-        return fused_moe.e4m3_words(w, act, False, layer.device)
+        mode = fused_moe.e4m3_words(w, act, False, layer.device)
+        block_k = heuristics.weights_block_k(w, 128, P.K, act)
+        assert block_k == (128 if mode == gemm_kernel.E4M3_SCALED_WORDS else 32), (mode, block_k)
+        return mode
 
     scaled = (gemm_kernel.E4M3_SCALED_WORDS if dtype == "bf16"
               else gemm_kernel.E4M3_CVT_WORDS)
