@@ -50,7 +50,9 @@ MOECERT_TRITON_NIB_SPAN=128 stores every int4 linear it fits in nibble planes (`
 MOECERT_TRITON_I4_PAIRS=0 turns the PTX int4 pair decode off (`int4_pairs_allowed`).
 MOECERT_TRITON_E4M3_WORDS=0 reads MXFP8's weights as fp8 bytes instead of 16-bit words of two
 columns (`e4m3_words_allowed`, gemm_kernel's E4M3_WORDS: the default since it timed 0.2-2.1%
-faster on an H200, docs/speed.md "round twelve").
+faster on an H200, docs/speed.md "round twelve"; in bf16 the words are decoded times their
+scales where that is exact, in tiles over several scale blocks: 1.4-1.7x faster, "round
+fourteen"), 32-column tiles again.
 MOECERT_TRITON_ZERO_SUMS=0 takes int4 zero points (AWQ) inside the weights' decode instead of
 from each row's activation sums after the tile's dot (`zero_sums_allowed`, gemm_kernel's
 ZERO_SUMS; docs/speed.md "round thirteen").
