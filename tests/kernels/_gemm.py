@@ -19,3 +19,22 @@ def run_moe_gemm(weights, a, ids, config, experts: int, topk: int):
     fused_moe.moe_gemm(a, None, None, weights, c, sorted_ids, block_expert, num_padded, None,
                        a_row_div=topk, act=kinds.A16, config=config)
     return c
+
+
+def record_launches(monkeypatch, pick) -> list:
+    """Each launch of the fused GEMM from now on (for the test, through `monkeypatch`)
+    appends pick(args, kwargs) to the list returned, then runs as it would: what a launch
+    compiled (its constexprs, its operands' dtypes). gemm_kernel is imported here, at the
+    call, as in `run_moe_gemm`."""
+    from moecert.kernels.triton_moe import gemm_kernel
+
+    kernel, seen = gemm_kernel.moe_gemm_kernel, []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                seen.append(pick(args, kw))
+                return kernel[grid](*args, **kw)
+            return launch
+    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
+    return seen

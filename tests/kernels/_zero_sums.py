@@ -6,6 +6,7 @@ imported inside the functions: each test module binds its own (interpreted or co
 from __future__ import annotations
 
 import torch
+from _gemm import record_launches
 
 # tile shapes the tuned files run AWQ in at decode sizes (16 x 128 swapped, split-K, 32 rows)
 TILES = {
@@ -42,17 +43,9 @@ def both(monkeypatch, P, tile: str, device: str) -> dict:
     """{gemm: (ZERO_SUMS' output, the decode's output, the tuner's reorder bound)}: the tile
     with its config's ZERO_SUMS on and off; each launch's ZERO_SUMS spied, so a run that took
     neither path fails here."""
-    from moecert.kernels.triton_moe import gemm_kernel, tune
+    from moecert.kernels.triton_moe import tune
 
-    kernel, seen = gemm_kernel.moe_gemm_kernel, []
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                seen.append(kw["ZERO_SUMS"])
-                return kernel[grid](*args, **kw)
-            return launch
-    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
+    seen = record_launches(monkeypatch, lambda args, kw: kw["ZERO_SUMS"])
     st = stage(monkeypatch, P, device)
     out = {}
     for gemm in (1, 2):

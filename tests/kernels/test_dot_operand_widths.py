@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _gemm import record_launches
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
@@ -83,17 +84,8 @@ def test_codes_in_a_dtype_the_launch_does_not_multiply_in_are_converted_with_the
     P = MoEProblem(M=8, K=256, N=128, E=4, topk=2, dtype=dtype)
     layer = _layer("w4a8-int8", P)
     x, w, ids = make_inputs(P, seed=6)
-    from moecert.kernels.triton_moe import gemm_kernel
-
-    kernel, handed = gemm_kernel.moe_gemm_kernel, []
-
-    class Spy:  # the activations' dtype and the ACT kind of each launch
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                handed.append((args[0].dtype, kw["ACT"]))
-                return kernel[grid](*args, **kw)
-            return launch
-    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
+    # the activations' dtype and the ACT kind of each launch
+    handed = record_launches(monkeypatch, lambda args, kw: (args[0].dtype, kw["ACT"]))
     want = BACKEND.apply(layer, x, w, ids, out=torch.empty_like(x))
     plan = backend._plan(layer)
     assert plan["w13_codes"] == torch.int8  # the interpreter multiplies int8 codes

@@ -14,6 +14,7 @@ import os
 
 import pytest
 import torch
+from _gemm import record_launches
 
 
 def _sm89() -> bool:
@@ -52,15 +53,7 @@ def test_words_give_the_byte_tiles_sum(scheme, dtype, tile, monkeypatch):
     backend.process_weights_after_loading(layer)
     x, w, ids = (t.cuda() for t in make_inputs(P, seed=4))
     stage = tune_stages.LayerStage(layer, x, w, ids)
-    kernel, words_seen = gemm_kernel.moe_gemm_kernel, []
-
-    class Spy:  # the E4M3_WORDS each launch compiled
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                words_seen.append(kw["E4M3_WORDS"])
-                return kernel[grid](*args, **kw)
-            return launch
-    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
+    words_seen = record_launches(monkeypatch, lambda args, kw: kw["E4M3_WORDS"])
     decode = {"bf16": gemm_kernel.E4M3_SCALED_WORDS, "fp16": gemm_kernel.E4M3_CVT_WORDS}
     for gemm in (1, 2):
         config = {**stage.defaults[gemm - 1], **TILES[tile]}

@@ -9,7 +9,8 @@ import os
 
 import pytest
 import torch
-from moecert.kernels.triton_moe import fused_moe, gemm_kernel, interpret, kinds
+from _gemm import record_launches
+from moecert.kernels.triton_moe import fused_moe, interpret, kinds
 from moecert.reference import MoEProblem, make_inputs, random_checkpoint
 
 
@@ -26,20 +27,16 @@ def _with_and_without_pairs(monkeypatch, backend, layer, x, w, ids):
     """The layer's output with the PTX decode allowed and not ({pairs: output}), and the
     (FAST_I4, ACT, activations' dtype) of each launch ({pairs: [...]}); the layer's plan is
     built again for each (it chooses the dtype W4A8's codes are quantized into)."""
-    kernel, decodes, outs = gemm_kernel.moe_gemm_kernel, {}, {}
-
-    class Spy:  # records the decode each launch compiled
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                decodes[pairs].append((kw["FAST_I4"], kw["ACT"], args[0].dtype))
-                return kernel[grid](*args, **kw)
-            return launch
-    monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
+    decodes, outs = {}, {}
+    # the decode each launch compiled
+    seen = record_launches(monkeypatch, lambda args, kw: (kw["FAST_I4"], kw["ACT"],
+                                                          args[0].dtype))
     for pairs in (False, True):
         monkeypatch.setattr(fused_moe, "int4_pairs_run_on", lambda device, on=pairs: on)
-        decodes[pairs] = []
+        seen.clear()
         layer.meta.pop("triton_plan", None)
         outs[pairs] = backend.apply(layer, x, w, ids, out=torch.empty_like(x))
+        decodes[pairs] = list(seen)
     return outs, decodes
 
 
