@@ -25,6 +25,7 @@ from .kinds import (
     I4_OFF,
     I4_PAIRS,
     INTERPRET,
+    MX_COLS,
     PARTIAL,
     REDUCE,
     S_E4M3,
@@ -112,9 +113,11 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                       and compute == torch.bfloat16 and e8m0_folds(s)),
         # every E8M0 byte a normal scale (gemm_kernel's E8M0_NORMAL), read once per layer
         "e8m0_normal": wscale == S_E8M0 and e8m0_normal(s),
-        # MXFP8's words decoded times their scales where that is exact (E4M3_SCALED_WORDS)
-        "e4m3_scaled": (kind == W_MXFP8 and wscale == S_E8M0 and compute == torch.bfloat16
-                        and e4m3_cvt_runs_on(q.device) and e8m0_words(s) and e4m3_finite(q)),
+        # MXFP8's words decoded times their scales where that is exact (E4M3_SCALED_WORDS;
+        # the kernel indexes those scales by MX_COLS, the MX block every W_MXFP8 layer has)
+        "e4m3_scaled": (kind == W_MXFP8 and wscale == S_E8M0 and scale_cols == MX_COLS
+                        and compute == torch.bfloat16 and e4m3_cvt_runs_on(q.device)
+                        and e8m0_words(s) and e4m3_finite(q)),
         "scale_cols": scale_cols,  # None: no scale, or one per row (the whole K)
         "dot": dot_mode(kind, q.dtype, compute, g_idx is not None),
         "args": (q, s if s is not None else dummy, zp if zp is not None else dummy,
