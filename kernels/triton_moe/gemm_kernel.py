@@ -102,6 +102,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 from moecert.reference.schemes import ACT_GROUP as SCHEME_ACT_GROUP
+from moecert.reference.schemes import ELEMENTS
 
 from .kinds import (
     A16,
@@ -126,7 +127,7 @@ from .kinds import (
     W_MXFP8,
     W_UINT8,
 )
-from .layout import CARRY_EEM, CARRY_SIGN
+from .layout import CARRY_EEM, CARRY_SIGN, fp6_top_sign
 from .quant import ACTIVATIONS, GATE_UP_HALVES, RELU2, act_values, rne_bf16
 
 # the same values as constexpr globals, the only globals a jit function may read
@@ -468,9 +469,19 @@ _E4M3_SCALED_BF16 = tl.constexpr(_e4m3_scaled_asm())
 E4M3_BYTES, E4M3_CVT_WORDS, E4M3_SCALED_WORDS = 0, 1, 2
 _E4M3_SCALED_WORDS = tl.constexpr(E4M3_SCALED_WORDS)
 MX_COLS_K = tl.constexpr(MX_COLS)  # columns of one E8M0 weight scale
-# The scale bytes E whose 2^(E - 7) is a normal bf16 and makes every e4m3 value times it,
-# 2^-9 * 2^(E - 127) and up, a normal bf16 (so exact): 10..134
-E8M0_WORDS_MIN, E8M0_WORDS_MAX = 10, 134
+
+
+def e8m0_words_range(element: str) -> tuple[int, int]:
+    """The E8M0 bytes E for which a float element's codes decode exactly times their scale
+    in bf16 (E4M3_SCALED_WORDS, `_fp6_planes_asm`): the multiplier 2^(E - bias) a normal
+    bf16 and every nonzero value times 2^(E - 127), from the smallest subnormal
+    2^(1 - bias - mantissa bits) up, a normal bf16: bias + mantissa bits .. 127 + bias."""
+    el = ELEMENTS[element]
+    return el.exp_bias + el.mantissa_bits, 127 + el.exp_bias
+
+
+# e4m3: 10..134
+E8M0_WORDS_MIN, E8M0_WORDS_MAX = e8m0_words_range("e4m3")
 
 
 @triton.jit
@@ -522,6 +533,120 @@ def _e4m3_scaled_part(a, bq, k0, K, s_rows, stride_sk, ACT: tl.constexpr, DOT: t
     a_even, a_odd = tl.split(tl.reshape(a, (a.shape[0], TILE_K // 2, 2)))
     part = _mma(a_even, b_even, ACT, DOT, COMPUTE, SWAP_AB)
     return _dot_acc(a_odd, b_odd, part, ACT, DOT, COMPUTE, SWAP_AB)
+
+
+# fp6 weights in six-bit planes (layout.plane_fp6), decoded times their E8M0 scales: the
+# elements the kernel decodes so, by exponent bits (FP6_EXP), and their biases
+FP6_ELEMENTS = {ELEMENTS[name].exp_bits: name for name in ("e2m3", "e3m2")}
+_FP6_BIAS = tl.constexpr(tuple(ELEMENTS[FP6_ELEMENTS[e]].exp_bias for e in (2, 3)))
+_FP6_TOP_SIGN = tl.constexpr(tuple(fp6_top_sign(e) for e in (2, 3)))
+
+
+def _fp6_planes_asm(exp_bits: int) -> str:
+    """PTX: $4 two 16-bit words of a span (`layout.plane_fp6`: nibble p the low magnitude
+    bits of plane p), $5 their two bytes of top bits and signs in its low half, $6..$9
+    plane p's bf16 pair of multipliers 2^(E - bias) (E the plane's E8M0 scale byte) ->
+    $0..$3 plane p's two weights in bf16, exact (every E8M0 byte of the layer in
+    `e8m0_words_range`). One permute copies each byte into both bytes of its 16-bit lane;
+    per plane a shift puts the nibble at the lane's bits SH..SH + 3 (SH = 2 + exponent
+    bits: bf16's exponent bits 7.. and mantissa top bits), a shift and a mask put the top
+    bit at SH + 4 and the sign at 15 together (`layout.fp6_top_sign`), a lop3 merges them:
+    the bf16 bit pattern of the value times 2^(bias - 127), a bf16 subnormal where the
+    code is one; one packed fma by the multiplier gives the weight, as `_e4m3_scaled_asm`.
+    4-5 instructions per two weights, one permute per four planes."""
+    sh = 2 + exp_bits
+    lanes = 0x10001  # a 16-bit mask in both lanes
+    mag, top_sign = (0xF << sh) * lanes, ((1 << (sh + 4)) | 0x8000) * lanes
+    lines = ["prmt.b32 t, $5, 0, 0x1100;"]  # lane i: byte i in both bytes
+    for p, (top, sign) in enumerate(fp6_top_sign(exp_bits)):
+        shift, nib = sh + 4 - top, sh - 4 * p
+        assert 8 + sign + shift == 15 and shift > 0
+        src = "n"
+        if nib > 0:
+            lines.append(f"shl.b32 n, $4, {nib};")
+        elif nib < 0:
+            lines.append(f"shr.u32 n, $4, {-nib};")
+        else:
+            src = "$4"
+        lines += [f"shl.b32 u, t, {shift};", f"and.b32 u, u, {top_sign:#x};",
+                  f"lop3.b32 u, {src}, {mag:#x}, u, 0xEA;",  # (nibbles & mag) | u
+                  f"fma.rn.bf16x2 ${p}, u, ${6 + p}, negz;"]
+    body = "".join(f"\n            {line}" for line in lines)
+    return (f"{{\n            .reg .b32 t, n, u, negz;"
+            f"\n            mov.b32 negz, 0x80008000;{body}\n            }}")
+
+
+_FP6_PLANES_E2 = tl.constexpr(_fp6_planes_asm(2))
+_FP6_PLANES_E3 = tl.constexpr(_fp6_planes_asm(3))
+
+
+@triton.jit
+def _fp6_mul(sw, P: tl.constexpr, FP6_EXP: tl.constexpr, IEEE: tl.constexpr):
+    """Plane P's multiplier 2^(E - bias) from the span's scale word (byte P its E8M0 byte
+    E): bf16, or fp32 for the interpreter's decode (IEEE)."""
+    e = ((sw >> (8 * P)) & 0xFF) + (127 - _FP6_BIAS[FP6_EXP - 2])
+    if IEEE:
+        return (e << 23).to(tl.float32, bitcast=True)
+    return (e << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def _fp6_plane_ieee(raw, h, mul, P: tl.constexpr, FP6_EXP: tl.constexpr):
+    """`_fp6_planes_asm`'s plane P in fp32 integer arithmetic (the interpreter's, which
+    runs no PTX): the nibble and the top bit at fp32's mantissa top bits, the sign at
+    bit 31, the pattern times the multiplier (exact: an fp32 subnormal times a power of two
+    that makes it normal)."""
+    SH: tl.constexpr = 2 + FP6_EXP + 16
+    top = (h >> _FP6_TOP_SIGN[FP6_EXP - 2][P][0]) & 1
+    sign = (h >> _FP6_TOP_SIGN[FP6_EXP - 2][P][1]) & 1
+    bits = ((((raw >> (4 * P)) & 0xF) | (top << 4)) << SH) | (sign << 31)
+    return bits.to(tl.float32, bitcast=True) * mul
+
+
+@triton.jit
+def _fp6_planes_part(a0, a1, a2, a3, words, high, k0, K, s_rows, stride_sk,
+                     ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
+                     EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, TILE_K: tl.constexpr,
+                     FP6_EXP: tl.constexpr):
+    """The product of one span of fp6 weights in six-bit planes (`layout.plane_fp6`):
+    words [TILE_K / 4, BLOCK_N] (16-bit, nibble p plane p's low magnitude bits), high
+    [TILE_K / 4, BLOCK_N] (bytes: top bits and signs), plane p the tile's quarter p and one
+    32-column MX block, decoded times its E8M0 scale (the four blocks' bytes one aligned
+    32-bit word per row), so the tile needs no scale of its own. The same exact products
+    as the e4m3 bytes they were widened to (MXFP8's scaled words); only the fp32 sum's
+    association differs."""
+    tl.static_assert(TILE_K == 4 * MX_COLS_K)
+    col = k0 // MX_COLS_K
+    if not EVEN_K:  # a tile past K (a K_UNROLL step's last): the last span's scales
+        col = tl.minimum(col, (K - 1) // TILE_K * 4)
+    sw = tl.load((s_rows + col * stride_sk).to(tl.pointer_type(tl.int32), bitcast=True))
+    if DOT == _DOT_IEEE:  # the interpreter (fp32 dots): the same bits in integer arithmetic
+        raw = words.to(tl.int32) & 0xFFFF
+        h = high.to(tl.int32) & 0xFF
+        b0 = _fp6_plane_ieee(raw, h, _fp6_mul(sw, 0, FP6_EXP, True)[None, :], 0, FP6_EXP)
+        b1 = _fp6_plane_ieee(raw, h, _fp6_mul(sw, 1, FP6_EXP, True)[None, :], 1, FP6_EXP)
+        b2 = _fp6_plane_ieee(raw, h, _fp6_mul(sw, 2, FP6_EXP, True)[None, :], 2, FP6_EXP)
+        b3 = _fp6_plane_ieee(raw, h, _fp6_mul(sw, 3, FP6_EXP, True)[None, :], 3, FP6_EXP)
+    else:
+        m0 = tl.broadcast_to(_fp6_mul(sw, 0, FP6_EXP, False)[None, :], words.shape)
+        m1 = tl.broadcast_to(_fp6_mul(sw, 1, FP6_EXP, False)[None, :], words.shape)
+        m2 = tl.broadcast_to(_fp6_mul(sw, 2, FP6_EXP, False)[None, :], words.shape)
+        m3 = tl.broadcast_to(_fp6_mul(sw, 3, FP6_EXP, False)[None, :], words.shape)
+        if FP6_EXP == 2:
+            b0, b1, b2, b3 = tl.inline_asm_elementwise(
+                asm=_FP6_PLANES_E2, constraints="=r,=r,=r,=r,r,r,r,r,r,r",
+                args=[words, high, m0, m1, m2, m3],
+                dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
+                pack=2)
+        else:
+            b0, b1, b2, b3 = tl.inline_asm_elementwise(
+                asm=_FP6_PLANES_E3, constraints="=r,=r,=r,=r,r,r,r,r,r,r",
+                args=[words, high, m0, m1, m2, m3],
+                dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
+                pack=2)
+    return (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
+            + _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
+            + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB))
 
 
 @triton.jit

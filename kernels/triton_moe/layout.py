@@ -302,3 +302,111 @@ def unscale_bf16(packed: torch.Tensor, cols: int, element: str, fold: int = 0) -
     if bool((codes < 0).any()):
         raise ValueError(f"bf16 scales hold a value that is no {element} code times 2^{fold}")
     return codes.to(torch.uint8)
+
+
+# MX fp6 weights (E2M3, E3M2) in six bits a weight (issue 44, round fifteen) instead of
+# widened to e4m3 bytes, which read 8 bits a weight (MXFP6 ran at the speed of MXFP8's bytes:
+# 52-66% of its own floor). Per FP6_SPAN columns of a row: FP6_SPAN / 4 little-endian 16-bit
+# words, nibble p of word j the low four magnitude bits of column j + p * FP6_SPAN / 4 (the
+# `plane_nibbles` order: plane p is the tile's quarter p, one 32-column MX block), then
+# FP6_SPAN / 4 bytes, byte j the same four columns' top magnitude bit and sign at
+# `fp6_top_sign`'s bits: 96 bytes a row and span, the file's 6 bits a weight.
+FP6_SPAN = 128
+
+
+@functools.cache
+def fp6_top_sign(exp_bits: int) -> tuple[tuple[int, int], ...]:
+    """(top magnitude bit, sign bit) of plane p = 0..3 in a span's byte j, for an element
+    of `exp_bits` exponent bits: each sign g = exp_bits - 1 bits below its top bit (blocks
+    of g signs then their g top bits). The kernel copies the byte into both bytes of a
+    16-bit lane; one left shift then brings plane p's top bit (low copy) to the magnitude's
+    bit 4 at lane bit 6 + exp_bits, bf16's, and its sign (high copy: 8 + sign) to bit 15,
+    exactly when top - sign = g (gemm_kernel's `_fp6_planes_asm`). 2 and 3 only (fp6)."""
+    g = exp_bits - 1
+    if g not in (1, 2):
+        raise ValueError(f"six-bit planes hold E2M3 or E3M2 codes, not {exp_bits} exponent bits")
+    return tuple((2 * g * (p // g) + g + p % g, 2 * g * (p // g) + p % g) for p in range(4))
+
+
+def plane_fp6(codes: torch.Tensor, exp_bits: int) -> torch.Tensor:
+    """fp6 codes uint8 [..., K] (sign at bit 5, magnitude bits 0-4), K a multiple of
+    FP6_SPAN -> uint8 [..., 3K / 4] in six-bit planes (FP6_SPAN's comment). Rows a chunk at
+    a time, as `plane_nibbles`."""
+    if codes.shape[-1] % FP6_SPAN:
+        raise ValueError(f"six-bit planes need K a multiple of {FP6_SPAN}, got "
+                         f"{codes.shape[-1]}")
+    return _per_chunk_to(codes, codes.shape[-1] * 3 // 4,
+                         lambda rows: _plane_fp6_rows(rows, exp_bits))
+
+
+def unplane_fp6(q: torch.Tensor, exp_bits: int) -> torch.Tensor:
+    """Inverse of `plane_fp6`."""
+    return _per_chunk_to(q, q.shape[-1] * 4 // 3, lambda rows: _unplane_fp6_rows(rows, exp_bits))
+
+
+def _per_chunk_to(q: torch.Tensor, width: int, fn) -> torch.Tensor:
+    """fn over rows of q's last dimension a chunk at a time, into [..., width] uint8."""
+    rows = q.reshape(-1, q.shape[-1])
+    out = torch.empty(rows.shape[0], width, dtype=torch.uint8, device=q.device)
+    step = max(1, PLANE_CHUNK_BYTES // 8 // max(q.shape[-1], 1))
+    for lo in range(0, rows.shape[0], step):
+        out[lo:lo + step] = fn(rows[lo:lo + step])
+    return out.view(*q.shape[:-1], width)
+
+
+def _plane_fp6_rows(codes: torch.Tensor, exp_bits: int) -> torch.Tensor:
+    c = codes.to(torch.int32).unflatten(-1, (-1, 4, FP6_SPAN // 4))  # [rows, spans, p, j]
+    words = sum(((c[..., p, :] & 0xF) << (4 * p)) for p in range(4))
+    high = sum((((c[..., p, :] >> 4) & 1) << top) | (((c[..., p, :] >> 5) & 1) << sign)
+               for p, (top, sign) in enumerate(fp6_top_sign(exp_bits)))
+    low_bytes = torch.stack([words & 0xFF, words >> 8], dim=-1).flatten(-2)
+    return torch.cat([low_bytes, high], dim=-1).flatten(-2).to(torch.uint8)
+
+
+def _unplane_fp6_rows(q: torch.Tensor, exp_bits: int) -> torch.Tensor:
+    span = q.to(torch.int32).unflatten(-1, (-1, FP6_SPAN * 3 // 4))
+    low = span[..., :FP6_SPAN // 2]
+    words, high = low[..., 0::2] | (low[..., 1::2] << 8), span[..., FP6_SPAN // 2:]
+    planes = [((words >> (4 * p)) & 0xF) | (((high >> top) & 1) << 4) | (((high >> sign) & 1) << 5)
+              for p, (top, sign) in enumerate(fp6_top_sign(exp_bits))]
+    return torch.stack(planes, dim=-2).flatten(-3).to(torch.uint8)
+
+
+@functools.cache
+def fp6_e4m3_bytes(element: str) -> torch.Tensor:
+    """uint8 [64]: the float8_e4m3fn byte of each fp6 code of `element` ("e2m3", "e3m2"),
+    by the conversion's own widening (codecs.widen_to_e4m3 of every code), so that
+    `fp6_codes` is its inverse by construction."""
+    from ..codecs import widen_to_e4m3
+
+    el = ELEMENTS[element]
+    codes = torch.arange(1 << el.bits, dtype=torch.int64).unflatten(-1, (-1, el.per_unit))
+    words = sum(codes[:, i] << (i * el.bits) for i in range(el.per_unit))
+    packed = torch.stack([(words >> (8 * i)) & 0xFF for i in range(el.units)], -1).flatten()
+    return widen_to_e4m3(packed.to(torch.uint8), el).view(torch.uint8)
+
+
+@functools.cache
+def _fp6_codes_table(element: str) -> torch.Tensor:
+    """int16 [256]: the fp6 code of each e4m3 byte that is one's, -1 elsewhere."""
+    table = fp6_e4m3_bytes(element).to(torch.int64)
+    if len(torch.unique(table)) != len(table):
+        raise ValueError(f"{element}: two codes widen to one e4m3 byte")
+    inverse = torch.full((256,), -1, dtype=torch.int16)
+    inverse[table] = torch.arange(len(table), dtype=torch.int16)
+    return inverse
+
+
+def fp6_codes(w: torch.Tensor, element: str) -> torch.Tensor:
+    """float8_e4m3fn weights widened from `element` codes -> the codes (uint8, sign at bit
+    5); ValueError if a byte is no code's widening (the tensor was not widened from it)."""
+    codes = _lookup(_fp6_codes_table(element).to(w.device), w.view(torch.uint8))
+    if bool((codes < 0).any()):
+        raise ValueError(f"e4m3 weights hold a value that is no {element} code")
+    return codes.to(torch.uint8)
+
+
+def fp6_widened(codes: torch.Tensor, element: str) -> torch.Tensor:
+    """Inverse of `fp6_codes`: the codes' float8_e4m3fn values."""
+    table = fp6_e4m3_bytes(element).to(codes.device)
+    return _lookup(table, codes).view(torch.float8_e4m3fn)
