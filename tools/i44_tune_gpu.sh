@@ -136,6 +136,10 @@
 #   tools/i44_tune_gpu.sh gptq-m16   gptq-int4 Mixtral-8x7B M 16 tuned for 90 s into a copy, then
 #       the tree and the copy with Marlin int4 beside (carry .vllm) (~320 s; its first run,
 #       2026-12-02, cut both benches at 50 s: the tuner kept the shipped tiles, 231.0 us)
+#   tools/i44_tune_gpu.sh r15   round fifteen: MXFP6 in six-bit planes. Its CUDA tests (stops
+#       there on a failure), then MXFP6 decode in planes (reading MXFP8's tiles) and as e4m3
+#       bytes (MOECERT_TRITON_FP6_PLANES=0), one process each, then W_MXFP8_FP6 tuned at M 16 /
+#       64 into a copy and timed (~540 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -979,6 +983,33 @@ PY
     batch_end
 }
 
+r15() {  # round fifteen: MXFP6's codes in six-bit planes (layout.plane_fp6, written without
+    # a GPU; the PTX emulated on the CPU): the CUDA tests, then MXFP6 (e2m3) decode in planes
+    # and as bytes, then the planes' own tiles tuned into a copy (cfg/ in the tar) and timed
+    batch_begin i44r15 570
+    gpu_versions
+    timeout 170 python -m pytest tests/kernels/test_fp6_planes_cuda.py \
+        tests/kernels/test_e4m3_words_cuda.py -q -p no:cacheprovider -rfE \
+        > "$work/fp6-cuda.txt" 2>&1
+    local rc=$?
+    stamp "fp6 planes / e4m3 words cuda tests: $(tail -n 1 "$work/fp6-cuda.txt")" $rc
+    [ $rc -eq 0 ] || { batch_end; return; }
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton --M 16,64
+       --scheme mxfp6-e2m3)
+    timeout 55 $M "${B[@]}" --results "$work/planes" --run-id planes > "$work/planes.txt" 2>&1
+    stamp planes $?
+    MOECERT_TRITON_FP6_PLANES=0 timeout 55 $M "${B[@]}" --results "$work/bytes" --run-id bytes \
+        > "$work/bytes.txt" 2>&1
+    stamp bytes $?
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" fp6 "110 --model qwen3-30b-a3b --model mixtral-8x7b --scheme mxfp6-e2m3 --max-seconds 20" \
+        "90 --model deepseek-v3 --scheme mxfp6-e2m3 --max-seconds 35"
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 55 $M "${B[@]}" --results "$work/tuned" \
+        --run-id tuned > "$work/tuned.txt" 2>&1
+    stamp tuned $?
+    batch_end
+}
+
 table_r14() {  # round fourteen, third call: what the scaled words' wider tiles did where the
     # bench of r14b did not look (MXFP6 decode, MXFP8 prefill on Mixtral-8x7B: the tree against
     # .bench/r14-base, one process each), the issue's decode table with the peers, then MXFP8
@@ -1078,5 +1109,6 @@ case "${1:-}" in
     r14b) r14b ;;
     table-r14) table_r14 ;;
     gptq-m16) gptq_m16 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16" >&2; exit 2 ;;
+    r15) r15 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15" >&2; exit 2 ;;
 esac

@@ -120,10 +120,12 @@ for scheme, variant in cases:
         os.environ["MOECERT_TRITON_NIB_SPAN"] = "128"
         fused_moe.int4_pairs_run_on = lambda device: True
         fused_moe.e4m3_cvt_runs_on = lambda device: True  # sm89+ (MXFP8's E4M3_WORDS)
+        fused_moe.fp6_planes_run_on = lambda device: True  # sm80+ (MXFP6's six-bit planes)
     else:
         os.environ.pop("MOECERT_TRITON_NIB_SPAN", None)
         fused_moe.int4_pairs_run_on = lambda device: False
         fused_moe.e4m3_cvt_runs_on = lambda device: False
+        fused_moe.fp6_planes_run_on = lambda device: False
     if scheme == "fp8-w8a8" and variant.startswith("ch"):
         attrs = {"weight_strategy": "channel", "activation": "dynamic-token"}
     st = stage_for(scheme, attrs)

@@ -23,6 +23,7 @@ from moecert.reference.schemes import (
     ACT_NVFP4,
     ACT_STATIC_TENSOR,
     MX_ACTIVATION_ELEMENTS,
+    MX_BLOCK,
 )
 
 from ..base import BaseBackend
@@ -83,8 +84,8 @@ class TritonBackend(BaseBackend):
         # the codes as the common kernel format holds them, out of the kernel's tiles
         plain = {f"{p}_q": _stored_int4(layer, p) for p in PREFIXES
                  if layer.has(f"{p}_q") and layer.get(f"{p}_q").dim() == 5}
-        if layer.quant.info.element == "e2m1":
-            plain = {k: t for p in PREFIXES for k, t in stored_fp4_tensors(layer, p).items()}
+        if layer.quant.info.element == "e2m1" or layer.meta.get("w13_fp6"):
+            plain = {k: t for p in PREFIXES for k, t in stored_tensors(layer, p).items()}
         exported = export_canonical(layer, plain)
         if _scales_moved_to_activations(layer.quant.info):
             for p, gscale in (("w13", "a1_gscale"), ("w2", "a2_gscale")):
@@ -181,7 +182,8 @@ def describe(layer: MoELayer) -> str:
         "; lean e2m1 step" if c["LEAN"] else "") + (
         "; sign-carrying e2m1 words" if c["CARRY"] else "") + (
         "; block scales pre-decoded to bf16 at load" if c["SCALE_BF16"] else "") + (
-        "; zero points in the scale words" if plan["w13"]["zero_words"] is not None else "")
+        "; zero points in the scale words" if plan["w13"]["zero_words"] is not None else "") + (
+        "; fp6 codes in six-bit planes" if c["FP6_EXP"] else "")
     fused = f"fused Triton MoE GEMM ({heuristics.weight_key(plan['w13'])}{words})"
     if plan["dense_bytes"] is None:
         return fused
@@ -227,6 +229,9 @@ def _tile_weights(layer: MoELayer) -> None:
 
     if layer.quant.info.element == "e2m1":
         _tile_fp4(layer)
+        return
+    if _fp6_planes_fit(layer):
+        _plane_fp6(layer)
         return
     if not layer.quant.packed or layer.meta["bits"] != 4:
         return
@@ -286,6 +291,44 @@ def _tile_fp4(layer: MoELayer) -> None:
             layer.put(f"{p}_s", s.transpose(1, 2).contiguous().transpose(1, 2))
 
 
+def _fp6_planes_fit(layer: MoELayer) -> bool:
+    """Whether the layer's fp6 weights (widened to e4m3 by the conversion) go back to six
+    bits a weight (layout.plane_fp6), decoded times their scales in the kernel (issue 44's
+    fifteenth round): bf16 (the decode's packed fma), CUDA sm80+ or the interpreter, both
+    linears' K a multiple of layout.FP6_SPAN, every E8M0 byte in the element's
+    gemm_kernel.e8m0_words_range; MOECERT_TRITON_FP6_PLANES=0 keeps the e4m3 bytes."""
+    from ..convert import PREFIXES
+    from . import configs, fused_moe, gemm_kernel, layout
+
+    el = layer.quant.info.weight_element
+    if el.name not in gemm_kernel.FP6_ELEMENTS.values() or not configs.fp6_planes_allowed():
+        return False
+    if layer.problem.torch_dtype != torch.bfloat16 or not fused_moe.fp6_planes_run_on(
+            layer.device):
+        return False
+    for p in PREFIXES:
+        w, s = layer.get(f"{p}_w"), layer.get(f"{p}_s")
+        if (w.dtype != torch.float8_e4m3fn or w.shape[2] % layout.FP6_SPAN
+                or tuple(layer.meta[f"{p}_block"]) != (1, MX_BLOCK)
+                or not fused_moe.e8m0_words(s.view(torch.uint8), el.name)):
+            return False
+    return True
+
+
+def _plane_fp6(layer: MoELayer) -> None:
+    """Each linear's e4m3 weights as their fp6 codes in six-bit planes; meta["{p}_fp6"] the
+    element's exponent bits (`_weights`, `stored_tensors`)."""
+    from ..convert import PREFIXES
+    from . import layout
+
+    el = layer.quant.info.weight_element
+    for p in PREFIXES:
+        codes = layout.fp6_codes(layer.get(f"{p}_w"), el.name)
+        layer.put(f"{p}_w", layout.plane_fp6(codes, el.exp_bits))
+        layer.put(f"{p}_s", layer.get(f"{p}_s").contiguous())
+        layer.meta[f"{p}_fp6"] = el.exp_bits
+
+
 def _scale_bf16_fits(layer: MoELayer, scale_kind: int, cols: int, span: int) -> bool:
     """Whether MOECERT_TRITON_FP4_SCALE_BF16 stores this linear's scales decoded into bf16
     (issue 44's fourth candidate): MXFP4 in any layer (its fp32 pair sums and its bf16 fold
@@ -332,10 +375,20 @@ def _stored_fp4(layer: MoELayer, p: str) -> torch.Tensor:
     return layout.unplane_nibbles(q, span) if span else q
 
 
-def stored_fp4_tensors(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
-    """Linear `p`'s e2m1 codes, and its block scales where they are in words, in the
-    checkpoint's order: what reading the layer as the torch backend does needs in their place
-    (canonical_weights, the tuner's bound)."""
+def stored_tensors(layer: MoELayer, p: str) -> dict[str, torch.Tensor]:
+    """Linear `p`'s tensors that this backend keeps in a layout of its own, in the common
+    kernel format's (convert.py): e2m1 codes out of planes and tiles, and block scales out of
+    words; fp6 codes out of six-bit planes, widened to e4m3 again. What reading the layer as
+    the torch backend does needs in their place (canonical_weights, the tuner's bound);
+    empty where the layer holds the common format."""
+    from . import layout
+
+    if exp_bits := layer.meta.get(f"{p}_fp6"):
+        el = layer.quant.info.weight_element
+        codes = layout.unplane_fp6(layer.get(f"{p}_w"), exp_bits)
+        return {f"{p}_w": layout.fp6_widened(codes, el.name)}
+    if layer.quant.info.element != "e2m1":
+        return {}
     out = {f"{p}_w": _stored_fp4(layer, p)}
     if layer.get(f"{p}_s").dim() == 4:  # layout.scale_words or scale_bf16
         out[f"{p}_s"] = _stored_fp4_scales(layer, p)
@@ -584,7 +637,8 @@ def _weights(layer: MoELayer, p: str, codes: torch.Tensor | None = None,
     # the kernel format's weight dtype (convert.py: int8 codes, e4m3 values, e2m1 pairs in
     # uint8; fp6 arrives widened to e4m3) and the scale encoding say the kind
     w_dtype = layer.get(f"{p}_w").dtype
-    kind = {torch.int8: kinds.W_INT8, torch.uint8: kinds.W_FP4}.get(
+    fp6_exp = layer.meta.get(f"{p}_fp6", 0)  # fp6 codes in six-bit planes: uint8 too
+    kind = kinds.W_MXFP8 if fp6_exp else {torch.int8: kinds.W_INT8, torch.uint8: kinds.W_FP4}.get(
         w_dtype, kinds.W_MXFP8 if scale_kind == kinds.S_E8M0 else kinds.W_FP8)
     s = layer.get(f"{p}_s")
     if scale_kind == kinds.S_E4M3 and s.dtype != torch.bfloat16:  # decoded from its bits
@@ -596,4 +650,5 @@ def _weights(layer: MoELayer, p: str, codes: torch.Tensor | None = None,
                                       scale_rows=rows, scale_cols=cols, scale_kind=scale_kind,
                                       nib_span=layer.meta.get(f"{p}_nib_span", 0),
                                       carry=layer.meta.get(f"{p}_carry", False),
-                                      scale_fold=layer.meta.get(f"{p}_scale_fold", 0), **opt)
+                                      scale_fold=layer.meta.get(f"{p}_scale_fold", 0),
+                                      fp6_exp=fp6_exp, **opt)

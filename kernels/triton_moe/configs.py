@@ -53,6 +53,9 @@ columns (`e4m3_words_allowed`, gemm_kernel's E4M3_WORDS: the default since it ti
 faster on an H200, docs/speed.md "round twelve"; in bf16 the words are decoded times their
 scales where that is exact, in tiles over several scale blocks: 1.4-1.7x faster, "round
 fourteen"), 32-column tiles again.
+MOECERT_TRITON_FP6_PLANES=0 keeps MXFP6's weights widened to e4m3 bytes instead of their six-bit
+codes in planes (`fp6_planes_allowed`, backend._fp6_planes_fit, gemm_kernel's FP6_EXP;
+docs/speed.md "round fifteen").
 MOECERT_TRITON_ZERO_SUMS=0 takes int4 zero points (AWQ) inside the weights' decode instead of
 from each row's activation sums after the tile's dot (`zero_sums_allowed`, gemm_kernel's
 ZERO_SUMS; docs/speed.md "round thirteen").
@@ -122,6 +125,7 @@ SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 I4_PAIRS_ENV = "MOECERT_TRITON_I4_PAIRS"
 E4M3_WORDS_ENV = "MOECERT_TRITON_E4M3_WORDS"
+FP6_PLANES_ENV = "MOECERT_TRITON_FP6_PLANES"
 ZERO_SUMS_ENV = "MOECERT_TRITON_ZERO_SUMS"
 DEQUANT_ROWS_ENV = "MOECERT_TRITON_DEQUANT_ROWS"
 FP4_SCALE_WORDS_ENV = "MOECERT_TRITON_FP4_SCALE_WORDS"
@@ -242,6 +246,14 @@ def e4m3_words_allowed(environ=os.environ) -> bool:
         raise ValueError(f"{E4M3_WORDS_ENV}={raw!r}: expected 0 (fp8 bytes) or 1 (16-bit "
                          "words where the conversion runs, the default)")
     return raw != "0"
+
+
+def fp6_planes_allowed(environ=os.environ) -> bool:
+    """False when MOECERT_TRITON_FP6_PLANES=0 asks for MXFP6's weights as the e4m3 bytes the
+    conversion widened them to instead of six-bit planes (backend._fp6_planes_fit; to time
+    one against the other), True when it is 1, unset or empty."""
+    return _switch(FP6_PLANES_ENV, True, "six-bit planes where they fit",
+                   " (the e4m3 bytes the conversion widens them to)", environ)
 
 
 def forced_dequant_rows(environ=os.environ) -> float | None:

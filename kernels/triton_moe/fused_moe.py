@@ -40,7 +40,7 @@ from .kinds import (
     W_INT8,
     W_MXFP8,
 )
-from .layout import nib_span_fits
+from .layout import FP6_SPAN, nib_span_fits
 from .quant import ACTIVATIONS, GATE_UP_HALVES, RELU2, SWIGLU_ALPHA, SWIGLU_LIMIT, fix_bf16
 
 _COMPUTE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
@@ -66,7 +66,7 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                      g_idx=None, bias=None, scale_rows: int = 1, scale_cols: int | None = None,
                      sym_zero: int = 0, scale_kind: int = S_FLOAT, gscale=None,
                      nib_span: int = 0, carry: bool = False, scale_fold: int = 0,
-                     zero_sums: bool = False) -> dict:
+                     zero_sums: bool = False, fp6_exp: int = 0) -> dict:
     """A linear's kernel description, built once per layer: the weight-side launch
     arguments (placeholders for absent tensors are never read: constexpr-disabled).
     `scale_kind` says how `s` is stored (S_FLOAT, S_E8M0, S_E4M3 as uint8 bytes); with act
@@ -83,7 +83,11 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
     `zero_sums` (the layer's activations 16-bit): int4 zero points in planes may join each
     tile's product through the rows' activation sums, read from scale words that carry them
     ("zero_words": `zero_point_words`, None where they cannot), where a launch's config asks
-    (`zero_sums_run`)."""
+    (`zero_sums_run`).
+    `fp6_exp`: W_MXFP8 weights held as fp6 codes of that many exponent bits in six-bit
+    planes (`layout.plane_fp6`: q uint8 [E, N, 3K / 4]), decoded times their E8M0 scales
+    [E, N, K / 32] (bf16; every byte in `gemm_kernel.e8m0_words_range`, which the layer
+    checked when it stored them: `fp6_planes_fit`)."""
     assert not carry or (kind == W_FP4 and nib_span and compute == torch.bfloat16)
     assert q.is_contiguous() and q.dim() in (3, 5)
     wt_n, wt_k = q.shape[3:] if q.dim() == 5 else (0, 0)
@@ -103,7 +107,14 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
             and s is not None):
         words = zero_point_words(s, zp)
     k = 2 * (q.shape[2] * q.shape[4] if q.dim() == 5 else q.shape[2])
-    if nib_span and not nib_span_fits(kind, k, scale_cols, g_idx is not None, nib_span,
+    if fp6_exp:
+        assert (kind == W_MXFP8 and scale_kind == S_E8M0 and scale_cols == MX_COLS
+                and compute == torch.bfloat16 and q.dim() == 3 and q.dtype == torch.uint8
+                and s.dtype == torch.uint8 and s.is_contiguous()
+                and s.shape[2] * MX_COLS * 3 // 4 == q.shape[2]
+                and q.shape[2] % (FP6_SPAN * 3 // 4) == 0), "six-bit planes' layout"
+        nib_span = FP6_SPAN  # BLOCK_K, and the activation tile read in quarters
+    elif nib_span and not nib_span_fits(kind, k, scale_cols, g_idx is not None, nib_span,
                                       scale_kind):
         raise ValueError(f"nibble planes over {nib_span} columns: needs int4 or e2m1 codes, "
                          f"K a multiple of it and the scale block of each plane, no act order")
@@ -115,8 +126,9 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
         "e8m0_normal": wscale == S_E8M0 and e8m0_normal(s),
         # MXFP8's words decoded times their scales where that is exact (E4M3_SCALED_WORDS;
         # the kernel indexes those scales by MX_COLS, the MX block every W_MXFP8 layer has)
-        "e4m3_scaled": (kind == W_MXFP8 and wscale == S_E8M0 and scale_cols == MX_COLS
-                        and compute == torch.bfloat16 and e4m3_cvt_runs_on(q.device)
+        "e4m3_scaled": (kind == W_MXFP8 and not fp6_exp and wscale == S_E8M0
+                        and scale_cols == MX_COLS and compute == torch.bfloat16
+                        and e4m3_cvt_runs_on(q.device)
                         and e8m0_words(s) and e4m3_finite(q)),
         "scale_cols": scale_cols,  # None: no scale, or one per row (the whole K)
         "dot": dot_mode(kind, q.dtype, compute, g_idx is not None),
@@ -137,6 +149,8 @@ def describe_weights(kind: int, q: torch.Tensor, compute: torch.dtype, *, s=None
                        "HAS_G_IDX": g_idx is not None, "HAS_BIAS": bias is not None,
                        "HAS_WGSCALE": gscale is not None, "WT_N": wt_n, "WT_K": wt_k,
                        "NIB_SPAN": nib_span,
+                       # issue 44's fifteenth: fp6 codes in six-bit planes (layout.plane_fp6)
+                       "FP6_EXP": fp6_exp,
                        # e2m1 plane scales in words (layout.scale_words): [E, N, K / span, 4]
                        "SCALE_WORDS": s is not None and s.dim() == 4 and not scale_bf16,
                        # issue 44's lean e2m1 decode step (configs.fp4_lean)
@@ -180,6 +194,15 @@ def int4_pairs_run_on(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
+def fp6_planes_run_on(device: torch.device) -> bool:
+    """Whether six-bit fp6 planes decode here: the interpreter (integer arithmetic), or
+    compiled CUDA on sm80+ (`_fp6_planes_asm`'s packed bf16 fma)."""
+    if INTERPRET:
+        return device.type == "cpu"
+    return (device.type == "cuda" and torch.version.hip is None
+            and torch.cuda.get_device_capability(device) >= (8, 0))
+
+
 def int4_planes_decode(weights: dict, act: int, device: torch.device) -> bool:
     """Whether int4 codes in nibble planes decode by the PTX (`_int4_planes`, with zero
     points `_int4_planes_zero`) under a tile that asks for it (FAST_I4)."""
@@ -217,6 +240,8 @@ def e4m3_words(weights: dict, act: int, acc_dot: bool, device: torch.device) -> 
     (E4M3_CVT_WORDS, `_e4m3_words`); MOECERT_TRITON_E4M3_WORDS=0 keeps the fp8 bytes
     (E4M3_BYTES)."""
     allowed = configs.e4m3_words_allowed()  # (a bad value is refused on any layer)
+    if weights["constexprs"]["FP6_EXP"]:  # six-bit planes: no e4m3 words to read
+        return gemm_kernel.E4M3_BYTES
     if not (allowed and weights["kind"] == W_MXFP8 and act == A16
             and weights["dot"] == DOT_NATIVE and not acc_dot and e4m3_cvt_runs_on(device)):
         return gemm_kernel.E4M3_BYTES
@@ -318,12 +343,12 @@ def e8m0_normal(s: torch.Tensor | None) -> bool:
     return _e8m0_bytes_within(s, E8M0_NORMAL_MIN, E8M0_NORMAL_MAX, (torch.uint8,))
 
 
-def e8m0_words(s: torch.Tensor | None) -> bool:
-    """Whether every E8M0 byte of `s` (uint8) lies in gemm_kernel's E8M0_WORDS_MIN..MAX, so
-    MXFP8's bf16 decode may multiply the weights by their scale exactly
-    (E4M3_SCALED_WORDS); False where this cannot be read (`_e8m0_bytes_within`)."""
-    return _e8m0_bytes_within(s, gemm_kernel.E8M0_WORDS_MIN, gemm_kernel.E8M0_WORDS_MAX,
-                              (torch.uint8,))
+def e8m0_words(s: torch.Tensor | None, element: str = "e4m3") -> bool:
+    """Whether every E8M0 byte of `s` (uint8) lies in `gemm_kernel.e8m0_words_range` of the
+    weights' element, so a bf16 decode may multiply them by their scale exactly (MXFP8's
+    E4M3_SCALED_WORDS: e4m3, E8M0_WORDS_MIN..MAX; fp6's six-bit planes); False where this
+    cannot be read (`_e8m0_bytes_within`)."""
+    return _e8m0_bytes_within(s, *gemm_kernel.e8m0_words_range(element), (torch.uint8,))
 
 
 def scale_cols_constexpr(scale_cols: int, K: int) -> int:

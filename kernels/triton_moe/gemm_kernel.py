@@ -581,6 +581,24 @@ _FP6_PLANES_E3 = tl.constexpr(_fp6_planes_asm(3))
 
 
 @triton.jit
+def _fp6_planes(words, high, m0, m1, m2, m3, FP6_EXP: tl.constexpr):
+    """`_fp6_planes_asm` on 16-bit words and their bytes of top bits and signs, with each
+    plane's bf16 multipliers (the words' shape): the four planes' weights in bf16. PTX,
+    CUDA sm80+ (the host decides: fused_moe.fp6_planes_run_on)."""
+    if FP6_EXP == 2:
+        b0, b1, b2, b3 = tl.inline_asm_elementwise(
+            asm=_FP6_PLANES_E2, constraints="=r,=r,=r,=r,r,r,r,r,r,r",
+            args=[words, high, m0, m1, m2, m3],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True, pack=2)
+    else:
+        b0, b1, b2, b3 = tl.inline_asm_elementwise(
+            asm=_FP6_PLANES_E3, constraints="=r,=r,=r,=r,r,r,r,r,r,r",
+            args=[words, high, m0, m1, m2, m3],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True, pack=2)
+    return b0, b1, b2, b3
+
+
+@triton.jit
 def _fp6_mul(sw, P: tl.constexpr, FP6_EXP: tl.constexpr, IEEE: tl.constexpr):
     """Plane P's multiplier 2^(E - bias) from the span's scale word (byte P its E8M0 byte
     E): bf16, or fp32 for the interpreter's decode (IEEE)."""
@@ -628,22 +646,11 @@ def _fp6_planes_part(a0, a1, a2, a3, words, high, k0, K, s_rows, stride_sk,
         b2 = _fp6_plane_ieee(raw, h, _fp6_mul(sw, 2, FP6_EXP, True)[None, :], 2, FP6_EXP)
         b3 = _fp6_plane_ieee(raw, h, _fp6_mul(sw, 3, FP6_EXP, True)[None, :], 3, FP6_EXP)
     else:
-        m0 = tl.broadcast_to(_fp6_mul(sw, 0, FP6_EXP, False)[None, :], words.shape)
-        m1 = tl.broadcast_to(_fp6_mul(sw, 1, FP6_EXP, False)[None, :], words.shape)
-        m2 = tl.broadcast_to(_fp6_mul(sw, 2, FP6_EXP, False)[None, :], words.shape)
-        m3 = tl.broadcast_to(_fp6_mul(sw, 3, FP6_EXP, False)[None, :], words.shape)
-        if FP6_EXP == 2:
-            b0, b1, b2, b3 = tl.inline_asm_elementwise(
-                asm=_FP6_PLANES_E2, constraints="=r,=r,=r,=r,r,r,r,r,r,r",
-                args=[words, high, m0, m1, m2, m3],
-                dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
-                pack=2)
-        else:
-            b0, b1, b2, b3 = tl.inline_asm_elementwise(
-                asm=_FP6_PLANES_E3, constraints="=r,=r,=r,=r,r,r,r,r,r,r",
-                args=[words, high, m0, m1, m2, m3],
-                dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
-                pack=2)
+        b0, b1, b2, b3 = _fp6_planes(
+            words, high, tl.broadcast_to(_fp6_mul(sw, 0, FP6_EXP, False)[None, :], words.shape),
+            tl.broadcast_to(_fp6_mul(sw, 1, FP6_EXP, False)[None, :], words.shape),
+            tl.broadcast_to(_fp6_mul(sw, 2, FP6_EXP, False)[None, :], words.shape),
+            tl.broadcast_to(_fp6_mul(sw, 3, FP6_EXP, False)[None, :], words.shape), FP6_EXP)
     return (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
             + _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
             + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB))
@@ -1236,7 +1243,8 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
              SCALE_WORDS: tl.constexpr, LEAN: tl.constexpr, CARRY: tl.constexpr,
              E4M3_CVT: tl.constexpr, SCALE_BF16: tl.constexpr, E8M0_NORMAL: tl.constexpr,
              E4M3_WORDS: tl.constexpr, ZERO_SUMS: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+             FP6_EXP: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
     hints hold): tile after tile in increasing k0, each tile's scales applied to its
@@ -1294,7 +1302,17 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 kq = (kq // WT_RUN) * (WT_N * WT_RUN) + kq % WT_RUN
             if EVEN_K:  # (a clamped tile's offsets are neither aligned nor contiguous)
                 kq = tl.max_contiguous(tl.multiple_of(kq, RUN), RUN)
-            if NIB_SPAN or E4M3_WORDS:
+            if FP6_EXP:  # a span's Q4 words, then its Q4 bytes (layout.plane_fp6)
+                span = k0 // BLOCK_K
+                if not EVEN_K:
+                    span = tl.minimum(span, (K - 1) // BLOCK_K)
+                kw = span * (3 * Q4 // 2) + tl.arange(0, Q4)
+                kh = span * (3 * Q4) + 2 * Q4 + tl.arange(0, Q4)
+                kw = tl.max_contiguous(tl.multiple_of(kw, Q4 // 2), Q4)
+                kh = tl.max_contiguous(tl.multiple_of(kh, Q4), Q4)
+                bq = tl.load(b_rows.to(tl.pointer_type(tl.uint16), bitcast=True) + kw[:, None])
+                bh = tl.load(b_rows + kh[:, None])
+            elif NIB_SPAN or E4M3_WORDS:
                 bq = tl.load(b_rows.to(tl.pointer_type(tl.uint16), bitcast=True) + kq[:, None])
             else:
                 bq = tl.load(b_rows + kq[:, None])
@@ -1308,6 +1326,9 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 if ACT == _A_FP8:
                     a = a.to(tl.float8e4nv, bitcast=True)
                 acc = _dot_acc(a, bq, acc, ACT, DOT, COMPUTE, SWAP_AB)
+            elif FP6_EXP:  # six-bit planes, the scales inside their decode
+                acc += _fp6_planes_part(a, a2, a3, a4, bq, bh, k0, K, s_rows, stride_sk, ACT,
+                                        DOT, COMPUTE, EVEN_K, SWAP_AB, BLOCK_K, FP6_EXP)
             elif E4M3_WORDS == _E4M3_SCALED_WORDS:  # the scales inside the weights' decode
                 acc += _e4m3_scaled_part(a, bq, k0, K, s_rows, stride_sk, ACT, DOT, COMPUTE,
                                          EVEN_K, SWAP_AB, BLOCK_K)
@@ -1365,6 +1386,7 @@ def moe_gemm_kernel(
     PAIR_ADJACENT: tl.constexpr = False, SCALE_RUNS: tl.constexpr = False,
     SCALE_COLS: tl.constexpr = 0, E8M0_NORMAL: tl.constexpr = False,
     E4M3_WORDS: tl.constexpr = E4M3_BYTES, ZERO_SUMS: tl.constexpr = False,
+    FP6_EXP: tl.constexpr = 0,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -1472,7 +1494,7 @@ def moe_gemm_kernel(
             sum_rows, K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT,
             HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N,
             WT_K, NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, SCALE_BF16, E8M0_NORMAL,
-            E4M3_WORDS, ZERO_SUMS, BLOCK_M, BLOCK_N, BLOCK_K)
+            E4M3_WORDS, ZERO_SUMS, BLOCK_M, BLOCK_N, BLOCK_K, FP6_EXP)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)

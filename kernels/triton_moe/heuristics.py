@@ -207,6 +207,8 @@ def weight_key(weights: dict) -> str:
     name = WEIGHT_NAMES[weights["kind"]]
     if weights["kind"] == W_FP4 and weights["constexprs"]["WSCALE"] == S_E4M3:
         name += "_E4M3"
+    if weights["constexprs"]["FP6_EXP"]:  # six-bit planes: 3/4 of the bytes, another decode
+        name += "_FP6"
     return name
 
 
@@ -221,7 +223,9 @@ def int4_weight_name(has_zero: bool) -> str:
 # wrote over them; keyed apart, it reads them still until it is tuned. (Only kinds whose
 # entries come from the file of their nibble order, TUNED_AT_EVERY_SIZE: `configs.layer_file`
 # says whether a file has the layer.)
-KEY_FALLBACK = {"W_INT4_ZERO": "W_INT4"}
+# MXFP6 in six-bit planes reads MXFP8's tiles until it is tuned (the same kernel but for the
+# decode; its BLOCK_K is the planes' span whatever the entry says).
+KEY_FALLBACK = {"W_INT4_ZERO": "W_INT4", "W_MXFP8_FP6": "W_MXFP8"}
 
 
 def every_size_configs(key: configs.LayerKey, num_rows: int, max_steps: int | None = None,
@@ -305,9 +309,12 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
                                         PREFILL_STEPS if prefill and act in NIBBLE_PREFILL_ACTS
                                         else None, keep)
         else:
-            chosen = configs.tuned_configs(key, num_rows,
-                                           max_steps=PREFILL_STEPS if prefill else None,
-                                           keep=keep)
+            for k in (key, tuned_key(key)):
+                chosen = configs.tuned_configs(k, num_rows,
+                                               max_steps=PREFILL_STEPS if prefill else None,
+                                               keep=keep)
+                if chosen is not None:
+                    break
     if chosen is None:
         chosen = default_configs(num_rows, num_experts, weight, act)
         smem = None if INTERPRET else configs.current_shared_memory()

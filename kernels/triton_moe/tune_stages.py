@@ -225,12 +225,17 @@ class LayerStage:
         """Grid fields of the GEMM's weights under `config` (its nibble order): ZERO_SUMS both
         ways where its scale words carry the zero points (the zero points from the activation
         sums or inside the decode: each timed faster on some layers, docs/speed.md round
-        thirteen)."""
+        thirteen); BLOCK_K not at all where planes fix it to their span (int4 and e2m1
+        nibble planes, fp6's six-bit planes: heuristics.weights_block_k), so that the climb
+        spends no time on tiles that are one kernel."""
         from . import fused_moe
 
         w = self.weights(gemm, config)
-        return ({"ZERO_SUMS": (False, True)}
-                if fused_moe.zero_sums_run(w, self.act, {"ZERO_SUMS": True}) else {})
+        fields = ({"ZERO_SUMS": (False, True)}
+                  if fused_moe.zero_sums_run(w, self.act, {"ZERO_SUMS": True}) else {})
+        if w["constexprs"]["NIB_SPAN"]:
+            fields["BLOCK_K"] = (config["BLOCK_K"],)
+        return fields
 
     def programs(self, gemm: int, config: dict) -> int:
         """The GEMM's grid for these rows: row blocks that hold rows x column blocks."""
@@ -251,17 +256,14 @@ class LayerStage:
         rows_a = torch.arange(self.n, device=a.device) // (self.problem.topk if gemm == 1
                                                            else 1)
         out = torch.zeros(self.n, self.shape(gemm)[0], dtype=torch.float64, device=a.device)
-        # e2m1 codes in the Triton backend's planes and tiles: the checkpoint's order for
-        # the torch backend's dequantization, for the time of this bound
-        planed = (self.layer.quant.info.element == "e2m1"
-                  and self.layer.meta.get(f"{p}_nib_span", 0))
-        kept = {}
-        if planed:
-            from .backend import stored_fp4_tensors
+        # e2m1 codes in the Triton backend's planes and tiles, fp6 codes in six-bit planes:
+        # the common format for the torch backend's dequantization, for the time of this bound
+        from .backend import stored_tensors
 
-            for name, t in stored_fp4_tensors(self.layer, p).items():
-                kept[name] = self.layer.get(name)
-                self.layer.put(name, t)
+        kept = {}
+        for name, t in stored_tensors(self.layer, p).items():
+            kept[name] = self.layer.get(name)
+            self.layer.put(name, t)
         try:
             for e in torch.unique(self.ids).tolist():
                 rows = (self.ids == e).nonzero().flatten()

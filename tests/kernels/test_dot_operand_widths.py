@@ -109,6 +109,7 @@ def test_e4m3_words_only_for_mxfp8_weights_with_16_bit_activations(monkeypatch, 
     native dot of 16-bit activations, unless MOECERT_TRITON_E4M3_WORDS=0."""
     from moecert.kernels.triton_moe import backend
 
+    monkeypatch.setenv(configs.FP6_PLANES_ENV, "0")  # MXFP6 as the e4m3 bytes it widens to
     P = MoEProblem(M=4, K=256, N=128, E=4, topk=2)
     layer = _layer(scheme, P, **attrs)
     act = backend.activation_kind(layer.quant)
@@ -182,3 +183,52 @@ def test_e4m3_finite_reads_every_nan_byte():
         q[17] = nan
         assert not fused_moe.e4m3_finite(q.view(torch.float8_e4m3fn))
     assert not fused_moe.e4m3_finite(torch.empty(0, dtype=torch.float8_e4m3fn))
+
+
+@pytest.mark.parametrize("scheme", ["mxfp6-e2m3", "mxfp6-e3m2"])
+def test_fp6_planes_only_where_their_decode_is_exact(monkeypatch, scheme):
+    """MXFP6 in six-bit planes (round fifteen): a bf16 layer whose linears' K are whole spans
+    and whose E8M0 bytes all lie in the element's e8m0_words_range; then no e4m3 words
+    (there are none), BLOCK_K the span whatever the tile says, its own config key reading
+    MXFP8's tiles until tuned. Else, and with MOECERT_TRITON_FP6_PLANES=0, the e4m3 bytes."""
+    from moecert.kernels.triton_moe import backend, gemm_kernel, heuristics, layout
+    from moecert.reference.schemes import ELEMENTS
+
+    el = ELEMENTS[scheme.removeprefix("mxfp6-")]
+    monkeypatch.setattr(fused_moe, "e4m3_cvt_runs_on", lambda device: True)
+
+    def planes(P, **env):
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        ckpt = synthesize(scheme, P, seed=5)
+        layer = BACKEND.create_layer(ckpt, P)
+        BACKEND.process_weights_after_loading(layer)
+        for name in env:
+            monkeypatch.delenv(name)
+        return ckpt, layer, "six-bit planes" in BACKEND.describe(layer)
+
+    P = MoEProblem(M=4, K=256, N=128, E=4, topk=2)
+    ckpt, layer, on = planes(P)
+    assert on and layer.get("w13_w").shape == (4, 256, 192)
+    act = backend.activation_kind(layer.quant)
+    w = {**backend._weights(layer, "w13"), "dot": kinds.DOT_NATIVE}
+    assert w["constexprs"]["FP6_EXP"] == el.exp_bits and not w["e4m3_scaled"]
+    assert fused_moe.e4m3_words(w, act, False, layer.device) == gemm_kernel.E4M3_BYTES
+    for config_k in (64, 256):
+        assert heuristics.weights_block_k(w, config_k, P.K, act) == layout.FP6_SPAN
+    assert heuristics.weight_key(w) == "W_MXFP8_FP6"
+    assert heuristics.KEY_FALLBACK["W_MXFP8_FP6"] == "W_MXFP8"
+    assert not planes(P, **{configs.FP6_PLANES_ENV: "0"})[2]
+    assert not planes(MoEProblem(M=4, K=256, N=128, E=4, topk=2, dtype="fp16"))[2]
+    assert not planes(MoEProblem(M=4, K=192, N=128, E=4, topk=2))[2]  # w13's K: 1.5 spans
+    # one E8M0 byte just outside the element's range, then just inside
+    lo, hi = gemm_kernel.e8m0_words_range(el.name)
+    name = next(n for n in ckpt.tensors if "w2" in n and "scale" in n)
+    for byte, fits in ((lo - 1, False), (hi + 1, False), (lo, True), (hi, True)):
+        scales = ckpt.tensors[name]
+        kept = int(scales.view(torch.uint8).flatten()[5])
+        scales.view(torch.uint8).flatten()[5] = byte
+        layer = BACKEND.create_layer(ckpt, P)
+        BACKEND.process_weights_after_loading(layer)
+        assert ("six-bit planes" in BACKEND.describe(layer)) == fits, byte
+        scales.view(torch.uint8).flatten()[5] = kept

@@ -48,6 +48,7 @@ def test_words_give_the_byte_tiles_sum(scheme, dtype, tile, monkeypatch):
 
     P = MoEProblem(M=24, K=1024 + (32 if tile == "k-tail" else 0), N=768, E=4, topk=2,
                    dtype=dtype)
+    monkeypatch.setenv(configs.FP6_PLANES_ENV, "0")  # MXFP6 as the e4m3 bytes it widens to
     backend = TritonBackend()
     layer = backend.create_layer(synthesize(scheme, P, seed=3).to("cuda"), P)
     backend.process_weights_after_loading(layer)

@@ -264,7 +264,7 @@ def test_the_backend_stores_bf16_scales_and_gives_the_same_output(scheme, dtype,
                                                                    monkeypatch):
     """The variable read at process time (CARRY on, LEAN as given), backend_detail says so,
     export gives the checkpoint's codes back unchanged (and the scales the torch fallback and
-    the tuner's bound read: stored_fp4_tensors), the output equals the default path's bit
+    the tuner's bound read: stored_tensors), the output equals the default path's bit
     for bit, fused or on the prefill dispatch (DEQUANT_ROWS=0: the prefill decode reads the
     bf16 scales); NVFP4 in fp16 layers keeps the scale words."""
     from moecert.kernels.triton_moe import backend as tb
@@ -293,7 +293,7 @@ def test_the_backend_stores_bf16_scales_and_gives_the_same_output(scheme, dtype,
             assert layer.meta["w13_scale_fold"] == layer.meta["w2_scale_fold"] == want_fold
         for p in ("w13", "w2"):
             name = f"{p}_weight_scale"
-            stored = tb.stored_fp4_tensors(layer, p)[f"{p}_s"]
+            stored = tb.stored_tensors(layer, p)[f"{p}_s"]
             assert stored.dtype == ckpt.tensors[name].dtype
             assert torch.equal(stored.view(torch.uint8), ckpt.tensors[name].view(torch.uint8))
         exported[flag] = backend.canonical_weights(layer)

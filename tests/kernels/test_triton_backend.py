@@ -114,6 +114,12 @@ SCHEME_CASES = [
      {"dtype": "fp16"}),
     ("mxfp4-a4-ceil", "mxfp4", {"activation": "mxfp4", "mx_scale_rule": "ceil"}, {}),
     ("mxfp4-a4-rceil", "mxfp4", {"activation": "mxfp4", "mx_scale_rule": "rceil"}, {}),
+    # bf16: six-bit planes (layout.plane_fp6), the interpreter's integer decode; fp16 and a K
+    # that is no whole number of spans (w13's 192): the e4m3 bytes they widen to
+    ("mxfp6-e2m3-planes", "mxfp6-e2m3", {}, {"activation": "swigluoai", "bias": True}),
+    ("mxfp6-e3m2-planes", "mxfp6-e3m2", {}, {"N": 256}),
+    ("mxfp6-e2m3-fp16", "mxfp6-e2m3", {}, {"dtype": "fp16"}),
+    ("mxfp6-e3m2-k192", "mxfp6-e3m2", {}, {"K": 192}),
     # K = 80: the last 64-column tile is partial (5 e4m3 blocks per row)
     ("nvfp4-modelopt-a16", "nvfp4", {}, {"K": 80}),
     ("nvfp4-ct-a16-fp16", "nvfp4", {"checkpoint_format": "ct"}, {"dtype": "fp16"}),
