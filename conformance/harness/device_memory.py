@@ -21,7 +21,8 @@ and builds the backend's own operands. In bytes, W = E x K x N x 3 weights:
                  6 bits, one reason four grouped MXFP6 Qwen3-30B-A3B cases exceeded it)
     operands     grouped: its GEMM operand in 16 bits (2 W), or e4m3 with FP8 activations
                  (W); triton: 4-bit codes put into nibble planes, then tiles, two more copies
-                 of w13's codes during processing
+                 of w13's codes during processing; fp6 codes in six-bit planes beside w13's
+                 widened bytes (3/4 of a byte per w13 element)
     base         the process (context, inputs, outputs, fixed-size chunks: fingerprints,
                  unpacking), the old model's 3.5 GiB
     temps        one expert's larger linear in float64 in the reference (the problem's first
@@ -101,6 +102,10 @@ GROUPED_SCALED_OPERAND_BYTES_PER_WEIGHT = 1  # its padded e4m3 operand (FP8 acti
 # triton's 4-bit codes put into nibble planes, then tiles, beside the codes: two more copies
 # of the larger linear's (w13's) codes, half a byte per element each
 TRITON_FOUR_BIT_BYTES_PER_W13_ELEMENT = 1
+# triton's fp6 codes in six-bit planes (issue 44, round fifteen) beside the widened e4m3 bytes
+# of the linear they come from, w13 first: 3/4 of a byte per w13 element; made an expert at a
+# time, so no whole-linear temporary (read from the code, not measured on a GPU yet)
+TRITON_FP6_PLANE_BYTES_PER_W13_ELEMENT = 0.75
 FULL_DEPTH_EXTRA_LAYERS = 4  # the reload check's layers and state clones beyond the case's
 # What the old code's validation held at once per w13 element (the bools of the NaN code
 # check of e4m3 weights; isfinite of 16-bit weights) and per coded block scale, and the fp6
@@ -187,6 +192,8 @@ def case_device_need(case: Case) -> int:
     elif case.backend == "triton" and variant.info.weight_bits == 4:
         operands = (TRITON_FOUR_BIT_BYTES_PER_W13_ELEMENT + TRITON_PLANE_TEMP_BYTES_PER_W13_ELEMENT
                     ) * _w13_elements(P)
+    elif case.backend == "triton" and variant.info.weight_element.units > 1:
+        operands = int(TRITON_FP6_PLANE_BYTES_PER_W13_ELEMENT * _w13_elements(P))
     need = 2 * checkpoint + conversion + operands + temps
     if case.depth == "full":  # reload: the second checkpoint, and beside the case's layer a
         # reloaded one, a fresh one of the second checkpoint and a clone of each one's state

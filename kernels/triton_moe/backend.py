@@ -323,8 +323,12 @@ def _plane_fp6(layer: MoELayer) -> None:
 
     el = layer.quant.info.weight_element
     for p in PREFIXES:
-        codes = layout.fp6_codes(layer.get(f"{p}_w"), el.name)
-        layer.put(f"{p}_w", layout.plane_fp6(codes, el.exp_bits))
+        w = layer.get(f"{p}_w")
+        out = torch.empty(*w.shape[:2], w.shape[2] * 3 // 4, dtype=torch.uint8, device=w.device)
+        for e in range(w.shape[0]):  # an expert at a time: the codes never held whole (the
+            # widened bytes and the planes are the peak, as the widening's own was)
+            out[e] = layout.plane_fp6(layout.fp6_codes(w[e], el.name), el.exp_bits)
+        layer.put(f"{p}_w", out)
         layer.put(f"{p}_s", layer.get(f"{p}_s").contiguous())
         layer.meta[f"{p}_fp6"] = el.exp_bits
 
