@@ -146,6 +146,7 @@
 # (2026-12-01 ran an earlier form: one `tune` call whose W4A8 and MXFP4 steps were cut at
 # 170 / 120 s, then those two steps again by hand; docs/gpu-ci.md, sixteenth session.)
 set -u
+R15_TUNE=()
 cd "$(dirname "$0")/.."
 SHIM=/tmp/shim; mkdir -p "$SHIM/moecert"
 for d in reference kernels conformance reports; do ln -sfn "$PWD/$d" "$SHIM/moecert/$d"; done
@@ -985,7 +986,14 @@ PY
 
 r15() {  # round fifteen: MXFP6's codes in six-bit planes (layout.plane_fp6, written without
     # a GPU; the PTX emulated on the CPU): the CUDA tests, then MXFP6 (e2m3) decode in planes
-    # and as bytes, then the planes' own tiles tuned into a copy (cfg/ in the tar) and timed
+    # and as bytes, then the planes' own tiles tuned into a copy (cfg/ in the tar) and timed.
+    # R15_TUNE: the tuning steps (tune_into's); the first call (e4dd7ab's tree: a byte of top
+    # bits per word) ran 20 s a layer and M for Qwen3-30B-A3B and Mixtral-8x7B, 35 for
+    # DeepSeek-V3
+    [ ${#R15_TUNE[@]} -gt 0 ] || R15_TUNE=(
+        "90 --model qwen3-30b-a3b --scheme mxfp6-e2m3 --max-seconds 25"
+        "150 --model mixtral-8x7b --scheme mxfp6-e2m3 --max-seconds 55"
+        "150 --model deepseek-v3 --scheme mxfp6-e2m3 --max-seconds 55")
     batch_begin i44r15 570
     gpu_versions
     timeout 170 python -m pytest tests/kernels/test_fp6_planes_cuda.py \
@@ -1002,8 +1010,7 @@ r15() {  # round fifteen: MXFP6's codes in six-bit planes (layout.plane_fp6, wri
         > "$work/bytes.txt" 2>&1
     stamp bytes $?
     C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
-    tune_into "$C" fp6 "110 --model qwen3-30b-a3b --model mixtral-8x7b --scheme mxfp6-e2m3 --max-seconds 20" \
-        "90 --model deepseek-v3 --scheme mxfp6-e2m3 --max-seconds 35"
+    tune_into "$C" fp6 "${R15_TUNE[@]}"
     MOECERT_TRITON_CONFIG_DIR=$C timeout 55 $M "${B[@]}" --results "$work/tuned" \
         --run-id tuned > "$work/tuned.txt" 2>&1
     stamp tuned $?

@@ -547,34 +547,38 @@ _FP6_TOP_SIGN = tl.constexpr(tuple(fp6_top_sign(e) for e in (2, 3)))
 
 
 def _fp6_planes_asm(exp_bits: int) -> str:
-    """PTX: $4 two 16-bit words of a span (`layout.plane_fp6`: nibble p the low magnitude
-    bits of plane p), $5 their two bytes of top bits and signs in its low half, $6..$9
-    plane p's bf16 pair of multipliers 2^(E - bias) (E the plane's E8M0 scale byte) ->
-    $0..$3 plane p's two weights in bf16, exact (every E8M0 byte of the layer in
-    `e8m0_words_range`). One permute copies each byte into both bytes of its 16-bit lane;
-    per plane a shift puts the nibble at the lane's bits SH..SH + 3 (SH = 2 + exponent
-    bits: bf16's exponent bits 7.. and mantissa top bits), a shift and a mask put the top
-    bit at SH + 4 and the sign at 15 together (`layout.fp6_top_sign`), a lop3 merges them:
-    the bf16 bit pattern of the value times 2^(bias - 127), a bf16 subnormal where the
-    code is one; one packed fma by the multiplier gives the weight, as `_e4m3_scaled_asm`.
-    4-5 instructions per two weights, one permute per four planes."""
+    """PTX: $8 and $9 two 16-bit words each of a span's halves (`layout.plane_fp6`: word i
+    and word i + 16, nibble p the low magnitude bits of plane p), $10 their two 16-bit words
+    of top bits and signs (low byte word i's, high byte word i + 16's), $11..$14 plane p's
+    bf16 pair of multipliers 2^(E - bias) (E the plane's E8M0 scale byte) -> $0..$3 plane
+    p's two weights of the first half, $4..$7 of the second, in bf16, exact (every E8M0
+    byte of the layer in `e8m0_words_range`). One permute per half copies its byte into
+    both bytes of a 16-bit lane; per plane a shift puts the nibble at the lane's bits
+    SH..SH + 3 (SH = 2 + exponent bits: bf16's exponent bits 7.. and mantissa top bits), a
+    shift and a mask put the top bit at SH + 4 and the sign at 15 together
+    (`layout.fp6_top_sign`), a lop3 merges them: the bf16 bit pattern of the value times
+    2^(bias - 127), a bf16 subnormal where the code is one; one packed fma by the
+    multiplier gives the weight, as `_e4m3_scaled_asm`. 4-5 instructions per two weights,
+    one permute per four planes."""
     sh = 2 + exp_bits
     lanes = 0x10001  # a 16-bit mask in both lanes
     mag, top_sign = (0xF << sh) * lanes, ((1 << (sh + 4)) | 0x8000) * lanes
-    lines = ["prmt.b32 t, $5, 0, 0x1100;"]  # lane i: byte i in both bytes
-    for p, (top, sign) in enumerate(fp6_top_sign(exp_bits)):
-        shift, nib = sh + 4 - top, sh - 4 * p
-        assert 8 + sign + shift == 15 and shift > 0
-        src = "n"
-        if nib > 0:
-            lines.append(f"shl.b32 n, $4, {nib};")
-        elif nib < 0:
-            lines.append(f"shr.u32 n, $4, {-nib};")
-        else:
-            src = "$4"
-        lines += [f"shl.b32 u, t, {shift};", f"and.b32 u, u, {top_sign:#x};",
-                  f"lop3.b32 u, {src}, {mag:#x}, u, 0xEA;",  # (nibbles & mag) | u
-                  f"fma.rn.bf16x2 ${p}, u, ${6 + p}, negz;"]
+    lines = []
+    for half, (words, select) in enumerate((("$8", "0x2200"), ("$9", "0x3311"))):
+        lines.append(f"prmt.b32 t, $10, 0, {select};")  # lane i: its byte in both bytes
+        for p, (top, sign) in enumerate(fp6_top_sign(exp_bits)):
+            shift, nib = sh + 4 - top, sh - 4 * p
+            assert 8 + sign + shift == 15 and shift > 0
+            src = "n"
+            if nib > 0:
+                lines.append(f"shl.b32 n, {words}, {nib};")
+            elif nib < 0:
+                lines.append(f"shr.u32 n, {words}, {-nib};")
+            else:
+                src = words
+            lines += [f"shl.b32 u, t, {shift};", f"and.b32 u, u, {top_sign:#x};",
+                      f"lop3.b32 u, {src}, {mag:#x}, u, 0xEA;",  # (nibbles & mag) | u
+                      f"fma.rn.bf16x2 ${4 * half + p}, u, ${11 + p}, negz;"]
     body = "".join(f"\n            {line}" for line in lines)
     return (f"{{\n            .reg .b32 t, n, u, negz;"
             f"\n            mov.b32 negz, 0x80008000;{body}\n            }}")
@@ -585,21 +589,22 @@ _FP6_PLANES_E3 = tl.constexpr(_fp6_planes_asm(3))
 
 
 @triton.jit
-def _fp6_planes(words, high, m0, m1, m2, m3, FP6_EXP: tl.constexpr):
-    """`_fp6_planes_asm` on 16-bit words and their bytes of top bits and signs, with each
-    plane's bf16 multipliers (the words' shape): the four planes' weights in bf16. PTX,
-    CUDA sm80+ (the host decides: fused_moe.fp6_planes_run_on)."""
+def _fp6_planes(lo, hi, high, m0, m1, m2, m3, FP6_EXP: tl.constexpr):
+    """`_fp6_planes_asm` on a span's words of its two halves (lo: words i, hi: words
+    i + 16), their 16-bit words of top bits and signs, and each plane's bf16 multipliers
+    (all in lo's shape): the four planes' weights of each half in bf16, (lo's p = 0..3,
+    hi's p = 0..3). PTX, CUDA sm80+ (the host decides: fused_moe.fp6_planes_run_on)."""
     if FP6_EXP == 2:
-        b0, b1, b2, b3 = tl.inline_asm_elementwise(
-            asm=_FP6_PLANES_E2, constraints="=r,=r,=r,=r,r,r,r,r,r,r",
-            args=[words, high, m0, m1, m2, m3],
-            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True, pack=2)
+        out = tl.inline_asm_elementwise(
+            asm=_FP6_PLANES_E2, constraints="=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r",
+            args=[lo, hi, high, m0, m1, m2, m3], dtype=(tl.bfloat16,) * 8, is_pure=True,
+            pack=2)
     else:
-        b0, b1, b2, b3 = tl.inline_asm_elementwise(
-            asm=_FP6_PLANES_E3, constraints="=r,=r,=r,=r,r,r,r,r,r,r",
-            args=[words, high, m0, m1, m2, m3],
-            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True, pack=2)
-    return b0, b1, b2, b3
+        out = tl.inline_asm_elementwise(
+            asm=_FP6_PLANES_E3, constraints="=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r",
+            args=[lo, hi, high, m0, m1, m2, m3], dtype=(tl.bfloat16,) * 8, is_pure=True,
+            pack=2)
+    return out
 
 
 @triton.jit
@@ -626,38 +631,74 @@ def _fp6_plane_ieee(raw, h, mul, P: tl.constexpr, FP6_EXP: tl.constexpr):
 
 
 @triton.jit
-def _fp6_planes_part(a0, a1, a2, a3, words, high, k0, K, s_rows, stride_sk,
+def _a_cols(a_base, a_mask, k, k_hi, EVEN_K: tl.constexpr, COLS: tl.constexpr):
+    """COLS activation columns from k of the tile's rows (zeros past the range's end)."""
+    kk = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, COLS), COLS), COLS)
+    if EVEN_K:  # every tile inside the range: rows masked only
+        return tl.load(a_base + kk[None, :], mask=a_mask, other=0)
+    return tl.load(a_base + kk[None, :], mask=a_mask & (kk < k_hi)[None, :], other=0)
+
+
+@triton.jit
+def _fp6_half(a_base, a_mask, k0, k_hi, b, P: tl.constexpr, HALF: tl.constexpr,
+              ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
+              EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, Q: tl.constexpr):
+    """Plane P's half HALF of the span's weights (b: [Q, BLOCK_N]) times its Q activation
+    columns (k0 + 2Q P + Q HALF ..)."""
+    a = _a_cols(a_base, a_mask, k0 + (2 * P + HALF) * Q, k_hi, EVEN_K, Q)
+    return _mma(a, b, ACT, DOT, COMPUTE, SWAP_AB)
+
+
+@triton.jit
+def _fp6_planes_part(a_base, a_mask, k0, k_hi, K, lo, hi, high, s_rows, stride_sk,
                      ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
                      EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr, TILE_K: tl.constexpr,
                      FP6_EXP: tl.constexpr):
-    """The product of one span of fp6 weights in six-bit planes (`layout.plane_fp6`):
-    words [TILE_K / 4, BLOCK_N] (16-bit, nibble p plane p's low magnitude bits), high
-    [TILE_K / 4, BLOCK_N] (bytes: top bits and signs), plane p the tile's quarter p and one
-    32-column MX block, decoded times its E8M0 scale (the four blocks' bytes one aligned
-    32-bit word per row), so the tile needs no scale of its own. The same exact products
-    as the e4m3 bytes they were widened to (MXFP8's scaled words); only the fp32 sum's
-    association differs."""
+    """The product of one span of fp6 weights in six-bit planes (`layout.plane_fp6`), every
+    part read as 16-bit words [TILE_K / 8, BLOCK_N]: lo (words i: nibble p plane p's low
+    magnitude bits), hi (words i + TILE_K / 8), high (their top bits and signs, lo's in the
+    low byte). Plane p is one 32-column MX block, decoded times its E8M0 scale (the four
+    blocks' bytes one aligned 32-bit word per row), so the tile needs no scale of its own;
+    each half of a plane multiplies its 16 activation columns, loaded as a dot operand. The
+    same exact products as the e4m3 bytes they were widened to (MXFP8's scaled words); only
+    the fp32 sum's association differs."""
     tl.static_assert(TILE_K == 4 * MX_COLS_K)
+    Q: tl.constexpr = TILE_K // 8
     col = k0 // MX_COLS_K
     if not EVEN_K:  # a tile past K (a K_UNROLL step's last): the last span's scales
         col = tl.minimum(col, (K - 1) // TILE_K * 4)
     sw = tl.load((s_rows + col * stride_sk).to(tl.pointer_type(tl.int32), bitcast=True))
     if DOT == _DOT_IEEE:  # the interpreter (fp32 dots): the same bits in integer arithmetic
-        raw = words.to(tl.int32) & 0xFFFF
-        h = high.to(tl.int32) & 0xFF
-        b0 = _fp6_plane_ieee(raw, h, _fp6_mul(sw, 0, FP6_EXP, True)[None, :], 0, FP6_EXP)
-        b1 = _fp6_plane_ieee(raw, h, _fp6_mul(sw, 1, FP6_EXP, True)[None, :], 1, FP6_EXP)
-        b2 = _fp6_plane_ieee(raw, h, _fp6_mul(sw, 2, FP6_EXP, True)[None, :], 2, FP6_EXP)
-        b3 = _fp6_plane_ieee(raw, h, _fp6_mul(sw, 3, FP6_EXP, True)[None, :], 3, FP6_EXP)
+        raw_lo = lo.to(tl.int32) & 0xFFFF
+        raw_hi = hi.to(tl.int32) & 0xFFFF
+        h = high.to(tl.int32) & 0xFFFF
+        m0 = _fp6_mul(sw, 0, FP6_EXP, True)[None, :]
+        m1 = _fp6_mul(sw, 1, FP6_EXP, True)[None, :]
+        m2 = _fp6_mul(sw, 2, FP6_EXP, True)[None, :]
+        m3 = _fp6_mul(sw, 3, FP6_EXP, True)[None, :]
+        b0 = _fp6_plane_ieee(raw_lo, h & 0xFF, m0, 0, FP6_EXP)
+        b1 = _fp6_plane_ieee(raw_lo, h & 0xFF, m1, 1, FP6_EXP)
+        b2 = _fp6_plane_ieee(raw_lo, h & 0xFF, m2, 2, FP6_EXP)
+        b3 = _fp6_plane_ieee(raw_lo, h & 0xFF, m3, 3, FP6_EXP)
+        c0 = _fp6_plane_ieee(raw_hi, h >> 8, m0, 0, FP6_EXP)
+        c1 = _fp6_plane_ieee(raw_hi, h >> 8, m1, 1, FP6_EXP)
+        c2 = _fp6_plane_ieee(raw_hi, h >> 8, m2, 2, FP6_EXP)
+        c3 = _fp6_plane_ieee(raw_hi, h >> 8, m3, 3, FP6_EXP)
     else:
-        b0, b1, b2, b3 = _fp6_planes(
-            words, high, tl.broadcast_to(_fp6_mul(sw, 0, FP6_EXP, False)[None, :], words.shape),
-            tl.broadcast_to(_fp6_mul(sw, 1, FP6_EXP, False)[None, :], words.shape),
-            tl.broadcast_to(_fp6_mul(sw, 2, FP6_EXP, False)[None, :], words.shape),
-            tl.broadcast_to(_fp6_mul(sw, 3, FP6_EXP, False)[None, :], words.shape), FP6_EXP)
-    return (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
-            + _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
-            + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB))
+        b0, b1, b2, b3, c0, c1, c2, c3 = _fp6_planes(
+            lo, hi, high, tl.broadcast_to(_fp6_mul(sw, 0, FP6_EXP, False)[None, :], lo.shape),
+            tl.broadcast_to(_fp6_mul(sw, 1, FP6_EXP, False)[None, :], lo.shape),
+            tl.broadcast_to(_fp6_mul(sw, 2, FP6_EXP, False)[None, :], lo.shape),
+            tl.broadcast_to(_fp6_mul(sw, 3, FP6_EXP, False)[None, :], lo.shape), FP6_EXP)
+    out = _fp6_half(a_base, a_mask, k0, k_hi, b0, 0, 0, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, Q)
+    out += _fp6_half(a_base, a_mask, k0, k_hi, c0, 0, 1, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, Q)
+    out += _fp6_half(a_base, a_mask, k0, k_hi, b1, 1, 0, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, Q)
+    out += _fp6_half(a_base, a_mask, k0, k_hi, c1, 1, 1, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, Q)
+    out += _fp6_half(a_base, a_mask, k0, k_hi, b2, 2, 0, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, Q)
+    out += _fp6_half(a_base, a_mask, k0, k_hi, c2, 2, 1, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, Q)
+    out += _fp6_half(a_base, a_mask, k0, k_hi, b3, 3, 0, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, Q)
+    out += _fp6_half(a_base, a_mask, k0, k_hi, c3, 3, 1, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, Q)
+    return out
 
 
 @triton.jit
@@ -1275,7 +1316,12 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
     for k_step in range(k_lo, k_hi, BLOCK_K * K_UNROLL):
         for u in tl.static_range(K_UNROLL):
             k0 = k_step + u * BLOCK_K
-            if NIB_SPAN and LEAN and EVEN_K:  # every tile inside the range: rows masked only
+            if FP6_EXP:  # (its part loads its activation columns itself)
+                a = a_base
+                a2 = a_base
+                a3 = a_base
+                a4 = a_base
+            elif NIB_SPAN and LEAN and EVEN_K:  # every tile inside the range: rows masked only
                 kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, Q4), Q4), Q4)
                 a = tl.load(a_base + kk[None, :], mask=a_mask, other=0)
                 a2 = tl.load(a_base + (kk + Q4)[None, :], mask=a_mask, other=0)
@@ -1306,16 +1352,17 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 kq = (kq // WT_RUN) * (WT_N * WT_RUN) + kq % WT_RUN
             if EVEN_K:  # (a clamped tile's offsets are neither aligned nor contiguous)
                 kq = tl.max_contiguous(tl.multiple_of(kq, RUN), RUN)
-            if FP6_EXP:  # a span's Q4 words, then its Q4 bytes (layout.plane_fp6)
+            if FP6_EXP:  # a span's 3 Q4 / 2 words: its halves' nibbles, then their high
+                # bits (layout.plane_fp6), all 16-bit
                 span = k0 // BLOCK_K
                 if not EVEN_K:
                     span = tl.minimum(span, (K - 1) // BLOCK_K)
-                kw = span * (3 * Q4 // 2) + tl.arange(0, Q4)
-                kh = span * (3 * Q4) + 2 * Q4 + tl.arange(0, Q4)
-                kw = tl.max_contiguous(tl.multiple_of(kw, Q4 // 2), Q4)
-                kh = tl.max_contiguous(tl.multiple_of(kh, Q4), Q4)
-                bq = tl.load(b_rows.to(tl.pointer_type(tl.uint16), bitcast=True) + kw[:, None])
-                bh = tl.load(b_rows + kh[:, None])
+                kw = tl.multiple_of(span * (3 * Q4 // 2), Q4 // 2) + tl.arange(0, Q4 // 2)
+                kw = tl.max_contiguous(tl.multiple_of(kw, Q4 // 2), Q4 // 2)
+                words = b_rows.to(tl.pointer_type(tl.uint16), bitcast=True)
+                bq = tl.load(words + kw[:, None])
+                bq_hi = tl.load(words + (kw + Q4 // 2)[:, None])
+                bh = tl.load(words + (kw + Q4)[:, None])
             elif NIB_SPAN or E4M3_WORDS:
                 bq = tl.load(b_rows.to(tl.pointer_type(tl.uint16), bitcast=True) + kq[:, None])
             else:
@@ -1331,8 +1378,9 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                     a = a.to(tl.float8e4nv, bitcast=True)
                 acc = _dot_acc(a, bq, acc, ACT, DOT, COMPUTE, SWAP_AB)
             elif FP6_EXP:  # six-bit planes, the scales inside their decode
-                acc += _fp6_planes_part(a, a2, a3, a4, bq, bh, k0, K, s_rows, stride_sk, ACT,
-                                        DOT, COMPUTE, EVEN_K, SWAP_AB, BLOCK_K, FP6_EXP)
+                acc += _fp6_planes_part(a_base, a_mask, k0, k_hi, K, bq, bq_hi, bh, s_rows,
+                                        stride_sk, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, BLOCK_K,
+                                        FP6_EXP)
             elif E4M3_WORDS == _E4M3_SCALED_WORDS:  # the scales inside the weights' decode
                 acc += _e4m3_scaled_part(a, bq, k0, K, s_rows, stride_sk, ACT, DOT, COMPUTE,
                                          EVEN_K, SWAP_AB, BLOCK_K)

@@ -309,8 +309,12 @@ def unscale_bf16(packed: torch.Tensor, cols: int, element: str, fold: int = 0) -
 # 52-66% of its own floor). Per FP6_SPAN columns of a row: FP6_SPAN / 4 little-endian 16-bit
 # words, nibble p of word j the low four magnitude bits of column j + p * FP6_SPAN / 4 (the
 # `plane_nibbles` order: plane p is the tile's quarter p, one 32-column MX block), then
-# FP6_SPAN / 4 bytes, byte j the same four columns' top magnitude bit and sign at
-# `fp6_top_sign`'s bits: 96 bytes a row and span, the file's 6 bits a weight.
+# FP6_SPAN / 8 16-bit words, word i's low byte the top magnitude bits and signs of word i's
+# four columns at `fp6_top_sign`'s bits, its high byte word i + FP6_SPAN / 8's: 96 bytes a
+# row and span, the file's 6 bits a weight. The kernel reads every part of it as 16-bit
+# words: an 8-bit tensor on the way to the dot gives both its operands the 8-bit register
+# layout, whose 16-bit activations are then gathered by register moves (docs/speed.md,
+# rounds twelve and fifteen: one byte per word cost the unswapped tile 89 moves a step).
 FP6_SPAN = 128
 
 
@@ -360,13 +364,16 @@ def _plane_fp6_rows(codes: torch.Tensor, exp_bits: int) -> torch.Tensor:
     high = sum((((c[..., p, :] >> 4) & 1) << top) | (((c[..., p, :] >> 5) & 1) << sign)
                for p, (top, sign) in enumerate(fp6_top_sign(exp_bits)))
     low_bytes = torch.stack([words & 0xFF, words >> 8], dim=-1).flatten(-2)
-    return torch.cat([low_bytes, high], dim=-1).flatten(-2).to(torch.uint8)
+    # byte 2i: word i's, 2i + 1: word i + FP6_SPAN / 8's
+    high_bytes = high.unflatten(-1, (2, -1)).transpose(-1, -2).flatten(-2)
+    return torch.cat([low_bytes, high_bytes], dim=-1).flatten(-2).to(torch.uint8)
 
 
 def _unplane_fp6_rows(q: torch.Tensor, exp_bits: int) -> torch.Tensor:
     span = q.to(torch.int32).unflatten(-1, (-1, FP6_SPAN * 3 // 4))
     low = span[..., :FP6_SPAN // 2]
-    words, high = low[..., 0::2] | (low[..., 1::2] << 8), span[..., FP6_SPAN // 2:]
+    words = low[..., 0::2] | (low[..., 1::2] << 8)
+    high = span[..., FP6_SPAN // 2:].unflatten(-1, (-1, 2)).transpose(-1, -2).flatten(-2)
     planes = [((words >> (4 * p)) & 0xF) | (((high >> top) & 1) << 4) | (((high >> sign) & 1) << 5)
               for p, (top, sign) in enumerate(fp6_top_sign(exp_bits))]
     return torch.stack(planes, dim=-2).flatten(-3).to(torch.uint8)

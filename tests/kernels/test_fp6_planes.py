@@ -33,7 +33,8 @@ def test_planes_round_trip_and_hold_six_bits_a_weight(element):
 @pytest.mark.parametrize("element", FP6)
 def test_word_nibbles_and_high_bits_sit_where_the_decode_reads_them(element):
     """Column j + 32p's low magnitude bits in nibble p of word j, its top bit and sign at
-    fp6_top_sign's bits of byte j (one column set at a time, the rest zero)."""
+    fp6_top_sign's bits of the span's byte 2j (j < 16) or 2 (j - 16) + 1: the low and high
+    byte of high word j % 16 (one column set at a time, the rest zero)."""
     exp_bits = ELEMENTS[element].exp_bits
     for p, (top, sign) in enumerate(layout.fp6_top_sign(exp_bits)):
         for j in (0, 5, 31):
@@ -42,8 +43,9 @@ def test_word_nibbles_and_high_bits_sit_where_the_decode_reads_them(element):
             q = layout.plane_fp6(codes, exp_bits)[0].to(torch.int32)
             word = int(q[2 * j]) | (int(q[2 * j + 1]) << 8)
             assert word == 0b1010 << (4 * p)
-            assert int(q[64 + j]) == (1 << top) | (1 << sign)
-            assert int(q.sum()) == (word & 0xFF) + (word >> 8) + int(q[64 + j])
+            at = 64 + 2 * (j % 16) + j // 16
+            assert int(q[at]) == (1 << top) | (1 << sign)
+            assert int(q.sum()) == (word & 0xFF) + (word >> 8) + int(q[at])
 
 
 @pytest.mark.parametrize("element", FP6)
@@ -81,17 +83,20 @@ def test_scale_ranges_follow_the_elements():
         assert hi - ELEMENTS[element].exp_bias == 127
 
 
-def _decode(asm: str, words: tuple[int, int], high: tuple[int, int],
-            scales: list[tuple[int, int]], bias: int) -> list[tuple[float, float]]:
-    """The asm on two elements: words (16 bits each), bytes of top bits and signs, and per
-    plane the two E8M0 bytes -> per plane the two decoded values."""
+def _decode(asm: str, words: list[tuple[int, int]], high: list[tuple[int, int]],
+            scales: list[tuple[int, int]], bias: int) -> list[list[tuple[float, float]]]:
+    """The asm on two elements of each half: words[half] (16 bits each), high[half] their
+    bytes of top bits and signs, and per plane the two elements' E8M0 bytes (a plane's two
+    halves share its scale) -> [half][plane] the two decoded values."""
     muls = [_ptx.bf16_pair(2.0 ** (s0 - bias), 2.0 ** (s1 - bias)) for s0, s1 in scales]
-    out = _ptx.run(asm, [words[0] | (words[1] << 16), high[0] | (high[1] << 8), *muls], 4)
-    return [_ptx.lanes(r) for r in out]
+    regs = [w0 | (w1 << 16) for w0, w1 in words]
+    packed_high = sum((high[0][e] | (high[1][e] << 8)) << (16 * e) for e in (0, 1))
+    out = _ptx.run(asm, [*regs, packed_high, *muls], 8)
+    return [[_ptx.lanes(r) for r in out[4 * half:4 * half + 4]] for half in (0, 1)]
 
 
 def _pack(codes: list[int], exp_bits: int) -> tuple[int, int]:
-    """One element's four plane codes -> (its word, its byte of top bits and signs)."""
+    """One word's four plane codes -> (the word, its byte of top bits and signs)."""
     word = sum((c & 0xF) << (4 * p) for p, c in enumerate(codes))
     high = sum((((c >> 4) & 1) << top) | ((c >> 5) << sign)
                for c, (top, sign) in zip(codes, layout.fp6_top_sign(exp_bits), strict=True))
@@ -99,24 +104,32 @@ def _pack(codes: list[int], exp_bits: int) -> tuple[int, int]:
 
 
 def _check_asm(asm: str, element: str) -> None:
+    """Every code in every plane, half and lane, with scale bytes at the range's edges."""
     el = ELEMENTS[element]
     lo, hi = gemm_kernel.e8m0_words_range(element)
     rng = random.Random(el.exp_bits)
     for p in range(4):
         for code in range(64):
             for s in (lo, lo + 1, 127, hi - 1, hi):
-                codes = [[rng.randrange(64) for _ in range(4)] for _ in range(2)]
-                codes[0][p], codes[1][p] = code, 63 - code
+                # codes[half][lane][plane]
+                codes = [[[rng.randrange(64) for _ in range(4)] for _ in range(2)]
+                         for _ in range(2)]
+                codes[0][0][p], codes[0][1][p] = code, 63 - code
+                codes[1][0][p], codes[1][1][p] = (code + 21) % 64, (code * 5) % 64
                 scales = [(rng.randint(lo, hi), rng.randint(lo, hi)) for _ in range(4)]
                 scales[p] = (s, lo + hi - s)
-                (w0, h0), (w1, h1) = (_pack(c, el.exp_bits) for c in codes)
-                got = _decode(asm, (w0, w1), (h0, h1), scales, el.exp_bias)
-                for q in range(4):
-                    for lane in (0, 1):
-                        want = math.ldexp(el.values[codes[lane][q]], scales[q][lane] - 127)
-                        value = got[q][lane]
-                        assert value == want and math.copysign(1, value) == math.copysign(
-                            1, want), (element, q, lane, codes[lane][q], scales[q][lane])
+                packs = [[_pack(c, el.exp_bits) for c in half] for half in codes]
+                words = [(half[0][0], half[1][0]) for half in packs]
+                high = [(half[0][1], half[1][1]) for half in packs]
+                got = _decode(asm, words, high, scales, el.exp_bias)
+                for half in (0, 1):
+                    for q in range(4):
+                        for lane in (0, 1):
+                            want = math.ldexp(el.values[codes[half][lane][q]],
+                                              scales[q][lane] - 127)
+                            value = got[half][q][lane]
+                            assert value == want and math.copysign(1, value) == math.copysign(
+                                1, want), (element, half, q, lane, codes[half][lane][q])
 
 
 @pytest.mark.parametrize("element", FP6)
@@ -125,7 +138,7 @@ def test_the_ptx_decodes_every_code_of_every_plane_times_its_scale(element):
     _check_asm(gemm_kernel._fp6_planes_asm(exp_bits), element)
 
 
-@pytest.mark.parametrize("mutation", [("0x1100", "0x0011"), ("shl.b32 u, t, 5", "shl.b32 u, t, 6"),
+@pytest.mark.parametrize("mutation", [("0x3311", "0x3300"), ("shl.b32 u, t, 5", "shl.b32 u, t, 6"),
                                       ("0x81008100", "0x81008180"), ("0xEA", "0xE8")],
                          ids=["permute", "shift", "mask", "lut"])
 def test_a_planted_decode_bug_fails_the_emulated_check(mutation):

@@ -75,18 +75,22 @@ def test_planes_give_the_byte_tiles_sum(scheme, tile, monkeypatch):
 @pytest.mark.parametrize("scale", ["min", "127", "max", "random"])
 @pytest.mark.parametrize("element", ["e2m3", "e3m2"])
 def test_every_word_and_byte_decode_to_the_weights(element, scale):
-    """`_fp6_planes` on all 65536 words, each with all 256 bytes of top bits and signs: plane
-    p's code (nibble p, the byte's top bit and sign for p: layout.fp6_top_sign) times
-    2^(E - 127), exactly (bits compared, -0 apart from +0), E one byte per plane at the
-    edges of gemm_kernel.e8m0_words_range, 127, or random per weight."""
+    """`_fp6_planes` on all 65536 words of each half, each with all 256 bytes of top bits and
+    signs (the first half's words in order with the high word's low byte j, the second's a
+    permutation with its high byte 37 j + word): plane p's code (nibble p, the byte's top
+    bit and sign for p: layout.fp6_top_sign) times 2^(E - 127), exactly (bits compared, -0
+    apart from +0), E one byte per plane at the edges of gemm_kernel.e8m0_words_range, 127,
+    or random per weight."""
     from _fp6_decode import decoded
     from moecert.kernels.triton_moe import gemm_kernel, layout
     from moecert.reference.schemes import ELEMENTS
 
     el = ELEMENTS[element]
-    words = torch.arange(1 << 16, dtype=torch.int32, device="cuda").repeat_interleave(256)
-    high = torch.arange(256, dtype=torch.int32, device="cuda").repeat(1 << 16)
-    n = words.numel()
+    word = torch.arange(1 << 16, dtype=torch.int32, device="cuda").repeat_interleave(256)
+    j = torch.arange(256, dtype=torch.int32, device="cuda").repeat(1 << 16)
+    halves = (word, (word * 40503 + 7) & 0xFFFF)  # (an odd multiplier: a permutation)
+    bytes_ = (j, (j * 37 + word) & 0xFF)
+    n = word.numel()
     lo, hi = gemm_kernel.e8m0_words_range(element)
     if scale == "random":
         gen = torch.Generator(device="cuda").manual_seed(7)
@@ -95,12 +99,15 @@ def test_every_word_and_byte_decode_to_the_weights(element, scale):
     else:
         e8m0 = torch.full((4, n), {"min": lo, "127": 127, "max": hi}[scale],
                           dtype=torch.int32, device="cuda")
-    got = decoded(words.to(torch.int16), high.to(torch.uint8), e8m0.to(torch.uint8),
-                  el.exp_bits, el.exp_bias)
+    high = bytes_[0] | (bytes_[1] << 8)
+    got = decoded(halves[0].to(torch.int16), halves[1].to(torch.int16), high.to(torch.int16),
+                  e8m0.to(torch.uint8), el.exp_bits, el.exp_bias)
     table = torch.tensor(el.values, dtype=torch.float64, device="cuda")
-    for p, (top, sign) in enumerate(layout.fp6_top_sign(el.exp_bits)):
-        code = ((words >> (4 * p)) & 0xF) | (((high >> top) & 1) << 4) | (((high >> sign) & 1)
-                                                                        << 5)
-        want = (table[code] * torch.exp2(e8m0[p].to(torch.float64) - 127)).to(torch.bfloat16)
-        bad = got[p].view(torch.int16) != want.view(torch.int16)
-        assert not bad.any(), (p, int(bad.sum()), code[bad][:4], got[p][bad][:4], want[bad][:4])
+    for half in (0, 1):
+        for p, (top, sign) in enumerate(layout.fp6_top_sign(el.exp_bits)):
+            w, h = halves[half], bytes_[half]
+            code = ((w >> (4 * p)) & 0xF) | (((h >> top) & 1) << 4) | (((h >> sign) & 1) << 5)
+            want = (table[code] * torch.exp2(e8m0[p].to(torch.float64) - 127)).to(
+                torch.bfloat16)
+            bad = got[half, p].view(torch.int16) != want.view(torch.int16)
+            assert not bad.any(), (half, p, int(bad.sum()), code[bad][:4])
