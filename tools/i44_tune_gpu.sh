@@ -136,10 +136,10 @@
 #   tools/i44_tune_gpu.sh gptq-m16   gptq-int4 Mixtral-8x7B M 16 tuned for 90 s into a copy, then
 #       the tree and the copy with Marlin int4 beside (carry .vllm) (~320 s; its first run,
 #       2026-12-02, cut both benches at 50 s: the tuner kept the shipped tiles, 231.0 us)
-#   tools/i44_tune_gpu.sh r15   round fifteen: MXFP6 in six-bit planes. Its CUDA tests (stops
-#       there on a failure), then MXFP6 decode in planes (reading MXFP8's tiles) and as e4m3
-#       bytes (MOECERT_TRITON_FP6_PLANES=0), one process each, then W_MXFP8_FP6 tuned at M 16 /
-#       64 into a copy and timed (~540 s)
+#   tools/i44_tune_gpu.sh r15   round fifteen: MXFP6 in six-bit planes (MOECERT_TRITON_FP6_PLANES=1,
+#       a candidate off by default). Its CUDA tests (stops there on a failure), then MXFP6 decode
+#       in planes (reading MXFP8's tiles) and as e4m3 bytes, one process each, then
+#       W_MXFP8_FP6 tuned at M 16 / 64 into a copy and timed (~330 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -1004,14 +1004,15 @@ r15() {  # round fifteen: MXFP6's codes in six-bit planes (layout.plane_fp6, wri
     [ $rc -eq 0 ] || { batch_end; return; }
     B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton --M 16,64
        --scheme mxfp6-e2m3)
-    timeout 55 $M "${B[@]}" --results "$work/planes" --run-id planes > "$work/planes.txt" 2>&1
+    MOECERT_TRITON_FP6_PLANES=1 timeout 55 $M "${B[@]}" --results "$work/planes" \
+        --run-id planes > "$work/planes.txt" 2>&1
     stamp planes $?
     MOECERT_TRITON_FP6_PLANES=0 timeout 55 $M "${B[@]}" --results "$work/bytes" --run-id bytes \
         > "$work/bytes.txt" 2>&1
     stamp bytes $?
     C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
-    tune_into "$C" fp6 "${R15_TUNE[@]}"
-    MOECERT_TRITON_CONFIG_DIR=$C timeout 55 $M "${B[@]}" --results "$work/tuned" \
+    MOECERT_TRITON_FP6_PLANES=1 tune_into "$C" fp6 "${R15_TUNE[@]}"
+    MOECERT_TRITON_FP6_PLANES=1 MOECERT_TRITON_CONFIG_DIR=$C timeout 55 $M "${B[@]}" --results "$work/tuned" \
         --run-id tuned > "$work/tuned.txt" 2>&1
     stamp tuned $?
     batch_end

@@ -296,12 +296,13 @@ def _fp6_planes_fit(layer: MoELayer) -> bool:
     bits a weight (layout.plane_fp6), decoded times their scales in the kernel (issue 44's
     fifteenth round): bf16 (the decode's packed fma), CUDA sm80+ or the interpreter, both
     linears' K a multiple of layout.FP6_SPAN, every E8M0 byte in the element's
-    gemm_kernel.e8m0_words_range; MOECERT_TRITON_FP6_PLANES=0 keeps the e4m3 bytes."""
+    gemm_kernel.e8m0_words_range, and MOECERT_TRITON_FP6_PLANES=1: a candidate, off by default
+    (no faster than the e4m3 bytes on an H200, docs/speed.md round fifteen)."""
     from ..convert import PREFIXES
     from . import configs, fused_moe, gemm_kernel, layout
 
     el = layer.quant.info.weight_element
-    if el.name not in gemm_kernel.FP6_ELEMENTS.values() or not configs.fp6_planes_allowed():
+    if el.name not in gemm_kernel.FP6_ELEMENTS.values() or not configs.fp6_planes_wanted():
         return False
     if layer.problem.torch_dtype != torch.bfloat16 or not fused_moe.fp6_planes_run_on(
             layer.device):

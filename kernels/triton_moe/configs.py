@@ -53,9 +53,10 @@ columns (`e4m3_words_allowed`, gemm_kernel's E4M3_WORDS: the default since it ti
 faster on an H200, docs/speed.md "round twelve"; in bf16 the words are decoded times their
 scales where that is exact, in tiles over several scale blocks: 1.4-1.7x faster, "round
 fourteen"), 32-column tiles again.
-MOECERT_TRITON_FP6_PLANES=0 keeps MXFP6's weights widened to e4m3 bytes instead of their six-bit
-codes in planes (`fp6_planes_allowed`, backend._fp6_planes_fit, gemm_kernel's FP6_EXP;
-docs/speed.md "round fifteen").
+MOECERT_TRITON_FP6_PLANES=1 stores MXFP6's weights as their six-bit codes in planes where the
+decode is exact, instead of widened to e4m3 bytes (`fp6_planes_wanted`, backend._fp6_planes_fit,
+gemm_kernel's FP6_EXP): a candidate, off by default (3/4 of the bytes, timed 0.99-0.91x the
+bytes' speed on an H200: docs/speed.md "round fifteen").
 MOECERT_TRITON_ZERO_SUMS=0 takes int4 zero points (AWQ) inside the weights' decode instead of
 from each row's activation sums after the tile's dot (`zero_sums_allowed`, gemm_kernel's
 ZERO_SUMS; docs/speed.md "round thirteen").
@@ -248,12 +249,12 @@ def e4m3_words_allowed(environ=os.environ) -> bool:
     return raw != "0"
 
 
-def fp6_planes_allowed(environ=os.environ) -> bool:
-    """False when MOECERT_TRITON_FP6_PLANES=0 asks for MXFP6's weights as the e4m3 bytes the
-    conversion widened them to instead of six-bit planes (backend._fp6_planes_fit; to time
-    one against the other), True when it is 1, unset or empty."""
-    return _switch(FP6_PLANES_ENV, True, "six-bit planes where they fit",
-                   " (the e4m3 bytes the conversion widens them to)", environ)
+def fp6_planes_wanted(environ=os.environ) -> bool:
+    """Whether MOECERT_TRITON_FP6_PLANES=1 asks for MXFP6's codes in six-bit planes where they
+    fit (backend._fp6_planes_fit) instead of the e4m3 bytes the conversion widens them to:
+    off by default, since they timed no faster on an H200 (docs/speed.md, round fifteen)."""
+    return _switch(FP6_PLANES_ENV, False, "six-bit planes where they fit",
+                   " (the e4m3 bytes the conversion widens them to, the default)", environ)
 
 
 def forced_dequant_rows(environ=os.environ) -> float | None:

@@ -187,10 +187,11 @@ def test_e4m3_finite_reads_every_nan_byte():
 
 @pytest.mark.parametrize("scheme", ["mxfp6-e2m3", "mxfp6-e3m2"])
 def test_fp6_planes_only_where_their_decode_is_exact(monkeypatch, scheme):
-    """MXFP6 in six-bit planes (round fifteen): a bf16 layer whose linears' K are whole spans
-    and whose E8M0 bytes all lie in the element's e8m0_words_range; then no e4m3 words
-    (there are none), BLOCK_K the span whatever the tile says, its own config key reading
-    MXFP8's tiles until tuned. Else, and with MOECERT_TRITON_FP6_PLANES=0, the e4m3 bytes."""
+    """MXFP6 in six-bit planes (round fifteen, MOECERT_TRITON_FP6_PLANES=1): a bf16 layer whose
+    linears' K are whole spans and whose E8M0 bytes all lie in the element's
+    e8m0_words_range; then no e4m3 words (there are none), BLOCK_K the span whatever the
+    tile says, its own config key reading MXFP8's tiles until tuned. Else, unset and with
+    MOECERT_TRITON_FP6_PLANES=0, the e4m3 bytes."""
     from moecert.kernels.triton_moe import backend, gemm_kernel, heuristics, layout
     from moecert.reference.schemes import ELEMENTS
 
@@ -198,16 +199,17 @@ def test_fp6_planes_only_where_their_decode_is_exact(monkeypatch, scheme):
     monkeypatch.setattr(fused_moe, "e4m3_cvt_runs_on", lambda device: True)
 
     def planes(P, **env):
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
-        ckpt = synthesize(scheme, P, seed=5)
-        layer = BACKEND.create_layer(ckpt, P)
-        BACKEND.process_weights_after_loading(layer)
-        for name in env:
-            monkeypatch.delenv(name)
+        with monkeypatch.context() as m:
+            for name, value in env.items():
+                m.setenv(name, value)
+            ckpt = synthesize(scheme, P, seed=5)
+            layer = BACKEND.create_layer(ckpt, P)
+            BACKEND.process_weights_after_loading(layer)
         return ckpt, layer, "six-bit planes" in BACKEND.describe(layer)
 
     P = MoEProblem(M=4, K=256, N=128, E=4, topk=2)
+    assert not planes(P)[2]  # a candidate: off unless asked for
+    monkeypatch.setenv(configs.FP6_PLANES_ENV, "1")
     ckpt, layer, on = planes(P)
     assert on and layer.get("w13_w").shape == (4, 256, 192)
     act = backend.activation_kind(layer.quant)

@@ -114,12 +114,9 @@ SCHEME_CASES = [
      {"dtype": "fp16"}),
     ("mxfp4-a4-ceil", "mxfp4", {"activation": "mxfp4", "mx_scale_rule": "ceil"}, {}),
     ("mxfp4-a4-rceil", "mxfp4", {"activation": "mxfp4", "mx_scale_rule": "rceil"}, {}),
-    # bf16: six-bit planes (layout.plane_fp6), the interpreter's integer decode; fp16 and a K
-    # that is no whole number of spans (w13's 192): the e4m3 bytes they widen to
-    ("mxfp6-e2m3-planes", "mxfp6-e2m3", {}, {"activation": "swigluoai", "bias": True}),
-    ("mxfp6-e3m2-planes", "mxfp6-e3m2", {}, {"N": 256}),
-    ("mxfp6-e2m3-fp16", "mxfp6-e2m3", {}, {"dtype": "fp16"}),
-    ("mxfp6-e3m2-k192", "mxfp6-e3m2", {}, {"K": 192}),
+    # the e4m3 bytes they widen to (six-bit planes: test_fp6_planes_match_reference)
+    ("mxfp6-e2m3", "mxfp6-e2m3", {}, {"activation": "swigluoai", "bias": True}),
+    ("mxfp6-e3m2-fp16", "mxfp6-e3m2", {}, {"dtype": "fp16"}),
     # K = 80: the last 64-column tile is partial (5 e4m3 blocks per row)
     ("nvfp4-modelopt-a16", "nvfp4", {}, {"K": 80}),
     ("nvfp4-ct-a16-fp16", "nvfp4", {"checkpoint_format": "ct"}, {"dtype": "fp16"}),
@@ -188,6 +185,21 @@ def _check_output(scheme, attrs, problem):
                          ids=[c[0] for c in SCHEME_CASES])
 def test_scheme_matches_reference(scheme, attrs, over):
     _check_output(scheme, attrs, _problem(**over))
+
+
+@pytest.mark.parametrize(("scheme", "over"), [
+    ("mxfp6-e2m3", {"activation": "swigluoai", "bias": True}),
+    ("mxfp6-e3m2", {"N": 256}),
+    ("mxfp6-e2m3", {"topk": 3, "M": 33, "E": 8}),
+])
+def test_fp6_planes_match_reference(monkeypatch, scheme, over):
+    """MXFP6 in six-bit planes (MOECERT_TRITON_FP6_PLANES=1; layout.plane_fp6), the
+    interpreter's integer decode, against the float64 reference (the layer takes them:
+    test_dot_operand_widths.py checks the choice)."""
+    from moecert.kernels.triton_moe import configs
+
+    monkeypatch.setenv(configs.FP6_PLANES_ENV, "1")
+    _check_output(scheme, {}, _problem(**over))
 
 
 @pytest.mark.parametrize(("scheme", "attrs"), [c[1:] for c in OPTION_SCHEMES],
