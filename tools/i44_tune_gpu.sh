@@ -140,6 +140,8 @@
 #       a candidate off by default). Its CUDA tests (stops there on a failure), then MXFP6 decode
 #       in planes (reading MXFP8's tiles) and as e4m3 bytes, one process each, then
 #       W_MXFP8_FP6 tuned at M 16 / 64 into a copy and timed (~330 s)
+#   tools/i44_tune_gpu.sh r15-prefill   fp8-w8a8 Mixtral-8x7B prefill at M 1024 tuned for 120 s
+#       into a copy, then the tree against it at M 512 / 1024 / 2048 (~260 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -1018,6 +1020,26 @@ r15() {  # round fifteen: MXFP6's codes in six-bit planes (layout.plane_fp6, wri
     batch_end
 }
 
+r15_prefill() {  # fp8-w8a8 prefill on Mixtral-8x7B at M 1024 (62% of the GEMM rate; its round-
+    # nine search was cut at 70 s) tuned for 120 s into a copy (cfg/ in the tar), then the tree
+    # against the copy at M 512 / 1024 / 2048 (the sizes that may read the new bucket), one
+    # process each (~260 s)
+    batch_begin i44r15p 560
+    gpu_versions
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 200 $M tune --out "$C" --M 1024 --routings 2 \
+        --model mixtral-8x7b --scheme fp8-w8a8 --max-seconds 120 > "$work/tune-fp8.txt" 2>&1
+    stamp tune-fp8 $?
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 20 --backend triton
+       --M 512,1024,2048 --scheme fp8-w8a8 --model mixtral-8x7b)
+    timeout 60 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+    stamp tree $?
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 60 $M "${B[@]}" --results "$work/tuned" \
+        --run-id tuned > "$work/tuned.txt" 2>&1
+    stamp tuned $?
+    batch_end
+}
+
 table_r14() {  # round fourteen, third call: what the scaled words' wider tiles did where the
     # bench of r14b did not look (MXFP6 decode, MXFP8 prefill on Mixtral-8x7B: the tree against
     # .bench/r14-base, one process each), the issue's decode table with the peers, then MXFP8
@@ -1118,5 +1140,6 @@ case "${1:-}" in
     table-r14) table_r14 ;;
     gptq-m16) gptq_m16 ;;
     r15) r15 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15" >&2; exit 2 ;;
+    r15-prefill) r15_prefill ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill" >&2; exit 2 ;;
 esac
