@@ -140,8 +140,8 @@
 #       a candidate off by default). Its CUDA tests (stops there on a failure), then MXFP6 decode
 #       in planes (reading MXFP8's tiles) and as e4m3 bytes, one process each, then
 #       W_MXFP8_FP6 tuned at M 16 / 64 into a copy and timed (~330 s)
-#   tools/i44_tune_gpu.sh r15-prefill   fp8-w8a8 Mixtral-8x7B prefill at M 1024 tuned for 120 s
-#       into a copy, then the tree against it at M 512 / 1024 / 2048 (~260 s)
+#   tools/i44_tune_gpu.sh r15-prefill   fp8-w8a8 Mixtral-8x7B prefill at M 1024 tuned for 100 s
+#       into a copy, then the tree against it at M 1024 (~200 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -1021,20 +1021,20 @@ r15() {  # round fifteen: MXFP6's codes in six-bit planes (layout.plane_fp6, wri
 }
 
 r15_prefill() {  # fp8-w8a8 prefill on Mixtral-8x7B at M 1024 (62% of the GEMM rate; its round-
-    # nine search was cut at 70 s) tuned for 120 s into a copy (cfg/ in the tar), then the tree
-    # against the copy at M 512 / 1024 / 2048 (the sizes that may read the new bucket), one
-    # process each (~260 s)
-    batch_begin i44r15p 560
+    # nine search was cut at 70 s) tuned for 100 s into a copy (cfg/ in the tar), then the tree
+    # against the copy at M 1024, one process each (~200 s; the session's last 280 s of device
+    # time: the watchdog tars at 230 s)
+    batch_begin i44r15p 230
     gpu_versions
     C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
-    MOECERT_TRITON_CONFIG_DIR=$C timeout 200 $M tune --out "$C" --M 1024 --routings 2 \
-        --model mixtral-8x7b --scheme fp8-w8a8 --max-seconds 120 > "$work/tune-fp8.txt" 2>&1
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 140 $M tune --out "$C" --M 1024 --routings 2 \
+        --model mixtral-8x7b --scheme fp8-w8a8 --max-seconds 100 > "$work/tune-fp8.txt" 2>&1
     stamp tune-fp8 $?
     B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 20 --backend triton
-       --M 512,1024,2048 --scheme fp8-w8a8 --model mixtral-8x7b)
-    timeout 60 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+       --M 1024 --scheme fp8-w8a8 --model mixtral-8x7b)
+    timeout 40 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
     stamp tree $?
-    MOECERT_TRITON_CONFIG_DIR=$C timeout 60 $M "${B[@]}" --results "$work/tuned" \
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 40 $M "${B[@]}" --results "$work/tuned" \
         --run-id tuned > "$work/tuned.txt" 2>&1
     stamp tuned $?
     batch_end
