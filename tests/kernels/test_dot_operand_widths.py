@@ -234,3 +234,28 @@ def test_fp6_planes_only_where_their_decode_is_exact(monkeypatch, scheme):
         BACKEND.process_weights_after_loading(layer)
         assert ("six-bit planes" in BACKEND.describe(layer)) == fits, byte
         scales.view(torch.uint8).flatten()[5] = kept
+
+
+@pytest.mark.parametrize(("scheme", "env", "pinned"), [
+    ("gptq-int4", {configs.NIB_SPAN_ENV: "128"}, True),  # int4 nibble planes
+    ("mxfp6-e2m3", {configs.FP6_PLANES_ENV: "1"}, True),  # six-bit planes
+    ("mxfp6-e2m3", {}, False),  # e4m3 bytes: BLOCK_K is the tile's choice
+    ("bf16", {}, False),
+], ids=["int4-planes", "fp6-planes", "fp6-bytes", "bf16"])
+def test_the_tuner_climbs_block_k_only_where_it_is_a_choice(monkeypatch, scheme, env, pinned):
+    """Planes fix BLOCK_K to their span (heuristics.weights_block_k), so the tuner's grid for
+    such a GEMM holds the start's BLOCK_K alone (LayerStage.weight_choices): its neighbours in
+    BLOCK_K would time the same kernel again."""
+    from moecert.kernels.triton_moe import tune, tune_stages
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    P = MoEProblem(M=4, K=256, N=128, E=4, topk=2)
+    layer = _layer(scheme, P, **({"group_size": 128} if scheme == "gptq-int4" else {}))
+    x, w, ids = make_inputs(P, seed=2)
+    stage = tune_stages.LayerStage(layer, x, w, ids)
+    for g in (1, 2):
+        start = {**stage.defaults[g - 1], "BLOCK_K": 64}
+        assert bool(stage.weights(g, start)["constexprs"]["NIB_SPAN"]) == pinned
+        grid = tune._gemm_grid(stage, g, start, tune.GRID, None)
+        assert grid["BLOCK_K"] == ((64,) if pinned else tune.GRID["BLOCK_K"]), (g, grid)
