@@ -84,8 +84,8 @@ class TritonBackend(BaseBackend):
         # the codes as the common kernel format holds them, out of the kernel's tiles
         plain = {f"{p}_q": _stored_int4(layer, p) for p in PREFIXES
                  if layer.has(f"{p}_q") and layer.get(f"{p}_q").dim() == 5}
-        if layer.quant.info.element == "e2m1" or layer.meta.get("w13_fp6"):
-            plain = {k: t for p in PREFIXES for k, t in stored_tensors(layer, p).items()}
+        # and those in a layout of the backend's own (e2m1 planes, fp6's six-bit planes)
+        plain |= {k: t for p in PREFIXES for k, t in stored_tensors(layer, p).items()}
         exported = export_canonical(layer, plain)
         if _scales_moved_to_activations(layer.quant.info):
             for p, gscale in (("w13", "a1_gscale"), ("w2", "a2_gscale")):

@@ -15,9 +15,10 @@ Weights (per expert a linear [N out, K in], K contiguous):
   W_FP8    float8_e4m3fn [E, N, K];                              W = w * s
   W_MXFP8  float8_e4m3fn [E, N, K], uint8 E8M0 scales [E, N, K/32]; or (FP6_EXP, the element's
            exponent bits) fp6 codes in six-bit planes, uint8 [E, N, 3K/4] (`layout.plane_fp6`:
-           per 128 columns 32 16-bit words of four planes' low magnitude bits, then 32 bytes of
-           their top bits and signs), decoded times their E8M0 scales (`_fp6_planes_part`;
-           NIB_SPAN = 128 then reads the activation tile in quarters, one MX block each)
+           per 128 columns 32 16-bit words of four planes' low magnitude bits, then 16 words of
+           their top bits and signs, a byte per word: words i and i + 16), decoded times their
+           E8M0 scales (`_fp6_planes_part`; NIB_SPAN = 128 the tile's width, a plane one MX
+           block)
   W_FP4    uint8 [E, N, K/2] FP4 E2M1 codes, column 2j in the low nibble (decoded by bit
            arithmetic); its scales are a separate choice (WSCALE): E8M0 per 32 for MXFP4,
            e4m3 per 16 for NVFP4

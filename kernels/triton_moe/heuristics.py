@@ -309,7 +309,7 @@ def pick_configs(num_rows: int, num_experts: int, weight: int, act: int,
                                         PREFILL_STEPS if prefill and act in NIBBLE_PREFILL_ACTS
                                         else None, keep)
         else:
-            for k in (key, tuned_key(key)):
+            for k in dict.fromkeys((key, tuned_key(key))):  # its own, then a fallback's
                 chosen = configs.tuned_configs(k, num_rows,
                                                max_steps=PREFILL_STEPS if prefill else None,
                                                keep=keep)

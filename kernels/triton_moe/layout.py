@@ -174,15 +174,21 @@ def uncarry_bits(q: torch.Tensor) -> torch.Tensor:
     return _per_chunk(q, _uncarry_rows)
 
 
-def _per_chunk(q: torch.Tensor, fn) -> torch.Tensor:
-    if q.dim() < 2 or q.numel() <= PLANE_CHUNK_BYTES // 4:
+def _per_chunk(q: torch.Tensor, fn, width: int | None = None, per_byte: int = 4
+               ) -> torch.Tensor:
+    """fn over rows of q's last dimension a chunk at a time (each row's values are its own:
+    the chunking changes none), into [..., width] (q's width unless given) of q's dtype;
+    `per_byte`: the bytes of temporaries fn holds per byte of q."""
+    width = q.shape[-1] if width is None else width
+    chunk = PLANE_CHUNK_BYTES // per_byte
+    if q.dim() < 2 or q.numel() <= chunk:
         return fn(q)
-    rows, out = q.reshape(-1, q.shape[-1]), torch.empty_like(q)
-    flat = out.view(-1, q.shape[-1])
-    step = max(1, PLANE_CHUNK_BYTES // 4 // max(q.shape[-1], 1))
+    rows = q.reshape(-1, q.shape[-1])
+    out = torch.empty(rows.shape[0], width, dtype=q.dtype, device=q.device)
+    step = max(1, chunk // max(q.shape[-1], 1))
     for lo in range(0, rows.shape[0], step):
-        flat[lo:lo + step] = fn(rows[lo:lo + step])
-    return out
+        out[lo:lo + step] = fn(rows[lo:lo + step])
+    return out.view(*q.shape[:-1], width)
 
 
 def _words(q: torch.Tensor) -> torch.Tensor:
@@ -320,7 +326,8 @@ FP6_SPAN = 128
 
 @functools.cache
 def fp6_top_sign(exp_bits: int) -> tuple[tuple[int, int], ...]:
-    """(top magnitude bit, sign bit) of plane p = 0..3 in a span's byte j, for an element
+    """(top magnitude bit, sign bit) of plane p = 0..3 in a word's byte of top bits and
+    signs (`plane_fp6`), for an element
     of `exp_bits` exponent bits: each sign g = exp_bits - 1 bits below its top bit (blocks
     of g signs then their g top bits). The kernel copies the byte into both bytes of a
     16-bit lane; one left shift then brings plane p's top bit (low copy) to the magnitude's
@@ -339,23 +346,14 @@ def plane_fp6(codes: torch.Tensor, exp_bits: int) -> torch.Tensor:
     if codes.shape[-1] % FP6_SPAN:
         raise ValueError(f"six-bit planes need K a multiple of {FP6_SPAN}, got "
                          f"{codes.shape[-1]}")
-    return _per_chunk_to(codes, codes.shape[-1] * 3 // 4,
-                         lambda rows: _plane_fp6_rows(rows, exp_bits))
+    return _per_chunk(codes, lambda rows: _plane_fp6_rows(rows, exp_bits),
+                      codes.shape[-1] * 3 // 4, per_byte=8)
 
 
 def unplane_fp6(q: torch.Tensor, exp_bits: int) -> torch.Tensor:
     """Inverse of `plane_fp6`."""
-    return _per_chunk_to(q, q.shape[-1] * 4 // 3, lambda rows: _unplane_fp6_rows(rows, exp_bits))
-
-
-def _per_chunk_to(q: torch.Tensor, width: int, fn) -> torch.Tensor:
-    """fn over rows of q's last dimension a chunk at a time, into [..., width] uint8."""
-    rows = q.reshape(-1, q.shape[-1])
-    out = torch.empty(rows.shape[0], width, dtype=torch.uint8, device=q.device)
-    step = max(1, PLANE_CHUNK_BYTES // 8 // max(q.shape[-1], 1))
-    for lo in range(0, rows.shape[0], step):
-        out[lo:lo + step] = fn(rows[lo:lo + step])
-    return out.view(*q.shape[:-1], width)
+    return _per_chunk(q, lambda rows: _unplane_fp6_rows(rows, exp_bits), q.shape[-1] * 4 // 3,
+                      per_byte=8)
 
 
 def _plane_fp6_rows(codes: torch.Tensor, exp_bits: int) -> torch.Tensor:
