@@ -11,7 +11,8 @@ to build shows here before any device time is spent; timings need the GPU (tools
 
 A variant is SCHEME:FLAGS; flags: both (ACC_DOT on and off), ptx (the PTX nibble decodes, int4
 in nibble planes: a GPU's layer),
-g8 (GROUP_M 8), k128, n64, n256, m64, m32, w4, s3, sw (SWAP_AB) (the tile's fields), dec (the
+g8 (GROUP_M 8), k128, n64, n256, m64, m32, w4, s3, sw (SWAP_AB), t64 / t32 / t16 (TAIL_M)
+(the tile's fields), dec (the
 decode tile: BLOCK_M 16, BLOCK_N 128, BLOCK_K 128, 4 warps, 4 stages, which the other flags then
 change, as dec-m32-n256-s3-sw),
 ch (fp8-w8a8 per channel, dynamic per-token activations), pair (MXFP4's E8M0 scales on
@@ -142,6 +143,8 @@ for scheme, variant in cases:
     if "w4" in variant: cfg["num_warps"] = 4
     if "s3" in variant: cfg["num_stages"] = 3
     if "sw" in variant: cfg["SWAP_AB"] = True
+    for tail in ("t64", "t32", "t16"):  # TAIL_M: an expert's last block on a smaller tile
+        if tail in variant: cfg["TAIL_M"] = int(tail[1:])
     for acc in ((True, False) if "both" in variant else (None,)):
         captured.clear()
         if acc is not None:

@@ -43,6 +43,10 @@ both for each bucket it writes (tune.fused_act_choice). ZERO_SUMS (default true)
 points in planes (AWQ) from the rows' activation sums (gemm_kernel's ZERO_SUMS) where the
 layer's scales can carry them; false takes them inside the decode; the tuner's climb tries
 both where they differ (round thirteen timed each faster on some layers).
+TAIL_M (0, or BLOCK_M / 2 or / 4 and >= MIN_TAIL_M; default heuristics.TAIL_M_DEFAULT): the
+smallest tile an expert's last row block runs on (gemm_kernel's TAIL_M): its MMAs on the rows
+it holds rounded up to BLOCK_M / 2 or / 4, not on the padding to BLOCK_M
+(heuristics.tail_rows).
 
 MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not, under the
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
@@ -57,6 +61,9 @@ MOECERT_TRITON_FP6_PLANES=1 stores MXFP6's weights as their six-bit codes in pla
 decode is exact, instead of widened to e4m3 bytes (`fp6_planes_wanted`, backend._fp6_planes_fit,
 gemm_kernel's FP6_EXP): a candidate, off by default (3/4 of the bytes, timed 0.99-0.91x the
 bytes' speed on an H200: docs/speed.md "round fifteen").
+MOECERT_TRITON_TAIL_M=<0, or a power of two >= MIN_TAIL_M> forces every launch's TAIL_M
+(`forced_tail_m`; fitted to each tile by heuristics.tail_rows): to time the tails against
+the whole tile on the same entries.
 MOECERT_TRITON_ZERO_SUMS=0 takes int4 zero points (AWQ) inside the weights' decode instead of
 from each row's activation sums after the tile's dot (`zero_sums_allowed`, gemm_kernel's
 ZERO_SUMS; docs/speed.md "round thirteen").
@@ -112,16 +119,16 @@ CONFIG_DIR_ENV = "MOECERT_TRITON_CONFIG_DIR"
 # what each GEMM's entry holds, and the type of each value
 GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": int,
                "SWAP_AB": bool, "FAST_I4": bool, "SPLIT_K": int, "K_UNROLL": int,
-               "GROUP_M": int, "FUSED_ACT": bool, "ZERO_SUMS": bool}
+               "GROUP_M": int, "FUSED_ACT": bool, "ZERO_SUMS": bool, "TAIL_M": int}
 # the value of a field a config leaves out (a file may leave out only SPLIT_K, K_UNROLL,
-# GROUP_M, FUSED_ACT and ZERO_SUMS, younger than the files); flags absent are False but
-# FUSED_ACT and ZERO_SUMS
+# GROUP_M, FUSED_ACT, ZERO_SUMS and TAIL_M, younger than the files); flags absent are False
+# but FUSED_ACT and ZERO_SUMS; TAIL_M absent is heuristics.TAIL_M_DEFAULT
 FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 1,
                   "GROUP_M": 1, "FUSED_ACT": True, "ZERO_SUMS": True}
-OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M", "FUSED_ACT", "ZERO_SUMS")
+OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M", "FUSED_ACT", "ZERO_SUMS", "TAIL_M")
 # written only where a config sets it (a file's entry, or the tuner's choice): absent, the
 # heuristics' tiles and older files read the default
-WRITTEN_IF_SET = ("FUSED_ACT", "ZERO_SUMS")
+WRITTEN_IF_SET = ("FUSED_ACT", "ZERO_SUMS", "TAIL_M")
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 I4_PAIRS_ENV = "MOECERT_TRITON_I4_PAIRS"
@@ -134,6 +141,8 @@ FP4_LEAN_ENV = "MOECERT_TRITON_FP4_LEAN"
 FP4_CARRY_ENV = "MOECERT_TRITON_FP4_CARRY"
 FP4_SCALE_BF16_ENV = "MOECERT_TRITON_FP4_SCALE_BF16"
 FUSED_ACT_ENV = "MOECERT_TRITON_FUSED_ACT"
+TAIL_M_ENV = "MOECERT_TRITON_TAIL_M"
+MIN_TAIL_M = 16  # TAIL_M's least rows: a dot's smallest side
 
 
 class ConfigFileError(ValueError):
@@ -255,6 +264,22 @@ def fp6_planes_wanted(environ=os.environ) -> bool:
     off by default, since they timed no faster on an H200 (docs/speed.md, round fifteen)."""
     return _switch(FP6_PLANES_ENV, False, "six-bit planes where they fit",
                    " (the e4m3 bytes the conversion widens them to, the default)", environ)
+
+
+def forced_tail_m(environ=os.environ) -> int | None:
+    """The smallest tile an expert's last row block runs on, forced by MOECERT_TRITON_TAIL_M
+    on every launch (0: the whole block, as before; a power of two >= 16: heuristics.tail_rows
+    fits it to each tile), None when unset or empty (the tile's entry and the heuristics
+    decide): to time one against the other on the same entries."""
+    raw = environ.get(TAIL_M_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or (int(raw) and (int(raw) < MIN_TAIL_M
+                                          or not _is_power_of_two(int(raw)))):
+        raise ValueError(f"{TAIL_M_ENV}={raw!r}: expected 0 (every block on the whole tile) "
+                         f"or a power of two >= {MIN_TAIL_M} (the smallest tile an expert's "
+                         "last block runs on)")
+    return int(raw)
 
 
 def forced_dequant_rows(environ=os.environ) -> float | None:
@@ -528,6 +553,11 @@ def _configs(path, entry, where: str) -> tuple[dict, dict]:
         for name in ("num_stages", "K_UNROLL", "GROUP_M"):
             if cfg[name] < 1:
                 raise ConfigFileError(path, f"{where}.{gemm}.{name}", ">= 1", cfg[name])
+        tail = cfg.get("TAIL_M", 0)
+        if tail and (tail < MIN_TAIL_M or tail not in (block_m // 2, block_m // 4)):
+            raise ConfigFileError(path, f"{where}.{gemm}.TAIL_M", f"0, or BLOCK_M / 2 or / 4 "
+                                  f"and >= {MIN_TAIL_M} (BLOCK_M {block_m})",
+                                  tail)
         out.append({"BLOCK_M": block_m, **cfg})
     return out[0], out[1]
 

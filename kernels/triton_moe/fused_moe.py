@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from . import configs, gemm_kernel
-from .heuristics import e4m3_scaled_runs, weights_block_k, weights_split_plan
+from .heuristics import e4m3_scaled_runs, tail_rows, weights_block_k, weights_split_plan
 from .kinds import (
     A16,
     A_FP8,
@@ -469,6 +469,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             SCALE_COLS=scale_cols_constexpr(scale_cols, K),
             E8M0_NORMAL=weights["e8m0_normal"] and constexprs["WSCALE"] == S_E8M0,
             E4M3_WORDS=e4m3_words(weights, act, acc_dot, c.device), ZERO_SUMS=sums,
+            TAIL_M=tail_rows(config),
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **constexprs,
         )

@@ -1410,11 +1410,12 @@ def _sum_splits(ws_tile, ws_mask, num_splits, stride_ws, BLOCK_M: tl.constexpr,
 
 
 @triton.jit
-def moe_gemm_kernel(
+def _tile(
+    row_ids, expert, pid_n,
     # pointers
     a_ptr, a_scale_ptr, a_gscale_ptr,
     b_ptr, b_scale_ptr, b_zero_ptr, g_idx_ptr, bias_ptr, b_gscale_ptr,
-    c_ptr, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, router_ptr, ws_ptr,
+    c_ptr, router_ptr, ws_ptr,
     # dimensions
     N, K, num_rows, scale_rows, scale_cols, gscale_rows, num_splits, K_SPLIT,
     # strides (elements; the last dimension of every tensor is contiguous)
@@ -1430,43 +1431,20 @@ def moe_gemm_kernel(
     DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
     K_UNROLL: tl.constexpr, WT_N: tl.constexpr, WT_K: tl.constexpr, NIB_SPAN: tl.constexpr,
-    ACC_DOT: tl.constexpr, GROUP_M: tl.constexpr, SCALE_WORDS: tl.constexpr,
+    ACC_DOT: tl.constexpr, SCALE_WORDS: tl.constexpr,
     LEAN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    CARRY: tl.constexpr = False, E4M3_CVT: tl.constexpr = False,
-    SCALE_BF16: tl.constexpr = False,
-    EPI_ACT: tl.constexpr = -1, ALPHA: tl.constexpr = 0.0, LIMIT: tl.constexpr = 0.0,
-    PAIR_ADJACENT: tl.constexpr = False, SCALE_RUNS: tl.constexpr = False,
-    SCALE_COLS: tl.constexpr = 0, E8M0_NORMAL: tl.constexpr = False,
-    E4M3_WORDS: tl.constexpr = E4M3_BYTES, ZERO_SUMS: tl.constexpr = False,
-    FP6_EXP: tl.constexpr = 0,
+    CARRY: tl.constexpr, E4M3_CVT: tl.constexpr,
+    SCALE_BF16: tl.constexpr,
+    EPI_ACT: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr,
+    PAIR_ADJACENT: tl.constexpr, SCALE_RUNS: tl.constexpr,
+    SCALE_COLS: tl.constexpr, E8M0_NORMAL: tl.constexpr,
+    E4M3_WORDS: tl.constexpr, ZERO_SUMS: tl.constexpr,
+    FP6_EXP: tl.constexpr,
 ):
-    # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
-    # row blocks run fastest: the row blocks of one expert read the same weight tile at
-    # about the same time, so it comes from DRAM once and from L2 after
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    if GROUP_M > 1:
-        # GROUP_M row blocks at a time, all column blocks, in launch order: the programs
-        # of a wave share a few row blocks' activations (from L2) instead of streaming
-        # every row block once per column block (prefill: the activations outgrow the L2)
-        num_m = tl.num_programs(0)
-        width = GROUP_M * tl.num_programs(1)
-        pid = pid_m + pid_n * num_m
-        first = (pid // width) * GROUP_M
-        size = tl.minimum(num_m - first, GROUP_M)
-        pid_m = first + (pid % width) % size
-        pid_n = (pid % width) // size
-    # the three loads side by side, before the test that needs one of them (one memory
-    # round trip instead of two before the K loop can start); a block past num_padded reads
-    # unwritten entries of the buffers and returns before using them
-    num_padded = tl.load(num_padded_ptr)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
-    row_ids = tl.load(sorted_ids_ptr + offs_m)
-    if pid_m * BLOCK_M >= num_padded:
-        return
-
+    """The tile of the rows `row_ids` (BLOCK_M of them: the kernel's row block, or with
+    TAIL_M the part of an expert's last block that holds rows) and the column block pid_n
+    of `expert`'s weights: the pointers, the sum over K, the write-back."""
     # --- pointers ---------------------------------------------------------------------------
     row_mask = row_ids < num_rows
     a_rows = (row_ids // A_ROW_DIV).to(tl.int64)
@@ -1598,4 +1576,102 @@ def moe_gemm_kernel(
             acc = rne_bf16(acc)
         c_ptrs = c_ptr + row_ids.to(tl.int64)[:, None] * stride_cm + offs_c[None, :]
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
+@triton.jit
+def moe_gemm_kernel(
+    # pointers
+    a_ptr, a_scale_ptr, a_gscale_ptr,
+    b_ptr, b_scale_ptr, b_zero_ptr, g_idx_ptr, bias_ptr, b_gscale_ptr,
+    c_ptr, sorted_ids_ptr, block_expert_ptr, num_padded_ptr, router_ptr, ws_ptr,
+    # dimensions
+    N, K, num_rows, scale_rows, scale_cols, gscale_rows, num_splits, K_SPLIT,
+    # strides (elements; the last dimension of every tensor is contiguous)
+    stride_am, stride_asm, stride_be, stride_bn, stride_se, stride_sn, stride_sk, stride_ze,
+    stride_zn,
+    stride_ge, stride_biase, stride_gse, stride_cm, stride_ws,
+    # meta-parameters
+    PHASE: tl.constexpr,
+    A_ROW_DIV: tl.constexpr, WEIGHT: tl.constexpr, WSCALE: tl.constexpr, ACT: tl.constexpr,
+    HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_GSCALE: tl.constexpr, HAS_WGSCALE: tl.constexpr,
+    MUL_ROUTER: tl.constexpr,
+    DOT: tl.constexpr, COMPUTE: tl.constexpr, FIX_BF16: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr,
+    K_UNROLL: tl.constexpr, WT_N: tl.constexpr, WT_K: tl.constexpr, NIB_SPAN: tl.constexpr,
+    ACC_DOT: tl.constexpr, GROUP_M: tl.constexpr, SCALE_WORDS: tl.constexpr,
+    LEAN: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    CARRY: tl.constexpr = False, E4M3_CVT: tl.constexpr = False,
+    SCALE_BF16: tl.constexpr = False,
+    EPI_ACT: tl.constexpr = -1, ALPHA: tl.constexpr = 0.0, LIMIT: tl.constexpr = 0.0,
+    PAIR_ADJACENT: tl.constexpr = False, SCALE_RUNS: tl.constexpr = False,
+    SCALE_COLS: tl.constexpr = 0, E8M0_NORMAL: tl.constexpr = False,
+    E4M3_WORDS: tl.constexpr = E4M3_BYTES, ZERO_SUMS: tl.constexpr = False,
+    FP6_EXP: tl.constexpr = 0, TAIL_M: tl.constexpr = 0,
+):
+    # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
+    # row blocks run fastest: the row blocks of one expert read the same weight tile at
+    # about the same time, so it comes from DRAM once and from L2 after
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    if GROUP_M > 1:
+        # GROUP_M row blocks at a time, all column blocks, in launch order: the programs
+        # of a wave share a few row blocks' activations (from L2) instead of streaming
+        # every row block once per column block (prefill: the activations outgrow the L2)
+        num_m = tl.num_programs(0)
+        width = GROUP_M * tl.num_programs(1)
+        pid = pid_m + pid_n * num_m
+        first = (pid // width) * GROUP_M
+        size = tl.minimum(num_m - first, GROUP_M)
+        pid_m = first + (pid % width) % size
+        pid_n = (pid % width) // size
+    # the three loads side by side, before the test that needs one of them (one memory
+    # round trip instead of two before the K loop can start); a block past num_padded reads
+    # unwritten entries of the buffers and returns before using them
+    num_padded = tl.load(num_padded_ptr)
+    first_row = pid_m * BLOCK_M
+    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+    row_ids = tl.load(sorted_ids_ptr + first_row + tl.arange(0, BLOCK_M))
+    if first_row >= num_padded:
+        return
+    if TAIL_M == 0:
+        _tile(row_ids, expert, pid_n, a_ptr, a_scale_ptr, a_gscale_ptr, b_ptr, b_scale_ptr,
+              b_zero_ptr, g_idx_ptr, bias_ptr, b_gscale_ptr, c_ptr, router_ptr, ws_ptr, N, K,
+              num_rows, scale_rows, scale_cols, gscale_rows, num_splits, K_SPLIT, stride_am,
+              stride_asm, stride_be, stride_bn, stride_se, stride_sn, stride_sk, stride_ze,
+              stride_zn, stride_ge, stride_biase, stride_gse, stride_cm, stride_ws, PHASE,
+              A_ROW_DIV, WEIGHT, WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, HAS_BIAS, HAS_GSCALE,
+              HAS_WGSCALE, MUL_ROUTER, DOT, COMPUTE, FIX_BF16, EVEN_K, EVEN_N, SWAP_AB, FAST_I4,
+              K_UNROLL, WT_N, WT_K, NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, BLOCK_M, BLOCK_N,
+              BLOCK_K, CARRY, E4M3_CVT, SCALE_BF16, EPI_ACT, ALPHA, LIMIT, PAIR_ADJACENT,
+              SCALE_RUNS, SCALE_COLS, E8M0_NORMAL, E4M3_WORDS, ZERO_SUMS, FP6_EXP)
+    else:
+        # TAIL_M (the host's: BLOCK_M / 2 or / 4): an expert's last block holds the rest of
+        # its rows, then the sentinel; its MMAs run on the smallest of BLOCK_M, BLOCK_M / 2
+        # ... TAIL_M rows that holds them, not on the padding (the prefill tile's 128 rows
+        # padded a Mixtral-8x7B expert's 256 +- 15 rows at M 1024 to 384 half the time:
+        # docs/speed.md, round sixteen)
+        live = tl.sum((row_ids < num_rows).to(tl.int32))
+        # (BLOCK_M >> level, not a named constexpr: a static_range body may not rebind one)
+        for level in tl.static_range(3):
+            if (BLOCK_M >> level) >= TAIL_M:
+                if (BLOCK_M >> level) // 2 >= TAIL_M:  # this level, or a smaller one
+                    here = (live > (BLOCK_M >> level) // 2) & (live <= (BLOCK_M >> level))
+                else:  # the smallest
+                    here = live <= (BLOCK_M >> level)
+                if here:  # (the rows loaded in the call: a name may not change shape)
+                    _tile(tl.load(sorted_ids_ptr + first_row + tl.arange(0, BLOCK_M >> level)),
+                          expert, pid_n, a_ptr, a_scale_ptr, a_gscale_ptr, b_ptr,
+                          b_scale_ptr, b_zero_ptr, g_idx_ptr, bias_ptr, b_gscale_ptr, c_ptr,
+                          router_ptr, ws_ptr, N, K, num_rows, scale_rows, scale_cols, gscale_rows,
+                          num_splits, K_SPLIT, stride_am, stride_asm, stride_be, stride_bn,
+                          stride_se, stride_sn, stride_sk, stride_ze, stride_zn, stride_ge,
+                          stride_biase, stride_gse, stride_cm, stride_ws, PHASE, A_ROW_DIV, WEIGHT,
+                          WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, HAS_BIAS, HAS_GSCALE,
+                          HAS_WGSCALE, MUL_ROUTER, DOT, COMPUTE, FIX_BF16, EVEN_K, EVEN_N, SWAP_AB,
+                          FAST_I4, K_UNROLL, WT_N, WT_K, NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN,
+                          BLOCK_M >> level, BLOCK_N, BLOCK_K, CARRY, E4M3_CVT, SCALE_BF16, EPI_ACT,
+                          ALPHA, LIMIT, PAIR_ADJACENT, SCALE_RUNS, SCALE_COLS, E8M0_NORMAL,
+                          E4M3_WORDS, ZERO_SUMS, FP6_EXP)
 

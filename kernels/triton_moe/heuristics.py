@@ -105,6 +105,23 @@ def dequantizes(num_rows: int, num_experts: int) -> bool:
     return num_experts > 0 and num_rows > 0 and num_rows >= least * num_experts
 
 
+# gemm_kernel's TAIL_M where a tile's entry has none: 0, every block on the whole tile, until
+# the tails are timed (docs/speed.md, round sixteen)
+TAIL_M_DEFAULT = 0
+
+
+def tail_rows(config: dict) -> int:
+    """gemm_kernel's TAIL_M for a launch of `config`: the smallest tile an expert's last row
+    block runs on, 0 for the whole tile. MOECERT_TRITON_TAIL_M (configs.forced_tail_m), else
+    the entry's TAIL_M, else TAIL_M_DEFAULT; fitted to the kernel's levels (BLOCK_M / 2 or / 4,
+    at least configs.MIN_TAIL_M rows; none at or above BLOCK_M)."""
+    forced = configs.forced_tail_m()
+    want = forced if forced is not None else config.get("TAIL_M", TAIL_M_DEFAULT)
+    block_m = config["BLOCK_M"]
+    tail = max(want, block_m // 4, configs.MIN_TAIL_M) if want else 0
+    return tail if tail < block_m else 0
+
+
 def pick_config(num_rows: int, num_experts: int | None = None,
                 weight: int | None = None, act: int | None = None) -> dict:
     """Tile sizes from the GEMM's assignment rows alone (and, for the prefill tile, the

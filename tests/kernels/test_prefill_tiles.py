@@ -204,3 +204,50 @@ def test_the_default_prefill_tiles_give_the_decode_tiles_sum(scheme, attrs):
         bound = tune.reorder_bound(decode, stage.magnitudes(gemm), stage.shape(gemm)[1])
         assert not wide.isnan().any()
         assert tune.disagreement(wide, decode, bound) is None
+
+
+# Rows per expert of the tail test, 162 assignments = 81 tokens x 2: in 64-row blocks expert
+# 0's last block holds 16 rows, expert 1's 33, expert 2's 17, expert 3's 32: every level of
+# a 64-row tile (64, 32, 16 rows) and both edges of the middle one
+TAIL_COUNTS = (80, 33, 17, 32)
+
+
+def _tail_stage(scheme, attrs):
+    order = [e for e, count in enumerate(TAIL_COUNTS) for _ in range(count)]
+    tokens = len(order) // 2
+    ids = torch.tensor([[order[t], order[t + tokens]] for t in range(tokens)], dtype=torch.int32)
+    assert (ids[:, 0] != ids[:, 1]).all()  # a token's two experts differ
+    P = MoEProblem(M=tokens, K=64, N=64, E=len(TAIL_COUNTS), topk=2, bias=True)
+    layer = BACKEND.create_layer(synthesize(scheme, P, seed=3, **(attrs or {})), P)
+    BACKEND.process_weights_after_loading(layer)
+    x, w, _ = make_inputs(P, seed=4)
+    return tune_stages.LayerStage(layer, x, w, ids)
+
+
+@pytest.mark.parametrize("tail_m", [32, 16])
+@pytest.mark.parametrize(("scheme", "attrs", "swap"), [
+    ("bf16", {}, False), ("gptq-int4", {"group_size": 32}, True), ("mxfp4", {}, True),
+    ("fp8-w8a8", {"weight_strategy": "channel", "activation": "dynamic-token"}, False)],
+    ids=["bf16", "gptq-int4-swapped", "mxfp4-swapped", "fp8-w8a8"])
+def test_an_experts_last_block_on_its_tail_tile_gives_the_whole_tiles_sum(scheme, attrs, swap,
+                                                                          tail_m, spy_launches):
+    """TAIL_M runs each expert's last block on the rows it holds (rounded up to 64, 32 or 16
+    here), the rest of the layer on the whole 64-row tile: every row must come out (the
+    output starts NaN) within the reorder bound of the whole tile's launch, and with the
+    activation in GEMM1's epilogue within two of the output's units of the whole tile's."""
+    launches = spy_launches("TAIL_M")
+    stage = _tail_stage(scheme, attrs)
+    tile = {**stage.defaults[0], "BLOCK_M": 64, "BLOCK_N": 32, "SWAP_AB": swap}
+    for gemm in (1, 2):
+        whole = _run(stage, gemm, {**tile, "TAIL_M": 0})
+        tails = _run(stage, gemm, {**tile, "TAIL_M": tail_m})
+        bound = tune.reorder_bound(whole, stage.magnitudes(gemm), stage.shape(gemm)[1])
+        assert not tails.isnan().any()
+        assert tune.disagreement(tails, whole, bound) is None
+    whole = stage.run_activated({**tile, "TAIL_M": 0}, True).clone()
+    stage._activated.fill_(float("nan"))  # a row no program writes stays NaN
+    fused = stage.run_activated({**tile, "TAIL_M": tail_m}, True)
+    assert not fused.isnan().any()
+    # act(h) of two h within the reorder bound, each rounded to bf16: a few units apart
+    torch.testing.assert_close(fused, whole, rtol=2 ** -6, atol=0)
+    assert {seen[0] for seen in launches.seen} == {0, tail_m}
