@@ -142,6 +142,10 @@
 #       W_MXFP8_FP6 tuned at M 16 / 64 into a copy and timed (~330 s)
 #   tools/i44_tune_gpu.sh r15-prefill   fp8-w8a8 Mixtral-8x7B prefill at M 1024 tuned for 100 s
 #       into a copy, then the tree against it at M 1024 (~200 s)
+#   tools/i44_tune_gpu.sh r16   round sixteen: TAIL_M (an expert's last row block on a smaller
+#       tile) at prefill sizes: the tree's entries with MOECERT_TRITON_TAIL_M 0 / 16 / 32 / 64 on
+#       Mixtral-8x7B (six schemes, M 1024 / 4096), 0 / 32 on Qwen3-30B-A3B, one process each
+#       (~450 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -1040,6 +1044,28 @@ r15_prefill() {  # fp8-w8a8 prefill on Mixtral-8x7B at M 1024 (62% of the GEMM r
     batch_end
 }
 
+r16() {  # round sixteen (see the header): timing only; tests/kernels/test_tail_tiles_cuda.py
+    # runs under tools/gpu_ci.sh
+    batch_begin i44r16 560
+    gpu_versions
+    P=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 30 --backend triton)
+    local t
+    for t in 0 32 64 16; do
+        MOECERT_TRITON_TAIL_M=$t timeout 85 $M "${P[@]}" --model mixtral-8x7b --M 1024,4096 \
+            --scheme bf16 --scheme fp8-w8a8 --scheme gptq-int4 --scheme awq-int4 \
+            --scheme mxfp4 --scheme nvfp4 --results "$work/mx-$t" --run-id "mx-tail$t" \
+            > "$work/mx-$t.txt" 2>&1
+        stamp "mixtral tail=$t" $?
+    done
+    for t in 0 32; do
+        MOECERT_TRITON_TAIL_M=$t timeout 50 $M "${P[@]}" --model qwen3-30b-a3b --M 1024,4096 \
+            --scheme bf16 --scheme fp8-w8a8 --scheme gptq-int4 --scheme mxfp4 \
+            --results "$work/qw-$t" --run-id "qw-tail$t" > "$work/qw-$t.txt" 2>&1
+        stamp "qwen3 tail=$t" $?
+    done
+    batch_end
+}
+
 table_r14() {  # round fourteen, third call: what the scaled words' wider tiles did where the
     # bench of r14b did not look (MXFP6 decode, MXFP8 prefill on Mixtral-8x7B: the tree against
     # .bench/r14-base, one process each), the issue's decode table with the peers, then MXFP8
@@ -1141,5 +1167,6 @@ case "${1:-}" in
     gptq-m16) gptq_m16 ;;
     r15) r15 ;;
     r15-prefill) r15_prefill ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill" >&2; exit 2 ;;
+    r16) r16 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16" >&2; exit 2 ;;
 esac
