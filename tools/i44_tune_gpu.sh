@@ -146,6 +146,11 @@
 #       tile) at prefill sizes: the tree's entries with MOECERT_TRITON_TAIL_M 0 / 16 / 32 / 64 on
 #       Mixtral-8x7B (six schemes, M 1024 / 4096), 0 / 32 on Qwen3-30B-A3B, one process each
 #       (~450 s)
+#   tools/i44_tune_gpu.sh r16b  the `ci` suite on cuda and the real FP8 folders
+#       (GPU_CI_PART=suites tools/gpu_ci.sh), then the swapped nibble prefill tile's default
+#       TAIL_M (heuristics.SWAPPED_TAIL_M) against MOECERT_TRITON_TAIL_M=0, alternating
+#       processes (tree, 0, tree, 0) on Mixtral-8x7B (five nibble schemes, M 1024 / 4096),
+#       one pair on Qwen3-30B-A3B (~420 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -1066,6 +1071,31 @@ r16() {  # round sixteen (see the header): timing only; tests/kernels/test_tail_
     batch_end
 }
 
+r16b() {  # round sixteen, the default's call (see the header)
+    batch_begin i44r16b 570
+    gpu_versions
+    GPU_CI_PART=suites GPU_CI_SUITE_S=200 OUT=$work/ci timeout 300 bash tools/gpu_ci.sh \
+        > "$work/ci.txt" 2>&1
+    stamp "gpu_ci suites" $?
+    P=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 30 --backend triton)
+    local run
+    for run in tree-1 zero-1 tree-2 zero-2; do
+        local env=(); [ "${run%-*}" = zero ] && env=(MOECERT_TRITON_TAIL_M=0)
+        env "${env[@]}" timeout 60 $M "${P[@]}" --model mixtral-8x7b --M 1024,4096 \
+            --scheme gptq-int4 --scheme awq-int4 --scheme w4a8-int8 --scheme mxfp4 \
+            --scheme nvfp4 --results "$work/mx-$run" --run-id "mx-$run" > "$work/mx-$run.txt" 2>&1
+        stamp "mixtral $run" $?
+    done
+    for run in tree zero; do
+        local env=(); [ $run = zero ] && env=(MOECERT_TRITON_TAIL_M=0)
+        env "${env[@]}" timeout 40 $M "${P[@]}" --model qwen3-30b-a3b --M 1024,4096 \
+            --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4 --scheme nvfp4 \
+            --results "$work/qw-$run" --run-id "qw-$run" > "$work/qw-$run.txt" 2>&1
+        stamp "qwen3 $run" $?
+    done
+    batch_end
+}
+
 table_r14() {  # round fourteen, third call: what the scaled words' wider tiles did where the
     # bench of r14b did not look (MXFP6 decode, MXFP8 prefill on Mixtral-8x7B: the tree against
     # .bench/r14-base, one process each), the issue's decode table with the peers, then MXFP8
@@ -1168,5 +1198,6 @@ case "${1:-}" in
     r15) r15 ;;
     r15-prefill) r15_prefill ;;
     r16) r16 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16" >&2; exit 2 ;;
+    r16b) r16b ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b" >&2; exit 2 ;;
 esac

@@ -35,6 +35,8 @@ READERS: dict[str, Callable[[Mapping[str, str]], object]] = {
     configs.FP4_CARRY_ENV: configs.fp4_carry,
     configs.FP4_SCALE_BF16_ENV: configs.fp4_scale_bf16,
     configs.FUSED_ACT_ENV: configs.fused_activation,
+    configs.FP6_PLANES_ENV: configs.fp6_planes_wanted,
+    configs.TAIL_M_ENV: configs.forced_tail_m,
     configs.CONFIG_DIR_ENV: configs.config_dir,
 }
 

@@ -43,7 +43,7 @@ both for each bucket it writes (tune.fused_act_choice). ZERO_SUMS (default true)
 points in planes (AWQ) from the rows' activation sums (gemm_kernel's ZERO_SUMS) where the
 layer's scales can carry them; false takes them inside the decode; the tuner's climb tries
 both where they differ (round thirteen timed each faster on some layers).
-TAIL_M (0, or BLOCK_M / 2 or / 4 and >= MIN_TAIL_M; default heuristics.TAIL_M_DEFAULT): the
+TAIL_M (0, or BLOCK_M / 2 or / 4 and >= MIN_TAIL_M; default heuristics.default_tail_m): the
 smallest tile an expert's last row block runs on (gemm_kernel's TAIL_M): its MMAs on the rows
 it holds rounded up to BLOCK_M / 2 or / 4, not on the padding to BLOCK_M
 (heuristics.tail_rows).
@@ -122,7 +122,7 @@ GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": i
                "GROUP_M": int, "FUSED_ACT": bool, "ZERO_SUMS": bool, "TAIL_M": int}
 # the value of a field a config leaves out (a file may leave out only SPLIT_K, K_UNROLL,
 # GROUP_M, FUSED_ACT, ZERO_SUMS and TAIL_M, younger than the files); flags absent are False
-# but FUSED_ACT and ZERO_SUMS; TAIL_M absent is heuristics.TAIL_M_DEFAULT
+# but FUSED_ACT and ZERO_SUMS; TAIL_M absent is heuristics.default_tail_m's
 FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 1,
                   "GROUP_M": 1, "FUSED_ACT": True, "ZERO_SUMS": True}
 OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M", "FUSED_ACT", "ZERO_SUMS", "TAIL_M")

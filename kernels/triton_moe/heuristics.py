@@ -105,21 +105,35 @@ def dequantizes(num_rows: int, num_experts: int) -> bool:
     return num_experts > 0 and num_rows > 0 and num_rows >= least * num_experts
 
 
-# gemm_kernel's TAIL_M where a tile's entry has none: 0, every block on the whole tile, until
-# the tails are timed (docs/speed.md, round sixteen)
-TAIL_M_DEFAULT = 0
+# gemm_kernel's TAIL_M where a tile's entry has none, on a swapped tile of 64 rows or more (the
+# nibble prefill tile, PREFILL_NIBBLE_TILE): one H200, Mixtral-8x7B gptq-int4 1911.6 -> 1684.6 us
+# at M 1024 and 7272.7 -> 6992.1 at M 4096, Qwen3-30B-A3B gptq-int4 / mxfp4 at M 1024 (TAIL_M
+# 32 there) 1.06x; the other nibble schemes within the run-to-run spread (3%). The unswapped
+# 64- and 128-row tiles (bf16, fp8) gained nothing beyond that spread: none (docs/speed.md,
+# round sixteen)
+SWAPPED_TAIL_M = 16
+
+
+def default_tail_m(config: dict) -> int:
+    """TAIL_M where a tile's entry has none: SWAPPED_TAIL_M on a swapped tile of 64 rows or
+    more, else 0."""
+    return SWAPPED_TAIL_M if config.get("SWAP_AB") and config["BLOCK_M"] >= 64 else 0
+
+
+def fit_tail(want: int, block_m: int) -> int:
+    """`want` rows fitted to the kernel's tail levels (BLOCK_M / 2 or / 4, at least
+    configs.MIN_TAIL_M rows; 0, the whole tile, at or above BLOCK_M)."""
+    tail = max(want, block_m // 4, configs.MIN_TAIL_M) if want else 0
+    return tail if tail < block_m else 0
 
 
 def tail_rows(config: dict) -> int:
     """gemm_kernel's TAIL_M for a launch of `config`: the smallest tile an expert's last row
     block runs on, 0 for the whole tile. MOECERT_TRITON_TAIL_M (configs.forced_tail_m), else
-    the entry's TAIL_M, else TAIL_M_DEFAULT; fitted to the kernel's levels (BLOCK_M / 2 or / 4,
-    at least configs.MIN_TAIL_M rows; none at or above BLOCK_M)."""
+    the entry's TAIL_M, else `default_tail_m`; `fit_tail`."""
     forced = configs.forced_tail_m()
-    want = forced if forced is not None else config.get("TAIL_M", TAIL_M_DEFAULT)
-    block_m = config["BLOCK_M"]
-    tail = max(want, block_m // 4, configs.MIN_TAIL_M) if want else 0
-    return tail if tail < block_m else 0
+    want = forced if forced is not None else config.get("TAIL_M", default_tail_m(config))
+    return fit_tail(want, config["BLOCK_M"])
 
 
 def pick_config(num_rows: int, num_experts: int | None = None,

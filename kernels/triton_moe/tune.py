@@ -16,6 +16,8 @@ Prior knowledge (pick_config's docstring, H100) prunes the grid: the default's B
 32, 64 or 128 too when an expert gets half that many rows on average, SWAP_AB only with
 <= 16 rows per expert, GROUP_M > 1 only at prefill sizes (issue 34's sweep on an H200:
 GROUP_M 8 ran Mixtral-8x7B's prefill tiles 0.92-1.24x as fast, a per-layer choice),
+TAIL_M (an expert's last row block on BLOCK_M / 2 or / 4 rows) only at prefill sizes, the
+tails the start's BLOCK_M has,
 FAST_I4 always on (the kernel uses it only where it applies), ZERO_SUMS both ways only where a
 GEMM's weights carry their zero points in their scale words (AWQ in planes),
 SPLIT_K > 1 only for a GEMM whose default grid has fewer programs than SMALL_GRID_WAVES x
@@ -57,7 +59,7 @@ Timer = Callable[[Callable[[], object], dict], float]
 
 GRID = {"BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256), "num_warps": (4, 8),
         "num_stages": (2, 3, 4), "SWAP_AB": (False, True), "SPLIT_K": (1, 2, 4, 8),
-        "K_UNROLL": (1, 2, 4), "GROUP_M": (1, 4, 8, 16)}
+        "K_UNROLL": (1, 2, 4), "GROUP_M": (1, 4, 8, 16), "TAIL_M": (0, 16, 32, 64)}
 SMALL_GRID_WAVES = 2  # SPLIT_K is tried when a GEMM has fewer programs than this x SMs
 MAX_ROUNDS = 4
 WIDER_BLOCK_MS = (32, 64, 128)  # tried beside the default's (block_ms)
@@ -165,7 +167,8 @@ def neighbours(config: dict, grid: dict) -> list[dict]:
     """Configs one grid step away in one field (a value off the grid steps onto it)."""
     out = []
     for name, values in grid.items():
-        current = config.get(name, configs.FIELD_DEFAULTS.get(name, False))
+        current = config.get(name, heuristics.default_tail_m(config) if name == "TAIL_M"
+                             else configs.FIELD_DEFAULTS.get(name, False))
         line = sorted(set(values) | {current})
         i = line.index(current)
         for j in (i - 1, i + 1):
@@ -175,14 +178,16 @@ def neighbours(config: dict, grid: dict) -> list[dict]:
 
 
 def grid_for(rows_per_expert: float, grid: dict) -> dict:
-    """`grid` pruned for this load: SWAP_AB only for few rows per expert, GROUP_M only at
-    prefill sizes (`heuristics.PREFILL_ROWS`: below them a layer has a row block or two per
-    expert and the launch order reads each weight tile once already)."""
+    """`grid` pruned for this load: SWAP_AB only for few rows per expert, GROUP_M and TAIL_M
+    only at prefill sizes (`heuristics.PREFILL_ROWS`: below them a layer has a row block or
+    two per expert and the launch order reads each weight tile once already; an expert's
+    last block is most of its rows)."""
     grid = dict(grid)
     if rows_per_expert > SWAP_MAX_ROWS:
         grid["SWAP_AB"] = (False,)
     if rows_per_expert < min(heuristics.PREFILL_ROWS):
         grid["GROUP_M"] = (1,)
+        grid.pop("TAIL_M", None)
     return grid
 
 
@@ -447,6 +452,9 @@ def settle(options: dict, spans: tuple[int, int], defaults: tuple[dict, dict],
 
 def _gemm_grid(stage, gemm: int, start: dict, grid: dict, sm_count: int | None) -> dict:
     grid = {**grid, **stage.weight_choices(gemm, start)}
+    if "TAIL_M" in grid:  # the tails the start's BLOCK_M has (heuristics.fit_tail)
+        grid["TAIL_M"] = tuple(t for t in grid["TAIL_M"]
+                               if t == heuristics.fit_tail(t, start["BLOCK_M"]))
     if len(grid.get("SPLIT_K", (1,))) == 1:  # nothing to prune (and no grid to count)
         return grid
     return split_k_grid(grid, stage.programs(gemm, start), sm_count)

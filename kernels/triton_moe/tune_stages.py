@@ -208,7 +208,8 @@ class LayerStage:
     def effective(self, gemm: int, config: dict) -> tuple:
         """The configuration as the kernel will run it (BLOCK_K clamped to the scale block,
         SPLIT_K to the splits K has room for, FAST_I4 and SWAP_AB as booleans, ZERO_SUMS as it
-        runs: `fused_moe.zero_sums_run`): two configs equal here run the same launches."""
+        runs: `fused_moe.zero_sums_run`, TAIL_M as `heuristics.tail_rows` fits it): two
+        configs equal here run the same launches."""
         from . import fused_moe, heuristics
 
         K = self.shape(gemm)[1]
@@ -219,7 +220,7 @@ class LayerStage:
                 config["num_stages"], bool(config.get("SWAP_AB")),
                 bool(config.get("FAST_I4")), splits, config.get("K_UNROLL", 1),
                 w["constexprs"]["NIB_SPAN"], config.get("GROUP_M", 1),
-                fused_moe.zero_sums_run(w, self.act, config))
+                fused_moe.zero_sums_run(w, self.act, config), heuristics.tail_rows(config))
 
     def weight_choices(self, gemm: int, config: dict) -> dict:
         """Grid fields of the GEMM's weights under `config` (its nibble order): ZERO_SUMS both

@@ -80,6 +80,9 @@ BAD_ENVIRONMENT = [
      "expected 1 (block scales decoded into bf16 at load) or 0 (the scale bytes"),
     ("MOECERT_TRITON_FUSED_ACT", "yes",
      "expected 1 (the activation in GEMM1's epilogue, the default), 0"),
+    ("MOECERT_TRITON_FP6_PLANES", "yes", "expected 1 (six-bit planes where they fit) or 0"),
+    ("MOECERT_TRITON_TAIL_M", "24", "expected 0 (every block on the whole tile) or a power of"),
+    ("MOECERT_TRITON_TAIL_M", "8", "expected 0 (every block on the whole tile) or a power of"),
     ("MOECERT_TRITON_CONFIG_DIR", "afile", "expected a folder of tuned-config files"),
 ]
 
@@ -104,14 +107,10 @@ def test_every_variable_read_is_declared_with_its_check():
     unset (the variables of moecert's settings, none left out)."""
     from moecert.conformance.harness.environment import READERS, check_environment
 
+    # every variable the Triton backend reads is a configs.*_ENV name
+    triton = {getattr(configs, name) for name in dir(configs) if name.endswith("_ENV")}
     assert set(READERS) == {memory.HOST_MEMORY_VARIABLE, checkpoint_cache.CACHE_VARIABLE,
-                            configs.SPLIT_K_ENV, configs.NIB_SPAN_ENV, configs.I4_PAIRS_ENV,
-                            configs.E4M3_WORDS_ENV, configs.ZERO_SUMS_ENV,
-                            configs.DEQUANT_ROWS_ENV,
-                            configs.FP4_SCALE_WORDS_ENV, configs.FP4_LEAN_ENV,
-                            configs.FP4_CARRY_ENV,
-                            configs.FP4_SCALE_BF16_ENV, configs.FUSED_ACT_ENV,
-                            configs.CONFIG_DIR_ENV}
+                            *triton}
     check_environment({})
     check_environment({memory.HOST_MEMORY_VARIABLE: "24G", configs.SPLIT_K_ENV: "4",
                        configs.NIB_SPAN_ENV: "128", configs.I4_PAIRS_ENV: "0",
@@ -119,6 +118,7 @@ def test_every_variable_read_is_declared_with_its_check():
                        configs.DEQUANT_ROWS_ENV: "off", configs.FP4_SCALE_WORDS_ENV: "1",
                        configs.FP4_LEAN_ENV: "1", configs.FP4_CARRY_ENV: "1",
                        configs.FP4_SCALE_BF16_ENV: "1", configs.FUSED_ACT_ENV: "adjacent",
+                       configs.FP6_PLANES_ENV: "1", configs.TAIL_M_ENV: "32",
                        configs.CONFIG_DIR_ENV: str(configs.CONFIG_DIR)})
     with pytest.raises(UsageError, match="MOECERT_HOST_MEMORY='lots'"):
         check_environment({memory.HOST_MEMORY_VARIABLE: "lots"})
