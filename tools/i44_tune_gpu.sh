@@ -146,11 +146,11 @@
 #       tile) at prefill sizes: the tree's entries with MOECERT_TRITON_TAIL_M 0 / 16 / 32 / 64 on
 #       Mixtral-8x7B (six schemes, M 1024 / 4096), 0 / 32 on Qwen3-30B-A3B, one process each
 #       (~450 s)
-#   tools/i44_tune_gpu.sh r16b  the `ci` suite on cuda and the real FP8 folders
+#   tools/i44_tune_gpu.sh r16b  tests/kernels/test_tail_tiles_cuda.py, the `ci` suite on cuda and the real FP8 folders
 #       (GPU_CI_PART=suites tools/gpu_ci.sh), then the swapped nibble prefill tile's default
 #       TAIL_M (heuristics.SWAPPED_TAIL_M) against MOECERT_TRITON_TAIL_M=0, alternating
 #       processes (tree, 0, tree, 0) on Mixtral-8x7B (five nibble schemes, M 1024 / 4096),
-#       one pair on Qwen3-30B-A3B (~420 s)
+#       one pair on Qwen3-30B-A3B (~450 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -1072,8 +1072,11 @@ r16() {  # round sixteen (see the header): timing only; tests/kernels/test_tail_
 }
 
 r16b() {  # round sixteen, the default's call (see the header)
-    batch_begin i44r16b 570
+    batch_begin i44r16b 560
     gpu_versions
+    timeout 200 python -m pytest tests/kernels/test_tail_tiles_cuda.py -q -p no:cacheprovider \
+        -rfE > "$work/tail-test.txt" 2>&1
+    stamp "test_tail_tiles_cuda" $?
     GPU_CI_PART=suites GPU_CI_SUITE_S=200 OUT=$work/ci timeout 300 bash tools/gpu_ci.sh \
         > "$work/ci.txt" 2>&1
     stamp "gpu_ci suites" $?

@@ -234,7 +234,7 @@ def test_an_experts_last_block_on_its_tail_tile_gives_the_whole_tiles_sum(scheme
     """TAIL_M runs each expert's last block on the rows it holds (rounded up to 64, 32 or 16
     here), the rest of the layer on the whole 64-row tile: every row must come out (the
     output starts NaN) within the reorder bound of the whole tile's launch, and with the
-    activation in GEMM1's epilogue within two of the output's units of the whole tile's."""
+    activation in GEMM1's epilogue the whole tile's bits."""
     launches = spy_launches("TAIL_M")
     stage = _tail_stage(scheme, attrs)
     tile = {**stage.defaults[0], "BLOCK_M": 64, "BLOCK_N": 32, "SWAP_AB": swap}
@@ -248,6 +248,9 @@ def test_an_experts_last_block_on_its_tail_tile_gives_the_whole_tiles_sum(scheme
     stage._activated.fill_(float("nan"))  # a row no program writes stays NaN
     fused = stage.run_activated({**tile, "TAIL_M": tail_m}, True)
     assert not fused.isnan().any()
-    # act(h) of two h within the reorder bound, each rounded to bf16: a few units apart
-    torch.testing.assert_close(fused, whole, rtol=2 ** -6, atol=0)
+    # the interpreter sums each row's products the same whatever the tile's rows (numpy per
+    # row; the GEMMs above came out bit-equal too): the same bits. (Against the activation
+    # kernel it may differ by a unit even without tails: numpy's exp over other shapes. The
+    # GPU test checks that instead: test_tail_tiles_cuda.py.)
+    assert torch.equal(_bits(fused), _bits(whole))
     assert {seen[0] for seen in launches.seen} == {0, tail_m}

@@ -3,8 +3,11 @@ elsewhere; the interpreter side is test_prefill_tiles.py): each GEMM on the pref
 heuristics give (128 rows, wgmma on sm90; the swapped 64-row nibble tile) with TAIL_M at half
 and a quarter of its rows, against the whole tile's launch on the same inputs: every row
 written (the output starts NaN), within the reorder bound; GEMM1 with the activation in its
-epilogue within two units of the whole tile's output. The routing gives the experts' last
-blocks 1, 16, 20, 33, 64, 65 and 128 rows: every level of both tiles and its edges."""
+epilogue the activation kernel's bits on the same tiles' GEMM1 output. (A first form compared
+the epilogue with the whole tile's within two units: fp8-w8a8 with 16-row tails failed it
+where act(h) is near zero, h within the reorder bound: a relative bound has no place there.)
+The routing gives the experts' last blocks 1, 16, 20, 33, 64, 65 and 128 rows: every level of
+both tiles and its edges."""
 
 from __future__ import annotations
 
@@ -71,8 +74,11 @@ def test_an_experts_last_block_on_its_tail_tile_gives_the_whole_tiles_sum(scheme
         bound = tune.reorder_bound(whole, stage.magnitudes(gemm), stage.shape(gemm)[1])
         assert not tails.isnan().any(), f"GEMM{gemm}: rows left unwritten"
         assert tune.disagreement(tails, whole, bound) is None, f"GEMM{gemm}"
-    whole = stage.run_activated({**tile, "TAIL_M": 0}, True).clone()
+    # GEMM1 with the activation in its epilogue: the bits of the activation kernel on the same
+    # tiles' GEMM1 output (gemm_kernel's EPI_ACT), every row written
+    tails = {**tile, "TAIL_M": tail}
+    stage.run_activated(tails, True)
     stage._activated.fill_(float("nan"))
-    fused = stage.run_activated({**tile, "TAIL_M": tail}, True)
+    fused = stage.run_activated(tails, True).clone()
     assert not fused.isnan().any()
-    torch.testing.assert_close(fused, whole, rtol=2 ** -6, atol=0)
+    assert torch.equal(fused, stage.run_activated(tails, False))
