@@ -58,6 +58,9 @@ multiplies the whole sum once, first in the epilogue (the same products, the sca
 rounding once instead of per tile).
 GROUP_M (config, > 1): programs run GROUP_M row blocks at a time over every column block
 (the launch order remapped), so that at prefill sizes a wave reads few row blocks' activations.
+TAIL_M (host-chosen, `heuristics.tail_rows`; 0 none): an expert's last row block runs its
+MMAs on the smallest of BLOCK_M, BLOCK_M / 2 and BLOCK_M / 4 rows (down to TAIL_M) that holds
+its rows, not on the padding (`_tile` is the tile at any row count; the kernel picks one).
 SCALE_COLS (host-chosen, `fused_moe.scale_cols_constexpr`): scale_cols as a compile-time
 constant where it is a power of two narrower than K, so the K loop's scale-column index is a
 shift. E8M0_NORMAL (host-chosen, `fused_moe.e8m0_normal`): every E8M0 weight-scale byte of
