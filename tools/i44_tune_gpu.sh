@@ -151,6 +151,10 @@
 #       TAIL_M (heuristics.SWAPPED_TAIL_M) against MOECERT_TRITON_TAIL_M=0, alternating
 #       processes (tree, 0, tree, 0) on Mixtral-8x7B (five nibble schemes, M 1024 / 4096),
 #       one pair on Qwen3-30B-A3B (~450 s)
+#   tools/i44_tune_gpu.sh r16-tune   (written for the next session, not yet run) gptq-int4 and
+#       nvfp4 on Mixtral-8x7B at M 1024 tuned for 100 s each into a copy of the configs (the
+#       grid now holds TAIL_M at prefill sizes), then the tree against the copy at M 1024 /
+#       4096, one process each (cfg/ in the tar) (~420 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -1099,6 +1103,26 @@ r16b() {  # round sixteen, the default's call (see the header)
     batch_end
 }
 
+r16_tune() {  # round sixteen's tuner step (see the header)
+    batch_begin i44r16t 560
+    gpu_versions
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    local scheme
+    for scheme in gptq-int4 nvfp4; do
+        MOECERT_TRITON_CONFIG_DIR=$C timeout 150 $M tune --out "$C" --M 1024 --routings 2 \
+            --model mixtral-8x7b --scheme $scheme --max-seconds 100 > "$work/tune-$scheme.txt" 2>&1
+        stamp "tune $scheme" $?
+    done
+    B=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 20 --backend triton
+       --M 1024,4096 --scheme gptq-int4 --scheme nvfp4 --model mixtral-8x7b)
+    timeout 50 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+    stamp tree $?
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 50 $M "${B[@]}" --results "$work/tuned" \
+        --run-id tuned > "$work/tuned.txt" 2>&1
+    stamp tuned $?
+    batch_end
+}
+
 table_r14() {  # round fourteen, third call: what the scaled words' wider tiles did where the
     # bench of r14b did not look (MXFP6 decode, MXFP8 prefill on Mixtral-8x7B: the tree against
     # .bench/r14-base, one process each), the issue's decode table with the peers, then MXFP8
@@ -1202,5 +1226,6 @@ case "${1:-}" in
     r15-prefill) r15_prefill ;;
     r16) r16 ;;
     r16b) r16b ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b" >&2; exit 2 ;;
+    r16-tune) r16_tune ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune" >&2; exit 2 ;;
 esac
