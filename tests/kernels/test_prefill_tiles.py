@@ -254,3 +254,23 @@ def test_an_experts_last_block_on_its_tail_tile_gives_the_whole_tiles_sum(scheme
     # GPU test checks that instead: test_tail_tiles_cuda.py.)
     assert torch.equal(_bits(fused), _bits(whole))
     assert {seen[0] for seen in launches.seen} == {0, tail_m}
+
+
+def test_the_tuner_climbs_to_a_tail_at_prefill_sizes_and_checks_it(monkeypatch):
+    """The kernel run by the tuner on a layer at 64 rows per expert, a timer that prefers
+    64-row tiles and 16-row tails: the search reaches that tile (the tails are in its grid
+    there) and checks it against the default's output as every candidate."""
+    from moecert.kernels.triton_moe import heuristics
+
+    monkeypatch.delenv("MOECERT_TRITON_TAIL_M", raising=False)
+    stage = _stage("bf16", M=64, K=64, N=64, E=2)  # 128 rows, 64 per expert
+
+    def timer(run, config):
+        run()
+        return (100.0 - 10.0 * (config["BLOCK_M"] == 64)
+                - 10.0 * (heuristics.tail_rows(config) == 16))
+
+    choice = tune.tune_layer(stage, timer, {"BLOCK_N": (32, 64), "TAIL_M": (0, 16, 32, 64)})
+    assert [(c["BLOCK_M"], heuristics.tail_rows(c)) for c in choice.configs] == [(64, 16)] * 2
+    tried = [t for g in choice.gemms for t in g.tried]
+    assert all(t.us is not None for t in tried)  # every tail's output within the bound
