@@ -106,11 +106,11 @@ def dequantizes(num_rows: int, num_experts: int) -> bool:
 
 
 # gemm_kernel's TAIL_M where a tile's entry has none, on a swapped tile of 64 rows or more (the
-# nibble prefill tile, PREFILL_NIBBLE_TILE): one H200, Mixtral-8x7B gptq-int4 1911.6 -> 1684.6 us
-# at M 1024 and 7272.7 -> 6992.1 at M 4096, Qwen3-30B-A3B gptq-int4 / mxfp4 at M 1024 (TAIL_M
-# 32 there) 1.06x; the other nibble schemes within the run-to-run spread (3%). The unswapped
-# 64- and 128-row tiles (bf16, fp8) gained nothing beyond that spread: none (docs/speed.md,
-# round sixteen)
+# nibble prefill tile, PREFILL_NIBBLE_TILE): one H200, against 0 in alternating processes,
+# Mixtral-8x7B gptq-int4 1.11x at M 1024 and 1.04x at M 4096, Qwen3-30B-A3B's nibble schemes
+# 1.05-1.12x at M 1024; Mixtral's MXFP4 / NVFP4 at M 1024 0.99 / 0.98x (within the 3% spread,
+# but in every pair), the rest within the spread. The unswapped 64- and 128-row tiles (bf16,
+# fp8) gained nothing beyond that spread: none (docs/speed.md, round sixteen)
 SWAPPED_TAIL_M = 16
 
 
