@@ -1178,6 +1178,66 @@ gptq_m16() {  # round fourteen, last call: gptq-int4 on Mixtral-8x7B at M 16 (0.
     batch_end
 }
 
+r17() {  # round seventeen: a nibble-plane tile's four plane products as one dot
+    # (MOECERT_TRITON_ONE_DOT=1, an experiment switch) against the four dots: the planes' CUDA
+    # tests under it, then decode (M 16 / 64, every layer) and Mixtral prefill, one process each
+    batch_begin i44r17 560
+    gpu_versions
+    MOECERT_TRITON_ONE_DOT=1 timeout 120 python -m pytest tests/kernels/test_int4_pairs.py \
+        tests/kernels/test_fp4_planes.py -q -p no:cacheprovider -rfE > "$work/tests.txt" 2>&1
+    stamp "planes tests one-dot" $?
+    local d=(bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 --backend triton
+             --M 16,64 --scheme nvfp4 --scheme mxfp4 --scheme gptq-int4 --scheme awq-int4
+             --scheme w4a8-int8)
+    local p=(bench --device cuda --mode graph --max-seconds 0.5 --repeats 30 --backend triton
+             --model mixtral-8x7b --M 1024,4096 --scheme gptq-int4 --scheme awq-int4
+             --scheme w4a8-int8 --scheme mxfp4 --scheme nvfp4)
+    local v
+    for v in 0 1; do
+        MOECERT_TRITON_ONE_DOT=$v timeout 100 $M "${d[@]}" --results "$work/dec-$v" \
+            --run-id "dec-one$v" > "$work/dec-$v.txt" 2>&1
+        stamp "decode one-dot=$v" $?
+    done
+    for v in 0 1; do
+        MOECERT_TRITON_ONE_DOT=$v timeout 70 $M "${p[@]}" --results "$work/pre-$v" \
+            --run-id "pre-one$v" > "$work/pre-$v.txt" 2>&1
+        stamp "prefill one-dot=$v" $?
+    done
+    # the FP4 prefill dispatch off at M 4096: the fused tile with one dot against it
+    MOECERT_TRITON_ONE_DOT=1 MOECERT_TRITON_DEQUANT_ROWS=1000000 timeout 45 $M bench \
+        --device cuda --mode graph --max-seconds 0.5 --repeats 30 --backend triton \
+        --model mixtral-8x7b --M 4096 --scheme mxfp4 --scheme nvfp4 --results "$work/fused" \
+        --run-id fused-one1 > "$work/fused.txt" 2>&1
+    stamp "fp4 fused at 4096 one-dot=1" $?
+    batch_end
+}
+
+r17b() {  # round seventeen, second call: ONE_DOT's default (FP4 on the swapped prefill tile);
+    # the nibble kernels' CUDA tests with the new one (4 workers: the compiles share 16 cores),
+    # then the default against MOECERT_TRITON_ONE_DOT=0, alternating processes, FP4 prefill on
+    # Mixtral-8x7B, Qwen3-30B-A3B and gpt-oss-120b (~480 s)
+    batch_begin i44r17b 560
+    gpu_versions
+    timeout 280 python -m pytest -n 4 -q -p no:cacheprovider -rfE \
+        tests/kernels/test_one_dot_cuda.py tests/kernels/test_int4_pairs.py \
+        tests/kernels/test_fp4_planes.py tests/kernels/test_fp4_prefill_cuda.py \
+        tests/kernels/test_fp4_carry_cuda.py tests/kernels/test_fp4_scale_bf16_cuda.py \
+        tests/kernels/test_zero_sums_cuda.py tests/kernels/test_tail_tiles_cuda.py \
+        > "$work/tests.txt" 2>&1
+    stamp "nibble CUDA tests" $?
+    local p=(bench --device cuda --mode graph --max-seconds 0.4 --repeats 30 --backend triton
+             --model mixtral-8x7b --model qwen3-30b-a3b --model gpt-oss-120b --M 1024,4096
+             --scheme mxfp4 --scheme nvfp4)
+    local run
+    for run in tree-1 four-1 tree-2 four-2; do
+        local env=(); [ "${run%-*}" = four ] && env=(MOECERT_TRITON_ONE_DOT=0)
+        env "${env[@]}" timeout 55 $M "${p[@]}" --results "$work/$run" --run-id "$run" \
+            > "$work/$run.txt" 2>&1
+        stamp "fp4 prefill $run" $?
+    done
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1227,5 +1287,7 @@ case "${1:-}" in
     r16) r16 ;;
     r16b) r16b ;;
     r16-tune) r16_tune ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune" >&2; exit 2 ;;
+    r17) r17 ;;
+    r17b) r17b ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b" >&2; exit 2 ;;
 esac

@@ -11,7 +11,7 @@ to build shows here before any device time is spent; timings need the GPU (tools
 
 A variant is SCHEME:FLAGS; flags: both (ACC_DOT on and off), ptx (the PTX nibble decodes, int4
 in nibble planes: a GPU's layer),
-g8 (GROUP_M 8), k128, n64, n256, m64, m32, w4, s3, sw (SWAP_AB), t64 / t32 / t16 (TAIL_M)
+g8 (GROUP_M 8), k128, n64, n256, m256, m64, m32, w4, s3, sw (SWAP_AB), t64 / t32 / t16 (TAIL_M)
 (the tile's fields), dec (the
 decode tile: BLOCK_M 16, BLOCK_N 128, BLOCK_K 128, 4 warps, 4 stages, which the other flags then
 change, as dec-m32-n256-s3-sw),
@@ -138,6 +138,7 @@ for scheme, variant in cases:
     if "k128" in variant: cfg["BLOCK_K"] = 128
     if "n64" in variant: cfg["BLOCK_N"] = 64
     if "n256" in variant: cfg["BLOCK_N"] = 256
+    if "m256" in variant: cfg["BLOCK_M"] = 256
     if "m64" in variant: cfg["BLOCK_M"] = 64
     if "m32" in variant: cfg["BLOCK_M"] = 32
     if "w4" in variant: cfg["num_warps"] = 4

@@ -47,6 +47,8 @@ TAIL_M (0, or BLOCK_M / 2 or / 4 and >= MIN_TAIL_M; default heuristics.default_t
 smallest tile an expert's last row block runs on (gemm_kernel's TAIL_M): its MMAs on the rows
 it holds rounded up to BLOCK_M / 2 or / 4, not on the padding to BLOCK_M
 (heuristics.tail_rows).
+ONE_DOT (default heuristics.default_one_dot): a nibble-plane tile's four plane products as one
+dot over its whole K (gemm_kernel's ONE_DOT; fused_moe.one_dot_run says where it applies).
 
 MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not, under the
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.
@@ -64,6 +66,8 @@ bytes' speed on an H200: docs/speed.md "round fifteen").
 MOECERT_TRITON_TAIL_M=<0, or a power of two >= MIN_TAIL_M> forces every launch's TAIL_M
 (`forced_tail_m`; fitted to each tile by heuristics.tail_rows): to time the tails against
 the whole tile on the same entries.
+MOECERT_TRITON_ONE_DOT=<0 or 1> forces every nibble-plane launch's ONE_DOT (`forced_one_dot`):
+to time one dot against four on the same entries.
 MOECERT_TRITON_ZERO_SUMS=0 takes int4 zero points (AWQ) inside the weights' decode instead of
 from each row's activation sums after the tile's dot (`zero_sums_allowed`, gemm_kernel's
 ZERO_SUMS; docs/speed.md "round thirteen").
@@ -119,16 +123,19 @@ CONFIG_DIR_ENV = "MOECERT_TRITON_CONFIG_DIR"
 # what each GEMM's entry holds, and the type of each value
 GEMM_FIELDS = {"BLOCK_N": int, "BLOCK_K": int, "num_warps": int, "num_stages": int,
                "SWAP_AB": bool, "FAST_I4": bool, "SPLIT_K": int, "K_UNROLL": int,
-               "GROUP_M": int, "FUSED_ACT": bool, "ZERO_SUMS": bool, "TAIL_M": int}
+               "GROUP_M": int, "FUSED_ACT": bool, "ZERO_SUMS": bool, "TAIL_M": int,
+               "ONE_DOT": bool}
 # the value of a field a config leaves out (a file may leave out only SPLIT_K, K_UNROLL,
-# GROUP_M, FUSED_ACT, ZERO_SUMS and TAIL_M, younger than the files); flags absent are False
-# but FUSED_ACT and ZERO_SUMS; TAIL_M absent is heuristics.default_tail_m's
+# GROUP_M, FUSED_ACT, ZERO_SUMS, TAIL_M and ONE_DOT, younger than the files); flags absent
+# are False but FUSED_ACT and ZERO_SUMS; TAIL_M and ONE_DOT absent are heuristics.default_tail_m's
+# and default_one_dot's
 FIELD_DEFAULTS = {"SWAP_AB": False, "FAST_I4": False, "SPLIT_K": 1, "K_UNROLL": 1,
                   "GROUP_M": 1, "FUSED_ACT": True, "ZERO_SUMS": True}
-OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M", "FUSED_ACT", "ZERO_SUMS", "TAIL_M")
+OPTIONAL_IN_FILE = ("SPLIT_K", "K_UNROLL", "GROUP_M", "FUSED_ACT", "ZERO_SUMS", "TAIL_M",
+                    "ONE_DOT")
 # written only where a config sets it (a file's entry, or the tuner's choice): absent, the
 # heuristics' tiles and older files read the default
-WRITTEN_IF_SET = ("FUSED_ACT", "ZERO_SUMS", "TAIL_M")
+WRITTEN_IF_SET = ("FUSED_ACT", "ZERO_SUMS", "TAIL_M", "ONE_DOT")
 SPLIT_K_ENV = "MOECERT_TRITON_SPLIT_K"
 NIB_SPAN_ENV = "MOECERT_TRITON_NIB_SPAN"
 I4_PAIRS_ENV = "MOECERT_TRITON_I4_PAIRS"
@@ -142,6 +149,7 @@ FP4_CARRY_ENV = "MOECERT_TRITON_FP4_CARRY"
 FP4_SCALE_BF16_ENV = "MOECERT_TRITON_FP4_SCALE_BF16"
 FUSED_ACT_ENV = "MOECERT_TRITON_FUSED_ACT"
 TAIL_M_ENV = "MOECERT_TRITON_TAIL_M"
+ONE_DOT_ENV = "MOECERT_TRITON_ONE_DOT"
 MIN_TAIL_M = 16  # TAIL_M's least rows: a dot's smallest side
 
 
@@ -306,6 +314,13 @@ def _switch(name: str, default: bool | None, on: str, off: str, environ) -> bool
         raise ValueError(f"{name}={raw!r}: expected 1 ({on}{', the default' if default else ''})"
                          f" or 0{off}")
     return default if raw == "" else raw == "1"
+
+
+def forced_one_dot(environ=os.environ) -> bool | None:
+    """ONE_DOT forced on every nibble-plane launch by MOECERT_TRITON_ONE_DOT (1 one dot, 0
+    four), None when unset or empty (each entry's own, or heuristics.default_one_dot)."""
+    return _switch(ONE_DOT_ENV, None, "a tile's four plane products as one dot",
+                   " (four dots, one a plane)", environ)
 
 
 def zero_sums_allowed(environ=os.environ) -> bool:

@@ -12,7 +12,13 @@ import triton
 import triton.language as tl
 
 from . import configs, gemm_kernel
-from .heuristics import e4m3_scaled_runs, tail_rows, weights_block_k, weights_split_plan
+from .heuristics import (
+    default_one_dot,
+    e4m3_scaled_runs,
+    tail_rows,
+    weights_block_k,
+    weights_split_plan,
+)
 from .kinds import (
     A16,
     A_FP8,
@@ -273,6 +279,35 @@ def zero_sums_run(weights: dict, act: int, config: dict) -> bool:
             and bool(config.get("ZERO_SUMS", configs.FIELD_DEFAULTS["ZERO_SUMS"])))
 
 
+def launch_wscale(weights: dict, act: int) -> int:
+    """The weight scales' constexpr WSCALE as a launch passes it: S_E8M0_W where MXFP4's E8M0
+    scales fold into bf16 values (describe_weights' "e8m0_fold", 16-bit activations, no tf32
+    dot), else the layer's own."""
+    if weights.get("e8m0_fold") and act == A16 and weights["dot"] != DOT_TF32:
+        return S_E8M0_W
+    return weights["constexprs"]["WSCALE"]
+
+
+def one_dot_applies(weights: dict, act: int) -> bool:
+    """Whether gemm_kernel's ONE_DOT can change a launch: int4 or e2m1 weights in nibble
+    planes, but not MXFP4's unfolded E8M0 scales (each half of the tile takes its own scale
+    after its dot)."""
+    return (weights["kind"] in (W_INT4, W_FP4) and bool(weights["constexprs"]["NIB_SPAN"])
+            and not (weights["kind"] == W_FP4 and launch_wscale(weights, act) == S_E8M0))
+
+
+def one_dot_run(weights: dict, act: int, config: dict) -> bool:
+    """gemm_kernel's ONE_DOT for a launch: where it applies (`one_dot_applies`),
+    MOECERT_TRITON_ONE_DOT (configs.forced_one_dot), else the config's ONE_DOT, else
+    heuristics.default_one_dot."""
+    if not one_dot_applies(weights, act):
+        return False
+    forced = configs.forced_one_dot()
+    if forced is not None:
+        return forced
+    return bool(config.get("ONE_DOT", default_one_dot(weights["kind"], config)))
+
+
 def zero_point_words(s: torch.Tensor, zp: torch.Tensor) -> torch.Tensor | None:
     """gemm_kernel's ZERO_SUMS scale words: int32 [E, N, groups], the fp32 scale's bits with
     the zero point (0..15) in their 4 low mantissa bits, which a scale read from a 16-bit
@@ -438,8 +473,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     # the CARRY candidate's NVFP4 scales by the hardware e4m3 conversion (sm89+)
     e4m3_cvt = (constexprs["CARRY"] and constexprs["WSCALE"] == S_E4M3
                 and fast_i4 == I4_PAIRS and e4m3_cvt_runs_on(c.device))
-    if weights.get("e8m0_fold") and act == A16 and weights["dot"] != DOT_TF32:
-        constexprs = {**constexprs, "WSCALE": S_E8M0_W}
+    constexprs = {**constexprs, "WSCALE": launch_wscale(weights, act)}
     grid = (sorted_ids.numel() // block_m, triton.cdiv(N, config["BLOCK_N"]))
     # the workspace is never read with one split: c stands in for it (with split-K it holds
     # h's N columns, a fused activation's paired ones included)
@@ -469,7 +503,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             SCALE_COLS=scale_cols_constexpr(scale_cols, K),
             E8M0_NORMAL=weights["e8m0_normal"] and constexprs["WSCALE"] == S_E8M0,
             E4M3_WORDS=e4m3_words(weights, act, acc_dot, c.device), ZERO_SUMS=sums,
-            TAIL_M=tail_rows(config),
+            TAIL_M=tail_rows(config), ONE_DOT=one_dot_run(weights, act, config),
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **constexprs,
         )

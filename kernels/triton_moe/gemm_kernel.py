@@ -61,6 +61,13 @@ GROUP_M (config, > 1): programs run GROUP_M row blocks at a time over every colu
 TAIL_M (host-chosen, `heuristics.tail_rows`; 0 none): an expert's last row block runs its
 MMAs on the smallest of BLOCK_M, BLOCK_M / 2 and BLOCK_M / 4 rows (down to TAIL_M) that holds
 its rows, not on the padding (`_tile` is the tile at any row count; the kernel picks one).
+ONE_DOT (host-chosen, `heuristics.one_dot_run`; nibble planes, not MXFP4's unfolded E8M0
+halves): a tile's four plane products as one dot over its whole K (`_cat4`), the activations
+one load, instead of four dots of K / 4. Where the tile accumulates in the dot (FP4 planes
+scaled inside the decode), Triton on sm90 then keeps the MMAs asynchronous across K steps
+(wgmma waits with 3 pending) where the four dots each waited for the last: 1.23-1.26x
+on Mixtral-8x7B's FP4 prefill (docs/speed.md, round seventeen). A tile scaled after its dot
+(int4) waits either way and holds four decoded planes at once: slower there.
 SCALE_COLS (host-chosen, `fused_moe.scale_cols_constexpr`): scale_cols as a compile-time
 constant where it is a power of two narrower than K, so the K loop's scale-column index is a
 shift. E8M0_NORMAL (host-chosen, `fused_moe.e8m0_normal`): every E8M0 weight-scale byte of
@@ -805,6 +812,16 @@ def _int4_pairs(raw, COMPUTE: tl.constexpr):
 
 
 @triton.jit
+def _cat4(b0, b1, b2, b3):
+    """Four [Q, N] tiles stacked into one [4 Q, N], b_p rows [p Q, (p + 1) Q) (ONE_DOT).
+    Each plane arrives in its quarter dot's operand layout, and the K = 4 Q operand's layout
+    is the four quarters' side by side, so Triton 3.6 builds it from the same registers: no
+    layout conversion in the sm90 TTGIR."""
+    j = tl.join(tl.join(b0, b1), tl.join(b2, b3))  # [Q, N, u, v] = b_(2v + u)
+    return tl.reshape(tl.permute(j, (3, 2, 0, 1)), (4 * b0.shape[0], b0.shape[1]))
+
+
+@triton.jit
 def _mma(a, b, ACT: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
          SWAP_AB: tl.constexpr):
     """a [BM, BK] @ b [BK, BN], or with SWAP_AB the transposed product b^T a^T [BN, BM]:
@@ -913,7 +930,7 @@ def _planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, z_rows, g_row, scale_cols, s
                  ACT: tl.constexpr, HAS_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
                  HAS_G_IDX: tl.constexpr, DOT: tl.constexpr, COMPUTE: tl.constexpr,
                  SWAP_AB: tl.constexpr, FAST_I4: tl.constexpr, TILE_K: tl.constexpr,
-                 ZERO_SUMS: tl.constexpr):
+                 ZERO_SUMS: tl.constexpr, ONE_DOT: tl.constexpr):
     """The product of an int4 tile in four planes (`plane_nibbles`): 16-bit word j holds
     columns j + p * TILE_K / 4 in nibble p, so plane p multiplies the tile's quarter p,
     each quarter a dot operand as loaded. Two words share a 32-bit register, so one lop3
@@ -953,10 +970,15 @@ def _planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, z_rows, g_row, scale_cols, s
         # codes join them there (|a| <= 128, exact in bf16 and fp16) for a 16-bit dot: the
         # products (|a w| <= 128 * 15) and a quarter's sums (< 2^24) are the integer dot's
         # exactly, with no per-element conversion of the weights back to int8
-        out = (_mma(a0.to(COMPUTE), b0, _A16, DOT, COMPUTE, SWAP_AB)
-               + _mma(a1.to(COMPUTE), b1, _A16, DOT, COMPUTE, SWAP_AB)
-               + _mma(a2.to(COMPUTE), b2, _A16, DOT, COMPUTE, SWAP_AB)
-               + _mma(a3.to(COMPUTE), b3, _A16, DOT, COMPUTE, SWAP_AB))
+        if ONE_DOT:  # a0: the whole tile
+            out = _mma(a0.to(COMPUTE), _cat4(b0, b1, b2, b3), _A16, DOT, COMPUTE, SWAP_AB)
+        else:
+            out = (_mma(a0.to(COMPUTE), b0, _A16, DOT, COMPUTE, SWAP_AB)
+                   + _mma(a1.to(COMPUTE), b1, _A16, DOT, COMPUTE, SWAP_AB)
+                   + _mma(a2.to(COMPUTE), b2, _A16, DOT, COMPUTE, SWAP_AB)
+                   + _mma(a3.to(COMPUTE), b3, _A16, DOT, COMPUTE, SWAP_AB))
+    elif ONE_DOT:  # a0: the whole tile
+        out = _mma(a0, _cat4(b0, b1, b2, b3), ACT, DOT, COMPUTE, SWAP_AB)
     else:
         out = (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
                + _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
@@ -1038,7 +1060,7 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
                      COMPUTE: tl.constexpr, EVEN_K: tl.constexpr, SWAP_AB: tl.constexpr,
                      FAST_I4: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr,
                      LEAN: tl.constexpr, CARRY: tl.constexpr, E4M3_CVT: tl.constexpr,
-                     SCALE_BF16: tl.constexpr):
+                     SCALE_BF16: tl.constexpr, ONE_DOT: tl.constexpr):
     """The scaled product of an e2m1 tile in four planes (`plane_nibbles`, FP4_SPAN columns:
     plane p is the tile's columns [k0 + p Q, k0 + (p + 1) Q), Q = TILE_K / 4, inside one
     scale block: `nib_span_fits`). S_E4M3 (NVFP4): each plane's values times its block scale
@@ -1143,9 +1165,13 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
             b1 = _decode_e2m1(_nibble(raw, 1, _CE1, _CS1, CARRY)) * s1[None, :]
             b2 = _decode_e2m1(_nibble(raw, 2, _CE2, _CS2, CARRY)) * s2[None, :]
             b3 = _decode_e2m1(_nibble(raw, 3, _CE3, _CS3, CARRY)) * s3[None, :]
-        part = (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
-                + _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
-                + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB))
+        if ONE_DOT:  # a0: the whole tile
+            part = _mma(a0, _cat4(b0, b1, b2, b3), ACT, DOT, COMPUTE, SWAP_AB)
+        else:
+            part = (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB)
+                    + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
+                    + _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
+                    + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB))
     else:
         if FAST_I4 == _I4_PAIRS and CARRY:
             b0, b1, b2, b3 = _fp4_carry_plain(bq)
@@ -1157,8 +1183,15 @@ def _fp4_planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, scale_cols, stride_sk,
             b1 = _decode_e2m1(_nibble(raw, 1, _CE1, _CS1, CARRY))
             b2 = _decode_e2m1(_nibble(raw, 2, _CE2, _CS2, CARRY))
             b3 = _decode_e2m1(_nibble(raw, 3, _CE3, _CS3, CARRY))
-        lo = _mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB)
-        hi = _mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB) + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB)
+        tl.static_assert(not ONE_DOT or WSCALE != _S_E8M0)  # (its halves scale apart)
+        if ONE_DOT:  # a0: the whole tile
+            lo = _mma(a0, _cat4(b0, b1, b2, b3), ACT, DOT, COMPUTE, SWAP_AB)
+            hi = 0.0
+        else:
+            lo = (_mma(a0, b0, ACT, DOT, COMPUTE, SWAP_AB)
+                  + _mma(a1, b1, ACT, DOT, COMPUTE, SWAP_AB))
+            hi = (_mma(a2, b2, ACT, DOT, COMPUTE, SWAP_AB)
+                  + _mma(a3, b3, ACT, DOT, COMPUTE, SWAP_AB))
         if WSCALE == _S_E8M0:
             if SCALE_BF16:  # E8M0 values in bf16: fp32 by a shift
                 s_lo = _bf16_value(w_lo, False)
@@ -1184,7 +1217,8 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
                NIB_SPAN: tl.constexpr, TILE_K: tl.constexpr, SCALE_WORDS: tl.constexpr,
                LEAN: tl.constexpr, CARRY: tl.constexpr, E4M3_CVT: tl.constexpr,
                SCALE_BF16: tl.constexpr, E8M0_NORMAL: tl.constexpr,
-               E4M3_WORDS: tl.constexpr, ZERO_SUMS: tl.constexpr, a_sum):
+               E4M3_WORDS: tl.constexpr, ZERO_SUMS: tl.constexpr, ONE_DOT: tl.constexpr,
+               a_sum):
     """The scaled fp32 product of one tile of TILE_K columns from k0, inside one scale
     column: a [BLOCK_M, TILE_K] activations (with NIB_SPAN: a, a2, a3, a4 the tile's four
     quarters, [BLOCK_M, TILE_K / 4] each), bq the weight tile as stored ([TILE_K / 2,
@@ -1208,12 +1242,13 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
             tl.static_assert(NIB_SPAN == TILE_K)
             part = _fp4_planes_part(a, a2, a3, a4, bq, k0, K, s_rows, scale_cols, stride_sk,
                                     WSCALE, ACT, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4,
-                                    TILE_K, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, SCALE_BF16)
+                                    TILE_K, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, SCALE_BF16,
+                                    ONE_DOT)
         elif NIB_SPAN:  # word j holds columns j + p * TILE_K / 4, p = 0..3 (`plane_nibbles`)
             tl.static_assert(NIB_SPAN == TILE_K and WEIGHT == _W_INT4)
             part = _planes_part(a, a2, a3, a4, bq, k0, K, s_rows, z_rows, g_row, scale_cols,
                                 stride_sk, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
-                                SWAP_AB, FAST_I4, TILE_K, ZERO_SUMS)
+                                SWAP_AB, FAST_I4, TILE_K, ZERO_SUMS, ONE_DOT)
         else:
             part = _pairs_part(a, bq, k0, K, s_rows, z_rows, g_row, scale_cols, stride_sk,
                                WEIGHT, WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT,
@@ -1291,7 +1326,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
              WT_K: tl.constexpr, NIB_SPAN: tl.constexpr, ACC_DOT: tl.constexpr,
              SCALE_WORDS: tl.constexpr, LEAN: tl.constexpr, CARRY: tl.constexpr,
              E4M3_CVT: tl.constexpr, SCALE_BF16: tl.constexpr, E8M0_NORMAL: tl.constexpr,
-             E4M3_WORDS: tl.constexpr, ZERO_SUMS: tl.constexpr,
+             E4M3_WORDS: tl.constexpr, ZERO_SUMS: tl.constexpr, ONE_DOT: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
              FP6_EXP: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
@@ -1325,6 +1360,17 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 a2 = a_base
                 a3 = a_base
                 a4 = a_base
+            elif NIB_SPAN and ONE_DOT:  # the whole tile, one dot operand (a2-a4 unused)
+                kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K),
+                                       BLOCK_K)
+                if EVEN_K:
+                    a = tl.load(a_base + kk[None, :], mask=a_mask, other=0)
+                else:
+                    a = tl.load(a_base + kk[None, :], mask=a_mask & (kk < k_hi)[None, :],
+                                other=0)
+                a2 = a
+                a3 = a
+                a4 = a
             elif NIB_SPAN and LEAN and EVEN_K:  # every tile inside the range: rows masked only
                 kk = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, Q4), Q4), Q4)
                 a = tl.load(a_base + kk[None, :], mask=a_mask, other=0)
@@ -1394,7 +1440,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                                   WSCALE, ACT, HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE,
                                   EVEN_K, SWAP_AB, FAST_I4, NIB_SPAN, BLOCK_K, SCALE_WORDS,
                                   LEAN, CARRY, E4M3_CVT, SCALE_BF16, E8M0_NORMAL,
-                                  E4M3_WORDS, ZERO_SUMS, a_sum)
+                                  E4M3_WORDS, ZERO_SUMS, ONE_DOT, a_sum)
     if SWAP_AB:
         acc = tl.trans(acc)
     return acc
@@ -1442,7 +1488,7 @@ def _tile(
     EPI_ACT: tl.constexpr, ALPHA: tl.constexpr, LIMIT: tl.constexpr,
     PAIR_ADJACENT: tl.constexpr, SCALE_RUNS: tl.constexpr,
     SCALE_COLS: tl.constexpr, E8M0_NORMAL: tl.constexpr,
-    E4M3_WORDS: tl.constexpr, ZERO_SUMS: tl.constexpr,
+    E4M3_WORDS: tl.constexpr, ZERO_SUMS: tl.constexpr, ONE_DOT: tl.constexpr,
     FP6_EXP: tl.constexpr,
 ):
     """The tile of the rows `row_ids` (BLOCK_M of them: the kernel's row block, or with
@@ -1528,7 +1574,7 @@ def _tile(
             sum_rows, K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT,
             HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N,
             WT_K, NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, SCALE_BF16, E8M0_NORMAL,
-            E4M3_WORDS, ZERO_SUMS, BLOCK_M, BLOCK_N, BLOCK_K, FP6_EXP)
+            E4M3_WORDS, ZERO_SUMS, ONE_DOT, BLOCK_M, BLOCK_N, BLOCK_K, FP6_EXP)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)
@@ -1611,7 +1657,7 @@ def moe_gemm_kernel(
     PAIR_ADJACENT: tl.constexpr = False, SCALE_RUNS: tl.constexpr = False,
     SCALE_COLS: tl.constexpr = 0, E8M0_NORMAL: tl.constexpr = False,
     E4M3_WORDS: tl.constexpr = E4M3_BYTES, ZERO_SUMS: tl.constexpr = False,
-    FP6_EXP: tl.constexpr = 0, TAIL_M: tl.constexpr = 0,
+    FP6_EXP: tl.constexpr = 0, TAIL_M: tl.constexpr = 0, ONE_DOT: tl.constexpr = False,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -1648,7 +1694,7 @@ def moe_gemm_kernel(
               HAS_WGSCALE, MUL_ROUTER, DOT, COMPUTE, FIX_BF16, EVEN_K, EVEN_N, SWAP_AB, FAST_I4,
               K_UNROLL, WT_N, WT_K, NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, BLOCK_M, BLOCK_N,
               BLOCK_K, CARRY, E4M3_CVT, SCALE_BF16, EPI_ACT, ALPHA, LIMIT, PAIR_ADJACENT,
-              SCALE_RUNS, SCALE_COLS, E8M0_NORMAL, E4M3_WORDS, ZERO_SUMS, FP6_EXP)
+              SCALE_RUNS, SCALE_COLS, E8M0_NORMAL, E4M3_WORDS, ZERO_SUMS, ONE_DOT, FP6_EXP)
     else:
         # TAIL_M (the host's: BLOCK_M / 2 or / 4): an expert's last block holds the rest of
         # its rows, then the sentinel; its MMAs run on the smallest of BLOCK_M, BLOCK_M / 2
@@ -1676,5 +1722,5 @@ def moe_gemm_kernel(
                           FAST_I4, K_UNROLL, WT_N, WT_K, NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN,
                           BLOCK_M >> level, BLOCK_N, BLOCK_K, CARRY, E4M3_CVT, SCALE_BF16, EPI_ACT,
                           ALPHA, LIMIT, PAIR_ADJACENT, SCALE_RUNS, SCALE_COLS, E8M0_NORMAL,
-                          E4M3_WORDS, ZERO_SUMS, FP6_EXP)
+                          E4M3_WORDS, ZERO_SUMS, ONE_DOT, FP6_EXP)
 

@@ -120,6 +120,18 @@ def default_tail_m(config: dict) -> int:
     return SWAPPED_TAIL_M if config.get("SWAP_AB") and config["BLOCK_M"] >= 64 else 0
 
 
+# gemm_kernel's ONE_DOT where a tile's entry has none: on FP4 weights' swapped tile of 64 rows
+# or more (the nibble prefill tile), whose planes are scaled inside the decode, so the tile
+# accumulates in the dot and one dot keeps the MMAs asynchronous. One H200, Mixtral-8x7B,
+# against four dots (round seventeen, call 1): MXFP4 1.23x, NVFP4 1.26x at M 1024; int4
+# (scaled after the dot) 0.84-0.88x; the decode tiles mixed (0.83-1.13x on their tuned
+# entries: the tuner's choice, `tune_stages.weight_choices`)
+def default_one_dot(kind: int, config: dict) -> bool:
+    """ONE_DOT where a tile's entry has none: FP4 weights on a swapped tile of 64 rows or
+    more."""
+    return kind == W_FP4 and bool(config.get("SWAP_AB")) and config["BLOCK_M"] >= 64
+
+
 def fit_tail(want: int, block_m: int) -> int:
     """`want` rows fitted to the kernel's tail levels (BLOCK_M / 2 or / 4, at least
     configs.MIN_TAIL_M rows; 0, the whole tile, at or above BLOCK_M)."""

@@ -18,7 +18,8 @@ Prior knowledge (pick_config's docstring, H100) prunes the grid: the default's B
 GROUP_M 8 ran Mixtral-8x7B's prefill tiles 0.92-1.24x as fast, a per-layer choice),
 TAIL_M (an expert's last row block on BLOCK_M / 2 or / 4 rows) only at prefill sizes, the
 tails the start's BLOCK_M has,
-FAST_I4 always on (the kernel uses it only where it applies), ZERO_SUMS both ways only where a
+FAST_I4 always on (the kernel uses it only where it applies), ONE_DOT both ways only on nibble
+planes (tune_stages.weight_choices), ZERO_SUMS both ways only where a
 GEMM's weights carry their zero points in their scale words (AWQ in planes),
 SPLIT_K > 1 only for a GEMM whose default grid has fewer programs than SMALL_GRID_WAVES x
 the device's SMs (too few to keep the GPU's memory system busy; more split the work and add
@@ -333,8 +334,12 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
     starts += _shipped_starts(stage)
 
     def run(key, start, rounds, tried=None):
-        return tune_gemm(stage, key[1], start, timer,
-                         _gemm_grid(stage, key[1], start, grid, sm_count), references[key[1]],
+        gemm_grid = _gemm_grid(stage, key[1], start, grid, sm_count)
+        if "ONE_DOT" in gemm_grid and "ONE_DOT" not in start:  # its default as a grid value,
+            # so that the climb steps to the other (neighbours reads an absent flag as False)
+            start = {**start, "ONE_DOT": heuristics.default_one_dot(
+                stage.weights(key[1], start)["kind"], start)}
+        return tune_gemm(stage, key[1], start, timer, gemm_grid, references[key[1]],
                          bounds[key[1]], deadline, rounds, tried)
 
     timed = []  # (the start alone: a GemmChoice, key, start, required, shipped)

@@ -208,7 +208,8 @@ class LayerStage:
     def effective(self, gemm: int, config: dict) -> tuple:
         """The configuration as the kernel will run it (BLOCK_K clamped to the scale block,
         SPLIT_K to the splits K has room for, FAST_I4 and SWAP_AB as booleans, ZERO_SUMS as it
-        runs: `fused_moe.zero_sums_run`, TAIL_M as `heuristics.tail_rows` fits it): two
+        runs: `fused_moe.zero_sums_run`, TAIL_M as `heuristics.tail_rows` fits it, ONE_DOT
+        as `fused_moe.one_dot_run` runs it): two
         configs equal here run the same launches."""
         from . import fused_moe, heuristics
 
@@ -220,13 +221,15 @@ class LayerStage:
                 config["num_stages"], bool(config.get("SWAP_AB")),
                 bool(config.get("FAST_I4")), splits, config.get("K_UNROLL", 1),
                 w["constexprs"]["NIB_SPAN"], config.get("GROUP_M", 1),
-                fused_moe.zero_sums_run(w, self.act, config), heuristics.tail_rows(config))
+                fused_moe.zero_sums_run(w, self.act, config), heuristics.tail_rows(config),
+                fused_moe.one_dot_run(w, self.act, config))
 
     def weight_choices(self, gemm: int, config: dict) -> dict:
         """Grid fields of the GEMM's weights under `config` (its nibble order): ZERO_SUMS both
         ways where its scale words carry the zero points (the zero points from the activation
         sums or inside the decode: each timed faster on some layers, docs/speed.md round
-        thirteen); BLOCK_K not at all where planes fix it to their span (int4 and e2m1
+        thirteen); ONE_DOT both ways where it applies (nibble planes: one dot timed faster on
+        FP4 prefill tiles, slower on int4 ones, mixed at decode sizes: round seventeen); BLOCK_K not at all where planes fix it to their span (int4 and e2m1
         nibble planes, fp6's six-bit planes: heuristics.weights_block_k), so that the climb
         spends no time on tiles that are one kernel."""
         from . import fused_moe
@@ -234,6 +237,8 @@ class LayerStage:
         w = self.weights(gemm, config)
         fields = ({"ZERO_SUMS": (False, True)}
                   if fused_moe.zero_sums_run(w, self.act, {"ZERO_SUMS": True}) else {})
+        if fused_moe.one_dot_applies(w, self.act):
+            fields["ONE_DOT"] = (False, True)
         if w["constexprs"]["NIB_SPAN"]:
             fields["BLOCK_K"] = (config["BLOCK_K"],)
         return fields
