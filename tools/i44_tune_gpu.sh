@@ -1238,6 +1238,34 @@ r17b() {  # round seventeen, second call: ONE_DOT's default (FP4 on the swapped 
     batch_end
 }
 
+r17c() {  # round seventeen, third call: test_one_dot_cuda.py with int4 in planes (its first
+    # form found none there), the ci suite on cuda and the FP8 folders (gpu_ci.sh's suites),
+    # DeepSeek-V3's FP4 prefill with the default against four dots (one pair), then FP4 decode
+    # on Mixtral-8x7B tuned with ONE_DOT in the grid into a copy (cfg/ in the tar) and the
+    # tree against the copy (~470 s)
+    batch_begin i44r17c 560
+    gpu_versions
+    timeout 100 python -m pytest -n 4 -q -p no:cacheprovider -rfE \
+        tests/kernels/test_one_dot_cuda.py > "$work/tests.txt" 2>&1
+    stamp "test_one_dot_cuda" $?
+    GPU_CI_PART=suites GPU_CI_SUITE_S=200 OUT=$work/ci timeout 260 bash tools/gpu_ci.sh \
+        > "$work/ci.txt" 2>&1
+    stamp "gpu_ci suites" $?
+    local run
+    for run in tree four; do
+        local env=(); [ $run = four ] && env=(MOECERT_TRITON_ONE_DOT=0)
+        env "${env[@]}" timeout 45 $M bench --device cuda --mode graph --max-seconds 0.4 \
+            --repeats 20 --backend triton --model deepseek-v3 --M 4096 --scheme mxfp4 \
+            --scheme nvfp4 --results "$work/ds-$run" --run-id "ds-$run" > "$work/ds-$run.txt" 2>&1
+        stamp "deepseek fp4 prefill $run" $?
+    done
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" fp4 "120 --model mixtral-8x7b --scheme nvfp4 --scheme mxfp4 --max-seconds 25"
+    tree_and_copy "$C" bench --device cuda --mode graph --max-seconds 0.4 --repeats 30 \
+        --backend triton --model mixtral-8x7b --M 16,64 --scheme nvfp4 --scheme mxfp4
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1289,5 +1317,6 @@ case "${1:-}" in
     r16-tune) r16_tune ;;
     r17) r17 ;;
     r17b) r17b ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b" >&2; exit 2 ;;
+    r17c) r17c ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c" >&2; exit 2 ;;
 esac

@@ -57,6 +57,7 @@ def test_one_dot_gives_the_four_plane_dots_sum(scheme, attrs, dtype, tile, monke
     from moecert.kernels.triton_moe import fused_moe, tune
 
     monkeypatch.delenv("MOECERT_TRITON_ONE_DOT", raising=False)
+    monkeypatch.setenv("MOECERT_TRITON_NIB_SPAN", "128")  # int4 in planes wherever they fit
     stage = _stage(scheme, attrs, dtype, M=512 if tile == "prefill" else 48)
     config = dict(stage.defaults[0])
     if tile == "prefill":
