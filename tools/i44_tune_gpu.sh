@@ -1266,6 +1266,21 @@ r17c() {  # round seventeen, third call: test_one_dot_cuda.py with int4 in plane
     batch_end
 }
 
+r17d() {  # round seventeen, fourth call: FP4 decode (M 16 / 64) on the other layers tuned with
+    # ONE_DOT in the grid into a copy of the tree's configs (r17c's Mixtral entries in it),
+    # then the tree against the copy (cfg/ in the tar) (~330 s)
+    batch_begin i44r17d 560
+    gpu_versions
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" fp4 "100 --model gpt-oss-120b --scheme mxfp4 --max-seconds 20" \
+        "120 --model deepseek-v3 --scheme nvfp4 --scheme mxfp4 --max-seconds 20" \
+        "110 --model qwen3-30b-a3b --scheme nvfp4 --scheme mxfp4 --max-seconds 20"
+    tree_and_copy "$C" bench --device cuda --mode graph --max-seconds 0.3 --repeats 30 \
+        --backend triton --model gpt-oss-120b --model deepseek-v3 --model qwen3-30b-a3b \
+        --M 16,64 --scheme nvfp4 --scheme mxfp4
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1318,5 +1333,6 @@ case "${1:-}" in
     r17) r17 ;;
     r17b) r17b ;;
     r17c) r17c ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c" >&2; exit 2 ;;
+    r17d) r17d ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d" >&2; exit 2 ;;
 esac
