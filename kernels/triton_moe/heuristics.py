@@ -122,10 +122,11 @@ def default_tail_m(config: dict) -> int:
 
 # gemm_kernel's ONE_DOT where a tile's entry has none: on FP4 weights' swapped tile of 64 rows
 # or more (the nibble prefill tile), whose planes are scaled inside the decode, so the tile
-# accumulates in the dot and one dot keeps the MMAs asynchronous. One H200, Mixtral-8x7B,
-# against four dots (round seventeen, call 1): MXFP4 1.23x, NVFP4 1.26x at M 1024; int4
-# (scaled after the dot) 0.84-0.88x; the decode tiles mixed (0.83-1.13x on their tuned
-# entries: the tuner's choice, `tune_stages.weight_choices`)
+# accumulates in the dot and one dot keeps the MMAs asynchronous. One H200, against four dots
+# in alternating processes (docs/speed.md, round seventeen): FP4 prefill 1.21-1.37x on
+# Mixtral-8x7B (M 1024), Qwen3-30B-A3B, gpt-oss-120b and DeepSeek-V3 (M 4096); int4 (scaled
+# after the dot) 0.84-0.93x; the decode tiles mixed (0.83-1.13x on their tuned entries: a
+# tuned entry's choice, `tune_stages.weight_choices`)
 def default_one_dot(kind: int, config: dict) -> bool:
     """ONE_DOT where a tile's entry has none: FP4 weights on a swapped tile of 64 rows or
     more."""

@@ -229,9 +229,10 @@ class LayerStage:
         ways where its scale words carry the zero points (the zero points from the activation
         sums or inside the decode: each timed faster on some layers, docs/speed.md round
         thirteen); ONE_DOT both ways where it applies (nibble planes: one dot timed faster on
-        FP4 prefill tiles, slower on int4 ones, mixed at decode sizes: round seventeen); BLOCK_K not at all where planes fix it to their span (int4 and e2m1
-        nibble planes, fp6's six-bit planes: heuristics.weights_block_k), so that the climb
-        spends no time on tiles that are one kernel."""
+        FP4 prefill tiles, slower on int4 ones, mixed at decode sizes: round seventeen);
+        BLOCK_K not at all where planes fix it to their span (int4 and e2m1 nibble planes,
+        fp6's six-bit planes: heuristics.weights_block_k), so that the climb spends no time
+        on tiles that are one kernel."""
         from . import fused_moe
 
         w = self.weights(gemm, config)

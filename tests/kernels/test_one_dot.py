@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
