@@ -38,3 +38,25 @@ def record_launches(monkeypatch, pick) -> list:
             return launch
     monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", Spy())
     return seen
+
+
+def layer_stage(scheme: str, P, attrs=None, seed: int = 1, ids=None):
+    """A tune_stages.LayerStage of the Triton backend on `scheme` synthesized for problem P
+    with `seed` (attrs: the scheme's attributes), its inputs make_inputs(P, seed + 1)'s, the
+    routing `ids` instead where given. Imported at the call, as in `run_moe_gemm`."""
+    from moecert.kernels.triton_moe import tune_stages
+    from moecert.kernels.triton_moe.backend import TritonBackend
+    from moecert.reference import make_inputs, synthesize
+
+    backend = TritonBackend()
+    layer = backend.create_layer(synthesize(scheme, P, seed=seed, **(attrs or {})), P)
+    backend.process_weights_after_loading(layer)
+    x, w, routed = make_inputs(P, seed=seed + 1)
+    return tune_stages.LayerStage(layer, x, w, routed if ids is None else ids)
+
+
+def run_stage(stage, gemm: int, config: dict):
+    """GEMM `gemm` of `stage` under `config`, a copy of its output, which starts NaN: a tile
+    no program writes stays NaN."""
+    stage._out[gemm].fill_(float("nan"))
+    return stage.run(gemm, config).clone()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _gemm import layer_stage, run_stage
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
@@ -23,12 +24,8 @@ from moecert.kernels.triton_moe import (  # noqa: E402
     fused_moe,
     heuristics,
     tune,
-    tune_stages,
 )
-from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
-from moecert.reference import MoEProblem, make_inputs, synthesize  # noqa: E402
-
-BACKEND = TritonBackend()
+from moecert.reference import MoEProblem  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("interpreted")
 
@@ -44,15 +41,10 @@ def _stage(scheme, attrs, dtype, monkeypatch, M=21, K=256, N=128, E=3):
     monkeypatch.setenv("MOECERT_TRITON_NIB_SPAN", "128")  # int4 in planes (a GPU's layout)
     monkeypatch.delenv("MOECERT_TRITON_ONE_DOT", raising=False)
     P = MoEProblem(M=M, K=K, N=N, E=E, topk=2, bias=True, dtype=dtype)
-    layer = BACKEND.create_layer(synthesize(scheme, P, seed=5, **attrs), P)
-    BACKEND.process_weights_after_loading(layer)
-    x, w, ids = make_inputs(P, seed=6)
-    return tune_stages.LayerStage(layer, x, w, ids)
+    return layer_stage(scheme, P, attrs, seed=5)
 
 
-def _run(stage, gemm, config):
-    stage._out[gemm].fill_(float("nan"))  # a tile no program writes stays NaN
-    return stage.run(gemm, config).clone()
+_run = run_stage
 
 
 @pytest.mark.parametrize("swap", [True, False], ids=["swapped", "unswapped"])

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _gemm import layer_stage, run_stage
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
 
-from moecert.kernels.triton_moe import fused_moe, gemm_kernel, tune, tune_stages  # noqa: E402
-from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
-from moecert.reference import MoEProblem, make_inputs, synthesize  # noqa: E402
-
-BACKEND = TritonBackend()
-
+from moecert.kernels.triton_moe import fused_moe, gemm_kernel, tune  # noqa: E402
+from moecert.reference import MoEProblem  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("interpreted")
 
@@ -34,16 +31,10 @@ def launches(spy_launches):
 
 
 def _stage(scheme, attrs=None, M=13, K=64, N=96, E=3):
-    P = MoEProblem(M=M, K=K, N=N, E=E, topk=2, bias=True)
-    layer = BACKEND.create_layer(synthesize(scheme, P, seed=1, **(attrs or {})), P)
-    BACKEND.process_weights_after_loading(layer)
-    x, w, ids = make_inputs(P, seed=2)
-    return tune_stages.LayerStage(layer, x, w, ids)
+    return layer_stage(scheme, MoEProblem(M=M, K=K, N=N, E=E, topk=2, bias=True), attrs)
 
 
-def _run(stage, gemm, config):
-    stage._out[gemm].fill_(float("nan"))  # a tile no program writes stays NaN
-    return stage.run(gemm, config).clone()
+_run = run_stage
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -139,10 +130,7 @@ def test_mxfp4_scales_fold_into_bf16_weights(dtype, monkeypatch):
     spy = Scales(gemm_kernel.moe_gemm_kernel)
     monkeypatch.setattr(gemm_kernel, "moe_gemm_kernel", spy)
     P = MoEProblem(M=9, K=128, N=128, E=3, topk=2, dtype=dtype)
-    layer = BACKEND.create_layer(synthesize("mxfp4", P, seed=3), P)
-    BACKEND.process_weights_after_loading(layer)
-    x, w, ids = make_inputs(P, seed=4)
-    stage = tune_stages.LayerStage(layer, x, w, ids)
+    stage = layer_stage("mxfp4", P, seed=3)
     for gemm in (1, 2):
         config = stage.defaults[gemm - 1]
         weights = stage.weights(gemm, config)
@@ -218,10 +206,7 @@ def _tail_stage(scheme, attrs):
     ids = torch.tensor([[order[t], order[t + tokens]] for t in range(tokens)], dtype=torch.int32)
     assert (ids[:, 0] != ids[:, 1]).all()  # a token's two experts differ
     P = MoEProblem(M=tokens, K=64, N=64, E=len(TAIL_COUNTS), topk=2, bias=True)
-    layer = BACKEND.create_layer(synthesize(scheme, P, seed=3, **(attrs or {})), P)
-    BACKEND.process_weights_after_loading(layer)
-    x, w, _ = make_inputs(P, seed=4)
-    return tune_stages.LayerStage(layer, x, w, ids)
+    return layer_stage(scheme, P, attrs, seed=3, ids=ids)
 
 
 @pytest.mark.parametrize("tail_m", [32, 16])
