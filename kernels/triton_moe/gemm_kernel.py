@@ -61,12 +61,12 @@ GROUP_M (config, > 1): programs run GROUP_M row blocks at a time over every colu
 TAIL_M (host-chosen, `heuristics.tail_rows`; 0 none): an expert's last row block runs its
 MMAs on the smallest of BLOCK_M, BLOCK_M / 2 and BLOCK_M / 4 rows (down to TAIL_M) that holds
 its rows, not on the padding (`_tile` is the tile at any row count; the kernel picks one).
-ONE_DOT (host-chosen, `heuristics.one_dot_run`; nibble planes, not MXFP4's unfolded E8M0
+ONE_DOT (host-chosen, `fused_moe.one_dot_run`; nibble planes, not MXFP4's unfolded E8M0
 halves): a tile's four plane products as one dot over its whole K (`_cat4`), the activations
 one load, instead of four dots of K / 4. Where the tile accumulates in the dot (FP4 planes
 scaled inside the decode), Triton on sm90 then keeps the MMAs asynchronous across K steps
-(wgmma waits with 3 pending) where the four dots each waited for the last: 1.23-1.26x
-on Mixtral-8x7B's FP4 prefill (docs/speed.md, round seventeen). A tile scaled after its dot
+(wgmma waits with 3 pending) where the four dots each waited for the last: FP4 prefill
+1.21-1.37x (heuristics.default_one_dot; docs/speed.md, round seventeen). A tile scaled after its dot
 (int4) waits either way and holds four decoded planes at once: slower there.
 SCALE_COLS (host-chosen, `fused_moe.scale_cols_constexpr`): scale_cols as a compile-time
 constant where it is a power of two narrower than K, so the K loop's scale-column index is a

@@ -60,3 +60,20 @@ def run_stage(stage, gemm: int, config: dict):
     no program writes stays NaN."""
     stage._out[gemm].fill_(float("nan"))
     return stage.run(gemm, config).clone()
+
+
+def tuned_file(tmp_path, weight: str, block_m: int, **gemm1):
+    """tmp_path/dev.json, a tuned-config file of one layer (weight kind `weight`, 16-bit
+    activations, 4 experts) with one bucket (512 rows) on a BLOCK_M `block_m` tile: both GEMMs
+    one small tile, gemm1 with the fields `gemm1` besides. Its path."""
+    import json
+
+    gemm = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3, "SWAP_AB": False,
+            "FAST_I4": False}
+    layer = {"weight": weight, "act": "A16", "experts": 4, "gemm1": [384, 128],
+             "gemm2": [128, 192],
+             "buckets": {"512": {"BLOCK_M": block_m, "gemm1": {**gemm, **gemm1},
+                                 "gemm2": gemm}}}
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps({"format": 1, "device": "dev", "layers": [layer]}))
+    return path

@@ -11,10 +11,8 @@ applies and what sets it (fused_moe.one_dot_run), and the tuner's grid and file 
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from _gemm import layer_stage, run_stage
+from _gemm import layer_stage, run_stage, tuned_file
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
@@ -44,8 +42,6 @@ def _stage(scheme, attrs, dtype, monkeypatch, M=21, K=256, N=128, E=3):
     return layer_stage(scheme, P, attrs, seed=5)
 
 
-_run = run_stage
-
 
 @pytest.mark.parametrize("swap", [True, False], ids=["swapped", "unswapped"])
 @pytest.mark.parametrize(("scheme", "attrs", "dtype"), PLANES, ids=[p[0] for p in PLANES])
@@ -57,8 +53,8 @@ def test_one_dot_is_another_order_of_the_four_plane_products(scheme, attrs, dtyp
     for gemm in (1, 2):
         w = stage.weights(gemm, tile)
         assert fused_moe.one_dot_applies(w, stage.act)
-        four = _run(stage, gemm, {**tile, "ONE_DOT": False})
-        one = _run(stage, gemm, {**tile, "ONE_DOT": True})
+        four = run_stage(stage, gemm, {**tile, "ONE_DOT": False})
+        one = run_stage(stage, gemm, {**tile, "ONE_DOT": True})
         bound = tune.reorder_bound(four, stage.magnitudes(gemm), stage.shape(gemm)[1])
         assert not one.isnan().any()
         assert tune.disagreement(one, four, bound) is None
@@ -114,15 +110,7 @@ def test_the_tuner_tries_both_on_planes_from_the_default(monkeypatch):
 
 
 def _file(tmp_path, one_dot):
-    gemm = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3, "SWAP_AB": False,
-            "FAST_I4": False}
-    layer = {"weight": "W_FP4", "act": "A16", "experts": 4, "gemm1": [384, 128],
-             "gemm2": [128, 192],
-             "buckets": {"512": {"BLOCK_M": 64, "gemm1": {**gemm, "ONE_DOT": one_dot},
-                                 "gemm2": gemm}}}
-    path = tmp_path / "dev.json"
-    path.write_text(json.dumps({"format": 1, "device": "dev", "layers": [layer]}))
-    return path
+    return tuned_file(tmp_path, "W_FP4", 64, ONE_DOT=one_dot)
 
 
 @pytest.mark.parametrize("one_dot", [False, True])

@@ -34,8 +34,6 @@ def _stage(scheme, attrs=None, M=13, K=64, N=96, E=3):
     return layer_stage(scheme, MoEProblem(M=M, K=K, N=N, E=E, topk=2, bias=True), attrs)
 
 
-_run = run_stage
-
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int32 if t.element_size() == 4 else torch.int16)
@@ -51,8 +49,8 @@ def test_grouped_program_order_gives_the_same_bits(scheme, group_m, launches):
     for gemm in (1, 2):
         config = {**stage.defaults[gemm - 1], "BLOCK_N": 32, "BLOCK_K": 32}
         launches.seen.clear()
-        plain = _run(stage, gemm, config)
-        grouped = _run(stage, gemm, {**config, "GROUP_M": group_m})
+        plain = run_stage(stage, gemm, config)
+        grouped = run_stage(stage, gemm, {**config, "GROUP_M": group_m})
         assert [g for _, g in launches.seen] == [1, group_m]
         assert not plain.isnan().any()
         assert torch.equal(_bits(grouped), _bits(plain))
@@ -78,18 +76,18 @@ def test_accumulating_dot_is_another_order_of_the_same_sum(scheme, attrs, expect
     for gemm in (1, 2):
         config = {**stage.defaults[gemm - 1], "BLOCK_N": 32, "BLOCK_K": 32}
         launches.seen.clear()
-        acc = _run(stage, gemm, config)
+        acc = run_stage(stage, gemm, config)
         assert launches.seen == [(expected, 1)]
         with monkeypatch.context() as m:
             m.setattr(fused_moe, "acc_dot_applies", lambda *a: False)
-            per_tile = _run(stage, gemm, config)
+            per_tile = run_stage(stage, gemm, config)
         bound = tune.reorder_bound(per_tile, stage.magnitudes(gemm), stage.shape(gemm)[1])
         assert tune.disagreement(acc, per_tile, bound) is None
         if expected and stage.weights(gemm, config)["constexprs"]["WSCALE"]:
             # planted: the weight scale left out of the epilogue is caught
             with monkeypatch.context() as m:
                 m.setattr(gemm_kernel, "_S_FLOAT", gemm_kernel.tl.constexpr(-1))
-                unscaled = _run(stage, gemm, config)
+                unscaled = run_stage(stage, gemm, config)
             assert tune.disagreement(unscaled, per_tile, bound) is not None
 
 
@@ -97,8 +95,8 @@ def test_split_k_with_an_accumulating_dot_scales_once(launches):
     """Split-K's partial sums are unscaled with ACC_DOT; REDUCE's epilogue scales their sum."""
     stage = _stage("fp8-w8a16", {"weight_strategy": "channel"}, K=128)
     config = {**stage.defaults[0], "BLOCK_N": 32, "BLOCK_K": 32}
-    whole = _run(stage, 1, config)
-    split = _run(stage, 1, {**config, "SPLIT_K": 2})
+    whole = run_stage(stage, 1, config)
+    split = run_stage(stage, 1, {**config, "SPLIT_K": 2})
     assert launches.seen[-2:] == [(True, 1), (True, 1)]
     bound = tune.reorder_bound(whole, stage.magnitudes(1), 128)
     assert tune.disagreement(split, whole, bound) is None
@@ -137,11 +135,11 @@ def test_mxfp4_scales_fold_into_bf16_weights(dtype, monkeypatch):
         assert weights["constexprs"]["NIB_SPAN"]  # the planes this path needs
         assert weights["e8m0_fold"] == (dtype == "bf16")
         spy.seen.clear()
-        folded = _run(stage, gemm, config)
+        folded = run_stage(stage, gemm, config)
         assert spy.seen == [kinds.S_E8M0_W if dtype == "bf16" else kinds.S_E8M0]
         weights["e8m0_fold"] = False
         try:
-            paired = _run(stage, gemm, config)
+            paired = run_stage(stage, gemm, config)
         finally:
             weights["e8m0_fold"] = dtype == "bf16"
         assert spy.seen[-1] == kinds.S_E8M0
@@ -187,8 +185,8 @@ def test_the_default_prefill_tiles_give_the_decode_tiles_sum(scheme, attrs):
     tile = ({**heuristics.PREFILL_NIBBLE_TILE} if kind in (heuristics.W_INT4, heuristics.W_FP4)
             else {"BLOCK_M": 128, **prefill})
     for gemm in (1, 2):
-        decode = _run(stage, gemm, stage.defaults[gemm - 1])
-        wide = _run(stage, gemm, {**stage.defaults[gemm - 1], **tile})
+        decode = run_stage(stage, gemm, stage.defaults[gemm - 1])
+        wide = run_stage(stage, gemm, {**stage.defaults[gemm - 1], **tile})
         bound = tune.reorder_bound(decode, stage.magnitudes(gemm), stage.shape(gemm)[1])
         assert not wide.isnan().any()
         assert tune.disagreement(wide, decode, bound) is None
@@ -224,8 +222,8 @@ def test_an_experts_last_block_on_its_tail_tile_gives_the_whole_tiles_sum(scheme
     stage = _tail_stage(scheme, attrs)
     tile = {**stage.defaults[0], "BLOCK_M": 64, "BLOCK_N": 32, "SWAP_AB": swap}
     for gemm in (1, 2):
-        whole = _run(stage, gemm, {**tile, "TAIL_M": 0})
-        tails = _run(stage, gemm, {**tile, "TAIL_M": tail_m})
+        whole = run_stage(stage, gemm, {**tile, "TAIL_M": 0})
+        tails = run_stage(stage, gemm, {**tile, "TAIL_M": tail_m})
         bound = tune.reorder_bound(whole, stage.magnitudes(gemm), stage.shape(gemm)[1])
         assert not tails.isnan().any()
         assert tune.disagreement(tails, whole, bound) is None

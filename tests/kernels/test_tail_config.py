@@ -5,9 +5,8 @@ levels; the tuned files' field; the tuner's grid. The kernel itself: test_prefil
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from _gemm import tuned_file
 from moecert.kernels.triton_moe import configs, heuristics, tune
 
 
@@ -45,15 +44,7 @@ def test_the_variable_forces_every_launchs_tail(monkeypatch):
 
 
 def _file(tmp_path, tail):
-    gemm = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3, "SWAP_AB": False,
-            "FAST_I4": False}
-    layer = {"weight": "W16", "act": "A16", "experts": 4, "gemm1": [384, 128],
-             "gemm2": [128, 192],
-             "buckets": {"512": {"BLOCK_M": 128, "gemm1": {**gemm, "TAIL_M": tail},
-                                 "gemm2": gemm}}}
-    path = tmp_path / "dev.json"
-    path.write_text(json.dumps({"format": 1, "device": "dev", "layers": [layer]}))
-    return path
+    return tuned_file(tmp_path, "W16", 128, TAIL_M=tail)
 
 
 @pytest.mark.parametrize("tail", [0, 32, 64])
