@@ -155,6 +155,9 @@
 #       nvfp4 on Mixtral-8x7B at M 1024 tuned for 100 s each into a copy of the configs (the
 #       grid now holds TAIL_M at prefill sizes), then the tree against the copy at M 1024 /
 #       4096, one process each (cfg/ in the tar) (~420 s)
+#   tools/i44_tune_gpu.sh r18   round eighteen: int4 planes scaled inside the decode under
+#       ONE_DOT: the nibble kernels' CUDA tests, then gptq-int4 / awq-int4 prefill, the default
+#       against MOECERT_TRITON_ONE_DOT=0, alternating processes (~400 s)
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -1281,6 +1284,32 @@ r17d() {  # round seventeen, fourth call: FP4 decode (M 16 / 64) on the other la
     batch_end
 }
 
+r18() {  # round eighteen: int4 planes with 16-bit activations scaled inside the decode under
+    # ONE_DOT (the default on the swapped prefill tile): the nibble kernels' CUDA tests, then
+    # gptq-int4 / awq-int4 prefill (M 1024 / 4096), the default against MOECERT_TRITON_ONE_DOT=0,
+    # alternating processes: Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V3, then a second pair on
+    # Mixtral-8x7B (~400 s)
+    batch_begin i44r18 560
+    gpu_versions
+    timeout 200 python -m pytest -n 4 -q -p no:cacheprovider -rfE \
+        tests/kernels/test_one_dot_cuda.py tests/kernels/test_int4_pairs.py \
+        tests/kernels/test_fp4_planes.py tests/kernels/test_zero_sums_cuda.py \
+        tests/kernels/test_tail_tiles_cuda.py > "$work/tests.txt" 2>&1
+    stamp "nibble CUDA tests" $?
+    local p=(bench --device cuda --mode graph --max-seconds 0.4 --repeats 20 --backend triton
+             --M 1024,4096 --scheme gptq-int4 --scheme awq-int4)
+    local run models
+    for run in four one four2 one2; do
+        local env=(); [[ $run == four* ]] && env=(MOECERT_TRITON_ONE_DOT=0)
+        models=(--model mixtral-8x7b --model qwen3-30b-a3b --model deepseek-v3)
+        [[ $run == *2 ]] && models=(--model mixtral-8x7b)
+        env "${env[@]}" timeout 110 $M "${p[@]}" "${models[@]}" --results "$work/pre-$run" \
+            --run-id "pre-$run" > "$work/pre-$run.txt" 2>&1
+        stamp "prefill $run" $?
+    done
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1334,5 +1363,6 @@ case "${1:-}" in
     r17b) r17b ;;
     r17c) r17c ;;
     r17d) r17d ;;
+    r18) r18 ;;
     *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d" >&2; exit 2 ;;
 esac

@@ -305,7 +305,14 @@ def one_dot_run(weights: dict, act: int, config: dict) -> bool:
     forced = configs.forced_one_dot()
     if forced is not None:
         return forced
-    return bool(config.get("ONE_DOT", default_one_dot(weights["kind"], config)))
+    return bool(config.get("ONE_DOT", default_one_dot(weights["kind"], act, config)))
+
+
+def one_dot_rounds(weights: dict, act: int) -> bool:
+    """Whether a launch's ONE_DOT rounds the weights to the compute dtype: int4 planes with
+    16-bit activations, whose scale (and zero point) then join the decode (gemm_kernel's
+    `_planes_part`: (q - zero) * s rounded once, as Marlin's decode does)."""
+    return one_dot_applies(weights, act) and weights["kind"] == W_INT4 and act == A16
 
 
 def zero_point_words(s: torch.Tensor, zp: torch.Tensor) -> torch.Tensor | None:
@@ -464,10 +471,13 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     acc_dot = acc_dot_applies(weights, act, K)
     args = weights["args"]
     sums = zero_sums_run(weights, act, config)
+    one_dot = one_dot_run(weights, act, config)
     if sums:  # the sums in the activation-scale slot (16-bit activations leave it free),
-        # the scale words in the scales' slot
+        # the scale words in the scales' slot (one load for both where ONE_DOT decodes the
+        # zero points, which then needs no sums)
         assert a_scale is None and weights["zero_words"].stride() == args[1].stride()
-        a_scale = activation_sums(a, bk)
+        if not one_dot_rounds(weights, act) or not one_dot:
+            a_scale = activation_sums(a, bk)
         args = (args[0], weights["zero_words"], *args[2:])
     constexprs = weights["constexprs"]
     # the CARRY candidate's NVFP4 scales by the hardware e4m3 conversion (sm89+)
@@ -503,7 +513,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             SCALE_COLS=scale_cols_constexpr(scale_cols, K),
             E8M0_NORMAL=weights["e8m0_normal"] and constexprs["WSCALE"] == S_E8M0,
             E4M3_WORDS=e4m3_words(weights, act, acc_dot, c.device), ZERO_SUMS=sums,
-            TAIL_M=tail_rows(config), ONE_DOT=one_dot_run(weights, act, config),
+            TAIL_M=tail_rows(config), ONE_DOT=one_dot,
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **constexprs,
         )

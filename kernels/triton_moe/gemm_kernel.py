@@ -66,8 +66,12 @@ halves): a tile's four plane products as one dot over its whole K (`_cat4`), the
 one load, instead of four dots of K / 4. Where the tile accumulates in the dot (FP4 planes
 scaled inside the decode), Triton on sm90 then keeps the MMAs asynchronous across K steps
 (wgmma waits with 3 pending) where the four dots each waited for the last: FP4 prefill
-1.21-1.37x (heuristics.default_one_dot; docs/speed.md, round seventeen). A tile scaled after its dot
-(int4) waits either way and holds four decoded planes at once: slower there.
+1.21-1.37x (heuristics.default_one_dot; docs/speed.md, round seventeen). Int4 planes with
+16-bit activations take their scale (and zero point) into the decode under ONE_DOT, as
+Marlin does: each weight (q - zero) * s rounded once to the compute dtype, s rounded to it
+first (the tolerance table's error model (2); round eighteen), so that the tile accumulates
+in its dot too; scaled after its dot, one dot had waited as four do and ran slower. W4A8's
+int8 codes keep their scales after the dot.
 SCALE_COLS (host-chosen, `fused_moe.scale_cols_constexpr`): scale_cols as a compile-time
 constant where it is a power of two narrower than K, so the K loop's scale-column index is a
 shift. E8M0_NORMAL (host-chosen, `fused_moe.e8m0_normal`): every E8M0 weight-scale byte of
@@ -243,17 +247,23 @@ def _int4_magic(nib, SYM_ZERO: tl.constexpr, COMPUTE: tl.constexpr):
         return v - (1024.0 + SYM_ZERO)
 
 
-def _int4_asm(regs: str, decode: str, magic: int, one: int, offset: int | str, fma: str
-              ) -> str:
+def _int4_asm(regs: str, decode: str, magic: int, one: int, offset: int | str, fma: str,
+              scale: str = "") -> str:
     """PTX for one 16-bit dtype that decodes nibbles into $0-$3 (`decode`; its `{lop}` is a
     lop3's operands that OR the nibbles at bits 0-3 and 16-19 into the mantissa of a packed
     pair of the magic number, spelling magic + nibble exactly) and subtracts magic + 8 from
     each by one packed fma: the magic number (the exponent that makes the mantissa's low
-    bits an integer), 1.0 and -(magic + 8), each as a packed pair."""
+    bits an integer), 1.0 and -(magic + 8), each as a packed pair. `scale` (an operand):
+    then each times that packed scale pair plus -0, one rounding of the exact product to the
+    compute dtype (ONE_DOT's int4 planes, `_int4_planes_scaled`)."""
     lop = f"0x000F000F, 0x{magic:04X}{magic:04X}, 0xEA"
     fmas = "".join(f"\n            {fma} ${i}, ${i}, one, off;" for i in range(4))
+    if scale:
+        fmas += "".join(f"\n            {fma} ${i}, ${i}, {scale}, negz;" for i in range(4))
+        regs += ", negz"
     return (f"{{\n            .reg .b32 {regs}, one, off;"
-            f"\n            mov.b32 one, 0x{one:04X}{one:04X};"
+            + ("\n            mov.b32 negz, 0x80008000;" if scale else "")
+            + f"\n            mov.b32 one, 0x{one:04X}{one:04X};"
             + (f"\n            mov.b32 off, 0x{offset:04X}{offset:04X};"
                if isinstance(offset, int) else f"\n            mov.b32 off, {offset};")
             + decode.format(lop=lop) + fmas + "\n            }")
@@ -290,6 +300,14 @@ _I4_PLANES_Z_BF16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_BF16_MAGIC[:2]
                                            _BF16_MAGIC[3]))
 _I4_PLANES_Z_FP16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_FP16_MAGIC[:2], "$5",
                                            _FP16_MAGIC[3]))
+# ONE_DOT's int4 planes: the scale pair of the weight row is operand $5 (symmetric) or $6
+# (after the zero points' offset)
+_I4_PLANES_S_BF16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_BF16_MAGIC, scale="$5"))
+_I4_PLANES_S_FP16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_FP16_MAGIC, scale="$5"))
+_I4_PLANES_ZS_BF16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_BF16_MAGIC[:2], "$5",
+                                            _BF16_MAGIC[3], scale="$6"))
+_I4_PLANES_ZS_FP16 = tl.constexpr(_int4_asm("t", _PLANES_DECODE, *_FP16_MAGIC[:2], "$5",
+                                            _FP16_MAGIC[3], scale="$6"))
 
 
 def _fp4_asm(mag_mask: int, mag_shift: int, mul: int, fma: str, scaled: bool,
@@ -791,6 +809,39 @@ def _int4_planes_zero(words, zero, COMPUTE: tl.constexpr):
 
 
 @triton.jit
+def _int4_planes_scaled(words, zero, scale, DECODE_ZERO: tl.constexpr, COMPUTE: tl.constexpr):
+    """`_int4_planes` (DECODE_ZERO: `_int4_planes_zero`, `zero` int32 per weight row) with
+    each value times `scale` (its weight row's, the compute dtype), the exact product
+    (nibble - zero) * scale rounded once to the compute dtype by the packed fma (ONE_DOT's
+    int4 planes, `_planes_part`). Both [BLOCK_N] vectors broadcast to the words' shape."""
+    sc = tl.broadcast_to(scale[None, :], words.shape)
+    if COMPUTE == tl.bfloat16:
+        if DECODE_ZERO:
+            off = tl.broadcast_to((-(128 + zero)).to(tl.float32).to(tl.bfloat16)[None, :],
+                                  words.shape)
+            return tl.inline_asm_elementwise(
+                asm=_I4_PLANES_ZS_BF16, constraints="=r,=r,=r,=r,r,r,r",
+                args=[words, off, sc],
+                dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
+                pack=2)
+        return tl.inline_asm_elementwise(
+            asm=_I4_PLANES_S_BF16, constraints="=r,=r,=r,=r,r,r", args=[words, sc],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True,
+            pack=2)
+    else:
+        if DECODE_ZERO:
+            off = tl.broadcast_to((-(1024 + zero)).to(tl.float32).to(tl.float16)[None, :],
+                                  words.shape)
+            return tl.inline_asm_elementwise(
+                asm=_I4_PLANES_ZS_FP16, constraints="=r,=r,=r,=r,r,r,r",
+                args=[words, off, sc],
+                dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
+        return tl.inline_asm_elementwise(
+            asm=_I4_PLANES_S_FP16, constraints="=r,=r,=r,=r,r,r", args=[words, sc],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
+
+
+@triton.jit
 def _int4_pairs(raw, COMPUTE: tl.constexpr):
     """Bytes [0, 255] (uint8) -> (low nibble - 8, high nibble - 8) in the compute dtype,
     four bytes per 32-bit register as the tile arrives from shared memory (PTX; CUDA sm80+
@@ -938,9 +989,39 @@ def _planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, z_rows, g_row, scale_cols, s
     have the 16-bit layout (the byte tile of the other orders gives both operands the 8-bit
     one, and the activation quarters then cost register copies: docs/speed.md, "Change 8").
     With ZERO_SUMS the codes decode as symmetric ones (codes - SYM_ZERO) whatever their zero
-    points: `_tile_part` takes the zero points' share off the product."""
+    points: `_tile_part` takes the zero points' share off the product.
+    ONE_DOT with 16-bit activations: the tile's scale (and zero point: from
+    the scale words with ZERO_SUMS, as `_tile_part` reads them) joins the decode, each weight
+    (q - zero) * s rounded once to the compute dtype, s first rounded to it (as Marlin's
+    decode does: the tolerance table's error model (2), tune's `candidate_bound`), so the
+    tile's product needs no scale after its dot and accumulates in it."""
     Q: tl.constexpr = TILE_K // 4
-    DECODE_ZERO: tl.constexpr = HAS_ZERO and not ZERO_SUMS  # zero points in the decode
+    SCALED: tl.constexpr = ONE_DOT and ACT == _A16  # (`_tile_part`'s I4_SCALED)
+    DECODE_ZERO: tl.constexpr = HAS_ZERO and (SCALED or not ZERO_SUMS)  # zeros in the decode
+    if SCALED:
+        col = tl.minimum(k0 // scale_cols, (K - 1) // scale_cols)
+        if ZERO_SUMS:  # the words: the fp32 scale, the zero point in its 4 low bits
+            word = tl.load(s_rows + col * stride_sk)
+            z = word & 0xF
+            s = (word & ~0xF).to(tl.float32, bitcast=True)
+        else:
+            s = tl.load(s_rows + col * stride_sk)
+            z = col  # (a placeholder without zero points)
+            if DECODE_ZERO:
+                z = tl.load(z_rows + col).to(tl.int32)
+        if FAST_I4 == _I4_PAIRS:  # host: CUDA sm80+, no act order (planes)
+            b0, b1, b2, b3 = _int4_planes_scaled(bq, z, s.to(COMPUTE), DECODE_ZERO, COMPUTE)
+        else:  # the same values: the product exact in fp32, then one rounding
+            raw = bq.to(tl.int32)
+            sr = s.to(COMPUTE).to(tl.float32)[None, :]
+            zero = SYM_ZERO
+            if DECODE_ZERO:
+                zero = z[None, :]
+            b0 = (((raw & 0xF) - zero).to(tl.float32) * sr).to(COMPUTE)
+            b1 = ((((raw >> 4) & 0xF) - zero).to(tl.float32) * sr).to(COMPUTE)
+            b2 = ((((raw >> 8) & 0xF) - zero).to(tl.float32) * sr).to(COMPUTE)
+            b3 = ((((raw >> 12) & 0xF) - zero).to(tl.float32) * sr).to(COMPUTE)
+        return _mma(a0, _cat4(b0, b1, b2, b3), ACT, DOT, COMPUTE, SWAP_AB)
     if FAST_I4 == _I4_PAIRS and DECODE_ZERO:  # host: CUDA sm80+, no act order (planes)
         z = tl.load(z_rows + k0 // scale_cols).to(tl.int32)
         b0, b1, b2, b3 = _int4_planes_zero(bq, tl.broadcast_to(z[None, :], bq.shape),
@@ -1283,7 +1364,12 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
     if not EVEN_K:
         col = tl.minimum(col, (K - 1) // scale_cols)
     FP4_PLANES: tl.constexpr = WEIGHT == _W_FP4 and NIB_SPAN != 0  # scaled per plane
-    if ZERO_SUMS:
+    # int4 planes under ONE_DOT with 16-bit activations: scaled (zero points too) inside
+    # the decode (`_planes_part`)
+    I4_SCALED: tl.constexpr = WEIGHT == _W_INT4 and NIB_SPAN != 0 and ONE_DOT and ACT == _A16
+    if I4_SCALED:
+        pass
+    elif ZERO_SUMS:
         # sum_k a_k (q_k - z) = sum_k a_k (q_k - SYM_ZERO) - (z - SYM_ZERO) sum_k a_k: the
         # zero points join after the dot, per weight column as the scales do, not inside the
         # decode, where the zero vector took a second load and a trip through shared memory
@@ -1347,6 +1433,7 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     NIBBLES: tl.constexpr = WEIGHT == _W_INT4 or WEIGHT == _W_FP4
+    I4_SCALED: tl.constexpr = WEIGHT == _W_INT4 and NIB_SPAN != 0 and ONE_DOT and ACT == _A16
     Q4: tl.constexpr = BLOCK_K // 4  # columns of a plane (NIB_SPAN)
     # weight tile rows as stored: bytes, or 16-bit words (NIB_SPAN), per BLOCK_K columns
     BQ_K: tl.constexpr = Q4 if NIB_SPAN else BLOCK_K // 2 if NIBBLES or E4M3_WORDS else BLOCK_K
@@ -1417,7 +1504,9 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 bq = tl.load(b_rows.to(tl.pointer_type(tl.uint16), bitcast=True) + kq[:, None])
             else:
                 bq = tl.load(b_rows + kq[:, None])
-            if ZERO_SUMS and EVEN_K:  # the rows' activation sums over this tile
+            if I4_SCALED:  # (`_tile_part`: the zero points join the decode, no sums)
+                a_sum = 0.0
+            elif ZERO_SUMS and EVEN_K:  # the rows' activation sums over this tile
                 a_sum = tl.load(sum_rows + k0 // BLOCK_K)
             elif ZERO_SUMS:  # a tile at or past the range's end adds 0
                 a_sum = tl.load(sum_rows + k0 // BLOCK_K, mask=k0 < k_hi, other=0.0)

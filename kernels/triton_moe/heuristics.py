@@ -126,11 +126,14 @@ def default_tail_m(config: dict) -> int:
 # in alternating processes (docs/speed.md, round seventeen): FP4 prefill 1.21-1.37x on
 # Mixtral-8x7B (M 1024), Qwen3-30B-A3B, gpt-oss-120b and DeepSeek-V3 (M 4096); int4 (scaled
 # after the dot) 0.84-0.93x; the decode tiles mixed (0.83-1.13x on their tuned entries: a
-# tuned entry's choice, `tune_stages.weight_choices`)
-def default_one_dot(kind: int, config: dict) -> bool:
-    """ONE_DOT where a tile's entry has none: FP4 weights on a swapped tile of 64 rows or
-    more."""
-    return kind == W_FP4 and bool(config.get("SWAP_AB")) and config["BLOCK_M"] >= 64
+# tuned entry's choice, `tune_stages.weight_choices`). Int4 planes with 16-bit activations
+# (round eighteen: scaled inside the decode under ONE_DOT, rounded once to the compute dtype
+# as Marlin's are, so they accumulate in the dot as FP4's do): ROUND18
+def default_one_dot(kind: int, act: int, config: dict) -> bool:
+    """ONE_DOT where a tile's entry has none: FP4 weights, and int4 weights with 16-bit
+    activations, on a swapped tile of 64 rows or more."""
+    return ((kind == W_FP4 or (kind == W_INT4 and act == A16)) and bool(config.get("SWAP_AB"))
+            and config["BLOCK_M"] >= 64)
 
 
 def fit_tail(want: int, block_m: int) -> int:

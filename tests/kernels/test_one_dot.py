@@ -3,7 +3,9 @@ products as one dot over the whole tile (`_cat4` stacks the decoded planes in K 
 activations one load) against the four dots of K / 4 on the same inputs.
 
 The same products in another fp32 order: both GEMMs must stay within `tune.reorder_bound` of
-the four-dot launch, every row written (the output starts NaN). A plane stacked at another
+the four-dot launch, every row written (the output starts NaN); int4 with 16-bit activations,
+whose one dot takes the scale into the decode and rounds each weight once to the compute
+dtype, within that rounding's bound too (`tune.candidate_bound`). A plane stacked at another
 plane's place in `_cat4`, or the activations' quarters loaded where the whole tile belongs,
 multiplies the wrong columns: far outside the bound. Then the host's side: where ONE_DOT
 applies and what sets it (fused_moe.one_dot_run), and the tuner's grid and file field.
@@ -28,8 +30,9 @@ from moecert.reference import MoEProblem  # noqa: E402
 pytestmark = pytest.mark.usefixtures("interpreted")
 
 # (scheme, its attributes, dtype): FP4 planes scaled inside the decode (NVFP4's e4m3 scales,
-# MXFP4's E8M0 folded into bf16), int4 planes scaled after the dot (GPTQ; AWQ with its zero
-# points from the activation sums), W4A8's int8 codes on the 16-bit dot
+# MXFP4's E8M0 folded into bf16), int4 planes (GPTQ; AWQ, whose zero points four dots take
+# from the activation sums and one dot from the scale words) scaled inside the decode under
+# one dot and after it under four, W4A8's int8 codes on the 16-bit dot (scaled after both)
 PLANES = [("nvfp4", {}, "bf16"), ("mxfp4", {}, "bf16"),
           ("gptq-int4", {"group_size": 128}, "fp16"), ("awq-int4", {"group_size": 128}, "bf16"),
           ("w4a8-int8", {}, "bf16")]
@@ -55,7 +58,8 @@ def test_one_dot_is_another_order_of_the_four_plane_products(scheme, attrs, dtyp
         assert fused_moe.one_dot_applies(w, stage.act)
         four = run_stage(stage, gemm, {**tile, "ONE_DOT": False})
         one = run_stage(stage, gemm, {**tile, "ONE_DOT": True})
-        bound = tune.reorder_bound(four, stage.magnitudes(gemm), stage.shape(gemm)[1])
+        bound = tune.candidate_bound(stage, gemm, four, {**tile, "ONE_DOT": False},
+                                     {**tile, "ONE_DOT": True})
         assert not one.isnan().any()
         assert tune.disagreement(one, four, bound) is None
     assert {seen[0] for seen in launches.seen} == {False, True}
@@ -64,11 +68,13 @@ def test_one_dot_is_another_order_of_the_four_plane_products(scheme, attrs, dtyp
 def test_one_dot_applies_to_nibble_planes_only_and_follows_the_switch(monkeypatch):
     """Where the launch's ONE_DOT comes from: nothing outside nibble planes or on MXFP4's
     unfolded E8M0 halves (fp16: no fold); MOECERT_TRITON_ONE_DOT over any entry; else the
-    entry's, else the default (FP4 on the swapped prefill tile)."""
+    entry's, else the default (FP4, and int4 with 16-bit activations, on the swapped prefill
+    tile)."""
     fp4 = _stage("nvfp4", {}, "bf16", monkeypatch)
     unfolded = _stage("mxfp4", {}, "fp16", monkeypatch)
     wide = _stage("fp8-w8a8", {}, "bf16", monkeypatch)
     gptq = _stage("gptq-int4", {"group_size": 128}, "bf16", monkeypatch)
+    w4a8 = _stage("w4a8-int8", {}, "bf16", monkeypatch)
     prefill = {**heuristics.PREFILL_NIBBLE_TILE}
     decode = {**fp4.defaults[0], "BLOCK_M": 16}
 
@@ -76,8 +82,9 @@ def test_one_dot_applies_to_nibble_planes_only_and_follows_the_switch(monkeypatc
         return fused_moe.one_dot_run(stage.weights(1, config), stage.act, config)
 
     assert runs(fp4, prefill) and not runs(fp4, decode)
-    assert not runs(gptq, prefill)  # int4: timed slower with one dot
-    assert runs(gptq, {**prefill, "ONE_DOT": True}) and not runs(fp4, {**prefill,
+    assert runs(gptq, prefill) and not runs(gptq, {**gptq.defaults[0], "BLOCK_M": 16})
+    assert not runs(w4a8, prefill)  # int8 codes: scaled after the dot either way
+    assert runs(w4a8, {**prefill, "ONE_DOT": True}) and not runs(fp4, {**prefill,
                                                                        "ONE_DOT": False})
     assert not runs(unfolded, {**prefill, "ONE_DOT": True})
     assert not runs(wide, {**wide.defaults[0], "ONE_DOT": True})

@@ -2,7 +2,9 @@
 (skipped elsewhere; the interpreter side is test_one_dot.py): every plane scheme with its PTX
 decode, on the prefill tile the heuristics give (the swapped 64-row nibble tile, wgmma on
 sm90) and on a decode tile (16 rows, swapped and not), one dot against four on the same
-inputs: every row written (the output starts NaN), within the reorder bound. On sm90 the one
+inputs: every row written (the output starts NaN), within the reorder bound (int4 with 16-bit
+activations, whose one dot rounds the weights, within `tune.candidate_bound`, and its PTX
+decode within the reorder bound of the fp32 decode's same rounding). On sm90 the one
 dot of an FP4 tile is the MMA that Triton keeps asynchronous across K steps; this is the test
 that its operand, built from the four planes' registers (`_cat4`), multiplies the right
 columns there."""
@@ -68,6 +70,13 @@ def test_one_dot_gives_the_four_plane_dots_sum(scheme, attrs, dtype, tile, monke
         assert fused_moe.one_dot_applies(stage.weights(gemm, config), stage.act)
         four = _run(stage, gemm, {**config, "ONE_DOT": False})
         one = _run(stage, gemm, {**config, "ONE_DOT": True})
-        bound = tune.reorder_bound(four, stage.magnitudes(gemm), stage.shape(gemm)[1])
+        bound = tune.candidate_bound(stage, gemm, four, {**config, "ONE_DOT": False},
+                                     {**config, "ONE_DOT": True})
         assert not one.isnan().any(), f"GEMM{gemm}: rows left unwritten"
         assert tune.disagreement(one, four, bound) is None, f"GEMM{gemm}"
+        if fused_moe.one_dot_rounds(stage.weights(gemm, config), stage.act):
+            # the PTX decode's one rounding against the fp32 path's (FAST_I4 off): the same
+            # weights, so another order of the same products at most
+            slow = _run(stage, gemm, {**config, "ONE_DOT": True, "FAST_I4": False})
+            exact = tune.reorder_bound(one, stage.magnitudes(gemm), stage.shape(gemm)[1])
+            assert tune.disagreement(slow, one, exact) is None, f"GEMM{gemm}, FAST_I4 off"
