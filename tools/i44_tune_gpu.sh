@@ -1310,6 +1310,37 @@ r18() {  # round eighteen: int4 planes with 16-bit activations scaled inside the
     batch_end
 }
 
+r18b() {  # round eighteen, second call (the decode's scale rounded by rne_bf16, not the cast):
+    # the int4 CUDA tests, AWQ prefill default against MOECERT_TRITON_ONE_DOT=0 (one pair,
+    # Mixtral-8x7B), then the conformance cases of tools/i44_r18_cases.jsonl (Mixtral-8x7B at
+    # M 1024: the int4 schemes with zero points on the one-dot prefill tile, gptq-int4 with
+    # ONE_DOT forced) against the float64 reference (~330 s)
+    batch_begin i44r18b 560
+    gpu_versions
+    timeout 150 python -m pytest -n 4 -q -p no:cacheprovider -rfE \
+        tests/kernels/test_one_dot_cuda.py tests/kernels/test_int4_pairs.py \
+        tests/kernels/test_zero_sums_cuda.py > "$work/tests.txt" 2>&1
+    stamp "int4 CUDA tests" $?
+    local run
+    for run in four one; do
+        local env=(); [ $run = four ] && env=(MOECERT_TRITON_ONE_DOT=0)
+        env "${env[@]}" timeout 60 $M bench --device cuda --mode graph --max-seconds 0.4 \
+            --repeats 20 --backend triton --M 1024,4096 --scheme awq-int4 \
+            --model mixtral-8x7b --results "$work/pre-$run" --run-id "pre-$run" \
+            > "$work/pre-$run.txt" 2>&1
+        stamp "awq prefill $run" $?
+    done
+    local i=0 case
+    while read -r case; do
+        i=$((i + 1))
+        local env=(); [[ $case == *'"gptq-int4"'* ]] && env=(MOECERT_TRITON_ONE_DOT=1)
+        env "${env[@]}" timeout 90 $M run --device cuda --case "$case" \
+            --results "$work/case$i" > "$work/case$i.txt" 2>&1
+        stamp "case $i" $?
+    done < tools/i44_r18_cases.jsonl
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1364,5 +1395,6 @@ case "${1:-}" in
     r17c) r17c ;;
     r17d) r17d ;;
     r18) r18 ;;
+    r18b) r18b ;;
     *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d" >&2; exit 2 ;;
 esac

@@ -48,7 +48,9 @@ smallest tile an expert's last row block runs on (gemm_kernel's TAIL_M): its MMA
 it holds rounded up to BLOCK_M / 2 or / 4, not on the padding to BLOCK_M
 (heuristics.tail_rows).
 ONE_DOT (default heuristics.default_one_dot): a nibble-plane tile's four plane products as one
-dot over its whole K (gemm_kernel's ONE_DOT; fused_moe.one_dot_run says where it applies).
+dot over its whole K (gemm_kernel's ONE_DOT; fused_moe.one_dot_run says where it applies);
+on int4 planes with 16-bit activations the scales then join the decode, each weight rounded
+once to the compute dtype (fused_moe.one_dot_rounds).
 
 MOECERT_TRITON_SPLIT_K=<power of two> forces every GEMM's SPLIT_K, tuned or not, under the
 interpreter too (`forced_split_k`): to run the conformance suites with split-K everywhere.

@@ -305,7 +305,7 @@ def one_dot_run(weights: dict, act: int, config: dict) -> bool:
     forced = configs.forced_one_dot()
     if forced is not None:
         return forced
-    return bool(config.get("ONE_DOT", default_one_dot(weights["kind"], act, config)))
+    return bool(config.get("ONE_DOT", default_one_dot(weights, act, config)))
 
 
 def one_dot_rounds(weights: dict, act: int) -> bool:

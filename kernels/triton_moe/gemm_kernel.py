@@ -809,6 +809,15 @@ def _int4_planes_zero(words, zero, COMPUTE: tl.constexpr):
 
 
 @triton.jit
+def _round_to(v, COMPUTE: tl.constexpr):
+    """fp32 v rounded to the compute dtype, to nearest, ties to even (the interpreter's fp32 ->
+    bf16 cast truncates: `rne_bf16` first, after which the cast is exact)."""
+    if COMPUTE == tl.bfloat16:
+        return rne_bf16(v).to(tl.bfloat16)
+    return v.to(COMPUTE)
+
+
+@triton.jit
 def _int4_planes_scaled(words, zero, scale, DECODE_ZERO: tl.constexpr, COMPUTE: tl.constexpr):
     """`_int4_planes` (DECODE_ZERO: `_int4_planes_zero`, `zero` int32 per weight row) with
     each value times `scale` (its weight row's, the compute dtype), the exact product
@@ -1009,18 +1018,19 @@ def _planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, z_rows, g_row, scale_cols, s
             z = col  # (a placeholder without zero points)
             if DECODE_ZERO:
                 z = tl.load(z_rows + col).to(tl.int32)
+        sc = _round_to(s, COMPUTE)
         if FAST_I4 == _I4_PAIRS:  # host: CUDA sm80+, no act order (planes)
-            b0, b1, b2, b3 = _int4_planes_scaled(bq, z, s.to(COMPUTE), DECODE_ZERO, COMPUTE)
+            b0, b1, b2, b3 = _int4_planes_scaled(bq, z, sc, DECODE_ZERO, COMPUTE)
         else:  # the same values: the product exact in fp32, then one rounding
             raw = bq.to(tl.int32)
-            sr = s.to(COMPUTE).to(tl.float32)[None, :]
+            sr = sc.to(tl.float32)[None, :]
             zero = SYM_ZERO
             if DECODE_ZERO:
                 zero = z[None, :]
-            b0 = (((raw & 0xF) - zero).to(tl.float32) * sr).to(COMPUTE)
-            b1 = ((((raw >> 4) & 0xF) - zero).to(tl.float32) * sr).to(COMPUTE)
-            b2 = ((((raw >> 8) & 0xF) - zero).to(tl.float32) * sr).to(COMPUTE)
-            b3 = ((((raw >> 12) & 0xF) - zero).to(tl.float32) * sr).to(COMPUTE)
+            b0 = _round_to(((raw & 0xF) - zero).to(tl.float32) * sr, COMPUTE)
+            b1 = _round_to((((raw >> 4) & 0xF) - zero).to(tl.float32) * sr, COMPUTE)
+            b2 = _round_to((((raw >> 8) & 0xF) - zero).to(tl.float32) * sr, COMPUTE)
+            b3 = _round_to((((raw >> 12) & 0xF) - zero).to(tl.float32) * sr, COMPUTE)
         return _mma(a0, _cat4(b0, b1, b2, b3), ACT, DOT, COMPUTE, SWAP_AB)
     if FAST_I4 == _I4_PAIRS and DECODE_ZERO:  # host: CUDA sm80+, no act order (planes)
         z = tl.load(z_rows + k0 // scale_cols).to(tl.int32)

@@ -126,13 +126,19 @@ def default_tail_m(config: dict) -> int:
 # in alternating processes (docs/speed.md, round seventeen): FP4 prefill 1.21-1.37x on
 # Mixtral-8x7B (M 1024), Qwen3-30B-A3B, gpt-oss-120b and DeepSeek-V3 (M 4096); int4 (scaled
 # after the dot) 0.84-0.93x; the decode tiles mixed (0.83-1.13x on their tuned entries: a
-# tuned entry's choice, `tune_stages.weight_choices`). Int4 planes with 16-bit activations
-# (round eighteen: scaled inside the decode under ONE_DOT, rounded once to the compute dtype
-# as Marlin's are, so they accumulate in the dot as FP4's do): ROUND18
-def default_one_dot(kind: int, act: int, config: dict) -> bool:
-    """ONE_DOT where a tile's entry has none: FP4 weights, and int4 weights with 16-bit
-    activations, on a swapped tile of 64 rows or more."""
-    return ((kind == W_FP4 or (kind == W_INT4 and act == A16)) and bool(config.get("SWAP_AB"))
+# tuned entry's choice, `tune_stages.weight_choices`). Int4 planes with 16-bit activations and
+# zero points (AWQ's; round eighteen: under ONE_DOT the scale and zero point join the decode,
+# each weight rounded once to the compute dtype as Marlin's are, and the tile accumulates in
+# its dot): against four dots, alternating processes, 1.04-1.07x on Mixtral-8x7B (M 1024 /
+# 4096, two pairs), 1.03 / 1.09x on Qwen3-30B-A3B, 1.09x on DeepSeek-V3 at M 4096: the zero
+# points' share after the dot (ZERO_SUMS) is gone. Symmetric int4 (GPTQ) ran 0.80-0.92x:
+# its extra multiply per weight costs more than the waits it saves, so it keeps four dots.
+def default_one_dot(weights: dict, act: int, config: dict) -> bool:
+    """ONE_DOT where a tile's entry has none, on a swapped tile of 64 rows or more: FP4
+    weights, and int4 weights with zero points and 16-bit activations."""
+    kind = weights["kind"]
+    zero_int4 = kind == W_INT4 and act == A16 and bool(weights["constexprs"]["HAS_ZERO"])
+    return ((kind == W_FP4 or zero_int4) and bool(config.get("SWAP_AB"))
             and config["BLOCK_M"] >= 64)
 
 

@@ -98,30 +98,12 @@ def candidate_bound(stage, gemm: int, reference: torch.Tensor, *configs: dict
                     ) -> torch.Tensor:
     """How far a config may move GEMM `gemm`'s outputs from `reference` (another config's):
     `reorder_bound`, and where one of `configs` rounds the weights to the compute dtype and
-    another does not (none given: where any config of the layer may; `fused_moe.
-    one_dot_rounds`: int4 planes under ONE_DOT, as Marlin's decode does; two that round
-    round alike) what that can add: s rounded, then (q - zero) * s rounded, each
-    weight within (2u + u^2) |w| (u = 2^-p, the compute dtype's p significant bits), so each
-    output within that times its magnitude (normal products: a weight that rounds to a
-    subnormal, below 2^-14 in fp16, errs by at most half its spacing instead)."""
-    from . import fused_moe
-
+    another does not (none given: where any config of the layer may) what that can add,
+    `stage.weight_rounding` times each output's magnitude."""
     magnitudes = stage.magnitudes(gemm)
     bound = reorder_bound(reference, magnitudes, stage.shape(gemm)[1])
-    def rounds(w: dict, config: dict | None) -> bool:
-        return fused_moe.one_dot_rounds(w, stage.act) and (
-            config is None or fused_moe.one_dot_run(w, stage.act, config))
-
-    if configs:
-        flags = {rounds(stage.weights(gemm, c), c) for c in configs}
-        differ = len(flags) > 1
-    else:
-        differ = any(rounds(stage.weights(gemm, {"NIB_SPAN": span}), None)
-                     for span in stage.spans(gemm))
-    if differ:
-        u = 2.0 ** -MANTISSA_BITS[stage.weights(gemm, configs[0] if configs else {})["compute"]]
-        bound = bound + (2 * u + u * u) * magnitudes
-    return bound
+    rounding = stage.weight_rounding(gemm, *configs)
+    return bound + rounding * magnitudes if rounding else bound
 
 
 def disagreement(candidate: torch.Tensor, reference: torch.Tensor,
@@ -370,7 +352,7 @@ def tune_layer(stage: LayerStage, timer: Timer, grid: dict | None = None,
         if "ONE_DOT" in gemm_grid and "ONE_DOT" not in start:  # its default as a grid value,
             # so that the climb steps to the other (neighbours reads an absent flag as False)
             start = {**start, "ONE_DOT": heuristics.default_one_dot(
-                stage.weights(key[1], start)["kind"], stage.act, start)}
+                stage.weights(key[1], start), stage.act, start)}
         return tune_gemm(stage, key[1], start, timer, gemm_grid, references[key[1]],
                          bounds[key[1]], deadline, rounds, tried)
 

@@ -152,6 +152,29 @@ class LayerStage:
     def weights(self, gemm: int, config: dict) -> dict:
         return self.variants[gemm][config.get("NIB_SPAN", self.stored[gemm])]
 
+    def weight_rounding(self, gemm: int, *configs: dict) -> float:
+        """Each weight's relative error bound where one of `configs` rounds the weights to the
+        compute dtype and another does not (none given: where any config may;
+        `fused_moe.one_dot_rounds`: int4 planes under ONE_DOT, as Marlin's decode does; two
+        that round round alike): s rounded, then (q - zero) * s rounded, 2u + u^2 (u = 2^-p,
+        the compute dtype's p significant bits; normal products: one that rounds to a
+        subnormal, below 2^-14 in fp16, errs by at most half its spacing instead); else 0."""
+        from . import fused_moe
+        from .tune import MANTISSA_BITS
+
+        def rounds(w: dict, config: dict | None) -> bool:
+            return fused_moe.one_dot_rounds(w, self.act) and (
+                config is None or fused_moe.one_dot_run(w, self.act, config))
+
+        if configs:
+            differ = len({rounds(self.weights(gemm, c), c) for c in configs}) > 1
+        else:
+            differ = any(rounds(w, None) for w in self.variants[gemm].values())
+        if not differ:
+            return 0.0
+        u = 2.0 ** -MANTISSA_BITS[self.variants[gemm][self.stored[gemm]]["compute"]]
+        return 2 * u + u * u
+
     def aligned(self, block_m: int) -> tuple:
         from . import align
 

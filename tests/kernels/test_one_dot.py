@@ -62,19 +62,50 @@ def test_one_dot_is_another_order_of_the_four_plane_products(scheme, attrs, dtyp
                                      {**tile, "ONE_DOT": True})
         assert not one.isnan().any()
         assert tune.disagreement(one, four, bound) is None
+        if stage.weight_rounding(gemm, {**tile, "ONE_DOT": False}, {**tile, "ONE_DOT": True}):
+            _assert_unbiased(one, four, stage.plan["w13"]["compute"])
     assert {seen[0] for seen in launches.seen} == {False, True}
+
+
+def _assert_unbiased(one, four, compute):
+    """Rounding to nearest moves no output's size on average, where rounding toward zero (the
+    interpreter's fp32 -> bf16 cast) shrinks every weight by u / 2 on average and the output
+    with it, inside `candidate_bound` but a systematic error: the norms must agree within
+    u / 8."""
+    u = 2.0 ** -tune.MANTISSA_BITS[compute]
+    ratio = (one.double().norm() / four.double().norm()).item()
+    assert abs(ratio - 1) < u / 8, f"norm ratio {ratio:.6f} (u = {u:.3g})"
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_one_dot_reads_zero_points_from_the_zero_tensor_too(dtype, monkeypatch):
+    """AWQ without the scale words (ZERO_SUMS off: the zero points as their own tensor, which
+    the one-dot decode then loads beside the scales): within the same bound of four dots."""
+    stage = _stage("awq-int4", {"group_size": 128}, dtype, monkeypatch)
+    tile = {**stage.defaults[0], "BLOCK_M": 16, "BLOCK_N": 32, "SWAP_AB": True,
+            "ZERO_SUMS": False}
+    for gemm in (1, 2):
+        assert not fused_moe.zero_sums_run(stage.weights(gemm, tile), stage.act, tile)
+        four = run_stage(stage, gemm, {**tile, "ONE_DOT": False})
+        one = run_stage(stage, gemm, {**tile, "ONE_DOT": True})
+        bound = tune.candidate_bound(stage, gemm, four, {**tile, "ONE_DOT": False},
+                                     {**tile, "ONE_DOT": True})
+        assert not one.isnan().any()
+        assert tune.disagreement(one, four, bound) is None
+        _assert_unbiased(one, four, stage.plan["w13"]["compute"])
 
 
 def test_one_dot_applies_to_nibble_planes_only_and_follows_the_switch(monkeypatch):
     """Where the launch's ONE_DOT comes from: nothing outside nibble planes or on MXFP4's
     unfolded E8M0 halves (fp16: no fold); MOECERT_TRITON_ONE_DOT over any entry; else the
-    entry's, else the default (FP4, and int4 with 16-bit activations, on the swapped prefill
-    tile)."""
+    entry's, else the default (FP4, and int4 with zero points and 16-bit activations, on the
+    swapped prefill tile)."""
     fp4 = _stage("nvfp4", {}, "bf16", monkeypatch)
     unfolded = _stage("mxfp4", {}, "fp16", monkeypatch)
     wide = _stage("fp8-w8a8", {}, "bf16", monkeypatch)
     gptq = _stage("gptq-int4", {"group_size": 128}, "bf16", monkeypatch)
     w4a8 = _stage("w4a8-int8", {}, "bf16", monkeypatch)
+    awq = _stage("awq-int4", {"group_size": 128}, "bf16", monkeypatch)
     prefill = {**heuristics.PREFILL_NIBBLE_TILE}
     decode = {**fp4.defaults[0], "BLOCK_M": 16}
 
@@ -82,7 +113,8 @@ def test_one_dot_applies_to_nibble_planes_only_and_follows_the_switch(monkeypatc
         return fused_moe.one_dot_run(stage.weights(1, config), stage.act, config)
 
     assert runs(fp4, prefill) and not runs(fp4, decode)
-    assert runs(gptq, prefill) and not runs(gptq, {**gptq.defaults[0], "BLOCK_M": 16})
+    assert runs(awq, prefill) and not runs(awq, {**awq.defaults[0], "BLOCK_M": 16})
+    assert not runs(gptq, prefill)  # symmetric int4: timed slower with one dot
     assert not runs(w4a8, prefill)  # int8 codes: scaled after the dot either way
     assert runs(w4a8, {**prefill, "ONE_DOT": True}) and not runs(fp4, {**prefill,
                                                                        "ONE_DOT": False})
