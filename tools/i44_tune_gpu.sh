@@ -1341,6 +1341,40 @@ r18b() {  # round eighteen, second call (the decode's scale rounded by rne_bf16,
     batch_end
 }
 
+table18() {  # the table from one call, the peers beside it: decode (table_rows), then
+    # prefill on Mixtral-8x7B at M 1024 / 4096 (carry .vllm) (~540 s)
+    batch_begin i44table18 575
+    gpu_versions
+    table_rows 150 250
+    timeout 90 $M bench --device cuda --mode graph --max-seconds 0.3 --repeats 20 \
+        --backend triton --model mixtral-8x7b --M 1024,4096 --scheme bf16 --scheme fp8-w8a8 \
+        --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4 --scheme nvfp4 \
+        --results "$work/prefill" --run-id prefill > "$work/prefill.txt" 2>&1
+    stamp prefill $?
+    batch_end
+}
+
+r18_tune() {  # round eighteen, the decode entries: gptq-int4 (Mixtral-8x7B, DeepSeek-V3: 0.89 /
+    # 0.94x Marlin int4 at M 16 in table18) and awq-int4 (Mixtral-8x7B, Qwen3-30B-A3B: 54-67% of
+    # the memory floor) tuned with the scaled one-dot decode in the grid into a copy (cfg/ in
+    # the tar), then the tree and the copy, Marlin int4 beside gptq, one process each (carry
+    # .vllm) (~480 s)
+    batch_begin i44r18t 565
+    gpu_versions
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" i4 "130 --model mixtral-8x7b --model deepseek-v3 --scheme gptq-int4 --max-seconds 20" \
+        "110 --model mixtral-8x7b --model qwen3-30b-a3b --scheme awq-int4 --max-seconds 20"
+    local B=(bench --device cuda --mode graph --max-seconds 0.4 --repeats 30 --backend triton
+             --M 16,64 --marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so --scheme gptq-int4
+             --scheme awq-int4 --model mixtral-8x7b --model deepseek-v3 --model qwen3-30b-a3b)
+    timeout 100 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+    stamp tree $?
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 100 $M "${B[@]}" --results "$work/tuned" \
+        --run-id tuned > "$work/tuned.txt" 2>&1
+    stamp tuned $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1396,5 +1430,7 @@ case "${1:-}" in
     r17d) r17d ;;
     r18) r18 ;;
     r18b) r18b ;;
+    table18) table18 ;;
+    r18-tune) r18_tune ;;
     *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d" >&2; exit 2 ;;
 esac

@@ -174,7 +174,7 @@ class TritonBackend(BaseBackend):
 def describe(layer: MoELayer) -> str:
     """The result column `backend_detail`: the fused kernel, and where the layer takes the FP4
     prefill dispatch, from how many rows per expert (heuristics.dequantizes)."""
-    from . import configs, heuristics
+    from . import configs, fused_moe, heuristics
 
     plan = _plan(layer)
     c = plan["w13"]["constexprs"]
@@ -184,12 +184,16 @@ def describe(layer: MoELayer) -> str:
         "; block scales pre-decoded to bf16 at load" if c["SCALE_BF16"] else "") + (
         "; zero points in the scale words" if plan["w13"]["zero_words"] is not None else "") + (
         "; fp6 codes in six-bit planes" if c["FP6_EXP"] else "")
-    fused = f"fused Triton MoE GEMM ({heuristics.weight_key(plan['w13'])}{words})"
+    dtype = str(layer.problem.torch_dtype).removeprefix("torch.")
+    act = activation_kind(layer.quant)
+    rounds = fused_moe.one_dot_rounds(plan["w13"], act) and fused_moe.one_dot_run(
+        plan["w13"], act, {**heuristics.PREFILL_NIBBLE_TILE})
+    fused = f"fused Triton MoE GEMM ({heuristics.weight_key(plan['w13'])}{words})" + (
+        f"; prefill tile: (q - zero) * scale rounded to {dtype} in the decode" if rounds else "")
     if plan["dense_bytes"] is None:
         return fused
     forced = configs.forced_dequant_rows()
     rows = heuristics.DEQUANT_ROWS if forced is None else forced
-    dtype = str(layer.problem.torch_dtype).removeprefix("torch.")
     return (f"{fused}; from {rows} rows per expert: weights dequantized per call to "
             f"{dtype} (exact), W16 tile")
 
