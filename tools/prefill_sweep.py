@@ -1,8 +1,9 @@
 """Prefill tiles of the Triton MoE GEMM, side by side on one GPU: for each model layer, scheme
 and M, both GEMMs run with the decode tile (`heuristics.pick_config` without the expert count:
 BLOCK_M 16, what main ran at every M) and with each candidate of CANDIDATES; every candidate's
-output is checked against the decode tile's (`tune.reorder_bound`: what another fp32 summation
-order may change) before it is timed, as `moecert tune` does. Prints per GEMM and candidate: us
+output is checked against the decode tile's (`tune.candidate_bound`: what another fp32 summation
+order may change, and the rounding of int4 weights a one-dot tile does) before it is timed, as
+`moecert tune` does. Prints per GEMM and candidate: us
 (CUDA-graph replay, triton's do_bench median), TFLOP/s and % of the bf16 GEMM rate measured in
 the same process; then per layer and M the best pair (one BLOCK_M for both GEMMs).
 
@@ -88,7 +89,7 @@ def gemm_rate(device: str) -> float:
 def main() -> None:
     from moecert.kernels.triton_moe import heuristics
     from moecert.kernels.triton_moe.backend import TritonBackend
-    from moecert.kernels.triton_moe.tune import _try, reorder_bound
+    from moecert.kernels.triton_moe.tune import _try, candidate_bound
     from moecert.kernels.triton_moe.tune_stages import (
         LayerStage,
         do_bench_timer,
@@ -141,7 +142,7 @@ def main() -> None:
                     Ng, Kg = stage.shape(g)
                     flops = 2 * n * Ng * Kg
                     ref = stage.run(g, base).clone()
-                    bound = reorder_bound(ref, stage.magnitudes(g), Kg)
+                    bound = candidate_bound(stage, g, ref)  # (int4 one dot rounds)
                     for c in [base] + [config(*t) for t in cands]:
                         tried = _try(stage, g, c, timer, ref, bound)
                         if tried.us is None:
