@@ -1358,18 +1358,18 @@ r18_tune() {  # round eighteen, the decode entries: gptq-int4 (Mixtral-8x7B, Dee
     # 0.94x Marlin int4 at M 16 in table18) and awq-int4 (Mixtral-8x7B: 55-67% of the memory
     # floor) tuned with the scaled one-dot decode in the grid into a copy (cfg/ in the tar),
     # then the tree and the copy, Marlin int4 beside gptq, one process each (carry .vllm)
-    # (~350 s)
+    # (~310 s)
     batch_begin i44r18t 565
     gpu_versions
     C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
-    tune_into "$C" i4 "120 --model mixtral-8x7b --model deepseek-v3 --scheme gptq-int4 --max-seconds 18" \
-        "70 --model mixtral-8x7b --scheme awq-int4 --max-seconds 20"
+    tune_into "$C" i4 "110 --model mixtral-8x7b --model deepseek-v3 --scheme gptq-int4 --max-seconds 16" \
+        "60 --model mixtral-8x7b --scheme awq-int4 --max-seconds 18"
     local B=(bench --device cuda --mode graph --max-seconds 0.4 --repeats 30 --backend triton
              --M 16,64 --marlin-lib .vllm/_moe_C_stable_libtorch.abi3.so --scheme gptq-int4
              --scheme awq-int4 --model mixtral-8x7b --model deepseek-v3)
-    timeout 80 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
+    timeout 70 $M "${B[@]}" --results "$work/tree" --run-id tree > "$work/tree.txt" 2>&1
     stamp tree $?
-    MOECERT_TRITON_CONFIG_DIR=$C timeout 80 $M "${B[@]}" --results "$work/tuned" \
+    MOECERT_TRITON_CONFIG_DIR=$C timeout 70 $M "${B[@]}" --results "$work/tuned" \
         --run-id tuned > "$work/tuned.txt" 2>&1
     stamp tuned $?
     batch_end
