@@ -187,7 +187,7 @@ def describe(layer: MoELayer) -> str:
     dtype = str(layer.problem.torch_dtype).removeprefix("torch.")
     act = activation_kind(layer.quant)
     rounds = fused_moe.one_dot_rounds(plan["w13"], act) and fused_moe.one_dot_run(
-        plan["w13"], act, {**heuristics.PREFILL_NIBBLE_TILE})
+        plan["w13"], act, heuristics.PREFILL_NIBBLE_TILE)
     fused = f"fused Triton MoE GEMM ({heuristics.weight_key(plan['w13'])}{words})" + (
         f"; prefill tile: (q - zero) * scale rounded to {dtype} in the decode" if rounds else "")
     if plan["dense_bytes"] is None:

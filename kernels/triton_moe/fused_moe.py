@@ -473,10 +473,11 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     sums = zero_sums_run(weights, act, config)
     one_dot = one_dot_run(weights, act, config)
     if sums:  # the sums in the activation-scale slot (16-bit activations leave it free),
-        # the scale words in the scales' slot (one load for both where ONE_DOT decodes the
-        # zero points, which then needs no sums)
+        # the scale words in the scales' slot (scale words are int4 planes with 16-bit
+        # activations, so under ONE_DOT the decode takes the zero points from them, scaled:
+        # `one_dot_rounds`, no sums)
         assert a_scale is None and weights["zero_words"].stride() == args[1].stride()
-        if not one_dot_rounds(weights, act) or not one_dot:
+        if not one_dot:
             a_scale = activation_sums(a, bk)
         args = (args[0], weights["zero_words"], *args[2:])
     constexprs = weights["constexprs"]
