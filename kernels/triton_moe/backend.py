@@ -128,7 +128,7 @@ class TritonBackend(BaseBackend):
             row_div = 1
         a1, a1_scale, g1, act1 = _quantize(layer, plan, quant, a_in, "w13",
                                            input_rows_valid)
-        # the FP4 prefill dispatch: both linears decoded per call, the W16 tile on them
+        # the prefill dispatch: both linears decoded per call, the W16 tile on them
         dense = plan["dense_bytes"] is not None and heuristics.dequantizes(n, E)
         w13 = _dense(plan, "w13", x.device) if dense else plan["w13"]
         # both GEMMs quantize their input the same way: act1 is GEMM2's kind too
@@ -172,8 +172,9 @@ class TritonBackend(BaseBackend):
 
 
 def describe(layer: MoELayer) -> str:
-    """The result column `backend_detail`: the fused kernel, and where the layer takes the FP4
-    prefill dispatch, from how many rows per expert (heuristics.dequantizes)."""
+    """The result column `backend_detail`: the fused kernel, and where the layer takes the
+    prefill dispatch, from how many rows per expert (heuristics.dequantizes) and whether its
+    decode rounds the weights."""
     from . import configs, fused_moe, heuristics
 
     plan = _plan(layer)
@@ -192,10 +193,13 @@ def describe(layer: MoELayer) -> str:
         f"; prefill tile: (q - zero) * scale rounded to {dtype} in the decode" if rounds else "")
     if plan["dense_bytes"] is None:
         return fused
+    from . import dequant
+
     forced = configs.forced_dequant_rows()
     rows = heuristics.DEQUANT_ROWS if forced is None else forced
+    how = ("(q - zero) * scale rounded" if dequant.rounds(plan["w13"]) else "(exact)")
     return (f"{fused}; from {rows} rows per expert: weights dequantized per call to "
-            f"{dtype} (exact), W16 tile")
+            f"{dtype} {how}, W16 tile")
 
 
 def _dense(plan: dict, p: str, device: torch.device, workspace: torch.Tensor | None = None
@@ -212,12 +216,13 @@ def _dense(plan: dict, p: str, device: torch.device, workspace: torch.Tensor | N
 
 
 def _dense_bytes(layer: MoELayer, w13: dict, w2: dict) -> int | None:
-    """The workspace the FP4 prefill dispatch needs for this layer (both linears decode
-    exactly, 16-bit activations, within heuristics.DEQUANT_WORKSPACE_BYTES), else None."""
+    """The workspace the prefill dispatch needs for this layer (both linears decode there:
+    e2m1 exactly, int4 planes rounded; 16-bit activations; within
+    heuristics.DEQUANT_WORKSPACE_BYTES), else None."""
     from . import dequant, heuristics
 
-    if layer.quant.activation != ACT_NONE or not (dequant.exact_in(w13)
-                                                  and dequant.exact_in(w2)):
+    if layer.quant.activation != ACT_NONE or not (dequant.decodes(w13)
+                                                  and dequant.decodes(w2)):
         return None
     elements = max(math.prod(dequant.dense_shape(w)) for w in (w13, w2))
     size = elements * layer.problem.torch_dtype.itemsize

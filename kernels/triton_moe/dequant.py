@@ -19,6 +19,13 @@ weights in the layout the backend stores (`plane_nibbles` over FP4_SPAN columns,
 FP4_TILE where it divides): word j of a span holds columns j + p * SPAN / 4 in nibble p,
 or, CARRY, plane p's bits where `layout.carry_bits` puts them (`_fp4_carry`, `_nibble`); the
 scales as bytes, words or, SCALE_BF16, the bf16 values stored at load (layout.scale_bf16).
+
+Int4 in nibble planes (GPTQ, AWQ and the other W4A16 layers the device's tuned file stores
+in planes; issue 44, round nineteen) takes the same dispatch with the decode of the fused
+kernel's one-dot tile (`gemm_kernel.int4_planes_rounded`): each weight (q - zero) * s with
+s rounded to the compute dtype and the product rounded once, as Marlin's decode and the
+tolerance table's error model (2) have it. That one is not exact: `rounds` says so, and
+`backend_detail` declares it.
 """
 
 from __future__ import annotations
@@ -42,8 +49,9 @@ from .gemm_kernel import (
     _fp4_carry,
     _fp4_planes_scaled,
     _nibble,
+    int4_planes_rounded,
 )
-from .kinds import S_E4M3, S_E8M0, W16, W_FP4
+from .kinds import I4_OFF, I4_PAIRS, S_E4M3, S_E8M0, S_FLOAT, W16, W_FP4, W_INT4
 from .layout import FP4_SPAN
 
 _S_E4M3 = tl.constexpr(S_E4M3)
@@ -139,6 +147,73 @@ def fp4_dequant_kernel(q_ptr, s_ptr, out_ptr, N, num_spans, scale_rows, scale_co
         tl.store(o_rows[:, None] + (cols + 3 * Q)[None, :], b3, mask=mask)
 
 
+@triton.jit
+def int4_dequant_kernel(q_ptr, s_ptr, z_ptr, out_ptr, N, num_spans, scale_rows, scale_cols,
+                        stride_qe, stride_qn, stride_se, stride_sn, stride_sk, stride_ze,
+                        stride_zn, stride_oe, stride_on, HAS_ZERO: tl.constexpr,
+                        SYM_ZERO: tl.constexpr, COMPUTE: tl.constexpr, FAST_I4: tl.constexpr,
+                        WT_N: tl.constexpr, WT_K: tl.constexpr, SPAN: tl.constexpr,
+                        SPANS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """out[e, n, k] = (code - zero) * scale rounded to the compute dtype (the one-dot tile's
+    decode) for rows [pid0 * BLOCK_N, +BLOCK_N) of expert pid2 and spans [pid1 * SPANS,
+    +SPANS), the last program's extra spans masked. Tiles are [span words, rows], as the
+    fused kernel holds them (each span inside one scale group: layout.nib_span_fits)."""
+    Q: tl.constexpr = SPAN // 4  # columns of a plane = words of a span per row
+    e = tl.program_id(2).to(tl.int64)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    rows = tl.minimum(offs_n, N - 1).to(tl.int64)
+    # tiles [E, N / WT_N, K / 2 / WT_K, WT_N, WT_K] (int4 planes are stored tiled only):
+    # stride_qn steps a tile row block
+    q_rows = q_ptr + e * stride_qe + (rows // WT_N) * stride_qn + (rows % WT_N) * WT_K
+    words = q_rows.to(tl.pointer_type(tl.uint16), bitcast=True)
+    s_rows = s_ptr + e * stride_se + (rows // scale_rows) * stride_sn
+    z_rows = z_ptr + e * stride_ze + rows * stride_zn
+    o_rows = out_ptr + e * stride_oe + rows * stride_on
+    j = tl.arange(0, Q)
+    for i in tl.static_range(SPANS):
+        span = tl.program_id(1) * SPANS + i
+        mask = (span * Q + j < num_spans * Q)[:, None] & n_mask[None, :]
+        span = tl.minimum(span, num_spans - 1)  # a masked span reads the last one's scales
+        k0 = span * SPAN
+        w = span * Q + j  # the row's words: WT_K / 2 per tile row, WT_N tile rows per tile
+        w = w // (WT_K // 2) * (WT_N * (WT_K // 2)) + w % (WT_K // 2)
+        bq = tl.load(words[None, :] + w[:, None], mask=mask, other=0)
+        col = k0 // scale_cols
+        s = tl.load(s_rows + col * stride_sk)
+        z = col  # (a placeholder without zero points)
+        if HAS_ZERO:
+            z = tl.load(z_rows + col).to(tl.int32)
+        b0, b1, b2, b3 = int4_planes_rounded(bq, s, z, HAS_ZERO, SYM_ZERO, FAST_I4, COMPUTE)
+        cols = k0 + j
+        tl.store(o_rows[None, :] + cols[:, None], b0, mask=mask)
+        tl.store(o_rows[None, :] + (cols + Q)[:, None], b1, mask=mask)
+        tl.store(o_rows[None, :] + (cols + 2 * Q)[:, None], b2, mask=mask)
+        tl.store(o_rows[None, :] + (cols + 3 * Q)[:, None], b3, mask=mask)
+
+
+def int4_planes_in(weights: dict) -> bool:
+    """Whether linear `weights` (describe_weights) is int4 in nibble planes (tiled, as the
+    backend stores them) with one float scale per group (no act order) and a 16-bit compute
+    dtype: the codes the one-dot decode reads (`int4_dequant_kernel`)."""
+    c = weights["constexprs"]
+    return (weights["kind"] == W_INT4 and bool(c["NIB_SPAN"]) and bool(c["WT_K"])
+            and not c["HAS_G_IDX"]
+            and c["WSCALE"] == S_FLOAT and weights["compute"] in (torch.bfloat16,
+                                                                  torch.float16))
+
+
+def decodes(weights: dict) -> bool:
+    """Whether linear `weights` takes the prefill dispatch's decode: e2m1 where it is exact
+    (`exact_in`), int4 in planes (`int4_planes_in`, rounded)."""
+    return exact_in(weights) or int4_planes_in(weights)
+
+
+def rounds(weights: dict) -> bool:
+    """Whether the decode rounds the weights to the compute dtype (int4: (q - zero) * s)."""
+    return int4_planes_in(weights)
+
+
 def exact_in(weights: dict) -> bool:
     """Whether linear `weights` (describe_weights) decodes exactly into its compute dtype
     here: e2m1 codes in planes, NVFP4's e4m3 block scales (any 16-bit dtype), or MXFP4's
@@ -157,25 +232,35 @@ def dense_shape(weights: dict) -> tuple[int, int, int]:
 
 
 def dequantize(weights: dict, out: torch.Tensor, fast: bool) -> dict:
-    """Decode linear `weights` (exact_in) into `out` (the compute dtype, at least its
+    """Decode linear `weights` (`decodes`) into `out` (the compute dtype, at least its
     dense_shape's elements; a prefix is used) and return the W16 description of the result
     with the linear's bias and global multipliers (the fused kernel's epilogue)."""
     from .fused_moe import describe_weights
 
     E, N, K = dense_shape(weights)
     dense = out.view(-1)[:E * N * K].view(E, N, K)
-    q, s, _, _, bias, gscale = weights["args"]
+    q, s, zp, _, bias, gscale = weights["args"]
     c = weights["constexprs"]
     st = weights["strides"]
-    spans = K // FP4_SPAN
-    grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(spans, SPANS), E)
-    fp4_dequant_kernel[grid](
-        q, s, dense, N, spans, weights["scale_rows"], weights["scale_cols"],
-        st[0], st[1], st[2], st[3], st[4], dense.stride(0), dense.stride(1),
-        WSCALE=c["WSCALE"], COMPUTE=c["COMPUTE"], FAST=fast, WT_N=c["WT_N"], WT_K=c["WT_K"],
-        SCALE_WORDS=c["SCALE_WORDS"], SPAN=FP4_SPAN, SPANS=SPANS, BLOCK_N=BLOCK_N,
-        CARRY=c["CARRY"], SCALE_BF16=c["SCALE_BF16"],
-        SCALE_UNDO=2.0 ** -weights["scale_fold"], num_warps=4)
+    if int4_planes_in(weights):
+        spans = K // c["NIB_SPAN"]
+        grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(spans, SPANS), E)
+        int4_dequant_kernel[grid](
+            q, s, zp, dense, N, spans, weights["scale_rows"], weights["scale_cols"] or K,
+            st[0], st[1], st[2], st[3], st[4], st[5], st[6], dense.stride(0), dense.stride(1),
+            HAS_ZERO=c["HAS_ZERO"], SYM_ZERO=c["SYM_ZERO"], COMPUTE=c["COMPUTE"],
+            FAST_I4=I4_PAIRS if fast else I4_OFF, WT_N=c["WT_N"], WT_K=c["WT_K"],
+            SPAN=c["NIB_SPAN"], SPANS=SPANS, BLOCK_N=BLOCK_N, num_warps=4)
+    else:
+        spans = K // FP4_SPAN
+        grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(spans, SPANS), E)
+        fp4_dequant_kernel[grid](
+            q, s, dense, N, spans, weights["scale_rows"], weights["scale_cols"],
+            st[0], st[1], st[2], st[3], st[4], dense.stride(0), dense.stride(1),
+            WSCALE=c["WSCALE"], COMPUTE=c["COMPUTE"], FAST=fast, WT_N=c["WT_N"],
+            WT_K=c["WT_K"], SCALE_WORDS=c["SCALE_WORDS"], SPAN=FP4_SPAN, SPANS=SPANS,
+            BLOCK_N=BLOCK_N, CARRY=c["CARRY"], SCALE_BF16=c["SCALE_BF16"],
+            SCALE_UNDO=2.0 ** -weights["scale_fold"], num_warps=4)
     return describe_weights(W16, dense, weights["compute"],
                             bias=bias if c["HAS_BIAS"] else None,
                             gscale=gscale if c["HAS_WGSCALE"] else None)

@@ -851,6 +851,32 @@ def _int4_planes_scaled(words, zero, scale, DECODE_ZERO: tl.constexpr, COMPUTE: 
 
 
 @triton.jit
+def int4_planes_rounded(bq, s, z, DECODE_ZERO: tl.constexpr, SYM_ZERO: tl.constexpr,
+                        FAST_I4: tl.constexpr, COMPUTE: tl.constexpr):
+    """Plane words bq [Q, BLOCK_N] (`plane_nibbles`) -> the four planes' weights
+    (q - zero) * s in the compute dtype, s (each weight row's scale, [BLOCK_N]) first
+    rounded to it and the product rounded once to nearest: ONE_DOT's int4 decode
+    (`_planes_part`) and the int4 prefill dispatch's (dequant.py). `z`: each row's zero
+    point (int32 [BLOCK_N]) where DECODE_ZERO, else SYM_ZERO for every code. FAST_I4 ==
+    I4_PAIRS: the packed fma (`_int4_planes_scaled`; CUDA sm80+, the host decides), else
+    the product exact in fp32, then one rounding: the same values."""
+    sc = _round_to(s, COMPUTE)
+    if FAST_I4 == _I4_PAIRS:
+        b0, b1, b2, b3 = _int4_planes_scaled(bq, z, sc, DECODE_ZERO, COMPUTE)
+    else:
+        raw = bq.to(tl.int32)
+        sr = sc.to(tl.float32)[None, :]
+        zero = SYM_ZERO
+        if DECODE_ZERO:
+            zero = z[None, :]
+        b0 = _round_to(((raw & 0xF) - zero).to(tl.float32) * sr, COMPUTE)
+        b1 = _round_to((((raw >> 4) & 0xF) - zero).to(tl.float32) * sr, COMPUTE)
+        b2 = _round_to((((raw >> 8) & 0xF) - zero).to(tl.float32) * sr, COMPUTE)
+        b3 = _round_to((((raw >> 12) & 0xF) - zero).to(tl.float32) * sr, COMPUTE)
+    return b0, b1, b2, b3
+
+
+@triton.jit
 def _int4_pairs(raw, COMPUTE: tl.constexpr):
     """Bytes [0, 255] (uint8) -> (low nibble - 8, high nibble - 8) in the compute dtype,
     four bytes per 32-bit register as the tile arrives from shared memory (PTX; CUDA sm80+
@@ -1018,19 +1044,8 @@ def _planes_part(a0, a1, a2, a3, bq, k0, K, s_rows, z_rows, g_row, scale_cols, s
             z = col  # (a placeholder without zero points)
             if DECODE_ZERO:
                 z = tl.load(z_rows + col).to(tl.int32)
-        sc = _round_to(s, COMPUTE)
-        if FAST_I4 == _I4_PAIRS:  # host: CUDA sm80+, no act order (planes)
-            b0, b1, b2, b3 = _int4_planes_scaled(bq, z, sc, DECODE_ZERO, COMPUTE)
-        else:  # the same values: the product exact in fp32, then one rounding
-            raw = bq.to(tl.int32)
-            sr = sc.to(tl.float32)[None, :]
-            zero = SYM_ZERO
-            if DECODE_ZERO:
-                zero = z[None, :]
-            b0 = _round_to(((raw & 0xF) - zero).to(tl.float32) * sr, COMPUTE)
-            b1 = _round_to((((raw >> 4) & 0xF) - zero).to(tl.float32) * sr, COMPUTE)
-            b2 = _round_to((((raw >> 8) & 0xF) - zero).to(tl.float32) * sr, COMPUTE)
-            b3 = _round_to((((raw >> 12) & 0xF) - zero).to(tl.float32) * sr, COMPUTE)
+        b0, b1, b2, b3 = int4_planes_rounded(bq, s, z, DECODE_ZERO, SYM_ZERO, FAST_I4,
+                                             COMPUTE)
         return _mma(a0, _cat4(b0, b1, b2, b3), ACT, DOT, COMPUTE, SWAP_AB)
     if FAST_I4 == _I4_PAIRS and DECODE_ZERO:  # host: CUDA sm80+, no act order (planes)
         z = tl.load(z_rows + k0 // scale_cols).to(tl.int32)
