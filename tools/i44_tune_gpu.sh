@@ -1375,6 +1375,41 @@ r18_tune() {  # round eighteen, the decode entries: gptq-int4 (Mixtral-8x7B, Dee
     batch_end
 }
 
+r19() {  # round nineteen, the int4 prefill dispatch: the CUDA tests it touches (int4 prefill,
+    # one dot, FP4 prefill); Mixtral-8x7B gptq-int4 / awq-int4 at M 1024 / 2048 / 4096 (256 /
+    # 512 / 1024 rows per expert) and Qwen3-30B-A3B at M 4096 / 8192 with the dispatch at every
+    # size (MOECERT_TRITON_DEQUANT_ROWS=0) and at none (off), one process each, bf16 beside;
+    # then tools/i44_r19_cases.jsonl (Mixtral-8x7B at M 2048: the default takes the dispatch)
+    # against the float64 reference (~420 s)
+    batch_begin i44r19 565
+    gpu_versions
+    timeout 170 python -m pytest -n 4 -q -p no:cacheprovider -rfE \
+        tests/kernels/test_int4_prefill_cuda.py tests/kernels/test_one_dot_cuda.py \
+        tests/kernels/test_fp4_prefill_cuda.py > "$work/tests.txt" 2>&1
+    stamp "CUDA tests" $?
+    local rows extra B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
+                        --backend triton --scheme gptq-int4 --scheme awq-int4)
+    for rows in 0 off; do
+        extra=(); [[ $rows == 0 ]] && extra=(--scheme bf16)
+        MOECERT_TRITON_DEQUANT_ROWS=$rows timeout 80 $M "${B[@]}" "${extra[@]}" \
+            --model mixtral-8x7b --M 1024,2048,4096 --results "$work/mix$rows" \
+            --run-id "mix$rows" > "$work/mix$rows.txt" 2>&1
+        stamp "mixtral rows=$rows" $?
+        MOECERT_TRITON_DEQUANT_ROWS=$rows timeout 50 $M "${B[@]}" --model qwen3-30b-a3b \
+            --M 4096,8192 --results "$work/qwen$rows" --run-id "qwen$rows" \
+            > "$work/qwen$rows.txt" 2>&1
+        stamp "qwen3 rows=$rows" $?
+    done
+    local case i=0
+    while IFS= read -r case; do
+        i=$((i + 1))
+        timeout 80 $M run --device cuda --case "$case" --results "$work/case$i" \
+            > "$work/case$i.txt" 2>&1
+        stamp "case $i" $?
+    done < tools/i44_r19_cases.jsonl
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1432,5 +1467,6 @@ case "${1:-}" in
     r18b) r18b ;;
     table18) table18 ;;
     r18-tune) r18_tune ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d" >&2; exit 2 ;;
+    r19) r19 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19" >&2; exit 2 ;;
 esac
