@@ -129,7 +129,7 @@ class TritonBackend(BaseBackend):
         a1, a1_scale, g1, act1 = _quantize(layer, plan, quant, a_in, "w13",
                                            input_rows_valid)
         # the prefill dispatch: both linears decoded per call, the W16 tile on them
-        dense = plan["dense_bytes"] is not None and heuristics.dequantizes(n, E)
+        dense = plan["dense_bytes"] is not None and heuristics.dequantizes(n, E, plan["w13"])
         w13 = _dense(plan, "w13", x.device) if dense else plan["w13"]
         # both GEMMs quantize their input the same way: act1 is GEMM2's kind too
         config1, config2 = heuristics.pick_configs(n, E, w13["kind"], act1,
@@ -175,7 +175,7 @@ def describe(layer: MoELayer) -> str:
     """The result column `backend_detail`: the fused kernel, and where the layer takes the
     prefill dispatch, from how many rows per expert (heuristics.dequantizes) and whether its
     decode rounds the weights."""
-    from . import configs, fused_moe, heuristics
+    from . import dequant, fused_moe, heuristics
 
     plan = _plan(layer)
     c = plan["w13"]["constexprs"]
@@ -193,11 +193,8 @@ def describe(layer: MoELayer) -> str:
         f"; prefill tile: (q - zero) * scale rounded to {dtype} in the decode" if rounds else "")
     if plan["dense_bytes"] is None:
         return fused
-    from . import dequant
-
-    forced = configs.forced_dequant_rows()
-    rows = heuristics.DEQUANT_ROWS if forced is None else forced
-    how = ("(q - zero) * scale rounded" if dequant.rounds(plan["w13"]) else "(exact)")
+    rows = heuristics.dequant_rows(plan["w13"])
+    how = "((q - zero) * scale, rounded once)" if dequant.rounds(plan["w13"]) else "(exact)"
     return (f"{fused}; from {rows} rows per expert: weights dequantized per call to "
             f"{dtype} {how}, W16 tile")
 
@@ -224,7 +221,11 @@ def _dense_bytes(layer: MoELayer, w13: dict, w2: dict) -> int | None:
     if layer.quant.activation != ACT_NONE or not (dequant.decodes(w13)
                                                   and dequant.decodes(w2)):
         return None
-    elements = max(math.prod(dequant.dense_shape(w)) for w in (w13, w2))
+    shapes = [dequant.dense_shape(w) for w in (w13, w2)]
+    if dequant.rounds(w13) and min(n * k for _, n, k in shapes) < (
+            heuristics.DEQUANT_INT4_WEIGHTS):  # small int4 experts: the fused tile is as fast
+        return None
+    elements = max(math.prod(shape) for shape in shapes)
     size = elements * layer.problem.torch_dtype.itemsize
     return size if size <= heuristics.DEQUANT_WORKSPACE_BYTES else None
 

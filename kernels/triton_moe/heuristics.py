@@ -81,6 +81,20 @@ PREFILL_NIBBLE_N = 64
 # (1024 rows) 8650 / 8777 against 6175 / 6298. Mixtral-8x7B takes it from M = 2048,
 # gpt-oss-120b (E 128, topk 4) from M = 16384. MOECERT_TRITON_DEQUANT_ROWS moves it (configs).
 DEQUANT_ROWS = 512
+# Int4 in nibble planes takes the same dispatch (dequant.int4_planes_in: the one-dot tile's
+# rounded decode) from these rows per expert, by whether the codes have zero points. One H200
+# (2026-12-02, round nineteen), Mixtral-8x7B, the dispatch at every size against none, us:
+# gptq-int4 at 256 / 512 / 1024 rows per expert 2517.5 / 3550.2 / 6261.0 against 1695.8 /
+# 3294.8 / 6926.2 (wins from 1024), awq-int4 2539.2 / 3688.7 / 6126.0 against 2180.9 /
+# 4041.7 / 8264.6 (wins from 512: its fused tile decodes the zero points too). The decode
+# costs 0.8-1.0 ms a call there.
+DEQUANT_ROWS_INT4 = {False: 1024, True: 512}
+# ... and only where each expert's smaller linear has at least this many weights: on
+# Qwen3-30B-A3B (768 x 2048) the fused int4 tile runs at bf16's speed (gptq-int4 976.5 us at
+# M 4096, bf16 1002.0 in round nine), so the decode buys nothing: at 256 / 512 rows per expert
+# gptq-int4 took 1401.9 / 2325.9 us dispatched against 976.5 / 1967.5 fused, awq-int4
+# 1401.7 / 2323.4 against 1147.6 / 2221.1. Mixtral-8x7B's is 4096 x 14336.
+DEQUANT_INT4_WEIGHTS = 1 << 24
 # The workspace (the larger linear, w13, in the compute dtype) may take at most this much:
 # gpt-oss-120b's w13 is 4.0 GiB in bf16, Mixtral-8x7B's 1.75 GiB; DeepSeek-V3's 14 GiB is
 # not taken (its prefill stays on the fused tile).
@@ -97,12 +111,23 @@ def prefill_block_m(num_rows: int, num_experts: int | None) -> int | None:
     return max(fits) if fits else None
 
 
-def dequantizes(num_rows: int, num_experts: int) -> bool:
-    """Whether a layer eligible for the FP4 prefill dispatch takes it at this many
-    assignment rows (DEQUANT_ROWS rows per expert, or MOECERT_TRITON_DEQUANT_ROWS)."""
+def dequant_rows(weights: dict) -> float:
+    """The rows per expert from which a layer eligible for the prefill dispatch takes it:
+    MOECERT_TRITON_DEQUANT_ROWS, else DEQUANT_ROWS_INT4 for int4 (`weights`: the layer's
+    w13, describe_weights), DEQUANT_ROWS for e2m1."""
     forced = configs.forced_dequant_rows()
-    least = DEQUANT_ROWS if forced is None else forced
-    return num_experts > 0 and num_rows > 0 and num_rows >= least * num_experts
+    if forced is not None:
+        return forced
+    if weights["kind"] == W_INT4:
+        return DEQUANT_ROWS_INT4[weights["constexprs"]["HAS_ZERO"]]
+    return DEQUANT_ROWS
+
+
+def dequantizes(num_rows: int, num_experts: int, weights: dict) -> bool:
+    """Whether a layer eligible for the prefill dispatch takes it at this many assignment
+    rows (`dequant_rows` per expert)."""
+    return (num_experts > 0 and num_rows > 0
+            and num_rows >= dequant_rows(weights) * num_experts)
 
 
 # gemm_kernel's TAIL_M where a tile's entry has none, on a swapped tile of 64 rows or more (the

@@ -88,15 +88,17 @@ def test_the_dispatch_takes_the_dense_path_from_its_threshold(scheme, monkeypatc
 
 
 def test_the_default_threshold_is_rows_per_expert():
-    assert heuristics.dequantizes(heuristics.DEQUANT_ROWS * 8, 8)
-    assert not heuristics.dequantizes(heuristics.DEQUANT_ROWS * 8 - 1, 8)
-    assert not heuristics.dequantizes(0, 8)
+    P = MoEProblem(M=3, K=256, N=64, E=3, topk=2)
+    w13 = _plan(_layer("nvfp4", P)[1])["w13"]
+    assert heuristics.dequantizes(heuristics.DEQUANT_ROWS * 8, 8, w13)
+    assert not heuristics.dequantizes(heuristics.DEQUANT_ROWS * 8 - 1, 8, w13)
+    assert not heuristics.dequantizes(0, 8, w13)
 
 
 @pytest.mark.parametrize(("scheme", "attrs", "dtype", "why"), [
     ("mxfp4", {"activation": "mxfp8"}, "bf16", "mx activations"),
     ("mxfp4", {}, "fp16", "E8M0 does not fold into fp16"),
-    ("gptq-int4", {"group_size": 32}, "bf16", "int4 decodes round in bf16"),
+    ("gptq-int4", {"group_size": 32}, "bf16", "int4 planes only (on a GPU's tuned file)"),
 ])
 def test_only_layers_whose_decode_is_exact_take_it(scheme, attrs, dtype, why):
     P = MoEProblem(M=3, K=256, N=64, E=3, topk=2, dtype=dtype)

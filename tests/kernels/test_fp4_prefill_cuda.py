@@ -141,12 +141,12 @@ def test_the_prefill_dispatch_computes_the_reference_on_the_gpu(scheme, words, m
     monkeypatch.setenv(configs.FP4_SCALE_WORDS_ENV, words)
     P = MoEProblem(M=heuristics.DEQUANT_ROWS * 8 // 2, K=1024, N=512, E=8, topk=2,
                    bias=scheme == "mxfp4")
-    assert heuristics.dequantizes(P.M * P.topk, P.E)
     ckpt = synthesize(scheme, P, seed=3)
     backend = TritonBackend()
     layer = backend.create_layer(ckpt.to("cuda"), P)
     backend.process_weights_after_loading(layer)
     assert _plan(layer)["dense_bytes"] is not None
+    assert heuristics.dequantizes(P.M * P.topk, P.E, _plan(layer)["w13"])
     x, w, ids = make_inputs(P, seed=4)
     ref = moe(ckpt, x, w, ids, P).cuda()
     x, w, ids = x.cuda(), w.cuda(), ids.cuda()

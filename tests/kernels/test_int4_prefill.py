@@ -22,7 +22,7 @@ from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
 
-from moecert.kernels.triton_moe import configs, dequant, kinds  # noqa: E402
+from moecert.kernels.triton_moe import configs, dequant, heuristics, kinds  # noqa: E402
 from moecert.kernels.triton_moe.backend import TritonBackend, _plan  # noqa: E402
 from moecert.reference import MoEProblem, dequantize, make_inputs, moe, synthesize  # noqa: E402
 
@@ -35,6 +35,7 @@ def _interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv(configs.NIB_SPAN_ENV, "64")  # int4 in planes (a GPU's tuned layout)
     monkeypatch.delenv(configs.DEQUANT_ROWS_ENV, raising=False)
+    monkeypatch.setattr(heuristics, "DEQUANT_INT4_WEIGHTS", 0)  # these layers are small
     assert "moecert.kernels.triton_moe.dequant" in sys.modules
 
 
@@ -59,8 +60,10 @@ def _rounded(w: torch.Tensor, scale: torch.Tensor, cols: int, dtype) -> torch.Te
 # w2's K = N (planes are stored tiled: K a multiple of 128); groups of 64 and 128 columns;
 # AWQ's zero points, GPTQ's symmetric codes
 @pytest.mark.parametrize(("scheme", "attrs", "dtype", "N"), [
-    ("gptq-int4", {"group_size": 64}, "bf16", 128), ("awq-int4", {"group_size": 64}, "bf16", 128),
-    ("awq-int4", {"group_size": 128}, "fp16", 256), ("gptq-int4", {"group_size": 128}, "fp16", 128)])
+    ("gptq-int4", {"group_size": 64}, "bf16", 128),
+    ("awq-int4", {"group_size": 64}, "bf16", 128),
+    ("awq-int4", {"group_size": 128}, "fp16", 256),
+    ("gptq-int4", {"group_size": 128}, "fp16", 128)])
 def test_the_decode_gives_the_reference_weights_rounded_once(scheme, attrs, dtype, N):
     P = MoEProblem(M=3, K=384, N=N, E=3, topk=2, dtype=dtype)
     ckpt, layer = _layer(scheme, P, **attrs)
@@ -120,9 +123,28 @@ def test_act_order_and_bytes_keep_int4_fused(monkeypatch):
     assert _plan(pairs)["dense_bytes"] is None, "adjacent nibbles: no planes"
 
 
+def test_the_thresholds_follow_the_zero_points_and_the_expert_size(monkeypatch):
+    P = MoEProblem(M=3, K=256, N=128, E=3, topk=2)
+    for scheme, zero in (("gptq-int4", False), ("awq-int4", True)):
+        _, layer = _layer(scheme, P, group_size=64)
+        w13 = _plan(layer)["w13"]
+        rows = heuristics.DEQUANT_ROWS_INT4[zero]
+        assert heuristics.dequant_rows(w13) == rows
+        assert heuristics.dequantizes(rows * 8, 8, w13)
+        assert not heuristics.dequantizes(rows * 8 - 1, 8, w13)
+        # the smaller linear (w2: 256 x 128 here) below the floor: the layer stays fused
+        monkeypatch.setattr(heuristics, "DEQUANT_INT4_WEIGHTS", 256 * 128 + 1)
+        layer.meta.pop("triton_plan")
+        assert _plan(layer)["dense_bytes"] is None
+        monkeypatch.setattr(heuristics, "DEQUANT_INT4_WEIGHTS", 256 * 128)
+        layer.meta.pop("triton_plan")
+        assert _plan(layer)["dense_bytes"] is not None
+
+
 def test_the_result_column_declares_the_rounding():
     P = MoEProblem(M=3, K=256, N=128, E=3, topk=2)
     _, layer = _layer("awq-int4", P, group_size=64)
     detail = BACKEND.describe(layer)
-    assert detail.endswith("weights dequantized per call to bfloat16 (q - zero) * scale "
-                           "rounded, W16 tile"), detail
+    assert detail.endswith(f"from {heuristics.DEQUANT_ROWS_INT4[True]} rows per expert: "
+                           "weights dequantized per call to bfloat16 ((q - zero) * scale, "
+                           "rounded once), W16 tile"), detail

@@ -22,11 +22,12 @@ pytestmark = pytest.mark.skipif(not _sm80(), reason="needs a CUDA sm80+ GPU, com
 
 
 def _layer(scheme, P, monkeypatch, **attrs):
-    from moecert.kernels.triton_moe import configs
+    from moecert.kernels.triton_moe import configs, heuristics
     from moecert.kernels.triton_moe.backend import TritonBackend
     from moecert.reference import synthesize
 
     monkeypatch.setenv(configs.NIB_SPAN_ENV, "128")  # planes whatever the tuned file says
+    monkeypatch.setattr(heuristics, "DEQUANT_INT4_WEIGHTS", 0)  # these layers are small
     ckpt = synthesize(scheme, P, seed=3, **attrs)
     backend = TritonBackend()
     layer = backend.create_layer(ckpt.to("cuda"), P)
@@ -61,7 +62,7 @@ def test_ptx_prefill_decode_matches_the_fp32_form(scheme, dtype, monkeypatch):
 
 @pytest.mark.parametrize("scheme", ["gptq-int4", "awq-int4"])
 def test_the_int4_prefill_dispatch_computes_the_reference_on_the_gpu(scheme, monkeypatch):
-    """topk 2 over 8 experts, DEQUANT_ROWS rows per expert: the W16 prefill tile (wgmma on
+    """topk 2 over 8 experts, DEQUANT_ROWS_INT4 rows per expert: the W16 prefill tile (wgmma on
     sm90) at the default threshold, against the fused path (threshold off: the swapped
     nibble prefill tile) and float64; the rounding's norm within u / 2 of the fused one's
     (test_int4_prefill.py measured the truncating decode at 0.87 u to 1.5 u)."""
@@ -69,10 +70,11 @@ def test_the_int4_prefill_dispatch_computes_the_reference_on_the_gpu(scheme, mon
     from moecert.kernels.triton_moe.backend import _plan
     from moecert.reference import MoEProblem, make_inputs, moe
 
-    P = MoEProblem(M=heuristics.DEQUANT_ROWS * 8 // 2, K=1024, N=512, E=8, topk=2, bias=True)
-    assert heuristics.dequantizes(P.M * P.topk, P.E)
+    rows = heuristics.DEQUANT_ROWS_INT4[scheme == "awq-int4"]
+    P = MoEProblem(M=rows * 8 // 2, K=1024, N=512, E=8, topk=2, bias=True)
     backend, ckpt, layer = _layer(scheme, P, monkeypatch, group_size=128)
     assert _plan(layer)["dense_bytes"] is not None
+    assert heuristics.dequantizes(P.M * P.topk, P.E, _plan(layer)["w13"])
     x, w, ids = make_inputs(P, seed=4)
     ref = moe(ckpt, x, w, ids, P).cuda()
     x, w, ids = x.cuda(), w.cuda(), ids.cuda()
