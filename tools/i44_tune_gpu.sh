@@ -1410,6 +1410,31 @@ r19() {  # round nineteen, the int4 prefill dispatch: the CUDA tests it touches 
     batch_end
 }
 
+r19b() {  # round nineteen, second call: the int4 thresholds (DEQUANT_ROWS_INT4) as the default.
+    # The prefill CUDA tests; Mixtral-8x7B prefill at M 1024 / 2048 / 4096, every scheme of the
+    # issue's table (the default), then gptq-int4 / awq-int4 with the dispatch off and with the
+    # default again, one process each (~200 s; then GPU_CI_PART=suites tools/gpu_ci.sh)
+    batch_begin i44r19b 380
+    gpu_versions
+    timeout 120 python -m pytest -n 4 -q -p no:cacheprovider -rfE \
+        tests/kernels/test_int4_prefill_cuda.py tests/kernels/test_fp4_prefill_cuda.py \
+        > "$work/tests.txt" 2>&1
+    stamp "CUDA tests" $?
+    local B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15 --backend triton
+             --model mixtral-8x7b --M 1024,2048,4096)
+    timeout 100 $M "${B[@]}" --scheme bf16 --scheme fp8-w8a8 --scheme gptq-int4 \
+        --scheme awq-int4 --scheme mxfp4 --scheme nvfp4 --results "$work/table" \
+        --run-id table > "$work/table.txt" 2>&1
+    stamp table $?
+    MOECERT_TRITON_DEQUANT_ROWS=off timeout 60 $M "${B[@]}" --scheme gptq-int4 \
+        --scheme awq-int4 --results "$work/off" --run-id off > "$work/off.txt" 2>&1
+    stamp off $?
+    timeout 60 $M "${B[@]}" --scheme gptq-int4 --scheme awq-int4 --results "$work/again" \
+        --run-id again > "$work/again.txt" 2>&1
+    stamp again $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1468,5 +1493,6 @@ case "${1:-}" in
     table18) table18 ;;
     r18-tune) r18_tune ;;
     r19) r19 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19" >&2; exit 2 ;;
+    r19b) r19b ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b" >&2; exit 2 ;;
 esac
