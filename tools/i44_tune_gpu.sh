@@ -1435,6 +1435,31 @@ r19b() {  # round nineteen, second call: the int4 thresholds (DEQUANT_ROWS_INT4)
     batch_end
 }
 
+r19c() {  # round nineteen, third call: the W16 prefill tile's entries (bf16's, which the
+    # dispatch's W16 tile also reads) tuned again on Mixtral-8x7B at M 1024 / 4096 for longer
+    # than round nine's cut 70 s, and fp8-w8a8 at M 1024 (cut at 70 s then), into a copy
+    # (cfg/ in the tar); then the prefill of every scheme in the issue's table with the tree's
+    # files and the copy's, alternating, two processes each (~470 s)
+    batch_begin i44r19c 570
+    gpu_versions
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" w16 "190 --model mixtral-8x7b --scheme bf16 --M 1024,4096 --routings 2 --max-seconds 85" \
+        "100 --model mixtral-8x7b --scheme fp8-w8a8 --M 1024 --routings 2 --max-seconds 85"
+    local run B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
+                 --backend triton --model mixtral-8x7b --M 1024,4096 --scheme bf16
+                 --scheme fp8-w8a8 --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4
+                 --scheme nvfp4)
+    for run in 1 2; do
+        timeout 45 $M "${B[@]}" --results "$work/tree$run" --run-id "tree$run" \
+            > "$work/tree$run.txt" 2>&1
+        stamp "tree $run" $?
+        MOECERT_TRITON_CONFIG_DIR=$C timeout 45 $M "${B[@]}" --results "$work/tuned$run" \
+            --run-id "tuned$run" > "$work/tuned$run.txt" 2>&1
+        stamp "tuned $run" $?
+    done
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1494,5 +1519,6 @@ case "${1:-}" in
     r18-tune) r18_tune ;;
     r19) r19 ;;
     r19b) r19b ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b" >&2; exit 2 ;;
+    r19c) r19c ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b|r19c" >&2; exit 2 ;;
 esac
