@@ -1460,6 +1460,32 @@ r19c() {  # round nineteen, third call: the W16 prefill tile's entries (bf16's, 
     batch_end
 }
 
+r19d() {  # round nineteen, last call: the CUDA files the round's calls had not run (the int4
+    # ones through `_planes_part`, and those the twenty-ninth session left out), then the FP4
+    # dispatch against the fused one-dot tile at its threshold (Mixtral-8x7B M 2048, 512 rows
+    # per expert), the default and MOECERT_TRITON_DEQUANT_ROWS=off alternating (~330 s)
+    batch_begin i44r19d 560
+    gpu_versions
+    timeout 300 python -m pytest -n 4 -q -p no:cacheprovider -rfE \
+        tests/kernels/test_int4_pairs.py tests/kernels/test_zero_sums_cuda.py \
+        tests/kernels/test_tail_tiles_cuda.py tests/kernels/test_fp4_planes.py \
+        tests/kernels/test_grouped_fp8.py tests/kernels/test_grouped_capture.py \
+        tests/reference/test_devices.py > "$work/tests.txt" 2>&1
+    stamp "CUDA files" $?
+    local run B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
+                 --backend triton --model mixtral-8x7b --M 1024,2048,4096 --scheme mxfp4
+                 --scheme nvfp4)
+    for run in 1 2; do
+        timeout 40 $M "${B[@]}" --results "$work/default$run" --run-id "default$run" \
+            > "$work/default$run.txt" 2>&1
+        stamp "default $run" $?
+        MOECERT_TRITON_DEQUANT_ROWS=off timeout 40 $M "${B[@]}" --results "$work/off$run" \
+            --run-id "off$run" > "$work/off$run.txt" 2>&1
+        stamp "off $run" $?
+    done
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1520,5 +1546,6 @@ case "${1:-}" in
     r19) r19 ;;
     r19b) r19b ;;
     r19c) r19c ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b|r19c" >&2; exit 2 ;;
+    r19d) r19d ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b|r19c|r19d" >&2; exit 2 ;;
 esac
