@@ -1469,9 +1469,12 @@ r19d() {  # round nineteen, last call: the CUDA files the round's calls had not 
     timeout 300 python -m pytest -n 4 -q -p no:cacheprovider -rfE \
         tests/kernels/test_int4_pairs.py tests/kernels/test_zero_sums_cuda.py \
         tests/kernels/test_tail_tiles_cuda.py tests/kernels/test_fp4_planes.py \
-        tests/kernels/test_grouped_fp8.py tests/kernels/test_grouped_capture.py \
-        tests/reference/test_devices.py > "$work/tests.txt" 2>&1
+        tests/kernels/test_grouped_capture.py tests/reference/test_devices.py \
+        > "$work/tests.txt" 2>&1
     stamp "CUDA files" $?
+    timeout 120 python -m pytest -q -p no:cacheprovider -rfE tests/kernels/test_grouped_fp8.py \
+        > "$work/tests-fp8.txt" 2>&1  # (alone: its own process, as tools/gpu_ci.sh runs it)
+    stamp "test_grouped_fp8.py" $?
     local run B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
                  --backend triton --model mixtral-8x7b --M 1024,2048,4096 --scheme mxfp4
                  --scheme nvfp4)
