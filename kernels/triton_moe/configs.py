@@ -73,8 +73,9 @@ to time one dot against four on the same entries.
 MOECERT_TRITON_ZERO_SUMS=0 takes int4 zero points (AWQ) inside the weights' decode instead of
 from each row's activation sums after the tile's dot (`zero_sums_allowed`, gemm_kernel's
 ZERO_SUMS; docs/speed.md "round thirteen").
-MOECERT_TRITON_DEQUANT_ROWS=<rows per expert> or "off" moves the FP4 prefill dispatch's
-threshold (`forced_dequant_rows`, heuristics.DEQUANT_ROWS): 0 runs every eligible layer on the
+MOECERT_TRITON_DEQUANT_ROWS=<rows per expert> or "off" moves the prefill dispatch's threshold
+for FP4 and int4 planes alike (`forced_dequant_rows`, heuristics.dequant_rows: DEQUANT_ROWS,
+DEQUANT_ROWS_INT4): 0 runs every eligible layer on the
 dequantized path (a correctness run), off none (the fused kernel, to time one against the
 other).
 MOECERT_TRITON_FP4_SCALE_WORDS=0 stores e2m1 layers' plane scales as a byte per block instead
