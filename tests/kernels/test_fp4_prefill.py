@@ -15,6 +15,7 @@ import sys
 
 import pytest
 import torch
+from _dispatch import outputs_by_threshold
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
@@ -74,17 +75,11 @@ def test_the_dispatch_takes_the_dense_path_from_its_threshold(scheme, monkeypatc
     ckpt, layer = _layer(scheme, P)
     x, w, ids = make_inputs(P, seed=2)
     ref = moe(ckpt, x, w, ids, P)
-    launches = spy_launches("WEIGHT")
-    outs = {}
-    for rows, kind in ((9, kinds.W_FP4), (8, kinds.W16)):
-        monkeypatch.setenv(configs.DEQUANT_ROWS_ENV, str(rows))
-        launches.seen.clear()
-        outs[kind] = BACKEND.apply(layer, x, w, ids).double()
-        assert {k for (k,) in launches.seen} == {kind}
-        err = ((outs[kind] - ref).norm() / ref.norm()).item()
-        assert err <= 2.0**-8, f"{rows}: relative error {err:.3e}"
+    outs = outputs_by_threshold(BACKEND, layer, (x, w, ids), ref, monkeypatch,
+                                {9: kinds.W_FP4, 8: kinds.W16}, 2.0**-8,
+                                spy_launches("WEIGHT"))
     # the same products in another fp32 order, then one rounding to bf16 per output
-    torch.testing.assert_close(outs[kinds.W16], outs[kinds.W_FP4], rtol=2.0**-7, atol=1e-3)
+    torch.testing.assert_close(outs[8], outs[9], rtol=2.0**-7, atol=1e-3)
 
 
 def test_the_default_threshold_is_rows_per_expert():

@@ -12,6 +12,7 @@ import os
 
 import pytest
 import torch
+from _dispatch import outputs_by_threshold
 
 
 def _sm80() -> bool:
@@ -149,13 +150,8 @@ def test_the_prefill_dispatch_computes_the_reference_on_the_gpu(scheme, words, m
     assert heuristics.dequantizes(P.M * P.topk, P.E, _plan(layer)["w13"])
     x, w, ids = make_inputs(P, seed=4)
     ref = moe(ckpt, x, w, ids, P).cuda()
-    x, w, ids = x.cuda(), w.cuda(), ids.cuda()
-    outs = {}
-    for rows in ("off", ""):
-        monkeypatch.setenv(configs.DEQUANT_ROWS_ENV, rows)
-        outs[rows] = backend.apply(layer, x, w, ids).double()
-        err = ((outs[rows] - ref).norm() / ref.norm()).item()
-        assert err <= 2.0**-8, f"{rows or 'default'}: relative error {err:.3e}"
+    outs = outputs_by_threshold(backend, layer, (x.cuda(), w.cuda(), ids.cuda()), ref,
+                                monkeypatch, {"off": None, "": None}, 2.0**-8)
     torch.testing.assert_close(outs[""], outs["off"], rtol=2.0**-7, atol=1e-2)
 
 

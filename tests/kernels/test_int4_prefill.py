@@ -18,6 +18,7 @@ import sys
 
 import pytest
 import torch
+from _dispatch import outputs_by_threshold
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
@@ -96,21 +97,15 @@ def test_the_dispatch_takes_the_dense_path_from_its_threshold(scheme, dtype, mon
     ckpt, layer = _layer(scheme, P, group_size=64)
     x, w, ids = make_inputs(P, seed=2)
     ref = moe(ckpt, x, w, ids, P)
-    launches = spy_launches("WEIGHT")
-    outs = {}
-    for rows, kind in ((33, kinds.W_INT4), (32, kinds.W16)):
-        monkeypatch.setenv(configs.DEQUANT_ROWS_ENV, str(rows))
-        launches.seen.clear()
-        outs[kind] = BACKEND.apply(layer, x, w, ids).double()
-        assert {k for (k,) in launches.seen} == {kind}
-        err = ((outs[kind] - ref).norm() / ref.norm()).item()
-        assert err <= 2.0**-7, f"{rows}: relative error {err:.3e}"
+    outs = outputs_by_threshold(BACKEND, layer, (x, w, ids), ref, monkeypatch,
+                                {33: kinds.W_INT4, 32: kinds.W16}, 2.0**-7,
+                                spy_launches("WEIGHT"))
     u = U[P.torch_dtype]
     # the rounding to nearest has no bias: rounding toward zero (the interpreter's plain
     # fp32 -> bf16 cast) shrinks every weight by u / 2 on average. Measured on this layer
     # (AWQ and GPTQ in bf16, five seeds): the products truncated moved the norm by -0.87 u
     # to -1.5 u, rounded to nearest by at most 0.24 u either way
-    ratio = (outs[kinds.W16].norm() / outs[kinds.W_INT4].norm()).item()
+    ratio = (outs[32].norm() / outs[33].norm()).item()
     assert abs(ratio - 1) < u / 2, f"norm ratio {ratio:.6f} (u = {u:.3g})"
 
 

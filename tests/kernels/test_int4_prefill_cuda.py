@@ -11,6 +11,7 @@ import os
 
 import pytest
 import torch
+from _dispatch import outputs_by_threshold
 
 
 def _sm80() -> bool:
@@ -66,7 +67,7 @@ def test_the_int4_prefill_dispatch_computes_the_reference_on_the_gpu(scheme, mon
     sm90) at the default threshold, against the fused path (threshold off: the swapped
     nibble prefill tile) and float64; the rounding's norm within u / 2 of the fused one's
     (test_int4_prefill.py measured the truncating decode at 0.87 u to 1.5 u)."""
-    from moecert.kernels.triton_moe import configs, heuristics
+    from moecert.kernels.triton_moe import heuristics
     from moecert.kernels.triton_moe.backend import _plan
     from moecert.reference import MoEProblem, make_inputs, moe
 
@@ -77,12 +78,7 @@ def test_the_int4_prefill_dispatch_computes_the_reference_on_the_gpu(scheme, mon
     assert heuristics.dequantizes(P.M * P.topk, P.E, _plan(layer)["w13"])
     x, w, ids = make_inputs(P, seed=4)
     ref = moe(ckpt, x, w, ids, P).cuda()
-    x, w, ids = x.cuda(), w.cuda(), ids.cuda()
-    outs = {}
-    for rows in ("off", ""):
-        monkeypatch.setenv(configs.DEQUANT_ROWS_ENV, rows)
-        outs[rows] = backend.apply(layer, x, w, ids).double()
-        err = ((outs[rows] - ref).norm() / ref.norm()).item()
-        assert err <= 2.0**-7, f"{rows or 'default'}: relative error {err:.3e}"
+    outs = outputs_by_threshold(backend, layer, (x.cuda(), w.cuda(), ids.cuda()), ref,
+                                monkeypatch, {"off": None, "": None}, 2.0**-7)
     ratio = (outs[""].norm() / outs["off"].norm()).item()
     assert abs(ratio - 1) < 2.0**-9, f"norm ratio {ratio:.6f}"
