@@ -210,6 +210,20 @@ tree_and_copy() {  # tree_and_copy DIR BENCH_ARGS...: the bench with the tree's 
     stamp tuned $?
 }
 
+run_cases() {  # run_cases FILE LIMIT_S [VAR=VALUE...]: each conformance case of FILE (one JSON
+    # a line) through `moecert run --case` against the float64 reference, the variables set
+    # for gptq-int4's cases only (case1/, case2/, ... in the results)
+    local file=$1 limit=$2 i=0 case env
+    local gptq_env=("${@:3}")
+    while IFS= read -r case; do
+        i=$((i + 1)); env=()
+        [[ $case == *'"gptq-int4"'* ]] && env=("${gptq_env[@]}")
+        env "${env[@]}" timeout "$limit" $M run --device cuda --case "$case" \
+            --results "$work/case$i" > "$work/case$i.txt" 2>&1
+        stamp "case $i" $?
+    done < "$file"
+}
+
 tune_into() {  # tune_into DIR TAG STEP...: STEP is "LIMIT_S MOECERT_TUNE_ARGS..." (one string)
     local C=$1 tag=$2 n=0 step; shift 2
     for step in "$@"; do
@@ -1330,14 +1344,7 @@ r18b() {  # round eighteen, second call (the decode's scale rounded by rne_bf16,
             > "$work/pre-$run.txt" 2>&1
         stamp "awq prefill $run" $?
     done
-    local i=0 case
-    while read -r case; do
-        i=$((i + 1))
-        local env=(); [[ $case == *'"gptq-int4"'* ]] && env=(MOECERT_TRITON_ONE_DOT=1)
-        env "${env[@]}" timeout 90 $M run --device cuda --case "$case" \
-            --results "$work/case$i" > "$work/case$i.txt" 2>&1
-        stamp "case $i" $?
-    done < tools/i44_r18_cases.jsonl
+    run_cases tools/i44_r18_cases.jsonl 90 MOECERT_TRITON_ONE_DOT=1
     batch_end
 }
 
@@ -1400,13 +1407,7 @@ r19() {  # round nineteen, the int4 prefill dispatch: the CUDA tests it touches 
             > "$work/qwen$rows.txt" 2>&1
         stamp "qwen3 rows=$rows" $?
     done
-    local case i=0
-    while IFS= read -r case; do
-        i=$((i + 1))
-        timeout 80 $M run --device cuda --case "$case" --results "$work/case$i" \
-            > "$work/case$i.txt" 2>&1
-        stamp "case $i" $?
-    done < tools/i44_r19_cases.jsonl
+    run_cases tools/i44_r19_cases.jsonl 80
     batch_end
 }
 

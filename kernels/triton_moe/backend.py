@@ -222,7 +222,7 @@ def _dense_bytes(layer: MoELayer, w13: dict, w2: dict) -> int | None:
                                                   and dequant.decodes(w2)):
         return None
     shapes = [dequant.dense_shape(w) for w in (w13, w2)]
-    if dequant.rounds(w13) and min(n * k for _, n, k in shapes) < (
+    if dequant.int4_planes_in(w13) and min(n * k for _, n, k in shapes) < (
             heuristics.DEQUANT_INT4_WEIGHTS):  # small int4 experts: the fused tile is as fast
         return None
     elements = max(math.prod(shape) for shape in shapes)
