@@ -18,7 +18,9 @@ change, as dec-m32-n256-s3-sw),
 ch (fp8-w8a8 per channel, dynamic per-token activations), pair (MXFP4's E8M0 scales on
 the pairs' partial sums, not folded into the weights), cvt (with MOECERT_TRITON_FP4_CARRY=1:
 NVFP4's scales by the hardware e4m3 conversion, as on sm89+), epi (each variant also with the
-silu activation in GEMM1's epilogue, gemm_kernel's EPI_ACT, in the default column order).
+silu activation in GEMM1's epilogue, gemm_kernel's EPI_ACT, in the default column order),
+tma (the weight tile by TMA where it applies, gemm_kernel's TMA_B, as on sm90; without it,
+per-thread loads).
 The K loop's SASS instructions per step: `python tools/sass_loop.py /tmp/i34c/*.cubin`.
 Triton's version here (3.9 on the development machine) is not the GPU machine's (3.6): the
 figures show what a tile asks of the registers, not what the GPU machine's build gives.
@@ -35,6 +37,7 @@ from moecert.kernels.triton_moe.backend import TritonBackend
 from moecert.reference import MoEProblem, make_inputs, synthesize
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 captured = []
 class Spy:
@@ -61,7 +64,10 @@ def compile_one(args, kw, tag):
             sig[name] = "constexpr"; consts[(i,)] = v
             continue
         v = vals[i]
-        if isinstance(v, torch.Tensor):
+        if isinstance(v, TensorDescriptor):  # TMA_B's weights
+            sig[name] = (f"tensordesc<{DT[v.base.dtype]}"
+                         f"[{','.join(str(b) for b in v.block_shape)}]>")
+        elif isinstance(v, torch.Tensor):
             sig[name] = "*" + DT[v.dtype]; attrs[(i,)] = [["tt.divisibility", 16]]
         else:
             sig[name] = "i32" if abs(int(v)) < 2**31 else "i64"
@@ -127,6 +133,7 @@ for scheme, variant in cases:
         fused_moe.int4_pairs_run_on = lambda device: False
         fused_moe.e4m3_cvt_runs_on = lambda device: False
         fused_moe.fp6_planes_run_on = lambda device: False
+    fused_moe.tma_runs_on = (lambda device, _v="tma" in variant: _v)  # TMA_B: sm90's
     if scheme == "fp8-w8a8" and variant.startswith("ch"):
         attrs = {"weight_strategy": "channel", "activation": "dynamic-token"}
     st = stage_for(scheme, attrs)
@@ -160,6 +167,12 @@ for scheme, variant in cases:
         for epi in ((-1, 0) if "epi" in variant else (-1,)):
             kw = {**kw, "EPI_ACT": epi, "SCALE_RUNS": epi == 0 and fused_moe.scale_runs(
                 st.weights(1, cfg), cfg["BLOCK_N"], "silu", "halves")}
+            if kw.get("TMA_B") and epi == 0:  # the halves' two runs per copy
+                q = args[3].base
+                args = (*args[:3], fused_moe.tma_weights(q.reshape(q.shape[0], -1, q.shape[-1]),
+                                                         2, cfg["BLOCK_N"], kw["BLOCK_K"]),
+                        *args[4:])
+                kw = {**kw, "TMA_B": 2}
             try:
                 compile_one(args, kw, f"{scheme} {variant} acc_dot={kw['ACC_DOT']} epi={epi} "
                                       f"cfg={cfg}")

@@ -153,6 +153,7 @@ FP4_SCALE_BF16_ENV = "MOECERT_TRITON_FP4_SCALE_BF16"
 FUSED_ACT_ENV = "MOECERT_TRITON_FUSED_ACT"
 TAIL_M_ENV = "MOECERT_TRITON_TAIL_M"
 ONE_DOT_ENV = "MOECERT_TRITON_ONE_DOT"
+TMA_B_ENV = "MOECERT_TRITON_TMA_B"
 MIN_TAIL_M = 16  # TAIL_M's least rows: a dot's smallest side
 
 
@@ -324,6 +325,14 @@ def forced_one_dot(environ=os.environ) -> bool | None:
     four), None when unset or empty (each entry's own, or heuristics.default_one_dot)."""
     return _switch(ONE_DOT_ENV, None, "a tile's four plane products as one dot",
                    " (four dots, one a plane)", environ)
+
+
+def forced_tma_b(environ=os.environ) -> bool | None:
+    """The weight tile by Hopper's TMA (gemm_kernel's TMA_B) forced by MOECERT_TRITON_TMA_B:
+    1 wherever it applies (the interpreter included), 0 nowhere; None when unset or empty
+    (fused_moe.tma_b_run's default)."""
+    return _switch(TMA_B_ENV, None, "the weight tile by TMA where it applies",
+                   " (per-thread loads)", environ)
 
 
 def zero_sums_allowed(environ=os.environ) -> bool:

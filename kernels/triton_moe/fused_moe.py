@@ -10,6 +10,7 @@ import functools
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import configs, gemm_kernel
 from .heuristics import (
@@ -416,6 +417,53 @@ def acc_dot_applies(weights: dict, act: int, K: int) -> bool:
     return c["WSCALE"] == S_NONE or (c["WSCALE"] == S_FLOAT and (cols is None or cols >= K))
 
 
+# gemm_kernel's TMA_B where it applies on an sm90+ GPU and MOECERT_TRITON_TMA_B is unset
+TMA_B_BY_DEFAULT = True
+TMA_BOX = 256  # a TMA copy's largest extent along any dimension
+
+
+@functools.cache
+def tma_runs_on(device: torch.device) -> bool:
+    """Whether Hopper's tensor memory accelerator compiles here: CUDA sm90+."""
+    return (not INTERPRET and device.type == "cuda" and torch.version.hip is None
+            and torch.cuda.get_device_capability(device) >= (9, 0))
+
+
+def tma_b_run(weights: dict, acc_dot: bool, config: dict, bk: int, activation: str | None,
+              pairs: str, device: torch.device) -> int:
+    """gemm_kernel's TMA_B for a launch: the number of row runs in a weight tile (2: a fused
+    activation's gate / up halves, 1: rows as stored) where the weight tile may come by TMA,
+    else 0. It may where the tile's rows are blocks of the weights (not the adjacent order
+    of gate and up columns), where the tile accumulates in its dot (ACC_DOT), not SWAP_AB, the weights
+    [E, N, K] untiled with 16-byte aligned rows and each run of the block within a copy's
+    extent; and where it runs: sm90+ (the interpreter too when forced), on unless
+    MOECERT_TRITON_TMA_B=0 (TMA_B_BY_DEFAULT)."""
+    forced = configs.forced_tma_b()
+    if not (forced if forced is not None else TMA_B_BY_DEFAULT):
+        return 0
+    if not (tma_runs_on(device) or (INTERPRET and forced)):
+        return 0
+    q = weights["q"]
+    runs = 1
+    if activation in GATE_UP_HALVES:  # the tile's gate rows, then the same up rows; the
+        # adjacent order alternates them, no block of the weights
+        runs = 2 if pairs == "halves" else 0
+    block_n = config["BLOCK_N"]
+    fits = (runs and acc_dot and not config.get("SWAP_AB", False) and q.dim() == 3
+            and q.shape[2] * q.element_size() % 16 == 0 and q.data_ptr() % 16 == 0
+            and q.shape[1] % runs == 0 and block_n // runs <= TMA_BOX and bk <= TMA_BOX
+            and bk * q.element_size() >= 16)
+    return runs if fits else 0
+
+
+def tma_weights(q: torch.Tensor, runs: int, block_n: int, bk: int) -> TensorDescriptor:
+    """The weights' descriptor for TMA_B = runs: q [E, N, K] viewed [E, runs, N / runs, K],
+    blocks [1, runs, block_n / runs, bk] (gemm_kernel's docstring)."""
+    E, N, K = q.shape
+    return TensorDescriptor.from_tensor(q.view(E, runs, N // runs, K),
+                                        [1, runs, block_n // runs, bk])
+
+
 def scale_runs(weights: dict, block_n: int, activation: str | None, pairs: str) -> bool:
     """gemm_kernel's SCALE_RUNS: a fused activation on w13's halves, in the `halves` order,
     whose tile halves each lie in one block of weight-scale rows (N a multiple of the tile,
@@ -485,6 +533,9 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     e4m3_cvt = (constexprs["CARRY"] and constexprs["WSCALE"] == S_E4M3
                 and fast_i4 == I4_PAIRS and e4m3_cvt_runs_on(c.device))
     constexprs = {**constexprs, "WSCALE": launch_wscale(weights, act)}
+    tma_b = tma_b_run(weights, acc_dot, config, bk, activation, pairs, c.device)
+    if tma_b:
+        args = (tma_weights(args[0], tma_b, config["BLOCK_N"], bk), *args[1:])
     grid = (sorted_ids.numel() // block_m, triton.cdiv(N, config["BLOCK_N"]))
     # the workspace is never read with one split: c stands in for it (with split-K it holds
     # h's N columns, a fused activation's paired ones included)
@@ -514,7 +565,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
             SCALE_COLS=scale_cols_constexpr(scale_cols, K),
             E8M0_NORMAL=weights["e8m0_normal"] and constexprs["WSCALE"] == S_E8M0,
             E4M3_WORDS=e4m3_words(weights, act, acc_dot, c.device), ZERO_SUMS=sums,
-            TAIL_M=tail_rows(config), ONE_DOT=one_dot,
+            TAIL_M=tail_rows(config), ONE_DOT=one_dot, TMA_B=tma_b,
             num_warps=config["num_warps"], num_stages=config["num_stages"],
             **constexprs,
         )

@@ -82,6 +82,15 @@ the bf16 dot; E4M3_SCALED_WORDS (bf16, a layer of finite bytes, every E8M0 byte 
 E8M0_WORDS_MIN..MAX): decoded from their bit fields times their scale instead, so that a
 tile needs no scale of its own and spans any number of scale blocks (`_e4m3_scaled_part`;
 the host's BLOCK_K: heuristics.weights_block_k).
+TMA_B (host-chosen, `fused_moe.tma_b_runs`; 0 none): b_ptr is a tensor descriptor of the
+weights (Hopper's TMA, sm90+) and each K step's weight tile is one asynchronous bulk copy
+instead of per-thread loads; only the weight tile (the activation rows are gathered per
+row). The descriptor views [E, N, K] as [E, TMA_B, N / TMA_B, K] with blocks [1, TMA_B,
+BLOCK_N / TMA_B, BLOCK_K]: TMA_B = 2 where the tile holds gate rows and the same up rows
+(EPI_ACT on halves), so one copy brings both runs, 1 otherwise. Rows or columns past the
+expert's matrix arrive as zeros (the copy's bounds are the expert's own), where the
+pointer tile clamps them: finite either way, dropped at the store or times zero
+activations. ACC_DOT tiles only, not SWAP_AB: the same products, summed in the same order.
 
 Epilogue order (the reference's): per-row activation scale (or the global factor), the
 weights' global multiplier, + bias, * router weight, store
@@ -1428,7 +1437,8 @@ def _tile_part(a, a2, a3, a4, bq, k0, K, a_rows, row_mask, s_rows, z_rows, g_row
 
 @triton.jit
 def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
-             sum_rows, K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE: tl.constexpr,
+             sum_rows, K, scale_cols, stride_sk, stride_asm, K_SPLIT, tma_e, tma_n,
+             PHASE: tl.constexpr,
              WEIGHT: tl.constexpr,
              WSCALE: tl.constexpr, ACT: tl.constexpr, HAS_ZERO: tl.constexpr,
              SYM_ZERO: tl.constexpr, HAS_G_IDX: tl.constexpr, DOT: tl.constexpr,
@@ -1439,13 +1449,14 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
              E4M3_CVT: tl.constexpr, SCALE_BF16: tl.constexpr, E8M0_NORMAL: tl.constexpr,
              E4M3_WORDS: tl.constexpr, ZERO_SUMS: tl.constexpr, ONE_DOT: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             FP6_EXP: tl.constexpr):
+             FP6_EXP: tl.constexpr, TMA_B: tl.constexpr):
     """The tile's fp32 sum [BLOCK_M, BLOCK_N] over all of K (FULL) or over split
     program_id(2)'s columns (PARTIAL: K_SPLIT a multiple of BLOCK_K, so the `multiple_of`
     hints hold): tile after tile in increasing k0, each tile's scales applied to its
     partial product before it joins the sum. K_UNROLL tiles per loop step (the host's
     EVEN_K: every step's tiles lie inside the range; otherwise a tile at or past its end
-    loads zero activations and clamped weight rows, and adds an exact zero)."""
+    loads zero activations and clamped weight rows, and adds an exact zero). With TMA_B,
+    b_rows is the weights' descriptor and the tile is its block at (tma_e, 0, tma_n, k0)."""
     if PHASE == _PARTIAL:
         k_lo = tl.program_id(2) * K_SPLIT
         k_hi = tl.minimum(k_lo + K_SPLIT, K)
@@ -1514,7 +1525,10 @@ def _k_range(a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_
                 kq = (kq // WT_RUN) * (WT_N * WT_RUN) + kq % WT_RUN
             if EVEN_K:  # (a clamped tile's offsets are neither aligned nor contiguous)
                 kq = tl.max_contiguous(tl.multiple_of(kq, RUN), RUN)
-            if FP6_EXP:  # a span's 3 Q4 / 2 words: its halves' nibbles, then their high
+            if TMA_B:  # one bulk copy [1, TMA_B, BLOCK_N / TMA_B, BLOCK_K]: the tile's rows
+                bq = tl.trans(tl.reshape(b_rows.load([tma_e, 0, tma_n, k0]),
+                                         (BLOCK_N, BLOCK_K)))
+            elif FP6_EXP:  # a span's 3 Q4 / 2 words: its halves' nibbles, then their high
                 # bits (layout.plane_fp6), all 16-bit
                 span = k0 // BLOCK_K
                 if not EVEN_K:
@@ -1603,7 +1617,7 @@ def _tile(
     PAIR_ADJACENT: tl.constexpr, SCALE_RUNS: tl.constexpr,
     SCALE_COLS: tl.constexpr, E8M0_NORMAL: tl.constexpr,
     E4M3_WORDS: tl.constexpr, ZERO_SUMS: tl.constexpr, ONE_DOT: tl.constexpr,
-    FP6_EXP: tl.constexpr,
+    FP6_EXP: tl.constexpr, TMA_B: tl.constexpr,
 ):
     """The tile of the rows `row_ids` (BLOCK_M of them: the kernel's row block, or with
     TAIL_M the part of an expert's last block that holds rows) and the column block pid_n
@@ -1643,7 +1657,11 @@ def _tile(
             offs_bn = tl.minimum(offs_n, N - 1).to(tl.int64)
     a_base = a_ptr + a_rows[:, None] * stride_am
     a_mask = row_mask[:, None]
-    if WT_K == 0:
+    tma_n = 0
+    if TMA_B:  # the descriptor; the tile's first row within each of its TMA_B runs
+        b_rows = b_ptr
+        tma_n = pid_n * (BLOCK_N // TMA_B)
+    elif WT_K == 0:
         b_rows = b_ptr + expert * stride_be + offs_bn[None, :] * stride_bn
     else:  # stride_bn steps one tile of WT_N rows
         b_rows = (b_ptr + expert * stride_be + (offs_bn // WT_N)[None, :] * stride_bn
@@ -1685,10 +1703,11 @@ def _tile(
     else:
         acc = _k_range(
             a_base, a_mask, a_rows, row_mask, b_rows, s_rows, z_rows, g_row, a_scale_ptr,
-            sum_rows, K, scale_cols, stride_sk, stride_asm, K_SPLIT, PHASE, WEIGHT, WSCALE, ACT,
+            sum_rows, K, scale_cols, stride_sk, stride_asm, K_SPLIT, expert.to(tl.int32), tma_n,
+            PHASE, WEIGHT, WSCALE, ACT,
             HAS_ZERO, SYM_ZERO, HAS_G_IDX, DOT, COMPUTE, EVEN_K, SWAP_AB, FAST_I4, K_UNROLL, WT_N,
             WT_K, NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, CARRY, E4M3_CVT, SCALE_BF16, E8M0_NORMAL,
-            E4M3_WORDS, ZERO_SUMS, ONE_DOT, BLOCK_M, BLOCK_N, BLOCK_K, FP6_EXP)
+            E4M3_WORDS, ZERO_SUMS, ONE_DOT, BLOCK_M, BLOCK_N, BLOCK_K, FP6_EXP, TMA_B)
     # --- write-back: the split's partial tile, or the epilogue (FULL and REDUCE) -------------
     # (an else, not a return inside the constexpr branch: Triton versions have differed on
     # code that follows a nested return)
@@ -1772,6 +1791,7 @@ def moe_gemm_kernel(
     SCALE_COLS: tl.constexpr = 0, E8M0_NORMAL: tl.constexpr = False,
     E4M3_WORDS: tl.constexpr = E4M3_BYTES, ZERO_SUMS: tl.constexpr = False,
     FP6_EXP: tl.constexpr = 0, TAIL_M: tl.constexpr = 0, ONE_DOT: tl.constexpr = False,
+    TMA_B: tl.constexpr = 0,
 ):
     # --- program ids: one (row block, column block) tile; PARTIAL: axis 2 is the split ----
     # row blocks run fastest: the row blocks of one expert read the same weight tile at
@@ -1808,7 +1828,8 @@ def moe_gemm_kernel(
               HAS_WGSCALE, MUL_ROUTER, DOT, COMPUTE, FIX_BF16, EVEN_K, EVEN_N, SWAP_AB, FAST_I4,
               K_UNROLL, WT_N, WT_K, NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN, BLOCK_M, BLOCK_N,
               BLOCK_K, CARRY, E4M3_CVT, SCALE_BF16, EPI_ACT, ALPHA, LIMIT, PAIR_ADJACENT,
-              SCALE_RUNS, SCALE_COLS, E8M0_NORMAL, E4M3_WORDS, ZERO_SUMS, ONE_DOT, FP6_EXP)
+              SCALE_RUNS, SCALE_COLS, E8M0_NORMAL, E4M3_WORDS, ZERO_SUMS, ONE_DOT, FP6_EXP,
+              TMA_B)
     else:
         # TAIL_M (the host's: BLOCK_M / 2 or / 4): an expert's last block holds the rest of
         # its rows, then the sentinel; its MMAs run on the smallest of BLOCK_M, BLOCK_M / 2
@@ -1836,5 +1857,5 @@ def moe_gemm_kernel(
                           FAST_I4, K_UNROLL, WT_N, WT_K, NIB_SPAN, ACC_DOT, SCALE_WORDS, LEAN,
                           BLOCK_M >> level, BLOCK_N, BLOCK_K, CARRY, E4M3_CVT, SCALE_BF16, EPI_ACT,
                           ALPHA, LIMIT, PAIR_ADJACENT, SCALE_RUNS, SCALE_COLS, E8M0_NORMAL,
-                          E4M3_WORDS, ZERO_SUMS, ONE_DOT, FP6_EXP)
+                          E4M3_WORDS, ZERO_SUMS, ONE_DOT, FP6_EXP, TMA_B)
 
