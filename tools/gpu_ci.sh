@@ -40,6 +40,7 @@ FILES=(
     tests/kernels/test_tail_tiles_cuda.py   # TAIL_M's smaller tiles against the whole tile (sm80+)
     tests/kernels/test_one_dot_cuda.py      # ONE_DOT's one dot against the four plane dots (sm80+)
     tests/kernels/test_int4_prefill_cuda.py # the int4 prefill dispatch's decode and layer (sm80+)
+    tests/kernels/test_tma_b_cuda.py        # the weight tile by TMA against per-thread loads (sm90+)
     tests/kernels/test_grouped_fp8.py       # torch._scaled_grouped_mm FP8 row-wise (sm90)
     tests/kernels/test_grouped_capture.py   # CUDA-graph capture of the grouped backend
     tests/reference/test_devices.py         # the float64 reference on cuda

@@ -158,6 +158,8 @@
 #   tools/i44_tune_gpu.sh r18   round eighteen: int4 planes scaled inside the decode under
 #       ONE_DOT: the nibble kernels' CUDA tests, then gptq-int4 / awq-int4 prefill, the default
 #       against MOECERT_TRITON_ONE_DOT=0, alternating processes (~400 s)
+#   tools/i44_tune_gpu.sh r19 / r19b / r19c / r19d / r20   rounds nineteen and twenty: each
+#       phase's comment below says what it runs
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -1490,6 +1492,40 @@ r19d() {  # round nineteen, last call: the CUDA files the round's calls had not 
     batch_end
 }
 
+r20() {  # round twenty, the weight tile by TMA (gemm_kernel's TMA_B, on by default on sm90):
+    # the CUDA tests of the W16 / ACC_DOT tiles it changes; Mixtral-8x7B prefill at M 1024 /
+    # 4096, every scheme of the issue's table, the default against MOECERT_TRITON_TMA_B=0,
+    # alternating, two processes each; bf16 decode (M 16 / 64, the bench's layers) both ways
+    # (~450 s)
+    batch_begin i44r20 565
+    gpu_versions
+    timeout 200 python -m pytest -n 4 -q -p no:cacheprovider -rfE \
+        tests/kernels/test_tma_b_cuda.py tests/kernels/test_fused_activation_cuda.py \
+        tests/kernels/test_int4_prefill_cuda.py tests/kernels/test_fp4_prefill_cuda.py \
+        tests/kernels/test_tail_tiles_cuda.py > "$work/tests.txt" 2>&1
+    stamp "CUDA tests" $?
+    local run B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
+                 --backend triton --model mixtral-8x7b --M 1024,4096 --scheme bf16
+                 --scheme fp8-w8a8 --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4
+                 --scheme nvfp4)
+    for run in 1 2; do
+        timeout 45 $M "${B[@]}" --results "$work/tma$run" --run-id "tma$run" \
+            > "$work/tma$run.txt" 2>&1
+        stamp "tma $run" $?
+        MOECERT_TRITON_TMA_B=0 timeout 45 $M "${B[@]}" --results "$work/off$run" \
+            --run-id "off$run" > "$work/off$run.txt" 2>&1
+        stamp "off $run" $?
+    done
+    local D=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
+             --backend triton --scheme bf16 --M 16,64)
+    timeout 40 $M "${D[@]}" --results "$work/dec-tma" --run-id dec-tma > "$work/dec-tma.txt" 2>&1
+    stamp "decode tma" $?
+    MOECERT_TRITON_TMA_B=0 timeout 40 $M "${D[@]}" --results "$work/dec-off" --run-id dec-off \
+        > "$work/dec-off.txt" 2>&1
+    stamp "decode off" $?
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1551,5 +1587,6 @@ case "${1:-}" in
     r19b) r19b ;;
     r19c) r19c ;;
     r19d) r19d ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b|r19c|r19d" >&2; exit 2 ;;
+    r20) r20 ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b|r19c|r19d|r20" >&2; exit 2 ;;
 esac

@@ -434,9 +434,9 @@ def tma_b_run(weights: dict, acc_dot: bool, config: dict, bk: int, activation: s
     """gemm_kernel's TMA_B for a launch: the number of row runs in a weight tile (2: a fused
     activation's gate / up halves, 1: rows as stored) where the weight tile may come by TMA,
     else 0. It may where the tile's rows are blocks of the weights (not the adjacent order
-    of gate and up columns), where the tile accumulates in its dot (ACC_DOT), not SWAP_AB, the weights
-    [E, N, K] untiled with 16-byte aligned rows and each run of the block within a copy's
-    extent; and where it runs: sm90+ (the interpreter too when forced), on unless
+    of gate and up columns) and the tile accumulates in its dot (ACC_DOT), not SWAP_AB, the
+    weights [E, N, K] untiled with 16-byte aligned rows, each run of the block within a
+    copy's extent; and where it runs: sm90+ (the interpreter too when forced), on unless
     MOECERT_TRITON_TMA_B=0 (TMA_B_BY_DEFAULT)."""
     forced = configs.forced_tma_b()
     if not (forced if forced is not None else TMA_B_BY_DEFAULT):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _tma import gemm, outputs_by_tma, weights16
 from moecert.kernels.triton_moe.interpret import load_interpreted_kernels
 
 load_interpreted_kernels()  # before the kernel modules are bound below
 
-from moecert.kernels.triton_moe import align, configs, fused_moe, kinds  # noqa: E402
+from moecert.kernels.triton_moe import configs, fused_moe  # noqa: E402
 from moecert.kernels.triton_moe.backend import TritonBackend  # noqa: E402
 from moecert.reference import MoEProblem, make_inputs, moe, synthesize  # noqa: E402
 
@@ -27,38 +28,6 @@ TILES = {
 }
 
 
-def _weights(E, rows, K, dtype, seed):
-    """16-bit weights with a bias and a global multiplier per row half (a row read from the
-    wrong place shows in the bias), bf16 compute; fp16 weights take the tf32 dot."""
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(E, rows, K, generator=g).to(dtype)
-    bias = torch.randn(E, rows, generator=g)
-    gscale = torch.rand(E, 2, generator=g) + 0.5
-    return fused_moe.describe_weights(kinds.W16, q, torch.bfloat16, bias=bias, gscale=gscale)
-
-
-def _gemm(weights, a, ids, config, activation, out_cols, pairs="halves"):
-    sorted_ids, block_expert, num_padded = align.align_assignments(
-        ids, weights["q"].shape[0], config["BLOCK_M"], n=ids.numel())
-    c = torch.full((ids.numel(), out_cols), float("nan"), dtype=a.dtype)
-    fused_moe.moe_gemm(a, None, None, weights, c, sorted_ids, block_expert, num_padded, None,
-                       a_row_div=2, act=kinds.A16, config=config, activation=activation,
-                       pairs=pairs)
-    return c
-
-
-def _both(weights, a, ids, config, activation, out_cols, pairs, monkeypatch, launches):
-    """The output with the weight tile by TMA and by per-thread loads, and each launch's
-    TMA_B."""
-    outs, seen = {}, {}
-    for tma in ("1", "0"):
-        monkeypatch.setenv(configs.TMA_B_ENV, tma)
-        launches.seen.clear()
-        outs[tma] = _gemm(weights, a, ids, config, activation, out_cols, pairs)
-        seen[tma] = {t for (t,) in launches.seen}
-    return outs, seen
-
-
 # N = 40 intermediate columns and K = 96: no tile width divides the halves or K (rows past
 # N, columns past K: the copy's zeros where the pointer tile clamps)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -69,14 +38,15 @@ def test_the_copied_tile_gives_the_pointer_tiles_bits(tile, pairs, dtype, monkey
     E, K, N, M, topk = 3, 96, 40, 37, 2
     activation = None if pairs is None else "silu"
     rows = 2 * N
-    weights = _weights(E, rows, K, dtype, seed=5)
+    weights = weights16(E, rows, K, dtype, seed=5)
     g = torch.Generator().manual_seed(6)
     a = torch.randn(M, K, generator=g).to(torch.bfloat16)
     ids = torch.randint(0, E, (M * topk,), generator=g, dtype=torch.int32)
     config = configs.complete({**TILES[tile], "num_warps": 4, "num_stages": 2})
     out_cols = rows if activation is None else N
-    outs, seen = _both(weights, a, ids, config, activation, out_cols, pairs or "halves",
-                       monkeypatch, spy_launches("TMA_B"))
+    outs, seen = outputs_by_tma(
+        lambda: gemm(weights, a, ids, config, activation, out_cols, pairs or "halves"),
+        monkeypatch, spy_launches("TMA_B"))
     assert seen == {"1": {{None: 1, "halves": 2, "adjacent": 0}[pairs]}, "0": {0}}
     assert torch.isfinite(outs["1"]).all()
     assert torch.equal(outs["1"], outs["0"])
@@ -87,7 +57,7 @@ def test_a_descriptor_of_the_wrong_runs_is_seen(monkeypatch, spy_launches):
     from the gate rows' first (gate rows of the next tile in place of up rows) is not the
     pointer tile's output."""
     E, K, N, M = 2, 64, 64, 9
-    weights = _weights(E, 2 * N, K, torch.bfloat16, seed=7)
+    weights = weights16(E, 2 * N, K, torch.bfloat16, seed=7)
     g = torch.Generator().manual_seed(8)
     a = torch.randn(M, K, generator=g).to(torch.bfloat16)
     ids = torch.randint(0, E, (2 * M,), generator=g, dtype=torch.int32)
@@ -95,14 +65,14 @@ def test_a_descriptor_of_the_wrong_runs_is_seen(monkeypatch, spy_launches):
     made = fused_moe.tma_weights
     monkeypatch.setattr(fused_moe, "tma_weights",
                         lambda q, runs, block_n, bk: made(q, 1, block_n, bk))
-    outs, seen = _both(weights, a, ids, config, "silu", N, "halves", monkeypatch,
-                       spy_launches("TMA_B"))
+    outs, seen = outputs_by_tma(lambda: gemm(weights, a, ids, config, "silu", N),
+                                monkeypatch, spy_launches("TMA_B"))
     assert seen["1"] == {2}
     assert torch.isfinite(outs["1"]).all() and not torch.equal(outs["1"], outs["0"])
 
 
 def test_tma_applies_to_accumulating_untiled_unswapped_tiles_only(monkeypatch):
-    weights = _weights(2, 64, 64, torch.bfloat16, seed=9)
+    weights = weights16(2, 64, 64, torch.bfloat16, seed=9)
     cpu = torch.device("cpu")
     plain = configs.complete({**TILES["plain"], "num_warps": 4, "num_stages": 2})
     run = fused_moe.tma_b_run
@@ -116,7 +86,7 @@ def test_tma_applies_to_accumulating_untiled_unswapped_tiles_only(monkeypatch):
     assert run(weights, False, plain, 32, None, "halves", cpu) == 0  # a tile scale
     assert run(weights, True, {**plain, "SWAP_AB": True}, 32, None, "halves", cpu) == 0
     assert run(weights, True, {**plain, "BLOCK_N": 1024}, 32, "silu", "halves", cpu) == 0
-    odd = _weights(2, 64, 60, torch.bfloat16, seed=9)  # 120-byte rows: not 16-byte aligned
+    odd = weights16(2, 64, 60, torch.bfloat16, seed=9)  # 120-byte rows: not 16-byte aligned
     assert run(odd, True, plain, 32, None, "halves", cpu) == 0
     monkeypatch.setenv(configs.TMA_B_ENV, "0")
     assert run(weights, True, plain, 32, "silu", "halves", cpu) == 0
@@ -138,17 +108,9 @@ def test_a_layer_on_the_copied_tile_computes_the_reference(scheme, attrs, monkey
     layer = backend.create_layer(ckpt, P)
     backend.process_weights_after_loading(layer)
     x, w, ids = make_inputs(P, seed=2)
-    launches = spy_launches("TMA_B")
-    outs = {}
-    for tma in ("1", "0"):
-        monkeypatch.setenv(configs.TMA_B_ENV, tma)
-        launches.seen.clear()
-        outs[tma] = backend.apply(layer, x, w, ids)
-        taken = {t for (t,) in launches.seen}
-        if tma == "1":
-            assert taken - {0}, "no launch took TMA"
-        else:
-            assert taken == {0}
+    outs, seen = outputs_by_tma(lambda: backend.apply(layer, x, w, ids), monkeypatch,
+                                spy_launches("TMA_B"))
+    assert seen["1"] - {0} and seen["0"] == {0}
     assert torch.equal(outs["1"], outs["0"])
     ref = moe(ckpt, x, w, ids, P)
     err = ((outs["1"].double() - ref).norm() / ref.norm()).item()
