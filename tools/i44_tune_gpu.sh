@@ -158,7 +158,7 @@
 #   tools/i44_tune_gpu.sh r18   round eighteen: int4 planes scaled inside the decode under
 #       ONE_DOT: the nibble kernels' CUDA tests, then gptq-int4 / awq-int4 prefill, the default
 #       against MOECERT_TRITON_ONE_DOT=0, alternating processes (~400 s)
-#   tools/i44_tune_gpu.sh r19 / r19b / r19c / r19d / r20   rounds nineteen and twenty: each
+#   tools/i44_tune_gpu.sh r19 / r19b / r19c / r19d / r20 / r20b   rounds nineteen and twenty: each
 #       phase's comment below says what it runs
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
@@ -1526,6 +1526,41 @@ r20() {  # round twenty, the weight tile by TMA (gemm_kernel's TMA_B, on by defa
     batch_end
 }
 
+r20b() {  # round twenty, second call: TMA_B for fp8 / int8 weights with a scale per tile too
+    # (DeepSeek's blocks: the issue's fp8-w8a8 row). The TMA CUDA test; Mixtral-8x7B prefill
+    # (bf16, fp8-w8a8) at M 1024 / 4096, the default against MOECERT_TRITON_TMA_B=0,
+    # alternating, two each; Qwen3-30B-A3B and DeepSeek-V3 at M 4096 and fp8-w8a8's decode
+    # (M 16 / 64, the bench's layers), one each way (~230 s; then
+    # GPU_CI_PART=suites tools/gpu_ci.sh)
+    batch_begin i44r20b 300
+    gpu_versions
+    timeout 90 python -m pytest -q -p no:cacheprovider -rfE tests/kernels/test_tma_b_cuda.py \
+        > "$work/tests.txt" 2>&1
+    stamp "CUDA test" $?
+    local run B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
+                 --backend triton --scheme bf16 --scheme fp8-w8a8)
+    for run in 1 2; do
+        timeout 30 $M "${B[@]}" --model mixtral-8x7b --M 1024,4096 --results "$work/tma$run" \
+            --run-id "tma$run" > "$work/tma$run.txt" 2>&1
+        stamp "tma $run" $?
+        MOECERT_TRITON_TMA_B=0 timeout 30 $M "${B[@]}" --model mixtral-8x7b --M 1024,4096 \
+            --results "$work/off$run" --run-id "off$run" > "$work/off$run.txt" 2>&1
+        stamp "off $run" $?
+    done
+    for run in tma off; do
+        MOECERT_TRITON_TMA_B=$([[ $run == tma ]] && echo 1 || echo 0) timeout 35 $M "${B[@]}" \
+            --model qwen3-30b-a3b --model deepseek-v3 --M 4096 --results "$work/other-$run" \
+            --run-id "other-$run" > "$work/other-$run.txt" 2>&1
+        stamp "other $run" $?
+        MOECERT_TRITON_TMA_B=$([[ $run == tma ]] && echo 1 || echo 0) timeout 30 $M bench \
+            --device cuda --mode graph --max-seconds 0.25 --repeats 15 --backend triton \
+            --scheme fp8-w8a8 --M 16,64 --results "$work/dec-$run" --run-id "dec-$run" \
+            > "$work/dec-$run.txt" 2>&1
+        stamp "decode $run" $?
+    done
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1588,5 +1623,6 @@ case "${1:-}" in
     r19c) r19c ;;
     r19d) r19d ;;
     r20) r20 ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b|r19c|r19d|r20" >&2; exit 2 ;;
+    r20b) r20b ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b|r19c|r19d|r20|r20b" >&2; exit 2 ;;
 esac

@@ -429,15 +429,15 @@ def tma_runs_on(device: torch.device) -> bool:
             and torch.cuda.get_device_capability(device) >= (9, 0))
 
 
-def tma_b_run(weights: dict, acc_dot: bool, config: dict, bk: int, activation: str | None,
-              pairs: str, device: torch.device) -> int:
+def tma_b_run(weights: dict, config: dict, bk: int, activation: str | None, pairs: str,
+              device: torch.device) -> int:
     """gemm_kernel's TMA_B for a launch: the number of row runs in a weight tile (2: a fused
     activation's gate / up halves, 1: rows as stored) where the weight tile may come by TMA,
     else 0. It may where the tile's rows are blocks of the weights (not the adjacent order
-    of gate and up columns) and the tile accumulates in its dot (ACC_DOT), not SWAP_AB, the
-    weights [E, N, K] untiled with 16-byte aligned rows, each run of the block within a
-    copy's extent; and where it runs: sm90+ (the interpreter too when forced), on unless
-    MOECERT_TRITON_TMA_B=0 (TMA_B_BY_DEFAULT)."""
+    of gate and up columns), the weights one element a column (16-bit, fp8 or int8: no
+    nibbles, no act order), [E, N, K] untiled with 16-byte aligned rows, each run of the
+    block within a copy's extent, not SWAP_AB; and where it runs: sm90+ (the interpreter too
+    when forced), on unless MOECERT_TRITON_TMA_B=0 (TMA_B_BY_DEFAULT)."""
     forced = configs.forced_tma_b()
     if not (forced if forced is not None else TMA_B_BY_DEFAULT):
         return 0
@@ -449,7 +449,9 @@ def tma_b_run(weights: dict, acc_dot: bool, config: dict, bk: int, activation: s
         # adjacent order alternates them, no block of the weights
         runs = 2 if pairs == "halves" else 0
     block_n = config["BLOCK_N"]
-    fits = (runs and acc_dot and not config.get("SWAP_AB", False) and q.dim() == 3
+    c = weights["constexprs"]
+    fits = (runs and weights["kind"] in (W16, W_FP8, W_INT8) and not c["HAS_G_IDX"]
+            and not config.get("SWAP_AB", False) and q.dim() == 3
             and q.shape[2] * q.element_size() % 16 == 0 and q.data_ptr() % 16 == 0
             and q.shape[1] % runs == 0 and block_n // runs <= TMA_BOX and bk <= TMA_BOX
             and bk * q.element_size() >= 16)
@@ -533,7 +535,7 @@ def moe_gemm(a: torch.Tensor, a_scale, a_gscale, weights: dict, c: torch.Tensor,
     e4m3_cvt = (constexprs["CARRY"] and constexprs["WSCALE"] == S_E4M3
                 and fast_i4 == I4_PAIRS and e4m3_cvt_runs_on(c.device))
     constexprs = {**constexprs, "WSCALE": launch_wscale(weights, act)}
-    tma_b = tma_b_run(weights, acc_dot, config, bk, activation, pairs, c.device)
+    tma_b = tma_b_run(weights, config, bk, activation, pairs, c.device)
     if tma_b:
         args = (tma_weights(args[0], tma_b, config["BLOCK_N"], bk), *args[1:])
     grid = (sorted_ids.numel() // block_m, triton.cdiv(N, config["BLOCK_N"]))

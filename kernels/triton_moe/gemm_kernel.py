@@ -90,7 +90,8 @@ BLOCK_N / TMA_B, BLOCK_K]: TMA_B = 2 where the tile holds gate rows and the same
 (EPI_ACT on halves), so one copy brings both runs, 1 otherwise. Rows or columns past the
 expert's matrix arrive as zeros (the copy's bounds are the expert's own), where the
 pointer tile clamps them: finite either way, dropped at the store or times zero
-activations. ACC_DOT tiles only, not SWAP_AB: the same products, summed in the same order.
+activations. Weights of one element a column (16-bit, fp8, int8), not SWAP_AB: the same
+tile, so the same products summed in the same order.
 
 Epilogue order (the reference's): per-row activation scale (or the global factor), the
 weights' global multiplier, + bias, * router weight, store

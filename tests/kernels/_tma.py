@@ -8,6 +8,16 @@ from __future__ import annotations
 import torch
 
 TMA_B_ENV = "MOECERT_TRITON_TMA_B"  # (configs.TMA_B_ENV, checked in outputs_by_tma)
+# the layers run through the backend: fp8-w8a8 per channel (one scale column: its tiles
+# accumulate in the dot, ACC_DOT) and in DeepSeek's blocks (a scale per tile), int8-w8a8
+LAYERS = [("bf16", {}),
+          ("fp8-w8a8", {"weight_strategy": "channel", "activation": "dynamic-token"}),
+          ("fp8-w8a8", {}),
+          ("int8-w8a8", {"activation": "dynamic-tensor"})]
+# each layer's bound against the float64 reference (relative Frobenius): bf16's h and y
+# roundings, 2^-7; the 8-bit activations' dynamic codes of h, which a one-ulp move of bf16 h
+# moves a code step (test_grouped_fp8.py's analysis), 2^-5
+BOUNDS = {"bf16": 2.0 ** -7, "fp8-w8a8": 2.0 ** -5, "int8-w8a8": 2.0 ** -5}
 
 
 def weights16(E, rows, K, dtype, seed, device="cpu"):
