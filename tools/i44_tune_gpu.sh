@@ -158,7 +158,7 @@
 #   tools/i44_tune_gpu.sh r18   round eighteen: int4 planes scaled inside the decode under
 #       ONE_DOT: the nibble kernels' CUDA tests, then gptq-int4 / awq-int4 prefill, the default
 #       against MOECERT_TRITON_ONE_DOT=0, alternating processes (~400 s)
-#   tools/i44_tune_gpu.sh r19 / r19b / r19c / r19d / r20 / r20b   rounds nineteen and twenty: each
+#   tools/i44_tune_gpu.sh r19 / r19b / r19c / r19d / r20 / r20b / r20c   rounds nineteen and twenty: each
 #       phase's comment below says what it runs
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
@@ -1561,6 +1561,31 @@ r20b() {  # round twenty, second call: TMA_B for fp8 / int8 weights with a scale
     batch_end
 }
 
+r20c() {  # round twenty, third call: the W16 prefill entries (bf16's, which the dispatch's W16
+    # tile also reads) and fp8-w8a8's tuned again on Mixtral-8x7B at M 1024 / 4096 with the
+    # weight tile by TMA (registers freed: other tiles may now win), into a copy (cfg/ in the
+    # tar); then the prefill of every scheme in the issue's table with the tree's files and
+    # the copy's, alternating, two processes each (~500 s)
+    batch_begin i44r20c 570
+    gpu_versions
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" w16 "190 --model mixtral-8x7b --scheme bf16 --M 1024,4096 --routings 2 --max-seconds 85" \
+        "100 --model mixtral-8x7b --scheme fp8-w8a8 --M 1024 --routings 2 --max-seconds 85"
+    local run B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
+                 --backend triton --model mixtral-8x7b --M 1024,4096 --scheme bf16
+                 --scheme fp8-w8a8 --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4
+                 --scheme nvfp4)
+    for run in 1 2; do
+        timeout 40 $M "${B[@]}" --results "$work/tree$run" --run-id "tree$run" \
+            > "$work/tree$run.txt" 2>&1
+        stamp "tree $run" $?
+        MOECERT_TRITON_CONFIG_DIR=$C timeout 40 $M "${B[@]}" --results "$work/tuned$run" \
+            --run-id "tuned$run" > "$work/tuned$run.txt" 2>&1
+        stamp "tuned $run" $?
+    done
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1624,5 +1649,6 @@ case "${1:-}" in
     r19d) r19d ;;
     r20) r20 ;;
     r20b) r20b ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b|r19c|r19d|r20|r20b" >&2; exit 2 ;;
+    r20c) r20c ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b|r19c|r19d|r20|r20b|r20c" >&2; exit 2 ;;
 esac
