@@ -158,7 +158,7 @@
 #   tools/i44_tune_gpu.sh r18   round eighteen: int4 planes scaled inside the decode under
 #       ONE_DOT: the nibble kernels' CUDA tests, then gptq-int4 / awq-int4 prefill, the default
 #       against MOECERT_TRITON_ONE_DOT=0, alternating processes (~400 s)
-#   tools/i44_tune_gpu.sh r19 / r19b / r19c / r19d / r20 / r20b / r20c   rounds nineteen and twenty: each
+#   tools/i44_tune_gpu.sh r19 / r19b / r19c / r19d / r20 / r20b / r20c / r20d   rounds nineteen and twenty: each
 #       phase's comment below says what it runs
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
@@ -1586,6 +1586,23 @@ r20c() {  # round twenty, third call: the W16 prefill entries (bf16's, which the
     batch_end
 }
 
+r20d() {  # round twenty, last call: the prefill table on the tree with the 2048-row bf16 bucket
+    # of r20c, two processes, and one with MOECERT_TRITON_TMA_B=0 (~80 s; then the CUDA files:
+    # GPU_CI_PART=files GPU_CI_SKIP=test_mps_cuda.py tools/gpu_ci.sh)
+    batch_begin i44r20d 200
+    gpu_versions
+    local run B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
+                 --backend triton --model mixtral-8x7b --M 1024,4096 --scheme bf16
+                 --scheme fp8-w8a8 --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4
+                 --scheme nvfp4)
+    for run in 1 off 2; do
+        MOECERT_TRITON_TMA_B=$([[ $run == off ]] && echo 0) timeout 45 $M "${B[@]}" \
+            --results "$work/table$run" --run-id "table$run" > "$work/table$run.txt" 2>&1
+        stamp "table $run" $?
+    done
+    batch_end
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1650,5 +1667,6 @@ case "${1:-}" in
     r20) r20 ;;
     r20b) r20b ;;
     r20c) r20c ;;
-    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b|r19c|r19d|r20|r20b|r20c" >&2; exit 2 ;;
+    r20d) r20d ;;
+    *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b|r19c|r19d|r20|r20b|r20c|r20d" >&2; exit 2 ;;
 esac
