@@ -38,6 +38,7 @@ READERS: dict[str, Callable[[Mapping[str, str]], object]] = {
     configs.FP6_PLANES_ENV: configs.fp6_planes_wanted,
     configs.TAIL_M_ENV: configs.forced_tail_m,
     configs.ONE_DOT_ENV: configs.forced_one_dot,
+    configs.TMA_B_ENV: configs.forced_tma_b,
     configs.CONFIG_DIR_ENV: configs.config_dir,
 }
 

@@ -70,6 +70,10 @@ MOECERT_TRITON_TAIL_M=<0, or a power of two >= MIN_TAIL_M> forces every launch's
 the whole tile on the same entries.
 MOECERT_TRITON_ONE_DOT=<0 or 1> forces every nibble-plane launch's ONE_DOT (`forced_one_dot`):
 to time one dot against four on the same entries.
+MOECERT_TRITON_TMA_B=<0 or 1> forces the weight tile by Hopper's TMA (`forced_tma_b`,
+gemm_kernel's TMA_B): 0 per-thread loads everywhere, to time one against the other; 1 wherever
+fused_moe.tma_b_run allows it, the interpreter included (its tests). Unset: on for sm90+ GPUs
+(docs/speed.md "round twenty").
 MOECERT_TRITON_ZERO_SUMS=0 takes int4 zero points (AWQ) inside the weights' decode instead of
 from each row's activation sums after the tile's dot (`zero_sums_allowed`, gemm_kernel's
 ZERO_SUMS; docs/speed.md "round thirteen").

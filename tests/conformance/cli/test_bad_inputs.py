@@ -85,6 +85,8 @@ BAD_ENVIRONMENT = [
     ("MOECERT_TRITON_TAIL_M", "8", "expected 0 (every block on the whole tile) or a power of"),
     ("MOECERT_TRITON_ONE_DOT", "yes", "expected 1 (a tile's four plane products as one dot)"
      " or 0 (four dots, one a plane)"),
+    ("MOECERT_TRITON_TMA_B", "on", "expected 1 (the weight tile by TMA where it applies)"
+     " or 0 (per-thread loads)"),
     ("MOECERT_TRITON_CONFIG_DIR", "afile", "expected a folder of tuned-config files"),
 ]
 
@@ -121,7 +123,7 @@ def test_every_variable_read_is_declared_with_its_check():
                        configs.FP4_LEAN_ENV: "1", configs.FP4_CARRY_ENV: "1",
                        configs.FP4_SCALE_BF16_ENV: "1", configs.FUSED_ACT_ENV: "adjacent",
                        configs.FP6_PLANES_ENV: "1", configs.TAIL_M_ENV: "32",
-                       configs.ONE_DOT_ENV: "0",
+                       configs.ONE_DOT_ENV: "0", configs.TMA_B_ENV: "0",
                        configs.CONFIG_DIR_ENV: str(configs.CONFIG_DIR)})
     with pytest.raises(UsageError, match="MOECERT_HOST_MEMORY='lots'"):
         check_environment({memory.HOST_MEMORY_VARIABLE: "lots"})
