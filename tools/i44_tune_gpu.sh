@@ -236,6 +236,37 @@ tune_into() {  # tune_into DIR TAG STEP...: STEP is "LIMIT_S MOECERT_TUNE_ARGS..
     done
 }
 
+pairs() {  # pairs LIMIT_S A "VAR=VALUE..." B "VAR=VALUE..." BENCH_ARGS...: the bench under two
+    # settings ("" for none), alternating A, B, A, B, one process each, so a drift of the run
+    # shows in the pairs' spread (A1/, B1/, A2/, B2/ in the results)
+    local limit=$1 a=$2 env_a=$3 b=$4 env_b=$5 run name env; shift 5
+    for run in 1 2; do
+        for name in "$a" "$b"; do
+            env=$env_a; [[ $name == "$b" ]] && env=$env_b
+            env $env timeout "$limit" $M "$@" --results "$work/$name$run" \
+                --run-id "$name$run" > "$work/$name$run.txt" 2>&1
+            stamp "$name $run" $?
+        done
+    done
+}
+
+# The issue's prefill table: Mixtral-8x7B at M 1024 / 4096, every scheme of its rows
+PREFILL_TABLE=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15 --backend triton
+               --model mixtral-8x7b --M 1024,4096 --scheme bf16 --scheme fp8-w8a8
+               --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4 --scheme nvfp4)
+
+retune_w16() {  # retune_w16 BATCH: bf16's prefill entries (which the dispatch's W16 tile also
+    # reads) on Mixtral-8x7B at M 1024 / 4096 and fp8-w8a8's at M 1024 tuned into a copy (cfg/
+    # in the tar), 85 s a size; then the prefill table with the tree's files and the copy's
+    batch_begin "$1" 570
+    gpu_versions
+    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
+    tune_into "$C" w16 "190 --model mixtral-8x7b --scheme bf16 --M 1024,4096 --routings 2 --max-seconds 85" \
+        "100 --model mixtral-8x7b --scheme fp8-w8a8 --M 1024 --routings 2 --max-seconds 85"
+    pairs 45 tree "" tuned "MOECERT_TRITON_CONFIG_DIR=$C" "${PREFILL_TABLE[@]}"
+    batch_end
+}
+
 tune_copy_compare() {  # tune_copy_compare BATCH TAG STEP...: (B, the bench's arguments, set by
     # the caller) the steps tuned into a copy of the tree's configs (cfg/ in the tar), then the
     # bench with the tree's files and with the copy, one process each
@@ -1443,24 +1474,7 @@ r19c() {  # round nineteen, third call: the W16 prefill tile's entries (bf16's, 
     # than round nine's cut 70 s, and fp8-w8a8 at M 1024 (cut at 70 s then), into a copy
     # (cfg/ in the tar); then the prefill of every scheme in the issue's table with the tree's
     # files and the copy's, alternating, two processes each (~470 s)
-    batch_begin i44r19c 570
-    gpu_versions
-    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
-    tune_into "$C" w16 "190 --model mixtral-8x7b --scheme bf16 --M 1024,4096 --routings 2 --max-seconds 85" \
-        "100 --model mixtral-8x7b --scheme fp8-w8a8 --M 1024 --routings 2 --max-seconds 85"
-    local run B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
-                 --backend triton --model mixtral-8x7b --M 1024,4096 --scheme bf16
-                 --scheme fp8-w8a8 --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4
-                 --scheme nvfp4)
-    for run in 1 2; do
-        timeout 45 $M "${B[@]}" --results "$work/tree$run" --run-id "tree$run" \
-            > "$work/tree$run.txt" 2>&1
-        stamp "tree $run" $?
-        MOECERT_TRITON_CONFIG_DIR=$C timeout 45 $M "${B[@]}" --results "$work/tuned$run" \
-            --run-id "tuned$run" > "$work/tuned$run.txt" 2>&1
-        stamp "tuned $run" $?
-    done
-    batch_end
+    retune_w16 i44r19c
 }
 
 r19d() {  # round nineteen, last call: the CUDA files the round's calls had not run (the int4
@@ -1478,17 +1492,10 @@ r19d() {  # round nineteen, last call: the CUDA files the round's calls had not 
     timeout 120 python -m pytest -q -p no:cacheprovider -rfE tests/kernels/test_grouped_fp8.py \
         > "$work/tests-fp8.txt" 2>&1  # (alone: its own process, as tools/gpu_ci.sh runs it)
     stamp "test_grouped_fp8.py" $?
-    local run B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
-                 --backend triton --model mixtral-8x7b --M 1024,2048,4096 --scheme mxfp4
-                 --scheme nvfp4)
-    for run in 1 2; do
-        timeout 40 $M "${B[@]}" --results "$work/default$run" --run-id "default$run" \
-            > "$work/default$run.txt" 2>&1
-        stamp "default $run" $?
-        MOECERT_TRITON_DEQUANT_ROWS=off timeout 40 $M "${B[@]}" --results "$work/off$run" \
-            --run-id "off$run" > "$work/off$run.txt" 2>&1
-        stamp "off $run" $?
-    done
+    local B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
+             --backend triton --model mixtral-8x7b --M 1024,2048,4096 --scheme mxfp4
+             --scheme nvfp4)
+    pairs 40 default "" off MOECERT_TRITON_DEQUANT_ROWS=off "${B[@]}"
     batch_end
 }
 
@@ -1504,18 +1511,7 @@ r20() {  # round twenty, the weight tile by TMA (gemm_kernel's TMA_B, on by defa
         tests/kernels/test_int4_prefill_cuda.py tests/kernels/test_fp4_prefill_cuda.py \
         tests/kernels/test_tail_tiles_cuda.py > "$work/tests.txt" 2>&1
     stamp "CUDA tests" $?
-    local run B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
-                 --backend triton --model mixtral-8x7b --M 1024,4096 --scheme bf16
-                 --scheme fp8-w8a8 --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4
-                 --scheme nvfp4)
-    for run in 1 2; do
-        timeout 45 $M "${B[@]}" --results "$work/tma$run" --run-id "tma$run" \
-            > "$work/tma$run.txt" 2>&1
-        stamp "tma $run" $?
-        MOECERT_TRITON_TMA_B=0 timeout 45 $M "${B[@]}" --results "$work/off$run" \
-            --run-id "off$run" > "$work/off$run.txt" 2>&1
-        stamp "off $run" $?
-    done
+    pairs 45 tma "" off MOECERT_TRITON_TMA_B=0 "${PREFILL_TABLE[@]}"
     local D=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
              --backend triton --scheme bf16 --M 16,64)
     timeout 40 $M "${D[@]}" --results "$work/dec-tma" --run-id dec-tma > "$work/dec-tma.txt" 2>&1
@@ -1539,14 +1535,7 @@ r20b() {  # round twenty, second call: TMA_B for fp8 / int8 weights with a scale
     stamp "CUDA test" $?
     local run B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
                  --backend triton --scheme bf16 --scheme fp8-w8a8)
-    for run in 1 2; do
-        timeout 30 $M "${B[@]}" --model mixtral-8x7b --M 1024,4096 --results "$work/tma$run" \
-            --run-id "tma$run" > "$work/tma$run.txt" 2>&1
-        stamp "tma $run" $?
-        MOECERT_TRITON_TMA_B=0 timeout 30 $M "${B[@]}" --model mixtral-8x7b --M 1024,4096 \
-            --results "$work/off$run" --run-id "off$run" > "$work/off$run.txt" 2>&1
-        stamp "off $run" $?
-    done
+    pairs 30 tma "" off MOECERT_TRITON_TMA_B=0 "${B[@]}" --model mixtral-8x7b --M 1024,4096
     for run in tma off; do
         MOECERT_TRITON_TMA_B=$([[ $run == tma ]] && echo 1 || echo 0) timeout 35 $M "${B[@]}" \
             --model qwen3-30b-a3b --model deepseek-v3 --M 4096 --results "$work/other-$run" \
@@ -1566,24 +1555,7 @@ r20c() {  # round twenty, third call: the W16 prefill entries (bf16's, which the
     # weight tile by TMA (registers freed: other tiles may now win), into a copy (cfg/ in the
     # tar); then the prefill of every scheme in the issue's table with the tree's files and
     # the copy's, alternating, two processes each (~500 s)
-    batch_begin i44r20c 570
-    gpu_versions
-    C=$work/cfg; cp -r kernels/triton_moe/configs "$C"
-    tune_into "$C" w16 "190 --model mixtral-8x7b --scheme bf16 --M 1024,4096 --routings 2 --max-seconds 85" \
-        "100 --model mixtral-8x7b --scheme fp8-w8a8 --M 1024 --routings 2 --max-seconds 85"
-    local run B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
-                 --backend triton --model mixtral-8x7b --M 1024,4096 --scheme bf16
-                 --scheme fp8-w8a8 --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4
-                 --scheme nvfp4)
-    for run in 1 2; do
-        timeout 40 $M "${B[@]}" --results "$work/tree$run" --run-id "tree$run" \
-            > "$work/tree$run.txt" 2>&1
-        stamp "tree $run" $?
-        MOECERT_TRITON_CONFIG_DIR=$C timeout 40 $M "${B[@]}" --results "$work/tuned$run" \
-            --run-id "tuned$run" > "$work/tuned$run.txt" 2>&1
-        stamp "tuned $run" $?
-    done
-    batch_end
+    retune_w16 i44r20c
 }
 
 r20d() {  # round twenty, last call: the prefill table on the tree with the 2048-row bf16 bucket
@@ -1591,12 +1563,9 @@ r20d() {  # round twenty, last call: the prefill table on the tree with the 2048
     # GPU_CI_PART=files GPU_CI_SKIP=test_mps_cuda.py tools/gpu_ci.sh)
     batch_begin i44r20d 200
     gpu_versions
-    local run B=(bench --device cuda --mode graph --max-seconds 0.25 --repeats 15
-                 --backend triton --model mixtral-8x7b --M 1024,4096 --scheme bf16
-                 --scheme fp8-w8a8 --scheme gptq-int4 --scheme awq-int4 --scheme mxfp4
-                 --scheme nvfp4)
+    local run
     for run in 1 off 2; do
-        MOECERT_TRITON_TMA_B=$([[ $run == off ]] && echo 0) timeout 45 $M "${B[@]}" \
+        MOECERT_TRITON_TMA_B=$([[ $run == off ]] && echo 0) timeout 45 $M "${PREFILL_TABLE[@]}" \
             --results "$work/table$run" --run-id "table$run" > "$work/table$run.txt" 2>&1
         stamp "table $run" $?
     done
