@@ -158,8 +158,8 @@
 #   tools/i44_tune_gpu.sh r18   round eighteen: int4 planes scaled inside the decode under
 #       ONE_DOT: the nibble kernels' CUDA tests, then gptq-int4 / awq-int4 prefill, the default
 #       against MOECERT_TRITON_ONE_DOT=0, alternating processes (~400 s)
-#   tools/i44_tune_gpu.sh r19 / r19b / r19c / r19d / r20 / r20b / r20c / r20d   rounds nineteen and twenty: each
-#       phase's comment below says what it runs
+#   tools/i44_tune_gpu.sh r19 / r19b / r19c / r19d / r20 / r20b / r20c / r20d / r21   rounds
+#       nineteen to twenty-one: each phase's comment below says what it runs
 # The peer: .vllm/_moe_C_stable_libtorch.abi3.so (from vLLM 0.25.1's wheel, carried).
 # Results: $OUT/i41.tgz (tools/gpu_batch.sh: the folder /tmp/i44t or /tmp/i44b, with a
 # watchdog tar at 560 s).
@@ -1572,6 +1572,13 @@ r20d() {  # round twenty, last call: the prefill table on the tree with the 2048
     batch_end
 }
 
+r21() {  # round twenty-one (written 2026-12-03, not yet run): the W16 prefill entries tuned again
+    # now that the tuner tries SPLIT_K on a short grid with a thin last wave (tune.
+    # SHORT_GRID_WAVES: Mixtral-8x7B's GEMM2 at M 1024, 2.3-2.4 waves), into a copy; then the
+    # prefill table, tree against copy, alternating (~500 s)
+    retune_w16 i44r21
+}
+
 case "${1:-}" in
     tune-w4a8) tune_w4a8 ;;
     tune-fp) tune_fp ;;
@@ -1637,5 +1644,6 @@ case "${1:-}" in
     r20b) r20b ;;
     r20c) r20c ;;
     r20d) r20d ;;
+    r21) r21 ;;
     *) echo "usage: tools/i44_tune_gpu.sh tune-w4a8|tune-fp|tune-nvfp4|round7|int4-lookup|tune-stale|tune-qwen|tune-awq|stages-awq|tune-awq-m64|bench|table|awq-m1|peer-routing|w4a8-m64|prefill|swap|round9|verify|tune-prefill|edges|decode-check|fused|fused-verify|tune-m64|m64-edges|tune-fused|fp8-fused|r11|r11b|table-r11|r12|r12-tune|r12-words|r12-m1|r13|r13-tune|table-r13|r14|r14b|table-r14|gptq-m16|r15|r15-prefill|r16|r16b|r16-tune|r17|r17b|r17c|r17d|r18|r18b|table18|r18-tune|r19|r19b|r19c|r19d|r20|r20b|r20c|r20d" >&2; exit 2 ;;
 esac

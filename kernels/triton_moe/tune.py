@@ -23,7 +23,8 @@ planes (tune_stages.weight_choices), ZERO_SUMS both ways only where a
 GEMM's weights carry their zero points in their scale words (AWQ in planes),
 SPLIT_K > 1 only for a GEMM whose default grid has fewer programs than SMALL_GRID_WAVES x
 the device's SMs (too few to keep the GPU's memory system busy; more split the work and add
-a workspace round trip for nothing).
+a workspace round trip for nothing), or fewer than SHORT_GRID_WAVES waves with the last at
+most LAST_WAVE_FILL full (the split may fill that wave's idle SMs).
 
 A deadline (`Deadline`, `moecert tune --max-seconds`) bounds one layer's search at one row
 count: once it has passed, no further candidate is tried and the fastest correct one timed so
@@ -64,6 +65,11 @@ GRID = {"BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256), "num_warps": (
         "num_stages": (2, 3, 4), "SWAP_AB": (False, True), "SPLIT_K": (1, 2, 4, 8),
         "K_UNROLL": (1, 2, 4), "GROUP_M": (1, 4, 8, 16), "TAIL_M": (0, 16, 32, 64)}
 SMALL_GRID_WAVES = 2  # SPLIT_K is tried when a GEMM has fewer programs than this x SMs
+# ... or fewer waves than this with its last wave at most LAST_WAVE_FILL full: Mixtral-8x7B's
+# GEMM2 at M = 1024 has 2.3-2.4 waves on its tuned tile, its last 30-42% full (tools/
+# i44_waves.py; docs/speed.md, round twenty), so a split may fill the waves' gaps
+SHORT_GRID_WAVES = 6
+LAST_WAVE_FILL = 0.5
 MAX_ROUNDS = 4
 WIDER_BLOCK_MS = (32, 64, 128)  # tried beside the default's (block_ms)
 SWAP_MAX_ROWS = 16  # SWAP_AB is tried up to this many rows per expert
@@ -207,12 +213,18 @@ def grid_for(rows_per_expert: float, grid: dict) -> dict:
 
 
 def split_k_grid(grid: dict, programs: int, sm_count: int | None) -> dict:
-    """`grid` with SPLIT_K only where the grid is small: fewer programs than
-    SMALL_GRID_WAVES x sm_count (without a device, sm_count None: SPLIT_K 1)."""
-    if len(grid.get("SPLIT_K", (1,))) > 1 and (
-            sm_count is None or programs >= SMALL_GRID_WAVES * sm_count):
-        grid = {**grid, "SPLIT_K": (1,)}
-    return grid
+    """`grid` with SPLIT_K only where the grid is small (fewer programs than SMALL_GRID_WAVES
+    x sm_count) or short with a thin last wave (fewer than SHORT_GRID_WAVES waves, the last at
+    most LAST_WAVE_FILL full); without a device, sm_count None: SPLIT_K 1."""
+    if len(grid.get("SPLIT_K", (1,))) == 1:
+        return grid
+    if sm_count is None:
+        return {**grid, "SPLIT_K": (1,)}
+    waves = programs / sm_count
+    last_wave = waves - math.ceil(waves) + 1
+    if waves < SMALL_GRID_WAVES or (waves < SHORT_GRID_WAVES and last_wave <= LAST_WAVE_FILL):
+        return grid
+    return {**grid, "SPLIT_K": (1,)}
 
 
 def device_sm_count() -> int | None:

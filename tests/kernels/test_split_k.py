@@ -188,6 +188,18 @@ def test_split_k_grid_only_for_small_grids():
     assert tune.split_k_grid(grid, programs=8, sm_count=None)["SPLIT_K"] == (1,)  # no GPU
 
 
+def test_split_k_grid_for_a_short_grid_with_a_thin_last_wave():
+    """Mixtral-8x7B's GEMM2 at M = 1024 on its tuned 256-column tile: 304-320 programs, 2.3-2.4
+    waves of an H200's 132 SMs (tools/i44_waves.py); split, the idle SMs of the last wave
+    may work. A full last wave, or many waves, keep SPLIT_K 1."""
+    grid = {"BLOCK_N": (128, 256), "SPLIT_K": (1, 2, 4)}
+    assert tune.split_k_grid(grid, programs=320, sm_count=132) == grid  # 2.42 waves
+    assert tune.split_k_grid(grid, programs=396, sm_count=132)["SPLIT_K"] == (1,)  # 3 full
+    assert tune.split_k_grid(grid, programs=390, sm_count=132)["SPLIT_K"] == (1,)  # last 0.95
+    assert tune.split_k_grid(grid, programs=1104, sm_count=132)["SPLIT_K"] == (1,)  # 8.4 waves
+    assert tune.split_k_grid({"SPLIT_K": (1,)}, programs=320, sm_count=132) == {"SPLIT_K": (1,)}
+
+
 def test_tuner_picks_a_split_that_agrees():
     """The real kernel on a 2-row stage (M = 1): with SMs to spare the climb tries SPLIT_K
     and keeps the (fake-)fastest; every split-K candidate passed the agreement test."""
