@@ -435,9 +435,10 @@ def tma_b_run(weights: dict, config: dict, bk: int, activation: str | None, pair
     activation's gate / up halves, 1: rows as stored) where the weight tile may come by TMA,
     else 0. It may where the tile's rows are blocks of the weights (not the adjacent order
     of gate and up columns), the weights one element a column (16-bit, fp8 or int8: no
-    nibbles, no act order), [E, N, K] untiled with 16-byte aligned rows, each run of the
-    block within a copy's extent, not SWAP_AB; and where it runs: sm90+ (the interpreter too
-    when forced), on unless MOECERT_TRITON_TMA_B=0 (TMA_B_BY_DEFAULT)."""
+    nibbles, no act order), [E, N, K] untiled, K's stride 1 and the others 16-byte
+    multiples, each run of the block within a copy's extent, not SWAP_AB; and where it runs:
+    sm90+ (the interpreter too when forced), on unless MOECERT_TRITON_TMA_B=0
+    (TMA_B_BY_DEFAULT)."""
     forced = configs.forced_tma_b()
     if not (forced if forced is not None else TMA_B_BY_DEFAULT):
         return 0
@@ -451,8 +452,9 @@ def tma_b_run(weights: dict, config: dict, bk: int, activation: str | None, pair
     block_n = config["BLOCK_N"]
     c = weights["constexprs"]
     fits = (runs and weights["kind"] in (W16, W_FP8, W_INT8) and not c["HAS_G_IDX"]
-            and not config.get("SWAP_AB", False) and q.dim() == 3
-            and q.shape[2] * q.element_size() % 16 == 0 and q.data_ptr() % 16 == 0
+            and not config.get("SWAP_AB", False) and q.dim() == 3 and q.stride(2) == 1
+            and all(s * q.element_size() % 16 == 0 for s in q.stride()[:2])
+            and q.data_ptr() % 16 == 0
             and q.shape[1] % runs == 0 and block_n // runs <= TMA_BOX and bk <= TMA_BOX
             and bk * q.element_size() >= 16)
     return runs if fits else 0

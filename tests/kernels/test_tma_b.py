@@ -89,6 +89,10 @@ def test_tma_applies_to_untiled_unswapped_tiles_of_one_element_a_column(monkeypa
     assert run(weights, {**plain, "BLOCK_N": 1024}, 32, "silu", "halves", cpu) == 0
     odd = weights16(2, 64, 60, torch.bfloat16, seed=9)  # 120-byte rows: not 16-byte aligned
     assert run(odd, plain, 32, None, "halves", cpu) == 0
+    # a copy addresses K's elements at stride 1: weights stored with K outermost stay on
+    # the per-thread loads (which take any strides)
+    kn = {**weights, "q": weights["q"].transpose(1, 2).contiguous().transpose(1, 2)}
+    assert run(kn, plain, 32, None, "halves", cpu) == 0
     monkeypatch.setenv(configs.TMA_B_ENV, "0")
     assert run(weights, plain, 32, "silu", "halves", cpu) == 0
     monkeypatch.setenv(configs.TMA_B_ENV, "yes")
