@@ -1,8 +1,9 @@
 """How full the last wave of a grouped GEMM's programs is, and how many of an expert-padded
-row block's rows are real, for top-k routing of random logits (as the bench draws them:
-uniform over the experts). No GPU: arithmetic on the launch grid only. Printed per seed:
-tokens per expert, the fraction of the padded rows that are routed rows, and per GEMM its
-programs (row blocks x column tiles), waves over the SMs and the last wave's fill.
+row block's rows are real, for top-k routing of random normal logits (as
+reference.make_inputs draws them for the bench; other seeds). No GPU: arithmetic on the
+launch grid only. Printed per seed: tokens per expert, the fraction of the padded rows that
+are routed rows, and per GEMM its programs (row blocks x column tiles), waves over the SMs and
+the last wave's fill (tune.last_wave_fill, the tuner's SPLIT_K rule).
 
     python tools/i44_waves.py --M 1024 --experts 8 --topk 2 --gemm 28672:256 --gemm 4096:256 \
         --gemm 4096:128 --block-m 128 --sms 132
@@ -14,6 +15,7 @@ import argparse
 import math
 
 import torch
+from moecert.kernels.triton_moe.tune import last_wave_fill
 
 
 def main() -> None:
@@ -37,9 +39,9 @@ def main() -> None:
         for gemm in args.gemm:
             n, block_n = (int(x) for x in gemm.split(":"))
             programs = blocks * math.ceil(n / block_n)
-            waves = programs / args.sms
-            parts.append(f"N {n} / {block_n}: {programs} programs, {waves:.2f} waves, "
-                         f"last wave {waves - math.ceil(waves) + 1:.2f} full")
+            parts.append(f"N {n} / {block_n}: {programs} programs, "
+                         f"{programs / args.sms:.2f} waves, "
+                         f"last wave {last_wave_fill(programs, args.sms):.2f} full")
         print(f"seed {seed}: tokens per expert {per_expert}; {blocks} row blocks, "
               f"{real:.2f} of their rows routed; " + "; ".join(parts))
 

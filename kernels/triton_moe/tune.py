@@ -221,10 +221,17 @@ def split_k_grid(grid: dict, programs: int, sm_count: int | None) -> dict:
     if sm_count is None:
         return {**grid, "SPLIT_K": (1,)}
     waves = programs / sm_count
-    last_wave = waves - math.ceil(waves) + 1
-    if waves < SMALL_GRID_WAVES or (waves < SHORT_GRID_WAVES and last_wave <= LAST_WAVE_FILL):
+    if waves < SMALL_GRID_WAVES or (waves < SHORT_GRID_WAVES
+                                    and last_wave_fill(programs, sm_count) <= LAST_WAVE_FILL):
         return grid
     return {**grid, "SPLIT_K": (1,)}
+
+
+def last_wave_fill(programs: int, sm_count: int) -> float:
+    """The fraction of the SMs that the last wave of `programs` one-SM programs keeps busy
+    (1.0: a full wave)."""
+    waves = programs / sm_count
+    return waves - math.ceil(waves) + 1
 
 
 def device_sm_count() -> int | None:
